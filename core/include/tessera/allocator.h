@@ -1,0 +1,76 @@
+// Allocators: one per device type. Note [Allocator registry]
+// The CPU allocator is the core's own (a caching allocator: large blocks are reused so that a big
+// output does not page-fault afresh on every call). Other device types get theirs from the backend
+// plugin that provides them; when none is registered yet, get_allocator() calls the backend-loader
+// hook (installed by the dispatcher's plugin loader) so that the plugin loads lazily on first use.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <utility>
+
+#include "tessera/device.h"
+#include "tessera/export.h"
+
+namespace tessera {
+
+// Owning pointer to device memory. `handle` is opaque for devices other than the CPU.
+class DataPtr {
+ public:
+  using Deleter = void (*)(void* ctx, void* handle);
+  DataPtr() = default;
+  DataPtr(void* handle, void* ctx, Deleter deleter, Device device)
+      : handle_(handle), ctx_(ctx), deleter_(deleter), device_(device) {}
+  DataPtr(DataPtr&& o) noexcept { swap(o); }
+  DataPtr& operator=(DataPtr&& o) noexcept {
+    DataPtr(std::move(o)).swap(*this);
+    return *this;
+  }
+  DataPtr(const DataPtr&) = delete;
+  DataPtr& operator=(const DataPtr&) = delete;
+  ~DataPtr() {
+    if (deleter_) deleter_(ctx_, handle_);
+  }
+  void* get() const { return handle_; }
+  Device device() const { return device_; }
+  void swap(DataPtr& o) noexcept {
+    std::swap(handle_, o.handle_);
+    std::swap(ctx_, o.ctx_);
+    std::swap(deleter_, o.deleter_);
+    std::swap(device_, o.device_);
+  }
+
+ private:
+  void* handle_ = nullptr;
+  void* ctx_ = nullptr;
+  Deleter deleter_ = nullptr;
+  Device device_{DeviceType::CPU, -1};
+};
+
+class TESSERA_API Allocator {
+ public:
+  virtual ~Allocator() = default;
+  // Throws Error(OutOfMemory) naming the device and the size on failure. nbytes may be 0.
+  virtual DataPtr allocate(size_t nbytes, int device_index) = 0;
+};
+
+// Thread-safe. The allocator must outlive every DataPtr it made (plugins unregister at shutdown).
+TESSERA_API void set_allocator(DeviceType t, Allocator* allocator);
+// The registered allocator; calls the backend-loader hook once if none is registered. Throws when
+// no plugin provides the device type, with the hook's reason.
+TESSERA_API Allocator* get_allocator(DeviceType t);
+TESSERA_API Allocator* cpu_allocator();
+
+using BackendLoaderHook = void (*)(DeviceType t);
+TESSERA_API void set_backend_loader_hook(BackendLoaderHook hook);
+
+// Statistics of the caching CPU allocator.
+struct CpuAllocatorStats {
+  uint64_t allocated_bytes = 0;  // live
+  uint64_t cached_bytes = 0;     // freed and kept for reuse
+  uint64_t hits = 0;             // allocations served from the cache
+  uint64_t misses = 0;
+};
+TESSERA_API CpuAllocatorStats cpu_allocator_stats();
+TESSERA_API void cpu_allocator_empty_cache();
+
+}  // namespace tessera

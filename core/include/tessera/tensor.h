@@ -1,0 +1,220 @@
+// Tensors. Note [Tensor model]
+// A Tensor is a refcounted handle to a TensorImpl (copying a Tensor is one atomic increment). The
+// impl holds sizes, strides (in elements), a storage offset, dtype, device and dispatch-key set, and
+// shares a Storage (refcounted device memory) with its views. Views are metadata-only and live in
+// core (tensor.cpp). Methods that compute (to, contiguous, clone, operators, reshape when it must
+// copy) are declared here and implemented in the dispatcher layer of the same library.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "tessera/allocator.h"
+#include "tessera/array_ref.h"
+#include "tessera/device.h"
+#include "tessera/dispatch_key.h"
+#include "tessera/dtype.h"
+#include "tessera/error.h"
+#include "tessera/export.h"
+#include "tessera/intrusive_ptr.h"
+#include "tessera/scalar.h"
+
+namespace tessera {
+
+// Refcounted device memory shared by a tensor and its views.
+class TESSERA_API StorageImpl : public RefCounted {
+ public:
+  StorageImpl(DataPtr data, size_t nbytes) : data_(std::move(data)), nbytes_(nbytes) {}
+  void* data() const { return data_.get(); }
+  size_t nbytes() const { return nbytes_; }
+  Device device() const { return data_.device(); }
+  // Note [Unusable storage]: set when a copy into this storage failed part-way; any later use of a
+  // tensor on it throws instead of reading partial data.
+  bool usable() const { return usable_.load(std::memory_order_relaxed); }
+  void mark_unusable() { usable_.store(false, std::memory_order_relaxed); }
+
+ private:
+  DataPtr data_;
+  size_t nbytes_;
+  std::atomic<bool> usable_{true};
+};
+using Storage = IntrusivePtr<StorageImpl>;
+
+// Number of dimensions kept inline in a TensorImpl (no heap allocation up to this rank).
+constexpr int kInlineDims = 6;
+
+class TESSERA_API TensorImpl : public RefCounted {
+ public:
+  TensorImpl(Storage storage, DType dtype, Device device, IntArrayRef sizes, IntArrayRef strides,
+             int64_t storage_offset);
+  ~TensorImpl() override;
+
+  IntArrayRef sizes() const { return IntArrayRef(sizes_, size_t(ndim_)); }
+  IntArrayRef strides() const { return IntArrayRef(strides_, size_t(ndim_)); }
+  int64_t dim() const { return ndim_; }
+  int64_t numel() const { return numel_; }
+  DType dtype() const { return dtype_; }
+  Device device() const { return device_; }
+  DispatchKeySet key_set() const { return key_set_; }
+  void set_key_set(DispatchKeySet ks) { key_set_ = ks; }
+  int64_t storage_offset() const { return storage_offset_; }
+  const Storage& storage() const { return storage_; }
+  bool is_contiguous() const { return is_contiguous_; }
+  // A tensor made from a C++ number for an operator (`t + 2.0`): promotes like a scalar.
+  bool is_wrapped_number() const { return wrapped_number_; }
+  void set_wrapped_number(bool v) { wrapped_number_ = v; }
+  // Replace the geometry (used by views and as_strided). Recomputes numel and contiguity.
+  void set_sizes_and_strides(IntArrayRef sizes, IntArrayRef strides, int64_t storage_offset);
+
+ private:
+  void compute_derived();
+  Storage storage_;
+  int64_t* sizes_;
+  int64_t* strides_;
+  int64_t inline_[2 * kInlineDims];
+  int64_t numel_ = 0;
+  int64_t storage_offset_ = 0;
+  int32_t ndim_ = 0;
+  DType dtype_;
+  Device device_;
+  DispatchKeySet key_set_;
+  bool is_contiguous_ = true;
+  bool wrapped_number_ = false;
+};
+
+class TESSERA_API Tensor {
+ public:
+  Tensor() = default;  // undefined
+  explicit Tensor(IntrusivePtr<TensorImpl> impl) : impl_(std::move(impl)) {}
+
+  bool defined() const { return bool(impl_); }
+  TensorImpl* impl() const { return impl_.get(); }
+  int64_t use_count() const { return impl_.use_count(); }
+  bool is_same(const Tensor& o) const { return impl_.get() == o.impl_.get(); }
+
+  // ---- metadata (core)
+  IntArrayRef sizes() const { return impl_->sizes(); }
+  IntArrayRef strides() const { return impl_->strides(); }
+  int64_t size(int64_t dim) const;    // negative dims count from the end; checked
+  int64_t stride(int64_t dim) const;
+  int64_t dim() const { return impl_->dim(); }
+  int64_t numel() const { return impl_->numel(); }
+  DType dtype() const { return impl_->dtype(); }
+  DType scalar_type() const { return impl_->dtype(); }
+  Device device() const { return impl_->device(); }
+  DispatchKeySet key_set() const { return impl_->key_set(); }
+  int64_t storage_offset() const { return impl_->storage_offset(); }
+  const Storage& storage() const { return impl_->storage(); }
+  size_t itemsize() const { return tessera::itemsize(dtype()); }
+  size_t nbytes() const { return size_t(numel()) * itemsize(); }
+  bool is_contiguous() const { return impl_->is_contiguous(); }
+  bool is_cpu() const { return device().is_cpu(); }
+  // True when the tensor is on the device type named `device_name` ("cpu", "my_hardware_device").
+  bool is(std::string_view device_name) const;
+
+  // ---- metadata-only views (core). Dims may be negative. Each checks its arguments.
+  Tensor view(IntArrayRef sizes) const;  // one size may be -1; fails if strides do not allow it
+  Tensor as_strided(IntArrayRef sizes, IntArrayRef strides, std::optional<int64_t> storage_offset = std::nullopt) const;
+  Tensor permute(IntArrayRef dims) const;
+  Tensor transpose(int64_t dim0, int64_t dim1) const;
+  Tensor t() const;  // 2-D transpose (0-D and 1-D returned as is)
+  Tensor select(int64_t dim, int64_t index) const;
+  Tensor slice(int64_t dim, std::optional<int64_t> start = std::nullopt,
+               std::optional<int64_t> end = std::nullopt, int64_t step = 1) const;
+  Tensor narrow(int64_t dim, int64_t start, int64_t length) const;
+  Tensor expand(IntArrayRef sizes) const;  // -1 keeps a size
+  Tensor expand_as(const Tensor& other) const { return expand(other.sizes()); }
+  Tensor squeeze() const;
+  Tensor squeeze(int64_t dim) const;
+  Tensor unsqueeze(int64_t dim) const;
+  Tensor flatten(int64_t start_dim = 0, int64_t end_dim = -1) const;  // view when possible, else copy
+  Tensor operator[](int64_t index) const { return select(0, index); }
+  // Returns view(sizes) when the strides allow it, else contiguous().view(sizes).
+  Tensor reshape(IntArrayRef sizes) const;
+
+  // ---- data access (CPU only; other devices give an error that says to call .to("cpu") first)
+  template <typename T> T* data_ptr() const;
+  void* raw_data_ptr() const;  // CPU only; element (0,...,0)
+  template <typename T> T item() const;
+  Scalar item() const;
+
+  // ---- computing methods (dispatcher)
+  Tensor to(Device device) const;
+  Tensor to(DType dtype) const;
+  Tensor to(Device device, DType dtype) const;
+  Tensor to(const char* device) const { return to(Device(device)); }
+  Tensor to(const std::string& device) const { return to(Device(device)); }
+  Tensor cpu() const { return to(Device(DeviceType::CPU)); }
+  Tensor contiguous() const;
+  Tensor clone() const;
+  Tensor& fill_(const Scalar& value);
+  Tensor& zero_() { return fill_(0); }
+  Tensor& copy_(const Tensor& src);
+  Tensor sum() const;
+  Tensor sum(IntArrayRef dims, bool keepdim = false) const;
+  Tensor mean() const;
+  Tensor mean(IntArrayRef dims, bool keepdim = false) const;
+  Tensor matmul(const Tensor& other) const;
+  Tensor relu() const;
+  Tensor neg() const;
+  Tensor exp() const;
+  Tensor abs() const;
+  Tensor softmax(int64_t dim) const;
+  Tensor& add_(const Tensor& other, const Scalar& alpha = 1);
+  Tensor& mul_(const Tensor& other);
+
+  Tensor operator-() const;
+  Tensor& operator+=(const Tensor& o) { return add_(o); }
+  Tensor& operator*=(const Tensor& o) { return mul_(o); }
+
+ private:
+  IntrusivePtr<TensorImpl> impl_;
+};
+
+// Contiguous strides of `sizes`.
+TESSERA_API std::vector<int64_t> contiguous_strides(IntArrayRef sizes);
+// Product of sizes; checked against overflow.
+TESSERA_API int64_t compute_numel(IntArrayRef sizes);
+// Wraps a (possibly negative) dim into [0, ndim); throws naming the range otherwise.
+TESSERA_API int64_t wrap_dim(int64_t dim, int64_t ndim);
+// A new tensor with fresh storage from the device type's allocator (no initialisation).
+TESSERA_API Tensor make_tensor(IntArrayRef sizes, DType dtype, Device device);
+TESSERA_API Tensor make_tensor_strided(IntArrayRef sizes, IntArrayRef strides, DType dtype, Device device);
+
+// Prints like PyTorch: "tensor([[1., 2.],\n        [3., 4.]])" plus device/dtype when not default.
+// Copies to the CPU when needed.
+TESSERA_API std::ostream& operator<<(std::ostream& os, const Tensor& t);
+TESSERA_API std::string to_string(const Tensor& t);
+
+// Free-function operators (dispatcher).
+TESSERA_API Tensor operator+(const Tensor& a, const Tensor& b);
+TESSERA_API Tensor operator-(const Tensor& a, const Tensor& b);
+TESSERA_API Tensor operator*(const Tensor& a, const Tensor& b);
+TESSERA_API Tensor operator/(const Tensor& a, const Tensor& b);
+TESSERA_API Tensor operator+(const Tensor& a, const Scalar& b);
+TESSERA_API Tensor operator-(const Tensor& a, const Scalar& b);
+TESSERA_API Tensor operator*(const Tensor& a, const Scalar& b);
+TESSERA_API Tensor operator/(const Tensor& a, const Scalar& b);
+TESSERA_API Tensor operator+(const Scalar& a, const Tensor& b);
+TESSERA_API Tensor operator-(const Scalar& a, const Tensor& b);
+TESSERA_API Tensor operator*(const Scalar& a, const Tensor& b);
+TESSERA_API Tensor operator/(const Scalar& a, const Tensor& b);
+
+// ---- template definitions
+namespace detail {
+TESSERA_API void check_data_access(const Tensor& t, DType requested);
+}
+template <typename T>
+T* Tensor::data_ptr() const {
+  detail::check_data_access(*this, dtype_of_v<T>);
+  return static_cast<T*>(raw_data_ptr());
+}
+template <typename T>
+T Tensor::item() const {
+  return item().to<T>();
+}
+
+}  // namespace tessera

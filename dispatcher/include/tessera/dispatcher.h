@@ -1,0 +1,102 @@
+// The operator catalogue and the dispatcher. Note [Dispatch hot path]
+// Each operator is an OperatorEntry with a fixed array of kNumDispatchSlots kernel slots (index from
+// DispatchKeySet::slot(), see dispatch_key.h). A call ORs the inputs' key sets, applies the thread's
+// include/exclude sets, indexes the table, runs the op's shape rule to allocate outputs on the
+// target device and calls the kernel through the C ABI. No lock, map look-up or std::function on
+// that path: registration writes the slot under a mutex and publishes it with a release store.
+// Resolution when the slot is empty or the dtype is not in the kernel's mask:
+//   kernel -> composite decomposition -> the backend's fallback (e.g. the CPU fallback for a
+//   third-party device) -> error naming op, device, dtype and the devices that implement it.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "tessera/dispatch_key.h"
+#include "tessera/plugin_abi.h"
+#include "tessera/schema.h"
+#include "tessera/tensor.h"
+
+namespace tessera {
+
+// A boxed value: what a boxed call's stack holds.
+using Value = std::variant<std::monostate, Tensor, int64_t, double, bool, std::vector<int64_t>,
+                           std::string, std::vector<Tensor>, std::optional<Tensor>, DType>;
+using Stack = std::vector<Value>;
+
+struct KernelEntry {
+  tessera_kernel_fn_t fn = nullptr;
+  void* user_data = nullptr;
+  uint64_t dtype_mask = TESSERA_DTYPE_MASK_ALL;
+  uint32_t flags = TESSERA_KERNEL_FLAG_NONE;
+  std::string provider;  // plugin name, or "test" / "builtin"
+};
+
+// A composite kernel: implemented with other ops, runs on any device.
+using CompositeFn = std::function<Stack(const Stack& args)>;
+
+class OperatorEntry;  // opaque; see op_registry in dispatcher/src
+
+// Identifies one registration so that it can be undone (a plugin whose init failed).
+struct RegistrationHandle {
+  uint64_t id = 0;
+};
+
+class TESSERA_API Dispatcher {
+ public:
+  static Dispatcher& instance();
+
+  // "add.Tensor", or "add" for the overload with an empty name. nullptr when unknown.
+  OperatorEntry* find_op(std::string_view name);
+  // Throws listing near names when unknown.
+  OperatorEntry& op(std::string_view name);
+  const FunctionSchema& schema(const OperatorEntry& op) const;
+  std::vector<std::string> op_names() const;
+
+  // Defines a new op. `meta_like` names an existing op whose shape rule applies; empty = outputs
+  // alias the inputs (in-place op). Throws on a parse error or a name already defined differently.
+  OperatorEntry& define_op(std::string_view schema, std::string_view meta_like, std::string provider);
+
+  RegistrationHandle register_kernel(OperatorEntry& op, DeviceType backend, Functionality f, KernelEntry kernel);
+  RegistrationHandle register_fallback(DeviceType backend, Functionality f, KernelEntry kernel);
+  RegistrationHandle register_composite(OperatorEntry& op, CompositeFn fn);
+  void forbid_fallback(OperatorEntry& op, DeviceType backend);
+  void deregister(RegistrationHandle handle);
+
+  // Boxed call: arguments in schema order (defaults may be omitted); returns the outputs.
+  Stack call_boxed(OperatorEntry& op, Stack args);
+  // Which backends have a kernel for `op` (for messages and `tessera check`).
+  std::vector<DeviceType> backends_with_kernel(const OperatorEntry& op) const;
+  // How a call would resolve on `backend` for `dtype`: "kernel", "composite", "fallback", "none".
+  std::string resolution(const OperatorEntry& op, DeviceType backend, DType dtype) const;
+
+ private:
+  Dispatcher();
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Note [Backends and the device registry]
+// The plugin loader registers, per device type, the device interface of the plugin that provides it.
+// The dispatcher uses it for cross-device copies, synchronisation and the CPU fallback.
+struct BackendDevice {
+  const tessera_device_interface_t* iface = nullptr;
+  void* self = nullptr;
+  std::string plugin;
+};
+TESSERA_API void register_backend_device(DeviceType type, const BackendDevice& backend);
+TESSERA_API void unregister_backend_device(DeviceType type);
+// Loads the backend lazily (through the backend-loader hook) when needed; throws naming the device
+// type and why no plugin provides it.
+TESSERA_API const BackendDevice& backend_device(DeviceType type);
+TESSERA_API const BackendDevice* backend_device_if_loaded(DeviceType type);
+
+// CPU fallback switch: TESSERA_CPU_FALLBACK=0 turns the fallback into an error.
+TESSERA_API bool cpu_fallback_enabled();
+
+}  // namespace tessera

@@ -1,0 +1,44 @@
+// Plugin discovery and loading. See docs/plugins.md for the manifest, the search order and the
+// environment variables. Note [Lazy loading]: manifests are read once, on first need (cheap);
+// a plugin's library is loaded only when a device type or kind it provides is first used, and
+// stays loaded until shutdown_plugins().
+#pragma once
+#include <string>
+#include <vector>
+
+#include "tessera/device.h"
+#include "tessera/export.h"
+
+namespace tessera {
+
+enum class PluginStatus { Available, Loaded, Failed, Disabled, Shadowed };
+TESSERA_API const char* plugin_status_name(PluginStatus s);
+
+struct PluginInfo {
+  std::string name;
+  std::string kind;         // backend, compiler, quantizer, sparsity
+  std::string version;
+  PluginStatus status = PluginStatus::Available;
+  std::string reason;       // non-empty unless Available or Loaded
+  std::string manifest;     // absolute path
+  std::string library;      // absolute path
+  std::string description;
+  int priority = 0;
+  bool has_device = false;
+  DeviceType device_type = DeviceType::CPU;  // when has_device
+  std::string device_name;                   // "cpu", "my_hardware_device"
+};
+
+// Every manifest found (discovers on first call). Thread-safe.
+TESSERA_API std::vector<PluginInfo> plugins();
+// Loads the backend plugin providing `type` if not loaded. Returns false with `why_not` filled when
+// none provides it or loading failed. Thread-safe; concurrent callers load once.
+TESSERA_API bool ensure_backend_loaded(DeviceType type, std::string* why_not = nullptr);
+// Loads every plugin of `kind` that is available (e.g. "backend" for `tessera devices`).
+TESSERA_API void load_plugins_of_kind(const std::string& kind);
+// Calls each loaded plugin's shutdown, unregisters its kernels and unloads it. Idempotent.
+TESSERA_API void shutdown_plugins();
+// Forget everything and discover again (tests; the environment may have changed).
+TESSERA_API void rediscover_plugins_for_testing();
+
+}  // namespace tessera

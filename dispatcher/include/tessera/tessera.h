@@ -1,0 +1,10 @@
+// The one header an application includes.
+#pragma once
+#include "tessera/device.h"
+#include "tessera/dispatch_key.h"
+#include "tessera/dtype.h"
+#include "tessera/ops.h"
+#include "tessera/options.h"
+#include "tessera/scalar.h"
+#include "tessera/tensor.h"
+#include "tessera/version.h"

@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# Tessera's one entry point.
+#   ./run.sh demo    install missing packages, configure, build, run the demo
+#   ./run.sh test    the same set-up, then every test (release build, sanitizer build, out-of-tree SDK build)
+#   ./run.sh bench   the same set-up, then the benchmarks (results under build/bench/)
+# Environment: JOBS (parallel build jobs, default: number of cores), TESSERA_SKIP_SANITIZERS=1 to
+# run the release suite only (local iteration; CI runs everything).
+set -euo pipefail
+cd "$(dirname "$0")"
+ROOT=$(pwd)
+JOBS=${JOBS:-$(nproc)}
+PACKAGES=(cmake ninja-build g++ clang libclang-rt-14-dev ccache libboost-dev libdnnl-dev nlohmann-json3-dev
+          ocl-icd-opencl-dev opencl-headers pocl-opencl-icd libgtest-dev libgmock-dev libbenchmark-dev python3)
+
+log() { printf '\n==> %s\n' "$*"; }
+
+install_packages() {
+  local missing=()
+  for p in "${PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+  done
+  if ((${#missing[@]})); then
+    log "installing missing packages: ${missing[*]}"
+    local sudo=""
+    [ "$(id -u)" -eq 0 ] || sudo="sudo"
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}"
+  fi
+}
+
+build() {  # build <preset> [targets...]
+  local preset=$1; shift
+  log "configure + build ($preset)"
+  cmake --preset "$preset" >/dev/null
+  cmake --build --preset "$preset" -j "$JOBS" ${1:+--target "$@"}
+}
+
+run_ctest() {  # run_ctest <build dir> [ctest args...]
+  local dir=$1; shift
+  (cd "$dir" && ctest --output-on-failure -j "$JOBS" "$@")
+}
+
+cmd=${1:-}
+case "$cmd" in
+  demo)
+    install_packages
+    build release
+    log "demo"
+    ./build/release/bin/tessera_demo
+    ;;
+  test)
+    install_packages
+    build release
+    log "tests (release)"
+    run_ctest build/release
+    if [ "${TESSERA_SKIP_SANITIZERS:-0}" != 1 ]; then
+      for stage in tools/ci/*.sh; do
+        [ -e "$stage" ] || continue
+        log "stage $(basename "$stage")"
+        JOBS=$JOBS bash "$stage"
+      done
+    fi
+    ;;
+  bench)
+    install_packages
+    build release
+    mkdir -p build/bench
+    for b in build/release/bin/bench_*; do
+      log "$(basename "$b")"
+      "$b" --benchmark_out="build/bench/$(basename "$b").json" --benchmark_out_format=json
+    done
+    ;;
+  *)
+    echo "usage: ./run.sh demo | test | bench" >&2
+    exit 2
+    ;;
+esac

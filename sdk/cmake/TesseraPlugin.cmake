@@ -1,0 +1,26 @@
+# tessera_add_plugin(<name> SOURCES <src>... MANIFEST <file.json> [LIBRARIES <lib>...])
+# Builds a plugin module lib<name>.so against Tessera::sdk, places it with its manifest in the plugin
+# folder of the build tree (TESSERA_PLUGIN_OUTPUT_DIR) and installs both to TESSERA_PLUGIN_INSTALL_DIR.
+# The manifest's "library" must be "lib<name>.so".
+function(tessera_add_plugin name)
+  cmake_parse_arguments(ARG "" "MANIFEST" "SOURCES;LIBRARIES" ${ARGN})
+  if(NOT ARG_SOURCES OR NOT ARG_MANIFEST)
+    message(FATAL_ERROR "tessera_add_plugin(${name}): SOURCES and MANIFEST are required")
+  endif()
+  if(NOT DEFINED TESSERA_PLUGIN_OUTPUT_DIR)
+    set(TESSERA_PLUGIN_OUTPUT_DIR ${CMAKE_BINARY_DIR}/lib/tessera/plugins)
+  endif()
+  if(NOT DEFINED TESSERA_PLUGIN_INSTALL_DIR)
+    set(TESSERA_PLUGIN_INSTALL_DIR lib/tessera/plugins)
+  endif()
+  add_library(${name} MODULE ${ARG_SOURCES})
+  target_link_libraries(${name} PRIVATE Tessera::sdk ${ARG_LIBRARIES})
+  set_target_properties(${name} PROPERTIES
+    PREFIX "lib" CXX_VISIBILITY_PRESET hidden C_VISIBILITY_PRESET hidden VISIBILITY_INLINES_HIDDEN ON
+    LIBRARY_OUTPUT_DIRECTORY ${TESSERA_PLUGIN_OUTPUT_DIR})
+  get_filename_component(_manifest ${ARG_MANIFEST} ABSOLUTE)
+  get_filename_component(_manifest_name ${ARG_MANIFEST} NAME)
+  configure_file(${_manifest} ${TESSERA_PLUGIN_OUTPUT_DIR}/${_manifest_name} COPYONLY)
+  install(TARGETS ${name} LIBRARY DESTINATION ${TESSERA_PLUGIN_INSTALL_DIR})
+  install(FILES ${_manifest} DESTINATION ${TESSERA_PLUGIN_INSTALL_DIR})
+endfunction()
