@@ -12,6 +12,9 @@ JOBS=${JOBS:-$(nproc)}
 PACKAGES=(cmake ninja-build g++ clang libclang-rt-14-dev ccache libboost-dev libdnnl-dev nlohmann-json3-dev
           ocl-icd-opencl-dev opencl-headers pocl-opencl-icd libgtest-dev libgmock-dev libbenchmark-dev python3)
 
+# ccache: hash paths relative to the checkout so that a fresh clone elsewhere hits the cache.
+export CCACHE_BASEDIR="$ROOT" CCACHE_NOHASHDIR=1 CCACHE_MAXSIZE=${CCACHE_MAXSIZE:-5G}
+
 log() { printf '\n==> %s\n' "$*"; }
 
 install_packages() {

@@ -1,9 +1,12 @@
-# tessera_add_plugin(<name> SOURCES <src>... MANIFEST <file.json> [LIBRARIES <lib>...])
+# tessera_add_plugin(<name> SOURCES <src>... MANIFEST <file.json> [LIBRARIES <lib>...]
+#                    [OUTPUT_DIRECTORY <dir>] [NO_INSTALL])
 # Builds a plugin module lib<name>.so against Tessera::sdk, places it with its manifest in the plugin
 # folder of the build tree (TESSERA_PLUGIN_OUTPUT_DIR) and installs both to TESSERA_PLUGIN_INSTALL_DIR.
-# The manifest's "library" must be "lib<name>.so".
+# The manifest's "library" must be "lib<name>.so". OUTPUT_DIRECTORY places it elsewhere in the build
+# tree (a test plugin found through TESSERA_PLUGIN_PATH); NO_INSTALL leaves it out of the install.
+# Works in the main tree and from the installed package (find_package(Tessera)).
 function(tessera_add_plugin name)
-  cmake_parse_arguments(ARG "" "MANIFEST" "SOURCES;LIBRARIES" ${ARGN})
+  cmake_parse_arguments(ARG "NO_INSTALL" "MANIFEST;OUTPUT_DIRECTORY" "SOURCES;LIBRARIES" ${ARGN})
   if(NOT ARG_SOURCES OR NOT ARG_MANIFEST)
     message(FATAL_ERROR "tessera_add_plugin(${name}): SOURCES and MANIFEST are required")
   endif()
@@ -13,6 +16,9 @@ function(tessera_add_plugin name)
   if(NOT DEFINED TESSERA_PLUGIN_INSTALL_DIR)
     set(TESSERA_PLUGIN_INSTALL_DIR lib/tessera/plugins)
   endif()
+  if(ARG_OUTPUT_DIRECTORY)
+    set(TESSERA_PLUGIN_OUTPUT_DIR ${ARG_OUTPUT_DIRECTORY})
+  endif()
   add_library(${name} MODULE ${ARG_SOURCES})
   target_link_libraries(${name} PRIVATE Tessera::sdk ${ARG_LIBRARIES})
   set_target_properties(${name} PROPERTIES
@@ -21,6 +27,8 @@ function(tessera_add_plugin name)
   get_filename_component(_manifest ${ARG_MANIFEST} ABSOLUTE)
   get_filename_component(_manifest_name ${ARG_MANIFEST} NAME)
   configure_file(${_manifest} ${TESSERA_PLUGIN_OUTPUT_DIR}/${_manifest_name} COPYONLY)
-  install(TARGETS ${name} LIBRARY DESTINATION ${TESSERA_PLUGIN_INSTALL_DIR})
-  install(FILES ${_manifest} DESTINATION ${TESSERA_PLUGIN_INSTALL_DIR})
+  if(NOT ARG_NO_INSTALL)
+    install(TARGETS ${name} LIBRARY DESTINATION ${TESSERA_PLUGIN_INSTALL_DIR})
+    install(FILES ${_manifest} DESTINATION ${TESSERA_PLUGIN_INSTALL_DIR})
+  endif()
 endfunction()

@@ -56,19 +56,24 @@ class TESSERA_API Allocator {
 // Thread-safe. The allocator must outlive every DataPtr it made (plugins unregister at shutdown).
 TESSERA_API void set_allocator(DeviceType t, Allocator* allocator);
 // The registered allocator; calls the backend-loader hook once if none is registered. Throws when
-// no plugin provides the device type, with the hook's reason.
+// no plugin provides the device type: the hook's own exception (its reason) passes through
+// unchanged; when the hook returns without registering one, Error(Unavailable). CPU and meta always
+// have the core's allocators.
 TESSERA_API Allocator* get_allocator(DeviceType t);
 TESSERA_API Allocator* cpu_allocator();
 
 using BackendLoaderHook = void (*)(DeviceType t);
 TESSERA_API void set_backend_loader_hook(BackendLoaderHook hook);
 
-// Statistics of the caching CPU allocator.
+// Statistics of the caching CPU allocator (Note [Caching CPU allocator] in allocator.cpp): blocks of
+// 1 MiB and more are rounded to a size class (at most 1/8 slack) and kept on free for reuse, up to
+// 2 GiB in all or TESSERA_CPU_CACHE_LIMIT bytes (K/M/G suffixes; 0 disables the cache). Smaller
+// blocks come from the C heap. Every block is 64-byte aligned, never null (even for 0 bytes).
 struct CpuAllocatorStats {
-  uint64_t allocated_bytes = 0;  // live
+  uint64_t allocated_bytes = 0;  // live, in rounded block sizes
   uint64_t cached_bytes = 0;     // freed and kept for reuse
-  uint64_t hits = 0;             // allocations served from the cache
-  uint64_t misses = 0;
+  uint64_t hits = 0;             // cacheable (>= 1 MiB) allocations served from the cache
+  uint64_t misses = 0;           // cacheable allocations that mapped fresh memory
 };
 TESSERA_API CpuAllocatorStats cpu_allocator_stats();
 TESSERA_API void cpu_allocator_empty_cache();

@@ -15,7 +15,16 @@ class ArrayRef {
   constexpr ArrayRef(const T& one) : data_(&one), size_(1) {}  // NOLINT
   constexpr ArrayRef(const T* data, size_t size) : data_(data), size_(size) {}
   ArrayRef(const std::vector<T>& v) : data_(v.data()), size_(v.size()) {}  // NOLINT
+  // Meant for arguments (`t.view({2, 3})`): the list lives until the end of the full expression.
+  // Storing an ArrayRef made from a braced list in a variable dangles, as with std::string_view.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Winit-list-lifetime"
+#endif
   constexpr ArrayRef(std::initializer_list<T> il) : data_(il.begin()), size_(il.size()) {}  // NOLINT
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
 
   constexpr const T* data() const { return data_; }
   constexpr size_t size() const { return size_; }

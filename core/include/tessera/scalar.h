@@ -30,6 +30,7 @@ class Scalar {
   template <typename T> T to() const {
     if constexpr (std::is_same_v<T, bool>) return to_bool();
     else if constexpr (std::is_integral_v<T>) return T(to_int());
+    else if constexpr (std::is_same_v<T, double>) return to_double();  // no rounding through float
     else return T(float(to_double()));
   }
   // The dtype a wrapped number of this kind has: bool, int64 or float64 (PyTorch semantics).

@@ -178,8 +178,16 @@ class TESSERA_API Tensor {
 TESSERA_API std::vector<int64_t> contiguous_strides(IntArrayRef sizes);
 // Product of sizes; checked against overflow.
 TESSERA_API int64_t compute_numel(IntArrayRef sizes);
-// Wraps a (possibly negative) dim into [0, ndim); throws naming the range otherwise.
+// Wraps a (possibly negative) dim into [0, ndim); throws naming the range otherwise
+// ("dimension 3 out of range for a 2-D tensor (expected -2..1)"). As in PyTorch, ndim 0 accepts -1 and 0.
 TESSERA_API int64_t wrap_dim(int64_t dim, int64_t ndim);
+// Resolves one -1 in `shape` so that it holds `numel` elements; checks the product. Throws naming the
+// shape and numel otherwise.
+TESSERA_API std::vector<int64_t> infer_size(IntArrayRef shape, int64_t numel);
+// Strides that let a tensor of (old_sizes, old_strides) be viewed as new_sizes without a copy
+// (PyTorch's computeStride), or nullopt when no such strides exist (reshape must copy then).
+TESSERA_API std::optional<std::vector<int64_t>> view_strides(IntArrayRef old_sizes, IntArrayRef old_strides,
+                                                             IntArrayRef new_sizes);
 // A new tensor with fresh storage from the device type's allocator (no initialisation).
 TESSERA_API Tensor make_tensor(IntArrayRef sizes, DType dtype, Device device);
 TESSERA_API Tensor make_tensor_strided(IntArrayRef sizes, IntArrayRef strides, DType dtype, Device device);

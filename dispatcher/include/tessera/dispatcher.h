@@ -7,6 +7,8 @@
 // Resolution when the slot is empty or the dtype is not in the kernel's mask:
 //   kernel -> composite decomposition -> the backend's fallback (e.g. the CPU fallback for a
 //   third-party device) -> error naming op, device, dtype and the devices that implement it.
+// What a kernel receives (inputs on its device, converted to the op's compute dtype; outputs
+// allocated; attributes with defaults filled) is spelled out in dispatcher/README.md.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -98,5 +100,9 @@ TESSERA_API const BackendDevice* backend_device_if_loaded(DeviceType type);
 
 // CPU fallback switch: TESSERA_CPU_FALLBACK=0 turns the fallback into an error.
 TESSERA_API bool cpu_fallback_enabled();
+
+// A status object as the host's status_make makes it, for kernels registered in-process (tests,
+// built-in kernels) that have no host API table. The dispatcher frees what a kernel returns.
+TESSERA_API tessera_status_t kernel_status_make(tessera_status_code_t code, const char* message);
 
 }  // namespace tessera

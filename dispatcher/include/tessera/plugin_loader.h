@@ -34,6 +34,9 @@ TESSERA_API std::vector<PluginInfo> plugins();
 // Loads the backend plugin providing `type` if not loaded. Returns false with `why_not` filled when
 // none provides it or loading failed. Thread-safe; concurrent callers load once.
 TESSERA_API bool ensure_backend_loaded(DeviceType type, std::string* why_not = nullptr);
+// Loads the plugin called `name` (the winner among manifests of that name) if it is available.
+// Returns false with `why_not` filled when it is not available or fails to load (`tessera doctor`).
+TESSERA_API bool load_plugin(const std::string& name, std::string* why_not = nullptr);
 // Loads every plugin of `kind` that is available (e.g. "backend" for `tessera devices`).
 TESSERA_API void load_plugins_of_kind(const std::string& kind);
 // Calls each loaded plugin's shutdown, unregisters its kernels and unloads it. Idempotent.

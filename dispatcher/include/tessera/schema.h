@@ -13,7 +13,8 @@
 namespace tessera {
 
 enum class ArgType { Tensor, OptionalTensor, TensorList, Int, OptionalInt, Float, OptionalFloat, Bool,
-                     Scalar, IntList, String, OptionalString, DType, OptionalDType };
+                     Scalar, IntList, String, OptionalString, DType, OptionalDType,
+                     OptionalIntList };  // int[]?
 
 struct Argument {
   std::string name;

@@ -10,6 +10,7 @@
 #pragma once
 #include <cstdint>
 #include <cstring>
+#include <new>
 #include <stdexcept>
 #include <string>
 
@@ -182,6 +183,154 @@ class Host {
     throw Error(code, msg);
   }
   const tessera_host_api_t* api_;
+};
+
+// A C++ base for a backend's device interface. Override what the device supports; interface()
+// is the C table for tessera_plugin_t::device (with tessera_plugin_t::self = this object). Every
+// entry of the table catches exceptions and returns them as status objects; device_count never
+// fails (an exception becomes zero devices with its message as the reason).
+//
+//   class MyDevice final : public tessera::sdk::DeviceBase { ... };
+//   static MyDevice device;
+//   plugin.device = device.interface(); plugin.self = device.self();
+class DeviceBase {
+ public:
+  virtual ~DeviceBase() = default;
+  DeviceBase(const DeviceBase&) = delete;
+  DeviceBase& operator=(const DeviceBase&) = delete;
+
+  const tessera_device_interface_t* interface() const { return &table_; }
+  void* self() { return this; }
+
+  // Number of usable devices; 0 with `reason` set (a one-line fix-it hint) when there is none.
+  virtual int32_t device_count(std::string* reason) = 0;
+  virtual int32_t current_device() { return current_; }
+  virtual void set_current_device(int32_t index) {
+    std::string reason;
+    TESSERA_SDK_CHECK(index >= 0 && index < device_count(&reason),
+                      "device index " + std::to_string(index) + " out of range");
+    current_ = index;
+  }
+  // Throws Error(TESSERA_STATUS_OUT_OF_MEMORY, ...) when the device is full.
+  virtual void* allocate(int32_t device, uint64_t nbytes) = 0;
+  virtual void free(int32_t device, void* handle) noexcept = 0;
+  virtual void copy_from_host(int32_t device, void* dst, uint64_t dst_offset, const void* src_host, uint64_t nbytes,
+                              void* stream) = 0;
+  virtual void copy_to_host(int32_t device, void* dst_host, const void* src, uint64_t src_offset, uint64_t nbytes,
+                            void* stream) = 0;
+  virtual void copy_device(int32_t /*dst_device*/, void* /*dst*/, uint64_t /*dst_offset*/, int32_t /*src_device*/,
+                           const void* /*src*/, uint64_t /*src_offset*/, uint64_t /*nbytes*/, void* /*stream*/) {
+    throw Error(TESSERA_STATUS_UNIMPLEMENTED, "device-to-device copy is not implemented");
+  }
+  // Streams and events are optional: the defaults are one in-order queue per device.
+  virtual void* stream_create(int32_t /*device*/) { return nullptr; }
+  virtual void stream_destroy(int32_t /*device*/, void* /*stream*/) noexcept {}
+  virtual void stream_synchronize(int32_t device, void* /*stream*/) { synchronize(device); }
+  virtual void* event_create(int32_t /*device*/) { return nullptr; }
+  virtual void event_destroy(int32_t /*device*/, void* /*event*/) noexcept {}
+  virtual void event_record(int32_t /*device*/, void* /*event*/, void* /*stream*/) {}
+  virtual void event_wait(int32_t /*device*/, void* /*event*/, void* /*stream*/) {}
+  virtual void event_synchronize(int32_t device, void* /*event*/) { synchronize(device); }
+  virtual void synchronize(int32_t /*device*/) {}
+  // A JSON object: {"name": ..., "memory": ..., "capability": ...}.
+  virtual std::string properties(int32_t /*device*/) { return "{}"; }
+
+ protected:
+  DeviceBase() {
+    table_.struct_size = sizeof(tessera_device_interface_t);
+    table_.device_count = &c_device_count;
+    table_.device_get_current = [](void* s, int32_t* out) noexcept {
+      return guard([&] { *out = me(s)->current_device(); });
+    };
+    table_.device_set_current = [](void* s, int32_t i) noexcept { return guard([&] { me(s)->set_current_device(i); }); };
+    table_.memory_allocate = [](void* s, int32_t d, uint64_t n, void** out) noexcept {
+      return guard([&] { *out = me(s)->allocate(d, n); });
+    };
+    table_.memory_free = [](void* s, int32_t d, void* h) noexcept { me(s)->free(d, h); };
+    table_.memory_copy_from_host = [](void* s, int32_t d, void* dst, uint64_t off, const void* src, uint64_t n,
+                                      void* st) noexcept {
+      return guard([&] { me(s)->copy_from_host(d, dst, off, src, n, st); });
+    };
+    table_.memory_copy_to_host = [](void* s, int32_t d, void* dst, const void* src, uint64_t off, uint64_t n,
+                                    void* st) noexcept {
+      return guard([&] { me(s)->copy_to_host(d, dst, src, off, n, st); });
+    };
+    table_.memory_copy_device = [](void* s, int32_t dd, void* dst, uint64_t doff, int32_t sd, const void* src,
+                                   uint64_t soff, uint64_t n, void* st) noexcept {
+      return guard([&] { me(s)->copy_device(dd, dst, doff, sd, src, soff, n, st); });
+    };
+    table_.stream_create = [](void* s, int32_t d, void** out) noexcept {
+      return guard([&] { *out = me(s)->stream_create(d); });
+    };
+    table_.stream_destroy = [](void* s, int32_t d, void* st) noexcept { me(s)->stream_destroy(d, st); };
+    table_.stream_synchronize = [](void* s, int32_t d, void* st) noexcept {
+      return guard([&] { me(s)->stream_synchronize(d, st); });
+    };
+    table_.event_create = [](void* s, int32_t d, void** out) noexcept {
+      return guard([&] { *out = me(s)->event_create(d); });
+    };
+    table_.event_destroy = [](void* s, int32_t d, void* e) noexcept { me(s)->event_destroy(d, e); };
+    table_.event_record = [](void* s, int32_t d, void* e, void* st) noexcept {
+      return guard([&] { me(s)->event_record(d, e, st); });
+    };
+    table_.event_wait = [](void* s, int32_t d, void* e, void* st) noexcept {
+      return guard([&] { me(s)->event_wait(d, e, st); });
+    };
+    table_.event_synchronize = [](void* s, int32_t d, void* e) noexcept {
+      return guard([&] { me(s)->event_synchronize(d, e); });
+    };
+    table_.device_synchronize = [](void* s, int32_t d) noexcept { return guard([&] { me(s)->synchronize(d); }); };
+    table_.device_properties = &c_device_properties;
+  }
+
+ private:
+  static DeviceBase* me(void* self) { return static_cast<DeviceBase*>(self); }
+  template <typename F>
+  static tessera_status_t guard(F&& f) noexcept {
+    try {
+      f();
+      return nullptr;
+    } catch (const Error& e) {
+      return make_status(e.code(), e.what());
+    } catch (const std::bad_alloc&) {
+      return make_status(TESSERA_STATUS_OUT_OF_MEMORY, "out of host memory");
+    } catch (const std::exception& e) {
+      return make_status(TESSERA_STATUS_INTERNAL, e.what());
+    }
+  }
+  static int32_t c_device_count(void* self, char* reason, size_t capacity) noexcept {
+    std::string why;
+    int32_t n = 0;
+    try {
+      n = me(self)->device_count(&why);
+    } catch (const std::exception& e) {
+      n = 0;
+      why = e.what();
+    }
+    if (reason && capacity > 0) {
+      size_t len = why.size() < capacity - 1 ? why.size() : capacity - 1;
+      std::memcpy(reason, why.data(), len);
+      reason[len] = '\0';
+    }
+    return n < 0 ? 0 : n;
+  }
+  static size_t c_device_properties(void* self, int32_t device, char* buffer, size_t capacity) noexcept {
+    std::string text;
+    try {
+      text = me(self)->properties(device);
+    } catch (const std::exception&) {
+      text = "{}";
+    }
+    if (buffer && capacity > 0) {
+      size_t len = text.size() < capacity - 1 ? text.size() : capacity - 1;
+      std::memcpy(buffer, text.data(), len);
+      buffer[len] = '\0';
+    }
+    return text.size();
+  }
+
+  tessera_device_interface_t table_{};
+  int32_t current_ = 0;
 };
 
 }  // namespace tessera::sdk

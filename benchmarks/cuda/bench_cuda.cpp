@@ -1,0 +1,250 @@
+// CUDA backend benchmarks. Each benchmark times a Tessera op on cuda:0 and, in the same run, a
+// named reference, and reports `ratio` = reference time / Tessera time (1.0 = as fast as the
+// reference; goals in docs/cuda.md):
+//   matmul f16/bf16 n = 1024..8192     vs cuBLASLt called directly on the same buffers (goal >= 0.95)
+//   add, softmax                       vs a device-to-device copy moving the same bytes (goal >= 0.8)
+//   SDPA (flash kernels: tensor cores, and CUDA cores as BM_SdpaSimt) seq 1024/4096, head dim 64/128
+//                                      vs the math path matmul + softmax + matmul
+// Without a CUDA device every benchmark is skipped with the reason.
+#include <benchmark/benchmark.h>
+#include <cublasLt.h>
+#include <cuda_runtime_api.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <functional>
+#include <string>
+
+#include "tessera/dispatcher.h"
+#include "tessera/tessera.h"
+
+namespace {
+
+using tessera::DType;
+using tessera::Tensor;
+
+std::string no_device_reason() {
+  if (tessera::device_count("cuda") > 0) return {};
+  const tessera::BackendDevice& b = tessera::backend_device(tessera::DeviceType::CUDA);
+  char reason[512] = {0};
+  b.iface->device_count(b.self, reason, sizeof(reason));
+  return std::string("no CUDA device: ") + reason;
+}
+
+void sync() { tessera::synchronize(tessera::Device("cuda:0")); }
+
+// Seconds per call of `fn` (each call waited for), after a warm-up, over at least `min_seconds`.
+double seconds_per_call(const std::function<void()>& fn, double min_seconds = 0.3) {
+  fn();
+  sync();
+  cudaDeviceSynchronize();
+  int64_t iters = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  double elapsed = 0.0;
+  do {
+    for (int i = 0; i < 5; ++i) {  // synchronised per call, like the measured loop
+      fn();
+      cudaDeviceSynchronize();
+    }
+    iters += 5;
+    elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  } while (elapsed < min_seconds);
+  return elapsed / double(iters);
+}
+
+// Runs the Tessera op under the benchmark loop and reports the ratio to `reference`.
+void run_with_reference(benchmark::State& state, const std::function<void()>& op, const std::function<void()>& reference,
+                        double flops, double bytes) {
+  const double ref = seconds_per_call(reference);
+  op();
+  sync();
+  int64_t iters = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (auto _ : state) {
+    op();
+    sync();
+    ++iters;
+  }
+  const double mine = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / double(iters);
+  state.counters["ratio"] = ref / mine;
+  state.counters["reference_us"] = ref * 1e6;
+  state.counters["tessera_us"] = mine * 1e6;
+  if (flops > 0) state.counters["TFLOPS"] = flops / mine * 1e-12;
+  if (bytes > 0) state.counters["GBps"] = bytes / mine * 1e-9;
+}
+
+void* data_of(const Tensor& t) {
+  return static_cast<char*>(t.storage()->data()) + t.storage_offset() * int64_t(t.itemsize());
+}
+
+// ---------------------------------------------------------------- matmul vs cuBLASLt
+
+struct DirectLt {
+  cublasLtHandle_t handle = nullptr;
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t la = nullptr, lb = nullptr, lc = nullptr;
+  cublasLtMatmulHeuristicResult_t heuristic{};
+  void* workspace = nullptr;
+  bool ok = false;
+
+  // Row-major C (n x n) = A B as column-major C^T = B^T A^T, the layout the plugin uses.
+  DirectLt(int64_t n, cudaDataType_t type) {
+    if (cublasLtCreate(&handle) != CUBLAS_STATUS_SUCCESS) return;
+    cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F);
+    cublasLtMatrixLayoutCreate(&la, type, uint64_t(n), uint64_t(n), n);
+    cublasLtMatrixLayoutCreate(&lb, type, uint64_t(n), uint64_t(n), n);
+    cublasLtMatrixLayoutCreate(&lc, type, uint64_t(n), uint64_t(n), n);
+    cublasLtMatmulPreference_t pref = nullptr;
+    cublasLtMatmulPreferenceCreate(&pref);
+    const uint64_t ws = uint64_t(32) << 20;
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws));
+    int returned = 0;
+    cublasLtMatmulAlgoGetHeuristic(handle, desc, la, lb, lc, lc, pref, 1, &heuristic, &returned);
+    cublasLtMatmulPreferenceDestroy(pref);
+    if (returned == 0) return;
+    cudaMalloc(&workspace, heuristic.workspaceSize ? heuristic.workspaceSize : 1);
+    ok = true;
+  }
+  ~DirectLt() {
+    if (workspace) cudaFree(workspace);
+    if (lc) cublasLtMatrixLayoutDestroy(lc);
+    if (lb) cublasLtMatrixLayoutDestroy(lb);
+    if (la) cublasLtMatrixLayoutDestroy(la);
+    if (desc) cublasLtMatmulDescDestroy(desc);
+    if (handle) cublasLtDestroy(handle);
+  }
+  void run(const void* a, const void* b, void* c) {
+    const float alpha = 1.0f, beta = 0.0f;
+    cublasLtMatmul(handle, desc, &alpha, b, la, a, lb, &beta, c, lc, c, lc, &heuristic.algo, workspace,
+                   heuristic.workspaceSize, nullptr);
+  }
+};
+
+void BM_Matmul(benchmark::State& state, DType dtype) {
+  if (const std::string why = no_device_reason(); !why.empty()) {
+    state.SkipWithError(why.c_str());
+    return;
+  }
+  const int64_t n = state.range(0);
+  const Tensor a = tessera::randn({n, n}).to(dtype).to("cuda:0");
+  const Tensor b = tessera::randn({n, n}).to(dtype).to("cuda:0");
+  Tensor c = tessera::empty({n, n}, tessera::TensorOptions(dtype).device("cuda:0"));
+  DirectLt lt(n, dtype == tessera::kFloat16 ? CUDA_R_16F : CUDA_R_16BF);
+  if (!lt.ok) {
+    state.SkipWithError("cuBLASLt found no algorithm");
+    return;
+  }
+  run_with_reference(
+      state, [&] { benchmark::DoNotOptimize(tessera::matmul(a, b)); },
+      [&] { lt.run(data_of(a), data_of(b), data_of(c)); }, 2.0 * double(n) * double(n) * double(n), 0);
+  state.SetLabel("reference: cuBLASLt direct");
+}
+
+// ---------------------------------------------------------------- memory-bound ops vs copy
+
+void BM_Add(benchmark::State& state, DType dtype) {
+  if (const std::string why = no_device_reason(); !why.empty()) {
+    state.SkipWithError(why.c_str());
+    return;
+  }
+  const int64_t n = state.range(0);
+  const Tensor a = tessera::randn({n}).to(dtype).to("cuda:0");
+  const Tensor b = tessera::randn({n}).to(dtype).to("cuda:0");
+  // add reads 2n and writes n elements; a copy of 1.5n elements reads and writes the same 3n.
+  const size_t copy_bytes = size_t(n) * a.itemsize() * 3 / 2;
+  void *src = nullptr, *dst = nullptr;
+  cudaMalloc(&src, copy_bytes);
+  cudaMalloc(&dst, copy_bytes);
+  run_with_reference(
+      state, [&] { benchmark::DoNotOptimize(tessera::add(a, b)); },
+      [&] { cudaMemcpyAsync(dst, src, copy_bytes, cudaMemcpyDeviceToDevice, nullptr); }, 0,
+      3.0 * double(n) * double(a.itemsize()));
+  cudaFree(src);
+  cudaFree(dst);
+  state.SetLabel("reference: cudaMemcpy D2D of the same bytes");
+}
+
+void BM_Softmax(benchmark::State& state, DType dtype) {
+  if (const std::string why = no_device_reason(); !why.empty()) {
+    state.SkipWithError(why.c_str());
+    return;
+  }
+  const int64_t rows = state.range(0), cols = state.range(1);
+  const Tensor x = tessera::randn({rows, cols}).to(dtype).to("cuda:0");
+  const size_t bytes = size_t(rows * cols) * x.itemsize();  // reads n, writes n, like a copy of n
+  void *src = nullptr, *dst = nullptr;
+  cudaMalloc(&src, bytes);
+  cudaMalloc(&dst, bytes);
+  run_with_reference(
+      state, [&] { benchmark::DoNotOptimize(tessera::softmax(x, -1)); },
+      [&] { cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, nullptr); }, 0, 2.0 * double(bytes));
+  cudaFree(src);
+  cudaFree(dst);
+  state.SetLabel("reference: cudaMemcpy D2D of the same bytes");
+}
+
+// ---------------------------------------------------------------- attention: flash vs math
+
+// `simt`: the CUDA-core flash kernel (TESSERA_CUDA_FLASH_SIMT=1) instead of the tensor-core one.
+void BM_Sdpa(benchmark::State& state, DType dtype, bool simt) {
+  if (const std::string why = no_device_reason(); !why.empty()) {
+    state.SkipWithError(why.c_str());
+    return;
+  }
+  setenv("TESSERA_CUDA_FLASH_SIMT", simt ? "1" : "0", 1);
+  const int64_t seq = state.range(0), d = state.range(1), heads = 16;
+  const Tensor q = tessera::randn({1, heads, seq, d}).to(dtype).to("cuda:0");
+  const Tensor k = tessera::randn({1, heads, seq, d}).to(dtype).to("cuda:0");
+  const Tensor v = tessera::randn({1, heads, seq, d}).to(dtype).to("cuda:0");
+  const double scale = 1.0 / std::sqrt(double(d));
+  auto math = [&] {
+    Tensor s = tessera::mul(tessera::matmul(q, k.transpose(-2, -1)), tessera::scalar_tensor(scale).to(dtype).to("cuda:0"));
+    benchmark::DoNotOptimize(tessera::matmul(tessera::softmax(s, -1), v));
+  };
+  run_with_reference(
+      state, [&] { benchmark::DoNotOptimize(tessera::scaled_dot_product_attention(q, k, v)); }, math,
+      4.0 * double(heads) * double(seq) * double(seq) * double(d), 0);
+  unsetenv("TESSERA_CUDA_FLASH_SIMT");
+  state.SetLabel(simt ? "CUDA-core kernel; reference: math path (matmul + softmax + matmul)"
+                      : "tensor-core kernel; reference: math path (matmul + softmax + matmul)");
+}
+
+void register_all() {
+  for (auto [dtype, name] : {std::pair{tessera::kFloat16, "f16"}, std::pair{tessera::kBFloat16, "bf16"}}) {
+    auto* m = benchmark::RegisterBenchmark((std::string("BM_Matmul/") + name).c_str(), BM_Matmul, dtype);
+    for (int64_t n : {1024, 2048, 4096, 8192}) m->Arg(n);
+    m->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.3);
+    for (bool simt : {false, true}) {
+      auto* s = benchmark::RegisterBenchmark((std::string(simt ? "BM_SdpaSimt/" : "BM_Sdpa/") + name).c_str(), BM_Sdpa,
+                                             dtype, simt);
+      for (int64_t seq : {1024, 4096})
+        for (int64_t d : {64, 128}) s->Args({seq, d});
+      s->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.3);
+    }
+  }
+  for (auto [dtype, name] : {std::pair{tessera::kFloat32, "f32"}, std::pair{tessera::kFloat16, "f16"}}) {
+    benchmark::RegisterBenchmark((std::string("BM_Add/") + name).c_str(), BM_Add, dtype)
+        ->Arg(int64_t(1) << 26)
+        ->UseRealTime()
+        ->Unit(benchmark::kMicrosecond)
+        ->MinTime(0.3);
+    benchmark::RegisterBenchmark((std::string("BM_Softmax/") + name).c_str(), BM_Softmax, dtype)
+        ->Args({16384, 4096})
+        ->Args({65536, 512})
+        ->UseRealTime()
+        ->Unit(benchmark::kMicrosecond)
+        ->MinTime(0.3);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  register_all();
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

@@ -1,0 +1,250 @@
+// Allocator registry, the meta allocator and the caching CPU allocator. See Note [Allocator registry]
+// in allocator.h and Note [Caching CPU allocator] below.
+#include "tessera/allocator.h"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <array>
+#include <atomic>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <string>
+
+#include "hook_guard.h"
+#include "tessera/error.h"
+
+namespace tessera {
+
+// Note [Caching CPU allocator]
+// Writing a freshly mapped 64 MB buffer costs about 180 ms of first-touch page faults here; writing a
+// reused one about 11 ms (docs/MACHINE-NOTES). glibc hands blocks above 32 MB back to the kernel on
+// free, so every large temporary would pay the faults again. Blocks of kCacheMinBytes and more are
+// therefore mapped by us, rounded up to a size class (8 classes per power of two, at most 12.5%
+// slack), kept on free in a per-class free list and handed out again for a request of the same
+// class. The cache is bounded (2 GiB, or TESSERA_CPU_CACHE_LIMIT in bytes, with optional K/M/G
+// suffix); a block that does not fit is unmapped. Fresh blocks of 2 MiB and more are aligned to
+// 2 MiB and marked MADV_HUGEPAGE so that transparent huge pages cut their faults by 512x where the
+// kernel allows it. Small blocks come from the C heap, 64-byte aligned.
+namespace {
+
+constexpr size_t kAlignment = 64;
+constexpr size_t kCacheMinBytes = size_t(1) << 20;
+constexpr size_t kHugePage = size_t(2) << 20;
+constexpr uint64_t kDefaultCacheLimit = uint64_t(2) << 30;
+
+size_t size_class(size_t n) {
+  // n >= 1 MiB: round up to a multiple of (highest power of two <= n) / 8.
+  const int top = 63 - __builtin_clzll(uint64_t(n));
+  const size_t step = size_t(1) << (top - 3);
+  return (n + step - 1) & ~(step - 1);
+}
+
+uint64_t parse_cache_limit() {
+  const char* env = ::secure_getenv("TESSERA_CPU_CACHE_LIMIT");
+  if (!env || !*env) return kDefaultCacheLimit;
+  char* end = nullptr;
+  errno = 0;
+  unsigned long long v = std::strtoull(env, &end, 10);
+  if (errno != 0 || end == env) return kDefaultCacheLimit;
+  switch (*end) {
+    case 'k': case 'K': v <<= 10; ++end; break;
+    case 'm': case 'M': v <<= 20; ++end; break;
+    case 'g': case 'G': v <<= 30; ++end; break;
+    default: break;
+  }
+  if (*end == 'i' || *end == 'I') ++end;
+  if (*end == 'b' || *end == 'B') ++end;
+  return *end == '\0' ? uint64_t(v) : kDefaultCacheLimit;
+}
+
+[[noreturn]] void throw_cpu_oom(size_t nbytes, uint64_t allocated, uint64_t cached) {
+  detail::throw_error(ErrorCode::OutOfMemory,
+                      detail::str_cat("out of memory on device 'cpu': failed to allocate ", nbytes, " bytes (",
+                                      double(nbytes) / double(1 << 20), " MiB) with ", allocated,
+                                      " bytes in use and ", cached,
+                                      " bytes cached; free tensors or lower TESSERA_CPU_CACHE_LIMIT"));
+}
+
+class CachingCpuAllocator final : public Allocator {
+ public:
+  CachingCpuAllocator() : cache_limit_(parse_cache_limit()) {}
+
+  DataPtr allocate(size_t nbytes, int device_index) override {
+    const Device device(DeviceType::CPU, device_index);
+    if (nbytes < kCacheMinBytes) {
+      // Never null, even for 0 bytes, so that a valid tensor always has a valid data pointer.
+      const size_t rounded = nbytes == 0 ? kAlignment : (nbytes + kAlignment - 1) & ~(kAlignment - 1);
+      void* p = nullptr;
+      if (posix_memalign(&p, kAlignment, rounded) != 0 || !p)
+        throw_cpu_oom(nbytes, allocated_.load(), cached_.load());
+      allocated_.fetch_add(rounded, std::memory_order_relaxed);
+      return DataPtr(p, reinterpret_cast<void*>(uintptr_t(rounded)), &free_small, device);
+    }
+    const size_t cls = size_class(nbytes);
+    {
+      std::lock_guard lock(mutex_);
+      auto it = free_blocks_.find(cls);
+      if (it != free_blocks_.end()) {
+        void* p = it->second;
+        free_blocks_.erase(it);
+        cached_.fetch_sub(cls, std::memory_order_relaxed);
+        allocated_.fetch_add(cls, std::memory_order_relaxed);
+        hits_.fetch_add(1, std::memory_order_relaxed);
+        return DataPtr(p, reinterpret_cast<void*>(uintptr_t(cls)), &free_large, device);
+      }
+    }
+    misses_.fetch_add(1, std::memory_order_relaxed);
+    void* p = map_block(cls);
+    if (!p) {
+      empty_cache();
+      p = map_block(cls);
+      if (!p) throw_cpu_oom(nbytes, allocated_.load(), cached_.load());
+    }
+    allocated_.fetch_add(cls, std::memory_order_relaxed);
+    return DataPtr(p, reinterpret_cast<void*>(uintptr_t(cls)), &free_large, device);
+  }
+
+  void empty_cache() {
+    std::multimap<size_t, void*> blocks;
+    {
+      std::lock_guard lock(mutex_);
+      blocks.swap(free_blocks_);
+      for (auto& [cls, p] : blocks) cached_.fetch_sub(cls, std::memory_order_relaxed);
+    }
+    for (auto& [cls, p] : blocks) ::munmap(p, cls);
+  }
+
+  CpuAllocatorStats stats() const {
+    CpuAllocatorStats s;
+    s.allocated_bytes = allocated_.load(std::memory_order_relaxed);
+    s.cached_bytes = cached_.load(std::memory_order_relaxed);
+    s.hits = hits_.load(std::memory_order_relaxed);
+    s.misses = misses_.load(std::memory_order_relaxed);
+    return s;
+  }
+
+  static CachingCpuAllocator& instance() {
+    static CachingCpuAllocator* a = new CachingCpuAllocator();  // leaked: tensors may die after main
+    return *a;
+  }
+
+ private:
+  static void* map_block(size_t cls) {
+    if (cls < kHugePage) {
+      void* p = ::mmap(nullptr, cls, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      return p == MAP_FAILED ? nullptr : p;
+    }
+    // Over-map by one huge page and trim, so that the block starts on a 2 MiB boundary.
+    const size_t span = cls + kHugePage;
+    void* raw = ::mmap(nullptr, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (raw == MAP_FAILED) return nullptr;
+    const uintptr_t base = uintptr_t(raw);
+    const uintptr_t aligned = (base + kHugePage - 1) & ~uintptr_t(kHugePage - 1);
+    if (aligned > base) ::munmap(raw, aligned - base);
+    const uintptr_t tail = aligned + cls, end = base + span;
+    if (end > tail) ::munmap(reinterpret_cast<void*>(tail), end - tail);
+#ifdef MADV_HUGEPAGE
+    ::madvise(reinterpret_cast<void*>(aligned), cls, MADV_HUGEPAGE);
+#endif
+    return reinterpret_cast<void*>(aligned);
+  }
+
+  static void free_small(void* ctx, void* p) {
+    instance().allocated_.fetch_sub(uintptr_t(ctx), std::memory_order_relaxed);
+    std::free(p);
+  }
+
+  static void free_large(void* ctx, void* p) {
+    CachingCpuAllocator& a = instance();
+    const size_t cls = size_t(uintptr_t(ctx));
+    a.allocated_.fetch_sub(cls, std::memory_order_relaxed);
+    {
+      std::lock_guard lock(a.mutex_);
+      if (a.cached_.load(std::memory_order_relaxed) + cls <= a.cache_limit_) {
+        a.free_blocks_.emplace(cls, p);
+        a.cached_.fetch_add(cls, std::memory_order_relaxed);
+        return;
+      }
+    }
+    ::munmap(p, cls);
+  }
+
+  const uint64_t cache_limit_;
+  std::mutex mutex_;
+  std::multimap<size_t, void*> free_blocks_;  // size class -> block
+  std::atomic<uint64_t> allocated_{0}, cached_{0}, hits_{0}, misses_{0};
+};
+
+// Meta tensors have sizes and a dtype but no data: the handle is null and nothing is freed.
+class MetaAllocator final : public Allocator {
+ public:
+  DataPtr allocate(size_t, int device_index) override {
+    return DataPtr(nullptr, nullptr, nullptr, Device(DeviceType::Meta, device_index));
+  }
+};
+
+// Note [Allocator registry]: a fixed array indexed by DeviceType, read lock-free on every tensor
+// creation; writes are rare (plugin load and shutdown).
+std::array<std::atomic<Allocator*>, kNumDeviceTypes>& registry() {
+  static std::array<std::atomic<Allocator*>, kNumDeviceTypes>* r = [] {
+    auto* a = new std::array<std::atomic<Allocator*>, kNumDeviceTypes>();
+    for (auto& slot : *a) slot.store(nullptr);
+    (*a)[size_t(DeviceType::CPU)].store(&CachingCpuAllocator::instance());
+    static MetaAllocator meta;
+    (*a)[size_t(DeviceType::Meta)].store(&meta);
+    return a;
+  }();
+  return *r;
+}
+
+std::atomic<BackendLoaderHook> g_backend_loader_hook{nullptr};
+
+void check_type(DeviceType t) {
+  TESSERA_CHECK(int(t) >= 0 && int(t) < kNumDeviceTypes, "device type ", int(t), " is out of range; expected 0..",
+                kNumDeviceTypes - 1);
+}
+
+}  // namespace
+
+void set_allocator(DeviceType t, Allocator* allocator) {
+  check_type(t);
+  registry()[size_t(t)].store(allocator, std::memory_order_release);
+}
+
+Allocator* get_allocator(DeviceType t) {
+  check_type(t);
+  auto& slot = registry()[size_t(t)];
+  Allocator* a = slot.load(std::memory_order_acquire);
+  if (a) return a;
+  if (t == DeviceType::CPU) return cpu_allocator();  // the core's own; never absent
+  BackendLoaderHook hook = g_backend_loader_hook.load(std::memory_order_acquire);
+  if (hook && !detail::in_plugin_hook()) {
+    // The hook reports its own failure (e.g. the plugin failed to load) by throwing; that reason
+    // reaches the caller unchanged.
+    {
+      detail::PluginHookScope scope;
+      hook(t);
+    }
+    a = slot.load(std::memory_order_acquire);
+    if (a) return a;
+  }
+  detail::throw_error(
+      ErrorCode::Unavailable,
+      detail::str_cat("no backend plugin provides device type '", device_type_name(t),
+                      "'; install or enable a plugin for it (TESSERA_PLUGIN_PATH, TESSERA_PLUGINS_SELECT, "
+                      "TESSERA_PLUGINS_DISABLE) and run `tessera plugins` to see why a plugin was rejected"));
+}
+
+Allocator* cpu_allocator() { return &CachingCpuAllocator::instance(); }
+
+void set_backend_loader_hook(BackendLoaderHook hook) { g_backend_loader_hook.store(hook, std::memory_order_release); }
+
+CpuAllocatorStats cpu_allocator_stats() { return CachingCpuAllocator::instance().stats(); }
+
+void cpu_allocator_empty_cache() { CachingCpuAllocator::instance().empty_cache(); }
+
+}  // namespace tessera

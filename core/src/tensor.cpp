@@ -1,0 +1,568 @@
+// TensorImpl, metadata and metadata-only views. See Note [Tensor model] in tensor.h. The semantics
+// of each view (sizes, strides, storage offset, errors) follow PyTorch's.
+#include "tessera/tensor.h"
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+
+namespace tessera {
+
+namespace {
+
+std::string shape_str(IntArrayRef s) {
+  std::ostringstream os;
+  os << s;
+  return os.str();
+}
+
+// Storage elements needed by a geometry (0 when it has no element), checked against overflow.
+int64_t required_storage_elements(IntArrayRef sizes, IntArrayRef strides, int64_t offset) {
+  int64_t last = offset;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    if (sizes[i] == 0) return 0;
+    int64_t span = 0;
+    TESSERA_CHECK(!__builtin_mul_overflow(sizes[i] - 1, strides[i], &span) &&
+                      !__builtin_add_overflow(last, span, &last),
+                  "tensor geometry sizes ", sizes, " strides ", strides, " overflows int64 storage offsets");
+  }
+  return last + 1;
+}
+
+// Sizes or strides of a view under construction: inline up to kInlineDims + 1 (an unsqueeze can
+// add one), on the heap beyond, so that views of ordinary rank allocate only their TensorImpl.
+class DimVector {
+ public:
+  DimVector() = default;
+  explicit DimVector(size_t n) { resize(n); }
+  explicit DimVector(IntArrayRef a) {
+    resize(a.size());
+    std::copy(a.begin(), a.end(), data());
+  }
+  size_t size() const { return n_; }
+  int64_t* data() { return heap_.empty() ? inline_ : heap_.data(); }
+  const int64_t* data() const { return heap_.empty() ? inline_ : heap_.data(); }
+  int64_t& operator[](size_t i) { return data()[i]; }
+  int64_t operator[](size_t i) const { return data()[i]; }
+  operator IntArrayRef() const { return IntArrayRef(data(), n_); }  // NOLINT(google-explicit-constructor)
+  void push_back(int64_t v) { insert(n_, v); }
+  void insert(size_t at, int64_t v) {
+    resize(n_ + 1);
+    int64_t* d = data();
+    for (size_t i = n_ - 1; i > at; --i) d[i] = d[i - 1];
+    d[at] = v;
+  }
+  void erase(size_t at) {
+    int64_t* d = data();
+    for (size_t i = at; i + 1 < n_; ++i) d[i] = d[i + 1];
+    --n_;
+  }
+
+ private:
+  void resize(size_t n) {
+    if (n > kCapacity && heap_.empty()) heap_.assign(inline_, inline_ + n_);
+    if (!heap_.empty() || n > kCapacity) heap_.resize(std::max(n, size_t(1)));
+    n_ = n;
+  }
+  static constexpr size_t kCapacity = size_t(kInlineDims) + 1;
+  int64_t inline_[kCapacity];
+  std::vector<int64_t> heap_;
+  size_t n_ = 0;
+};
+
+Tensor make_view(const Tensor& self, IntArrayRef sizes, IntArrayRef strides, int64_t offset) {
+  auto impl = make_intrusive<TensorImpl>(self.storage(), self.dtype(), self.device(), sizes, strides, offset);
+  impl->set_key_set(self.key_set());
+  return Tensor(std::move(impl));
+}
+
+void check_defined(const Tensor& t, const char* what) {
+  TESSERA_CHECK(t.defined(), what, "(): the tensor is undefined (default-constructed); create it with a factory "
+                "such as tessera::empty() first");
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// Free helpers
+
+std::vector<int64_t> contiguous_strides(IntArrayRef sizes) {
+  std::vector<int64_t> strides(sizes.size());
+  int64_t z = 1;
+  for (size_t i = sizes.size(); i-- > 0;) {
+    strides[i] = z;
+    // Like PyTorch, a size-0 dim counts as 1 so that strides stay distinct and positive.
+    const int64_t s = std::max<int64_t>(sizes[i], 1);
+    if (__builtin_mul_overflow(z, s, &z)) z = std::numeric_limits<int64_t>::max();
+  }
+  return strides;
+}
+
+int64_t compute_numel(IntArrayRef sizes) {
+  int64_t n = 1;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    TESSERA_CHECK(sizes[i] >= 0, "invalid shape ", sizes, ": size ", sizes[i], " at dimension ", i,
+                  " is negative; sizes must be >= 0");
+  }
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    TESSERA_CHECK(!__builtin_mul_overflow(n, sizes[i], &n), "invalid shape ", sizes,
+                  ": the number of elements overflows int64");
+  }
+  return n;
+}
+
+int64_t wrap_dim(int64_t dim, int64_t ndim) {
+  // A 0-dim tensor accepts dims -1 and 0, as in PyTorch (wrap_scalar).
+  const int64_t n = ndim <= 0 ? 1 : ndim;
+  TESSERA_CHECK(dim >= -n && dim < n, "dimension ", dim, " out of range for a ", ndim, "-D tensor (expected ", -n,
+                "..", n - 1, ")");
+  return dim < 0 ? dim + n : dim;
+}
+
+std::vector<int64_t> infer_size(IntArrayRef shape, int64_t numel) {
+  std::vector<int64_t> out = shape.vec();
+  int64_t known = 1;
+  int infer = -1;
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (shape[i] == -1) {
+      TESSERA_CHECK(infer < 0, "shape ", shape, " is invalid: only one dimension can be inferred (-1)");
+      infer = int(i);
+    } else {
+      TESSERA_CHECK(shape[i] >= 0, "shape ", shape, " is invalid: size ", shape[i], " at dimension ", i,
+                    " is negative; use -1 for one inferred size");
+      TESSERA_CHECK(!__builtin_mul_overflow(known, shape[i], &known), "shape ", shape,
+                    " is invalid: the number of elements overflows int64");
+    }
+  }
+  if (infer >= 0) {
+    TESSERA_CHECK(known != 0, "cannot reshape a tensor of ", numel, " elements into shape ", shape,
+                  " because the unspecified dimension size -1 can be any value and is ambiguous");
+    TESSERA_CHECK(numel % known == 0, "shape ", shape, " is invalid for input of size ", numel);
+    out[size_t(infer)] = numel / known;
+  } else {
+    TESSERA_CHECK(known == numel, "shape ", shape, " is invalid for input of size ", numel);
+  }
+  return out;
+}
+
+std::optional<std::vector<int64_t>> view_strides(IntArrayRef old_sizes, IntArrayRef old_strides,
+                                                 IntArrayRef new_sizes) {
+  // PyTorch's computeStride: the view is possible when each run of old dims that is contiguous
+  // with itself ("chunk") maps onto a run of new dims with the same number of elements.
+  if (old_sizes.empty()) return std::vector<int64_t>(new_sizes.size(), 1);
+  int64_t numel = 1;
+  for (int64_t s : old_sizes) numel *= s;
+  if (numel == 0 && old_sizes.equals(new_sizes)) return old_strides.vec();
+  std::vector<int64_t> new_strides(new_sizes.size());
+  if (numel == 0) {
+    for (int64_t d = int64_t(new_sizes.size()) - 1; d >= 0; --d) {
+      new_strides[size_t(d)] = d == int64_t(new_sizes.size()) - 1
+                                   ? 1
+                                   : std::max<int64_t>(new_sizes[size_t(d + 1)], 1) * new_strides[size_t(d + 1)];
+    }
+    return new_strides;
+  }
+  int64_t view_d = int64_t(new_sizes.size()) - 1;
+  int64_t chunk_base_stride = old_strides.back();
+  int64_t tensor_numel = 1, view_numel = 1;
+  for (int64_t tensor_d = int64_t(old_sizes.size()) - 1; tensor_d >= 0; --tensor_d) {
+    tensor_numel *= old_sizes[size_t(tensor_d)];
+    if (tensor_d == 0 || (old_sizes[size_t(tensor_d - 1)] != 1 &&
+                          old_strides[size_t(tensor_d - 1)] != tensor_numel * chunk_base_stride)) {
+      while (view_d >= 0 && (view_numel < tensor_numel || new_sizes[size_t(view_d)] == 1)) {
+        new_strides[size_t(view_d)] = view_numel * chunk_base_stride;
+        view_numel *= new_sizes[size_t(view_d)];
+        --view_d;
+      }
+      if (view_numel != tensor_numel) return std::nullopt;
+      if (tensor_d > 0) {
+        chunk_base_stride = old_strides[size_t(tensor_d - 1)];
+        tensor_numel = 1;
+        view_numel = 1;
+      }
+    }
+  }
+  if (view_d != -1) return std::nullopt;
+  return new_strides;
+}
+
+// ---------------------------------------------------------------------------------------------
+// TensorImpl
+
+TensorImpl::TensorImpl(Storage storage, DType dtype, Device device, IntArrayRef sizes, IntArrayRef strides,
+                       int64_t storage_offset)
+    : storage_(std::move(storage)), sizes_(inline_), strides_(inline_ + kInlineDims), dtype_(dtype),
+      device_(device), key_set_(DispatchKeySet::dense(device.type())) {
+  set_sizes_and_strides(sizes, strides, storage_offset);
+}
+
+TensorImpl::~TensorImpl() {
+  if (sizes_ != inline_) delete[] sizes_;
+}
+
+void TensorImpl::set_sizes_and_strides(IntArrayRef sizes, IntArrayRef strides, int64_t storage_offset) {
+  TESSERA_CHECK(sizes.size() == strides.size(), "tensor geometry: got ", sizes.size(), " sizes ", sizes, " but ",
+                strides.size(), " strides ", strides, "; expected one stride per size");
+  TESSERA_CHECK(sizes.size() <= size_t(std::numeric_limits<int32_t>::max()), "tensor geometry: too many dims");
+  TESSERA_CHECK(storage_offset >= 0, "tensor geometry: storage offset ", storage_offset, " is negative; expected >= 0");
+  const int32_t n = int32_t(sizes.size());
+  // Copy first: `sizes`/`strides` may point into this impl's own arrays.
+  int64_t tmp_inline[2 * kInlineDims];
+  std::vector<int64_t> tmp_heap;
+  int64_t* tmp = tmp_inline;
+  if (n > kInlineDims) {
+    tmp_heap.resize(size_t(2 * n));
+    tmp = tmp_heap.data();
+  }
+  if (n > 0) {
+    std::memcpy(tmp, sizes.data(), size_t(n) * sizeof(int64_t));
+    std::memcpy(tmp + n, strides.data(), size_t(n) * sizeof(int64_t));
+  }
+  const int64_t numel = compute_numel(IntArrayRef(tmp, size_t(n)));  // checks sizes >= 0
+  if (n > kInlineDims) {
+    if (sizes_ != inline_ && ndim_ == n) {
+      // reuse the heap block
+    } else {
+      if (sizes_ != inline_) delete[] sizes_;
+      sizes_ = new int64_t[size_t(2 * n)];
+    }
+    strides_ = sizes_ + n;
+  } else {
+    if (sizes_ != inline_) delete[] sizes_;
+    sizes_ = inline_;
+    strides_ = inline_ + kInlineDims;
+  }
+  if (n > 0) {
+    std::memcpy(sizes_, tmp, size_t(n) * sizeof(int64_t));
+    std::memcpy(strides_, tmp + n, size_t(n) * sizeof(int64_t));
+  }
+  ndim_ = n;
+  numel_ = numel;
+  storage_offset_ = storage_offset;
+  compute_derived();
+}
+
+void TensorImpl::compute_derived() {
+  // PyTorch's rule: dims of size 1 do not constrain their stride; an empty tensor is contiguous.
+  is_contiguous_ = true;
+  if (numel_ == 0) return;
+  int64_t expected = 1;
+  for (int32_t i = ndim_ - 1; i >= 0; --i) {
+    if (sizes_[i] == 1) continue;
+    if (strides_[i] != expected) {
+      is_contiguous_ = false;
+      return;
+    }
+    expected *= sizes_[i];
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tensor metadata
+
+int64_t Tensor::size(int64_t dim) const {
+  check_defined(*this, "size");
+  TESSERA_CHECK(this->dim() > 0, "size(", dim, "): the tensor is 0-dim and has no dimensions");
+  return sizes()[size_t(wrap_dim(dim, this->dim()))];
+}
+
+int64_t Tensor::stride(int64_t dim) const {
+  check_defined(*this, "stride");
+  TESSERA_CHECK(this->dim() > 0, "stride(", dim, "): the tensor is 0-dim and has no dimensions");
+  return strides()[size_t(wrap_dim(dim, this->dim()))];
+}
+
+bool Tensor::is(std::string_view device_name) const {
+  check_defined(*this, "is");
+  const DeviceType t = device().type();
+  if (device_type_name(t) == device_name) return true;
+  // The slot spelling ("privateuse1") stays valid after renaming, as in Device parsing.
+  if (int(t) >= int(DeviceType::PrivateUse1))
+    return device_name == "privateuse" + std::to_string(int(t) - int(DeviceType::PrivateUse1) + 1);
+  return false;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Views
+
+Tensor Tensor::view(IntArrayRef sizes) const {
+  check_defined(*this, "view");
+  const std::vector<int64_t> shape = infer_size(sizes, numel());
+  auto st = view_strides(this->sizes(), this->strides(), shape);
+  TESSERA_CHECK(st.has_value(), "view(", shape_str(sizes), "): size ", shape_str(shape),
+                " is not compatible with the input tensor's size ", this->sizes(), " and stride ", this->strides(),
+                " (at least one dimension spans across two contiguous subspaces); use .reshape(...) instead");
+  return make_view(*this, shape, *st, storage_offset());
+}
+
+Tensor Tensor::as_strided(IntArrayRef sizes, IntArrayRef strides, std::optional<int64_t> storage_offset) const {
+  check_defined(*this, "as_strided");
+  TESSERA_CHECK(sizes.size() == strides.size(), "as_strided: got ", sizes.size(), " sizes ", sizes, " and ",
+                strides.size(), " strides ", strides, "; expected the same number");
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    TESSERA_CHECK(sizes[i] >= 0, "as_strided: size ", sizes[i], " at dimension ", i, " is negative");
+    TESSERA_CHECK(strides[i] >= 0, "as_strided: negative strides are not supported, got strides ", strides);
+  }
+  const int64_t offset = storage_offset.value_or(this->storage_offset());
+  TESSERA_CHECK(offset >= 0, "as_strided: storage offset ", offset, " is negative; expected >= 0");
+  const int64_t needed = required_storage_elements(sizes, strides, offset);
+  const size_t storage_bytes = storage() ? storage()->nbytes() : 0;
+  TESSERA_CHECK(needed == 0 || uint64_t(needed) * itemsize() <= storage_bytes, "as_strided: sizes ", sizes,
+                ", strides ", strides, ", storage offset ", offset, " and itemsize ", itemsize(),
+                " require a storage of ", uint64_t(needed) * itemsize(), " bytes, out of bounds for a storage of ",
+                storage_bytes, " bytes");
+  return make_view(*this, sizes, strides, offset);
+}
+
+Tensor Tensor::permute(IntArrayRef dims) const {
+  check_defined(*this, "permute");
+  const int64_t n = dim();
+  TESSERA_CHECK(int64_t(dims.size()) == n, "permute(", dims, "): got ", dims.size(), " dims for a ", n,
+                "-D tensor; expected a permutation of all ", n, " dims");
+  DimVector sz(static_cast<size_t>(n)), st(static_cast<size_t>(n));
+  std::vector<bool> seen(static_cast<size_t>(n), false);
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t d = wrap_dim(dims[size_t(i)], n);
+    TESSERA_CHECK(!seen[size_t(d)], "permute(", dims, "): dim ", d, " appears more than once; expected each of 0..",
+                  n - 1, " exactly once");
+    seen[size_t(d)] = true;
+    sz[size_t(i)] = sizes()[size_t(d)];
+    st[size_t(i)] = strides()[size_t(d)];
+  }
+  return make_view(*this, sz, st, storage_offset());
+}
+
+Tensor Tensor::transpose(int64_t dim0, int64_t dim1) const {
+  check_defined(*this, "transpose");
+  const int64_t n = dim();
+  const int64_t a = wrap_dim(dim0, n), b = wrap_dim(dim1, n);
+  DimVector sz(sizes()), st(strides());
+  if (n > 0) {
+    std::swap(sz[size_t(a)], sz[size_t(b)]);
+    std::swap(st[size_t(a)], st[size_t(b)]);
+  }
+  return make_view(*this, sz, st, storage_offset());
+}
+
+Tensor Tensor::t() const {
+  check_defined(*this, "t");
+  TESSERA_CHECK(dim() <= 2, "t() expects a tensor with <= 2 dimensions, but the tensor is ", dim(),
+                "-D; use transpose(dim0, dim1) or permute(...)");
+  return dim() < 2 ? transpose(0, 0) : transpose(0, 1);
+}
+
+Tensor Tensor::select(int64_t dim, int64_t index) const {
+  check_defined(*this, "select");
+  TESSERA_CHECK(this->dim() > 0, "select() cannot be applied to a 0-dim tensor");
+  const int64_t d = wrap_dim(dim, this->dim());
+  const int64_t size = sizes()[size_t(d)];
+  TESSERA_CHECK(index >= -size && index < size, "select(): index ", index, " out of range for tensor of size ",
+                sizes(), " at dimension ", d, " (expected ", -size, "..", size - 1, ")");
+  const int64_t i = index < 0 ? index + size : index;
+  DimVector sz(sizes()), st(strides());
+  const int64_t offset = storage_offset() + i * st[size_t(d)];
+  sz.erase(size_t(d));
+  st.erase(size_t(d));
+  return make_view(*this, sz, st, offset);
+}
+
+Tensor Tensor::slice(int64_t dim, std::optional<int64_t> start, std::optional<int64_t> end, int64_t step) const {
+  check_defined(*this, "slice");
+  TESSERA_CHECK(this->dim() > 0, "slice() cannot be applied to a 0-dim tensor");
+  TESSERA_CHECK(step > 0, "slice(): step ", step, " is not positive; slice step must be positive");
+  const int64_t d = wrap_dim(dim, this->dim());
+  const int64_t size = sizes()[size_t(d)];
+  int64_t s = start.value_or(0), e = end.value_or(std::numeric_limits<int64_t>::max());
+  if (s < 0) s += size;
+  if (e < 0) e += size;
+  s = std::clamp<int64_t>(s, 0, size);
+  e = e < s ? s : std::min(e, size);
+  DimVector sz(sizes()), st(strides());
+  const int64_t offset = storage_offset() + s * st[size_t(d)];
+  sz[size_t(d)] = (e - s + step - 1) / step;
+  st[size_t(d)] *= step;
+  return make_view(*this, sz, st, offset);
+}
+
+Tensor Tensor::narrow(int64_t dim, int64_t start, int64_t length) const {
+  check_defined(*this, "narrow");
+  TESSERA_CHECK(this->dim() > 0, "narrow() cannot be applied to a 0-dim tensor");
+  TESSERA_CHECK(length >= 0, "narrow(): length ", length, " is negative; length must be non-negative");
+  const int64_t d = wrap_dim(dim, this->dim());
+  const int64_t size = sizes()[size_t(d)];
+  TESSERA_CHECK(start >= -size && start <= size, "narrow(): start ", start, " out of range (expected to be in range of [",
+                -size, ", ", size, "])");
+  if (start < 0) start += size;
+  TESSERA_CHECK(start <= size - length, "narrow(): start (", start, ") + length (", length,
+                ") exceeds dimension size (", size, ")");
+  return slice(d, start, start + length, 1);
+}
+
+Tensor Tensor::expand(IntArrayRef sizes) const {
+  check_defined(*this, "expand");
+  const int64_t ndim = int64_t(sizes.size()), tdim = dim();
+  TESSERA_CHECK(ndim >= tdim, "expand(", sizes, "): the number of sizes provided (", ndim,
+                ") must be greater or equal to the number of dimensions in the tensor (", tdim, ")");
+  DimVector sz(static_cast<size_t>(ndim)), st(static_cast<size_t>(ndim));
+  for (int64_t i = ndim - 1; i >= 0; --i) {
+    const int64_t offset = ndim - 1 - i;
+    const int64_t d = tdim - 1 - offset;
+    int64_t size = d >= 0 ? this->sizes()[size_t(d)] : 1;
+    int64_t stride = d >= 0 ? this->strides()[size_t(d)]
+                            : (i == ndim - 1 ? 1 : sz[size_t(i + 1)] * st[size_t(i + 1)]);
+    int64_t target = sizes[size_t(i)];
+    if (target == -1) {
+      TESSERA_CHECK(d >= 0, "expand(", sizes, "): the expanded size -1 isn't allowed in a leading, non-existing "
+                    "dimension ", i);
+      target = size;
+    }
+    TESSERA_CHECK(target >= 0, "expand(", sizes, "): size ", target, " at dimension ", i,
+                  " is negative; use -1 to keep a size");
+    if (size != target) {
+      TESSERA_CHECK(size == 1, "expand(", sizes, "): the expanded size of the tensor (", target,
+                    ") must match the existing size (", size, ") at non-singleton dimension ", i,
+                    "; target sizes: ", sizes, ", tensor sizes: ", this->sizes());
+      size = target;
+      stride = 0;
+    }
+    sz[size_t(i)] = size;
+    st[size_t(i)] = stride;
+  }
+  return make_view(*this, sz, st, storage_offset());
+}
+
+Tensor Tensor::squeeze() const {
+  check_defined(*this, "squeeze");
+  DimVector sz, st;
+  for (int64_t i = 0; i < dim(); ++i) {
+    if (sizes()[size_t(i)] != 1) {
+      sz.push_back(sizes()[size_t(i)]);
+      st.push_back(strides()[size_t(i)]);
+    }
+  }
+  return make_view(*this, sz, st, storage_offset());
+}
+
+Tensor Tensor::squeeze(int64_t dim) const {
+  check_defined(*this, "squeeze");
+  const int64_t d = wrap_dim(dim, this->dim());
+  DimVector sz(sizes()), st(strides());
+  if (this->dim() > 0 && sz[size_t(d)] == 1) {
+    sz.erase(size_t(d));
+    st.erase(size_t(d));
+  }
+  return make_view(*this, sz, st, storage_offset());
+}
+
+Tensor Tensor::unsqueeze(int64_t dim) const {
+  check_defined(*this, "unsqueeze");
+  const int64_t n = this->dim();
+  const int64_t d = wrap_dim(dim, n + 1);
+  DimVector sz(sizes()), st(strides());
+  const int64_t new_stride = d >= n ? 1 : sz[size_t(d)] * st[size_t(d)];
+  sz.insert(size_t(d), 1);
+  st.insert(size_t(d), new_stride);
+  return make_view(*this, sz, st, storage_offset());
+}
+
+Tensor Tensor::flatten(int64_t start_dim, int64_t end_dim) const {
+  check_defined(*this, "flatten");
+  const int64_t n = dim();
+  if (n == 0) {
+    const int64_t one = 1;
+    return reshape(IntArrayRef(one));
+  }
+  const int64_t s = wrap_dim(start_dim, n), e = wrap_dim(end_dim, n);
+  TESSERA_CHECK(s <= e, "flatten(): start_dim (", s, ") cannot come after end_dim (", e, ")");
+  if (s == e) return *this;
+  DimVector shape;
+  for (int64_t i = 0; i < s; ++i) shape.push_back(sizes()[size_t(i)]);
+  int64_t flat = 1;
+  for (int64_t i = s; i <= e; ++i) flat *= sizes()[size_t(i)];
+  shape.push_back(flat);
+  for (int64_t i = e + 1; i < n; ++i) shape.push_back(sizes()[size_t(i)]);
+  return reshape(shape);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Factories and data access
+
+Tensor make_tensor(IntArrayRef sizes, DType dtype, Device device) {
+  // Hot path (every operator output): no heap allocation for the strides up to kInlineDims.
+  if (sizes.size() <= size_t(kInlineDims)) {
+    int64_t strides[kInlineDims];
+    int64_t z = 1;
+    for (size_t i = sizes.size(); i-- > 0;) {
+      strides[i] = z;
+      if (__builtin_mul_overflow(z, std::max<int64_t>(sizes[i], 1), &z)) z = std::numeric_limits<int64_t>::max();
+    }
+    return make_tensor_strided(sizes, IntArrayRef(strides, sizes.size()), dtype, device);
+  }
+  return make_tensor_strided(sizes, contiguous_strides(sizes), dtype, device);
+}
+
+Tensor make_tensor_strided(IntArrayRef sizes, IntArrayRef strides, DType dtype, Device device) {
+  TESSERA_CHECK(sizes.size() == strides.size(), "make_tensor_strided: got ", sizes.size(), " sizes ", sizes, " and ",
+                strides.size(), " strides ", strides, "; expected the same number");
+  compute_numel(sizes);  // checks sizes
+  for (size_t i = 0; i < strides.size(); ++i)
+    TESSERA_CHECK(strides[i] >= 0, "make_tensor_strided: negative strides are not supported, got strides ", strides);
+  const int64_t elements = required_storage_elements(sizes, strides, 0);
+  uint64_t nbytes = 0;
+  TESSERA_CHECK(!__builtin_mul_overflow(uint64_t(elements), uint64_t(itemsize(dtype)), &nbytes),
+                "make_tensor: shape ", sizes, " of dtype ", dtype, " needs more bytes than fit in 64 bits");
+  Allocator* allocator = get_allocator(device.type());
+  DataPtr data = allocator->allocate(size_t(nbytes), device.index());
+  // The allocator may resolve "the current device" to a concrete index.
+  const Device actual = data.device().type() == device.type() ? data.device() : device;
+  Storage storage = make_intrusive<StorageImpl>(std::move(data), size_t(nbytes));
+  return Tensor(make_intrusive<TensorImpl>(std::move(storage), dtype, actual, sizes, strides, 0));
+}
+
+namespace detail {
+void check_data_access(const Tensor& t, DType requested) {
+  TESSERA_CHECK(t.defined(), "data_ptr<", requested, ">(): the tensor is undefined (default-constructed)");
+  TESSERA_CHECK(t.is_cpu(), "data_ptr<", requested, ">(): the tensor is on device '", t.device().str(),
+                "' and its memory is not addressable from the host; call .to(\"cpu\") first");
+  TESSERA_CHECK(t.dtype() == requested, "data_ptr<", requested, ">(): the tensor has dtype ", t.dtype(),
+                ", not ", requested, "; ask for the C++ element type of ", t.dtype(), ", or convert first with .to(",
+                requested, ")");
+  TESSERA_CHECK(!t.storage() || t.storage()->usable(),
+                "data_ptr(): the tensor's storage is unusable because a copy into it failed part-way "
+                "(Note [Unusable storage]); recreate the tensor");
+}
+}  // namespace detail
+
+void* Tensor::raw_data_ptr() const {
+  check_defined(*this, "raw_data_ptr");
+  TESSERA_CHECK(is_cpu(), "raw_data_ptr(): the tensor is on device '", device().str(),
+                "' and its memory is not addressable from the host; call .to(\"cpu\") first");
+  const Storage& s = storage();
+  if (!s) return nullptr;
+  TESSERA_CHECK(s->usable(), "raw_data_ptr(): the tensor's storage is unusable because a copy into it failed "
+                "part-way (Note [Unusable storage]); recreate the tensor");
+  if (!s->data()) return nullptr;
+  return static_cast<char*>(s->data()) + storage_offset() * int64_t(itemsize());
+}
+
+Scalar Tensor::item() const {
+  check_defined(*this, "item");
+  TESSERA_CHECK(numel() == 1, "item(): a tensor with ", numel(), " elements (shape ", sizes(),
+                ") cannot be converted to a number; expected exactly one element");
+  if (!is_cpu()) return cpu().item();
+  const void* p = raw_data_ptr();
+  return visit_dtype(dtype(), [&](auto zero) -> Scalar {
+    using T = decltype(zero);
+    if constexpr (std::is_same_v<T, bool>) {
+      return Scalar(*static_cast<const uint8_t*>(p) != 0);
+    } else {
+      T v;
+      std::memcpy(&v, p, sizeof(T));
+      if constexpr (std::is_integral_v<T>) return Scalar(int64_t(v));
+      else if constexpr (std::is_same_v<T, double>) return Scalar(v);
+      else return Scalar(double(float(v)));
+    }
+  });
+}
+
+}  // namespace tessera

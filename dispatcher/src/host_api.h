@@ -1,0 +1,87 @@
+// The host side of the plugin C ABI (private to libtessera): status objects and the per-plugin
+// tessera_host_api_t table. Note [Recorded registrations]: registrations a plugin makes during
+// tessera_plugin_init are recorded, not applied; the loader commits them to the Dispatcher only
+// when init succeeds (and the plugin header checks out), so a failed init leaves nothing behind.
+// Registrations made after init are applied at once. Every committed registration is undone at
+// shutdown.
+#pragma once
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "tessera/device.h"
+#include "tessera/dispatcher.h"
+#include "tessera/error.h"
+#include "tessera/plugin_abi.h"
+
+// The status object behind tessera_status_t (opaque to plugins).
+struct tessera_status_s {
+  tessera_status_code_t code;
+  std::string message;
+};
+
+namespace tessera {
+
+// Status helpers for the runtime side (the dispatcher reads kernel results with these).
+tessera_status_t status_make(tessera_status_code_t code, std::string_view message);
+void status_free(tessera_status_t status);
+// The message of `status` prefixed with nothing; "" for NULL. Does not free.
+std::string status_message_of(tessera_status_t status);
+// Maps an ABI status code to the C++ error code.
+ErrorCode error_code_of(tessera_status_code_t code);
+
+namespace loader {
+
+class HostContext {
+ public:
+  // `backend`: the device type kernels of this plugin are registered for.
+  HostContext(std::string plugin_name, DeviceType backend);
+  HostContext(const HostContext&) = delete;
+  HostContext& operator=(const HostContext&) = delete;
+
+  const tessera_host_api_t* api() const { return &api_; }
+  const std::string& plugin_name() const { return plugin_name_; }
+  DeviceType backend() const { return backend_; }
+
+  // Applies the recorded registrations. Throws tessera::Error after undoing what it applied.
+  void commit();
+  // Drops the recorded registrations (failed init).
+  void discard();
+  // Undoes every applied registration (shutdown). Operators defined by the plugin stay defined
+  // (a schema alone dispatches nowhere); fallback prohibitions stay as well.
+  void deregister_all();
+  size_t num_kernels_registered() const;
+
+ private:
+  struct Registration {
+    enum class Kind { DefineOp, Kernel, Fallback, ForbidFallback } kind;
+    std::string op;         // op name (Kernel, ForbidFallback) or schema (DefineOp)
+    std::string meta_like;  // DefineOp
+    int32_t functionality = 0;
+    KernelEntry kernel;
+  };
+  static HostContext* self(void* host_ctx) { return static_cast<HostContext*>(host_ctx); }
+  static tessera_status_t op_define(void* ctx, const char* schema, const char* meta_like);
+  static tessera_status_t kernel_register(void* ctx, const char* op_name, int32_t functionality, uint64_t dtype_mask,
+                                          tessera_kernel_fn_t fn, void* user_data, uint32_t flags);
+  static tessera_status_t fallback_register(void* ctx, int32_t functionality, tessera_kernel_fn_t fn, void* user_data);
+  static tessera_status_t op_forbid_fallback(void* ctx, const char* op_name);
+
+  tessera_status_t record(Registration r);
+  void apply(const Registration& r);  // throws
+  bool op_known(const std::string& name) const;
+
+  std::string plugin_name_;
+  DeviceType backend_;
+  tessera_host_api_t api_{};
+  mutable std::mutex mutex_;
+  bool committed_ = false;
+  std::vector<Registration> pending_;
+  std::vector<std::string> pending_ops_;  // full names of ops defined by pending registrations
+  std::vector<RegistrationHandle> handles_;
+  size_t num_kernels_ = 0;
+};
+
+}  // namespace loader
+}  // namespace tessera

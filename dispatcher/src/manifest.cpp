@@ -1,0 +1,238 @@
+#include "manifest.h"
+
+#include <algorithm>
+#include <climits>
+#include <cstdio>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <set>
+
+namespace tessera::loader {
+namespace {
+
+using json = nlohmann::json;
+
+const char* type_name(const json& v) {
+  switch (v.type()) {
+    case json::value_t::null: return "null";
+    case json::value_t::object: return "an object";
+    case json::value_t::array: return "an array";
+    case json::value_t::string: return "a string";
+    case json::value_t::boolean: return "a boolean";
+    case json::value_t::number_integer:
+    case json::value_t::number_unsigned: return "an integer";
+    case json::value_t::number_float: return "a floating-point number";
+    default: return "an unsupported value";
+  }
+}
+
+// Thrown inside this file only, turned into the one-line reason by parse_manifest.
+struct ManifestError {
+  std::string what;
+};
+
+// A value from the manifest, quoted for a one-line message: control characters escaped, long values cut.
+std::string in_quotes(const std::string& s) {
+  std::string out = "'";
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (i == 80) {
+      out += "...";
+      break;
+    }
+    unsigned char c = static_cast<unsigned char>(s[i]);
+    if (c < 0x20 || c == 0x7f) {
+      char buf[8];
+      std::snprintf(buf, sizeof(buf), "\\x%02x", c);
+      out += buf;
+    } else {
+      out += char(c);
+    }
+  }
+  return out + "'";
+}
+
+const json* find(const json& obj, const char* key) {
+  auto it = obj.find(key);
+  return it == obj.end() ? nullptr : &*it;
+}
+
+const json& require(const json& obj, const std::string& where, const char* key, const char* expected) {
+  const json* v = find(obj, key);
+  if (!v) throw ManifestError{"missing field " + in_quotes(where + key) + " (" + expected + ")"};
+  return *v;
+}
+
+std::string get_string(const json& v, const std::string& field, bool allow_empty = false) {
+  if (!v.is_string())
+    throw ManifestError{"field " + in_quotes(field) + " must be a string, got " + type_name(v)};
+  std::string s = v.get<std::string>();
+  if (!allow_empty && s.empty()) throw ManifestError{"field " + in_quotes(field) + " must not be empty"};
+  return s;
+}
+
+int get_int(const json& v, const std::string& field, long lo, long hi) {
+  if (!v.is_number_integer())
+    throw ManifestError{"field " + in_quotes(field) + " must be an integer, got " + type_name(v)};
+  long x = v.is_number_unsigned() ? long(std::min<uint64_t>(v.get<uint64_t>(), uint64_t(hi) + 1)) : v.get<long>();
+  if (x < lo || x > hi)
+    throw ManifestError{"field " + in_quotes(field) + " is " + std::to_string(x) + ", expected " + std::to_string(lo) +
+                        ".." + std::to_string(hi)};
+  return int(x);
+}
+
+std::vector<std::string> get_string_array(const json& v, const std::string& field) {
+  if (!v.is_array())
+    throw ManifestError{"field " + in_quotes(field) + " must be an array of strings, got " + type_name(v)};
+  std::vector<std::string> out;
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (!v[i].is_string())
+      throw ManifestError{"field " + in_quotes(field + "[" + std::to_string(i) + "]") + " must be a string, got " +
+                          type_name(v[i])};
+    out.push_back(v[i].get<std::string>());
+  }
+  return out;
+}
+
+bool valid_plugin_name(const std::string& s) {
+  if (s.empty() || s.size() > 64) return false;
+  for (char c : s) {
+    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-' ||
+              c == '.';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+void parse_device(const json& dev, Manifest* m) {
+  if (!dev.is_object()) throw ManifestError{"field 'device' must be an object, got " + std::string(type_name(dev))};
+  const json* type = find(dev, "type");
+  const json* slot = find(dev, "slot");
+  const json* name = find(dev, "name");
+  if (type && slot) throw ManifestError{"field 'device' has both 'type' and 'slot'; give one"};
+  if (type) {
+    std::string t = get_string(*type, "device.type");
+    if (t == "cpu") m->device_type = DeviceType::CPU;
+    else if (t == "cuda") m->device_type = DeviceType::CUDA;
+    else if (t == "opencl") m->device_type = DeviceType::OpenCL;
+    else
+      throw ManifestError{"unknown device.type " + in_quotes(t) +
+                          " (expected cpu, cuda or opencl; a new device asks for a slot: "
+                          "{\"slot\": \"privateuse1\", \"name\": \"npu\"})"};
+    m->device_name = t;
+    if (name && get_string(*name, "device.name") != t)
+      throw ManifestError{"device.name " + in_quotes(name->get<std::string>()) + " differs from device.type " + in_quotes(t) +
+                          "; only a privateuse slot can be named"};
+  } else if (slot) {
+    std::string s = get_string(*slot, "device.slot");
+    if (s == "privateuse1") m->privateuse_slot = 1;
+    else if (s == "privateuse2") m->privateuse_slot = 2;
+    else if (s == "privateuse3") m->privateuse_slot = 3;
+    else throw ManifestError{"unknown device.slot " + in_quotes(s) + " (expected privateuse1, privateuse2 or privateuse3)"};
+    m->device_type = DeviceType(int(DeviceType::PrivateUse1) + m->privateuse_slot - 1);
+    if (!name) throw ManifestError{"missing field 'device.name' (string): the name the slot is given, e.g. \"npu\""};
+    m->device_name = get_string(*name, "device.name");
+  } else {
+    throw ManifestError{"missing field 'device.type' or 'device.slot' (string)"};
+  }
+  m->has_device = true;
+}
+
+}  // namespace
+
+void byte_to_line_column(const std::string& text, size_t byte, size_t* line, size_t* column) {
+  size_t pos = byte == 0 ? 0 : std::min(byte - 1, text.size());  // index of the offending byte
+  size_t l = 1, last_nl = std::string::npos;
+  for (size_t i = 0; i < pos && i < text.size(); ++i) {
+    if (text[i] == '\n') {
+      ++l;
+      last_nl = i;
+    }
+  }
+  *line = l;
+  *column = last_nl == std::string::npos ? pos + 1 : pos - last_nl;
+}
+
+bool parse_manifest(const std::string& path, const std::string& text, Manifest* out, std::string* error,
+                    std::string* name_hint) {
+  json doc;
+  try {
+    doc = json::parse(text);
+  } catch (const json::parse_error& e) {
+    size_t line = 0, column = 0;
+    byte_to_line_column(text, e.byte, &line, &column);
+    // nlohmann's text is "[json.exception.parse_error.101] parse error at line L, column C: <what>".
+    std::string what = e.what();
+    size_t at = what.find("parse error");
+    if (at != std::string::npos) {
+      size_t colon = what.find(": ", at);
+      if (colon != std::string::npos) what = what.substr(colon + 2);
+    }
+    *error = path + ":" + std::to_string(line) + ":" + std::to_string(column) + ": invalid JSON: " + what;
+    return false;
+  } catch (const json::exception& e) {
+    // Not a syntax error but a value the parser cannot represent (a number overflowing a double,
+    // found by manifest_fuzz): still a one-line reason naming the file.
+    std::string what = e.what();
+    size_t bracket = what.find("] ");
+    if (bracket != std::string::npos) what = what.substr(bracket + 2);
+    *error = path + ": invalid JSON: " + what;
+    return false;
+  }
+  Manifest m;
+  m.path = path;
+  try {
+    if (!doc.is_object()) throw ManifestError{"the manifest must be a JSON object, got " + std::string(type_name(doc))};
+    if (name_hint) {
+      const json* n = find(doc, "name");
+      if (n && n->is_string() && valid_plugin_name(n->get<std::string>())) *name_hint = n->get<std::string>();
+    }
+    m.manifest_version = get_int(require(doc, "", "manifest_version", "integer"), "manifest_version", LONG_MIN / 2,
+                                 LONG_MAX / 2);
+    if (m.manifest_version != kManifestVersion)
+      throw ManifestError{"unknown manifest_version " + std::to_string(m.manifest_version) + " (this runtime reads " +
+                          std::to_string(kManifestVersion) + "; upgrade Tessera or use a manifest of version 1)"};
+    m.name = get_string(require(doc, "", "name", "string"), "name");
+    if (!valid_plugin_name(m.name))
+      throw ManifestError{"field 'name' is " + in_quotes(m.name) + ", expected letters, digits, '_', '-' or '.' (at most 64)"};
+    m.kind = get_string(require(doc, "", "kind", "string"), "kind");
+    if (m.kind != "backend" && m.kind != "compiler" && m.kind != "quantizer" && m.kind != "sparsity")
+      throw ManifestError{"unknown kind " + in_quotes(m.kind) + " (expected backend, compiler, quantizer or sparsity)"};
+    std::string lib = get_string(require(doc, "", "library", "string"), "library");
+    std::filesystem::path manifest_dir = std::filesystem::path(path).parent_path();
+    m.library = (manifest_dir / lib).lexically_normal().string();  // an absolute `lib` stays as it is
+    const json& abi = require(doc, "", "abi", "object with integer 'major' and 'minor'");
+    if (!abi.is_object())
+      throw ManifestError{"field 'abi' must be an object with integer 'major' and 'minor', got " +
+                          std::string(type_name(abi))};
+    m.abi_major = get_int(require(abi, "abi.", "major", "integer"), "abi.major", 0, 1 << 20);
+    if (const json* minor = find(abi, "minor")) m.abi_minor = get_int(*minor, "abi.minor", 0, 1 << 20);
+    m.version = get_string(require(doc, "", "version", "string"), "version");
+    if (const json* d = find(doc, "description")) m.description = get_string(*d, "description", true);
+    if (const json* p = find(doc, "priority")) m.priority = get_int(*p, "priority", -1000000, 1000000);
+    if (const json* dev = find(doc, "device")) parse_device(*dev, &m);
+    if (m.kind == "backend" && !m.has_device)
+      throw ManifestError{"missing field 'device' (object) required for kind 'backend': {\"type\": \"cpu\"} or "
+                          "{\"slot\": \"privateuse1\", \"name\": \"npu\"}"};
+    if (const json* req = find(doc, "requires")) {
+      if (!req->is_object())
+        throw ManifestError{"field 'requires' must be an object, got " + std::string(type_name(*req))};
+      for (auto it = req->begin(); it != req->end(); ++it) {
+        if (it.key() == "cpu_features") m.cpu_features = get_string_array(it.value(), "requires.cpu_features");
+        else if (it.key() == "libraries") m.libraries = get_string_array(it.value(), "requires.libraries");
+        else throw ManifestError{"unknown requirement " + in_quotes("requires." + it.key()) +
+                              " (expected cpu_features or libraries)"};
+      }
+    }
+    static const std::set<std::string> known = {"manifest_version", "name", "kind", "library", "abi", "version",
+                                                "description", "priority", "device", "requires", "$schema"};
+    for (auto it = doc.begin(); it != doc.end(); ++it)
+      if (!known.count(it.key())) m.unknown_fields.push_back(it.key());
+  } catch (const ManifestError& e) {
+    *error = path + ": " + e.what;
+    return false;
+  }
+  *out = std::move(m);
+  return true;
+}
+
+}  // namespace tessera::loader

@@ -1,0 +1,622 @@
+// The operator catalogue: every op of the core op set with its schema and its shape/dtype rule.
+// The shape arithmetic lives in shape_rules.h (Note [Shape rules]); this file adds dtype rules and
+// argument checks. Note [Compute dtype] (op_registry.h) says which inputs the dispatcher converts.
+#include <cmath>
+#include <string>
+
+#include "op_registry.h"
+#include "shape_rules.h"
+#include "tessera/ops.h"
+
+namespace tessera {
+namespace {
+
+using Sz = shape::Sizes<int64_t>;
+
+// ---- attribute access with checks
+
+const tessera_value_t& attr(const MetaCall& m, int i) {
+  TESSERA_CHECK(i < m.num_attrs, m.op_name, ": missing attribute ", i, " (got ", m.num_attrs, ")");
+  return m.attrs[i];
+}
+bool attr_none(const MetaCall& m, int i) { return attr(m, i).kind == TESSERA_VALUE_NONE; }
+int64_t attr_int(const MetaCall& m, int i) {
+  const auto& v = attr(m, i);
+  TESSERA_CHECK(v.kind == TESSERA_VALUE_INT || v.kind == TESSERA_VALUE_BOOL, m.op_name, ": attribute ", i,
+                " must be an int");
+  return v.kind == TESSERA_VALUE_BOOL ? v.u.b : v.u.i;
+}
+double attr_double(const MetaCall& m, int i) {
+  const auto& v = attr(m, i);
+  if (v.kind == TESSERA_VALUE_DOUBLE) return v.u.d;
+  if (v.kind == TESSERA_VALUE_INT) return double(v.u.i);
+  if (v.kind == TESSERA_VALUE_BOOL) return double(v.u.b);
+  detail::throw_error(ErrorCode::InvalidArgument,
+                      std::string(m.op_name) + ": attribute " + std::to_string(i) + " must be a number");
+}
+bool attr_bool(const MetaCall& m, int i) { return attr_int(m, i) != 0; }
+DType attr_dtype(const MetaCall& m, int i) {
+  const auto& v = attr(m, i);
+  TESSERA_CHECK(
+      (v.kind == TESSERA_VALUE_DTYPE || v.kind == TESSERA_VALUE_INT) && v.u.i >= 0 && v.u.i < kNumDTypes,
+      m.op_name, ": attribute ", i, " must be a dtype");
+  return DType(v.u.i);
+}
+IntArrayRef attr_ints(const MetaCall& m, int i) {
+  const auto& v = attr(m, i);
+  if (v.kind == TESSERA_VALUE_NONE) return {};
+  TESSERA_CHECK(v.kind == TESSERA_VALUE_INT_LIST, m.op_name, ": attribute ", i, " must be an int list");
+  return IntArrayRef(v.u.ints, size_t(v.count));
+}
+// int[2] argument: [a, b], or [a] meaning [a, a].
+void attr_pair(const MetaCall& m, int i, const char* name, int64_t out[2],
+               const int64_t* if_empty = nullptr) {
+  IntArrayRef l = attr_ints(m, i);
+  if (l.empty() && if_empty) {
+    out[0] = if_empty[0];
+    out[1] = if_empty[1];
+    return;
+  }
+  TESSERA_CHECK(l.size() == 1 || l.size() == 2, m.op_name, ": ", name, " must have 1 or 2 values, got ", l);
+  out[0] = l[0];
+  out[1] = l.size() == 2 ? l[1] : l[0];
+}
+
+const TensorImpl& need(const MetaCall& m, int i, const char* name) {
+  TESSERA_CHECK(i < m.num_tensors && m.tensors[i], m.op_name, ": tensor argument '", name, "' is missing");
+  return *m.tensors[i];
+}
+
+void add_rt(ResultTypeState& s, const TensorImpl& t) {
+  s.add_tensor(t.dtype(), t.dim() == 0, t.is_wrapped_number());
+}
+DType result_type(const TensorImpl& a, const TensorImpl& b) {
+  ResultTypeState s;
+  add_rt(s, a);
+  add_rt(s, b);
+  return s.result();
+}
+DType float_of(DType t) { return is_floating(t) ? t : default_dtype(); }
+
+// PyTorch's canCast: no conversion to a lower category (float -> int, int -> bool).
+bool can_cast(DType from, DType to) { return int(dtype_category(from)) <= int(dtype_category(to)); }
+
+// ---- creation and copies
+
+void meta_empty_strided(MetaCall& m) {
+  IntArrayRef sizes = attr_ints(m, 0), strides = attr_ints(m, 1);
+  TESSERA_CHECK(sizes.size() == strides.size(), m.op_name, ": got ", sizes.size(), " sizes ", sizes, " and ",
+                strides.size(), " strides ", strides, "; expected as many strides as sizes");
+  DType dt = attr_none(m, 2) ? default_dtype() : attr_dtype(m, 2);
+  auto& o = m.add_output(sizes, dt);
+  o.strides = detail::SmallVector<int64_t, 8>(strides);
+}
+
+void meta_inplace_self(MetaCall& m) {
+  need(m, 0, "self");
+  m.alias_output(0);
+}
+
+void meta_random_(MetaCall& m) {
+  const TensorImpl& self = need(m, 0, "self");
+  TESSERA_CHECK(is_floating(self.dtype()), m.op_name, ": expected a floating tensor, got ", self.dtype(),
+                "; create it with a floating dtype (e.g. kFloat32)");
+  m.alias_output(0);
+}
+
+void meta_copy_(MetaCall& m) {
+  const TensorImpl& self = need(m, 0, "self");
+  const TensorImpl& src = need(m, 1, "src");
+  shape::check_broadcast_to<int64_t>(m.op_name, src.sizes(), self.sizes());
+  m.alias_output(0);
+}
+
+void meta_to_copy(MetaCall& m) {
+  const TensorImpl& self = need(m, 0, "self");
+  DType dt = attr_none(m, 0) ? self.dtype() : attr_dtype(m, 0);
+  m.add_output(self.sizes(), dt);
+}
+
+void meta_same(MetaCall& m) {
+  const TensorImpl& self = need(m, 0, "self");
+  m.add_output(self.sizes(), self.dtype());
+}
+
+void meta_arange(MetaCall& m) {
+  double start = attr_double(m, 0), end = attr_double(m, 1), step = attr_double(m, 2);
+  DType dt = attr_dtype(m, 3);
+  TESSERA_CHECK(step != 0, m.op_name, ": step must be nonzero");
+  TESSERA_CHECK(std::isfinite(start) && std::isfinite(end), m.op_name, ": unsupported range ", start, " -> ",
+                end);
+  TESSERA_CHECK((step > 0 && end >= start) || (step < 0 && end <= start), m.op_name,
+                ": upper bound and larger bound inconsistent with step sign (start ", start, ", end ", end,
+                ", step ", step, ")");
+  double n = std::ceil((end - start) / step);
+  TESSERA_CHECK(n >= 0 && n < 9.0e18, m.op_name, ": invalid number of elements ", n);
+  int64_t count = int64_t(n);
+  m.add_output(IntArrayRef(count), dt);
+}
+
+// ---- elementwise binary
+
+enum class Bin { Arith, Sub, TrueDiv, Compare, Logical };
+
+template <Bin K>
+void meta_binary(MetaCall& m) {
+  const TensorImpl& a = need(m, 0, "self");
+  const TensorImpl& b = need(m, 1, "other");
+  Sz out = shape::broadcast<int64_t>(m.op_name, a.sizes(), b.sizes());
+  DType common = result_type(a, b);
+  if constexpr (K == Bin::Sub) {
+    TESSERA_CHECK(
+        common != kBool, m.op_name,
+        ": subtraction of bool tensors is not supported; use logical_xor or convert to an integer dtype");
+  }
+  DType compute = common;
+  if constexpr (K == Bin::TrueDiv) compute = float_of(common);
+  DType result = (K == Bin::Compare || K == Bin::Logical) ? kBool : compute;
+  m.compute_dtype = compute;
+  m.cast_mask = 0b11;
+  m.add_output(out, result);
+}
+
+void meta_pow_scalar(MetaCall& m) {
+  const TensorImpl& a = need(m, 0, "self");
+  const tessera_value_t& e = attr(m, 0);
+  ResultTypeState s;
+  add_rt(s, a);
+  s.add_tensor(e.kind == TESSERA_VALUE_DOUBLE ? kFloat64 : (e.kind == TESSERA_VALUE_BOOL ? kBool : kInt64),
+               true, true);
+  DType r = s.result();
+  m.compute_dtype = r;
+  m.cast_mask = 0b1;
+  m.add_output(a.sizes(), r);
+}
+
+void meta_where(MetaCall& m) {
+  const TensorImpl& c = need(m, 0, "condition");
+  const TensorImpl& a = need(m, 1, "self");
+  const TensorImpl& b = need(m, 2, "other");
+  TESSERA_CHECK(c.dtype() == kBool, m.op_name, ": condition must be a bool tensor, got ", c.dtype(),
+                "; build it with a comparison (e.g. gt) or .to(kBool)");
+  Sz ab = shape::broadcast<int64_t>(m.op_name, a.sizes(), b.sizes());
+  Sz out = shape::broadcast<int64_t>(m.op_name, c.sizes(), ab.ref());
+  DType r = result_type(a, b);
+  m.compute_dtype = r;
+  m.cast_mask = 0b110;
+  m.add_output(out, r);
+}
+
+void meta_binary_inplace(MetaCall& m) {
+  const TensorImpl& self = need(m, 0, "self");
+  const TensorImpl& other = need(m, 1, "other");
+  Sz out = shape::broadcast<int64_t>(m.op_name, self.sizes(), other.sizes());
+  TESSERA_CHECK(out.ref() == self.sizes(), m.op_name, ": output with shape ", self.sizes(),
+                " doesn't match the broadcast shape ", out.ref(), "; use the out-of-place op");
+  DType r = result_type(self, other);
+  TESSERA_CHECK(can_cast(r, self.dtype()), m.op_name, ": result type ", r,
+                " can't be cast to the desired output type ", self.dtype(), "; use the out-of-place op");
+  m.compute_dtype = self.dtype();
+  m.cast_mask = 0b10;
+  m.alias_output(0);
+}
+
+// ---- unary
+
+void meta_unary_float(MetaCall& m) {
+  const TensorImpl& x = need(m, 0, "self");
+  DType r = float_of(x.dtype());
+  m.compute_dtype = r;
+  m.cast_mask = 0b1;
+  m.add_output(x.sizes(), r);
+}
+
+void meta_unary_nobool(MetaCall& m) {
+  const TensorImpl& x = need(m, 0, "self");
+  TESSERA_CHECK(x.dtype() != kBool, m.op_name,
+                ": not supported for bool tensors; convert with .to(kInt64) or use "
+                "logical ops");
+  m.add_output(x.sizes(), x.dtype());
+}
+
+void meta_gelu(MetaCall& m) {
+  const tessera_value_t& a = attr(m, 0);
+  std::string approx = a.kind == TESSERA_VALUE_STRING && a.u.s ? a.u.s : "none";
+  TESSERA_CHECK(approx == "none" || approx == "tanh", m.op_name,
+                ": approximate must be \"none\" or \"tanh\", got \"", approx, "\"");
+  meta_unary_float(m);
+}
+
+// ---- reductions
+
+void meta_sum_prod(MetaCall& m) {
+  const TensorImpl& x = need(m, 0, "self");
+  Sz out = shape::reduce<int64_t>(m.op_name, x.sizes(), attr_ints(m, 0), attr_bool(m, 1));
+  DType r = is_floating(x.dtype()) ? x.dtype() : kInt64;
+  m.compute_dtype = r;
+  m.cast_mask = 0b1;
+  m.add_output(out, r);
+}
+
+void meta_mean(MetaCall& m) {
+  const TensorImpl& x = need(m, 0, "self");
+  TESSERA_CHECK(is_floating(x.dtype()), m.op_name, ": expected a floating input, got ", x.dtype(),
+                "; convert with .to(kFloat32) first");
+  Sz out = shape::reduce<int64_t>(m.op_name, x.sizes(), attr_ints(m, 0), attr_bool(m, 1));
+  m.add_output(out, x.dtype());
+}
+
+void meta_var(MetaCall& m) {
+  const TensorImpl& x = need(m, 0, "self");
+  TESSERA_CHECK(is_floating(x.dtype()), m.op_name, ": expected a floating input, got ", x.dtype(),
+                "; convert with .to(kFloat32) first");
+  Sz out = shape::reduce<int64_t>(m.op_name, x.sizes(), attr_ints(m, 0), attr_bool(m, 2));
+  TESSERA_CHECK(attr_int(m, 1) >= 0, m.op_name, ": correction must be non-negative, got ", attr_int(m, 1));
+  m.add_output(out, x.dtype());
+}
+
+void meta_amax(MetaCall& m) {
+  const TensorImpl& x = need(m, 0, "self");
+  IntArrayRef dims = attr_ints(m, 0);
+  if (dims.empty()) {
+    TESSERA_CHECK(x.numel() > 0, m.op_name, ": cannot reduce an empty tensor (shape ", x.sizes(),
+                  "); the operation has no identity");
+  } else {
+    for (int64_t d : dims) {
+      int64_t w = shape::wrap(m.op_name, d, x.dim());
+      TESSERA_CHECK(x.dim() == 0 || x.sizes()[size_t(w)] > 0, m.op_name, ": cannot reduce over dimension ", d,
+                    " of size 0 (shape ", x.sizes(), "); the operation has no identity");
+    }
+  }
+  Sz out = shape::reduce<int64_t>(m.op_name, x.sizes(), dims, attr_bool(m, 1));
+  m.add_output(out, x.dtype());
+}
+
+void meta_argmax(MetaCall& m) {
+  const TensorImpl& x = need(m, 0, "self");
+  bool keepdim = attr_bool(m, 1);
+  if (attr_none(m, 0)) {
+    TESSERA_CHECK(x.numel() > 0, m.op_name, ": expected a non-empty tensor, got shape ", x.sizes());
+    Sz out;
+    if (keepdim) out.resize(size_t(x.dim()), 1);
+    m.add_output(out, kInt64);
+    return;
+  }
+  int64_t d = attr_int(m, 0);
+  int64_t w = shape::wrap(m.op_name, d, x.dim());
+  TESSERA_CHECK(x.dim() == 0 || x.sizes()[size_t(w)] > 0, m.op_name, ": cannot reduce over dimension ", d,
+                " of size 0");
+  Sz out = shape::reduce<int64_t>(m.op_name, x.sizes(), IntArrayRef(d), keepdim);
+  m.add_output(out, kInt64);
+}
+
+// ---- nn
+
+void check_same_dtype(const MetaCall& m, const TensorImpl& a, const TensorImpl& b, const char* an,
+                      const char* bn) {
+  TESSERA_CHECK(a.dtype() == b.dtype(), m.op_name, ": expected ", an, " and ", bn,
+                " to have the same dtype, got ", a.dtype(), " and ", b.dtype(), "; convert one with .to(",
+                a.dtype(), ")");
+}
+
+void meta_matmul(MetaCall& m) {
+  const TensorImpl& a = need(m, 0, "self");
+  const TensorImpl& b = need(m, 1, "other");
+  check_same_dtype(m, a, b, "self", "other");
+  m.add_output(shape::matmul<int64_t>(m.op_name, a.sizes(), b.sizes()), a.dtype());
+}
+
+void meta_linear(MetaCall& m) {
+  const TensorImpl& x = need(m, 0, "input");
+  const TensorImpl& w = need(m, 1, "weight");
+  check_same_dtype(m, x, w, "input", "weight");
+  Sz out = shape::linear<int64_t>(m.op_name, x.sizes(), w.sizes());
+  if (m.has(2)) {
+    const TensorImpl& bias = *m.tensors[2];
+    check_same_dtype(m, x, bias, "input", "bias");
+    shape::check_broadcast_to<int64_t>(m.op_name, bias.sizes(), out.ref());
+  }
+  m.add_output(out, x.dtype());
+}
+
+void meta_softmax(MetaCall& m) {
+  const TensorImpl& x = need(m, 0, "self");
+  shape::wrap(m.op_name, attr_int(m, 0), x.dim());
+  meta_unary_float(m);
+}
+
+void check_normalized(const MetaCall& m, const TensorImpl& x, IntArrayRef ns) {
+  TESSERA_CHECK(!ns.empty(), m.op_name, ": normalized_shape must not be empty");
+  bool ok = int64_t(ns.size()) <= x.dim();
+  for (size_t i = 0; ok && i < ns.size(); ++i) ok = x.sizes()[size_t(x.dim()) - ns.size() + i] == ns[i];
+  TESSERA_CHECK(ok, m.op_name, ": given normalized_shape=", ns, ", expected input with shape [*, ",
+                shape::sizes_str(ns).substr(1), ", but got input of size ", x.sizes());
+}
+
+void meta_layer_norm(MetaCall& m) {
+  const TensorImpl& x = need(m, 0, "input");
+  IntArrayRef ns = attr_ints(m, 0);
+  check_normalized(m, x, ns);
+  for (int i = 1; i <= 2; ++i)
+    if (m.has(i))
+      TESSERA_CHECK(m.t(i).sizes() == ns, m.op_name, ": ", i == 1 ? "weight" : "bias", " must have shape ",
+                    ns, ", got ", m.t(i).sizes());
+  DType r = float_of(x.dtype());
+  m.compute_dtype = r;
+  m.cast_mask = 0b111;
+  m.add_output(x.sizes(), r);
+}
+
+void meta_conv2d(MetaCall& m) {
+  const TensorImpl& x = need(m, 0, "input");
+  const TensorImpl& w = need(m, 1, "weight");
+  check_same_dtype(m, x, w, "input", "weight");
+  int64_t stride[2], padding[2], dilation[2];
+  attr_pair(m, 0, "stride", stride);
+  attr_pair(m, 1, "padding", padding);
+  attr_pair(m, 2, "dilation", dilation);
+  int64_t groups = attr_int(m, 3);
+  Sz out = shape::conv2d<int64_t>(m.op_name, x.sizes(), w.sizes(), stride, padding, dilation, groups);
+  if (m.has(2)) {
+    TESSERA_CHECK(m.t(2).dim() == 1 && m.t(2).sizes()[0] == w.sizes()[0], m.op_name,
+                  ": bias must have shape [", w.sizes()[0], "], got ", m.t(2).sizes());
+    check_same_dtype(m, x, m.t(2), "input", "bias");
+  }
+  m.add_output(out, x.dtype());
+}
+
+void meta_max_pool2d(MetaCall& m) {
+  const TensorImpl& x = need(m, 0, "self");
+  int64_t kernel[2], stride[2], padding[2], dilation[2];
+  attr_pair(m, 0, "kernel_size", kernel);
+  attr_pair(m, 1, "stride", stride, kernel);
+  attr_pair(m, 2, "padding", padding);
+  attr_pair(m, 3, "dilation", dilation);
+  m.add_output(shape::pool2d<int64_t>(m.op_name, x.sizes(), kernel, stride, padding, dilation), x.dtype());
+}
+
+void meta_avg_pool2d(MetaCall& m) {
+  const TensorImpl& x = need(m, 0, "self");
+  TESSERA_CHECK(x.dtype() != kBool, m.op_name, ": not supported for bool tensors");
+  int64_t kernel[2], stride[2], padding[2], dilation[2] = {1, 1};
+  attr_pair(m, 0, "kernel_size", kernel);
+  attr_pair(m, 1, "stride", stride, kernel);
+  attr_pair(m, 2, "padding", padding);
+  m.add_output(shape::pool2d<int64_t>(m.op_name, x.sizes(), kernel, stride, padding, dilation), x.dtype());
+}
+
+void check_index_dtype(const MetaCall& m, const TensorImpl& idx, const char* name) {
+  TESSERA_CHECK(idx.dtype() == kInt64 || idx.dtype() == kInt32, m.op_name, ": ", name,
+                " must be an int64 or int32 tensor, got ", idx.dtype(), "; convert with .to(kInt64)");
+}
+
+void meta_embedding(MetaCall& m) {
+  const TensorImpl& w = need(m, 0, "weight");
+  const TensorImpl& idx = need(m, 1, "indices");
+  TESSERA_CHECK(w.dim() == 2, m.op_name, ": weight must be 2-D (num_embeddings, embedding_dim), got ",
+                w.sizes());
+  check_index_dtype(m, idx, "indices");
+  Sz out(idx.sizes());
+  out.push_back(w.sizes()[1]);
+  m.add_output(out, w.dtype());
+}
+
+void meta_sdpa(MetaCall& m) {
+  const TensorImpl& q = need(m, 0, "query");
+  const TensorImpl& k = need(m, 1, "key");
+  const TensorImpl& v = need(m, 2, "value");
+  check_same_dtype(m, q, k, "query", "key");
+  check_same_dtype(m, q, v, "query", "value");
+  Sz out = shape::attention<int64_t>(m.op_name, q.sizes(), k.sizes(), v.sizes());
+  if (m.has(3)) {
+    const TensorImpl& mask = m.t(3);
+    Sz scores(q.sizes().begin(), q.sizes().end() - 1);
+    scores.push_back(k.sizes()[size_t(k.dim() - 2)]);
+    shape::check_broadcast_to<int64_t>(m.op_name, mask.sizes(), scores.ref());
+    TESSERA_CHECK(mask.dtype() == kBool || mask.dtype() == q.dtype(), m.op_name,
+                  ": attn_mask must be bool or have the query's dtype ", q.dtype(), ", got ", mask.dtype());
+    TESSERA_CHECK(!attr_bool(m, 0), m.op_name, ": give either attn_mask or is_causal=true, not both");
+  }
+  DType r = float_of(q.dtype());
+  m.compute_dtype = r;
+  m.cast_mask = 0b111;
+  m.add_output(out, r);
+}
+
+void list_shapes(const MetaCall& m, shape::Sizes<IntArrayRef>& shapes, DType* common) {
+  TESSERA_CHECK(m.list_size > 0, m.op_name, ": expected a non-empty list of tensors");
+  ResultTypeState s;
+  for (int i = 0; i < m.list_size; ++i) {
+    const TensorImpl* t = m.tensors[m.list_begin + i];
+    TESSERA_CHECK(t, m.op_name, ": tensor ", i, " of the list is undefined");
+    shapes.push_back(t->sizes());
+    s.add_tensor(t->dtype(), false, false);
+  }
+  *common = s.result();
+}
+
+void meta_cat(MetaCall& m) {
+  shape::Sizes<IntArrayRef> shapes;
+  DType common;
+  list_shapes(m, shapes, &common);
+  Sz out = shape::cat<int64_t>(m.op_name, shapes.data(), shapes.size(), attr_int(m, 0));
+  m.compute_dtype = common;
+  m.cast_all = true;
+  m.add_output(out, common);
+}
+
+void meta_stack(MetaCall& m) {
+  shape::Sizes<IntArrayRef> shapes;
+  DType common;
+  list_shapes(m, shapes, &common);
+  Sz out = shape::stack<int64_t>(m.op_name, shapes.data(), shapes.size(), attr_int(m, 0));
+  m.compute_dtype = common;
+  m.cast_all = true;
+  m.add_output(out, common);
+}
+
+void meta_index_select(MetaCall& m) {
+  const TensorImpl& x = need(m, 0, "self");
+  const TensorImpl& idx = need(m, 1, "index");
+  check_index_dtype(m, idx, "index");
+  TESSERA_CHECK(idx.dim() <= 1, m.op_name, ": index must be 0-D or 1-D, got shape ", idx.sizes());
+  int64_t d = shape::wrap(m.op_name, attr_int(m, 0), x.dim());
+  Sz out(x.sizes());
+  if (x.dim() > 0) out[size_t(d)] = idx.numel();
+  m.add_output(out, x.dtype());
+}
+
+void meta_gather(MetaCall& m) {
+  const TensorImpl& x = need(m, 0, "self");
+  const TensorImpl& idx = need(m, 1, "index");
+  check_index_dtype(m, idx, "index");
+  int64_t d = shape::wrap(m.op_name, attr_int(m, 0), x.dim());
+  TESSERA_CHECK(idx.dim() == x.dim() || (x.dim() == 0 && idx.dim() <= 1), m.op_name,
+                ": index must have as many dimensions as self (", x.dim(), "), got ", idx.dim());
+  for (int64_t i = 0; i < x.dim(); ++i)
+    TESSERA_CHECK(i == d || idx.sizes()[size_t(i)] <= x.sizes()[size_t(i)], m.op_name, ": size of index ",
+                  idx.sizes(), " must not exceed self ", x.sizes(), " except at dimension ", d);
+  m.add_output(idx.sizes(), x.dtype());
+}
+
+void meta_rms_norm(MetaCall& m) {
+  const TensorImpl& x = need(m, 0, "input");
+  IntArrayRef ns = attr_ints(m, 0);
+  check_normalized(m, x, ns);
+  if (m.has(1))
+    TESSERA_CHECK(m.t(1).sizes() == ns, m.op_name, ": weight must have shape ", ns, ", got ", m.t(1).sizes());
+  DType r = float_of(x.dtype());
+  m.compute_dtype = r;
+  m.cast_mask = 0b11;
+  m.add_output(x.sizes(), r);
+}
+
+// Note [Core op set]: the names and schemas below are the contract with every backend plugin.
+const CoreOpDef kCoreOps[] = {
+    // creation and copies
+    {"empty_strided(int[] size, int[] stride, ScalarType? dtype=None) -> Tensor", meta_empty_strided},
+    {"fill_(Tensor(a!) self, Scalar value) -> Tensor(a!)", meta_inplace_self},
+    {"copy_(Tensor(a!) self, Tensor src, bool non_blocking=False) -> Tensor(a!)", meta_copy_},
+    {"_to_copy(Tensor self, ScalarType? dtype=None) -> Tensor", meta_to_copy},
+    {"clone(Tensor self) -> Tensor", meta_same},
+    {"contiguous(Tensor self) -> Tensor", meta_same},
+    {"arange(Scalar start, Scalar end, Scalar step, ScalarType dtype) -> Tensor", meta_arange},
+    {"uniform_(Tensor(a!) self, float from, float to, int seed, int offset) -> Tensor(a!)", meta_random_},
+    {"normal_(Tensor(a!) self, float mean, float std, int seed, int offset) -> Tensor(a!)", meta_random_},
+    // binary
+    {"add.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor", meta_binary<Bin::Arith>},
+    {"sub.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor", meta_binary<Bin::Sub>},
+    {"mul.Tensor(Tensor self, Tensor other) -> Tensor", meta_binary<Bin::Arith>},
+    {"div.Tensor(Tensor self, Tensor other) -> Tensor", meta_binary<Bin::TrueDiv>},
+    {"pow.Tensor_Tensor(Tensor self, Tensor exponent) -> Tensor", meta_binary<Bin::Arith>},
+    {"pow.Tensor_Scalar(Tensor self, Scalar exponent) -> Tensor", meta_pow_scalar},
+    {"maximum(Tensor self, Tensor other) -> Tensor", meta_binary<Bin::Arith>},
+    {"minimum(Tensor self, Tensor other) -> Tensor", meta_binary<Bin::Arith>},
+    {"eq.Tensor(Tensor self, Tensor other) -> Tensor", meta_binary<Bin::Compare>},
+    {"ne.Tensor(Tensor self, Tensor other) -> Tensor", meta_binary<Bin::Compare>},
+    {"lt.Tensor(Tensor self, Tensor other) -> Tensor", meta_binary<Bin::Compare>},
+    {"le.Tensor(Tensor self, Tensor other) -> Tensor", meta_binary<Bin::Compare>},
+    {"gt.Tensor(Tensor self, Tensor other) -> Tensor", meta_binary<Bin::Compare>},
+    {"ge.Tensor(Tensor self, Tensor other) -> Tensor", meta_binary<Bin::Compare>},
+    {"logical_and(Tensor self, Tensor other) -> Tensor", meta_binary<Bin::Logical>},
+    {"logical_or(Tensor self, Tensor other) -> Tensor", meta_binary<Bin::Logical>},
+    {"where.self(Tensor condition, Tensor self, Tensor other) -> Tensor", meta_where},
+    {"add_.Tensor(Tensor(a!) self, Tensor other, *, Scalar alpha=1) -> Tensor(a!)", meta_binary_inplace},
+    {"mul_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)", meta_binary_inplace},
+    // unary
+    {"neg(Tensor self) -> Tensor", meta_unary_nobool},
+    {"abs(Tensor self) -> Tensor", meta_unary_nobool},
+    {"relu(Tensor self) -> Tensor", meta_unary_nobool},
+    {"exp(Tensor self) -> Tensor", meta_unary_float},
+    {"log(Tensor self) -> Tensor", meta_unary_float},
+    {"sqrt(Tensor self) -> Tensor", meta_unary_float},
+    {"rsqrt(Tensor self) -> Tensor", meta_unary_float},
+    {"sin(Tensor self) -> Tensor", meta_unary_float},
+    {"cos(Tensor self) -> Tensor", meta_unary_float},
+    {"tanh(Tensor self) -> Tensor", meta_unary_float},
+    {"sigmoid(Tensor self) -> Tensor", meta_unary_float},
+    {"gelu(Tensor self, *, str approximate=\"none\") -> Tensor", meta_gelu},
+    {"silu(Tensor self) -> Tensor", meta_unary_float},
+    {"erf(Tensor self) -> Tensor", meta_unary_float},
+    // reductions (empty dim = all dims)
+    {"sum(Tensor self, int[] dim=[], bool keepdim=False) -> Tensor", meta_sum_prod},
+    {"prod(Tensor self, int[] dim=[], bool keepdim=False) -> Tensor", meta_sum_prod},
+    {"mean(Tensor self, int[] dim=[], bool keepdim=False) -> Tensor", meta_mean},
+    {"amax(Tensor self, int[] dim=[], bool keepdim=False) -> Tensor", meta_amax},
+    {"amin(Tensor self, int[] dim=[], bool keepdim=False) -> Tensor", meta_amax},
+    {"var(Tensor self, int[] dim=[], int correction=1, bool keepdim=False) -> Tensor", meta_var},
+    {"argmax(Tensor self, int? dim=None, bool keepdim=False) -> Tensor", meta_argmax},
+    // nn
+    {"matmul(Tensor self, Tensor other) -> Tensor", meta_matmul},
+    {"linear(Tensor input, Tensor weight, Tensor? bias=None) -> Tensor", meta_linear},
+    {"softmax(Tensor self, int dim) -> Tensor", meta_softmax},
+    {"log_softmax(Tensor self, int dim) -> Tensor", meta_softmax},
+    {"layer_norm(Tensor input, int[] normalized_shape, Tensor? weight=None, Tensor? bias=None, float "
+     "eps=1e-05) -> Tensor",
+     meta_layer_norm},
+    {"rms_norm(Tensor input, int[] normalized_shape, Tensor? weight=None, float? eps=None) -> Tensor",
+     meta_rms_norm},
+    {"conv2d(Tensor input, Tensor weight, Tensor? bias=None, int[2] stride=1, int[2] padding=0, int[2] "
+     "dilation=1, "
+     "int groups=1) -> Tensor",
+     meta_conv2d},
+    {"max_pool2d(Tensor self, int[2] kernel_size, int[2] stride=[], int[2] padding=0, int[2] dilation=1) -> "
+     "Tensor",
+     meta_max_pool2d},
+    {"avg_pool2d(Tensor self, int[2] kernel_size, int[2] stride=[], int[2] padding=0) -> Tensor",
+     meta_avg_pool2d},
+    {"embedding(Tensor weight, Tensor indices) -> Tensor", meta_embedding},
+    {"scaled_dot_product_attention(Tensor query, Tensor key, Tensor value, Tensor? attn_mask=None, "
+     "bool is_causal=False, *, float? scale=None) -> Tensor",
+     meta_sdpa},
+    {"cat(Tensor[] tensors, int dim=0) -> Tensor", meta_cat},
+    {"stack(Tensor[] tensors, int dim=0) -> Tensor", meta_stack},
+    {"index_select(Tensor self, int dim, Tensor index) -> Tensor", meta_index_select},
+    {"gather(Tensor self, int dim, Tensor index) -> Tensor", meta_gather},
+};
+
+}  // namespace
+
+const CoreOpDef* core_op_defs(size_t* count) {
+  *count = sizeof(kCoreOps) / sizeof(kCoreOps[0]);
+  return kCoreOps;
+}
+
+// Composites: decompositions that run on any device whose plugin lacks a kernel for the op.
+void register_core_composites(Dispatcher& d) {
+  d.register_composite(d.op("_to_copy"), [](const Stack& args) -> Stack {
+    const Tensor& self = std::get<Tensor>(args[0]);
+    DType dt = std::holds_alternative<DType>(args[1]) ? std::get<DType>(args[1]) : self.dtype();
+    Tensor out = make_tensor(self.sizes(), dt, self.device());
+    out.copy_(self);
+    return {out};
+  });
+  d.register_composite(d.op("clone"), [](const Stack& args) -> Stack {
+    const Tensor& self = std::get<Tensor>(args[0]);
+    Tensor out = make_tensor(self.sizes(), self.dtype(), self.device());
+    out.copy_(self);
+    return {out};
+  });
+  d.register_composite(d.op("contiguous"), [](const Stack& args) -> Stack {
+    const Tensor& self = std::get<Tensor>(args[0]);
+    if (self.is_contiguous()) return {self};
+    Tensor out = make_tensor(self.sizes(), self.dtype(), self.device());
+    out.copy_(self);
+    return {out};
+  });
+  d.register_composite(d.op("empty_strided"), [](const Stack& args) -> Stack {
+    const auto& sizes = std::get<std::vector<int64_t>>(args[0]);
+    const auto& strides = std::get<std::vector<int64_t>>(args[1]);
+    DType dt = std::holds_alternative<DType>(args[2]) ? std::get<DType>(args[2]) : default_dtype();
+    return {make_tensor_strided(sizes, strides, dt, Device(DeviceType::CPU))};
+  });
+  d.register_composite(d.op("linear"), [](const Stack& args) -> Stack {
+    const Tensor& x = std::get<Tensor>(args[0]);
+    const Tensor& w = std::get<Tensor>(args[1]);
+    Tensor out = matmul(x, w.t());
+    if (const auto* b = std::get_if<std::optional<Tensor>>(&args[2]); b && *b) out = add(out, **b);
+    return {out};
+  });
+}
+
+}  // namespace tessera

@@ -1,0 +1,556 @@
+// The application API (ops.h): factories, devices and the core op set as free functions. Every op
+// goes through the unboxed call (op_registry.h); the entry of each op is looked up once.
+#include "tessera/ops.h"
+
+#include <cstring>
+#include <mutex>
+
+#include "op_registry.h"
+#include "tessera/dispatcher.h"
+#include "tessera/plugin_loader.h"
+
+namespace tessera {
+namespace {
+
+OperatorEntry& op_named(const char* name) { return Dispatcher::instance().op(name); }
+#define TESSERA_OP(var, name) static OperatorEntry& var = op_named(name)
+
+const TensorImpl* impl_of(const Tensor& t, const char* op, const char* arg) {
+  TESSERA_CHECK(t.defined(), op, ": argument '", arg, "' is an undefined tensor");
+  return t.impl();
+}
+const TensorImpl* opt_impl(const std::optional<Tensor>& t) { return t && t->defined() ? t->impl() : nullptr; }
+
+Tensor call1(OperatorEntry& op, std::initializer_list<const TensorImpl*> ts,
+             std::initializer_list<tessera_value_t> as, const Device* device = nullptr) {
+  CallFrame f{ts.begin(), int(ts.size()), as.begin(), int(as.size()), device};
+  return call_unboxed_one(op, f);
+}
+
+// Note [Random generator]: one global Philox stream. A random op reserves `numel` counter values
+// (thread-safe) so that consecutive calls never reuse numbers; element i of the op gets
+// philox(seed, offset + i) on every device (Note [Reproducible random numbers] in random.h).
+struct Generator {
+  std::mutex mutex;
+  uint64_t seed = 67280421310721ull;
+  uint64_t offset = 0;
+};
+Generator& generator() {
+  static Generator g;
+  return g;
+}
+std::pair<uint64_t, uint64_t> reserve_random(int64_t numel) {
+  Generator& g = generator();
+  std::lock_guard lock(g.mutex);
+  auto r = std::make_pair(g.seed, g.offset);
+  g.offset += uint64_t(numel);
+  return r;
+}
+
+void normalize_pair(IntArrayRef in, int64_t out[2], const char* op, const char* name) {
+  TESSERA_CHECK(in.size() == 1 || in.size() == 2, op, ": ", name, " must have 1 or 2 values, got ", in);
+  out[0] = in[0];
+  out[1] = in.size() == 2 ? in[1] : in[0];
+}
+
+Tensor unary(OperatorEntry& op, const Tensor& x) {
+  return call1(op, {impl_of(x, op.name.c_str(), "self")}, {});
+}
+Tensor binary(OperatorEntry& op, const Tensor& a, const Tensor& b) {
+  return call1(op, {impl_of(a, op.name.c_str(), "self"), impl_of(b, op.name.c_str(), "other")}, {});
+}
+
+}  // namespace
+
+// Internal: a 0-dim tensor for a C++ number next to `like` (Note [Compute dtype]): made on like's
+// device with the dtype the operation will compute in, and marked as a wrapped number.
+Tensor wrapped_scalar(const Scalar& s, const Tensor& like) {
+  TESSERA_CHECK(like.defined(), "operator: the tensor operand is undefined");
+  ResultTypeState st;
+  st.add_tensor(like.dtype(), like.dim() == 0, like.impl()->is_wrapped_number());
+  st.add_tensor(s.dtype(), true, true);
+  Tensor t = make_tensor({}, st.result(), like.device());
+  t.fill_(s);
+  t.impl()->set_wrapped_number(true);
+  return t;
+}
+
+// ---- factories
+
+Tensor empty(IntArrayRef sizes, TensorOptions options) {
+  return make_tensor(sizes, options.dtype_or(default_dtype()), options.device());
+}
+Tensor empty_strided(IntArrayRef sizes, IntArrayRef strides, TensorOptions options) {
+  return make_tensor_strided(sizes, strides, options.dtype_or(default_dtype()), options.device());
+}
+Tensor zeros(IntArrayRef sizes, TensorOptions options) {
+  return full(sizes, 0, options.dtype(options.dtype_or(default_dtype())));
+}
+Tensor ones(IntArrayRef sizes, TensorOptions options) {
+  return full(sizes, 1, options.dtype(options.dtype_or(default_dtype())));
+}
+Tensor full(IntArrayRef sizes, const Scalar& value, TensorOptions options) {
+  DType dt = options.dtype_or(value.is_bool() ? kBool : (value.is_integral() ? kInt64 : default_dtype()));
+  Tensor t = make_tensor(sizes, dt, options.device());
+  t.fill_(value);
+  return t;
+}
+Tensor zeros_like(const Tensor& t) { return zeros(t.sizes(), dtype(t.dtype()).device(t.device())); }
+Tensor ones_like(const Tensor& t) { return ones(t.sizes(), dtype(t.dtype()).device(t.device())); }
+Tensor empty_like(const Tensor& t) { return empty(t.sizes(), dtype(t.dtype()).device(t.device())); }
+
+Tensor arange(const Scalar& end, TensorOptions options) { return arange(0, end, 1, options); }
+Tensor arange(const Scalar& start, const Scalar& end, const Scalar& step, TensorOptions options) {
+  TESSERA_OP(op, "arange");
+  bool floating = start.is_floating() || end.is_floating() || step.is_floating();
+  DType dt = options.dtype_or(floating ? default_dtype() : kInt64);
+  Device dev = options.device();
+  return call1(op, {}, {value_scalar(start), value_scalar(end), value_scalar(step), value_dtype(dt)}, &dev);
+}
+
+Tensor rand(IntArrayRef sizes, TensorOptions options) {
+  TESSERA_OP(op, "uniform_");
+  Tensor t = empty(sizes, options);
+  auto [seed, offset] = reserve_random(t.numel());
+  call1(op, {t.impl()},
+        {value_double(0.0), value_double(1.0), value_int(int64_t(seed)), value_int(int64_t(offset))});
+  return t;
+}
+Tensor randn(IntArrayRef sizes, TensorOptions options) {
+  TESSERA_OP(op, "normal_");
+  Tensor t = empty(sizes, options);
+  auto [seed, offset] = reserve_random(t.numel());
+  call1(op, {t.impl()},
+        {value_double(0.0), value_double(1.0), value_int(int64_t(seed)), value_int(int64_t(offset))});
+  return t;
+}
+void manual_seed(uint64_t seed) {
+  Generator& g = generator();
+  std::lock_guard lock(g.mutex);
+  g.seed = seed;
+  g.offset = 0;
+}
+
+Tensor scalar_tensor(const Scalar& value, TensorOptions options) {
+  return full({}, value, options.dtype(options.dtype_or(default_dtype())));
+}
+
+Tensor tensor_from_buffer(const void* data, DType dtype, size_t count, IntArrayRef sizes,
+                          TensorOptions options) {
+  std::vector<int64_t> shape = sizes.empty() ? std::vector<int64_t>{int64_t(count)} : sizes.vec();
+  TESSERA_CHECK(compute_numel(shape) == int64_t(count), "tensor: ", count, " values do not fill shape ",
+                IntArrayRef(shape), " (", compute_numel(shape),
+                " elements); give as many values as the shape holds");
+  Tensor t = make_tensor(shape, dtype, Device(DeviceType::CPU));
+  if (count) std::memcpy(t.raw_data_ptr(), data, count * itemsize(dtype));
+  if (options.dtype_opt() && *options.dtype_opt() != dtype) t = t.to(*options.dtype_opt());
+  if (!options.device().is_cpu()) t = t.to(options.device());
+  return t;
+}
+
+// ---- devices
+
+std::vector<DeviceInfo> devices() {
+  load_plugins_of_kind("backend");
+  std::vector<DeviceInfo> out;
+  for (int i = 0; i < kNumDeviceTypes; ++i) {
+    DeviceType type = DeviceType(i);
+    const BackendDevice* b = backend_device_if_loaded(type);
+    if (!b && type == DeviceType::CPU) b = &backend_device(DeviceType::CPU);  // the host's own
+    if (!b || !b->iface || !b->iface->device_count) continue;
+    char reason[512] = {0};
+    int32_t n = b->iface->device_count(b->self, reason, sizeof(reason));
+    for (int32_t d = 0; d < n; ++d) {
+      DeviceInfo info{Device(type, d), device_type_name(type) + ":" + std::to_string(d), b->plugin, "{}"};
+      if (b->iface->device_properties) {
+        std::string buf(1024, '\0');
+        size_t need = b->iface->device_properties(b->self, d, buf.data(), buf.size());
+        if (need >= buf.size()) {
+          buf.assign(need + 1, '\0');
+          need = b->iface->device_properties(b->self, d, buf.data(), buf.size());
+        }
+        buf.resize(std::min(need, buf.size() - 1));
+        if (!buf.empty()) info.properties = buf;
+      }
+      out.push_back(std::move(info));
+    }
+  }
+  return out;
+}
+
+int64_t device_count(DeviceType type) {
+  const BackendDevice* b = backend_device_if_loaded(type);
+  if (!b) {
+    ensure_backend_loaded(type);
+    b = backend_device_if_loaded(type);
+  }
+  if (!b && type == DeviceType::CPU) return 1;
+  if (!b || !b->iface || !b->iface->device_count) return 0;
+  return b->iface->device_count(b->self, nullptr, 0);
+}
+int64_t device_count(std::string_view type_name) { return device_count(device_type_from_name(type_name)); }
+
+void synchronize(Device device) {
+  const BackendDevice& b = backend_device(device.type());
+  if (!b.iface || !b.iface->device_synchronize) return;
+  throw_status(b.iface->device_synchronize(b.self, device.index() < 0 ? 0 : device.index()),
+               "synchronize(" + device.str() + ")");
+}
+
+// ---- elementwise binary
+
+Tensor add(const Tensor& a, const Tensor& b, const Scalar& alpha) {
+  TESSERA_OP(op, "add.Tensor");
+  return call1(op, {impl_of(a, "add", "self"), impl_of(b, "add", "other")}, {value_scalar(alpha)});
+}
+Tensor sub(const Tensor& a, const Tensor& b, const Scalar& alpha) {
+  TESSERA_OP(op, "sub.Tensor");
+  return call1(op, {impl_of(a, "sub", "self"), impl_of(b, "sub", "other")}, {value_scalar(alpha)});
+}
+Tensor mul(const Tensor& a, const Tensor& b) {
+  TESSERA_OP(op, "mul.Tensor");
+  return binary(op, a, b);
+}
+Tensor div(const Tensor& a, const Tensor& b) {
+  TESSERA_OP(op, "div.Tensor");
+  return binary(op, a, b);
+}
+Tensor pow(const Tensor& a, const Tensor& b) {
+  TESSERA_OP(op, "pow.Tensor_Tensor");
+  return binary(op, a, b);
+}
+Tensor pow(const Tensor& a, const Scalar& exponent) {
+  TESSERA_OP(op, "pow.Tensor_Scalar");
+  return call1(op, {impl_of(a, "pow", "self")}, {value_scalar(exponent)});
+}
+Tensor maximum(const Tensor& a, const Tensor& b) {
+  TESSERA_OP(op, "maximum");
+  return binary(op, a, b);
+}
+Tensor minimum(const Tensor& a, const Tensor& b) {
+  TESSERA_OP(op, "minimum");
+  return binary(op, a, b);
+}
+Tensor eq(const Tensor& a, const Tensor& b) {
+  TESSERA_OP(op, "eq.Tensor");
+  return binary(op, a, b);
+}
+Tensor ne(const Tensor& a, const Tensor& b) {
+  TESSERA_OP(op, "ne.Tensor");
+  return binary(op, a, b);
+}
+Tensor lt(const Tensor& a, const Tensor& b) {
+  TESSERA_OP(op, "lt.Tensor");
+  return binary(op, a, b);
+}
+Tensor le(const Tensor& a, const Tensor& b) {
+  TESSERA_OP(op, "le.Tensor");
+  return binary(op, a, b);
+}
+Tensor gt(const Tensor& a, const Tensor& b) {
+  TESSERA_OP(op, "gt.Tensor");
+  return binary(op, a, b);
+}
+Tensor ge(const Tensor& a, const Tensor& b) {
+  TESSERA_OP(op, "ge.Tensor");
+  return binary(op, a, b);
+}
+Tensor logical_and(const Tensor& a, const Tensor& b) {
+  TESSERA_OP(op, "logical_and");
+  return binary(op, a, b);
+}
+Tensor logical_or(const Tensor& a, const Tensor& b) {
+  TESSERA_OP(op, "logical_or");
+  return binary(op, a, b);
+}
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
+  TESSERA_OP(op, "where.self");
+  return call1(
+      op, {impl_of(cond, "where", "condition"), impl_of(a, "where", "self"), impl_of(b, "where", "other")},
+      {});
+}
+
+// ---- unary
+
+Tensor neg(const Tensor& x) {
+  TESSERA_OP(op, "neg");
+  return unary(op, x);
+}
+Tensor abs(const Tensor& x) {
+  TESSERA_OP(op, "abs");
+  return unary(op, x);
+}
+Tensor exp(const Tensor& x) {
+  TESSERA_OP(op, "exp");
+  return unary(op, x);
+}
+Tensor log(const Tensor& x) {
+  TESSERA_OP(op, "log");
+  return unary(op, x);
+}
+Tensor sqrt(const Tensor& x) {
+  TESSERA_OP(op, "sqrt");
+  return unary(op, x);
+}
+Tensor rsqrt(const Tensor& x) {
+  TESSERA_OP(op, "rsqrt");
+  return unary(op, x);
+}
+Tensor sin(const Tensor& x) {
+  TESSERA_OP(op, "sin");
+  return unary(op, x);
+}
+Tensor cos(const Tensor& x) {
+  TESSERA_OP(op, "cos");
+  return unary(op, x);
+}
+Tensor tanh(const Tensor& x) {
+  TESSERA_OP(op, "tanh");
+  return unary(op, x);
+}
+Tensor sigmoid(const Tensor& x) {
+  TESSERA_OP(op, "sigmoid");
+  return unary(op, x);
+}
+Tensor relu(const Tensor& x) {
+  TESSERA_OP(op, "relu");
+  return unary(op, x);
+}
+Tensor gelu(const Tensor& x, const std::string& approximate) {
+  TESSERA_OP(op, "gelu");
+  return call1(op, {impl_of(x, "gelu", "self")}, {value_string(approximate.c_str())});
+}
+Tensor silu(const Tensor& x) {
+  TESSERA_OP(op, "silu");
+  return unary(op, x);
+}
+Tensor erf(const Tensor& x) {
+  TESSERA_OP(op, "erf");
+  return unary(op, x);
+}
+
+// ---- reductions
+
+namespace {
+Tensor reduction(OperatorEntry& op, const Tensor& x, IntArrayRef dims, bool keepdim) {
+  return call1(op, {impl_of(x, op.name.c_str(), "self")}, {value_ints(dims), value_bool(keepdim)});
+}
+}  // namespace
+Tensor sum(const Tensor& x, IntArrayRef dims, bool keepdim) {
+  TESSERA_OP(op, "sum");
+  return reduction(op, x, dims, keepdim);
+}
+Tensor mean(const Tensor& x, IntArrayRef dims, bool keepdim) {
+  TESSERA_OP(op, "mean");
+  return reduction(op, x, dims, keepdim);
+}
+Tensor amax(const Tensor& x, IntArrayRef dims, bool keepdim) {
+  TESSERA_OP(op, "amax");
+  return reduction(op, x, dims, keepdim);
+}
+Tensor amin(const Tensor& x, IntArrayRef dims, bool keepdim) {
+  TESSERA_OP(op, "amin");
+  return reduction(op, x, dims, keepdim);
+}
+Tensor prod(const Tensor& x, IntArrayRef dims, bool keepdim) {
+  TESSERA_OP(op, "prod");
+  return reduction(op, x, dims, keepdim);
+}
+Tensor var(const Tensor& x, IntArrayRef dims, int64_t correction, bool keepdim) {
+  TESSERA_OP(op, "var");
+  return call1(op, {impl_of(x, "var", "self")},
+               {value_ints(dims), value_int(correction), value_bool(keepdim)});
+}
+Tensor argmax(const Tensor& x, std::optional<int64_t> dim, bool keepdim) {
+  TESSERA_OP(op, "argmax");
+  return call1(op, {impl_of(x, "argmax", "self")},
+               {dim ? value_int(*dim) : value_none(), value_bool(keepdim)});
+}
+
+// ---- nn
+
+Tensor matmul(const Tensor& a, const Tensor& b) {
+  TESSERA_OP(op, "matmul");
+  return binary(op, a, b);
+}
+Tensor linear(const Tensor& x, const Tensor& weight, const std::optional<Tensor>& bias) {
+  TESSERA_OP(op, "linear");
+  return call1(op, {impl_of(x, "linear", "input"), impl_of(weight, "linear", "weight"), opt_impl(bias)}, {});
+}
+Tensor softmax(const Tensor& x, int64_t dim) {
+  TESSERA_OP(op, "softmax");
+  return call1(op, {impl_of(x, "softmax", "self")}, {value_int(dim)});
+}
+Tensor log_softmax(const Tensor& x, int64_t dim) {
+  TESSERA_OP(op, "log_softmax");
+  return call1(op, {impl_of(x, "log_softmax", "self")}, {value_int(dim)});
+}
+Tensor layer_norm(const Tensor& x, IntArrayRef normalized_shape, const std::optional<Tensor>& weight,
+                  const std::optional<Tensor>& bias, double eps) {
+  TESSERA_OP(op, "layer_norm");
+  return call1(op, {impl_of(x, "layer_norm", "input"), opt_impl(weight), opt_impl(bias)},
+               {value_ints(normalized_shape), value_double(eps)});
+}
+Tensor rms_norm(const Tensor& x, IntArrayRef normalized_shape, const std::optional<Tensor>& weight,
+                std::optional<double> eps) {
+  TESSERA_OP(op, "rms_norm");
+  return call1(op, {impl_of(x, "rms_norm", "input"), opt_impl(weight)},
+               {value_ints(normalized_shape), eps ? value_double(*eps) : value_none()});
+}
+Tensor conv2d(const Tensor& x, const Tensor& weight, const std::optional<Tensor>& bias, IntArrayRef stride,
+              IntArrayRef padding, IntArrayRef dilation, int64_t groups) {
+  TESSERA_OP(op, "conv2d");
+  int64_t s[2], p[2], d[2];
+  normalize_pair(stride, s, "conv2d", "stride");
+  normalize_pair(padding, p, "conv2d", "padding");
+  normalize_pair(dilation, d, "conv2d", "dilation");
+  return call1(op, {impl_of(x, "conv2d", "input"), impl_of(weight, "conv2d", "weight"), opt_impl(bias)},
+               {value_ints(IntArrayRef(s, 2)), value_ints(IntArrayRef(p, 2)), value_ints(IntArrayRef(d, 2)),
+                value_int(groups)});
+}
+Tensor max_pool2d(const Tensor& x, IntArrayRef kernel_size, IntArrayRef stride, IntArrayRef padding,
+                  IntArrayRef dilation) {
+  TESSERA_OP(op, "max_pool2d");
+  int64_t k[2], s[2], p[2], d[2];
+  normalize_pair(kernel_size, k, "max_pool2d", "kernel_size");
+  if (stride.empty())
+    s[0] = k[0], s[1] = k[1];
+  else
+    normalize_pair(stride, s, "max_pool2d", "stride");
+  normalize_pair(padding, p, "max_pool2d", "padding");
+  normalize_pair(dilation, d, "max_pool2d", "dilation");
+  return call1(op, {impl_of(x, "max_pool2d", "self")},
+               {value_ints(IntArrayRef(k, 2)), value_ints(IntArrayRef(s, 2)), value_ints(IntArrayRef(p, 2)),
+                value_ints(IntArrayRef(d, 2))});
+}
+Tensor avg_pool2d(const Tensor& x, IntArrayRef kernel_size, IntArrayRef stride, IntArrayRef padding) {
+  TESSERA_OP(op, "avg_pool2d");
+  int64_t k[2], s[2], p[2];
+  normalize_pair(kernel_size, k, "avg_pool2d", "kernel_size");
+  if (stride.empty())
+    s[0] = k[0], s[1] = k[1];
+  else
+    normalize_pair(stride, s, "avg_pool2d", "stride");
+  normalize_pair(padding, p, "avg_pool2d", "padding");
+  return call1(op, {impl_of(x, "avg_pool2d", "self")},
+               {value_ints(IntArrayRef(k, 2)), value_ints(IntArrayRef(s, 2)), value_ints(IntArrayRef(p, 2))});
+}
+Tensor embedding(const Tensor& weight, const Tensor& indices) {
+  TESSERA_OP(op, "embedding");
+  return call1(op, {impl_of(weight, "embedding", "weight"), impl_of(indices, "embedding", "indices")}, {});
+}
+Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                                    const std::optional<Tensor>& attn_mask, bool is_causal,
+                                    std::optional<double> scale) {
+  TESSERA_OP(op, "scaled_dot_product_attention");
+  return call1(
+      op,
+      {impl_of(q, "scaled_dot_product_attention", "query"), impl_of(k, "scaled_dot_product_attention", "key"),
+       impl_of(v, "scaled_dot_product_attention", "value"), opt_impl(attn_mask)},
+      {value_bool(is_causal), scale ? value_double(*scale) : value_none()});
+}
+namespace {
+Tensor list_op(OperatorEntry& op, const std::vector<Tensor>& tensors, int64_t dim) {
+  detail::SmallVector<const TensorImpl*, 8> impls;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    TESSERA_CHECK(tensors[i].defined(), op.name, ": tensor ", i, " of the list is undefined");
+    impls.push_back(tensors[i].impl());
+  }
+  tessera_value_t attrs[] = {value_int(dim)};
+  CallFrame f{impls.data(), int(impls.size()), attrs, 1, nullptr};
+  return call_unboxed_one(op, f);
+}
+}  // namespace
+Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) {
+  TESSERA_OP(op, "cat");
+  return list_op(op, tensors, dim);
+}
+Tensor stack(const std::vector<Tensor>& tensors, int64_t dim) {
+  TESSERA_OP(op, "stack");
+  return list_op(op, tensors, dim);
+}
+Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
+  TESSERA_OP(op, "index_select");
+  return call1(op, {impl_of(x, "index_select", "self"), impl_of(index, "index_select", "index")},
+               {value_int(dim)});
+}
+Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
+  TESSERA_OP(op, "gather");
+  return call1(op, {impl_of(x, "gather", "self"), impl_of(index, "gather", "index")}, {value_int(dim)});
+}
+
+// ---- comparison helpers: computed on the CPU with plain loops, so they work with no plugin loaded.
+
+namespace {
+// The elements of `t` in row-major order, as doubles.
+std::vector<double> host_values(const Tensor& t, const char* who) {
+  TESSERA_CHECK(t.defined(), who, ": undefined tensor");
+  const Storage& s = t.storage();
+  TESSERA_CHECK(!s || s->usable(), who,
+                ": the tensor's storage is unusable because a copy into it failed part-way");
+  int64_t n = t.numel();
+  std::vector<double> out;
+  out.reserve(size_t(n));
+  if (n == 0) return out;
+  size_t isz = t.itemsize();
+  int64_t span = 1;  // elements from the first to the last reachable one
+  for (int64_t d = 0; d < t.dim(); ++d) span += (t.sizes()[size_t(d)] - 1) * t.strides()[size_t(d)];
+  std::vector<char> staging;
+  const char* base;
+  if (t.is_cpu()) {
+    base = static_cast<const char*>(s->data()) + t.storage_offset() * int64_t(isz);
+  } else {
+    const BackendDevice& b = backend_device(t.device().type());
+    staging.resize(size_t(span) * isz);
+    throw_status(
+        b.iface->memory_copy_to_host(b.self, t.device().index() < 0 ? 0 : t.device().index(), staging.data(),
+                                     s->data(), uint64_t(t.storage_offset()) * isz, staging.size(), nullptr),
+        std::string(who) + ": copying from " + t.device().str());
+    base = staging.data();
+  }
+  std::vector<int64_t> idx(size_t(t.dim()), 0);
+  visit_dtype(t.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    for (int64_t i = 0; i < n; ++i) {
+      int64_t off = 0;
+      for (size_t d = 0; d < idx.size(); ++d) off += idx[d] * t.strides()[d];
+      const char* p = base + off * int64_t(isz);
+      if constexpr (std::is_same_v<T, bool>) {
+        out.push_back(*reinterpret_cast<const uint8_t*>(p) ? 1.0 : 0.0);
+      } else {
+        T v;
+        std::memcpy(&v, p, sizeof(T));
+        if constexpr (std::is_integral_v<T>)
+          out.push_back(double(v));
+        else if constexpr (std::is_same_v<T, double>)
+          out.push_back(v);
+        else
+          out.push_back(double(static_cast<float>(v)));
+      }
+      for (int64_t d = int64_t(idx.size()) - 1; d >= 0; --d) {
+        if (++idx[size_t(d)] < t.sizes()[size_t(d)]) break;
+        idx[size_t(d)] = 0;
+      }
+    }
+  });
+  return out;
+}
+}  // namespace
+
+bool allclose(const Tensor& a, const Tensor& b, double rtol, double atol) {
+  TESSERA_CHECK(a.sizes() == b.sizes(), "allclose: shapes ", a.sizes(), " and ", b.sizes(), " differ");
+  std::vector<double> x = host_values(a, "allclose"), y = host_values(b, "allclose");
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (x[i] == y[i]) continue;
+    if (!(std::abs(x[i] - y[i]) <= atol + rtol * std::abs(y[i]))) return false;
+  }
+  return true;
+}
+
+bool equal(const Tensor& a, const Tensor& b) {
+  if (!(a.sizes() == b.sizes())) return false;
+  std::vector<double> x = host_values(a, "equal"), y = host_values(b, "equal");
+  return x == y;
+}
+
+}  // namespace tessera

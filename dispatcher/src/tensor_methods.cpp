@@ -1,0 +1,219 @@
+// The computing methods of Tensor (tensor.h) and the free operators: thin layers over ops.h and the
+// unboxed call, plus cross-device copies (Note [Cross-device copies]).
+#include <cstring>
+#include <vector>
+
+#include "op_registry.h"
+#include "shape_rules.h"
+#include "tessera/dispatcher.h"
+#include "tessera/ops.h"
+
+namespace tessera {
+
+Tensor wrapped_scalar(const Scalar& s, const Tensor& like);  // ops.cpp
+
+namespace {
+
+OperatorEntry& op_named(const char* name) { return Dispatcher::instance().op(name); }
+#define TESSERA_OP(var, name) static OperatorEntry& var = op_named(name)
+
+void check_defined(const Tensor& t, const char* what) {
+  TESSERA_CHECK(t.defined(), what, ": the tensor is undefined (default-constructed)");
+}
+
+int32_t index_of(Device d) { return d.index() < 0 ? 0 : d.index(); }
+
+// Note [Cross-device copies]
+// Bytes move only through the device interfaces (Note [Device memory] in plugin_abi.h): host ->
+// device with memory_copy_from_host, device -> host with memory_copy_to_host, between two devices
+// of one plugin with memory_copy_device, between plugins through a host buffer. The source is made
+// contiguous on its own device first; dtype conversion and destination strides are then handled
+// by a same-device copy_ kernel. If a transfer fails part-way, the destination storage is marked
+// unusable (Note [Unusable storage]) so that nobody reads half-written data.
+void transfer_bytes(const Tensor& dst, const Tensor& src) {
+  uint64_t nbytes = uint64_t(src.nbytes());
+  if (nbytes == 0) return;
+  TESSERA_INTERNAL_ASSERT(dst.nbytes() == src.nbytes() && dst.is_contiguous() && src.is_contiguous());
+  Device sd = src.device(), dd = dst.device();
+  void* dst_handle = dst.storage()->data();
+  const void* src_handle = src.storage()->data();
+  uint64_t dst_off = uint64_t(dst.storage_offset()) * dst.itemsize();
+  uint64_t src_off = uint64_t(src.storage_offset()) * src.itemsize();
+  std::string what =
+      "copy_: copying " + std::to_string(nbytes) + " bytes from " + sd.str() + " to " + dd.str();
+  tessera_status_t status = nullptr;
+  try {
+    if (sd.is_cpu() && dd.is_cpu()) {
+      std::memcpy(static_cast<char*>(dst_handle) + dst_off, static_cast<const char*>(src_handle) + src_off,
+                  nbytes);
+    } else if (sd.is_cpu()) {
+      const BackendDevice& b = backend_device(dd.type());
+      status =
+          b.iface->memory_copy_from_host(b.self, index_of(dd), dst_handle, dst_off,
+                                         static_cast<const char*>(src_handle) + src_off, nbytes, nullptr);
+    } else if (dd.is_cpu()) {
+      const BackendDevice& b = backend_device(sd.type());
+      status = b.iface->memory_copy_to_host(b.self, index_of(sd), static_cast<char*>(dst_handle) + dst_off,
+                                            src_handle, src_off, nbytes, nullptr);
+    } else {
+      const BackendDevice& bs = backend_device(sd.type());
+      const BackendDevice& bd = backend_device(dd.type());
+      if (bs.iface == bd.iface && bs.self == bd.self && bs.iface->memory_copy_device) {
+        status = bs.iface->memory_copy_device(bs.self, index_of(dd), dst_handle, dst_off, index_of(sd),
+                                              src_handle, src_off, nbytes, nullptr);
+      } else {
+        std::vector<char> staging(nbytes);
+        status = bs.iface->memory_copy_to_host(bs.self, index_of(sd), staging.data(), src_handle, src_off,
+                                               nbytes, nullptr);
+        if (!status)
+          status = bd.iface->memory_copy_from_host(bd.self, index_of(dd), dst_handle, dst_off, staging.data(),
+                                                   nbytes, nullptr);
+      }
+    }
+  } catch (...) {
+    dst.storage()->mark_unusable();
+    throw;
+  }
+  if (status) {
+    dst.storage()->mark_unusable();
+    throw_status(status, what + " failed; the destination tensor is now unusable (Note [Unusable storage])");
+  }
+}
+
+}  // namespace
+
+// ---- conversions and copies
+
+Tensor Tensor::to(Device device) const {
+  check_defined(*this, "to");
+  if (same_device(this->device(), device)) return *this;
+  Tensor out = make_tensor(sizes(), dtype(), device);
+  out.copy_(*this);
+  return out;
+}
+
+Tensor Tensor::to(DType dtype) const {
+  check_defined(*this, "to");
+  if (dtype == this->dtype()) return *this;
+  TESSERA_OP(op, "_to_copy");
+  const TensorImpl* ts[] = {impl()};
+  tessera_value_t attrs[] = {value_dtype(dtype)};
+  return call_unboxed_one(op, CallFrame{ts, 1, attrs, 1, nullptr});
+}
+
+Tensor Tensor::to(Device device, DType dtype) const {
+  check_defined(*this, "to");
+  if (same_device(this->device(), device)) return to(dtype);
+  if (dtype == this->dtype()) return to(device);
+  // Convert where it is cheaper to move fewer bytes.
+  if (itemsize() > tessera::itemsize(dtype)) return to(dtype).to(device);
+  return to(device).to(dtype);
+}
+
+Tensor Tensor::contiguous() const {
+  check_defined(*this, "contiguous");
+  if (is_contiguous()) return *this;
+  TESSERA_OP(op, "contiguous");
+  const TensorImpl* ts[] = {impl()};
+  return call_unboxed_one(op, CallFrame{ts, 1, nullptr, 0, nullptr});
+}
+
+Tensor Tensor::clone() const {
+  check_defined(*this, "clone");
+  TESSERA_OP(op, "clone");
+  const TensorImpl* ts[] = {impl()};
+  return call_unboxed_one(op, CallFrame{ts, 1, nullptr, 0, nullptr});
+}
+
+Tensor& Tensor::fill_(const Scalar& value) {
+  check_defined(*this, "fill_");
+  TESSERA_OP(op, "fill_");
+  const TensorImpl* ts[] = {impl()};
+  tessera_value_t attrs[] = {value_scalar(value)};
+  call_unboxed_one(op, CallFrame{ts, 1, attrs, 1, nullptr});
+  return *this;
+}
+
+Tensor& Tensor::copy_(const Tensor& src) {
+  check_defined(*this, "copy_");
+  TESSERA_CHECK(src.defined(), "copy_: the source tensor is undefined");
+  TESSERA_OP(op, "copy_");
+  if (same_device(device(), src.device())) {
+    if (is_same(src)) return *this;
+    const TensorImpl* ts[] = {impl(), src.impl()};
+    tessera_value_t attrs[] = {value_bool(false)};
+    call_unboxed_one(op, CallFrame{ts, 2, attrs, 1, nullptr});
+    return *this;
+  }
+  shape::check_broadcast_to<int64_t>("copy_", src.sizes(), sizes());
+  if (device().type() == DeviceType::Meta) return *this;  // meta tensors hold no data
+  TESSERA_CHECK(src.device().type() != DeviceType::Meta,
+                "copy_: the source is a meta tensor, which holds no data; ",
+                "create the tensor on a real device to copy it to ", device().str());
+  TESSERA_CHECK(
+      !src.storage() || src.storage()->usable(),
+      "copy_: the source tensor's storage is unusable because an earlier copy into it failed part-way");
+  Tensor s = src.contiguous();  // on the source's device
+  bool direct = is_contiguous() && dtype() == s.dtype() && sizes() == s.sizes();
+  Tensor staging = direct ? *this : make_tensor(s.sizes(), s.dtype(), device());
+  transfer_bytes(staging, s);
+  if (!direct) copy_(staging);
+  return *this;
+}
+
+Tensor Tensor::reshape(IntArrayRef sizes) const {
+  check_defined(*this, "reshape");
+  std::vector<int64_t> shape = infer_size(sizes, numel());
+  if (is_contiguous() || view_strides(this->sizes(), strides(), shape)) return view(shape);
+  return contiguous().view(shape);
+}
+
+// ---- methods that forward to ops.h
+
+Tensor Tensor::sum() const { return tessera::sum(*this); }
+Tensor Tensor::sum(IntArrayRef dims, bool keepdim) const { return tessera::sum(*this, dims, keepdim); }
+Tensor Tensor::mean() const { return tessera::mean(*this); }
+Tensor Tensor::mean(IntArrayRef dims, bool keepdim) const { return tessera::mean(*this, dims, keepdim); }
+Tensor Tensor::matmul(const Tensor& other) const { return tessera::matmul(*this, other); }
+Tensor Tensor::relu() const { return tessera::relu(*this); }
+Tensor Tensor::neg() const { return tessera::neg(*this); }
+Tensor Tensor::exp() const { return tessera::exp(*this); }
+Tensor Tensor::abs() const { return tessera::abs(*this); }
+Tensor Tensor::softmax(int64_t dim) const { return tessera::softmax(*this, dim); }
+Tensor Tensor::operator-() const { return tessera::neg(*this); }
+
+Tensor& Tensor::add_(const Tensor& other, const Scalar& alpha) {
+  check_defined(*this, "add_");
+  TESSERA_CHECK(other.defined(), "add_: argument 'other' is an undefined tensor");
+  TESSERA_OP(op, "add_.Tensor");
+  const TensorImpl* ts[] = {impl(), other.impl()};
+  tessera_value_t attrs[] = {value_scalar(alpha)};
+  call_unboxed_one(op, CallFrame{ts, 2, attrs, 1, nullptr});
+  return *this;
+}
+
+Tensor& Tensor::mul_(const Tensor& other) {
+  check_defined(*this, "mul_");
+  TESSERA_CHECK(other.defined(), "mul_: argument 'other' is an undefined tensor");
+  TESSERA_OP(op, "mul_.Tensor");
+  const TensorImpl* ts[] = {impl(), other.impl()};
+  call_unboxed_one(op, CallFrame{ts, 2, nullptr, 0, nullptr});
+  return *this;
+}
+
+// ---- free operators
+
+Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
+Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }
+Tensor operator*(const Tensor& a, const Tensor& b) { return mul(a, b); }
+Tensor operator/(const Tensor& a, const Tensor& b) { return div(a, b); }
+Tensor operator+(const Tensor& a, const Scalar& b) { return add(a, wrapped_scalar(b, a)); }
+Tensor operator-(const Tensor& a, const Scalar& b) { return sub(a, wrapped_scalar(b, a)); }
+Tensor operator*(const Tensor& a, const Scalar& b) { return mul(a, wrapped_scalar(b, a)); }
+Tensor operator/(const Tensor& a, const Scalar& b) { return div(a, wrapped_scalar(b, a)); }
+Tensor operator+(const Scalar& a, const Tensor& b) { return add(wrapped_scalar(a, b), b); }
+Tensor operator-(const Scalar& a, const Tensor& b) { return sub(wrapped_scalar(a, b), b); }
+Tensor operator*(const Scalar& a, const Tensor& b) { return mul(wrapped_scalar(a, b), b); }
+Tensor operator/(const Scalar& a, const Tensor& b) { return div(wrapped_scalar(a, b), b); }
+
+}  // namespace tessera

@@ -1,0 +1,468 @@
+// scaled_dot_product_attention: a flash-attention kernel and the unfused math path.
+//
+// Note [Flash attention on the CPU]
+// The flash kernel never materialises the [L, S] score matrix. Work items are (batch*head, block
+// of kBlockQ queries). A thread packs the keys of the head it works on as f32 K^T [E, S] and the
+// values as f32 [S, Ev] (once per head it touches: items are handed out in order), loads its query
+// block in f32 pre-multiplied by the scale, and walks the keys in blocks of kBlockK: S = Q K^T for
+// the block (an f32 register-tiled GEMM from nn_isa.h), masks, then the online softmax update
+//   m' = max(m, rowmax(S)); P = exp(S - m'); l = l * exp(m - m') + rowsum(P); O = O * exp(m - m') + P V
+// and finally O / l. Extra memory per thread: the packed head, O(S * (E + Ev)) floats, linear in
+// the sequence length, plus O(kBlockQ * (E + Ev + kBlockK)) for the block buffers; never the
+// [L, S] matrix. Causal attention (top-left aligned: query i sees keys j <= i, PyTorch's
+// is_causal) stops each query block at its diagonal. Every dtype computes in f32 with f32
+// accumulation; f64 takes the double-precision reference loops.
+//
+// The math path (_sdpa_math, kept as the reference and for benchmarks) runs Q K^T as one batched
+// oneDNN matmul with the scale fused as an output scale into an f32 [B, L, S] buffer, masks and
+// softmaxes it in place, and multiplies by V with a second oneDNN matmul (P converted to bf16 first
+// for bf16 inputs, as PyTorch's math path does).
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "nn_common.h"
+#include "nn_ops.h"
+#include "onednn.h"
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+namespace tessera::cpu::nn {
+namespace {
+
+constexpr int64_t kBlockQ = 64;
+constexpr int64_t kBlockK = 256;
+constexpr int kMaxBatchDims = 8;
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+struct SdpaProblem {
+  int r = 0;  // batch rank
+  int64_t batch[kMaxBatchDims] = {};
+  int64_t total = 1;  // product of batch
+  int64_t l = 0, s = 0, e = 0, ev = 0;
+  // Element strides: batch strides (0 where broadcast) then the two inner dims.
+  int64_t qb[kMaxBatchDims] = {}, kb[kMaxBatchDims] = {}, vb[kMaxBatchDims] = {}, mb[kMaxBatchDims] = {},
+          ob[kMaxBatchDims] = {};
+  int64_t q_sl = 0, q_se = 0, k_ss = 0, k_se = 0, v_ss = 0, v_se = 0, o_sl = 0, o_se = 0, m_sl = 0, m_ss = 0;
+  const char* q = nullptr;
+  const char* k = nullptr;
+  const char* v = nullptr;
+  const char* mask = nullptr;
+  char* o = nullptr;
+  int32_t dt = 0, o_dt = 0, mask_dt = -1;
+  bool causal = false;
+  float scale = 1.f;
+  double scale_d = 1.0;
+
+  void offsets(int64_t bi, int64_t* oq, int64_t* ok, int64_t* ov, int64_t* om, int64_t* oo) const {
+    *oq = *ok = *ov = *om = *oo = 0;
+    for (int d = r - 1; d >= 0; --d) {
+      const int64_t idx = bi % batch[d];
+      bi /= batch[d];
+      *oq += idx * qb[d];
+      *ok += idx * kb[d];
+      *ov += idx * vb[d];
+      *om += idx * mb[d];
+      *oo += idx * ob[d];
+    }
+  }
+};
+
+const char* base_of(const tessera_tensor_t* t) { return static_cast<const char*>(t->data) + t->byte_offset; }
+
+// Batch strides of `t` (rank >= 2) right-aligned against the output batch dims; 0 where broadcast.
+void batch_strides(const char* what, const tessera_tensor_t* t, int r, const int64_t* batch, int64_t* out,
+                   const tessera_tensor_t* q) {
+  const int tb = t->ndim - 2;
+  if (tb > r)
+    fail(std::string("scaled_dot_product_attention: ") + what + " " + shape_str(t) + " has more batch dims than the query " +
+         shape_str(q));
+  for (int d = 0; d < r; ++d) {
+    const int td = d - (r - tb);
+    if (td < 0) {
+      out[d] = 0;
+      continue;
+    }
+    const int64_t sz = t->sizes[td];
+    if (sz != batch[d] && sz != 1)
+      fail(std::string("scaled_dot_product_attention: ") + what + " " + shape_str(t) +
+           " does not broadcast against the query " + shape_str(q) + " at batch dim " + std::to_string(d));
+    out[d] = sz == 1 ? 0 : t->strides[td];
+  }
+}
+
+SdpaProblem make_problem(const KernelCall& call) {
+  const tessera_tensor_t* q = call.input(0).raw();
+  const tessera_tensor_t* k = call.input(1).raw();
+  const tessera_tensor_t* v = call.input(2).raw();
+  const tessera_tensor_t* mask = call.num_inputs() > 3 ? call.input(3).raw() : nullptr;
+  const tessera_tensor_t* o = call.output(0).raw();
+  const std::string op = "scaled_dot_product_attention";
+  for (const tessera_tensor_t* t : {q, k, v}) {
+    if (t->ndim < 2) fail(op + ": query, key and value need at least 2 dims [..., seq, features]; got " + shape_str(t));
+    if (!dtype_is_floating(t->dtype))
+      fail(op + ": got dtype " + std::string(dtype_name(t->dtype)) + "; expected a floating dtype (f16, bf16, f32, f64)");
+    if (t->dtype != q->dtype)
+      fail(op + ": query has dtype " + std::string(dtype_name(q->dtype)) + " but key/value has " + dtype_name(t->dtype) +
+           "; expected one dtype");
+  }
+  SdpaProblem p;
+  p.r = o->ndim - 2;
+  if (p.r < 0 || p.r > kMaxBatchDims) fail(op + ": output has shape " + shape_str(o) + "; expected 2 to 10 dims");
+  for (int d = 0; d < p.r; ++d) {
+    p.batch[d] = o->sizes[d];
+    p.total *= p.batch[d];
+  }
+  p.l = q->sizes[q->ndim - 2];
+  p.e = q->sizes[q->ndim - 1];
+  p.s = k->sizes[k->ndim - 2];
+  p.ev = v->sizes[v->ndim - 1];
+  if (k->sizes[k->ndim - 1] != p.e)
+    fail(op + ": key " + shape_str(k) + " has " + std::to_string(k->sizes[k->ndim - 1]) + " features but the query " +
+         shape_str(q) + " has " + std::to_string(p.e) + "; expected equal embedding dims");
+  if (v->sizes[v->ndim - 2] != p.s)
+    fail(op + ": value " + shape_str(v) + " has sequence length " + std::to_string(v->sizes[v->ndim - 2]) +
+         " but the key " + shape_str(k) + " has " + std::to_string(p.s) + "; expected equal");
+  if (o->sizes[p.r] != p.l || o->sizes[p.r + 1] != p.ev)
+    fail(op + ": output " + shape_str(o) + " does not match [..., " + std::to_string(p.l) + ", " + std::to_string(p.ev) + "]");
+  batch_strides("query", q, p.r, p.batch, p.qb, q);
+  batch_strides("key", k, p.r, p.batch, p.kb, q);
+  batch_strides("value", v, p.r, p.batch, p.vb, q);
+  for (int d = 0; d < p.r; ++d) p.ob[d] = o->strides[d];
+  p.q_sl = q->strides[q->ndim - 2], p.q_se = q->strides[q->ndim - 1];
+  p.k_ss = k->strides[k->ndim - 2], p.k_se = k->strides[k->ndim - 1];
+  p.v_ss = v->strides[v->ndim - 2], p.v_se = v->strides[v->ndim - 1];
+  p.o_sl = o->strides[p.r], p.o_se = o->strides[p.r + 1];
+  p.q = base_of(q), p.k = base_of(k), p.v = base_of(v);
+  p.o = static_cast<char*>(o->data) + o->byte_offset;
+  p.dt = q->dtype;
+  p.o_dt = o->dtype;
+  // Attributes: is_causal then scale (a dropout_p before them, if the schema has one, must be 0).
+  int ai = 0;
+  if (call.num_attrs() > 2 && call.attr(0).kind == TESSERA_VALUE_DOUBLE) {
+    if (call.attr_double(0) != 0.0)
+      fail_unimplemented(op + ": dropout_p=" + std::to_string(call.attr_double(0)) + " is not implemented on the CPU; pass 0");
+    ai = 1;
+  }
+  p.causal = call.num_attrs() > ai && call.attr_bool(ai);
+  p.scale_d = call.num_attrs() > ai + 1 && !call.attr_is_none(ai + 1) ? call.attr_double(ai + 1) : 1.0 / std::sqrt(double(p.e));
+  p.scale = float(p.scale_d);
+  if (mask) {
+    if (p.causal)
+      fail(op + ": both attn_mask and is_causal=True were given; expected one of them (fold the causal mask into attn_mask)");
+    if (mask->dtype != TESSERA_DTYPE_BOOL && !dtype_is_floating(mask->dtype))
+      fail(op + ": attn_mask has dtype " + std::string(dtype_name(mask->dtype)) + "; expected bool (true = attend) or floating (added)");
+    int64_t full[kMaxBatchDims + 2];
+    for (int d = 0; d < p.r; ++d) full[d] = p.batch[d];
+    full[p.r] = p.l;
+    full[p.r + 1] = p.s;
+    for (int d = 0; d < mask->ndim; ++d) {
+      const int od = p.r + 2 - mask->ndim + d;
+      if (od < 0 || (mask->sizes[d] != 1 && mask->sizes[d] != full[od]))
+        fail(op + ": attn_mask " + shape_str(mask) + " does not broadcast to [..., L=" + std::to_string(p.l) +
+             ", S=" + std::to_string(p.s) + "] of the attention weights");
+    }
+    int64_t st[kMaxBatchDims + 2];
+    broadcast_strides(mask, p.r + 2, full, st);
+    for (int d = 0; d < p.r; ++d) p.mb[d] = st[d];
+    p.m_sl = st[p.r], p.m_ss = st[p.r + 1];
+    p.mask = base_of(mask);
+    p.mask_dt = mask->dtype;
+  }
+  return p;
+}
+
+// Applies the causal / explicit mask to one row of scores (f32) for query i over keys [j0, j0+n).
+void mask_row(const SdpaProblem& p, int64_t om, int64_t i, int64_t j0, int64_t n, float* row) {
+  if (p.causal) {
+    for (int64_t jj = std::max<int64_t>(0, i + 1 - j0); jj < n; ++jj) row[jj] = kNegInf;
+    return;
+  }
+  if (!p.mask) return;
+  const int64_t base = om + i * p.m_sl + j0 * p.m_ss;
+  switch (p.mask_dt) {
+    case TESSERA_DTYPE_BOOL: {
+      const uint8_t* m = reinterpret_cast<const uint8_t*>(p.mask) + base;
+      for (int64_t jj = 0; jj < n; ++jj)
+        if (!m[jj * p.m_ss]) row[jj] = kNegInf;
+      return;
+    }
+    case TESSERA_DTYPE_FLOAT32: {
+      const float* m = reinterpret_cast<const float*>(p.mask) + base;
+      for (int64_t jj = 0; jj < n; ++jj) row[jj] += m[jj * p.m_ss];
+      return;
+    }
+    default: {
+      float tmp[kBlockK];
+      for (int64_t j = 0; j < n; j += kBlockK) {
+        const int64_t c = std::min(kBlockK, n - j);
+        load_f32(p.mask + (base + j * p.m_ss) * int64_t(sdk::dtype_size(p.mask_dt)), p.mask_dt, c, p.m_ss, tmp);
+        for (int64_t jj = 0; jj < c; ++jj) row[j + jj] += tmp[jj];
+      }
+    }
+  }
+}
+
+// ---- flash
+// Per-thread state: the packed K^T [E, S] and V [S, Ev] (f32) of the batch*head it last worked on,
+// and the per-block buffers. Tasks are handed out in (batch*head, query block) order, so a thread
+// packs each head it touches about once (Note [Flash attention on the CPU]).
+struct FlashThread {
+  float* kt = nullptr;     // [E][ld]
+  float* vfull = nullptr;  // [S][Ev]
+  float* qbuf = nullptr;   // [kBlockQ][E]
+  float* sbuf = nullptr;   // [kBlockQ][kBlockK]
+  float* obuf = nullptr;   // [kBlockQ][Ev]
+  float* mrow = nullptr;
+  float* lrow = nullptr;
+  int64_t packed = -1;     // batch*head index held in kt / vfull
+};
+
+void flash_attention(const SdpaProblem& p) {
+  const NnIsaTable& isa = nn_isa();
+  const int64_t nqb = (p.l + kBlockQ - 1) / kBlockQ;
+  const int64_t tasks = p.total * nqb;
+  const int64_t isz = int64_t(sdk::dtype_size(p.dt)), osz = int64_t(sdk::dtype_size(p.o_dt));
+  const int64_t e = p.e, ev = p.ev;
+  const int64_t ld = (p.s + 15) / 16 * 16;
+  const int64_t per_thread = e * ld + p.s * ev + kBlockQ * e + kBlockQ * kBlockK + kBlockQ * ev + 2 * kBlockQ + 64;
+  const int threads = in_parallel_region() ? 1 : int(std::max<int64_t>(1, std::min<int64_t>(max_threads(), tasks)));
+  Buffer<float> workspace(per_thread * threads);
+  auto thread_state = [&](int t) {
+    FlashThread st;
+    float* w = workspace.get() + int64_t(t) * per_thread;
+    st.kt = w;
+    st.vfull = st.kt + e * ld;
+    st.qbuf = st.vfull + p.s * ev;
+    st.sbuf = st.qbuf + kBlockQ * e;
+    st.obuf = st.sbuf + kBlockQ * kBlockK;
+    st.mrow = st.obuf + kBlockQ * ev;
+    st.lrow = st.mrow + kBlockQ;
+    return st;
+  };
+  auto pack = [&](FlashThread& st, int64_t ok, int64_t ov, int64_t kend) {
+    float krow[256];
+    for (int64_t j = 0; j < kend; ++j) {
+      const char* kr = p.k + (ok + j * p.k_ss) * isz;
+      for (int64_t c = 0; c < e; c += 256) {
+        const int64_t w = std::min<int64_t>(256, e - c);
+        load_f32(kr + c * p.k_se * isz, p.dt, w, p.k_se, krow);
+        for (int64_t x = 0; x < w; ++x) st.kt[(c + x) * ld + j] = krow[x];
+      }
+      load_f32(p.v + (ov + j * p.v_ss) * isz, p.dt, ev, p.v_se, st.vfull + j * ev);
+    }
+  };
+  auto run_task = [&](int64_t task, FlashThread& st) {
+    const int64_t bi = task / nqb, i0 = (task % nqb) * kBlockQ;
+    const int64_t mq = std::min(kBlockQ, p.l - i0);
+    int64_t oq, ok, ov, om, oo;
+    p.offsets(bi, &oq, &ok, &ov, &om, &oo);
+    if (st.packed != bi) {
+      // Causal work items need keys up to their diagonal only; pack the whole head anyway, later
+      // query blocks of the same head reuse it.
+      pack(st, ok, ov, p.s);
+      st.packed = bi;
+    }
+    for (int64_t ii = 0; ii < mq; ++ii) {
+      load_f32(p.q + (oq + (i0 + ii) * p.q_sl) * isz, p.dt, e, p.q_se, st.qbuf + ii * e);
+      isa.scale_row(st.qbuf + ii * e, e, p.scale);
+      st.mrow[ii] = kNegInf;
+      st.lrow[ii] = 0.f;
+    }
+    std::memset(st.obuf, 0, size_t(mq * ev) * sizeof(float));
+    const int64_t kend = p.causal ? std::min(p.s, i0 + mq) : p.s;
+    for (int64_t j0 = 0; j0 < kend; j0 += kBlockK) {
+      const int64_t nk = std::min(kBlockK, kend - j0);
+      isa.gemm_f32(mq, nk, e, st.qbuf, e, st.kt + j0, ld, st.sbuf, kBlockK, 0);
+      for (int64_t ii = 0; ii < mq; ++ii) {
+        float* srow = st.sbuf + ii * kBlockK;
+        mask_row(p, om, i0 + ii, j0, nk, srow);
+        const float mnew = std::max(st.mrow[ii], isa.row_max(srow, nk));
+        if (mnew == kNegInf) {  // every key so far is masked out for this row
+          std::memset(srow, 0, size_t(nk) * sizeof(float));
+          continue;
+        }
+        const float alpha = std::exp(st.mrow[ii] - mnew);
+        const float sum = isa.exp_sub_sum(srow, nk, mnew);
+        st.lrow[ii] = st.lrow[ii] * alpha + sum;
+        if (alpha != 1.f) isa.scale_row(st.obuf + ii * ev, ev, alpha);
+        st.mrow[ii] = mnew;
+      }
+      isa.gemm_f32(mq, ev, nk, st.sbuf, kBlockK, st.vfull + j0 * ev, ev, st.obuf, ev, 1);
+    }
+    for (int64_t ii = 0; ii < mq; ++ii) {
+      // A fully masked row has l == 0: NaN, as softmax over all -inf in the math path.
+      const float inv = st.lrow[ii] > 0.f ? 1.f / st.lrow[ii] : std::numeric_limits<float>::quiet_NaN();
+      isa.scale_row(st.obuf + ii * ev, ev, inv);
+      store_f32(st.obuf + ii * ev, p.o + (oo + (i0 + ii) * p.o_sl) * osz, p.o_dt, ev, p.o_se);
+    }
+  };
+  if (threads <= 1) {
+    FlashThread st = thread_state(0);
+    for (int64_t t = 0; t < tasks; ++t) run_task(t, st);
+    return;
+  }
+#ifdef _OPENMP
+  // Contiguous chunks of query blocks per thread keep the packed head hot; small chunks of the
+  // dynamic schedule balance causal work (late query blocks cost more than early ones).
+  const int64_t chunk = std::max<int64_t>(1, std::min<int64_t>(nqb, tasks / (int64_t(threads) * 4)));
+#pragma omp parallel num_threads(threads)
+  {
+    FlashThread st = thread_state(omp_get_thread_num());
+#pragma omp for schedule(dynamic, chunk)
+    for (int64_t t = 0; t < tasks; ++t) run_task(t, st);
+  }
+#endif
+}
+
+// ---- f64 reference (also the f64 path of both ops): plain loops in double, one row at a time.
+void attention_f64(const SdpaProblem& p) {
+  parallel_for(0, p.total * p.l, 4, [&](int64_t b, int64_t e) {
+    std::vector<double> sc(size_t(p.s)), acc(size_t(p.ev));
+    for (int64_t x = b; x < e; ++x) {
+      const int64_t bi = x / p.l, i = x % p.l;
+      int64_t oq, ok, ov, om, oo;
+      p.offsets(bi, &oq, &ok, &ov, &om, &oo);
+      const double* q = reinterpret_cast<const double*>(p.q) + oq + i * p.q_sl;
+      double mx = -std::numeric_limits<double>::infinity();
+      for (int64_t j = 0; j < p.s; ++j) {
+        const double* k = reinterpret_cast<const double*>(p.k) + ok + j * p.k_ss;
+        double d = 0;
+        for (int64_t c = 0; c < p.e; ++c) d += q[c * p.q_se] * k[c * p.k_se];
+        d *= p.scale_d;
+        if (p.causal && j > i) d = -std::numeric_limits<double>::infinity();
+        if (p.mask) {
+          const int64_t mo = om + i * p.m_sl + j * p.m_ss;
+          if (p.mask_dt == TESSERA_DTYPE_BOOL) {
+            if (!reinterpret_cast<const uint8_t*>(p.mask)[mo]) d = -std::numeric_limits<double>::infinity();
+          } else if (p.mask_dt == TESSERA_DTYPE_FLOAT64) {
+            d += reinterpret_cast<const double*>(p.mask)[mo];
+          } else {
+            float f;
+            load_f32(p.mask + mo * int64_t(sdk::dtype_size(p.mask_dt)), p.mask_dt, 1, 1, &f);
+            d += f;
+          }
+        }
+        sc[size_t(j)] = d;
+        mx = std::max(mx, d);
+      }
+      double sum = 0;
+      for (int64_t j = 0; j < p.s; ++j) sum += (sc[size_t(j)] = std::exp(sc[size_t(j)] - mx));
+      std::fill(acc.begin(), acc.end(), 0.0);
+      for (int64_t j = 0; j < p.s; ++j) {
+        const double* v = reinterpret_cast<const double*>(p.v) + ov + j * p.v_ss;
+        for (int64_t c = 0; c < p.ev; ++c) acc[size_t(c)] += sc[size_t(j)] * v[c * p.v_se];
+      }
+      double* o = reinterpret_cast<double*>(p.o) + oo + i * p.o_sl;
+      for (int64_t c = 0; c < p.ev; ++c) o[c * p.o_se] = acc[size_t(c)] / sum;
+    }
+  });
+}
+
+// ---- math path
+MatOperand operand(const SdpaProblem& p, const int64_t* bstrides, int64_t rows, int64_t cols, int64_t srow,
+                   int64_t scol, const void* ptr, int32_t dt) {
+  MatOperand m;
+  m.nd = p.r + 2;
+  int64_t outer = 1;
+  for (int d = 0; d < p.r; ++d) {
+    m.dims[d] = bstrides[d] == 0 ? 1 : p.batch[d];
+    m.strides[d] = bstrides[d];
+  }
+  m.dims[p.r] = rows, m.dims[p.r + 1] = cols;
+  m.strides[p.r] = srow, m.strides[p.r + 1] = scol;
+  for (int i = 0; i < m.nd; ++i)
+    if (m.dims[i] != 1) outer = std::max(outer, m.dims[i] * m.strides[i]);
+  for (int i = 0; i < m.nd; ++i)
+    if (m.dims[i] == 1) m.strides[i] = outer;
+  m.ptr = const_cast<void*>(ptr);
+  m.dt = dt == TESSERA_DTYPE_BFLOAT16 ? dnnl::memory::data_type::bf16 : dnnl::memory::data_type::f32;
+  return m;
+}
+
+void math_attention(const SdpaProblem& p) {
+  const NnIsaTable& isa = nn_isa();
+  const int64_t rows = p.total * p.l;
+  Buffer<float> scores(rows * p.s);
+  // Scores [batch..., L, S] contiguous f32 = scale * Q @ K^T.
+  int64_t sstr[kMaxBatchDims];
+  {
+    int64_t st = p.l * p.s;
+    for (int d = p.r - 1; d >= 0; --d) {
+      sstr[d] = p.batch[d] == 1 ? 0 : st;
+      st *= p.batch[d];
+    }
+  }
+  MatOperand a = operand(p, p.qb, p.l, p.e, p.q_sl, p.q_se, p.q, p.dt);
+  MatOperand b = operand(p, p.kb, p.e, p.s, p.k_se, p.k_ss, p.k, p.dt);
+  MatOperand c = operand(p, sstr, p.l, p.s, p.s, 1, scores.get(), TESSERA_DTYPE_FLOAT32);
+  for (int d = 0; d < p.r; ++d) c.dims[d] = p.batch[d];
+  onednn_matmul(a, b, c, nullptr, p.scale);
+  parallel_for(0, rows, std::max<int64_t>(1, 8192 / std::max<int64_t>(1, p.s)), [&](int64_t beg, int64_t end) {
+    for (int64_t x = beg; x < end; ++x) {
+      const int64_t bi = x / p.l, i = x % p.l;
+      int64_t oq, ok, ov, om, oo;
+      p.offsets(bi, &oq, &ok, &ov, &om, &oo);
+      float* row = scores.get() + x * p.s;
+      mask_row(p, om, i, 0, p.s, row);
+      isa.softmax_row(row, row, p.s);
+    }
+  });
+  MatOperand pm = operand(p, sstr, p.l, p.s, p.s, 1, scores.get(), TESSERA_DTYPE_FLOAT32);
+  for (int d = 0; d < p.r; ++d) pm.dims[d] = p.batch[d];
+  Buffer<uint16_t> p16;
+  if (p.dt == TESSERA_DTYPE_BFLOAT16) {
+    p16.reset(rows * p.s);
+    parallel_for(0, rows, 16, [&](int64_t beg, int64_t end) {
+      isa.f32_to_bf16(scores.get() + beg * p.s, p16.get() + beg * p.s, (end - beg) * p.s);
+    });
+    pm.ptr = p16.get();
+    pm.dt = dnnl::memory::data_type::bf16;
+  }
+  MatOperand vm = operand(p, p.vb, p.s, p.ev, p.v_ss, p.v_se, p.v, p.dt);
+  MatOperand om = operand(p, p.ob, p.l, p.ev, p.o_sl, p.o_se, p.o, p.o_dt);
+  for (int d = 0; d < p.r; ++d) om.dims[d] = p.batch[d];
+  onednn_matmul(pm, vm, om, nullptr);
+}
+
+bool all_empty(const SdpaProblem& p) { return p.total == 0 || p.l == 0 || p.ev == 0; }
+
+void fill_nan_or_zero(const SdpaProblem& p) {
+  // S == 0: softmax over nothing; PyTorch returns NaN for the math path.
+  std::vector<float> row(size_t(p.ev), std::numeric_limits<float>::quiet_NaN());
+  const int64_t osz = int64_t(sdk::dtype_size(p.o_dt));
+  for (int64_t x = 0; x < p.total * p.l; ++x) {
+    int64_t oq, ok, ov, om, oo;
+    p.offsets(x / p.l, &oq, &ok, &ov, &om, &oo);
+    store_f32(row.data(), p.o + (oo + (x % p.l) * p.o_sl) * osz, p.o_dt, p.ev, p.o_se);
+  }
+}
+
+}  // namespace
+
+void sdpa_flash_kernel(const KernelCall& call) {
+  const SdpaProblem p = make_problem(call);
+  if (all_empty(p)) return;
+  if (p.s == 0) return fill_nan_or_zero(p);
+  if (p.dt == TESSERA_DTYPE_FLOAT64 && p.o_dt == TESSERA_DTYPE_FLOAT64) return attention_f64(p);
+  flash_attention(p);
+}
+
+void sdpa_math_kernel(const KernelCall& call) {
+  const int32_t dt = call.input(0).dtype();
+  if (dt == TESSERA_DTYPE_FLOAT16) return run_via_f32(call, &sdpa_math_kernel);
+  const SdpaProblem p = make_problem(call);
+  if (all_empty(p)) return;
+  if (p.s == 0) return fill_nan_or_zero(p);
+  if (p.dt == TESSERA_DTYPE_FLOAT64 && p.o_dt == TESSERA_DTYPE_FLOAT64) return attention_f64(p);
+  math_attention(p);
+}
+
+void sdpa_kernel(const KernelCall& call) {
+  if (sdpa_forced_path() == "math") return sdpa_math_kernel(call);
+  sdpa_flash_kernel(call);
+}
+
+}  // namespace tessera::cpu::nn

@@ -1,0 +1,572 @@
+// matmul, linear and conv2d on oneDNN 2.6 (v2 API: op descriptor, then primitive_desc(desc, attr,
+// engine)). f32 and bf16 run natively; f16 runs through f32 (run_via_f32); f64 runs naive loops
+// in double.
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+#include "nn_common.h"
+#include "nn_ops.h"
+#include "onednn.h"
+
+namespace tessera::cpu::nn {
+
+using dnnl::memory;
+
+dnnl::engine& cpu_engine() {
+  static dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  return engine;
+}
+
+namespace {
+
+// Note [Primitive cache]
+// Creating a oneDNN primitive (descriptor, implementation search, JIT) costs from tens of
+// microseconds to milliseconds; executing one on a small problem costs a few. Primitives are kept
+// in a map keyed by the bytes of everything that defines them (kind, dims, strides, dtypes,
+// attributes). Look-up holds a mutex for the find only; creation runs outside it, and when two
+// threads create the same primitive the first insert wins. Primitives use a user scratchpad, so
+// one primitive may run on several threads at once, each with its own thread-local scratchpad.
+// The cache is cleared when it exceeds kMaxPrimitives (a workload of ever-changing shapes).
+struct CachedPrimitive {
+  dnnl::primitive prim;
+  memory::desc scratch;
+};
+
+class PrimitiveCache {
+ public:
+  static constexpr size_t kMaxPrimitives = 1024;
+  template <typename Make>
+  std::shared_ptr<const CachedPrimitive> get(const std::string& key, Make&& make) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = map_.find(key);
+      if (it != map_.end()) return it->second;
+    }
+    auto created = std::make_shared<const CachedPrimitive>(make());
+    std::lock_guard<std::mutex> lock(mu_);
+    if (map_.size() >= kMaxPrimitives) map_.clear();
+    return map_.emplace(key, std::move(created)).first->second;
+  }
+  int64_t size() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return int64_t(map_.size());
+  }
+
+ private:
+  std::mutex mu_;
+  std::unordered_map<std::string, std::shared_ptr<const CachedPrimitive>> map_;
+};
+
+PrimitiveCache& cache() {
+  static PrimitiveCache c;
+  return c;
+}
+
+void key_append(std::string& key, const void* p, size_t n) { key.append(static_cast<const char*>(p), n); }
+void key_append(std::string& key, const MatOperand& op) {
+  key_append(key, &op.nd, sizeof(op.nd));
+  key_append(key, op.dims, size_t(op.nd) * 8);
+  key_append(key, op.strides, size_t(op.nd) * 8);
+  const int dt = int(op.dt);
+  key_append(key, &dt, sizeof(dt));
+}
+
+memory::desc md_of(const MatOperand& op) {
+  return memory::desc(memory::dims(op.dims, op.dims + op.nd), op.dt, memory::dims(op.strides, op.strides + op.nd));
+}
+
+// Thread-local scratchpad, grown on demand and kept (no page faults on the hot path).
+void* scratchpad(size_t bytes) {
+  thread_local Buffer<char> buf;
+  thread_local size_t capacity = 0;
+  if (bytes > capacity) {
+    buf.reset(int64_t(bytes));
+    capacity = bytes;
+  }
+  return buf.get();
+}
+
+dnnl::stream& thread_stream() {
+  thread_local dnnl::stream s(cpu_engine());
+  return s;
+}
+
+void execute(const CachedPrimitive& p, std::unordered_map<int, memory>& args) {
+  const size_t sbytes = p.scratch.get_size();
+  if (sbytes) args.emplace(DNNL_ARG_SCRATCHPAD, memory(p.scratch, cpu_engine(), scratchpad(sbytes)));
+  dnnl::stream& s = thread_stream();
+  p.prim.execute(s, args);
+  s.wait();
+}
+
+memory::data_type dnnl_dtype(int32_t dt) {
+  switch (dt) {
+    case TESSERA_DTYPE_FLOAT32: return memory::data_type::f32;
+    case TESSERA_DTYPE_BFLOAT16: return memory::data_type::bf16;
+    case TESSERA_DTYPE_FLOAT16: return memory::data_type::f16;
+    default: fail(std::string("cpu nn: no oneDNN type for dtype ") + dtype_name(dt));
+  }
+}
+
+// Strides of size-1 dims do not matter to the math but do to oneDNN's layout recognition: give
+// each the stride it would have if it were the outermost dim.
+void normalize_unit_strides(MatOperand& op) {
+  int64_t outer = 1;
+  for (int i = 0; i < op.nd; ++i)
+    if (op.dims[i] != 1) outer = std::max(outer, op.dims[i] * op.strides[i]);
+  for (int i = 0; i < op.nd; ++i)
+    if (op.dims[i] == 1) op.strides[i] = outer;
+}
+
+void* data_of(const tessera_tensor_t* t) { return static_cast<char*>(t->data) + t->byte_offset; }
+
+void fill_zero(const tessera_tensor_t* t) {
+  if (t->numel == 0) return;
+  if (TensorView(t).is_contiguous()) {
+    std::memset(data_of(t), 0, size_t(t->numel) * sdk::dtype_size(t->dtype));
+    return;
+  }
+  OwnedTensor z(t->sizes, t->ndim, t->dtype);
+  std::memset(const_cast<void*>(static_cast<const void*>(z.storage.data())), 0, z.storage.size());
+  copy_tensor(t, z.raw());
+}
+
+void check_float_operands(const KernelCall& call, int n) {
+  const int32_t dt = call.input(0).dtype();
+  for (int i = 0; i < n; ++i) {
+    const TensorView t = call.input(i);
+    if (!t.defined()) continue;
+    if (!dtype_is_floating(t.dtype()))
+      fail(std::string(call.op_name()) + ": argument " + std::to_string(i) + " has dtype " + dtype_name(t.dtype()) +
+           "; expected a floating dtype (f16, bf16, f32, f64)");
+    if (t.dtype() != dt)
+      fail(std::string(call.op_name()) + ": argument " + std::to_string(i) + " has dtype " + dtype_name(t.dtype()) +
+           " but argument 0 has " + dtype_name(dt) + "; expected the same dtype (cast one with .to())");
+  }
+}
+
+// ---- matmul problem: PyTorch semantics reduced to batch x [M,K] @ [K,N]
+struct MatmulProblem {
+  int r = 0;  // batch rank
+  int64_t batch[10] = {};
+  int64_t m = 1, k = 1, n = 1;
+  MatOperand a, b, c;
+};
+
+// Fills the inner two dims and the (padded, broadcast) batch dims of one operand.
+void set_operand(MatOperand& op, const tessera_tensor_t* t, int r, const int64_t* batch, int64_t rows,
+                 int64_t cols, int64_t srow, int64_t scol, int tbatch) {
+  op.nd = r + 2;
+  for (int d = 0; d < r; ++d) {
+    const int td = d - (r - tbatch);
+    if (td < 0) {
+      op.dims[d] = 1;
+      op.strides[d] = 0;
+    } else {
+      op.dims[d] = t->sizes[td];
+      op.strides[d] = t->strides[td];
+      if (op.dims[d] != 1 && op.strides[d] == 0) op.dims[d] = 1;  // expanded dim: let oneDNN broadcast
+    }
+  }
+  (void)batch;
+  op.dims[r] = rows;
+  op.dims[r + 1] = cols;
+  op.strides[r] = srow;
+  op.strides[r + 1] = scol;
+  op.ptr = data_of(t);
+  normalize_unit_strides(op);
+}
+
+MatmulProblem matmul_problem(const KernelCall& call, const tessera_tensor_t* a, const tessera_tensor_t* b,
+                             const tessera_tensor_t* c) {
+  MatmulProblem p;
+  const int na = a->ndim, nb = b->ndim;
+  if (na == 0 || nb == 0)
+    fail("matmul: both arguments need at least 1 dim, got shapes " + shape_str(a) + " and " + shape_str(b));
+  const int64_t ka = na == 1 ? a->sizes[0] : a->sizes[na - 1];
+  const int64_t kb = nb == 1 ? b->sizes[0] : b->sizes[nb - 2];
+  if (ka != kb)
+    fail("matmul: shapes " + shape_str(a) + " and " + shape_str(b) + " cannot be multiplied (" + std::to_string(ka) +
+         " != " + std::to_string(kb) + "); expected the last dim of the first to equal the " +
+         (nb == 1 ? "only" : "second to last") + " dim of the second");
+  p.k = ka;
+  p.m = na == 1 ? 1 : a->sizes[na - 2];
+  p.n = nb == 1 ? 1 : b->sizes[nb - 1];
+  const int ba = std::max(0, na - 2), bb = std::max(0, nb - 2);
+  p.r = std::max(ba, bb);
+  if (p.r > 10) fail("matmul: more than 10 batch dims (shapes " + shape_str(a) + ", " + shape_str(b) + ")");
+  for (int d = 0; d < p.r; ++d) {
+    const int da = d - (p.r - ba), db = d - (p.r - bb);
+    const int64_t sa = da >= 0 ? a->sizes[da] : 1, sb = db >= 0 ? b->sizes[db] : 1;
+    if (sa != sb && sa != 1 && sb != 1)
+      fail("matmul: batch dims of " + shape_str(a) + " and " + shape_str(b) + " do not broadcast (" + std::to_string(sa) +
+           " vs " + std::to_string(sb) + " at batch dim " + std::to_string(d) + ")");
+    p.batch[d] = std::max(sa, sb);
+  }
+  const int nc = p.r + (na > 1) + (nb > 1);
+  bool ok = c->ndim == nc;
+  for (int d = 0; ok && d < p.r; ++d) ok = c->sizes[d] == p.batch[d];
+  if (ok && na > 1) ok = c->sizes[p.r] == p.m;
+  if (ok && nb > 1) ok = c->sizes[nc - 1] == p.n;
+  if (!ok) fail("matmul: output has shape " + shape_str(c) + ", which does not match " + shape_str(a) + " @ " + shape_str(b));
+  // A: [M, K] strides; a 1-D A is one row.
+  set_operand(p.a, a, p.r, p.batch, p.m, p.k, na == 1 ? 0 : a->strides[na - 2], a->strides[na - 1], ba);
+  set_operand(p.b, b, p.r, p.batch, p.k, p.n, nb == 1 ? b->strides[0] : b->strides[nb - 2],
+              nb == 1 ? 0 : b->strides[nb - 1], bb);
+  // C: the output's batch strides, then its row / column strides (absent dims are size 1).
+  p.c.nd = p.r + 2;
+  for (int d = 0; d < p.r; ++d) {
+    p.c.dims[d] = p.batch[d];
+    p.c.strides[d] = c->strides[d];
+  }
+  p.c.dims[p.r] = p.m;
+  p.c.dims[p.r + 1] = p.n;
+  p.c.strides[p.r] = na > 1 ? c->strides[p.r] : 0;
+  p.c.strides[p.r + 1] = nb > 1 ? c->strides[nc - 1] : 0;
+  p.c.ptr = data_of(c);
+  normalize_unit_strides(p.c);
+  (void)call;
+  return p;
+}
+
+// oneDNN's fast paths need one unit stride in the two inner dims of every operand.
+bool inner_dense(const MatOperand& op) {
+  const int64_t sr = op.strides[op.nd - 2], sc = op.strides[op.nd - 1];
+  return sc == 1 || sr == 1 || op.dims[op.nd - 1] == 1 || op.dims[op.nd - 2] == 1;
+}
+
+template <typename T>
+void naive_batched(const MatmulProblem& p) {
+  int64_t total = 1;
+  for (int d = 0; d < p.r; ++d) total *= p.batch[d];
+  const int r = p.r;
+  parallel_for(0, total * p.m, 16, [&](int64_t beg, int64_t end) {
+    for (int64_t x = beg; x < end; ++x) {
+      int64_t bi = x / p.m, i = x % p.m;
+      int64_t oa = 0, ob = 0, oc = 0;
+      for (int d = r - 1; d >= 0; --d) {
+        const int64_t idx = bi % p.batch[d];
+        bi /= p.batch[d];
+        oa += (p.a.dims[d] == 1 ? 0 : idx) * p.a.strides[d];
+        ob += (p.b.dims[d] == 1 ? 0 : idx) * p.b.strides[d];
+        oc += idx * p.c.strides[d];
+      }
+      const T* ap = static_cast<const T*>(p.a.ptr) + oa + i * p.a.strides[r];
+      const T* bp = static_cast<const T*>(p.b.ptr) + ob;
+      T* cp = static_cast<T*>(p.c.ptr) + oc + i * p.c.strides[r];
+      for (int64_t j = 0; j < p.n; ++j) {
+        double s = 0;
+        for (int64_t q = 0; q < p.k; ++q) s += double(ap[q * p.a.strides[r + 1]]) * double(bp[q * p.b.strides[r] + j * p.b.strides[r + 1]]);
+        cp[j * p.c.strides[r + 1]] = T(s);
+      }
+    }
+  });
+}
+
+}  // namespace
+
+namespace {
+// A dense copy of `op` with the batch dims of `full` (dims where `op` has 1 are repeated).
+MatOperand materialize_batch(const MatOperand& op, const MatOperand& full, Buffer<char>& storage) {
+  MatOperand out = op;
+  const int nd = op.nd;
+  const int64_t es = op.dt == memory::data_type::f32 ? 4 : 2;
+  int64_t n = 1;
+  for (int d = nd - 1; d >= 0; --d) {
+    out.dims[d] = d < nd - 2 ? full.dims[d] : op.dims[d];
+    out.strides[d] = n;
+    n *= out.dims[d];
+  }
+  storage.reset(n * es);
+  out.ptr = storage.get();
+  const char* src = static_cast<const char*>(op.ptr);
+  char* dst = storage.get();
+  parallel_for(0, n, 1 << 14, [&](int64_t beg, int64_t end) {
+    for (int64_t i = beg; i < end; ++i) {
+      int64_t rem = i, off = 0;
+      for (int d = nd - 1; d >= 0; --d) {
+        const int64_t idx = rem % out.dims[d];
+        rem /= out.dims[d];
+        off += (op.dims[d] == 1 ? 0 : idx) * op.strides[d];
+      }
+      std::memcpy(dst + i * es, src + off * es, size_t(es));
+    }
+  });
+  return out;
+}
+}  // namespace
+
+void onednn_matmul(const MatOperand& a, const MatOperand& b, const MatOperand& c, const MatOperand* bias, float scale) {
+  // oneDNN broadcasts a batch dim of size 1 in one operand, not in both at once.
+  for (int d = 0; d < c.nd - 2; ++d) {
+    if (a.dims[d] == 1 && b.dims[d] == 1 && c.dims[d] > 1) {
+      Buffer<char> storage;
+      const MatOperand full = materialize_batch(a, c, storage);
+      return onednn_matmul(full, b, c, bias, scale);
+    }
+  }
+  std::string key = "matmul";
+  key_append(key, a);
+  key_append(key, b);
+  key_append(key, c);
+  if (bias) key_append(key, *bias);
+  key_append(key, &scale, sizeof(scale));
+  auto prim = cache().get(key, [&] {
+    dnnl::primitive_attr attr;
+    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+    if (scale != 1.f) attr.set_output_scales(0, {scale});
+    const auto d = bias ? dnnl::matmul::desc(md_of(a), md_of(b), md_of(*bias), md_of(c))
+                        : dnnl::matmul::desc(md_of(a), md_of(b), md_of(c));
+    dnnl::matmul::primitive_desc pd(d, attr, cpu_engine());
+    return CachedPrimitive{dnnl::matmul(pd), pd.scratchpad_desc()};
+  });
+  std::unordered_map<int, memory> args;
+  args.emplace(DNNL_ARG_SRC, memory(md_of(a), cpu_engine(), a.ptr));
+  args.emplace(DNNL_ARG_WEIGHTS, memory(md_of(b), cpu_engine(), b.ptr));
+  args.emplace(DNNL_ARG_DST, memory(md_of(c), cpu_engine(), c.ptr));
+  if (bias) args.emplace(DNNL_ARG_BIAS, memory(md_of(*bias), cpu_engine(), bias->ptr));
+  execute(*prim, args);
+}
+
+int64_t onednn_cache_size() { return cache().size(); }
+
+void matmul_kernel(const KernelCall& call) {
+  check_float_operands(call, 2);
+  const int32_t dt = call.input(0).dtype();
+  if (dt == TESSERA_DTYPE_FLOAT16) return run_via_f32(call, &matmul_kernel);
+  TempList holder;
+  const tessera_tensor_t* a = call.input(0).raw();
+  const tessera_tensor_t* b = call.input(1).raw();
+  const tessera_tensor_t* c = call.output(0).raw();
+  MatmulProblem p = matmul_problem(call, a, b, c);
+  if (c->numel == 0) return;
+  if (p.k == 0) return fill_zero(c);
+  if (dt == TESSERA_DTYPE_FLOAT64) return naive_batched<double>(p);
+  bool redo = false;
+  if (!inner_dense(p.a)) a = contiguous(a, holder), redo = true;
+  if (!inner_dense(p.b)) b = contiguous(b, holder), redo = true;
+  const tessera_tensor_t* c_user = c;
+  if (!inner_dense(p.c)) {
+    holder.emplace_back(c->sizes, c->ndim, c->dtype);
+    c = holder.back().raw();
+    redo = true;
+  }
+  if (redo) p = matmul_problem(call, a, b, c);
+  p.a.dt = p.b.dt = p.c.dt = dnnl_dtype(dt);
+  onednn_matmul(p.a, p.b, p.c, nullptr);
+  if (c != c_user) copy_tensor(c_user, c);
+}
+
+// linear(x [..., K], weight [N, K], bias [N]?) = x @ weight^T + bias; the weight is read transposed
+// through its strides (no copy) and the bias is fused into the oneDNN matmul.
+void linear_kernel(const KernelCall& call) {
+  check_float_operands(call, call.num_inputs() > 2 ? 3 : 2);
+  const int32_t dt = call.input(0).dtype();
+  if (dt == TESSERA_DTYPE_FLOAT16) return run_via_f32(call, &linear_kernel);
+  TempList holder;
+  const tessera_tensor_t* x = call.input(0).raw();
+  const tessera_tensor_t* w = call.input(1).raw();
+  const tessera_tensor_t* bias = call.num_inputs() > 2 ? call.input(2).raw() : nullptr;
+  const tessera_tensor_t* y = call.output(0).raw();
+  if (w->ndim != 2)
+    fail("linear: weight has shape " + shape_str(w) + "; expected 2-D [out_features, in_features]");
+  if (x->ndim < 1) fail("linear: input is 0-d; expected at least 1 dim [..., in_features]");
+  const int64_t k = x->sizes[x->ndim - 1], n = w->sizes[0];
+  if (w->sizes[1] != k)
+    fail("linear: input " + shape_str(x) + " has " + std::to_string(k) + " features but weight " + shape_str(w) +
+         " expects " + std::to_string(w->sizes[1]) + "; expected input [..., " + std::to_string(w->sizes[1]) + "]");
+  if (bias && (bias->ndim != 1 || bias->sizes[0] != n))
+    fail("linear: bias has shape " + shape_str(bias) + "; expected [" + std::to_string(n) + "]");
+  if (y->numel == 0) return;
+  // Rows of x (and y) must be addressable with one stride: collapse leading dims or copy.
+  auto rows_stride = [](const tessera_tensor_t* t, int64_t* out) {
+    if (t->ndim == 1) {
+      *out = t->sizes[0];
+      return true;
+    }
+    int64_t s = -1, expected = -1;
+    for (int d = t->ndim - 2; d >= 0; --d) {
+      if (t->sizes[d] == 1) continue;
+      if (s < 0) {
+        s = t->strides[d];
+        expected = s * t->sizes[d];
+      } else {
+        if (t->strides[d] != expected) return false;
+        expected *= t->sizes[d];
+      }
+    }
+    *out = s < 0 ? t->sizes[t->ndim - 1] : s;
+    return true;
+  };
+  const int64_t m = x->numel / std::max<int64_t>(k, 1);
+  if (k == 0) {
+    if (!bias) return fill_zero(y);
+    OwnedTensor bcast(y->sizes, y->ndim, y->dtype);
+    copy_tensor(bcast.raw(), bias);
+    return copy_tensor(y, bcast.raw());
+  }
+  int64_t sxm = 0, sym = 0;
+  if (!rows_stride(x, &sxm) || (x->strides[x->ndim - 1] != 1 && sxm != 1)) {
+    x = contiguous(x, holder);
+    rows_stride(x, &sxm);
+  }
+  const tessera_tensor_t* y_user = y;
+  if (!rows_stride(y, &sym) || y->strides[y->ndim - 1] != 1) {
+    holder.emplace_back(y->sizes, y->ndim, y->dtype);
+    y = holder.back().raw();
+    rows_stride(y, &sym);
+  }
+  if (w->strides[0] != 1 && w->strides[1] != 1) w = contiguous(w, holder);
+  if (dt == TESSERA_DTYPE_FLOAT64) {
+    const double* xp = static_cast<const double*>(data_of(x));
+    const double* wp = static_cast<const double*>(data_of(w));
+    double* yp = static_cast<double*>(data_of(y));
+    const int64_t sxk = x->strides[x->ndim - 1];
+    const double* bp = bias ? static_cast<const double*>(data_of(bias)) : nullptr;
+    parallel_for(0, m, 8, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i)
+        for (int64_t j = 0; j < n; ++j) {
+          double s = bp ? bp[j * bias->strides[0]] : 0.0;
+          for (int64_t q = 0; q < k; ++q) s += xp[i * sxm + q * sxk] * wp[j * w->strides[0] + q * w->strides[1]];
+          yp[i * sym + j] = s;
+        }
+    });
+  } else {
+    MatOperand a, b, c, bo;
+    a.nd = b.nd = c.nd = 2;
+    a.dims[0] = m, a.dims[1] = k, a.strides[0] = sxm, a.strides[1] = x->strides[x->ndim - 1];
+    b.dims[0] = k, b.dims[1] = n, b.strides[0] = w->strides[1], b.strides[1] = w->strides[0];
+    c.dims[0] = m, c.dims[1] = n, c.strides[0] = sym, c.strides[1] = 1;
+    a.ptr = data_of(x), b.ptr = data_of(w), c.ptr = data_of(y);
+    a.dt = b.dt = c.dt = dnnl_dtype(dt);
+    normalize_unit_strides(a);
+    normalize_unit_strides(b);
+    normalize_unit_strides(c);
+    if (bias) {
+      if (bias->strides[0] != 1 && n > 1) bias = contiguous(bias, holder);
+      bo.nd = 2;
+      bo.dims[0] = 1, bo.dims[1] = n, bo.strides[0] = n, bo.strides[1] = 1;
+      bo.ptr = data_of(bias);
+      bo.dt = dnnl_dtype(dt);
+    }
+    onednn_matmul(a, b, c, bias ? &bo : nullptr);
+  }
+  if (y != y_user) copy_tensor(y_user, y);
+}
+
+namespace {
+void conv2d_f64(const double* x, const double* w, const double* bias, double* y, int64_t nb, int64_t c, int64_t h,
+                int64_t wd, int64_t oc, int64_t kh, int64_t kw, int64_t oh, int64_t ow, const int64_t* s,
+                const int64_t* p, const int64_t* d, int64_t g) {
+  const int64_t cg = c / g, ocg = oc / g;
+  parallel_for(0, nb * oc, 1, [&](int64_t b, int64_t e) {
+    for (int64_t no = b; no < e; ++no) {
+      const int64_t ni = no / oc, o = no % oc, gi = o / ocg;
+      for (int64_t y0 = 0; y0 < oh; ++y0)
+        for (int64_t x0 = 0; x0 < ow; ++x0) {
+          double acc = bias ? bias[o] : 0.0;
+          for (int64_t ci = 0; ci < cg; ++ci)
+            for (int64_t i = 0; i < kh; ++i) {
+              const int64_t ih = y0 * s[0] - p[0] + i * d[0];
+              if (ih < 0 || ih >= h) continue;
+              for (int64_t j = 0; j < kw; ++j) {
+                const int64_t iw = x0 * s[1] - p[1] + j * d[1];
+                if (iw < 0 || iw >= wd) continue;
+                acc += x[((ni * c + gi * cg + ci) * h + ih) * wd + iw] * w[((o * cg + ci) * kh + i) * kw + j];
+              }
+            }
+          y[((ni * oc + o) * oh + y0) * ow + x0] = acc;
+        }
+    }
+  });
+}
+}  // namespace
+
+// conv2d(input [N, C, H, W] or [C, H, W], weight [OC, C/groups, KH, KW], bias [OC]?, stride,
+// padding, dilation, groups). oneDNN convolution on plain NCHW / (G)OIHW memory.
+void conv2d_kernel(const KernelCall& call) {
+  check_float_operands(call, call.num_inputs() > 2 ? 3 : 2);
+  const int32_t dt = call.input(0).dtype();
+  if (dt == TESSERA_DTYPE_FLOAT16) return run_via_f32(call, &conv2d_kernel);
+  TempList holder;
+  const tessera_tensor_t* x = contiguous(call.input(0).raw(), holder);
+  const tessera_tensor_t* w = contiguous(call.input(1).raw(), holder);
+  const tessera_tensor_t* bias = call.num_inputs() > 2 ? contiguous(call.input(2).raw(), holder) : nullptr;
+  const tessera_tensor_t* y_user = call.output(0).raw();
+  const tessera_tensor_t* y = contiguous(y_user, holder);  // a contiguous temporary when strided
+  const bool y_temp = y != y_user;
+  if (x->ndim != 3 && x->ndim != 4)
+    fail("conv2d: input has shape " + shape_str(x) + "; expected 3-D (C, H, W) or 4-D (N, C, H, W)");
+  if (w->ndim != 4) fail("conv2d: weight has shape " + shape_str(w) + "; expected 4-D [out_channels, in_channels/groups, kH, kW]");
+  int64_t s[2], p[2], d[2];
+  const int64_t one[2] = {1, 1}, zero[2] = {0, 0};
+  attr_pair(call, 0, "stride", s, one);
+  if (call.attr(1).kind == TESSERA_VALUE_STRING)
+    fail_unimplemented("conv2d: string padding ('" + call.attr_string(1) + "') is not implemented by the CPU plugin; pass integers");
+  attr_pair(call, 1, "padding", p, zero);
+  attr_pair(call, 2, "dilation", d, one);
+  const int64_t g = call.attr_int(3);
+  const int off = x->ndim == 4 ? 1 : 0;
+  const int64_t nb = off ? x->sizes[0] : 1, c = x->sizes[off], h = x->sizes[off + 1], wd = x->sizes[off + 2];
+  const int64_t oc = w->sizes[0], kh = w->sizes[2], kw = w->sizes[3];
+  if (g <= 0 || c % g != 0 || oc % g != 0)
+    fail("conv2d: groups=" + std::to_string(g) + " must be positive and divide in_channels (" + std::to_string(c) +
+         ") and out_channels (" + std::to_string(oc) + ")");
+  if (w->sizes[1] != c / g)
+    fail("conv2d: weight " + shape_str(w) + " expects " + std::to_string(w->sizes[1] * g) + " input channels but the input " +
+         shape_str(x) + " has " + std::to_string(c) + " (groups=" + std::to_string(g) + ")");
+  if (bias && (bias->ndim != 1 || bias->sizes[0] != oc))
+    fail("conv2d: bias has shape " + shape_str(bias) + "; expected [" + std::to_string(oc) + "]");
+  for (int i = 0; i < 2; ++i)
+    if (s[i] <= 0 || d[i] <= 0 || p[i] < 0)
+      fail("conv2d: stride and dilation must be positive and padding non-negative (got stride " + std::to_string(s[i]) +
+           ", padding " + std::to_string(p[i]) + ", dilation " + std::to_string(d[i]) + ")");
+  const int64_t oh = (h + 2 * p[0] - d[0] * (kh - 1) - 1) / s[0] + 1;
+  const int64_t ow = (wd + 2 * p[1] - d[1] * (kw - 1) - 1) / s[1] + 1;
+  if (oh <= 0 || ow <= 0)
+    fail("conv2d: the kernel " + shape_str(w) + " (dilated) is larger than the padded input " + shape_str(x));
+  if (y->ndim != x->ndim || y->sizes[off] != oc || y->sizes[off + 1] != oh || y->sizes[off + 2] != ow)
+    fail("conv2d: output has shape " + shape_str(y) + "; expected [" + (off ? std::to_string(nb) + ", " : "") +
+         std::to_string(oc) + ", " + std::to_string(oh) + ", " + std::to_string(ow) + "]");
+  if (y->numel == 0) return;
+  if (dt == TESSERA_DTYPE_FLOAT64) {
+    conv2d_f64(static_cast<const double*>(data_of(x)), static_cast<const double*>(data_of(w)),
+               bias ? static_cast<const double*>(data_of(bias)) : nullptr, static_cast<double*>(data_of(y)), nb, c, h,
+               wd, oc, kh, kw, oh, ow, s, p, d, g);
+  } else {
+    const memory::data_type mdt = dnnl_dtype(dt);
+    const memory::desc src_md({nb, c, h, wd}, mdt, memory::format_tag::nchw);
+    const memory::desc dst_md({nb, oc, oh, ow}, mdt, memory::format_tag::nchw);
+    const memory::desc wei_md = g == 1 ? memory::desc({oc, c, kh, kw}, mdt, memory::format_tag::oihw)
+                                       : memory::desc({g, oc / g, c / g, kh, kw}, mdt, memory::format_tag::goihw);
+    const memory::desc bias_md = bias ? memory::desc({oc}, mdt, memory::format_tag::x) : memory::desc();
+    std::string key = "conv2d";
+    const int64_t geo[] = {nb, c, h, wd, oc, kh, kw, s[0], s[1], p[0], p[1], d[0], d[1], g, bias != nullptr, int64_t(mdt)};
+    key_append(key, geo, sizeof(geo));
+    auto prim = cache().get(key, [&] {
+      dnnl::primitive_attr attr;
+      attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+      const memory::dims strides = {s[0], s[1]}, dil = {d[0] - 1, d[1] - 1}, pad = {p[0], p[1]};
+      const auto desc = bias ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference,
+                                                               dnnl::algorithm::convolution_direct, src_md, wei_md,
+                                                               bias_md, dst_md, strides, dil, pad, pad)
+                             : dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference,
+                                                               dnnl::algorithm::convolution_direct, src_md, wei_md,
+                                                               dst_md, strides, dil, pad, pad);
+      dnnl::convolution_forward::primitive_desc pd(desc, attr, cpu_engine());
+      return CachedPrimitive{dnnl::convolution_forward(pd), pd.scratchpad_desc()};
+    });
+    std::unordered_map<int, memory> args;
+    args.emplace(DNNL_ARG_SRC, memory(src_md, cpu_engine(), data_of(x)));
+    args.emplace(DNNL_ARG_WEIGHTS, memory(wei_md, cpu_engine(), data_of(w)));
+    args.emplace(DNNL_ARG_DST, memory(dst_md, cpu_engine(), data_of(y)));
+    if (bias) args.emplace(DNNL_ARG_BIAS, memory(bias_md, cpu_engine(), data_of(bias)));
+    execute(*prim, args);
+  }
+  if (y_temp) copy_tensor(y_user, y);
+}
+
+}  // namespace tessera::cpu::nn

@@ -1,0 +1,142 @@
+// max_pool2d and avg_pool2d (NCHW or CHW, floor mode; avg counts the zero padding in the divisor as
+// PyTorch's count_include_pad=True default). f32 planes run the per-ISA plane kernel
+// (Note [Pooling loop order] in nn_isa_kernels.inc); bf16/f16 planes go through f32 buffers; f64
+// runs the same loop order here in double.
+#include <cmath>
+#include <limits>
+
+#include "nn_common.h"
+#include "nn_ops.h"
+
+namespace tessera::cpu::nn {
+namespace {
+
+using PoolGeom = PoolGeometry;
+
+inline int64_t div_floor(int64_t a, int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
+inline int64_t div_ceil(int64_t a, int64_t b) { return -div_floor(-a, b); }
+
+template <typename T, bool kMax>
+void pool_plane(const T* in, T* out, const PoolGeom& g) {
+  const T init = kMax ? -std::numeric_limits<T>::infinity() : T(0);
+  for (int64_t oh = 0; oh < g.oh; ++oh) {
+    T* orow = out + oh * g.ow;
+    for (int64_t o = 0; o < g.ow; ++o) orow[o] = init;
+    for (int64_t i = 0; i < g.kh; ++i) {
+      const int64_t ih = oh * g.sh - g.ph + i * g.dh;
+      if (ih < 0 || ih >= g.h) continue;
+      const T* irow = in + ih * g.w;
+      for (int64_t j = 0; j < g.kw; ++j) {
+        const int64_t off = j * g.dw - g.pw;  // iw = ow * sw + off
+        const int64_t lo = std::max<int64_t>(0, div_ceil(-off, g.sw));
+        const int64_t hi = std::min<int64_t>(g.ow, div_floor(g.w - 1 - off, g.sw) + 1);
+        if (g.sw == 1) {
+          const T* src = irow + off;
+          for (int64_t o = lo; o < hi; ++o) {
+            const T v = src[o];
+            if constexpr (kMax) orow[o] = (v > orow[o] || v != v) ? v : orow[o];
+            else orow[o] += v;
+          }
+        } else {
+          for (int64_t o = lo; o < hi; ++o) {
+            const T v = irow[o * g.sw + off];
+            if constexpr (kMax) orow[o] = (v > orow[o] || v != v) ? v : orow[o];
+            else orow[o] += v;
+          }
+        }
+      }
+    }
+    if constexpr (!kMax) {
+      const T inv = T(1) / T(g.kh * g.kw);
+      for (int64_t o = 0; o < g.ow; ++o) orow[o] *= inv;
+    }
+  }
+}
+
+void pool2d(const KernelCall& call, bool is_max) {
+  const char* op = call.op_name();
+  const TensorView x0 = call.input(0);
+  if (!dtype_is_floating(x0.dtype()))
+    fail(std::string(op) + ": input has dtype " + dtype_name(x0.dtype()) + "; expected a floating dtype");
+  if (x0.ndim() != 3 && x0.ndim() != 4)
+    fail(std::string(op) + ": input has shape " + shape_str(x0) + "; expected 3-D (C, H, W) or 4-D (N, C, H, W)");
+  PoolGeom g{};
+  int64_t k[2], s[2], p[2], d[2] = {1, 1};
+  attr_pair(call, 0, "kernel_size", k, nullptr);
+  attr_pair(call, 1, "stride", s, k);  // empty stride = kernel_size
+  const int64_t zero[2] = {0, 0}, one[2] = {1, 1};
+  attr_pair(call, 2, "padding", p, zero);
+  if (is_max && call.num_attrs() > 3) attr_pair(call, 3, "dilation", d, one);
+  // ceil_mode / count_include_pad / divisor_override, when the schema carries them.
+  const int ceil_index = is_max ? 4 : 3;
+  if (call.num_attrs() > ceil_index && call.attr(ceil_index).kind == TESSERA_VALUE_BOOL && call.attr_bool(ceil_index))
+    fail_unimplemented(std::string(op) + ": ceil_mode=True is not implemented by the CPU plugin; use ceil_mode=False");
+  if (!is_max && call.num_attrs() > 4 && call.attr(4).kind == TESSERA_VALUE_BOOL && !call.attr_bool(4))
+    fail_unimplemented(std::string(op) + ": count_include_pad=False is not implemented by the CPU plugin");
+  if (!is_max && call.num_attrs() > 5 && !call.attr_is_none(5))
+    fail_unimplemented(std::string(op) + ": divisor_override is not implemented by the CPU plugin");
+  for (int i = 0; i < 2; ++i) {
+    if (k[i] <= 0 || s[i] <= 0 || d[i] <= 0 || p[i] < 0)
+      fail(std::string(op) + ": kernel_size, stride and dilation must be positive and padding non-negative (got kernel " +
+           std::to_string(k[i]) + ", stride " + std::to_string(s[i]) + ", padding " + std::to_string(p[i]) +
+           ", dilation " + std::to_string(d[i]) + ")");
+    if (2 * p[i] > k[i])
+      fail(std::string(op) + ": padding " + std::to_string(p[i]) + " is more than half the kernel size " +
+           std::to_string(k[i]) + "; expected padding <= kernel_size / 2");
+  }
+  TempList holder;
+  const tessera_tensor_t* x = contiguous(x0.raw(), holder);
+  const int nd = x->ndim;
+  g.h = x->sizes[nd - 2];
+  g.w = x->sizes[nd - 1];
+  g.kh = k[0], g.kw = k[1], g.sh = s[0], g.sw = s[1], g.ph = p[0], g.pw = p[1], g.dh = d[0], g.dw = d[1];
+  g.oh = (g.h + 2 * g.ph - g.dh * (g.kh - 1) - 1) / g.sh + 1;
+  g.ow = (g.w + 2 * g.pw - g.dw * (g.kw - 1) - 1) / g.sw + 1;
+  const TensorView y0 = call.output(0);
+  if (y0.ndim() != nd || y0.size(-2) != g.oh || y0.size(-1) != g.ow)
+    fail(std::string(op) + ": output has shape " + shape_str(y0) + "; expected spatial size [" + std::to_string(g.oh) +
+         ", " + std::to_string(g.ow) + "] for input " + shape_str(x));
+  if (g.oh <= 0 || g.ow <= 0)
+    fail(std::string(op) + ": the output would be empty for input " + shape_str(x) + "; use a smaller kernel");
+  TempList out_holder;
+  const tessera_tensor_t* y = y0.raw();
+  if (!y0.is_contiguous()) {
+    out_holder.emplace_back(y->sizes, y->ndim, y->dtype);
+    y = out_holder.back().raw();
+  }
+  int64_t planes = 1;
+  for (int i = 0; i < nd - 2; ++i) planes *= x->sizes[i];
+  const int64_t in_plane = g.h * g.w, out_plane = g.oh * g.ow;
+  const char* xb = static_cast<const char*>(x->data) + x->byte_offset;
+  char* yb = static_cast<char*>(y->data) + y->byte_offset;
+  const int32_t dt = x->dtype;
+  const NnIsaTable& isa = nn_isa();
+  const int64_t grain = std::max<int64_t>(1, (int64_t(1) << 16) / std::max<int64_t>(1, out_plane * g.kh * g.kw));
+  parallel_for(0, planes, grain, [&](int64_t b, int64_t e) {
+    Buffer<float> fin(dt == TESSERA_DTYPE_FLOAT32 || dt == TESSERA_DTYPE_FLOAT64 ? 0 : in_plane);
+    Buffer<float> fout(dt == TESSERA_DTYPE_FLOAT32 || dt == TESSERA_DTYPE_FLOAT64 ? 0 : out_plane);
+    for (int64_t pl = b; pl < e; ++pl) {
+      if (dt == TESSERA_DTYPE_FLOAT64) {
+        const double* in = reinterpret_cast<const double*>(xb) + pl * in_plane;
+        double* out = reinterpret_cast<double*>(yb) + pl * out_plane;
+        is_max ? pool_plane<double, true>(in, out, g) : pool_plane<double, false>(in, out, g);
+      } else if (dt == TESSERA_DTYPE_FLOAT32) {
+        isa.pool_plane_f32(reinterpret_cast<const float*>(xb) + pl * in_plane,
+                           reinterpret_cast<float*>(yb) + pl * out_plane, &g, is_max);
+      } else {
+        const int64_t es = int64_t(sdk::dtype_size(dt));
+        load_f32(xb + pl * in_plane * es, dt, in_plane, 1, fin.get());
+        isa.pool_plane_f32(fin.get(), fout.get(), &g, is_max);
+        store_f32(fout.get(), yb + pl * out_plane * es, dt, out_plane, 1);
+      }
+    }
+  });
+  if (y != y0.raw()) copy_tensor(y0.raw(), y);
+}
+
+}  // namespace
+
+void max_pool2d_kernel(const KernelCall& call) { pool2d(call, true); }
+void avg_pool2d_kernel(const KernelCall& call) { pool2d(call, false); }
+
+}  // namespace tessera::cpu::nn

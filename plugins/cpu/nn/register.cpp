@@ -1,0 +1,50 @@
+#include <string>
+
+#include "nn_common.h"
+#include "nn_kernels.h"
+#include "nn_ops.h"
+
+namespace tessera::cpu {
+
+namespace {
+void add(const sdk::Host& host, const char* op, tessera_kernel_fn_t fn) {
+  try {
+    host.register_kernel(op, TESSERA_DTYPE_MASK_FLOATING, fn);
+  } catch (const sdk::Error& e) {
+    sdk::log(TESSERA_LOG_WARNING, "cpu", std::string("nn kernel for '") + op + "' not registered: " + e.what());
+  }
+}
+}  // namespace
+
+void register_nn_kernels(const sdk::Host& host) {
+  const char* forced = host.getenv("TESSERA_SDPA");
+  const std::string path = forced ? forced : "";
+  if (!path.empty() && path != "math" && path != "flash") {
+    sdk::log(TESSERA_LOG_WARNING, "cpu",
+             "TESSERA_SDPA='" + path + "' is not a known attention path; expected 'math' or 'flash'; using flash");
+    nn::set_sdpa_forced_path("");
+  } else {
+    nn::set_sdpa_forced_path(path.c_str());
+    if (!path.empty()) sdk::log(TESSERA_LOG_INFO, "cpu", "scaled_dot_product_attention forced to the " + path + " path (TESSERA_SDPA)");
+  }
+  sdk::log(TESSERA_LOG_INFO, "cpu", std::string("nn kernels at ISA level ") + nn::nn_isa().name);
+
+  add(host, "matmul", TESSERA_SDK_KERNEL(nn::matmul_kernel));
+  add(host, "linear", TESSERA_SDK_KERNEL(nn::linear_kernel));
+  add(host, "conv2d", TESSERA_SDK_KERNEL(nn::conv2d_kernel));
+  add(host, "softmax", TESSERA_SDK_KERNEL(nn::softmax_kernel));
+  add(host, "log_softmax", TESSERA_SDK_KERNEL(nn::log_softmax_kernel));
+  add(host, "layer_norm", TESSERA_SDK_KERNEL(nn::layer_norm_op));
+  add(host, "rms_norm", TESSERA_SDK_KERNEL(nn::rms_norm_op));
+  add(host, "max_pool2d", TESSERA_SDK_KERNEL(nn::max_pool2d_kernel));
+  add(host, "avg_pool2d", TESSERA_SDK_KERNEL(nn::avg_pool2d_kernel));
+  add(host, "scaled_dot_product_attention", TESSERA_SDK_KERNEL(nn::sdpa_kernel));
+  // The unfused path as an op of its own, with the shape rule of scaled_dot_product_attention.
+  host.define_op(
+      "_sdpa_math(Tensor query, Tensor key, Tensor value, Tensor? attn_mask=None, bool is_causal=False, "
+      "float? scale=None) -> Tensor",
+      "scaled_dot_product_attention");
+  add(host, "_sdpa_math", TESSERA_SDK_KERNEL(nn::sdpa_math_kernel));
+}
+
+}  // namespace tessera::cpu

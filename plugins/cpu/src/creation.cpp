@@ -1,0 +1,129 @@
+// fill_, copy_, clone, uniform_, normal_, arange.
+#include "kernels.h"
+#include "tessera/random.h"
+
+namespace tessera::cpu {
+namespace {
+
+tessera_status_t fill_kernel(void*, const tessera_kernel_call_t* call) {
+  return guarded(call, [&](const KernelCall& c) {
+    const tessera_tensor_t* self = c.num_outputs() > 0 ? c.raw()->outputs[0] : c.raw()->inputs[0];
+    OwnedTensor v = c.num_inputs() > 1 && c.raw()->inputs[1] ? OwnedTensor(nullptr, 0, self->dtype)
+                                                               : scalar_tensor(c, 0, self->dtype);
+    if (c.num_inputs() > 1 && c.raw()->inputs[1]) {  // fill_.Tensor: a 0-dim value tensor
+      copy_tensor(v.raw(), c.raw()->inputs[1]);
+    }
+    copy_tensor(self, v.raw());
+  });
+}
+
+tessera_status_t copy_kernel(void*, const tessera_kernel_call_t* call) {
+  return guarded(call, [&](const KernelCall& c) {
+    const tessera_tensor_t* dst = c.num_outputs() > 0 ? c.raw()->outputs[0] : c.raw()->inputs[0];
+    const tessera_tensor_t* src = c.raw()->inputs[c.num_inputs() > 1 ? 1 : 0];
+    copy_tensor(dst, src);
+  });
+}
+
+// clone / contiguous / _to_copy: the output is a fresh tensor; the input is inputs[0].
+tessera_status_t clone_kernel(void*, const tessera_kernel_call_t* call) {
+  return guarded(call, [&](const KernelCall& c) { copy_tensor(c.raw()->outputs[0], c.raw()->inputs[0]); });
+}
+
+enum class RandomKind { Uniform, Normal };
+
+// Attributes: (a, b, seed, offset) with (a, b) = (from, to) or (mean, std); a and b may be absent.
+tessera_status_t random_kernel(void* user_data, const tessera_kernel_call_t* call) {
+  return guarded(call, [&](const KernelCall& c) {
+    const RandomKind kind = RandomKind(reinterpret_cast<intptr_t>(user_data));
+    const tessera_tensor_t* self = c.num_outputs() > 0 ? c.raw()->outputs[0] : c.raw()->inputs[0];
+    TESSERA_SDK_CHECK(dtype_is_floating(self->dtype), std::string(kind == RandomKind::Uniform ? "uniform_" : "normal_") +
+                                                          ": tensor has dtype " + dtype_name(self->dtype) +
+                                                          "; expected a floating dtype");
+    const int na = c.num_attrs();
+    TESSERA_SDK_CHECK(na >= 2, "random op needs the seed and offset attributes, got " + std::to_string(na) + " attributes");
+    const double a = na >= 4 ? c.attr_double(0) : (kind == RandomKind::Uniform ? 0.0 : 0.0);
+    const double b = na >= 4 ? c.attr_double(1) : 1.0;
+    const uint64_t seed = uint64_t(c.attr_int(na - 2));
+    const uint64_t offset = uint64_t(c.attr_int(na - 1));
+    TempList temps;
+    const bool contig = TensorView(self).is_contiguous();
+    const tessera_tensor_t* target = self;
+    if (!contig) {
+      temps.emplace_back(self->sizes, self->ndim, self->dtype);
+      target = temps.back().raw();
+    }
+    char* base = static_cast<char*>(target->data) + target->byte_offset;
+    visit(self->dtype, [&](auto tag) {
+      using T = decltype(tag);
+      if constexpr (is_float_v<T>) {
+        T* p = reinterpret_cast<T*>(base);
+        parallel_for(0, target->numel, 16384, [&](int64_t s, int64_t e) {
+          for (int64_t i = s; i < e; ++i) {
+            const double u = kind == RandomKind::Uniform ? double(philox::uniform(seed, offset + uint64_t(i)))
+                                                         : double(philox::normal(seed, offset + uint64_t(i)));
+            const double v = kind == RandomKind::Uniform ? a + (b - a) * u : a + b * u;
+            Elem<T>::store(p + i, acc_t<T>(v));
+          }
+        });
+      }
+    });
+    if (!contig) copy_tensor(self, target);
+  });
+}
+
+tessera_status_t arange_kernel(void*, const tessera_kernel_call_t* call) {
+  return guarded(call, [&](const KernelCall& c) {
+    const tessera_tensor_t* out = c.raw()->outputs[0];
+    // (end) | (start, end) | (start, end, step), followed by optional dtype/... attributes
+    int nums = 0;
+    for (int i = 0; i < c.num_attrs() && nums < 3; ++i) {
+      const int k = c.attr(i).kind;
+      if (k == TESSERA_VALUE_INT || k == TESSERA_VALUE_DOUBLE || k == TESSERA_VALUE_BOOL) ++nums;
+      else break;
+    }
+    double start = 0, step = 1;
+    int64_t istart = 0, istep = 1;
+    if (nums >= 2) {
+      start = c.attr_double(0);
+      istart = c.attr_int(0);
+    }
+    if (nums >= 3) {
+      step = c.attr_double(2);
+      istep = c.attr_int(2);
+    }
+    char* base = static_cast<char*>(out->data) + out->byte_offset;
+    const int64_t st = out->ndim == 1 ? out->strides[0] : 1;
+    visit(out->dtype, [&](auto tag) {
+      using T = decltype(tag);
+      T* p = reinterpret_cast<T*>(base);
+      parallel_for(0, out->numel, 65536, [&](int64_t s, int64_t e) {
+        for (int64_t i = s; i < e; ++i) {
+          if constexpr (is_float_v<T>) Elem<T>::store(p + i * st, acc_t<T>(start + double(i) * step));
+          else Elem<T>::store(p + i * st, acc_t<T>(istart + i * istep));
+        }
+      });
+    });
+  });
+}
+
+void* tag(int v) { return reinterpret_cast<void*>(intptr_t(v)); }
+
+}  // namespace
+
+void register_creation_kernels(Registrar& r) {
+  r.add("fill_.Scalar", kMaskAll, &fill_kernel);
+  r.add("fill_", kMaskAll, &fill_kernel);
+  r.add("fill_.Tensor", kMaskAll, &fill_kernel);
+  r.add("copy_", kMaskAll, &copy_kernel);
+  r.add("clone", kMaskAll, &clone_kernel);
+  r.add("contiguous", kMaskAll, &clone_kernel);
+  r.add("_to_copy", kMaskAll, &clone_kernel);
+  r.add("uniform_", kMaskFloat, &random_kernel, tag(int(RandomKind::Uniform)));
+  r.add("normal_", kMaskFloat, &random_kernel, tag(int(RandomKind::Normal)));
+  r.add("arange", kMaskAll, &arange_kernel);
+  r.add("arange.start", kMaskAll, &arange_kernel);
+  r.add("arange.start_step", kMaskAll, &arange_kernel);
+}
+
+}  // namespace tessera::cpu

@@ -1,0 +1,507 @@
+// Binary, comparison, logical, where and unary kernels with broadcasting, type promotion and
+// arbitrary strides. Floating outputs of f32/f16/bf16 compute in float through the per-ISA tables
+// (vec_kernels.h); f64 computes in double; integers in int64.
+#include <cmath>
+#include <cstdlib>
+
+#include "kernels.h"
+#include "vec_kernels.h"
+
+namespace tessera::cpu {
+namespace {
+
+constexpr int64_t kChunk = 256;        // elements per float staging buffer
+constexpr int64_t kGrain = 32768;      // elements per thread, below which loops stay serial
+
+// --------------------------------------------------------------------------- float staging
+
+// Loads n elements of T (byte stride st; st == 0 loads one element) as float into buf; returns a
+// pointer to the floats (possibly the source itself) and the element stride (0 or 1) to use.
+template <typename T>
+inline const float* load_f32(const char* p, int64_t st, int64_t n, float* buf, int64_t* es,
+                             const VecKernels& vk) {
+  if (st == 0) {
+    buf[0] = Elem<T>::load(reinterpret_cast<const T*>(p));
+    *es = 0;
+    return buf;
+  }
+  *es = 1;
+  if constexpr (std::is_same_v<T, float>) {
+    if (st == 4) return reinterpret_cast<const float*>(p);
+  }
+  if (st == int64_t(sizeof(T))) {
+    if constexpr (std::is_same_v<T, bf16_t>) {
+      vk.bf16_to_f32(reinterpret_cast<const uint16_t*>(p), buf, n);
+      return buf;
+    } else if constexpr (std::is_same_v<T, f16_t>) {
+      vk.f16_to_f32(reinterpret_cast<const uint16_t*>(p), buf, n);
+      return buf;
+    }
+  }
+  for (int64_t i = 0; i < n; ++i) buf[i] = float(Elem<T>::load(reinterpret_cast<const T*>(p + i * st)));
+  return buf;
+}
+
+template <typename T>
+inline void store_f32(char* p, int64_t st, int64_t n, const float* buf, const VecKernels& vk) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (st == 4) {
+      if (reinterpret_cast<const float*>(p) != buf) std::memcpy(p, buf, size_t(n) * 4);
+      return;
+    }
+  }
+  if (st == int64_t(sizeof(T))) {
+    if constexpr (std::is_same_v<T, bf16_t>) {
+      vk.f32_to_bf16(buf, reinterpret_cast<uint16_t*>(p), n);
+      return;
+    } else if constexpr (std::is_same_v<T, f16_t>) {
+      vk.f32_to_f16(buf, reinterpret_cast<uint16_t*>(p), n);
+      return;
+    }
+  }
+  for (int64_t i = 0; i < n; ++i) Elem<T>::store(reinterpret_cast<T*>(p + i * st), buf[i]);
+}
+
+// --------------------------------------------------------------------------- binary arithmetic
+
+template <typename A>
+inline A binary_scalar(BinaryOp op, A x, A y, A alpha) {
+  switch (op) {
+    case BinaryOp::Add: return x + alpha * y;
+    case BinaryOp::Sub: return x - alpha * y;
+    case BinaryOp::Mul: return x * y;
+    case BinaryOp::Div:
+      if constexpr (std::is_integral_v<A>) {
+        TESSERA_SDK_CHECK(y != 0, "integer division by zero; divide floating tensors instead");
+        return x / y;
+      } else {
+        return x / y;
+      }
+    case BinaryOp::Maximum: return (x != x || x > y) ? x : y;
+    case BinaryOp::Minimum: return (x != x || x < y) ? x : y;
+    case BinaryOp::Pow:
+      if constexpr (std::is_integral_v<A>) {
+        TESSERA_SDK_CHECK(y >= 0 || x == 1 || x == -1,
+                          "integers to negative integer powers are not allowed (got exponent " +
+                              std::to_string(y) + "); use a floating base");
+        if (y < 0) return (x == 1 || (-y) % 2 == 0) ? A(1) : A(-1);
+        A r = 1, b = x;
+        for (A e = y; e > 0; e >>= 1) {
+          if (e & 1) r *= b;
+          b *= b;
+        }
+        return r;
+      } else {
+        return std::pow(x, y);
+      }
+    default: return x;
+  }
+}
+
+void binary_run(const KernelCall& c, BinaryOp op, const tessera_tensor_t* a_in, const tessera_tensor_t* b_in,
+                double alpha_d, int64_t alpha_i) {
+  const TensorView out = c.output(0);
+  const int32_t od = out.dtype();
+  TempList temps;
+  const tessera_tensor_t* a = cast_if_needed(a_in, od, temps);
+  const tessera_tensor_t* b = cast_if_needed(b_in, od, temps);
+  const int nd = out.ndim();
+  int64_t sa[kMaxDims], sb[kMaxDims];
+  broadcast_strides(a, nd, out.sizes(), sa);
+  broadcast_strides(b, nd, out.sizes(), sb);
+  const int64_t es = int64_t(out.itemsize());
+  const int64_t esz[3] = {es, es, es};
+  char* ptrs[3] = {out.host_ptr<char>(), static_cast<char*>(a->data) + a->byte_offset,
+                   static_cast<char*>(b->data) + b->byte_offset};
+  const int64_t* strides[3] = {out.strides(), sa, sb};
+  StridedLoop loop;
+  loop.setup(nd, out.sizes(), 3, ptrs, strides, esz);
+  if (loop.numel == 0) return;
+  const VecKernels& vk = kernels();
+  visit(od, [&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, bf16_t> || std::is_same_v<T, f16_t>) {
+      const BinaryF32 fn = vk.binary_f32[int(op)];
+      const float alpha = float(alpha_d);
+      for_each(loop, kGrain, [&](char** p, const int64_t* st, int64_t n) {
+        const bool direct = std::is_same_v<T, float> && st[0] == 4 && (st[1] == 0 || st[1] == 4) &&
+                            (st[2] == 0 || st[2] == 4);
+        if (direct) {
+          fn(reinterpret_cast<const float*>(p[1]), st[1] / 4, reinterpret_cast<const float*>(p[2]), st[2] / 4,
+             reinterpret_cast<float*>(p[0]), n, alpha);
+          return;
+        }
+        alignas(64) float ba[kChunk], bb[kChunk], bo[kChunk];
+        for (int64_t i = 0; i < n; i += kChunk) {
+          const int64_t m = std::min(kChunk, n - i);
+          int64_t ea, eb;
+          const float* xa = load_f32<T>(p[1] + i * st[1], st[1], m, ba, &ea, vk);
+          const float* xb = load_f32<T>(p[2] + i * st[2], st[2], m, bb, &eb, vk);
+          fn(xa, ea, xb, eb, bo, m, alpha);
+          store_f32<T>(p[0] + i * st[0], st[0], m, bo, vk);
+        }
+      });
+    } else if constexpr (std::is_same_v<T, double>) {
+      const BinaryF64 fn = vk.binary_f64[int(op)];
+      for_each(loop, kGrain, [&](char** p, const int64_t* st, int64_t n) {
+        if (st[0] == 8 && (st[1] == 0 || st[1] == 8) && (st[2] == 0 || st[2] == 8)) {
+          fn(reinterpret_cast<const double*>(p[1]), st[1] / 8, reinterpret_cast<const double*>(p[2]), st[2] / 8,
+             reinterpret_cast<double*>(p[0]), n, alpha_d);
+          return;
+        }
+        for (int64_t i = 0; i < n; ++i)
+          *reinterpret_cast<double*>(p[0] + i * st[0]) =
+              binary_scalar(op, *reinterpret_cast<const double*>(p[1] + i * st[1]),
+                            *reinterpret_cast<const double*>(p[2] + i * st[2]), alpha_d);
+      });
+    } else {
+      // integers and bool: compute in int64
+      for_each(loop, kGrain, [&](char** p, const int64_t* st, int64_t n) {
+        for (int64_t i = 0; i < n; ++i) {
+          const int64_t x = Elem<T>::load(reinterpret_cast<const T*>(p[1] + i * st[1]));
+          const int64_t y = Elem<T>::load(reinterpret_cast<const T*>(p[2] + i * st[2]));
+          int64_t r;
+          if (op == BinaryOp::Div) {
+            TESSERA_SDK_CHECK(y != 0, "integer division by zero; divide floating tensors instead");
+            r = x / y;
+          } else {
+            r = binary_scalar<int64_t>(op, x, y, alpha_i);
+          }
+          Elem<T>::store(reinterpret_cast<T*>(p[0] + i * st[0]), r);
+        }
+      });
+    }
+  });
+}
+
+// The Scalar argument of an op at attribute index `i`, as a 0-dim tensor of the output dtype.
+tessera_status_t binary_kernel(void* user_data, const tessera_kernel_call_t* call) {
+  return guarded(call, [&](const KernelCall& c) {
+    const BinaryOp op = BinaryOp(reinterpret_cast<intptr_t>(user_data));
+    const int32_t od = c.output(0).dtype();
+    // add/sub carry alpha as the last attribute; a .Scalar overload carries `other` first.
+    int next_attr = 0;
+    TempList temps;
+    const tessera_tensor_t* a = c.raw()->inputs[0];
+    const tessera_tensor_t* b;
+    if (c.num_inputs() >= 2) {
+      b = c.raw()->inputs[1];
+    } else {
+      temps.push_back(scalar_tensor(c, next_attr++, od));
+      b = temps.back().raw();
+    }
+    double alpha_d = 1;
+    int64_t alpha_i = 1;
+    if ((op == BinaryOp::Add || op == BinaryOp::Sub) && c.num_attrs() > next_attr) {
+      alpha_d = c.attr_double(next_attr);
+      alpha_i = c.attr_int(next_attr);
+      TESSERA_SDK_CHECK(dtype_is_floating(od) || !c.attr_is_floating(next_attr),
+                        std::string("alpha ") + std::to_string(alpha_d) + " is floating but the result dtype is " +
+                            dtype_name(od) + "; pass an integral alpha or use floating tensors");
+    }
+    binary_run(c, op, a, b, alpha_d, alpha_i);
+  });
+}
+
+// Reversed scalar overloads (rsub-like) are not needed by the catalogue; pow.Scalar(Scalar self,
+// Tensor exponent) is handled here.
+tessera_status_t pow_scalar_base_kernel(void*, const tessera_kernel_call_t* call) {
+  return guarded(call, [&](const KernelCall& c) {
+    OwnedTensor base = scalar_tensor(c, 0, c.output(0).dtype());
+    binary_run(c, BinaryOp::Pow, base.raw(), c.raw()->inputs[0], 1, 1);
+  });
+}
+
+// --------------------------------------------------------------------------- comparisons, logical
+
+enum class CompareOp : int { Eq, Ne, Lt, Le, Gt, Ge, And, Or };
+
+template <typename A>
+inline bool compare(CompareOp op, A x, A y) {
+  switch (op) {
+    case CompareOp::Eq: return x == y;
+    case CompareOp::Ne: return x != y;
+    case CompareOp::Lt: return x < y;
+    case CompareOp::Le: return x <= y;
+    case CompareOp::Gt: return x > y;
+    case CompareOp::Ge: return x >= y;
+    case CompareOp::And: return x != 0 && y != 0;
+    case CompareOp::Or: return x != 0 || y != 0;
+  }
+  return false;
+}
+
+tessera_status_t compare_kernel(void* user_data, const tessera_kernel_call_t* call) {
+  return guarded(call, [&](const KernelCall& c) {
+    const CompareOp op = CompareOp(reinterpret_cast<intptr_t>(user_data));
+    const TensorView out = c.output(0);
+    TempList temps;
+    const tessera_tensor_t* a = c.raw()->inputs[0];
+    const tessera_tensor_t* b;
+    int32_t cd;
+    if (c.num_inputs() >= 2) {
+      b = c.raw()->inputs[1];
+      cd = promote_types(a->dtype, b->dtype);
+    } else {
+      // a wrapped number only raises the category
+      const bool fl = c.attr_is_floating(0);
+      cd = (fl && !dtype_is_floating(a->dtype)) ? TESSERA_DTYPE_FLOAT64 : a->dtype;
+      if (!fl && a->dtype == TESSERA_DTYPE_BOOL && c.attr(0).kind == TESSERA_VALUE_INT) cd = TESSERA_DTYPE_INT64;
+      temps.push_back(scalar_tensor(c, 0, cd));
+      b = temps.back().raw();
+    }
+    if (op == CompareOp::And || op == CompareOp::Or) cd = TESSERA_DTYPE_BOOL;
+    a = cast_if_needed(a, cd, temps);
+    b = cast_if_needed(b, cd, temps);
+    const int nd = out.ndim();
+    int64_t sa[kMaxDims], sb[kMaxDims];
+    broadcast_strides(a, nd, out.sizes(), sa);
+    broadcast_strides(b, nd, out.sizes(), sb);
+    const int64_t es = int64_t(sdk::dtype_size(cd));
+    const int64_t esz[3] = {int64_t(out.itemsize()), es, es};
+    char* ptrs[3] = {out.host_ptr<char>(), static_cast<char*>(a->data) + a->byte_offset,
+                     static_cast<char*>(b->data) + b->byte_offset};
+    const int64_t* strides[3] = {out.strides(), sa, sb};
+    StridedLoop loop;
+    loop.setup(nd, out.sizes(), 3, ptrs, strides, esz);
+    if (loop.numel == 0) return;
+    const int32_t outd = out.dtype();
+    visit(cd, [&](auto tag) {
+      using T = decltype(tag);
+      using A = acc_t<T>;
+      for_each(loop, kGrain, [&](char** p, const int64_t* st, int64_t n) {
+        for (int64_t i = 0; i < n; ++i) {
+          const A x = Elem<T>::load(reinterpret_cast<const T*>(p[1] + i * st[1]));
+          const A y = Elem<T>::load(reinterpret_cast<const T*>(p[2] + i * st[2]));
+          const bool r = compare<A>(op, x, y);
+          if (outd == TESSERA_DTYPE_BOOL || outd == TESSERA_DTYPE_UINT8 || outd == TESSERA_DTYPE_INT8)
+            *reinterpret_cast<uint8_t*>(p[0] + i * st[0]) = r;
+          else
+            visit(outd, [&](auto o) {
+              using O = decltype(o);
+              Elem<O>::store(reinterpret_cast<O*>(p[0] + i * st[0]), acc_t<O>(r));
+            });
+        }
+      });
+    });
+  });
+}
+
+template <int Bytes> struct Word;
+template <> struct Word<1> { using type = uint8_t; };
+template <> struct Word<2> { using type = uint16_t; };
+template <> struct Word<4> { using type = uint32_t; };
+template <> struct Word<8> { using type = uint64_t; };
+
+template <int Bytes>
+void where_loop(const StridedLoop& loop) {
+  using W = typename Word<Bytes>::type;
+  for_each(loop, kGrain, [](char** p, const int64_t* st, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) {
+      const bool cnd = *reinterpret_cast<const uint8_t*>(p[1] + i * st[1]) != 0;
+      W v;
+      std::memcpy(&v, (cnd ? p[2] + i * st[2] : p[3] + i * st[3]), Bytes);
+      std::memcpy(p[0] + i * st[0], &v, Bytes);
+    }
+  });
+}
+
+tessera_status_t where_kernel(void*, const tessera_kernel_call_t* call) {
+  return guarded(call, [&](const KernelCall& c) {
+    const TensorView out = c.output(0);
+    const int32_t od = out.dtype();
+    TempList temps;
+    const tessera_tensor_t* cond = cast_if_needed(c.raw()->inputs[0], TESSERA_DTYPE_BOOL, temps);
+    const tessera_tensor_t* ops[2];
+    int attr = 0;
+    for (int k = 0; k < 2; ++k) {
+      if (c.num_inputs() > k + 1 && c.raw()->inputs[k + 1]) {
+        ops[k] = cast_if_needed(c.raw()->inputs[k + 1], od, temps);
+      } else {
+        temps.push_back(scalar_tensor(c, attr++, od));
+        ops[k] = temps.back().raw();
+      }
+    }
+    const int nd = out.ndim();
+    int64_t s0[kMaxDims], s1[kMaxDims], s2[kMaxDims];
+    broadcast_strides(cond, nd, out.sizes(), s0);
+    broadcast_strides(ops[0], nd, out.sizes(), s1);
+    broadcast_strides(ops[1], nd, out.sizes(), s2);
+    const int64_t es = int64_t(out.itemsize());
+    const int64_t esz[4] = {es, 1, es, es};
+    char* ptrs[4] = {out.host_ptr<char>(), static_cast<char*>(cond->data) + cond->byte_offset,
+                     static_cast<char*>(ops[0]->data) + ops[0]->byte_offset,
+                     static_cast<char*>(ops[1]->data) + ops[1]->byte_offset};
+    const int64_t* strides[4] = {out.strides(), s0, s1, s2};
+    StridedLoop loop;
+    loop.setup(nd, out.sizes(), 4, ptrs, strides, esz);
+    if (loop.numel == 0) return;
+    switch (es) {
+      case 1: where_loop<1>(loop); break;
+      case 2: where_loop<2>(loop); break;
+      case 4: where_loop<4>(loop); break;
+      default: where_loop<8>(loop); break;
+    }
+  });
+}
+
+// --------------------------------------------------------------------------- unary
+
+inline double erf_d(double x) { return std::erf(x); }
+
+double unary_double(UnaryOp op, double x) {
+  switch (op) {
+    case UnaryOp::Neg: return -x;
+    case UnaryOp::Abs: return std::fabs(x);
+    case UnaryOp::Exp: return std::exp(x);
+    case UnaryOp::Log: return std::log(x);
+    case UnaryOp::Sqrt: return std::sqrt(x);
+    case UnaryOp::Rsqrt: return 1.0 / std::sqrt(x);
+    case UnaryOp::Sin: return std::sin(x);
+    case UnaryOp::Cos: return std::cos(x);
+    case UnaryOp::Tanh: return std::tanh(x);
+    case UnaryOp::Sigmoid: return 1.0 / (1.0 + std::exp(-x));
+    case UnaryOp::Relu: return (x != x || x > 0) ? x : 0.0;
+    case UnaryOp::Gelu: return 0.5 * x * std::erfc(-x * M_SQRT1_2);
+    case UnaryOp::GeluTanh: {
+      const double u = 0.7978845608028654 * (x + 0.044715 * x * x * x);
+      return 0.5 * x * (1.0 + std::tanh(u));
+    }
+    case UnaryOp::Silu: return x / (1.0 + std::exp(-x));
+    case UnaryOp::Erf: return erf_d(x);
+    default: return x;
+  }
+}
+
+int64_t unary_int(UnaryOp op, int64_t x) {
+  switch (op) {
+    case UnaryOp::Neg: return -x;
+    case UnaryOp::Abs: return x < 0 ? -x : x;
+    case UnaryOp::Relu: return x > 0 ? x : 0;
+    default:
+      throw sdk::Error(TESSERA_STATUS_UNIMPLEMENTED, "integer output not defined for this op; cast to a floating dtype");
+  }
+}
+
+void unary_run(const KernelCall& c, UnaryOp op) {
+  const TensorView out = c.output(0);
+  const int32_t od = out.dtype();
+  TempList temps;
+  const tessera_tensor_t* x = cast_if_needed(c.raw()->inputs[0], od, temps);
+  const int nd = out.ndim();
+  int64_t sx[kMaxDims];
+  broadcast_strides(x, nd, out.sizes(), sx);
+  const int64_t es = int64_t(out.itemsize());
+  const int64_t esz[2] = {es, es};
+  char* ptrs[2] = {out.host_ptr<char>(), static_cast<char*>(x->data) + x->byte_offset};
+  const int64_t* strides[2] = {out.strides(), sx};
+  StridedLoop loop;
+  loop.setup(nd, out.sizes(), 2, ptrs, strides, esz);
+  if (loop.numel == 0) return;
+  const VecKernels& vk = kernels();
+  visit(od, [&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, bf16_t> || std::is_same_v<T, f16_t>) {
+      const UnaryF32 fn = vk.unary_f32[int(op)];
+      for_each(loop, kGrain / 4, [&](char** p, const int64_t* st, int64_t n) {
+        if (std::is_same_v<T, float> && st[0] == 4 && st[1] == 4) {
+          fn(reinterpret_cast<const float*>(p[1]), reinterpret_cast<float*>(p[0]), n);
+          return;
+        }
+        alignas(64) float bx[kChunk], bo[kChunk];
+        for (int64_t i = 0; i < n; i += kChunk) {
+          const int64_t m = std::min(kChunk, n - i);
+          int64_t ex;
+          const float* xx = load_f32<T>(p[1] + i * st[1], st[1], m, bx, &ex, vk);
+          if (ex == 0) {
+            for (int64_t j = 1; j < m; ++j) bx[j] = bx[0];
+            xx = bx;
+          }
+          fn(xx, bo, m);
+          store_f32<T>(p[0] + i * st[0], st[0], m, bo, vk);
+        }
+      });
+    } else if constexpr (std::is_same_v<T, double>) {
+      for_each(loop, kGrain / 4, [&](char** p, const int64_t* st, int64_t n) {
+        for (int64_t i = 0; i < n; ++i)
+          *reinterpret_cast<double*>(p[0] + i * st[0]) =
+              unary_double(op, *reinterpret_cast<const double*>(p[1] + i * st[1]));
+      });
+    } else {
+      for_each(loop, kGrain, [&](char** p, const int64_t* st, int64_t n) {
+        for (int64_t i = 0; i < n; ++i)
+          Elem<T>::store(reinterpret_cast<T*>(p[0] + i * st[0]),
+                         unary_int(op, Elem<T>::load(reinterpret_cast<const T*>(p[1] + i * st[1]))));
+      });
+    }
+  });
+}
+
+tessera_status_t unary_kernel(void* user_data, const tessera_kernel_call_t* call) {
+  return guarded(call, [&](const KernelCall& c) { unary_run(c, UnaryOp(reinterpret_cast<intptr_t>(user_data))); });
+}
+
+tessera_status_t gelu_kernel(void*, const tessera_kernel_call_t* call) {
+  return guarded(call, [&](const KernelCall& c) {
+    std::string approx = c.num_attrs() > 0 ? c.attr_string(0) : std::string("none");
+    if (approx.empty()) approx = "none";
+    TESSERA_SDK_CHECK(approx == "none" || approx == "tanh",
+                      "gelu: approximate='" + approx + "' is not supported; expected 'none' or 'tanh'");
+    unary_run(c, approx == "tanh" ? UnaryOp::GeluTanh : UnaryOp::Gelu);
+  });
+}
+
+void* tag(int v) { return reinterpret_cast<void*>(intptr_t(v)); }
+
+}  // namespace
+
+OwnedTensor scalar_tensor(const KernelCall& c, int attr, int32_t dtype) {
+  OwnedTensor t(nullptr, 0, dtype);
+  const tessera_value_t& v = c.attr(attr);
+  visit(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    T* p = reinterpret_cast<T*>(static_cast<char*>(t.t.data) + t.t.byte_offset);
+    if constexpr (is_float_v<T>) {
+      Elem<T>::store(p, acc_t<T>(c.attr_double(attr)));
+    } else {
+      Elem<T>::store(p, v.kind == TESSERA_VALUE_DOUBLE ? int64_t(v.u.d) : c.attr_int(attr));
+    }
+  });
+  return t;
+}
+
+void register_elementwise_kernels(Registrar& r) {
+  struct B { const char* name; BinaryOp op; };
+  const B binaries[] = {
+      {"add.Tensor", BinaryOp::Add},     {"add.Scalar", BinaryOp::Add},   {"sub.Tensor", BinaryOp::Sub},
+      {"sub.Scalar", BinaryOp::Sub},     {"mul.Tensor", BinaryOp::Mul},   {"mul.Scalar", BinaryOp::Mul},
+      {"div.Tensor", BinaryOp::Div},     {"div.Scalar", BinaryOp::Div},   {"pow.Tensor_Tensor", BinaryOp::Pow},
+      {"pow.Tensor_Scalar", BinaryOp::Pow}, {"maximum", BinaryOp::Maximum}, {"minimum", BinaryOp::Minimum},
+      {"add_.Tensor", BinaryOp::Add},    {"mul_.Tensor", BinaryOp::Mul},
+  };
+  for (const B& b : binaries) r.add(b.name, kMaskAll, &binary_kernel, tag(int(b.op)));
+  r.add("pow.Scalar", kMaskAll, &pow_scalar_base_kernel);
+  struct C { const char* name; CompareOp op; };
+  const C compares[] = {
+      {"eq.Tensor", CompareOp::Eq}, {"ne.Tensor", CompareOp::Ne}, {"lt.Tensor", CompareOp::Lt},
+      {"le.Tensor", CompareOp::Le}, {"gt.Tensor", CompareOp::Gt}, {"ge.Tensor", CompareOp::Ge},
+      {"eq.Scalar", CompareOp::Eq}, {"ne.Scalar", CompareOp::Ne}, {"lt.Scalar", CompareOp::Lt},
+      {"le.Scalar", CompareOp::Le}, {"gt.Scalar", CompareOp::Gt}, {"ge.Scalar", CompareOp::Ge},
+      {"logical_and", CompareOp::And}, {"logical_or", CompareOp::Or},
+  };
+  for (const C& cc : compares) r.add(cc.name, kMaskAll, &compare_kernel, tag(int(cc.op)));
+  r.add("where.self", kMaskAll, &where_kernel);
+  r.add("where.ScalarOther", kMaskAll, &where_kernel);
+  struct U { const char* name; UnaryOp op; };
+  const U unaries[] = {
+      {"neg", UnaryOp::Neg},     {"abs", UnaryOp::Abs},         {"exp", UnaryOp::Exp},
+      {"log", UnaryOp::Log},     {"sqrt", UnaryOp::Sqrt},       {"rsqrt", UnaryOp::Rsqrt},
+      {"sin", UnaryOp::Sin},     {"cos", UnaryOp::Cos},         {"tanh", UnaryOp::Tanh},
+      {"sigmoid", UnaryOp::Sigmoid}, {"relu", UnaryOp::Relu},   {"silu", UnaryOp::Silu},
+      {"erf", UnaryOp::Erf},
+  };
+  for (const U& u : unaries) r.add(u.name, kMaskAll, &unary_kernel, tag(int(u.op)));
+  r.add("gelu", kMaskAll, &gelu_kernel);
+}
+
+}  // namespace tessera::cpu

@@ -1,0 +1,53 @@
+// Registration of the CPU plugin's kernels, one function per kernel family.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "common.h"
+
+namespace tessera::cpu {
+
+// Registers kernels, tolerating ops the runtime's catalogue does not define (each such op is
+// logged under TESSERA_LOG=cpu and listed in skipped()).
+class Registrar {
+ public:
+  explicit Registrar(const sdk::Host& host) : host_(host) {}
+  void add(const char* op, uint64_t dtype_mask, tessera_kernel_fn_t fn, void* user_data = nullptr);
+  const std::vector<std::string>& registered() const { return registered_; }
+  const std::vector<std::string>& skipped() const { return skipped_; }
+
+ private:
+  const sdk::Host& host_;
+  std::vector<std::string> registered_, skipped_;
+};
+
+void register_elementwise_kernels(Registrar& r);
+void register_reduction_kernels(Registrar& r);
+void register_index_kernels(Registrar& r);
+void register_creation_kernels(Registrar& r);
+
+// Runs `body`, turning exceptions into a status (the C ABI boundary of every kernel).
+template <typename F>
+tessera_status_t guarded(const tessera_kernel_call_t* call, F&& body) noexcept {
+  try {
+    body(KernelCall(call));
+    return nullptr;
+  } catch (const sdk::Error& e) {
+    return sdk::make_status(e.code(), std::string(call->op_name ? call->op_name : "?") + ": " + e.what());
+  } catch (const std::bad_alloc&) {
+    return sdk::make_status(TESSERA_STATUS_OUT_OF_MEMORY,
+                            std::string(call->op_name ? call->op_name : "?") + ": out of host memory");
+  } catch (const std::exception& e) {
+    return sdk::make_status(TESSERA_STATUS_INTERNAL, std::string(call->op_name ? call->op_name : "?") + ": " + e.what());
+  }
+}
+
+// Scalar attribute i as a 0-dim tensor of `dtype` (for the .Scalar overloads).
+OwnedTensor scalar_tensor(const KernelCall& c, int attr, int32_t dtype);
+
+constexpr uint64_t kMaskAll = TESSERA_DTYPE_MASK_ALL;
+constexpr uint64_t kMaskFloat = TESSERA_DTYPE_MASK_FLOATING;
+constexpr uint64_t kMaskNumeric = TESSERA_DTYPE_MASK_FLOATING | TESSERA_DTYPE_MASK_INTEGRAL;
+
+}  // namespace tessera::cpu

@@ -1,0 +1,68 @@
+// Parallel loops of the CPU plugin over OpenMP (libgomp, the runtime oneDNN uses too, so both
+// share one thread pool).
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <exception>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+namespace tessera::cpu {
+
+inline int max_threads() {
+#ifdef _OPENMP
+  return omp_get_max_threads();
+#else
+  return 1;
+#endif
+}
+
+inline bool in_parallel_region() {
+#ifdef _OPENMP
+  return omp_in_parallel() != 0;
+#else
+  return false;
+#endif
+}
+
+// Calls f(chunk_begin, chunk_end) over [begin, end) split into at most max_threads() contiguous
+// chunks of at least `grain` elements. Runs serially (one call f(begin, end)) when the range is
+// below 2*grain, when there is one thread, or when already inside a parallel region. f must not
+// throw across threads: exceptions are caught per thread and the first is rethrown after the loop.
+template <typename F>
+void parallel_for(int64_t begin, int64_t end, int64_t grain, F f) {
+  const int64_t n = end - begin;
+  if (n <= 0) return;
+  if (grain < 1) grain = 1;
+  const int threads = max_threads();
+  if (n < 2 * grain || threads <= 1 || in_parallel_region()) {
+    f(begin, end);
+    return;
+  }
+#ifdef _OPENMP
+  const int64_t chunks = std::min<int64_t>(threads, (n + grain - 1) / grain);
+  const int64_t step = (n + chunks - 1) / chunks;
+  std::exception_ptr error;
+#pragma omp parallel for num_threads(static_cast<int>(chunks)) schedule(static, 1)
+  for (int64_t c = 0; c < chunks; ++c) {
+    const int64_t b = begin + c * step;
+    const int64_t e = std::min(end, b + step);
+    if (b < e) {
+      try {
+        f(b, e);
+      } catch (...) {
+#pragma omp critical(tessera_cpu_parallel_error)
+        if (!error) error = std::current_exception();
+      }
+    }
+  }
+  if (error) std::rethrow_exception(error);
+#else
+  f(begin, end);
+#endif
+}
+
+}  // namespace tessera::cpu

@@ -1,0 +1,391 @@
+// Hot contiguous kernels, compiled once per ISA level (Note [CPU ISA selection] in isa.h).
+// TESSERA_CPU_ISA names the namespace (isa_default, isa_avx2, isa_avx512); the compiler flags of
+// each copy are set in CMakeLists.txt. Loops are written so that the compiler vectorises them
+// (`#pragma omp simd`, branch-free bodies); the math functions are our own polynomial
+// approximations (Cephes-style range reduction), accurate to about 1e-7 relative for float, and
+// are not taken from libmvec.
+//
+// Note [No shared inline code in ISA copies]
+// An inline function with external linkage (a std:: wrapper, a helper from a shared header) that
+// is emitted out of line in this file is compiled with this copy's -march flags, and the linker
+// may keep that copy for every caller, including baseline code. So this file defines everything
+// in an anonymous namespace and calls only compiler builtins and intrinsics (which are never
+// emitted out of line).
+#include <cstdint>
+
+#include "vec_kernels.h"
+
+#if defined(__F16C__)
+#include <immintrin.h>
+#endif
+
+#ifndef TESSERA_CPU_ISA
+#error "TESSERA_CPU_ISA must name the namespace of this copy"
+#endif
+
+namespace tessera::cpu::TESSERA_CPU_ISA {
+namespace {
+
+constexpr float kInf = __builtin_inff();
+constexpr float kNaN = __builtin_nanf("");
+
+inline float as_float(int32_t i) { return __builtin_bit_cast(float, i); }
+inline int32_t as_int(float f) { return __builtin_bit_cast(int32_t, f); }
+
+inline float half_to_float_s(uint16_t h) {
+  const uint32_t sign = uint32_t(h & 0x8000u) << 16;
+  uint32_t exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu, u;
+  if (exp == 0) {
+    if (mant == 0) {
+      u = sign;
+    } else {
+      int e = -1;
+      do {
+        ++e;
+        mant <<= 1;
+      } while ((mant & 0x400u) == 0);
+      u = sign | (uint32_t(127 - 15 - e) << 23) | ((mant & 0x3ffu) << 13);
+    }
+  } else if (exp == 31) {
+    u = sign | 0x7f800000u | (mant << 13);
+  } else {
+    u = sign | ((exp + 127 - 15) << 23) | (mant << 13);
+  }
+  return as_float(int32_t(u));
+}
+inline uint16_t float_to_half_s(float f) {
+  uint32_t u = uint32_t(as_int(f));
+  const uint16_t sign = uint16_t((u >> 16) & 0x8000u);
+  u &= 0x7fffffffu;
+  if (u > 0x7f800000u) return uint16_t(sign | 0x7e00u);
+  if (u >= 0x477ff000u) return uint16_t(sign | 0x7c00u);
+  if (u < 0x38800000u) {
+    if (u < 0x33000000u) return sign;
+    const uint32_t e = u >> 23, m = (u & 0x7fffffu) | 0x800000u;
+    const uint32_t shift = 126 - e;
+    uint32_t r = m >> shift;
+    const uint32_t rem = m & ((1u << shift) - 1), half = 1u << (shift - 1);
+    if (rem > half || (rem == half && (r & 1u))) ++r;
+    return uint16_t(sign | r);
+  }
+  uint32_t r = ((u >> 13) - (112u << 10));
+  const uint32_t rem = u & 0x1fffu;
+  if (rem > 0x1000u || (rem == 0x1000u && (r & 1u))) ++r;
+  return uint16_t(sign | r);
+}
+inline float sqrt_s(float x) { return __builtin_sqrtf(x); }
+inline double sqrt_s(double x) { return __builtin_sqrt(x); }
+inline float pow_s(float a, float b) { return __builtin_powf(a, b); }
+inline double pow_s(double a, double b) { return __builtin_pow(a, b); }
+
+// exp: x = n ln2 + r, |r| <= ln2/2; e^r by a degree-6 polynomial; 2^n applied in two halves so
+// that results down to the subnormal range stay right.
+inline float exp_f(float x) {
+  float xc = x < -104.0f ? -104.0f : x;
+  xc = xc > 88.8f ? 88.8f : xc;
+  const float t = xc * 1.44269504088896341f + 12582912.0f;
+  const float n = t - 12582912.0f;
+  float r = xc - n * 0.693359375f;
+  r = r - n * -2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  const float y = p * r * r + r + 1.0f;
+  const int32_t ni = int32_t(n);
+  const int32_t n1 = ni >> 1, n2 = ni - n1;
+  float res = y * as_float((n1 + 127) << 23) * as_float((n2 + 127) << 23);
+  res = x > 88.72283935546875f ? kInf : res;
+  res = x < -103.97f ? 0.0f : res;
+  return x != x ? x : res;
+}
+
+// log: x = m 2^e with m in [sqrt(1/2), sqrt(2)); log(m) by Cephes' degree-9 polynomial in m-1.
+inline float log_f(float x) {
+  const float tiny = x < 1.17549435e-38f ? 1.0f : 0.0f;
+  const float xs = x * (1.0f + tiny * 33554431.0f);  // 2^25: subnormals become normal
+  const int32_t bits = as_int(xs);
+  float fe = float(((bits >> 23) & 0xff) - 126) - 25.0f * tiny;
+  float m = as_float((bits & 0x807fffff) | 0x3f000000);  // [0.5, 1)
+  const float small = m < 0.707106781186547524f ? 1.0f : 0.0f;
+  fe -= small;
+  m = m + m * small - 1.0f;
+  const float z = m * m;
+  float y = 7.0376836292e-2f;
+  y = y * m - 1.1514610310e-1f;
+  y = y * m + 1.1676998740e-1f;
+  y = y * m - 1.2420140846e-1f;
+  y = y * m + 1.4249322787e-1f;
+  y = y * m - 1.6668057665e-1f;
+  y = y * m + 2.0000714765e-1f;
+  y = y * m - 2.4999993993e-1f;
+  y = y * m + 3.3333331174e-1f;
+  y = y * m * z;
+  y += -2.12194440e-4f * fe;
+  y += -0.5f * z;
+  float res = m + y;
+  res += 0.693359375f * fe;
+  res = x == kInf ? kInf : res;
+  res = x == 0.0f ? -kInf : res;
+  res = x < 0.0f ? kNaN : res;
+  return x != x ? x : res;
+}
+
+inline float tanh_f(float x) {
+  const float ax = x < 0 ? -x : x;
+  const float z = x * x;
+  float p = -5.70498872745e-3f;
+  p = p * z + 2.06390887954e-2f;
+  p = p * z - 5.37397155531e-2f;
+  p = p * z + 1.33314422036e-1f;
+  p = p * z - 3.33332819422e-1f;
+  const float small = p * z * x + x;
+  const float e = exp_f(2.0f * (ax > 44.0f ? 44.0f : ax));
+  float big = 1.0f - 2.0f / (e + 1.0f);
+  big = x < 0 ? -big : big;
+  const float res = ax < 0.625f ? small : big;
+  return x != x ? x : res;
+}
+
+inline float sigmoid_f(float x) { return 1.0f / (1.0f + exp_f(-x)); }
+
+// erfc for z >= 0 (Numerical Recipes' erfcc, fractional error < 1.2e-7 for all z >= 0). exp(-z^2)
+// is evaluated as exp(-hi) * exp(-lo + ...) with z^2 = hi + lo split exactly (hi from the top 12
+// mantissa bits of z squared), so that the rounding of z^2 does not cost relative accuracy in the
+// tail (Cephes' erfcf does the same).
+inline float erfc_pos_f(float z) {
+  const float t = 1.0f / (1.0f + 0.5f * z);
+  float p = 0.17087277f;
+  p = p * t - 0.82215223f;
+  p = p * t + 1.48851587f;
+  p = p * t - 1.13520398f;
+  p = p * t + 0.27886807f;
+  p = p * t - 0.18628806f;
+  p = p * t + 0.09678418f;
+  p = p * t + 0.37409196f;
+  p = p * t + 1.00002368f;
+  p = p * t - 1.26551223f;
+  const float zh = as_float(as_int(z) & int32_t(0xfffff000));
+  const float zl = z - zh;
+  const float hi = zh * zh;                     // exact
+  const float lo = (zh + zh + zl) * zl;         // z^2 - hi
+  return t * exp_f(-hi) * exp_f(p - lo);
+}
+
+// erf below 0.5: Maclaurin series 2/sqrt(pi) (x - x^3/3 + x^5/10 - ... + x^13/9360).
+inline float erf_small_f(float x) {
+  const float z = x * x;
+  float s = 1.0f / 9360.0f;
+  s = s * -z + 1.0f / 1320.0f;
+  s = s * -z + 1.0f / 216.0f;
+  s = s * -z + 1.0f / 42.0f;
+  s = s * -z + 1.0f / 10.0f;
+  s = s * -z + 1.0f / 3.0f;
+  s = s * -z + 1.0f;
+  return 1.12837916709551257f * x * s;
+}
+
+// erf: the series below 0.5, 1 - erfc above.
+inline float erf_f(float x) {
+  const float ax = x < 0 ? -x : x;
+  float big = 1.0f - erfc_pos_f(ax > 10.0f ? 10.0f : ax);
+  big = x < 0 ? -big : big;
+  const float res = ax < 0.5f ? erf_small_f(x) : big;
+  return x != x ? x : res;
+}
+
+// gelu(x) = x/2 (1 + erf(x/sqrt2)); for x/sqrt2 <= -0.5 as x/2 erfc(-x/sqrt2), which does not
+// cancel. One erfc evaluation serves both signs.
+inline float gelu_f(float x) {
+  const float z = x * 0.707106781186547524f;
+  const float az = z < 0 ? -z : z;
+  const float e = erfc_pos_f(az > 14.0f ? 14.0f : az);
+  const float erf_big = z < 0 ? e - 1.0f : 1.0f - e;
+  const float erf_z = az < 0.5f ? erf_small_f(z) : erf_big;
+  const float res = (z <= -0.5f) ? 0.5f * x * e : 0.5f * x * (1.0f + erf_z);
+  return x != x ? x : res;
+}
+
+// 0.5 x (1 + tanh(u)) == x * sigmoid(2u): no cancellation for negative x.
+inline float gelu_tanh_f(float x) {
+  const float u = 0.797884560802865355f * (x + 0.044715f * x * x * x);
+  return x / (1.0f + exp_f(-2.0f * u));
+}
+
+template <typename T, typename F>
+inline void binary_loop(const T* a, int64_t sa, const T* b, int64_t sb, T* out, int64_t n, F f) {
+  if (sa == 1 && sb == 1) {
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) out[i] = f(a[i], b[i]);
+  } else if (sa == 1) {
+    const T bv = b[0];
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) out[i] = f(a[i], bv);
+  } else if (sb == 1) {
+    const T av = a[0];
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) out[i] = f(av, b[i]);
+  } else {
+    const T v = f(a[0], b[0]);
+    for (int64_t i = 0; i < n; ++i) out[i] = v;
+  }
+}
+
+template <typename T>
+void binary_add(const T* a, int64_t sa, const T* b, int64_t sb, T* out, int64_t n, T alpha) {
+  if (alpha == T(1))
+    binary_loop(a, sa, b, sb, out, n, [](T x, T y) { return x + y; });
+  else
+    binary_loop(a, sa, b, sb, out, n, [alpha](T x, T y) { return x + alpha * y; });
+}
+template <typename T>
+void binary_sub(const T* a, int64_t sa, const T* b, int64_t sb, T* out, int64_t n, T alpha) {
+  if (alpha == T(1))
+    binary_loop(a, sa, b, sb, out, n, [](T x, T y) { return x - y; });
+  else
+    binary_loop(a, sa, b, sb, out, n, [alpha](T x, T y) { return x - alpha * y; });
+}
+template <typename T>
+void binary_mul(const T* a, int64_t sa, const T* b, int64_t sb, T* out, int64_t n, T) {
+  binary_loop(a, sa, b, sb, out, n, [](T x, T y) { return x * y; });
+}
+template <typename T>
+void binary_div(const T* a, int64_t sa, const T* b, int64_t sb, T* out, int64_t n, T) {
+  binary_loop(a, sa, b, sb, out, n, [](T x, T y) { return x / y; });
+}
+template <typename T>
+void binary_max(const T* a, int64_t sa, const T* b, int64_t sb, T* out, int64_t n, T) {
+  binary_loop(a, sa, b, sb, out, n, [](T x, T y) { return (x != x || x > y) ? x : y; });
+}
+template <typename T>
+void binary_min(const T* a, int64_t sa, const T* b, int64_t sb, T* out, int64_t n, T) {
+  binary_loop(a, sa, b, sb, out, n, [](T x, T y) { return (x != x || x < y) ? x : y; });
+}
+template <typename T>
+void binary_pow(const T* a, int64_t sa, const T* b, int64_t sb, T* out, int64_t n, T) {
+  for (int64_t i = 0; i < n; ++i) out[i] = pow_s(a[i * sa], b[i * sb]);
+}
+
+#define TESSERA_CPU_UNARY(NAME, EXPR)                          \
+  void NAME(const float* in, float* out, int64_t n) {          \
+    _Pragma("omp simd") for (int64_t i = 0; i < n; ++i) {      \
+      const float x = in[i];                                   \
+      out[i] = (EXPR);                                         \
+    }                                                          \
+  }
+TESSERA_CPU_UNARY(u_neg, -x)
+TESSERA_CPU_UNARY(u_abs, __builtin_fabsf(x))
+TESSERA_CPU_UNARY(u_exp, exp_f(x))
+TESSERA_CPU_UNARY(u_log, log_f(x))
+TESSERA_CPU_UNARY(u_sqrt, sqrt_s(x))
+TESSERA_CPU_UNARY(u_rsqrt, 1.0f / sqrt_s(x))
+TESSERA_CPU_UNARY(u_tanh, tanh_f(x))
+TESSERA_CPU_UNARY(u_sigmoid, sigmoid_f(x))
+TESSERA_CPU_UNARY(u_relu, (x != x || x > 0.0f) ? x : 0.0f)
+TESSERA_CPU_UNARY(u_gelu, gelu_f(x))
+TESSERA_CPU_UNARY(u_gelu_tanh, gelu_tanh_f(x))
+TESSERA_CPU_UNARY(u_silu, x / (1.0f + exp_f(-x)))
+TESSERA_CPU_UNARY(u_erf, erf_f(x))
+#undef TESSERA_CPU_UNARY
+// sin/cos are not hot: the C library's scalar functions.
+void u_sin(const float* in, float* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = __builtin_sinf(in[i]);
+}
+void u_cos(const float* in, float* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = __builtin_cosf(in[i]);
+}
+
+void bf16_to_f32(const uint16_t* x, float* out, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) out[i] = as_float(int32_t(uint32_t(x[i]) << 16));
+}
+void f32_to_bf16(const float* x, uint16_t* out, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) {
+    const uint32_t u = uint32_t(as_int(x[i]));
+    const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    const uint32_t nan = (u >> 16) | 0x40u;
+    out[i] = uint16_t((u & 0x7fffffffu) > 0x7f800000u ? nan : rounded);
+  }
+}
+void f16_to_f32(const uint16_t* x, float* out, int64_t n) {
+  int64_t i = 0;
+#if defined(__F16C__)
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(out + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x + i))));
+#endif
+  for (; i < n; ++i) out[i] = half_to_float_s(x[i]);
+}
+void f32_to_f16(const float* x, uint16_t* out, int64_t n) {
+  int64_t i = 0;
+#if defined(__F16C__)
+  for (; i + 8 <= n; i += 8)
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i),
+                     _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
+#endif
+  for (; i < n; ++i) out[i] = float_to_half_s(x[i]);
+}
+
+double sum_f32(const float* x, int64_t n) {
+  double acc = 0;
+#pragma omp simd reduction(+ : acc)
+  for (int64_t i = 0; i < n; ++i) acc += double(x[i]);
+  return acc;
+}
+double sum_f64(const double* x, int64_t n) {
+  double acc = 0;
+#pragma omp simd reduction(+ : acc)
+  for (int64_t i = 0; i < n; ++i) acc += x[i];
+  return acc;
+}
+float max_f32(const float* x, int64_t n) {
+  float m = -kInf;
+  int nan = 0;
+#pragma omp simd reduction(max : m) reduction(| : nan)
+  for (int64_t i = 0; i < n; ++i) {
+    m = x[i] > m ? x[i] : m;
+    nan |= x[i] != x[i];
+  }
+  return nan ? kNaN : m;
+}
+float min_f32(const float* x, int64_t n) {
+  float m = kInf;
+  int nan = 0;
+#pragma omp simd reduction(min : m) reduction(| : nan)
+  for (int64_t i = 0; i < n; ++i) {
+    m = x[i] < m ? x[i] : m;
+    nan |= x[i] != x[i];
+  }
+  return nan ? kNaN : m;
+}
+void accumulate_f32(double* acc, const float* x, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) acc[i] += double(x[i]);
+}
+void accumulate_f64(double* acc, const double* x, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) acc[i] += x[i];
+}
+
+#define TESSERA_STR2(x) #x
+#define TESSERA_STR(x) TESSERA_STR2(x)
+
+const VecKernels kTable = {
+    TESSERA_STR(TESSERA_CPU_ISA),
+    {binary_add<float>, binary_sub<float>, binary_mul<float>, binary_div<float>, binary_max<float>,
+     binary_min<float>, binary_pow<float>},
+    {binary_add<double>, binary_sub<double>, binary_mul<double>, binary_div<double>, binary_max<double>,
+     binary_min<double>, binary_pow<double>},
+    {u_neg, u_abs, u_exp, u_log, u_sqrt, u_rsqrt, u_sin, u_cos, u_tanh, u_sigmoid, u_relu, u_gelu,
+     u_gelu_tanh, u_silu, u_erf},
+    bf16_to_f32, f32_to_bf16, f16_to_f32, f32_to_f16,
+    sum_f32, sum_f64, max_f32, min_f32, accumulate_f32, accumulate_f64,
+};
+
+}  // namespace
+
+const VecKernels* table() { return &kTable; }
+
+}  // namespace tessera::cpu::TESSERA_CPU_ISA

@@ -1,0 +1,42 @@
+/* Extra C entry points exported by the CUDA plugin (libtessera_cuda.so) beyond the plugin ABI:
+ * memory statistics and cache release of its caching allocator, for tools, tests and benchmarks
+ * that look them up with dlsym on the loaded plugin. The same statistics appear in the device
+ * properties JSON under "allocator". Plain C; nothing here needs a GPU to be declared. */
+#ifndef TESSERA_CUDA_CUDA_PLUGIN_H_
+#define TESSERA_CUDA_CUDA_PLUGIN_H_
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct tessera_cuda_memory_stats_t {
+  uint32_t struct_size;
+  uint32_t reserved_;
+  uint64_t allocated_bytes;      /* live blocks */
+  uint64_t reserved_bytes;       /* segments obtained with cudaMalloc */
+  uint64_t cached_bytes;         /* reserved - allocated */
+  uint64_t peak_allocated_bytes;
+  uint64_t hits;                 /* allocations served from the cache */
+  uint64_t misses;               /* allocations that needed cudaMalloc */
+  uint64_t splits;
+  uint64_t merges;
+  uint64_t segments;
+} tessera_cuda_memory_stats_t;
+
+/* Symbol names, for dlsym. */
+#define TESSERA_CUDA_MEMORY_STATS_NAME "tessera_cuda_memory_stats"
+#define TESSERA_CUDA_EMPTY_CACHE_NAME "tessera_cuda_empty_cache"
+
+/* Fills `out` for `device`; returns 0, or -1 when the device does not exist (no driver, no GPU or
+ * an index out of range). out->struct_size must be set by the caller. */
+typedef int (*tessera_cuda_memory_stats_fn_t)(int32_t device, tessera_cuda_memory_stats_t* out);
+/* Returns every fully free cached segment of `device` (all devices when negative) to the driver. */
+typedef void (*tessera_cuda_empty_cache_fn_t)(int32_t device);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TESSERA_CUDA_CUDA_PLUGIN_H_ */

@@ -1,0 +1,345 @@
+// Flash attention (forward) for f16 / bf16, head dims 64 and 128: a tensor-core kernel (the default,
+// Note [CUDA flash attention, tensor cores] below) and a CUDA-core kernel (TESSERA_CUDA_FLASH_SIMT=1).
+// Note [CUDA flash attention]
+// A block owns kRows query rows of one (batch, head) and walks the keys in tiles of kCols: the K and
+// V tiles are staged in shared memory (as fp32), each query row keeps its running max, running sum
+// and output accumulator in registers (online softmax, all fp32), so the Lq x Lk score matrix is
+// never stored. Four adjacent threads share a query row; each owns a quarter of the head dim as
+// float4 chunks (chunk k of part p covers columns (4k + p) * 4 .. +3), so the four threads read one
+// contiguous 64-byte span of a shared K/V row per step, and their partial dot products are summed
+// with two warp shuffles. Causal masking is top-left aligned (key j is visible to query i when
+// j <= i), like PyTorch's is_causal; key tiles entirely above the diagonal are skipped. An explicit
+// mask is bool (true = attend) or additive. A row whose keys are all masked yields NaN, like the
+// math path's softmax of an all -inf row.
+// This kernel's dot products run on the CUDA cores (FMA); the tensor-core kernel shares its semantics.
+#include <mma.h>
+
+#include <cmath>
+
+#include "cuda_common.cuh"
+
+namespace tessera::cuda {
+namespace {
+
+constexpr int kRows = 64;                 // query rows per block
+constexpr int kParts = 4;                 // threads per query row
+constexpr int kAttnThreads = kRows * kParts;
+constexpr int kCols = 32;                 // keys per tile
+
+__device__ __forceinline__ float mask_value(const void* mask, int32_t dtype, int64_t off) {
+  switch (dtype) {
+    case kDtBool: return static_cast<const uint8_t*>(mask)[off] ? 0.0f : -INFINITY;
+    case kDtF16: return __half2float(static_cast<const __half*>(mask)[off]);
+    case kDtBF16: return __bfloat162float(static_cast<const __nv_bfloat16*>(mask)[off]);
+    default: return static_cast<const float*>(mask)[off];
+  }
+}
+
+template <typename T, int kDim>
+__global__ void __launch_bounds__(kAttnThreads) flash_attention_kernel(AttentionParams p) {
+  constexpr int kChunks = kDim / (4 * kParts);  // float4 chunks per thread
+  __shared__ float4 k_tile[kCols][kDim / 4];
+  __shared__ float4 v_tile[kCols][kDim / 4];
+
+  const int64_t bh = blockIdx.y;
+  const int64_t b = bh / p.heads, h = bh % p.heads;
+  const int64_t q0 = int64_t(blockIdx.x) * kRows;
+  const int local_row = threadIdx.x / kParts;
+  const int part = threadIdx.x % kParts;
+  const int64_t row = q0 + local_row;
+  const bool row_valid = row < p.len_q;
+
+  const T* q = static_cast<const T*>(p.q) + b * p.q_strides[0] + h * p.q_strides[1];
+  const T* k = static_cast<const T*>(p.k) + b * p.k_strides[0] + h * p.k_strides[1];
+  const T* v = static_cast<const T*>(p.v) + b * p.v_strides[0] + h * p.v_strides[1];
+
+  float4 q_reg[kChunks], acc[kChunks];
+#pragma unroll
+  for (int c = 0; c < kChunks; ++c) {
+    const int col = (c * kParts + part) * 4;
+    float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (row_valid) {
+      const T* qr = q + row * p.q_strides[2] + col;
+      x = make_float4(to_float(qr[0]), to_float(qr[1]), to_float(qr[2]), to_float(qr[3]));
+    }
+    q_reg[c] = x;
+    acc[c] = make_float4(0.f, 0.f, 0.f, 0.f);
+  }
+  float m = -INFINITY, l = 0.0f;
+
+  int64_t key_end = p.len_k;
+  if (p.causal) {
+    const int64_t last_row = q0 + kRows - 1;
+    key_end = last_row + 1 < key_end ? last_row + 1 : key_end;
+  }
+  const char* mask_base = nullptr;
+  if (p.mask) {
+    mask_base = static_cast<const char*>(p.mask);
+  }
+
+  for (int64_t k0 = 0; k0 < key_end; k0 += kCols) {
+    // Stage the K and V tiles (fp32) in shared memory.
+    for (int idx = threadIdx.x; idx < kCols * (kDim / 4); idx += kAttnThreads) {
+      const int r = idx / (kDim / 4), c4 = idx % (kDim / 4);
+      const int64_t key = k0 + r;
+      float4 kx = make_float4(0.f, 0.f, 0.f, 0.f), vx = kx;
+      if (key < p.len_k) {
+        const T* kr = k + key * p.k_strides[2] + c4 * 4;
+        const T* vr = v + key * p.v_strides[2] + c4 * 4;
+        kx = make_float4(to_float(kr[0]), to_float(kr[1]), to_float(kr[2]), to_float(kr[3]));
+        vx = make_float4(to_float(vr[0]), to_float(vr[1]), to_float(vr[2]), to_float(vr[3]));
+      }
+      k_tile[r][c4] = kx;
+      v_tile[r][c4] = vx;
+    }
+    __syncthreads();
+
+    float s[kCols];
+    float tile_max = -INFINITY;
+#pragma unroll
+    for (int j = 0; j < kCols; ++j) {
+      float partial = 0.0f;
+#pragma unroll
+      for (int c = 0; c < kChunks; ++c) {
+        const float4 kk = k_tile[j][c * kParts + part];
+        partial += q_reg[c].x * kk.x + q_reg[c].y * kk.y + q_reg[c].z * kk.z + q_reg[c].w * kk.w;
+      }
+      partial += __shfl_xor_sync(0xffffffffu, partial, 1);
+      partial += __shfl_xor_sync(0xffffffffu, partial, 2);
+      const int64_t key = k0 + j;
+      float score = partial * p.scale;
+      if (key >= p.len_k || (p.causal && key > row)) {
+        score = -INFINITY;
+      } else if (mask_base && row_valid) {
+        const int64_t off = b * p.mask_strides[0] + h * p.mask_strides[1] + row * p.mask_strides[2] + key * p.mask_strides[3];
+        score += mask_value(mask_base, p.mask_dtype, off);
+      }
+      s[j] = score;
+      tile_max = fmaxf(tile_max, score);
+    }
+
+    const float m_new = fmaxf(m, tile_max);
+    if (m_new != -INFINITY) {
+      const float correction = expf(m - m_new);  // 0 when m is -inf
+      l *= correction;
+#pragma unroll
+      for (int c = 0; c < kChunks; ++c) {
+        acc[c].x *= correction;
+        acc[c].y *= correction;
+        acc[c].z *= correction;
+        acc[c].w *= correction;
+      }
+#pragma unroll
+      for (int j = 0; j < kCols; ++j) {
+        const float pj = expf(s[j] - m_new);
+        l += pj;
+#pragma unroll
+        for (int c = 0; c < kChunks; ++c) {
+          const float4 vv = v_tile[j][c * kParts + part];
+          acc[c].x += pj * vv.x;
+          acc[c].y += pj * vv.y;
+          acc[c].z += pj * vv.z;
+          acc[c].w += pj * vv.w;
+        }
+      }
+      m = m_new;
+    }
+    __syncthreads();
+  }
+
+  if (!row_valid) return;
+  const float inv = 1.0f / l;  // inf (and NaN outputs) for a fully masked row
+  T* o = static_cast<T*>(p.out) + b * p.out_strides[0] + h * p.out_strides[1] + row * p.out_strides[2];
+#pragma unroll
+  for (int c = 0; c < kChunks; ++c) {
+    const int col = (c * kParts + part) * 4;
+    o[col + 0] = from_op<T>(l > 0.0f ? acc[c].x * inv : NAN);
+    o[col + 1] = from_op<T>(l > 0.0f ? acc[c].y * inv : NAN);
+    o[col + 2] = from_op<T>(l > 0.0f ? acc[c].z * inv : NAN);
+    o[col + 3] = from_op<T>(l > 0.0f ? acc[c].w * inv : NAN);
+  }
+}
+
+// ---------------------------------------------------------------- tensor-core variant
+// Note [CUDA flash attention, tensor cores]: the same algorithm with the two products on the tensor
+// cores (WMMA 16x16x16, fp32 accumulation). A block of 4 warps owns 64 query rows (16 per warp); Q,
+// the K and V tiles (32 keys), and per warp its scores S (fp32), probabilities P (the input dtype)
+// and output accumulator O (fp32) live in shared memory. Per key tile: S = Q K^T (WMMA), the online
+// softmax update on S in fp32 (two lanes per row: running max, rescaled sum, correction factor),
+// O *= correction, O += P V (WMMA). Row padding keeps every fragment pointer 32-byte aligned.
+constexpr int kWarps = 4;
+constexpr int kTcRows = 16 * kWarps;
+constexpr int kTcCols = 32;
+
+template <typename T, int kDim>
+struct TensorCoreSmem {
+  alignas(32) T q[kTcRows][kDim + 8];
+  alignas(32) T k[kTcCols][kDim + 8];
+  alignas(32) T v[kTcCols][kDim + 8];
+  alignas(32) float s[kWarps][16][kTcCols + 4];
+  alignas(32) T p[kWarps][16][kTcCols + 8];
+  alignas(32) float o[kWarps][16][kDim + 4];
+  float m[kTcRows], l[kTcRows];
+};
+
+template <typename T, int kDim>
+__global__ void __launch_bounds__(kWarps * 32) flash_attention_tc_kernel(AttentionParams p) {
+  using namespace nvcuda;
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  auto& sm = *reinterpret_cast<TensorCoreSmem<T, kDim>*>(smem_raw);
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int64_t bh = blockIdx.y;
+  const int64_t b = bh / p.heads, h = bh % p.heads;
+  const int64_t q0 = int64_t(blockIdx.x) * kTcRows;
+  const T* q = static_cast<const T*>(p.q) + b * p.q_strides[0] + h * p.q_strides[1];
+  const T* k = static_cast<const T*>(p.k) + b * p.k_strides[0] + h * p.k_strides[1];
+  const T* v = static_cast<const T*>(p.v) + b * p.v_strides[0] + h * p.v_strides[1];
+  const T zero = from_op<T>(0.0f);
+
+  for (int idx = tid; idx < kTcRows * kDim; idx += kWarps * 32) {
+    const int r = idx / kDim, c = idx % kDim;
+    const int64_t row = q0 + r;
+    sm.q[r][c] = row < p.len_q ? q[row * p.q_strides[2] + c] : zero;
+  }
+  for (int idx = tid; idx < kWarps * 16 * (kDim + 4); idx += kWarps * 32) (&sm.o[0][0][0])[idx] = 0.0f;
+  if (tid < kTcRows) {
+    sm.m[tid] = -INFINITY;
+    sm.l[tid] = 0.0f;
+  }
+
+  int64_t key_end = p.len_k;
+  if (p.causal) key_end = q0 + kTcRows < key_end ? q0 + kTcRows : key_end;
+
+  const int r = lane >> 1;              // this lane's row within the warp's 16
+  const int half_col = (lane & 1) * 16;  // its half of the 32 key columns
+  const int local_row = warp * 16 + r;
+  const int64_t row = q0 + local_row;
+
+  for (int64_t k0 = 0; k0 < key_end; k0 += kTcCols) {
+    __syncthreads();  // the previous tile is no longer read (and Q/O/m/l are initialised)
+    for (int idx = tid; idx < kTcCols * kDim; idx += kWarps * 32) {
+      const int kr = idx / kDim, c = idx % kDim;
+      const int64_t key = k0 + kr;
+      sm.k[kr][c] = key < p.len_k ? k[key * p.k_strides[2] + c] : zero;
+      sm.v[kr][c] = key < p.len_k ? v[key * p.v_strides[2] + c] : zero;
+    }
+    __syncthreads();
+
+    // S = Q K^T for this warp's 16 rows.
+    for (int j = 0; j < kTcCols / 16; ++j) {
+      wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+      wmma::fill_fragment(acc, 0.0f);
+      for (int c = 0; c < kDim / 16; ++c) {
+        wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> fa;
+        wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major> fb;
+        wmma::load_matrix_sync(fa, &sm.q[warp * 16][c * 16], kDim + 8);
+        wmma::load_matrix_sync(fb, &sm.k[j * 16][c * 16], kDim + 8);
+        wmma::mma_sync(acc, fa, fb, acc);
+      }
+      wmma::store_matrix_sync(&sm.s[warp][0][j * 16], acc, kTcCols + 4, wmma::mem_row_major);
+    }
+    __syncwarp();
+
+    // Online softmax update of this lane's 16 scores of row `row`.
+    float sc[16];
+    float tile_max = -INFINITY;
+#pragma unroll
+    for (int c = 0; c < 16; ++c) {
+      const int64_t key = k0 + half_col + c;
+      float x = sm.s[warp][r][half_col + c] * p.scale;
+      if (key >= p.len_k || (p.causal && key > row)) {
+        x = -INFINITY;
+      } else if (p.mask && row < p.len_q) {
+        const int64_t off = b * p.mask_strides[0] + h * p.mask_strides[1] + row * p.mask_strides[2] + key * p.mask_strides[3];
+        x += mask_value(p.mask, p.mask_dtype, off);
+      }
+      sc[c] = x;
+      tile_max = fmaxf(tile_max, x);
+    }
+    tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
+    const float m_old = sm.m[local_row];
+    const float m_new = fmaxf(m_old, tile_max);
+    const bool live = m_new != -INFINITY;
+    const float correction = live ? expf(m_old - m_new) : 1.0f;
+    float psum = 0.0f;
+#pragma unroll
+    for (int c = 0; c < 16; ++c) {
+      const float pc = live ? expf(sc[c] - m_new) : 0.0f;
+      psum += pc;
+      sm.p[warp][r][half_col + c] = from_op<T>(pc);
+    }
+    psum += __shfl_xor_sync(0xffffffffu, psum, 1);
+    __syncwarp();  // both lanes of the row have read m_old
+    if ((lane & 1) == 0) {
+      sm.l[local_row] = sm.l[local_row] * correction + psum;
+      if (live) sm.m[local_row] = m_new;
+    }
+    // O *= correction (each lane of the pair takes half of the row).
+    for (int d = (lane & 1) * (kDim / 2); d < (lane & 1) * (kDim / 2) + kDim / 2; ++d) sm.o[warp][r][d] *= correction;
+    __syncwarp();
+
+    // O += P V.
+    for (int n = 0; n < kDim / 16; ++n) {
+      wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+      wmma::load_matrix_sync(acc, &sm.o[warp][0][n * 16], kDim + 4, wmma::mem_row_major);
+      for (int kk = 0; kk < kTcCols / 16; ++kk) {
+        wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> fa;
+        wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major> fb;
+        wmma::load_matrix_sync(fa, &sm.p[warp][0][kk * 16], kTcCols + 8);
+        wmma::load_matrix_sync(fb, &sm.v[kk * 16][n * 16], kDim + 8);
+        wmma::mma_sync(acc, fa, fb, acc);
+      }
+      wmma::store_matrix_sync(&sm.o[warp][0][n * 16], acc, kDim + 4, wmma::mem_row_major);
+    }
+    __syncwarp();
+  }
+  __syncthreads();
+
+  if (row >= p.len_q) return;
+  const float l = sm.l[local_row];
+  T* o = static_cast<T*>(p.out) + b * p.out_strides[0] + h * p.out_strides[1] + row * p.out_strides[2];
+  for (int d = (lane & 1) * (kDim / 2); d < (lane & 1) * (kDim / 2) + kDim / 2; ++d)
+    o[d] = from_op<T>(l > 0.0f ? sm.o[warp][r][d] / l : NAN);
+}
+
+template <typename T, int kDim>
+cudaError_t launch_tc(const AttentionParams& p, dim3 grid, cudaStream_t stream) {
+  const size_t bytes = sizeof(TensorCoreSmem<T, kDim>);
+  if (cudaError_t e = cudaFuncSetAttribute(flash_attention_tc_kernel<T, kDim>,
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes));
+      e != cudaSuccess)
+    return e;
+  flash_attention_tc_kernel<T, kDim><<<grid, kWarps * 32, bytes, stream>>>(p);
+  return cudaGetLastError();
+}
+
+template <typename T>
+cudaError_t run_attention(const AttentionParams& p, cudaStream_t stream) {
+  const int rows = p.tensor_cores ? kTcRows : kRows;
+  const int64_t q_blocks = (p.len_q + rows - 1) / rows;
+  const int64_t bh = p.batch * p.heads;
+  if (q_blocks == 0 || bh == 0) return cudaSuccess;
+  if (q_blocks > 0x7fffffff || bh > 65535) return cudaErrorInvalidValue;
+  const dim3 grid{unsigned(q_blocks), unsigned(bh), 1u};
+  if (p.tensor_cores) return p.head_dim == 64 ? launch_tc<T, 64>(p, grid, stream) : launch_tc<T, 128>(p, grid, stream);
+  if (p.head_dim == 64) {
+    flash_attention_kernel<T, 64><<<grid, kAttnThreads, 0, stream>>>(p);
+  } else {
+    flash_attention_kernel<T, 128><<<grid, kAttnThreads, 0, stream>>>(p);
+  }
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+bool attention_supported(int32_t dtype, int64_t head_dim) {
+  return (dtype == kDtF16 || dtype == kDtBF16) && (head_dim == 64 || head_dim == 128);
+}
+
+cudaError_t launch_attention(const AttentionParams& p, cudaStream_t stream) {
+  if (!attention_supported(p.dtype, p.head_dim)) return cudaErrorInvalidValue;
+  if (p.dtype == kDtF16) return run_attention<__half>(p, stream);
+  return run_attention<__nv_bfloat16>(p, stream);
+}
+
+}  // namespace tessera::cuda

@@ -1,0 +1,222 @@
+// See Note [CUDA caching allocator] in caching_allocator.h.
+#include "caching_allocator.h"
+
+#include <algorithm>
+#include <stdexcept>
+
+namespace tessera::cuda {
+
+struct CachingAllocator::Block {
+  int device = 0;
+  void* stream = nullptr;
+  size_t size = 0;            // rounded size of this block
+  size_t requested = 0;       // size asked for (live blocks)
+  char* ptr = nullptr;
+  bool allocated = false;
+  bool small = false;         // which pool
+  Block* prev = nullptr;      // neighbours within the same segment
+  Block* next = nullptr;
+};
+
+bool CachingAllocator::BlockOrder::operator()(const Block* a, const Block* b) const {
+  if (a->stream != b->stream) return reinterpret_cast<uintptr_t>(a->stream) < reinterpret_cast<uintptr_t>(b->stream);
+  if (a->size != b->size) return a->size < b->size;
+  return reinterpret_cast<uintptr_t>(a->ptr) < reinterpret_cast<uintptr_t>(b->ptr);
+}
+
+CachingAllocator::CachingAllocator(RawMemorySource source, int num_devices) : source_(source) {
+  if (!source_.allocate || !source_.release) throw std::invalid_argument("CachingAllocator: raw memory source is incomplete");
+  for (int i = 0; i < num_devices; ++i) devices_.push_back(std::make_unique<DeviceState>());
+}
+
+CachingAllocator::~CachingAllocator() {
+  for (size_t dev = 0; dev < devices_.size(); ++dev) {
+    DeviceState& d = *devices_[dev];
+    std::lock_guard<std::mutex> lock(d.mutex);
+    // Collect segment heads: every block reachable from the pools and the active map.
+    std::vector<Block*> all;
+    for (Block* b : d.small_pool) all.push_back(b);
+    for (Block* b : d.large_pool) all.push_back(b);
+    for (auto& [p, b] : d.active) all.push_back(b);
+    for (Block* b : all) {
+      if (!b->prev) source_.release(source_.ctx, int(dev), b->ptr);
+    }
+    for (Block* b : all) delete b;
+    d.small_pool.clear();
+    d.large_pool.clear();
+    d.active.clear();
+  }
+}
+
+size_t CachingAllocator::round_size(size_t nbytes) {
+  if (nbytes < kMinBlockSize) return kMinBlockSize;
+  return kMinBlockSize * ((nbytes + kMinBlockSize - 1) / kMinBlockSize);
+}
+
+size_t CachingAllocator::segment_size(size_t rounded) {
+  if (rounded <= kSmallRequest) return kSmallSegment;
+  if (rounded < kLargeSegmentLimit) return kLargeSegment;
+  return kLargeRounding * ((rounded + kLargeRounding - 1) / kLargeRounding);
+}
+
+bool CachingAllocator::should_split(const Block* block, size_t size) {
+  size_t remaining = block->size - size;
+  return block->small ? remaining >= kMinBlockSize : remaining > kSmallRequest;
+}
+
+CachingAllocator::Block* CachingAllocator::find_free_block(Pool& pool, void* stream, size_t size) {
+  Block key;
+  key.stream = stream;
+  key.size = size;
+  key.ptr = nullptr;
+  auto it = pool.lower_bound(&key);
+  if (it == pool.end() || (*it)->stream != stream) return nullptr;
+  Block* b = *it;
+  pool.erase(it);
+  return b;
+}
+
+void* CachingAllocator::allocate(int device, size_t nbytes, void* stream) {
+  if (nbytes == 0) return nullptr;
+  if (device < 0 || device >= int(devices_.size())) return nullptr;
+  DeviceState& d = *devices_[size_t(device)];
+  const size_t size = round_size(nbytes);
+  const bool small = size <= kSmallRequest;
+  std::lock_guard<std::mutex> lock(d.mutex);
+  Pool& pool = small ? d.small_pool : d.large_pool;
+
+  Block* block = find_free_block(pool, stream, size);
+  if (block) {
+    ++d.stats.hits;
+  } else {
+    size_t seg = segment_size(size);
+    void* raw = source_.allocate(source_.ctx, device, seg);
+    if (!raw) {
+      ++d.stats.oom_retries;
+      release_free_segments(device, d);
+      raw = source_.allocate(source_.ctx, device, seg);
+      if (!raw && seg > size) {  // the exact size may still fit
+        seg = small ? size : kLargeRounding * ((size + kLargeRounding - 1) / kLargeRounding);
+        raw = source_.allocate(source_.ctx, device, seg);
+      }
+      if (!raw) return nullptr;
+    }
+    ++d.stats.misses;
+    ++d.stats.segments;
+    d.stats.reserved_bytes += seg;
+    block = new Block;
+    block->device = device;
+    block->stream = stream;
+    block->size = seg;
+    block->ptr = static_cast<char*>(raw);
+    block->small = small;
+  }
+
+  if (should_split(block, size)) {
+    Block* rest = new Block;
+    rest->device = device;
+    rest->stream = stream;
+    rest->small = block->small;
+    rest->ptr = block->ptr + size;
+    rest->size = block->size - size;
+    rest->prev = block;
+    rest->next = block->next;
+    if (rest->next) rest->next->prev = rest;
+    block->next = rest;
+    block->size = size;
+    pool.insert(rest);
+    ++d.stats.splits;
+  }
+
+  block->allocated = true;
+  block->requested = nbytes;
+  d.active.emplace(block->ptr, block);
+  d.stats.allocated_bytes += block->size;
+  d.stats.requested_bytes += nbytes;
+  d.stats.peak_allocated_bytes = std::max(d.stats.peak_allocated_bytes, d.stats.allocated_bytes);
+  ++d.stats.active_blocks;
+  return block->ptr;
+}
+
+bool CachingAllocator::free(int device, void* ptr) {
+  if (!ptr) return true;
+  if (device < 0 || device >= int(devices_.size())) return false;
+  DeviceState& d = *devices_[size_t(device)];
+  std::lock_guard<std::mutex> lock(d.mutex);
+  auto it = d.active.find(ptr);
+  if (it == d.active.end()) return false;
+  Block* block = it->second;
+  d.active.erase(it);
+  d.stats.allocated_bytes -= block->size;
+  d.stats.requested_bytes -= block->requested;
+  --d.stats.active_blocks;
+  block->allocated = false;
+  block->requested = 0;
+  Pool& pool = block->small ? d.small_pool : d.large_pool;
+
+  // Coalesce with free neighbours (they are in the pool; same segment, hence same stream).
+  if (Block* prev = block->prev; prev && !prev->allocated) {
+    pool.erase(prev);
+    prev->size += block->size;
+    prev->next = block->next;
+    if (prev->next) prev->next->prev = prev;
+    delete block;
+    block = prev;
+    ++d.stats.merges;
+  }
+  if (Block* next = block->next; next && !next->allocated) {
+    pool.erase(next);
+    block->size += next->size;
+    block->next = next->next;
+    if (block->next) block->next->prev = block;
+    delete next;
+    ++d.stats.merges;
+  }
+  pool.insert(block);
+  return true;
+}
+
+size_t CachingAllocator::block_size(int device, void* ptr) const {
+  if (device < 0 || device >= int(devices_.size())) return 0;
+  const DeviceState& d = *devices_[size_t(device)];
+  std::lock_guard<std::mutex> lock(d.mutex);
+  auto it = d.active.find(ptr);
+  return it == d.active.end() ? 0 : it->second->size;
+}
+
+void CachingAllocator::release_free_segments(int device, DeviceState& d) {
+  for (Pool* pool : {&d.small_pool, &d.large_pool}) {
+    for (auto it = pool->begin(); it != pool->end();) {
+      Block* b = *it;
+      if (!b->prev && !b->next) {  // the whole segment is one free block
+        source_.release(source_.ctx, device, b->ptr);
+        d.stats.reserved_bytes -= b->size;
+        --d.stats.segments;
+        delete b;
+        it = pool->erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+}
+
+void CachingAllocator::empty_cache(int device) {
+  for (size_t i = 0; i < devices_.size(); ++i) {
+    if (device >= 0 && int(i) != device) continue;
+    DeviceState& d = *devices_[i];
+    std::lock_guard<std::mutex> lock(d.mutex);
+    release_free_segments(int(i), d);
+  }
+}
+
+AllocatorStats CachingAllocator::stats(int device) const {
+  if (device < 0 || device >= int(devices_.size())) return {};
+  const DeviceState& d = *devices_[size_t(device)];
+  std::lock_guard<std::mutex> lock(d.mutex);
+  AllocatorStats s = d.stats;
+  s.cached_bytes = s.reserved_bytes - s.allocated_bytes;
+  return s;
+}
+
+}  // namespace tessera::cuda

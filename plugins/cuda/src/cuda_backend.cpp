@@ -1,0 +1,525 @@
+// See cuda_backend.h.
+#include "cuda_backend.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstring>
+#include <sstream>
+
+#include "cublaslt_loader.h"
+#include "tessera/cuda/cuda_plugin.h"
+#include "tessera/sdk.hpp"
+
+namespace tessera::cuda {
+
+namespace {
+constexpr size_t kStagingChunk = size_t(4) << 20;  // bytes per pinned staging buffer (two per device)
+constexpr int kMaxTrackedDevices = 64;
+thread_local void* t_stream[kMaxTrackedDevices] = {};
+
+std::string json_escape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      out += ' ';
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+}  // namespace
+
+std::string cuda_error_message(cudaError_t err, const std::string& what) {
+  return what + ": " + cudaGetErrorName(err) + " (" + cudaGetErrorString(err) + ")";
+}
+
+void check_cuda(cudaError_t err, const std::string& what) {
+  if (err == cudaSuccess) return;
+  const tessera_status_code_t code = err == cudaErrorMemoryAllocation ? TESSERA_STATUS_OUT_OF_MEMORY : TESSERA_STATUS_INTERNAL;
+  throw sdk::Error(code, cuda_error_message(err, what));
+}
+
+// Two pinned buffers per device, used alternately so that staging chunk i+1 overlaps the device
+// copy of chunk i. Each buffer's event marks when the device is done with it.
+struct Backend::Staging {
+  std::mutex mutex;
+  void* buffer[2] = {nullptr, nullptr};
+  cudaEvent_t done[2] = {nullptr, nullptr};
+  bool ready = false;
+
+  cudaError_t init() {
+    if (ready) return cudaSuccess;
+    for (int i = 0; i < 2; ++i) {
+      if (cudaError_t e = cudaHostAlloc(&buffer[i], kStagingChunk, cudaHostAllocDefault); e != cudaSuccess) return e;
+      if (cudaError_t e = cudaEventCreateWithFlags(&done[i], cudaEventDisableTiming); e != cudaSuccess) return e;
+    }
+    ready = true;
+    return cudaSuccess;
+  }
+  void release() {
+    for (int i = 0; i < 2; ++i) {
+      if (done[i]) cudaEventDestroy(done[i]);
+      if (buffer[i]) cudaFreeHost(buffer[i]);
+      done[i] = nullptr;
+      buffer[i] = nullptr;
+    }
+    ready = false;
+  }
+};
+
+Backend& Backend::instance() {
+  static Backend* backend = new Backend();  // never destroyed: shutdown() releases the device state
+  return *backend;
+}
+
+void Backend::discover() {
+  int n = 0;
+  const cudaError_t err = cudaGetDeviceCount(&n);
+  if (err == cudaErrorInsufficientDriver) {
+    int driver = 0;
+    cudaDriverGetVersion(&driver);
+    reason_ = driver == 0 ? "CUDA driver not found (cudaErrorInsufficientDriver): install the NVIDIA driver"
+                          : "CUDA driver too old (cudaErrorInsufficientDriver, driver " + std::to_string(driver) +
+                                ", runtime " + std::to_string(CUDART_VERSION) + "): update the NVIDIA driver";
+    cudaGetLastError();
+    return;
+  }
+  if (err == cudaErrorNoDevice || (err == cudaSuccess && n == 0)) {
+    reason_ = "no CUDA device (cudaErrorNoDevice): check that a GPU is installed and visible (CUDA_VISIBLE_DEVICES)";
+    cudaGetLastError();
+    return;
+  }
+  if (err != cudaSuccess) {
+    reason_ = cuda_error_message(err, "CUDA initialisation failed") + ": check the NVIDIA driver installation";
+    cudaGetLastError();
+    return;
+  }
+  n = std::min(n, kMaxTrackedDevices);
+  devices_.resize(size_t(n));
+  for (int i = 0; i < n; ++i) {
+    cudaGetDeviceProperties(&devices_[size_t(i)].prop, i);
+    devices_[size_t(i)].staging = std::make_unique<Staging>();
+  }
+  RawMemorySource source;
+  source.allocate = [](void*, int device, size_t nbytes) -> void* {
+    DeviceGuard guard(device);
+    void* p = nullptr;
+    if (cudaMalloc(&p, nbytes) != cudaSuccess) {
+      cudaGetLastError();  // clear the sticky-free allocation error
+      return nullptr;
+    }
+    return p;
+  };
+  source.release = [](void*, int device, void* ptr) {
+    DeviceGuard guard(device);
+    cudaFree(ptr);
+  };
+  allocator_ = std::make_unique<CachingAllocator>(source, n);
+  count_ = n;
+}
+
+int Backend::device_count() {
+  std::call_once(discover_once_, [this] { discover(); });
+  return count_;
+}
+
+const std::string& Backend::unavailable_reason() {
+  device_count();
+  return reason_;
+}
+
+void Backend::check_device(int device) {
+  const int n = device_count();
+  if (n == 0) throw sdk::Error(TESSERA_STATUS_UNAVAILABLE, "cuda: " + reason_);
+  if (device < 0 || device >= n)
+    throw sdk::Error(TESSERA_STATUS_INVALID_ARGUMENT, "cuda: device index " + std::to_string(device) +
+                                                          " out of range: expected 0.." + std::to_string(n - 1));
+}
+
+CachingAllocator& Backend::allocator() {
+  device_count();
+  if (!allocator_) throw sdk::Error(TESSERA_STATUS_UNAVAILABLE, "cuda: " + reason_);
+  return *allocator_;
+}
+
+void* Backend::thread_stream(int device) {
+  return device >= 0 && device < kMaxTrackedDevices ? t_stream[device] : nullptr;
+}
+void Backend::set_thread_stream(int device, void* stream) {
+  if (device >= 0 && device < kMaxTrackedDevices) t_stream[device] = stream;
+}
+
+cudaError_t Backend::copy_from_host(int device, void* dst, const void* src, size_t nbytes, cudaStream_t stream) {
+  if (nbytes == 0) return cudaSuccess;
+  Staging& st = *devices_[size_t(device)].staging;
+  std::lock_guard<std::mutex> lock(st.mutex);
+  if (cudaError_t e = st.init(); e != cudaSuccess) return e;
+  size_t done = 0;
+  for (int i = 0; done < nbytes; i ^= 1) {
+    const size_t len = std::min(kStagingChunk, nbytes - done);
+    if (cudaError_t e = cudaEventSynchronize(st.done[i]); e != cudaSuccess) return e;  // buffer free again
+    std::memcpy(st.buffer[i], static_cast<const char*>(src) + done, len);
+    if (cudaError_t e = cudaMemcpyAsync(static_cast<char*>(dst) + done, st.buffer[i], len, cudaMemcpyHostToDevice, stream);
+        e != cudaSuccess)
+      return e;
+    if (cudaError_t e = cudaEventRecord(st.done[i], stream); e != cudaSuccess) return e;
+    done += len;
+  }
+  return cudaSuccess;
+}
+
+cudaError_t Backend::copy_to_host(int device, void* dst, const void* src, size_t nbytes, cudaStream_t stream) {
+  if (nbytes == 0) return cudaSuccess;
+  Staging& st = *devices_[size_t(device)].staging;
+  std::lock_guard<std::mutex> lock(st.mutex);
+  if (cudaError_t e = st.init(); e != cudaSuccess) return e;
+  const size_t chunks = (nbytes + kStagingChunk - 1) / kStagingChunk;
+  auto issue = [&](size_t c) -> cudaError_t {
+    const int b = int(c & 1);
+    const size_t off = c * kStagingChunk, len = std::min(kStagingChunk, nbytes - off);
+    if (cudaError_t e = cudaEventSynchronize(st.done[b]); e != cudaSuccess) return e;
+    if (cudaError_t e = cudaMemcpyAsync(st.buffer[b], static_cast<const char*>(src) + off, len, cudaMemcpyDeviceToHost, stream);
+        e != cudaSuccess)
+      return e;
+    return cudaEventRecord(st.done[b], stream);
+  };
+  if (cudaError_t e = issue(0); e != cudaSuccess) return e;
+  for (size_t c = 0; c < chunks; ++c) {
+    if (c + 1 < chunks)
+      if (cudaError_t e = issue(c + 1); e != cudaSuccess) return e;
+    const int b = int(c & 1);
+    const size_t off = c * kStagingChunk, len = std::min(kStagingChunk, nbytes - off);
+    if (cudaError_t e = cudaEventSynchronize(st.done[b]); e != cudaSuccess) return e;
+    std::memcpy(static_cast<char*>(dst) + off, st.buffer[b], len);
+  }
+  return cudaSuccess;
+}
+
+int Backend::sm_count(int device) {
+  if (device_count() == 0 || device < 0 || device >= count_) return 1;
+  return devices_[size_t(device)].prop.multiProcessorCount;
+}
+
+int Backend::compute_capability(int device) {
+  if (device_count() == 0 || device < 0 || device >= count_) return 0;
+  const cudaDeviceProp& p = devices_[size_t(device)].prop;
+  return p.major * 10 + p.minor;
+}
+
+std::string Backend::properties_json(int device) {
+  std::ostringstream os;
+  if (device_count() == 0) {
+    os << R"({"available": false, "reason": ")" << json_escape(reason_) << "\"}";
+    return os.str();
+  }
+  if (device < 0 || device >= count_) {
+    os << R"({"available": false, "reason": "device index )" << device << " out of range (0.." << count_ - 1 << ")\"}";
+    return os.str();
+  }
+  const cudaDeviceProp& p = devices_[size_t(device)].prop;
+  int driver = 0, runtime = 0;
+  cudaDriverGetVersion(&driver);
+  cudaRuntimeGetVersion(&runtime);
+  const AllocatorStats s = allocator_->stats(device);
+  const CublasLtApi& lt = cublaslt_api();
+  os << "{\"available\": true"
+     << ", \"name\": \"" << json_escape(p.name) << "\""
+     << ", \"memory\": " << p.totalGlobalMem
+     << ", \"sm_count\": " << p.multiProcessorCount
+     << ", \"compute_capability\": \"" << p.major << "." << p.minor << "\""
+     << ", \"capability\": {\"major\": " << p.major << ", \"minor\": " << p.minor << "}"
+     << ", \"l2_cache_bytes\": " << p.l2CacheSize
+     << ", \"shared_memory_per_block_optin\": " << p.sharedMemPerBlockOptin
+     << ", \"warp_size\": " << p.warpSize
+     << ", \"pci_bus_id\": " << p.pciBusID
+     << ", \"driver_version\": " << driver << ", \"runtime_version\": " << runtime
+     << ", \"cublaslt\": \"" << json_escape(lt.loaded ? lt.path + " (version " + std::to_string(lt.version) + ")" : lt.error) << "\""
+     << ", \"allocator\": {\"allocated\": " << s.allocated_bytes << ", \"reserved\": " << s.reserved_bytes
+     << ", \"cached\": " << s.cached_bytes << ", \"peak_allocated\": " << s.peak_allocated_bytes << ", \"hits\": " << s.hits
+     << ", \"misses\": " << s.misses << ", \"splits\": " << s.splits << ", \"merges\": " << s.merges
+     << ", \"segments\": " << s.segments << "}}";
+  return os.str();
+}
+
+void Backend::shutdown() {
+  if (count_ == 0) return;
+  for (int d = 0; d < count_; ++d) {
+    DeviceGuard guard(d);
+    cudaDeviceSynchronize();
+    if (devices_[size_t(d)].staging) devices_[size_t(d)].staging->release();
+  }
+  if (allocator_) allocator_->empty_cache();
+}
+
+DeviceGuard::DeviceGuard(int device) : device_(device) {
+  cudaGetDevice(&previous_);
+  if (previous_ != device_) cudaSetDevice(device_);
+}
+DeviceGuard::~DeviceGuard() {
+  if (previous_ != device_ && previous_ >= 0) cudaSetDevice(previous_);
+}
+
+DeviceBuffer::DeviceBuffer(int device, size_t nbytes, cudaStream_t stream) : device_(device) {
+  if (nbytes == 0) return;
+  ptr_ = Backend::instance().allocator().allocate(device, nbytes, stream);
+  if (!ptr_)
+    throw sdk::Error(TESSERA_STATUS_OUT_OF_MEMORY, "cuda:" + std::to_string(device) + ": out of memory allocating " +
+                                                       std::to_string(nbytes) + " bytes of temporary storage");
+}
+DeviceBuffer::~DeviceBuffer() {
+  if (ptr_) Backend::instance().allocator().free(device_, ptr_);
+}
+
+// ---------------------------------------------------------------- device interface
+
+namespace {
+
+tessera_status_t to_status(const std::exception& e) {
+  if (auto* se = dynamic_cast<const sdk::Error*>(&e)) return sdk::make_status(se->code(), se->what());
+  return sdk::make_status(TESSERA_STATUS_INTERNAL, std::string("cuda: ") + e.what());
+}
+
+template <typename F>
+tessera_status_t guarded(F&& f) noexcept {
+  try {
+    f();
+    return nullptr;
+  } catch (const std::exception& e) {
+    return to_status(e);
+  }
+}
+
+cudaStream_t as_stream(void* s) { return static_cast<cudaStream_t>(s); }
+
+int32_t iface_device_count(void*, char* reason, size_t capacity) {
+  Backend& b = Backend::instance();
+  const int n = b.device_count();
+  if (n == 0 && reason && capacity > 0) {
+    const std::string& r = b.unavailable_reason();
+    const size_t len = std::min(capacity - 1, r.size());
+    std::memcpy(reason, r.data(), len);
+    reason[len] = '\0';
+  } else if (reason && capacity > 0) {
+    reason[0] = '\0';
+  }
+  return n;
+}
+
+tessera_status_t iface_get_current(void*, int32_t* out) {
+  return guarded([&] {
+    Backend::instance().check_device(0);
+    int d = 0;
+    check_cuda(cudaGetDevice(&d), "cudaGetDevice");
+    *out = d;
+  });
+}
+
+tessera_status_t iface_set_current(void*, int32_t index) {
+  return guarded([&] {
+    Backend::instance().check_device(index);
+    check_cuda(cudaSetDevice(index), "cudaSetDevice(" + std::to_string(index) + ")");
+  });
+}
+
+tessera_status_t iface_allocate(void*, int32_t device, uint64_t nbytes, void** out) {
+  return guarded([&] {
+    Backend& b = Backend::instance();
+    b.check_device(device);
+    *out = nullptr;
+    if (nbytes == 0) return;
+    *out = b.allocator().allocate(device, size_t(nbytes), Backend::thread_stream(device));
+    if (!*out) {
+      const AllocatorStats s = b.allocator().stats(device);
+      throw sdk::Error(TESSERA_STATUS_OUT_OF_MEMORY,
+                       "cuda:" + std::to_string(device) + ": out of memory allocating " + std::to_string(nbytes) +
+                           " bytes (allocated " + std::to_string(s.allocated_bytes) + ", reserved " +
+                           std::to_string(s.reserved_bytes) + " bytes): free tensors or use smaller batches");
+    }
+  });
+}
+
+void iface_free(void*, int32_t device, void* handle) {
+  if (!handle) return;
+  Backend& b = Backend::instance();
+  if (b.device_count() == 0) return;
+  if (!b.allocator().free(device, handle))
+    sdk::log(TESSERA_LOG_ERROR, "cuda", "memory_free: pointer not allocated by the cuda plugin on device " + std::to_string(device));
+}
+
+tessera_status_t iface_copy_from_host(void*, int32_t device, void* dst, uint64_t dst_offset, const void* src,
+                                      uint64_t nbytes, void* stream) {
+  return guarded([&] {
+    Backend& b = Backend::instance();
+    b.check_device(device);
+    DeviceGuard guard(device);
+    check_cuda(b.copy_from_host(device, static_cast<char*>(dst) + dst_offset, src, size_t(nbytes), as_stream(stream)),
+               "cuda:" + std::to_string(device) + ": copy of " + std::to_string(nbytes) + " bytes from the host");
+  });
+}
+
+tessera_status_t iface_copy_to_host(void*, int32_t device, void* dst, const void* src, uint64_t src_offset,
+                                    uint64_t nbytes, void* stream) {
+  return guarded([&] {
+    Backend& b = Backend::instance();
+    b.check_device(device);
+    DeviceGuard guard(device);
+    check_cuda(b.copy_to_host(device, dst, static_cast<const char*>(src) + src_offset, size_t(nbytes), as_stream(stream)),
+               "cuda:" + std::to_string(device) + ": copy of " + std::to_string(nbytes) + " bytes to the host");
+  });
+}
+
+tessera_status_t iface_copy_device(void*, int32_t dst_device, void* dst, uint64_t dst_offset, int32_t src_device,
+                                   const void* src, uint64_t src_offset, uint64_t nbytes, void* stream) {
+  return guarded([&] {
+    Backend& b = Backend::instance();
+    b.check_device(dst_device);
+    b.check_device(src_device);
+    DeviceGuard guard(src_device);
+    char* d = static_cast<char*>(dst) + dst_offset;
+    const char* s = static_cast<const char*>(src) + src_offset;
+    if (dst_device == src_device) {
+      check_cuda(cudaMemcpyAsync(d, s, size_t(nbytes), cudaMemcpyDeviceToDevice, as_stream(stream)), "cudaMemcpyAsync (device to device)");
+    } else {
+      check_cuda(cudaMemcpyPeerAsync(d, dst_device, s, src_device, size_t(nbytes), as_stream(stream)), "cudaMemcpyPeerAsync");
+    }
+  });
+}
+
+tessera_status_t iface_stream_create(void*, int32_t device, void** out) {
+  return guarded([&] {
+    Backend::instance().check_device(device);
+    DeviceGuard guard(device);
+    cudaStream_t s = nullptr;
+    // Blocking with respect to the legacy default stream, which the runtime's default work uses.
+    check_cuda(cudaStreamCreateWithFlags(&s, cudaStreamDefault), "cudaStreamCreate");
+    *out = s;
+  });
+}
+
+void iface_stream_destroy(void*, int32_t device, void* stream) {
+  if (!stream || Backend::instance().device_count() == 0) return;
+  DeviceGuard guard(device);
+  cudaStreamDestroy(as_stream(stream));
+}
+
+tessera_status_t iface_stream_synchronize(void*, int32_t device, void* stream) {
+  return guarded([&] {
+    Backend::instance().check_device(device);
+    DeviceGuard guard(device);
+    check_cuda(cudaStreamSynchronize(as_stream(stream)), "cudaStreamSynchronize");
+  });
+}
+
+tessera_status_t iface_event_create(void*, int32_t device, void** out) {
+  return guarded([&] {
+    Backend::instance().check_device(device);
+    DeviceGuard guard(device);
+    cudaEvent_t e = nullptr;
+    check_cuda(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
+    *out = e;
+  });
+}
+
+void iface_event_destroy(void*, int32_t device, void* event) {
+  if (!event || Backend::instance().device_count() == 0) return;
+  DeviceGuard guard(device);
+  cudaEventDestroy(static_cast<cudaEvent_t>(event));
+}
+
+tessera_status_t iface_event_record(void*, int32_t device, void* event, void* stream) {
+  return guarded([&] {
+    Backend::instance().check_device(device);
+    DeviceGuard guard(device);
+    check_cuda(cudaEventRecord(static_cast<cudaEvent_t>(event), as_stream(stream)), "cudaEventRecord");
+  });
+}
+
+tessera_status_t iface_event_wait(void*, int32_t device, void* event, void* stream) {
+  return guarded([&] {
+    Backend::instance().check_device(device);
+    DeviceGuard guard(device);
+    check_cuda(cudaStreamWaitEvent(as_stream(stream), static_cast<cudaEvent_t>(event), 0), "cudaStreamWaitEvent");
+  });
+}
+
+tessera_status_t iface_event_synchronize(void*, int32_t device, void* event) {
+  return guarded([&] {
+    Backend::instance().check_device(device);
+    check_cuda(cudaEventSynchronize(static_cast<cudaEvent_t>(event)), "cudaEventSynchronize");
+  });
+}
+
+tessera_status_t iface_device_synchronize(void*, int32_t device) {
+  return guarded([&] {
+    Backend::instance().check_device(device);
+    DeviceGuard guard(device);
+    check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+  });
+}
+
+size_t iface_properties(void*, int32_t device, char* buffer, size_t capacity) {
+  std::string json;
+  try {
+    json = Backend::instance().properties_json(device);
+  } catch (const std::exception& e) {
+    json = std::string(R"({"available": false, "reason": "properties failed"})");
+  }
+  if (buffer && capacity > 0) {
+    const size_t len = std::min(capacity - 1, json.size());
+    std::memcpy(buffer, json.data(), len);
+    buffer[len] = '\0';
+  }
+  return json.size();
+}
+
+const tessera_device_interface_t kInterface = {
+    sizeof(tessera_device_interface_t), 0,
+    iface_device_count, iface_get_current, iface_set_current,
+    iface_allocate, iface_free, iface_copy_from_host, iface_copy_to_host, iface_copy_device,
+    iface_stream_create, iface_stream_destroy, iface_stream_synchronize,
+    iface_event_create, iface_event_destroy, iface_event_record, iface_event_wait, iface_event_synchronize,
+    iface_device_synchronize, iface_properties,
+};
+
+}  // namespace
+
+const tessera_device_interface_t* device_interface() { return &kInterface; }
+
+}  // namespace tessera::cuda
+
+// ---------------------------------------------------------------- extra exported entry points
+
+extern "C" TESSERA_PLUGIN_EXPORT int tessera_cuda_memory_stats(int32_t device, tessera_cuda_memory_stats_t* out) {
+  using tessera::cuda::Backend;
+  Backend& b = Backend::instance();
+  if (!out || b.device_count() == 0 || device < 0 || device >= b.device_count()) return -1;
+  const tessera::cuda::AllocatorStats s = b.allocator().stats(device);
+  tessera_cuda_memory_stats_t r{};
+  r.struct_size = sizeof(r);
+  r.allocated_bytes = s.allocated_bytes;
+  r.reserved_bytes = s.reserved_bytes;
+  r.cached_bytes = s.cached_bytes;
+  r.peak_allocated_bytes = s.peak_allocated_bytes;
+  r.hits = s.hits;
+  r.misses = s.misses;
+  r.splits = s.splits;
+  r.merges = s.merges;
+  r.segments = s.segments;
+  // A caller built against an older, shorter struct gets the common prefix.
+  const size_t n = std::min<size_t>(out->struct_size ? out->struct_size : sizeof(r), sizeof(r));
+  r.struct_size = uint32_t(n);
+  std::memcpy(out, &r, n);
+  return 0;
+}
+
+extern "C" TESSERA_PLUGIN_EXPORT void tessera_cuda_empty_cache(int32_t device) {
+  using tessera::cuda::Backend;
+  Backend& b = Backend::instance();
+  if (b.device_count() == 0) return;
+  b.allocator().empty_cache(device);
+}

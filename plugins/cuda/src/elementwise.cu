@@ -1,0 +1,280 @@
+// Elementwise kernels: binary (with broadcasting through zero strides), unary, fill_ and copy_.
+// Each family has a vectorised contiguous path (one 128-bit load per operand and thread step) and
+// an index-computing strided path. The operator is a launch argument (a uniform branch inside the
+// kernel) rather than a template parameter, to keep the number of instantiations, and the nvcc
+// compile time, small.
+#include <cmath>
+
+#include "cuda_common.cuh"
+
+namespace tessera::cuda {
+namespace {
+
+template <typename C>
+__device__ __forceinline__ C max_propagate_nan(C a, C b) {
+  if constexpr (std::is_floating_point_v<C>) {
+    if (a != a) return a;
+    if (b != b) return b;
+  }
+  return a > b ? a : b;
+}
+template <typename C>
+__device__ __forceinline__ C min_propagate_nan(C a, C b) {
+  if constexpr (std::is_floating_point_v<C>) {
+    if (a != a) return a;
+    if (b != b) return b;
+  }
+  return a < b ? a : b;
+}
+
+template <typename C>
+__device__ __forceinline__ C binary_arith(BinaryOp op, C a, C b, C alpha) {
+  switch (op) {
+    case BinaryOp::Add: return a + alpha * b;
+    case BinaryOp::Sub: return a - alpha * b;
+    case BinaryOp::Mul: return a * b;
+    case BinaryOp::Div: return b == C(0) && !std::is_floating_point_v<C> ? C(0) : a / b;
+    case BinaryOp::Maximum: return max_propagate_nan(a, b);
+    default: return min_propagate_nan(a, b);
+  }
+}
+template <typename C>
+__device__ __forceinline__ bool binary_compare(BinaryOp op, C a, C b) {
+  switch (op) {
+    case BinaryOp::Eq: return a == b;
+    case BinaryOp::Ne: return a != b;
+    case BinaryOp::Lt: return a < b;
+    case BinaryOp::Le: return a <= b;
+    case BinaryOp::Gt: return a > b;
+    default: return a >= b;
+  }
+}
+
+template <typename T, typename OutT>
+__device__ __forceinline__ OutT binary_apply(BinaryOp op, T a, T b, opmath_t<T> alpha) {
+  if constexpr (std::is_same_v<OutT, bool>) {
+    return binary_compare(op, to_op(a), to_op(b));
+  } else {
+    return from_op<T>(binary_arith(op, to_op(a), to_op(b), alpha));
+  }
+}
+
+template <typename T, typename OutT, int kVec>
+__global__ void binary_contiguous_kernel(BinaryOp op, int64_t n, OutT* __restrict__ out, const T* __restrict__ a,
+                                         const T* __restrict__ b, opmath_t<T> alpha) {
+  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
+  const int64_t first = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t nvec = n / kVec;
+  using InVec = AlignedVector<T, kVec>;
+  using OutVec = AlignedVector<OutT, kVec>;
+  for (int64_t v = first; v < nvec; v += stride) {
+    const InVec va = reinterpret_cast<const InVec*>(a)[v];
+    const InVec vb = reinterpret_cast<const InVec*>(b)[v];
+    OutVec vo;
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) vo.v[j] = binary_apply<T, OutT>(op, va.v[j], vb.v[j], alpha);
+    reinterpret_cast<OutVec*>(out)[v] = vo;
+  }
+  for (int64_t i = nvec * kVec + first; i < n; i += stride) out[i] = binary_apply<T, OutT>(op, a[i], b[i], alpha);
+}
+
+template <typename T, typename OutT>
+__global__ void binary_strided_kernel(BinaryOp op, int64_t n, OffsetCalculator<3> oc, OutT* out, const T* a,
+                                      const T* b, opmath_t<T> alpha) {
+  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    int64_t off[3];
+    oc.get(i, off);
+    out[off[0]] = binary_apply<T, OutT>(op, a[off[1]], b[off[2]], alpha);
+  }
+}
+
+bool aligned(const void* p, size_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
+
+template <typename T, typename OutT>
+cudaError_t run_binary(BinaryOp op, const IterShape& shape, const Operand& out, const Operand& a, const Operand& b,
+                       opmath_t<T> alpha, bool contiguous, cudaStream_t stream) {
+  constexpr int kVec = 16 / sizeof(T);
+  auto* o = static_cast<OutT*>(out.data);
+  auto* pa = static_cast<const T*>(a.data);
+  auto* pb = static_cast<const T*>(b.data);
+  if (shape.numel == 0) return cudaSuccess;
+  if (contiguous && aligned(o, sizeof(OutT) * kVec) && aligned(pa, 16) && aligned(pb, 16)) {
+    binary_contiguous_kernel<T, OutT, kVec>
+        <<<grid_for((shape.numel + kVec - 1) / kVec), kThreads, 0, stream>>>(op, shape.numel, o, pa, pb, alpha);
+  } else if (contiguous) {
+    binary_contiguous_kernel<T, OutT, 1><<<grid_for(shape.numel), kThreads, 0, stream>>>(op, shape.numel, o, pa, pb, alpha);
+  } else {
+    const Operand* ops[3] = {&out, &a, &b};
+    binary_strided_kernel<T, OutT>
+        <<<grid_for(shape.numel), kThreads, 0, stream>>>(op, shape.numel, make_offset_calculator<3>(shape, ops), o, pa, pb, alpha);
+  }
+  return cudaGetLastError();
+}
+
+// ---------------------------------------------------------------- unary
+
+template <typename C>
+__device__ __forceinline__ C unary_apply_op(UnaryOp op, C x) {
+  if constexpr (std::is_floating_point_v<C>) {
+    switch (op) {
+      case UnaryOp::Neg: return -x;
+      case UnaryOp::Abs: return fabsf(x);
+      case UnaryOp::Exp: return expf(x);
+      case UnaryOp::Log: return logf(x);
+      case UnaryOp::Sqrt: return sqrtf(x);
+      case UnaryOp::Rsqrt: return rsqrtf(x);
+      case UnaryOp::Sin: return sinf(x);
+      case UnaryOp::Cos: return cosf(x);
+      case UnaryOp::Tanh: return tanhf(x);
+      case UnaryOp::Sigmoid: return 1.0f / (1.0f + expf(-x));
+      case UnaryOp::Relu: return x < 0.0f ? 0.0f : x;  // NaN stays NaN
+      case UnaryOp::Gelu: return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
+      case UnaryOp::GeluTanh: {
+        const float inner = 0.79788456080286536f * (x + 0.044715f * x * x * x);
+        return 0.5f * x * (1.0f + tanhf(inner));
+      }
+      case UnaryOp::Silu: return x / (1.0f + expf(-x));
+      default: return erff(x);
+    }
+  } else {
+    if constexpr (std::is_signed_v<C>) {
+      switch (op) {
+        case UnaryOp::Neg: return C(-x);
+        case UnaryOp::Abs: return x < 0 ? C(-x) : x;
+        default: return x < 0 ? C(0) : x;  // Relu: the only other op registered for integers
+      }
+    } else {
+      return op == UnaryOp::Neg ? C(-x) : x;  // abs and relu are the identity on unsigned values
+    }
+  }
+}
+template <typename T>
+__device__ __forceinline__ T unary_apply(UnaryOp op, T x) {
+  return from_op<T>(unary_apply_op(op, to_op(x)));
+}
+
+template <typename T, int kVec>
+__global__ void unary_contiguous_kernel(UnaryOp op, int64_t n, T* __restrict__ out, const T* __restrict__ in) {
+  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
+  const int64_t first = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t nvec = n / kVec;
+  using Vec = AlignedVector<T, kVec>;
+  for (int64_t v = first; v < nvec; v += stride) {
+    Vec x = reinterpret_cast<const Vec*>(in)[v];
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) x.v[j] = unary_apply(op, x.v[j]);
+    reinterpret_cast<Vec*>(out)[v] = x;
+  }
+  for (int64_t i = nvec * kVec + first; i < n; i += stride) out[i] = unary_apply(op, in[i]);
+}
+
+template <typename T>
+__global__ void unary_strided_kernel(UnaryOp op, int64_t n, OffsetCalculator<2> oc, T* out, const T* in) {
+  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    int64_t off[2];
+    oc.get(i, off);
+    out[off[0]] = unary_apply(op, in[off[1]]);
+  }
+}
+
+template <typename T>
+cudaError_t run_unary(UnaryOp op, const IterShape& shape, const Operand& out, const Operand& in, bool contiguous,
+                      cudaStream_t stream) {
+  constexpr int kVec = 16 / sizeof(T);
+  auto* o = static_cast<T*>(out.data);
+  auto* pi = static_cast<const T*>(in.data);
+  if (shape.numel == 0) return cudaSuccess;
+  if (contiguous && aligned(o, 16) && aligned(pi, 16)) {
+    unary_contiguous_kernel<T, kVec><<<grid_for((shape.numel + kVec - 1) / kVec), kThreads, 0, stream>>>(op, shape.numel, o, pi);
+  } else if (contiguous) {
+    unary_contiguous_kernel<T, 1><<<grid_for(shape.numel), kThreads, 0, stream>>>(op, shape.numel, o, pi);
+  } else {
+    const Operand* ops[2] = {&out, &in};
+    unary_strided_kernel<T><<<grid_for(shape.numel), kThreads, 0, stream>>>(op, shape.numel, make_offset_calculator<2>(shape, ops), o, pi);
+  }
+  return cudaGetLastError();
+}
+
+// ---------------------------------------------------------------- fill_ and copy_
+
+template <typename U>
+__global__ void fill_kernel(int64_t n, OffsetCalculator<1> oc, bool contiguous, U* out, U value) {
+  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    if (contiguous) {
+      out[i] = value;
+    } else {
+      int64_t off[1];
+      oc.get(i, off);
+      out[off[0]] = value;
+    }
+  }
+}
+
+__global__ void copy_kernel(int64_t n, OffsetCalculator<2> oc, char* out, int32_t out_dtype, const char* in,
+                            int32_t in_dtype, bool integral_path) {
+  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
+  const int out_size = dtype_itemsize(out_dtype), in_size = dtype_itemsize(in_dtype);
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    int64_t off[2];
+    oc.get(i, off);
+    const char* src = in + off[1] * in_size;
+    char* dst = out + off[0] * out_size;
+    if (integral_path) {
+      store_int(dst, out_dtype, load_as_int(src, in_dtype));
+    } else {
+      store_double(dst, out_dtype, load_as_double(src, in_dtype));
+    }
+  }
+}
+
+bool is_integral_or_bool(int32_t dt) { return dt <= kDtI64; }
+
+}  // namespace
+
+cudaError_t launch_binary(BinaryOp op, int32_t dtype, const IterShape& shape, const Operand& out, const Operand& a,
+                          const Operand& b, double alpha, int64_t alpha_int, bool contiguous, cudaStream_t stream) {
+  if (is_comparison(op)) {
+    TESSERA_CUDA_DISPATCH_ALL(dtype, return run_binary<scalar_t, bool>(op, shape, out, a, b, opmath_t<scalar_t>(0), contiguous, stream))
+  }
+  TESSERA_CUDA_DISPATCH_ALL(dtype, {
+    const auto al = std::is_floating_point_v<opmath_t<scalar_t>> ? opmath_t<scalar_t>(alpha) : opmath_t<scalar_t>(alpha_int);
+    return run_binary<scalar_t, scalar_t>(op, shape, out, a, b, al, contiguous, stream);
+  })
+  return cudaErrorInvalidValue;
+}
+
+cudaError_t launch_unary(UnaryOp op, int32_t dtype, const IterShape& shape, const Operand& out, const Operand& in,
+                         bool contiguous, cudaStream_t stream) {
+  TESSERA_CUDA_DISPATCH_ALL(dtype, return run_unary<scalar_t>(op, shape, out, in, contiguous, stream))
+  return cudaErrorInvalidValue;
+}
+
+cudaError_t launch_fill(const IterShape& shape, const Operand& out, uint64_t bits, cudaStream_t stream) {
+  if (shape.numel == 0) return cudaSuccess;
+  const Operand* ops[1] = {&out};
+  const auto oc = make_offset_calculator<1>(shape, ops);
+  const bool contiguous = shape.ndim == 1 && out.strides[0] == 1;
+  const unsigned grid = grid_for(shape.numel);
+  switch (dtype_itemsize(out.dtype)) {
+    case 1: fill_kernel<uint8_t><<<grid, kThreads, 0, stream>>>(shape.numel, oc, contiguous, static_cast<uint8_t*>(out.data), uint8_t(bits)); break;
+    case 2: fill_kernel<uint16_t><<<grid, kThreads, 0, stream>>>(shape.numel, oc, contiguous, static_cast<uint16_t*>(out.data), uint16_t(bits)); break;
+    case 4: fill_kernel<uint32_t><<<grid, kThreads, 0, stream>>>(shape.numel, oc, contiguous, static_cast<uint32_t*>(out.data), uint32_t(bits)); break;
+    default: fill_kernel<uint64_t><<<grid, kThreads, 0, stream>>>(shape.numel, oc, contiguous, static_cast<uint64_t*>(out.data), bits); break;
+  }
+  return cudaGetLastError();
+}
+
+cudaError_t launch_copy(const IterShape& shape, const Operand& out, const Operand& in, cudaStream_t stream) {
+  if (shape.numel == 0) return cudaSuccess;
+  const Operand* ops[2] = {&out, &in};
+  const bool integral = is_integral_or_bool(out.dtype) && is_integral_or_bool(in.dtype);
+  copy_kernel<<<grid_for(shape.numel), kThreads, 0, stream>>>(shape.numel, make_offset_calculator<2>(shape, ops),
+                                                              static_cast<char*>(out.data), out.dtype,
+                                                              static_cast<const char*>(in.data), in.dtype, integral);
+  return cudaGetLastError();
+}
+
+}  // namespace tessera::cuda

@@ -1,0 +1,40 @@
+// Host-side float -> float16 / bfloat16 bit patterns, round to nearest even (fill_ values). Plain
+// C++ so that the unit tests check it without a GPU; the plugin cannot use the core's tessera::Half
+// conversion (it never links libtessera).
+#pragma once
+#include <cstdint>
+#include <cstring>
+
+namespace tessera::cuda {
+
+inline uint16_t float_to_half_bits(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  const uint32_t sign = (x >> 16) & 0x8000u;
+  const uint32_t absx = x & 0x7fffffffu;
+  if (absx > 0x7f800000u) return uint16_t(sign | 0x7e00u);  // NaN
+  if (absx >= 0x477ff000u) return uint16_t(sign | 0x7c00u);  // overflow (rounds to inf) or inf
+  if (absx < 0x38800000u) {  // a subnormal half or zero
+    if (absx < 0x33000000u) return uint16_t(sign);  // below half the smallest subnormal: rounds to zero
+    const int e = int(absx >> 23);
+    const uint32_t mant = (absx & 0x7fffffu) | 0x800000u;
+    const int rshift = 126 - e;  // 14..24: value / 2^-24 = mant * 2^(e - 126)
+    const uint32_t q = mant >> rshift;
+    const uint32_t rem = mant & ((1u << rshift) - 1), half = 1u << (rshift - 1);
+    const uint32_t r = q + ((rem > half || (rem == half && (q & 1u))) ? 1u : 0u);
+    return uint16_t(sign | r);
+  }
+  uint32_t h = ((absx - 0x38000000u) >> 13);
+  const uint32_t rem = absx & 0x1fffu;
+  if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) ++h;
+  return uint16_t(sign | h);
+}
+inline uint16_t float_to_bf16_bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return uint16_t((u >> 16) | 0x40);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return uint16_t(u >> 16);
+}
+
+}  // namespace tessera::cuda

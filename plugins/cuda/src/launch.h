@@ -1,0 +1,93 @@
+// The boundary between the plugin's host code (C++20, g++) and its kernels (.cu, nvcc): plain
+// structs of sizes, strides and device pointers, and one launcher per kernel family. Launchers
+// enqueue on `stream` and return the launch status; they never synchronise.
+#pragma once
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace tessera::cuda {
+
+constexpr int kMaxDims = 8;
+
+// Values equal tessera_dtype_t.
+enum DTypeId : int32_t {
+  kDtBool = 0, kDtU8 = 1, kDtI8 = 2, kDtI16 = 3, kDtI32 = 4, kDtI64 = 5,
+  kDtF16 = 6, kDtBF16 = 7, kDtF32 = 8, kDtF64 = 9,
+};
+
+// An iteration space shared by the operands of an elementwise kernel (after broadcasting and
+// collapsing of dimensions, see tensor_iter.h). Element `i` (row-major over `sizes`) of operand k
+// is at data_k + sum_d coord_d * strides_k[d] (in elements of the operand's dtype).
+struct IterShape {
+  int32_t ndim = 0;
+  int64_t numel = 0;
+  int64_t sizes[kMaxDims] = {};
+};
+struct Operand {
+  void* data = nullptr;  // element (0,...,0)
+  int32_t dtype = kDtF32;
+  int64_t strides[kMaxDims] = {};
+};
+
+enum class BinaryOp : int32_t { Add, Sub, Mul, Div, Maximum, Minimum, Eq, Ne, Lt, Le, Gt, Ge };
+enum class UnaryOp : int32_t { Neg, Abs, Exp, Log, Sqrt, Rsqrt, Sin, Cos, Tanh, Sigmoid, Relu, Gelu, GeluTanh, Silu, Erf };
+constexpr bool is_comparison(BinaryOp op) { return op >= BinaryOp::Eq; }
+
+// `contiguous`: every operand is dense over the iteration space (ndim == 1, unit strides), which
+// enables the vectorised path (128-bit loads) when the pointers are 16-byte aligned.
+// a and b have the compute dtype; out has it too, or bool for comparisons. alpha scales b
+// (add/sub); it is read as a double for floating dtypes and as an integer otherwise.
+cudaError_t launch_binary(BinaryOp op, int32_t dtype, const IterShape& shape, const Operand& out, const Operand& a,
+                          const Operand& b, double alpha, int64_t alpha_int, bool contiguous, cudaStream_t stream);
+cudaError_t launch_unary(UnaryOp op, int32_t dtype, const IterShape& shape, const Operand& out, const Operand& in,
+                         bool contiguous, cudaStream_t stream);
+// Writes the element bit pattern `bits` (itemsize of out.dtype) to every element.
+cudaError_t launch_fill(const IterShape& shape, const Operand& out, uint64_t bits, cudaStream_t stream);
+// out = convert(in), any dtype pair (through int64 between integral types, through double
+// otherwise).
+cudaError_t launch_copy(const IterShape& shape, const Operand& out, const Operand& in, cudaStream_t stream);
+
+// Reductions. The input is split into kept dims (one output element per position) and reduced
+// dims; each list is row-major. Output element o is at out + sum kept_coord * out_strides.
+enum class ReduceOp : int32_t { Sum, Mean, Max, Min };
+struct ReducePlan {
+  int32_t kept_ndim = 0, reduced_ndim = 0;
+  int64_t kept_sizes[kMaxDims] = {}, kept_in_strides[kMaxDims] = {}, kept_out_strides[kMaxDims] = {};
+  int64_t reduced_sizes[kMaxDims] = {}, reduced_in_strides[kMaxDims] = {};
+  int64_t num_outputs = 1, reduce_size = 1;
+};
+// in: f32/f16/bf16; out: any floating dtype. Accumulates in fp32.
+cudaError_t launch_reduce(ReduceOp op, const ReducePlan& plan, const void* in, int32_t in_dtype, void* out,
+                          int32_t out_dtype, cudaStream_t stream);
+
+// Softmax over the middle dim of a contiguous [outer, dim, inner] tensor (same dtype in and out).
+cudaError_t launch_softmax(bool log, const void* in, void* out, int32_t dtype, int64_t outer, int64_t dim,
+                           int64_t inner, cudaStream_t stream);
+// Layer norm over the last `n` elements of each of `rows` contiguous rows; weight/bias (optional,
+// nullptr) are contiguous [n] of the same dtype.
+cudaError_t launch_layer_norm(const void* in, const void* weight, const void* bias, void* out, int32_t dtype,
+                              int64_t rows, int64_t n, double eps, cudaStream_t stream);
+
+// Flash attention. q [B, H, Lq, D], k [B, H, Lk, D], v [B, H, Lk, D], out [B, H, Lq, D]; strides in
+// elements for dims 0..2 (dim 3 is contiguous). mask (optional) is bool (true = attend) or additive
+// of mask_dtype, with broadcast strides (0) over [B, H, Lq, Lk].
+struct AttentionParams {
+  const void* q = nullptr;
+  const void* k = nullptr;
+  const void* v = nullptr;
+  void* out = nullptr;
+  const void* mask = nullptr;
+  int32_t dtype = kDtF16, mask_dtype = kDtBool;
+  int64_t batch = 1, heads = 1, len_q = 0, len_k = 0, head_dim = 0;
+  int64_t q_strides[3] = {}, k_strides[3] = {}, v_strides[3] = {}, out_strides[3] = {}, mask_strides[4] = {};
+  float scale = 1.0f;
+  bool causal = false;
+  // Tensor-core (WMMA) kernel; false selects the CUDA-core kernel (TESSERA_CUDA_FLASH_SIMT=1).
+  bool tensor_cores = true;
+};
+// False (and nothing launched) for a head_dim or dtype this kernel does not handle.
+bool attention_supported(int32_t dtype, int64_t head_dim);
+cudaError_t launch_attention(const AttentionParams& p, cudaStream_t stream);
+
+}  // namespace tessera::cuda

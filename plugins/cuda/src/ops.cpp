@@ -1,0 +1,824 @@
+// Host side of the CUDA kernels: argument checks, launch planning, cuBLASLt calls. See ops.h.
+#include "ops.h"
+
+#include <cublasLt.h>
+#include <cuda_runtime_api.h>
+
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cublaslt_loader.h"
+#include "cuda_backend.h"
+#include "half_bits.h"
+#include "launch.h"
+#include "tensor_iter.h"
+
+namespace tessera::cuda {
+namespace {
+
+using sdk::KernelCall;
+using sdk::TensorView;
+
+[[noreturn]] void unimplemented(const KernelCall& call, const std::string& what) {
+  throw sdk::Error(TESSERA_STATUS_UNIMPLEMENTED, std::string(call.op_name()) + " on cuda: " + what);
+}
+
+const char* dtype_str(int32_t dt) {
+  static const char* names[] = {"bool", "uint8", "int8", "int16", "int32", "int64", "float16", "bfloat16", "float32", "float64"};
+  return dt >= 0 && dt < 10 ? names[dt] : "?";
+}
+bool is_float16ish(int32_t dt) { return dt == kDtF16 || dt == kDtBF16; }
+bool kernel_float(int32_t dt) { return dt == kDtF32 || is_float16ish(dt); }
+bool kernel_dtype(int32_t dt) { return dt >= kDtU8 && dt <= kDtF32; }  // everything but bool and f64
+
+// Per-call context: device checks, current device and stream.
+struct Launch {
+  int device;
+  cudaStream_t stream;
+  DeviceGuard guard;
+  explicit Launch(const KernelCall& call)
+      : device(checked_device(call)), stream(static_cast<cudaStream_t>(call.stream())), guard(device) {
+    Backend::set_thread_stream(device, call.stream());
+  }
+  static int checked_device(const KernelCall& call) {
+    Backend::instance().check_device(call.device_index());
+    return call.device_index();
+  }
+};
+
+void check_launch(const KernelCall& call, cudaError_t err) {
+  if (err == cudaErrorInvalidValue) unimplemented(call, "a size or dtype the kernel does not handle");
+  check_cuda(err, std::string(call.op_name()) + " on cuda: kernel launch");
+}
+
+// A tensor on this device as the kernels see it; may own a temporary copy.
+struct DeviceTensor {
+  void* data = nullptr;
+  int32_t dtype = kDtF32;
+  std::vector<int64_t> sizes, strides;
+  std::shared_ptr<DeviceBuffer> owner;
+
+  int ndim() const { return int(sizes.size()); }
+  Geometry geometry() const { return Geometry{int32_t(sizes.size()), sizes.data(), strides.data()}; }
+  int64_t numel() const {
+    int64_t n = 1;
+    for (int64_t s : sizes) n *= s;
+    return n;
+  }
+  bool contiguous() const {
+    int64_t expected = 1;
+    for (int i = ndim() - 1; i >= 0; --i) {
+      if (sizes[size_t(i)] != 1 && strides[size_t(i)] != expected) return false;
+      expected *= sizes[size_t(i)];
+    }
+    return true;
+  }
+  Operand operand() const {
+    Operand o;
+    o.data = data;
+    o.dtype = dtype;
+    return o;
+  }
+};
+
+DeviceTensor view_of(const KernelCall& call, const TensorView& t, const char* what) {
+  if (!t.defined()) unimplemented(call, std::string(what) + " is missing");
+  if (t.device_type() != TESSERA_DEVICE_CUDA || t.device_index() != call.device_index())
+    unimplemented(call, std::string(what) + " is not on cuda:" + std::to_string(call.device_index()));
+  DeviceTensor d;
+  d.data = static_cast<char*>(t.handle()) + t.byte_offset();
+  d.dtype = t.dtype();
+  d.sizes.assign(t.sizes(), t.sizes() + t.ndim());
+  d.strides.assign(t.strides(), t.strides() + t.ndim());
+  return d;
+}
+
+std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& sizes) {
+  std::vector<int64_t> s(sizes.size());
+  int64_t acc = 1;
+  for (size_t i = sizes.size(); i-- > 0;) {
+    s[i] = acc;
+    acc *= sizes[i] > 0 ? sizes[i] : 1;
+  }
+  return s;
+}
+
+// dst = src (broadcast to dst's shape), converting the dtype.
+void device_copy(const KernelCall& call, const DeviceTensor& dst, const DeviceTensor& src, cudaStream_t stream) {
+  if (dst.dtype == src.dtype && dst.sizes == src.sizes && dst.contiguous() && src.contiguous()) {
+    check_cuda(cudaMemcpyAsync(dst.data, src.data, size_t(dst.numel()) * sdk::dtype_size(dst.dtype),
+                               cudaMemcpyDeviceToDevice, stream),
+               std::string(call.op_name()) + ": cudaMemcpyAsync");
+    return;
+  }
+  IterShape shape;
+  Operand ops[2] = {dst.operand(), src.operand()};
+  const Geometry in = src.geometry();
+  if (!plan_elementwise(dst.geometry(), &in, 1, &shape, ops))
+    unimplemented(call, "copy layout with more than " + std::to_string(kMaxDims) + " non-mergeable dims");
+  check_launch(call, launch_copy(shape, ops[0], ops[1], stream));
+}
+
+// `t` itself when it already has `dtype` (and is contiguous, if asked), else a converted copy.
+DeviceTensor materialize(const KernelCall& call, const DeviceTensor& t, int32_t dtype, bool need_contiguous,
+                         const Launch& l) {
+  if (t.dtype == dtype && (!need_contiguous || t.contiguous())) return t;
+  DeviceTensor c;
+  c.dtype = dtype;
+  c.sizes = t.sizes;
+  c.strides = contiguous_strides(t.sizes);
+  c.owner = std::make_shared<DeviceBuffer>(l.device, size_t(t.numel()) * sdk::dtype_size(dtype), l.stream);
+  c.data = c.owner->get();
+  device_copy(call, c, t, l.stream);
+  return c;
+}
+
+// ---------------------------------------------------------------- elementwise
+
+int32_t compare_dtype(int32_t a, int32_t b, const DeviceTensor& ta, const DeviceTensor& tb) {
+  if (a == b) return a;
+  const bool fa = a >= kDtF16, fb = b >= kDtF16;
+  if (fa != fb) return fa ? a : b;
+  if (ta.ndim() == 0) return b;
+  if (tb.ndim() == 0) return a;
+  return fa ? kDtF32 : kDtI64;
+}
+
+template <BinaryOp kOp>
+void binary_kernel(const KernelCall& call) {
+  Launch l(call);
+  DeviceTensor a = view_of(call, call.input(0), "self");
+  DeviceTensor b = view_of(call, call.input(1), "other");
+  DeviceTensor out = view_of(call, call.output(0), "output");
+  const int32_t compute = is_comparison(kOp) ? compare_dtype(a.dtype, b.dtype, a, b) : out.dtype;
+  if (!kernel_dtype(compute)) unimplemented(call, std::string("dtype ") + dtype_str(compute));
+  if (is_comparison(kOp) ? out.dtype != kDtBool : out.dtype != compute) unimplemented(call, "output dtype");
+  a = materialize(call, a, compute, false, l);
+  b = materialize(call, b, compute, false, l);
+  double alpha = 1.0;
+  int64_t alpha_int = 1;
+  if ((kOp == BinaryOp::Add || kOp == BinaryOp::Sub) && call.num_attrs() > 0 && !call.attr_is_none(0)) {
+    alpha = call.attr_double(0);
+    alpha_int = call.attr_int(0);
+  }
+  IterShape shape;
+  Operand ops[3] = {out.operand(), a.operand(), b.operand()};
+  const Geometry ins[2] = {a.geometry(), b.geometry()};
+  if (!plan_elementwise(out.geometry(), ins, 2, &shape, ops)) unimplemented(call, "operand layout");
+  check_launch(call, launch_binary(kOp, compute, shape, ops[0], ops[1], ops[2], alpha, alpha_int,
+                                   is_dense(shape, ops, 3), l.stream));
+}
+
+template <UnaryOp kOp>
+void unary_kernel(const KernelCall& call) {
+  Launch l(call);
+  DeviceTensor x = view_of(call, call.input(0), "self");
+  DeviceTensor out = view_of(call, call.output(0), "output");
+  if (!kernel_dtype(out.dtype)) unimplemented(call, std::string("dtype ") + dtype_str(out.dtype));
+  UnaryOp op = kOp;
+  if (op == UnaryOp::Gelu && call.num_attrs() > 0 && call.attr_string(0) == "tanh") op = UnaryOp::GeluTanh;
+  const bool integer_ok = op == UnaryOp::Neg || op == UnaryOp::Abs || op == UnaryOp::Relu;
+  if (!kernel_float(out.dtype) && !integer_ok) unimplemented(call, std::string("dtype ") + dtype_str(out.dtype));
+  x = materialize(call, x, out.dtype, false, l);
+  IterShape shape;
+  Operand ops[2] = {out.operand(), x.operand()};
+  const Geometry in = x.geometry();
+  if (!plan_elementwise(out.geometry(), &in, 1, &shape, ops)) unimplemented(call, "operand layout");
+  check_launch(call, launch_unary(op, out.dtype, shape, ops[0], ops[1], is_dense(shape, ops, 2), l.stream));
+}
+
+uint64_t scalar_bits(const KernelCall& call, int attr, int32_t dtype) {
+  const bool floating = call.attr_is_floating(attr);
+  const double d = call.attr_double(attr);
+  const int64_t i = floating ? int64_t(d) : call.attr_int(attr);
+  switch (dtype) {
+    case kDtBool: return (floating ? d != 0.0 : i != 0) ? 1 : 0;
+    case kDtU8: case kDtI8: return uint64_t(uint8_t(i));
+    case kDtI16: return uint64_t(uint16_t(i));
+    case kDtI32: return uint64_t(uint32_t(i));
+    case kDtI64: return uint64_t(i);
+    case kDtF16: return float_to_half_bits(float(d));
+    case kDtBF16: return float_to_bf16_bits(float(d));
+    case kDtF32: {
+      const float f = float(d);
+      uint32_t b;
+      std::memcpy(&b, &f, 4);
+      return b;
+    }
+    default: {
+      uint64_t b;
+      std::memcpy(&b, &d, 8);
+      return b;
+    }
+  }
+}
+
+void fill_kernel(const KernelCall& call) {
+  Launch l(call);
+  DeviceTensor out = view_of(call, call.output(0), "self");
+  IterShape shape;
+  Operand op = out.operand();
+  if (!plan_elementwise(out.geometry(), nullptr, 0, &shape, &op)) unimplemented(call, "operand layout");
+  check_launch(call, launch_fill(shape, op, scalar_bits(call, 0, out.dtype), l.stream));
+}
+
+void copy_kernel(const KernelCall& call) {
+  Launch l(call);
+  DeviceTensor dst = view_of(call, call.output(0), "self");
+  const TensorView src_view = call.input(1);
+  if (src_view.device_type() == TESSERA_DEVICE_CUDA && src_view.device_index() != l.device) {
+    // Another GPU: peer copy of the bytes, then convert here when needed.
+    if (!src_view.is_contiguous()) unimplemented(call, "non-contiguous source on another device");
+    DeviceTensor staged;
+    staged.dtype = src_view.dtype();
+    staged.sizes.assign(src_view.sizes(), src_view.sizes() + src_view.ndim());
+    staged.strides = contiguous_strides(staged.sizes);
+    const size_t nbytes = size_t(src_view.numel()) * src_view.itemsize();
+    staged.owner = std::make_shared<DeviceBuffer>(l.device, nbytes, l.stream);
+    staged.data = staged.owner->get();
+    check_cuda(cudaMemcpyPeerAsync(staged.data, l.device, static_cast<char*>(src_view.handle()) + src_view.byte_offset(),
+                                   src_view.device_index(), nbytes, l.stream),
+               "copy_: cudaMemcpyPeerAsync");
+    device_copy(call, dst, staged, l.stream);
+    return;
+  }
+  device_copy(call, dst, view_of(call, src_view, "src"), l.stream);
+}
+
+// ---------------------------------------------------------------- reductions
+
+template <ReduceOp kOp>
+void reduce_kernel(const KernelCall& call) {
+  Launch l(call);
+  DeviceTensor x = view_of(call, call.input(0), "self");
+  DeviceTensor out = view_of(call, call.output(0), "output");
+  if (!kernel_float(x.dtype)) unimplemented(call, std::string("dtype ") + dtype_str(x.dtype));
+  if (x.ndim() > 64) unimplemented(call, "more than 64 dims");
+  uint64_t mask = 0;
+  bool keepdim = false;
+  for (int i = 0; i < call.num_attrs(); ++i) {
+    const tessera_value_t& a = call.attr(i);
+    if (a.kind == TESSERA_VALUE_INT_LIST) {
+      for (int j = 0; j < a.count; ++j) {
+        int64_t d = a.u.ints[j];
+        if (d < 0) d += x.ndim();
+        if (d < 0 || d >= x.ndim()) unimplemented(call, "dim out of range");
+        mask |= uint64_t(1) << d;
+      }
+    } else if (a.kind == TESSERA_VALUE_INT) {
+      int64_t d = a.u.i < 0 ? a.u.i + x.ndim() : a.u.i;
+      if (d < 0 || d >= x.ndim()) unimplemented(call, "dim out of range");
+      mask |= uint64_t(1) << d;
+    } else if (a.kind == TESSERA_VALUE_BOOL) {
+      keepdim = a.u.b != 0;
+    }
+  }
+  if (mask == 0) mask = x.ndim() >= 64 ? ~uint64_t(0) : (uint64_t(1) << x.ndim()) - 1;  // empty dim list = all
+  if (keepdim && out.ndim() != x.ndim()) keepdim = false;
+  ReducePlan plan;
+  if (!plan_reduction(x.geometry(), out.geometry(), mask, keepdim, &plan)) unimplemented(call, "operand layout");
+  if (plan.reduce_size == 0 && (kOp == ReduceOp::Max || kOp == ReduceOp::Min))
+    unimplemented(call, "empty reduction has no identity");
+  check_launch(call, launch_reduce(kOp, plan, x.data, x.dtype, out.data, out.dtype, l.stream));
+}
+
+// ---------------------------------------------------------------- softmax, layer_norm
+
+template <bool kLog>
+void softmax_kernel(const KernelCall& call) {
+  Launch l(call);
+  DeviceTensor x = view_of(call, call.input(0), "self");
+  DeviceTensor out = view_of(call, call.output(0), "output");
+  if (!kernel_float(out.dtype)) unimplemented(call, std::string("dtype ") + dtype_str(out.dtype));
+  x = materialize(call, x, out.dtype, true, l);
+  int64_t dim = call.attr_int(0);
+  const int nd = x.ndim();
+  if (nd == 0) {
+    dim = 0;
+  } else {
+    if (dim < 0) dim += nd;
+    if (dim < 0 || dim >= nd) unimplemented(call, "dim out of range");
+  }
+  int64_t outer = 1, inner = 1, size = nd == 0 ? 1 : x.sizes[size_t(dim)];
+  for (int i = 0; i < dim; ++i) outer *= x.sizes[size_t(i)];
+  for (int i = int(dim) + 1; i < nd; ++i) inner *= x.sizes[size_t(i)];
+  DeviceTensor target = out;
+  if (!out.contiguous()) {
+    target = materialize(call, out, out.dtype, true, l);  // fresh contiguous buffer (contents overwritten)
+  }
+  check_launch(call, launch_softmax(kLog, x.data, target.data, out.dtype, outer, size, inner, l.stream));
+  if (target.data != out.data) device_copy(call, out, target, l.stream);
+}
+
+void layer_norm_kernel(const KernelCall& call) {
+  Launch l(call);
+  DeviceTensor x = view_of(call, call.input(0), "input");
+  DeviceTensor out = view_of(call, call.output(0), "output");
+  if (!kernel_float(out.dtype)) unimplemented(call, std::string("dtype ") + dtype_str(out.dtype));
+  if (call.num_outputs() != 1) unimplemented(call, "only the normalised output is produced");
+  int count = 0;
+  const int64_t* ns = call.attr_ints(0, &count);
+  double eps = 1e-5;
+  for (int i = 1; i < call.num_attrs(); ++i)
+    if (call.attr(i).kind == TESSERA_VALUE_DOUBLE) eps = call.attr(i).u.d;
+  int64_t n = 1;
+  for (int i = 0; i < count; ++i) n *= ns[i];
+  x = materialize(call, x, out.dtype, true, l);
+  const int64_t rows = n == 0 ? 0 : x.numel() / n;
+  std::optional<DeviceTensor> w, b;
+  if (call.num_inputs() > 1 && call.input(1).defined())
+    w = materialize(call, view_of(call, call.input(1), "weight"), out.dtype, true, l);
+  if (call.num_inputs() > 2 && call.input(2).defined())
+    b = materialize(call, view_of(call, call.input(2), "bias"), out.dtype, true, l);
+  DeviceTensor target = out.contiguous() ? out : materialize(call, out, out.dtype, true, l);
+  check_launch(call, launch_layer_norm(x.data, w ? w->data : nullptr, b ? b->data : nullptr, target.data, out.dtype,
+                                       rows, n, eps, l.stream));
+  if (target.data != out.data) device_copy(call, out, target, l.stream);
+}
+
+// ---------------------------------------------------------------- matmul via cuBLASLt
+
+// A row-major matrix operand of a (possibly batched) matmul: element (r, c) of batch i at
+// data + i * batch_stride + r * row_stride + c * col_stride.
+struct MatrixOperand {
+  void* data = nullptr;
+  int64_t rows = 0, cols = 0, row_stride = 0, col_stride = 0, batch_stride = 0;
+};
+
+// A prepared cuBLASLt problem: descriptors, layouts and the chosen algorithm, kept for the life of
+// the process (one per distinct problem) so that a repeated matmul only sets the bias pointer and
+// enqueues.
+struct LtPlan {
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t la = nullptr, lb = nullptr, lc = nullptr;
+  cublasLtMatmulHeuristicResult_t result{};
+  std::mutex mutex;  // serialises the bias-pointer update with the enqueue
+};
+struct LtHandles {
+  std::mutex mutex;
+  std::map<int, cublasLtHandle_t> handles;
+  std::map<std::string, std::unique_ptr<LtPlan>> plans;
+};
+LtHandles& lt_handles() {
+  static LtHandles* h = new LtHandles();
+  return *h;
+}
+
+cublasLtHandle_t lt_handle(const KernelCall& call, int device) {
+  const CublasLtApi& api = cublaslt_api();
+  if (!api.loaded) {
+    static std::once_flag warned;
+    std::call_once(warned, [&] { sdk::log(TESSERA_LOG_WARNING, "cuda", "matmul falls back to the CPU: " + api.error); });
+    unimplemented(call, api.error);
+  }
+  LtHandles& h = lt_handles();
+  std::lock_guard<std::mutex> lock(h.mutex);
+  auto it = h.handles.find(device);
+  if (it != h.handles.end()) return it->second;
+  cublasLtHandle_t handle = nullptr;
+  const cublasStatus_t st = api.create(&handle);
+  if (st != CUBLAS_STATUS_SUCCESS)
+    throw sdk::Error(TESSERA_STATUS_INTERNAL, "cublasLtCreate failed with status " + std::to_string(int(st)));
+  h.handles.emplace(device, handle);
+  return handle;
+}
+
+// True when the environment variable `name` is "1" (read through the host: honours setuid rules).
+bool env_is_one(const char* name) {
+  const char* v = sdk::host_api() && sdk::host_api()->getenv ? sdk::host_api()->getenv(name) : nullptr;
+  return v && std::strcmp(v, "1") == 0;
+}
+bool allow_tf32() { return env_is_one("TESSERA_CUDA_ALLOW_TF32"); }
+
+cudaDataType_t cuda_type(int32_t dt) {
+  return dt == kDtF16 ? CUDA_R_16F : (dt == kDtBF16 ? CUDA_R_16BF : CUDA_R_32F);
+}
+
+// D[b] (m x n, row-major, ld = out_row_stride) = A[b] (m x k) * B[b] (k x n) (+ bias[n]).
+// Row-major D = A B is column-major D^T = B^T A^T: cuBLASLt's "A" is our B and its "B" is our A.
+void lt_matmul(const KernelCall& call, const Launch& l, int32_t dtype, const MatrixOperand& a, const MatrixOperand& b,
+               void* out, int64_t out_row_stride, int64_t out_batch_stride, int64_t batch, const void* bias) {
+  const CublasLtApi& api = cublaslt_api();
+  cublasLtHandle_t handle = lt_handle(call, l.device);
+  const int64_t m = a.rows, k = a.cols, n = b.cols;
+  // Our B as cuBLASLt's A (n x k column-major view).
+  const bool b_rowmajor = b.col_stride == 1;
+  const cublasOperation_t op_lt_a = b_rowmajor ? CUBLAS_OP_N : CUBLAS_OP_T;
+  const int64_t lda = b_rowmajor ? b.row_stride : b.col_stride;
+  const uint64_t a_rows = uint64_t(b_rowmajor ? n : k), a_cols = uint64_t(b_rowmajor ? k : n);
+  // Our A as cuBLASLt's B (k x m column-major view).
+  const bool a_rowmajor = a.col_stride == 1;
+  const cublasOperation_t op_lt_b = a_rowmajor ? CUBLAS_OP_N : CUBLAS_OP_T;
+  const int64_t ldb = a_rowmajor ? a.row_stride : a.col_stride;
+  const uint64_t b_rows = uint64_t(a_rowmajor ? k : m), b_cols = uint64_t(a_rowmajor ? m : k);
+  const bool tf32 = dtype == kDtF32 && allow_tf32();
+
+  // Heuristic results depend on the problem and on the pointers' alignment: both are in the key.
+  auto align_of = [](const void* p) {
+    const uintptr_t v = reinterpret_cast<uintptr_t>(p);
+    return v % 16 == 0 ? 16 : (v % 8 == 0 ? 8 : (v % 4 == 0 ? 4 : 2));
+  };
+  const std::string key = std::to_string(l.device) + ":" + std::to_string(dtype) + ":" + std::to_string(m) + "," +
+                          std::to_string(n) + "," + std::to_string(k) + ":" + std::to_string(lda) + "," +
+                          std::to_string(ldb) + "," + std::to_string(out_row_stride) + ":" + std::to_string(op_lt_a) +
+                          std::to_string(op_lt_b) + ":" + std::to_string(batch) + "," + std::to_string(b.batch_stride) +
+                          "," + std::to_string(a.batch_stride) + "," + std::to_string(out_batch_stride) + ":" +
+                          (bias ? "b" : "") + (tf32 ? "t" : "") + ":" + std::to_string(align_of(a.data)) +
+                          std::to_string(align_of(b.data)) + std::to_string(align_of(out)) +
+                          std::to_string(bias ? align_of(bias) : 0);
+  LtPlan* plan = nullptr;
+  {
+    LtHandles& h = lt_handles();
+    std::lock_guard<std::mutex> lock(h.mutex);
+    auto it = h.plans.find(key);
+    if (it != h.plans.end()) plan = it->second.get();
+  }
+  if (!plan) {
+    auto fresh = std::make_unique<LtPlan>();
+    LtPlan& p = *fresh;
+    cublasLtMatmulPreference_t pref = nullptr;
+    auto cleanup = [&] {
+      if (pref) api.preference_destroy(pref);
+      if (p.lc) api.matrix_layout_destroy(p.lc);
+      if (p.lb) api.matrix_layout_destroy(p.lb);
+      if (p.la) api.matrix_layout_destroy(p.la);
+      if (p.desc) api.matmul_desc_destroy(p.desc);
+    };
+    auto check = [&](cublasStatus_t st, const char* what) {
+      if (st != CUBLAS_STATUS_SUCCESS) {
+        cleanup();
+        throw sdk::Error(TESSERA_STATUS_INTERNAL, std::string(call.op_name()) + " on cuda: " + what +
+                                                      " failed with cuBLAS status " + std::to_string(int(st)));
+      }
+    };
+    const cublasComputeType_t compute = tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+    const cudaDataType_t type = cuda_type(dtype);
+    check(api.matmul_desc_create(&p.desc, compute, CUDA_R_32F), "cublasLtMatmulDescCreate");
+    check(api.matmul_desc_set_attribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_lt_a, sizeof(op_lt_a)), "TRANSA");
+    check(api.matmul_desc_set_attribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_lt_b, sizeof(op_lt_b)), "TRANSB");
+    if (bias) {
+      const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
+      check(api.matmul_desc_set_attribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)), "EPILOGUE");
+      check(api.matmul_desc_set_attribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)), "BIAS_POINTER");
+    }
+    check(api.matrix_layout_create(&p.la, type, a_rows, a_cols, lda), "layout A");
+    check(api.matrix_layout_create(&p.lb, type, b_rows, b_cols, ldb), "layout B");
+    check(api.matrix_layout_create(&p.lc, type, uint64_t(n), uint64_t(m), out_row_stride), "layout C");
+    if (batch > 1) {
+      const int32_t count = int32_t(batch);
+      const int64_t sa = b.batch_stride, sb = a.batch_stride, sc = out_batch_stride;
+      check(api.matrix_layout_set_attribute(p.la, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof(count)), "batch A");
+      check(api.matrix_layout_set_attribute(p.la, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &sa, sizeof(sa)), "stride A");
+      check(api.matrix_layout_set_attribute(p.lb, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof(count)), "batch B");
+      check(api.matrix_layout_set_attribute(p.lb, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &sb, sizeof(sb)), "stride B");
+      check(api.matrix_layout_set_attribute(p.lc, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof(count)), "batch C");
+      check(api.matrix_layout_set_attribute(p.lc, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &sc, sizeof(sc)), "stride C");
+    }
+    constexpr uint64_t kWorkspace = uint64_t(32) << 20;
+    check(api.preference_create(&pref), "cublasLtMatmulPreferenceCreate");
+    check(api.preference_set_attribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &kWorkspace, sizeof(kWorkspace)),
+          "workspace");
+    int returned = 0;
+    const cublasStatus_t st = api.algo_get_heuristic(handle, p.desc, p.la, p.lb, p.lc, p.lc, pref, 1, &p.result, &returned);
+    api.preference_destroy(pref);
+    pref = nullptr;
+    if (st != CUBLAS_STATUS_SUCCESS || returned == 0) {
+      cleanup();
+      unimplemented(call, "cuBLASLt has no algorithm for this problem (status " + std::to_string(int(st)) + ")");
+    }
+    LtHandles& h = lt_handles();
+    std::lock_guard<std::mutex> lock(h.mutex);
+    if (auto it = h.plans.find(key); it != h.plans.end()) {
+      cleanup();  // another thread prepared the same problem first
+      plan = it->second.get();
+    } else {
+      plan = fresh.get();
+      h.plans.emplace(key, std::move(fresh));
+    }
+  }
+  DeviceBuffer workspace(l.device, plan->result.workspaceSize, l.stream);
+  const float alpha = 1.0f, beta = 0.0f;
+  cublasStatus_t st;
+  {
+    std::lock_guard<std::mutex> lock(plan->mutex);
+    if (bias) api.matmul_desc_set_attribute(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias));
+    st = api.matmul(handle, plan->desc, &alpha, b.data, plan->la, a.data, plan->lb, &beta, out, plan->lc, out, plan->lc,
+                    &plan->result.algo, workspace.get(), plan->result.workspaceSize, l.stream);
+  }
+  if (st != CUBLAS_STATUS_SUCCESS)
+    throw sdk::Error(TESSERA_STATUS_INTERNAL, std::string(call.op_name()) + " on cuda: cublasLtMatmul failed with status " +
+                                                  std::to_string(int(st)));
+}
+
+// A usable cuBLASLt layout: unit stride along one of the two dims, leading dimension >= extent.
+bool lt_layout_ok(const MatrixOperand& x) {
+  if (x.col_stride == 1 && (x.rows == 1 || x.row_stride >= x.cols)) return true;
+  if (x.row_stride == 1 && (x.cols == 1 || x.col_stride >= x.rows)) return true;
+  return false;
+}
+// Normalises degenerate strides (size-1 dims) so that lt_layout_ok accepts dense operands.
+void fix_degenerate(MatrixOperand& x) {
+  if (x.rows == 1) x.row_stride = x.col_stride == 1 ? std::max<int64_t>(x.cols, 1) : x.row_stride;
+  if (x.cols == 1 && x.col_stride != 1) {
+    if (x.row_stride == 1) {
+      x.col_stride = std::max<int64_t>(x.rows, 1);
+    } else {
+      x.col_stride = 1;
+      x.row_stride = std::max<int64_t>(x.row_stride, 1);
+    }
+  }
+  if (x.rows == 1 && x.col_stride != 1 && x.row_stride != 1) x.row_stride = 1;
+}
+
+// Collapses the batch dims [0, nb) of `t` (broadcast to `batch_sizes`) to one stride. False when the
+// strides do not allow it.
+bool batch_stride_of(const DeviceTensor& t, int matrix_dims, const std::vector<int64_t>& batch_sizes, int64_t* stride) {
+  const int nb = int(batch_sizes.size());
+  const int tb = t.ndim() - matrix_dims;  // batch dims of t (right-aligned)
+  int64_t expected = -1, span = 1;
+  bool all_zero = true;
+  std::vector<int64_t> s(size_t(nb), 0);
+  for (int d = 0; d < nb; ++d) {
+    const int td = d - (nb - tb);
+    if (td >= 0 && t.sizes[size_t(td)] != 1) s[size_t(d)] = t.strides[size_t(td)];
+  }
+  for (int d = 0; d < nb; ++d)
+    if (batch_sizes[size_t(d)] != 1 && s[size_t(d)] != 0) all_zero = false;
+  if (all_zero) {
+    *stride = 0;
+    return true;
+  }
+  for (int d = nb - 1; d >= 0; --d) {
+    if (batch_sizes[size_t(d)] == 1) continue;
+    if (expected < 0) {
+      expected = s[size_t(d)];
+      if (expected == 0) return false;
+    } else if (s[size_t(d)] != expected * span) {
+      return false;
+    }
+    span *= batch_sizes[size_t(d)];
+  }
+  *stride = expected < 0 ? 0 : expected;
+  return true;
+}
+
+// `attempt` counts the retries after making an operand contiguous (at most one per operand).
+void matmul_impl(const KernelCall& call, const Launch& l, DeviceTensor a, DeviceTensor b, DeviceTensor out,
+                 const void* bias, int attempt = 0) {
+  const int32_t dtype = out.dtype;
+  if (!kernel_float(dtype)) unimplemented(call, std::string("dtype ") + dtype_str(dtype));
+  if (a.ndim() == 0 || b.ndim() == 0) unimplemented(call, "0-dim operand");
+  a = materialize(call, a, dtype, false, l);
+  b = materialize(call, b, dtype, false, l);
+  if (!out.contiguous()) unimplemented(call, "non-contiguous output");
+  // Vectors become 1 x k / k x 1 matrices.
+  if (a.ndim() == 1) {
+    a.sizes.insert(a.sizes.begin(), 1);
+    a.strides.insert(a.strides.begin(), a.sizes[1] * a.strides[0]);
+  }
+  if (b.ndim() == 1) {
+    b.sizes.push_back(1);
+    b.strides.push_back(1);
+  }
+  const int64_t m = a.sizes[size_t(a.ndim() - 2)], k = a.sizes[size_t(a.ndim() - 1)];
+  const int64_t n = b.sizes[size_t(b.ndim() - 1)];
+  if (b.sizes[size_t(b.ndim() - 2)] != k) unimplemented(call, "inner dimensions differ");
+  std::vector<int64_t> batch_sizes;
+  const int nb = std::max(a.ndim(), b.ndim()) - 2;
+  for (int d = 0; d < nb; ++d) {
+    const int da = d - (nb - (a.ndim() - 2)), db = d - (nb - (b.ndim() - 2));
+    const int64_t sa = da >= 0 ? a.sizes[size_t(da)] : 1, sb = db >= 0 ? b.sizes[size_t(db)] : 1;
+    batch_sizes.push_back(std::max(sa, sb));
+  }
+  int64_t batch = 1;
+  for (int64_t s : batch_sizes) batch *= s;
+  if (out.numel() == 0) return;
+  if (k == 0) {  // empty inner dimension: zeros
+    check_cuda(cudaMemsetAsync(out.data, 0, size_t(out.numel()) * sdk::dtype_size(dtype), l.stream), "matmul: cudaMemsetAsync");
+    return;
+  }
+
+  MatrixOperand ma{a.data, m, k, a.strides[size_t(a.ndim() - 2)], a.strides[size_t(a.ndim() - 1)], 0};
+  MatrixOperand mb{b.data, k, n, b.strides[size_t(b.ndim() - 2)], b.strides[size_t(b.ndim() - 1)], 0};
+  fix_degenerate(ma);
+  fix_degenerate(mb);
+  int64_t rows = m, nbatch = batch;
+  // b shared by every batch and a's batch + row dims collapsing to one row stride: one big GEMM.
+  int64_t b_bs = 0;
+  const bool b_shared = batch_stride_of(b, 2, batch_sizes, &b_bs) && b_bs == 0;
+  int64_t a_bs = 0;
+  if (batch > 1 && b_shared && ma.col_stride == 1 && batch_stride_of(a, 2, batch_sizes, &a_bs) && a_bs == m * ma.row_stride &&
+      a.ndim() - 2 == nb) {
+    rows = batch * m;
+    nbatch = 1;
+    ma.rows = rows;
+  }
+  const bool a_ok = lt_layout_ok(ma) && (nbatch == 1 || batch_stride_of(a, 2, batch_sizes, &ma.batch_stride));
+  const bool b_ok = lt_layout_ok(mb) && (nbatch == 1 || batch_stride_of(b, 2, batch_sizes, &mb.batch_stride));
+  if (!a_ok || !b_ok) {
+    // A contiguous copy always has a usable matrix layout; batch dims that broadcast in only some
+    // positions cannot be expressed as one batch stride and go to the CPU fallback.
+    if (attempt > 0) unimplemented(call, "batch dims that broadcast partially");
+    if (!a_ok) a = materialize(call, a, dtype, true, l);
+    if (!b_ok) b = materialize(call, b, dtype, true, l);
+    return matmul_impl(call, l, a, b, out, bias, attempt + 1);
+  }
+  if (nbatch > 0x7fffffff) unimplemented(call, "batch too large");
+  lt_matmul(call, l, dtype, ma, mb, out.data, n, m * n, nbatch, bias);
+}
+
+void matmul_kernel(const KernelCall& call) {
+  Launch l(call);
+  matmul_impl(call, l, view_of(call, call.input(0), "self"), view_of(call, call.input(1), "other"),
+              view_of(call, call.output(0), "output"), nullptr);
+}
+
+void linear_kernel(const KernelCall& call) {
+  Launch l(call);
+  DeviceTensor x = view_of(call, call.input(0), "input");
+  DeviceTensor w = view_of(call, call.input(1), "weight");
+  DeviceTensor out = view_of(call, call.output(0), "output");
+  if (w.ndim() != 2) unimplemented(call, "weight must be 2-D");
+  // weight^T as a view: [in, out] with swapped strides.
+  DeviceTensor wt = w;
+  std::swap(wt.sizes[0], wt.sizes[1]);
+  std::swap(wt.strides[0], wt.strides[1]);
+  std::optional<DeviceTensor> bias;
+  if (call.num_inputs() > 2 && call.input(2).defined()) {
+    DeviceTensor b = view_of(call, call.input(2), "bias");
+    if (b.ndim() != 1 || b.sizes[0] != w.sizes[0]) unimplemented(call, "bias that is not [out_features]");
+    bias = materialize(call, b, out.dtype, true, l);
+  }
+  matmul_impl(call, l, x, wt, out, bias ? bias->data : nullptr);
+}
+
+// ---------------------------------------------------------------- attention
+
+void sdpa_kernel(const KernelCall& call) {
+  Launch l(call);
+  DeviceTensor q = view_of(call, call.input(0), "query");
+  DeviceTensor k = view_of(call, call.input(1), "key");
+  DeviceTensor v = view_of(call, call.input(2), "value");
+  DeviceTensor out = view_of(call, call.output(0), "output");
+  bool causal = false;
+  std::optional<double> scale;
+  bool seen_bool = false;
+  for (int i = 0; i < call.num_attrs(); ++i) {
+    const tessera_value_t& a = call.attr(i);
+    if (a.kind == TESSERA_VALUE_BOOL) {
+      causal = a.u.b != 0;
+      seen_bool = true;
+    } else if (a.kind == TESSERA_VALUE_DOUBLE) {
+      if (!seen_bool) {  // dropout_p precedes is_causal where a schema has it
+        if (a.u.d != 0.0) unimplemented(call, "dropout");
+      } else {
+        scale = a.u.d;
+      }
+    }
+  }
+  const int nd = q.ndim();
+  if (nd < 3 || nd > 4 || k.ndim() != nd || v.ndim() != nd || out.ndim() != nd) unimplemented(call, "rank other than 3 or 4");
+  auto as4 = [](DeviceTensor& t) {
+    if (t.ndim() == 3) {
+      t.sizes.insert(t.sizes.begin() + 1, 1);
+      t.strides.insert(t.strides.begin() + 1, 0);
+    }
+  };
+  as4(q);
+  as4(k);
+  as4(v);
+  as4(out);
+  const int32_t dtype = q.dtype;
+  const int64_t d = q.sizes[3];
+  if (!attention_supported(dtype, d) || k.dtype != dtype || v.dtype != dtype || out.dtype != dtype)
+    unimplemented(call, std::string("dtype ") + dtype_str(dtype) + " with head dim " + std::to_string(d) +
+                            " (the flash kernel takes float16/bfloat16 with head dim 64 or 128)");
+  if (k.sizes[3] != d || v.sizes[3] != d) unimplemented(call, "value head dim differs from query head dim");
+  for (int i = 0; i < 2; ++i)
+    if (k.sizes[size_t(i)] != q.sizes[size_t(i)] || v.sizes[size_t(i)] != q.sizes[size_t(i)])
+      unimplemented(call, "broadcast batch or head dims");
+  if (k.sizes[2] != v.sizes[2]) unimplemented(call, "key and value lengths differ");
+  if (q.strides[3] != 1) q = materialize(call, q, dtype, true, l);
+  if (k.strides[3] != 1) k = materialize(call, k, dtype, true, l);
+  if (v.strides[3] != 1) v = materialize(call, v, dtype, true, l);
+  if (out.strides[3] != 1) unimplemented(call, "output with a non-unit last stride");
+  AttentionParams p;
+  p.q = q.data;
+  p.k = k.data;
+  p.v = v.data;
+  p.out = out.data;
+  p.dtype = dtype;
+  p.batch = q.sizes[0];
+  p.heads = q.sizes[1];
+  p.len_q = q.sizes[2];
+  p.len_k = k.sizes[2];
+  p.head_dim = d;
+  for (int i = 0; i < 3; ++i) {
+    p.q_strides[i] = q.strides[size_t(i)];
+    p.k_strides[i] = k.strides[size_t(i)];
+    p.v_strides[i] = v.strides[size_t(i)];
+    p.out_strides[i] = out.strides[size_t(i)];
+  }
+  p.scale = float(scale ? *scale : 1.0 / std::sqrt(double(d)));
+  p.causal = causal;
+  p.tensor_cores = !env_is_one("TESSERA_CUDA_FLASH_SIMT");
+  if (call.num_inputs() > 3 && call.input(3).defined()) {
+    DeviceTensor mask = view_of(call, call.input(3), "attn_mask");
+    if (mask.dtype != kDtBool && mask.dtype != dtype && mask.dtype != kDtF32) unimplemented(call, "mask dtype");
+    if (mask.ndim() > nd) unimplemented(call, "mask rank");
+    if (nd == 3 && mask.ndim() == 3) {  // [B, Lq, Lk] against the 4-D view [B, 1, Lq, Lk]
+      mask.sizes.insert(mask.sizes.begin() + 1, 1);
+      mask.strides.insert(mask.strides.begin() + 1, 0);
+    }
+    const int64_t full[4] = {p.batch, p.heads, p.len_q, p.len_k};
+    for (int i = 0; i < 4; ++i) {
+      const int mi = i - (4 - mask.ndim());
+      if (mi < 0) continue;
+      if (mask.sizes[size_t(mi)] == full[i]) {
+        p.mask_strides[i] = mask.sizes[size_t(mi)] == 1 ? 0 : mask.strides[size_t(mi)];
+      } else if (mask.sizes[size_t(mi)] != 1) {
+        unimplemented(call, "mask does not broadcast to [batch, heads, len_q, len_k]");
+      }
+    }
+    p.mask = mask.data;
+    p.mask_dtype = mask.dtype;
+    check_launch(call, launch_attention(p, l.stream));
+    return;
+  }
+  check_launch(call, launch_attention(p, l.stream));
+}
+
+// ---------------------------------------------------------------- registration
+
+constexpr uint64_t kFloat = TESSERA_DTYPE_BIT(TESSERA_DTYPE_FLOAT32) | TESSERA_DTYPE_BIT(TESSERA_DTYPE_FLOAT16) |
+                            TESSERA_DTYPE_BIT(TESSERA_DTYPE_BFLOAT16);
+constexpr uint64_t kHalfTypes = TESSERA_DTYPE_BIT(TESSERA_DTYPE_FLOAT16) | TESSERA_DTYPE_BIT(TESSERA_DTYPE_BFLOAT16);
+constexpr uint64_t kIntegral = TESSERA_DTYPE_MASK_INTEGRAL;
+constexpr uint64_t kAll = TESSERA_DTYPE_MASK_ALL;
+
+void try_register(const sdk::Host& host, const char* op, uint64_t mask, tessera_kernel_fn_t fn) {
+  try {
+    host.register_kernel(op, mask, fn);
+  } catch (const sdk::Error& e) {
+    if (std::string(e.what()).find("unknown operator") == std::string::npos) throw;
+    sdk::log(TESSERA_LOG_WARNING, "plugins", std::string("cuda: kernel for '") + op + "' not registered: " + e.what());
+  }
+}
+
+}  // namespace
+
+void register_kernels(const sdk::Host& host) {
+  // binary
+  try_register(host, "add.Tensor", kFloat | kIntegral, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Add>));
+  try_register(host, "add_.Tensor", kFloat | kIntegral, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Add>));
+  try_register(host, "sub.Tensor", kFloat | kIntegral, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Sub>));
+  try_register(host, "mul.Tensor", kFloat | kIntegral, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Mul>));
+  try_register(host, "mul_.Tensor", kFloat | kIntegral, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Mul>));
+  try_register(host, "div.Tensor", kFloat, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Div>));
+  try_register(host, "maximum", kFloat | kIntegral, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Maximum>));
+  try_register(host, "minimum", kFloat | kIntegral, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Minimum>));
+  try_register(host, "eq.Tensor", kFloat | kIntegral, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Eq>));
+  try_register(host, "ne.Tensor", kFloat | kIntegral, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Ne>));
+  try_register(host, "lt.Tensor", kFloat | kIntegral, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Lt>));
+  try_register(host, "le.Tensor", kFloat | kIntegral, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Le>));
+  try_register(host, "gt.Tensor", kFloat | kIntegral, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Gt>));
+  try_register(host, "ge.Tensor", kFloat | kIntegral, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Ge>));
+  // unary
+  try_register(host, "neg", kFloat | kIntegral, TESSERA_SDK_KERNEL(unary_kernel<UnaryOp::Neg>));
+  try_register(host, "abs", kFloat | kIntegral, TESSERA_SDK_KERNEL(unary_kernel<UnaryOp::Abs>));
+  try_register(host, "relu", kFloat | kIntegral, TESSERA_SDK_KERNEL(unary_kernel<UnaryOp::Relu>));
+  try_register(host, "exp", kFloat, TESSERA_SDK_KERNEL(unary_kernel<UnaryOp::Exp>));
+  try_register(host, "log", kFloat, TESSERA_SDK_KERNEL(unary_kernel<UnaryOp::Log>));
+  try_register(host, "sqrt", kFloat, TESSERA_SDK_KERNEL(unary_kernel<UnaryOp::Sqrt>));
+  try_register(host, "rsqrt", kFloat, TESSERA_SDK_KERNEL(unary_kernel<UnaryOp::Rsqrt>));
+  try_register(host, "sin", kFloat, TESSERA_SDK_KERNEL(unary_kernel<UnaryOp::Sin>));
+  try_register(host, "cos", kFloat, TESSERA_SDK_KERNEL(unary_kernel<UnaryOp::Cos>));
+  try_register(host, "tanh", kFloat, TESSERA_SDK_KERNEL(unary_kernel<UnaryOp::Tanh>));
+  try_register(host, "sigmoid", kFloat, TESSERA_SDK_KERNEL(unary_kernel<UnaryOp::Sigmoid>));
+  try_register(host, "gelu", kFloat, TESSERA_SDK_KERNEL(unary_kernel<UnaryOp::Gelu>));
+  try_register(host, "silu", kFloat, TESSERA_SDK_KERNEL(unary_kernel<UnaryOp::Silu>));
+  try_register(host, "erf", kFloat, TESSERA_SDK_KERNEL(unary_kernel<UnaryOp::Erf>));
+  // creation and copies
+  try_register(host, "fill_", kAll, TESSERA_SDK_KERNEL(fill_kernel));
+  try_register(host, "copy_", kAll, TESSERA_SDK_KERNEL(copy_kernel));
+  // reductions
+  try_register(host, "sum", kFloat, TESSERA_SDK_KERNEL(reduce_kernel<ReduceOp::Sum>));
+  try_register(host, "mean", kFloat, TESSERA_SDK_KERNEL(reduce_kernel<ReduceOp::Mean>));
+  try_register(host, "amax", kFloat, TESSERA_SDK_KERNEL(reduce_kernel<ReduceOp::Max>));
+  try_register(host, "amin", kFloat, TESSERA_SDK_KERNEL(reduce_kernel<ReduceOp::Min>));
+  // nn
+  try_register(host, "softmax", kFloat, TESSERA_SDK_KERNEL(softmax_kernel<false>));
+  try_register(host, "log_softmax", kFloat, TESSERA_SDK_KERNEL(softmax_kernel<true>));
+  try_register(host, "layer_norm", kFloat, TESSERA_SDK_KERNEL(layer_norm_kernel));
+  try_register(host, "matmul", kFloat, TESSERA_SDK_KERNEL(matmul_kernel));
+  try_register(host, "linear", kFloat, TESSERA_SDK_KERNEL(linear_kernel));
+  try_register(host, "scaled_dot_product_attention", kHalfTypes, TESSERA_SDK_KERNEL(sdpa_kernel));
+}
+
+}  // namespace tessera::cuda

@@ -1,0 +1,14 @@
+// The plugin's kernels as the dispatcher calls them (see tessera_kernel_call_t): each reads its
+// tensors and attributes from the call, plans the launch and enqueues on the call's stream. A case
+// a kernel does not handle (dtype, layout, size) throws sdk::Error(UNIMPLEMENTED) so that the
+// runtime takes the CPU fallback for that call.
+#pragma once
+#include "tessera/sdk.hpp"
+
+namespace tessera::cuda {
+
+// Registers every kernel with the dtypes it supports. An op the runtime's catalogue lacks is
+// skipped with a warning under TESSERA_LOG=plugins; any other refusal fails plugin init.
+void register_kernels(const sdk::Host& host);
+
+}  // namespace tessera::cuda

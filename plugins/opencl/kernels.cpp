@@ -1,0 +1,702 @@
+#include "kernels.h"
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "backend.h"
+#include "kernel_sources.h"
+
+namespace tessera::opencl {
+
+namespace {
+
+// Host mirrors of the OpenCL C geometry structs (Note [Geometry arguments]).
+struct ClGeo {
+  int64_t n, ndim, size[kMaxDims], st[4][kMaxDims], off[4];
+};
+struct ClRGeo {
+  int64_t n_out, n_in, ndo, ndi, osize[kMaxDims], ost_a[kMaxDims], ost_o[kMaxDims], isize[kMaxDims],
+      ist_a[kMaxDims], ist_o[kMaxDims], ist_w[kMaxDims], ist_b[kMaxDims], off_a, off_o, off_w, off_b;
+};
+struct ClMGeo {
+  int64_t M, N, K, nb, nbd, bsize[kMaxDims], bst_a[kMaxDims], bst_b[kMaxDims], bst_o[kMaxDims], sam, sak, sbk,
+      sbn, som, son, off_a, off_b, off_o;
+};
+static_assert(sizeof(ClGeo) == 8 * (6 + 5 * kMaxDims), "ClGeo must match Geo in kernel_sources.cpp");
+
+constexpr size_t kElementwiseGroup = 256;
+
+[[noreturn]] void unimplemented(const std::string& message) {
+  throw sdk::Error(TESSERA_STATUS_UNIMPLEMENTED, "opencl: " + message);
+}
+
+int32_t compute_dtype(int32_t d) {
+  if (d == TESSERA_DTYPE_FLOAT64) return TESSERA_DTYPE_FLOAT64;
+  if (dtype_is_floating(d)) return TESSERA_DTYPE_FLOAT32;
+  if (d == TESSERA_DTYPE_INT64) return TESSERA_DTYPE_INT64;
+  return TESSERA_DTYPE_INT32;
+}
+
+// A scalar kernel argument of a compute type.
+struct ScalarArg {
+  union {
+    int32_t i32;
+    int64_t i64;
+    float f32;
+    double f64;
+  } v{};
+  size_t size = 0;
+};
+ScalarArg scalar_arg(int32_t ct, double d, int64_t i, bool is_floating) {
+  ScalarArg s;
+  switch (ct) {
+    case TESSERA_DTYPE_FLOAT64: s.v.f64 = is_floating ? d : double(i); s.size = 8; break;
+    case TESSERA_DTYPE_FLOAT32: s.v.f32 = float(is_floating ? d : double(i)); s.size = 4; break;
+    case TESSERA_DTYPE_INT64: s.v.i64 = is_floating ? int64_t(d) : i; s.size = 8; break;
+    default: s.v.i32 = int32_t(is_floating ? int64_t(d) : i); s.size = 4; break;
+  }
+  return s;
+}
+
+// A tensor as a kernel argument: buffer, element offset, geometry.
+struct Operand {
+  cl_mem mem = nullptr;
+  int64_t offset = 0;
+  std::vector<int64_t> sizes, strides;
+  int32_t dtype = 0;
+  int64_t numel = 0;
+  int64_t ndim() const { return int64_t(sizes.size()); }
+};
+
+struct Arg {
+  size_t size;
+  const void* value;
+};
+
+// Per call: the target device, its queue, and temporaries released at the end of the call.
+class CallContext {
+ public:
+  explicit CallContext(const sdk::KernelCall& call) : call_(call) {
+    // The device of the first OpenCL output, else of the first OpenCL input, else the call's.
+    int32_t index = -1;
+    for (int i = 0; i < call.num_outputs() && index < 0; ++i)
+      if (call.output(i).defined() && call.output(i).device_type() == TESSERA_DEVICE_OPENCL)
+        index = call.output(i).device_index();
+    for (int i = 0; i < call.num_inputs() && index < 0; ++i)
+      if (call.input(i).defined() && call.input(i).device_type() == TESSERA_DEVICE_OPENCL)
+        index = call.input(i).device_index();
+    if (index < 0) index = call.device_index() >= 0 ? call.device_index() : 0;
+    dev = &Backend::instance().device(index);
+    queue = dev->queue(call.stream());
+  }
+  ~CallContext() {
+    for (cl_mem m : temps_) dev->allocator.free(m);
+  }
+  CallContext(const CallContext&) = delete;
+  CallContext& operator=(const CallContext&) = delete;
+
+  void require_dtype(int32_t dtype) const {
+    if (dtype == TESSERA_DTYPE_FLOAT64 && !dev->fp64)
+      unimplemented(std::string(call_.op_name()) + ": float64 needs cl_khr_fp64, which " + dev->name + " lacks");
+  }
+
+  // The operand of `t`; a CPU tensor (a wrapped scalar, say) is copied to a temporary device buffer.
+  Operand operand(const sdk::TensorView& t) {
+    Operand op;
+    op.dtype = t.dtype();
+    require_dtype(op.dtype);
+    op.sizes.assign(t.sizes(), t.sizes() + t.ndim());
+    op.strides.assign(t.strides(), t.strides() + t.ndim());
+    op.numel = t.numel();
+    const int64_t item = int64_t(t.itemsize());
+    if (t.device_type() == TESSERA_DEVICE_OPENCL) {
+      if (t.device_index() != dev->index)
+        throw sdk::Error(TESSERA_STATUS_INVALID_ARGUMENT,
+                         std::string(call_.op_name()) + ": a tensor on opencl:" + std::to_string(t.device_index()) +
+                             " in a call on opencl:" + std::to_string(dev->index) +
+                             "; move it with .to(\"opencl:" + std::to_string(dev->index) + "\") first");
+      if (t.byte_offset() % item != 0)
+        unimplemented(std::string(call_.op_name()) + ": byte offset " + std::to_string(t.byte_offset()) +
+                      " is not a multiple of the element size " + std::to_string(item));
+      op.mem = static_cast<cl_mem>(t.handle());
+      op.offset = t.byte_offset() / item;
+      return op;
+    }
+    if (t.device_type() != TESSERA_DEVICE_CPU)
+      unimplemented(std::string(call_.op_name()) + ": input on device type " + std::to_string(t.device_type()));
+    // Gather the CPU tensor into contiguous bytes, then one blocking write.
+    std::vector<unsigned char> packed(size_t(std::max<int64_t>(op.numel, 1)) * size_t(item));
+    const auto* base = t.host_ptr<const unsigned char>();
+    std::vector<int64_t> idx(size_t(t.ndim()), 0);
+    for (int64_t i = 0; i < op.numel; ++i) {
+      int64_t off = 0;
+      for (int d = 0; d < t.ndim(); ++d) off += idx[size_t(d)] * t.stride(d);
+      std::memcpy(packed.data() + i * item, base + off * item, size_t(item));
+      for (int d = t.ndim() - 1; d >= 0; --d) {
+        if (++idx[size_t(d)] < t.size(d)) break;
+        idx[size_t(d)] = 0;
+      }
+    }
+    cl_mem temp = temp_buffer(packed.size());
+    check_cl(cl().clEnqueueWriteBuffer(queue, temp, CL_TRUE, 0, packed.size(), packed.data(), 0, nullptr, nullptr),
+             std::string(call_.op_name()) + ": staging a CPU input");
+    op.mem = temp;
+    op.offset = 0;
+    int64_t expected = 1;
+    for (int d = t.ndim() - 1; d >= 0; --d) {
+      op.strides[size_t(d)] = expected;
+      expected *= op.sizes[size_t(d)];
+    }
+    return op;
+  }
+
+  cl_mem temp_buffer(uint64_t nbytes) {
+    cl_mem m = dev->allocator.allocate(nbytes);
+    temps_.push_back(m);
+    return m;
+  }
+
+  cl_kernel kernel(const std::string& program_key, const char* name, const SourceFn& source) {
+    return Backend::instance().kernel(*dev, program_key, name, source);
+  }
+
+  void launch(cl_kernel k, std::initializer_list<Arg> args, cl_uint dims, const size_t* global, const size_t* local) {
+    std::lock_guard<std::mutex> lock(dev->launch_mutex);
+    // Note [Fixed local size]: 1-D kernels without a required work-group size run with a fixed local
+    // size and a rounded-up global size (they check their bound). Leaving it to the driver makes
+    // PoCL pick a different local size per global size and compile the kernel again for each.
+    size_t rounded_global = 0, fixed_local = 0;
+    if (dims == 1 && local == nullptr) {
+      fixed_local = std::min<size_t>(kElementwiseGroup, dev->max_work_group_size);
+      rounded_global = (global[0] + fixed_local - 1) / fixed_local * fixed_local;
+      global = &rounded_global;
+      local = &fixed_local;
+    }
+    cl_uint i = 0;
+    for (const Arg& a : args) {
+      check_cl(cl().clSetKernelArg(k, i, a.size, a.value),
+               std::string(call_.op_name()) + ": clSetKernelArg " + std::to_string(i));
+      ++i;
+    }
+    check_cl(cl().clEnqueueNDRangeKernel(queue, k, dims, nullptr, global, local, 0, nullptr, nullptr),
+             std::string(call_.op_name()) + ": clEnqueueNDRangeKernel");
+  }
+
+  const sdk::KernelCall& call() const { return call_; }
+  DeviceState* dev = nullptr;
+  cl_command_queue queue = nullptr;
+
+ private:
+  const sdk::KernelCall& call_;
+  std::vector<cl_mem> temps_;
+};
+
+// Strides of `op` broadcast to `sizes` (aligned at the right; broadcast dims get stride 0).
+std::vector<int64_t> broadcast_strides(const Operand& op, const std::vector<int64_t>& sizes, const char* what) {
+  const size_t n = sizes.size(), k = op.sizes.size();
+  if (k > n)
+    throw sdk::Error(TESSERA_STATUS_INVALID_ARGUMENT,
+                     std::string(what) + ": an input of rank " + std::to_string(k) + " does not broadcast to rank " +
+                         std::to_string(n));
+  std::vector<int64_t> st(n, 0);
+  for (size_t d = 0; d < k; ++d) {
+    const size_t od = n - k + d;
+    if (op.sizes[d] == sizes[od]) {
+      st[od] = sizes[od] == 1 ? 0 : op.strides[d];
+    } else if (op.sizes[d] != 1) {
+      throw sdk::Error(TESSERA_STATUS_INVALID_ARGUMENT,
+                       std::string(what) + ": input size " + std::to_string(op.sizes[d]) + " at dim " +
+                           std::to_string(d) + " does not broadcast to output size " + std::to_string(sizes[od]));
+    }
+  }
+  return st;
+}
+
+// An elementwise geometry over up to 3 tensors, with dims of size 1 dropped and mergeable dims merged.
+struct Elementwise {
+  ClGeo geo{};
+  bool contiguous = false;
+};
+Elementwise elementwise(const std::vector<int64_t>& sizes, const std::vector<std::vector<int64_t>>& strides,
+                        const std::vector<int64_t>& offsets, const char* what) {
+  const size_t nt = strides.size();
+  std::vector<int64_t> cs;
+  std::vector<std::vector<int64_t>> cst(nt);
+  for (size_t d = 0; d < sizes.size(); ++d) {
+    if (sizes[d] == 1) continue;
+    bool merge = !cs.empty();
+    for (size_t t = 0; merge && t < nt; ++t)
+      if (cst[t].back() != strides[t][d] * sizes[d]) merge = false;
+    if (merge) {
+      cs.back() *= sizes[d];
+      for (size_t t = 0; t < nt; ++t) cst[t].back() = strides[t][d];
+    } else {
+      cs.push_back(sizes[d]);
+      for (size_t t = 0; t < nt; ++t) cst[t].push_back(strides[t][d]);
+    }
+  }
+  if (cs.size() > size_t(kMaxDims))
+    unimplemented(std::string(what) + ": " + std::to_string(cs.size()) + " dimensions after merging (at most " +
+                  std::to_string(kMaxDims) + ")");
+  Elementwise e;
+  e.geo.n = 1;
+  for (int64_t s : sizes) e.geo.n *= s;
+  e.geo.ndim = int64_t(cs.size());
+  for (size_t d = 0; d < cs.size(); ++d) {
+    e.geo.size[d] = cs[d];
+    for (size_t t = 0; t < nt; ++t) e.geo.st[t][d] = cst[t][d];
+  }
+  for (size_t t = 0; t < nt; ++t) e.geo.off[t] = offsets[t];
+  e.contiguous = cs.empty() || (cs.size() == 1 && std::all_of(cst.begin(), cst.end(), [](const auto& s) {
+                                  return s[0] == 1;
+                                }));
+  return e;
+}
+
+
+using OpFn = void (*)(const sdk::KernelCall&, const char*);
+
+template <OpFn Fn>
+tessera_status_t adapt(void* user_data, const tessera_kernel_call_t* raw) noexcept {
+  try {
+    Fn(sdk::KernelCall(raw), static_cast<const char*>(user_data));
+    return nullptr;
+  } catch (const sdk::Error& e) {
+    return sdk::make_status(e.code(), e.what());
+  } catch (const std::bad_alloc&) {
+    return sdk::make_status(TESSERA_STATUS_OUT_OF_MEMORY, std::string(raw->op_name) + ": out of host memory");
+  } catch (const std::exception& e) {
+    return sdk::make_status(TESSERA_STATUS_INTERNAL, std::string(raw->op_name) + ": " + e.what());
+  }
+}
+
+// ---------------------------------------------------------------- elementwise
+
+void run_binary(const sdk::KernelCall& call, const char* op) {
+  CallContext cc(call);
+  const sdk::TensorView out = call.output(0);
+  Operand o = cc.operand(out), a = cc.operand(call.input(0)), b = cc.operand(call.input(1));
+  if (o.numel == 0) return;
+  // eq, ne, lt, le, gt, ge, logical_and, logical_or: computed in the promoted input type, bool out.
+  const bool compare = std::strlen(op) == 2 || std::strncmp(op, "logical_", 8) == 0;
+  if (!compare && std::strcmp(op, "div") == 0 && !dtype_is_floating(o.dtype))
+    unimplemented(std::string(call.op_name()) + ": integer division (output " + dtype_tag(o.dtype) + ")");
+  const Elementwise e = elementwise(
+      o.sizes, {o.strides, broadcast_strides(a, o.sizes, call.op_name()), broadcast_strides(b, o.sizes, call.op_name())},
+      {o.offset, a.offset, b.offset}, call.op_name());
+  const std::string kname = std::string(op) + (e.contiguous ? "_c" : "_s");
+  const size_t global = size_t(e.geo.n);
+  if (compare) {
+    const std::string key =
+        std::string(op) + "_" + dtype_tag(a.dtype) + "_" + dtype_tag(b.dtype) + "_" + dtype_tag(o.dtype);
+    cl_kernel k = cc.kernel(key, kname.c_str(), [&] { return compare_source(a.dtype, b.dtype, o.dtype, op); });
+    cc.launch(k, {{sizeof e.geo, &e.geo}, {sizeof(cl_mem), &o.mem}, {sizeof(cl_mem), &a.mem}, {sizeof(cl_mem), &b.mem}},
+              1, &global, nullptr);
+    return;
+  }
+  ScalarArg alpha = scalar_arg(compute_dtype(o.dtype), 1.0, 1, false);
+  if ((std::strcmp(op, "add") == 0 || std::strcmp(op, "sub") == 0) && call.num_attrs() > 0 && !call.attr_is_none(0))
+    alpha = scalar_arg(compute_dtype(o.dtype), call.attr_double(0), call.attr_int(0), call.attr_is_floating(0));
+  const std::string key =
+      std::string(op) + "_" + dtype_tag(a.dtype) + "_" + dtype_tag(b.dtype) + "_" + dtype_tag(o.dtype);
+  cl_kernel k = cc.kernel(key, kname.c_str(), [&] { return binary_source(a.dtype, b.dtype, o.dtype, op); });
+  cc.launch(k,
+            {{sizeof e.geo, &e.geo}, {sizeof(cl_mem), &o.mem}, {sizeof(cl_mem), &a.mem}, {sizeof(cl_mem), &b.mem},
+             {alpha.size, &alpha.v}},
+            1, &global, nullptr);
+}
+
+void run_unary(const sdk::KernelCall& call, const char* op) {
+  CallContext cc(call);
+  Operand o = cc.operand(call.output(0)), a = cc.operand(call.input(0));
+  if (o.numel == 0) return;
+  std::string name = op;
+  const bool float_only = name != "neg" && name != "abs" && name != "relu";
+  if (float_only && !dtype_is_floating(o.dtype))
+    unimplemented(std::string(call.op_name()) + ": output dtype " + dtype_tag(o.dtype) + " (floating only)");
+  if (name == "gelu" && call.num_attrs() > 0 && call.attr_string(0) == "tanh") name = "gelu_tanh";
+  const Elementwise e = elementwise(o.sizes, {o.strides, broadcast_strides(a, o.sizes, call.op_name())},
+                                    {o.offset, a.offset}, call.op_name());
+  const std::string kname = name + (e.contiguous ? "_c" : "_s");
+  const std::string key = name + "_" + dtype_tag(a.dtype) + "_" + dtype_tag(o.dtype);
+  cl_kernel k = cc.kernel(key, kname.c_str(), [&] { return unary_source(a.dtype, o.dtype, name); });
+  const size_t global = size_t(e.geo.n);
+  cc.launch(k, {{sizeof e.geo, &e.geo}, {sizeof(cl_mem), &o.mem}, {sizeof(cl_mem), &a.mem}}, 1, &global, nullptr);
+}
+
+// where.self(Tensor condition, Tensor self, Tensor other)
+void run_where(const sdk::KernelCall& call, const char*) {
+  CallContext cc(call);
+  Operand o = cc.operand(call.output(0)), c = cc.operand(call.input(0)), a = cc.operand(call.input(1)),
+          b = cc.operand(call.input(2));
+  if (o.numel == 0) return;
+  const Elementwise e = elementwise(o.sizes,
+                                    {o.strides, broadcast_strides(c, o.sizes, call.op_name()),
+                                     broadcast_strides(a, o.sizes, call.op_name()),
+                                     broadcast_strides(b, o.sizes, call.op_name())},
+                                    {o.offset, c.offset, a.offset, b.offset}, call.op_name());
+  const std::string key = "where_" + dtype_tag(c.dtype) + "_" + dtype_tag(a.dtype) + "_" + dtype_tag(b.dtype) + "_" +
+                          dtype_tag(o.dtype);
+  cl_kernel k = cc.kernel(key, "where_s", [&] { return where_source(c.dtype, a.dtype, b.dtype, o.dtype); });
+  const size_t global = size_t(e.geo.n);
+  cc.launch(k,
+            {{sizeof e.geo, &e.geo}, {sizeof(cl_mem), &o.mem}, {sizeof(cl_mem), &c.mem}, {sizeof(cl_mem), &a.mem},
+             {sizeof(cl_mem), &b.mem}},
+            1, &global, nullptr);
+}
+
+// copy_(Tensor(a!) self, Tensor src, ...): inputs[0] is self (also outputs[0]), inputs[1] the source.
+void copy_to_cpu(CallContext& cc, const sdk::TensorView& dst, const sdk::TensorView& src_view);
+
+void run_copy(const sdk::KernelCall& call, const char*) {
+  const sdk::TensorView dst_view = call.num_outputs() > 0 ? call.output(0) : call.input(0);
+  if (dst_view.device_type() == TESSERA_DEVICE_CPU) {
+    // cpu_tensor.copy_(opencl_tensor): convert on the device into a packed temporary, then scatter.
+    CallContext cc(call);
+    copy_to_cpu(cc, dst_view, call.input(1));
+    return;
+  }
+  CallContext cc(call);
+  Operand o = cc.operand(dst_view), s = cc.operand(call.input(1));
+  if (o.numel == 0) return;
+  const Elementwise e = elementwise(o.sizes, {o.strides, broadcast_strides(s, o.sizes, call.op_name())},
+                                    {o.offset, s.offset}, call.op_name());
+  if (e.contiguous && s.dtype == o.dtype) {
+    const size_t item = sdk::dtype_size(o.dtype);
+    check_cl(cl().clEnqueueCopyBuffer(cc.queue, s.mem, o.mem, size_t(s.offset) * item, size_t(o.offset) * item,
+                                      size_t(e.geo.n) * item, 0, nullptr, nullptr),
+             "copy_: clEnqueueCopyBuffer");
+    return;
+  }
+  const std::string key = "copy_" + dtype_tag(s.dtype) + "_" + dtype_tag(o.dtype);
+  cl_kernel k = cc.kernel(key, e.contiguous ? "copy_c" : "copy_s", [&] { return copy_source(s.dtype, o.dtype); });
+  const size_t global = size_t(e.geo.n);
+  cc.launch(k, {{sizeof e.geo, &e.geo}, {sizeof(cl_mem), &o.mem}, {sizeof(cl_mem), &s.mem}}, 1, &global, nullptr);
+}
+
+void copy_to_cpu(CallContext& cc, const sdk::TensorView& dst, const sdk::TensorView& src_view) {
+  Operand s = cc.operand(src_view);
+  const int64_t n = dst.numel();
+  if (n == 0) return;
+  const size_t item = dst.itemsize();
+  Operand packed;
+  packed.dtype = dst.dtype();
+  packed.sizes.assign(dst.sizes(), dst.sizes() + dst.ndim());
+  packed.strides.resize(packed.sizes.size());
+  int64_t expected = 1;
+  for (int d = dst.ndim() - 1; d >= 0; --d) {
+    packed.strides[size_t(d)] = expected;
+    expected *= packed.sizes[size_t(d)];
+  }
+  packed.mem = cc.temp_buffer(uint64_t(n) * item);
+  const Elementwise e = elementwise(packed.sizes, {packed.strides, broadcast_strides(s, packed.sizes, "copy_")},
+                                    {0, s.offset}, "copy_");
+  const std::string key = "copy_" + dtype_tag(s.dtype) + "_" + dtype_tag(packed.dtype);
+  cl_kernel k = cc.kernel(key, e.contiguous ? "copy_c" : "copy_s", [&] { return copy_source(s.dtype, packed.dtype); });
+  const size_t global = size_t(e.geo.n);
+  cc.launch(k, {{sizeof e.geo, &e.geo}, {sizeof(cl_mem), &packed.mem}, {sizeof(cl_mem), &s.mem}}, 1, &global, nullptr);
+  std::vector<unsigned char> host(size_t(n) * item);
+  check_cl(cl().clEnqueueReadBuffer(cc.queue, packed.mem, CL_TRUE, 0, host.size(), host.data(), 0, nullptr, nullptr),
+           "copy_: reading the result to the CPU");
+  auto* base = dst.host_ptr<unsigned char>();
+  std::vector<int64_t> idx(size_t(dst.ndim()), 0);
+  for (int64_t i = 0; i < n; ++i) {
+    int64_t off = 0;
+    for (int d = 0; d < dst.ndim(); ++d) off += idx[size_t(d)] * dst.stride(d);
+    std::memcpy(base + off * int64_t(item), host.data() + size_t(i) * item, item);
+    for (int d = dst.ndim() - 1; d >= 0; --d) {
+      if (++idx[size_t(d)] < dst.size(d)) break;
+      idx[size_t(d)] = 0;
+    }
+  }
+}
+
+void run_fill(const sdk::KernelCall& call, const char*) {
+  CallContext cc(call);
+  const sdk::TensorView dst_view = call.num_outputs() > 0 ? call.output(0) : call.input(0);
+  Operand o = cc.operand(dst_view);
+  if (o.numel == 0) return;
+  ScalarArg value;
+  if (call.num_attrs() > 0) {
+    if (o.dtype == TESSERA_DTYPE_BOOL)  // fill_(0.5) on bool is true: test against zero before any cast
+      value = scalar_arg(TESSERA_DTYPE_INT32, 0, call.attr_double(0) != 0 ? 1 : 0, false);
+    else
+      value = scalar_arg(compute_dtype(o.dtype), call.attr_double(0), call.attr_int(0), call.attr_is_floating(0));
+  } else if (call.num_inputs() > 1 && call.input(1).defined()) {
+    unimplemented("fill_ with a tensor value");
+  } else {
+    throw sdk::Error(TESSERA_STATUS_INVALID_ARGUMENT, "fill_: no value attribute");
+  }
+  const Elementwise e = elementwise(o.sizes, {o.strides}, {o.offset}, call.op_name());
+  const std::string key = "fill_" + dtype_tag(o.dtype);
+  cl_kernel k = cc.kernel(key, e.contiguous ? "fill_c" : "fill_s", [&] { return fill_source(o.dtype); });
+  const size_t global = size_t(e.geo.n);
+  cc.launch(k, {{sizeof e.geo, &e.geo}, {sizeof(cl_mem), &o.mem}, {value.size, &value.v}}, 1, &global, nullptr);
+}
+
+// ---------------------------------------------------------------- rows: reductions, softmax, layer_norm
+
+// Splits the dims of `a` into kept (outer) and reduced (inner) ones. `out` has the kept dims, either
+// in place (keepdim: same rank as `a`, size 1 at reduced dims) or squeezed out.
+ClRGeo row_geometry(const Operand& a, const Operand& o, const std::vector<bool>& reduced, const char* what) {
+  ClRGeo g{};
+  const bool keepdim = o.ndim() == a.ndim();
+  int64_t oi = 0;
+  g.n_out = 1;
+  g.n_in = 1;
+  for (int64_t d = 0; d < a.ndim(); ++d) {
+    if (reduced[size_t(d)]) {
+      if (g.ndi >= kMaxDims) unimplemented(std::string(what) + ": too many reduced dims");
+      g.isize[g.ndi] = a.sizes[size_t(d)];
+      g.ist_a[g.ndi] = a.strides[size_t(d)];
+      g.ist_o[g.ndi] = keepdim ? o.strides[size_t(d)] : 0;
+      ++g.ndi;
+      g.n_in *= a.sizes[size_t(d)];
+      if (keepdim) ++oi;
+    } else {
+      if (g.ndo >= kMaxDims) unimplemented(std::string(what) + ": too many kept dims");
+      if (oi >= o.ndim() || o.sizes[size_t(oi)] != a.sizes[size_t(d)])
+        throw sdk::Error(TESSERA_STATUS_INVALID_ARGUMENT,
+                         std::string(what) + ": output shape does not match the kept dims of the input");
+      g.osize[g.ndo] = a.sizes[size_t(d)];
+      g.ost_a[g.ndo] = a.strides[size_t(d)];
+      g.ost_o[g.ndo] = o.strides[size_t(oi)];
+      ++g.ndo;
+      g.n_out *= a.sizes[size_t(d)];
+      ++oi;
+    }
+  }
+  g.off_a = a.offset;
+  g.off_o = o.offset;
+  return g;
+}
+
+void run_reduce(const sdk::KernelCall& call, const char* op) {
+  CallContext cc(call);
+  Operand o = cc.operand(call.output(0)), a = cc.operand(call.input(0));
+  if (std::strcmp(op, "mean") == 0 && !dtype_is_floating(o.dtype))
+    unimplemented(std::string(call.op_name()) + ": mean of " + dtype_tag(o.dtype));
+  std::vector<bool> reduced(size_t(a.ndim()), true);
+  if (call.num_attrs() > 0 && call.raw()->attrs[0].kind == TESSERA_VALUE_INT_LIST && call.raw()->attrs[0].count > 0) {
+    int count = 0;
+    const int64_t* dims = call.attr_ints(0, &count);
+    std::fill(reduced.begin(), reduced.end(), false);
+    for (int i = 0; i < count; ++i) {
+      int64_t d = dims[i] < 0 ? dims[i] + std::max<int64_t>(a.ndim(), 1) : dims[i];
+      if (a.ndim() == 0 && d == 0) continue;
+      if (d < 0 || d >= a.ndim())
+        throw sdk::Error(TESSERA_STATUS_INVALID_ARGUMENT, std::string(call.op_name()) + ": dim " +
+                                                              std::to_string(dims[i]) + " out of range for rank " +
+                                                              std::to_string(a.ndim()));
+      reduced[size_t(d)] = true;
+    }
+  }
+  ClRGeo g = row_geometry(a, o, reduced, call.op_name());
+  if (g.n_out == 0) return;
+  if (g.n_in == 0 && (std::strcmp(op, "amax") == 0 || std::strcmp(op, "amin") == 0))
+    throw sdk::Error(TESSERA_STATUS_INVALID_ARGUMENT, std::string(call.op_name()) +
+                                                          ": cannot reduce over a zero-size dimension; "
+                                                          "the operation has no identity");
+  const bool grouped = g.n_in >= 2048 || (g.n_out < 256 && g.n_in >= 64);
+  const std::string kname = std::string(op) + (grouped ? "_g" : "_s");
+  const std::string key = std::string(op) + "_" + dtype_tag(a.dtype) + "_" + dtype_tag(o.dtype);
+  cl_kernel k = cc.kernel(key, kname.c_str(), [&] { return reduce_source(a.dtype, o.dtype, op); });
+  if (grouped) {
+    const size_t global = size_t(g.n_out) * kReduceGroup, local = kReduceGroup;
+    cc.launch(k, {{sizeof g, &g}, {sizeof(cl_mem), &o.mem}, {sizeof(cl_mem), &a.mem}}, 1, &global, &local);
+  } else {
+    const size_t global = size_t(g.n_out);
+    cc.launch(k, {{sizeof g, &g}, {sizeof(cl_mem), &o.mem}, {sizeof(cl_mem), &a.mem}}, 1, &global, nullptr);
+  }
+}
+
+void run_softmax(const sdk::KernelCall& call, const char* op) {
+  CallContext cc(call);
+  Operand o = cc.operand(call.output(0)), a = cc.operand(call.input(0));
+  if (!dtype_is_floating(o.dtype) || !dtype_is_floating(a.dtype))
+    unimplemented(std::string(call.op_name()) + ": " + dtype_tag(a.dtype) + " -> " + dtype_tag(o.dtype));
+  if (o.numel == 0) return;
+  if (a.ndim() == 0) {  // one row of one element
+    a.sizes = o.sizes = {1};
+    a.strides = o.strides = {1};
+  }
+  int64_t dim = call.num_attrs() > 0 ? call.attr_int(0) : -1;
+  if (dim < 0) dim += a.ndim();
+  if (dim < 0 || dim >= a.ndim())
+    throw sdk::Error(TESSERA_STATUS_INVALID_ARGUMENT, std::string(call.op_name()) + ": dim " +
+                                                          std::to_string(call.attr_int(0)) + " out of range");
+  std::vector<bool> reduced(size_t(a.ndim()), false);
+  reduced[size_t(dim)] = true;
+  // Same shape in and out: keepdim geometry.
+  ClRGeo g = row_geometry(a, o, reduced, call.op_name());
+  cl_kernel k = cc.kernel(std::string(op) + "_" + dtype_tag(a.dtype) + "_" + dtype_tag(o.dtype), op,
+                          [&] { return softmax_source(a.dtype, o.dtype, op); });
+  const size_t global = size_t(g.n_out) * kReduceGroup, local = kReduceGroup;
+  cc.launch(k, {{sizeof g, &g}, {sizeof(cl_mem), &o.mem}, {sizeof(cl_mem), &a.mem}}, 1, &global, &local);
+}
+
+// layer_norm(Tensor input, int[] normalized_shape, Tensor? weight, Tensor? bias, float eps, ...)
+void run_layer_norm(const sdk::KernelCall& call, const char*) {
+  if (call.num_outputs() != 1) unimplemented(std::string(call.op_name()) + ": more than one output");
+  CallContext cc(call);
+  Operand o = cc.operand(call.output(0)), a = cc.operand(call.input(0));
+  if (!dtype_is_floating(a.dtype)) unimplemented(std::string(call.op_name()) + ": dtype " + dtype_tag(a.dtype));
+  int count = 0;
+  const int64_t* shape = call.attr_ints(0, &count);
+  const double eps = call.num_attrs() > 1 && !call.attr_is_none(1) ? call.attr_double(1) : 1e-5;
+  TESSERA_SDK_CHECK(count <= a.ndim(), std::string(call.op_name()) + ": normalized_shape has more dims than the input");
+  for (int i = 0; i < count; ++i)
+    TESSERA_SDK_CHECK(shape[i] == a.sizes[size_t(a.ndim() - count + i)],
+                      std::string(call.op_name()) + ": normalized_shape does not match the input's last dims");
+  if (o.numel == 0) return;
+  std::vector<bool> reduced(size_t(a.ndim()), false);
+  for (int i = 0; i < count; ++i) reduced[size_t(a.ndim() - count + i)] = true;
+  ClRGeo g = row_geometry(a, o, reduced, call.op_name());
+  Operand w, b;
+  const bool has_w = call.num_inputs() > 1 && call.input(1).defined();
+  const bool has_b = call.num_inputs() > 2 && call.input(2).defined();
+  w.mem = b.mem = a.mem;
+  w.dtype = b.dtype = a.dtype;
+  auto inner = [&](const Operand& p, int64_t* st, int64_t* off) {
+    TESSERA_SDK_CHECK(p.ndim() == count, std::string(call.op_name()) + ": weight/bias must have normalized_shape");
+    for (int i = 0; i < count; ++i) st[i] = p.sizes[size_t(i)] == 1 ? 0 : p.strides[size_t(i)];
+    *off = p.offset;
+  };
+  if (has_w) {
+    w = cc.operand(call.input(1));
+    inner(w, g.ist_w, &g.off_w);
+  }
+  if (has_b) {
+    b = cc.operand(call.input(2));
+    inner(b, g.ist_b, &g.off_b);
+  }
+  const int32_t ct = a.dtype == TESSERA_DTYPE_FLOAT64 ? TESSERA_DTYPE_FLOAT64 : TESSERA_DTYPE_FLOAT32;
+  const ScalarArg eps_arg = scalar_arg(ct, eps, 0, true);
+  const cl_int hw = has_w, hb = has_b;
+  const std::string key = "layer_norm_" + dtype_tag(a.dtype) + "_" + dtype_tag(w.dtype) + "_" + dtype_tag(b.dtype) +
+                          "_" + dtype_tag(o.dtype);
+  cl_kernel k = cc.kernel(key, "layer_norm", [&] { return layer_norm_source(a.dtype, w.dtype, b.dtype, o.dtype); });
+  const size_t global = size_t(g.n_out) * kReduceGroup, local = kReduceGroup;
+  cc.launch(k,
+            {{sizeof g, &g}, {sizeof(cl_mem), &o.mem}, {sizeof(cl_mem), &a.mem}, {sizeof(cl_mem), &w.mem},
+             {sizeof(cl_mem), &b.mem}, {eps_arg.size, &eps_arg.v}, {sizeof hw, &hw}, {sizeof hb, &hb}},
+            1, &global, &local);
+}
+
+// ---------------------------------------------------------------- matmul
+
+// matmul / mm / bmm with NumPy semantics: 1-D operands, broadcast batch dims, any strides.
+void run_matmul(const sdk::KernelCall& call, const char*) {
+  CallContext cc(call);
+  Operand o = cc.operand(call.output(0)), a = cc.operand(call.input(0)), b = cc.operand(call.input(1));
+  if (!dtype_is_floating(o.dtype) || a.dtype != o.dtype || b.dtype != o.dtype)
+    unimplemented(std::string(call.op_name()) + ": dtypes " + dtype_tag(a.dtype) + " x " + dtype_tag(b.dtype) +
+                  " -> " + dtype_tag(o.dtype) + " (floating, all equal)");
+  TESSERA_SDK_CHECK(a.ndim() >= 1 && b.ndim() >= 1, std::string(call.op_name()) + ": both operands need >= 1 dim");
+  const bool a1 = a.ndim() == 1, b1 = b.ndim() == 1;
+  ClMGeo g{};
+  g.M = a1 ? 1 : a.sizes[size_t(a.ndim() - 2)];
+  g.K = a.sizes[size_t(a.ndim() - 1)];
+  g.sam = a1 ? 0 : a.strides[size_t(a.ndim() - 2)];
+  g.sak = a.strides[size_t(a.ndim() - 1)];
+  const int64_t kb = b1 ? b.sizes[0] : b.sizes[size_t(b.ndim() - 2)];
+  TESSERA_SDK_CHECK(kb == g.K, std::string(call.op_name()) + ": inner sizes differ (" + std::to_string(g.K) + " vs " +
+                                   std::to_string(kb) + ")");
+  g.N = b1 ? 1 : b.sizes[size_t(b.ndim() - 1)];
+  g.sbk = b1 ? b.strides[0] : b.strides[size_t(b.ndim() - 2)];
+  g.sbn = b1 ? 0 : b.strides[size_t(b.ndim() - 1)];
+  const int64_t nbd = o.ndim() - (a1 ? 0 : 1) - (b1 ? 0 : 1);
+  TESSERA_SDK_CHECK(nbd >= 0, std::string(call.op_name()) + ": output rank does not fit the operands");
+  if (nbd > kMaxDims) unimplemented(std::string(call.op_name()) + ": too many batch dims");
+  g.som = a1 ? 0 : o.strides[size_t(o.ndim() - (b1 ? 1 : 2))];
+  g.son = b1 ? 0 : o.strides[size_t(o.ndim() - 1)];
+  g.nbd = nbd;
+  g.nb = 1;
+  std::vector<int64_t> bsizes(o.sizes.begin(), o.sizes.begin() + nbd);
+  auto batch_strides = [&](const Operand& p, bool one_d, int64_t* st) {
+    if (one_d) return;  // a 1-D operand has no batch dims: stride 0
+    const int64_t pb = p.ndim() - 2;
+    for (int64_t d = 0; d < pb; ++d) {
+      const int64_t od = nbd - pb + d;
+      TESSERA_SDK_CHECK(od >= 0 && (p.sizes[size_t(d)] == bsizes[size_t(od)] || p.sizes[size_t(d)] == 1),
+                        std::string(call.op_name()) + ": batch dims do not broadcast");
+      st[od] = p.sizes[size_t(d)] == 1 ? 0 : p.strides[size_t(d)];
+    }
+  };
+  batch_strides(a, a1, g.bst_a);
+  batch_strides(b, b1, g.bst_b);
+  for (int64_t d = 0; d < nbd; ++d) {
+    g.bsize[d] = bsizes[size_t(d)];
+    g.bst_o[d] = o.strides[size_t(d)];
+    g.nb *= bsizes[size_t(d)];
+  }
+  g.off_a = a.offset;
+  g.off_b = b.offset;
+  g.off_o = o.offset;
+  if (o.numel == 0) return;
+  if (g.K == 0) {  // empty sum: zeros
+    ScalarArg zero = scalar_arg(compute_dtype(o.dtype), 0.0, 0, true);
+    const Elementwise e = elementwise(o.sizes, {o.strides}, {o.offset}, call.op_name());
+    cl_kernel k = cc.kernel("fill_" + dtype_tag(o.dtype), e.contiguous ? "fill_c" : "fill_s",
+                            [&] { return fill_source(o.dtype); });
+    const size_t global = size_t(e.geo.n);
+    cc.launch(k, {{sizeof e.geo, &e.geo}, {sizeof(cl_mem), &o.mem}, {zero.size, &zero.v}}, 1, &global, nullptr);
+    return;
+  }
+  const std::string key = "matmul_" + dtype_tag(a.dtype) + "_" + dtype_tag(b.dtype) + "_" + dtype_tag(o.dtype);
+  cl_kernel k = cc.kernel(key, "matmul", [&] { return matmul_source(a.dtype, b.dtype, o.dtype); });
+  const size_t global[3] = {size_t((g.N + kMatmulTile - 1) / kMatmulTile) * kMatmulThreads,
+                            size_t((g.M + kMatmulTile - 1) / kMatmulTile) * kMatmulThreads, size_t(g.nb)};
+  const size_t local[3] = {kMatmulThreads, kMatmulThreads, 1};
+  cc.launch(k, {{sizeof g, &g}, {sizeof(cl_mem), &o.mem}, {sizeof(cl_mem), &a.mem}, {sizeof(cl_mem), &b.mem}}, 3,
+            global, local);
+}
+
+}  // namespace
+
+void register_kernels(const sdk::Host& host) {
+  const uint64_t f64 = TESSERA_DTYPE_BIT(TESSERA_DTYPE_FLOAT64);
+  const uint64_t no_f64 = Backend::instance().all_devices_have_fp64() ? ~uint64_t(0) : ~f64;
+  const uint64_t all = TESSERA_DTYPE_MASK_ALL & no_f64;
+  const uint64_t numeric = (TESSERA_DTYPE_MASK_FLOATING | TESSERA_DTYPE_MASK_INTEGRAL) & no_f64;
+  const uint64_t floating = TESSERA_DTYPE_MASK_FLOATING & no_f64;
+
+  int registered = 0;
+  std::string skipped;
+  auto reg = [&](const char* op, uint64_t mask, tessera_kernel_fn_t fn, const char* name) {
+    try {
+      host.register_kernel(op, mask, fn, const_cast<char*>(name));
+      ++registered;
+    } catch (const sdk::Error& e) {
+      skipped += std::string(skipped.empty() ? "" : ", ") + op;
+    }
+  };
+  reg("fill_", all, &adapt<run_fill>, "fill");
+  reg("copy_", all, &adapt<run_copy>, "copy");
+
+  struct Named { const char* op; const char* kernel; };
+  for (Named n : {Named{"add.Tensor", "add"}, {"sub.Tensor", "sub"}, {"mul.Tensor", "mul"}, {"div.Tensor", "div"},
+                  {"maximum", "maximum"}, {"minimum", "minimum"}, {"add_.Tensor", "add"}, {"mul_.Tensor", "mul"},
+                  {"eq.Tensor", "eq"}, {"ne.Tensor", "ne"}, {"lt.Tensor", "lt"}, {"le.Tensor", "le"},
+                  {"gt.Tensor", "gt"}, {"ge.Tensor", "ge"}, {"logical_and", "logical_and"},
+                  {"logical_or", "logical_or"}})
+    reg(n.op, all, &adapt<run_binary>, n.kernel);
+  reg("where.self", all, &adapt<run_where>, "where");
+
+  for (const char* op : {"neg", "abs", "relu"}) reg(op, numeric, &adapt<run_unary>, op);
+  for (const char* op : {"exp", "log", "sqrt", "rsqrt", "sin", "cos", "tanh", "sigmoid", "gelu", "silu", "erf"})
+    reg(op, floating, &adapt<run_unary>, op);
+
+  for (const char* op : {"sum", "amax", "amin"}) reg(op, numeric, &adapt<run_reduce>, op);
+  reg("mean", floating, &adapt<run_reduce>, "mean");
+  for (const char* op : {"softmax", "log_softmax"}) reg(op, floating, &adapt<run_softmax>, op);
+  reg("layer_norm", floating, &adapt<run_layer_norm>, "layer_norm");
+  reg("matmul", floating, &adapt<run_matmul>, "matmul");
+
+  log_info("registered " + std::to_string(registered) + " kernels" +
+           (skipped.empty() ? std::string() : "; operators not defined by this runtime: " + skipped));
+}
+
+}  // namespace tessera::opencl

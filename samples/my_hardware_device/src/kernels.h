@@ -1,0 +1,26 @@
+// Kernels of the emulated accelerator. Each kernel validates its call on the host, captures what it
+// needs by value and enqueues the computation on the call's stream (Note [Emulated streams]).
+#pragma once
+#include <cstdint>
+
+#include <tessera/plugin_abi.h>
+
+#include "emulator.h"
+
+namespace mhd {
+
+struct KernelSpec {
+  const char* op;       // operator name as the runtime knows it ("add.Tensor")
+  uint64_t dtype_mask;  // dtypes the kernel implements; others go to the fallback
+  tessera_kernel_fn_t fn;
+};
+
+// The kernel table, in counter order (op id = index). `count` receives its length.
+const KernelSpec* kernel_specs(int* count);
+
+// The emulator the kernels run on (set at plugin init, cleared at shutdown).
+Emulator*& emulator();
+// The calling thread's current device (device_set_current).
+int& current_device();
+
+}  // namespace mhd

@@ -1,0 +1,250 @@
+// The plugin: the device interface over the emulator (emulator.h) and the entry point that
+// registers the kernels (kernels.cpp). Built once per name: MHD_PLUGIN_NAME is the plugin's name
+// (its manifest asks the runtime for the device name), MHD_NUM_DEVICES the number of devices.
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <string>
+
+#include <tessera/sdk.hpp>
+
+#include "emulator.h"
+#include "kernels.h"
+
+#ifndef MHD_PLUGIN_NAME
+#define MHD_PLUGIN_NAME "my_hardware_device"
+#endif
+#ifndef MHD_PLUGIN_VERSION
+#define MHD_PLUGIN_VERSION "0.1.0"
+#endif
+#ifndef MHD_NUM_DEVICES
+#define MHD_NUM_DEVICES 2
+#endif
+#ifndef MHD_DEVICE_MEMORY_BYTES
+#define MHD_DEVICE_MEMORY_BYTES (uint64_t(1) << 30)
+#endif
+
+namespace mhd {
+namespace {
+
+tessera_status_t to_status(const std::exception& e) {
+  tessera_status_code_t code = TESSERA_STATUS_INTERNAL;
+  if (auto* emu = dynamic_cast<const EmuError*>(&e)) {
+    code = emu->kind() == EmuError::Kind::OutOfMemory     ? TESSERA_STATUS_OUT_OF_MEMORY
+           : emu->kind() == EmuError::Kind::InvalidArgument ? TESSERA_STATUS_INVALID_ARGUMENT
+                                                          : TESSERA_STATUS_INTERNAL;
+  }
+  return tessera::sdk::make_status(code, std::string(MHD_PLUGIN_NAME ": ") + e.what());
+}
+
+// Runs `f` and turns an exception into a status (nothing throws across the C boundary).
+template <typename F>
+tessera_status_t guarded(F&& f) noexcept {
+  try {
+    if (!emulator()) return tessera::sdk::make_status(TESSERA_STATUS_UNAVAILABLE, MHD_PLUGIN_NAME ": shut down");
+    f(*emulator());
+    return nullptr;
+  } catch (const std::exception& e) {
+    return to_status(e);
+  }
+}
+
+int32_t device_count(void*, char* reason, size_t capacity) {
+  if (!emulator()) {
+    if (reason && capacity) std::snprintf(reason, capacity, "%s", MHD_PLUGIN_NAME " is shut down");
+    return 0;
+  }
+  return emulator()->num_devices();
+}
+
+tessera_status_t device_get_current(void*, int32_t* out_index) {
+  *out_index = current_device();
+  return nullptr;
+}
+
+tessera_status_t device_set_current(void*, int32_t index) {
+  return guarded([&](Emulator& emu) {
+    emu.device(index);  // range check
+    current_device() = index;
+  });
+}
+
+tessera_status_t memory_allocate(void*, int32_t device, uint64_t nbytes, void** out_handle) {
+  return guarded([&](Emulator& emu) { *out_handle = emu.device(device).allocate(nbytes); });
+}
+
+void memory_free(void*, int32_t device, void* handle) {
+  if (!emulator() || device < 0 || device >= emulator()->num_devices()) return;
+  emulator()->device(device).free(handle);
+}
+
+tessera_status_t memory_copy_from_host(void*, int32_t device, void* dst, uint64_t dst_offset, const void* src_host,
+                                       uint64_t nbytes, void* stream) {
+  return guarded([&](Emulator& emu) {
+    BufferRef buf = emu.resolve(dst);
+    if (dst_offset + nbytes > buf->bytes.size()) {
+      throw EmuError(EmuError::Kind::InvalidArgument,
+                     "copy from host of " + std::to_string(nbytes) + " bytes at offset " + std::to_string(dst_offset) +
+                         " overruns a buffer of " + std::to_string(buf->bytes.size()) + " bytes");
+    }
+    // Stage now: the host buffer may be reused as soon as this returns.
+    auto staged = std::make_shared<std::vector<std::byte>>(static_cast<const std::byte*>(src_host),
+                                                           static_cast<const std::byte*>(src_host) + nbytes);
+    emu.queue(device, stream).enqueue([buf, staged, dst_offset] {
+      if (!staged->empty()) std::memcpy(buf->bytes.data() + dst_offset, staged->data(), staged->size());
+    });
+  });
+}
+
+tessera_status_t memory_copy_to_host(void*, int32_t device, void* dst_host, const void* src, uint64_t src_offset,
+                                     uint64_t nbytes, void* stream) {
+  return guarded([&](Emulator& emu) {
+    BufferRef buf = emu.resolve(src);
+    if (src_offset + nbytes > buf->bytes.size()) {
+      throw EmuError(EmuError::Kind::InvalidArgument,
+                     "copy to host of " + std::to_string(nbytes) + " bytes at offset " + std::to_string(src_offset) +
+                         " overruns a buffer of " + std::to_string(buf->bytes.size()) + " bytes");
+    }
+    Queue& q = emu.queue(device, stream);
+    q.enqueue([buf, dst_host, src_offset, nbytes] {
+      if (nbytes) std::memcpy(dst_host, buf->bytes.data() + src_offset, nbytes);
+    });
+    q.synchronize();  // the host buffer is complete when this returns
+  });
+}
+
+tessera_status_t memory_copy_device(void*, int32_t dst_device, void* dst, uint64_t dst_offset, int32_t src_device,
+                                    const void* src, uint64_t src_offset, uint64_t nbytes, void* stream) {
+  return guarded([&](Emulator& emu) {
+    BufferRef d = emu.resolve(dst);
+    BufferRef s = emu.resolve(src);
+    if (dst_offset + nbytes > d->bytes.size() || src_offset + nbytes > s->bytes.size()) {
+      throw EmuError(EmuError::Kind::InvalidArgument, "device copy of " + std::to_string(nbytes) + " bytes overruns a buffer");
+    }
+    // Work already queued on the source device must land before the copy reads it.
+    if (src_device != dst_device) emu.device(src_device).synchronize();
+    emu.queue(dst_device, stream).enqueue([d, s, dst_offset, src_offset, nbytes] {
+      if (nbytes) std::memmove(d->bytes.data() + dst_offset, s->bytes.data() + src_offset, nbytes);
+    });
+  });
+}
+
+tessera_status_t stream_create(void*, int32_t device, void** out_stream) {
+  return guarded([&](Emulator& emu) { *out_stream = emu.device(device).create_queue(); });
+}
+
+void stream_destroy(void*, int32_t device, void* stream) {
+  if (!emulator() || !stream || device < 0 || device >= emulator()->num_devices()) return;
+  emulator()->device(device).destroy_queue(static_cast<Queue*>(stream));
+}
+
+tessera_status_t stream_synchronize(void*, int32_t device, void* stream) {
+  return guarded([&](Emulator& emu) { emu.queue(device, stream).synchronize(); });
+}
+
+// An event handle owns a shared reference; queued markers hold their own.
+using EventBox = std::shared_ptr<Event>;
+
+tessera_status_t event_create(void*, int32_t, void** out_event) {
+  *out_event = new EventBox(std::make_shared<Event>());
+  return nullptr;
+}
+
+void event_destroy(void*, int32_t, void* event) { delete static_cast<EventBox*>(event); }
+
+tessera_status_t event_record(void*, int32_t device, void* event, void* stream) {
+  return guarded([&](Emulator& emu) {
+    auto& ev = *static_cast<EventBox*>(event);
+    ev->record(emu.queue(device, stream), ev);
+  });
+}
+
+tessera_status_t event_wait(void*, int32_t device, void* event, void* stream) {
+  return guarded([&](Emulator& emu) {
+    auto& ev = *static_cast<EventBox*>(event);
+    ev->wait_on(emu.queue(device, stream), ev);
+  });
+}
+
+tessera_status_t event_synchronize(void*, int32_t, void* event) {
+  (*static_cast<EventBox*>(event))->synchronize();
+  return nullptr;
+}
+
+tessera_status_t device_synchronize(void*, int32_t device) {
+  return guarded([&](Emulator& emu) { emu.device(device).synchronize(); });
+}
+
+size_t device_properties(void*, int32_t device, char* buffer, size_t capacity) {
+  std::string json;
+  if (!emulator() || device < 0 || device >= emulator()->num_devices()) {
+    json = "{\"name\": \"" MHD_PLUGIN_NAME "\", \"error\": \"no such device\"}";
+  } else {
+    Device& d = emulator()->device(device);
+    json = "{\"name\": \"" MHD_PLUGIN_NAME ":" + std::to_string(device) + "\", \"vendor\": \"Tessera reference accelerator\"";
+    json += ", \"memory\": {\"total\": " + std::to_string(d.capacity_bytes()) +
+            ", \"allocated\": " + std::to_string(d.allocated_bytes()) +
+            ", \"buffers\": " + std::to_string(d.live_buffers()) + "}";
+    json += ", \"capability\": {\"streams\": true, \"events\": true, \"async\": true, \"host_addressable\": false}";
+    json += ", \"kernel_counts\": {";
+    int n = 0;
+    const KernelSpec* specs = kernel_specs(&n);
+    for (int i = 0; i < n; ++i) {
+      json += std::string(i ? ", " : "") + "\"" + specs[i].op + "\": " + std::to_string(d.kernel_count(i).load());
+    }
+    json += "}}";
+  }
+  if (buffer && capacity) {
+    const size_t n = std::min(json.size(), capacity - 1);
+    std::memcpy(buffer, json.data(), n);
+    buffer[n] = '\0';
+  }
+  return json.size() + 1;
+}
+
+void shutdown(void*) {
+  delete emulator();  // joins every queue thread after running what is pending
+  emulator() = nullptr;
+}
+
+const tessera_device_interface_t kDeviceInterface = {
+    sizeof(tessera_device_interface_t), 0,
+    device_count, device_get_current, device_set_current,
+    memory_allocate, memory_free, memory_copy_from_host, memory_copy_to_host, memory_copy_device,
+    stream_create, stream_destroy, stream_synchronize,
+    event_create, event_destroy, event_record, event_wait, event_synchronize,
+    device_synchronize, device_properties,
+};
+
+tessera_plugin_t plugin_header = {
+    sizeof(tessera_plugin_t), TESSERA_ABI_MAJOR, TESSERA_ABI_MINOR, 0,
+    MHD_PLUGIN_NAME, MHD_PLUGIN_VERSION,
+    TESSERA_PLUGIN_FEATURE_STREAMS | TESSERA_PLUGIN_FEATURE_EVENTS | TESSERA_PLUGIN_FEATURE_ASYNC,
+    nullptr, &kDeviceInterface, shutdown,
+};
+
+}  // namespace
+}  // namespace mhd
+
+TESSERA_PLUGIN_ENTRY(&mhd::plugin_header) {
+  using namespace mhd;
+  if (!emulator()) emulator() = new Emulator(MHD_NUM_DEVICES, MHD_DEVICE_MEMORY_BYTES, MHD_PLUGIN_NAME);
+  int n = 0;
+  const KernelSpec* specs = kernel_specs(&n);
+  for (int i = 0; i < n; ++i) {
+    try {
+      host.register_kernel(specs[i].op, specs[i].dtype_mask, specs[i].fn, nullptr);
+    } catch (const tessera::sdk::Error& e) {
+      // An op this runtime does not define (an older 1.x runtime): the rest of the plugin still works.
+      tessera::sdk::log(TESSERA_LOG_WARNING, "plugins",
+                        std::string(MHD_PLUGIN_NAME ": kernel for '") + specs[i].op + "' not registered: " + e.what());
+    }
+  }
+  // conv2d must never round-trip through the host on this device (Note in docs/plugin-guide.md,
+  // "Forbidding the fallback"): a missing kernel is an error, not a silent copy.
+  try {
+    host.forbid_fallback("conv2d");
+  } catch (const tessera::sdk::Error& e) {
+    tessera::sdk::log(TESSERA_LOG_WARNING, "plugins", std::string(MHD_PLUGIN_NAME ": ") + e.what());
+  }
+}

@@ -1,0 +1,421 @@
+// nn ops of the CPU plugin through the public API (the real plugin loaded): matmul, linear,
+// conv2d, softmax, log_softmax, layer_norm, rms_norm, max_pool2d, avg_pool2d, each against a
+// naive double-precision reference written here, on fresh random inputs, per dtype.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "cpu_test_util.h"
+#include "tessera/tessera.h"
+
+namespace tessera {
+namespace {
+
+using cpu_test::close;
+using cpu_test::random_tensor;
+using cpu_test::read;
+using cpu_test::Ref;
+using cpu_test::seed_trace;
+using cpu_test::Tol;
+
+const DType kFloatTypes[] = {kFloat32, kBFloat16, kFloat16, kFloat64};
+
+// Tolerance of a K-term dot product stored in `d`: the storage rounding of the result plus an
+// accumulation term growing with sqrt(K) (inputs are O(1)).
+Tol dot_tol(DType d, int64_t k) {
+  const double sk = std::sqrt(double(std::max<int64_t>(k, 1)));
+  switch (d) {
+    case kFloat64: return {1e-10, 1e-10 * sk};
+    case kFloat32: return {1e-5, 2e-6 * sk};
+    case kFloat16: return {2e-3, 2e-3 * sk};
+    default: return {1.6e-2, 1e-2 * sk};
+  }
+}
+
+// ---------------------------------------------------------------- matmul
+
+// Naive batched matmul with PyTorch's 1-D and broadcasting rules.
+std::vector<double> ref_matmul(const Ref& a, const Ref& b, const std::vector<int64_t>& out_sizes) {
+  std::vector<int64_t> as = a.sizes, bs = b.sizes;
+  const bool a1 = as.size() == 1, b1 = bs.size() == 1;
+  if (a1) as.insert(as.begin(), 1);
+  if (b1) bs.push_back(1);
+  const int64_t m = as[as.size() - 2], k = as.back(), n = bs.back();
+  std::vector<int64_t> ab(as.begin(), as.end() - 2), bb(bs.begin(), bs.end() - 2);
+  const auto batch = cpu_test::broadcast_shape(ab, bb);
+  int64_t nb = 1;
+  for (auto s : batch) nb *= s;
+  std::vector<double> out;
+  out.reserve(size_t(nb * m * n));
+  auto at = [](const Ref& r, const std::vector<int64_t>& sizes, const std::vector<int64_t>& bidx, int64_t i, int64_t j) {
+    // r's data has shape `sizes` (with the inserted unit dims): index batch dims right-aligned.
+    const size_t rb = sizes.size() - 2, off = bidx.size() - rb;
+    int64_t lin = 0;
+    for (size_t d = 0; d < rb; ++d) lin = lin * sizes[d] + (sizes[d] == 1 ? 0 : bidx[d + off]);
+    lin = (lin * sizes[rb] + i) * sizes[rb + 1] + j;
+    return r.v[size_t(lin)];
+  };
+  for (int64_t bi = 0; bi < nb; ++bi) {
+    const auto bidx = cpu_test::unravel(bi, batch);
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        double s = 0;
+        for (int64_t q = 0; q < k; ++q) s += at(a, as, bidx, i, q) * at(b, bs, bidx, q, j);
+        out.push_back(s);
+      }
+  }
+  int64_t expect = 1;
+  for (auto s : out_sizes) expect *= s;
+  EXPECT_EQ(int64_t(out.size()), expect);
+  return out;
+}
+
+void check_matmul(const Tensor& a, const Tensor& b, const std::string& what) {
+  SCOPED_TRACE(seed_trace());
+  Tensor c = matmul(a, b);
+  const int64_t k = a.size(-1);
+  std::vector<int64_t> cs(c.sizes().begin(), c.sizes().end());
+  EXPECT_TRUE(close(c, ref_matmul(read(a), read(b), cs), dot_tol(a.dtype(), k), what + " " + std::string(dtype_name(a.dtype()))));
+}
+
+TEST(CpuNnMatmul, TwoDimensional) {
+  for (DType d : kFloatTypes) check_matmul(random_tensor({33, 47}, d), random_tensor({47, 29}, d), "2-D");
+}
+
+TEST(CpuNnMatmul, BatchedWithBroadcast) {
+  for (DType d : kFloatTypes) {
+    check_matmul(random_tensor({2, 1, 5, 7}, d), random_tensor({3, 7, 6}, d), "[2,1,5,7]@[3,7,6]");
+    check_matmul(random_tensor({4, 9, 16}, d), random_tensor({16, 5}, d), "[4,9,16]@[16,5]");
+    check_matmul(random_tensor({6, 8}, d), random_tensor({2, 3, 8, 10}, d), "[6,8]@[2,3,8,10]");
+  }
+}
+
+TEST(CpuNnMatmul, OneDimensionalCases) {
+  for (DType d : kFloatTypes) {
+    check_matmul(random_tensor({19}, d), random_tensor({19}, d), "dot");
+    check_matmul(random_tensor({7, 19}, d), random_tensor({19}, d), "matrix @ vector");
+    check_matmul(random_tensor({19}, d), random_tensor({19, 5}, d), "vector @ matrix");
+    check_matmul(random_tensor({19}, d), random_tensor({3, 19, 5}, d), "vector @ batch");
+    check_matmul(random_tensor({3, 4, 19}, d), random_tensor({19}, d), "batch @ vector");
+  }
+  EXPECT_EQ(matmul(random_tensor({5}, kFloat32), random_tensor({5}, kFloat32)).dim(), 0);
+}
+
+TEST(CpuNnMatmul, TransposedAndStridedInputs) {
+  for (DType d : kFloatTypes) {
+    check_matmul(random_tensor({40, 24}, d).t(), random_tensor({40, 31}, d), "a^T @ b");
+    check_matmul(random_tensor({24, 40}, d), random_tensor({31, 40}, d).t(), "a @ b^T");
+    check_matmul(random_tensor({3, 17, 12}, d).transpose(1, 2), random_tensor({3, 9, 17}, d).transpose(1, 2),
+                 "batched a^T @ b^T");
+    // Neither inner dim has unit stride: a slice with step 2 in both.
+    check_matmul(random_tensor({20, 30}, d).slice(0, 0, 20, 2).slice(1, 0, 30, 2), random_tensor({15, 6}, d),
+                 "step-2 slice");
+    // An expanded (stride-0) batch dim.
+    check_matmul(random_tensor({1, 5, 8}, d).expand({4, 5, 8}), random_tensor({4, 8, 3}, d), "expanded batch");
+    check_matmul(random_tensor({1, 5, 8}, d).expand({4, 5, 8}), random_tensor({1, 8, 3}, d).expand({4, 8, 3}),
+                 "both operands expanded");
+  }
+}
+
+TEST(CpuNnMatmul, LargeF32MatchesReference) {
+  SCOPED_TRACE(seed_trace());
+  Tensor a = random_tensor({96, 300}, kFloat32), b = random_tensor({300, 130}, kFloat32);
+  check_matmul(a, b, "96x300x130");
+}
+
+TEST(CpuNnMatmul, ShapeMismatchIsAnError) {
+  try {
+    matmul(random_tensor({3, 4}, kFloat32), random_tensor({5, 6}, kFloat32));
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("matmul"), std::string::npos) << msg;
+  }
+}
+
+// ---------------------------------------------------------------- linear
+
+TEST(CpuNnLinear, WithAndWithoutBias) {
+  for (DType d : kFloatTypes) {
+    SCOPED_TRACE(seed_trace());
+    for (bool with_bias : {true, false}) {
+      Tensor x = random_tensor({2, 3, 21}, d), w = random_tensor({13, 21}, d), b = random_tensor({13}, d);
+      Tensor y = with_bias ? linear(x, w, b) : linear(x, w);
+      ASSERT_EQ(y.sizes(), IntArrayRef({2, 3, 13}));
+      const Ref rx = read(x), rw = read(w), rb = read(b);
+      std::vector<double> want;
+      for (int64_t i = 0; i < 6; ++i)
+        for (int64_t j = 0; j < 13; ++j) {
+          double s = with_bias ? rb.v[size_t(j)] : 0.0;
+          for (int64_t q = 0; q < 21; ++q) s += rx.v[size_t(i * 21 + q)] * rw.v[size_t(j * 21 + q)];
+          want.push_back(s);
+        }
+      EXPECT_TRUE(close(y, want, dot_tol(d, 21), std::string("linear ") + std::string(dtype_name(d))));
+    }
+  }
+}
+
+TEST(CpuNnLinear, TransposedWeightAndVectorInput) {
+  for (DType d : {kFloat32, kBFloat16}) {
+    SCOPED_TRACE(seed_trace());
+    Tensor w = random_tensor({17, 11}, d).t();  // [11, 17] with strides (1, 11)
+    Tensor x = random_tensor({17}, d), b = random_tensor({11}, d);
+    Tensor y = linear(x, w, b);
+    ASSERT_EQ(y.sizes(), IntArrayRef({11}));
+    const Ref rx = read(x), rw = read(w), rb = read(b);
+    std::vector<double> want;
+    for (int64_t j = 0; j < 11; ++j) {
+      double s = rb.v[size_t(j)];
+      for (int64_t q = 0; q < 17; ++q) s += rx.v[size_t(q)] * rw.v[size_t(j * 17 + q)];
+      want.push_back(s);
+    }
+    EXPECT_TRUE(close(y, want, dot_tol(d, 17), "linear with transposed weight"));
+  }
+}
+
+// ---------------------------------------------------------------- conv2d
+
+std::vector<double> ref_conv2d(const Ref& x, const Ref& w, const Ref* b, int64_t sh, int64_t sw, int64_t ph, int64_t pw,
+                               int64_t dh, int64_t dw, int64_t g, std::vector<int64_t>* out_sizes) {
+  const bool batched = x.sizes.size() == 4;
+  const int64_t n = batched ? x.sizes[0] : 1, c = x.sizes[batched], h = x.sizes[batched + 1], wd = x.sizes[batched + 2];
+  const int64_t oc = w.sizes[0], cg = w.sizes[1], kh = w.sizes[2], kw = w.sizes[3];
+  const int64_t oh = (h + 2 * ph - dh * (kh - 1) - 1) / sh + 1, ow = (wd + 2 * pw - dw * (kw - 1) - 1) / sw + 1;
+  *out_sizes = batched ? std::vector<int64_t>{n, oc, oh, ow} : std::vector<int64_t>{oc, oh, ow};
+  std::vector<double> out;
+  for (int64_t ni = 0; ni < n; ++ni)
+    for (int64_t o = 0; o < oc; ++o)
+      for (int64_t y = 0; y < oh; ++y)
+        for (int64_t xo = 0; xo < ow; ++xo) {
+          double s = b ? b->v[size_t(o)] : 0.0;
+          const int64_t gi = o / (oc / g);
+          for (int64_t ci = 0; ci < cg; ++ci)
+            for (int64_t i = 0; i < kh; ++i)
+              for (int64_t j = 0; j < kw; ++j) {
+                const int64_t ih = y * sh - ph + i * dh, iw = xo * sw - pw + j * dw;
+                if (ih < 0 || ih >= h || iw < 0 || iw >= wd) continue;
+                s += x.v[size_t(((ni * c + gi * cg + ci) * h + ih) * wd + iw)] * w.v[size_t(((o * cg + ci) * kh + i) * kw + j)];
+              }
+          out.push_back(s);
+        }
+  return out;
+}
+
+struct ConvCase {
+  std::vector<int64_t> x, w;
+  int64_t s, p, dil, g;
+  bool bias;
+};
+
+TEST(CpuNnConv2d, StridePaddingDilationGroups) {
+  const ConvCase cases[] = {
+      {{2, 4, 9, 8}, {6, 2, 3, 3}, 2, 1, 2, 2, true},  // groups + dilation + padding + stride
+      {{1, 3, 12, 11}, {5, 3, 3, 3}, 1, 1, 1, 1, true},
+      {{2, 6, 7, 7}, {6, 1, 3, 3}, 1, 1, 1, 6, false},  // depthwise
+      {{3, 10, 10}, {4, 3, 5, 2}, 1, 2, 1, 1, true},     // unbatched input, rectangular kernel
+      {{1, 2, 6, 9}, {4, 2, 1, 1}, 3, 0, 1, 1, false},   // 1x1, stride 3
+  };
+  for (DType d : kFloatTypes) {
+    for (const auto& cc : cases) {
+      SCOPED_TRACE(seed_trace());
+      Tensor x = random_tensor(cc.x, d), w = random_tensor(cc.w, d), b = random_tensor({cc.w[0]}, d);
+      Tensor y = cc.bias ? conv2d(x, w, b, {cc.s, cc.s}, {cc.p, cc.p}, {cc.dil, cc.dil}, cc.g)
+                         : conv2d(x, w, std::nullopt, {cc.s, cc.s}, {cc.p, cc.p}, {cc.dil, cc.dil}, cc.g);
+      std::vector<int64_t> os;
+      const Ref rb = read(b);
+      auto want = ref_conv2d(read(x), read(w), cc.bias ? &rb : nullptr, cc.s, cc.s, cc.p, cc.p, cc.dil, cc.dil, cc.g, &os);
+      ASSERT_EQ(std::vector<int64_t>(y.sizes().begin(), y.sizes().end()), os);
+      const int64_t k = cc.w[1] * cc.w[2] * cc.w[3];
+      EXPECT_TRUE(close(y, want, dot_tol(d, k), "conv2d " + std::string(dtype_name(d)) + " groups " + std::to_string(cc.g)));
+    }
+  }
+}
+
+TEST(CpuNnConv2d, NonContiguousInput) {
+  SCOPED_TRACE(seed_trace());
+  Tensor x = random_tensor({2, 9, 8, 3}, kFloat32).permute({0, 3, 1, 2});  // NHWC memory viewed as NCHW
+  Tensor w = random_tensor({4, 3, 3, 3}, kFloat32);
+  Tensor y = conv2d(x, w, std::nullopt, {1, 1}, {1, 1});
+  std::vector<int64_t> os;
+  auto want = ref_conv2d(read(x), read(w), nullptr, 1, 1, 1, 1, 1, 1, 1, &os);
+  EXPECT_TRUE(close(y, want, dot_tol(kFloat32, 27), "conv2d on a permuted input"));
+}
+
+// ---------------------------------------------------------------- softmax / log_softmax
+
+std::vector<double> ref_softmax(const Ref& x, int64_t dim, bool log) {
+  const int64_t nd = int64_t(x.sizes.size());
+  if (dim < 0) dim += nd;
+  int64_t outer = 1, n = x.sizes[size_t(dim)], inner = 1;
+  for (int64_t d = 0; d < dim; ++d) outer *= x.sizes[size_t(d)];
+  for (int64_t d = dim + 1; d < nd; ++d) inner *= x.sizes[size_t(d)];
+  std::vector<double> out(x.v.size());
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t j = 0; j < inner; ++j) {
+      auto at = [&](int64_t i) { return (o * n + i) * inner + j; };
+      double m = -std::numeric_limits<double>::infinity(), s = 0;
+      for (int64_t i = 0; i < n; ++i) m = std::max(m, x.v[size_t(at(i))]);
+      for (int64_t i = 0; i < n; ++i) s += std::exp(x.v[size_t(at(i))] - m);
+      for (int64_t i = 0; i < n; ++i) {
+        const double z = x.v[size_t(at(i))] - m;
+        out[size_t(at(i))] = log ? z - std::log(s) : std::exp(z) / s;
+      }
+    }
+  return out;
+}
+
+Tol softmax_tol(DType d) {
+  switch (d) {
+    case kFloat64: return {1e-12, 1e-12};
+    case kFloat32: return {1e-5, 1e-6};
+    case kFloat16: return {2e-3, 1e-4};
+    default: return {1.6e-2, 1e-3};
+  }
+}
+
+TEST(CpuNnSoftmax, EveryDimEveryDtype) {
+  for (DType d : kFloatTypes)
+    for (int64_t dim : {0, 1, 2, -1}) {
+      SCOPED_TRACE(seed_trace());
+      Tensor x = random_tensor({5, 37, 19}, d, -4, 4);
+      EXPECT_TRUE(close(softmax(x, dim), ref_softmax(read(x), dim, false), softmax_tol(d),
+                        "softmax dim " + std::to_string(dim) + " " + std::string(dtype_name(d))));
+      Tol lt = softmax_tol(d);
+      lt.atol = std::max(lt.atol, lt.rtol * 4);  // log values are O(|x|)
+      EXPECT_TRUE(close(log_softmax(x, dim), ref_softmax(read(x), dim, true), lt,
+                        "log_softmax dim " + std::to_string(dim) + " " + std::string(dtype_name(d))));
+    }
+}
+
+TEST(CpuNnSoftmax, LongRowsLargeValuesAndStridedInput) {
+  SCOPED_TRACE(seed_trace());
+  // Values around +-1000 overflow a naive exp; rows of 3001 exercise the vector body and tail.
+  Tensor x = random_tensor({4, 3001}, kFloat32, -1000, 1000);
+  EXPECT_TRUE(close(softmax(x, -1), ref_softmax(read(x), -1, false), softmax_tol(kFloat32), "softmax large values"));
+  EXPECT_TRUE(close(log_softmax(x, -1), ref_softmax(read(x), -1, true), {1e-5, 1e-3}, "log_softmax large values"));
+  Tensor xt = random_tensor({40, 6}, kFloat32).t();  // [6, 40], non-contiguous
+  EXPECT_TRUE(close(softmax(xt, 1), ref_softmax(read(xt), 1, false), softmax_tol(kFloat32), "softmax transposed"));
+}
+
+// ---------------------------------------------------------------- layer_norm / rms_norm
+
+std::vector<double> ref_norm(const Ref& x, int64_t n, const Ref* w, const Ref* b, double eps, bool rms) {
+  std::vector<double> out(x.v.size());
+  for (size_t r = 0; r < x.v.size() / size_t(n); ++r) {
+    const double* row = &x.v[r * size_t(n)];
+    double mean = 0, var = 0;
+    if (!rms) {
+      for (int64_t i = 0; i < n; ++i) mean += row[i];
+      mean /= double(n);
+    }
+    for (int64_t i = 0; i < n; ++i) var += (row[i] - mean) * (row[i] - mean);
+    var /= double(n);
+    for (int64_t i = 0; i < n; ++i)
+      out[r * size_t(n) + size_t(i)] = (row[i] - mean) / std::sqrt(var + eps) * (w ? w->v[size_t(i)] : 1.0) + (b ? b->v[size_t(i)] : 0.0);
+  }
+  return out;
+}
+
+Tol norm_tol(DType d) {
+  switch (d) {
+    case kFloat64: return {1e-10, 1e-10};
+    case kFloat32: return {1e-4, 1e-5};
+    case kFloat16: return {3e-3, 2e-3};
+    default: return {1.6e-2, 1.6e-2};
+  }
+}
+
+TEST(CpuNnLayerNorm, TrailingDimsWeightBias) {
+  for (DType d : kFloatTypes) {
+    SCOPED_TRACE(seed_trace());
+    Tensor x = random_tensor({3, 4, 70}, d), w = random_tensor({70}, d), b = random_tensor({70}, d);
+    const Ref rw = read(w), rb = read(b);
+    EXPECT_TRUE(close(layer_norm(x, {70}, w, b, 1e-5), ref_norm(read(x), 70, &rw, &rb, 1e-5, false), norm_tol(d),
+                      "layer_norm " + std::string(dtype_name(d))));
+    EXPECT_TRUE(close(layer_norm(x, {4, 70}), ref_norm(read(x), 280, nullptr, nullptr, 1e-5, false), norm_tol(d),
+                      "layer_norm over two dims " + std::string(dtype_name(d))));
+  }
+}
+
+TEST(CpuNnLayerNorm, LargeMeanIsStable) {
+  SCOPED_TRACE(seed_trace());
+  // A mean of 1e4 with unit spread: E[x^2] - mean^2 would lose every digit in f32.
+  Tensor x = random_tensor({8, 512}, kFloat32, 1e4 - 1, 1e4 + 1);
+  EXPECT_TRUE(close(layer_norm(x, {512}), ref_norm(read(x), 512, nullptr, nullptr, 1e-5, false), {1e-3, 1e-3},
+                    "layer_norm with a large mean"));
+}
+
+TEST(CpuNnRmsNorm, WeightAndDefaultEps) {
+  for (DType d : kFloatTypes) {
+    SCOPED_TRACE(seed_trace());
+    Tensor x = random_tensor({5, 3, 33}, d), w = random_tensor({33}, d);
+    const Ref rw = read(w);
+    const double feps = d == kFloat64 ? std::numeric_limits<double>::epsilon()
+                        : d == kFloat32 ? double(std::numeric_limits<float>::epsilon())
+                        : d == kBFloat16 ? 0.0078125 : 0.0009765625;
+    EXPECT_TRUE(close(rms_norm(x, {33}, w), ref_norm(read(x), 33, &rw, nullptr, feps, true), norm_tol(d),
+                      "rms_norm eps=None " + std::string(dtype_name(d))));
+    EXPECT_TRUE(close(rms_norm(x, {3, 33}, std::nullopt, 0.5), ref_norm(read(x), 99, nullptr, nullptr, 0.5, true),
+                      norm_tol(d), "rms_norm eps=0.5 " + std::string(dtype_name(d))));
+  }
+}
+
+// ---------------------------------------------------------------- pooling
+
+std::vector<double> ref_pool(const Ref& x, int64_t k, int64_t s, int64_t p, int64_t dl, bool is_max) {
+  const size_t nd = x.sizes.size();
+  const int64_t h = x.sizes[nd - 2], w = x.sizes[nd - 1];
+  const int64_t oh = (h + 2 * p - dl * (k - 1) - 1) / s + 1, ow = (w + 2 * p - dl * (k - 1) - 1) / s + 1;
+  const int64_t planes = int64_t(x.v.size()) / (h * w);
+  std::vector<double> out;
+  for (int64_t pl = 0; pl < planes; ++pl)
+    for (int64_t y = 0; y < oh; ++y)
+      for (int64_t xo = 0; xo < ow; ++xo) {
+        double m = -std::numeric_limits<double>::infinity(), sum = 0;
+        for (int64_t i = 0; i < k; ++i)
+          for (int64_t j = 0; j < k; ++j) {
+            const int64_t ih = y * s - p + i * dl, iw = xo * s - p + j * dl;
+            if (ih < 0 || ih >= h || iw < 0 || iw >= w) continue;
+            const double v = x.v[size_t((pl * h + ih) * w + iw)];
+            m = std::max(m, v);
+            sum += v;
+          }
+        out.push_back(is_max ? m : sum / double(k * k));  // count_include_pad
+      }
+  return out;
+}
+
+TEST(CpuNnPool, MaxAndAvgAcrossGeometries) {
+  struct Case {
+    std::vector<int64_t> x;
+    int64_t k, s, p, d;
+  };
+  const Case cases[] = {{{2, 3, 11, 10}, 3, 2, 1, 1}, {{1, 2, 16, 16}, 2, 2, 0, 1}, {{3, 13, 9}, 3, 1, 1, 2},
+                        {{1, 1, 20, 17}, 5, 3, 2, 1}};
+  for (DType d : kFloatTypes)
+    for (const auto& c : cases) {
+      SCOPED_TRACE(seed_trace());
+      Tensor x = random_tensor(c.x, d);
+      Tensor mp = max_pool2d(x, {c.k, c.k}, {c.s, c.s}, {c.p, c.p}, {c.d, c.d});
+      EXPECT_TRUE(close(mp, ref_pool(read(x), c.k, c.s, c.p, c.d, true), {0, 0},
+                        "max_pool2d k" + std::to_string(c.k) + " " + std::string(dtype_name(d))));
+      if (c.d == 1) {
+        Tensor ap = avg_pool2d(x, {c.k, c.k}, {c.s, c.s}, {c.p, c.p});
+        EXPECT_TRUE(close(ap, ref_pool(read(x), c.k, c.s, c.p, 1, false), norm_tol(d),
+                          "avg_pool2d k" + std::to_string(c.k) + " " + std::string(dtype_name(d))));
+      }
+    }
+}
+
+TEST(CpuNnPool, DefaultStrideAndStridedInput) {
+  SCOPED_TRACE(seed_trace());
+  Tensor x = random_tensor({2, 12, 10, 3}, kFloat32).permute({0, 3, 1, 2});  // [2, 3, 12, 10] non-contiguous
+  Tensor mp = max_pool2d(x, {2, 2});  // stride defaults to kernel_size
+  ASSERT_EQ(mp.sizes(), IntArrayRef({2, 3, 6, 5}));
+  EXPECT_TRUE(close(mp, ref_pool(read(x), 2, 2, 0, 1, true), {0, 0}, "max_pool2d default stride"));
+}
+
+}  // namespace
+}  // namespace tessera

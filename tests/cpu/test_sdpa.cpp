@@ -1,0 +1,223 @@
+// scaled_dot_product_attention on the CPU through the public API: the flash kernel (the op's
+// default path) and the unfused math path (the plugin-defined op _sdpa_math, called boxed),
+// each against a naive double-precision reference, and against each other.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <optional>
+#include <vector>
+
+#include "cpu_test_util.h"
+#include "tessera/dispatcher.h"
+#include "tessera/tessera.h"
+
+namespace tessera {
+namespace {
+
+using cpu_test::close;
+using cpu_test::random_tensor;
+using cpu_test::read;
+using cpu_test::Ref;
+using cpu_test::seed_trace;
+using cpu_test::Tol;
+
+// Reference attention over [B..., L, E] inputs with broadcasting batch dims and masks.
+std::vector<double> ref_sdpa(const Tensor& q, const Tensor& k, const Tensor& v, const std::optional<Tensor>& mask,
+                             bool causal, std::optional<double> scale, const std::vector<int64_t>& out_sizes) {
+  const Ref rq = read(q), rk = read(k), rv = read(v);
+  Ref rm;
+  if (mask) rm = read(*mask);
+  const int64_t l = q.size(-2), e = q.size(-1), s = k.size(-2), ev = v.size(-1);
+  const double sc = scale ? *scale : 1.0 / std::sqrt(double(e));
+  std::vector<int64_t> batch(out_sizes.begin(), out_sizes.end() - 2);
+  int64_t nb = 1;
+  for (auto b : batch) nb *= b;
+  std::vector<double> out;
+  // Offset of the [rows, cols] matrix of batch index `bidx` in a (broadcast) Ref.
+  auto base = [](const Ref& r, const std::vector<int64_t>& bidx) {
+    const size_t rb = r.sizes.size() - 2, off = bidx.size() - rb;
+    int64_t lin = 0;
+    for (size_t d = 0; d < rb; ++d) lin = lin * r.sizes[d] + (r.sizes[d] == 1 ? 0 : bidx[d + off]);
+    return lin * r.sizes[rb] * r.sizes[rb + 1];
+  };
+  for (int64_t bi = 0; bi < nb; ++bi) {
+    const auto bidx = cpu_test::unravel(bi, batch);
+    const double* pq = rq.v.data() + base(rq, bidx);
+    const double* pk = rk.v.data() + base(rk, bidx);
+    const double* pv = rv.v.data() + base(rv, bidx);
+    const double* pm = nullptr;
+    int64_t m_sl = 0, m_ss = 0;
+    if (mask) {
+      std::vector<int64_t> ms = rm.sizes;
+      while (ms.size() < 2) ms.insert(ms.begin(), 1);
+      Ref r2 = rm;
+      r2.sizes = ms;
+      pm = rm.v.data() + base(r2, bidx);
+      m_sl = ms[ms.size() - 2] == 1 ? 0 : ms.back();
+      m_ss = ms.back() == 1 ? 0 : 1;
+    }
+    for (int64_t i = 0; i < l; ++i) {
+      std::vector<double> w(static_cast<size_t>(s));
+      double m = -std::numeric_limits<double>::infinity();
+      for (int64_t j = 0; j < s; ++j) {
+        double d = 0;
+        for (int64_t c = 0; c < e; ++c) d += pq[i * e + c] * pk[j * e + c];
+        d *= sc;
+        if (causal && j > i) d = -std::numeric_limits<double>::infinity();
+        if (pm) {
+          const double mv = pm[i * m_sl + j * m_ss];
+          if (mask->dtype() == kBool) {
+            if (mv == 0) d = -std::numeric_limits<double>::infinity();
+          } else {
+            d += mv;
+          }
+        }
+        w[size_t(j)] = d;
+        m = std::max(m, d);
+      }
+      double z = 0;
+      for (auto& x : w) z += (x = std::exp(x - m));
+      for (int64_t c = 0; c < ev; ++c) {
+        double a = 0;
+        for (int64_t j = 0; j < s; ++j) a += w[size_t(j)] * pv[j * ev + c];
+        out.push_back(a / z);
+      }
+    }
+  }
+  return out;
+}
+
+Tensor sdpa_math(const Tensor& q, const Tensor& k, const Tensor& v, const std::optional<Tensor>& mask, bool causal,
+                 std::optional<double> scale) {
+  Dispatcher& d = Dispatcher::instance();
+  Stack args{q, k, v, mask, causal};
+  if (scale) args.push_back(*scale);
+  else args.push_back(std::monostate{});
+  Stack out = d.call_boxed(d.op("_sdpa_math"), std::move(args));
+  return std::get<Tensor>(out.at(0));
+}
+
+Tol attn_tol(DType d) {
+  switch (d) {
+    case kFloat64: return {1e-10, 1e-10};
+    case kFloat32: return {1e-4, 2e-5};
+    case kFloat16: return {5e-3, 3e-3};
+    default: return {3e-2, 2e-2};
+  }
+}
+
+struct Case {
+  std::vector<int64_t> q, k, v;
+  bool causal = false;
+  std::optional<double> scale;
+  int mask = 0;  // 0 none, 1 bool, 2 float
+  std::vector<int64_t> mask_shape;
+};
+
+// A bool mask that keeps at least one key per query row (j == i % S) so that no row is all -inf.
+Tensor bool_mask(const std::vector<int64_t>& shape) {
+  Tensor r = random_tensor(shape, kFloat64, 0, 1);
+  const Ref rr = read(r);
+  std::vector<bool> keep(rr.v.size());
+  const int64_t s = shape.back(), l = shape[shape.size() - 2];
+  for (size_t i = 0; i < rr.v.size(); ++i) {
+    const int64_t j = int64_t(i) % s, row = (int64_t(i) / s) % l;
+    keep[i] = rr.v[i] < 0.6 || j == row % s;
+  }
+  return tensor(keep, shape);
+}
+
+void run_case(const Case& c, DType d) {
+  SCOPED_TRACE(seed_trace());
+  Tensor q = random_tensor(c.q, d), k = random_tensor(c.k, d), v = random_tensor(c.v, d);
+  std::optional<Tensor> mask;
+  if (c.mask == 1) mask = bool_mask(c.mask_shape);
+  if (c.mask == 2) mask = random_tensor(c.mask_shape, d, -3, 1);
+  Tensor flash = scaled_dot_product_attention(q, k, v, mask, c.causal, c.scale);
+  Tensor math = sdpa_math(q, k, v, mask, c.causal, c.scale);
+  std::vector<int64_t> os(flash.sizes().begin(), flash.sizes().end());
+  ASSERT_EQ(flash.sizes(), math.sizes());
+  const auto want = ref_sdpa(q, k, v, mask, c.causal, c.scale, os);
+  const std::string what = std::string(dtype_name(d)) + (c.causal ? " causal" : "") +
+                           (c.mask == 1 ? " bool mask" : c.mask == 2 ? " float mask" : "") + (c.scale ? " scale" : "");
+  EXPECT_TRUE(close(flash, want, attn_tol(d), "flash " + what));
+  EXPECT_TRUE(close(math, want, attn_tol(d), "math " + what));
+  // Flash against math directly (both computed by the plugin).
+  const Ref rm = read(math);
+  EXPECT_TRUE(close(flash, rm.v, attn_tol(d), "flash vs math " + what));
+}
+
+const DType kAttnTypes[] = {kFloat32, kBFloat16, kFloat16, kFloat64};
+
+TEST(CpuSdpa, PlainOddLengths) {
+  // L and S not multiples of the query (64) or key (256) blocks; S > one key block.
+  for (DType d : kAttnTypes) run_case({{2, 3, 77, 64}, {2, 3, 301, 64}, {2, 3, 301, 40}}, d);
+}
+
+TEST(CpuSdpa, Causal) {
+  for (DType d : kAttnTypes) {
+    run_case({{1, 2, 130, 32}, {1, 2, 130, 32}, {1, 2, 130, 32}, true}, d);
+    run_case({{2, 70, 16}, {2, 300, 16}, {2, 300, 8}, true}, d);  // 3-D, S > L (top-left aligned)
+  }
+}
+
+TEST(CpuSdpa, BoolMask) {
+  for (DType d : kAttnTypes) {
+    Case c{{2, 2, 45, 24}, {2, 2, 270, 24}, {2, 2, 270, 24}};
+    c.mask = 1;
+    c.mask_shape = {45, 270};  // broadcast over batch and heads
+    run_case(c, d);
+    c.mask_shape = {2, 1, 45, 270};  // per batch, broadcast over heads
+    run_case(c, d);
+  }
+}
+
+TEST(CpuSdpa, FloatMaskAndCustomScale) {
+  for (DType d : kAttnTypes) {
+    Case c{{1, 3, 66, 48}, {1, 3, 99, 48}, {1, 3, 99, 48}};
+    c.mask = 2;
+    c.mask_shape = {1, 3, 66, 99};
+    c.scale = 0.37;
+    run_case(c, d);
+    Case s{{2, 1, 33, 20}, {2, 1, 33, 20}, {2, 1, 33, 20}};
+    s.scale = 1.5;
+    run_case(s, d);
+  }
+}
+
+TEST(CpuSdpa, BroadcastKeyValueAndStridedQuery) {
+  SCOPED_TRACE(seed_trace());
+  // Query in [B, L, H, E] memory viewed as [B, H, L, E] (how a model splits heads); key/value
+  // shared by every head (size-1 head dim).
+  Tensor q = random_tensor({2, 50, 4, 32}, kFloat32).transpose(1, 2);
+  Tensor k = random_tensor({2, 1, 90, 32}, kFloat32), v = random_tensor({2, 1, 90, 16}, kFloat32);
+  Tensor flash = scaled_dot_product_attention(q, k, v);
+  ASSERT_EQ(flash.sizes(), IntArrayRef({2, 4, 50, 16}));
+  std::vector<int64_t> os(flash.sizes().begin(), flash.sizes().end());
+  const auto want = ref_sdpa(q, k, v, std::nullopt, false, std::nullopt, os);
+  EXPECT_TRUE(close(flash, want, attn_tol(kFloat32), "flash strided/broadcast"));
+  EXPECT_TRUE(close(sdpa_math(q, k, v, std::nullopt, false, std::nullopt), want, attn_tol(kFloat32), "math strided/broadcast"));
+}
+
+TEST(CpuSdpa, EveryOperandExpandedOverHeads) {
+  SCOPED_TRACE(seed_trace());
+  // Stride-0 head dim in query, key and value alike: the math path's batched matmuls must still
+  // produce every head.
+  Tensor q = random_tensor({2, 1, 19, 16}, kFloat32).expand({2, 3, 19, 16});
+  Tensor k = random_tensor({2, 1, 23, 16}, kFloat32).expand({2, 3, 23, 16});
+  Tensor v = random_tensor({2, 1, 23, 8}, kFloat32).expand({2, 3, 23, 8});
+  Tensor flash = scaled_dot_product_attention(q, k, v);
+  std::vector<int64_t> os(flash.sizes().begin(), flash.sizes().end());
+  const auto want = ref_sdpa(q, k, v, std::nullopt, false, std::nullopt, os);
+  EXPECT_TRUE(close(flash, want, attn_tol(kFloat32), "flash expanded"));
+  EXPECT_TRUE(close(sdpa_math(q, k, v, std::nullopt, false, std::nullopt), want, attn_tol(kFloat32), "math expanded"));
+}
+
+TEST(CpuSdpa, MaskWithCausalIsAnError) {
+  Tensor q = random_tensor({1, 4, 8}, kFloat32);
+  EXPECT_THROW(scaled_dot_product_attention(q, q, q, bool_mask({4, 4}), true), Error);
+}
+
+}  // namespace
+}  // namespace tessera

@@ -1,0 +1,266 @@
+// Every op of the core op set (dispatcher/include/tessera/ops.h), once. A case makes CPU inputs for
+// a dtype and applies the op to the same inputs moved to the device under test.
+#include "cases.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace tessera::cts {
+
+// ---------------------------------------------------------------- random inputs
+
+Tensor Gen::random(std::vector<int64_t> sizes, DType dtype, Domain domain) {
+  int64_t n = 1;
+  for (int64_t s : sizes) n *= s;
+  std::vector<double> v(static_cast<size_t>(n));
+  std::normal_distribution<double> normal(0.0, 1.0);
+  std::uniform_real_distribution<double> uni(0.0, 1.0);
+  const bool floating = is_floating(dtype);
+  const bool is_unsigned = dtype == kUInt8 || dtype == kBool;
+  for (auto& x : v) {
+    if (dtype == kBool) {
+      x = uni(rng_) < 0.5 ? 0.0 : 1.0;
+      continue;
+    }
+    if (floating) {
+      switch (domain) {
+        case Domain::Any: x = normal(rng_); break;
+        case Domain::Positive: x = 0.5 + 2.0 * uni(rng_); break;
+        case Domain::Small: x = -2.0 + 4.0 * uni(rng_); break;
+        case Domain::NonZero: x = (uni(rng_) < 0.5 ? -1.0 : 1.0) * (0.5 + 1.5 * uni(rng_)); break;
+        case Domain::Unit: x = -0.9 + 1.8 * uni(rng_); break;
+      }
+    } else {
+      int64_t lo = -20, hi = 20;
+      if (domain == Domain::Positive) lo = 1, hi = 10;
+      if (domain == Domain::Small || domain == Domain::Unit) lo = -3, hi = 3;
+      if (is_unsigned && lo < 0) lo = domain == Domain::Positive ? 1 : 0, hi = hi * 2;
+      std::uniform_int_distribution<int64_t> dist(lo, hi);
+      int64_t k = dist(rng_);
+      if (domain == Domain::NonZero) {
+        while (k == 0) k = dist(rng_);
+      }
+      x = double(k);
+    }
+  }
+  return tessera::tensor(v, sizes, tessera::dtype(dtype));
+}
+
+Tensor Gen::permutation(int64_t n) {
+  std::vector<int64_t> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) v[size_t(i)] = i;
+  std::shuffle(v.begin(), v.end(), rng_);
+  return tessera::tensor(v, {n});
+}
+
+Tensor Gen::boolean(std::vector<int64_t> sizes) { return random(std::move(sizes), kBool); }
+
+Tensor Gen::indices(std::vector<int64_t> sizes, int64_t bound) {
+  int64_t n = 1;
+  for (int64_t s : sizes) n *= s;
+  std::uniform_int_distribution<int64_t> dist(0, bound - 1);
+  std::vector<int64_t> v(static_cast<size_t>(n));
+  for (auto& x : v) x = dist(rng_);
+  return tessera::tensor(v, sizes);
+}
+
+// ---------------------------------------------------------------- the table
+
+namespace {
+
+const std::vector<DType> kFloating = {kFloat16, kBFloat16, kFloat32, kFloat64};
+const std::vector<DType> kSigned = {kInt8, kInt16, kInt32, kInt64, kFloat16, kBFloat16, kFloat32, kFloat64};
+const std::vector<DType> kNumeric = {kUInt8, kInt8, kInt16, kInt32, kInt64, kFloat16, kBFloat16, kFloat32, kFloat64};
+const std::vector<DType> kAll = {kBool, kUInt8, kInt8, kInt16, kInt32, kInt64, kFloat16, kBFloat16, kFloat32, kFloat64};
+
+using Inputs = std::vector<Tensor>;
+using MakeFn = std::function<Inputs(Gen&, DType)>;
+using RunFn = std::function<Tensor(const Inputs&, DType)>;
+
+MakeFn unary_inputs(Domain d, std::vector<int64_t> sizes = {4, 6}) {
+  return [d, sizes](Gen& g, DType t) { return Inputs{g.random(sizes, t, d)}; };
+}
+MakeFn binary_inputs(Domain da, Domain db, std::vector<int64_t> sa = {4, 6}, std::vector<int64_t> sb = {4, 6}) {
+  return [=](Gen& g, DType t) { return Inputs{g.random(sa, t, da), g.random(sb, t, db)}; };
+}
+
+void add_case(std::vector<Case>& v, std::string label, std::string op, std::vector<DType> dtypes, MakeFn make,
+              RunFn run, double tol_scale = 1.0) {
+  v.push_back(Case{std::move(label), std::move(op), std::move(dtypes), tol_scale, std::move(make), std::move(run)});
+}
+
+std::vector<Case> build() {
+  std::vector<Case> v;
+  using D = Domain;
+  // ---- elementwise binary
+  add_case(v, "add", "add", kNumeric, binary_inputs(D::Any, D::Any),
+           [](const Inputs& x, DType) { return tessera::add(x[0], x[1]); });
+  add_case(v, "add_alpha", "add", kNumeric, binary_inputs(D::Small, D::Small),
+           [](const Inputs& x, DType) { return tessera::add(x[0], x[1], 2); });
+  add_case(v, "add_broadcast", "add", kNumeric, binary_inputs(D::Any, D::Any, {3, 4, 6}, {6}),
+           [](const Inputs& x, DType) { return x[0] + x[1]; });
+  add_case(v, "sub", "sub", kSigned, binary_inputs(D::Any, D::Any),
+           [](const Inputs& x, DType) { return tessera::sub(x[0], x[1]); });
+  add_case(v, "mul", "mul", kNumeric, binary_inputs(D::Small, D::Small),
+           [](const Inputs& x, DType) { return tessera::mul(x[0], x[1]); });
+  add_case(v, "mul_scalar", "mul", kNumeric, unary_inputs(D::Small),
+           [](const Inputs& x, DType) { return x[0] * 3; });
+  add_case(v, "div", "div", {kInt32, kInt64, kFloat16, kBFloat16, kFloat32, kFloat64},
+           binary_inputs(D::Any, D::NonZero), [](const Inputs& x, DType) { return tessera::div(x[0], x[1]); });
+  add_case(v, "pow", "pow", kFloating, binary_inputs(D::Positive, D::Small),
+           [](const Inputs& x, DType) { return tessera::pow(x[0], x[1]); }, 4);
+  add_case(v, "pow_scalar", "pow", kFloating, unary_inputs(D::Any),
+           [](const Inputs& x, DType) { return tessera::pow(x[0], Scalar(2)); });
+  add_case(v, "maximum", "maximum", kNumeric, binary_inputs(D::Any, D::Any),
+           [](const Inputs& x, DType) { return tessera::maximum(x[0], x[1]); });
+  add_case(v, "minimum", "minimum", kNumeric, binary_inputs(D::Any, D::Any),
+           [](const Inputs& x, DType) { return tessera::minimum(x[0], x[1]); });
+  // Comparisons use few distinct values so that equal pairs occur.
+  add_case(v, "eq", "eq", kAll, binary_inputs(D::Small, D::Small),
+           [](const Inputs& x, DType) { return tessera::eq(x[0], x[1]); });
+  add_case(v, "ne", "ne", kAll, binary_inputs(D::Small, D::Small),
+           [](const Inputs& x, DType) { return tessera::ne(x[0], x[1]); });
+  add_case(v, "lt", "lt", kNumeric, binary_inputs(D::Small, D::Small),
+           [](const Inputs& x, DType) { return tessera::lt(x[0], x[1]); });
+  add_case(v, "le", "le", kNumeric, binary_inputs(D::Small, D::Small),
+           [](const Inputs& x, DType) { return tessera::le(x[0], x[1]); });
+  add_case(v, "gt", "gt", kNumeric, binary_inputs(D::Small, D::Small),
+           [](const Inputs& x, DType) { return tessera::gt(x[0], x[1]); });
+  add_case(v, "ge", "ge", kNumeric, binary_inputs(D::Small, D::Small),
+           [](const Inputs& x, DType) { return tessera::ge(x[0], x[1]); });
+  add_case(v, "logical_and", "logical_and", kAll, binary_inputs(D::Small, D::Small),
+           [](const Inputs& x, DType) { return tessera::logical_and(x[0], x[1]); });
+  add_case(v, "logical_or", "logical_or", kAll, binary_inputs(D::Small, D::Small),
+           [](const Inputs& x, DType) { return tessera::logical_or(x[0], x[1]); });
+  add_case(v, "where", "where", kAll,
+           [](Gen& g, DType t) { return Inputs{g.boolean({4, 6}), g.random({4, 6}, t), g.random({4, 6}, t)}; },
+           [](const Inputs& x, DType) { return tessera::where(x[0], x[1], x[2]); });
+
+  // ---- unary
+  add_case(v, "neg", "neg", kSigned, unary_inputs(D::Any), [](const Inputs& x, DType) { return tessera::neg(x[0]); });
+  add_case(v, "abs", "abs", kSigned, unary_inputs(D::Any), [](const Inputs& x, DType) { return tessera::abs(x[0]); });
+  add_case(v, "relu", "relu", kSigned, unary_inputs(D::Any), [](const Inputs& x, DType) { return tessera::relu(x[0]); });
+  add_case(v, "exp", "exp", kFloating, unary_inputs(D::Small), [](const Inputs& x, DType) { return tessera::exp(x[0]); });
+  add_case(v, "log", "log", kFloating, unary_inputs(D::Positive), [](const Inputs& x, DType) { return tessera::log(x[0]); });
+  add_case(v, "sqrt", "sqrt", kFloating, unary_inputs(D::Positive), [](const Inputs& x, DType) { return tessera::sqrt(x[0]); });
+  add_case(v, "rsqrt", "rsqrt", kFloating, unary_inputs(D::Positive), [](const Inputs& x, DType) { return tessera::rsqrt(x[0]); });
+  add_case(v, "sin", "sin", kFloating, unary_inputs(D::Small), [](const Inputs& x, DType) { return tessera::sin(x[0]); });
+  add_case(v, "cos", "cos", kFloating, unary_inputs(D::Small), [](const Inputs& x, DType) { return tessera::cos(x[0]); });
+  add_case(v, "tanh", "tanh", kFloating, unary_inputs(D::Small), [](const Inputs& x, DType) { return tessera::tanh(x[0]); });
+  add_case(v, "sigmoid", "sigmoid", kFloating, unary_inputs(D::Small), [](const Inputs& x, DType) { return tessera::sigmoid(x[0]); });
+  add_case(v, "gelu", "gelu", kFloating, unary_inputs(D::Small), [](const Inputs& x, DType) { return tessera::gelu(x[0]); });
+  add_case(v, "gelu_tanh", "gelu", kFloating, unary_inputs(D::Small),
+           [](const Inputs& x, DType) { return tessera::gelu(x[0], "tanh"); });
+  add_case(v, "silu", "silu", kFloating, unary_inputs(D::Small), [](const Inputs& x, DType) { return tessera::silu(x[0]); });
+  add_case(v, "erf", "erf", kFloating, unary_inputs(D::Small), [](const Inputs& x, DType) { return tessera::erf(x[0]); });
+
+  // ---- reductions
+  add_case(v, "sum", "sum", kNumeric, unary_inputs(D::Small), [](const Inputs& x, DType) { return tessera::sum(x[0]); }, 4);
+  add_case(v, "sum_dim", "sum", kNumeric, unary_inputs(D::Small, {3, 4, 5}),
+           [](const Inputs& x, DType) { return tessera::sum(x[0], {1}); }, 2);
+  add_case(v, "sum_keepdim", "sum", kNumeric, unary_inputs(D::Small, {3, 4, 5}),
+           [](const Inputs& x, DType) { return tessera::sum(x[0], {0, 2}, true); }, 4);
+  add_case(v, "mean", "mean", kFloating, unary_inputs(D::Any, {3, 4, 5}),
+           [](const Inputs& x, DType) { return tessera::mean(x[0], {2}); }, 2);
+  add_case(v, "amax", "amax", kNumeric, unary_inputs(D::Any), [](const Inputs& x, DType) { return tessera::amax(x[0], {1}); });
+  add_case(v, "amin", "amin", kNumeric, unary_inputs(D::Any), [](const Inputs& x, DType) { return tessera::amin(x[0], {1}); });
+  add_case(v, "prod", "prod", kSigned, unary_inputs(D::Unit, {4, 3}),
+           [](const Inputs& x, DType) { return tessera::prod(x[0], {1}); }, 2);
+  add_case(v, "var", "var", kFloating, unary_inputs(D::Any), [](const Inputs& x, DType) { return tessera::var(x[0], {1}); }, 4);
+  // Distinct values: ties would make the index depend on the scan order.
+  add_case(v, "argmax", "argmax", {kInt32, kInt64, kFloat32, kFloat64},
+           [](Gen& g, DType t) { return Inputs{g.permutation(24).reshape({4, 6}).to(t)}; },
+           [](const Inputs& x, DType) { return tessera::argmax(x[0], 1); });
+
+  // ---- nn
+  add_case(v, "matmul", "matmul", {kInt32, kInt64, kFloat16, kBFloat16, kFloat32, kFloat64},
+           binary_inputs(D::Small, D::Small, {4, 8}, {8, 5}),
+           [](const Inputs& x, DType) { return tessera::matmul(x[0], x[1]); }, 8);
+  add_case(v, "matmul_batched", "matmul", kFloating, binary_inputs(D::Small, D::Small, {2, 3, 8}, {8, 5}),
+           [](const Inputs& x, DType) { return tessera::matmul(x[0], x[1]); }, 8);
+  add_case(v, "linear", "linear", kFloating,
+           [](Gen& g, DType t) { return Inputs{g.random({3, 8}, t), g.random({5, 8}, t), g.random({5}, t)}; },
+           [](const Inputs& x, DType) { return tessera::linear(x[0], x[1], x[2]); }, 8);
+  add_case(v, "softmax", "softmax", kFloating, unary_inputs(D::Any),
+           [](const Inputs& x, DType) { return tessera::softmax(x[0], -1); }, 4);
+  add_case(v, "log_softmax", "log_softmax", kFloating, unary_inputs(D::Any),
+           [](const Inputs& x, DType) { return tessera::log_softmax(x[0], 1); }, 4);
+  add_case(v, "layer_norm", "layer_norm", kFloating,
+           [](Gen& g, DType t) { return Inputs{g.random({3, 8}, t), g.random({8}, t), g.random({8}, t)}; },
+           [](const Inputs& x, DType) { return tessera::layer_norm(x[0], {8}, x[1], x[2]); }, 8);
+  add_case(v, "rms_norm", "rms_norm", kFloating,
+           [](Gen& g, DType t) { return Inputs{g.random({3, 8}, t), g.random({8}, t)}; },
+           [](const Inputs& x, DType) { return tessera::rms_norm(x[0], {8}, x[1]); }, 8);
+  add_case(v, "conv2d", "conv2d", kFloating,
+           [](Gen& g, DType t) { return Inputs{g.random({1, 2, 6, 6}, t), g.random({3, 2, 3, 3}, t), g.random({3}, t)}; },
+           [](const Inputs& x, DType) { return tessera::conv2d(x[0], x[1], x[2], {1, 1}, {1, 1}); }, 16);
+  add_case(v, "max_pool2d", "max_pool2d", kFloating, unary_inputs(D::Any, {1, 2, 6, 6}),
+           [](const Inputs& x, DType) { return tessera::max_pool2d(x[0], {2, 2}); });
+  add_case(v, "avg_pool2d", "avg_pool2d", kFloating, unary_inputs(D::Any, {1, 2, 6, 6}),
+           [](const Inputs& x, DType) { return tessera::avg_pool2d(x[0], {2, 2}); }, 2);
+  add_case(v, "embedding", "embedding", kFloating,
+           [](Gen& g, DType t) { return Inputs{g.random({10, 4}, t), g.indices({5}, 10)}; },
+           [](const Inputs& x, DType) { return tessera::embedding(x[0], x[1]); });
+  add_case(v, "scaled_dot_product_attention", "scaled_dot_product_attention", kFloating,
+           [](Gen& g, DType t) {
+             return Inputs{g.random({1, 2, 4, 8}, t), g.random({1, 2, 4, 8}, t), g.random({1, 2, 4, 8}, t)};
+           },
+           [](const Inputs& x, DType) { return tessera::scaled_dot_product_attention(x[0], x[1], x[2]); }, 16);
+  add_case(v, "sdpa_causal", "scaled_dot_product_attention", kFloating,
+           [](Gen& g, DType t) {
+             return Inputs{g.random({1, 2, 4, 8}, t), g.random({1, 2, 4, 8}, t), g.random({1, 2, 4, 8}, t)};
+           },
+           [](const Inputs& x, DType) { return tessera::scaled_dot_product_attention(x[0], x[1], x[2], std::nullopt, true); },
+           16);
+  add_case(v, "cat", "cat", kAll, binary_inputs(D::Any, D::Any, {2, 6}, {3, 6}),
+           [](const Inputs& x, DType) { return tessera::cat({x[0], x[1]}, 0); });
+  add_case(v, "stack", "stack", kAll, binary_inputs(D::Any, D::Any),
+           [](const Inputs& x, DType) { return tessera::stack({x[0], x[1]}, 1); });
+  add_case(v, "index_select", "index_select", kAll,
+           [](Gen& g, DType t) { return Inputs{g.random({5, 4}, t), g.indices({7}, 5)}; },
+           [](const Inputs& x, DType) { return tessera::index_select(x[0], 0, x[1]); });
+  add_case(v, "gather", "gather", kAll,
+           [](Gen& g, DType t) { return Inputs{g.random({4, 6}, t), g.indices({4, 3}, 6)}; },
+           [](const Inputs& x, DType) { return tessera::gather(x[0], 1, x[1]); });
+
+  // ---- memory and factories on the device
+  add_case(v, "fill_", "fill_", kAll, unary_inputs(D::Any),
+           [](const Inputs& x, DType) {
+             Tensor y = x[0].clone();
+             y.fill_(is_floating(y.dtype()) ? Scalar(1.5) : Scalar(int64_t(1)));
+             return y;
+           });
+  add_case(v, "copy_", "copy_", kAll, unary_inputs(D::Any),
+           [](const Inputs& x, DType) {
+             Tensor y = empty_like(x[0]);
+             y.copy_(x[0]);
+             return y;
+           });
+  add_case(v, "copy_transposed", "copy_", kAll, unary_inputs(D::Any, {5, 7}),
+           [](const Inputs& x, DType) { return x[0].t().contiguous(); });
+  add_case(v, "to_float32", "copy_", kAll, unary_inputs(D::Small),
+           [](const Inputs& x, DType) { return x[0].to(kFloat32); });
+  add_case(v, "from_float64", "copy_", kAll,
+           [](Gen& g, DType t) { return Inputs{g.random({4, 6}, t).to(kFloat64)}; },
+           [](const Inputs& x, DType t) { return x[0].to(t); });
+  add_case(v, "clone", "clone", kAll, unary_inputs(D::Any), [](const Inputs& x, DType) { return x[0].clone(); });
+  add_case(v, "zeros", "zeros", kAll, unary_inputs(D::Any),
+           [](const Inputs& x, DType t) { return tessera::zeros({3, 5}, tessera::dtype(t).device(x[0].device())); });
+  add_case(v, "full", "full", kAll, unary_inputs(D::Any),
+           [](const Inputs& x, DType t) {
+             return tessera::full({3, 5}, t == kBool ? Scalar(true) : Scalar(int64_t(2)),
+                                  tessera::dtype(t).device(x[0].device()));
+           });
+  add_case(v, "arange", "arange", {kInt32, kInt64, kFloat32, kFloat64}, unary_inputs(D::Any),
+           [](const Inputs& x, DType t) { return tessera::arange(0, 12, 1, tessera::dtype(t).device(x[0].device())); });
+  return v;
+}
+
+}  // namespace
+
+const std::vector<Case>& cases() {
+  static const std::vector<Case> table = build();
+  return table;
+}
+
+}  // namespace tessera::cts

@@ -1,0 +1,112 @@
+// The conformance kit run for every device the main build provides, plus the kit's own mechanics
+// (globs, expected-failure lists, classification).
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <algorithm>
+
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+#include <tessera/cts.h>
+#include <tessera/tessera.h>
+
+using namespace tessera;
+
+namespace {
+bool device_present(const std::string& name) {
+  try {
+    return device_count(name) > 0;
+  } catch (const Error&) {
+    return false;
+  }
+}
+const cts::CaseResult* find_case(const cts::Report& r, const std::string& op, DType t) {
+  for (const auto& c : r.cases)
+    if (c.op == op && c.dtype == t) return &c;
+  return nullptr;
+}
+}  // namespace
+
+TEST(CtsMechanics, GlobMatching) {
+  EXPECT_TRUE(cts::glob_match("*", "add"));
+  EXPECT_TRUE(cts::glob_match("add*", "add_broadcast"));
+  EXPECT_TRUE(cts::glob_match("s?m", "sum"));
+  EXPECT_TRUE(cts::glob_match("*.Tensor", "add.Tensor"));
+  EXPECT_FALSE(cts::glob_match("add", "add_alpha"));
+  EXPECT_FALSE(cts::glob_match("*norm", "normal"));
+}
+
+TEST(CtsMechanics, ParsesExpectedFailureLists) {
+  auto e = cts::parse_xfail("# comment\n\nmatmul float16   # slow accumulate\nsoftmax*\n  gelu  bfloat16\n");
+  ASSERT_EQ(e.size(), 3u);
+  EXPECT_EQ(e[0].op_glob, "matmul");
+  EXPECT_EQ(e[0].dtype_glob, "float16");
+  EXPECT_EQ(e[1].op_glob, "softmax*");
+  EXPECT_EQ(e[1].dtype_glob, "*");
+  EXPECT_EQ(e[2].dtype_glob, "bfloat16");
+  EXPECT_THROW(cts::parse_xfail("add float32 extra\n"), Error);
+}
+
+TEST(CtsMechanics, EveryCoreOpHasACase) {
+  const auto labels = cts::case_labels();
+  for (const char* op : {"add", "sub", "mul", "div", "pow", "maximum", "minimum", "eq", "ne", "lt", "le", "gt",
+                         "ge", "logical_and", "logical_or", "where", "neg", "abs", "exp", "log", "sqrt", "rsqrt",
+                         "sin", "cos", "tanh", "sigmoid", "relu", "gelu", "silu", "erf", "sum", "mean", "amax",
+                         "amin", "prod", "var", "argmax", "matmul", "linear", "softmax", "log_softmax",
+                         "layer_norm", "rms_norm", "conv2d", "max_pool2d", "avg_pool2d", "embedding",
+                         "scaled_dot_product_attention", "cat", "stack", "index_select", "gather", "fill_",
+                         "copy_", "clone", "zeros", "full", "arange"}) {
+    EXPECT_NE(std::find(labels.begin(), labels.end(), op), labels.end()) << op;
+  }
+}
+
+TEST(CtsMechanics, ListedFailuresThatPassAreReportedAsXPass) {
+  const auto path = std::filesystem::temp_directory_path() / ("tessera_cts_xfail_" + std::to_string(::getpid()) + ".txt");
+  {
+    std::ofstream f(path);
+    f << "add float32  # listed on purpose\n";
+  }
+  cts::Options o;
+  o.device = "cpu";
+  o.ops = "add";
+  o.dtypes = {kFloat32, kInt64};
+  o.xfail_file = path.string();
+  cts::Report r = cts::run(o);
+  std::filesystem::remove(path);
+  ASSERT_NE(find_case(r, "add", kFloat32), nullptr);
+  EXPECT_EQ(find_case(r, "add", kFloat32)->outcome, cts::Outcome::XPass);
+  EXPECT_EQ(find_case(r, "add", kInt64)->outcome, cts::Outcome::Pass);
+  EXPECT_EQ(r.unexpected_failures(), 0);
+  EXPECT_NE(cts::format_json(r).find("\"xpass\": 1"), std::string::npos) << cts::format_json(r);
+}
+
+TEST(CtsMechanics, ClassifiesOwnKernelsAndFallbackOnTheAccelerator) {
+  if (!device_present("my_hardware_device")) GTEST_SKIP() << "my_hardware_device not built";
+  cts::Options o;
+  o.device = "my_hardware_device";
+  o.ops = "add,exp,conv2d";
+  o.dtypes = {kFloat32, kFloat16};
+  cts::Report r = cts::run(o);
+  ASSERT_NE(find_case(r, "add", kFloat32), nullptr);
+  EXPECT_EQ(find_case(r, "add", kFloat32)->outcome, cts::Outcome::Pass) << find_case(r, "add", kFloat32)->message;
+  EXPECT_EQ(find_case(r, "add", kFloat16)->outcome, cts::Outcome::Fallback);  // outside the kernel's dtype mask
+  EXPECT_EQ(find_case(r, "exp", kFloat32)->outcome, cts::Outcome::Fallback);  // no kernel at all
+  EXPECT_EQ(find_case(r, "conv2d", kFloat32)->outcome, cts::Outcome::Unsupported);  // fallback forbidden
+}
+
+class ConformanceKit : public testing::TestWithParam<std::string> {};
+
+TEST_P(ConformanceKit, NoUnexpectedFailures) {
+  const std::string device = GetParam();
+  if (!device_present(device)) GTEST_SKIP() << device << " is not available in this build";
+  cts::Options o;
+  o.device = device;
+  cts::Report r = cts::run(o);
+  std::printf("%s", cts::format_table(r).c_str());
+  EXPECT_GT(r.count(cts::Outcome::Pass), 0);
+  EXPECT_EQ(r.unexpected_failures(), 0) << cts::format_table(r);
+}
+
+INSTANTIATE_TEST_SUITE_P(Devices, ConformanceKit, testing::Values("cpu", "my_hardware_device"),
+                         [](const testing::TestParamInfo<std::string>& i) { return i.param; });

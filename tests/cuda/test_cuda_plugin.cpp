@@ -1,0 +1,177 @@
+// The CUDA plugin through the runtime, on any machine: it is discovered, loads without a driver or
+// GPU, reports zero devices with the reason, registers its kernels with their dtypes, and cuBLASLt
+// is found at run time.
+#include <dlfcn.h>
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include <cuda_runtime_api.h>
+
+#include "cublaslt_loader.h"
+#include "tessera/cuda/cuda_plugin.h"
+#include "tessera/dispatcher.h"
+#include "tessera/plugin_loader.h"
+#include "tessera/tessera.h"
+
+namespace {
+
+const tessera::PluginInfo* find_cuda_plugin(std::vector<tessera::PluginInfo>& all) {
+  for (const auto& p : all)
+    if (p.name == "cuda") return &p;
+  return nullptr;
+}
+
+std::string cuda_reason(int32_t* count) {
+  const tessera::BackendDevice& b = tessera::backend_device(tessera::DeviceType::CUDA);
+  char reason[512] = {0};
+  *count = b.iface->device_count(b.self, reason, sizeof(reason));
+  return reason;
+}
+
+bool driver_present() {
+  void* h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (h) dlclose(h);
+  return h != nullptr;
+}
+
+TEST(CudaPlugin, IsDiscoveredAsTheCudaBackend) {
+  auto all = tessera::plugins();
+  const tessera::PluginInfo* p = find_cuda_plugin(all);
+  ASSERT_NE(p, nullptr) << "no plugin named 'cuda' among " << all.size() << " discovered plugins";
+  EXPECT_EQ(p->kind, "backend");
+  EXPECT_TRUE(p->has_device);
+  EXPECT_EQ(p->device_type, tessera::DeviceType::CUDA);
+  EXPECT_NE(p->status, tessera::PluginStatus::Failed) << p->reason;
+  EXPECT_NE(p->library.find("libtessera_cuda.so"), std::string::npos) << p->library;
+}
+
+TEST(CudaPlugin, LoadsAndCountsDevicesWithoutFailing) {
+  std::string why;
+  ASSERT_TRUE(tessera::ensure_backend_loaded(tessera::DeviceType::CUDA, &why)) << why;
+  auto all = tessera::plugins();
+  const tessera::PluginInfo* p = find_cuda_plugin(all);
+  ASSERT_NE(p, nullptr);
+  EXPECT_EQ(p->status, tessera::PluginStatus::Loaded) << p->reason;
+  int32_t n = -1;
+  const std::string reason = cuda_reason(&n);
+  EXPECT_EQ(tessera::device_count("cuda"), n);
+  if (n == 0) {
+    EXPECT_FALSE(reason.empty()) << "zero devices must come with a reason";
+    EXPECT_TRUE(reason.find("CUDA driver") != std::string::npos || reason.find("no CUDA device") != std::string::npos ||
+                reason.find("CUDA initialisation failed") != std::string::npos)
+        << reason;
+  } else {
+    EXPECT_TRUE(reason.empty()) << reason;
+  }
+}
+
+TEST(CudaPlugin, WithoutDriverReportsInsufficientDriverAndTheFix) {
+  if (driver_present()) GTEST_SKIP() << "libcuda.so.1 is present: this checks the machine without a driver";
+  int32_t n = -1;
+  const std::string reason = cuda_reason(&n);
+  EXPECT_EQ(n, 0);
+  EXPECT_EQ(reason, "CUDA driver not found (cudaErrorInsufficientDriver): install the NVIDIA driver");
+  EXPECT_EQ(tessera::device_count("cuda"), 0);
+}
+
+TEST(CudaPlugin, ZeroDevicesAreListedNowhereAndPropertiesSayWhy) {
+  int32_t n = -1;
+  const std::string reason = cuda_reason(&n);
+  if (n > 0) GTEST_SKIP() << "this machine has " << n << " CUDA devices";
+  for (const auto& d : tessera::devices()) EXPECT_NE(d.device.type(), tessera::DeviceType::CUDA) << d.name;
+  const tessera::BackendDevice& b = tessera::backend_device(tessera::DeviceType::CUDA);
+  ASSERT_NE(b.iface->device_properties, nullptr);
+  char buf[1024];
+  const size_t need = b.iface->device_properties(b.self, 0, buf, sizeof(buf));
+  const std::string json(buf);
+  EXPECT_EQ(need, json.size());
+  EXPECT_NE(json.find("\"available\": false"), std::string::npos) << json;
+  EXPECT_NE(json.find(reason), std::string::npos) << json;
+}
+
+TEST(CudaPlugin, DeviceCallsFailWithTheReasonWhenThereIsNoDevice) {
+  int32_t n = -1;
+  const std::string reason = cuda_reason(&n);
+  if (n > 0) GTEST_SKIP() << "this machine has " << n << " CUDA devices";
+  const tessera::BackendDevice& b = tessera::backend_device(tessera::DeviceType::CUDA);
+  void* handle = reinterpret_cast<void*>(0x1);
+  tessera_status_t st = b.iface->memory_allocate(b.self, 0, 256, &handle);
+  ASSERT_NE(st, nullptr);
+  void* stream = nullptr;
+  tessera_status_t st2 = b.iface->stream_create(b.self, 0, &stream);
+  ASSERT_NE(st2, nullptr);
+  tessera_status_t st3 = b.iface->device_synchronize(b.self, 0);
+  ASSERT_NE(st3, nullptr);
+  // Freeing NULL and destroying NULL handles are harmless without a device.
+  b.iface->memory_free(b.self, 0, nullptr);
+  b.iface->stream_destroy(b.self, 0, nullptr);
+  EXPECT_THROW(tessera::empty({4}, tessera::TensorOptions(tessera::Device("cuda:0"))), tessera::Error);
+  try {
+    tessera::empty({4}, tessera::TensorOptions(tessera::Device("cuda:0")));
+  } catch (const tessera::Error& e) {
+    EXPECT_NE(std::string(e.what()).find(reason), std::string::npos) << e.what();
+  }
+  (void)st;
+  (void)st2;
+  (void)st3;
+}
+
+TEST(CudaPlugin, RegistersKernelsWithTheirDtypes) {
+  std::string why;
+  ASSERT_TRUE(tessera::ensure_backend_loaded(tessera::DeviceType::CUDA, &why)) << why;
+  auto& d = tessera::Dispatcher::instance();
+  auto resolution = [&](const char* op, tessera::DType t) {
+    return d.resolution(d.op(op), tessera::DeviceType::CUDA, t);
+  };
+  for (const char* op : {"add.Tensor", "sub.Tensor", "mul.Tensor", "maximum", "eq.Tensor", "neg", "relu", "fill_", "copy_"}) {
+    for (tessera::DType t : {tessera::kFloat32, tessera::kFloat16, tessera::kBFloat16, tessera::kInt32, tessera::kInt64})
+      EXPECT_EQ(resolution(op, t), "kernel") << op << " " << t;
+  }
+  for (const char* op : {"div.Tensor", "exp", "log", "sqrt", "rsqrt", "sin", "cos", "tanh", "sigmoid", "gelu", "silu", "erf",
+                         "sum", "mean", "amax", "amin", "softmax", "log_softmax", "layer_norm", "matmul", "linear"}) {
+    for (tessera::DType t : {tessera::kFloat32, tessera::kFloat16, tessera::kBFloat16})
+      EXPECT_EQ(resolution(op, t), "kernel") << op << " " << t;
+    EXPECT_NE(resolution(op, tessera::kFloat64), "kernel") << op << " has no float64 kernel on cuda";
+  }
+  EXPECT_EQ(resolution("scaled_dot_product_attention", tessera::kFloat16), "kernel");
+  EXPECT_EQ(resolution("scaled_dot_product_attention", tessera::kBFloat16), "kernel");
+  EXPECT_NE(resolution("scaled_dot_product_attention", tessera::kFloat32), "kernel");
+  EXPECT_NE(resolution("conv2d", tessera::kFloat32), "kernel") << "conv2d reaches the CPU through the fallback";
+}
+
+TEST(CudaPlugin, ExportsAllocatorEntryPointsThatAnswerWithoutADevice) {
+  void* lib = dlopen(TESSERA_CUDA_PLUGIN_PATH, RTLD_NOW | RTLD_LOCAL);
+  ASSERT_NE(lib, nullptr) << dlerror();
+  auto stats = reinterpret_cast<tessera_cuda_memory_stats_fn_t>(dlsym(lib, TESSERA_CUDA_MEMORY_STATS_NAME));
+  auto empty_cache = reinterpret_cast<tessera_cuda_empty_cache_fn_t>(dlsym(lib, TESSERA_CUDA_EMPTY_CACHE_NAME));
+  ASSERT_NE(stats, nullptr);
+  ASSERT_NE(empty_cache, nullptr);
+  int32_t n = -1;
+  cuda_reason(&n);
+  tessera_cuda_memory_stats_t s{};
+  s.struct_size = sizeof(s);
+  if (n == 0) {
+    EXPECT_EQ(stats(0, &s), -1);
+    empty_cache(-1);  // no-op, must not crash
+  } else {
+    EXPECT_EQ(stats(0, &s), 0);
+    EXPECT_GE(s.reserved_bytes, s.allocated_bytes);
+  }
+  EXPECT_EQ(stats(1 << 20, &s), -1);
+  dlclose(lib);
+}
+
+TEST(CublasLtLoader, FindsTheToolkitLibraryAtRunTime) {
+  const tessera::cuda::CublasLtApi& api = tessera::cuda::cublaslt_api();
+  void* probe = dlopen(TESSERA_CUDA_TOOLKIT_LIBDIR "/libcublasLt.so", RTLD_NOW | RTLD_LOCAL);
+  if (!probe && !api.loaded) GTEST_SKIP() << "no cuBLASLt on this machine: " << api.error;
+  if (probe) dlclose(probe);
+  ASSERT_TRUE(api.loaded) << api.error;
+  EXPECT_FALSE(api.path.empty());
+  EXPECT_GE(api.version, size_t(CUDART_VERSION / 1000) * 10000) << "cuBLASLt older than the CUDA runtime";
+  EXPECT_NE(api.matmul, nullptr);
+  EXPECT_NE(api.algo_get_heuristic, nullptr);
+}
+
+}  // namespace

@@ -1,0 +1,250 @@
+// Launch planning of the CUDA kernels (tensor_iter.h) and the host-side 16-bit float rounding
+// (half_bits.h). Planning is checked on the host against naive
+// broadcasting and reduction over fresh random shapes, strides and dim sets: the planned (merged)
+// iteration space must address exactly the elements the naive loops address.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "half_bits.h"
+#include "tensor_iter.h"
+#include "tessera/half.h"
+
+namespace {
+
+using tessera::cuda::Geometry;
+using tessera::cuda::IterShape;
+using tessera::cuda::kMaxDims;
+using tessera::cuda::Operand;
+using tessera::cuda::ReducePlan;
+
+struct Layout {
+  std::vector<int64_t> sizes, strides;
+  Geometry geometry() const { return Geometry{int32_t(sizes.size()), sizes.data(), strides.data()}; }
+};
+
+// Random dense strides over a random permutation of the dims (so some layouts are transposed),
+// sometimes with a gap (a slice of a bigger tensor).
+Layout random_layout(std::mt19937& rng, const std::vector<int64_t>& sizes) {
+  Layout l{sizes, std::vector<int64_t>(sizes.size())};
+  std::vector<size_t> order(sizes.size());
+  std::iota(order.begin(), order.end(), 0);
+  if (rng() % 2) std::shuffle(order.begin(), order.end(), rng);
+  int64_t acc = 1;
+  for (size_t i = order.size(); i-- > 0;) {
+    l.strides[order[i]] = acc;
+    acc *= sizes[order[i]] + int64_t(rng() % 4 == 0 ? 1 : 0);
+  }
+  return l;
+}
+
+std::vector<int64_t> coords_of(int64_t linear, const std::vector<int64_t>& sizes) {
+  std::vector<int64_t> c(sizes.size());
+  for (size_t d = sizes.size(); d-- > 0;) {
+    c[d] = linear % sizes[d];
+    linear /= sizes[d];
+  }
+  return c;
+}
+
+int64_t planned_offset(const IterShape& s, const Operand& op, int64_t linear) {
+  int64_t off = 0;
+  for (int d = s.ndim - 1; d >= 0; --d) {
+    off += (linear % s.sizes[d]) * op.strides[d];
+    linear /= s.sizes[d];
+  }
+  return off;
+}
+
+TEST(LaunchPlanning, BroadcastingMatchesNaiveIndexing) {
+  std::random_device rd;
+  const unsigned seed = rd();
+  std::mt19937 rng(seed);
+  for (int trial = 0; trial < 300; ++trial) {
+    const int ndim = int(rng() % 6);
+    std::vector<int64_t> out_sizes(static_cast<size_t>(ndim));
+    for (auto& s : out_sizes) s = 1 + int64_t(rng() % 5);
+    // Inputs: a suffix of the output's dims, some set to 1 (broadcast).
+    std::vector<Layout> inputs;
+    for (int k = 0; k < 2; ++k) {
+      const int nd = ndim == 0 ? 0 : int(rng() % (ndim + 1));
+      std::vector<int64_t> sizes(out_sizes.end() - nd, out_sizes.end());
+      for (auto& s : sizes)
+        if (rng() % 3 == 0) s = 1;
+      inputs.push_back(random_layout(rng, sizes));
+    }
+    const Layout out = random_layout(rng, out_sizes);
+    IterShape shape;
+    Operand ops[3];
+    const Geometry ins[2] = {inputs[0].geometry(), inputs[1].geometry()};
+    ASSERT_TRUE(tessera::cuda::plan_elementwise(out.geometry(), ins, 2, &shape, ops)) << "seed " << seed;
+    int64_t numel = 1;
+    for (int64_t s : out_sizes) numel *= s;
+    ASSERT_EQ(shape.numel, numel);
+    int64_t planned_numel = 1;
+    for (int d = 0; d < shape.ndim; ++d) planned_numel *= shape.sizes[d];
+    ASSERT_EQ(planned_numel, numel);
+    for (int64_t i = 0; i < numel; ++i) {
+      const auto c = coords_of(i, out_sizes);
+      int64_t expected_out = 0;
+      for (int d = 0; d < ndim; ++d) expected_out += c[size_t(d)] * out.strides[size_t(d)];
+      ASSERT_EQ(planned_offset(shape, ops[0], i), expected_out) << "seed " << seed << " trial " << trial;
+      for (int k = 0; k < 2; ++k) {
+        const Layout& in = inputs[size_t(k)];
+        int64_t expected = 0;
+        const int shift = ndim - int(in.sizes.size());
+        for (size_t d = 0; d < in.sizes.size(); ++d)
+          if (in.sizes[d] != 1) expected += c[d + size_t(shift)] * in.strides[d];
+        ASSERT_EQ(planned_offset(shape, ops[k + 1], i), expected) << "seed " << seed << " trial " << trial;
+      }
+    }
+  }
+}
+
+TEST(LaunchPlanning, DenseOperandsMergeIntoOneDimAndTakeTheVectorPath) {
+  const std::vector<int64_t> sizes = {4, 5, 6}, strides = {30, 6, 1};
+  Geometry g{3, sizes.data(), strides.data()};
+  IterShape shape;
+  Operand ops[3];
+  const Geometry ins[2] = {g, g};
+  ASSERT_TRUE(tessera::cuda::plan_elementwise(g, ins, 2, &shape, ops));
+  EXPECT_EQ(shape.ndim, 1);
+  EXPECT_EQ(shape.sizes[0], 120);
+  EXPECT_TRUE(tessera::cuda::is_dense(shape, ops, 3));
+  // A broadcast row is not dense.
+  const std::vector<int64_t> row = {6}, row_stride = {1};
+  const Geometry ins2[2] = {g, Geometry{1, row.data(), row_stride.data()}};
+  ASSERT_TRUE(tessera::cuda::plan_elementwise(g, ins2, 2, &shape, ops));
+  EXPECT_EQ(shape.ndim, 2);
+  EXPECT_FALSE(tessera::cuda::is_dense(shape, ops, 3));
+  // Shapes that do not broadcast are refused.
+  const std::vector<int64_t> bad = {7}, bad_stride = {1};
+  const Geometry ins3[2] = {g, Geometry{1, bad.data(), bad_stride.data()}};
+  EXPECT_FALSE(tessera::cuda::plan_elementwise(g, ins3, 2, &shape, ops));
+}
+
+TEST(LaunchPlanning, TooManyNonMergeableDimsAreRefused) {
+  // 9 dims of size 2 whose strides never continue (a reversed layout with gaps).
+  std::vector<int64_t> sizes(9, 2), strides(9);
+  for (int d = 0; d < 9; ++d) strides[size_t(d)] = int64_t(1) << (2 * d);
+  Geometry g{9, sizes.data(), strides.data()};
+  IterShape shape;
+  Operand op;
+  EXPECT_FALSE(tessera::cuda::plan_elementwise(g, nullptr, 0, &shape, &op));
+  EXPECT_GT(9, kMaxDims);
+}
+
+TEST(LaunchPlanning, ReductionPlanMatchesNaiveReduction) {
+  std::random_device rd;
+  const unsigned seed = rd();
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<double> uni(-1.0, 1.0);
+  for (int trial = 0; trial < 300; ++trial) {
+    const int ndim = 1 + int(rng() % 5);
+    std::vector<int64_t> sizes(static_cast<size_t>(ndim));
+    for (auto& s : sizes) s = 1 + int64_t(rng() % 5);
+    const Layout in = random_layout(rng, sizes);
+    uint64_t mask = 0;
+    for (int d = 0; d < ndim; ++d)
+      if (rng() % 2) mask |= uint64_t(1) << d;
+    if (mask == 0) mask = (uint64_t(1) << ndim) - 1;
+    const bool keepdim = rng() % 2;
+    std::vector<int64_t> out_sizes;
+    for (int d = 0; d < ndim; ++d) {
+      if ((mask >> d) & 1u) {
+        if (keepdim) out_sizes.push_back(1);
+      } else {
+        out_sizes.push_back(sizes[size_t(d)]);
+      }
+    }
+    const Layout out = random_layout(rng, out_sizes);
+    ReducePlan plan;
+    ASSERT_TRUE(tessera::cuda::plan_reduction(in.geometry(), out.geometry(), mask, keepdim, &plan)) << "seed " << seed;
+
+    // Storage big enough for the strided layouts; fresh random values.
+    int64_t in_span = 1, out_span = 1;
+    for (int d = 0; d < ndim; ++d) in_span += (sizes[size_t(d)] - 1) * in.strides[size_t(d)];
+    for (size_t d = 0; d < out_sizes.size(); ++d) out_span += (out_sizes[d] - 1) * out.strides[d];
+    std::vector<double> x(static_cast<size_t>(in_span));
+    for (auto& v : x) v = uni(rng);
+
+    // Naive: sum over every input element into its output position.
+    std::vector<double> expected(size_t(out_span), 0.0), got(size_t(out_span), 0.0);
+    int64_t numel = 1;
+    for (int64_t s : sizes) numel *= s;
+    for (int64_t i = 0; i < numel; ++i) {
+      const auto c = coords_of(i, sizes);
+      int64_t ioff = 0, ooff = 0;
+      size_t od = 0;
+      for (int d = 0; d < ndim; ++d) {
+        ioff += c[size_t(d)] * in.strides[size_t(d)];
+        if ((mask >> d) & 1u) {
+          if (keepdim) ++od;
+        } else {
+          ooff += c[size_t(d)] * out.strides[od++];
+        }
+      }
+      expected[size_t(ooff)] += x[size_t(ioff)];
+    }
+    // Through the plan, as the kernels index.
+    for (int64_t o = 0; o < plan.num_outputs; ++o) {
+      int64_t in_base = 0, out_off = 0, rem = o;
+      for (int d = plan.kept_ndim - 1; d >= 0; --d) {
+        const int64_t c = rem % plan.kept_sizes[d];
+        rem /= plan.kept_sizes[d];
+        in_base += c * plan.kept_in_strides[d];
+        out_off += c * plan.kept_out_strides[d];
+      }
+      double acc = 0.0;
+      for (int64_t r = 0; r < plan.reduce_size; ++r) {
+        int64_t off = 0, rr = r;
+        for (int d = plan.reduced_ndim - 1; d >= 0; --d) {
+          off += (rr % plan.reduced_sizes[d]) * plan.reduced_in_strides[d];
+          rr /= plan.reduced_sizes[d];
+        }
+        acc += x[size_t(in_base + off)];
+      }
+      got[size_t(out_off)] = acc;
+    }
+    for (size_t i = 0; i < expected.size(); ++i)
+      ASSERT_NEAR(got[i], expected[i], 1e-9) << "seed " << seed << " trial " << trial << " at " << i;
+  }
+}
+
+}  // namespace
+
+namespace {
+
+// fill_ values are converted on the host by the plugin's own float16/bfloat16 rounding; it must
+// agree bit for bit with the core's conversion (round to nearest even, NaN, inf, subnormals).
+TEST(HalfBits, MatchesTheCoreConversionBitForBit) {
+  std::random_device rd;
+  const unsigned seed = rd();
+  std::mt19937 rng(seed);
+  std::vector<uint32_t> patterns = {0x00000000u, 0x80000000u, 0x7f800000u, 0xff800000u, 0x7fc00000u, 0x33000000u,
+                                    0x33000001u, 0x387fffffu, 0x38800000u, 0x477fefffu, 0x477ff000u, 0x3f800000u,
+                                    0x3f801000u, 0x3f803000u};
+  for (int i = 0; i < 1000000; ++i) patterns.push_back(rng());
+  for (int i = 0; i < 100000; ++i) patterns.push_back(0x33000000u + rng() % (0x47800000u - 0x33000000u));  // half range
+  for (uint32_t bits : patterns) {
+    float f;
+    std::memcpy(&f, &bits, 4);
+    const uint16_t core_half = tessera::Half(f).bits, mine_half = tessera::cuda::float_to_half_bits(f);
+    if (std::isnan(f)) {
+      EXPECT_EQ(mine_half & 0x7c00u, 0x7c00u);
+      EXPECT_NE(mine_half & 0x03ffu, 0u);
+    } else {
+      ASSERT_EQ(mine_half, core_half) << "float bits 0x" << std::hex << bits << " (seed " << std::dec << seed << ")";
+    }
+    const uint16_t core_bf = tessera::BFloat16(f).bits, mine_bf = tessera::cuda::float_to_bf16_bits(f);
+    if (!std::isnan(f)) {
+      ASSERT_EQ(mine_bf, core_bf) << "float bits 0x" << std::hex << bits;
+    }
+  }
+}
+
+}  // namespace

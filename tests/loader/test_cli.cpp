@@ -1,0 +1,113 @@
+// The `tessera` command-line tool, run as a separate process against temporary plugin folders.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <map>
+
+#include "loader_test_util.h"
+
+namespace {
+
+using namespace lt;
+
+struct CliRun {
+  int status = -1;  // exit status, or 128 + signal
+  std::string out;
+};
+
+// Runs the built `tessera` with `args`; the environment is narrowed to `plugin_path` and lt_* plugins.
+// Under a sanitizer, SIGSEGV is left to the default action so that `tessera doctor` sees the signal.
+CliRun run_cli(const std::string& args, const std::string& plugin_path, bool merge_stderr = false) {
+  std::string cmd = "ASAN_OPTIONS=\"${ASAN_OPTIONS:+$ASAN_OPTIONS:}handle_segv=0\" "
+                    "TSAN_OPTIONS=\"${TSAN_OPTIONS:+$TSAN_OPTIONS:}handle_segv=0\" TESSERA_PLUGIN_PATH='" +
+                    plugin_path + "' TESSERA_PLUGINS_SELECT='lt_*' '" TESSERA_CLI "' " +
+                    args + (merge_stderr ? " 2>&1" : " 2>/dev/null");
+  CliRun r;
+  FILE* f = popen(cmd.c_str(), "r");
+  if (!f) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), f)) > 0) r.out.append(buf, n);
+  int st = pclose(f);
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  return r;
+}
+
+class CliTest : public ::testing::Test {
+ protected:
+  TempDir dir_;
+};
+
+TEST_F(CliTest, DevicesJsonListsTheTestPluginsDevice) {
+  dir_.write_manifest("lt_good", backend_manifest("lt_good", LT_LIB_GOOD, 1, "lt_cli_npu"));
+  CliRun r = run_cli("devices --json", dir_.path());
+  ASSERT_EQ(r.status, 0) << r.out;
+  json j = json::parse(r.out, nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << "not JSON: " << r.out;
+  ASSERT_TRUE(j.contains("devices") && j["devices"].is_array()) << r.out;
+  bool found = false;
+  for (const auto& d : j["devices"]) {
+    if (d.value("name", "") != "lt_cli_npu:0") continue;
+    found = true;
+    EXPECT_EQ(d.value("type", ""), "lt_cli_npu");
+    EXPECT_EQ(d.value("index", -1), 0);
+    EXPECT_EQ(d.value("plugin", ""), "lt_good");
+    ASSERT_TRUE(d["properties"].is_object()) << d.dump();
+    EXPECT_EQ(d["properties"].value("name", ""), "host test device 0");
+  }
+  EXPECT_TRUE(found) << r.out;
+}
+
+TEST_F(CliTest, PluginsJsonListsStatusAndReason) {
+  dir_.write_manifest("lt_good", backend_manifest("lt_good", LT_LIB_GOOD, 1, "lt_cli_npu"));
+  dir_.write("lt_broken.json", "[1, 2");
+  CliRun r = run_cli("plugins --json", dir_.path());
+  ASSERT_EQ(r.status, 0) << r.out;
+  json j = json::parse(r.out, nullptr, false);
+  ASSERT_TRUE(j.is_array()) << r.out;
+  std::map<std::string, json> by_name;
+  for (const auto& p : j) by_name[p.value("name", "")] = p;
+  ASSERT_TRUE(by_name.count("lt_good") && by_name.count("lt_broken")) << r.out;
+  EXPECT_EQ(by_name["lt_good"]["status"], "available");
+  EXPECT_EQ(by_name["lt_good"]["kind"], "backend");
+  EXPECT_EQ(by_name["lt_good"]["library"], LT_LIB_GOOD);
+  EXPECT_EQ(by_name["lt_good"]["manifest"], dir_.file("lt_good.json"));
+  EXPECT_EQ(by_name["lt_broken"]["status"], "failed");
+  EXPECT_NE(by_name["lt_broken"]["reason"].get<std::string>().find("invalid JSON"), std::string::npos);
+  for (const auto& p : j)
+    if (p.value("name", "").rfind("lt_", 0) != 0) EXPECT_EQ(p["status"], "disabled") << p.dump();
+}
+
+TEST_F(CliTest, HelpExitsZeroEverywhere) {
+  for (const char* args : {"--help", "devices --help", "plugins --help", "doctor --help"}) {
+    CliRun r = run_cli(args, dir_.path());
+    EXPECT_EQ(r.status, 0) << args;
+    EXPECT_NE(r.out.find("usage: tessera"), std::string::npos) << args << ": " << r.out;
+  }
+  CliRun v = run_cli("--version", dir_.path());
+  EXPECT_EQ(v.status, 0);
+  EXPECT_EQ(v.out.rfind("tessera ", 0), 0u) << v.out;
+}
+
+TEST_F(CliTest, BadUsageExitsTwo) {
+  for (const char* args : {"", "frobnicate", "devices --bogus", "plugins extra", "doctor --timeout"}) {
+    CliRun r = run_cli(args, dir_.path(), true);
+    EXPECT_EQ(r.status, 2) << "'" << args << "': " << r.out;
+  }
+}
+
+TEST_F(CliTest, DoctorReportsACrashingPluginWithItsSignal) {
+  dir_.write_manifest("lt_good", backend_manifest("lt_good", LT_LIB_GOOD, 1, "lt_cli_npu"));
+  json crash = backend_manifest("lt_crash", LT_LIB_CRASH, 2, "lt_crashdev");
+  dir_.write_manifest("lt_crash", crash);
+  dir_.write_manifest("lt_no_entry", backend_manifest("lt_no_entry", LT_LIB_NO_ENTRY, 3, "lt_noentrydev"));
+  CliRun r = run_cli("doctor", dir_.path());
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("CRASHED  lt_crash 1.0.0: while loading: signal 11"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("ok       lt_good 1.0.0: loads; device type 'lt_cli_npu': 1 device(s)"), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("FAILED   lt_no_entry"), std::string::npos) << r.out;
+}
+
+}  // namespace

@@ -1,0 +1,573 @@
+// Plugin discovery and loading, against real shared libraries built by this folder, each broken in
+// one way (see plugins/), and manifests written into fresh temporary folders.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <thread>
+
+#include "loader_test_util.h"
+#include "tessera/allocator.h"
+#include "tessera/dispatcher.h"
+#include "tessera/error.h"
+#include "tessera/log.h"
+#include "tessera/ops.h"
+
+namespace {
+
+using namespace lt;
+using tessera::DeviceType;
+using tessera::PluginStatus;
+
+class LoaderTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    tessera::shutdown_plugins();
+    tessera::reset_privateuse_names_for_testing();
+    ASSERT_FALSE(dir_.path().empty());
+    setenv("TESSERA_PLUGIN_PATH", dir_.path().c_str(), 1);
+    // Only this test's plugins take part; the build's own plugins are listed as disabled.
+    setenv("TESSERA_PLUGINS_SELECT", "lt_*", 1);
+    unsetenv("TESSERA_PLUGINS_DISABLE");
+  }
+  void TearDown() override {
+    tessera::shutdown_plugins();
+    unsetenv("TESSERA_PLUGIN_PATH");
+    unsetenv("TESSERA_PLUGINS_SELECT");
+    unsetenv("TESSERA_PLUGINS_DISABLE");
+    tessera::reset_privateuse_names_for_testing();
+  }
+  static void rediscover() { tessera::rediscover_plugins_for_testing(); }
+  static tessera::PluginInfo info(const std::string& name) {
+    auto p = find_plugin(name);
+    EXPECT_TRUE(p.has_value()) << "plugin '" << name << "' not listed";
+    return p.value_or(tessera::PluginInfo{});
+  }
+  // Expects `name` to be listed as failed with a reason containing `fragment`.
+  static void expect_failed(const std::string& name, const std::string& fragment) {
+    tessera::PluginInfo p = info(name);
+    EXPECT_EQ(p.status, PluginStatus::Failed) << name << ": " << tessera::plugin_status_name(p.status);
+    EXPECT_NE(p.reason.find(fragment), std::string::npos) << "reason: " << p.reason;
+    EXPECT_EQ(p.reason.find('\n'), std::string::npos) << "reason spans lines: " << p.reason;
+  }
+
+  TempDir dir_;
+};
+
+// ------------------------------------------------------------------ a good plugin
+
+TEST_F(LoaderTest, GoodPluginLoadsLazilyRegistersAndUnloads) {
+  // The library is copied next to its manifest and named relatively.
+  fs::copy_file(LT_LIB_GOOD, dir_.file("liblt_good.so"));
+  const std::string lib = dir_.file("liblt_good.so");
+  dir_.write_manifest("lt_good", backend_manifest("lt_good", "liblt_good.so", 2, "lt_npu"));
+  rediscover();
+
+  tessera::PluginInfo p = info("lt_good");
+  EXPECT_EQ(p.status, PluginStatus::Available) << p.reason;
+  EXPECT_EQ(p.kind, "backend");
+  EXPECT_EQ(p.version, "1.0.0");
+  EXPECT_EQ(p.library, lib);
+  EXPECT_EQ(p.manifest, dir_.file("lt_good.json"));
+  EXPECT_TRUE(p.has_device);
+  EXPECT_EQ(p.device_type, DeviceType::PrivateUse2);
+  EXPECT_EQ(p.device_name, "lt_npu");
+  // Discovery named the slot, so the device parses before anything is loaded.
+  EXPECT_FALSE(library_is_loaded(lib));
+  tessera::Device d("lt_npu:0");
+  EXPECT_EQ(d.type(), DeviceType::PrivateUse2);
+  EXPECT_EQ(d.str(), "lt_npu:0");
+  EXPECT_FALSE(library_is_loaded(lib)) << "parsing a device name must not load the plugin";
+
+  std::string why;
+  ASSERT_TRUE(tessera::ensure_backend_loaded(DeviceType::PrivateUse2, &why)) << why;
+  EXPECT_TRUE(library_is_loaded(lib));
+  EXPECT_EQ(info("lt_good").status, PluginStatus::Loaded);
+  EXPECT_EQ(call_plugin_counter(lib, "lt_plugin_init_calls"), 1);
+
+  auto& dispatcher = tessera::Dispatcher::instance();
+  tessera::OperatorEntry* op = dispatcher.find_op("lt_good_fill_");
+  ASSERT_NE(op, nullptr) << "the operator the plugin defined is missing";
+  auto backends = dispatcher.backends_with_kernel(*op);
+  EXPECT_NE(std::find(backends.begin(), backends.end(), DeviceType::PrivateUse2), backends.end());
+
+  const tessera::BackendDevice* backend = tessera::backend_device_if_loaded(DeviceType::PrivateUse2);
+  ASSERT_NE(backend, nullptr);
+  EXPECT_EQ(backend->plugin, "lt_good");
+  ASSERT_NE(backend->iface, nullptr);
+  EXPECT_EQ(backend->iface->device_count(backend->self, nullptr, 0), 1);
+
+  // The allocator goes through the plugin and frees through it.
+  {
+    tessera::Allocator* alloc = tessera::get_allocator(DeviceType::PrivateUse2);
+    ASSERT_NE(alloc, nullptr);
+    tessera::DataPtr block = alloc->allocate(4096, 0);
+    EXPECT_NE(block.get(), nullptr);
+    EXPECT_EQ(block.device(), tessera::Device(DeviceType::PrivateUse2, 0));
+    EXPECT_EQ(call_plugin_counter(lib, "lt_plugin_live_allocations"), 1);
+  }
+  EXPECT_EQ(call_plugin_counter(lib, "lt_plugin_live_allocations"), 0);
+  try {
+    tessera::get_allocator(DeviceType::PrivateUse2)->allocate(size_t(1) << 41, 0);
+    ADD_FAILURE() << "a 2 TiB allocation should fail";
+  } catch (const tessera::Error& e) {
+    EXPECT_EQ(e.code(), tessera::ErrorCode::OutOfMemory);
+    std::string m = e.what();
+    EXPECT_NE(m.find("lt_npu:0"), std::string::npos) << m;
+    EXPECT_NE(m.find("2199023255552"), std::string::npos) << m;
+  }
+
+  // The device shows in the device list with the plugin's properties.
+  bool listed = false;
+  for (const auto& dev : tessera::devices()) {
+    if (dev.name != "lt_npu:0") continue;
+    listed = true;
+    EXPECT_EQ(dev.plugin, "lt_good");
+    EXPECT_NE(dev.properties.find("host test device"), std::string::npos) << dev.properties;
+  }
+  EXPECT_TRUE(listed) << "lt_npu:0 missing from tessera::devices()";
+
+  tessera::shutdown_plugins();
+  EXPECT_FALSE(library_is_loaded(lib));
+  EXPECT_EQ(info("lt_good").status, PluginStatus::Available);
+  EXPECT_EQ(tessera::backend_device_if_loaded(DeviceType::PrivateUse2), nullptr);
+  backends = dispatcher.backends_with_kernel(*op);
+  EXPECT_EQ(std::find(backends.begin(), backends.end(), DeviceType::PrivateUse2), backends.end())
+      << "the kernel stayed registered after shutdown";
+  // Used again, it loads again.
+  ASSERT_TRUE(tessera::ensure_backend_loaded(DeviceType::PrivateUse2, &why)) << why;
+  EXPECT_EQ(info("lt_good").status, PluginStatus::Loaded);
+}
+
+TEST_F(LoaderTest, GoodPluginKernelRunsOnItsDevice) {
+  dir_.write_manifest("lt_good", backend_manifest("lt_good", LT_LIB_GOOD, 1, "lt_npu"));
+  rediscover();
+  tessera::Tensor t = tessera::empty({5}, tessera::TensorOptions().device("lt_npu:0").dtype(tessera::DType::Float32));
+  EXPECT_EQ(t.device().type(), DeviceType::PrivateUse1);
+  auto& dispatcher = tessera::Dispatcher::instance();
+  dispatcher.call_boxed(dispatcher.op("lt_good_fill_"), {t, 2.5});
+  tessera::Tensor host = t.to(tessera::Device("cpu"));
+  const float* values = host.data_ptr<float>();
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(values[i], 2.5f) << i;
+}
+
+TEST_F(LoaderTest, RegistrationsAfterInitApplyAtOnceAndAreUndoneAtShutdown) {
+  dir_.write_manifest("lt_good", backend_manifest("lt_good", LT_LIB_GOOD, 2, "lt_npu"));
+  rediscover();
+  std::string why;
+  ASSERT_TRUE(tessera::ensure_backend_loaded(DeviceType::PrivateUse2, &why)) << why;
+  auto& dispatcher = tessera::Dispatcher::instance();
+  EXPECT_EQ(call_plugin_counter(LT_LIB_GOOD, "lt_good_register_unknown"), 0);
+  EXPECT_EQ(call_plugin_counter(LT_LIB_GOOD, "lt_good_register_late"), 0);
+  tessera::OperatorEntry* late = dispatcher.find_op("lt_good_late_");
+  ASSERT_NE(late, nullptr);
+  auto backends = dispatcher.backends_with_kernel(*late);
+  EXPECT_NE(std::find(backends.begin(), backends.end(), DeviceType::PrivateUse2), backends.end());
+  tessera::shutdown_plugins();
+  backends = dispatcher.backends_with_kernel(*late);
+  EXPECT_EQ(std::find(backends.begin(), backends.end(), DeviceType::PrivateUse2), backends.end());
+}
+
+TEST_F(LoaderTest, SdkDevicePluginLoadsAndReportsErrorsAsStatuses) {
+  dir_.write_manifest("lt_sdk_device", backend_manifest("lt_sdk_device", LT_LIB_SDK_DEVICE, 3, "lt_sdkdev"));
+  rediscover();
+  std::string why;
+  ASSERT_TRUE(tessera::ensure_backend_loaded(DeviceType::PrivateUse3, &why)) << why;
+  const tessera::BackendDevice* b = tessera::backend_device_if_loaded(DeviceType::PrivateUse3);
+  ASSERT_NE(b, nullptr);
+  EXPECT_EQ(b->iface->device_count(b->self, nullptr, 0), 2);
+  char props[128];
+  size_t need = b->iface->device_properties(b->self, 1, props, sizeof(props));
+  EXPECT_EQ(std::string(props), "{\"name\": \"sdk test device 1\", \"memory\": 1073741824}");
+  EXPECT_EQ(need, std::string(props).size());
+  EXPECT_NE(tessera::Dispatcher::instance().find_op("lt_sdk_fill_"), nullptr);
+  tessera::Allocator* alloc = tessera::get_allocator(DeviceType::PrivateUse3);
+  { tessera::DataPtr block = alloc->allocate(256, 1); EXPECT_NE(block.get(), nullptr); }
+  try {
+    alloc->allocate(size_t(2) << 30, 1);
+    ADD_FAILURE() << "a 2 GiB allocation should fail";
+  } catch (const tessera::Error& e) {
+    EXPECT_EQ(e.code(), tessera::ErrorCode::OutOfMemory);
+    EXPECT_NE(std::string(e.what()).find("sdk test device 1 holds 1 GiB"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("lt_sdkdev:1"), std::string::npos) << e.what();
+  }
+}
+
+TEST_F(LoaderTest, ConcurrentFirstUsesLoadOnce) {
+  dir_.write_manifest("lt_good", backend_manifest("lt_good", LT_LIB_GOOD, 2, "lt_npu"));
+  rediscover();
+  std::atomic<int> go{0}, ok{0};
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 8; ++i)
+    threads.emplace_back([&] {
+      while (!go.load()) std::this_thread::yield();
+      if (tessera::ensure_backend_loaded(DeviceType::PrivateUse2)) ok.fetch_add(1);
+    });
+  go = 1;
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(ok.load(), 8);
+  EXPECT_EQ(call_plugin_counter(LT_LIB_GOOD, "lt_plugin_init_calls"), 1);
+}
+
+TEST_F(LoaderTest, ListingPluginsLoadsNoLibrary) {
+  dir_.write_manifest("lt_good", backend_manifest("lt_good", LT_LIB_GOOD, 2, "lt_npu"));
+  dir_.write_manifest("lt_old_minor", backend_manifest("lt_old_minor", LT_LIB_OLD_MINOR, 3, "lt_old"));
+  dir_.write_manifest("lt_no_entry", plain_manifest("lt_no_entry", LT_LIB_NO_ENTRY));
+  rediscover();
+  auto list = tessera::plugins();
+  int mine = 0;
+  for (const auto& p : list)
+    if (p.name.rfind("lt_", 0) == 0) {
+      ++mine;
+      EXPECT_EQ(p.status, PluginStatus::Available) << p.name << ": " << p.reason;
+    }
+  EXPECT_EQ(mine, 3);
+  EXPECT_FALSE(library_is_loaded(LT_LIB_GOOD));
+  EXPECT_FALSE(library_is_loaded(LT_LIB_OLD_MINOR));
+  EXPECT_FALSE(library_is_loaded(LT_LIB_NO_ENTRY));
+  // The build's own plugins, if any, are disabled by TESSERA_PLUGINS_SELECT with a reason.
+  for (const auto& p : list)
+    if (p.name.rfind("lt_", 0) != 0) {
+      EXPECT_EQ(p.status, PluginStatus::Disabled) << p.name;
+      EXPECT_NE(p.reason.find("TESSERA_PLUGINS_SELECT"), std::string::npos) << p.reason;
+    }
+}
+
+// ------------------------------------------------------------------ manifests
+
+TEST_F(LoaderTest, InvalidJsonGivesFileLineAndColumn) {
+  const std::string text = "{\n  \"manifest_version\": 1,\n  \"name\": \"lt_bad_json\",\n  \"kind\": backend\n}\n";
+  std::string path = dir_.write("lt_bad_json.json", text);
+  rediscover();
+  tessera::PluginInfo p = info("lt_bad_json");
+  EXPECT_EQ(p.status, PluginStatus::Failed);
+  // Line 4 is `  "kind": backend`; the offending byte is the 'b' at column 11.
+  EXPECT_EQ(p.reason.rfind(path + ":4:11: invalid JSON: ", 0), 0u) << p.reason;
+  EXPECT_EQ(p.reason.find('\n'), std::string::npos);
+}
+
+TEST_F(LoaderTest, InvalidJsonOnFirstLineAndTruncated) {
+  std::string a = dir_.write("lt_trunc.json", "{\"manifest_version\": 1, \"name\": ");
+  std::string b = dir_.write("lt_comma.json", "{\"manifest_version\": 1,, \"name\": \"x\"}");
+  rediscover();
+  EXPECT_EQ(info("lt_comma").reason.rfind(b + ":1:24: invalid JSON: ", 0), 0u) << info("lt_comma").reason;
+  EXPECT_EQ(info("lt_trunc").reason.rfind(a + ":1:", 0), 0u) << info("lt_trunc").reason;
+}
+
+TEST_F(LoaderTest, UnknownManifestVersion) {
+  json m = backend_manifest("lt_v7", LT_LIB_GOOD, 2, "lt_npu");
+  m["manifest_version"] = 7;
+  dir_.write_manifest("lt_v7", m);
+  rediscover();
+  expect_failed("lt_v7", "unknown manifest_version 7");
+  expect_failed("lt_v7", "reads 1");
+}
+
+TEST_F(LoaderTest, MissingFieldNamesFieldAndType) {
+  json m = backend_manifest("lt_nolib", LT_LIB_GOOD, 2, "lt_npu");
+  m.erase("library");
+  dir_.write_manifest("lt_nolib", m);
+  json n = backend_manifest("lt_noabi", LT_LIB_GOOD, 2, "lt_npu");
+  n["abi"].erase("major");
+  dir_.write_manifest("lt_noabi", n);
+  json d = backend_manifest("lt_nodevice", LT_LIB_GOOD, 2, "lt_npu");
+  d.erase("device");
+  dir_.write_manifest("lt_nodevice", d);
+  rediscover();
+  expect_failed("lt_nolib", "missing field 'library' (string)");
+  expect_failed("lt_noabi", "missing field 'abi.major' (integer)");
+  expect_failed("lt_nodevice", "missing field 'device' (object)");
+}
+
+TEST_F(LoaderTest, WrongTypeNamesFieldAndExpectedType) {
+  json m = backend_manifest("lt_prio", LT_LIB_GOOD, 2, "lt_npu");
+  m["priority"] = "high";
+  dir_.write_manifest("lt_prio", m);
+  json n = backend_manifest("lt_feat", LT_LIB_GOOD, 2, "lt_npu");
+  n["requires"] = {{"cpu_features", "avx2"}};
+  dir_.write_manifest("lt_feat", n);
+  json v = backend_manifest("lt_ver", LT_LIB_GOOD, 2, "lt_npu");
+  v["version"] = 3;
+  dir_.write_manifest("lt_ver", v);
+  rediscover();
+  expect_failed("lt_prio", "field 'priority' must be an integer, got a string");
+  expect_failed("lt_feat", "field 'requires.cpu_features' must be an array of strings, got a string");
+  expect_failed("lt_ver", "field 'version' must be a string, got an integer");
+}
+
+TEST_F(LoaderTest, UnknownKind) {
+  json m = backend_manifest("lt_gpu_kind", LT_LIB_GOOD, 2, "lt_npu");
+  m["kind"] = "gpu";
+  dir_.write_manifest("lt_gpu_kind", m);
+  rediscover();
+  expect_failed("lt_gpu_kind", "unknown kind 'gpu' (expected backend, compiler, quantizer or sparsity)");
+}
+
+TEST_F(LoaderTest, UnknownFieldsAreAccepted) {
+  json m = backend_manifest("lt_extra", LT_LIB_GOOD, 2, "lt_npu");
+  m["x-vendor-note"] = "anything";
+  dir_.write_manifest("lt_extra", m);
+  rediscover();
+  EXPECT_EQ(info("lt_extra").status, PluginStatus::Available) << info("lt_extra").reason;
+}
+
+// ------------------------------------------------------------------ libraries
+
+TEST_F(LoaderTest, MissingLibraryFile) {
+  dir_.write_manifest("lt_gone", backend_manifest("lt_gone", "liblt_gone.so", 2, "lt_npu"));
+  rediscover();
+  expect_failed("lt_gone", "library file '" + dir_.file("liblt_gone.so") + "' not found");
+}
+
+TEST_F(LoaderTest, TextFileNamedSoIsNotASharedLibrary) {
+  dir_.write("liblt_text.so", "this is not a shared library\n");
+  dir_.write_manifest("lt_text", backend_manifest("lt_text", "liblt_text.so", 2, "lt_npu"));
+  rediscover();
+  EXPECT_EQ(info("lt_text").status, PluginStatus::Available);  // lazily: nothing opened yet
+  std::string why;
+  EXPECT_FALSE(tessera::ensure_backend_loaded(DeviceType::PrivateUse2, &why));
+  expect_failed("lt_text", "cannot load library '" + dir_.file("liblt_text.so") + "'");
+  EXPECT_NE(why.find("lt_text"), std::string::npos) << why;
+  EXPECT_NE(why.find("lt_npu"), std::string::npos) << why;
+}
+
+TEST_F(LoaderTest, NoEntryPoint) {
+  dir_.write_manifest("lt_no_entry", backend_manifest("lt_no_entry", LT_LIB_NO_ENTRY, 2, "lt_npu"));
+  rediscover();
+  EXPECT_FALSE(tessera::ensure_backend_loaded(DeviceType::PrivateUse2));
+  expect_failed("lt_no_entry", "no entry point 'tessera_plugin_init'");
+  EXPECT_FALSE(library_is_loaded(LT_LIB_NO_ENTRY));
+}
+
+TEST_F(LoaderTest, FailedInitLeavesNothingRegisteredAndOthersWork) {
+  dir_.write_manifest("lt_init_error", backend_manifest("lt_init_error", LT_LIB_INIT_ERROR, 3, "lt_errdev"));
+  dir_.write_manifest("lt_good", backend_manifest("lt_good", LT_LIB_GOOD, 2, "lt_npu"));
+  rediscover();
+  std::string why;
+  EXPECT_FALSE(tessera::ensure_backend_loaded(DeviceType::PrivateUse3, &why));
+  expect_failed("lt_init_error", "tessera_plugin_init failed: lt_init_error: the device is on fire");
+  EXPECT_FALSE(library_is_loaded(LT_LIB_INIT_ERROR));
+  auto& dispatcher = tessera::Dispatcher::instance();
+  EXPECT_EQ(dispatcher.find_op("lt_init_error_op"), nullptr) << "an operator of a failed init stayed defined";
+  if (tessera::OperatorEntry* add = dispatcher.find_op("add.Tensor")) {
+    auto backends = dispatcher.backends_with_kernel(*add);
+    EXPECT_EQ(std::find(backends.begin(), backends.end(), DeviceType::PrivateUse3), backends.end())
+        << "a kernel of a failed init stayed registered";
+  }
+  EXPECT_EQ(tessera::backend_device_if_loaded(DeviceType::PrivateUse3), nullptr);
+  EXPECT_THROW(tessera::get_allocator(DeviceType::PrivateUse3), tessera::Error);
+  // Every other plugin keeps working.
+  EXPECT_TRUE(tessera::ensure_backend_loaded(DeviceType::PrivateUse2, &why)) << why;
+}
+
+// ------------------------------------------------------------------ ABI
+
+TEST_F(LoaderTest, AbiMajorMismatchInManifestIsRefusedWithoutLoading) {
+  json m = backend_manifest("lt_abi2", LT_LIB_ABI2, 2, "lt_npu");
+  m["abi"]["major"] = 2;
+  dir_.write_manifest("lt_abi2", m);
+  rediscover();
+  expect_failed("lt_abi2", "incompatible ABI major version (plugin: 2, runtime: 1)");
+  EXPECT_FALSE(library_is_loaded(LT_LIB_ABI2));
+}
+
+TEST_F(LoaderTest, AbiMajorMismatchInPluginHeaderIsRefused) {
+  dir_.write_manifest("lt_abi2", backend_manifest("lt_abi2", LT_LIB_ABI2, 2, "lt_npu"));
+  rediscover();
+  EXPECT_FALSE(tessera::ensure_backend_loaded(DeviceType::PrivateUse2));
+  expect_failed("lt_abi2", "incompatible ABI major version (plugin: 2, runtime: 1)");
+  EXPECT_FALSE(library_is_loaded(LT_LIB_ABI2));
+  EXPECT_EQ(tessera::backend_device_if_loaded(DeviceType::PrivateUse2), nullptr);
+}
+
+TEST_F(LoaderTest, OlderMinorPluginLoadsReadingOnlyItsPrefix) {
+  dir_.write_manifest("lt_old_minor", backend_manifest("lt_old_minor", LT_LIB_OLD_MINOR, 3, "lt_old"));
+  rediscover();
+  std::string why;
+  ASSERT_TRUE(tessera::ensure_backend_loaded(DeviceType::PrivateUse3, &why)) << why;
+  const tessera::BackendDevice* b = tessera::backend_device_if_loaded(DeviceType::PrivateUse3);
+  ASSERT_NE(b, nullptr);
+  EXPECT_EQ(b->iface->struct_size, offsetof(tessera_device_interface_t, device_properties));
+  EXPECT_FALSE(TESSERA_ABI_HAS_FIELD(b->iface, tessera_device_interface_t, device_properties));
+  EXPECT_EQ(b->iface->device_properties, nullptr) << "a field past the plugin's struct_size was read";
+  EXPECT_EQ(b->iface->device_count(b->self, nullptr, 0), 1);
+  {
+    tessera::DataPtr block = tessera::get_allocator(DeviceType::PrivateUse3)->allocate(64, 0);
+    EXPECT_EQ(call_plugin_counter(LT_LIB_OLD_MINOR, "lt_plugin_live_allocations"), 1);
+  }
+  EXPECT_EQ(call_plugin_counter(LT_LIB_OLD_MINOR, "lt_plugin_live_allocations"), 0);
+  // Its header ends before `shutdown` (which holds poison): shutting down must not call it.
+  tessera::shutdown_plugins();
+  EXPECT_EQ(info("lt_old_minor").status, PluginStatus::Available);
+}
+
+TEST_F(LoaderTest, NewerMinorPluginLoads) {
+  dir_.write_manifest("lt_newer_minor", backend_manifest("lt_newer_minor", LT_LIB_NEWER_MINOR, 1, "lt_new"));
+  rediscover();
+  std::string why;
+  ASSERT_TRUE(tessera::ensure_backend_loaded(DeviceType::PrivateUse1, &why)) << why;
+  const tessera::BackendDevice* b = tessera::backend_device_if_loaded(DeviceType::PrivateUse1);
+  ASSERT_NE(b, nullptr);
+  EXPECT_GT(b->iface->struct_size, sizeof(tessera_device_interface_t));
+  EXPECT_NE(b->iface->device_properties, nullptr);
+  char props[256];
+  b->iface->device_properties(b->self, 0, props, sizeof(props));
+  EXPECT_NE(std::string(props).find("host test device 0"), std::string::npos);
+}
+
+// ------------------------------------------------------------------ requirements
+
+TEST_F(LoaderTest, UnmetCpuFeatures) {
+  json m = backend_manifest("lt_avx9000", LT_LIB_GOOD, 2, "lt_npu");
+  m["requires"] = {{"cpu_features", {"avx9000"}}};
+  dir_.write_manifest("lt_avx9000", m);
+  json ok = plain_manifest("lt_sse2", LT_LIB_GOOD);
+#if defined(__x86_64__)
+  ok["requires"] = {{"cpu_features", {"sse2"}}};
+#endif
+  dir_.write_manifest("lt_sse2", ok);
+  rediscover();
+  expect_failed("lt_avx9000", "unmet requirements: cpu_features not supported by this CPU: avx9000");
+  EXPECT_EQ(info("lt_sse2").status, PluginStatus::Available) << info("lt_sse2").reason;
+}
+
+TEST_F(LoaderTest, UnmetLibraries) {
+  json m = backend_manifest("lt_needs_lib", LT_LIB_GOOD, 2, "lt_npu");
+  m["requires"] = {{"libraries", {"libc.so.6", "libdoesnotexist.so.7"}}};
+  dir_.write_manifest("lt_needs_lib", m);
+  json ok = plain_manifest("lt_needs_libc", LT_LIB_GOOD);
+  ok["requires"] = {{"libraries", {"libc.so.6"}}};
+  dir_.write_manifest("lt_needs_libc", ok);
+  rediscover();
+  expect_failed("lt_needs_lib", "libraries not found by the dynamic loader: libdoesnotexist.so.7");
+  EXPECT_EQ(info("lt_needs_lib").reason.find("libc.so.6"), std::string::npos);
+  EXPECT_EQ(info("lt_needs_libc").status, PluginStatus::Available) << info("lt_needs_libc").reason;
+}
+
+// ------------------------------------------------------------------ slots, security, selection
+
+TEST_F(LoaderTest, SameSlotDifferentNamesFailsTheSecond) {
+  dir_.write_manifest("lt_slot_a", backend_manifest("lt_slot_a", LT_LIB_GOOD, 1, "lt_dev_a"));
+  dir_.write_manifest("lt_slot_b", backend_manifest("lt_slot_b", LT_LIB_OLD_MINOR, 1, "lt_dev_b"));
+  rediscover();
+  EXPECT_EQ(info("lt_slot_a").status, PluginStatus::Available) << info("lt_slot_a").reason;
+  expect_failed("lt_slot_b", "privateuse1");
+  expect_failed("lt_slot_b", "lt_dev_a");  // the rename rule's message names the current name
+  EXPECT_EQ(tessera::privateuse_backend_name(1), "lt_dev_a");
+}
+
+TEST_F(LoaderTest, SlotAlreadyRenamedByTheApplication) {
+  tessera::rename_privateuse_backend(2, "lt_app_dev");
+  dir_.write_manifest("lt_slot_a", backend_manifest("lt_slot_a", LT_LIB_GOOD, 2, "lt_dev_a"));
+  dir_.write_manifest("lt_slot_same", backend_manifest("lt_slot_same", LT_LIB_OLD_MINOR, 3, "lt_other"));
+  rediscover();
+  expect_failed("lt_slot_a", "lt_app_dev");
+  EXPECT_EQ(info("lt_slot_same").status, PluginStatus::Available);
+}
+
+TEST_F(LoaderTest, WorldWritableFolderIsRefused) {
+  dir_.write_manifest("lt_good", backend_manifest("lt_good", LT_LIB_GOOD, 2, "lt_npu"));
+  ASSERT_EQ(::chmod(dir_.path().c_str(), 0777), 0);
+  rediscover();
+  expect_failed("lt_good", "world-writable");
+  expect_failed("lt_good", "chmod o-w '" + dir_.path() + "'");
+  ::chmod(dir_.path().c_str(), 0700);
+}
+
+TEST_F(LoaderTest, WorldWritableManifestFileIsRefused) {
+  std::string path = dir_.write_manifest("lt_good", backend_manifest("lt_good", LT_LIB_GOOD, 2, "lt_npu"));
+  ASSERT_EQ(::chmod(path.c_str(), 0666), 0);
+  rediscover();
+  expect_failed("lt_good", "chmod o-w '" + path + "'");
+}
+
+TEST_F(LoaderTest, ShadowingByPriority) {
+  TempDir second;
+  json low = backend_manifest("lt_shadow", LT_LIB_OLD_MINOR, 2, "lt_npu");
+  low["priority"] = 10;
+  json high = backend_manifest("lt_shadow", LT_LIB_GOOD, 2, "lt_npu");
+  high["priority"] = 20;
+  high["version"] = "2.0.0";
+  std::string low_path = dir_.write_manifest("lt_shadow", low);
+  std::string high_path = second.write_manifest("lt_shadow", high);
+  setenv("TESSERA_PLUGIN_PATH", (dir_.path() + ":" + second.path()).c_str(), 1);
+  rediscover();
+  auto winner = find_plugin(high_path), loser = find_plugin(low_path);
+  ASSERT_TRUE(winner && loser);
+  EXPECT_EQ(winner->status, PluginStatus::Available);
+  EXPECT_EQ(loser->status, PluginStatus::Shadowed);
+  EXPECT_NE(loser->reason.find("shadowed by 'lt_shadow' 2.0.0 from " + high_path), std::string::npos) << loser->reason;
+  std::string why;
+  ASSERT_TRUE(tessera::ensure_backend_loaded(DeviceType::PrivateUse2, &why)) << why;
+  EXPECT_TRUE(library_is_loaded(LT_LIB_GOOD));
+  EXPECT_FALSE(library_is_loaded(LT_LIB_OLD_MINOR));
+}
+
+TEST_F(LoaderTest, ShadowingSkipsAWinnerWhoseRequirementsFail) {
+  TempDir second;
+  json high = backend_manifest("lt_shadow", LT_LIB_GOOD, 2, "lt_npu");
+  high["priority"] = 50;
+  high["requires"] = {{"cpu_features", {"avx9000"}}};
+  json low = backend_manifest("lt_shadow", LT_LIB_OLD_MINOR, 2, "lt_npu");
+  low["priority"] = 5;
+  std::string high_path = dir_.write_manifest("lt_shadow", high);
+  std::string low_path = second.write_manifest("lt_shadow", low);
+  setenv("TESSERA_PLUGIN_PATH", (dir_.path() + ":" + low_path).c_str(), 1);  // a manifest file works too
+  rediscover();
+  EXPECT_EQ(find_plugin(high_path)->status, PluginStatus::Failed);
+  EXPECT_EQ(find_plugin(low_path)->status, PluginStatus::Available);
+}
+
+TEST_F(LoaderTest, SelectAndDisableGlobs) {
+  dir_.write_manifest("lt_sel_one", plain_manifest("lt_sel_one", LT_LIB_GOOD));
+  dir_.write_manifest("lt_sel_two", plain_manifest("lt_sel_two", LT_LIB_GOOD));
+  dir_.write_manifest("lt_other", plain_manifest("lt_other", LT_LIB_GOOD));
+  setenv("TESSERA_PLUGINS_SELECT", "lt_sel_*, lt_nothing", 1);
+  setenv("TESSERA_PLUGINS_DISABLE", "*_two", 1);
+  rediscover();
+  EXPECT_EQ(info("lt_sel_one").status, PluginStatus::Available);
+  EXPECT_EQ(info("lt_sel_two").status, PluginStatus::Disabled);
+  EXPECT_NE(info("lt_sel_two").reason.find("TESSERA_PLUGINS_DISABLE (pattern '*_two')"), std::string::npos)
+      << info("lt_sel_two").reason;
+  EXPECT_EQ(info("lt_other").status, PluginStatus::Disabled);
+  EXPECT_NE(info("lt_other").reason.find("TESSERA_PLUGINS_SELECT"), std::string::npos) << info("lt_other").reason;
+}
+
+TEST_F(LoaderTest, LogExplainsEveryDecision) {
+  dir_.write_manifest("lt_good", backend_manifest("lt_good", LT_LIB_GOOD, 2, "lt_npu"));
+  dir_.write("lt_broken.json", "{");
+  setenv("TESSERA_LOG", "plugins", 1);
+  tessera::reload_log_settings();
+  testing::internal::CaptureStderr();
+  rediscover();
+  tessera::ensure_backend_loaded(DeviceType::PrivateUse2);
+  std::string log = testing::internal::GetCapturedStderr();
+  unsetenv("TESSERA_LOG");
+  tessera::reload_log_settings();
+  EXPECT_NE(log.find("accepted 'lt_good'"), std::string::npos) << log;
+  EXPECT_NE(log.find("rejected 'lt_broken'"), std::string::npos) << log;
+  EXPECT_NE(log.find("loaded 'lt_good'"), std::string::npos) << log;
+  EXPECT_NE(log.find("lt_good: initialised"), std::string::npos) << "plugin log lines go through TESSERA_LOG\n" << log;
+}
+
+// ------------------------------------------------------------------ the build's own plugins
+
+// A program that only uses the CPU loads no plugin library but the CPU backend's.
+TEST(LoaderCpuOnly, CpuOpLoadsOnlyTheCpuPlugin) {
+  unsetenv("TESSERA_PLUGIN_PATH");
+  unsetenv("TESSERA_PLUGINS_SELECT");
+  unsetenv("TESSERA_PLUGINS_DISABLE");
+  tessera::reset_privateuse_names_for_testing();
+  tessera::rediscover_plugins_for_testing();
+  auto cpu = find_plugin("cpu");
+  if (!cpu || cpu->status != PluginStatus::Available) GTEST_SKIP() << "the build has no loadable cpu plugin";
+  tessera::Tensor a = tessera::ones({4});
+  tessera::Tensor b = tessera::add(a, a);
+  EXPECT_EQ(b.device().type(), DeviceType::CPU);
+  for (const auto& p : tessera::plugins()) {
+    if (p.name == "cpu") EXPECT_EQ(p.status, PluginStatus::Loaded);
+    else EXPECT_NE(p.status, PluginStatus::Loaded) << "plugin '" << p.name << "' was loaded by a CPU-only program";
+  }
+  tessera::shutdown_plugins();
+}
+
+}  // namespace

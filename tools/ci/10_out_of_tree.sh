@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Out-of-tree SDK stage: installs the release build to a temporary prefix, builds plugins/template
+# and samples/my_hardware_device against it with find_package(Tessera), runs their tests, then runs
+# the conformance kit (`tessera check`) of the installed runtime for every device present.
+# Environment: TESSERA_BUILD_DIR (default build/release), JOBS.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+ROOT=$(pwd)
+BUILD=${TESSERA_BUILD_DIR:-build/release}
+JOBS=${JOBS:-2}
+[ -f "$BUILD/CMakeCache.txt" ] || { echo "10_out_of_tree: no build in $BUILD; run ./run.sh test first" >&2; exit 1; }
+
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/tessera-oot.XXXXXX")
+trap 'rm -rf "$WORK"' EXIT
+PREFIX=$WORK/prefix
+echo "install $BUILD -> $PREFIX"
+cmake --install "$BUILD" --prefix "$PREFIX" >/dev/null
+
+# The installed runtime must find its own plugins (next to the library) with no configuration.
+unset TESSERA_PLUGIN_PATH TESSERA_PLUGINS_SELECT TESSERA_PLUGINS_DISABLE
+"$PREFIX/bin/tessera" devices
+
+for project in plugins/template samples/my_hardware_device; do
+  name=$(basename "$project")
+  echo "==> out-of-tree build of $project"
+  cmake -S "$ROOT/$project" -B "$WORK/build-$name" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+        -DCMAKE_PREFIX_PATH="$PREFIX" >/dev/null
+  cmake --build "$WORK/build-$name" -j "$JOBS"
+  (cd "$WORK/build-$name" && ctest --output-on-failure)
+  # Installing the vendor's plugin next to the runtime's makes it discoverable with no configuration.
+  cmake --install "$WORK/build-$name" --prefix "$WORK/vendor-$name" >/dev/null
+  ls "$WORK/vendor-$name/lib/tessera/plugins/"*.json "$WORK/vendor-$name/lib/tessera/plugins/"lib*.so >/dev/null
+done
+
+# The seed example as an application built against the package.
+echo "==> out-of-tree build of samples/seed_example"
+cmake -S "$ROOT/samples/seed_example" -B "$WORK/build-seed" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+      -DCMAKE_PREFIX_PATH="$PREFIX" >/dev/null
+cmake --build "$WORK/build-seed" -j "$JOBS"
+TESSERA_PLUGIN_PATH="$WORK/build-my_hardware_device/lib/tessera/plugins" "$WORK/build-seed/seed_example"
+
+# The conformance kit of the installed runtime against the out-of-tree accelerator, then every
+# device the installed runtime provides on its own.
+echo "==> tessera check --device my_hardware_device (out-of-tree plugin)"
+TESSERA_PLUGIN_PATH="$WORK/build-my_hardware_device/lib/tessera/plugins" \
+  "$PREFIX/bin/tessera" check --device my_hardware_device
+devices=$("$PREFIX/bin/tessera" devices --json |
+  python3 -c 'import json, sys; print(" ".join(sorted({d["type"] for d in json.load(sys.stdin)["devices"]})))')
+for dev in $devices; do
+  echo "==> tessera check --device $dev (installed)"
+  "$PREFIX/bin/tessera" check --device "$dev"
+done
+echo "10_out_of_tree: ok"

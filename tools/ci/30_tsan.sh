@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# ThreadSanitizer over the core, dispatcher, loader and stress suites. Kernel suites that run on
+# OpenMP (the CPU backend, oneDNN) are excluded: libgomp is not built with TSan instrumentation, so
+# its barriers are invisible to TSan and every parallel region would be reported as a race.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+cmake --preset tsan >/dev/null
+targets=()
+for t in test_core test_dispatcher test_loader test_stress; do
+  if cmake --build --preset tsan --target help | grep -q "^$t:"; then targets+=("$t"); fi
+done
+cmake --build --preset tsan -j "${JOBS:-2}" --target "${targets[@]}"
+export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1"
+(cd build/tsan && ctest --output-on-failure -j "${JOBS:-2}" -L tsan)

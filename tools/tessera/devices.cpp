@@ -1,0 +1,76 @@
+// `tessera devices [--json]`
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "commands.h"
+#include "tessera/dispatcher.h"
+#include "tessera/ops.h"
+#include "tessera/plugin_loader.h"
+
+namespace {
+
+const char* kDevicesUsage =
+    "usage: tessera devices [--json]\n"
+    "Loads every backend plugin and lists its devices: name (\"cpu:0\"), type, index, plugin and\n"
+    "properties. Backends that report no device are listed with the reason.\n"
+    "  --json   one JSON object: {\"devices\": [...], \"backends_without_devices\": [...]}\n";
+
+}  // namespace
+
+int tessera_cli_devices(int argc, char** argv) {
+  bool json_out = false;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--json") json_out = true;
+    else if (a == "--help" || a == "-h") {
+      std::fputs(kDevicesUsage, stdout);
+      return kCliOk;
+    } else {
+      std::fprintf(stderr, "tessera devices: unknown option '%s'\n\n%s", a.c_str(), kDevicesUsage);
+      return kCliUsage;
+    }
+  }
+  std::vector<tessera::DeviceInfo> devices = tessera::devices();
+
+  // Backends that loaded but have no usable device, with their reason.
+  nlohmann::json empty = nlohmann::json::array();
+  for (const auto& p : tessera::plugins()) {
+    if (p.status != tessera::PluginStatus::Loaded || !p.has_device) continue;
+    const tessera::BackendDevice* b = tessera::backend_device_if_loaded(p.device_type);
+    if (!b || !b->iface || !b->iface->device_count) continue;
+    char reason[512] = {0};
+    if (b->iface->device_count(b->self, reason, sizeof(reason)) > 0) continue;
+    empty.push_back({{"type", tessera::device_type_name(p.device_type)}, {"plugin", p.name}, {"reason", reason}});
+  }
+
+  if (json_out) {
+    nlohmann::json out = {{"devices", nlohmann::json::array()}, {"backends_without_devices", empty}};
+    for (const auto& d : devices) {
+      nlohmann::json props = nlohmann::json::object();
+      if (!d.properties.empty()) {
+        props = nlohmann::json::parse(d.properties, nullptr, /*allow_exceptions=*/false);
+        if (props.is_discarded()) props = {{"raw", d.properties}};
+      }
+      out["devices"].push_back({{"name", d.name},
+                                {"type", tessera::device_type_name(d.device.type())},
+                                {"index", d.device.index()},
+                                {"plugin", d.plugin},
+                                {"properties", props}});
+    }
+    std::printf("%s\n", out.dump(2).c_str());
+    return kCliOk;
+  }
+  if (devices.empty()) std::printf("no devices\n");
+  for (const auto& d : devices) {
+    std::string summary;
+    nlohmann::json props = nlohmann::json::parse(d.properties, nullptr, false);
+    if (props.is_object() && props.contains("name") && props["name"].is_string())
+      summary = props["name"].get<std::string>();
+    std::printf("%-24s %-28s %s\n", d.name.c_str(), ("plugin " + d.plugin).c_str(), summary.c_str());
+  }
+  for (const auto& e : empty)
+    std::printf("%-24s %-28s no devices: %s\n", e["type"].get<std::string>().c_str(),
+                ("plugin " + e["plugin"].get<std::string>()).c_str(), e["reason"].get<std::string>().c_str());
+  return kCliOk;
+}

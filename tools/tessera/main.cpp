@@ -1,0 +1,63 @@
+// `tessera`: inspect devices and plugins, diagnose plugins, run the conformance kit.
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <string>
+
+#include "commands.h"
+#include "tessera/plugin_abi.h"
+#include "tessera/version.h"
+
+namespace {
+
+const char* kUsage =
+    "usage: tessera <command> [options]\n"
+    "\n"
+    "commands:\n"
+    "  devices [--json]          every available device of every backend plugin\n"
+    "  plugins [--json] [--load] every plugin manifest found, with its status and reason\n"
+    "  doctor                    load each plugin in a child process and report a verdict\n"
+    "  check --device NAME ...   run the conformance kit against a device\n"
+    "\n"
+    "options:\n"
+    "  --version                 print the version and the plugin ABI version\n"
+    "  --help                    this text; `tessera <command> --help` for a command\n"
+    "\n"
+    "environment: TESSERA_PLUGIN_PATH, TESSERA_PLUGINS_SELECT, TESSERA_PLUGINS_DISABLE, TESSERA_LOG\n"
+    "(see docs/plugins.md)\n";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    std::fputs(kUsage, stderr);
+    return kCliUsage;
+  }
+  std::string command = argv[1];
+  if (command == "--help" || command == "-h" || command == "help") {
+    std::fputs(kUsage, stdout);
+    return kCliOk;
+  }
+  if (command == "--version") {
+    std::printf("tessera %s (plugin ABI %d.%d)\n", TESSERA_VERSION_STRING, TESSERA_ABI_MAJOR, TESSERA_ABI_MINOR);
+    return kCliOk;
+  }
+  try {
+    if (command == "devices") return tessera_cli_devices(argc - 1, argv + 1);
+    if (command == "plugins") return tessera_cli_plugins(argc - 1, argv + 1);
+    if (command == "doctor") return tessera_cli_doctor(argc - 1, argv + 1);
+    if (command == "check") {
+#ifdef TESSERA_CLI_HAS_CHECK
+      return tessera_cli_check(argc - 1, argv + 1);
+#else
+      std::fputs("tessera check: this build has no conformance kit\n", stderr);
+      return kCliFailure;
+#endif
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "tessera %s: %s\n", command.c_str(), e.what());
+    return kCliFailure;
+  }
+  std::fprintf(stderr, "tessera: unknown command '%s'\n\n%s", command.c_str(), kUsage);
+  return kCliUsage;
+}
