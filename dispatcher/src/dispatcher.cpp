@@ -367,8 +367,10 @@ std::string Dispatcher::resolution(const OperatorEntry& op, DeviceType backend, 
   bool forbidden = (op.forbid_fallback_mask.load(std::memory_order_acquire) >> int(backend) & 1) ||
                    (k && (k->flags & TESSERA_KERNEL_FLAG_NO_FALLBACK));
   if (backend != DeviceType::CPU && !forbidden && cpu_fallback_enabled()) {
-    const KernelEntry* cpu =
-        op.slots[size_t(int(Functionality::Dense) * kNumBackendSlots)].load(std::memory_order_acquire);
+    const size_t cpu_slot = size_t(int(Functionality::Dense) * kNumBackendSlots);
+    const KernelEntry* cpu = op.slots[cpu_slot].load(std::memory_order_acquire);
+    if (!cpu && ensure_backend_loaded(DeviceType::CPU))  // the CPU backend loads lazily
+      cpu = op.slots[cpu_slot].load(std::memory_order_acquire);
     if (cpu || op.composite.load(std::memory_order_acquire)) return "fallback";
   }
   return "none";

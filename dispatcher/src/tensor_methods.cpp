@@ -80,6 +80,38 @@ void transfer_bytes(const Tensor& dst, const Tensor& src) {
   }
 }
 
+// Note [Non-contiguous transfers]
+// A view is made contiguous on its own device before its bytes move, but only when that device
+// has a copy_ kernel for the dtype: otherwise contiguous() there would reach the CPU fallback,
+// whose first step is this very transfer, and recurse. Such a view moves as the storage span it
+// covers, and the view is taken on the host.
+bool device_copies_itself(const Tensor& t) {
+  if (t.device().is_cpu()) return true;
+  static OperatorEntry* copy_op = Dispatcher::instance().find_op("copy_");
+  return Dispatcher::instance().resolution(*copy_op, t.device().type(), t.dtype()) == "kernel";
+}
+
+// The storage span a view covers, on its own device and copied to the host, plus the view taken
+// on the host copy.
+struct HostSpan {
+  Tensor on_device;  // 1-D, contiguous, aliasing the view's storage
+  Tensor on_host;    // 1-D copy of it on the CPU
+  Tensor view;       // the view's geometry over on_host
+};
+
+HostSpan stage_view_on_host(const Tensor& t) {
+  int64_t extent = 1;  // elements from the storage offset to the view's last element
+  for (int64_t d = 0; d < t.dim(); ++d) extent += (t.sizes()[size_t(d)] - 1) * t.strides()[size_t(d)];
+  const int64_t unit_stride = 1;
+  HostSpan span;
+  span.on_device = Tensor(make_intrusive<TensorImpl>(t.storage(), t.dtype(), t.device(), IntArrayRef(extent),
+                                                     IntArrayRef(unit_stride), t.storage_offset()));
+  span.on_host = make_tensor({extent}, t.dtype(), Device(DeviceType::CPU));
+  transfer_bytes(span.on_host, span.on_device);
+  span.view = span.on_host.as_strided(t.sizes(), t.strides(), 0);
+  return span;
+}
+
 }  // namespace
 
 // ---- conversions and copies
@@ -153,11 +185,25 @@ Tensor& Tensor::copy_(const Tensor& src) {
   TESSERA_CHECK(
       !src.storage() || src.storage()->usable(),
       "copy_: the source tensor's storage is unusable because an earlier copy into it failed part-way");
-  Tensor s = src.contiguous();  // on the source's device
+  if (src.numel() == 0) return *this;
+  // On the source's device when it can (Note [Non-contiguous transfers]), else on the host.
+  Tensor s = src.is_contiguous() || device_copies_itself(src) ? src.contiguous()
+                                                              : stage_view_on_host(src).view.contiguous();
+  if (same_device(device(), s.device())) return copy_(s);
   bool direct = is_contiguous() && dtype() == s.dtype() && sizes() == s.sizes();
-  Tensor staging = direct ? *this : make_tensor(s.sizes(), s.dtype(), device());
-  transfer_bytes(staging, s);
-  if (!direct) copy_(staging);
+  if (direct) {
+    transfer_bytes(*this, s);
+  } else if (device_copies_itself(*this)) {
+    Tensor staging = make_tensor(s.sizes(), s.dtype(), device());
+    transfer_bytes(staging, s);
+    copy_(staging);  // dtype conversion and strides on this device
+  } else {
+    // This device cannot convert or scatter itself (and its CPU fallback would come back here):
+    // read-modify-write the destination's storage span through the host.
+    HostSpan span = stage_view_on_host(*this);
+    span.view.copy_(s.to(Device(DeviceType::CPU)));
+    transfer_bytes(span.on_device, span.on_host);
+  }
   return *this;
 }
 

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <limits>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "cpu_test_util.h"
@@ -108,6 +109,8 @@ Tol attn_tol(DType d) {
 }
 
 struct Case {
+  Case(std::vector<int64_t> q_, std::vector<int64_t> k_, std::vector<int64_t> v_, bool causal_ = false)
+      : q(std::move(q_)), k(std::move(k_)), v(std::move(v_)), causal(causal_) {}
   std::vector<int64_t> q, k, v;
   bool causal = false;
   std::optional<double> scale;
@@ -152,19 +155,19 @@ const DType kAttnTypes[] = {kFloat32, kBFloat16, kFloat16, kFloat64};
 
 TEST(CpuSdpa, PlainOddLengths) {
   // L and S not multiples of the query (64) or key (256) blocks; S > one key block.
-  for (DType d : kAttnTypes) run_case({{2, 3, 77, 64}, {2, 3, 301, 64}, {2, 3, 301, 40}}, d);
+  for (DType d : kAttnTypes) run_case(Case({2, 3, 77, 64}, {2, 3, 301, 64}, {2, 3, 301, 40}), d);
 }
 
 TEST(CpuSdpa, Causal) {
   for (DType d : kAttnTypes) {
-    run_case({{1, 2, 130, 32}, {1, 2, 130, 32}, {1, 2, 130, 32}, true}, d);
-    run_case({{2, 70, 16}, {2, 300, 16}, {2, 300, 8}, true}, d);  // 3-D, S > L (top-left aligned)
+    run_case(Case({1, 2, 130, 32}, {1, 2, 130, 32}, {1, 2, 130, 32}, true), d);
+    run_case(Case({2, 70, 16}, {2, 300, 16}, {2, 300, 8}, true), d);  // 3-D, S > L (top-left aligned)
   }
 }
 
 TEST(CpuSdpa, BoolMask) {
   for (DType d : kAttnTypes) {
-    Case c{{2, 2, 45, 24}, {2, 2, 270, 24}, {2, 2, 270, 24}};
+    Case c({2, 2, 45, 24}, {2, 2, 270, 24}, {2, 2, 270, 24});
     c.mask = 1;
     c.mask_shape = {45, 270};  // broadcast over batch and heads
     run_case(c, d);
@@ -175,12 +178,12 @@ TEST(CpuSdpa, BoolMask) {
 
 TEST(CpuSdpa, FloatMaskAndCustomScale) {
   for (DType d : kAttnTypes) {
-    Case c{{1, 3, 66, 48}, {1, 3, 99, 48}, {1, 3, 99, 48}};
+    Case c({1, 3, 66, 48}, {1, 3, 99, 48}, {1, 3, 99, 48});
     c.mask = 2;
     c.mask_shape = {1, 3, 66, 99};
     c.scale = 0.37;
     run_case(c, d);
-    Case s{{2, 1, 33, 20}, {2, 1, 33, 20}, {2, 1, 33, 20}};
+    Case s({2, 1, 33, 20}, {2, 1, 33, 20}, {2, 1, 33, 20});
     s.scale = 1.5;
     run_case(s, d);
   }
