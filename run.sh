@@ -15,7 +15,7 @@ PACKAGES=(cmake ninja-build g++ clang libclang-rt-14-dev ccache libboost-dev lib
 # ccache: hash paths relative to the checkout so that a fresh clone elsewhere hits the cache.
 export CCACHE_BASEDIR="$ROOT" CCACHE_NOHASHDIR=1 CCACHE_MAXSIZE=${CCACHE_MAXSIZE:-5G}
 
-log() { printf '\n==> %s\n' "$*"; }
+log() { printf '\n==> [%dm%02ds] %s\n' $((SECONDS / 60)) $((SECONDS % 60)) "$*"; }
 
 install_packages() {
   local missing=()
@@ -28,6 +28,10 @@ install_packages() {
     [ "$(id -u)" -eq 0 ] || sudo="sudo"
     $sudo apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}"
+  fi
+  # The manifest-schema test validates manifests with Python's jsonschema (it is skipped without).
+  if ! python3 -c 'import jsonschema' 2>/dev/null; then
+    python3 -m pip install --quiet jsonschema 2>/dev/null || echo "(jsonschema not installed: the schema test will be skipped)"
   fi
 }
 
@@ -72,6 +76,8 @@ case "$cmd" in
       log "$(basename "$b")"
       "$b" --benchmark_out="build/bench/$(basename "$b").json" --benchmark_out_format=json
     done
+    python3 tools/perf/plot.py build/bench build/bench/performance.png ||
+      echo "(no plot: pip install matplotlib, then python3 tools/perf/plot.py)"
     ;;
   *)
     echo "usage: ./run.sh demo | test | bench" >&2
