@@ -773,3 +773,51 @@ TEST(CpuIndex, IndexSelectGatherEmbedding) {
 
 }  // namespace
 }  // namespace tessera::cpu_test
+
+namespace tessera::cpu_test {
+namespace {
+
+// Outputs of 1 MiB or more are written with streaming (non-temporal) stores at the AVX2/AVX-512
+// levels, with normal stores for an unaligned head and the tail: check large outputs, aligned and
+// at odd element offsets, against double references.
+TEST(CpuStreamingStores, LargeOutputsAlignedAndAtOddOffsets) {
+  SCOPED_TRACE(seed_trace());
+  const int64_t n = (int64_t(1) << 20) + 37;  // 4 MiB + a tail of float32
+  std::normal_distribution<float> dist(0.f, 2.f);
+  auto random_vector = [&] {
+    std::vector<float> v(static_cast<size_t>(n));
+    for (auto& x : v) x = dist(rng());
+    return v;
+  };
+  const std::vector<float> a = random_vector(), b = random_vector();
+  const Tensor ta = tessera::tensor(a, {n}), tb = tessera::tensor(b, {n});
+
+  const Tensor sum = tessera::add(ta, tb, 0.5);
+  const Tensor g = tessera::gelu(ta);
+  const Tensor e = tessera::exp(tb * 0.25);
+  const float *ps = sum.data_ptr<float>(), *pg = g.data_ptr<float>(), *pe = e.data_ptr<float>();
+  for (int64_t i = 0; i < n; ++i) {
+    const double x = a[size_t(i)], y = b[size_t(i)];
+    ASSERT_NEAR(ps[i], x + 0.5 * y, 1e-6 * (1 + std::fabs(x + 0.5 * y))) << "add at " << i;
+    const double gelu = 0.5 * x * (1 + std::erf(x / std::sqrt(2.0)));
+    ASSERT_NEAR(pg[i], gelu, 2e-6 * (1 + std::fabs(gelu))) << "gelu at " << i;
+    const double ex = std::exp(double(float(y * 0.25f)));
+    ASSERT_NEAR(pe[i], ex, 2e-6 * ex) << "exp at " << i;
+  }
+
+  for (int64_t offset : {1, 3, 7, 13}) {
+    Tensor storage = tessera::full({n + offset}, -7.0);
+    Tensor view = storage.narrow(0, offset, n);
+    view.copy_(ta);
+    view.add_(tb, 2.0);  // written in place, starting `offset` floats into a 64-byte aligned block
+    const float* p = storage.data_ptr<float>();
+    for (int64_t i = 0; i < offset; ++i) ASSERT_EQ(p[i], -7.f) << "wrote before the view at offset " << offset;
+    for (int64_t i = 0; i < n; ++i) {
+      const double want = double(a[size_t(i)]) + 2.0 * b[size_t(i)];
+      ASSERT_NEAR(p[offset + i], want, 1e-6 * (1 + std::fabs(want))) << "offset " << offset << " at " << i;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace tessera::cpu_test

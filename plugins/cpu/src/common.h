@@ -236,7 +236,7 @@ void for_each(const StridedLoop& loop, int64_t grain, F inner);
 namespace tessera::cpu {
 template <typename F>
 void for_each(const StridedLoop& loop, int64_t grain, F inner) {
-  parallel_for(0, loop.numel, grain, [&](int64_t b, int64_t e) {
+  parallel_for_dynamic(0, loop.numel, grain, [&](int64_t b, int64_t e) {
     F local = inner;
     loop.run_range(b, e, local);
   });

@@ -65,4 +65,44 @@ void parallel_for(int64_t begin, int64_t end, int64_t grain, F f) {
 #endif
 }
 
+// Like parallel_for, but hands out smaller chunks (about 8 per thread, at least `grain` elements,
+// multiples of 64 elements) to whichever thread is free (dynamic schedule), so a thread that
+// shares its core with another process does not hold up the whole loop: the others take over
+// its remaining chunks. For loops whose chunks are independent (elementwise work); f may be
+// called with any number of chunks.
+template <typename F>
+void parallel_for_dynamic(int64_t begin, int64_t end, int64_t grain, F f) {
+  const int64_t n = end - begin;
+  if (n <= 0) return;
+  if (grain < 1) grain = 1;
+  const int threads = max_threads();
+  if (n < 2 * grain || threads <= 1 || in_parallel_region()) {
+    f(begin, end);
+    return;
+  }
+#ifdef _OPENMP
+  const int64_t team = std::min<int64_t>(threads, n / grain);
+  int64_t step = std::max<int64_t>(grain, n / (team * 8));
+  step = (step + 63) / 64 * 64;
+  const int64_t chunks = (n + step - 1) / step;
+  std::exception_ptr error;
+#pragma omp parallel for num_threads(static_cast<int>(team)) schedule(dynamic, 1)
+  for (int64_t c = 0; c < chunks; ++c) {
+    const int64_t b = begin + c * step;
+    const int64_t e = std::min(end, b + step);
+    if (b < e) {
+      try {
+        f(b, e);
+      } catch (...) {
+#pragma omp critical(tessera_cpu_parallel_error)
+        if (!error) error = std::current_exception();
+      }
+    }
+  }
+  if (error) std::rethrow_exception(error);
+#else
+  f(begin, end);
+#endif
+}
+
 }  // namespace tessera::cpu
