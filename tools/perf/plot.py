@@ -35,7 +35,7 @@ def main():
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    fig, ax = plt.subplots(figsize=(10, max(4, 0.28 * len(rows))))
+    fig, ax = plt.subplots(figsize=(12, max(4, 0.28 * len(rows))))
     labels = [f"{prog}: {name}" for prog, name, _ in rows]
     values = [v for _, _, v in rows]
     ax.barh(range(len(rows)), values, color="#4472c4")
