@@ -28,6 +28,35 @@ inline bool in_parallel_region() {
 #endif
 }
 
+namespace detail {
+// Runs f over [begin, end) cut into `chunks` pieces of `step` elements on `team` threads, with a
+// static (one piece per thread) or dynamic (pieces to whichever thread is free) schedule. An
+// exception is caught on its thread and the first one is rethrown after the loop.
+template <bool Dynamic, typename F>
+void run_chunks(int64_t begin, int64_t end, int64_t step, int64_t chunks, int team, F& f) {
+  std::exception_ptr error;
+  auto run = [&](int64_t c) {
+    const int64_t b = begin + c * step;
+    const int64_t e = std::min(end, b + step);
+    if (b >= e) return;
+    try {
+      f(b, e);
+    } catch (...) {
+#pragma omp critical(tessera_cpu_parallel_error)
+      if (!error) error = std::current_exception();
+    }
+  };
+  if constexpr (Dynamic) {
+#pragma omp parallel for num_threads(team) schedule(dynamic, 1)
+    for (int64_t c = 0; c < chunks; ++c) run(c);
+  } else {
+#pragma omp parallel for num_threads(team) schedule(static, 1)
+    for (int64_t c = 0; c < chunks; ++c) run(c);
+  }
+  if (error) std::rethrow_exception(error);
+}
+}  // namespace detail
+
 // Calls f(chunk_begin, chunk_end) over [begin, end) split into at most max_threads() contiguous
 // chunks of at least `grain` elements. Runs serially (one call f(begin, end)) when the range is
 // below 2*grain, when there is one thread, or when already inside a parallel region. f must not
@@ -44,22 +73,7 @@ void parallel_for(int64_t begin, int64_t end, int64_t grain, F f) {
   }
 #ifdef _OPENMP
   const int64_t chunks = std::min<int64_t>(threads, (n + grain - 1) / grain);
-  const int64_t step = (n + chunks - 1) / chunks;
-  std::exception_ptr error;
-#pragma omp parallel for num_threads(static_cast<int>(chunks)) schedule(static, 1)
-  for (int64_t c = 0; c < chunks; ++c) {
-    const int64_t b = begin + c * step;
-    const int64_t e = std::min(end, b + step);
-    if (b < e) {
-      try {
-        f(b, e);
-      } catch (...) {
-#pragma omp critical(tessera_cpu_parallel_error)
-        if (!error) error = std::current_exception();
-      }
-    }
-  }
-  if (error) std::rethrow_exception(error);
+  detail::run_chunks</*dynamic=*/false>(begin, end, (n + chunks - 1) / chunks, chunks, int(chunks), f);
 #else
   f(begin, end);
 #endif
@@ -84,22 +98,7 @@ void parallel_for_dynamic(int64_t begin, int64_t end, int64_t grain, F f) {
   const int64_t team = std::min<int64_t>(threads, n / grain);
   int64_t step = std::max<int64_t>(grain, n / (team * 8));
   step = (step + 63) / 64 * 64;
-  const int64_t chunks = (n + step - 1) / step;
-  std::exception_ptr error;
-#pragma omp parallel for num_threads(static_cast<int>(team)) schedule(dynamic, 1)
-  for (int64_t c = 0; c < chunks; ++c) {
-    const int64_t b = begin + c * step;
-    const int64_t e = std::min(end, b + step);
-    if (b < e) {
-      try {
-        f(b, e);
-      } catch (...) {
-#pragma omp critical(tessera_cpu_parallel_error)
-        if (!error) error = std::current_exception();
-      }
-    }
-  }
-  if (error) std::rethrow_exception(error);
+  detail::run_chunks</*dynamic=*/true>(begin, end, step, (n + step - 1) / step, int(team), f);
 #else
   f(begin, end);
 #endif
