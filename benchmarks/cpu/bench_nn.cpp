@@ -10,39 +10,15 @@
 #include <memory>
 #include <vector>
 
+#include "bench_timing.h"
 #include "tessera/tessera.h"
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using tessera::bench::time_pair;
+
 constexpr int64_t kRows = 16384, kCols = 1024;  // 16M elements, 64 MiB in f32
 
-// Seconds per call of `fn` over one trial of at least `seconds`.
-template <typename F>
-double trial(F& fn, double seconds) {
-  int64_t reps = 0;
-  const auto start = Clock::now();
-  double elapsed = 0;
-  do {
-    fn();
-    ++reps;
-    elapsed = std::chrono::duration<double>(Clock::now() - start).count();
-  } while (elapsed < seconds);
-  return elapsed / double(reps);
-}
-
-// Seconds per call of `op` and of `ref`: the fastest of `trials` trials each, the two interleaved
-// so that both see the same machine; the minimum is robust to other processes taking the cores.
-template <typename A, typename B>
-void time_pair(A&& op, B&& ref, double* op_s, double* ref_s, int trials = 7, double seconds = 0.08) {
-  op();
-  ref();
-  *op_s = *ref_s = 1e300;
-  for (int t = 0; t < trials; ++t) {
-    *ref_s = std::min(*ref_s, trial(ref, seconds));
-    *op_s = std::min(*op_s, trial(op, seconds));
-  }
-}
 
 
 void run(benchmark::State& state, const std::function<tessera::Tensor(const tessera::Tensor&)>& op) {

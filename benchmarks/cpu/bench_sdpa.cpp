@@ -14,6 +14,7 @@
 
 #include "tessera/dispatcher.h"
 #include "tessera/tessera.h"
+#include "bench_timing.h"
 
 // Note [Heap accounting]
 // This program replaces malloc and friends (exported from the executable, so that libtessera, the
@@ -94,7 +95,7 @@ TESSERA_BENCH_EXPORT void* pvalloc(size_t n) { return memalign(4096, (n + 4095) 
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using tessera::bench::trial;
 constexpr int64_t kHeads = 8, kHeadDim = 64;
 
 tessera::Tensor call_math(const tessera::Tensor& q, const tessera::Tensor& k, const tessera::Tensor& v) {
@@ -104,19 +105,6 @@ tessera::Tensor call_math(const tessera::Tensor& q, const tessera::Tensor& k, co
   return std::get<tessera::Tensor>(out.at(0));
 }
 
-// Seconds per call over one trial of at least `seconds` (at least one call).
-template <typename F>
-double trial(F& fn, double seconds) {
-  int64_t reps = 0;
-  const auto start = Clock::now();
-  double elapsed = 0;
-  do {
-    fn();
-    ++reps;
-    elapsed = std::chrono::duration<double>(Clock::now() - start).count();
-  } while (elapsed < seconds);
-  return elapsed / double(reps);
-}
 
 // Peak heap growth (bytes) of one call of `fn`.
 template <typename F>
