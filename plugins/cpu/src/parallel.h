@@ -57,12 +57,12 @@ void run_chunks(int64_t begin, int64_t end, int64_t step, int64_t chunks, int te
 }
 }  // namespace detail
 
-// Calls f(chunk_begin, chunk_end) over [begin, end) split into at most max_threads() contiguous
-// chunks of at least `grain` elements. Runs serially (one call f(begin, end)) when the range is
-// below 2*grain, when there is one thread, or when already inside a parallel region. f must not
-// throw across threads: exceptions are caught per thread and the first is rethrown after the loop.
-template <typename F>
-void parallel_for(int64_t begin, int64_t end, int64_t grain, F f) {
+namespace detail {
+// The shared front of both loops: serial below 2*grain, with one thread, or inside a parallel
+// region; otherwise a static plan (one chunk per thread) or a dynamic one (about 8 chunks per
+// thread, multiples of 64 elements, handed to whichever thread is free).
+template <bool Dynamic, typename F>
+void parallel_loop(int64_t begin, int64_t end, int64_t grain, F& f) {
   const int64_t n = end - begin;
   if (n <= 0) return;
   if (grain < 1) grain = 1;
@@ -72,11 +72,28 @@ void parallel_for(int64_t begin, int64_t end, int64_t grain, F f) {
     return;
   }
 #ifdef _OPENMP
-  const int64_t chunks = std::min<int64_t>(threads, (n + grain - 1) / grain);
-  detail::run_chunks</*dynamic=*/false>(begin, end, (n + chunks - 1) / chunks, chunks, int(chunks), f);
+  if constexpr (Dynamic) {
+    const int64_t team = std::min<int64_t>(threads, n / grain);
+    int64_t step = std::max<int64_t>(grain, n / (team * 8));
+    step = (step + 63) / 64 * 64;
+    run_chunks<true>(begin, end, step, (n + step - 1) / step, int(team), f);
+  } else {
+    const int64_t chunks = std::min<int64_t>(threads, (n + grain - 1) / grain);
+    run_chunks<false>(begin, end, (n + chunks - 1) / chunks, chunks, int(chunks), f);
+  }
 #else
   f(begin, end);
 #endif
+}
+}  // namespace detail
+
+// Calls f(chunk_begin, chunk_end) over [begin, end) split into at most max_threads() contiguous
+// chunks of at least `grain` elements. Runs serially (one call f(begin, end)) when the range is
+// below 2*grain, when there is one thread, or when already inside a parallel region. f must not
+// throw across threads: exceptions are caught per thread and the first is rethrown after the loop.
+template <typename F>
+void parallel_for(int64_t begin, int64_t end, int64_t grain, F f) {
+  detail::parallel_loop</*Dynamic=*/false>(begin, end, grain, f);
 }
 
 // Like parallel_for, but hands out smaller chunks (about 8 per thread, at least `grain` elements,
@@ -86,22 +103,7 @@ void parallel_for(int64_t begin, int64_t end, int64_t grain, F f) {
 // called with any number of chunks.
 template <typename F>
 void parallel_for_dynamic(int64_t begin, int64_t end, int64_t grain, F f) {
-  const int64_t n = end - begin;
-  if (n <= 0) return;
-  if (grain < 1) grain = 1;
-  const int threads = max_threads();
-  if (n < 2 * grain || threads <= 1 || in_parallel_region()) {
-    f(begin, end);
-    return;
-  }
-#ifdef _OPENMP
-  const int64_t team = std::min<int64_t>(threads, n / grain);
-  int64_t step = std::max<int64_t>(grain, n / (team * 8));
-  step = (step + 63) / 64 * 64;
-  detail::run_chunks</*dynamic=*/true>(begin, end, step, (n + step - 1) / step, int(team), f);
-#else
-  f(begin, end);
-#endif
+  detail::parallel_loop</*Dynamic=*/true>(begin, end, grain, f);
 }
 
 }  // namespace tessera::cpu
