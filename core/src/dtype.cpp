@@ -2,9 +2,12 @@
 #include "tessera/dtype.h"
 
 #include <atomic>
+#include <cmath>
+#include <limits>
 #include <string>
 
 #include "tessera/error.h"
+#include "tessera/scalar.h"
 
 namespace tessera {
 
@@ -123,6 +126,61 @@ void set_default_dtype(DType t) {
   TESSERA_CHECK(is_floating(t), "set_default_dtype: got ", dtype_name(t),
                 "; the default dtype must be a floating type (float16, bfloat16, float32, float64)");
   g_default_dtype.store(t, std::memory_order_relaxed);
+}
+
+namespace {
+// The C++ spelling PyTorch's message uses for a dtype.
+const char* cpp_type_name(DType t) {
+  switch (t) {
+    case DType::Bool: return "bool";
+    case DType::UInt8: return "uint8_t";
+    case DType::Int8: return "int8_t";
+    case DType::Int16: return "int16_t";
+    case DType::Int32: return "int32_t";
+    case DType::Int64: return "int64_t";
+    case DType::Float16: return "Half";
+    case DType::BFloat16: return "BFloat16";
+    case DType::Float32: return "float";
+    case DType::Float64: default: return "double";
+  }
+}
+}  // namespace
+
+bool scalar_overflows(const Scalar& s, DType t) {
+  if (s.is_bool() || t == kBool) return false;
+  return visit_dtype(t, [&](auto zero) -> bool {
+    using T = decltype(zero);
+    using L = std::numeric_limits<std::conditional_t<std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>, float, T>>;
+    double lowest = double(L::lowest()), max = double(L::max());
+    if constexpr (std::is_same_v<T, Half>) lowest = -65504.0, max = 65504.0;
+    if constexpr (std::is_same_v<T, BFloat16>) lowest = -3.3895313892515355e38, max = 3.3895313892515355e38;
+    if (s.is_integral()) {
+      const int64_t v = s.to_int();
+      if constexpr (std::is_integral_v<T>) {
+        if constexpr (std::is_unsigned_v<T>) {
+          // two's complement wrap from below is allowed: -max..max
+          return v > int64_t(L::max()) || (v < 0 && uint64_t(-(v + 1)) + 1 > uint64_t(L::max()));
+        } else {
+          return v < int64_t(L::lowest()) || v > int64_t(L::max());
+        }
+      } else {
+        return double(v) < lowest || double(v) > max;
+      }
+    }
+    const double v = s.to_double();
+    if constexpr (std::is_integral_v<T>) {
+      if (std::isnan(v)) return true;
+      return v < lowest || v > max;
+    } else {
+      if (std::isinf(v) || std::isnan(v)) return false;
+      return v < lowest || v > max;
+    }
+  });
+}
+
+void check_scalar_fits(const Scalar& s, DType t, const char* what) {
+  TESSERA_CHECK(!scalar_overflows(s, t), what, ": value ", s, " cannot be converted to type ", cpp_type_name(t),
+                " without overflow (dtype ", dtype_name(t), "); use a value in range or a wider dtype");
 }
 
 }  // namespace tessera

@@ -16,19 +16,6 @@ std::string shape_str(IntArrayRef s) {
   return os.str();
 }
 
-// Storage elements needed by a geometry (0 when it has no element), checked against overflow.
-int64_t required_storage_elements(IntArrayRef sizes, IntArrayRef strides, int64_t offset) {
-  int64_t last = offset;
-  for (size_t i = 0; i < sizes.size(); ++i) {
-    if (sizes[i] == 0) return 0;
-    int64_t span = 0;
-    TESSERA_CHECK(!__builtin_mul_overflow(sizes[i] - 1, strides[i], &span) &&
-                      !__builtin_add_overflow(last, span, &last),
-                  "tensor geometry sizes ", sizes, " strides ", strides, " overflows int64 storage offsets");
-  }
-  return last + 1;
-}
-
 // Sizes or strides of a view under construction: inline up to kInlineDims + 1 (an unsqueeze can
 // add one), on the heap beyond, so that views of ordinary rank allocate only their TensorImpl.
 class DimVector {
@@ -77,11 +64,49 @@ Tensor make_view(const Tensor& self, IntArrayRef sizes, IntArrayRef strides, int
 }
 
 void check_defined(const Tensor& t, const char* what) {
-  TESSERA_CHECK(t.defined(), what, "(): the tensor is undefined (default-constructed); create it with a factory "
-                "such as tessera::empty() first");
+  if (!t.defined()) detail::throw_undefined_tensor(what);
+}
+
+// Storage elements a geometry needs; throws naming it when the extent overflows int64.
+int64_t required_storage_elements(IntArrayRef sizes, IntArrayRef strides, int64_t offset) {
+  std::optional<int64_t> e = storage_extent(sizes, strides, offset);
+  TESSERA_CHECK(e.has_value(), "tensor geometry sizes ", sizes, " strides ", strides, " storage offset ", offset,
+                " overflows int64 storage offsets");
+  return *e;
 }
 
 }  // namespace
+
+namespace detail {
+void throw_undefined_tensor(const char* what) {
+  throw_error(ErrorCode::InvalidArgument,
+              str_cat(what, "(): the tensor is undefined (default-constructed); create it with a factory such as "
+                      "tessera::empty() first"));
+}
+}  // namespace detail
+
+std::optional<int64_t> storage_extent(IntArrayRef sizes, IntArrayRef strides, int64_t offset) {
+  if (sizes.size() != strides.size() || offset < 0) return std::nullopt;
+  int64_t last = offset;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    if (sizes[i] < 0 || strides[i] < 0) return std::nullopt;
+    if (sizes[i] == 0) return 0;
+  }
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    std::optional<int64_t> span = checked_mul(sizes[i] - 1, strides[i]);
+    if (!span) return std::nullopt;
+    std::optional<int64_t> next = checked_add(last, *span);
+    if (!next) return std::nullopt;
+    last = *next;
+  }
+  return checked_add(last, 1);
+}
+
+std::optional<uint64_t> checked_nbytes(int64_t elements, size_t itemsize) {
+  uint64_t n;
+  if (elements < 0 || __builtin_mul_overflow(uint64_t(elements), uint64_t(itemsize), &n)) return std::nullopt;
+  return n;
+}
 
 // ---------------------------------------------------------------------------------------------
 // Free helpers
@@ -92,8 +117,7 @@ std::vector<int64_t> contiguous_strides(IntArrayRef sizes) {
   for (size_t i = sizes.size(); i-- > 0;) {
     strides[i] = z;
     // Like PyTorch, a size-0 dim counts as 1 so that strides stay distinct and positive.
-    const int64_t s = std::max<int64_t>(sizes[i], 1);
-    if (__builtin_mul_overflow(z, s, &z)) z = std::numeric_limits<int64_t>::max();
+    z = saturating_mul(z, std::max<int64_t>(sizes[i], 1));
   }
   return strides;
 }
@@ -105,8 +129,9 @@ int64_t compute_numel(IntArrayRef sizes) {
                   " is negative; sizes must be >= 0");
   }
   for (size_t i = 0; i < sizes.size(); ++i) {
-    TESSERA_CHECK(!__builtin_mul_overflow(n, sizes[i], &n), "invalid shape ", sizes,
-                  ": the number of elements overflows int64");
+    std::optional<int64_t> next = checked_mul(n, sizes[i]);
+    TESSERA_CHECK(next.has_value(), "invalid shape ", sizes, ": the number of elements overflows int64");
+    n = *next;
   }
   return n;
 }
@@ -130,8 +155,9 @@ std::vector<int64_t> infer_size(IntArrayRef shape, int64_t numel) {
     } else {
       TESSERA_CHECK(shape[i] >= 0, "shape ", shape, " is invalid: size ", shape[i], " at dimension ", i,
                     " is negative; use -1 for one inferred size");
-      TESSERA_CHECK(!__builtin_mul_overflow(known, shape[i], &known), "shape ", shape,
-                    " is invalid: the number of elements overflows int64");
+      std::optional<int64_t> next = checked_mul(known, shape[i]);
+      TESSERA_CHECK(next.has_value(), "shape ", shape, " is invalid: the number of elements overflows int64");
+      known = *next;
     }
   }
   if (infer >= 0) {
@@ -186,6 +212,51 @@ std::optional<std::vector<int64_t>> view_strides(IntArrayRef old_sizes, IntArray
   return new_strides;
 }
 
+// Note [Memory overlap] in tensor.h.
+bool is_non_overlapping_and_dense(const TensorImpl& t) {
+  const int64_t n = t.dim();
+  IntArrayRef sizes = t.sizes(), strides = t.strides();
+  if (n == 1) return sizes[0] < 2 || strides[0] == 1;
+  DimVector perm(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) perm[size_t(i)] = i;
+  std::sort(perm.data(), perm.data() + n, [&](int64_t a, int64_t b) {
+    if (sizes[size_t(a)] < 2) return false;
+    if (sizes[size_t(b)] < 2) return true;
+    return strides[size_t(a)] < strides[size_t(b)];
+  });
+  int64_t require = 1;
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t d = perm[size_t(i)];
+    if (sizes[size_t(d)] < 2) return true;
+    if (strides[size_t(d)] != require) return false;
+    require *= sizes[size_t(d)];
+  }
+  return true;
+}
+
+MemOverlap has_internal_overlap(const TensorImpl& t) {
+  if (is_non_overlapping_and_dense(t)) return MemOverlap::No;
+  for (int64_t i = 0; i < t.dim(); ++i)
+    if (t.strides()[size_t(i)] == 0 && t.sizes()[size_t(i)] > 1) return MemOverlap::Yes;
+  return MemOverlap::TooHard;
+}
+
+MemOverlapStatus get_overlap_status(const TensorImpl& a, const TensorImpl& b) {
+  if (&a == &b) return MemOverlapStatus::Full;
+  if (a.numel() == 0 || b.numel() == 0) return MemOverlapStatus::No;
+  if (!is_non_overlapping_and_dense(a) || !is_non_overlapping_and_dense(b)) return MemOverlapStatus::TooHard;
+  if (!a.storage() || a.storage().get() != b.storage().get()) return MemOverlapStatus::No;
+  // Byte ranges inside the one storage; both fit it (Note [Checked extents]), so nothing overflows.
+  const int64_t a_begin = a.storage_offset() * int64_t(itemsize(a.dtype()));
+  const int64_t a_end = a_begin + a.numel() * int64_t(itemsize(a.dtype()));
+  const int64_t b_begin = b.storage_offset() * int64_t(itemsize(b.dtype()));
+  const int64_t b_end = b_begin + b.numel() * int64_t(itemsize(b.dtype()));
+  if (a_begin == b_begin && a_end == b_end)
+    return a.strides() == b.strides() ? MemOverlapStatus::Full : MemOverlapStatus::Partial;
+  if (a_begin < b_end && b_begin < a_end) return MemOverlapStatus::Partial;
+  return MemOverlapStatus::No;
+}
+
 // ---------------------------------------------------------------------------------------------
 // TensorImpl
 
@@ -219,6 +290,16 @@ void TensorImpl::set_sizes_and_strides(IntArrayRef sizes, IntArrayRef strides, i
     std::memcpy(tmp + n, strides.data(), size_t(n) * sizeof(int64_t));
   }
   const int64_t numel = compute_numel(IntArrayRef(tmp, size_t(n)));  // checks sizes >= 0
+  for (int32_t i = 0; i < n; ++i)
+    TESSERA_CHECK(tmp[n + i] >= 0, "tensor geometry: negative strides are not supported, got strides ", strides);
+  const int64_t elements = required_storage_elements(IntArrayRef(tmp, size_t(n)),
+                                                     IntArrayRef(tmp + n, size_t(n)), storage_offset);
+  const std::optional<uint64_t> needed = checked_nbytes(elements, itemsize(dtype_));
+  const uint64_t available = storage_ ? uint64_t(storage_->nbytes()) : 0;
+  TESSERA_CHECK(needed.has_value() && *needed <= available, "tensor geometry: sizes ", sizes, ", strides ", strides,
+                ", storage offset ", storage_offset, " and itemsize ", itemsize(dtype_), " need ",
+                needed ? std::to_string(*needed) : std::string("more than 2^64"), " bytes, out of bounds for a storage of ",
+                available, " bytes; use sizes and strides that stay inside the storage");
   if (n > kInlineDims) {
     if (sizes_ != inline_ && ndim_ == n) {
       // reuse the heap block
@@ -305,12 +386,14 @@ Tensor Tensor::as_strided(IntArrayRef sizes, IntArrayRef strides, std::optional<
   }
   const int64_t offset = storage_offset.value_or(this->storage_offset());
   TESSERA_CHECK(offset >= 0, "as_strided: storage offset ", offset, " is negative; expected >= 0");
-  const int64_t needed = required_storage_elements(sizes, strides, offset);
+  const std::optional<int64_t> needed = storage_extent(sizes, strides, offset);
+  const std::optional<uint64_t> needed_bytes = needed ? checked_nbytes(*needed, itemsize()) : std::nullopt;
   const size_t storage_bytes = storage() ? storage()->nbytes() : 0;
-  TESSERA_CHECK(needed == 0 || uint64_t(needed) * itemsize() <= storage_bytes, "as_strided: sizes ", sizes,
+  TESSERA_CHECK(needed_bytes.has_value() && *needed_bytes <= storage_bytes, "as_strided: sizes ", sizes,
                 ", strides ", strides, ", storage offset ", offset, " and itemsize ", itemsize(),
-                " require a storage of ", uint64_t(needed) * itemsize(), " bytes, out of bounds for a storage of ",
-                storage_bytes, " bytes");
+                " require a storage of ",
+                needed_bytes ? std::to_string(*needed_bytes) : std::string("more than 2^64"),
+                " bytes, out of bounds for a storage of ", storage_bytes, " bytes");
   return make_view(*this, sizes, strides, offset);
 }
 
@@ -379,8 +462,17 @@ Tensor Tensor::slice(int64_t dim, std::optional<int64_t> start, std::optional<in
   e = e < s ? s : std::min(e, size);
   DimVector sz(sizes()), st(strides());
   const int64_t offset = storage_offset() + s * st[size_t(d)];
-  sz[size_t(d)] = (e - s + step - 1) / step;
-  st[size_t(d)] *= step;
+  // ceil((e - s) / step) without forming e - s + step - 1, which overflows for a huge step.
+  const int64_t n = e > s ? (e - s - 1) / step + 1 : 0;
+  sz[size_t(d)] = n;
+  if (n > 1) {
+    const std::optional<int64_t> new_stride = checked_mul(st[size_t(d)], step);
+    TESSERA_CHECK(new_stride.has_value(), "slice(): step ", step, " times stride ", st[size_t(d)],
+                  " overflows int64");
+    st[size_t(d)] = *new_stride;
+  } else {
+    st[size_t(d)] = saturating_mul(st[size_t(d)], step);  // a size-0/1 dim never uses its stride
+  }
   return make_view(*this, sz, st, offset);
 }
 
@@ -409,7 +501,7 @@ Tensor Tensor::expand(IntArrayRef sizes) const {
     const int64_t d = tdim - 1 - offset;
     int64_t size = d >= 0 ? this->sizes()[size_t(d)] : 1;
     int64_t stride = d >= 0 ? this->strides()[size_t(d)]
-                            : (i == ndim - 1 ? 1 : sz[size_t(i + 1)] * st[size_t(i + 1)]);
+                            : (i == ndim - 1 ? 1 : saturating_mul(sz[size_t(i + 1)], st[size_t(i + 1)]));
     int64_t target = sizes[size_t(i)];
     if (target == -1) {
       TESSERA_CHECK(d >= 0, "expand(", sizes, "): the expanded size -1 isn't allowed in a leading, non-existing "
@@ -459,7 +551,7 @@ Tensor Tensor::unsqueeze(int64_t dim) const {
   const int64_t n = this->dim();
   const int64_t d = wrap_dim(dim, n + 1);
   DimVector sz(sizes()), st(strides());
-  const int64_t new_stride = d >= n ? 1 : sz[size_t(d)] * st[size_t(d)];
+  const int64_t new_stride = d >= n ? 1 : saturating_mul(sz[size_t(d)], st[size_t(d)]);
   sz.insert(size_t(d), 1);
   st.insert(size_t(d), new_stride);
   return make_view(*this, sz, st, storage_offset());
@@ -494,7 +586,7 @@ Tensor make_tensor(IntArrayRef sizes, DType dtype, Device device) {
     int64_t z = 1;
     for (size_t i = sizes.size(); i-- > 0;) {
       strides[i] = z;
-      if (__builtin_mul_overflow(z, std::max<int64_t>(sizes[i], 1), &z)) z = std::numeric_limits<int64_t>::max();
+      z = saturating_mul(z, std::max<int64_t>(sizes[i], 1));
     }
     return make_tensor_strided(sizes, IntArrayRef(strides, sizes.size()), dtype, device);
   }
@@ -508,15 +600,22 @@ Tensor make_tensor_strided(IntArrayRef sizes, IntArrayRef strides, DType dtype, 
   for (size_t i = 0; i < strides.size(); ++i)
     TESSERA_CHECK(strides[i] >= 0, "make_tensor_strided: negative strides are not supported, got strides ", strides);
   const int64_t elements = required_storage_elements(sizes, strides, 0);
-  uint64_t nbytes = 0;
-  TESSERA_CHECK(!__builtin_mul_overflow(uint64_t(elements), uint64_t(itemsize(dtype)), &nbytes),
-                "make_tensor: shape ", sizes, " of dtype ", dtype, " needs more bytes than fit in 64 bits");
+  const std::optional<uint64_t> checked = checked_nbytes(elements, itemsize(dtype));
+  TESSERA_CHECK(checked.has_value() && *checked <= uint64_t(std::numeric_limits<int64_t>::max()), "make_tensor: shape ",
+                sizes, " of dtype ", dtype, " needs more bytes than fit in 63 bits");
+  const uint64_t nbytes = *checked;
   Allocator* allocator = get_allocator(device.type());
   DataPtr data = allocator->allocate(size_t(nbytes), device.index());
   // The allocator may resolve "the current device" to a concrete index.
   const Device actual = data.device().type() == device.type() ? data.device() : device;
   Storage storage = make_intrusive<StorageImpl>(std::move(data), size_t(nbytes));
   return Tensor(make_intrusive<TensorImpl>(std::move(storage), dtype, actual, sizes, strides, 0));
+}
+
+size_t Tensor::nbytes() const {
+  const std::optional<uint64_t> n = checked_nbytes(numel(), itemsize());
+  TESSERA_CHECK(n.has_value(), "nbytes(): ", numel(), " elements of ", itemsize(), " bytes overflow 64 bits");
+  return size_t(*n);
 }
 
 namespace detail {

@@ -5,6 +5,7 @@
 #include <type_traits>
 
 #include "tessera/dtype.h"
+#include "tessera/export.h"
 
 namespace tessera {
 
@@ -43,6 +44,15 @@ class Scalar {
     double d_;
   };
 };
+
+// PyTorch's checked_convert: true when `s` cannot be stored in `t` without overflow. Integers into
+// an unsigned type may wrap from below (-255..255 fit uint8, as in PyTorch); a floating value into
+// an integer type must lie in its range (NaN and infinities never fit); a finite value into a
+// floating type must lie in its finite range (infinities and NaN fit); bool always fits.
+TESSERA_API bool scalar_overflows(const Scalar& s, DType t);
+// Throws "value cannot be converted to type uint8_t without overflow" (PyTorch's wording) naming
+// `what` (the op and argument) when scalar_overflows(s, t).
+TESSERA_API void check_scalar_fits(const Scalar& s, DType t, const char* what);
 
 inline std::ostream& operator<<(std::ostream& os, const Scalar& s) {
   if (s.is_floating()) return os << s.to_double();

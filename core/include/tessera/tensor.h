@@ -14,6 +14,7 @@
 
 #include "tessera/allocator.h"
 #include "tessera/array_ref.h"
+#include "tessera/checked_math.h"
 #include "tessera/device.h"
 #include "tessera/dispatch_key.h"
 #include "tessera/dtype.h"
@@ -48,6 +49,8 @@ constexpr int kInlineDims = 6;
 
 class TESSERA_API TensorImpl : public RefCounted {
  public:
+  // Throws unless sizes and strides are non-negative, and the geometry (with the storage offset)
+  // lies inside `storage` (Note [Checked extents]).
   TensorImpl(Storage storage, DType dtype, Device device, IntArrayRef sizes, IntArrayRef strides,
              int64_t storage_offset);
   ~TensorImpl() override;
@@ -66,7 +69,8 @@ class TESSERA_API TensorImpl : public RefCounted {
   // A tensor made from a C++ number for an operator (`t + 2.0`): promotes like a scalar.
   bool is_wrapped_number() const { return wrapped_number_; }
   void set_wrapped_number(bool v) { wrapped_number_ = v; }
-  // Replace the geometry (used by views and as_strided). Recomputes numel and contiguity.
+  // Replace the geometry (used by views and as_strided). Recomputes numel and contiguity. Checks
+  // the new geometry as the constructor does; on failure the impl is unchanged.
   void set_sizes_and_strides(IntArrayRef sizes, IntArrayRef strides, int64_t storage_offset);
 
  private:
@@ -85,6 +89,11 @@ class TESSERA_API TensorImpl : public RefCounted {
   bool wrapped_number_ = false;
 };
 
+namespace detail {
+// "numel(): the tensor is undefined (default-constructed); ..."
+[[noreturn]] TESSERA_API void throw_undefined_tensor(const char* what);
+}  // namespace detail
+
 class TESSERA_API Tensor {
  public:
   Tensor() = default;  // undefined
@@ -95,22 +104,23 @@ class TESSERA_API Tensor {
   int64_t use_count() const { return impl_.use_count(); }
   bool is_same(const Tensor& o) const { return impl_.get() == o.impl_.get(); }
 
-  // ---- metadata (core)
-  IntArrayRef sizes() const { return impl_->sizes(); }
-  IntArrayRef strides() const { return impl_->strides(); }
+  // ---- metadata (core). Every accessor throws on an undefined tensor.
+  IntArrayRef sizes() const { return checked_impl("sizes")->sizes(); }
+  IntArrayRef strides() const { return checked_impl("strides")->strides(); }
   int64_t size(int64_t dim) const;    // negative dims count from the end; checked
   int64_t stride(int64_t dim) const;
-  int64_t dim() const { return impl_->dim(); }
-  int64_t numel() const { return impl_->numel(); }
-  DType dtype() const { return impl_->dtype(); }
-  DType scalar_type() const { return impl_->dtype(); }
-  Device device() const { return impl_->device(); }
-  DispatchKeySet key_set() const { return impl_->key_set(); }
-  int64_t storage_offset() const { return impl_->storage_offset(); }
-  const Storage& storage() const { return impl_->storage(); }
+  int64_t dim() const { return checked_impl("dim")->dim(); }
+  int64_t numel() const { return checked_impl("numel")->numel(); }
+  DType dtype() const { return checked_impl("dtype")->dtype(); }
+  DType scalar_type() const { return checked_impl("scalar_type")->dtype(); }
+  Device device() const { return checked_impl("device")->device(); }
+  DispatchKeySet key_set() const { return checked_impl("key_set")->key_set(); }
+  int64_t storage_offset() const { return checked_impl("storage_offset")->storage_offset(); }
+  const Storage& storage() const { return checked_impl("storage")->storage(); }
   size_t itemsize() const { return tessera::itemsize(dtype()); }
-  size_t nbytes() const { return size_t(numel()) * itemsize(); }
-  bool is_contiguous() const { return impl_->is_contiguous(); }
+  // numel() * itemsize(); throws when that overflows (a broadcast view of a huge shape).
+  size_t nbytes() const;
+  bool is_contiguous() const { return checked_impl("is_contiguous")->is_contiguous(); }
   bool is_cpu() const { return device().is_cpu(); }
   // True when the tensor is on the device type named `device_name` ("cpu", "my_hardware_device").
   bool is(std::string_view device_name) const;
@@ -171,6 +181,10 @@ class TESSERA_API Tensor {
   Tensor& operator*=(const Tensor& o) { return mul_(o); }
 
  private:
+  TensorImpl* checked_impl(const char* what) const {
+    if (__builtin_expect(!impl_, 0)) detail::throw_undefined_tensor(what);
+    return impl_.get();
+  }
   IntrusivePtr<TensorImpl> impl_;
 };
 
@@ -191,6 +205,19 @@ TESSERA_API std::optional<std::vector<int64_t>> view_strides(IntArrayRef old_siz
 // A new tensor with fresh storage from the device type's allocator (no initialisation).
 TESSERA_API Tensor make_tensor(IntArrayRef sizes, DType dtype, Device device);
 TESSERA_API Tensor make_tensor_strided(IntArrayRef sizes, IntArrayRef strides, DType dtype, Device device);
+
+// Note [Memory overlap]
+// PyTorch's has_internal_overlap and get_overlap_status. An in-place or out= op must not write
+// through a tensor whose elements share memory (an expanded view: internal overlap), nor read an
+// input that shares part of the written memory (partial overlap, which includes the same memory
+// under different strides, as in x.t().add_(x)); full overlap (x.add_(x)) is fine. TooHard means
+// the geometry is not dense and no cheap answer exists: such calls are allowed, as in PyTorch.
+enum class MemOverlap { No, Yes, TooHard };
+enum class MemOverlapStatus { Full, Partial, No, TooHard };
+// True when the elements cover a dense block of memory exactly once under some dim order.
+TESSERA_API bool is_non_overlapping_and_dense(const TensorImpl& t);
+TESSERA_API MemOverlap has_internal_overlap(const TensorImpl& t);
+TESSERA_API MemOverlapStatus get_overlap_status(const TensorImpl& a, const TensorImpl& b);
 
 // Prints like PyTorch: "tensor([[1., 2.],\n        [3., 4.]])" plus device/dtype when not default.
 // Copies to the CPU when needed.
