@@ -403,6 +403,36 @@ inline void fill_c_tensor(tessera_tensor_t& c, const TensorImpl* t) {
   c.byte_offset = t->storage_offset() * int64_t(itemsize(t->dtype()));
 }
 
+[[noreturn]] void rank_error(const OperatorEntry& op, const char* what, int index, int64_t ndim) {
+  detail::throw_error(ErrorCode::InvalidArgument,
+                      op.name + ": " + what + " " + std::to_string(index) + " has " + std::to_string(ndim) +
+                          " dimensions; kernels take at most " + std::to_string(kMaxKernelDims) +
+                          " (Note [Kernel rank limit]); reshape or flatten it first");
+}
+
+// Note [Memory overlap] (tensor.h): PyTorch's assert_no_internal_overlap on every tensor an op
+// writes in place, and assert_no_partial_overlap between it and every input.
+void check_inplace_overlap(const OperatorEntry& op, const MetaCall& m, const CallFrame& f) {
+  for (int o = 0; o < m.num_outputs; ++o) {
+    const int alias = m.outputs[o].alias_input;
+    if (alias < 0 || !f.tensors[alias]) continue;
+    const TensorImpl& out = *f.tensors[alias];
+    // fill_ writes one value everywhere, so elements that share memory agree (PyTorch allows it).
+    const bool writes_one_value = op.schema.name == "fill_";
+    TESSERA_CHECK(writes_one_value || has_internal_overlap(out) != MemOverlap::Yes, op.name,
+                  ": unsupported operation: more than one element of the written-to tensor (sizes ", out.sizes(),
+                  ", strides ", out.strides(),
+                  ") refers to a single memory location. Please clone() the tensor before performing the operation.");
+    for (int i = 0; i < f.num_tensors; ++i) {
+      if (i == alias || !f.tensors[i]) continue;
+      TESSERA_CHECK(get_overlap_status(out, *f.tensors[i]) != MemOverlapStatus::Partial, op.name,
+                    ": unsupported operation: some elements of the input tensor ", i,
+                    " and the written-to tensor refer to a single memory location. Please clone() the tensor "
+                    "before performing the operation.");
+    }
+  }
+}
+
 [[noreturn]] void unusable_error(const OperatorEntry& op, int index) {
   detail::throw_error(
       ErrorCode::InvalidArgument,
@@ -444,6 +474,7 @@ bool run_kernel(const KernelEntry* k, OperatorEntry& op, const MetaCall& m, cons
   for (int i = 0; i < f.num_tensors; ++i) {
     const TensorImpl* t = f.tensors[i];
     if (!t) continue;
+    if (t->is_wrapped_number()) continue;  // Note [Wrapped numbers reach kernels as they are]
     bool cast = m.compute_dtype && m.casts(i) && t->dtype() != *m.compute_dtype;
     if (cast || !same_device(t->device(), dev)) {
       converted = true;
@@ -457,8 +488,8 @@ bool run_kernel(const KernelEntry* k, OperatorEntry& op, const MetaCall& m, cons
         prep.tensors.push_back(nullptr);
         continue;
       }
-      bool cast = m.compute_dtype && m.casts(i) && t->dtype() != *m.compute_dtype;
-      if (cast || !same_device(t->device(), dev)) {
+      bool cast = !t->is_wrapped_number() && m.compute_dtype && m.casts(i) && t->dtype() != *m.compute_dtype;
+      if (cast || (!t->is_wrapped_number() && !same_device(t->device(), dev))) {
         Tensor src(IntrusivePtr<TensorImpl>(const_cast<TensorImpl*>(t)));
         Tensor c = src.to(dev, cast ? *m.compute_dtype : t->dtype());
         prep.tensors.push_back(c.impl());
@@ -585,10 +616,20 @@ void warn_fallback_once(const OperatorEntry& op, DeviceType type) {
           "speed, or set TESSERA_CPU_FALLBACK=0 to make this an error");
 }
 
-std::string implemented_on(const OperatorEntry& op) {
+// "cpu, cuda", where a device whose kernel does not take `dtype` lists the dtypes it does take:
+// "cpu (dtypes float32, float64; not int32)".
+std::string implemented_on(const OperatorEntry& op, DType dtype) {
   std::string s;
-  for (DeviceType t : Dispatcher::instance().backends_with_kernel(op))
+  for (DeviceType t : Dispatcher::instance().backends_with_kernel(op)) {
     s += (s.empty() ? "" : ", ") + device_type_name(t);
+    const KernelEntry* k =
+        op.slots[size_t(int(Functionality::Dense) * kNumBackendSlots + int(t))].load(std::memory_order_acquire);
+    if (!k || (k->dtype_mask & dtype_bit(dtype))) continue;
+    std::string dtypes;
+    for (int d = 0; d < kNumDTypes; ++d)
+      if (k->dtype_mask & dtype_bit(DType(d))) dtypes += (dtypes.empty() ? "" : ", ") + std::string(dtype_name(DType(d)));
+    s += " (dtypes " + (dtypes.empty() ? std::string("none") : dtypes) + "; not " + std::string(dtype_name(dtype)) + ")";
+  }
   return s.empty() ? std::string("no device") : s;
 }
 
@@ -707,7 +748,9 @@ static int resolve(OperatorEntry& op, const CallFrame& f, MetaCall& m, DispatchK
     if (cpu_runs_it) return cpu_fallback(op, f, dev, outs);
   }
   std::string clause;
-  if (backend == DeviceType::CPU)
+  if (dense_kernel && !(dense_kernel->dtype_mask & dtype_bit(kdtype)))
+    clause = "convert the inputs with .to(...) to a dtype the " + device_type_name(backend) + " kernel takes";
+  else if (backend == DeviceType::CPU)
     clause = "the CPU has no fallback; check that the cpu plugin loaded (TESSERA_LOG=plugins)";
   else if (enabled && !forbidden)
     clause =
@@ -721,7 +764,7 @@ static int resolve(OperatorEntry& op, const CallFrame& f, MetaCall& m, DispatchK
   detail::throw_error(ErrorCode::Unimplemented,
                       "no kernel for '" + op.name + "' on device '" + device_type_name(backend) +
                           "' (dtype " + std::string(dtype_name(kdtype)) +
-                          "); implemented on: " + implemented_on(op) + "; " + clause +
+                          "); implemented on: " + implemented_on(op, kdtype) + "; " + clause +
                           (why_unimpl.empty() ? std::string() : " (" + why_unimpl + ")"));
 }
 
@@ -741,6 +784,7 @@ int call_unboxed(OperatorEntry& op, const CallFrame& f, Tensor* outs) {
     if (!t) continue;
     const Storage& s = t->storage();
     if (__builtin_expect(s && !s->usable(), 0)) unusable_error(op, i);
+    if (__builtin_expect(t->dim() > kMaxKernelDims, 0)) rank_error(op, "tensor argument", i, t->dim());
     if (!any) any = t;
     // A 0-dim CPU tensor or a wrapped number may join tensors of any device (PyTorch's rule).
     bool scalar_like = t->dim() == 0 && (t->is_wrapped_number() || t->device().is_cpu());
@@ -793,6 +837,14 @@ int call_unboxed(OperatorEntry& op, const CallFrame& f, Tensor* outs) {
     m.list_size = f.num_tensors - op.num_tensor_args;
   }
   op.meta(m);
+  for (int o = 0; o < m.num_outputs; ++o) {
+    if (m.outputs[o].alias_input >= 0) {
+      check_inplace_overlap(op, m, f);
+      break;
+    }
+    if (__builtin_expect(int64_t(m.outputs[o].sizes.size()) > kMaxKernelDims, 0))
+      rank_error(op, "output", o, int64_t(m.outputs[o].sizes.size()));
+  }
   DType kdtype = m.compute_dtype ? *m.compute_dtype
                                  : (any ? f.tensors[0] ? f.tensors[0]->dtype() : any->dtype()
                                         : (m.num_outputs ? m.outputs[0].dtype : kFloat32));

@@ -92,9 +92,25 @@ void meta_empty_strided(MetaCall& m) {
   o.strides = detail::SmallVector<int64_t, 8>(strides);
 }
 
-void meta_inplace_self(MetaCall& m) {
-  need(m, 0, "self");
+// fill_(Scalar): the value must fit the tensor's dtype (PyTorch's checked_convert).
+void meta_fill_(MetaCall& m) {
+  const TensorImpl& self = need(m, 0, "self");
+  if (m.num_attrs > 0 && attr(m, 0).kind != TESSERA_VALUE_NONE)
+    check_scalar_fits(scalar_of(attr(m, 0)), self.dtype(), "fill_");
   m.alias_output(0);
+}
+
+// alpha of add/sub: PyTorch's alpha_check, then the value must fit the result dtype.
+void check_alpha(const MetaCall& m, DType result) {
+  if (m.num_attrs == 0 || attr(m, 0).kind == TESSERA_VALUE_NONE) return;
+  const Scalar alpha = scalar_of(attr(m, 0));
+  TESSERA_CHECK(result == kBool || !alpha.is_bool(), m.op_name,
+                ": boolean alpha only supported for boolean results; pass an integer alpha");
+  TESSERA_CHECK(is_floating(result) || !alpha.is_floating(), m.op_name,
+                ": for integral input tensors, argument alpha must not be a floating point number (got ",
+                alpha, ")");
+  if (scalar_overflows(alpha, result))  // the message is built only on failure (hot path)
+    check_scalar_fits(alpha, result, (std::string(m.op_name) + " alpha").c_str());
 }
 
 void meta_random_(MetaCall& m) {
@@ -148,13 +164,14 @@ void meta_binary(MetaCall& m) {
   Sz out = shape::broadcast<int64_t>(m.op_name, a.sizes(), b.sizes());
   DType common = result_type(a, b);
   if constexpr (K == Bin::Sub) {
-    TESSERA_CHECK(
-        common != kBool, m.op_name,
-        ": subtraction of bool tensors is not supported; use logical_xor or convert to an integer dtype");
+    TESSERA_CHECK(a.dtype() != kBool && b.dtype() != kBool, m.op_name,
+                  ": Subtraction, the `-` operator, with a bool tensor is not supported. If you are trying to "
+                  "invert a mask, use the `~` or `logical_not()` operator instead.");
   }
   DType compute = common;
   if constexpr (K == Bin::TrueDiv) compute = float_of(common);
   DType result = (K == Bin::Compare || K == Bin::Logical) ? kBool : compute;
+  if constexpr (K == Bin::Arith || K == Bin::Sub) check_alpha(m, result);
   m.compute_dtype = compute;
   m.cast_mask = 0b11;
   m.add_output(out, result);
@@ -168,6 +185,9 @@ void meta_pow_scalar(MetaCall& m) {
   s.add_tensor(e.kind == TESSERA_VALUE_DOUBLE ? kFloat64 : (e.kind == TESSERA_VALUE_BOOL ? kBool : kInt64),
                true, true);
   DType r = s.result();
+  TESSERA_CHECK(!(is_integral(r, true) && e.kind == TESSERA_VALUE_INT && e.u.i < 0), m.op_name,
+                ": integers to negative integer powers are not allowed (exponent ", e.u.i,
+                ", dtype ", r, "); use a floating tensor or exponent");
   m.compute_dtype = r;
   m.cast_mask = 0b1;
   m.add_output(a.sizes(), r);
@@ -196,6 +216,7 @@ void meta_binary_inplace(MetaCall& m) {
   DType r = result_type(self, other);
   TESSERA_CHECK(can_cast(r, self.dtype()), m.op_name, ": result type ", r,
                 " can't be cast to the desired output type ", self.dtype(), "; use the out-of-place op");
+  check_alpha(m, self.dtype());
   m.compute_dtype = self.dtype();
   m.cast_mask = 0b10;
   m.alias_output(0);
@@ -495,7 +516,7 @@ void meta_rms_norm(MetaCall& m) {
 const CoreOpDef kCoreOps[] = {
     // creation and copies
     {"empty_strided(int[] size, int[] stride, ScalarType? dtype=None) -> Tensor", meta_empty_strided},
-    {"fill_(Tensor(a!) self, Scalar value) -> Tensor(a!)", meta_inplace_self},
+    {"fill_(Tensor(a!) self, Scalar value) -> Tensor(a!)", meta_fill_},
     {"copy_(Tensor(a!) self, Tensor src, bool non_blocking=False) -> Tensor(a!)", meta_copy_},
     {"_to_copy(Tensor self, ScalarType? dtype=None) -> Tensor", meta_to_copy},
     {"clone(Tensor self) -> Tensor", meta_same},

@@ -18,6 +18,12 @@ namespace tessera {
 
 constexpr int kMaxOutputs = 4;
 
+// Note [Kernel rank limit]
+// Kernels keep per-dim arrays on the stack (the CPU plugin's StridedLoop and copy_tensor hold 16
+// entries), so the dispatcher refuses any tensor argument or output of higher rank before a kernel
+// or a cross-device copy sees the call. Views in core have no such limit.
+constexpr int64_t kMaxKernelDims = 16;
+
 // What a shape rule sees and fills. Tensors are the Tensor/Tensor?/Tensor[] arguments in schema
 // order (a Tensor[] contributes all its elements; nullptr for an absent Tensor?), attrs the other
 // arguments in schema order with defaults filled (see tessera_kernel_call_t).
@@ -44,6 +50,15 @@ struct MetaCall {
   // `compute_dtype` by the dispatcher before the kernel runs, so a kernel sees uniform input
   // dtypes (e.g. int32 + float32 arrives as float32 + float32). The dtype a kernel's dtype_mask is
   // checked against is compute_dtype when set, else the first tensor input's, else the first output's.
+  //
+  // Note [Wrapped numbers reach kernels as they are]
+  // A C++ number next to a tensor (`t / -3`, `t * 1e5`) is a 0-dim CPU tensor of its own kind's
+  // dtype (int64, float64 or bool), marked as a wrapped number (wrapped_scalar in ops.cpp). Its
+  // dtype takes part in promotion (only raising the category), but the dispatcher neither casts
+  // nor moves it: the kernel converts the value straight into its compute type (float32 for
+  // f16/bf16/f32 outputs, float64 for f64, the integer type for integer outputs), so no value is
+  // rounded or wrapped through the output's storage dtype first (1e5 * float16 stays finite,
+  // uint8 / -3 divides by -3). See docs/semantics.md.
   std::optional<DType> compute_dtype;
   uint64_t cast_mask = 0;
   bool cast_all = false;  // every tensor input (Tensor[] ops such as cat)

@@ -2,6 +2,7 @@
 // goes through the unboxed call (op_registry.h); the entry of each op is looked up once.
 #include "tessera/ops.h"
 
+#include <cmath>
 #include <cstring>
 #include <mutex>
 
@@ -62,15 +63,18 @@ Tensor binary(OperatorEntry& op, const Tensor& a, const Tensor& b) {
 
 }  // namespace
 
-// Internal: a 0-dim tensor for a C++ number next to `like` (Note [Compute dtype]): made on like's
-// device with the dtype the operation will compute in, and marked as a wrapped number.
+// Internal: a 0-dim tensor for a C++ number next to `like` (Note [Wrapped numbers reach kernels as
+// they are]): a CPU tensor of the number's own kind (int64, float64 or bool), marked as a wrapped
+// number, so that promotion treats it as a scalar and the kernel converts its exact value.
 Tensor wrapped_scalar(const Scalar& s, const Tensor& like) {
   TESSERA_CHECK(like.defined(), "operator: the tensor operand is undefined");
-  ResultTypeState st;
-  st.add_tensor(like.dtype(), like.dim() == 0, like.impl()->is_wrapped_number());
-  st.add_tensor(s.dtype(), true, true);
-  Tensor t = make_tensor({}, st.result(), like.device());
-  t.fill_(s);
+  Tensor t = make_tensor({}, s.dtype(), Device(DeviceType::CPU));
+  if (s.is_bool())
+    *static_cast<uint8_t*>(t.raw_data_ptr()) = s.to_bool() ? 1 : 0;
+  else if (s.is_integral())
+    *t.data_ptr<int64_t>() = s.to_int();
+  else
+    *t.data_ptr<double>() = s.to_double();
   t.impl()->set_wrapped_number(true);
   return t;
 }
@@ -91,6 +95,7 @@ Tensor ones(IntArrayRef sizes, TensorOptions options) {
 }
 Tensor full(IntArrayRef sizes, const Scalar& value, TensorOptions options) {
   DType dt = options.dtype_or(value.is_bool() ? kBool : (value.is_integral() ? kInt64 : default_dtype()));
+  check_scalar_fits(value, dt, "full");
   Tensor t = make_tensor(sizes, dt, options.device());
   t.fill_(value);
   return t;
@@ -363,8 +368,15 @@ Tensor var(const Tensor& x, IntArrayRef dims, int64_t correction, bool keepdim) 
 }
 Tensor argmax(const Tensor& x, std::optional<int64_t> dim, bool keepdim) {
   TESSERA_OP(op, "argmax");
-  return call1(op, {impl_of(x, "argmax", "self")},
-               {dim ? value_int(*dim) : value_none(), value_bool(keepdim)});
+  const TensorImpl* self = impl_of(x, "argmax", "self");
+  if (dim && x.numel() == 0) {
+    // Over a non-empty dim of an empty tensor the result is empty too (PyTorch). The shape rule
+    // alone (on a meta tensor) checks the call and sizes the result; no kernel needs to see it.
+    Tensor shape_only = make_tensor(x.sizes(), x.dtype(), Device(DeviceType::Meta));
+    Tensor r = call1(op, {shape_only.impl()}, {value_int(*dim), value_bool(keepdim)});
+    return make_tensor(r.sizes(), r.dtype(), x.device());
+  }
+  return call1(op, {self}, {dim ? value_int(*dim) : value_none(), value_bool(keepdim)});
 }
 
 // ---- nn
@@ -375,7 +387,26 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
 }
 Tensor linear(const Tensor& x, const Tensor& weight, const std::optional<Tensor>& bias) {
   TESSERA_OP(op, "linear");
-  return call1(op, {impl_of(x, "linear", "input"), impl_of(weight, "linear", "weight"), opt_impl(bias)}, {});
+  impl_of(x, "linear", "input");
+  impl_of(weight, "linear", "weight");
+  // Kernels take a 1-D bias of out_features. As in PyTorch, any bias that broadcasts to the output
+  // is accepted: one with only leading 1s (0-dim, [n], [1, n], [1]) is passed as [n]; one that
+  // varies over the batch is added after the product.
+  std::optional<Tensor> b = bias && bias->defined() ? bias : std::nullopt;
+  if (b && !(b->dim() == 1 && weight.dim() == 2 && b->sizes()[0] == weight.sizes()[0])) {
+    bool leading_ones = true;
+    for (int64_t d = 0; d + 1 < b->dim(); ++d) leading_ones = leading_ones && b->sizes()[size_t(d)] == 1;
+    if (leading_ones && weight.dim() == 2) {
+      const int64_t n = weight.sizes()[0];
+      const int64_t last = b->dim() == 0 ? 1 : b->sizes()[size_t(b->dim() - 1)];
+      TESSERA_CHECK(last == 1 || last == n, "linear: bias of shape ", b->sizes(),
+                    " does not broadcast to the output's last dimension ", n);
+      b = b->reshape(IntArrayRef(last)).expand(IntArrayRef(n));
+    } else {
+      return add(call1(op, {x.impl(), weight.impl(), nullptr}, {}), *b);
+    }
+  }
+  return call1(op, {x.impl(), weight.impl(), opt_impl(b)}, {});
 }
 Tensor softmax(const Tensor& x, int64_t dim) {
   TESSERA_OP(op, "softmax");
@@ -463,7 +494,18 @@ Tensor list_op(OperatorEntry& op, const std::vector<Tensor>& tensors, int64_t di
 }  // namespace
 Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) {
   TESSERA_OP(op, "cat");
-  return list_op(op, tensors, dim);
+  // Legacy empty tensors (1-D of size 0) are skipped, as in PyTorch, but still take part in the
+  // result dtype (shape::cat skips them too).
+  std::vector<Tensor> kept;
+  ResultTypeState all;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    TESSERA_CHECK(tensors[i].defined(), "cat: tensor ", i, " of the list is undefined");
+    all.add_tensor(tensors[i].dtype(), false, false);
+    if (!(tensors[i].dim() == 1 && tensors[i].sizes()[0] == 0)) kept.push_back(tensors[i]);
+  }
+  if (kept.empty() || kept.size() == tensors.size()) return list_op(op, tensors, dim);
+  Tensor out = list_op(op, kept, dim);
+  return out.dtype() == all.result() ? out : out.to(all.result());
 }
 Tensor stack(const std::vector<Tensor>& tensors, int64_t dim) {
   TESSERA_OP(op, "stack");
@@ -493,8 +535,7 @@ std::vector<double> host_values(const Tensor& t, const char* who) {
   out.reserve(size_t(n));
   if (n == 0) return out;
   size_t isz = t.itemsize();
-  int64_t span = 1;  // elements from the first to the last reachable one
-  for (int64_t d = 0; d < t.dim(); ++d) span += (t.sizes()[size_t(d)] - 1) * t.strides()[size_t(d)];
+  const int64_t span = storage_extent(t.sizes(), t.strides(), 0).value_or(0);  // first to last element
   std::vector<char> staging;
   const char* base;
   if (t.is_cpu()) {
@@ -541,7 +582,8 @@ bool allclose(const Tensor& a, const Tensor& b, double rtol, double atol) {
   TESSERA_CHECK(a.sizes() == b.sizes(), "allclose: shapes ", a.sizes(), " and ", b.sizes(), " differ");
   std::vector<double> x = host_values(a, "allclose"), y = host_values(b, "allclose");
   for (size_t i = 0; i < x.size(); ++i) {
-    if (x[i] == y[i]) continue;
+    if (x[i] == y[i]) continue;  // equal infinities of the same sign; NaN is never equal
+    if (!std::isfinite(x[i]) || !std::isfinite(y[i])) return false;
     if (!(std::abs(x[i] - y[i]) <= atol + rtol * std::abs(y[i]))) return false;
   }
   return true;

@@ -16,6 +16,7 @@
 
 #include "small_vector.h"
 #include "tessera/array_ref.h"
+#include "tessera/checked_math.h"
 #include "tessera/error.h"
 
 namespace tessera::shape {
@@ -157,7 +158,12 @@ S conv_out_size(const char* op, S in, int64_t kernel_extent, int64_t stride, int
   TESSERA_CHECK(stride > 0, op, ": stride must be positive, got ", stride);
   TESSERA_CHECK(dilation > 0, op, ": dilation must be positive, got ", dilation);
   TESSERA_CHECK(padding >= 0, op, ": padding must be non-negative, got ", padding);
-  S span = in + S(2 * padding) - S(dilation * (kernel_extent - 1) + 1);
+  // Note [Checked extents]: the attributes come from users.
+  const std::optional<int64_t> pad2 = checked_mul(padding, 2);
+  const std::optional<int64_t> dilated = checked_mul(dilation, kernel_extent - 1);
+  TESSERA_CHECK(pad2 && dilated && *dilated < INT64_MAX, op, ": padding ", padding, ", dilation ", dilation,
+                " and kernel size ", kernel_extent, " overflow int64");
+  S span = in + S(*pad2) - S(*dilated + 1);
   S out = (ceil_mode ? span + S(stride - 1) : span) / S(stride) + S(1);
   TESSERA_CHECK(!(span + S(1) <= S(0)), op, ": input size ", in, " (padded by ", padding,
                 " on each side) is smaller than the ", "dilated kernel extent ",
@@ -206,16 +212,26 @@ Sizes<S> pool2d(const char* op, ArrayRef<S> x, const int64_t* kernel, const int6
   return out;
 }
 
-// cat along `dim`: every shape equal except at `dim`.
+// cat along `dim`: every shape equal except at `dim`. As in PyTorch, a legacy empty tensor (1-D of
+// size 0) is skipped whatever the other shapes are.
+template <typename S>
+bool is_legacy_empty(ArrayRef<S> s) {
+  return s.size() == 1 && s[0] == S(0);
+}
 template <typename S>
 Sizes<S> cat(const char* op, const ArrayRef<S>* shapes, size_t count, int64_t dim) {
   TESSERA_CHECK(count > 0, op, ": expected a non-empty list of tensors");
-  ArrayRef<S> first = shapes[0];
-  TESSERA_CHECK(!first.empty(), op, ": zero-dimensional tensor (at position 0) cannot be concatenated");
+  size_t first_index = 0;
+  while (first_index + 1 < count && is_legacy_empty(shapes[first_index])) ++first_index;
+  ArrayRef<S> first = shapes[first_index];
+  TESSERA_CHECK(!first.empty(), op, ": zero-dimensional tensor (at position ", first_index,
+                ") cannot be concatenated");
   int64_t d = wrap(op, dim, int64_t(first.size()));
   Sizes<S> out(first);
-  for (size_t t = 1; t < count; ++t) {
+  for (size_t t = first_index + 1; t < count; ++t) {
     ArrayRef<S> s = shapes[t];
+    if (is_legacy_empty(s)) continue;
+    TESSERA_CHECK(!s.empty(), op, ": zero-dimensional tensor (at position ", t, ") cannot be concatenated");
     TESSERA_CHECK(s.size() == first.size(), op, ": tensors must have the same number of dimensions: got ",
                   first.size(), " and ", s.size(), " (tensor at position ", t, ")");
     for (size_t i = 0; i < s.size(); ++i) {

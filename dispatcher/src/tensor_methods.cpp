@@ -100,8 +100,8 @@ struct HostSpan {
 };
 
 HostSpan stage_view_on_host(const Tensor& t) {
-  int64_t extent = 1;  // elements from the storage offset to the view's last element
-  for (int64_t d = 0; d < t.dim(); ++d) extent += (t.sizes()[size_t(d)] - 1) * t.strides()[size_t(d)];
+  // Elements from the storage offset to the view's last element (the view fits its storage).
+  const int64_t extent = storage_extent(t.sizes(), t.strides(), 0).value_or(0);
   const int64_t unit_stride = 1;
   HostSpan span;
   span.on_device = Tensor(make_intrusive<TensorImpl>(t.storage(), t.dtype(), t.device(), IntArrayRef(extent),
@@ -178,6 +178,9 @@ Tensor& Tensor::copy_(const Tensor& src) {
     return *this;
   }
   shape::check_broadcast_to<int64_t>("copy_", src.sizes(), sizes());
+  TESSERA_CHECK(dim() <= kMaxKernelDims && src.dim() <= kMaxKernelDims, "copy_: copying a ", src.dim(),
+                "-D tensor into a ", dim(), "-D tensor across devices; kernels take at most ", kMaxKernelDims,
+                " dimensions (Note [Kernel rank limit]); reshape or flatten it first");
   if (device().type() == DeviceType::Meta) return *this;  // meta tensors hold no data
   TESSERA_CHECK(src.device().type() != DeviceType::Meta,
                 "copy_: the source is a meta tensor, which holds no data; ",

@@ -98,19 +98,44 @@ inline A binary_scalar(BinaryOp op, A x, A y, A alpha) {
   }
 }
 
+// The type a binary op computes in for output dtype `od` (PyTorch's opmath): float32 for the
+// 16/32-bit floats, float64 for float64, int64 for integers and bool.
+int32_t compute_dtype_of(int32_t od) {
+  if (od == TESSERA_DTYPE_FLOAT64) return od;
+  return dtype_is_floating(od) ? TESSERA_DTYPE_FLOAT32 : TESSERA_DTYPE_INT64;
+}
+
+// Loads element `p` of an operand that is either of the output's type T (native) or already of
+// T's compute type (a converted operand, e.g. a wrapped number).
+template <typename T>
+inline const float* load_operand_f32(bool native, const char* p, int64_t st, int64_t n, float* buf, int64_t* es,
+                                     const VecKernels& vk) {
+  return native ? load_f32<T>(p, st, n, buf, es, vk) : load_f32<float>(p, st, n, buf, es, vk);
+}
+template <typename T>
+inline int64_t load_operand_int(bool native, const char* p) {
+  return native ? int64_t(Elem<T>::load(reinterpret_cast<const T*>(p))) : *reinterpret_cast<const int64_t*>(p);
+}
+
+// Note [Wrapped numbers reach kernels as they are] (dispatcher): an operand whose dtype differs
+// from the output's (a wrapped int64/float64/bool number, or any caller's mixed operand) is
+// converted straight into the compute type, never through the output's storage dtype, so
+// float16 * 1e5 stays finite and uint8 ** -1 sees the exponent -1.
 void binary_run(const KernelCall& c, BinaryOp op, const tessera_tensor_t* a_in, const tessera_tensor_t* b_in,
                 double alpha_d, int64_t alpha_i) {
   const TensorView out = c.output(0);
   const int32_t od = out.dtype();
+  const int32_t cd = compute_dtype_of(od);
   TempList temps;
-  const tessera_tensor_t* a = cast_if_needed(a_in, od, temps);
-  const tessera_tensor_t* b = cast_if_needed(b_in, od, temps);
+  const bool native_a = a_in->dtype == od, native_b = b_in->dtype == od;
+  const tessera_tensor_t* a = native_a ? a_in : cast_if_needed(a_in, cd, temps);
+  const tessera_tensor_t* b = native_b ? b_in : cast_if_needed(b_in, cd, temps);
   const int nd = out.ndim();
   int64_t sa[kMaxDims], sb[kMaxDims];
   broadcast_strides(a, nd, out.sizes(), sa);
   broadcast_strides(b, nd, out.sizes(), sb);
   const int64_t es = int64_t(out.itemsize());
-  const int64_t esz[3] = {es, es, es};
+  const int64_t esz[3] = {es, int64_t(sdk::dtype_size(a->dtype)), int64_t(sdk::dtype_size(b->dtype))};
   char* ptrs[3] = {out.host_ptr<char>(), static_cast<char*>(a->data) + a->byte_offset,
                    static_cast<char*>(b->data) + b->byte_offset};
   const int64_t* strides[3] = {out.strides(), sa, sb};
@@ -135,8 +160,8 @@ void binary_run(const KernelCall& c, BinaryOp op, const tessera_tensor_t* a_in, 
         for (int64_t i = 0; i < n; i += kChunk) {
           const int64_t m = std::min(kChunk, n - i);
           int64_t ea, eb;
-          const float* xa = load_f32<T>(p[1] + i * st[1], st[1], m, ba, &ea, vk);
-          const float* xb = load_f32<T>(p[2] + i * st[2], st[2], m, bb, &eb, vk);
+          const float* xa = load_operand_f32<T>(native_a, p[1] + i * st[1], st[1], m, ba, &ea, vk);
+          const float* xb = load_operand_f32<T>(native_b, p[2] + i * st[2], st[2], m, bb, &eb, vk);
           fn(xa, ea, xb, eb, bo, m, alpha);
           store_f32<T>(p[0] + i * st[0], st[0], m, bo, vk);
         }
@@ -158,8 +183,8 @@ void binary_run(const KernelCall& c, BinaryOp op, const tessera_tensor_t* a_in, 
       // integers and bool: compute in int64
       for_each(loop, kGrain, [&](char** p, const int64_t* st, int64_t n) {
         for (int64_t i = 0; i < n; ++i) {
-          const int64_t x = Elem<T>::load(reinterpret_cast<const T*>(p[1] + i * st[1]));
-          const int64_t y = Elem<T>::load(reinterpret_cast<const T*>(p[2] + i * st[2]));
+          const int64_t x = load_operand_int<T>(native_a, p[1] + i * st[1]);
+          const int64_t y = load_operand_int<T>(native_b, p[2] + i * st[2]);
           int64_t r;
           if (op == BinaryOp::Div) {
             TESSERA_SDK_CHECK(y != 0, "integer division by zero; divide floating tensors instead");
@@ -187,7 +212,7 @@ tessera_status_t binary_kernel(void* user_data, const tessera_kernel_call_t* cal
     if (c.num_inputs() >= 2) {
       b = c.raw()->inputs[1];
     } else {
-      temps.push_back(scalar_tensor(c, next_attr++, od));
+      temps.push_back(scalar_tensor(c, next_attr++, compute_dtype_of(od)));
       b = temps.back().raw();
     }
     double alpha_d = 1;
@@ -207,7 +232,7 @@ tessera_status_t binary_kernel(void* user_data, const tessera_kernel_call_t* cal
 // Tensor exponent) is handled here.
 tessera_status_t pow_scalar_base_kernel(void*, const tessera_kernel_call_t* call) {
   return guarded(call, [&](const KernelCall& c) {
-    OwnedTensor base = scalar_tensor(c, 0, c.output(0).dtype());
+    OwnedTensor base = scalar_tensor(c, 0, compute_dtype_of(c.output(0).dtype()));
     binary_run(c, BinaryOp::Pow, base.raw(), c.raw()->inputs[0], 1, 1);
   });
 }
@@ -241,7 +266,15 @@ tessera_status_t compare_kernel(void* user_data, const tessera_kernel_call_t* ca
     int32_t cd;
     if (c.num_inputs() >= 2) {
       b = c.raw()->inputs[1];
-      cd = promote_types(a->dtype, b->dtype);
+      // A 0-dim operand (a wrapped number) next to a dimensioned one only raises the category; else
+      // it converts to the other's dtype, as PyTorch compares uint8 [44] == 300 as 44 == 44.
+      auto category = [](int32_t d) { return d == TESSERA_DTYPE_BOOL ? 0 : (dtype_is_floating(d) ? 2 : 1); };
+      if (a->ndim == 0 && b->ndim > 0 && category(a->dtype) <= category(b->dtype))
+        cd = b->dtype;
+      else if (b->ndim == 0 && a->ndim > 0 && category(b->dtype) <= category(a->dtype))
+        cd = a->dtype;
+      else
+        cd = promote_types(a->dtype, b->dtype);
     } else {
       // a wrapped number only raises the category
       const bool fl = c.attr_is_floating(0);
