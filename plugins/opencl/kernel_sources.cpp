@@ -37,6 +37,15 @@ std::string role(const std::string& r, int32_t d) {
       s += "#define LOAD_" + r + "(p, i) as_float(((uint)(p)[i]) << 16)\n";
       s += "#define STORE_" + r + "(p, i, v) ((p)[i] = tessera_f2bf((float)(v)))\n";
       break;
+    case TESSERA_DTYPE_UINT8:
+    case TESSERA_DTYPE_INT8:
+    case TESSERA_DTYPE_INT16:
+    case TESSERA_DTYPE_INT32:
+    case TESSERA_DTYPE_INT64:
+      s += "#define LOAD_" + r + "(p, i) ((p)[i])\n";
+      s += "#define STORE_" + r + "(p, i, v) ((p)[i] = (" + r + "_t)" +
+           (d == TESSERA_DTYPE_INT64 ? "tessera_to_long" : "tessera_to_int") + "(v))\n";
+      break;
     default:
       s += "#define LOAD_" + r + "(p, i) ((p)[i])\n";
       s += "#define STORE_" + r + "(p, i, v) ((p)[i] = (" + r + "_t)(v))\n";
@@ -53,13 +62,31 @@ std::string compute(int32_t ct) {
   return s;
 }
 
+// Note [Floating to integral conversion]
+// OpenCL C (like C++) leaves the conversion of NaN, infinities and out-of-range values to an integer
+// undefined. Integer stores convert as PyTorch does on x86-64: to int64, anything outside the int64
+// range (and NaN) becomes LONG_MIN; to int32 and narrower types, the value goes through int32, where
+// anything outside the int32 range becomes INT_MIN, and then wraps. The emulated accelerator
+// (samples/my_hardware_device) and the host side of this plugin convert the same way.
 std::string prelude(std::initializer_list<int32_t> dtypes) {
   std::string s;
-  for (int32_t d : dtypes)
-    if (d == TESSERA_DTYPE_FLOAT64) {
-      s += "#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n";
-      break;
-    }
+  bool fp64 = false;
+  for (int32_t d : dtypes) fp64 = fp64 || d == TESSERA_DTYPE_FLOAT64;
+  if (fp64) s += "#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n";
+  s += R"CL(
+#define OVL __attribute__((overloadable))
+inline long OVL tessera_to_long(long x) { return x; }
+inline long OVL tessera_to_long(int x) { return x; }
+inline long OVL tessera_to_long(float x) { return x >= -0x1p63f && x < 0x1p63f ? (long)x : LONG_MIN; }
+inline int OVL tessera_to_int(long x) { return (int)x; }
+inline int OVL tessera_to_int(int x) { return x; }
+inline int OVL tessera_to_int(float x) { return x > -0x1.000002p31f && x < 0x1p31f ? (int)x : INT_MIN; }
+)CL";
+  if (fp64)
+    s += R"CL(
+inline long OVL tessera_to_long(double x) { return x >= -0x1p63 && x < 0x1p63 ? (long)x : LONG_MIN; }
+inline int OVL tessera_to_int(double x) { return x > -2147483649.0 && x < 0x1p31 ? (int)x : INT_MIN; }
+)CL";
   s += R"CL(
 #define MAXD 8
 #define RWG 128
@@ -196,6 +223,11 @@ __kernel void NAME##_s(Geo g, __global O_t* o, __global const A_t* a, __global c
                        "CMP(logical_or, x != 0 || y != 0)"});
 }
 
+// Note [Transcendentals without cancellation]
+// gelu is x * Phi(x) = 0.5 * x * erfc(-x / sqrt(2)): 1 + erf(x / sqrt(2)) loses every digit for
+// x below about -4. gelu(approximate="tanh") is 0.5 * x * (1 + tanh(u)) = x * sigmoid(2u) =
+// x / (1 + exp(-2u)): 1 + tanh(u) cancels for negative u (-10 gave -2.98e-7 instead of -0, -1e10 gave
+// -298), while exp(-2u) only overflows to inf, where the quotient is the correct -0.
 std::string unary_source(int32_t a, int32_t o, const std::string& op) {
   std::string s = prelude({a, o}) + role("A", a) + role("O", o) + compute(o);
   s += R"CL(
@@ -218,8 +250,8 @@ __kernel void NAME##_s(Geo g, __global O_t* o, __global const A_t* a) {         
   if (dtype_is_floating(o))
     s += only(op, {"UN(exp, exp(x))", "UN(log, log(x))", "UN(sqrt, sqrt(x))", "UN(rsqrt, rsqrt(x))", "UN(sin, sin(x))",
                    "UN(cos, cos(x))", "UN(tanh, tanh(x))", "UN(sigmoid, K(1.0) / (K(1.0) + exp(-x)))",
-                   "UN(gelu, K(0.5) * x * (K(1.0) + erf(x * K(0.70710678118654752440))))",
-                   "UN(gelu_tanh, K(0.5) * x * (K(1.0) + tanh(K(0.79788456080286535588) * (x + K(0.044715) * x * x * x))))",
+                   "UN(gelu, K(0.5) * x * erfc(x * K(-0.70710678118654752440)))",
+                   "UN(gelu_tanh, x / (K(1.0) + exp(K(-1.59576912160573071176) * (x + K(0.044715) * x * x * x))))",
                    "UN(silu, x / (K(1.0) + exp(-x)))", "UN(erf, erf(x))"});
   return s;
 }

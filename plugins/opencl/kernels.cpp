@@ -1,7 +1,9 @@
 #include "kernels.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -49,15 +51,49 @@ struct ScalarArg {
   } v{};
   size_t size = 0;
 };
+// Note [Floating to integral conversion] (kernel_sources.cpp), on the host.
+int64_t double_to_int64(double v) {
+  constexpr double kTwo63 = 9223372036854775808.0;
+  return v >= -kTwo63 && v < kTwo63 ? int64_t(v) : INT64_MIN;
+}
+int32_t double_to_int32(double v) { return v > -2147483649.0 && v < 2147483648.0 ? int32_t(v) : INT32_MIN; }
+
+// A value converted straight into the compute type `ct` (never through a narrower storage type).
 ScalarArg scalar_arg(int32_t ct, double d, int64_t i, bool is_floating) {
   ScalarArg s;
   switch (ct) {
     case TESSERA_DTYPE_FLOAT64: s.v.f64 = is_floating ? d : double(i); s.size = 8; break;
     case TESSERA_DTYPE_FLOAT32: s.v.f32 = float(is_floating ? d : double(i)); s.size = 4; break;
-    case TESSERA_DTYPE_INT64: s.v.i64 = is_floating ? int64_t(d) : i; s.size = 8; break;
-    default: s.v.i32 = int32_t(is_floating ? int64_t(d) : i); s.size = 4; break;
+    case TESSERA_DTYPE_INT64: s.v.i64 = is_floating ? double_to_int64(d) : i; s.size = 8; break;
+    default: s.v.i32 = is_floating ? double_to_int32(d) : int32_t(uint32_t(i)); s.size = 4; break;
   }
   return s;
+}
+
+// The one element of a 0-dim CPU tensor as a value of the compute type `ct`, or nothing for a dtype
+// that is staged as it is (float16, bfloat16).
+std::optional<ScalarArg> host_scalar(const sdk::TensorView& t, int32_t ct) {
+  const auto* p = t.host_ptr<const unsigned char>();
+  auto read = [p](auto v) {
+    std::memcpy(&v, p, sizeof v);
+    return v;
+  };
+  switch (t.dtype()) {
+    case TESSERA_DTYPE_BOOL: return scalar_arg(ct, 0, read(uint8_t()) != 0, false);
+    case TESSERA_DTYPE_UINT8: return scalar_arg(ct, 0, read(uint8_t()), false);
+    case TESSERA_DTYPE_INT8: return scalar_arg(ct, 0, read(int8_t()), false);
+    case TESSERA_DTYPE_INT16: return scalar_arg(ct, 0, read(int16_t()), false);
+    case TESSERA_DTYPE_INT32: return scalar_arg(ct, 0, read(int32_t()), false);
+    case TESSERA_DTYPE_INT64: return scalar_arg(ct, 0, read(int64_t()), false);
+    case TESSERA_DTYPE_FLOAT32: return scalar_arg(ct, read(float()), 0, true);
+    case TESSERA_DTYPE_FLOAT64: return scalar_arg(ct, read(double()), 0, true);
+    default: return std::nullopt;
+  }
+}
+
+// Whether `t` is a 0-dim CPU operand (a wrapped number, say) joining device tensors.
+bool is_host_scalar(const sdk::TensorView& t) {
+  return t.defined() && t.device_type() == TESSERA_DEVICE_CPU && t.ndim() == 0;
 }
 
 // A tensor as a kernel argument: buffer, element offset, geometry.
@@ -149,6 +185,24 @@ class CallContext {
       op.strides[size_t(d)] = expected;
       expected *= op.sizes[size_t(d)];
     }
+    return op;
+  }
+
+  // Note [Wrapped numbers on the device]: a 0-dim CPU operand (how a C++ number such as the -3 of
+  // `x / -3` arrives: int64, float64 or bool) is converted on the host straight into the kernel's
+  // compute type `ct` and staged as one element of that type, so its value never passes through the
+  // output's storage dtype (uint8 would turn -3 into 253, float16 1e5 into inf) and a float64 number
+  // needs no fp64 support. Other operands are staged as they are.
+  Operand operand(const sdk::TensorView& t, int32_t ct) {
+    if (!is_host_scalar(t)) return operand(t);
+    const std::optional<ScalarArg> v = host_scalar(t, ct);
+    if (!v) return operand(t);
+    Operand op;
+    op.dtype = ct;
+    op.numel = 1;
+    op.mem = temp_buffer(v->size);
+    check_cl(cl().clEnqueueWriteBuffer(queue, op.mem, CL_TRUE, 0, v->size, &v->v, 0, nullptr, nullptr),
+             std::string(call_.op_name()) + ": staging a CPU scalar");
     return op;
   }
 
@@ -274,13 +328,35 @@ tessera_status_t adapt(void* user_data, const tessera_kernel_call_t* raw) noexce
 
 // ---------------------------------------------------------------- elementwise
 
+// The compute type of a comparison of a device tensor of dtype `d` with a 0-dim CPU operand of dtype
+// `s`: that of the promoted type, where the 0-dim operand only raises the category (a floating
+// number with an integral tensor gives float32, PyTorch's default dtype).
+int32_t compare_scalar_compute_dtype(int32_t d, int32_t s) {
+  auto category = [](int32_t t) { return dtype_is_floating(t) ? 2 : (t == TESSERA_DTYPE_BOOL ? 0 : 1); };
+  if (category(s) <= category(d)) return compute_dtype(d);
+  return dtype_is_floating(s) ? TESSERA_DTYPE_FLOAT32 : TESSERA_DTYPE_INT64;
+}
+
 void run_binary(const sdk::KernelCall& call, const char* op) {
   CallContext cc(call);
-  const sdk::TensorView out = call.output(0);
-  Operand o = cc.operand(out), a = cc.operand(call.input(0)), b = cc.operand(call.input(1));
-  if (o.numel == 0) return;
+  const sdk::TensorView out = call.output(0), av = call.input(0), bv = call.input(1);
+  Operand o = cc.operand(out);
   // eq, ne, lt, le, gt, ge, logical_and, logical_or: computed in the promoted input type, bool out.
   const bool compare = std::strlen(op) == 2 || std::strncmp(op, "logical_", 8) == 0;
+  if (!compare && (std::strcmp(op, "add") == 0 || std::strcmp(op, "sub") == 0) && call.num_attrs() > 0 &&
+      !call.attr_is_none(0) && call.attr_is_floating(0) && !dtype_is_floating(o.dtype))
+    throw sdk::Error(TESSERA_STATUS_INVALID_ARGUMENT,
+                     std::string(call.op_name()) + ": for integral input tensors, argument alpha must not be a "
+                         "floating point number (got " + std::to_string(call.attr_double(0)) +
+                         "); pass an integral alpha or use floating tensors");
+  // Note [Wrapped numbers on the device]
+  int32_t a_ct = compute_dtype(o.dtype), b_ct = a_ct;
+  if (compare) {
+    a_ct = compare_scalar_compute_dtype(bv.dtype(), av.dtype());
+    b_ct = compare_scalar_compute_dtype(av.dtype(), bv.dtype());
+  }
+  Operand a = cc.operand(av, a_ct), b = cc.operand(bv, b_ct);
+  if (o.numel == 0) return;
   if (!compare && std::strcmp(op, "div") == 0 && !dtype_is_floating(o.dtype))
     unimplemented(std::string(call.op_name()) + ": integer division (output " + dtype_tag(o.dtype) + ")");
   const Elementwise e = elementwise(
@@ -329,8 +405,9 @@ void run_unary(const sdk::KernelCall& call, const char* op) {
 // where.self(Tensor condition, Tensor self, Tensor other)
 void run_where(const sdk::KernelCall& call, const char*) {
   CallContext cc(call);
-  Operand o = cc.operand(call.output(0)), c = cc.operand(call.input(0)), a = cc.operand(call.input(1)),
-          b = cc.operand(call.input(2));
+  Operand o = cc.operand(call.output(0)), c = cc.operand(call.input(0));
+  // Note [Wrapped numbers on the device]
+  Operand a = cc.operand(call.input(1), compute_dtype(o.dtype)), b = cc.operand(call.input(2), compute_dtype(o.dtype));
   if (o.numel == 0) return;
   const Elementwise e = elementwise(o.sizes,
                                     {o.strides, broadcast_strides(c, o.sizes, call.op_name()),

@@ -730,6 +730,75 @@ TEST_F(OpenCLKernels, CpuScalarInputIsStaged) {
   expect_close(out.download(), want, TESSERA_DTYPE_FLOAT32);
 }
 
+// A 0-dim CPU tensor of dtype `dtype` holding `value` (how the runtime passes a C++ number).
+template <typename T>
+tessera_tensor_t cpu_scalar(int32_t dtype, T* value) {
+  tessera_tensor_t s{};
+  s.struct_size = sizeof s;
+  s.dtype = dtype;
+  s.device_type = TESSERA_DEVICE_CPU;
+  s.ndim = 0;
+  s.numel = 1;
+  s.data = value;
+  return s;
+}
+
+TEST_F(OpenCLKernels, WrappedNumbersConvertStraightIntoTheComputeType) {
+  // Note [Wrapped numbers on the device]: float16 * 1e5 (float64) is formed in float32: ~100.06, not inf.
+  double big = 1e5;
+  tessera_tensor_t sb = cpu_scalar(TESSERA_DTYPE_FLOAT64, &big);
+  DTensor h({3}, TESSERA_DTYPE_FLOAT16), hout({3}, TESSERA_DTYPE_FLOAT16);
+  h.upload({0.001, -0.0005, 0.75});
+  call("mul.Tensor", {h.t(), &sb}, {hout.t()});
+  const std::vector<double> got = hout.download();
+  EXPECT_EQ(got[0], 100.0625);           // float16(0.001) * 1e5 = 100.04, rounded to float16
+  EXPECT_NEAR(got[1], -50.02, 0.04);     // float16 spacing at 50 is 0.03125
+  EXPECT_EQ(got[2], INFINITY);           // 75000 is past float16's range: inf only here
+
+  // uint8 [7, 2] with int64 -3: true division in float32, and a product that wraps in uint8.
+  int64_t minus3 = -3;
+  tessera_tensor_t s3 = cpu_scalar(TESSERA_DTYPE_INT64, &minus3);
+  DTensor u({2}, TESSERA_DTYPE_UINT8), q({2}, TESSERA_DTYPE_FLOAT32), p({2}, TESSERA_DTYPE_UINT8);
+  u.upload({7, 2});
+  call("div.Tensor", {u.t(), &s3}, {q.t()});
+  expect_close(q.download(), {rounded(7.0 / -3.0, TESSERA_DTYPE_FLOAT32), rounded(2.0 / -3.0, TESSERA_DTYPE_FLOAT32)},
+               TESSERA_DTYPE_FLOAT32, 0, "uint8 / -3");
+  call("mul.Tensor", {u.t(), &s3}, {p.t()});
+  EXPECT_EQ(p.download(), (std::vector<double>{235, 250}));  // -21 and -6 mod 256
+
+  // int32 [2, 3] < 2.5 (float64): compared in float32, not with 2.5 truncated to 2.
+  double two_and_half = 2.5;
+  tessera_tensor_t sh = cpu_scalar(TESSERA_DTYPE_FLOAT64, &two_and_half);
+  DTensor i({2}, TESSERA_DTYPE_INT32), lt({2}, TESSERA_DTYPE_BOOL);
+  i.upload({2, 3});
+  call("lt.Tensor", {i.t(), &sh}, {lt.t()});
+  EXPECT_EQ(lt.download(), (std::vector<double>{1, 0}));
+
+  // where(cond, float16 x, 1000.7 as float64): the number is rounded only at the float16 store.
+  double v1000 = 1000.7;
+  tessera_tensor_t sk = cpu_scalar(TESSERA_DTYPE_FLOAT64, &v1000);
+  DTensor c({2}, TESSERA_DTYPE_BOOL), x({2}, TESSERA_DTYPE_FLOAT16), w({2}, TESSERA_DTYPE_FLOAT16);
+  c.upload({1, 0});
+  x.upload({1.5, 2.5});
+  call("where.self", {c.t(), x.t(), &sk}, {w.t()});
+  EXPECT_EQ(w.download(), (std::vector<double>{1.5, 1000.5}));
+}
+
+TEST_F(OpenCLKernels, FloatingAlphaOnIntegralAddIsInvalid) {
+  DTensor a({2}, TESSERA_DTYPE_INT32), b({2}, TESSERA_DTYPE_INT32), out({2}, TESSERA_DTYPE_INT32);
+  a.upload({1, 2});
+  b.upload({3, 4});
+  tessera_value_t alpha{};
+  alpha.kind = TESSERA_VALUE_DOUBLE;
+  alpha.u.d = 2.5;
+  tessera_status_t s = call_raw("add.Tensor", {a.t(), b.t()}, {out.t()}, {alpha});
+  ASSERT_NE(s, nullptr);
+  EXPECT_EQ(status_code(s), TESSERA_STATUS_INVALID_ARGUMENT) << status_message(s);
+  EXPECT_NE(std::string(status_message(s)).find("alpha must not be a floating point number"), std::string::npos)
+      << status_message(s);
+  status_free(s);
+}
+
 TEST_F(OpenCLKernels, UnsupportedCombinationsAreUnimplementedNotWrong) {
   DTensor a({4}, TESSERA_DTYPE_FLOAT32), b({4}, TESSERA_DTYPE_FLOAT16), out({4}, TESSERA_DTYPE_FLOAT32);
   tessera_status_t s = call_raw("matmul", {a.t(), b.t()}, {out.t()}, {});

@@ -212,6 +212,10 @@ int Emulator::device_of_handle(const void* handle) {
 }
 
 BufferRef Emulator::resolve(const void* handle) const {
+  if (handle == nullptr) {  // Note [Emulated device memory]: the storage of an empty tensor
+    static const BufferRef empty = std::make_shared<Buffer>();
+    return empty;
+  }
   const int dev = device_of_handle(handle);
   if (dev < 0 || dev >= int(devices_.size())) {
     throw EmuError(EmuError::Kind::InvalidArgument,

@@ -7,6 +7,9 @@
 // by the runtime to dereference it faults at once instead of silently reading host memory. The
 // runtime moves bytes only through the copy functions of the device interface, exactly as it must
 // for a real accelerator whose memory the host cannot address.
+// The runtime allocates nothing for 0 bytes: an empty tensor's storage is the null handle, which
+// resolves to a shared buffer of 0 bytes on every device (copies of 0 bytes and kernels over no
+// elements then need no special case).
 //
 // Note [Emulated streams]
 // A stream is a queue with its own worker thread. Kernels and copies enqueue a task that captures
@@ -140,7 +143,8 @@ class Emulator {
 
   int num_devices() const { return int(devices_.size()); }
   Device& device(int index);  // throws InvalidArgument naming the valid range
-  // The buffer behind a handle of any device; throws InvalidArgument for an unknown handle.
+  // The buffer behind a handle of any device (the null handle: an empty buffer); throws
+  // InvalidArgument for an unknown handle.
   BufferRef resolve(const void* handle) const;
   // The queue behind a stream handle (nullptr = the device's default queue).
   Queue& queue(int device, void* stream);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -58,6 +59,19 @@ uint16_t double_to_half(double d) {
   return uint16_t(sign | (m >> 13));
 }
 
+// Note [Floating to integral conversion]
+// C++ leaves the conversion of NaN, infinities and out-of-range values to an integer undefined.
+// The devices convert as PyTorch does on x86-64 (its truncating conversions): to int64, anything
+// outside the int64 range (and NaN) becomes INT64_MIN; to int32 and narrower types, the value goes
+// through int32, where anything outside the int32 range becomes INT32_MIN, and then wraps.
+int64_t double_to_int64(double v) {
+  constexpr double kTwo63 = 9223372036854775808.0;
+  return v >= -kTwo63 && v < kTwo63 ? int64_t(v) : INT64_MIN;
+}
+int32_t double_to_int32(double v) {
+  return v > -2147483649.0 && v < 2147483648.0 ? int32_t(v) : INT32_MIN;
+}
+
 template <typename T>
 T read_as(const std::byte* p) {
   T v;
@@ -93,9 +107,11 @@ int64_t load_i(const std::byte* p, int dt) {
     case TESSERA_DTYPE_INT16: return read_as<int16_t>(p);
     case TESSERA_DTYPE_INT32: return read_as<int32_t>(p);
     case TESSERA_DTYPE_INT64: return read_as<int64_t>(p);
-    default: return int64_t(load_f(p, dt));  // floating -> integral truncates toward zero
+    default: return double_to_int64(load_f(p, dt));  // truncates toward zero (narrower stores: store_f)
   }
 }
+
+void store_i(std::byte* p, int dt, int64_t v);
 
 void store_f(std::byte* p, int dt, double v) {
   switch (dt) {
@@ -104,11 +120,11 @@ void store_f(std::byte* p, int dt, double v) {
     case TESSERA_DTYPE_BFLOAT16: write_as<uint16_t>(p, tessera::BFloat16(float(v)).bits); break;
     case TESSERA_DTYPE_FLOAT32: write_as<float>(p, float(v)); break;
     case TESSERA_DTYPE_FLOAT64: write_as<double>(p, v); break;
-    case TESSERA_DTYPE_UINT8: write_as<uint8_t>(p, uint8_t(int64_t(v))); break;
-    case TESSERA_DTYPE_INT8: write_as<int8_t>(p, int8_t(int64_t(v))); break;
-    case TESSERA_DTYPE_INT16: write_as<int16_t>(p, int16_t(int64_t(v))); break;
-    case TESSERA_DTYPE_INT32: write_as<int32_t>(p, int32_t(int64_t(v))); break;
-    case TESSERA_DTYPE_INT64: write_as<int64_t>(p, int64_t(v)); break;
+    case TESSERA_DTYPE_UINT8:
+    case TESSERA_DTYPE_INT8:
+    case TESSERA_DTYPE_INT16:
+    case TESSERA_DTYPE_INT32: store_i(p, dt, double_to_int32(v)); break;
+    case TESSERA_DTYPE_INT64: store_i(p, dt, double_to_int64(v)); break;
     default: throw Error(TESSERA_STATUS_UNIMPLEMENTED, "dtype " + std::to_string(dt) + " not supported");
   }
 }
@@ -259,7 +275,8 @@ void copy_kernel(const KernelCall& call) {
       std::byte* d = db + o[0] * int64_t(dst.itemsize);
       const std::byte* s = sb + o[1] * int64_t(src.itemsize);
       if (same) std::memcpy(d, s, dst.itemsize);
-      else if (via_float && is_floating(dst.dtype)) store_f(d, dst.dtype, load_f(s, src.dtype));
+      // To bool: nonzero (NaN and 0.5 included) is true. To integers: Note [Floating to integral conversion].
+      else if (via_float) store_f(d, dst.dtype, load_f(s, src.dtype));
       else store_i(d, dst.dtype, load_i(s, src.dtype));
     });
   });
@@ -275,6 +292,11 @@ void binary_kernel(const KernelCall& call) {
   if (Op == kAdd && call.num_attrs() > 0 && !call.attr_is_none(0)) {
     alpha_f = call.attr_double(0);
     alpha_i = call.attr_int(0);
+    if (call.attr_is_floating(0) && !is_floating(out.dtype)) {
+      throw Error(TESSERA_STATUS_INVALID_ARGUMENT,
+                  std::string(call.op_name()) + ": for integral input tensors, argument alpha must not be a floating "
+                      "point number (got " + std::to_string(alpha_f) + "); pass an integral alpha or use floating tensors");
+    }
   }
   std::array<std::vector<int64_t>, 3> st{out.strides, broadcast_strides(a, out.sizes, call.op_name(), "self"),
                                          broadcast_strides(b, out.sizes, call.op_name(), "other")};
@@ -379,7 +401,10 @@ void sum_kernel(const KernelCall& call) {
     if (count > 0) {
       reduced.assign(size_t(nd), false);
       for (int i = 0; i < count; ++i) {
-        int64_t d = dims[i] < 0 ? dims[i] + nd : dims[i];
+        // A 0-dim tensor has one reducible dim, 0 (or -1), as in PyTorch.
+        const int64_t rank = std::max(nd, 1);
+        const int64_t d = dims[i] < 0 ? dims[i] + rank : dims[i];
+        if (nd == 0 && d == 0) continue;
         if (d < 0 || d >= nd) {
           throw Error(TESSERA_STATUS_INVALID_ARGUMENT, std::string(call.op_name()) + ": dim " + std::to_string(dims[i]) +
                                                            " out of range for a " + std::to_string(nd) + "-D tensor");

@@ -84,6 +84,16 @@ MakeFn binary_inputs(Domain da, Domain db, std::vector<int64_t> sa = {4, 6}, std
   return [=](Gen& g, DType t) { return Inputs{g.random(sa, t, da), g.random(sb, t, db)}; };
 }
 
+// `specials` (NaN, inf, values far in a function's tails) followed by fresh random values.
+MakeFn special_inputs(std::vector<double> specials, std::vector<int64_t> sizes) {
+  return [specials, sizes](Gen& g, DType t) {
+    Tensor r = g.random(sizes, kFloat64).contiguous();
+    std::vector<double> v(r.data_ptr<double>(), r.data_ptr<double>() + r.numel());
+    std::copy(specials.begin(), specials.begin() + std::min(specials.size(), v.size()), v.begin());
+    return Inputs{tessera::tensor(v, sizes, tessera::dtype(t))};
+  };
+}
+
 void add_case(std::vector<Case>& v, std::string label, std::string op, std::vector<DType> dtypes, MakeFn make,
               RunFn run, double tol_scale = 1.0) {
   v.push_back(Case{std::move(label), std::move(op), std::move(dtypes), tol_scale, std::move(make), std::move(run)});
@@ -253,6 +263,59 @@ std::vector<Case> build() {
            });
   add_case(v, "arange", "arange", {kInt32, kInt64, kFloat32, kFloat64}, unary_inputs(D::Any),
            [](const Inputs& x, DType t) { return tessera::arange(0, 12, 1, tessera::dtype(t).device(x[0].device())); });
+
+  // ---- edge cases: C++ numbers in expressions, conversions, function tails, empty tensors.
+  // A number keeps its own value until the op's compute type (uint8 / -3 is not uint8 / 253).
+  add_case(v, "div_number_negative", "div", kNumeric, unary_inputs(D::Small),
+           [](const Inputs& x, DType) { return x[0] / -3; });
+  add_case(v, "mul_number_negative", "mul", kNumeric, unary_inputs(D::Small),
+           [](const Inputs& x, DType) { return x[0] * -3; });
+  add_case(v, "add_number_floating", "add", kNumeric, unary_inputs(D::Small),
+           [](const Inputs& x, DType) { return x[0] + 2.5; });
+  add_case(v, "mul_number_large", "mul", kFloating,
+           [](Gen& g, DType t) { return Inputs{(g.random({4, 6}, kFloat64, D::Unit) * 0.01).to(t)}; },
+           [](const Inputs& x, DType) { return x[0] * 1e5; });
+  // Any nonzero value (0.5, NaN) converts to true; NaN and inf to INT64_MIN as on x86-64.
+  const std::vector<double> nonfinite = {NAN, INFINITY, -INFINITY, 1e30, -3.7, 2.9, 0.5, -0.5, -0.0};
+  add_case(v, "to_bool", "copy_", kAll, unary_inputs(D::Unit), [](const Inputs& x, DType) { return x[0].to(kBool); });
+  add_case(v, "to_bool_nonfinite", "copy_", kFloating, special_inputs(nonfinite, {3, 4}),
+           [](const Inputs& x, DType) { return x[0].to(kBool); });
+  add_case(v, "to_int64_nonfinite", "copy_", kFloating, special_inputs(nonfinite, {3, 4}),
+           [](const Inputs& x, DType) { return x[0].to(kInt64); });
+  // Tails where 1 + tanh(u) or 1 + erf(u) cancel, exp overflows, or x^3 overflows.
+  const std::vector<double> tails = {-1e10, -100, -30, -10, -5, 5, 10, 30, 100, 1e10};
+  const std::vector<DType> wide = {kFloat32, kFloat64};
+  add_case(v, "gelu_tails", "gelu", wide, special_inputs(tails, {3, 4}),
+           [](const Inputs& x, DType) { return tessera::gelu(x[0]); });
+  add_case(v, "gelu_tanh_tails", "gelu", wide, special_inputs(tails, {3, 4}),
+           [](const Inputs& x, DType) { return tessera::gelu(x[0], "tanh"); });
+  add_case(v, "sigmoid_tails", "sigmoid", wide, special_inputs(tails, {3, 4}),
+           [](const Inputs& x, DType) { return tessera::sigmoid(x[0]); });
+  add_case(v, "silu_tails", "silu", wide, special_inputs(tails, {3, 4}),
+           [](const Inputs& x, DType) { return tessera::silu(x[0]); });
+  add_case(v, "tanh_tails", "tanh", wide, special_inputs(tails, {3, 4}),
+           [](const Inputs& x, DType) { return tessera::tanh(x[0]); });
+  // A row with a NaN is all NaN; huge maxima neither overflow exp nor lose log_softmax's -1e30.
+  const std::vector<double> rows = {1, NAN, 2, 0, 1e30, 1e30, 0, -1, 1000, 999, 998, 0};
+  add_case(v, "softmax_nan_and_huge_rows", "softmax", kFloating, special_inputs(rows, {4, 4}),
+           [](const Inputs& x, DType) { return tessera::softmax(x[0], -1); }, 4);
+  add_case(v, "log_softmax_nan_and_huge_rows", "log_softmax", kFloating, special_inputs(rows, {4, 4}),
+           [](const Inputs& x, DType) { return tessera::log_softmax(x[0], 1); }, 4);
+  // No elements: reductions give their identities (sum 0, mean NaN), matmul with k = 0 zeros.
+  add_case(v, "add_empty", "add", kNumeric, binary_inputs(D::Any, D::Any, {0, 3}, {0, 3}),
+           [](const Inputs& x, DType) { return tessera::add(x[0], x[1]); });
+  add_case(v, "zeros_empty", "zeros", kAll, unary_inputs(D::Any),
+           [](const Inputs& x, DType t) { return tessera::zeros({2, 0}, tessera::dtype(t).device(x[0].device())); });
+  add_case(v, "sum_empty_dim", "sum", kNumeric, unary_inputs(D::Any, {3, 0}),
+           [](const Inputs& x, DType) { return tessera::sum(x[0], {1}); });
+  add_case(v, "sum_empty", "sum", kNumeric, unary_inputs(D::Any, {0, 4}),
+           [](const Inputs& x, DType) { return tessera::sum(x[0]); });
+  add_case(v, "mean_empty_dim", "mean", kFloating, unary_inputs(D::Any, {3, 0}),
+           [](const Inputs& x, DType) { return tessera::mean(x[0], {1}); });
+  add_case(v, "sum_0dim", "sum", kNumeric, unary_inputs(D::Small, {}),
+           [](const Inputs& x, DType) { return tessera::sum(x[0], {0}); });
+  add_case(v, "matmul_k0", "matmul", {kInt64, kFloat32, kFloat64}, binary_inputs(D::Any, D::Any, {3, 0}, {0, 4}),
+           [](const Inputs& x, DType) { return tessera::matmul(x[0], x[1]); });
   return v;
 }
 
