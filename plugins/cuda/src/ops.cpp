@@ -1,9 +1,12 @@
 // Host side of the CUDA kernels: argument checks, launch planning, cuBLASLt calls. See ops.h.
 #include "ops.h"
 
+#include "tessera/cuda/cuda_plugin.h"
+
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <map>
@@ -32,6 +35,7 @@ using sdk::TensorView;
 // Every such enqueue sets t_queued (reset per call by Launch), and from then on a refusal is an
 // INTERNAL error. Conversions into the call's own temporaries do not count.
 thread_local bool t_queued = false;
+std::atomic<uint64_t> g_kernel_launches{0};
 
 [[noreturn]] void unimplemented(const KernelCall& call, const std::string& what) {
   if (t_queued)
@@ -79,6 +83,7 @@ struct Launch {
 // refused on the host before anything is queued.
 void check_launch(const KernelCall& call, cudaError_t err, bool into_temporary = false) {
   check_enqueue(call, err, "kernel launch", into_temporary);
+  g_kernel_launches.fetch_add(1, std::memory_order_relaxed);
 }
 
 // A tensor on this device as the kernels see it; may own a temporary copy.
@@ -553,6 +558,7 @@ void lt_matmul(const KernelCall& call, const Launch& l, int32_t dtype, const Mat
     st = api.matmul(handle, plan->desc, &alpha, b.data, plan->la, a.data, plan->lb, &beta, out, plan->lc, out, plan->lc,
                     &plan->result.algo, workspace.get(), plan->result.workspaceSize, l.stream);
   }
+  if (st == CUBLAS_STATUS_SUCCESS) g_kernel_launches.fetch_add(1, std::memory_order_relaxed);
   if (st != CUBLAS_STATUS_SUCCESS)
     throw sdk::Error(TESSERA_STATUS_INTERNAL, std::string(call.op_name()) + " on cuda: cublasLtMatmul failed with status " +
                                                   std::to_string(int(st)));
@@ -815,6 +821,8 @@ void try_register(const sdk::Host& host, const char* op, uint64_t mask, tessera_
 
 }  // namespace
 
+uint64_t g_kernel_launches_total() { return g_kernel_launches.load(std::memory_order_relaxed); }
+
 void register_kernels(const sdk::Host& host) {
   // binary
   try_register(host, "add.Tensor", kFloat | kIntegral, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Add>));
@@ -864,3 +872,7 @@ void register_kernels(const sdk::Host& host) {
 }
 
 }  // namespace tessera::cuda
+
+extern "C" TESSERA_PLUGIN_EXPORT uint64_t tessera_cuda_kernel_launches(void) {
+  return tessera::cuda::g_kernel_launches_total();
+}
