@@ -2,8 +2,10 @@
 # The CUDA backend's checks on a machine with an NVIDIA GPU, in one go (well under 10 minutes):
 #   1. installs missing Debian build packages (apt-get; sudo when not root),
 #   2. configures + builds a release tree with TESSERA_WITH_CUDA=ON (-j$JOBS, default 16),
-#   3. runs test_cuda (every kernel against the CPU backend, allocator, streams/events) and the
-#      fatbin architecture check,
+#   3. runs test_cuda with TESSERA_REQUIRE_CUDA=1 (zero devices fail the run instead of skipping
+#      every GPU test; every kernel against the CPU backend, allocator, streams/events, and the
+#      regressions of the fixed defects, which check the plugin's kernel-launch counter so that a
+#      CPU fallback cannot pass) and the fatbin architecture check,
 #   4. runs `tessera check --device cuda` when the CLI has the check command,
 #   5. runs bench_cuda (ratios against cuBLASLt / a device copy / the math SDPA path).
 # Outputs (logs, gtest XML, benchmark JSON, summary.txt) go to $OUT when set, else build/gpu-checks.
@@ -71,7 +73,7 @@ fi
 
 # ---- 3. tests
 log "test_cuda"
-timeout 150 "$BUILD/bin/test_cuda" --gtest_output="xml:$OUTDIR/test_cuda.xml" >"$OUTDIR/test_cuda.log" 2>&1
+TESSERA_REQUIRE_CUDA=1 timeout 180 "$BUILD/bin/test_cuda" --gtest_output="xml:$OUTDIR/test_cuda.xml" >"$OUTDIR/test_cuda.log" 2>&1
 status=$?
 tail -25 "$OUTDIR/test_cuda.log"
 record "test_cuda" $status

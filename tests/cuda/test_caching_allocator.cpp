@@ -245,4 +245,53 @@ TEST(CachingAllocator, ConcurrentRandomUseKeepsBlocksDisjointAndCoalescesFully) 
   EXPECT_EQ(mem.in_use, 0u);
 }
 
+// Oversize blocks (>= kMaxSplitSize) are not carved up by smaller requests (fragmentation).
+TEST(CachingAllocator, OversizeBlockIsNotSplitBySmallerRequests) {
+  HostMemory mem;
+  CachingAllocator a(mem.source(), 1);
+  const size_t big = 128 * kMiB;
+  ASSERT_GE(big, CachingAllocator::kMaxSplitSize);
+  char* p = static_cast<char*>(a.allocate(0, big, nullptr));
+  ASSERT_NE(p, nullptr);
+  ASSERT_TRUE(a.free(0, p));
+  char* q = static_cast<char*>(a.allocate(0, 2 * kMiB, nullptr));
+  ASSERT_NE(q, nullptr);
+  EXPECT_TRUE(q < p || q >= p + big) << "a 2 MiB request was carved out of the cached 128 MiB block";
+  EXPECT_EQ(mem.allocations, 2);  // a fresh 20 MiB segment for the 2 MiB request
+  // The oversize block is still cached whole and serves a request of about its size.
+  char* r = static_cast<char*>(a.allocate(0, big - 4 * kMiB, nullptr));
+  EXPECT_EQ(r, p);
+  EXPECT_EQ(a.block_size(0, r), big) << "an oversize block is handed out whole, never split";
+  EXPECT_EQ(mem.allocations, 2);
+  a.free(0, q);
+  a.free(0, r);
+}
+
+TEST(CachingAllocator, OversizeBlockIsReusedOnlyWhenLittleIsWasted) {
+  HostMemory mem;
+  CachingAllocator a(mem.source(), 1);
+  void* p = a.allocate(0, 128 * kMiB, nullptr);
+  ASSERT_NE(p, nullptr);
+  a.free(0, p);
+  // 128 - 100 = 28 MiB would be wasted (>= kOversizeWaste): a new segment instead.
+  void* q = a.allocate(0, 100 * kMiB, nullptr);
+  ASSERT_NE(q, nullptr);
+  EXPECT_NE(q, p);
+  EXPECT_EQ(mem.allocations, 2);
+  EXPECT_EQ(a.block_size(0, q), 100 * kMiB);
+  a.free(0, q);
+  // 128 - 112 = 16 MiB: reused.
+  void* r = a.allocate(0, 112 * kMiB, nullptr);
+  EXPECT_EQ(r, p);
+  EXPECT_EQ(mem.allocations, 2);
+  a.free(0, r);
+}
+
+TEST(CachingAllocator, RefusesASizeWhoseRoundingWouldOverflow) {
+  HostMemory mem;
+  CachingAllocator a(mem.source(), 1);
+  EXPECT_EQ(a.allocate(0, SIZE_MAX - 100, nullptr), nullptr);
+  EXPECT_EQ(mem.allocations, 0);
+}
+
 }  // namespace

@@ -17,6 +17,7 @@
 #include <cmath>
 
 #include "cuda_common.cuh"
+#include "tensor_iter.h"
 
 namespace tessera::cuda {
 namespace {
@@ -35,15 +36,17 @@ __device__ __forceinline__ float mask_value(const void* mask, int32_t dtype, int
   }
 }
 
+// Two blocks per SM: without the bound nvcc used 147 registers per thread at head dim 128, which
+// leaves room for a single 256-thread block per SM.
 template <typename T, int kDim>
-__global__ void __launch_bounds__(kAttnThreads) flash_attention_kernel(AttentionParams p) {
+__global__ void __launch_bounds__(kAttnThreads, 2) flash_attention_kernel(AttentionParams p) {
   constexpr int kChunks = kDim / (4 * kParts);  // float4 chunks per thread
   __shared__ float4 k_tile[kCols][kDim / 4];
   __shared__ float4 v_tile[kCols][kDim / 4];
 
-  const int64_t bh = blockIdx.y;
+  const int64_t bh = int64_t(blockIdx.x) / p.q_blocks;
   const int64_t b = bh / p.heads, h = bh % p.heads;
-  const int64_t q0 = int64_t(blockIdx.x) * kRows;
+  const int64_t q0 = (int64_t(blockIdx.x) % p.q_blocks) * kRows;
   const int local_row = threadIdx.x / kParts;
   const int part = threadIdx.x % kParts;
   const int64_t row = q0 + local_row;
@@ -188,9 +191,9 @@ __global__ void __launch_bounds__(kWarps * 32) flash_attention_tc_kernel(Attenti
   extern __shared__ __align__(128) unsigned char smem_raw[];
   auto& sm = *reinterpret_cast<TensorCoreSmem<T, kDim>*>(smem_raw);
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-  const int64_t bh = blockIdx.y;
+  const int64_t bh = int64_t(blockIdx.x) / p.q_blocks;
   const int64_t b = bh / p.heads, h = bh % p.heads;
-  const int64_t q0 = int64_t(blockIdx.x) * kTcRows;
+  const int64_t q0 = (int64_t(blockIdx.x) % p.q_blocks) * kTcRows;
   const T* q = static_cast<const T*>(p.q) + b * p.q_strides[0] + h * p.q_strides[1];
   const T* k = static_cast<const T*>(p.k) + b * p.k_strides[0] + h * p.k_strides[1];
   const T* v = static_cast<const T*>(p.v) + b * p.v_strides[0] + h * p.v_strides[1];
@@ -240,11 +243,15 @@ __global__ void __launch_bounds__(kWarps * 32) flash_attention_tc_kernel(Attenti
     }
     __syncwarp();
 
-    // Online softmax update of this lane's 16 scores of row `row`.
+    // Online softmax update of this lane's 16 scores of row `row`. Lane (r, half) visits its 16
+    // columns rotated by r / 4: rows are 36 floats apart (4 banks), so without the rotation lanes
+    // r, r + 4 (other half), r + 8, ... hit the same bank (a 4-way conflict).
+    const int rot = r >> 2;
     float sc[16];
     float tile_max = -INFINITY;
 #pragma unroll
-    for (int c = 0; c < 16; ++c) {
+    for (int i = 0; i < 16; ++i) {
+      const int c = (i + rot) & 15;
       const int64_t key = k0 + half_col + c;
       float x = sm.s[warp][r][half_col + c] * p.scale;
       if (key >= p.len_k || (p.causal && key > row)) {
@@ -253,7 +260,7 @@ __global__ void __launch_bounds__(kWarps * 32) flash_attention_tc_kernel(Attenti
         const int64_t off = b * p.mask_strides[0] + h * p.mask_strides[1] + row * p.mask_strides[2] + key * p.mask_strides[3];
         x += mask_value(p.mask, p.mask_dtype, off);
       }
-      sc[c] = x;
+      sc[i] = x;
       tile_max = fmaxf(tile_max, x);
     }
     tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
@@ -263,10 +270,10 @@ __global__ void __launch_bounds__(kWarps * 32) flash_attention_tc_kernel(Attenti
     const float correction = live ? expf(m_old - m_new) : 1.0f;
     float psum = 0.0f;
 #pragma unroll
-    for (int c = 0; c < 16; ++c) {
-      const float pc = live ? expf(sc[c] - m_new) : 0.0f;
+    for (int i = 0; i < 16; ++i) {
+      const float pc = live ? expf(sc[i] - m_new) : 0.0f;
       psum += pc;
-      sm.p[warp][r][half_col + c] = from_op<T>(pc);
+      sm.p[warp][r][half_col + ((i + rot) & 15)] = from_op<T>(pc);
     }
     psum += __shfl_xor_sync(0xffffffffu, psum, 1);
     __syncwarp();  // both lanes of the row have read m_old
@@ -274,8 +281,11 @@ __global__ void __launch_bounds__(kWarps * 32) flash_attention_tc_kernel(Attenti
       sm.l[local_row] = sm.l[local_row] * correction + psum;
       if (live) sm.m[local_row] = m_new;
     }
-    // O *= correction (each lane of the pair takes half of the row).
-    for (int d = (lane & 1) * (kDim / 2); d < (lane & 1) * (kDim / 2) + kDim / 2; ++d) sm.o[warp][r][d] *= correction;
+    // O *= correction, a row at a time across the warp (consecutive lanes, consecutive banks).
+    for (int rr = 0; rr < 16; ++rr) {
+      const float cr = __shfl_sync(0xffffffffu, correction, 2 * rr);
+      for (int d = lane; d < kDim; d += 32) sm.o[warp][rr][d] *= cr;
+    }
     __syncwarp();
 
     // O += P V.
@@ -295,15 +305,18 @@ __global__ void __launch_bounds__(kWarps * 32) flash_attention_tc_kernel(Attenti
   }
   __syncthreads();
 
-  if (row >= p.len_q) return;
-  const float l = sm.l[local_row];
-  T* o = static_cast<T*>(p.out) + b * p.out_strides[0] + h * p.out_strides[1] + row * p.out_strides[2];
-  for (int d = (lane & 1) * (kDim / 2); d < (lane & 1) * (kDim / 2) + kDim / 2; ++d)
-    o[d] = from_op<T>(l > 0.0f ? sm.o[warp][r][d] / l : NAN);
+  // A row at a time across the warp: conflict-free shared reads and coalesced global writes.
+  for (int rr = 0; rr < 16; ++rr) {
+    const int64_t out_row = q0 + warp * 16 + rr;
+    if (out_row >= p.len_q) break;
+    const float l = sm.l[warp * 16 + rr];
+    T* o = static_cast<T*>(p.out) + b * p.out_strides[0] + h * p.out_strides[1] + out_row * p.out_strides[2];
+    for (int d = lane; d < kDim; d += 32) o[d] = from_op<T>(l > 0.0f ? sm.o[warp][rr][d] / l : NAN);
+  }
 }
 
 template <typename T, int kDim>
-cudaError_t launch_tc(const AttentionParams& p, dim3 grid, cudaStream_t stream) {
+cudaError_t launch_tc(const AttentionParams& p, unsigned grid, cudaStream_t stream) {
   const size_t bytes = sizeof(TensorCoreSmem<T, kDim>);
   if (cudaError_t e = cudaFuncSetAttribute(flash_attention_tc_kernel<T, kDim>,
                                            cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes));
@@ -315,12 +328,12 @@ cudaError_t launch_tc(const AttentionParams& p, dim3 grid, cudaStream_t stream) 
 
 template <typename T>
 cudaError_t run_attention(const AttentionParams& p, cudaStream_t stream) {
-  const int rows = p.tensor_cores ? kTcRows : kRows;
-  const int64_t q_blocks = (p.len_q + rows - 1) / rows;
-  const int64_t bh = p.batch * p.heads;
-  if (q_blocks == 0 || bh == 0) return cudaSuccess;
-  if (q_blocks > 0x7fffffff || bh > 65535) return cudaErrorInvalidValue;
-  const dim3 grid{unsigned(q_blocks), unsigned(bh), 1u};
+  int64_t q_blocks = 0;
+  uint32_t grid = 0;
+  if (!plan_attention_grid(p.batch * p.heads, p.len_q, attention_rows_per_block(p.tensor_cores), &q_blocks, &grid) ||
+      q_blocks != p.q_blocks || p.len_k <= 0)
+    return cudaErrorInvalidValue;  // the host checks these before anything is queued
+  if (grid == 0) return cudaSuccess;
   if (p.tensor_cores) return p.head_dim == 64 ? launch_tc<T, 64>(p, grid, stream) : launch_tc<T, 128>(p, grid, stream);
   if (p.head_dim == 64) {
     flash_attention_kernel<T, 64><<<grid, kAttnThreads, 0, stream>>>(p);
@@ -331,6 +344,8 @@ cudaError_t run_attention(const AttentionParams& p, cudaStream_t stream) {
 }
 
 }  // namespace
+
+int attention_rows_per_block(bool tensor_cores) { return tensor_cores ? kTcRows : kRows; }
 
 bool attention_supported(int32_t dtype, int64_t head_dim) {
   return (dtype == kDtF16 || dtype == kDtBF16) && (head_dim == 64 || head_dim == 128);

@@ -60,8 +60,9 @@ size_t CachingAllocator::segment_size(size_t rounded) {
 }
 
 bool CachingAllocator::should_split(const Block* block, size_t size) {
-  size_t remaining = block->size - size;
-  return block->small ? remaining >= kMinBlockSize : remaining > kSmallRequest;
+  const size_t remaining = block->size - size;
+  if (block->small) return remaining >= kMinBlockSize;
+  return block->size < kMaxSplitSize && remaining > kSmallRequest;
 }
 
 CachingAllocator::Block* CachingAllocator::find_free_block(Pool& pool, void* stream, size_t size) {
@@ -72,6 +73,10 @@ CachingAllocator::Block* CachingAllocator::find_free_block(Pool& pool, void* str
   auto it = pool.lower_bound(&key);
   if (it == pool.end() || (*it)->stream != stream) return nullptr;
   Block* b = *it;
+  // Oversize blocks are never split: a smaller request does not take one, and a request of that
+  // size takes one only when little of it is wasted (the pool is ordered by size, so no later
+  // block of this stream fits better).
+  if (!b->small && b->size >= kMaxSplitSize && (size < kMaxSplitSize || b->size - size >= kOversizeWaste)) return nullptr;
   pool.erase(it);
   return b;
 }
@@ -79,6 +84,7 @@ CachingAllocator::Block* CachingAllocator::find_free_block(Pool& pool, void* str
 void* CachingAllocator::allocate(int device, size_t nbytes, void* stream) {
   if (nbytes == 0) return nullptr;
   if (device < 0 || device >= int(devices_.size())) return nullptr;
+  if (nbytes > kMaxRequest) return nullptr;  // the rounding below would overflow
   DeviceState& d = *devices_[size_t(device)];
   const size_t size = round_size(nbytes);
   const bool small = size <= kSmallRequest;

@@ -13,6 +13,10 @@
 // - The best-fitting free block (smallest size >= request) is split when the remainder is worth
 //   keeping (>= 512 B in the small pool, > 1 MiB in the large pool); on free, a block merges with
 //   its free neighbours of the same segment (coalescing).
+// - Oversize blocks (>= kMaxSplitSize, PyTorch's max_split_size) are never split: a cached 1 GiB
+//   block carved up by small requests would otherwise pin the whole segment for the process's
+//   life (fragmentation). Requests below kMaxSplitSize never take one; larger requests take one
+//   only when it wastes less than kOversizeWaste.
 // - When the raw allocation fails, every fully free cached segment is released and the raw
 //   allocation is tried once more before reporting out-of-memory.
 // - empty_cache() releases every segment that is entirely free.
@@ -59,6 +63,9 @@ class CachingAllocator {
   static constexpr size_t kLargeSegment = size_t(20) << 20;      // large requests < 10 MiB
   static constexpr size_t kLargeSegmentLimit = size_t(10) << 20;
   static constexpr size_t kLargeRounding = size_t(2) << 20;
+  static constexpr size_t kMaxSplitSize = size_t(64) << 20;
+  static constexpr size_t kOversizeWaste = size_t(20) << 20;
+  static constexpr size_t kMaxRequest = ~size_t(0) - kLargeRounding;
 
   explicit CachingAllocator(RawMemorySource source, int num_devices);
   ~CachingAllocator();  // releases every cached segment; live blocks are released too (shutdown)

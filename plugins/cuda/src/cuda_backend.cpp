@@ -16,7 +16,52 @@ namespace tessera::cuda {
 namespace {
 constexpr size_t kStagingChunk = size_t(4) << 20;  // bytes per pinned staging buffer (two per device)
 constexpr int kMaxTrackedDevices = 64;
-thread_local void* t_stream[kMaxTrackedDevices] = {};
+thread_local uint64_t t_used_devices = 0;  // bit d: this thread made device d current (Note [CUDA device guard])
+
+// Logs a failed clean-up call (destroy/free paths cannot throw) and clears its error so that a
+// later launch check does not report it.
+void check_cleanup(cudaError_t err, const char* what) {
+  if (err == cudaSuccess) return;
+  cudaGetLastError();
+  sdk::log(TESSERA_LOG_ERROR, "cuda", cuda_error_message(err, what));
+}
+
+// True when a CUDA context is current on the calling thread (driver cuCtxGetCurrent, reached
+// through the runtime so that the plugin does not link the driver). False when unknown.
+bool context_current() {
+  using CtxGetCurrent = int (*)(void**);
+  static CtxGetCurrent fn = [] {
+    void* f = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    if (cudaGetDriverEntryPointByVersion("cuCtxGetCurrent", &f, 12000, cudaEnableDefault, &found) != cudaSuccess ||
+        found != cudaDriverEntryPointSuccess) {
+      cudaGetLastError();
+      return CtxGetCurrent(nullptr);
+    }
+    return reinterpret_cast<CtxGetCurrent>(f);
+  }();
+  void* ctx = nullptr;
+  return fn && fn(&ctx) == 0 && ctx != nullptr;
+}
+
+// An event created on the current device, destroyed at scope exit.
+struct ScopedEvent {
+  cudaEvent_t event = nullptr;
+  int device;
+  explicit ScopedEvent(int d) : device(d) {
+    check_cuda(cudaEventCreateWithFlags(&event, cudaEventDisableTiming), "cudaEventCreate");
+  }
+  ~ScopedEvent() {
+    try {
+      DeviceGuard guard(device);
+      check_cleanup(cudaEventDestroy(event), "cudaEventDestroy");
+    } catch (const std::exception& e) {
+      sdk::log(TESSERA_LOG_ERROR, "cuda", std::string("cudaEventDestroy: ") + e.what());
+    }
+  }
+  ScopedEvent(const ScopedEvent&) = delete;
+  ScopedEvent& operator=(const ScopedEvent&) = delete;
+};
 
 std::string json_escape(const std::string& s) {
   std::string out;
@@ -52,19 +97,26 @@ struct Backend::Staging {
   cudaEvent_t done[2] = {nullptr, nullptr};
   bool ready = false;
 
+  // All or nothing: a failure part-way releases what was already set up (pinned memory is scarce)
+  // and the next copy tries again.
   cudaError_t init() {
     if (ready) return cudaSuccess;
     for (int i = 0; i < 2; ++i) {
-      if (cudaError_t e = cudaHostAlloc(&buffer[i], kStagingChunk, cudaHostAllocDefault); e != cudaSuccess) return e;
-      if (cudaError_t e = cudaEventCreateWithFlags(&done[i], cudaEventDisableTiming); e != cudaSuccess) return e;
+      cudaError_t e = cudaHostAlloc(&buffer[i], kStagingChunk, cudaHostAllocDefault);
+      if (e == cudaSuccess) e = cudaEventCreateWithFlags(&done[i], cudaEventDisableTiming);
+      if (e != cudaSuccess) {
+        cudaGetLastError();
+        release();
+        return e;
+      }
     }
     ready = true;
     return cudaSuccess;
   }
   void release() {
     for (int i = 0; i < 2; ++i) {
-      if (done[i]) cudaEventDestroy(done[i]);
-      if (buffer[i]) cudaFreeHost(buffer[i]);
+      if (done[i]) check_cleanup(cudaEventDestroy(done[i]), "staging: cudaEventDestroy");
+      if (buffer[i]) check_cleanup(cudaFreeHost(buffer[i]), "staging: cudaFreeHost");
       done[i] = nullptr;
       buffer[i] = nullptr;
     }
@@ -102,22 +154,38 @@ void Backend::discover() {
   n = std::min(n, kMaxTrackedDevices);
   devices_.resize(size_t(n));
   for (int i = 0; i < n; ++i) {
-    cudaGetDeviceProperties(&devices_[size_t(i)].prop, i);
+    if (const cudaError_t e = cudaGetDeviceProperties(&devices_[size_t(i)].prop, i); e != cudaSuccess) {
+      cudaGetLastError();
+      reason_ = cuda_error_message(e, "cudaGetDeviceProperties(" + std::to_string(i) + ")") +
+                ": check the NVIDIA driver installation";
+      devices_.clear();
+      return;
+    }
     devices_[size_t(i)].staging = std::make_unique<Staging>();
   }
   RawMemorySource source;
   source.allocate = [](void*, int device, size_t nbytes) -> void* {
-    DeviceGuard guard(device);
-    void* p = nullptr;
-    if (cudaMalloc(&p, nbytes) != cudaSuccess) {
-      cudaGetLastError();  // clear the sticky-free allocation error
+    try {
+      DeviceGuard guard(device);
+      void* p = nullptr;
+      if (const cudaError_t e = cudaMalloc(&p, nbytes); e != cudaSuccess) {
+        cudaGetLastError();  // out of memory is not sticky: clear it, the allocator retries or reports
+        if (e != cudaErrorMemoryAllocation) sdk::log(TESSERA_LOG_ERROR, "cuda", cuda_error_message(e, "cudaMalloc"));
+        return nullptr;
+      }
+      return p;
+    } catch (const std::exception& e) {
+      sdk::log(TESSERA_LOG_ERROR, "cuda", std::string("cudaMalloc: ") + e.what());
       return nullptr;
     }
-    return p;
   };
   source.release = [](void*, int device, void* ptr) {
-    DeviceGuard guard(device);
-    cudaFree(ptr);
+    try {
+      DeviceGuard guard(device);
+      check_cleanup(cudaFree(ptr), "cudaFree");
+    } catch (const std::exception& e) {
+      sdk::log(TESSERA_LOG_ERROR, "cuda", std::string("cudaFree: ") + e.what());
+    }
   };
   allocator_ = std::make_unique<CachingAllocator>(source, n);
   count_ = n;
@@ -147,11 +215,41 @@ CachingAllocator& Backend::allocator() {
   return *allocator_;
 }
 
-void* Backend::thread_stream(int device) {
-  return device >= 0 && device < kMaxTrackedDevices ? t_stream[device] : nullptr;
-}
-void Backend::set_thread_stream(int device, void* stream) {
-  if (device >= 0 && device < kMaxTrackedDevices) t_stream[device] = stream;
+cudaError_t Backend::peer_copy(int dst_device, void* dst, int src_device, const void* src, size_t nbytes,
+                               cudaStream_t stream) {
+  if (nbytes == 0) return cudaSuccess;
+  int stream_device = -1;
+  if (stream) check_cuda(cudaStreamGetDevice(stream, &stream_device), "cudaStreamGetDevice");
+  const cudaStream_t dst_stream = stream_device == dst_device ? stream : nullptr;
+  const cudaStream_t src_stream = stream_device == src_device ? stream : nullptr;
+  {
+    std::lock_guard<std::mutex> lock(peer_mutex_);
+    const std::pair<int, int> pair{dst_device, src_device};
+    if (std::find(peer_enabled_.begin(), peer_enabled_.end(), pair) == peer_enabled_.end()) {
+      int can = 0;
+      check_cuda(cudaDeviceCanAccessPeer(&can, dst_device, src_device), "cudaDeviceCanAccessPeer");
+      if (can) {
+        DeviceGuard guard(dst_device);
+        const cudaError_t e = cudaDeviceEnablePeerAccess(src_device, 0);
+        if (e == cudaErrorPeerAccessAlreadyEnabled) cudaGetLastError();
+        else check_cuda(e, "cudaDeviceEnablePeerAccess(" + std::to_string(src_device) + ")");
+      }
+      peer_enabled_.push_back(pair);
+    }
+  }
+  DeviceGuard guard(src_device);
+  ScopedEvent produced(src_device);
+  check_cuda(cudaEventRecord(produced.event, src_stream), "cudaEventRecord (peer copy source)");
+  check_cuda(cudaSetDevice(dst_device), "cudaSetDevice(" + std::to_string(dst_device) + ")");
+  DeviceGuard::mark_used(dst_device);
+  ScopedEvent copied(dst_device);
+  check_cuda(cudaStreamWaitEvent(dst_stream, produced.event, 0), "cudaStreamWaitEvent (peer copy destination)");
+  if (const cudaError_t e = cudaMemcpyPeerAsync(dst, dst_device, src, src_device, nbytes, dst_stream); e != cudaSuccess)
+    return e;
+  check_cuda(cudaEventRecord(copied.event, dst_stream), "cudaEventRecord (peer copy destination)");
+  check_cuda(cudaSetDevice(src_device), "cudaSetDevice(" + std::to_string(src_device) + ")");
+  check_cuda(cudaStreamWaitEvent(src_stream, copied.event, 0), "cudaStreamWaitEvent (peer copy source)");
+  return cudaSuccess;
 }
 
 cudaError_t Backend::copy_from_host(int device, void* dst, const void* src, size_t nbytes, cudaStream_t stream) {
@@ -223,8 +321,8 @@ std::string Backend::properties_json(int device) {
   }
   const cudaDeviceProp& p = devices_[size_t(device)].prop;
   int driver = 0, runtime = 0;
-  cudaDriverGetVersion(&driver);
-  cudaRuntimeGetVersion(&runtime);
+  check_cuda(cudaDriverGetVersion(&driver), "cudaDriverGetVersion");
+  check_cuda(cudaRuntimeGetVersion(&runtime), "cudaRuntimeGetVersion");
   const AllocatorStats s = allocator_->stats(device);
   const CublasLtApi& lt = cublaslt_api();
   os << "{\"available\": true"
@@ -249,19 +347,31 @@ std::string Backend::properties_json(int device) {
 void Backend::shutdown() {
   if (count_ == 0) return;
   for (int d = 0; d < count_; ++d) {
-    DeviceGuard guard(d);
-    cudaDeviceSynchronize();
-    if (devices_[size_t(d)].staging) devices_[size_t(d)].staging->release();
+    try {
+      DeviceGuard guard(d);
+      check_cleanup(cudaDeviceSynchronize(), "shutdown: cudaDeviceSynchronize");
+      if (devices_[size_t(d)].staging) devices_[size_t(d)].staging->release();
+    } catch (const std::exception& e) {
+      sdk::log(TESSERA_LOG_ERROR, "cuda", std::string("shutdown: ") + e.what());
+    }
   }
   if (allocator_) allocator_->empty_cache();
 }
 
-DeviceGuard::DeviceGuard(int device) : device_(device) {
-  cudaGetDevice(&previous_);
-  if (previous_ != device_) cudaSetDevice(device_);
+DeviceGuard::DeviceGuard(int device) {
+  check_cuda(cudaGetDevice(&previous_), "cudaGetDevice");
+  if (previous_ != device) {
+    const bool used = previous_ >= 0 && previous_ < kMaxTrackedDevices && ((t_used_devices >> previous_) & 1u);
+    restore_ = guard_restores_previous(previous_, device, used, !used && context_current());
+    check_cuda(cudaSetDevice(device), "cudaSetDevice(" + std::to_string(device) + ")");
+  }
+  mark_used(device);
 }
 DeviceGuard::~DeviceGuard() {
-  if (previous_ != device_ && previous_ >= 0) cudaSetDevice(previous_);
+  if (restore_) check_cleanup(cudaSetDevice(previous_), "cudaSetDevice (restoring the previous device)");
+}
+void DeviceGuard::mark_used(int device) {
+  if (device >= 0 && device < kMaxTrackedDevices) t_used_devices |= uint64_t(1) << device;
 }
 
 DeviceBuffer::DeviceBuffer(int device, size_t nbytes, cudaStream_t stream) : device_(device) {
@@ -323,6 +433,7 @@ tessera_status_t iface_set_current(void*, int32_t index) {
   return guarded([&] {
     Backend::instance().check_device(index);
     check_cuda(cudaSetDevice(index), "cudaSetDevice(" + std::to_string(index) + ")");
+    DeviceGuard::mark_used(index);
   });
 }
 
@@ -332,7 +443,9 @@ tessera_status_t iface_allocate(void*, int32_t device, uint64_t nbytes, void** o
     b.check_device(device);
     *out = nullptr;
     if (nbytes == 0) return;
-    *out = b.allocator().allocate(device, size_t(nbytes), Backend::thread_stream(device));
+    // Tagged with the legacy default stream, the one the runtime's calls use (Note [CUDA caching
+    // allocator]): the stream of the kernel that will write the block is not known here.
+    *out = b.allocator().allocate(device, size_t(nbytes), nullptr);
     if (!*out) {
       const AllocatorStats s = b.allocator().stats(device);
       throw sdk::Error(TESSERA_STATUS_OUT_OF_MEMORY,
@@ -379,13 +492,14 @@ tessera_status_t iface_copy_device(void*, int32_t dst_device, void* dst, uint64_
     Backend& b = Backend::instance();
     b.check_device(dst_device);
     b.check_device(src_device);
-    DeviceGuard guard(src_device);
     char* d = static_cast<char*>(dst) + dst_offset;
     const char* s = static_cast<const char*>(src) + src_offset;
     if (dst_device == src_device) {
+      DeviceGuard guard(src_device);
       check_cuda(cudaMemcpyAsync(d, s, size_t(nbytes), cudaMemcpyDeviceToDevice, as_stream(stream)), "cudaMemcpyAsync (device to device)");
     } else {
-      check_cuda(cudaMemcpyPeerAsync(d, dst_device, s, src_device, size_t(nbytes), as_stream(stream)), "cudaMemcpyPeerAsync");
+      check_cuda(b.peer_copy(dst_device, d, src_device, s, size_t(nbytes), as_stream(stream)),
+                 "cudaMemcpyPeerAsync (cuda:" + std::to_string(src_device) + " to cuda:" + std::to_string(dst_device) + ")");
     }
   });
 }
@@ -403,8 +517,12 @@ tessera_status_t iface_stream_create(void*, int32_t device, void** out) {
 
 void iface_stream_destroy(void*, int32_t device, void* stream) {
   if (!stream || Backend::instance().device_count() == 0) return;
-  DeviceGuard guard(device);
-  cudaStreamDestroy(as_stream(stream));
+  try {
+    DeviceGuard guard(device);
+    check_cleanup(cudaStreamDestroy(as_stream(stream)), "cudaStreamDestroy");
+  } catch (const std::exception& e) {
+    sdk::log(TESSERA_LOG_ERROR, "cuda", std::string("stream_destroy: ") + e.what());
+  }
 }
 
 tessera_status_t iface_stream_synchronize(void*, int32_t device, void* stream) {
@@ -427,8 +545,12 @@ tessera_status_t iface_event_create(void*, int32_t device, void** out) {
 
 void iface_event_destroy(void*, int32_t device, void* event) {
   if (!event || Backend::instance().device_count() == 0) return;
-  DeviceGuard guard(device);
-  cudaEventDestroy(static_cast<cudaEvent_t>(event));
+  try {
+    DeviceGuard guard(device);
+    check_cleanup(cudaEventDestroy(static_cast<cudaEvent_t>(event)), "cudaEventDestroy");
+  } catch (const std::exception& e) {
+    sdk::log(TESSERA_LOG_ERROR, "cuda", std::string("event_destroy: ") + e.what());
+  }
 }
 
 tessera_status_t iface_event_record(void*, int32_t device, void* event, void* stream) {

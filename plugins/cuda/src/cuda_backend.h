@@ -32,10 +32,15 @@ class Backend {
   void check_device(int device);
 
   CachingAllocator& allocator();  // requires device_count() > 0
-  // The stream the calling thread last used on `device` (nullptr: the legacy default stream);
-  // allocations are tied to it (Note [CUDA caching allocator]).
-  static void* thread_stream(int device);
-  static void set_thread_stream(int device, void* stream);
+
+  // Note [CUDA peer copies]: copies `nbytes` from `src` on `src_device` to `dst` on `dst_device`,
+  // ordered after the work already queued on both devices (the source's producer and the
+  // destination's pending readers/writers), and orders later work on both devices after the copy
+  // (so the destination reads the bytes only once they arrived, and the source's memory is not
+  // reused while the copy reads it). `stream` (nullptr: each device's legacy default stream) is
+  // used on the device it belongs to; the other device uses its legacy default stream. Peer access
+  // is enabled once per pair where the hardware allows it (otherwise the driver stages the copy).
+  cudaError_t peer_copy(int dst_device, void* dst, int src_device, const void* src, size_t nbytes, cudaStream_t stream);
 
   // Copies between pageable host memory and the device through pinned staging buffers.
   // Host-to-device returns once the host bytes are staged (the device copy may still be running on
@@ -63,9 +68,21 @@ class Backend {
   std::string reason_;
   std::vector<DeviceInfo> devices_;
   std::unique_ptr<CachingAllocator> allocator_;
+  std::mutex peer_mutex_;
+  std::vector<std::pair<int, int>> peer_enabled_;  // (accessing device, peer) pairs already enabled
 };
 
-// Sets the current device for the scope and restores the previous one.
+// Note [CUDA device guard]: cudaGetDevice answers 0 on a thread that never chose a device, without
+// creating a context, but cudaSetDevice(0) creates device 0's primary context (hundreds of MB).
+// So the guard restores the previous device only when the thread really used it: it made it
+// current through the plugin (set_current or an earlier guard), or a context is current on it
+// (the application chose it). A thread that only ever worked on cuda:1 never touches device 0.
+inline bool guard_restores_previous(int previous, int device, bool thread_used_previous, bool context_current) {
+  return previous >= 0 && previous != device && (thread_used_previous || context_current);
+}
+
+// Sets the current device for the scope; restores the previous one per Note [CUDA device guard].
+// Throws sdk::Error when the device cannot be made current.
 class DeviceGuard {
  public:
   explicit DeviceGuard(int device);
@@ -73,9 +90,12 @@ class DeviceGuard {
   DeviceGuard(const DeviceGuard&) = delete;
   DeviceGuard& operator=(const DeviceGuard&) = delete;
 
+  // Records that the calling thread made `device` current (iface set_current).
+  static void mark_used(int device);
+
  private:
   int previous_ = -1;
-  int device_;
+  bool restore_ = false;
 };
 
 // Temporary device memory from the caching allocator, returned at scope exit (stream-ordered: safe

@@ -57,9 +57,21 @@ struct ReducePlan {
   int64_t reduced_sizes[kMaxDims] = {}, reduced_in_strides[kMaxDims] = {};
   int64_t num_outputs = 1, reduce_size = 1;
 };
-// in: f32/f16/bf16; out: any floating dtype. Accumulates in fp32.
-cudaError_t launch_reduce(ReduceOp op, const ReducePlan& plan, const void* in, int32_t in_dtype, void* out,
-                          int32_t out_dtype, cudaStream_t stream);
+// How a reduction is spread over the GPU (plan_reduce_launch in tensor_iter.h). Each output's
+// reduced range is cut into `splits` chunks of `chunk` elements; with splits > 1 the first pass
+// writes one fp32 partial per (output, split) to a workspace of num_outputs * splits floats and a
+// second pass combines them, so that a full sum uses every SM and a thread never adds a million
+// elements in series.
+struct ReduceLaunch {
+  bool block_per_output = true;  // a block per (output, split); else a thread per (output, split)
+  int32_t threads = 256;
+  int64_t splits = 1;
+  int64_t chunk = 0;
+};
+// in: f32/f16/bf16; out: any floating dtype. Accumulates in fp32. `workspace` is required when
+// how.splits > 1.
+cudaError_t launch_reduce(ReduceOp op, const ReducePlan& plan, const ReduceLaunch& how, const void* in,
+                          int32_t in_dtype, void* out, int32_t out_dtype, float* workspace, cudaStream_t stream);
 
 // Softmax over the middle dim of a contiguous [outer, dim, inner] tensor (same dtype in and out).
 cudaError_t launch_softmax(bool log, const void* in, void* out, int32_t dtype, int64_t outer, int64_t dim,
@@ -80,6 +92,9 @@ struct AttentionParams {
   const void* mask = nullptr;
   int32_t dtype = kDtF16, mask_dtype = kDtBool;
   int64_t batch = 1, heads = 1, len_q = 0, len_k = 0, head_dim = 0;
+  // Query blocks per (batch, head): block i of the 1-D grid takes (batch * heads) index
+  // i / q_blocks and query block i % q_blocks (plan_attention_grid in tensor_iter.h).
+  int64_t q_blocks = 0;
   int64_t q_strides[3] = {}, k_strides[3] = {}, v_strides[3] = {}, out_strides[3] = {}, mask_strides[4] = {};
   float scale = 1.0f;
   bool causal = false;
@@ -88,6 +103,10 @@ struct AttentionParams {
 };
 // False (and nothing launched) for a head_dim or dtype this kernel does not handle.
 bool attention_supported(int32_t dtype, int64_t head_dim);
+// Query rows per block of the kernel launch_attention picks.
+int attention_rows_per_block(bool tensor_cores);
+// Launch preconditions (checked on the host before anything is queued): attention_supported,
+// q_blocks set by plan_attention_grid, len_k > 0. A launcher error is then a real CUDA error.
 cudaError_t launch_attention(const AttentionParams& p, cudaStream_t stream);
 
 }  // namespace tessera::cuda

@@ -1,9 +1,12 @@
 // Host side of the CUDA kernels: argument checks, launch planning, cuBLASLt calls. See ops.h.
 #include "ops.h"
 
+#include "tessera/cuda/cuda_plugin.h"
+
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <map>
@@ -17,6 +20,7 @@
 #include "cuda_backend.h"
 #include "half_bits.h"
 #include "launch.h"
+#include "matmul_layout.h"
 #include "tensor_iter.h"
 
 namespace tessera::cuda {
@@ -25,8 +29,26 @@ namespace {
 using sdk::KernelCall;
 using sdk::TensorView;
 
+// Note [No CPU fallback after queued work]: UNIMPLEMENTED sends the call to the CPU fallback,
+// which recomputes it from the inputs. That is only sound while this kernel has queued nothing that
+// writes a caller's tensor: an in-place op whose kernel was already queued would be applied twice.
+// Every such enqueue sets t_queued (reset per call by Launch), and from then on a refusal is an
+// INTERNAL error. Conversions into the call's own temporaries do not count.
+thread_local bool t_queued = false;
+std::atomic<uint64_t> g_kernel_launches{0};
+
 [[noreturn]] void unimplemented(const KernelCall& call, const std::string& what) {
+  if (t_queued)
+    throw sdk::Error(TESSERA_STATUS_INTERNAL, std::string(call.op_name()) + " on cuda: " + what +
+                                                  " (found after work was queued: no CPU fallback)");
   throw sdk::Error(TESSERA_STATUS_UNIMPLEMENTED, std::string(call.op_name()) + " on cuda: " + what);
+}
+
+// Checks an enqueue (a launcher's status, cudaMemcpyAsync, ...) and records that work writing a
+// caller's tensor may have been queued (unless it only writes a temporary).
+void check_enqueue(const KernelCall& call, cudaError_t err, const char* what, bool into_temporary = false) {
+  if (!into_temporary) t_queued = true;
+  check_cuda(err, std::string(call.op_name()) + " on cuda: " + what);
 }
 
 const char* dtype_str(int32_t dt) {
@@ -44,7 +66,12 @@ struct Launch {
   DeviceGuard guard;
   explicit Launch(const KernelCall& call)
       : device(checked_device(call)), stream(static_cast<cudaStream_t>(call.stream())), guard(device) {
-    Backend::set_thread_stream(device, call.stream());
+    t_queued = false;
+    // Every call is checked, so an error pending here was left by code outside the plugin: report
+    // it under its own name rather than as this op's launch failure.
+    if (const cudaError_t stale = cudaGetLastError(); stale != cudaSuccess)
+      sdk::log(TESSERA_LOG_WARNING, "cuda",
+               cuda_error_message(stale, std::string("error left pending before ") + call.op_name() + " (cleared)"));
   }
   static int checked_device(const KernelCall& call) {
     Backend::instance().check_device(call.device_index());
@@ -52,9 +79,11 @@ struct Launch {
   }
 };
 
-void check_launch(const KernelCall& call, cudaError_t err) {
-  if (err == cudaErrorInvalidValue) unimplemented(call, "a size or dtype the kernel does not handle");
-  check_cuda(err, std::string(call.op_name()) + " on cuda: kernel launch");
+// Launchers return an error only for a real CUDA failure: what a kernel does not handle is
+// refused on the host before anything is queued.
+void check_launch(const KernelCall& call, cudaError_t err, bool into_temporary = false) {
+  check_enqueue(call, err, "kernel launch", into_temporary);
+  g_kernel_launches.fetch_add(1, std::memory_order_relaxed);
 }
 
 // A tensor on this device as the kernels see it; may own a temporary copy.
@@ -110,11 +139,13 @@ std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& sizes) {
 }
 
 // dst = src (broadcast to dst's shape), converting the dtype.
-void device_copy(const KernelCall& call, const DeviceTensor& dst, const DeviceTensor& src, cudaStream_t stream) {
+void device_copy(const KernelCall& call, const DeviceTensor& dst, const DeviceTensor& src, cudaStream_t stream,
+                 bool into_temporary = false) {
   if (dst.dtype == src.dtype && dst.sizes == src.sizes && dst.contiguous() && src.contiguous()) {
-    check_cuda(cudaMemcpyAsync(dst.data, src.data, size_t(dst.numel()) * sdk::dtype_size(dst.dtype),
-                               cudaMemcpyDeviceToDevice, stream),
-               std::string(call.op_name()) + ": cudaMemcpyAsync");
+    check_enqueue(call,
+                  cudaMemcpyAsync(dst.data, src.data, size_t(dst.numel()) * sdk::dtype_size(dst.dtype),
+                                  cudaMemcpyDeviceToDevice, stream),
+                  "cudaMemcpyAsync", into_temporary);
     return;
   }
   IterShape shape;
@@ -122,7 +153,7 @@ void device_copy(const KernelCall& call, const DeviceTensor& dst, const DeviceTe
   const Geometry in = src.geometry();
   if (!plan_elementwise(dst.geometry(), &in, 1, &shape, ops))
     unimplemented(call, "copy layout with more than " + std::to_string(kMaxDims) + " non-mergeable dims");
-  check_launch(call, launch_copy(shape, ops[0], ops[1], stream));
+  check_launch(call, launch_copy(shape, ops[0], ops[1], stream), into_temporary);
 }
 
 // `t` itself when it already has `dtype` (and is contiguous, if asked), else a converted copy.
@@ -135,7 +166,7 @@ DeviceTensor materialize(const KernelCall& call, const DeviceTensor& t, int32_t 
   c.strides = contiguous_strides(t.sizes);
   c.owner = std::make_shared<DeviceBuffer>(l.device, size_t(t.numel()) * sdk::dtype_size(dtype), l.stream);
   c.data = c.owner->get();
-  device_copy(call, c, t, l.stream);
+  device_copy(call, c, t, l.stream, /*into_temporary=*/true);
   return c;
 }
 
@@ -242,9 +273,11 @@ void copy_kernel(const KernelCall& call) {
     const size_t nbytes = size_t(src_view.numel()) * src_view.itemsize();
     staged.owner = std::make_shared<DeviceBuffer>(l.device, nbytes, l.stream);
     staged.data = staged.owner->get();
-    check_cuda(cudaMemcpyPeerAsync(staged.data, l.device, static_cast<char*>(src_view.handle()) + src_view.byte_offset(),
-                                   src_view.device_index(), nbytes, l.stream),
-               "copy_: cudaMemcpyPeerAsync");
+    check_enqueue(call,
+                  Backend::instance().peer_copy(l.device, staged.data, src_view.device_index(),
+                                                static_cast<char*>(src_view.handle()) + src_view.byte_offset(), nbytes,
+                                                l.stream),
+                  "cudaMemcpyPeerAsync", /*into_temporary=*/true);
     device_copy(call, dst, staged, l.stream);
     return;
   }
@@ -285,7 +318,11 @@ void reduce_kernel(const KernelCall& call) {
   if (!plan_reduction(x.geometry(), out.geometry(), mask, keepdim, &plan)) unimplemented(call, "operand layout");
   if (plan.reduce_size == 0 && (kOp == ReduceOp::Max || kOp == ReduceOp::Min))
     unimplemented(call, "empty reduction has no identity");
-  check_launch(call, launch_reduce(kOp, plan, x.data, x.dtype, out.data, out.dtype, l.stream));
+  const ReduceLaunch how = plan_reduce_launch(plan, Backend::instance().sm_count(l.device));
+  std::optional<DeviceBuffer> workspace;
+  if (how.splits > 1) workspace.emplace(l.device, size_t(plan.num_outputs) * size_t(how.splits) * sizeof(float), l.stream);
+  check_launch(call, launch_reduce(kOp, plan, how, x.data, x.dtype, out.data, out.dtype,
+                                   workspace ? static_cast<float*>(workspace->get()) : nullptr, l.stream));
 }
 
 // ---------------------------------------------------------------- softmax, layer_norm
@@ -296,6 +333,8 @@ void softmax_kernel(const KernelCall& call) {
   DeviceTensor x = view_of(call, call.input(0), "self");
   DeviceTensor out = view_of(call, call.output(0), "output");
   if (!kernel_float(out.dtype)) unimplemented(call, std::string("dtype ") + dtype_str(out.dtype));
+  if (x.numel() > 0 && x.numel() / std::max<int64_t>(x.ndim() ? x.sizes.back() : 1, 1) > 0x7fffffff)
+    unimplemented(call, "more than 2^31 - 1 rows");
   x = materialize(call, x, out.dtype, true, l);
   int64_t dim = call.attr_int(0);
   const int nd = x.ndim();
@@ -329,8 +368,9 @@ void layer_norm_kernel(const KernelCall& call) {
     if (call.attr(i).kind == TESSERA_VALUE_DOUBLE) eps = call.attr(i).u.d;
   int64_t n = 1;
   for (int i = 0; i < count; ++i) n *= ns[i];
-  x = materialize(call, x, out.dtype, true, l);
   const int64_t rows = n == 0 ? 0 : x.numel() / n;
+  if (rows > 0x7fffffff) unimplemented(call, "more than 2^31 - 1 rows");
+  x = materialize(call, x, out.dtype, true, l);
   std::optional<DeviceTensor> w, b;
   if (call.num_inputs() > 1 && call.input(1).defined())
     w = materialize(call, view_of(call, call.input(1), "weight"), out.dtype, true, l);
@@ -343,13 +383,6 @@ void layer_norm_kernel(const KernelCall& call) {
 }
 
 // ---------------------------------------------------------------- matmul via cuBLASLt
-
-// A row-major matrix operand of a (possibly batched) matmul: element (r, c) of batch i at
-// data + i * batch_stride + r * row_stride + c * col_stride.
-struct MatrixOperand {
-  void* data = nullptr;
-  int64_t rows = 0, cols = 0, row_stride = 0, col_stride = 0, batch_stride = 0;
-};
 
 // A prepared cuBLASLt problem: descriptors, layouts and the chosen algorithm, kept for the life of
 // the process (one per distinct problem) so that a repeated matmul only sets the bias pointer and
@@ -419,11 +452,10 @@ void lt_matmul(const KernelCall& call, const Launch& l, int32_t dtype, const Mat
   const uint64_t b_rows = uint64_t(a_rowmajor ? k : m), b_cols = uint64_t(a_rowmajor ? m : k);
   const bool tf32 = dtype == kDtF32 && allow_tf32();
 
-  // Heuristic results depend on the problem and on the pointers' alignment: both are in the key.
-  auto align_of = [](const void* p) {
-    const uintptr_t v = reinterpret_cast<uintptr_t>(p);
-    return v % 16 == 0 ? 16 : (v % 8 == 0 ? 8 : (v % 4 == 0 ? 4 : 2));
-  };
+  // Heuristic results depend on the problem and on the pointers' alignment (Note [cuBLASLt
+  // alignment]): both are in the key.
+  const uint32_t align_a = lt_alignment(b.data), align_b = lt_alignment(a.data), align_cd = lt_alignment(out);
+  auto align_of = [](const void* p) { return lt_alignment(p); };
   const std::string key = std::to_string(l.device) + ":" + std::to_string(dtype) + ":" + std::to_string(m) + "," +
                           std::to_string(n) + "," + std::to_string(k) + ":" + std::to_string(lda) + "," +
                           std::to_string(ldb) + "," + std::to_string(out_row_stride) + ":" + std::to_string(op_lt_a) +
@@ -484,6 +516,14 @@ void lt_matmul(const KernelCall& call, const Launch& l, int32_t dtype, const Mat
     check(api.preference_create(&pref), "cublasLtMatmulPreferenceCreate");
     check(api.preference_set_attribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &kWorkspace, sizeof(kWorkspace)),
           "workspace");
+    check(api.preference_set_attribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a, sizeof(align_a)),
+          "alignment A");
+    check(api.preference_set_attribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_b, sizeof(align_b)),
+          "alignment B");
+    check(api.preference_set_attribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_cd, sizeof(align_cd)),
+          "alignment C");
+    check(api.preference_set_attribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_cd, sizeof(align_cd)),
+          "alignment D");
     int returned = 0;
     const cublasStatus_t st = api.algo_get_heuristic(handle, p.desc, p.la, p.lb, p.lc, p.lc, pref, 1, &p.result, &returned);
     api.preference_destroy(pref);
@@ -507,33 +547,21 @@ void lt_matmul(const KernelCall& call, const Launch& l, int32_t dtype, const Mat
   cublasStatus_t st;
   {
     std::lock_guard<std::mutex> lock(plan->mutex);
-    if (bias) api.matmul_desc_set_attribute(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias));
+    if (bias) {
+      st = api.matmul_desc_set_attribute(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias));
+      if (st != CUBLAS_STATUS_SUCCESS)
+        throw sdk::Error(TESSERA_STATUS_INTERNAL, std::string(call.op_name()) +
+                                                      " on cuda: setting the bias pointer failed with cuBLAS status " +
+                                                      std::to_string(int(st)));
+    }
+    t_queued = true;
     st = api.matmul(handle, plan->desc, &alpha, b.data, plan->la, a.data, plan->lb, &beta, out, plan->lc, out, plan->lc,
                     &plan->result.algo, workspace.get(), plan->result.workspaceSize, l.stream);
   }
+  if (st == CUBLAS_STATUS_SUCCESS) g_kernel_launches.fetch_add(1, std::memory_order_relaxed);
   if (st != CUBLAS_STATUS_SUCCESS)
     throw sdk::Error(TESSERA_STATUS_INTERNAL, std::string(call.op_name()) + " on cuda: cublasLtMatmul failed with status " +
                                                   std::to_string(int(st)));
-}
-
-// A usable cuBLASLt layout: unit stride along one of the two dims, leading dimension >= extent.
-bool lt_layout_ok(const MatrixOperand& x) {
-  if (x.col_stride == 1 && (x.rows == 1 || x.row_stride >= x.cols)) return true;
-  if (x.row_stride == 1 && (x.cols == 1 || x.col_stride >= x.rows)) return true;
-  return false;
-}
-// Normalises degenerate strides (size-1 dims) so that lt_layout_ok accepts dense operands.
-void fix_degenerate(MatrixOperand& x) {
-  if (x.rows == 1) x.row_stride = x.col_stride == 1 ? std::max<int64_t>(x.cols, 1) : x.row_stride;
-  if (x.cols == 1 && x.col_stride != 1) {
-    if (x.row_stride == 1) {
-      x.col_stride = std::max<int64_t>(x.rows, 1);
-    } else {
-      x.col_stride = 1;
-      x.row_stride = std::max<int64_t>(x.row_stride, 1);
-    }
-  }
-  if (x.rows == 1 && x.col_stride != 1 && x.row_stride != 1) x.row_stride = 1;
 }
 
 // Collapses the batch dims [0, nb) of `t` (broadcast to `batch_sizes`) to one stride. False when the
@@ -599,8 +627,10 @@ void matmul_impl(const KernelCall& call, const Launch& l, DeviceTensor a, Device
   int64_t batch = 1;
   for (int64_t s : batch_sizes) batch *= s;
   if (out.numel() == 0) return;
-  if (k == 0) {  // empty inner dimension: zeros
-    check_cuda(cudaMemsetAsync(out.data, 0, size_t(out.numel()) * sdk::dtype_size(dtype), l.stream), "matmul: cudaMemsetAsync");
+  if (k == 0) {  // empty inner dimension: zeros (plus the bias, which needs the GPU fallback path)
+    if (bias) unimplemented(call, "bias with an empty inner dimension");
+    check_enqueue(call, cudaMemsetAsync(out.data, 0, size_t(out.numel()) * sdk::dtype_size(dtype), l.stream),
+                  "cudaMemsetAsync");
     return;
   }
 
@@ -654,6 +684,13 @@ void linear_kernel(const KernelCall& call) {
     DeviceTensor b = view_of(call, call.input(2), "bias");
     if (b.ndim() != 1 || b.sizes[0] != w.sizes[0]) unimplemented(call, "bias that is not [out_features]");
     bias = materialize(call, b, out.dtype, true, l);
+    if (lt_bias_needs_copy(bias->data)) {  // Note [cuBLASLt alignment]: a fresh block is 512-byte aligned
+      DeviceTensor aligned = *bias;
+      aligned.owner = std::make_shared<DeviceBuffer>(l.device, size_t(b.sizes[0]) * sdk::dtype_size(out.dtype), l.stream);
+      aligned.data = aligned.owner->get();
+      device_copy(call, aligned, *bias, l.stream, /*into_temporary=*/true);
+      bias = aligned;
+    }
   }
   matmul_impl(call, l, x, wt, out, bias ? bias->data : nullptr);
 }
@@ -728,6 +765,17 @@ void sdpa_kernel(const KernelCall& call) {
   p.scale = float(scale ? *scale : 1.0 / std::sqrt(double(d)));
   p.causal = causal;
   p.tensor_cores = !env_is_one("TESSERA_CUDA_FLASH_SIMT");
+  uint32_t grid = 0;
+  if (!plan_attention_grid(p.batch * p.heads, p.len_q, attention_rows_per_block(p.tensor_cores), &p.q_blocks, &grid))
+    unimplemented(call, "more than 2^31 - 1 blocks of query rows");
+  if (out.numel() == 0) return;
+  if (p.len_k == 0) {  // no key: the weighted sum is empty, zeros like the CPU backend
+    IterShape shape;
+    Operand o = out.operand();
+    if (!plan_elementwise(out.geometry(), nullptr, 0, &shape, &o)) unimplemented(call, "output layout");
+    check_launch(call, launch_fill(shape, o, 0, l.stream));
+    return;
+  }
   if (call.num_inputs() > 3 && call.input(3).defined()) {
     DeviceTensor mask = view_of(call, call.input(3), "attn_mask");
     if (mask.dtype != kDtBool && mask.dtype != dtype && mask.dtype != kDtF32) unimplemented(call, "mask dtype");
@@ -772,6 +820,8 @@ void try_register(const sdk::Host& host, const char* op, uint64_t mask, tessera_
 }
 
 }  // namespace
+
+uint64_t g_kernel_launches_total() { return g_kernel_launches.load(std::memory_order_relaxed); }
 
 void register_kernels(const sdk::Host& host) {
   // binary
@@ -822,3 +872,7 @@ void register_kernels(const sdk::Host& host) {
 }
 
 }  // namespace tessera::cuda
+
+extern "C" TESSERA_PLUGIN_EXPORT uint64_t tessera_cuda_kernel_launches(void) {
+  return tessera::cuda::g_kernel_launches_total();
+}

@@ -11,4 +11,7 @@ namespace tessera::cuda {
 // skipped with a warning under TESSERA_LOG=plugins; any other refusal fails plugin init.
 void register_kernels(const sdk::Host& host);
 
+// Kernels and cuBLASLt matmuls queued by the ops so far (exported as tessera_cuda_kernel_launches).
+uint64_t g_kernel_launches_total();
+
 }  // namespace tessera::cuda

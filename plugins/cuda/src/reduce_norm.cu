@@ -61,49 +61,90 @@ __device__ __forceinline__ void reduce_store(ReduceOp op, const ReducePlan& p, f
   store_double(out + out_off * dtype_itemsize(out_dtype), out_dtype, double(value));
 }
 
-// One block per output element: the reduced elements are split across the block's threads.
+// Stores the result of split `split` of output `o`: the final value when there is one split, else
+// a partial (sums stay sums: the mean divides in the second pass).
+__device__ __forceinline__ void reduce_emit(ReduceOp op, const ReducePlan& p, int64_t splits, int64_t o, int64_t split,
+                                            float acc, char* out, int32_t out_dtype, int64_t out_off, float* ws) {
+  if (splits == 1) {
+    reduce_store(op, p, acc, out, out_dtype, out_off);
+  } else {
+    ws[o * splits + split] = acc;
+  }
+}
+
+// A block per (output, split): the split's reduced elements are spread over the block's threads.
+// blockIdx.y is the split.
 template <typename T>
-__global__ void reduce_block_kernel(ReduceOp op, ReducePlan p, const T* in, char* out, int32_t out_dtype) {
+__global__ void reduce_block_kernel(ReduceOp op, ReducePlan p, int64_t splits, int64_t chunk, const T* in, char* out,
+                                    int32_t out_dtype, float* ws) {
   __shared__ float smem[32];
+  const int64_t split = blockIdx.y;
+  const int64_t r_begin = split * chunk;
+  const int64_t r_end = r_begin + chunk < p.reduce_size ? r_begin + chunk : p.reduce_size;
   for (int64_t o = blockIdx.x; o < p.num_outputs; o += gridDim.x) {
     int64_t in_base, out_off;
     kept_offsets(p, o, in_base, out_off);
     float acc = reduce_init(op);
-    for (int64_t r = threadIdx.x; r < p.reduce_size; r += blockDim.x)
+    for (int64_t r = r_begin + threadIdx.x; r < r_end; r += blockDim.x)
       acc = reduce_combine(op, acc, to_float(in[in_base + reduced_offset(p, r)]));
     acc = block_reduce(op, acc, smem);
-    if (threadIdx.x == 0) reduce_store(op, p, acc, out, out_dtype, out_off);
+    if (threadIdx.x == 0) reduce_emit(op, p, splits, o, split, acc, out, out_dtype, out_off, ws);
     __syncthreads();
   }
 }
 
-// One thread per output element: neighbouring threads read neighbouring inputs when the reduced
-// dims are not the innermost ones.
+// A thread per (output, split): neighbouring threads read neighbouring inputs when the reduced
+// dims are not the innermost ones. blockIdx.y is the split.
 template <typename T>
-__global__ void reduce_thread_kernel(ReduceOp op, ReducePlan p, const T* in, char* out, int32_t out_dtype) {
+__global__ void reduce_thread_kernel(ReduceOp op, ReducePlan p, int64_t splits, int64_t chunk, const T* in, char* out,
+                                     int32_t out_dtype, float* ws) {
+  const int64_t split = blockIdx.y;
+  const int64_t r_begin = split * chunk;
+  const int64_t r_end = r_begin + chunk < p.reduce_size ? r_begin + chunk : p.reduce_size;
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
   for (int64_t o = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; o < p.num_outputs; o += stride) {
     int64_t in_base, out_off;
     kept_offsets(p, o, in_base, out_off);
     float acc = reduce_init(op);
-    for (int64_t r = 0; r < p.reduce_size; ++r) acc = reduce_combine(op, acc, to_float(in[in_base + reduced_offset(p, r)]));
-    reduce_store(op, p, acc, out, out_dtype, out_off);
+    for (int64_t r = r_begin; r < r_end; ++r) acc = reduce_combine(op, acc, to_float(in[in_base + reduced_offset(p, r)]));
+    reduce_emit(op, p, splits, o, split, acc, out, out_dtype, out_off, ws);
+  }
+}
+
+// Second pass: a warp per output combines its splits' partials.
+__global__ void reduce_finish_kernel(ReduceOp op, ReducePlan p, int64_t splits, const float* ws, char* out,
+                                     int32_t out_dtype) {
+  const int lane = threadIdx.x & 31;
+  const int64_t warps = (int64_t(gridDim.x) * blockDim.x) >> 5;
+  for (int64_t o = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) >> 5; o < p.num_outputs; o += warps) {
+    float acc = reduce_init(op);
+    for (int64_t s = lane; s < splits; s += 32) acc = reduce_combine(op, acc, ws[o * splits + s]);
+    acc = warp_reduce(op, acc);
+    if (lane == 0) {
+      int64_t in_base, out_off;
+      kept_offsets(p, o, in_base, out_off);
+      reduce_store(op, p, acc, out, out_dtype, out_off);
+    }
   }
 }
 
 template <typename T>
-cudaError_t run_reduce(ReduceOp op, const ReducePlan& p, const void* in, void* out, int32_t out_dtype, cudaStream_t stream) {
+cudaError_t run_reduce(ReduceOp op, const ReducePlan& p, const ReduceLaunch& how, const void* in, void* out,
+                       int32_t out_dtype, float* ws, cudaStream_t stream) {
   if (p.num_outputs == 0) return cudaSuccess;
-  const bool inner_contiguous = p.reduced_ndim > 0 && p.reduced_in_strides[p.reduced_ndim - 1] == 1;
-  if (inner_contiguous || p.num_outputs < 4096) {
-    const int threads = p.reduce_size >= 4096 ? 512 : (p.reduce_size >= 256 ? 256 : 64);
+  if (how.splits < 1 || how.splits > 65535 || (how.splits > 1 && !ws)) return cudaErrorInvalidValue;
+  const T* x = static_cast<const T*>(in);
+  char* o = static_cast<char*>(out);
+  if (how.block_per_output) {
     const int64_t blocks = p.num_outputs < 65535 * 4 ? p.num_outputs : 65535 * 4;
-    reduce_block_kernel<T><<<unsigned(blocks), threads, 0, stream>>>(op, p, static_cast<const T*>(in),
-                                                                      static_cast<char*>(out), out_dtype);
+    const dim3 grid{unsigned(blocks), unsigned(how.splits), 1u};
+    reduce_block_kernel<T><<<grid, unsigned(how.threads), 0, stream>>>(op, p, how.splits, how.chunk, x, o, out_dtype, ws);
   } else {
-    reduce_thread_kernel<T><<<grid_for(p.num_outputs), kThreads, 0, stream>>>(op, p, static_cast<const T*>(in),
-                                                                                static_cast<char*>(out), out_dtype);
+    const dim3 grid{grid_for(p.num_outputs, how.threads), unsigned(how.splits), 1u};
+    reduce_thread_kernel<T><<<grid, unsigned(how.threads), 0, stream>>>(op, p, how.splits, how.chunk, x, o, out_dtype, ws);
   }
+  if (cudaError_t e = cudaGetLastError(); e != cudaSuccess || how.splits == 1) return e;
+  reduce_finish_kernel<<<grid_for(p.num_outputs * 32), kThreads, 0, stream>>>(op, p, how.splits, ws, o, out_dtype);
   return cudaGetLastError();
 }
 
@@ -269,9 +310,9 @@ __global__ void layer_norm_kernel(const T* in, const T* weight, const T* bias, T
 
 }  // namespace
 
-cudaError_t launch_reduce(ReduceOp op, const ReducePlan& plan, const void* in, int32_t in_dtype, void* out,
-                          int32_t out_dtype, cudaStream_t stream) {
-  TESSERA_CUDA_DISPATCH_FLOATING(in_dtype, return run_reduce<scalar_t>(op, plan, in, out, out_dtype, stream))
+cudaError_t launch_reduce(ReduceOp op, const ReducePlan& plan, const ReduceLaunch& how, const void* in,
+                          int32_t in_dtype, void* out, int32_t out_dtype, float* workspace, cudaStream_t stream) {
+  TESSERA_CUDA_DISPATCH_FLOATING(in_dtype, return run_reduce<scalar_t>(op, plan, how, in, out, out_dtype, workspace, stream))
   return cudaErrorInvalidValue;
 }
 

@@ -3,6 +3,7 @@
 // as few dims as possible and dense operands take the vectorised path. Pure C++ (no CUDA calls): the
 // unit tests exercise it without a GPU.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -159,6 +160,42 @@ inline bool plan_reduction(const Geometry& in, const Geometry& out, uint64_t red
     if (((reduce_mask >> d) & 1u) && in.sizes[d] == 0) plan->reduce_size = 0;
   for (int d = 0; d < in.ndim; ++d)
     if (!((reduce_mask >> d) & 1u) && in.sizes[d] == 0) plan->num_outputs = 0;
+  return true;
+}
+
+// Spreads a planned reduction over `sm_count` SMs (see ReduceLaunch). A block per output when the
+// reduced dims are innermost or the outputs are few, a thread per output otherwise; in both cases
+// the reduced range is split when there are too few outputs to occupy the GPU, keeping at least
+// 16 elements per thread in each split so that the second pass stays small.
+inline ReduceLaunch plan_reduce_launch(const ReducePlan& p, int sm_count) {
+  ReduceLaunch r;
+  const bool inner_contiguous = p.reduced_ndim > 0 && p.reduced_in_strides[p.reduced_ndim - 1] == 1;
+  r.block_per_output = inner_contiguous || p.num_outputs < 4096;
+  r.threads = r.block_per_output ? (p.reduce_size >= 4096 ? 512 : (p.reduce_size >= 256 ? 256 : 64)) : 256;
+  r.chunk = p.reduce_size;
+  if (p.num_outputs <= 0 || p.reduce_size <= 0) return r;
+  const int64_t sms = sm_count > 0 ? sm_count : 1;
+  auto ceil_div = [](int64_t a, int64_t b) { return (a + b - 1) / b; };
+  // Work items wanted in flight: 4 blocks per SM, or 2048 threads per SM.
+  const int64_t wanted = r.block_per_output ? sms * 4 : sms * 2048;
+  const int64_t min_chunk = r.block_per_output ? int64_t(r.threads) * 16 : 64;
+  int64_t splits = std::min(ceil_div(wanted, p.num_outputs), ceil_div(p.reduce_size, min_chunk));
+  splits = std::max<int64_t>(1, std::min<int64_t>(splits, 65535));
+  r.chunk = ceil_div(p.reduce_size, splits);
+  r.splits = ceil_div(p.reduce_size, r.chunk);  // no empty split
+  return r;
+}
+
+// The 1-D grid of the attention kernels: one block per (batch * head, query block), batch * head
+// major, so that neither batch * heads (the grid's y limit is 65535) nor the query length is
+// limited by a grid dimension other than x (2^31 - 1 blocks). False when even that is exceeded.
+inline bool plan_attention_grid(int64_t batch_heads, int64_t len_q, int rows_per_block, int64_t* q_blocks,
+                                uint32_t* grid_x) {
+  if (batch_heads < 0 || len_q < 0 || rows_per_block <= 0) return false;
+  *q_blocks = (len_q + rows_per_block - 1) / rows_per_block;
+  int64_t total = 0;
+  if (__builtin_mul_overflow(*q_blocks, batch_heads, &total) || total > 0x7fffffff) return false;
+  *grid_x = uint32_t(total);
   return true;
 }
 

@@ -35,6 +35,11 @@ typedef int (*tessera_cuda_memory_stats_fn_t)(int32_t device, tessera_cuda_memor
 /* Returns every fully free cached segment of `device` (all devices when negative) to the driver. */
 typedef void (*tessera_cuda_empty_cache_fn_t)(int32_t device);
 
+/* The number of CUDA kernels and cuBLASLt matmuls the plugin's ops have queued in this process:
+ * tests compare it before and after a call to tell the CUDA kernel from the CPU fallback. */
+#define TESSERA_CUDA_KERNEL_LAUNCHES_NAME "tessera_cuda_kernel_launches"
+typedef uint64_t (*tessera_cuda_kernel_launches_fn_t)(void);
+
 #ifdef __cplusplus
 }
 #endif
