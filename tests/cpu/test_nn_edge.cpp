@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
+#include <string>
 #include <limits>
 #include <optional>
 #include <vector>
@@ -241,6 +243,41 @@ TEST(CpuNnEdgeSdpa, NaNScoreMakesItsQueryRowNaN) {
       }
     }
   }
+}
+
+// ---------------------------------------------------------------- rank above the plugin's limit
+
+// Note [Rank limit in the CPU plugin]: a rank the plugin's fixed arrays cannot hold is an error that
+// names the rank, never a stack overflow; the process keeps working.
+TEST(CpuNnEdgeRank, RankAboveSixteenIsAnErrorNotACrash) {
+  for (int64_t rank : {17, 40, 1000}) {
+    std::vector<int64_t> sizes(static_cast<size_t>(rank), 1);
+    sizes[0] = 2;
+    Tensor x;
+    try {
+      x = zeros(sizes);
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("rank"), std::string::npos) << e.what();
+      continue;
+    }
+    const std::vector<std::function<Tensor()>> calls = {
+        [&] { return x.transpose(0, 1).contiguous(); },
+        [&] { return sum(x, {0}); },
+        [&] { return amax(x, {1}); },
+        [&] { return cat({x, x}, 0); },
+        [&] { return gather(x, 0, zeros(sizes, TensorOptions().dtype(kInt64))); },
+        [&] { return softmax(x, 0); },
+    };
+    for (size_t i = 0; i < calls.size(); ++i) {
+      try {
+        calls[i]();
+        ADD_FAILURE() << "rank " << rank << " call " << i << ": no error";
+      } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("rank"), std::string::npos) << "call " << i << ": " << e.what();
+      }
+    }
+  }
+  EXPECT_EQ(read(sum(ones({2, 3}))).v[0], 6.0);
 }
 
 }  // namespace

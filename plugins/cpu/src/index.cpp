@@ -9,6 +9,7 @@ struct View {
   int64_t sizes[kMaxDims], strides[kMaxDims];
   tessera_tensor_t t;
   View(const tessera_tensor_t* base, int ndim, const int64_t* s, const int64_t* st, int64_t extra_bytes) {
+    check_rank(ndim, "a view");
     t = *base;
     t.ndim = ndim;
     int64_t n = 1;
@@ -80,6 +81,7 @@ tessera_status_t stack_kernel(void*, const tessera_kernel_call_t* call) {
     const tessera_tensor_t* out = c.raw()->outputs[0];
     const int64_t dim = wrap_dim(c.num_attrs() > 0 ? c.attr_int(0) : 0, out->ndim);
     const int64_t es = int64_t(sdk::dtype_size(out->dtype));
+    check_rank(out->ndim, "the stack output");
     int64_t st[kMaxDims];
     int j = 0;
     for (int d = 0; d < out->ndim; ++d)
@@ -111,6 +113,7 @@ tessera_status_t index_select_kernel(void*, const tessera_kernel_call_t* call) {
       copy_tensor(out, x);
       return;
     }
+    check_rank(x->ndim, "the index_select input");
     int64_t sub_sizes[kMaxDims], xs[kMaxDims], os[kMaxDims];
     int k = 0;
     for (int d = 0; d < x->ndim; ++d)
@@ -144,6 +147,9 @@ tessera_status_t gather_kernel(void*, const tessera_kernel_call_t* call) {
     TESSERA_SDK_CHECK(idx->ndim == std::max(x->ndim, 1) || idx->ndim == x->ndim,
                       "gather: index rank " + std::to_string(idx->ndim) + " differs from input rank " +
                           std::to_string(x->ndim));
+    check_rank(nd, "the gather output");
+    TESSERA_SDK_CHECK(idx->ndim == nd, "gather: index rank " + std::to_string(idx->ndim) + " differs from output rank " +
+                                           std::to_string(nd));
     int64_t xs[kMaxDims];
     for (int d = 0; d < nd; ++d) {
       TESSERA_SDK_CHECK(d == dim || x->ndim == 0 || idx->sizes[d] <= x->sizes[d],

@@ -27,6 +27,7 @@ struct ReduceArgs {
 ReduceArgs parse_reduce_args(const KernelCall& c, const tessera_tensor_t* x) {
   ReduceArgs r;
   const int nd = x->ndim;
+  check_rank(nd, "the reduction input");
   bool dims_seen = false, any = false;
   bool int_seen = false;
   for (int i = 0; i < c.num_attrs(); ++i) {
