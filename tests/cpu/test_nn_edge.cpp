@@ -245,6 +245,58 @@ TEST(CpuNnEdgeSdpa, NaNScoreMakesItsQueryRowNaN) {
   }
 }
 
+// ---------------------------------------------------------------- empty tensors
+
+template <typename F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(CpuNnEdgeEmpty, ReductionsFollowPyTorch) {
+  for (DType dt : {kFloat32, kFloat64, kBFloat16}) {
+    const Tensor x = zeros({0, 3}, TensorOptions().dtype(dt));
+    // over the empty dim: sum -> 0, mean -> nan, amax -> error, argmax -> error
+    EXPECT_EQ(read(sum(x, {0})).v, (std::vector<double>{0, 0, 0})) << dtype_name(dt);
+    const Ref mn = read(mean(x, {0}));
+    ASSERT_EQ(mn.v.size(), 3u);
+    for (double v : mn.v) EXPECT_TRUE(std::isnan(v)) << dtype_name(dt);
+    const std::string e1 = error_of([&] { amax(x, {0}); });
+    EXPECT_NE(e1.find("amax"), std::string::npos) << e1;
+    EXPECT_NE(e1.find("dim"), std::string::npos) << e1;
+    const std::string e2 = error_of([&] { argmax(x, 0); });
+    EXPECT_NE(e2.find("argmax"), std::string::npos) << e2;
+    EXPECT_NE(e2.find("dim"), std::string::npos) << e2;
+    EXPECT_FALSE(error_of([&] { argmax(x); }).empty());
+    // over the non-empty dim: empty results
+    EXPECT_EQ(sum(x, {1}).numel(), 0);
+    EXPECT_EQ(amax(x, {1}).numel(), 0);
+    EXPECT_EQ(argmax(x, 1).numel(), 0);
+    EXPECT_EQ(argmax(x, 1, true).sizes(), (IntArrayRef{0, 1}));
+  }
+}
+
+TEST(CpuNnEdgeEmpty, NnKernelsOnEmptyInputs) {
+  for (DType dt : kFloatTypes) {
+    const TensorOptions o = TensorOptions().dtype(dt);
+    EXPECT_EQ(softmax(zeros({0, 5}, o), 1).numel(), 0);
+    EXPECT_EQ(log_softmax(zeros({4, 0}, o), 1).numel(), 0);
+    EXPECT_EQ(softmax(zeros({4, 0}, o), 0).numel(), 0);
+    EXPECT_EQ(layer_norm(zeros({0, 5}, o), {5}).numel(), 0);
+    EXPECT_EQ(rms_norm(zeros({0, 5}, o), {5}).numel(), 0);
+    EXPECT_EQ(max_pool2d(zeros({0, 2, 4, 4}, o), {2, 2}).numel(), 0);
+    EXPECT_EQ(avg_pool2d(zeros({0, 2, 4, 4}, o), {2, 2}).numel(), 0);
+    EXPECT_EQ(matmul(zeros({0, 3}, o), zeros({3, 4}, o)).sizes(), (IntArrayRef{0, 4}));
+    EXPECT_EQ(read(matmul(zeros({2, 0}, o), zeros({0, 3}, o))).v, std::vector<double>(6, 0.0));
+    EXPECT_EQ(linear(zeros({0, 3}, o), zeros({4, 3}, o)).sizes(), (IntArrayRef{0, 4}));
+    EXPECT_EQ(conv2d(zeros({0, 1, 4, 4}, o), zeros({2, 1, 3, 3}, o)).sizes(), (IntArrayRef{0, 2, 2, 2}));
+  }
+}
+
 // ---------------------------------------------------------------- rank above the plugin's limit
 
 // Note [Rank limit in the CPU plugin]: a rank the plugin's fixed arrays cannot hold is an error that
