@@ -279,7 +279,10 @@ void flash_attention(const SdpaProblem& p) {
       for (int64_t ii = 0; ii < mq; ++ii) {
         float* srow = st.sbuf + ii * kBlockK;
         mask_row(p, om, i0 + ii, j0, nk, srow);
-        const float mnew = std::max(st.mrow[ii], isa.row_max(srow, nk));
+        // NaN-propagating max (Note [NaN in row maxima]): a NaN score makes the row's m, l and O
+        // NaN for good, as the math path's softmax does.
+        const float bm = isa.row_max(srow, nk), mold = st.mrow[ii];
+        const float mnew = (bm > mold || bm != bm) ? bm : mold;
         if (mnew == kNegInf) {  // every key so far is masked out for this row
           std::memset(srow, 0, size_t(nk) * sizeof(float));
           continue;
@@ -346,7 +349,7 @@ void attention_f64(const SdpaProblem& p) {
           }
         }
         sc[size_t(j)] = d;
-        mx = std::max(mx, d);
+        if (d > mx || d != d) mx = d;
       }
       double sum = 0;
       for (int64_t j = 0; j < p.s; ++j) sum += (sc[size_t(j)] = std::exp(sc[size_t(j)] - mx));

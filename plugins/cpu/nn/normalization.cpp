@@ -10,14 +10,15 @@ namespace tessera::cpu::nn {
 namespace {
 
 // ---- f64 rows
+// Note [NaN in row maxima] (nn_isa_kernels.inc): a NaN anywhere makes the whole row NaN.
 void softmax_row_f64(const double* x, double* y, int64_t n, bool log) {
   double m = -std::numeric_limits<double>::infinity();
-  for (int64_t i = 0; i < n; ++i) m = std::max(m, x[i]);
+  for (int64_t i = 0; i < n && m == m; ++i) m = (x[i] > m || x[i] != x[i]) ? x[i] : m;
   double s = 0;
   for (int64_t i = 0; i < n; ++i) s += std::exp(x[i] - m);
   if (log) {
-    const double shift = m + std::log(s);
-    for (int64_t i = 0; i < n; ++i) y[i] = x[i] - shift;
+    const double ls = std::log(s);
+    for (int64_t i = 0; i < n; ++i) y[i] = (x[i] - m) - ls;
   } else {
     for (int64_t i = 0; i < n; ++i) y[i] = std::exp(x[i] - m) / s;
   }

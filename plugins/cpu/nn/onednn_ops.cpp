@@ -134,14 +134,19 @@ void fill_zero(const tessera_tensor_t* t) {
   copy_tensor(t, z.raw());
 }
 
-void check_float_operands(const KernelCall& call, int n) {
+// Note [Integer nn ops]
+// PyTorch's CPU matmul / linear / conv2d take every integer dtype (not bool) and compute exactly,
+// wrapping around in the integer type; so do these kernels: products and sums in uint64 (modular,
+// no signed overflow), converted to the integer type at the store (modular since C++20).
+void check_operands(const KernelCall& call, int n) {
   const int32_t dt = call.input(0).dtype();
   for (int i = 0; i < n; ++i) {
     const TensorView t = call.input(i);
     if (!t.defined()) continue;
-    if (!dtype_is_floating(t.dtype()))
-      fail(std::string(call.op_name()) + ": argument " + std::to_string(i) + " has dtype " + dtype_name(t.dtype()) +
-           "; expected a floating dtype (f16, bf16, f32, f64)");
+    if (!dtype_is_floating(t.dtype()) && !dtype_is_integral(t.dtype()))
+      fail(std::string(call.op_name()) + ": not implemented for dtype " + dtype_name(t.dtype()) +
+           " (argument " + std::to_string(i) +
+           "); supported dtypes: uint8, int8, int16, int32, int64, float16, bfloat16, float32, float64");
     if (t.dtype() != dt)
       fail(std::string(call.op_name()) + ": argument " + std::to_string(i) + " has dtype " + dtype_name(t.dtype()) +
            " but argument 0 has " + dtype_name(dt) + "; expected the same dtype (cast one with .to())");
@@ -266,6 +271,59 @@ void naive_batched(const MatmulProblem& p) {
   });
 }
 
+// One output row of an integer product: c[j] = sum_q a[q] * b[q, j] (+ bias[j]), exact modulo
+// 2^64 and wrapped into T at the store (Note [Integer nn ops]). The q-j loop order keeps the inner
+// loop contiguous in b and c when they are row-major.
+template <typename T>
+void int_row(int64_t n, int64_t k, const T* a, int64_t sak, const T* b, int64_t sbk, int64_t sbn, T* c, int64_t scn,
+             const T* bias, int64_t sbias, uint64_t* acc) {
+  for (int64_t j = 0; j < n; ++j) acc[j] = bias ? uint64_t(int64_t(bias[j * sbias])) : 0;
+  for (int64_t q = 0; q < k; ++q) {
+    const uint64_t av = uint64_t(int64_t(a[q * sak]));
+    const T* bq = b + q * sbk;
+    if (sbn == 1) {
+      for (int64_t j = 0; j < n; ++j) acc[j] += av * uint64_t(int64_t(bq[j]));
+    } else {
+      for (int64_t j = 0; j < n; ++j) acc[j] += av * uint64_t(int64_t(bq[j * sbn]));
+    }
+  }
+  for (int64_t j = 0; j < n; ++j) c[j * scn] = T(int64_t(acc[j]));
+}
+
+template <typename T>
+void int_batched(const MatmulProblem& p) {
+  int64_t total = 1;
+  for (int d = 0; d < p.r; ++d) total *= p.batch[d];
+  const int r = p.r;
+  parallel_for(0, total * p.m, std::max<int64_t>(1, 16384 / std::max<int64_t>(1, p.n * p.k)), [&](int64_t beg, int64_t end) {
+    Buffer<uint64_t> acc(p.n);
+    for (int64_t x = beg; x < end; ++x) {
+      int64_t bi = x / p.m, i = x % p.m;
+      int64_t oa = 0, ob = 0, oc = 0;
+      for (int d = r - 1; d >= 0; --d) {
+        const int64_t idx = bi % p.batch[d];
+        bi /= p.batch[d];
+        oa += (p.a.dims[d] == 1 ? 0 : idx) * p.a.strides[d];
+        ob += (p.b.dims[d] == 1 ? 0 : idx) * p.b.strides[d];
+        oc += idx * p.c.strides[d];
+      }
+      int_row<T>(p.n, p.k, static_cast<const T*>(p.a.ptr) + oa + i * p.a.strides[r], p.a.strides[r + 1],
+                 static_cast<const T*>(p.b.ptr) + ob, p.b.strides[r], p.b.strides[r + 1],
+                 static_cast<T*>(p.c.ptr) + oc + i * p.c.strides[r], p.c.strides[r + 1], nullptr, 0, acc.get());
+    }
+  });
+}
+
+// Calls f(T{}) with the integer element type of `dt` (Note [Integer nn ops]).
+template <typename F>
+void visit_integral(int32_t dt, F&& f) {
+  visit(dt, [&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) f(tag);
+    else fail(std::string("cpu nn: dtype ") + dtype_name(dt) + " is not an integer dtype");
+  });
+}
+
 }  // namespace
 
 namespace {
@@ -334,7 +392,7 @@ void onednn_matmul(const MatOperand& a, const MatOperand& b, const MatOperand& c
 int64_t onednn_cache_size() { return cache().size(); }
 
 void matmul_kernel(const KernelCall& call) {
-  check_float_operands(call, 2);
+  check_operands(call, 2);
   const int32_t dt = call.input(0).dtype();
   if (dt == TESSERA_DTYPE_FLOAT16) return run_via_f32(call, &matmul_kernel);
   TempList holder;
@@ -345,6 +403,7 @@ void matmul_kernel(const KernelCall& call) {
   if (c->numel == 0) return;
   if (p.k == 0) return fill_zero(c);
   if (dt == TESSERA_DTYPE_FLOAT64) return naive_batched<double>(p);
+  if (dtype_is_integral(dt)) return visit_integral(dt, [&](auto tag) { int_batched<decltype(tag)>(p); });
   bool redo = false;
   if (!inner_dense(p.a)) a = contiguous(a, holder), redo = true;
   if (!inner_dense(p.b)) b = contiguous(b, holder), redo = true;
@@ -363,7 +422,7 @@ void matmul_kernel(const KernelCall& call) {
 // linear(x [..., K], weight [N, K], bias [N]?) = x @ weight^T + bias; the weight is read transposed
 // through its strides (no copy) and the bias is fused into the oneDNN matmul.
 void linear_kernel(const KernelCall& call) {
-  check_float_operands(call, call.num_inputs() > 2 ? 3 : 2);
+  check_operands(call, call.num_inputs() > 2 ? 3 : 2);
   const int32_t dt = call.input(0).dtype();
   if (dt == TESSERA_DTYPE_FLOAT16) return run_via_f32(call, &linear_kernel);
   TempList holder;
@@ -420,7 +479,22 @@ void linear_kernel(const KernelCall& call) {
     rows_stride(y, &sym);
   }
   if (w->strides[0] != 1 && w->strides[1] != 1) w = contiguous(w, holder);
-  if (dt == TESSERA_DTYPE_FLOAT64) {
+  if (dtype_is_integral(dt)) {
+    visit_integral(dt, [&](auto tag) {
+      using T = decltype(tag);
+      const T* xp = static_cast<const T*>(data_of(x));
+      const T* wp = static_cast<const T*>(data_of(w));
+      const T* bp = bias ? static_cast<const T*>(data_of(bias)) : nullptr;
+      T* yp = static_cast<T*>(data_of(y));
+      const int64_t sxk = x->strides[x->ndim - 1];
+      parallel_for(0, m, std::max<int64_t>(1, 16384 / std::max<int64_t>(1, n * k)), [&](int64_t b, int64_t e) {
+        Buffer<uint64_t> acc(n);
+        for (int64_t i = b; i < e; ++i)
+          int_row<T>(n, k, xp + i * sxm, sxk, wp, w->strides[1], w->strides[0], yp + i * sym, 1, bp,
+                     bias ? bias->strides[0] : 0, acc.get());
+      });
+    });
+  } else if (dt == TESSERA_DTYPE_FLOAT64) {
     const double* xp = static_cast<const double*>(data_of(x));
     const double* wp = static_cast<const double*>(data_of(w));
     double* yp = static_cast<double*>(data_of(y));
@@ -458,16 +532,20 @@ void linear_kernel(const KernelCall& call) {
 }
 
 namespace {
-void conv2d_f64(const double* x, const double* w, const double* bias, double* y, int64_t nb, int64_t c, int64_t h,
-                int64_t wd, int64_t oc, int64_t kh, int64_t kw, int64_t oh, int64_t ow, const int64_t* s,
-                const int64_t* p, const int64_t* d, int64_t g) {
+// Direct convolution loops: in double for f64, exact modulo 2^64 for integers (Note [Integer nn ops]).
+template <typename T>
+void conv2d_direct(const T* x, const T* w, const T* bias, T* y, int64_t nb, int64_t c, int64_t h,
+                   int64_t wd, int64_t oc, int64_t kh, int64_t kw, int64_t oh, int64_t ow, const int64_t* s,
+                   const int64_t* p, const int64_t* d, int64_t g) {
+  using Acc = std::conditional_t<std::is_integral_v<T>, uint64_t, double>;
+  auto wide = [](T v) { if constexpr (std::is_integral_v<T>) return Acc(int64_t(v)); else return Acc(v); };
   const int64_t cg = c / g, ocg = oc / g;
   parallel_for(0, nb * oc, 1, [&](int64_t b, int64_t e) {
     for (int64_t no = b; no < e; ++no) {
       const int64_t ni = no / oc, o = no % oc, gi = o / ocg;
       for (int64_t y0 = 0; y0 < oh; ++y0)
         for (int64_t x0 = 0; x0 < ow; ++x0) {
-          double acc = bias ? bias[o] : 0.0;
+          Acc acc = bias ? wide(bias[o]) : Acc(0);
           for (int64_t ci = 0; ci < cg; ++ci)
             for (int64_t i = 0; i < kh; ++i) {
               const int64_t ih = y0 * s[0] - p[0] + i * d[0];
@@ -475,10 +553,11 @@ void conv2d_f64(const double* x, const double* w, const double* bias, double* y,
               for (int64_t j = 0; j < kw; ++j) {
                 const int64_t iw = x0 * s[1] - p[1] + j * d[1];
                 if (iw < 0 || iw >= wd) continue;
-                acc += x[((ni * c + gi * cg + ci) * h + ih) * wd + iw] * w[((o * cg + ci) * kh + i) * kw + j];
+                acc += wide(x[((ni * c + gi * cg + ci) * h + ih) * wd + iw]) * wide(w[((o * cg + ci) * kh + i) * kw + j]);
               }
             }
-          y[((ni * oc + o) * oh + y0) * ow + x0] = acc;
+          if constexpr (std::is_integral_v<T>) y[((ni * oc + o) * oh + y0) * ow + x0] = T(int64_t(acc));
+          else y[((ni * oc + o) * oh + y0) * ow + x0] = T(acc);
         }
     }
   });
@@ -488,7 +567,7 @@ void conv2d_f64(const double* x, const double* w, const double* bias, double* y,
 // conv2d(input [N, C, H, W] or [C, H, W], weight [OC, C/groups, KH, KW], bias [OC]?, stride,
 // padding, dilation, groups). oneDNN convolution on plain NCHW / (G)OIHW memory.
 void conv2d_kernel(const KernelCall& call) {
-  check_float_operands(call, call.num_inputs() > 2 ? 3 : 2);
+  check_operands(call, call.num_inputs() > 2 ? 3 : 2);
   const int32_t dt = call.input(0).dtype();
   if (dt == TESSERA_DTYPE_FLOAT16) return run_via_f32(call, &conv2d_kernel);
   TempList holder;
@@ -532,10 +611,15 @@ void conv2d_kernel(const KernelCall& call) {
     fail("conv2d: output has shape " + shape_str(y) + "; expected [" + (off ? std::to_string(nb) + ", " : "") +
          std::to_string(oc) + ", " + std::to_string(oh) + ", " + std::to_string(ow) + "]");
   if (y->numel == 0) return;
-  if (dt == TESSERA_DTYPE_FLOAT64) {
-    conv2d_f64(static_cast<const double*>(data_of(x)), static_cast<const double*>(data_of(w)),
-               bias ? static_cast<const double*>(data_of(bias)) : nullptr, static_cast<double*>(data_of(y)), nb, c, h,
-               wd, oc, kh, kw, oh, ow, s, p, d, g);
+  if (dt == TESSERA_DTYPE_FLOAT64 || dtype_is_integral(dt)) {
+    visit(dt, [&](auto tag) {
+      using T = decltype(tag);
+      if constexpr (std::is_same_v<T, double> || (std::is_integral_v<T> && !std::is_same_v<T, bool>)) {
+        conv2d_direct<T>(static_cast<const T*>(data_of(x)), static_cast<const T*>(data_of(w)),
+                         bias ? static_cast<const T*>(data_of(bias)) : nullptr, static_cast<T*>(data_of(y)), nb, c, h,
+                         wd, oc, kh, kw, oh, ow, s, p, d, g);
+      }
+    });
   } else {
     const memory::data_type mdt = dnnl_dtype(dt);
     const memory::desc src_md({nb, c, h, wd}, mdt, memory::format_tag::nchw);

@@ -16,9 +16,17 @@ using PoolGeom = PoolGeometry;
 inline int64_t div_floor(int64_t a, int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
 inline int64_t div_ceil(int64_t a, int64_t b) { return -div_floor(-a, b); }
 
+// Integers (max over every integer dtype, average over int64, as PyTorch): the max starts at the
+// type's lowest value, the sum wraps modulo 2^64 and the average divides with truncation toward
+// zero (PyTorch's integer avg_pool2d: -7 / 4 = -1).
 template <typename T, bool kMax>
 void pool_plane(const T* in, T* out, const PoolGeom& g) {
-  const T init = kMax ? -std::numeric_limits<T>::infinity() : T(0);
+  const T init = kMax ? (std::is_integral_v<T> ? std::numeric_limits<T>::lowest() : -std::numeric_limits<T>::infinity())
+                      : T(0);
+  auto add = [](T a, T b) {
+    if constexpr (std::is_integral_v<T>) return T(uint64_t(a) + uint64_t(b));
+    else return T(a + b);
+  };
   for (int64_t oh = 0; oh < g.oh; ++oh) {
     T* orow = out + oh * g.ow;
     for (int64_t o = 0; o < g.ow; ++o) orow[o] = init;
@@ -35,18 +43,21 @@ void pool_plane(const T* in, T* out, const PoolGeom& g) {
           for (int64_t o = lo; o < hi; ++o) {
             const T v = src[o];
             if constexpr (kMax) orow[o] = (v > orow[o] || v != v) ? v : orow[o];
-            else orow[o] += v;
+            else orow[o] = add(orow[o], v);
           }
         } else {
           for (int64_t o = lo; o < hi; ++o) {
             const T v = irow[o * g.sw + off];
             if constexpr (kMax) orow[o] = (v > orow[o] || v != v) ? v : orow[o];
-            else orow[o] += v;
+            else orow[o] = add(orow[o], v);
           }
         }
       }
     }
-    if constexpr (!kMax) {
+    if constexpr (!kMax && std::is_integral_v<T>) {
+      const T count = T(g.kh * g.kw);
+      for (int64_t o = 0; o < g.ow; ++o) orow[o] /= count;
+    } else if constexpr (!kMax) {
       const T inv = T(1) / T(g.kh * g.kw);
       for (int64_t o = 0; o < g.ow; ++o) orow[o] *= inv;
     }
@@ -56,8 +67,11 @@ void pool_plane(const T* in, T* out, const PoolGeom& g) {
 void pool2d(const KernelCall& call, bool is_max) {
   const char* op = call.op_name();
   const TensorView x0 = call.input(0);
-  if (!dtype_is_floating(x0.dtype()))
-    fail(std::string(op) + ": input has dtype " + dtype_name(x0.dtype()) + "; expected a floating dtype");
+  const int32_t xdt = x0.dtype();
+  const bool supported = dtype_is_floating(xdt) || (is_max ? dtype_is_integral(xdt) : xdt == TESSERA_DTYPE_INT64);
+  if (!supported)
+    fail(std::string(op) + ": not implemented for dtype " + dtype_name(xdt) + "; supported dtypes: " +
+         (is_max ? "uint8, int8, int16, int32, int64" : "int64") + ", float16, bfloat16, float32, float64");
   if (x0.ndim() != 3 && x0.ndim() != 4)
     fail(std::string(op) + ": input has shape " + shape_str(x0) + "; expected 3-D (C, H, W) or 4-D (N, C, H, W)");
   PoolGeom g{};
@@ -113,16 +127,26 @@ void pool2d(const KernelCall& call, bool is_max) {
   const NnIsaTable& isa = nn_isa();
   const int64_t grain = std::max<int64_t>(1, (int64_t(1) << 16) / std::max<int64_t>(1, out_plane * g.kh * g.kw));
   parallel_for(0, planes, grain, [&](int64_t b, int64_t e) {
-    Buffer<float> fin(dt == TESSERA_DTYPE_FLOAT32 || dt == TESSERA_DTYPE_FLOAT64 ? 0 : in_plane);
-    Buffer<float> fout(dt == TESSERA_DTYPE_FLOAT32 || dt == TESSERA_DTYPE_FLOAT64 ? 0 : out_plane);
+    const bool via_f32 = dt == TESSERA_DTYPE_FLOAT16 || dt == TESSERA_DTYPE_BFLOAT16;
+    Buffer<float> fin(via_f32 ? in_plane : 0);
+    Buffer<float> fout(via_f32 ? out_plane : 0);
     for (int64_t pl = b; pl < e; ++pl) {
-      if (dt == TESSERA_DTYPE_FLOAT64) {
+      if (dtype_is_integral(dt)) {
+        visit(dt, [&](auto tag) {
+          using T = decltype(tag);
+          if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+            const T* in = reinterpret_cast<const T*>(xb) + pl * in_plane;
+            T* out = reinterpret_cast<T*>(yb) + pl * out_plane;
+            is_max ? pool_plane<T, true>(in, out, g) : pool_plane<T, false>(in, out, g);
+          }
+        });
+      } else if (dt == TESSERA_DTYPE_FLOAT64) {
         const double* in = reinterpret_cast<const double*>(xb) + pl * in_plane;
         double* out = reinterpret_cast<double*>(yb) + pl * out_plane;
         is_max ? pool_plane<double, true>(in, out, g) : pool_plane<double, false>(in, out, g);
       } else if (dt == TESSERA_DTYPE_FLOAT32) {
         isa.pool_plane_f32(reinterpret_cast<const float*>(xb) + pl * in_plane,
-                           reinterpret_cast<float*>(yb) + pl * out_plane, &g, is_max);
+               reinterpret_cast<float*>(yb) + pl * out_plane, &g, is_max);
       } else {
         const int64_t es = int64_t(sdk::dtype_size(dt));
         load_f32(xb + pl * in_plane * es, dt, in_plane, 1, fin.get());

@@ -7,9 +7,9 @@
 namespace tessera::cpu {
 
 namespace {
-void add(const sdk::Host& host, const char* op, tessera_kernel_fn_t fn) {
+void add(const sdk::Host& host, const char* op, tessera_kernel_fn_t fn, uint64_t dtypes = TESSERA_DTYPE_MASK_FLOATING) {
   try {
-    host.register_kernel(op, TESSERA_DTYPE_MASK_FLOATING, fn);
+    host.register_kernel(op, dtypes, fn);
   } catch (const sdk::Error& e) {
     sdk::log(TESSERA_LOG_WARNING, "cpu", std::string("nn kernel for '") + op + "' not registered: " + e.what());
   }
@@ -29,15 +29,17 @@ void register_nn_kernels(const sdk::Host& host) {
   }
   sdk::log(TESSERA_LOG_INFO, "cpu", std::string("nn kernels at ISA level ") + nn::nn_isa().name);
 
-  add(host, "matmul", TESSERA_SDK_KERNEL(nn::matmul_kernel));
-  add(host, "linear", TESSERA_SDK_KERNEL(nn::linear_kernel));
-  add(host, "conv2d", TESSERA_SDK_KERNEL(nn::conv2d_kernel));
+  // Integer and bool inputs too: the kernels compute integers exactly and refuse bool with the
+  // list of supported dtypes (Note [Integer nn ops] in onednn_ops.cpp).
+  add(host, "matmul", TESSERA_SDK_KERNEL(nn::matmul_kernel), TESSERA_DTYPE_MASK_ALL);
+  add(host, "linear", TESSERA_SDK_KERNEL(nn::linear_kernel), TESSERA_DTYPE_MASK_ALL);
+  add(host, "conv2d", TESSERA_SDK_KERNEL(nn::conv2d_kernel), TESSERA_DTYPE_MASK_ALL);
   add(host, "softmax", TESSERA_SDK_KERNEL(nn::softmax_kernel));
   add(host, "log_softmax", TESSERA_SDK_KERNEL(nn::log_softmax_kernel));
   add(host, "layer_norm", TESSERA_SDK_KERNEL(nn::layer_norm_op));
   add(host, "rms_norm", TESSERA_SDK_KERNEL(nn::rms_norm_op));
-  add(host, "max_pool2d", TESSERA_SDK_KERNEL(nn::max_pool2d_kernel));
-  add(host, "avg_pool2d", TESSERA_SDK_KERNEL(nn::avg_pool2d_kernel));
+  add(host, "max_pool2d", TESSERA_SDK_KERNEL(nn::max_pool2d_kernel), TESSERA_DTYPE_MASK_ALL);
+  add(host, "avg_pool2d", TESSERA_SDK_KERNEL(nn::avg_pool2d_kernel), TESSERA_DTYPE_MASK_ALL);
   add(host, "scaled_dot_product_attention", TESSERA_SDK_KERNEL(nn::sdpa_kernel));
   // The unfused path as an op of its own, with the shape rule of scaled_dot_product_attention.
   host.define_op(

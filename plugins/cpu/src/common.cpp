@@ -53,7 +53,16 @@ OwnedTensor::OwnedTensor(const int64_t* s, int ndim, int32_t dtype) : sizes(s, s
   t.byte_offset = int64_t((64 - (p & 63)) & 63);
 }
 
+void check_rank(int ndim, const char* what) {
+  TESSERA_SDK_CHECK(ndim >= 0 && ndim <= kMaxDims,
+                    std::string("cpu: ") + what + " has rank " + std::to_string(ndim) +
+                        "; the CPU plugin supports ranks 0 to " + std::to_string(kMaxDims) +
+                        "; reshape the tensor to fewer dims");
+}
+
 void broadcast_strides(const tessera_tensor_t* t, int ndim, const int64_t* sizes, int64_t* out) {
+  check_rank(ndim, "a broadcast output");
+  check_rank(t->ndim, "a broadcast operand");
   const int off = ndim - t->ndim;
   TESSERA_SDK_CHECK(off >= 0, "cpu: operand of rank " + std::to_string(t->ndim) +
                                   " cannot broadcast to an output of rank " + std::to_string(ndim));
@@ -75,8 +84,9 @@ void broadcast_strides(const tessera_tensor_t* t, int ndim, const int64_t* sizes
 
 void StridedLoop::setup(int ndim_in, const int64_t* out_sizes, int nops_in, char* const* ptrs,
                         const int64_t* const* op_strides, const int64_t* elem_size) {
-  TESSERA_SDK_CHECK(ndim_in <= kMaxDims, "cpu: rank " + std::to_string(ndim_in) + " exceeds the maximum of " +
-                                             std::to_string(kMaxDims));
+  check_rank(ndim_in, "a strided loop");
+  TESSERA_SDK_CHECK(nops_in >= 1 && nops_in <= 8,
+                    "cpu: a strided loop takes 1 to 8 operands, got " + std::to_string(nops_in));
   nops = nops_in;
   numel = 1;
   for (int k = 0; k < nops; ++k) base[k] = ptrs[k];
@@ -128,6 +138,8 @@ inline void convert_one(D* d, const S* s) {
 }  // namespace
 
 void copy_tensor(const tessera_tensor_t* dst, const tessera_tensor_t* src) {
+  check_rank(dst->ndim, "the copy destination");
+  check_rank(src->ndim, "the copy source");
   if (dst->numel == 0) return;
   int64_t src_strides[kMaxDims];
   broadcast_strides(src, dst->ndim, dst->sizes, src_strides);

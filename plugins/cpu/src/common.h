@@ -17,6 +17,13 @@ using sdk::TensorView;
 
 constexpr int kMaxDims = 16;
 
+// Note [Rank limit in the CPU plugin]
+// Index and stride arrays in this plugin hold kMaxDims entries. The dispatcher rejects higher
+// ranks, but a tensor can reach a kernel through other routes (the SDK, other plugins), so every
+// function that fills such an array from a tensor's rank checks the rank first: an error status
+// naming `what` and the rank, never a write past the array.
+void check_rank(int ndim, const char* what);
+
 // 16-bit float bits <-> float, round to nearest even (plugin-local: the plugin never links the core).
 inline float bf16_to_float(uint16_t b) {
   uint32_t u = uint32_t(b) << 16;

@@ -9,6 +9,7 @@ struct View {
   int64_t sizes[kMaxDims], strides[kMaxDims];
   tessera_tensor_t t;
   View(const tessera_tensor_t* base, int ndim, const int64_t* s, const int64_t* st, int64_t extra_bytes) {
+    check_rank(ndim, "a view");
     t = *base;
     t.ndim = ndim;
     int64_t n = 1;
@@ -24,9 +25,9 @@ struct View {
   }
 };
 
-int64_t load_index(const tessera_tensor_t* idx, int64_t byte_off) {
-  const char* p = static_cast<const char*>(idx->data) + idx->byte_offset + byte_off;
-  switch (idx->dtype) {
+// The index at byte address `p` of an index tensor of dtype `dtype`.
+int64_t load_index_at(const char* p, int32_t dtype) {
+  switch (dtype) {
     case TESSERA_DTYPE_INT64: return *reinterpret_cast<const int64_t*>(p);
     case TESSERA_DTYPE_INT32: return *reinterpret_cast<const int32_t*>(p);
     case TESSERA_DTYPE_INT16: return *reinterpret_cast<const int16_t*>(p);
@@ -34,8 +35,12 @@ int64_t load_index(const tessera_tensor_t* idx, int64_t byte_off) {
     case TESSERA_DTYPE_UINT8: return *reinterpret_cast<const uint8_t*>(p);
     default:
       throw sdk::Error(TESSERA_STATUS_INVALID_ARGUMENT,
-                       std::string("index tensor has dtype ") + dtype_name(idx->dtype) + "; expected int64 or int32");
+                       std::string("index tensor has dtype ") + dtype_name(dtype) + "; expected int64 or int32");
   }
+}
+
+int64_t load_index(const tessera_tensor_t* idx, int64_t byte_off) {
+  return load_index_at(static_cast<const char*>(idx->data) + idx->byte_offset + byte_off, idx->dtype);
 }
 
 int64_t wrap_index(int64_t i, int64_t size, const char* what) {
@@ -76,6 +81,7 @@ tessera_status_t stack_kernel(void*, const tessera_kernel_call_t* call) {
     const tessera_tensor_t* out = c.raw()->outputs[0];
     const int64_t dim = wrap_dim(c.num_attrs() > 0 ? c.attr_int(0) : 0, out->ndim);
     const int64_t es = int64_t(sdk::dtype_size(out->dtype));
+    check_rank(out->ndim, "the stack output");
     int64_t st[kMaxDims];
     int j = 0;
     for (int d = 0; d < out->ndim; ++d)
@@ -107,6 +113,7 @@ tessera_status_t index_select_kernel(void*, const tessera_kernel_call_t* call) {
       copy_tensor(out, x);
       return;
     }
+    check_rank(x->ndim, "the index_select input");
     int64_t sub_sizes[kMaxDims], xs[kMaxDims], os[kMaxDims];
     int k = 0;
     for (int d = 0; d < x->ndim; ++d)
@@ -140,6 +147,9 @@ tessera_status_t gather_kernel(void*, const tessera_kernel_call_t* call) {
     TESSERA_SDK_CHECK(idx->ndim == std::max(x->ndim, 1) || idx->ndim == x->ndim,
                       "gather: index rank " + std::to_string(idx->ndim) + " differs from input rank " +
                           std::to_string(x->ndim));
+    check_rank(nd, "the gather output");
+    TESSERA_SDK_CHECK(idx->ndim == nd, "gather: index rank " + std::to_string(idx->ndim) + " differs from output rank " +
+                                           std::to_string(nd));
     int64_t xs[kMaxDims];
     for (int d = 0; d < nd; ++d) {
       TESSERA_SDK_CHECK(d == dim || x->ndim == 0 || idx->sizes[d] <= x->sizes[d],
@@ -158,12 +168,10 @@ tessera_status_t gather_kernel(void*, const tessera_kernel_call_t* call) {
     if (loop.numel == 0) return;
     const int64_t dim_size = x->ndim == 0 ? 1 : x->sizes[dim];
     const int64_t dim_stride = (x->ndim == 0 ? 0 : xin->strides[dim]) * es;
-    tessera_tensor_t idx_base = *idx;
+    const int32_t idx_dtype = idx->dtype;
     for_each(loop, 16384, [&](char** p, const int64_t* st, int64_t n) {
       for (int64_t i = 0; i < n; ++i) {
-        idx_base.data = p[1] + i * st[1];
-        idx_base.byte_offset = 0;
-        const int64_t k = wrap_index(load_index(&idx_base, 0), dim_size, "gather");
+        const int64_t k = wrap_index(load_index_at(p[1] + i * st[1], idx_dtype), dim_size, "gather");
         std::memcpy(p[0] + i * st[0], p[2] + i * st[2] + k * dim_stride, size_t(es));
       }
     });

@@ -27,6 +27,7 @@ struct ReduceArgs {
 ReduceArgs parse_reduce_args(const KernelCall& c, const tessera_tensor_t* x) {
   ReduceArgs r;
   const int nd = x->ndim;
+  check_rank(nd, "the reduction input");
   bool dims_seen = false, any = false;
   bool int_seen = false;
   for (int i = 0; i < c.num_attrs(); ++i) {
@@ -281,6 +282,14 @@ tessera_status_t reduce_kernel(void* user_data, const tessera_kernel_call_t* cal
     const tessera_tensor_t* x = c.raw()->inputs[0];
     const tessera_tensor_t* out = c.raw()->outputs[0];
     const ReduceArgs a = parse_reduce_args(c, x);
+    if (op == ReduceOp::Max || op == ReduceOp::Min) {
+      // PyTorch: amax / amin have no identity, so no reduced dim may be empty.
+      for (int d = 0; d < x->ndim; ++d)
+        TESSERA_SDK_CHECK(!a.reduce[d] || x->sizes[d] > 0,
+                          std::string(c.op_name()) + ": Expected reduction dim " + std::to_string(d) +
+                              " to have non-zero size (input of size " + std::to_string(x->sizes[d]) +
+                              " there); reduce over non-empty dims only");
+    }
     TempList temps;
     // mean/var of integers compute on the output's floating type
     if ((op == ReduceOp::Mean || op == ReduceOp::Var) && !dtype_is_floating(x->dtype))
@@ -299,8 +308,9 @@ tessera_status_t argmax_kernel(void*, const tessera_kernel_call_t* call) {
   return guarded(call, [&](const KernelCall& c) {
     const tessera_tensor_t* x = c.raw()->inputs[0];
     const tessera_tensor_t* out = c.raw()->outputs[0];
-    TESSERA_SDK_CHECK(x->numel > 0, "argmax of an empty tensor is not defined; give a non-empty input");
     const bool has_dim = c.num_attrs() > 0 && c.attr(0).kind == TESSERA_VALUE_INT;
+    TESSERA_SDK_CHECK(has_dim || x->numel > 0,
+                      "argmax: Expected reduction dim to be specified for an empty input (numel 0); pass dim=");
     TempList temps;
     int64_t outer = 1, red = 1, inner = 1;
     int64_t xs_red = 1, xs_outer = 1;
@@ -322,8 +332,10 @@ tessera_status_t argmax_kernel(void*, const tessera_kernel_call_t* call) {
         x = temps.back().raw();
       }
       for (int i = 0; i < x->ndim; ++i) (i < d ? outer : (i == d ? red : inner)) *= x->sizes[i];
-      TESSERA_SDK_CHECK(red > 0, "argmax over an empty dimension is not defined");
+      TESSERA_SDK_CHECK(red > 0, "argmax: Expected reduction dim " + std::to_string(d) +
+                                     " to have non-zero size; reduce over a non-empty dim");
     }
+    if (outer * inner == 0) return;  // a non-empty dim of an empty tensor: an empty result
     xs_red = inner;
     xs_outer = red * inner;
     xbase = static_cast<const char*>(x->data) + x->byte_offset;
