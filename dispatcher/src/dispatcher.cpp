@@ -403,12 +403,9 @@ inline void fill_c_tensor(tessera_tensor_t& c, const TensorImpl* t) {
   c.byte_offset = t->storage_offset() * int64_t(itemsize(t->dtype()));
 }
 
-[[noreturn]] void unusable_error(const OperatorEntry& op, int index) {
-  detail::throw_error(
-      ErrorCode::InvalidArgument,
-      op.name + ": tensor argument " + std::to_string(index) +
-          " has unusable storage because a copy into it failed part-way (Note [Unusable storage]); "
-          "recreate the tensor");
+[[noreturn]] void unusable_error(const OperatorEntry& op, int index, const StorageImpl& s) {
+  detail::throw_error(ErrorCode::InvalidArgument, op.name + ": tensor argument " + std::to_string(index) +
+                                                      " has unusable storage because " + s.unusable_reason());
 }
 
 // Allocates the outputs of the shape rule on `dev` (in-place outputs are their input).
@@ -732,6 +729,7 @@ const KernelEntry* fallback_for(int slot) {
 }  // namespace
 
 int call_unboxed(OperatorEntry& op, const CallFrame& f, Tensor* outs) {
+  PluginCallGuard in_flight;  // Note [In-flight plugin calls]
   // Key set and device: Note [Dispatch hot path].
   DispatchKeySet ks;
   const TensorImpl* lead = nullptr;  // first tensor that fixes the device
@@ -740,7 +738,7 @@ int call_unboxed(OperatorEntry& op, const CallFrame& f, Tensor* outs) {
     const TensorImpl* t = f.tensors[i];
     if (!t) continue;
     const Storage& s = t->storage();
-    if (__builtin_expect(s && !s->usable(), 0)) unusable_error(op, i);
+    if (__builtin_expect(s && !s->usable(), 0)) unusable_error(op, i, *s);
     if (!any) any = t;
     // A 0-dim CPU tensor or a wrapped number may join tensors of any device (PyTorch's rule).
     bool scalar_like = t->dim() == 0 && (t->is_wrapped_number() || t->device().is_cpu());

@@ -27,6 +27,7 @@
 #include <mutex>
 #include <set>
 #include <sstream>
+#include <thread>
 
 #include "host_api.h"
 #include "manifest.h"
@@ -135,7 +136,9 @@ bool cpu_feature_supported(const std::string& name) {
 // Note [Plugin allocators outlive their plugin]
 // A DataPtr's deleter context points into its allocator, so an allocator object is never deleted;
 // after its plugin shuts down it is retired and frees nothing (the plugin freed its memory in its
-// shutdown). Tensors should be released before shutdown_plugins().
+// shutdown). Each load makes a new allocator, whose `alive_` flag is the DataPtrs' liveness flag
+// (Note [Plugin generations] in allocator.h): a tensor that outlives its plugin is unusable, with
+// a clear error, instead of reaching memory that a reloaded plugin handed to another tensor.
 class PluginAllocator final : public Allocator {
  public:
   static constexpr int kMaxDevices = 64;
@@ -146,6 +149,7 @@ class PluginAllocator final : public Allocator {
   }
 
   DataPtr allocate(size_t nbytes, int device_index) override {
+    PluginCallGuard in_flight;  // Note [In-flight plugin calls]
     TESSERA_CHECK_CODE(alive_.load(std::memory_order_acquire), ErrorCode::Unavailable, "cannot allocate on '",
                        device_type_name(type_), "': its plugin '", plugin_, "' was shut down");
     int index = device_index;
@@ -174,7 +178,7 @@ class PluginAllocator final : public Allocator {
                           " bytes on device '", device.str(), "' (plugin '", plugin_, "': ", message,
                           "); free tensors on that device or allocate less"));
     }
-    return DataPtr(handle, &slots_[index], &PluginAllocator::free_handle, device);
+    return DataPtr(handle, &slots_[index], &PluginAllocator::free_handle, device, &alive_);
   }
 
   void retire() { alive_.store(false, std::memory_order_release); }
@@ -187,7 +191,9 @@ class PluginAllocator final : public Allocator {
   static void free_handle(void* ctx, void* handle) {
     auto* slot = static_cast<Slot*>(ctx);
     PluginAllocator* a = slot->owner;
-    if (a->alive_.load(std::memory_order_acquire) && a->iface_->memory_free) a->iface_->memory_free(a->self_, slot->index, handle);
+    // During a shutdown the plugin releases all its memory itself: this handle is left to it.
+    PluginCallGuard in_flight(std::nothrow);
+    if (in_flight.entered() && a->alive_.load(std::memory_order_acquire) && a->iface_->memory_free) a->iface_->memory_free(a->self_, slot->index, handle);
   }
 
   DeviceType type_;
@@ -693,6 +699,7 @@ void unknown_device_name_hook() {
 // The core calls this when a device type has no allocator or backend yet. A failure is reported
 // by throwing, so the caller sees why the plugin did not load.
 void backend_loader_hook(DeviceType type) {
+  PluginCallGuard in_flight;  // Note [In-flight plugin calls]: no load races a shutdown
   std::string why;
   if (!ensure_backend_loaded(type, &why)) {
     plog(LogLevel::Info, why);
@@ -708,7 +715,42 @@ struct HookInstaller {
   }
 } g_hook_installer;
 
+// Runs `fn` under the registry mutex once no plugin call is in flight (Note [In-flight plugin
+// calls]); calls that start meanwhile fail. Refuses from inside a call (it would wait for itself)
+// and after kShutdownWait with calls still running (a kernel that never returns).
+template <typename Fn>
+void drain_and(Fn fn) {
+  TESSERA_CHECK_CODE(t_plugin_call_depth == 0, ErrorCode::InvalidArgument,
+                     "shutdown_plugins() called from inside an operator call or a plugin callback (it would wait "
+                     "for itself); call it once the calls have returned");
+  static std::mutex one_shutdown_at_a_time;
+  std::lock_guard serial(one_shutdown_at_a_time);
+  g_plugin_calls.fetch_or(kPluginShutdownBit, std::memory_order_seq_cst);
+  struct ClearBit {
+    ~ClearBit() { g_plugin_calls.fetch_and(~kPluginShutdownBit, std::memory_order_seq_cst); }
+  } clear_bit;
+  constexpr auto kShutdownWait = std::chrono::seconds(30);
+  const auto deadline = std::chrono::steady_clock::now() + kShutdownWait;
+  for (;;) {
+    uint64_t in_flight = g_plugin_calls.load(std::memory_order_seq_cst) & ~kPluginShutdownBit;
+    if (in_flight == 0) break;
+    TESSERA_CHECK_CODE(std::chrono::steady_clock::now() < deadline, ErrorCode::Unavailable,
+                       "shutdown_plugins(): ", in_flight, " operator call(s) still running after ",
+                       kShutdownWait.count(), " s; plugins stay loaded; let the calls finish and call it again");
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  Registry& reg = registry();
+  std::lock_guard lock(reg.mutex);
+  fn(reg);
+}
+
 }  // namespace
+
+void throw_plugin_shutdown_in_progress() {
+  detail::throw_error(ErrorCode::Unavailable,
+                      "plugins are being shut down (shutdown_plugins() is running on another thread); "
+                      "start new operator calls after it returns");
+}
 
 const char* plugin_status_name(PluginStatus s) {
   switch (s) {
@@ -777,18 +819,16 @@ void load_plugins_of_kind(const std::string& kind) {
 }
 
 void shutdown_plugins() {
-  Registry& reg = registry();
-  std::lock_guard lock(reg.mutex);
-  shutdown_locked(reg);
+  drain_and([](Registry& reg) { shutdown_locked(reg); });
 }
 
 void rediscover_plugins_for_testing() {
-  Registry& reg = registry();
-  std::lock_guard lock(reg.mutex);
-  shutdown_locked(reg);
-  reg.records.clear();
-  reg.discovered = false;
-  discover_locked(reg);
+  drain_and([](Registry& reg) {
+    shutdown_locked(reg);
+    reg.records.clear();
+    reg.discovered = false;
+    discover_locked(reg);
+  });
 }
 
 }  // namespace tessera

@@ -3,6 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
+#include <functional>
+#include <mutex>
 #include <thread>
 
 #include "loader_test_util.h"
@@ -206,6 +209,88 @@ TEST_F(LoaderTest, ConcurrentFirstUsesLoadOnce) {
   for (auto& t : threads) t.join();
   EXPECT_EQ(ok.load(), 8);
   EXPECT_EQ(call_plugin_counter(LT_LIB_GOOD, "lt_plugin_init_calls"), 1);
+}
+
+// ------------------------------------------------------------------ shutdown and plugin generations
+
+// The reference accelerator numbers its memory handles from 1 in every fresh instance, so after a
+// reload a new tensor gets the very handle an old one still holds.
+class AcceleratorGenerationTest : public LoaderTest {
+ protected:
+  void SetUp() override {
+    LoaderTest::SetUp();
+    setenv("TESSERA_PLUGINS_SELECT", "my_hardware_device", 1);
+    rediscover();
+    auto p = find_plugin("my_hardware_device");
+    if (!p || p->status != PluginStatus::Available) GTEST_FAIL() << "my_hardware_device is not available";
+  }
+  static tessera::Tensor on_device(const std::vector<float>& values) {
+    return tessera::tensor<float>(values, {int64_t(values.size())}).to(tessera::Device("my_hardware_device:0"));
+  }
+  static std::vector<float> host_values(const tessera::Tensor& t) {
+    tessera::Tensor h = t.to(tessera::Device("cpu"));
+    return std::vector<float>(h.data_ptr<float>(), h.data_ptr<float>() + h.numel());
+  }
+};
+
+TEST_F(AcceleratorGenerationTest, TensorOfAnEndedPluginGenerationIsRefusedNotAliased) {
+  tessera::Tensor old = on_device({1, 1, 1, 1});
+  tessera::shutdown_plugins();
+  tessera::Tensor fresh = on_device({2, 2, 2, 2});  // loads the plugin again
+  auto expect_refused = [](const std::function<void()>& use, const char* what) {
+    try {
+      use();
+      ADD_FAILURE() << what << ": a tensor of a shut-down plugin was used";
+    } catch (const tessera::Error& e) {
+      EXPECT_NE(std::string(e.what()).find("shut down"), std::string::npos) << what << ": " << e.what();
+    }
+  };
+  expect_refused([&] { host_values(old); }, "read");
+  expect_refused([&] { old.fill_(7.0); }, "fill_");
+  expect_refused([&] { old.copy_(tessera::tensor<float>({9, 9, 9, 9}, {4})); }, "copy_ from the host");
+  expect_refused([&] { tessera::add(old, fresh); }, "add");
+  EXPECT_EQ(host_values(fresh), (std::vector<float>{2, 2, 2, 2})) << "the old tensor wrote into the new one";
+  old = tessera::Tensor();  // releasing it frees nothing of the new generation
+  EXPECT_EQ(host_values(fresh), (std::vector<float>{2, 2, 2, 2}));
+}
+
+TEST_F(AcceleratorGenerationTest, ShutdownWhileOtherThreadsRunOpsWaitsForThem) {
+  std::atomic<bool> stop{false};
+  std::atomic<int> completed{0};
+  std::mutex failures_mutex;
+  std::vector<std::string> failures;
+  std::vector<std::thread> workers;
+  for (int w = 0; w < 3; ++w)
+    workers.emplace_back([&, w] {
+      while (!stop.load()) {
+        try {
+          float base = float(w + 1);
+          tessera::Tensor a = on_device({base, base, base});
+          tessera::Tensor b = on_device({10, 20, 30});
+          std::vector<float> sum = host_values(tessera::add(a, b));
+          if (sum != std::vector<float>{base + 10, base + 20, base + 30}) {
+            std::lock_guard lock(failures_mutex);
+            failures.push_back("wrong sum");
+          }
+          completed.fetch_add(1);
+        } catch (const tessera::Error& e) {
+          // Allowed: the call started during a shutdown, or its tensors belong to a generation that ended.
+          std::string m = e.what();
+          if (m.find("shut down") == std::string::npos) {
+            std::lock_guard lock(failures_mutex);
+            failures.push_back(m);
+          }
+        }
+      }
+    });
+  for (int i = 0; i < 40; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    tessera::shutdown_plugins();
+  }
+  stop = true;
+  for (auto& t : workers) t.join();
+  EXPECT_TRUE(failures.empty()) << failures.size() << " failure(s), first: " << failures.front();
+  EXPECT_GT(completed.load(), 0);
 }
 
 TEST_F(LoaderTest, ListingPluginsLoadsNoLibrary) {

@@ -4,6 +4,7 @@
 // plugin that provides them; when none is registered yet, get_allocator() calls the backend-loader
 // hook (installed by the dispatcher's plugin loader) so that the plugin loads lazily on first use.
 #pragma once
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <utility>
@@ -14,12 +15,16 @@
 namespace tessera {
 
 // Owning pointer to device memory. `handle` is opaque for devices other than the CPU.
+// Note [Plugin generations]: `live` (optional, may be null = always live) is a flag owned by the
+// allocator that made the handle; a plugin allocator clears it for good when its plugin shuts down.
+// Handles are only meaningful to the plugin instance that made them (a reloaded plugin may hand out
+// the same values for new memory), so a tensor whose flag is cleared is unusable, never aliased.
 class DataPtr {
  public:
   using Deleter = void (*)(void* ctx, void* handle);
   DataPtr() = default;
-  DataPtr(void* handle, void* ctx, Deleter deleter, Device device)
-      : handle_(handle), ctx_(ctx), deleter_(deleter), device_(device) {}
+  DataPtr(void* handle, void* ctx, Deleter deleter, Device device, const std::atomic<bool>* live = nullptr)
+      : handle_(handle), ctx_(ctx), deleter_(deleter), device_(device), live_(live) {}
   DataPtr(DataPtr&& o) noexcept { swap(o); }
   DataPtr& operator=(DataPtr&& o) noexcept {
     DataPtr(std::move(o)).swap(*this);
@@ -32,11 +37,14 @@ class DataPtr {
   }
   void* get() const { return handle_; }
   Device device() const { return device_; }
+  // False once the plugin generation that made the handle has ended (Note [Plugin generations]).
+  bool live() const { return !live_ || live_->load(std::memory_order_acquire); }
   void swap(DataPtr& o) noexcept {
     std::swap(handle_, o.handle_);
     std::swap(ctx_, o.ctx_);
     std::swap(deleter_, o.deleter_);
     std::swap(device_, o.device_);
+    std::swap(live_, o.live_);
   }
 
  private:
@@ -44,6 +52,7 @@ class DataPtr {
   void* ctx_ = nullptr;
   Deleter deleter_ = nullptr;
   Device device_{DeviceType::CPU, -1};
+  const std::atomic<bool>* live_ = nullptr;
 };
 
 class TESSERA_API Allocator {
