@@ -11,6 +11,7 @@
 #include <dlfcn.h>
 #include <fnmatch.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
 #endif
@@ -288,16 +289,86 @@ void collect_manifests(const fs::path& entry, const char* origin, std::vector<st
   }
 }
 
-// A reason when `file` or its folder is world-writable (anyone could plant or replace a plugin).
-std::string world_writable_reason(const fs::path& file, const char* what) {
+// Note [Trusted plugin files]
+// A manifest, a plugin library and each of its `requires.libraries` is checked where it really
+// lives: symlinks are resolved first (a link in a safe folder to a file in a world-writable one
+// is refused), then the file and every folder above it up to "/" must be owned by root or by the
+// current user and not be writable by others. A world-writable folder with the sticky bit (like
+// /tmp) is accepted, as ld.so and the Vulkan loader do: others may add files there but not
+// replace or rename ours, and a file they add is refused as not ours.
+// Returns the reason `file` is not trusted, or "".
+std::string untrusted_file_reason(const fs::path& file, const char* what) {
+  std::error_code ec;
+  fs::path real = fs::canonical(file, ec);
+  if (ec) return {};  // a missing file is reported by the caller with its own hint
+  const std::string shown =
+      real == fs::path(file) ? "'" + real.string() + "'" : "'" + file.string() + "' (resolves to '" + real.string() + "')";
+  const uid_t me = ::geteuid();
   struct stat st{};
-  fs::path dir = file.parent_path();
-  if (::stat(dir.c_str(), &st) == 0 && (st.st_mode & S_IWOTH))
-    return std::string("refused: the folder of the ") + what + " '" + dir.string() +
-           "' is world-writable (anyone could plant a plugin there); run chmod o-w '" + dir.string() + "'";
-  if (::stat(file.c_str(), &st) == 0 && (st.st_mode & S_IWOTH))
-    return std::string("refused: the ") + what + " '" + file.string() +
-           "' is world-writable (anyone could replace it); run chmod o-w '" + file.string() + "'";
+  if (::stat(real.c_str(), &st) != 0) return {};
+  if (st.st_uid != 0 && st.st_uid != me)
+    return std::string("refused: the ") + what + " " + shown + " is owned by uid " + std::to_string(st.st_uid) +
+           ", neither root nor the current user (uid " + std::to_string(me) + "); install it as root or as yourself";
+  if (st.st_mode & S_IWOTH)
+    return std::string("refused: the ") + what + " " + shown + " is world-writable (anyone could replace it); run chmod o-w '" +
+           real.string() + "'";
+  for (fs::path dir = real.parent_path();; dir = dir.parent_path()) {
+    if (::stat(dir.c_str(), &st) != 0) break;
+    if (st.st_uid != 0 && st.st_uid != me)
+      return std::string("refused: the folder '") + dir.string() + "' above the " + what + " " + shown +
+             " is owned by uid " + std::to_string(st.st_uid) + ", neither root nor the current user (uid " +
+             std::to_string(me) + "); move the plugin to a folder you or root own";
+    if ((st.st_mode & S_IWOTH) && !(st.st_mode & S_ISVTX))
+      return std::string("refused: the folder '") + dir.string() + "' above the " + what + " " + shown +
+             " is world-writable (anyone could plant or replace a plugin there); run chmod o-w '" + dir.string() + "'";
+    if (dir == dir.root_path() || dir.empty()) break;
+  }
+  return {};
+}
+
+// The folders the dynamic loader searches, in its order: LD_LIBRARY_PATH (ignored in setuid
+// processes, as ld.so does), the folders of /etc/ld.so.conf and the files it includes, then the
+// default system folders.
+std::vector<std::string> library_search_path() {
+  std::vector<std::string> dirs;
+  if (const char* env = secure_env("LD_LIBRARY_PATH"))
+    for (const auto& d : split(env, ':')) dirs.push_back(d);
+  std::vector<std::string> conf_files = {"/etc/ld.so.conf"};
+  for (size_t i = 0; i < conf_files.size() && i < 64; ++i) {
+    std::ifstream in(conf_files[i]);
+    std::string line;
+    while (std::getline(in, line)) {
+      line = line.substr(0, line.find('#'));
+      std::vector<std::string> words = split(line, ' ');
+      if (words.empty()) continue;
+      if (words[0] == "include" && words.size() >= 2) {
+        std::error_code ec;
+        fs::path pattern = fs::path(conf_files[i]).parent_path() / words[1];
+        std::vector<std::string> matches;
+        for (fs::directory_iterator it(pattern.parent_path(), ec), end; !ec && it != end; it.increment(ec))
+          if (fnmatch(pattern.filename().c_str(), it->path().filename().c_str(), 0) == 0)
+            matches.push_back(it->path().string());
+        std::sort(matches.begin(), matches.end());
+        conf_files.insert(conf_files.end(), matches.begin(), matches.end());
+      } else {
+        dirs.push_back(words[0]);
+      }
+    }
+  }
+  for (const char* d : {"/lib64", "/usr/lib64", "/lib", "/usr/lib"}) dirs.emplace_back(d);
+  return dirs;
+}
+
+// Where the dynamic loader would find `name` (a path when it holds a '/'), without loading it:
+// loading would run its constructors during plain discovery. "" when not found.
+std::string find_shared_library(const std::string& name) {
+  std::error_code ec;
+  if (name.find('/') != std::string::npos) return fs::is_regular_file(name, ec) ? name : std::string();
+  const std::vector<std::string> dirs = library_search_path();
+  for (const auto& d : dirs) {
+    fs::path candidate = fs::path(d) / name;
+    if (fs::is_regular_file(candidate, ec)) return candidate.string();
+  }
   return {};
 }
 
@@ -329,7 +400,7 @@ void check_requirements(PluginRecord& r) {
                   "manifest's folder); build or install the plugin, or fix the path");
     return;
   }
-  std::string ww = world_writable_reason(m.library, "library");
+  std::string ww = untrusted_file_reason(m.library, "library");
   if (!ww.empty()) {
     set_failed(r, ww);
     return;
@@ -339,9 +410,16 @@ void check_requirements(PluginRecord& r) {
     if (!cpu_feature_supported(f)) missing_features.push_back(f);
   std::vector<std::string> missing_libs;
   for (const auto& lib : m.libraries) {
-    void* h = dlopen(lib.c_str(), RTLD_LAZY | RTLD_LOCAL);
-    if (h) dlclose(h);
-    else missing_libs.push_back(lib);
+    std::string found = find_shared_library(lib);
+    if (found.empty()) {
+      missing_libs.push_back(lib);
+      continue;
+    }
+    std::string untrusted = untrusted_file_reason(found, "required library");
+    if (!untrusted.empty()) {
+      set_failed(r, untrusted);
+      return;
+    }
   }
   if (missing_features.empty() && missing_libs.empty()) return;
   std::string reason = "unmet requirements:";
@@ -384,7 +462,7 @@ void discover_locked(Registry& reg) {
     r.info.name = fs::path(path).stem().string();
     reg.records.push_back(std::move(rec));
 
-    std::string failure = world_writable_reason(path, "manifest");
+    std::string failure = untrusted_file_reason(path, "manifest");
     if (failure.empty()) {
       std::ifstream in(path, std::ios::binary);
       std::stringstream buffer;
@@ -492,7 +570,7 @@ bool load_locked(Registry& reg, PluginRecord& r) {
   if (r.info.status != PluginStatus::Available) return false;
   auto t0 = std::chrono::steady_clock::now();
   const std::string& lib = r.info.library;
-  std::string ww = world_writable_reason(lib, "library");
+  std::string ww = untrusted_file_reason(lib, "library");
   if (!ww.empty()) {
     set_failed(r, ww);
     return false;

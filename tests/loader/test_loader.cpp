@@ -528,6 +528,35 @@ TEST_F(LoaderTest, UnmetLibraries) {
   EXPECT_EQ(info("lt_needs_libc").status, PluginStatus::Available) << info("lt_needs_libc").reason;
 }
 
+TEST_F(LoaderTest, RequiredLibrariesAreFoundWithoutRunningThem) {
+  const std::string marker = dir_.file("constructor-ran");
+  setenv("LT_CTOR_MARKER", marker.c_str(), 1);
+  fs::copy_file(LT_LIB_CTOR_MARKER, dir_.file("liblt_required.so"));
+  setenv("LD_LIBRARY_PATH", dir_.path().c_str(), 1);
+  json m = plain_manifest("lt_needs_ctor", LT_LIB_GOOD);
+  m["requires"] = {{"libraries", {"liblt_required.so", dir_.file("liblt_required.so")}}};
+  dir_.write_manifest("lt_needs_ctor", m);
+  rediscover();
+  unsetenv("LD_LIBRARY_PATH");
+  unsetenv("LT_CTOR_MARKER");
+  EXPECT_EQ(info("lt_needs_ctor").status, PluginStatus::Available) << info("lt_needs_ctor").reason;
+  EXPECT_FALSE(fs::exists(marker)) << "discovery ran the constructor of a required library";
+  EXPECT_FALSE(library_is_loaded(dir_.file("liblt_required.so")));
+}
+
+TEST_F(LoaderTest, RequiredLibraryInAWorldWritableFolderIsRefused) {
+  const std::string open_dir = dir_.file("open");
+  ASSERT_TRUE(fs::create_directory(open_dir));
+  ASSERT_EQ(::chmod(open_dir.c_str(), 0777), 0);
+  fs::copy_file(LT_LIB_CTOR_MARKER, open_dir + "/liblt_required.so");
+  json m = plain_manifest("lt_needs_open", LT_LIB_GOOD);
+  m["requires"] = {{"libraries", {open_dir + "/liblt_required.so"}}};
+  dir_.write_manifest("lt_needs_open", m);
+  rediscover();
+  expect_failed("lt_needs_open", "required library");
+  expect_failed("lt_needs_open", "chmod o-w '" + open_dir + "'");
+}
+
 // ------------------------------------------------------------------ slots, security, selection
 
 TEST_F(LoaderTest, SameSlotDifferentNamesFailsTheSecond) {
@@ -563,6 +592,58 @@ TEST_F(LoaderTest, WorldWritableManifestFileIsRefused) {
   ASSERT_EQ(::chmod(path.c_str(), 0666), 0);
   rediscover();
   expect_failed("lt_good", "chmod o-w '" + path + "'");
+}
+
+// A link in a safe folder to a file in a world-writable one: the file is checked where it lives.
+TEST_F(LoaderTest, SymlinkedLibraryInAWorldWritableFolderIsRefused) {
+  const std::string open_dir = dir_.file("open");
+  ASSERT_TRUE(fs::create_directory(open_dir));
+  ASSERT_EQ(::chmod(open_dir.c_str(), 0777), 0);
+  fs::copy_file(LT_LIB_GOOD, open_dir + "/liblt_good.so");
+  fs::create_symlink(open_dir + "/liblt_good.so", dir_.file("liblt_good.so"));
+  dir_.write_manifest("lt_good", backend_manifest("lt_good", "liblt_good.so", 2, "lt_npu"));
+  rediscover();
+  expect_failed("lt_good", "resolves to '" + open_dir + "/liblt_good.so'");
+  expect_failed("lt_good", "chmod o-w '" + open_dir + "'");
+}
+
+TEST_F(LoaderTest, SymlinkedManifestInAWorldWritableFolderIsRefused) {
+  TempDir elsewhere;
+  const std::string open_dir = elsewhere.file("open");
+  ASSERT_TRUE(fs::create_directory(open_dir));
+  ASSERT_EQ(::chmod(open_dir.c_str(), 0777), 0);
+  std::ofstream(open_dir + "/lt_good.json") << backend_manifest("lt_good", LT_LIB_GOOD, 2, "lt_npu").dump();
+  fs::create_symlink(open_dir + "/lt_good.json", dir_.file("lt_good.json"));
+  rediscover();
+  expect_failed("lt_good", "manifest");
+  expect_failed("lt_good", "chmod o-w '" + open_dir + "'");
+}
+
+TEST_F(LoaderTest, WorldWritableAncestorIsRefusedButStickyOneIsAccepted) {
+  const std::string open_dir = dir_.file("open"), inner = dir_.file("open/inner");
+  ASSERT_TRUE(fs::create_directories(inner));
+  ASSERT_EQ(::chmod(inner.c_str(), 0700), 0);
+  fs::copy_file(LT_LIB_GOOD, inner + "/liblt_good.so");
+  dir_.write_manifest("lt_good", backend_manifest("lt_good", inner + "/liblt_good.so", 2, "lt_npu"));
+  ASSERT_EQ(::chmod(open_dir.c_str(), 0777), 0);
+  rediscover();
+  expect_failed("lt_good", "the folder '" + open_dir + "' above the library");
+  // With the sticky bit (like /tmp) nobody else can rename or replace `inner`.
+  ASSERT_EQ(::chmod(open_dir.c_str(), 01777), 0);
+  rediscover();
+  EXPECT_EQ(info("lt_good").status, PluginStatus::Available) << info("lt_good").reason;
+}
+
+TEST_F(LoaderTest, FilesOwnedByAnotherUserAreRefused) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to give a file to another user";
+  fs::copy_file(LT_LIB_GOOD, dir_.file("liblt_good.so"));
+  ASSERT_EQ(::chown(dir_.file("liblt_good.so").c_str(), 65534, 65534), 0);
+  dir_.write_manifest("lt_good", backend_manifest("lt_good", "liblt_good.so", 2, "lt_npu"));
+  std::string other = dir_.write_manifest("lt_other", plain_manifest("lt_other", LT_LIB_GOOD));
+  ASSERT_EQ(::chown(other.c_str(), 65534, 65534), 0);
+  rediscover();
+  expect_failed("lt_good", "owned by uid 65534, neither root nor the current user");
+  expect_failed("lt_other", "owned by uid 65534");
 }
 
 TEST_F(LoaderTest, ShadowingByPriority) {
