@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <string_view>
 #include <utility>
 
 #include "tessera/device.h"
@@ -74,9 +75,15 @@ TESSERA_API Allocator* cpu_allocator();
 using BackendLoaderHook = void (*)(DeviceType t);
 TESSERA_API void set_backend_loader_hook(BackendLoaderHook hook);
 
+// Parses a byte count from the environment variable `name` ("512", "3M", "1KiB", "2GB"; K/M/G are
+// powers of 1024). Throws Error(InvalidArgument) naming the variable, the value and what is wrong
+// for anything else: empty, signs, fractions, trailing characters, values beyond 64 bits.
+TESSERA_API uint64_t parse_byte_count(const char* name, std::string_view text);
+
 // Statistics of the caching CPU allocator (Note [Caching CPU allocator] in allocator.cpp): blocks of
 // 1 MiB and more are rounded to a size class (at most 1/8 slack) and kept on free for reuse, up to
-// 2 GiB in all or TESSERA_CPU_CACHE_LIMIT bytes (K/M/G suffixes; 0 disables the cache). Smaller
+// 2 GiB in all or TESSERA_CPU_CACHE_LIMIT bytes (parse_byte_count; 0 disables the cache; a malformed
+// value makes CPU allocations throw, naming it). Smaller
 // blocks come from the C heap. Every block is 64-byte aligned, never null (even for 0 bytes).
 struct CpuAllocatorStats {
   uint64_t allocated_bytes = 0;  // live, in rounded block sizes
