@@ -45,20 +45,8 @@ size_t size_class(size_t n) {
 
 uint64_t parse_cache_limit() {
   const char* env = ::secure_getenv("TESSERA_CPU_CACHE_LIMIT");
-  if (!env || !*env) return kDefaultCacheLimit;
-  char* end = nullptr;
-  errno = 0;
-  unsigned long long v = std::strtoull(env, &end, 10);
-  if (errno != 0 || end == env) return kDefaultCacheLimit;
-  switch (*end) {
-    case 'k': case 'K': v <<= 10; ++end; break;
-    case 'm': case 'M': v <<= 20; ++end; break;
-    case 'g': case 'G': v <<= 30; ++end; break;
-    default: break;
-  }
-  if (*end == 'i' || *end == 'I') ++end;
-  if (*end == 'b' || *end == 'B') ++end;
-  return *end == '\0' ? uint64_t(v) : kDefaultCacheLimit;
+  if (!env) return kDefaultCacheLimit;
+  return parse_byte_count("TESSERA_CPU_CACHE_LIMIT", env);
 }
 
 [[noreturn]] void throw_cpu_oom(size_t nbytes, uint64_t allocated, uint64_t cached) {
@@ -210,6 +198,38 @@ void check_type(DeviceType t) {
 
 }  // namespace
 
+uint64_t parse_byte_count(const char* name, std::string_view text) {
+  auto fail = [&](const char* what) {
+    detail::throw_error(ErrorCode::InvalidArgument,
+                        detail::str_cat(name, "='", text, "' is not a byte count: ", what,
+                                        "; give a whole number of bytes with an optional K, M or G suffix "
+                                        "(powers of 1024), e.g. 512M"));
+  };
+  size_t i = 0;
+  uint64_t v = 0;
+  if (text.empty()) fail("it is empty");
+  while (i < text.size() && text[i] >= '0' && text[i] <= '9') {
+    if (__builtin_mul_overflow(v, uint64_t(10), &v) || __builtin_add_overflow(v, uint64_t(text[i] - '0'), &v))
+      fail("it does not fit in 64 bits");
+    ++i;
+  }
+  if (i == 0) fail(text[0] == '-' || text[0] == '+' ? "a sign is not allowed" : "it does not start with a digit");
+  int shift = 0;
+  if (i < text.size()) {
+    switch (text[i]) {
+      case 'k': case 'K': shift = 10; ++i; break;
+      case 'm': case 'M': shift = 20; ++i; break;
+      case 'g': case 'G': shift = 30; ++i; break;
+      default: break;
+    }
+    if (shift && i < text.size() && (text[i] == 'i' || text[i] == 'I')) ++i;
+    if (i < text.size() && (text[i] == 'b' || text[i] == 'B')) ++i;
+  }
+  if (i != text.size()) fail(text[i] == '.' ? "fractions are not allowed" : "unexpected characters after the number");
+  if (shift && v > (UINT64_MAX >> shift)) fail("it does not fit in 64 bits");
+  return v << shift;
+}
+
 void set_allocator(DeviceType t, Allocator* allocator) {
   check_type(t);
   registry()[size_t(t)].store(allocator, std::memory_order_release);
@@ -224,13 +244,17 @@ Allocator* get_allocator(DeviceType t) {
   BackendLoaderHook hook = g_backend_loader_hook.load(std::memory_order_acquire);
   if (hook && !detail::in_plugin_hook()) {
     // The hook reports its own failure (e.g. the plugin failed to load) by throwing; that reason
-    // reaches the caller unchanged.
-    {
-      detail::PluginHookScope scope;
-      hook(t);
+    // reaches the caller unchanged. A shutdown_plugins() on another thread may unload the plugin
+    // between the hook's return and the read below: the hook runs again (and then reloads it, or
+    // says that a shutdown is in progress).
+    for (int attempt = 0; attempt < 3; ++attempt) {
+      {
+        detail::PluginHookScope scope;
+        hook(t);
+      }
+      a = slot.load(std::memory_order_acquire);
+      if (a) return a;
     }
-    a = slot.load(std::memory_order_acquire);
-    if (a) return a;
   }
   detail::throw_error(
       ErrorCode::Unavailable,

@@ -433,12 +433,9 @@ void check_inplace_overlap(const OperatorEntry& op, const MetaCall& m, const Cal
   }
 }
 
-[[noreturn]] void unusable_error(const OperatorEntry& op, int index) {
-  detail::throw_error(
-      ErrorCode::InvalidArgument,
-      op.name + ": tensor argument " + std::to_string(index) +
-          " has unusable storage because a copy into it failed part-way (Note [Unusable storage]); "
-          "recreate the tensor");
+[[noreturn]] void unusable_error(const OperatorEntry& op, int index, const StorageImpl& s) {
+  detail::throw_error(ErrorCode::InvalidArgument, op.name + ": tensor argument " + std::to_string(index) +
+                                                      " has unusable storage because " + s.unusable_reason());
 }
 
 // Allocates the outputs of the shape rule on `dev` (in-place outputs are their input).
@@ -775,6 +772,7 @@ const KernelEntry* fallback_for(int slot) {
 }  // namespace
 
 int call_unboxed(OperatorEntry& op, const CallFrame& f, Tensor* outs) {
+  PluginCallGuard in_flight;  // Note [In-flight plugin calls]
   // Key set and device: Note [Dispatch hot path].
   DispatchKeySet ks;
   const TensorImpl* lead = nullptr;  // first tensor that fixes the device
@@ -783,7 +781,7 @@ int call_unboxed(OperatorEntry& op, const CallFrame& f, Tensor* outs) {
     const TensorImpl* t = f.tensors[i];
     if (!t) continue;
     const Storage& s = t->storage();
-    if (__builtin_expect(s && !s->usable(), 0)) unusable_error(op, i);
+    if (__builtin_expect(s && !s->usable(), 0)) unusable_error(op, i, *s);
     if (__builtin_expect(t->dim() > kMaxKernelDims, 0)) rank_error(op, "tensor argument", i, t->dim());
     if (!any) any = t;
     // A 0-dim CPU tensor or a wrapped number may join tensors of any device (PyTorch's rule).

@@ -5,7 +5,10 @@
 // Registrations made after init are applied at once. Every committed registration is undone at
 // shutdown.
 #pragma once
+#include <atomic>
+#include <cstdint>
 #include <mutex>
+#include <new>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -30,6 +33,53 @@ void status_free(tessera_status_t status);
 std::string status_message_of(tessera_status_t status);
 // Maps an ABI status code to the C++ error code.
 ErrorCode error_code_of(tessera_status_code_t code);
+
+// Note [In-flight plugin calls]
+// Every path that may run plugin code (an operator call, a cross-device copy, an allocation, a
+// free, a device query) holds a PluginCallGuard. Only the outermost guard of a thread touches
+// the shared counter (one atomic add and one subtract per top-level call; nested calls cost a
+// thread-local increment), so the dispatch hot path stays cheap. shutdown_plugins() sets the
+// shutdown bit, waits -- without holding the registry mutex, so in-flight calls may still load a
+// plugin or take any lock they need -- until no call is in flight, and only then unloads. A call
+// that starts while the bit is set fails with ErrorCode::Unavailable instead of entering code that
+// is about to be unmapped.
+inline constexpr uint64_t kPluginShutdownBit = uint64_t(1) << 63;
+inline std::atomic<uint64_t> g_plugin_calls{0};  // calls in flight, plus kPluginShutdownBit
+inline thread_local int t_plugin_call_depth = 0;
+
+[[noreturn]] void throw_plugin_shutdown_in_progress();
+
+class PluginCallGuard {
+ public:
+  PluginCallGuard() {
+    if (t_plugin_call_depth++ == 0 && !enter()) {
+      t_plugin_call_depth = 0;
+      throw_plugin_shutdown_in_progress();
+    }
+  }
+  // A guard that does not throw: check entered() (used where no exception may escape).
+  explicit PluginCallGuard(std::nothrow_t) {
+    if (t_plugin_call_depth++ == 0 && !enter()) {
+      t_plugin_call_depth = 0;
+      entered_ = false;
+    }
+  }
+  ~PluginCallGuard() {
+    if (entered_ && --t_plugin_call_depth == 0) g_plugin_calls.fetch_sub(1, std::memory_order_release);
+  }
+  PluginCallGuard(const PluginCallGuard&) = delete;
+  PluginCallGuard& operator=(const PluginCallGuard&) = delete;
+  bool entered() const { return entered_; }
+
+ private:
+  static bool enter() {
+    if (__builtin_expect(!(g_plugin_calls.fetch_add(1, std::memory_order_seq_cst) & kPluginShutdownBit), 1))
+      return true;
+    g_plugin_calls.fetch_sub(1, std::memory_order_release);
+    return false;
+  }
+  bool entered_ = true;
+};
 
 namespace loader {
 

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <mutex>
 
+#include "host_api.h"
 #include "op_registry.h"
 #include "tessera/dispatcher.h"
 #include "tessera/plugin_loader.h"
@@ -157,6 +158,7 @@ Tensor tensor_from_buffer(const void* data, DType dtype, size_t count, IntArrayR
 
 std::vector<DeviceInfo> devices() {
   load_plugins_of_kind("backend");
+  PluginCallGuard in_flight;  // Note [In-flight plugin calls]
   std::vector<DeviceInfo> out;
   for (int i = 0; i < kNumDeviceTypes; ++i) {
     DeviceType type = DeviceType(i);
@@ -191,11 +193,13 @@ int64_t device_count(DeviceType type) {
   }
   if (!b && type == DeviceType::CPU) return 1;
   if (!b || !b->iface || !b->iface->device_count) return 0;
+  PluginCallGuard in_flight;  // Note [In-flight plugin calls]
   return b->iface->device_count(b->self, nullptr, 0);
 }
 int64_t device_count(std::string_view type_name) { return device_count(device_type_from_name(type_name)); }
 
 void synchronize(Device device) {
+  PluginCallGuard in_flight;  // Note [In-flight plugin calls]
   const BackendDevice& b = backend_device(device.type());
   if (!b.iface || !b.iface->device_synchronize) return;
   throw_status(b.iface->device_synchronize(b.self, device.index() < 0 ? 0 : device.index()),
@@ -528,8 +532,7 @@ namespace {
 std::vector<double> host_values(const Tensor& t, const char* who) {
   TESSERA_CHECK(t.defined(), who, ": undefined tensor");
   const Storage& s = t.storage();
-  TESSERA_CHECK(!s || s->usable(), who,
-                ": the tensor's storage is unusable because a copy into it failed part-way");
+  TESSERA_CHECK(!s || s->usable(), who, ": the tensor's storage is unusable because ", s->unusable_reason());
   int64_t n = t.numel();
   std::vector<double> out;
   out.reserve(size_t(n));
@@ -541,6 +544,7 @@ std::vector<double> host_values(const Tensor& t, const char* who) {
   if (t.is_cpu()) {
     base = static_cast<const char*>(s->data()) + t.storage_offset() * int64_t(isz);
   } else {
+    PluginCallGuard in_flight;  // Note [In-flight plugin calls]
     const BackendDevice& b = backend_device(t.device().type());
     staging.resize(size_t(span) * isz);
     throw_status(

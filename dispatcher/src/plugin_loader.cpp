@@ -11,6 +11,7 @@
 #include <dlfcn.h>
 #include <fnmatch.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
 #endif
@@ -27,6 +28,7 @@
 #include <mutex>
 #include <set>
 #include <sstream>
+#include <thread>
 
 #include "host_api.h"
 #include "manifest.h"
@@ -135,7 +137,9 @@ bool cpu_feature_supported(const std::string& name) {
 // Note [Plugin allocators outlive their plugin]
 // A DataPtr's deleter context points into its allocator, so an allocator object is never deleted;
 // after its plugin shuts down it is retired and frees nothing (the plugin freed its memory in its
-// shutdown). Tensors should be released before shutdown_plugins().
+// shutdown). Each load makes a new allocator, whose `alive_` flag is the DataPtrs' liveness flag
+// (Note [Plugin generations] in allocator.h): a tensor that outlives its plugin is unusable, with
+// a clear error, instead of reaching memory that a reloaded plugin handed to another tensor.
 class PluginAllocator final : public Allocator {
  public:
   static constexpr int kMaxDevices = 64;
@@ -146,6 +150,7 @@ class PluginAllocator final : public Allocator {
   }
 
   DataPtr allocate(size_t nbytes, int device_index) override {
+    PluginCallGuard in_flight;  // Note [In-flight plugin calls]
     TESSERA_CHECK_CODE(alive_.load(std::memory_order_acquire), ErrorCode::Unavailable, "cannot allocate on '",
                        device_type_name(type_), "': its plugin '", plugin_, "' was shut down");
     int index = device_index;
@@ -174,7 +179,7 @@ class PluginAllocator final : public Allocator {
                           " bytes on device '", device.str(), "' (plugin '", plugin_, "': ", message,
                           "); free tensors on that device or allocate less"));
     }
-    return DataPtr(handle, &slots_[index], &PluginAllocator::free_handle, device);
+    return DataPtr(handle, &slots_[index], &PluginAllocator::free_handle, device, &alive_);
   }
 
   void retire() { alive_.store(false, std::memory_order_release); }
@@ -187,7 +192,9 @@ class PluginAllocator final : public Allocator {
   static void free_handle(void* ctx, void* handle) {
     auto* slot = static_cast<Slot*>(ctx);
     PluginAllocator* a = slot->owner;
-    if (a->alive_.load(std::memory_order_acquire) && a->iface_->memory_free) a->iface_->memory_free(a->self_, slot->index, handle);
+    // During a shutdown the plugin releases all its memory itself: this handle is left to it.
+    PluginCallGuard in_flight(std::nothrow);
+    if (in_flight.entered() && a->alive_.load(std::memory_order_acquire) && a->iface_->memory_free) a->iface_->memory_free(a->self_, slot->index, handle);
   }
 
   DeviceType type_;
@@ -282,16 +289,86 @@ void collect_manifests(const fs::path& entry, const char* origin, std::vector<st
   }
 }
 
-// A reason when `file` or its folder is world-writable (anyone could plant or replace a plugin).
-std::string world_writable_reason(const fs::path& file, const char* what) {
+// Note [Trusted plugin files]
+// A manifest, a plugin library and each of its `requires.libraries` is checked where it really
+// lives: symlinks are resolved first (a link in a safe folder to a file in a world-writable one
+// is refused), then the file and every folder above it up to "/" must be owned by root or by the
+// current user and not be writable by others. A world-writable folder with the sticky bit (like
+// /tmp) is accepted, as ld.so and the Vulkan loader do: others may add files there but not
+// replace or rename ours, and a file they add is refused as not ours.
+// Returns the reason `file` is not trusted, or "".
+std::string untrusted_file_reason(const fs::path& file, const char* what) {
+  std::error_code ec;
+  fs::path real = fs::canonical(file, ec);
+  if (ec) return {};  // a missing file is reported by the caller with its own hint
+  const std::string shown =
+      real == fs::path(file) ? "'" + real.string() + "'" : "'" + file.string() + "' (resolves to '" + real.string() + "')";
+  const uid_t me = ::geteuid();
   struct stat st{};
-  fs::path dir = file.parent_path();
-  if (::stat(dir.c_str(), &st) == 0 && (st.st_mode & S_IWOTH))
-    return std::string("refused: the folder of the ") + what + " '" + dir.string() +
-           "' is world-writable (anyone could plant a plugin there); run chmod o-w '" + dir.string() + "'";
-  if (::stat(file.c_str(), &st) == 0 && (st.st_mode & S_IWOTH))
-    return std::string("refused: the ") + what + " '" + file.string() +
-           "' is world-writable (anyone could replace it); run chmod o-w '" + file.string() + "'";
+  if (::stat(real.c_str(), &st) != 0) return {};
+  if (st.st_uid != 0 && st.st_uid != me)
+    return std::string("refused: the ") + what + " " + shown + " is owned by uid " + std::to_string(st.st_uid) +
+           ", neither root nor the current user (uid " + std::to_string(me) + "); install it as root or as yourself";
+  if (st.st_mode & S_IWOTH)
+    return std::string("refused: the ") + what + " " + shown + " is world-writable (anyone could replace it); run chmod o-w '" +
+           real.string() + "'";
+  for (fs::path dir = real.parent_path();; dir = dir.parent_path()) {
+    if (::stat(dir.c_str(), &st) != 0) break;
+    if (st.st_uid != 0 && st.st_uid != me)
+      return std::string("refused: the folder '") + dir.string() + "' above the " + what + " " + shown +
+             " is owned by uid " + std::to_string(st.st_uid) + ", neither root nor the current user (uid " +
+             std::to_string(me) + "); move the plugin to a folder you or root own";
+    if ((st.st_mode & S_IWOTH) && !(st.st_mode & S_ISVTX))
+      return std::string("refused: the folder '") + dir.string() + "' above the " + what + " " + shown +
+             " is world-writable (anyone could plant or replace a plugin there); run chmod o-w '" + dir.string() + "'";
+    if (dir == dir.root_path() || dir.empty()) break;
+  }
+  return {};
+}
+
+// The folders the dynamic loader searches, in its order: LD_LIBRARY_PATH (ignored in setuid
+// processes, as ld.so does), the folders of /etc/ld.so.conf and the files it includes, then the
+// default system folders.
+std::vector<std::string> library_search_path() {
+  std::vector<std::string> dirs;
+  if (const char* env = secure_env("LD_LIBRARY_PATH"))
+    for (const auto& d : split(env, ':')) dirs.push_back(d);
+  std::vector<std::string> conf_files = {"/etc/ld.so.conf"};
+  for (size_t i = 0; i < conf_files.size() && i < 64; ++i) {
+    std::ifstream in(conf_files[i]);
+    std::string line;
+    while (std::getline(in, line)) {
+      line = line.substr(0, line.find('#'));
+      std::vector<std::string> words = split(line, ' ');
+      if (words.empty()) continue;
+      if (words[0] == "include" && words.size() >= 2) {
+        std::error_code ec;
+        fs::path pattern = fs::path(conf_files[i]).parent_path() / words[1];
+        std::vector<std::string> matches;
+        for (fs::directory_iterator it(pattern.parent_path(), ec), end; !ec && it != end; it.increment(ec))
+          if (fnmatch(pattern.filename().c_str(), it->path().filename().c_str(), 0) == 0)
+            matches.push_back(it->path().string());
+        std::sort(matches.begin(), matches.end());
+        conf_files.insert(conf_files.end(), matches.begin(), matches.end());
+      } else {
+        dirs.push_back(words[0]);
+      }
+    }
+  }
+  for (const char* d : {"/lib64", "/usr/lib64", "/lib", "/usr/lib"}) dirs.emplace_back(d);
+  return dirs;
+}
+
+// Where the dynamic loader would find `name` (a path when it holds a '/'), without loading it:
+// loading would run its constructors during plain discovery. "" when not found.
+std::string find_shared_library(const std::string& name) {
+  std::error_code ec;
+  if (name.find('/') != std::string::npos) return fs::is_regular_file(name, ec) ? name : std::string();
+  const std::vector<std::string> dirs = library_search_path();
+  for (const auto& d : dirs) {
+    fs::path candidate = fs::path(d) / name;
+    if (fs::is_regular_file(candidate, ec)) return candidate.string();
+  }
   return {};
 }
 
@@ -323,7 +400,7 @@ void check_requirements(PluginRecord& r) {
                   "manifest's folder); build or install the plugin, or fix the path");
     return;
   }
-  std::string ww = world_writable_reason(m.library, "library");
+  std::string ww = untrusted_file_reason(m.library, "library");
   if (!ww.empty()) {
     set_failed(r, ww);
     return;
@@ -333,9 +410,16 @@ void check_requirements(PluginRecord& r) {
     if (!cpu_feature_supported(f)) missing_features.push_back(f);
   std::vector<std::string> missing_libs;
   for (const auto& lib : m.libraries) {
-    void* h = dlopen(lib.c_str(), RTLD_LAZY | RTLD_LOCAL);
-    if (h) dlclose(h);
-    else missing_libs.push_back(lib);
+    std::string found = find_shared_library(lib);
+    if (found.empty()) {
+      missing_libs.push_back(lib);
+      continue;
+    }
+    std::string untrusted = untrusted_file_reason(found, "required library");
+    if (!untrusted.empty()) {
+      set_failed(r, untrusted);
+      return;
+    }
   }
   if (missing_features.empty() && missing_libs.empty()) return;
   std::string reason = "unmet requirements:";
@@ -378,7 +462,7 @@ void discover_locked(Registry& reg) {
     r.info.name = fs::path(path).stem().string();
     reg.records.push_back(std::move(rec));
 
-    std::string failure = world_writable_reason(path, "manifest");
+    std::string failure = untrusted_file_reason(path, "manifest");
     if (failure.empty()) {
       std::ifstream in(path, std::ios::binary);
       std::stringstream buffer;
@@ -486,7 +570,7 @@ bool load_locked(Registry& reg, PluginRecord& r) {
   if (r.info.status != PluginStatus::Available) return false;
   auto t0 = std::chrono::steady_clock::now();
   const std::string& lib = r.info.library;
-  std::string ww = world_writable_reason(lib, "library");
+  std::string ww = untrusted_file_reason(lib, "library");
   if (!ww.empty()) {
     set_failed(r, ww);
     return false;
@@ -693,6 +777,7 @@ void unknown_device_name_hook() {
 // The core calls this when a device type has no allocator or backend yet. A failure is reported
 // by throwing, so the caller sees why the plugin did not load.
 void backend_loader_hook(DeviceType type) {
+  PluginCallGuard in_flight;  // Note [In-flight plugin calls]: no load races a shutdown
   std::string why;
   if (!ensure_backend_loaded(type, &why)) {
     plog(LogLevel::Info, why);
@@ -708,7 +793,42 @@ struct HookInstaller {
   }
 } g_hook_installer;
 
+// Runs `fn` under the registry mutex once no plugin call is in flight (Note [In-flight plugin
+// calls]); calls that start meanwhile fail. Refuses from inside a call (it would wait for itself)
+// and after kShutdownWait with calls still running (a kernel that never returns).
+template <typename Fn>
+void drain_and(Fn fn) {
+  TESSERA_CHECK_CODE(t_plugin_call_depth == 0, ErrorCode::InvalidArgument,
+                     "shutdown_plugins() called from inside an operator call or a plugin callback (it would wait "
+                     "for itself); call it once the calls have returned");
+  static std::mutex one_shutdown_at_a_time;
+  std::lock_guard serial(one_shutdown_at_a_time);
+  g_plugin_calls.fetch_or(kPluginShutdownBit, std::memory_order_seq_cst);
+  struct ClearBit {
+    ~ClearBit() { g_plugin_calls.fetch_and(~kPluginShutdownBit, std::memory_order_seq_cst); }
+  } clear_bit;
+  constexpr auto kShutdownWait = std::chrono::seconds(30);
+  const auto deadline = std::chrono::steady_clock::now() + kShutdownWait;
+  for (;;) {
+    uint64_t in_flight = g_plugin_calls.load(std::memory_order_seq_cst) & ~kPluginShutdownBit;
+    if (in_flight == 0) break;
+    TESSERA_CHECK_CODE(std::chrono::steady_clock::now() < deadline, ErrorCode::Unavailable,
+                       "shutdown_plugins(): ", in_flight, " operator call(s) still running after ",
+                       kShutdownWait.count(), " s; plugins stay loaded; let the calls finish and call it again");
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  Registry& reg = registry();
+  std::lock_guard lock(reg.mutex);
+  fn(reg);
+}
+
 }  // namespace
+
+void throw_plugin_shutdown_in_progress() {
+  detail::throw_error(ErrorCode::Unavailable,
+                      "plugins are being shut down (shutdown_plugins() is running on another thread); "
+                      "start new operator calls after it returns");
+}
 
 const char* plugin_status_name(PluginStatus s) {
   switch (s) {
@@ -777,18 +897,16 @@ void load_plugins_of_kind(const std::string& kind) {
 }
 
 void shutdown_plugins() {
-  Registry& reg = registry();
-  std::lock_guard lock(reg.mutex);
-  shutdown_locked(reg);
+  drain_and([](Registry& reg) { shutdown_locked(reg); });
 }
 
 void rediscover_plugins_for_testing() {
-  Registry& reg = registry();
-  std::lock_guard lock(reg.mutex);
-  shutdown_locked(reg);
-  reg.records.clear();
-  reg.discovered = false;
-  discover_locked(reg);
+  drain_and([](Registry& reg) {
+    shutdown_locked(reg);
+    reg.records.clear();
+    reg.discovered = false;
+    discover_locked(reg);
+  });
 }
 
 }  // namespace tessera

@@ -3,6 +3,7 @@
 #include <cstring>
 #include <vector>
 
+#include "host_api.h"
 #include "op_registry.h"
 #include "shape_rules.h"
 #include "tessera/dispatcher.h"
@@ -35,6 +36,7 @@ void transfer_bytes(const Tensor& dst, const Tensor& src) {
   if (nbytes == 0) return;
   TESSERA_INTERNAL_ASSERT(dst.nbytes() == src.nbytes() && dst.is_contiguous() && src.is_contiguous());
   Device sd = src.device(), dd = dst.device();
+  PluginCallGuard in_flight;  // Note [In-flight plugin calls]
   void* dst_handle = dst.storage()->data();
   const void* src_handle = src.storage()->data();
   uint64_t dst_off = uint64_t(dst.storage_offset()) * dst.itemsize();
@@ -185,9 +187,10 @@ Tensor& Tensor::copy_(const Tensor& src) {
   TESSERA_CHECK(src.device().type() != DeviceType::Meta,
                 "copy_: the source is a meta tensor, which holds no data; ",
                 "create the tensor on a real device to copy it to ", device().str());
-  TESSERA_CHECK(
-      !src.storage() || src.storage()->usable(),
-      "copy_: the source tensor's storage is unusable because an earlier copy into it failed part-way");
+  TESSERA_CHECK(!src.storage() || src.storage()->usable(),
+                "copy_: the source tensor's storage is unusable because ", src.storage()->unusable_reason());
+  TESSERA_CHECK(!storage() || storage()->live(),
+                "copy_: the destination tensor's storage is unusable because ", storage()->unusable_reason());
   if (src.numel() == 0) return *this;
   // On the source's device when it can (Note [Non-contiguous transfers]), else on the host.
   Tensor s = src.is_contiguous() || device_copies_itself(src) ? src.contiguous()

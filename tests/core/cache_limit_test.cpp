@@ -3,8 +3,10 @@
 
 #include <cstdlib>
 #include <string>
+#include <utility>
 
 #include "tessera/allocator.h"
+#include "tessera/error.h"
 
 namespace tessera {
 namespace {
@@ -23,6 +25,38 @@ TEST(CpuAllocatorCacheLimit, FreedBlocksBeyondTheLimitAreReleased) {
   EXPECT_EQ(cpu_allocator_stats().hits, hits + 1);
   { DataPtr big = cpu_allocator()->allocate(size_t(4) << 20, -1); }  // larger than the whole cache
   EXPECT_EQ(cpu_allocator_stats().cached_bytes, size_t(2) << 20);
+}
+
+TEST(CpuAllocatorCacheLimit, ByteCountsParseWithBinarySuffixes) {
+  EXPECT_EQ(parse_byte_count("X", "0"), 0u);
+  EXPECT_EQ(parse_byte_count("X", "512"), 512u);
+  EXPECT_EQ(parse_byte_count("X", "3M"), 3u * 1024 * 1024);
+  EXPECT_EQ(parse_byte_count("X", "1KiB"), 1024u);
+  EXPECT_EQ(parse_byte_count("X", "2GB"), 2ull * 1024 * 1024 * 1024);
+  EXPECT_EQ(parse_byte_count("X", "18446744073709551615"), UINT64_MAX);
+}
+
+TEST(CpuAllocatorCacheLimit, MalformedByteCountsAreRefusedWithTheReason) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"abc", "does not start with a digit"},
+      {"1.5G", "fractions are not allowed"},
+      {"-1", "a sign is not allowed"},
+      {"", "it is empty"},
+      {"12 M", "unexpected characters"},
+      {"4T", "unexpected characters"},
+      {"18446744073709551616", "does not fit in 64 bits"},
+      {"17179869184G", "does not fit in 64 bits"},  // 2^34 GiB wraps to 0 when shifted unchecked
+  };
+  for (const auto& [text, reason] : cases) {
+    try {
+      parse_byte_count("TESSERA_CPU_CACHE_LIMIT", text);
+      ADD_FAILURE() << "'" << text << "' was accepted";
+    } catch (const Error& e) {
+      std::string m = e.what();
+      EXPECT_NE(m.find(std::string("TESSERA_CPU_CACHE_LIMIT='") + text + "'"), std::string::npos) << m;
+      EXPECT_NE(m.find(reason), std::string::npos) << m;
+    }
+  }
 }
 
 }  // namespace

@@ -3,6 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
+#include <functional>
+#include <mutex>
 #include <thread>
 
 #include "loader_test_util.h"
@@ -206,6 +209,88 @@ TEST_F(LoaderTest, ConcurrentFirstUsesLoadOnce) {
   for (auto& t : threads) t.join();
   EXPECT_EQ(ok.load(), 8);
   EXPECT_EQ(call_plugin_counter(LT_LIB_GOOD, "lt_plugin_init_calls"), 1);
+}
+
+// ------------------------------------------------------------------ shutdown and plugin generations
+
+// The reference accelerator numbers its memory handles from 1 in every fresh instance, so after a
+// reload a new tensor gets the very handle an old one still holds.
+class AcceleratorGenerationTest : public LoaderTest {
+ protected:
+  void SetUp() override {
+    LoaderTest::SetUp();
+    setenv("TESSERA_PLUGINS_SELECT", "my_hardware_device", 1);
+    rediscover();
+    auto p = find_plugin("my_hardware_device");
+    if (!p || p->status != PluginStatus::Available) GTEST_FAIL() << "my_hardware_device is not available";
+  }
+  static tessera::Tensor on_device(const std::vector<float>& values) {
+    return tessera::tensor<float>(values, {int64_t(values.size())}).to(tessera::Device("my_hardware_device:0"));
+  }
+  static std::vector<float> host_values(const tessera::Tensor& t) {
+    tessera::Tensor h = t.to(tessera::Device("cpu"));
+    return std::vector<float>(h.data_ptr<float>(), h.data_ptr<float>() + h.numel());
+  }
+};
+
+TEST_F(AcceleratorGenerationTest, TensorOfAnEndedPluginGenerationIsRefusedNotAliased) {
+  tessera::Tensor old = on_device({1, 1, 1, 1});
+  tessera::shutdown_plugins();
+  tessera::Tensor fresh = on_device({2, 2, 2, 2});  // loads the plugin again
+  auto expect_refused = [](const std::function<void()>& use, const char* what) {
+    try {
+      use();
+      ADD_FAILURE() << what << ": a tensor of a shut-down plugin was used";
+    } catch (const tessera::Error& e) {
+      EXPECT_NE(std::string(e.what()).find("shut down"), std::string::npos) << what << ": " << e.what();
+    }
+  };
+  expect_refused([&] { host_values(old); }, "read");
+  expect_refused([&] { old.fill_(7.0); }, "fill_");
+  expect_refused([&] { old.copy_(tessera::tensor<float>({9, 9, 9, 9}, {4})); }, "copy_ from the host");
+  expect_refused([&] { tessera::add(old, fresh); }, "add");
+  EXPECT_EQ(host_values(fresh), (std::vector<float>{2, 2, 2, 2})) << "the old tensor wrote into the new one";
+  old = tessera::Tensor();  // releasing it frees nothing of the new generation
+  EXPECT_EQ(host_values(fresh), (std::vector<float>{2, 2, 2, 2}));
+}
+
+TEST_F(AcceleratorGenerationTest, ShutdownWhileOtherThreadsRunOpsWaitsForThem) {
+  std::atomic<bool> stop{false};
+  std::atomic<int> completed{0};
+  std::mutex failures_mutex;
+  std::vector<std::string> failures;
+  std::vector<std::thread> workers;
+  for (int w = 0; w < 3; ++w)
+    workers.emplace_back([&, w] {
+      while (!stop.load()) {
+        try {
+          float base = float(w + 1);
+          tessera::Tensor a = on_device({base, base, base});
+          tessera::Tensor b = on_device({10, 20, 30});
+          std::vector<float> sum = host_values(tessera::add(a, b));
+          if (sum != std::vector<float>{base + 10, base + 20, base + 30}) {
+            std::lock_guard lock(failures_mutex);
+            failures.push_back("wrong sum");
+          }
+          completed.fetch_add(1);
+        } catch (const tessera::Error& e) {
+          // Allowed: the call started during a shutdown, or its tensors belong to a generation that ended.
+          std::string m = e.what();
+          if (m.find("shut down") == std::string::npos) {
+            std::lock_guard lock(failures_mutex);
+            failures.push_back(m);
+          }
+        }
+      }
+    });
+  for (int i = 0; i < 40; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    tessera::shutdown_plugins();
+  }
+  stop = true;
+  for (auto& t : workers) t.join();
+  EXPECT_TRUE(failures.empty()) << failures.size() << " failure(s), first: " << failures.front();
+  EXPECT_GT(completed.load(), 0);
 }
 
 TEST_F(LoaderTest, ListingPluginsLoadsNoLibrary) {
@@ -443,6 +528,35 @@ TEST_F(LoaderTest, UnmetLibraries) {
   EXPECT_EQ(info("lt_needs_libc").status, PluginStatus::Available) << info("lt_needs_libc").reason;
 }
 
+TEST_F(LoaderTest, RequiredLibrariesAreFoundWithoutRunningThem) {
+  const std::string marker = dir_.file("constructor-ran");
+  setenv("LT_CTOR_MARKER", marker.c_str(), 1);
+  fs::copy_file(LT_LIB_CTOR_MARKER, dir_.file("liblt_required.so"));
+  setenv("LD_LIBRARY_PATH", dir_.path().c_str(), 1);
+  json m = plain_manifest("lt_needs_ctor", LT_LIB_GOOD);
+  m["requires"] = {{"libraries", {"liblt_required.so", dir_.file("liblt_required.so")}}};
+  dir_.write_manifest("lt_needs_ctor", m);
+  rediscover();
+  unsetenv("LD_LIBRARY_PATH");
+  unsetenv("LT_CTOR_MARKER");
+  EXPECT_EQ(info("lt_needs_ctor").status, PluginStatus::Available) << info("lt_needs_ctor").reason;
+  EXPECT_FALSE(fs::exists(marker)) << "discovery ran the constructor of a required library";
+  EXPECT_FALSE(library_is_loaded(dir_.file("liblt_required.so")));
+}
+
+TEST_F(LoaderTest, RequiredLibraryInAWorldWritableFolderIsRefused) {
+  const std::string open_dir = dir_.file("open");
+  ASSERT_TRUE(fs::create_directory(open_dir));
+  ASSERT_EQ(::chmod(open_dir.c_str(), 0777), 0);
+  fs::copy_file(LT_LIB_CTOR_MARKER, open_dir + "/liblt_required.so");
+  json m = plain_manifest("lt_needs_open", LT_LIB_GOOD);
+  m["requires"] = {{"libraries", {open_dir + "/liblt_required.so"}}};
+  dir_.write_manifest("lt_needs_open", m);
+  rediscover();
+  expect_failed("lt_needs_open", "required library");
+  expect_failed("lt_needs_open", "chmod o-w '" + open_dir + "'");
+}
+
 // ------------------------------------------------------------------ slots, security, selection
 
 TEST_F(LoaderTest, SameSlotDifferentNamesFailsTheSecond) {
@@ -478,6 +592,58 @@ TEST_F(LoaderTest, WorldWritableManifestFileIsRefused) {
   ASSERT_EQ(::chmod(path.c_str(), 0666), 0);
   rediscover();
   expect_failed("lt_good", "chmod o-w '" + path + "'");
+}
+
+// A link in a safe folder to a file in a world-writable one: the file is checked where it lives.
+TEST_F(LoaderTest, SymlinkedLibraryInAWorldWritableFolderIsRefused) {
+  const std::string open_dir = dir_.file("open");
+  ASSERT_TRUE(fs::create_directory(open_dir));
+  ASSERT_EQ(::chmod(open_dir.c_str(), 0777), 0);
+  fs::copy_file(LT_LIB_GOOD, open_dir + "/liblt_good.so");
+  fs::create_symlink(open_dir + "/liblt_good.so", dir_.file("liblt_good.so"));
+  dir_.write_manifest("lt_good", backend_manifest("lt_good", "liblt_good.so", 2, "lt_npu"));
+  rediscover();
+  expect_failed("lt_good", "resolves to '" + open_dir + "/liblt_good.so'");
+  expect_failed("lt_good", "chmod o-w '" + open_dir + "'");
+}
+
+TEST_F(LoaderTest, SymlinkedManifestInAWorldWritableFolderIsRefused) {
+  TempDir elsewhere;
+  const std::string open_dir = elsewhere.file("open");
+  ASSERT_TRUE(fs::create_directory(open_dir));
+  ASSERT_EQ(::chmod(open_dir.c_str(), 0777), 0);
+  std::ofstream(open_dir + "/lt_good.json") << backend_manifest("lt_good", LT_LIB_GOOD, 2, "lt_npu").dump();
+  fs::create_symlink(open_dir + "/lt_good.json", dir_.file("lt_good.json"));
+  rediscover();
+  expect_failed("lt_good", "manifest");
+  expect_failed("lt_good", "chmod o-w '" + open_dir + "'");
+}
+
+TEST_F(LoaderTest, WorldWritableAncestorIsRefusedButStickyOneIsAccepted) {
+  const std::string open_dir = dir_.file("open"), inner = dir_.file("open/inner");
+  ASSERT_TRUE(fs::create_directories(inner));
+  ASSERT_EQ(::chmod(inner.c_str(), 0700), 0);
+  fs::copy_file(LT_LIB_GOOD, inner + "/liblt_good.so");
+  dir_.write_manifest("lt_good", backend_manifest("lt_good", inner + "/liblt_good.so", 2, "lt_npu"));
+  ASSERT_EQ(::chmod(open_dir.c_str(), 0777), 0);
+  rediscover();
+  expect_failed("lt_good", "the folder '" + open_dir + "' above the library");
+  // With the sticky bit (like /tmp) nobody else can rename or replace `inner`.
+  ASSERT_EQ(::chmod(open_dir.c_str(), 01777), 0);
+  rediscover();
+  EXPECT_EQ(info("lt_good").status, PluginStatus::Available) << info("lt_good").reason;
+}
+
+TEST_F(LoaderTest, FilesOwnedByAnotherUserAreRefused) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to give a file to another user";
+  fs::copy_file(LT_LIB_GOOD, dir_.file("liblt_good.so"));
+  ASSERT_EQ(::chown(dir_.file("liblt_good.so").c_str(), 65534, 65534), 0);
+  dir_.write_manifest("lt_good", backend_manifest("lt_good", "liblt_good.so", 2, "lt_npu"));
+  std::string other = dir_.write_manifest("lt_other", plain_manifest("lt_other", LT_LIB_GOOD));
+  ASSERT_EQ(::chown(other.c_str(), 65534, 65534), 0);
+  rediscover();
+  expect_failed("lt_good", "owned by uid 65534, neither root nor the current user");
+  expect_failed("lt_other", "owned by uid 65534");
 }
 
 TEST_F(LoaderTest, ShadowingByPriority) {

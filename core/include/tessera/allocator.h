@@ -4,8 +4,10 @@
 // plugin that provides them; when none is registered yet, get_allocator() calls the backend-loader
 // hook (installed by the dispatcher's plugin loader) so that the plugin loads lazily on first use.
 #pragma once
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <string_view>
 #include <utility>
 
 #include "tessera/device.h"
@@ -14,12 +16,16 @@
 namespace tessera {
 
 // Owning pointer to device memory. `handle` is opaque for devices other than the CPU.
+// Note [Plugin generations]: `live` (optional, may be null = always live) is a flag owned by the
+// allocator that made the handle; a plugin allocator clears it for good when its plugin shuts down.
+// Handles are only meaningful to the plugin instance that made them (a reloaded plugin may hand out
+// the same values for new memory), so a tensor whose flag is cleared is unusable, never aliased.
 class DataPtr {
  public:
   using Deleter = void (*)(void* ctx, void* handle);
   DataPtr() = default;
-  DataPtr(void* handle, void* ctx, Deleter deleter, Device device)
-      : handle_(handle), ctx_(ctx), deleter_(deleter), device_(device) {}
+  DataPtr(void* handle, void* ctx, Deleter deleter, Device device, const std::atomic<bool>* live = nullptr)
+      : handle_(handle), ctx_(ctx), deleter_(deleter), device_(device), live_(live) {}
   DataPtr(DataPtr&& o) noexcept { swap(o); }
   DataPtr& operator=(DataPtr&& o) noexcept {
     DataPtr(std::move(o)).swap(*this);
@@ -32,11 +38,14 @@ class DataPtr {
   }
   void* get() const { return handle_; }
   Device device() const { return device_; }
+  // False once the plugin generation that made the handle has ended (Note [Plugin generations]).
+  bool live() const { return !live_ || live_->load(std::memory_order_acquire); }
   void swap(DataPtr& o) noexcept {
     std::swap(handle_, o.handle_);
     std::swap(ctx_, o.ctx_);
     std::swap(deleter_, o.deleter_);
     std::swap(device_, o.device_);
+    std::swap(live_, o.live_);
   }
 
  private:
@@ -44,6 +53,7 @@ class DataPtr {
   void* ctx_ = nullptr;
   Deleter deleter_ = nullptr;
   Device device_{DeviceType::CPU, -1};
+  const std::atomic<bool>* live_ = nullptr;
 };
 
 class TESSERA_API Allocator {
@@ -65,9 +75,15 @@ TESSERA_API Allocator* cpu_allocator();
 using BackendLoaderHook = void (*)(DeviceType t);
 TESSERA_API void set_backend_loader_hook(BackendLoaderHook hook);
 
+// Parses a byte count from the environment variable `name` ("512", "3M", "1KiB", "2GB"; K/M/G are
+// powers of 1024). Throws Error(InvalidArgument) naming the variable, the value and what is wrong
+// for anything else: empty, signs, fractions, trailing characters, values beyond 64 bits.
+TESSERA_API uint64_t parse_byte_count(const char* name, std::string_view text);
+
 // Statistics of the caching CPU allocator (Note [Caching CPU allocator] in allocator.cpp): blocks of
 // 1 MiB and more are rounded to a size class (at most 1/8 slack) and kept on free for reuse, up to
-// 2 GiB in all or TESSERA_CPU_CACHE_LIMIT bytes (K/M/G suffixes; 0 disables the cache). Smaller
+// 2 GiB in all or TESSERA_CPU_CACHE_LIMIT bytes (parse_byte_count; 0 disables the cache; a malformed
+// value makes CPU allocations throw, naming it). Smaller
 // blocks come from the C heap. Every block is 64-byte aligned, never null (even for 0 bytes).
 struct CpuAllocatorStats {
   uint64_t allocated_bytes = 0;  // live, in rounded block sizes

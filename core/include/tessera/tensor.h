@@ -32,10 +32,19 @@ class TESSERA_API StorageImpl : public RefCounted {
   void* data() const { return data_.get(); }
   size_t nbytes() const { return nbytes_; }
   Device device() const { return data_.device(); }
-  // Note [Unusable storage]: set when a copy into this storage failed part-way; any later use of a
-  // tensor on it throws instead of reading partial data.
-  bool usable() const { return usable_.load(std::memory_order_relaxed); }
+  // Note [Unusable storage]: set when a copy into this storage failed part-way, or when the plugin
+  // that made its memory shut down (Note [Plugin generations] in allocator.h); any later use of a
+  // tensor on it throws instead of reading partial data or another tensor's memory.
+  bool usable() const { return usable_.load(std::memory_order_relaxed) && data_.live(); }
   void mark_unusable() { usable_.store(false, std::memory_order_relaxed); }
+  // False once the plugin that made the memory shut down (a copy can no longer repair it).
+  bool live() const { return data_.live(); }
+  // Why usable() is false, for a message that continues "the tensor's storage is unusable because ".
+  const char* unusable_reason() const {
+    return data_.live() ? "a copy into it failed part-way (Note [Unusable storage]); recreate the tensor"
+                        : "the plugin that allocated it was shut down (shutdown_plugins()) and its memory is gone; "
+                          "recreate the tensor";
+  }
 
  private:
   DataPtr data_;
