@@ -33,6 +33,8 @@ install_packages() {
   if ! python3 -c 'import jsonschema' 2>/dev/null; then
     python3 -m pip install --quiet jsonschema 2>/dev/null || echo "(jsonschema not installed: the schema test will be skipped)"
   fi
+  # The differential op test (tests/diff) computes its expected results with NumPy; it fails without.
+  python3 -c 'import numpy' 2>/dev/null || python3 -m pip install --quiet numpy || echo "(numpy not installed: diff.ops will fail)"
 }
 
 build() {  # build <preset> [targets...]
