@@ -244,17 +244,13 @@ Allocator* get_allocator(DeviceType t) {
   BackendLoaderHook hook = g_backend_loader_hook.load(std::memory_order_acquire);
   if (hook && !detail::in_plugin_hook()) {
     // The hook reports its own failure (e.g. the plugin failed to load) by throwing; that reason
-    // reaches the caller unchanged. A shutdown_plugins() on another thread may unload the plugin
-    // between the hook's return and the read below: the hook runs again (and then reloads it, or
-    // says that a shutdown is in progress).
-    for (int attempt = 0; attempt < 3; ++attempt) {
-      {
-        detail::PluginHookScope scope;
-        hook(t);
-      }
-      a = slot.load(std::memory_order_acquire);
-      if (a) return a;
+    // reaches the caller unchanged.
+    {
+      detail::PluginHookScope scope;
+      hook(t);
     }
+    a = slot.load(std::memory_order_acquire);
+    if (a) return a;
   }
   detail::throw_error(
       ErrorCode::Unavailable,

@@ -37,6 +37,11 @@ void transfer_bytes(const Tensor& dst, const Tensor& src) {
   TESSERA_INTERNAL_ASSERT(dst.nbytes() == src.nbytes() && dst.is_contiguous() && src.is_contiguous());
   Device sd = src.device(), dd = dst.device();
   PluginCallGuard in_flight;  // Note [In-flight plugin calls]
+  // Checked under the guard: no shutdown can end either generation until the transfer is done.
+  TESSERA_CHECK(src.storage()->live(), "copy_: the source tensor's storage is unusable because ",
+                src.storage()->unusable_reason());
+  TESSERA_CHECK(dst.storage()->live(), "copy_: the destination tensor's storage is unusable because ",
+                dst.storage()->unusable_reason());
   void* dst_handle = dst.storage()->data();
   const void* src_handle = src.storage()->data();
   uint64_t dst_off = uint64_t(dst.storage_offset()) * dst.itemsize();
