@@ -155,7 +155,11 @@ void meta_arange(MetaCall& m) {
 
 // ---- elementwise binary
 
-enum class Bin { Arith, Sub, TrueDiv, Compare, Logical };
+enum class Bin { Arith, Sub, Pow, TrueDiv, Compare, Logical };
+
+void check_pow_dtype(const MetaCall& m, DType r) {
+  TESSERA_CHECK(r != kBool, m.op_name, ": not implemented for bool (both operands are bool); convert one with .to(kInt64)");
+}
 
 template <Bin K>
 void meta_binary(MetaCall& m) {
@@ -168,6 +172,7 @@ void meta_binary(MetaCall& m) {
                   ": Subtraction, the `-` operator, with a bool tensor is not supported. If you are trying to "
                   "invert a mask, use the `~` or `logical_not()` operator instead.");
   }
+  if constexpr (K == Bin::Pow) check_pow_dtype(m, common);
   DType compute = common;
   if constexpr (K == Bin::TrueDiv) compute = float_of(common);
   DType result = (K == Bin::Compare || K == Bin::Logical) ? kBool : compute;
@@ -232,6 +237,18 @@ void meta_unary_float(MetaCall& m) {
   m.add_output(x.sizes(), r);
 }
 
+// Ops that PyTorch implements for floating tensors only (gelu, silu, softmax, the norms): an integral or
+// bool input is refused instead of being promoted, as PyTorch's kernels refuse it.
+void check_floating_input(const MetaCall& m, const TensorImpl& x) {
+  TESSERA_CHECK(is_floating(x.dtype()), m.op_name, ": not implemented for ", x.dtype(),
+                " tensors (it takes floating tensors only); convert the input with .to(kFloat32)");
+}
+
+void meta_unary_float_only(MetaCall& m) {
+  check_floating_input(m, need(m, 0, "self"));
+  meta_unary_float(m);
+}
+
 void meta_unary_nobool(MetaCall& m) {
   const TensorImpl& x = need(m, 0, "self");
   TESSERA_CHECK(x.dtype() != kBool, m.op_name,
@@ -245,7 +262,7 @@ void meta_gelu(MetaCall& m) {
   std::string approx = a.kind == TESSERA_VALUE_STRING && a.u.s ? a.u.s : "none";
   TESSERA_CHECK(approx == "none" || approx == "tanh", m.op_name,
                 ": approximate must be \"none\" or \"tanh\", got \"", approx, "\"");
-  meta_unary_float(m);
+  meta_unary_float_only(m);
 }
 
 // ---- reductions
@@ -295,6 +312,7 @@ void meta_amax(MetaCall& m) {
 
 void meta_argmax(MetaCall& m) {
   const TensorImpl& x = need(m, 0, "self");
+  TESSERA_CHECK(x.dtype() != kBool, m.op_name, ": does not support bool input; convert it with .to(kInt64)");
   bool keepdim = attr_bool(m, 1);
   if (attr_none(m, 0)) {
     TESSERA_CHECK(x.numel() > 0, m.op_name, ": expected a non-empty tensor, got shape ", x.sizes());
@@ -343,7 +361,11 @@ void meta_linear(MetaCall& m) {
 void meta_softmax(MetaCall& m) {
   const TensorImpl& x = need(m, 0, "self");
   shape::wrap(m.op_name, attr_int(m, 0), x.dim());
-  meta_unary_float(m);
+  if (x.numel() == 0 && !is_floating(x.dtype())) {  // PyTorch returns an empty input before its dtype check
+    m.add_output(x.sizes(), x.dtype());
+    return;
+  }
+  meta_unary_float_only(m);
 }
 
 void check_normalized(const MetaCall& m, const TensorImpl& x, IntArrayRef ns) {
@@ -357,6 +379,7 @@ void check_normalized(const MetaCall& m, const TensorImpl& x, IntArrayRef ns) {
 void meta_layer_norm(MetaCall& m) {
   const TensorImpl& x = need(m, 0, "input");
   IntArrayRef ns = attr_ints(m, 0);
+  check_floating_input(m, x);
   check_normalized(m, x, ns);
   for (int i = 1; i <= 2; ++i)
     if (m.has(i))
@@ -503,6 +526,7 @@ void meta_gather(MetaCall& m) {
 void meta_rms_norm(MetaCall& m) {
   const TensorImpl& x = need(m, 0, "input");
   IntArrayRef ns = attr_ints(m, 0);
+  check_floating_input(m, x);
   check_normalized(m, x, ns);
   if (m.has(1))
     TESSERA_CHECK(m.t(1).sizes() == ns, m.op_name, ": weight must have shape ", ns, ", got ", m.t(1).sizes());
@@ -529,7 +553,7 @@ const CoreOpDef kCoreOps[] = {
     {"sub.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor", meta_binary<Bin::Sub>},
     {"mul.Tensor(Tensor self, Tensor other) -> Tensor", meta_binary<Bin::Arith>},
     {"div.Tensor(Tensor self, Tensor other) -> Tensor", meta_binary<Bin::TrueDiv>},
-    {"pow.Tensor_Tensor(Tensor self, Tensor exponent) -> Tensor", meta_binary<Bin::Arith>},
+    {"pow.Tensor_Tensor(Tensor self, Tensor exponent) -> Tensor", meta_binary<Bin::Pow>},
     {"pow.Tensor_Scalar(Tensor self, Scalar exponent) -> Tensor", meta_pow_scalar},
     {"maximum(Tensor self, Tensor other) -> Tensor", meta_binary<Bin::Arith>},
     {"minimum(Tensor self, Tensor other) -> Tensor", meta_binary<Bin::Arith>},
@@ -557,7 +581,7 @@ const CoreOpDef kCoreOps[] = {
     {"tanh(Tensor self) -> Tensor", meta_unary_float},
     {"sigmoid(Tensor self) -> Tensor", meta_unary_float},
     {"gelu(Tensor self, *, str approximate=\"none\") -> Tensor", meta_gelu},
-    {"silu(Tensor self) -> Tensor", meta_unary_float},
+    {"silu(Tensor self) -> Tensor", meta_unary_float_only},
     {"erf(Tensor self) -> Tensor", meta_unary_float},
     // reductions (empty dim = all dims)
     {"sum(Tensor self, int[] dim=[], bool keepdim=False) -> Tensor", meta_sum_prod},

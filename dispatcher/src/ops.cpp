@@ -4,10 +4,12 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <mutex>
 
 #include "host_api.h"
 #include "op_registry.h"
+#include "shape_rules.h"
 #include "tessera/dispatcher.h"
 #include "tessera/plugin_loader.h"
 
@@ -412,12 +414,23 @@ Tensor linear(const Tensor& x, const Tensor& weight, const std::optional<Tensor>
   }
   return call1(op, {x.impl(), weight.impl(), opt_impl(b)}, {});
 }
+namespace {
+// PyTorch's softmax returns an empty integral input as it is, before its dtype check; no kernel runs.
+Tensor empty_integral_passthrough(const Tensor& x, int64_t dim, const char* op) {
+  if (!x.defined() || x.numel() != 0 || is_floating(x.dtype())) return Tensor();
+  shape::wrap(op, dim, x.dim());
+  return empty_like(x);
+}
+}  // namespace
+
 Tensor softmax(const Tensor& x, int64_t dim) {
   TESSERA_OP(op, "softmax");
+  if (Tensor e = empty_integral_passthrough(x, dim, "softmax"); e.defined()) return e;
   return call1(op, {impl_of(x, "softmax", "self")}, {value_int(dim)});
 }
 Tensor log_softmax(const Tensor& x, int64_t dim) {
   TESSERA_OP(op, "log_softmax");
+  if (Tensor e = empty_integral_passthrough(x, dim, "log_softmax"); e.defined()) return e;
   return call1(op, {impl_of(x, "log_softmax", "self")}, {value_int(dim)});
 }
 Tensor layer_norm(const Tensor& x, IntArrayRef normalized_shape, const std::optional<Tensor>& weight,
@@ -429,8 +442,12 @@ Tensor layer_norm(const Tensor& x, IntArrayRef normalized_shape, const std::opti
 Tensor rms_norm(const Tensor& x, IntArrayRef normalized_shape, const std::optional<Tensor>& weight,
                 std::optional<double> eps) {
   TESSERA_OP(op, "rms_norm");
-  return call1(op, {impl_of(x, "rms_norm", "input"), opt_impl(weight)},
-               {value_ints(normalized_shape), eps ? value_double(*eps) : value_none()});
+  // eps=None: the machine epsilon of the type the norm computes in (float32 for f16/bf16/f32, float64 for
+  // f64), as PyTorch's rms_norm; resolved here so that every backend uses the same value.
+  const double e = eps ? *eps
+                       : (x.defined() && x.dtype() == kFloat64 ? std::numeric_limits<double>::epsilon()
+                                                               : double(std::numeric_limits<float>::epsilon()));
+  return call1(op, {impl_of(x, "rms_norm", "input"), opt_impl(weight)}, {value_ints(normalized_shape), value_double(e)});
 }
 Tensor conv2d(const Tensor& x, const Tensor& weight, const std::optional<Tensor>& bias, IntArrayRef stride,
               IntArrayRef padding, IntArrayRef dilation, int64_t groups) {
@@ -583,8 +600,13 @@ std::vector<double> host_values(const Tensor& t, const char* who) {
 }  // namespace
 
 bool allclose(const Tensor& a, const Tensor& b, double rtol, double atol) {
-  TESSERA_CHECK(a.sizes() == b.sizes(), "allclose: shapes ", a.sizes(), " and ", b.sizes(), " differ");
-  std::vector<double> x = host_values(a, "allclose"), y = host_values(b, "allclose");
+  TESSERA_CHECK(a.defined() && b.defined(), "allclose: an argument is an undefined tensor");
+  TESSERA_CHECK(a.dtype() == b.dtype(), "allclose: ", a.dtype(), " did not match ", b.dtype(),
+                " (PyTorch compares tensors of one dtype); convert one with .to(", a.dtype(), ")");
+  // Broadcasting as PyTorch's isclose: compare the expanded views.
+  const auto sizes = shape::broadcast<int64_t>("allclose", a.sizes(), b.sizes());
+  std::vector<double> x = host_values(a.expand(sizes.ref()), "allclose");
+  std::vector<double> y = host_values(b.expand(sizes.ref()), "allclose");
   for (size_t i = 0; i < x.size(); ++i) {
     if (x[i] == y[i]) continue;  // equal infinities of the same sign; NaN is never equal
     if (!std::isfinite(x[i]) || !std::isfinite(y[i])) return false;

@@ -145,3 +145,18 @@ TEST(MyHardwareDeviceNumerics, SumOfZeroDimTensorOverDimZero) {
   EXPECT_EQ(k.dim(), 0);
   accel_test::expect_near_all(values(k), {4.5}, 0, "keepdim");
 }
+
+TEST(MyHardwareDeviceNumerics, Float32MathRunsInFloatAsPyTorch) {
+  // bool * 1e300 -> float32: the number becomes inf in float before the product (PyTorch's opmath),
+  // so false * 1e300 is NaN, not 0 as double arithmetic would give.
+  const int64_t muls = kernel_count("mul.Tensor");
+  Tensor r = mul(wrapped(1e300), on_accel({0, 1}, kBool));
+  EXPECT_EQ(r.dtype(), kFloat32);
+  std::vector<double> v = values(r);
+  EXPECT_TRUE(std::isnan(v[0]));
+  EXPECT_TRUE(std::isinf(v[1]) && v[1] > 0);
+  EXPECT_EQ(kernel_count("mul.Tensor") - muls, 1);
+  // float64 keeps double precision: 1e300 is finite there.
+  Tensor d = mul(on_accel({0, 1}, kFloat64), wrapped(1e300));
+  EXPECT_EQ(values(d), (std::vector<double>{0, 1e300}));
+}

@@ -187,5 +187,87 @@ TEST(CpuScalars, RankLimitProtectsTheCpuCopy) {
   EXPECT_EQ(values(t.contiguous()), D(4, 0.0));
 }
 
+// Classes found by the differential test (tests/diff) against PyTorch 2.x.
+TEST(CpuScalars, FloatingOnlyOpsRefuseIntegralAndBoolInputs) {
+  Tensor i = from<int64_t>({1, 2, 3}, kInt32);
+  Tensor b = from<int64_t>({1, 0, 1}, kBool);
+  for (const Tensor& x : {i, b}) {
+    EXPECT_THAT([&] { gelu(x); }, ThrowsMessage<Error>(HasSubstr("takes floating tensors only")));
+    EXPECT_THAT([&] { gelu(x, "tanh"); }, ThrowsMessage<Error>(HasSubstr("takes floating tensors only")));
+    EXPECT_THAT([&] { silu(x); }, ThrowsMessage<Error>(HasSubstr("takes floating tensors only")));
+    EXPECT_THAT([&] { softmax(x, 0); }, ThrowsMessage<Error>(HasSubstr("takes floating tensors only")));
+    EXPECT_THAT([&] { log_softmax(x, 0); }, ThrowsMessage<Error>(HasSubstr("takes floating tensors only")));
+    EXPECT_THAT([&] { layer_norm(x, {3}); }, ThrowsMessage<Error>(HasSubstr("takes floating tensors only")));
+    EXPECT_THAT([&] { rms_norm(x, {3}); }, ThrowsMessage<Error>(HasSubstr("takes floating tensors only")));
+  }
+  // PyTorch returns an empty integral input of softmax as it is, before its dtype check.
+  Tensor e = empty({2, 0, 3}, dtype(kInt32));
+  EXPECT_EQ(softmax(e, 0).dtype(), kInt32);
+  EXPECT_EQ(log_softmax(e, 0).dtype(), kInt32);
+  // exp and friends still promote integers to the default float (PyTorch does too).
+  EXPECT_EQ(exp(i).dtype(), kFloat32);
+}
+
+TEST(CpuScalars, ArgmaxOfBoolIsRefused) {
+  EXPECT_THAT([] { argmax(from<int64_t>({1, 0}, kBool)); }, ThrowsMessage<Error>(HasSubstr("does not support bool")));
+}
+
+TEST(CpuScalars, PowOfIntegerTensorsWithNegativeExponents) {
+  // PyTorch: tensor ** tensor with a negative integer exponent gives 1 for base 1, +-1 for base -1, 0 else.
+  Tensor base = from<int64_t>({2, 1, -1, -1, 0, 3}, kInt64);
+  Tensor expo = from<int64_t>({-1, -2, -3, -2, -1, 2}, kInt64);
+  EXPECT_EQ(values(pow(base, expo)), (D{0, 1, -1, 1, 0, 9}));
+  Tensor bb = from<int64_t>({1, 0}, kBool);
+  EXPECT_THAT([&] { pow(bb, bb); }, ThrowsMessage<Error>(HasSubstr("not implemented for bool")));
+  Tensor m = pow(bb, from<int64_t>({-1, 2}, kInt16));
+  EXPECT_EQ(m.dtype(), kInt16);
+  EXPECT_EQ(values(m), (D{1, 0}));
+}
+
+TEST(CpuScalars, PowByHalfIsSqrtAsPyTorch) {
+  const double inf = std::numeric_limits<double>::infinity();
+  for (DType dt : {kFloat32, kFloat64}) {
+    Tensor x = from<double>({-inf, 4.0, inf}, dt);
+    D r = values(pow(x, 0.5));
+    EXPECT_TRUE(std::isnan(r[0]));  // sqrt(-inf); std::pow would give +inf
+    EXPECT_EQ(r[1], 2.0);
+    EXPECT_EQ(r[2], inf);
+    D q = values(pow(x, -0.5));
+    EXPECT_TRUE(std::isnan(q[0]));  // rsqrt(-inf); std::pow would give 0
+    EXPECT_EQ(q[1], 0.5);
+    EXPECT_EQ(q[2], 0.0);
+  }
+  // A bool tensor to a bool number is allowed (PyTorch: pow(tensor([False]), True) is False).
+  EXPECT_EQ(values(pow(from<int64_t>({0, 1}, kBool), true)), (D{0, 1}));
+}
+
+TEST(CpuScalars, FillOfBoolIsNonzeroTest) {
+  Tensor b = zeros({3}, dtype(kBool));
+  b.fill_(1e-30);
+  EXPECT_EQ(values(b), (D{1, 1, 1}));
+  b.fill_(std::numeric_limits<double>::quiet_NaN());
+  EXPECT_EQ(values(b), (D{1, 1, 1}));
+  b.fill_(0.0);
+  EXPECT_EQ(values(b), (D{0, 0, 0}));
+}
+
+TEST(CpuScalars, AllcloseNeedsOneDtypeAndBroadcasts) {
+  EXPECT_THAT([] { allclose(from<float>({1.0f}, kFloat32), from<int64_t>({1}, kInt64)); },
+              ThrowsMessage<Error>(HasSubstr("did not match")));
+  EXPECT_TRUE(allclose(ones({4, 1}), ones({1, 3})));
+  EXPECT_FALSE(allclose(ones({4, 1}), from<float>({1.0f, 2.0f, 1.0f}, kFloat32, {1, 3})));
+}
+
+TEST(CpuScalars, RmsNormDefaultEpsIsTheComputeTypes) {
+  // All 0.008: rms = 0.008, so y = 0.008 / sqrt(0.008^2 + eps) with float32's epsilon (PyTorch 2.x gives
+  // 0.9990 in f16), not float16's (which would give 0.25).
+  for (DType dt : {kFloat16, kBFloat16, kFloat32}) {
+    Tensor x = full({3, 4}, 0.008, dtype(dt));
+    const double v = values(x)[0];
+    const double want = v / std::sqrt(v * v + double(std::numeric_limits<float>::epsilon()));
+    expect_near(values(rms_norm(x, {3, 4})), D(12, want), dt == kFloat32 ? 1e-6 : 1e-2);
+  }
+}
+
 }  // namespace
 }  // namespace tessera

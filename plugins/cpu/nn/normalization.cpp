@@ -211,13 +211,11 @@ void layer_norm_kernel(const KernelCall& call) {
   out.finish();
 }
 
+// eps=None (a call that did not come through tessera::rms_norm, which resolves it): the epsilon of the
+// compute type, as PyTorch (float32's for f16/bf16/f32).
 double finfo_eps(int32_t dtype) {
-  switch (dtype) {
-    case TESSERA_DTYPE_FLOAT16: return 0.0009765625;
-    case TESSERA_DTYPE_BFLOAT16: return 0.0078125;
-    case TESSERA_DTYPE_FLOAT64: return std::numeric_limits<double>::epsilon();
-    default: return double(std::numeric_limits<float>::epsilon());
-  }
+  return dtype == TESSERA_DTYPE_FLOAT64 ? std::numeric_limits<double>::epsilon()
+                                        : double(std::numeric_limits<float>::epsilon());
 }
 
 void rms_norm_kernel(const KernelCall& call) {
@@ -227,7 +225,6 @@ void rms_norm_kernel(const KernelCall& call) {
   const tessera_tensor_t* x = contiguous(x0.raw(), holder);
   OutputSlot out(call.output(0).raw());
   const int64_t n = normalized_size(call, x, 0);
-  // eps=None: torch.finfo(input.dtype).eps, as PyTorch.
   const double eps = call.num_attrs() < 2 || call.attr_is_none(1) ? finfo_eps(x->dtype) : call.attr_double(1);
   const int64_t rows = n == 0 ? 0 : x->numel / n;
   if (x->dtype == TESSERA_DTYPE_FLOAT64 && out.target->dtype == TESSERA_DTYPE_FLOAT64) {

@@ -392,14 +392,16 @@ void onednn_matmul(const MatOperand& a, const MatOperand& b, const MatOperand& c
 int64_t onednn_cache_size() { return cache().size(); }
 
 void matmul_kernel(const KernelCall& call) {
-  check_operands(call, 2);
   const int32_t dt = call.input(0).dtype();
-  if (dt == TESSERA_DTYPE_FLOAT16) return run_via_f32(call, &matmul_kernel);
   TempList holder;
   const tessera_tensor_t* a = call.input(0).raw();
   const tessera_tensor_t* b = call.input(1).raw();
   const tessera_tensor_t* c = call.output(0).raw();
   MatmulProblem p = matmul_problem(call, a, b, c);
+  // PyTorch answers an empty product (or K == 0: zeros) before its dtype check, bool included.
+  const bool nothing_to_multiply = c->numel == 0 || p.k == 0;
+  if (!(nothing_to_multiply && dt == TESSERA_DTYPE_BOOL && call.input(1).dtype() == dt)) check_operands(call, 2);
+  if (dt == TESSERA_DTYPE_FLOAT16 && !nothing_to_multiply) return run_via_f32(call, &matmul_kernel);
   if (c->numel == 0) return;
   if (p.k == 0) return fill_zero(c);
   if (dt == TESSERA_DTYPE_FLOAT64) return naive_batched<double>(p);
@@ -422,9 +424,14 @@ void matmul_kernel(const KernelCall& call) {
 // linear(x [..., K], weight [N, K], bias [N]?) = x @ weight^T + bias; the weight is read transposed
 // through its strides (no copy) and the bias is fused into the oneDNN matmul.
 void linear_kernel(const KernelCall& call) {
-  check_operands(call, call.num_inputs() > 2 ? 3 : 2);
   const int32_t dt = call.input(0).dtype();
-  if (dt == TESSERA_DTYPE_FLOAT16) return run_via_f32(call, &linear_kernel);
+  const tessera_tensor_t* x0 = call.input(0).raw();
+  // As matmul: an empty product (or K == 0: zeros, plus the bias) is answered before the dtype check.
+  const bool nothing_to_multiply = call.output(0).raw()->numel == 0 || (x0->ndim >= 1 && x0->sizes[x0->ndim - 1] == 0);
+  bool all_bool = dt == TESSERA_DTYPE_BOOL;
+  for (int i = 1; i < call.num_inputs(); ++i) all_bool = all_bool && (!call.input(i).defined() || call.input(i).dtype() == dt);
+  if (!(nothing_to_multiply && all_bool)) check_operands(call, call.num_inputs() > 2 ? 3 : 2);
+  if (dt == TESSERA_DTYPE_FLOAT16 && !nothing_to_multiply) return run_via_f32(call, &linear_kernel);
   TempList holder;
   const tessera_tensor_t* x = call.input(0).raw();
   const tessera_tensor_t* w = call.input(1).raw();

@@ -81,10 +81,9 @@ inline A binary_scalar(BinaryOp op, A x, A y, A alpha) {
     case BinaryOp::Minimum: return (x != x || x < y) ? x : y;
     case BinaryOp::Pow:
       if constexpr (std::is_integral_v<A>) {
-        TESSERA_SDK_CHECK(y >= 0 || x == 1 || x == -1,
-                          "integers to negative integer powers are not allowed (got exponent " +
-                              std::to_string(y) + "); use a floating base");
-        if (y < 0) return (x == 1 || (-y) % 2 == 0) ? A(1) : A(-1);
+        // A negative exponent of a tensor (PyTorch's pow.Tensor_Tensor): 1 for base 1, +-1 for base -1,
+        // 0 otherwise (0 ** -1 included). A negative *number* as exponent was refused by the shape rule.
+        if (y < 0) return x == 1 ? A(1) : (x == -1 ? ((y % 2 == 0) ? A(1) : A(-1)) : A(0));
         A r = 1, b = x;
         for (A e = y; e > 0; e >>= 1) {
           if (e & 1) r *= b;
@@ -199,6 +198,8 @@ void binary_run(const KernelCall& c, BinaryOp op, const tessera_tensor_t* a_in, 
   });
 }
 
+void unary_run(const KernelCall& c, UnaryOp op);
+
 // The Scalar argument of an op at attribute index `i`, as a 0-dim tensor of the output dtype.
 tessera_status_t binary_kernel(void* user_data, const tessera_kernel_call_t* call) {
   return guarded(call, [&](const KernelCall& c) {
@@ -212,6 +213,12 @@ tessera_status_t binary_kernel(void* user_data, const tessera_kernel_call_t* cal
     if (c.num_inputs() >= 2) {
       b = c.raw()->inputs[1];
     } else {
+      // PyTorch computes x ** 0.5 and x ** -0.5 as sqrt and rsqrt: pow(-inf, 0.5) is NaN, not inf.
+      if (op == BinaryOp::Pow && dtype_is_floating(od) && c.attr(0).kind == TESSERA_VALUE_DOUBLE &&
+          (c.attr_double(0) == 0.5 || c.attr_double(0) == -0.5)) {
+        unary_run(c, c.attr_double(0) == 0.5 ? UnaryOp::Sqrt : UnaryOp::Rsqrt);
+        return;
+      }
       temps.push_back(scalar_tensor(c, next_attr++, compute_dtype_of(od)));
       b = temps.back().raw();
     }
@@ -496,6 +503,8 @@ OwnedTensor scalar_tensor(const KernelCall& c, int attr, int32_t dtype) {
     T* p = reinterpret_cast<T*>(static_cast<char*>(t.t.data) + t.t.byte_offset);
     if constexpr (is_float_v<T>) {
       Elem<T>::store(p, acc_t<T>(c.attr_double(attr)));
+    } else if constexpr (std::is_same_v<T, bool>) {
+      *p = v.kind == TESSERA_VALUE_DOUBLE ? v.u.d != 0 : c.attr_int(attr) != 0;  // 1e-30 and NaN are true
     } else {
       Elem<T>::store(p, v.kind == TESSERA_VALUE_DOUBLE ? int64_t(v.u.d) : c.attr_int(attr));
     }

@@ -305,13 +305,18 @@ void binary_kernel(const KernelCall& call) {
     const std::byte* ab = a.base();
     const std::byte* bb = b.base();
     const bool floating = is_floating(out.dtype);
+    const bool in_double = out.dtype == TESSERA_DTYPE_FLOAT64;
     walk<3>(out.sizes, st, [&](const std::array<int64_t, 3>& o) {
       std::byte* d = ob + o[0] * int64_t(out.itemsize);
       const std::byte* pa = ab + o[1] * int64_t(a.itemsize);
       const std::byte* pb = bb + o[2] * int64_t(b.itemsize);
-      if (floating) {
+      if (in_double) {
         const double x = load_f(pa, a.dtype), y = load_f(pb, b.dtype);
         store_f(d, out.dtype, Op == kAdd ? x + alpha_f * y : x * y);
+      } else if (floating) {
+        // f16/bf16/f32 compute in float (PyTorch's opmath): a number such as 1e300 becomes inf first.
+        const float x = float(load_f(pa, a.dtype)), y = float(load_f(pb, b.dtype)), al = float(alpha_f);
+        store_f(d, out.dtype, double(Op == kAdd ? x + al * y : x * y));
       } else {
         const int64_t x = load_i(pa, a.dtype), y = load_i(pb, b.dtype);
         store_i(d, out.dtype, Op == kAdd ? int64_t(uint64_t(x) + uint64_t(alpha_i) * uint64_t(y))
