@@ -173,18 +173,47 @@ std::vector<DeviceInfo> devices() {
       DeviceInfo info{Device(type, d), device_type_name(type) + ":" + std::to_string(d), b->plugin, "{}"};
       if (b->iface->device_properties) {
         std::string buf(1024, '\0');
+        // The length returned excludes the NUL (plugin_abi.h); plugins built before that was
+        // written may count it, so the text ends at the first NUL either way.
         size_t need = b->iface->device_properties(b->self, d, buf.data(), buf.size());
-        if (need >= buf.size()) {
+        if (need >= buf.size() && need < (size_t(1) << 24)) {
           buf.assign(need + 1, '\0');
           need = b->iface->device_properties(b->self, d, buf.data(), buf.size());
         }
-        buf.resize(std::min(need, buf.size() - 1));
+        buf.resize(::strnlen(buf.data(), std::min(need, buf.size() - 1)));
         if (!buf.empty()) info.properties = buf;
       }
       out.push_back(std::move(info));
     }
   }
   return out;
+}
+
+MemoryStats memory_stats(Device device) {
+  const BackendDevice& b = backend_device(device.type());
+  MemoryStats out;
+  // Note [ABI versioning]: the loader zeroed the slots a 1.0 plugin lacks; the host default is
+  // "not reported".
+  if (!b.iface || !TESSERA_ABI_HAS_FIELD(b.iface, tessera_device_interface_t, memory_stats) || !b.iface->memory_stats)
+    return out;
+  tessera_memory_stats_t s{};
+  s.struct_size = sizeof(s);
+  tessera_status_t st = b.iface->memory_stats(b.self, device.index() < 0 ? 0 : device.index(), &s);
+  bool unimplemented = false;
+  throw_status(st, "memory_stats(" + device.str() + ")", &unimplemented);
+  if (unimplemented) return out;
+  out.reported = true;
+  out.allocated_bytes = s.allocated_bytes;
+  out.reserved_bytes = s.reserved_bytes;
+  out.peak_allocated_bytes = s.peak_allocated_bytes;
+  out.num_allocations = s.num_allocations;
+  return out;
+}
+
+uint64_t empty_cache(Device device) {
+  const BackendDevice& b = backend_device(device.type());
+  auto fn = plugin_extension<tessera_ext_empty_cache_fn_t>(b.plugin, TESSERA_EXT_EMPTY_CACHE);
+  return fn ? fn(b.self, device.index()) : 0;
 }
 
 int64_t device_count(DeviceType type) {

@@ -900,6 +900,19 @@ void shutdown_plugins() {
   drain_and([](Registry& reg) { shutdown_locked(reg); });
 }
 
+tessera_proc_t plugin_proc_address(const std::string& plugin, const char* name) {
+  TESSERA_CHECK(name && *name, "plugin_proc_address('", plugin, "'): the extension name is empty; pass a TESSERA_EXT_* name");
+  Registry& reg = registry();
+  std::lock_guard lock(reg.mutex);
+  for (const auto& rec : reg.records) {
+    if (rec->info.name != plugin || rec->info.status != PluginStatus::Loaded) continue;
+    const tessera_plugin_t& h = rec->header;  // the common prefix: a 1.0 header leaves the slot zero
+    if (!TESSERA_ABI_HAS_FIELD(&h, tessera_plugin_t, get_proc_address) || !h.get_proc_address) return nullptr;
+    return h.get_proc_address(h.self, name);
+  }
+  return nullptr;
+}
+
 void rediscover_plugins_for_testing() {
   drain_and([](Registry& reg) {
     shutdown_locked(reg);

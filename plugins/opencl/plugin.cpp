@@ -8,16 +8,13 @@ namespace {
 void shutdown_plugin(void*) { tessera::opencl::Backend::instance().shutdown(); }
 
 tessera_plugin_t g_plugin = {
-    sizeof(tessera_plugin_t),
-    TESSERA_ABI_MAJOR,
-    TESSERA_ABI_MINOR,
-    0,
-    "opencl",
-    "0.1.0",
-    TESSERA_PLUGIN_FEATURE_STREAMS | TESSERA_PLUGIN_FEATURE_EVENTS | TESSERA_PLUGIN_FEATURE_ASYNC,
-    nullptr,
-    nullptr,
-    shutdown_plugin,
+    .struct_size = sizeof(tessera_plugin_t),
+    .abi_major = TESSERA_ABI_MAJOR,
+    .abi_minor = TESSERA_ABI_MINOR,
+    .name = "opencl",
+    .version = "0.1.0",
+    .features = TESSERA_PLUGIN_FEATURE_STREAMS | TESSERA_PLUGIN_FEATURE_EVENTS | TESSERA_PLUGIN_FEATURE_ASYNC,
+    .shutdown = shutdown_plugin,
 };
 
 }  // namespace

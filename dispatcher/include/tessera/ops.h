@@ -41,6 +41,20 @@ struct DeviceInfo {
 };
 // Every available device of every backend plugin found (loads backend plugins).
 TESSERA_API std::vector<DeviceInfo> devices();
+// Memory statistics of one device, from its plugin's memory_stats (ABI 1.1). `reported` is false
+// when the plugin does not report them (a 1.0 plugin, no slot, or UNIMPLEMENTED): the host default.
+struct MemoryStats {
+  bool reported = false;
+  uint64_t allocated_bytes = 0;       // in live allocations
+  uint64_t reserved_bytes = 0;        // held from the device: live allocations plus caches
+  uint64_t peak_allocated_bytes = 0;  // highest allocated_bytes so far
+  uint64_t num_allocations = 0;       // live allocations
+};
+TESSERA_API MemoryStats memory_stats(Device device);
+// Returns the cached, unused memory of `device` (every device of its type when the index is
+// negative) to the device, through the TESSERA_EXT_EMPTY_CACHE extension; returns the bytes
+// released (0 when the plugin keeps no cache or does not offer the extension).
+TESSERA_API uint64_t empty_cache(Device device);
 TESSERA_API int64_t device_count(DeviceType type);
 TESSERA_API int64_t device_count(std::string_view type_name);
 TESSERA_API void synchronize(Device device);

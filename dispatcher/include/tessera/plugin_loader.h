@@ -4,10 +4,12 @@
 // stays loaded until shutdown_plugins().
 #pragma once
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "tessera/device.h"
 #include "tessera/export.h"
+#include "tessera/plugin_abi.h"
 
 namespace tessera {
 
@@ -43,5 +45,19 @@ TESSERA_API void load_plugins_of_kind(const std::string& kind);
 TESSERA_API void shutdown_plugins();
 // Forget everything and discover again (tests; the environment may have changed).
 TESSERA_API void rediscover_plugins_for_testing();
+
+// Note [Extension lookup]
+// The one way to reach a function a plugin offers beyond its tables (ABI 1.1): a TESSERA_EXT_* name
+// and its tessera_ext_*_fn_t type from plugin_abi.h, looked up through tessera_plugin_t's
+// get_proc_address. nullptr when the plugin is not loaded, was built for ABI 1.0 (the host default)
+// or does not offer the extension. The function takes the plugin's `self` first.
+TESSERA_API tessera_proc_t plugin_proc_address(const std::string& plugin, const char* name);
+// The same, typed: plugin_extension<tessera_ext_empty_cache_fn_t>(plugin, TESSERA_EXT_EMPTY_CACHE).
+template <typename Fn>
+Fn plugin_extension(const std::string& plugin, const char* name) {
+  static_assert(std::is_pointer_v<Fn> && std::is_function_v<std::remove_pointer_t<Fn>>,
+                "plugin_extension takes a tessera_ext_*_fn_t function pointer type");
+  return reinterpret_cast<Fn>(plugin_proc_address(plugin, name));
+}
 
 }  // namespace tessera

@@ -600,12 +600,25 @@ size_t iface_properties(void*, int32_t device, char* buffer, size_t capacity) {
 }
 
 const tessera_device_interface_t kInterface = {
-    sizeof(tessera_device_interface_t), 0,
-    iface_device_count, iface_get_current, iface_set_current,
-    iface_allocate, iface_free, iface_copy_from_host, iface_copy_to_host, iface_copy_device,
-    iface_stream_create, iface_stream_destroy, iface_stream_synchronize,
-    iface_event_create, iface_event_destroy, iface_event_record, iface_event_wait, iface_event_synchronize,
-    iface_device_synchronize, iface_properties,
+    .struct_size = sizeof(tessera_device_interface_t),
+    .device_count = iface_device_count,
+    .device_get_current = iface_get_current,
+    .device_set_current = iface_set_current,
+    .memory_allocate = iface_allocate,
+    .memory_free = iface_free,
+    .memory_copy_from_host = iface_copy_from_host,
+    .memory_copy_to_host = iface_copy_to_host,
+    .memory_copy_device = iface_copy_device,
+    .stream_create = iface_stream_create,
+    .stream_destroy = iface_stream_destroy,
+    .stream_synchronize = iface_stream_synchronize,
+    .event_create = iface_event_create,
+    .event_destroy = iface_event_destroy,
+    .event_record = iface_event_record,
+    .event_wait = iface_event_wait,
+    .event_synchronize = iface_event_synchronize,
+    .device_synchronize = iface_device_synchronize,
+    .device_properties = iface_properties,
 };
 
 }  // namespace

@@ -208,19 +208,36 @@ void shutdown(void*) {
 }
 
 const tessera_device_interface_t kDeviceInterface = {
-    sizeof(tessera_device_interface_t), 0,
-    device_count, device_get_current, device_set_current,
-    memory_allocate, memory_free, memory_copy_from_host, memory_copy_to_host, memory_copy_device,
-    stream_create, stream_destroy, stream_synchronize,
-    event_create, event_destroy, event_record, event_wait, event_synchronize,
-    device_synchronize, device_properties,
+    .struct_size = sizeof(tessera_device_interface_t),
+    .device_count = device_count,
+    .device_get_current = device_get_current,
+    .device_set_current = device_set_current,
+    .memory_allocate = memory_allocate,
+    .memory_free = memory_free,
+    .memory_copy_from_host = memory_copy_from_host,
+    .memory_copy_to_host = memory_copy_to_host,
+    .memory_copy_device = memory_copy_device,
+    .stream_create = stream_create,
+    .stream_destroy = stream_destroy,
+    .stream_synchronize = stream_synchronize,
+    .event_create = event_create,
+    .event_destroy = event_destroy,
+    .event_record = event_record,
+    .event_wait = event_wait,
+    .event_synchronize = event_synchronize,
+    .device_synchronize = device_synchronize,
+    .device_properties = device_properties,
 };
 
 tessera_plugin_t plugin_header = {
-    sizeof(tessera_plugin_t), TESSERA_ABI_MAJOR, TESSERA_ABI_MINOR, 0,
-    MHD_PLUGIN_NAME, MHD_PLUGIN_VERSION,
-    TESSERA_PLUGIN_FEATURE_STREAMS | TESSERA_PLUGIN_FEATURE_EVENTS | TESSERA_PLUGIN_FEATURE_ASYNC,
-    nullptr, &kDeviceInterface, shutdown,
+    .struct_size = sizeof(tessera_plugin_t),
+    .abi_major = TESSERA_ABI_MAJOR,
+    .abi_minor = TESSERA_ABI_MINOR,
+    .name = MHD_PLUGIN_NAME,
+    .version = MHD_PLUGIN_VERSION,
+    .features = TESSERA_PLUGIN_FEATURE_STREAMS | TESSERA_PLUGIN_FEATURE_EVENTS | TESSERA_PLUGIN_FEATURE_ASYNC,
+    .device = &kDeviceInterface,
+    .shutdown = shutdown,
 };
 
 }  // namespace

@@ -8,6 +8,13 @@
  *   struct starts with `struct_size`; a reader uses a field only when
  *   `offsetof(field) + sizeof(field) <= struct_size` (TESSERA_ABI_HAS_FIELD). So a plugin built
  *   against 1.0 keeps loading in every 1.x runtime, and a 1.x plugin in a 1.0 runtime.
+ * - What a minor may do: append fields or functions at the end of a struct that starts with
+ *   `struct_size`; add enum values, flags, feature bits and extension names. What it may not do:
+ *   move, resize, remove, retype or re-mean a field; grow tessera_value_t (it is an array element,
+ *   its size is fixed for the whole major). The 1.0 header is kept verbatim in
+ *   tessera/abi/1.0/plugin_abi.h and tests check that this header's 1.0 prefix lays out the same.
+ * - Every slot appended in a minor is optional: a plugin built against an older minor leaves it out,
+ *   so the host supplies a default for it (written next to the slot as "(optional) host default: ...").
  * - No C++ type, exception or allocator crosses: errors are tessera_status_t objects made by the
  *   host (host->status_make) and freed by whoever receives them (host->status_free).
  *
@@ -28,7 +35,7 @@ extern "C" {
 #endif
 
 #define TESSERA_ABI_MAJOR 1
-#define TESSERA_ABI_MINOR 0
+#define TESSERA_ABI_MINOR 1
 
 /* The one symbol every plugin exports (see tessera_plugin_init_fn_t). */
 #define TESSERA_PLUGIN_ENTRY_NAME "tessera_plugin_init"
@@ -60,7 +67,7 @@ typedef struct tessera_status_s* tessera_status_t;
 
 /* ---------------------------------------------------------------- enums shared with the core */
 
-/* Values equal tessera::DType. */
+/* Values equal tessera::DType (checked by static_assert in the runtime). */
 typedef enum tessera_dtype_t {
   TESSERA_DTYPE_BOOL = 0,
   TESSERA_DTYPE_UINT8 = 1,
@@ -86,7 +93,7 @@ typedef enum tessera_dtype_t {
 #define TESSERA_DTYPE_MASK_ALL (TESSERA_DTYPE_MASK_FLOATING | TESSERA_DTYPE_MASK_INTEGRAL | \
                                 TESSERA_DTYPE_BIT(TESSERA_DTYPE_BOOL))
 
-/* Values equal tessera::DeviceType. */
+/* Values equal tessera::DeviceType (checked by static_assert in the runtime). */
 typedef enum tessera_device_type_t {
   TESSERA_DEVICE_CPU = 0,
   TESSERA_DEVICE_CUDA = 1,
@@ -220,9 +227,23 @@ typedef struct tessera_host_api_t {
 
 /* ---------------------------------------------------------------- device interface (plugin -> runtime) */
 
+/* Memory statistics of one device (ABI 1.1). The caller sets struct_size to the size it knows; the
+ * plugin writes only the fields that fit in it (TESSERA_ABI_HAS_FIELD) and leaves struct_size. */
+typedef struct tessera_memory_stats_t {
+  uint32_t struct_size;
+  uint32_t reserved_;
+  uint64_t allocated_bytes;      /* bytes in live allocations */
+  uint64_t reserved_bytes;       /* bytes held from the device: live allocations plus caches */
+  uint64_t peak_allocated_bytes; /* highest allocated_bytes so far */
+  uint64_t num_allocations;      /* live allocations */
+} tessera_memory_stats_t;
+
 /* What a backend plugin implements. `self` is tessera_plugin_t::self. Every function may be called
  * from any thread; a plugin serialises internally where its device needs it. Copies to and from
- * host memory have completed with respect to the host buffer when they return. */
+ * host memory have completed with respect to the host buffer when they return.
+ * Required: device_count; for a device other than the CPU also memory_allocate, memory_free,
+ * memory_copy_from_host and memory_copy_to_host. Every other slot is (optional) and may be NULL; the
+ * host default is written next to it. */
 typedef struct tessera_device_interface_t {
   uint32_t struct_size;
   uint32_t reserved_;
@@ -230,7 +251,9 @@ typedef struct tessera_device_interface_t {
   /* Never fails: returns 0 and writes a one-line reason with a fix-it hint when no device is
    * usable (no driver, no ICD, no hardware). `reason` may be NULL. */
   int32_t (*device_count)(void* self, char* reason, size_t reason_capacity);
+  /* (optional) host default: device 0 is current. */
   tessera_status_t (*device_get_current)(void* self, int32_t* out_index);
+  /* (optional) host default: the host never changes the plugin's current device. */
   tessera_status_t (*device_set_current)(void* self, int32_t index);
 
   tessera_status_t (*memory_allocate)(void* self, int32_t device, uint64_t nbytes, void** out_handle);
@@ -239,11 +262,14 @@ typedef struct tessera_device_interface_t {
                                             const void* src_host, uint64_t nbytes, void* stream);
   tessera_status_t (*memory_copy_to_host)(void* self, int32_t device, void* dst_host, const void* src,
                                           uint64_t src_offset, uint64_t nbytes, void* stream);
-  /* Between two devices of this plugin (possibly the same one). */
+  /* Between two devices of this plugin (possibly the same one).
+   * (optional) host default: copy to host memory, then from host memory. */
   tessera_status_t (*memory_copy_device)(void* self, int32_t dst_device, void* dst, uint64_t dst_offset,
                                          int32_t src_device, const void* src, uint64_t src_offset,
                                          uint64_t nbytes, void* stream);
 
+  /* (optional, all stream and event slots) host default: every call runs on the device's default
+   * stream (stream NULL) and no event is recorded. */
   tessera_status_t (*stream_create)(void* self, int32_t device, void** out_stream);
   void (*stream_destroy)(void* self, int32_t device, void* stream);
   tessera_status_t (*stream_synchronize)(void* self, int32_t device, void* stream);
@@ -253,11 +279,19 @@ typedef struct tessera_device_interface_t {
   /* Make `stream` wait until `event` has completed (does not block the host). */
   tessera_status_t (*event_wait)(void* self, int32_t device, void* event, void* stream);
   tessera_status_t (*event_synchronize)(void* self, int32_t device, void* event);
+  /* (optional) host default: nothing to wait for (a synchronous device). */
   tessera_status_t (*device_synchronize)(void* self, int32_t device);
 
   /* Writes a JSON object of properties ({"name": ..., "memory": ..., "capability": ...}) into
-   * `buffer` (NUL-terminated, truncated at capacity) and returns the length it needs. */
+   * `buffer` (NUL-terminated, truncated at capacity) and returns its length WITHOUT the NUL, like
+   * snprintf: a return value >= capacity means it was truncated; call again with return + 1.
+   * (optional) host default: "{}". */
   size_t (*device_properties)(void* self, int32_t device, char* buffer, size_t capacity);
+
+  /* ---- ABI 1.1 */
+  /* (optional) Fills `out` (see tessera_memory_stats_t) for `device`. Host default, also when it
+   * returns TESSERA_STATUS_UNIMPLEMENTED: the statistics are "not reported". */
+  tessera_status_t (*memory_stats)(void* self, int32_t device, tessera_memory_stats_t* out);
 } tessera_device_interface_t;
 
 /* ---------------------------------------------------------------- the plugin */
@@ -265,6 +299,10 @@ typedef struct tessera_device_interface_t {
 #define TESSERA_PLUGIN_FEATURE_STREAMS (UINT64_C(1) << 0)
 #define TESSERA_PLUGIN_FEATURE_EVENTS (UINT64_C(1) << 1)
 #define TESSERA_PLUGIN_FEATURE_ASYNC (UINT64_C(1) << 2)
+
+/* A function of any type, as the extension lookup returns it (ISO C converts between function
+ * pointer types, not between function and object pointers). */
+typedef void (*tessera_proc_t)(void);
 
 typedef struct tessera_plugin_t {
   uint32_t struct_size;
@@ -278,7 +316,22 @@ typedef struct tessera_plugin_t {
   const tessera_device_interface_t* device; /* NULL for plugins that are not backends */
   /* Called once at explicit shutdown: join threads, free device memory. May be NULL. */
   void (*shutdown)(void* self);
+
+  /* ---- ABI 1.1 */
+  /* (optional) The one extension lookup: the function named `name` (a TESSERA_EXT_* name; cast the
+   * result to the matching tessera_ext_*_fn_t) or NULL when the plugin does not provide it. It is
+   * called with `self`; the function it returns stays valid until shutdown.
+   * Host default: every extension is absent (NULL). */
+  tessera_proc_t (*get_proc_address)(void* self, const char* name);
 } tessera_plugin_t;
+
+/* ---------------------------------------------------------------- extensions (ABI 1.1)
+ * Each extension is a name and one function type; a name never changes its type. */
+
+/* Releases the cached, unused device memory of `device` (every device when negative) and returns
+ * the number of bytes released. */
+#define TESSERA_EXT_EMPTY_CACHE "tessera.empty_cache"
+typedef uint64_t (*tessera_ext_empty_cache_fn_t)(void* self, int32_t device);
 
 /* The entry point, exported as TESSERA_PLUGIN_ENTRY_NAME. The plugin checks `host_abi_major`,
  * registers its kernels through `host`, and returns its header in `out_plugin` (static storage

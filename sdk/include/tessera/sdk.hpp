@@ -44,7 +44,8 @@ inline tessera_status_t unimplemented(const std::string& message) {
 }
 
 inline void log(tessera_log_level_t level, const char* component, const std::string& message) {
-  if (host_api() && host_api()->log) host_api()->log(level, component, message.c_str());
+  const tessera_host_api_t* api = host_api();
+  if (TESSERA_ABI_HAS_FIELD(api, tessera_host_api_t, log) && api->log) api->log(level, component, message.c_str());
 }
 
 #define TESSERA_SDK_CHECK(cond, msg)                                                   \
@@ -172,7 +173,10 @@ class Host {
     check(api_->fallback_register(api_->host_ctx, functionality, fn, user_data));
   }
   void forbid_fallback(const char* op) const { check(api_->op_forbid_fallback(api_->host_ctx, op)); }
-  const char* getenv(const char* name) const { return api_->getenv ? api_->getenv(name) : nullptr; }
+  // Note [ABI versioning]: a slot the host's table does not hold reads as absent.
+  const char* getenv(const char* name) const {
+    return TESSERA_ABI_HAS_FIELD(api_, tessera_host_api_t, getenv) && api_->getenv ? api_->getenv(name) : nullptr;
+  }
 
  private:
   void check(tessera_status_t s) const {

@@ -1,0 +1,294 @@
+/* Tessera plugin ABI — plain C, the only thing that crosses between the runtime and a plugin.
+ *
+ * Note [ABI versioning]
+ * ---------------------
+ * - TESSERA_ABI_MAJOR changes only when an existing field or function changes meaning. The runtime
+ *   refuses a plugin of another major, naming both versions.
+ * - TESSERA_ABI_MINOR grows when a field or function is appended at the END of a struct. Every
+ *   struct starts with `struct_size`; a reader uses a field only when
+ *   `offsetof(field) + sizeof(field) <= struct_size` (TESSERA_ABI_HAS_FIELD). So a plugin built
+ *   against 1.0 keeps loading in every 1.x runtime, and a 1.x plugin in a 1.0 runtime.
+ * - No C++ type, exception or allocator crosses: errors are tessera_status_t objects made by the
+ *   host (host->status_make) and freed by whoever receives them (host->status_free).
+ *
+ * Note [Device memory]
+ * --------------------
+ * Device memory is an opaque handle plus a byte offset (an OpenCL cl_mem is not a pointer). The
+ * runtime never dereferences a handle of a device other than the CPU; it moves bytes only through
+ * the device interface's copy functions. For the CPU, the handle is the host pointer.
+ */
+#ifndef TESSERA_PLUGIN_ABI_H_
+#define TESSERA_PLUGIN_ABI_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define TESSERA_ABI_MAJOR 1
+#define TESSERA_ABI_MINOR 0
+
+/* The one symbol every plugin exports (see tessera_plugin_init_fn_t). */
+#define TESSERA_PLUGIN_ENTRY_NAME "tessera_plugin_init"
+
+#if defined(_WIN32)
+#define TESSERA_PLUGIN_EXPORT __declspec(dllexport)
+#else
+#define TESSERA_PLUGIN_EXPORT __attribute__((visibility("default")))
+#endif
+
+/* True when a struct of the reader's type, whose writer reported `struct_size`, holds FIELD. */
+#define TESSERA_ABI_HAS_FIELD(ptr, type, field) \
+  ((ptr) != NULL && (ptr)->struct_size >= offsetof(type, field) + sizeof(((type*)0)->field))
+
+/* ---------------------------------------------------------------- status */
+
+typedef enum tessera_status_code_t {
+  TESSERA_STATUS_OK = 0,
+  TESSERA_STATUS_INVALID_ARGUMENT = 1,
+  TESSERA_STATUS_OUT_OF_MEMORY = 2,
+  TESSERA_STATUS_UNIMPLEMENTED = 3, /* op/dtype not supported: the runtime may fall back */
+  TESSERA_STATUS_UNAVAILABLE = 4,   /* device or driver missing */
+  TESSERA_STATUS_INTERNAL = 5,
+  TESSERA_STATUS_ABI_MISMATCH = 6
+} tessera_status_code_t;
+
+/* NULL means success. A non-NULL status is owned by whoever receives it. */
+typedef struct tessera_status_s* tessera_status_t;
+
+/* ---------------------------------------------------------------- enums shared with the core */
+
+/* Values equal tessera::DType. */
+typedef enum tessera_dtype_t {
+  TESSERA_DTYPE_BOOL = 0,
+  TESSERA_DTYPE_UINT8 = 1,
+  TESSERA_DTYPE_INT8 = 2,
+  TESSERA_DTYPE_INT16 = 3,
+  TESSERA_DTYPE_INT32 = 4,
+  TESSERA_DTYPE_INT64 = 5,
+  TESSERA_DTYPE_FLOAT16 = 6,
+  TESSERA_DTYPE_BFLOAT16 = 7,
+  TESSERA_DTYPE_FLOAT32 = 8,
+  TESSERA_DTYPE_FLOAT64 = 9,
+  TESSERA_DTYPE_COUNT_ = 10
+} tessera_dtype_t;
+
+#define TESSERA_DTYPE_BIT(d) (UINT64_C(1) << (d))
+#define TESSERA_DTYPE_MASK_FLOATING                                                   \
+  (TESSERA_DTYPE_BIT(TESSERA_DTYPE_FLOAT16) | TESSERA_DTYPE_BIT(TESSERA_DTYPE_BFLOAT16) | \
+   TESSERA_DTYPE_BIT(TESSERA_DTYPE_FLOAT32) | TESSERA_DTYPE_BIT(TESSERA_DTYPE_FLOAT64))
+#define TESSERA_DTYPE_MASK_INTEGRAL                                                    \
+  (TESSERA_DTYPE_BIT(TESSERA_DTYPE_UINT8) | TESSERA_DTYPE_BIT(TESSERA_DTYPE_INT8) |       \
+   TESSERA_DTYPE_BIT(TESSERA_DTYPE_INT16) | TESSERA_DTYPE_BIT(TESSERA_DTYPE_INT32) |      \
+   TESSERA_DTYPE_BIT(TESSERA_DTYPE_INT64))
+#define TESSERA_DTYPE_MASK_ALL (TESSERA_DTYPE_MASK_FLOATING | TESSERA_DTYPE_MASK_INTEGRAL | \
+                                TESSERA_DTYPE_BIT(TESSERA_DTYPE_BOOL))
+
+/* Values equal tessera::DeviceType. */
+typedef enum tessera_device_type_t {
+  TESSERA_DEVICE_CPU = 0,
+  TESSERA_DEVICE_CUDA = 1,
+  TESSERA_DEVICE_OPENCL = 2,
+  TESSERA_DEVICE_META = 3,
+  TESSERA_DEVICE_PRIVATEUSE1 = 4,
+  TESSERA_DEVICE_PRIVATEUSE2 = 5,
+  TESSERA_DEVICE_PRIVATEUSE3 = 6
+} tessera_device_type_t;
+
+/* Functionality half of a dispatch key; the backend half is the plugin's own device type. */
+typedef enum tessera_functionality_t {
+  TESSERA_FUNCTIONALITY_DENSE = 0,
+  TESSERA_FUNCTIONALITY_QUANTIZED = 1,
+  TESSERA_FUNCTIONALITY_SPARSE = 2
+} tessera_functionality_t;
+
+typedef enum tessera_log_level_t {
+  TESSERA_LOG_DEBUG = 0,
+  TESSERA_LOG_INFO = 1,
+  TESSERA_LOG_WARNING = 2,
+  TESSERA_LOG_ERROR = 3
+} tessera_log_level_t;
+
+/* ---------------------------------------------------------------- tensors and values */
+
+/* A tensor as a kernel sees it. Owned by the runtime; valid for the duration of the call. */
+typedef struct tessera_tensor_t {
+  uint32_t struct_size;
+  int32_t dtype;        /* tessera_dtype_t */
+  int32_t device_type;  /* tessera_device_type_t */
+  int32_t device_index;
+  int32_t ndim;
+  int32_t reserved_;
+  const int64_t* sizes;   /* ndim entries */
+  const int64_t* strides; /* ndim entries, in elements */
+  int64_t numel;
+  void* data;           /* device memory handle of the storage (CPU: host pointer) */
+  int64_t byte_offset;  /* storage offset in bytes: element (0,..,0) is at data + byte_offset */
+} tessera_tensor_t;
+
+typedef enum tessera_value_kind_t {
+  TESSERA_VALUE_NONE = 0,
+  TESSERA_VALUE_INT = 1,      /* also Scalar holding an integer, SymInt */
+  TESSERA_VALUE_DOUBLE = 2,   /* also Scalar holding a floating value */
+  TESSERA_VALUE_BOOL = 3,
+  TESSERA_VALUE_INT_LIST = 4, /* int[] ; `count` entries in `ints` */
+  TESSERA_VALUE_STRING = 5,
+  TESSERA_VALUE_DTYPE = 6     /* ScalarType: value in `i` */
+} tessera_value_kind_t;
+
+/* A non-tensor argument. */
+typedef struct tessera_value_t {
+  int32_t kind; /* tessera_value_kind_t */
+  int32_t count;
+  union {
+    int64_t i;
+    double d;
+    int32_t b;
+    const int64_t* ints;
+    const char* s;
+  } u;
+} tessera_value_t;
+
+/* One kernel invocation.
+ * - inputs: every Tensor / Tensor? argument in schema order (NULL for an absent Tensor?); a Tensor[]
+ *   argument contributes all its elements in place (a schema has at most one Tensor[]).
+ *   An in-place op (`fill_`, `copy_`) sees `self` both as inputs[0] and outputs[0].
+ * - outputs: allocated by the runtime on the target device with the shape and dtype of the op's
+ *   shape rule; the kernel writes them.
+ * - attrs: every non-tensor argument in schema order, defaults filled in.
+ */
+typedef struct tessera_kernel_call_t {
+  uint32_t struct_size;
+  int32_t num_inputs;
+  int32_t num_outputs;
+  int32_t num_attrs;
+  const tessera_tensor_t* const* inputs;
+  const tessera_tensor_t* const* outputs;
+  const tessera_value_t* attrs;
+  const char* op_name; /* "add.Tensor" */
+  void* stream;        /* the current stream of the target device (NULL: its default stream) */
+  int32_t device_index;
+  int32_t reserved_;
+} tessera_kernel_call_t;
+
+/* A kernel. Returns NULL on success. TESSERA_STATUS_UNIMPLEMENTED lets the runtime fall back. */
+typedef tessera_status_t (*tessera_kernel_fn_t)(void* user_data, const tessera_kernel_call_t* call);
+
+/* Kernel registration flags. */
+#define TESSERA_KERNEL_FLAG_NONE 0u
+/* The op must never run through the CPU fallback on this plugin's device. */
+#define TESSERA_KERNEL_FLAG_NO_FALLBACK 1u
+
+/* ---------------------------------------------------------------- host API (runtime -> plugin) */
+
+typedef struct tessera_host_api_t {
+  uint32_t struct_size;
+  uint32_t abi_major;
+  uint32_t abi_minor;
+  uint32_t reserved_;
+  void* host_ctx; /* pass back as the first argument of the registration calls */
+
+  /* Status objects. status_make copies `message`; status_free accepts NULL. */
+  tessera_status_t (*status_make)(tessera_status_code_t code, const char* message);
+  void (*status_free)(tessera_status_t status);
+  tessera_status_code_t (*status_code)(tessera_status_t status);
+  const char* (*status_message)(tessera_status_t status);
+
+  /* Logging through TESSERA_LOG (component such as "plugins", "dispatch", "cpu"). */
+  void (*log)(tessera_log_level_t level, const char* component, const char* message);
+  /* Environment lookup that honours the setuid rule (secure_getenv). NULL when unset. */
+  const char* (*getenv)(const char* name);
+
+  /* Registration, valid during tessera_plugin_init and afterwards. Registrations made during a
+   * failed init are discarded as a whole. */
+  /* Define a new operator from a schema string; the shape rule is taken from `meta_like` (an
+   * existing op whose rule fits, e.g. "relu") or NULL for an op whose outputs are its inputs. */
+  tessera_status_t (*op_define)(void* host_ctx, const char* schema, const char* meta_like);
+  /* Register `fn` for op `op_name` ("add.Tensor" or "add" for the default overload) on this
+   * plugin's backend with the given functionality, for the dtypes in `dtype_mask`. */
+  tessera_status_t (*kernel_register)(void* host_ctx, const char* op_name, int32_t functionality,
+                                      uint64_t dtype_mask, tessera_kernel_fn_t fn, void* user_data,
+                                      uint32_t flags);
+  /* A boxed fallback for every op on this plugin's backend that has no kernel. */
+  tessera_status_t (*fallback_register)(void* host_ctx, int32_t functionality,
+                                        tessera_kernel_fn_t fn, void* user_data);
+  /* Mark an op as never falling back to the CPU on this plugin's device. */
+  tessera_status_t (*op_forbid_fallback)(void* host_ctx, const char* op_name);
+} tessera_host_api_t;
+
+/* ---------------------------------------------------------------- device interface (plugin -> runtime) */
+
+/* What a backend plugin implements. `self` is tessera_plugin_t::self. Every function may be called
+ * from any thread; a plugin serialises internally where its device needs it. Copies to and from
+ * host memory have completed with respect to the host buffer when they return. */
+typedef struct tessera_device_interface_t {
+  uint32_t struct_size;
+  uint32_t reserved_;
+
+  /* Never fails: returns 0 and writes a one-line reason with a fix-it hint when no device is
+   * usable (no driver, no ICD, no hardware). `reason` may be NULL. */
+  int32_t (*device_count)(void* self, char* reason, size_t reason_capacity);
+  tessera_status_t (*device_get_current)(void* self, int32_t* out_index);
+  tessera_status_t (*device_set_current)(void* self, int32_t index);
+
+  tessera_status_t (*memory_allocate)(void* self, int32_t device, uint64_t nbytes, void** out_handle);
+  void (*memory_free)(void* self, int32_t device, void* handle);
+  tessera_status_t (*memory_copy_from_host)(void* self, int32_t device, void* dst, uint64_t dst_offset,
+                                            const void* src_host, uint64_t nbytes, void* stream);
+  tessera_status_t (*memory_copy_to_host)(void* self, int32_t device, void* dst_host, const void* src,
+                                          uint64_t src_offset, uint64_t nbytes, void* stream);
+  /* Between two devices of this plugin (possibly the same one). */
+  tessera_status_t (*memory_copy_device)(void* self, int32_t dst_device, void* dst, uint64_t dst_offset,
+                                         int32_t src_device, const void* src, uint64_t src_offset,
+                                         uint64_t nbytes, void* stream);
+
+  tessera_status_t (*stream_create)(void* self, int32_t device, void** out_stream);
+  void (*stream_destroy)(void* self, int32_t device, void* stream);
+  tessera_status_t (*stream_synchronize)(void* self, int32_t device, void* stream);
+  tessera_status_t (*event_create)(void* self, int32_t device, void** out_event);
+  void (*event_destroy)(void* self, int32_t device, void* event);
+  tessera_status_t (*event_record)(void* self, int32_t device, void* event, void* stream);
+  /* Make `stream` wait until `event` has completed (does not block the host). */
+  tessera_status_t (*event_wait)(void* self, int32_t device, void* event, void* stream);
+  tessera_status_t (*event_synchronize)(void* self, int32_t device, void* event);
+  tessera_status_t (*device_synchronize)(void* self, int32_t device);
+
+  /* Writes a JSON object of properties ({"name": ..., "memory": ..., "capability": ...}) into
+   * `buffer` (NUL-terminated, truncated at capacity) and returns the length it needs. */
+  size_t (*device_properties)(void* self, int32_t device, char* buffer, size_t capacity);
+} tessera_device_interface_t;
+
+/* ---------------------------------------------------------------- the plugin */
+
+#define TESSERA_PLUGIN_FEATURE_STREAMS (UINT64_C(1) << 0)
+#define TESSERA_PLUGIN_FEATURE_EVENTS (UINT64_C(1) << 1)
+#define TESSERA_PLUGIN_FEATURE_ASYNC (UINT64_C(1) << 2)
+
+typedef struct tessera_plugin_t {
+  uint32_t struct_size;
+  uint32_t abi_major; /* TESSERA_ABI_MAJOR the plugin was built with */
+  uint32_t abi_minor;
+  uint32_t reserved_;
+  const char* name;    /* static storage */
+  const char* version; /* static storage */
+  uint64_t features;   /* TESSERA_PLUGIN_FEATURE_* */
+  void* self;          /* passed back to every function below */
+  const tessera_device_interface_t* device; /* NULL for plugins that are not backends */
+  /* Called once at explicit shutdown: join threads, free device memory. May be NULL. */
+  void (*shutdown)(void* self);
+} tessera_plugin_t;
+
+/* The entry point, exported as TESSERA_PLUGIN_ENTRY_NAME. The plugin checks `host_abi_major`,
+ * registers its kernels through `host`, and returns its header in `out_plugin` (static storage
+ * or owned by the plugin until shutdown). `host` stays valid until shutdown. */
+typedef tessera_status_t (*tessera_plugin_init_fn_t)(uint32_t host_abi_major, uint32_t host_abi_minor,
+                                                     const tessera_host_api_t* host,
+                                                     const tessera_plugin_t** out_plugin);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* TESSERA_PLUGIN_ABI_H_ */
