@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <functional>
 #include <string>
+#include <tuple>
 
 #include "tessera/dispatcher.h"
 #include "tessera/tessera.h"
@@ -184,6 +185,50 @@ void BM_Softmax(benchmark::State& state, DType dtype) {
   state.SetLabel("reference: cudaMemcpy D2D of the same bytes");
 }
 
+// copy_ with a conversion: `transposed` reads the source through a transposed view (the strided
+// kernel with 32-bit indices), else both are dense (the vectorised kernel).
+void BM_Copy(benchmark::State& state, DType from, DType to, bool transposed) {
+  if (const std::string why = no_device_reason(); !why.empty()) {
+    state.SkipWithError(why.c_str());
+    return;
+  }
+  const int64_t n = state.range(0);
+  const Tensor src = tessera::randn({n, n}).to(from).to("cuda:0");
+  Tensor dst = tessera::empty({n, n}, tessera::TensorOptions(to).device("cuda:0"));
+  const Tensor view = transposed ? src.t() : src;
+  // The conversion reads n*n*size(from) and writes n*n*size(to) bytes; so does a copy of half that sum.
+  const size_t copy_bytes = size_t(n * n) * (src.itemsize() + dst.itemsize()) / 2;
+  void *a = nullptr, *b = nullptr;
+  cudaMalloc(&a, copy_bytes);
+  cudaMalloc(&b, copy_bytes);
+  run_with_reference(
+      state, [&] { dst.copy_(view); }, [&] { cudaMemcpyAsync(b, a, copy_bytes, cudaMemcpyDeviceToDevice, nullptr); }, 0,
+      2.0 * double(copy_bytes));
+  cudaFree(a);
+  cudaFree(b);
+  state.SetLabel("reference: cudaMemcpy D2D of the same bytes");
+}
+
+// x * 2.5: a wrapped number passed by value next to a dense operand (the vectorised path).
+void BM_MulNumber(benchmark::State& state, DType dtype) {
+  if (const std::string why = no_device_reason(); !why.empty()) {
+    state.SkipWithError(why.c_str());
+    return;
+  }
+  const int64_t n = state.range(0);
+  const Tensor x = tessera::randn({n}).to(dtype).to("cuda:0");
+  const size_t bytes = size_t(n) * x.itemsize();  // reads n, writes n elements, like a copy of n
+  void *src = nullptr, *dst = nullptr;
+  cudaMalloc(&src, bytes);
+  cudaMalloc(&dst, bytes);
+  run_with_reference(
+      state, [&] { benchmark::DoNotOptimize(x * 2.5); },
+      [&] { cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, nullptr); }, 0, 2.0 * double(bytes));
+  cudaFree(src);
+  cudaFree(dst);
+  state.SetLabel("reference: cudaMemcpy D2D of the same bytes");
+}
+
 // ---------------------------------------------------------------- attention: flash vs math
 
 // `simt`: the CUDA-core flash kernel (TESSERA_CUDA_FLASH_SIMT=1) instead of the tensor-core one.
@@ -229,12 +274,29 @@ void register_all() {
         ->UseRealTime()
         ->Unit(benchmark::kMicrosecond)
         ->MinTime(0.3);
+    benchmark::RegisterBenchmark((std::string("BM_MulNumber/") + name).c_str(), BM_MulNumber, dtype)
+        ->Arg(int64_t(1) << 26)
+        ->UseRealTime()
+        ->Unit(benchmark::kMicrosecond)
+        ->MinTime(0.3);
     benchmark::RegisterBenchmark((std::string("BM_Softmax/") + name).c_str(), BM_Softmax, dtype)
         ->Args({16384, 4096})
         ->Args({65536, 512})
         ->UseRealTime()
         ->Unit(benchmark::kMicrosecond)
         ->MinTime(0.3);
+  }
+  for (bool transposed : {false, true}) {
+    for (auto [from, to, name] : {std::tuple{tessera::kFloat32, tessera::kFloat16, "f32_f16"},
+                                  std::tuple{tessera::kFloat32, tessera::kBFloat16, "f32_bf16"},
+                                  std::tuple{tessera::kFloat32, tessera::kFloat32, "f32_f32"}}) {
+      benchmark::RegisterBenchmark((std::string(transposed ? "BM_CopyTransposed/" : "BM_Copy/") + name).c_str(),
+                                   BM_Copy, from, to, transposed)
+          ->Arg(8192)
+          ->UseRealTime()
+          ->Unit(benchmark::kMicrosecond)
+          ->MinTime(0.3);
+    }
   }
 }
 

@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -506,6 +507,158 @@ TEST_F(CudaKernels, SmallIntegerDtypesAndFloat64Copies) {
   Tensor y = tessera::empty({17, 33}, tessera::TensorOptions(tessera::kFloat64).device("cuda:0"));
   y.copy_(dx.t());
   EXPECT_TRUE(tessera::equal(y.cpu(), x.t().contiguous())) << "strided float64 copy_ is exact";
+}
+
+// A C++ number as the dispatcher passes it to kernels (Note [Wrapped numbers reach kernels as they
+// are]): a 0-dim CPU tensor of its own kind's dtype, marked as a wrapped number.
+Tensor wrapped(double v) {
+  Tensor t = tessera::full({}, v, tessera::TensorOptions(tessera::kFloat64));
+  t.impl()->set_wrapped_number(true);
+  return t;
+}
+Tensor wrapped(int64_t v) {
+  Tensor t = tessera::full({}, v, tessera::TensorOptions(tessera::kInt64));
+  t.impl()->set_wrapped_number(true);
+  return t;
+}
+Tensor on_cuda(const std::vector<double>& v, DType t) {
+  return tessera::tensor(v, {int64_t(v.size())}).to(t).to("cuda:0");
+}
+// The elements of `x` in double, on the host.
+std::vector<double> values(const Tensor& x) {
+  Tensor h = x.cpu().to(tessera::kFloat64).contiguous();
+  return std::vector<double>(h.data_ptr<double>(), h.data_ptr<double>() + h.numel());
+}
+
+// Note [Wrapped numbers on the GPU]: the number stays on the host, is converted once into the
+// compute type and passed by value; PyTorch's results (docs/semantics.md).
+TEST_F(CudaKernels, WrappedNumbersAreConvertedIntoTheComputeType) {
+  Tensor r;
+  // float16 [0.001] * 1e5: float16(0.001) = 0.0010004 times 100000.0f, rounded to float16 = 100.0625.
+  EXPECT_RUNS_ON_CUDA("float16 * 1e5", r = tessera::mul(on_cuda({0.001}, tessera::kFloat16), wrapped(1e5)));
+  EXPECT_EQ(r.dtype(), tessera::kFloat16);
+  EXPECT_EQ(values(r), std::vector<double>{100.0625});
+  EXPECT_RUNS_ON_CUDA("1e5 * float16", r = tessera::mul(wrapped(1e5), on_cuda({0.001}, tessera::kFloat16)));
+  EXPECT_EQ(values(r), std::vector<double>{100.0625});
+  // uint8 [7] / -3 is float32 7 / -3 (not 7 / 253).
+  EXPECT_RUNS_ON_CUDA("uint8 / -3", r = tessera::div(on_cuda({7}, tessera::kUInt8), wrapped(int64_t(-3))));
+  EXPECT_EQ(r.dtype(), tessera::kFloat32);
+  EXPECT_EQ(values(r), std::vector<double>{double(7.0f / -3.0f)});
+  EXPECT_EQ(values(tessera::div(on_cuda({100}, tessera::kInt8), wrapped(int64_t(300)))),
+            std::vector<double>{double(100.0f / 300.0f)});
+  EXPECT_EQ(values(tessera::div(on_cuda({1}, tessera::kInt32), wrapped(int64_t(1) << 40))),
+            std::vector<double>{double(1.0f / 1099511627776.0f)});
+  // -3 / uint8 [7]: the number on the left.
+  EXPECT_EQ(values(tessera::div(wrapped(int64_t(-3)), on_cuda({7}, tessera::kUInt8))),
+            std::vector<double>{double(-3.0f / 7.0f)});
+  // uint8 [2] * -3 wraps to 250; uint8 [1] + 300 to 45; int16 [5] - 70000 wraps in int16.
+  EXPECT_RUNS_ON_CUDA("uint8 * -3", r = tessera::mul(on_cuda({2, 3}, tessera::kUInt8), wrapped(int64_t(-3))));
+  EXPECT_EQ(r.dtype(), tessera::kUInt8);
+  EXPECT_EQ(values(r), (std::vector<double>{250, 247}));
+  EXPECT_EQ(values(tessera::add(on_cuda({1}, tessera::kUInt8), wrapped(int64_t(300)))), std::vector<double>{45});
+  EXPECT_EQ(values(tessera::sub(on_cuda({5}, tessera::kInt16), wrapped(int64_t(70000)))),
+            std::vector<double>{double(int16_t(5 - 70000))});
+  // bfloat16 + 0.1: 0.1 as a float (not rounded to bfloat16 first), the sum rounded once.
+  const float one_bf = 1.0f;
+  EXPECT_EQ(values(tessera::add(on_cuda({1}, tessera::kBFloat16), wrapped(0.1))),
+            std::vector<double>{double(tessera::BFloat16(one_bf + 0.1f))});
+  // A larger strided operand with the number on either side: the strided and vector paths.
+  auto [x, dx] = randn_pair({64, 33}, tessera::kFloat16);
+  expect_close(tessera::mul(dx.t(), wrapped(1e5)), tessera::mul(x.t(), wrapped(1e5)), tol_for(tessera::kFloat16),
+               "strided float16 * 1e5");
+  auto [y, dy] = randn_pair({1 << 12}, tessera::kFloat32);
+  expect_close(tessera::sub(wrapped(2.5), dy), tessera::sub(wrapped(2.5), y), tol_for(tessera::kFloat32),
+               "2.5 - contiguous float32");
+}
+
+TEST_F(CudaKernels, ComparisonsWithANumberConvertItToTheTensorDtype) {
+  Tensor r;
+  // uint8 [44] == 300 is true in PyTorch (300 -> uint8 44); float16 [65504] == 65519 is true.
+  EXPECT_RUNS_ON_CUDA("uint8 == 300", r = tessera::eq(on_cuda({44, 45}, tessera::kUInt8), wrapped(int64_t(300))));
+  EXPECT_EQ(values(r), (std::vector<double>{1, 0}));
+  EXPECT_EQ(values(tessera::eq(on_cuda({65504}, tessera::kFloat16), wrapped(65519.0))), std::vector<double>{1});
+  EXPECT_EQ(values(tessera::eq(on_cuda({0.1, 0.2}, tessera::kFloat32), wrapped(0.1))), (std::vector<double>{1, 0}));
+  EXPECT_EQ(values(tessera::lt(on_cuda({2, 3}, tessera::kInt32), wrapped(2.5))), (std::vector<double>{1, 0}));
+  EXPECT_EQ(values(tessera::gt(wrapped(int64_t(2)), on_cuda({1, 2, 3}, tessera::kInt64))), (std::vector<double>{1, 0, 0}));
+}
+
+// Note [Floating to integral conversion], worked out here: to int32 and narrower integers through
+// int32, where NaN and values outside its range become INT32_MIN, then wrapping (PyTorch on x86-64).
+// The CPU backend goes through int64 instead, which differs only for those values.
+Tensor floating_to_narrow_integers(const Tensor& src, DType to) {
+  Tensor v = src.to(tessera::kFloat64).contiguous();
+  std::vector<int64_t> out;
+  for (int64_t i = 0; i < v.numel(); ++i) {
+    const double x = v.data_ptr<double>()[i];
+    const int64_t i32 = x > -2147483649.0 && x < 2147483648.0 ? int64_t(x) : INT32_MIN;
+    out.push_back(to == tessera::kUInt8 ? int64_t(uint8_t(i32))
+                  : to == tessera::kInt8 ? int64_t(int8_t(i32))
+                  : to == tessera::kInt16 ? int64_t(int16_t(i32)) : i32);
+  }
+  return tessera::tensor(out, src.sizes()).to(to);
+}
+
+// Same dtype, shape and values, NaN equal to NaN (tessera::equal treats NaN as unequal).
+void expect_same(const Tensor& got, const Tensor& expected, const std::string& what) {
+  ASSERT_EQ(got.dtype(), expected.dtype()) << what;
+  ASSERT_EQ(got.sizes(), expected.sizes()) << what;
+  const std::vector<double> g = values(got), e = values(expected);
+  int64_t bad = 0;
+  for (size_t i = 0; i < g.size(); ++i) {
+    if (g[i] == e[i] || (std::isnan(g[i]) && std::isnan(e[i]))) continue;
+    if (++bad <= 5) ADD_FAILURE() << what << ": element " << i << " got " << g[i] << " expected " << e[i];
+  }
+  EXPECT_EQ(bad, 0) << what;
+}
+
+// Note [CUDA copy conversions]: every dtype pair against the CPU backend's copy_ (and Note
+// [Floating to integral conversion] for floating -> narrow integers), through the vectorised
+// (dense, aligned), 32-bit strided (transposed) and broadcast paths.
+TEST_F(CudaKernels, CopyConvertsEveryDtypePairLikeTheCpu) {
+  const DType all[] = {tessera::kBool,    tessera::kUInt8,   tessera::kInt8,     tessera::kInt16,   tessera::kInt32,
+                       tessera::kInt64,   tessera::kFloat16, tessera::kBFloat16, tessera::kFloat32, tessera::kFloat64};
+  const double nan = std::numeric_limits<double>::quiet_NaN(), inf = std::numeric_limits<double>::infinity();
+  std::vector<double> special = {nan, inf, -inf, 1e30, -3.7, 2.9, 0.5, -0.5, -0.0, 300.7, -1.2, 65519, 3e9, -129.5};
+  Tensor base = (tessera::randn({37, 29}) * 100.0).to(tessera::kFloat64);
+  for (size_t i = 0; i < special.size(); ++i) base.data_ptr<double>()[i * 7] = special[i];
+  for (DType from : all) {
+    const Tensor src = base.to(from);  // the CPU's own conversion makes the source
+    const Tensor dsrc = src.to("cuda:0");
+    for (DType to : all) {
+      const bool narrow = tessera::is_floating(from) && to != tessera::kBool && to != tessera::kInt64 &&
+                          !tessera::is_floating(to);
+      auto expected = [&](const Tensor& s) { return narrow ? floating_to_narrow_integers(s, to) : s.to(to); };
+      const std::string what = std::string(tessera::dtype_name(from)) + " -> " + std::string(tessera::dtype_name(to));
+      Tensor dense = tessera::empty({37, 29}, tessera::TensorOptions(to).device("cuda:0"));
+      EXPECT_RUNS_ON_CUDA(what, dense.copy_(dsrc));
+      expect_same(dense, expected(src), what + " (dense)");
+      Tensor transposed = tessera::empty({29, 37}, tessera::TensorOptions(to).device("cuda:0"));
+      transposed.copy_(dsrc.t());
+      expect_same(transposed, expected(src.t()), what + " (transposed source)");
+      Tensor rows = tessera::empty({5, 29}, tessera::TensorOptions(to).device("cuda:0"));
+      rows.copy_(dsrc.select(0, 3));
+      expect_same(rows, expected(src.select(0, 3).expand({5, 29})), what + " (broadcast row)");
+    }
+  }
+}
+
+TEST_F(CudaKernels, LargeAndOffsetCopiesTakeEveryKernelPath) {
+  // An odd element count at an offset of one element: the unaligned (scalar) path; the same count
+  // aligned: the vectorised path with a tail; a 3-D permutation: the strided path.
+  Tensor x = tessera::randn({(1 << 20) + 3});
+  Tensor dx = x.to("cuda:0");
+  for (DType to : {tessera::kFloat16, tessera::kBFloat16, tessera::kInt32, tessera::kFloat64}) {
+    Tensor d = tessera::empty({(1 << 20) + 2}, tessera::TensorOptions(to).device("cuda:0"));
+    d.copy_(dx.slice(0, 1, (1 << 20) + 3));
+    EXPECT_TRUE(tessera::equal(d.cpu(), x.slice(0, 1, (1 << 20) + 3).to(to))) << tessera::dtype_name(to) << " offset";
+    Tensor e = tessera::empty({(1 << 20) + 3}, tessera::TensorOptions(to).device("cuda:0"));
+    e.copy_(dx);
+    EXPECT_TRUE(tessera::equal(e.cpu(), x.to(to))) << tessera::dtype_name(to) << " aligned";
+  }
+  Tensor y = tessera::randn({16, 24, 40});
+  Tensor p = tessera::empty({40, 16, 24}, tessera::TensorOptions(tessera::kFloat16).device("cuda:0"));
+  p.copy_(y.to("cuda:0").permute({2, 0, 1}));
+  EXPECT_TRUE(tessera::equal(p.cpu(), y.permute({2, 0, 1}).to(tessera::kFloat16))) << "permuted float32 -> float16";
 }
 
 TEST_F(CudaKernels, CopiesBetweenTwoGpusAreOrdered) {

@@ -1,16 +1,22 @@
 // Host-side decisions of the CUDA kernels that need no GPU to check: the cuBLASLt layout and
 // alignment rules (matmul_layout.h), the split reduction's launch plan and the attention grid
-// (tensor_iter.h), and when the device guard restores the previous device (cuda_backend.h).
+// (tensor_iter.h), when the device guard restores the previous device (cuda_backend.h), and how a
+// number (a wrapped C++ number, an alpha, a fill value) is converted into a kernel's compute type
+// (scalar_convert.h).
 // Expected values are worked out by hand or by brute force over the index space.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <limits>
 #include <set>
 #include <utility>
 #include <vector>
 
 #include "cuda_backend.h"
 #include "matmul_layout.h"
+#include "scalar_convert.h"
 #include "tensor_iter.h"
 
 namespace {
@@ -147,6 +153,153 @@ TEST(DeviceGuard, RestoresOnlyADeviceTheThreadUsed) {
   EXPECT_TRUE(tessera::cuda::guard_restores_previous(0, 1, false, true));   // the application's context
   EXPECT_FALSE(tessera::cuda::guard_restores_previous(1, 1, true, true));   // nothing was changed
   EXPECT_FALSE(tessera::cuda::guard_restores_previous(-1, 1, true, true));
+}
+
+// ---------------------------------------------------------------- numbers in the compute type
+
+using tessera::cuda::ComputeScalar;
+using tessera::cuda::floating_number;
+using tessera::cuda::HostNumber;
+using tessera::cuda::integral_number;
+using tessera::cuda::to_compute_scalar;
+namespace dt {
+using namespace tessera::cuda;  // kDt* dtype codes
+}
+
+// PyTorch's results for a tensor op a C++ number (docs/semantics.md), computed here the way the
+// kernel does: the number converted by to_compute_scalar, the arithmetic in the compute type.
+TEST(WrappedNumber, ConvertsStraightIntoTheComputeType) {
+  // float16 [0.001] * 1e5: float compute, 1e5 stays 100000 (float16 would make it inf).
+  const ComputeScalar big = to_compute_scalar(floating_number(1e5), dt::kDtF16);
+  EXPECT_EQ(big.dtype, dt::kDtF32);
+  EXPECT_EQ(big.f, 100000.0);
+  const float x = tessera::cuda::half_bits_to_float(tessera::cuda::float_to_half_bits(0.001f));
+  EXPECT_NEAR(x * float(big.f), 100.04, 0.02);  // float16(0.001) = 0.0010004; the product is finite
+  // uint8 [7] / -3: true division computes in float32; the number is -3, not 253.
+  const ComputeScalar m3 = to_compute_scalar(integral_number(-3), dt::kDtF32);
+  EXPECT_EQ(m3.f, -3.0);
+  EXPECT_NEAR(7.0f / float(m3.f), -2.333333, 1e-6);
+  // int8 [100] / 300 and int32 [1] / 2^40: float32 compute.
+  EXPECT_NEAR(100.0f / float(to_compute_scalar(integral_number(300), dt::kDtF32).f), 0.333333, 1e-6);
+  EXPECT_NEAR(1.0f / float(to_compute_scalar(integral_number(int64_t(1) << 40), dt::kDtF32).f), 9.094947e-13, 1e-18);
+  // uint8 [2] * -3: the integer compute type is uint8 itself; -3 wraps to 253 and 2 * 253 to 250.
+  const ComputeScalar u = to_compute_scalar(integral_number(-3), dt::kDtU8);
+  EXPECT_EQ(u.dtype, dt::kDtU8);
+  EXPECT_EQ(u.i, 253);
+  EXPECT_EQ(uint8_t(2 * uint8_t(u.i)), 250);
+  EXPECT_EQ(to_compute_scalar(integral_number(-3), dt::kDtI8).i, -3);
+  EXPECT_EQ(to_compute_scalar(integral_number(70000), dt::kDtI16).i, 70000 - 65536);
+  EXPECT_EQ(to_compute_scalar(integral_number(INT64_MIN), dt::kDtI64).i, INT64_MIN);
+  // One rounding, straight from int64: 2^54 + 2^30 + 1 is above the midpoint 2^54 + 2^30 of two
+  // floats, so it rounds up; through double it would first become 2^54 + 2^30 and then tie to 2^54.
+  const int64_t v = (int64_t(1) << 54) + (int64_t(1) << 30) + 1;
+  EXPECT_EQ(to_compute_scalar(integral_number(v), dt::kDtF32).f, std::ldexp(1.0, 54) + std::ldexp(1.0, 31));
+  EXPECT_EQ(to_compute_scalar(integral_number(v), dt::kDtF64).f, double(v));
+  // A float64 number in a float compute type is the nearest float; in float64 it stays exact.
+  EXPECT_EQ(to_compute_scalar(floating_number(0.1), dt::kDtBF16).f, double(0.1f));
+  EXPECT_EQ(to_compute_scalar(floating_number(0.1), dt::kDtF64).f, 0.1);
+  EXPECT_EQ(to_compute_scalar(floating_number(1e300), dt::kDtF32).f, std::numeric_limits<double>::infinity());
+  // bool: nonzero is true (NaN too).
+  EXPECT_EQ(to_compute_scalar(floating_number(0.5), dt::kDtBool).i, 1);
+  EXPECT_EQ(to_compute_scalar(floating_number(NAN), dt::kDtBool).i, 1);
+  EXPECT_EQ(to_compute_scalar(floating_number(-0.0), dt::kDtBool).i, 0);
+  EXPECT_EQ(to_compute_scalar(integral_number(2), dt::kDtBool).i, 1);
+}
+
+TEST(WrappedNumber, ComparisonsConvertThroughTheOperandDtypeFirst) {
+  // PyTorch: uint8 [44] == 300 is true (300 -> uint8 44); float16 [65504] == 65519 is true (65519
+  // rounds to 65504 in float16, 65520 to inf); the arithmetic conversion keeps the number as it is.
+  EXPECT_EQ(to_compute_scalar(integral_number(300), dt::kDtU8, true).i, 44);
+  EXPECT_EQ(to_compute_scalar(floating_number(65519), dt::kDtF16, true).f, 65504.0);
+  EXPECT_EQ(to_compute_scalar(floating_number(65519), dt::kDtF16).f, 65519.0);
+  EXPECT_EQ(to_compute_scalar(floating_number(65520), dt::kDtF16, true).f, std::numeric_limits<double>::infinity());
+  // bfloat16: 1 + 2^-8 is halfway between 1 and 1 + 2^-7 and ties to the even 1.
+  EXPECT_EQ(to_compute_scalar(floating_number(1.00390625), dt::kDtBF16, true).f, 1.0);
+  EXPECT_EQ(to_compute_scalar(floating_number(0.1), dt::kDtF32, true).f, double(0.1f));
+  // int32 [2, 3] < 2.5 compares in float32 (the dispatcher casts the tensor): 2.5 stays 2.5.
+  EXPECT_EQ(to_compute_scalar(floating_number(2.5), dt::kDtF32, true).f, 2.5);
+}
+
+// Note [Floating to integral conversion]: PyTorch's results on x86-64.
+TEST(WrappedNumber, FloatingToIntegralIsDefinedForNaNInfinityAndOutOfRange) {
+  const int64_t min64 = std::numeric_limits<int64_t>::min();
+  const int32_t min32 = std::numeric_limits<int32_t>::min();
+  const double inf = std::numeric_limits<double>::infinity();
+  EXPECT_EQ(to_compute_scalar(floating_number(NAN), dt::kDtI64).i, min64);
+  EXPECT_EQ(to_compute_scalar(floating_number(inf), dt::kDtI64).i, min64);
+  EXPECT_EQ(to_compute_scalar(floating_number(-inf), dt::kDtI64).i, min64);
+  EXPECT_EQ(to_compute_scalar(floating_number(1e30), dt::kDtI64).i, min64);
+  EXPECT_EQ(to_compute_scalar(floating_number(-3.7), dt::kDtI64).i, -3);
+  EXPECT_EQ(to_compute_scalar(floating_number(2.9), dt::kDtI64).i, 2);
+  EXPECT_EQ(to_compute_scalar(floating_number(NAN), dt::kDtI32).i, min32);
+  EXPECT_EQ(to_compute_scalar(floating_number(3e9), dt::kDtI32).i, min32);
+  EXPECT_EQ(to_compute_scalar(floating_number(-2147483648.0), dt::kDtI32).i, min32);
+  EXPECT_EQ(to_compute_scalar(floating_number(-2147483648.9), dt::kDtI32).i, min32);
+  EXPECT_EQ(to_compute_scalar(floating_number(2147483647.5), dt::kDtI32).i, 2147483647);
+  EXPECT_EQ(to_compute_scalar(floating_number(300.7), dt::kDtU8).i, 44);
+  EXPECT_EQ(to_compute_scalar(floating_number(-1.2), dt::kDtU8).i, 255);
+  EXPECT_EQ(to_compute_scalar(floating_number(NAN), dt::kDtU8).i, 0);   // INT32_MIN wraps to 0
+  EXPECT_EQ(to_compute_scalar(floating_number(-inf), dt::kDtI16).i, 0);
+  EXPECT_EQ(to_compute_scalar(floating_number(-129.5), dt::kDtI8).i, 127);  // -129 wraps
+}
+
+TEST(WrappedNumber, ReadsTheElementOfEveryDtype) {
+  auto read = [](const void* p, int32_t dtype) {
+    HostNumber n;
+    EXPECT_TRUE(tessera::cuda::read_host_number(p, dtype, &n)) << "dtype " << dtype;
+    return n;
+  };
+  const uint8_t byte = 0xff, one = 1, two = 2;
+  EXPECT_EQ(read(&byte, dt::kDtU8).i, 255);
+  EXPECT_EQ(read(&byte, dt::kDtI8).i, -1);
+  EXPECT_EQ(read(&two, dt::kDtBool).i, 1);  // any nonzero byte is true
+  EXPECT_FALSE(read(&one, dt::kDtBool).floating);
+  const int16_t s16 = -30000;
+  const int32_t s32 = -2000000000;
+  const int64_t s64 = int64_t(1) << 62;
+  EXPECT_EQ(read(&s16, dt::kDtI16).i, -30000);
+  EXPECT_EQ(read(&s32, dt::kDtI32).i, -2000000000);
+  EXPECT_EQ(read(&s64, dt::kDtI64).i, int64_t(1) << 62);
+  const float f = 0.1f;
+  const double d = 0.1;
+  EXPECT_EQ(read(&f, dt::kDtF32).f, double(0.1f));
+  EXPECT_TRUE(read(&d, dt::kDtF64).floating);
+  EXPECT_EQ(read(&d, dt::kDtF64).f, 0.1);
+  const uint16_t h_one = 0x3c00, h_inf = 0xfc00, h_sub = 0x0001, bf_one = 0x3f80;
+  EXPECT_EQ(read(&h_one, dt::kDtF16).f, 1.0);
+  EXPECT_EQ(read(&h_inf, dt::kDtF16).f, -std::numeric_limits<double>::infinity());
+  EXPECT_EQ(read(&h_sub, dt::kDtF16).f, std::ldexp(1.0, -24));
+  EXPECT_EQ(read(&bf_one, dt::kDtBF16).f, 1.0);
+  // Unaligned memory is fine.
+  alignas(8) unsigned char buf[16] = {};
+  const double three = 3.0;
+  std::memcpy(buf + 1, &three, 8);
+  EXPECT_EQ(read(buf + 1, dt::kDtF64).f, 3.0);
+  HostNumber n;
+  EXPECT_FALSE(tessera::cuda::read_host_number(&byte, 42, &n));
+}
+
+// Every float16 pattern against its value worked out in double from the fields.
+TEST(WrappedNumber, HalfBitsToFloatIsExactForEveryPattern) {
+  for (uint32_t h = 0; h < 0x10000u; ++h) {
+    const int sign = (h >> 15) & 1, exp = int((h >> 10) & 0x1f), mant = int(h & 0x3ff);
+    const float got = tessera::cuda::half_bits_to_float(uint16_t(h));
+    if (exp == 31 && mant != 0) {
+      EXPECT_TRUE(std::isnan(got)) << std::hex << h;
+      continue;
+    }
+    double expected = exp == 31 ? std::numeric_limits<double>::infinity()
+                                : (exp == 0 ? std::ldexp(mant, -24) : std::ldexp(1024 + mant, exp - 25));
+    if (sign) expected = -expected;
+    ASSERT_EQ(double(got), expected) << std::hex << h;
+    ASSERT_EQ(std::signbit(got), sign == 1) << std::hex << h;
+    ASSERT_EQ(tessera::cuda::float_to_half_bits(got), h) << std::hex << h;  // and back
+  }
+  for (uint32_t b = 0; b < 0x10000u; b += 7) {
+    const float got = tessera::cuda::bf16_bits_to_float(uint16_t(b));
+    if (std::isnan(got)) continue;
+    ASSERT_EQ(tessera::cuda::float_to_bf16_bits(got), b) << std::hex << b;
+  }
 }
 
 }  // namespace

@@ -1,11 +1,12 @@
 // Launch planning of the CUDA kernels (tensor_iter.h) and the host-side 16-bit float rounding
 // (half_bits.h). Planning is checked on the host against naive
-// broadcasting and reduction over fresh random shapes, strides and dim sets: the planned (merged)
-// iteration space must address exactly the elements the naive loops address.
+// broadcasting, copying and reduction over fresh random shapes, strides and dim sets: the planned
+// (merged) iteration space must address exactly the elements the naive loops address.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <numeric>
 #include <random>
 #include <vector>
@@ -16,6 +17,7 @@
 
 namespace {
 
+using tessera::cuda::CopyPlan;
 using tessera::cuda::Geometry;
 using tessera::cuda::IterShape;
 using tessera::cuda::kMaxDims;
@@ -221,6 +223,146 @@ namespace {
 
 // fill_ values are converted on the host by the plugin's own float16/bfloat16 rounding; it must
 // agree bit for bit with the core's conversion (round to nearest even, NaN, inf, subnormals).
+// ---------------------------------------------------------------- copy_ planning
+
+// (destination offset -> source offset) for every element, walking the plan's dims row-major.
+std::map<int64_t, int64_t> planned_pairs(const CopyPlan& p) {
+  std::map<int64_t, int64_t> m;
+  for (int64_t i = 0; i < p.numel; ++i) {
+    int64_t linear = i, d = 0, s = 0;
+    for (int j = p.ndim - 1; j >= 0; --j) {
+      const int64_t c = linear % p.sizes[j];
+      linear /= p.sizes[j];
+      d += c * p.dst_strides[j];
+      s += c * p.src_strides[j];
+    }
+    EXPECT_TRUE(m.emplace(d, s).second) << "destination offset " << d << " visited twice";
+  }
+  return m;
+}
+
+TEST(CopyPlanning, CoalescedPlanCopiesExactlyTheNaiveElements) {
+  std::random_device rd;
+  const unsigned seed = rd();
+  std::mt19937 rng(seed);
+  for (int trial = 0; trial < 400; ++trial) {
+    const int nd = int(rng() % 6);
+    std::vector<int64_t> sizes(static_cast<size_t>(nd), 0);
+    for (auto& v : sizes) v = 1 + int64_t(rng() % 5);
+    const Layout dst = random_layout(rng, sizes);
+    // The source: a random layout of the same shape, or of a broadcasting shape (leading dims
+    // dropped, some dims of size 1).
+    std::vector<int64_t> src_sizes(sizes.begin() + (nd > 0 ? rng() % (nd + 1) : 0), sizes.end());
+    for (auto& v : src_sizes)
+      if (rng() % 4 == 0) v = 1;
+    const Layout src = random_layout(rng, src_sizes);
+    CopyPlan plan;
+    ASSERT_TRUE(tessera::cuda::plan_copy(dst.geometry(), src.geometry(), &plan)) << "seed " << seed;
+    std::map<int64_t, int64_t> expected;
+    int64_t numel = 1;
+    for (int64_t s : sizes) numel *= s;
+    ASSERT_EQ(plan.numel, numel);
+    const int shift = nd - int(src_sizes.size());
+    for (int64_t i = 0; i < numel; ++i) {
+      const std::vector<int64_t> c = coords_of(i, sizes);
+      int64_t d = 0, s = 0;
+      for (int k = 0; k < nd; ++k) d += c[size_t(k)] * dst.strides[size_t(k)];
+      for (size_t k = 0; k < src_sizes.size(); ++k)
+        if (src_sizes[k] != 1) s += c[k + size_t(shift)] * src.strides[k];
+      expected.emplace(d, s);
+    }
+    ASSERT_EQ(planned_pairs(plan), expected) << "seed " << seed << " trial " << trial;
+    EXPECT_TRUE(plan.index32);
+    // The innermost planned dim has the smallest destination stride (neighbouring threads write
+    // neighbouring elements).
+    if (numel > 1) {
+      int64_t smallest = INT64_MAX;
+      for (int k = 0; k < nd; ++k)
+        if (sizes[size_t(k)] > 1) smallest = std::min(smallest, dst.strides[size_t(k)]);
+      EXPECT_EQ(plan.dst_strides[plan.ndim - 1], smallest) << "seed " << seed << " trial " << trial;
+    }
+  }
+}
+
+TEST(CopyPlanning, DenseAndEquallyPermutedCopiesBecomeOneContiguousDim) {
+  const std::vector<int64_t> sizes = {4, 5, 6}, dense = {30, 6, 1};
+  CopyPlan plan;
+  ASSERT_TRUE(tessera::cuda::plan_copy(Geometry{3, sizes.data(), dense.data()}, Geometry{3, sizes.data(), dense.data()}, &plan));
+  EXPECT_EQ(plan.ndim, 1);
+  EXPECT_EQ(plan.sizes[0], 120);
+  EXPECT_TRUE(plan.contiguous);
+  // Both operands the same permutation of a dense block (y.t().copy_(x.t())): one dense dim after
+  // ordering by the destination's strides.
+  const std::vector<int64_t> psizes = {6, 5, 4}, pstrides = {1, 6, 30};
+  ASSERT_TRUE(tessera::cuda::plan_copy(Geometry{3, psizes.data(), pstrides.data()}, Geometry{3, psizes.data(), pstrides.data()}, &plan));
+  EXPECT_EQ(plan.ndim, 1);
+  EXPECT_TRUE(plan.contiguous);
+  // A transposed source into a dense destination: two dims, destination stride 1 innermost.
+  const std::vector<int64_t> tsizes = {5, 6}, tdst = {6, 1}, tsrc = {1, 5};
+  ASSERT_TRUE(tessera::cuda::plan_copy(Geometry{2, tsizes.data(), tdst.data()}, Geometry{2, tsizes.data(), tsrc.data()}, &plan));
+  EXPECT_EQ(plan.ndim, 2);
+  EXPECT_FALSE(plan.contiguous);
+  EXPECT_EQ(plan.dst_strides[1], 1);
+  EXPECT_EQ(plan.src_strides[1], 5);
+  // A broadcast row keeps stride 0 and is not contiguous; a single element is.
+  const std::vector<int64_t> row = {6}, row_stride = {1};
+  ASSERT_TRUE(tessera::cuda::plan_copy(Geometry{2, tsizes.data(), tdst.data()}, Geometry{1, row.data(), row_stride.data()}, &plan));
+  EXPECT_EQ(plan.ndim, 2);
+  EXPECT_EQ(plan.src_strides[0], 0);
+  EXPECT_FALSE(plan.contiguous);
+  ASSERT_TRUE(tessera::cuda::plan_copy(Geometry{0, nullptr, nullptr}, Geometry{0, nullptr, nullptr}, &plan));
+  EXPECT_EQ(plan.numel, 1);
+  EXPECT_TRUE(plan.contiguous);
+}
+
+TEST(CopyPlanning, IndexWidthFollowsTheElementCountAndTheExtents) {
+  CopyPlan plan;
+  const std::vector<int64_t> one = {1};
+  std::vector<int64_t> sizes = {INT32_MAX};
+  ASSERT_TRUE(tessera::cuda::plan_copy(Geometry{1, sizes.data(), one.data()}, Geometry{1, sizes.data(), one.data()}, &plan));
+  EXPECT_TRUE(plan.index32);
+  sizes = {int64_t(INT32_MAX) + 1};
+  ASSERT_TRUE(tessera::cuda::plan_copy(Geometry{1, sizes.data(), one.data()}, Geometry{1, sizes.data(), one.data()}, &plan));
+  EXPECT_FALSE(plan.index32);
+  // Few elements, but the source's last element lies past 2^31 - 1 elements.
+  const std::vector<int64_t> two = {2}, dst_stride = {1}, far = {int64_t(1) << 31};
+  ASSERT_TRUE(tessera::cuda::plan_copy(Geometry{1, two.data(), dst_stride.data()}, Geometry{1, two.data(), far.data()}, &plan));
+  EXPECT_FALSE(plan.index32);
+  const std::vector<int64_t> near = {int64_t(INT32_MAX)};
+  ASSERT_TRUE(tessera::cuda::plan_copy(Geometry{1, two.data(), dst_stride.data()}, Geometry{1, two.data(), near.data()}, &plan));
+  EXPECT_TRUE(plan.index32);
+  // Extents whose products overflow int64 are planned without overflow, as 64-bit.
+  const std::vector<int64_t> huge = {INT64_MAX};
+  ASSERT_TRUE(tessera::cuda::plan_copy(Geometry{1, two.data(), huge.data()}, Geometry{1, two.data(), dst_stride.data()}, &plan));
+  EXPECT_FALSE(plan.index32);
+}
+
+TEST(CopyPlanning, RefusesWhatItCannotPlan) {
+  CopyPlan plan;
+  const std::vector<int64_t> sizes = {4}, bad = {3}, one = {1}, negative = {-1};
+  EXPECT_FALSE(tessera::cuda::plan_copy(Geometry{1, sizes.data(), one.data()}, Geometry{1, bad.data(), one.data()}, &plan));
+  EXPECT_FALSE(tessera::cuda::plan_copy(Geometry{1, sizes.data(), negative.data()}, Geometry{1, sizes.data(), one.data()}, &plan));
+  EXPECT_FALSE(tessera::cuda::plan_copy(Geometry{0, nullptr, nullptr}, Geometry{1, sizes.data(), one.data()}, &plan));
+  // 9 dims of size 2 that never merge.
+  std::vector<int64_t> s9(9, 2), st9(9);
+  for (int d = 0; d < 9; ++d) st9[size_t(d)] = int64_t(1) << (2 * d);
+  EXPECT_FALSE(tessera::cuda::plan_copy(Geometry{9, s9.data(), st9.data()}, Geometry{9, s9.data(), st9.data()}, &plan));
+}
+
+TEST(LaunchPlanning, ANumberPassedByValueDoesNotBlockTheVectorPath) {
+  const std::vector<int64_t> sizes = {4, 5, 6}, strides = {30, 6, 1};
+  Geometry g{3, sizes.data(), strides.data()};
+  const Geometry ins[2] = {g, Geometry{0, nullptr, nullptr}};  // x * 2.5: the number is 0-dim
+  IterShape shape;
+  Operand ops[3];
+  ASSERT_TRUE(tessera::cuda::plan_elementwise(g, ins, 2, &shape, ops));
+  EXPECT_EQ(shape.ndim, 1);
+  EXPECT_EQ(ops[2].strides[0], 0);
+  EXPECT_FALSE(tessera::cuda::is_dense(shape, ops, 3));
+  EXPECT_TRUE(tessera::cuda::is_dense(shape, ops, 3, 1u << 2));
+  EXPECT_FALSE(tessera::cuda::is_dense(shape, ops, 3, 1u << 1));
+}
+
 TEST(HalfBits, MatchesTheCoreConversionBitForBit) {
   std::random_device rd;
   const unsigned seed = rd();

@@ -88,53 +88,13 @@ __device__ __forceinline__ float warp_max(float v) {
   return v;
 }
 
-// Runtime dtype loads and stores (the copy kernel and reduction outputs).
-__device__ __forceinline__ double load_as_double(const char* p, int32_t dt) {
-  switch (dt) {
-    case kDtBool: return *reinterpret_cast<const uint8_t*>(p) != 0 ? 1.0 : 0.0;
-    case kDtU8: return double(*reinterpret_cast<const uint8_t*>(p));
-    case kDtI8: return double(*reinterpret_cast<const int8_t*>(p));
-    case kDtI16: return double(*reinterpret_cast<const int16_t*>(p));
-    case kDtI32: return double(*reinterpret_cast<const int32_t*>(p));
-    case kDtI64: return double(*reinterpret_cast<const int64_t*>(p));
-    case kDtF16: return double(__half2float(*reinterpret_cast<const __half*>(p)));
-    case kDtBF16: return double(__bfloat162float(*reinterpret_cast<const __nv_bfloat16*>(p)));
-    case kDtF32: return double(*reinterpret_cast<const float*>(p));
-    default: return *reinterpret_cast<const double*>(p);
-  }
-}
-__device__ __forceinline__ int64_t load_as_int(const char* p, int32_t dt) {
-  switch (dt) {
-    case kDtBool: return *reinterpret_cast<const uint8_t*>(p) != 0 ? 1 : 0;
-    case kDtU8: return *reinterpret_cast<const uint8_t*>(p);
-    case kDtI8: return *reinterpret_cast<const int8_t*>(p);
-    case kDtI16: return *reinterpret_cast<const int16_t*>(p);
-    case kDtI32: return *reinterpret_cast<const int32_t*>(p);
-    default: return *reinterpret_cast<const int64_t*>(p);
-  }
-}
+// A floating value stored into a floating dtype chosen at run time (reduction outputs).
 __device__ __forceinline__ void store_double(char* p, int32_t dt, double v) {
   switch (dt) {
-    case kDtBool: *reinterpret_cast<uint8_t*>(p) = v != 0.0 ? 1 : 0; break;
-    case kDtU8: *reinterpret_cast<uint8_t*>(p) = uint8_t(int64_t(v)); break;
-    case kDtI8: *reinterpret_cast<int8_t*>(p) = int8_t(int64_t(v)); break;
-    case kDtI16: *reinterpret_cast<int16_t*>(p) = int16_t(int64_t(v)); break;
-    case kDtI32: *reinterpret_cast<int32_t*>(p) = int32_t(int64_t(v)); break;
-    case kDtI64: *reinterpret_cast<int64_t*>(p) = int64_t(v); break;
-    case kDtF16: *reinterpret_cast<__half*>(p) = __double2half(v); break;
-    case kDtBF16: *reinterpret_cast<__nv_bfloat16*>(p) = __double2bfloat16(v); break;
+    case kDtF16: *reinterpret_cast<__half*>(p) = __float2half_rn(float(v)); break;
+    case kDtBF16: *reinterpret_cast<__nv_bfloat16*>(p) = __float2bfloat16_rn(float(v)); break;
     case kDtF32: *reinterpret_cast<float*>(p) = float(v); break;
     default: *reinterpret_cast<double*>(p) = v; break;
-  }
-}
-__device__ __forceinline__ void store_int(char* p, int32_t dt, int64_t v) {
-  switch (dt) {
-    case kDtBool: *reinterpret_cast<uint8_t*>(p) = v != 0 ? 1 : 0; break;
-    case kDtU8: *reinterpret_cast<uint8_t*>(p) = uint8_t(v); break;
-    case kDtI8: *reinterpret_cast<int8_t*>(p) = int8_t(v); break;
-    case kDtI16: *reinterpret_cast<int16_t*>(p) = int16_t(v); break;
-    case kDtI32: *reinterpret_cast<int32_t*>(p) = int32_t(v); break;
-    default: *reinterpret_cast<int64_t*>(p) = v; break;
   }
 }
 

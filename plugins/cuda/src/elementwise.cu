@@ -1,4 +1,5 @@
-// Elementwise kernels: binary (with broadcasting through zero strides), unary, fill_ and copy_.
+// Elementwise kernels: binary (with broadcasting through zero strides, and an operand that is one
+// number passed by value), unary and fill_ (copy_ is in copy.cu).
 // Each family has a vectorised contiguous path (one 128-bit load per operand and thread step) and
 // an index-computing strided path. The operator is a launch argument (a uniform branch inside the
 // kernel) rather than a template parameter, to keep the number of instantiations, and the nvcc
@@ -51,63 +52,91 @@ __device__ __forceinline__ bool binary_compare(BinaryOp op, C a, C b) {
 }
 
 template <typename T, typename OutT>
-__device__ __forceinline__ OutT binary_apply(BinaryOp op, T a, T b, opmath_t<T> alpha) {
+__device__ __forceinline__ OutT binary_apply(BinaryOp op, opmath_t<T> a, opmath_t<T> b, opmath_t<T> alpha) {
   if constexpr (std::is_same_v<OutT, bool>) {
-    return binary_compare(op, to_op(a), to_op(b));
+    return binary_compare(op, a, b);
   } else {
-    return from_op<T>(binary_arith(op, to_op(a), to_op(b), alpha));
+    return from_op<T>(binary_arith(op, a, b, alpha));
   }
+}
+
+// Operand k (1 = a, 2 = b) read from memory, or the number passed by value when `scalar_operand`
+// names it (a uniform branch: the same for every thread of the launch).
+template <typename T>
+__device__ __forceinline__ opmath_t<T> operand_value(int k, int scalar_operand, opmath_t<T> scalar, const T* p,
+                                                     int64_t i) {
+  return scalar_operand == k ? scalar : to_op(p[i]);
 }
 
 template <typename T, typename OutT, int kVec>
 __global__ void binary_contiguous_kernel(BinaryOp op, int64_t n, OutT* __restrict__ out, const T* __restrict__ a,
-                                         const T* __restrict__ b, opmath_t<T> alpha) {
+                                         const T* __restrict__ b, int scalar_operand, opmath_t<T> scalar,
+                                         opmath_t<T> alpha) {
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
   const int64_t first = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t nvec = n / kVec;
   using InVec = AlignedVector<T, kVec>;
   using OutVec = AlignedVector<OutT, kVec>;
   for (int64_t v = first; v < nvec; v += stride) {
-    const InVec va = reinterpret_cast<const InVec*>(a)[v];
-    const InVec vb = reinterpret_cast<const InVec*>(b)[v];
+    InVec va, vb;
+    if (scalar_operand != 1) va = reinterpret_cast<const InVec*>(a)[v];
+    if (scalar_operand != 2) vb = reinterpret_cast<const InVec*>(b)[v];
     OutVec vo;
 #pragma unroll
-    for (int j = 0; j < kVec; ++j) vo.v[j] = binary_apply<T, OutT>(op, va.v[j], vb.v[j], alpha);
+    for (int j = 0; j < kVec; ++j) {
+      const opmath_t<T> x = scalar_operand == 1 ? scalar : to_op(va.v[j]);
+      const opmath_t<T> y = scalar_operand == 2 ? scalar : to_op(vb.v[j]);
+      vo.v[j] = binary_apply<T, OutT>(op, x, y, alpha);
+    }
     reinterpret_cast<OutVec*>(out)[v] = vo;
   }
-  for (int64_t i = nvec * kVec + first; i < n; i += stride) out[i] = binary_apply<T, OutT>(op, a[i], b[i], alpha);
+  for (int64_t i = nvec * kVec + first; i < n; i += stride)
+    out[i] = binary_apply<T, OutT>(op, operand_value(1, scalar_operand, scalar, a, i),
+                                   operand_value(2, scalar_operand, scalar, b, i), alpha);
 }
 
 template <typename T, typename OutT>
 __global__ void binary_strided_kernel(BinaryOp op, int64_t n, OffsetCalculator<3> oc, OutT* out, const T* a,
-                                      const T* b, opmath_t<T> alpha) {
+                                      const T* b, int scalar_operand, opmath_t<T> scalar, opmath_t<T> alpha) {
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
     int64_t off[3];
     oc.get(i, off);
-    out[off[0]] = binary_apply<T, OutT>(op, a[off[1]], b[off[2]], alpha);
+    out[off[0]] = binary_apply<T, OutT>(op, operand_value(1, scalar_operand, scalar, a, off[1]),
+                                        operand_value(2, scalar_operand, scalar, b, off[2]), alpha);
   }
 }
 
 bool aligned(const void* p, size_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
 
+// A number made by to_compute_scalar as a value of T's compute type.
+template <typename T>
+opmath_t<T> compute_value(const ComputeScalar& s) {
+  using C = opmath_t<T>;
+  if constexpr (std::is_floating_point_v<C>) return C(s.f);
+  else return C(s.i);
+}
+
 template <typename T, typename OutT>
 cudaError_t run_binary(BinaryOp op, const IterShape& shape, const Operand& out, const Operand& a, const Operand& b,
-                       opmath_t<T> alpha, bool contiguous, cudaStream_t stream) {
+                       int scalar_operand, const ComputeScalar& scalar, const ComputeScalar& alpha, bool contiguous,
+                       cudaStream_t stream) {
   constexpr int kVec = 16 / sizeof(T);
   auto* o = static_cast<OutT*>(out.data);
   auto* pa = static_cast<const T*>(a.data);
   auto* pb = static_cast<const T*>(b.data);
+  const opmath_t<T> sv = compute_value<T>(scalar), al = compute_value<T>(alpha);
   if (shape.numel == 0) return cudaSuccess;
   if (contiguous && aligned(o, sizeof(OutT) * kVec) && aligned(pa, 16) && aligned(pb, 16)) {
-    binary_contiguous_kernel<T, OutT, kVec>
-        <<<grid_for((shape.numel + kVec - 1) / kVec), kThreads, 0, stream>>>(op, shape.numel, o, pa, pb, alpha);
+    binary_contiguous_kernel<T, OutT, kVec><<<grid_for((shape.numel + kVec - 1) / kVec), kThreads, 0, stream>>>(
+        op, shape.numel, o, pa, pb, scalar_operand, sv, al);
   } else if (contiguous) {
-    binary_contiguous_kernel<T, OutT, 1><<<grid_for(shape.numel), kThreads, 0, stream>>>(op, shape.numel, o, pa, pb, alpha);
+    binary_contiguous_kernel<T, OutT, 1>
+        <<<grid_for(shape.numel), kThreads, 0, stream>>>(op, shape.numel, o, pa, pb, scalar_operand, sv, al);
   } else {
     const Operand* ops[3] = {&out, &a, &b};
-    binary_strided_kernel<T, OutT>
-        <<<grid_for(shape.numel), kThreads, 0, stream>>>(op, shape.numel, make_offset_calculator<3>(shape, ops), o, pa, pb, alpha);
+    binary_strided_kernel<T, OutT><<<grid_for(shape.numel), kThreads, 0, stream>>>(
+        op, shape.numel, make_offset_calculator<3>(shape, ops), o, pa, pb, scalar_operand, sv, al);
   }
   return cudaGetLastError();
 }
@@ -197,7 +226,7 @@ cudaError_t run_unary(UnaryOp op, const IterShape& shape, const Operand& out, co
   return cudaGetLastError();
 }
 
-// ---------------------------------------------------------------- fill_ and copy_
+// ---------------------------------------------------------------- fill_
 
 template <typename U>
 __global__ void fill_kernel(int64_t n, OffsetCalculator<1> oc, bool contiguous, U* out, U value) {
@@ -213,36 +242,17 @@ __global__ void fill_kernel(int64_t n, OffsetCalculator<1> oc, bool contiguous, 
   }
 }
 
-__global__ void copy_kernel(int64_t n, OffsetCalculator<2> oc, char* out, int32_t out_dtype, const char* in,
-                            int32_t in_dtype, bool integral_path) {
-  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
-  const int out_size = dtype_itemsize(out_dtype), in_size = dtype_itemsize(in_dtype);
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
-    int64_t off[2];
-    oc.get(i, off);
-    const char* src = in + off[1] * in_size;
-    char* dst = out + off[0] * out_size;
-    if (integral_path) {
-      store_int(dst, out_dtype, load_as_int(src, in_dtype));
-    } else {
-      store_double(dst, out_dtype, load_as_double(src, in_dtype));
-    }
-  }
-}
-
-bool is_integral_or_bool(int32_t dt) { return dt <= kDtI64; }
-
 }  // namespace
 
 cudaError_t launch_binary(BinaryOp op, int32_t dtype, const IterShape& shape, const Operand& out, const Operand& a,
-                          const Operand& b, double alpha, int64_t alpha_int, bool contiguous, cudaStream_t stream) {
+                          const Operand& b, int scalar_operand, const ComputeScalar& scalar,
+                          const ComputeScalar& alpha, bool contiguous, cudaStream_t stream) {
   if (is_comparison(op)) {
-    TESSERA_CUDA_DISPATCH_ALL(dtype, return run_binary<scalar_t, bool>(op, shape, out, a, b, opmath_t<scalar_t>(0), contiguous, stream))
+    TESSERA_CUDA_DISPATCH_ALL(dtype, return run_binary<scalar_t, bool>(op, shape, out, a, b, scalar_operand, scalar,
+                                                                       alpha, contiguous, stream))
   }
-  TESSERA_CUDA_DISPATCH_ALL(dtype, {
-    const auto al = std::is_floating_point_v<opmath_t<scalar_t>> ? opmath_t<scalar_t>(alpha) : opmath_t<scalar_t>(alpha_int);
-    return run_binary<scalar_t, scalar_t>(op, shape, out, a, b, al, contiguous, stream);
-  })
+  TESSERA_CUDA_DISPATCH_ALL(dtype, return run_binary<scalar_t, scalar_t>(op, shape, out, a, b, scalar_operand, scalar,
+                                                                         alpha, contiguous, stream))
   return cudaErrorInvalidValue;
 }
 
@@ -264,16 +274,6 @@ cudaError_t launch_fill(const IterShape& shape, const Operand& out, uint64_t bit
     case 4: fill_kernel<uint32_t><<<grid, kThreads, 0, stream>>>(shape.numel, oc, contiguous, static_cast<uint32_t*>(out.data), uint32_t(bits)); break;
     default: fill_kernel<uint64_t><<<grid, kThreads, 0, stream>>>(shape.numel, oc, contiguous, static_cast<uint64_t*>(out.data), bits); break;
   }
-  return cudaGetLastError();
-}
-
-cudaError_t launch_copy(const IterShape& shape, const Operand& out, const Operand& in, cudaStream_t stream) {
-  if (shape.numel == 0) return cudaSuccess;
-  const Operand* ops[2] = {&out, &in};
-  const bool integral = is_integral_or_bool(out.dtype) && is_integral_or_bool(in.dtype);
-  copy_kernel<<<grid_for(shape.numel), kThreads, 0, stream>>>(shape.numel, make_offset_calculator<2>(shape, ops),
-                                                              static_cast<char*>(out.data), out.dtype,
-                                                              static_cast<const char*>(in.data), in.dtype, integral);
   return cudaGetLastError();
 }
 

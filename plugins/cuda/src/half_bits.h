@@ -1,6 +1,6 @@
-// Host-side float -> float16 / bfloat16 bit patterns, round to nearest even (fill_ values). Plain
-// C++ so that the unit tests check it without a GPU; the plugin cannot use the core's tessera::Half
-// conversion (it never links libtessera).
+// Host-side float <-> float16 / bfloat16 bit patterns, round to nearest even (fill_ values, numbers
+// passed to kernels by value). Plain C++ so that the unit tests check it without a GPU; the plugin
+// cannot use the core's tessera::Half conversion (it never links libtessera).
 #pragma once
 #include <cstdint>
 #include <cstring>
@@ -35,6 +35,31 @@ inline uint16_t float_to_bf16_bits(float f) {
   if ((u & 0x7fffffffu) > 0x7f800000u) return uint16_t((u >> 16) | 0x40);
   u += 0x7fffu + ((u >> 16) & 1u);
   return uint16_t(u >> 16);
+}
+
+// Exact (every float16 and bfloat16 value is a float).
+inline float half_bits_to_float(uint16_t h) {
+  const uint32_t sign = uint32_t(h & 0x8000u) << 16;
+  const uint32_t exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu;
+  uint32_t u;
+  if (exp == 31) {
+    u = sign | 0x7f800000u | (mant << 13);
+  } else if (exp != 0) {
+    u = sign | ((exp + 112u) << 23) | (mant << 13);
+  } else {  // zero or subnormal: mant * 2^-24, exact in float
+    float f = float(mant) * 5.9604644775390625e-8f;
+    std::memcpy(&u, &f, 4);
+    u |= sign;
+  }
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+inline float bf16_bits_to_float(uint16_t b) {
+  const uint32_t u = uint32_t(b) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
 }
 
 }  // namespace tessera::cuda

@@ -34,19 +34,42 @@ enum class BinaryOp : int32_t { Add, Sub, Mul, Div, Maximum, Minimum, Eq, Ne, Lt
 enum class UnaryOp : int32_t { Neg, Abs, Exp, Log, Sqrt, Rsqrt, Sin, Cos, Tanh, Sigmoid, Relu, Gelu, GeluTanh, Silu, Erf };
 constexpr bool is_comparison(BinaryOp op) { return op >= BinaryOp::Eq; }
 
-// `contiguous`: every operand is dense over the iteration space (ndim == 1, unit strides), which
-// enables the vectorised path (128-bit loads) when the pointers are 16-byte aligned.
-// a and b have the compute dtype; out has it too, or bool for comparisons. alpha scales b
-// (add/sub); it is read as a double for floating dtypes and as an integer otherwise.
+// A number in a kernel's compute type (opmath: float for float16/bfloat16/float32 kernels, double
+// for float64, the integer type itself for integer kernels), made on the host by
+// to_compute_scalar (scalar_convert.h): `f` holds a floating compute value (already rounded to
+// float where the compute type is float), `i` an integral one (already wrapped to the type's
+// width; 0 or 1 for bool).
+struct ComputeScalar {
+  int32_t dtype = kDtF32;
+  double f = 0.0;
+  int64_t i = 0;
+};
+
+// `contiguous`: every operand read from memory is dense over the iteration space (ndim == 1, unit
+// strides), which enables the vectorised path (128-bit loads) when the pointers are 16-byte aligned.
+// a and b have the storage dtype `dtype`; out has it too, or bool for comparisons. `scalar_operand`
+// 1 or 2 replaces a or b by the number `scalar` (Note [Wrapped numbers on the GPU], ops.cpp): that
+// operand's data is not read. alpha scales b (add/sub). Both numbers are in `dtype`'s compute type.
 cudaError_t launch_binary(BinaryOp op, int32_t dtype, const IterShape& shape, const Operand& out, const Operand& a,
-                          const Operand& b, double alpha, int64_t alpha_int, bool contiguous, cudaStream_t stream);
+                          const Operand& b, int scalar_operand, const ComputeScalar& scalar,
+                          const ComputeScalar& alpha, bool contiguous, cudaStream_t stream);
 cudaError_t launch_unary(UnaryOp op, int32_t dtype, const IterShape& shape, const Operand& out, const Operand& in,
                          bool contiguous, cudaStream_t stream);
 // Writes the element bit pattern `bits` (itemsize of out.dtype) to every element.
 cudaError_t launch_fill(const IterShape& shape, const Operand& out, uint64_t bits, cudaStream_t stream);
-// out = convert(in), any dtype pair (through int64 between integral types, through double
-// otherwise).
-cudaError_t launch_copy(const IterShape& shape, const Operand& out, const Operand& in, cudaStream_t stream);
+// A strided copy/conversion planned by plan_copy (tensor_iter.h): dims coalesced and ordered by
+// the destination's strides, innermost last; strides in elements (0 where the source broadcasts).
+struct CopyPlan {
+  int32_t ndim = 0;
+  int64_t numel = 0;
+  int64_t sizes[kMaxDims] = {};
+  int64_t dst_strides[kMaxDims] = {}, src_strides[kMaxDims] = {};
+  bool contiguous = false;  // one dim, unit strides: the vectorised path
+  bool index32 = false;     // numel and every element offset fit in int32: 32-bit index math
+};
+// dst = convert(src) for any dtype pair (Note [CUDA copy conversions], copy.cu).
+cudaError_t launch_copy(const CopyPlan& plan, void* dst, int32_t dst_dtype, const void* src, int32_t src_dtype,
+                        cudaStream_t stream);
 
 // Reductions. The input is split into kept dims (one output element per position) and reduced
 // dims; each list is row-major. Output element o is at out + sum kept_coord * out_strides.

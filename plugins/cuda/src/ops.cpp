@@ -21,6 +21,7 @@
 #include "half_bits.h"
 #include "launch.h"
 #include "matmul_layout.h"
+#include "scalar_convert.h"
 #include "tensor_iter.h"
 
 namespace tessera::cuda {
@@ -148,12 +149,11 @@ void device_copy(const KernelCall& call, const DeviceTensor& dst, const DeviceTe
                   "cudaMemcpyAsync", into_temporary);
     return;
   }
-  IterShape shape;
-  Operand ops[2] = {dst.operand(), src.operand()};
-  const Geometry in = src.geometry();
-  if (!plan_elementwise(dst.geometry(), &in, 1, &shape, ops))
+  CopyPlan plan;
+  if (!plan_copy(dst.geometry(), src.geometry(), &plan))
     unimplemented(call, "copy layout with more than " + std::to_string(kMaxDims) + " non-mergeable dims");
-  check_launch(call, launch_copy(shape, ops[0], ops[1], stream), into_temporary);
+  if (plan.numel == 0) return;
+  check_launch(call, launch_copy(plan, dst.data, dst.dtype, src.data, src.dtype, stream), into_temporary);
 }
 
 // `t` itself when it already has `dtype` (and is contiguous, if asked), else a converted copy.
@@ -181,29 +181,64 @@ int32_t compare_dtype(int32_t a, int32_t b, const DeviceTensor& ta, const Device
   return fa ? kDtF32 : kDtI64;
 }
 
+// Note [Wrapped numbers on the GPU]
+// A C++ number next to a tensor (the -3 of `x / -3`) reaches a kernel as a 0-dim CPU tensor of
+// dtype int64, float64 or bool (Note [Wrapped numbers reach kernels as they are], dispatcher). Its
+// memory is host memory: it is never handed to a kernel or to cudaMemcpy as device memory. The
+// host reads it and converts it once, straight into the kernel's compute type (to_compute_scalar:
+// float for float16/bfloat16/float32 kernels, the integer type for integer kernels), and the value
+// travels as a kernel argument. So `float16 [0.001] * 1e5` multiplies by 100000.0f (never by a
+// float16 inf), `uint8 [7] / -3` (computed in float32) divides by -3.0f, `uint8 [2] * -3` wraps to
+// 250 as in PyTorch. A comparison converts the number to the other operand's dtype first, as
+// PyTorch does (`uint8 [44] == 300` is true). Scalar attributes (alpha) take the same conversion.
+bool is_host_scalar(const TensorView& t) { return t.defined() && t.device_type() == TESSERA_DEVICE_CPU && t.ndim() == 0; }
+
+HostNumber host_number(const KernelCall& call, const TensorView& t) {
+  HostNumber n;
+  if (!read_host_number(t.host_ptr<const unsigned char>(), t.dtype(), &n))
+    unimplemented(call, std::string("CPU scalar of dtype code ") + std::to_string(t.dtype()));
+  return n;
+}
+
+// The Scalar attribute `attr` as it was given (integral or floating).
+HostNumber attr_number(const KernelCall& call, int attr) {
+  return call.attr_is_floating(attr) ? floating_number(call.attr_double(attr)) : integral_number(call.attr_int(attr));
+}
+
 template <BinaryOp kOp>
 void binary_kernel(const KernelCall& call) {
   Launch l(call);
-  DeviceTensor a = view_of(call, call.input(0), "self");
-  DeviceTensor b = view_of(call, call.input(1), "other");
+  const TensorView av = call.input(0), bv = call.input(1);
+  const bool a_scalar = is_host_scalar(av), b_scalar = is_host_scalar(bv);
+  if (a_scalar && b_scalar) unimplemented(call, "both operands are CPU scalars");
   DeviceTensor out = view_of(call, call.output(0), "output");
-  const int32_t compute = is_comparison(kOp) ? compare_dtype(a.dtype, b.dtype, a, b) : out.dtype;
+  DeviceTensor a, b;
+  if (!a_scalar) a = view_of(call, av, "self");
+  if (!b_scalar) b = view_of(call, bv, "other");
+  int32_t compute = out.dtype;
+  if (is_comparison(kOp)) compute = a_scalar ? b.dtype : (b_scalar ? a.dtype : compare_dtype(a.dtype, b.dtype, a, b));
   if (!kernel_dtype(compute)) unimplemented(call, std::string("dtype ") + dtype_str(compute));
   if (is_comparison(kOp) ? out.dtype != kDtBool : out.dtype != compute) unimplemented(call, "output dtype");
-  a = materialize(call, a, compute, false, l);
-  b = materialize(call, b, compute, false, l);
-  double alpha = 1.0;
-  int64_t alpha_int = 1;
-  if ((kOp == BinaryOp::Add || kOp == BinaryOp::Sub) && call.num_attrs() > 0 && !call.attr_is_none(0)) {
-    alpha = call.attr_double(0);
-    alpha_int = call.attr_int(0);
+  // Note [Wrapped numbers on the GPU]
+  int scalar_operand = 0;
+  ComputeScalar scalar;
+  if (a_scalar || b_scalar) {
+    scalar_operand = a_scalar ? 1 : 2;
+    scalar = to_compute_scalar(host_number(call, a_scalar ? av : bv), compute, is_comparison(kOp));
+    (a_scalar ? a : b).dtype = compute;  // a 0-dim operand that is never read
   }
+  if (!a_scalar) a = materialize(call, a, compute, false, l);
+  if (!b_scalar) b = materialize(call, b, compute, false, l);
+  ComputeScalar alpha = to_compute_scalar(integral_number(1), compute);
+  if ((kOp == BinaryOp::Add || kOp == BinaryOp::Sub) && call.num_attrs() > 0 && !call.attr_is_none(0))
+    alpha = to_compute_scalar(attr_number(call, 0), compute);
   IterShape shape;
   Operand ops[3] = {out.operand(), a.operand(), b.operand()};
   const Geometry ins[2] = {a.geometry(), b.geometry()};
   if (!plan_elementwise(out.geometry(), ins, 2, &shape, ops)) unimplemented(call, "operand layout");
-  check_launch(call, launch_binary(kOp, compute, shape, ops[0], ops[1], ops[2], alpha, alpha_int,
-                                   is_dense(shape, ops, 3), l.stream));
+  const uint32_t skip = scalar_operand ? 1u << scalar_operand : 0u;
+  check_launch(call, launch_binary(kOp, compute, shape, ops[0], ops[1], ops[2], scalar_operand, scalar, alpha,
+                                   is_dense(shape, ops, 3, skip), l.stream));
 }
 
 template <UnaryOp kOp>
@@ -224,29 +259,27 @@ void unary_kernel(const KernelCall& call) {
   check_launch(call, launch_unary(op, out.dtype, shape, ops[0], ops[1], is_dense(shape, ops, 2), l.stream));
 }
 
+// The fill value in `dtype`'s storage format: rounded once into the dtype (float16/bfloat16 through
+// float, like PyTorch's fill_), floating values into integers without undefined behaviour (the
+// dispatcher has already refused values out of the dtype's range).
 uint64_t scalar_bits(const KernelCall& call, int attr, int32_t dtype) {
-  const bool floating = call.attr_is_floating(attr);
-  const double d = call.attr_double(attr);
-  const int64_t i = floating ? int64_t(d) : call.attr_int(attr);
+  const HostNumber n = attr_number(call, attr);
   switch (dtype) {
-    case kDtBool: return (floating ? d != 0.0 : i != 0) ? 1 : 0;
-    case kDtU8: case kDtI8: return uint64_t(uint8_t(i));
-    case kDtI16: return uint64_t(uint16_t(i));
-    case kDtI32: return uint64_t(uint32_t(i));
-    case kDtI64: return uint64_t(i);
-    case kDtF16: return float_to_half_bits(float(d));
-    case kDtBF16: return float_to_bf16_bits(float(d));
+    case kDtF16: return float_to_half_bits(n.floating ? float(n.f) : float(n.i));
+    case kDtBF16: return float_to_bf16_bits(n.floating ? float(n.f) : float(n.i));
     case kDtF32: {
-      const float f = float(d);
+      const float f = float(to_compute_scalar(n, kDtF32).f);
       uint32_t b;
       std::memcpy(&b, &f, 4);
       return b;
     }
-    default: {
+    case kDtF64: {
+      const double d = to_compute_scalar(n, kDtF64).f;
       uint64_t b;
       std::memcpy(&b, &d, 8);
       return b;
     }
+    default: return uint64_t(to_compute_scalar(n, dtype).i);  // the low bytes are the element
   }
 }
 

@@ -4,6 +4,7 @@
 // unit tests exercise it without a GPU.
 #pragma once
 #include <algorithm>
+#include <climits>
 #include <cstdint>
 #include <vector>
 
@@ -83,11 +84,83 @@ inline bool plan_elementwise(const Geometry& out, const Geometry* inputs, int nu
   return true;
 }
 
-// True when every operand is dense over the planned space (one dim, unit strides).
-inline bool is_dense(const IterShape& shape, const Operand* operands, int nops) {
+// True when every operand is dense over the planned space (one dim, unit strides). Operands whose
+// bit is set in `skip_mask` (a number passed by value, never read from memory) are not looked at.
+inline bool is_dense(const IterShape& shape, const Operand* operands, int nops, uint32_t skip_mask = 0) {
   if (shape.ndim != 1) return false;
   for (int k = 0; k < nops; ++k)
-    if (operands[k].strides[0] != 1) return false;
+    if (!((skip_mask >> k) & 1u) && operands[k].strides[0] != 1) return false;
+  return true;
+}
+
+// Plans dst = convert(src) (launch_copy): `src` broadcasts to dst's shape (stride 0). Size-1 dims
+// are dropped, the others ordered by the destination's strides (largest outermost, so that
+// neighbouring threads write neighbouring elements; ties by the source's), and a dim is merged
+// into its inner neighbour when both operands' strides continue across the boundary. A dense copy
+// becomes one dim with unit strides (the vectorised path). index32 is set when the element count
+// and the largest element offset of each operand fit in int32 (32-bit index math in the kernel).
+// False (nothing planned) when src does not broadcast to dst, a size or stride is negative, or
+// more than kMaxDims dims remain.
+inline bool plan_copy(const Geometry& dst, const Geometry& src, CopyPlan* plan) {
+  if (src.ndim > dst.ndim || dst.ndim < 0) return false;
+  struct Dim {
+    int64_t size, dst_stride, src_stride;
+  };
+  std::vector<Dim> dims;
+  int64_t numel = 1;
+  for (int d = 0; d < dst.ndim; ++d) {
+    const int64_t size = dst.sizes[d];
+    if (size < 0 || dst.strides[d] < 0) return false;
+    if (__builtin_mul_overflow(numel, size, &numel)) return false;
+    int64_t src_stride = 0;
+    const int ds = d - (dst.ndim - src.ndim);
+    if (ds >= 0) {
+      if (src.sizes[ds] == size) {
+        src_stride = src.strides[ds];
+        if (src_stride < 0) return false;
+      } else if (src.sizes[ds] != 1) {
+        return false;
+      }
+    }
+    if (size != 1) dims.push_back(Dim{size, dst.strides[d], src_stride});
+  }
+  *plan = CopyPlan{};
+  plan->numel = numel;
+  std::stable_sort(dims.begin(), dims.end(), [](const Dim& a, const Dim& b) {
+    return a.dst_stride != b.dst_stride ? a.dst_stride > b.dst_stride : a.src_stride > b.src_stride;
+  });
+  std::vector<Dim> merged;  // outermost first
+  for (const Dim& d : dims) {
+    if (!merged.empty()) {
+      Dim& outer = merged.back();
+      // `outer` steps over whole rows of `d` in both operands: one dim of outer.size * d.size.
+      if (outer.dst_stride == d.dst_stride * d.size && outer.src_stride == d.src_stride * d.size) {
+        outer.size *= d.size;
+        outer.dst_stride = d.dst_stride;
+        outer.src_stride = d.src_stride;
+        continue;
+      }
+    }
+    merged.push_back(d);
+  }
+  if (merged.empty()) merged.push_back(Dim{1, 1, 1});  // one element (or none: numel is 0)
+  if (merged.size() > size_t(kMaxDims)) return false;
+  plan->ndim = int32_t(merged.size());
+  int64_t dst_extent = 0, src_extent = 0;  // largest element offsets
+  bool fits = numel <= INT32_MAX;
+  for (size_t j = 0; j < merged.size(); ++j) {
+    const Dim& d = merged[j];
+    plan->sizes[j] = d.size;
+    plan->dst_strides[j] = d.dst_stride;
+    plan->src_strides[j] = d.src_stride;
+    int64_t a = 0, b = 0;
+    const int64_t last = d.size > 0 ? d.size - 1 : 0;
+    if (__builtin_mul_overflow(last, d.dst_stride, &a) || __builtin_mul_overflow(last, d.src_stride, &b) ||
+        __builtin_add_overflow(dst_extent, a, &dst_extent) || __builtin_add_overflow(src_extent, b, &src_extent))
+      fits = false;
+  }
+  plan->index32 = fits && dst_extent <= INT32_MAX && src_extent <= INT32_MAX;
+  plan->contiguous = plan->ndim == 1 && plan->dst_strides[0] == 1 && plan->src_strides[0] == 1;
   return true;
 }
 
