@@ -207,8 +207,15 @@ void Dispatcher::Impl::republish(Registration::Kind kind, OperatorEntry* op, int
 Dispatcher::Dispatcher() : impl_(std::make_unique<Impl>()) {
   size_t count = 0;
   const CoreOpDef* defs = core_op_defs(&count);
-  for (size_t i = 0; i < count; ++i)
-    impl_->define_locked(parse_schema(defs[i].schema), defs[i].meta, "builtin");
+  for (size_t i = 0; i < count; ++i) {
+    OperatorEntry& e = impl_->define_locked(parse_schema(defs[i].schema), defs[i].meta, "builtin");
+    for (std::string_view tags = defs[i].tags; !tags.empty();) {
+      const size_t comma = std::min(tags.find(','), tags.size());
+      e.tags.emplace_back(tags.substr(0, comma));
+      tags.remove_prefix(std::min(comma + 1, tags.size()));
+    }
+    e.doc = defs[i].doc;
+  }
 }
 
 Dispatcher& Dispatcher::instance() {
@@ -257,6 +264,9 @@ OperatorEntry& Dispatcher::op(std::string_view name) {
 }
 
 const FunctionSchema& Dispatcher::schema(const OperatorEntry& op) const { return op.schema; }
+const std::vector<std::string>& Dispatcher::tags(const OperatorEntry& op) const { return op.tags; }
+const std::string& Dispatcher::doc(const OperatorEntry& op) const { return op.doc; }
+const std::string& Dispatcher::provider(const OperatorEntry& op) const { return op.provider; }
 
 std::vector<std::string> Dispatcher::op_names() const {
   std::lock_guard lock(impl_->mutex);

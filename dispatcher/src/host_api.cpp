@@ -1,5 +1,6 @@
 #include "host_api.h"
 
+#include <algorithm>
 #include <new>
 
 #include "tessera/log.h"
@@ -105,17 +106,80 @@ HostContext::HostContext(std::string plugin_name, DeviceType backend)
   api_.op_forbid_fallback = &HostContext::op_forbid_fallback;
 }
 
-bool HostContext::op_known(const std::string& name) const {
+bool HostContext::op_known(const std::string& name) const { return !canonical_op(name).empty(); }
+
+std::string HostContext::canonical_op(const std::string& name) const {
   for (const auto& p : pending_ops_)
-    if (p == name) return true;
-  return Dispatcher::instance().find_op(name) != nullptr;
+    if (p == name) return p;
+  if (OperatorEntry* e = Dispatcher::instance().find_op(name)) return Dispatcher::instance().schema(*e).full_name();
+  return {};
 }
 
+namespace {
+size_t edit_distance(std::string_view a, std::string_view b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diag = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+}  // namespace
+
+// Up to three defined names nearest to `name`: overloads of the same operator first, then by edit
+// distance.
+std::string HostContext::closest_ops(const std::string& name) const {
+  std::vector<std::string> names = Dispatcher::instance().op_names();
+  names.insert(names.end(), pending_ops_.begin(), pending_ops_.end());
+  const std::string_view base = std::string_view(name).substr(0, name.find('.'));
+  auto rank = [&](const std::string& n) {
+    const bool same_base = std::string_view(n).substr(0, n.find('.')) == base;
+    return std::make_pair(same_base ? 0 : 1, edit_distance(name, n));
+  };
+  std::sort(names.begin(), names.end(), [&](const std::string& a, const std::string& b) {
+    return std::make_pair(rank(a), a) < std::make_pair(rank(b), b);
+  });
+  std::string out;
+  for (size_t i = 0; i < names.size() && i < 3; ++i) out += (i ? ", " : "") + names[i];
+  return out;
+}
+
+// Note [Dangling registrations]
+// A kernel for an op nobody defined, or a second kernel for the same op and functionality without
+// TESSERA_KERNEL_FLAG_REPLACE, is refused at the call (the plugin gets an error status) and, when it
+// happened during init, also fails the plugin's load at commit: a plugin that catches the error and
+// carries on would otherwise run with a silently missing kernel (PyTorch's findDanglingImpls).
+// The message names the plugin, the bad name and the closest defined names; the loader rolls back
+// the plugin's other registrations as for any failed init.
 tessera_status_t HostContext::record(Registration r) {
   std::lock_guard lock(mutex_);
-  if ((r.kind == Registration::Kind::Kernel || r.kind == Registration::Kind::ForbidFallback) && !op_known(r.op))
-    return invalid("plugin '" + plugin_name_ + "': unknown operator '" + r.op +
-                   "'; define it first with op_define or check the name (e.g. \"add.Tensor\")");
+  auto refuse = [&](const std::string& message) {
+    if (!committed_) refused_.push_back(message);
+    return invalid(message);
+  };
+  if (r.kind == Registration::Kind::Kernel || r.kind == Registration::Kind::ForbidFallback) {
+    const std::string canonical = canonical_op(r.op);
+    const char* call = r.kind == Registration::Kind::Kernel ? "kernel_register" : "op_forbid_fallback";
+    if (canonical.empty())
+      return refuse("plugin '" + plugin_name_ + "': " + call + "(\"" + r.op + "\"): unknown operator '" + r.op +
+                    "'; closest defined: " + closest_ops(r.op) +
+                    " (`tessera ops` lists the contract; op_define defines a new op)");
+    if (r.kind == Registration::Kind::Kernel) {
+      const std::string key = canonical + "/" + std::to_string(r.functionality);
+      const bool again = std::find(kernel_keys_.begin(), kernel_keys_.end(), key) != kernel_keys_.end();
+      if (again && !(r.kernel.flags & TESSERA_KERNEL_FLAG_REPLACE))
+        return refuse("plugin '" + plugin_name_ + "': kernel_register(\"" + r.op + "\"): a kernel for '" +
+                      canonical + "' is already registered by this plugin; register each op once, or pass " +
+                      "TESSERA_KERNEL_FLAG_REPLACE to replace it");
+      if (!again) kernel_keys_.push_back(key);
+    }
+  }
   if (!committed_) {
     if (r.kind == Registration::Kind::DefineOp) pending_ops_.push_back(op_name_of_schema(r.op.c_str()));
     pending_.push_back(std::move(r));
@@ -152,6 +216,17 @@ void HostContext::apply(const Registration& r) {
 void HostContext::commit() {
   std::lock_guard lock(mutex_);
   try {
+    if (!refused_.empty()) {
+      std::string message = refused_.front();
+      if (refused_.size() > 1) message += " (and " + std::to_string(refused_.size() - 1) + " more: ";
+      for (size_t i = 1; i < refused_.size(); ++i) {
+        const std::string& m = refused_[i];
+        const size_t q = m.find('"'), q2 = q == std::string::npos ? q : m.find('"', q + 1);
+        message += (i > 1 ? ", " : "") + (q2 == std::string::npos ? m : m.substr(q + 1, q2 - q - 1));
+      }
+      if (refused_.size() > 1) message += ")";
+      detail::throw_error(ErrorCode::InvalidArgument, message);
+    }
     for (const auto& r : pending_) apply(r);
   } catch (...) {
     for (auto it = handles_.rbegin(); it != handles_.rend(); ++it) Dispatcher::instance().deregister(*it);
@@ -159,6 +234,8 @@ void HostContext::commit() {
     num_kernels_ = 0;
     pending_.clear();
     pending_ops_.clear();
+    kernel_keys_.clear();
+    refused_.clear();
     throw;
   }
   pending_.clear();
@@ -170,6 +247,8 @@ void HostContext::discard() {
   std::lock_guard lock(mutex_);
   pending_.clear();
   pending_ops_.clear();
+  kernel_keys_.clear();
+  refused_.clear();
 }
 
 void HostContext::deregister_all() {
@@ -182,6 +261,7 @@ void HostContext::deregister_all() {
     }
   }
   handles_.clear();
+  kernel_keys_.clear();
   num_kernels_ = 0;
   committed_ = false;
 }

@@ -94,7 +94,9 @@ class HostContext {
   const std::string& plugin_name() const { return plugin_name_; }
   DeviceType backend() const { return backend_; }
 
-  // Applies the recorded registrations. Throws tessera::Error after undoing what it applied.
+  // Applies the recorded registrations. Throws tessera::Error after undoing what it applied, also
+  // when a registration during init was refused (Note [Dangling registrations]) even if the plugin
+  // ignored the status it got.
   void commit();
   // Drops the recorded registrations (failed init).
   void discard();
@@ -121,6 +123,9 @@ class HostContext {
   tessera_status_t record(Registration r);
   void apply(const Registration& r);  // throws
   bool op_known(const std::string& name) const;
+  // The full name `name` resolves to ("fill_" -> "fill_"), or "" when unknown.
+  std::string canonical_op(const std::string& name) const;
+  std::string closest_ops(const std::string& name) const;
 
   std::string plugin_name_;
   DeviceType backend_;
@@ -129,6 +134,8 @@ class HostContext {
   bool committed_ = false;
   std::vector<Registration> pending_;
   std::vector<std::string> pending_ops_;  // full names of ops defined by pending registrations
+  std::vector<std::string> kernel_keys_;  // "<full op name>/<functionality>" of every kernel registered
+  std::vector<std::string> refused_;      // registrations refused during init, each a one-line reason
   std::vector<RegistrationHandle> handles_;
   size_t num_kernels_ = 0;
 };

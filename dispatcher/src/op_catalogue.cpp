@@ -536,88 +536,18 @@ void meta_rms_norm(MetaCall& m) {
   m.add_output(x.sizes(), r);
 }
 
-// Note [Core op set]: the names and schemas below are the contract with every backend plugin.
+// Note [Core op set]: the names and schemas are the contract with every backend plugin. They are
+// declared in dispatcher/ops/ops.json (Note [Op contract]); each op's "shape_rule" names one of the
+// meta_<rule> functions above.
+constexpr MetaFn meta_binary_arith = meta_binary<Bin::Arith>;
+constexpr MetaFn meta_binary_sub = meta_binary<Bin::Sub>;
+constexpr MetaFn meta_binary_pow = meta_binary<Bin::Pow>;
+constexpr MetaFn meta_binary_true_div = meta_binary<Bin::TrueDiv>;
+constexpr MetaFn meta_binary_compare = meta_binary<Bin::Compare>;
+constexpr MetaFn meta_binary_logical = meta_binary<Bin::Logical>;
+
 const CoreOpDef kCoreOps[] = {
-    // creation and copies
-    {"empty_strided(int[] size, int[] stride, ScalarType? dtype=None) -> Tensor", meta_empty_strided},
-    {"fill_(Tensor(a!) self, Scalar value) -> Tensor(a!)", meta_fill_},
-    {"copy_(Tensor(a!) self, Tensor src, bool non_blocking=False) -> Tensor(a!)", meta_copy_},
-    {"_to_copy(Tensor self, ScalarType? dtype=None) -> Tensor", meta_to_copy},
-    {"clone(Tensor self) -> Tensor", meta_same},
-    {"contiguous(Tensor self) -> Tensor", meta_same},
-    {"arange(Scalar start, Scalar end, Scalar step, ScalarType dtype) -> Tensor", meta_arange},
-    {"uniform_(Tensor(a!) self, float from, float to, int seed, int offset) -> Tensor(a!)", meta_random_},
-    {"normal_(Tensor(a!) self, float mean, float std, int seed, int offset) -> Tensor(a!)", meta_random_},
-    // binary
-    {"add.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor", meta_binary<Bin::Arith>},
-    {"sub.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor", meta_binary<Bin::Sub>},
-    {"mul.Tensor(Tensor self, Tensor other) -> Tensor", meta_binary<Bin::Arith>},
-    {"div.Tensor(Tensor self, Tensor other) -> Tensor", meta_binary<Bin::TrueDiv>},
-    {"pow.Tensor_Tensor(Tensor self, Tensor exponent) -> Tensor", meta_binary<Bin::Pow>},
-    {"pow.Tensor_Scalar(Tensor self, Scalar exponent) -> Tensor", meta_pow_scalar},
-    {"maximum(Tensor self, Tensor other) -> Tensor", meta_binary<Bin::Arith>},
-    {"minimum(Tensor self, Tensor other) -> Tensor", meta_binary<Bin::Arith>},
-    {"eq.Tensor(Tensor self, Tensor other) -> Tensor", meta_binary<Bin::Compare>},
-    {"ne.Tensor(Tensor self, Tensor other) -> Tensor", meta_binary<Bin::Compare>},
-    {"lt.Tensor(Tensor self, Tensor other) -> Tensor", meta_binary<Bin::Compare>},
-    {"le.Tensor(Tensor self, Tensor other) -> Tensor", meta_binary<Bin::Compare>},
-    {"gt.Tensor(Tensor self, Tensor other) -> Tensor", meta_binary<Bin::Compare>},
-    {"ge.Tensor(Tensor self, Tensor other) -> Tensor", meta_binary<Bin::Compare>},
-    {"logical_and(Tensor self, Tensor other) -> Tensor", meta_binary<Bin::Logical>},
-    {"logical_or(Tensor self, Tensor other) -> Tensor", meta_binary<Bin::Logical>},
-    {"where.self(Tensor condition, Tensor self, Tensor other) -> Tensor", meta_where},
-    {"add_.Tensor(Tensor(a!) self, Tensor other, *, Scalar alpha=1) -> Tensor(a!)", meta_binary_inplace},
-    {"mul_.Tensor(Tensor(a!) self, Tensor other) -> Tensor(a!)", meta_binary_inplace},
-    // unary
-    {"neg(Tensor self) -> Tensor", meta_unary_nobool},
-    {"abs(Tensor self) -> Tensor", meta_unary_nobool},
-    {"relu(Tensor self) -> Tensor", meta_unary_nobool},
-    {"exp(Tensor self) -> Tensor", meta_unary_float},
-    {"log(Tensor self) -> Tensor", meta_unary_float},
-    {"sqrt(Tensor self) -> Tensor", meta_unary_float},
-    {"rsqrt(Tensor self) -> Tensor", meta_unary_float},
-    {"sin(Tensor self) -> Tensor", meta_unary_float},
-    {"cos(Tensor self) -> Tensor", meta_unary_float},
-    {"tanh(Tensor self) -> Tensor", meta_unary_float},
-    {"sigmoid(Tensor self) -> Tensor", meta_unary_float},
-    {"gelu(Tensor self, *, str approximate=\"none\") -> Tensor", meta_gelu},
-    {"silu(Tensor self) -> Tensor", meta_unary_float_only},
-    {"erf(Tensor self) -> Tensor", meta_unary_float},
-    // reductions (empty dim = all dims)
-    {"sum(Tensor self, int[] dim=[], bool keepdim=False) -> Tensor", meta_sum_prod},
-    {"prod(Tensor self, int[] dim=[], bool keepdim=False) -> Tensor", meta_sum_prod},
-    {"mean(Tensor self, int[] dim=[], bool keepdim=False) -> Tensor", meta_mean},
-    {"amax(Tensor self, int[] dim=[], bool keepdim=False) -> Tensor", meta_amax},
-    {"amin(Tensor self, int[] dim=[], bool keepdim=False) -> Tensor", meta_amax},
-    {"var(Tensor self, int[] dim=[], int correction=1, bool keepdim=False) -> Tensor", meta_var},
-    {"argmax(Tensor self, int? dim=None, bool keepdim=False) -> Tensor", meta_argmax},
-    // nn
-    {"matmul(Tensor self, Tensor other) -> Tensor", meta_matmul},
-    {"linear(Tensor input, Tensor weight, Tensor? bias=None) -> Tensor", meta_linear},
-    {"softmax(Tensor self, int dim) -> Tensor", meta_softmax},
-    {"log_softmax(Tensor self, int dim) -> Tensor", meta_softmax},
-    {"layer_norm(Tensor input, int[] normalized_shape, Tensor? weight=None, Tensor? bias=None, float "
-     "eps=1e-05) -> Tensor",
-     meta_layer_norm},
-    {"rms_norm(Tensor input, int[] normalized_shape, Tensor? weight=None, float? eps=None) -> Tensor",
-     meta_rms_norm},
-    {"conv2d(Tensor input, Tensor weight, Tensor? bias=None, int[2] stride=1, int[2] padding=0, int[2] "
-     "dilation=1, "
-     "int groups=1) -> Tensor",
-     meta_conv2d},
-    {"max_pool2d(Tensor self, int[2] kernel_size, int[2] stride=[], int[2] padding=0, int[2] dilation=1) -> "
-     "Tensor",
-     meta_max_pool2d},
-    {"avg_pool2d(Tensor self, int[2] kernel_size, int[2] stride=[], int[2] padding=0) -> Tensor",
-     meta_avg_pool2d},
-    {"embedding(Tensor weight, Tensor indices) -> Tensor", meta_embedding},
-    {"scaled_dot_product_attention(Tensor query, Tensor key, Tensor value, Tensor? attn_mask=None, "
-     "bool is_causal=False, *, float? scale=None) -> Tensor",
-     meta_sdpa},
-    {"cat(Tensor[] tensors, int dim=0) -> Tensor", meta_cat},
-    {"stack(Tensor[] tensors, int dim=0) -> Tensor", meta_stack},
-    {"index_select(Tensor self, int dim, Tensor index) -> Tensor", meta_index_select},
-    {"gather(Tensor self, int dim, Tensor index) -> Tensor", meta_gather},
+#include "op_catalogue.inc"
 };
 
 }  // namespace

@@ -80,10 +80,12 @@ struct MetaCall {
 };
 using MetaFn = void (*)(MetaCall& call);
 
-// One entry of the built-in catalogue (op_catalogue.cpp).
+// One entry of the built-in catalogue (op_catalogue.cpp, generated from ops.json: Note [Op contract]).
 struct CoreOpDef {
   const char* schema;
   MetaFn meta;
+  const char* tags;  // comma-separated, "" for none
+  const char* doc;   // one line
 };
 const CoreOpDef* core_op_defs(size_t* count);
 // Composite (decomposition) kernels of the built-in catalogue, registered after the schemas.
@@ -103,6 +105,8 @@ class OperatorEntry {
   FunctionSchema schema;
   std::string name;  // full name, "add.Tensor"
   std::string provider;
+  std::vector<std::string> tags;  // of ops.json; empty for ops defined by plugins
+  std::string doc;
   MetaFn meta = nullptr;
   std::vector<ArgInfo> args;
   int num_tensor_args = 0;  // excluding Tensor[]

@@ -6,6 +6,7 @@
 int tessera_cli_devices(int argc, char** argv);
 int tessera_cli_plugins(int argc, char** argv);
 int tessera_cli_doctor(int argc, char** argv);
+int tessera_cli_ops(int argc, char** argv);
 // `tessera check`: the conformance kit against one device (tools/tessera/check.cpp).
 int tessera_cli_check(int argc, char** argv);
 

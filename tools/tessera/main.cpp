@@ -17,6 +17,7 @@ const char* kUsage =
     "  devices [--json]          every available device of every backend plugin\n"
     "  plugins [--json] [--load] every plugin manifest found, with its status and reason\n"
     "  doctor                    load each plugin in a child process and report a verdict\n"
+    "  ops [--json] [NAME...]    the op contract: schemas, tags, and which devices implement each op\n"
     "  check --device NAME ...   run the conformance kit against a device\n"
     "\n"
     "options:\n"
@@ -46,6 +47,7 @@ int main(int argc, char** argv) {
     if (command == "devices") return tessera_cli_devices(argc - 1, argv + 1);
     if (command == "plugins") return tessera_cli_plugins(argc - 1, argv + 1);
     if (command == "doctor") return tessera_cli_doctor(argc - 1, argv + 1);
+    if (command == "ops") return tessera_cli_ops(argc - 1, argv + 1);
     if (command == "check") {
 #ifdef TESSERA_CLI_HAS_CHECK
       return tessera_cli_check(argc - 1, argv + 1);

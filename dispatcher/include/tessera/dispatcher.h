@@ -58,6 +58,12 @@ class TESSERA_API Dispatcher {
   // Throws listing near names when unknown.
   OperatorEntry& op(std::string_view name);
   const FunctionSchema& schema(const OperatorEntry& op) const;
+  // The op contract (dispatcher/ops/ops.json, installed as share/tessera/ops.json): tags such as
+  // "pointwise" and the doc line; both empty for an op a plugin defined. provider: "builtin" or the
+  // defining plugin's name.
+  const std::vector<std::string>& tags(const OperatorEntry& op) const;
+  const std::string& doc(const OperatorEntry& op) const;
+  const std::string& provider(const OperatorEntry& op) const;
   std::vector<std::string> op_names() const;
 
   // Defines a new op. `meta_like` names an existing op whose shape rule applies; empty = outputs

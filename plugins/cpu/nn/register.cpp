@@ -3,16 +3,14 @@
 #include "nn_common.h"
 #include "nn_kernels.h"
 #include "nn_ops.h"
+#include "tessera/op_names.h"
 
 namespace tessera::cpu {
 
 namespace {
-void add(const sdk::Host& host, const char* op, tessera_kernel_fn_t fn, uint64_t dtypes = TESSERA_DTYPE_MASK_FLOATING) {
-  try {
-    host.register_kernel(op, dtypes, fn);
-  } catch (const sdk::Error& e) {
-    sdk::log(TESSERA_LOG_WARNING, "cpu", std::string("nn kernel for '") + op + "' not registered: " + e.what());
-  }
+// A refused registration throws and fails the plugin's init (Note [Op contract]).
+void add(const sdk::Host& host, const char* name, tessera_kernel_fn_t fn, uint64_t dtypes = TESSERA_DTYPE_MASK_FLOATING) {
+  host.register_kernel(name, dtypes, fn);
 }
 }  // namespace
 
@@ -31,21 +29,21 @@ void register_nn_kernels(const sdk::Host& host) {
 
   // Integer and bool inputs too: the kernels compute integers exactly and refuse bool with the
   // list of supported dtypes (Note [Integer nn ops] in onednn_ops.cpp).
-  add(host, "matmul", TESSERA_SDK_KERNEL(nn::matmul_kernel), TESSERA_DTYPE_MASK_ALL);
-  add(host, "linear", TESSERA_SDK_KERNEL(nn::linear_kernel), TESSERA_DTYPE_MASK_ALL);
-  add(host, "conv2d", TESSERA_SDK_KERNEL(nn::conv2d_kernel), TESSERA_DTYPE_MASK_ALL);
-  add(host, "softmax", TESSERA_SDK_KERNEL(nn::softmax_kernel));
-  add(host, "log_softmax", TESSERA_SDK_KERNEL(nn::log_softmax_kernel));
-  add(host, "layer_norm", TESSERA_SDK_KERNEL(nn::layer_norm_op));
-  add(host, "rms_norm", TESSERA_SDK_KERNEL(nn::rms_norm_op));
-  add(host, "max_pool2d", TESSERA_SDK_KERNEL(nn::max_pool2d_kernel), TESSERA_DTYPE_MASK_ALL);
-  add(host, "avg_pool2d", TESSERA_SDK_KERNEL(nn::avg_pool2d_kernel), TESSERA_DTYPE_MASK_ALL);
-  add(host, "scaled_dot_product_attention", TESSERA_SDK_KERNEL(nn::sdpa_kernel));
+  add(host, op::matmul::name, TESSERA_SDK_KERNEL(nn::matmul_kernel), TESSERA_DTYPE_MASK_ALL);
+  add(host, op::linear::name, TESSERA_SDK_KERNEL(nn::linear_kernel), TESSERA_DTYPE_MASK_ALL);
+  add(host, op::conv2d::name, TESSERA_SDK_KERNEL(nn::conv2d_kernel), TESSERA_DTYPE_MASK_ALL);
+  add(host, op::softmax::name, TESSERA_SDK_KERNEL(nn::softmax_kernel));
+  add(host, op::log_softmax::name, TESSERA_SDK_KERNEL(nn::log_softmax_kernel));
+  add(host, op::layer_norm::name, TESSERA_SDK_KERNEL(nn::layer_norm_op));
+  add(host, op::rms_norm::name, TESSERA_SDK_KERNEL(nn::rms_norm_op));
+  add(host, op::max_pool2d::name, TESSERA_SDK_KERNEL(nn::max_pool2d_kernel), TESSERA_DTYPE_MASK_ALL);
+  add(host, op::avg_pool2d::name, TESSERA_SDK_KERNEL(nn::avg_pool2d_kernel), TESSERA_DTYPE_MASK_ALL);
+  add(host, op::scaled_dot_product_attention::name, TESSERA_SDK_KERNEL(nn::sdpa_kernel));
   // The unfused path as an op of its own, with the shape rule of scaled_dot_product_attention.
   host.define_op(
       "_sdpa_math(Tensor query, Tensor key, Tensor value, Tensor? attn_mask=None, bool is_causal=False, "
       "float? scale=None) -> Tensor",
-      "scaled_dot_product_attention");
+      op::scaled_dot_product_attention::name);
   add(host, "_sdpa_math", TESSERA_SDK_KERNEL(nn::sdpa_math_kernel));
 }
 

@@ -112,18 +112,14 @@ void* tag(int v) { return reinterpret_cast<void*>(intptr_t(v)); }
 }  // namespace
 
 void register_creation_kernels(Registrar& r) {
-  r.add("fill_.Scalar", kMaskAll, &fill_kernel);
-  r.add("fill_", kMaskAll, &fill_kernel);
-  r.add("fill_.Tensor", kMaskAll, &fill_kernel);
-  r.add("copy_", kMaskAll, &copy_kernel);
-  r.add("clone", kMaskAll, &clone_kernel);
-  r.add("contiguous", kMaskAll, &clone_kernel);
-  r.add("_to_copy", kMaskAll, &clone_kernel);
-  r.add("uniform_", kMaskFloat, &random_kernel, tag(int(RandomKind::Uniform)));
-  r.add("normal_", kMaskFloat, &random_kernel, tag(int(RandomKind::Normal)));
-  r.add("arange", kMaskAll, &arange_kernel);
-  r.add("arange.start", kMaskAll, &arange_kernel);
-  r.add("arange.start_step", kMaskAll, &arange_kernel);
+  r.add(op::fill_::name, kMaskAll, &fill_kernel);
+  r.add(op::copy_::name, kMaskAll, &copy_kernel);
+  r.add(op::clone::name, kMaskAll, &clone_kernel);
+  r.add(op::contiguous::name, kMaskAll, &clone_kernel);
+  r.add(op::_to_copy::name, kMaskAll, &clone_kernel);
+  r.add(op::uniform_::name, kMaskFloat, &random_kernel, tag(int(RandomKind::Uniform)));
+  r.add(op::normal_::name, kMaskFloat, &random_kernel, tag(int(RandomKind::Normal)));
+  r.add(op::arange::name, kMaskAll, &arange_kernel);
 }
 
 }  // namespace tessera::cpu

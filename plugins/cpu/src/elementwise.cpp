@@ -235,15 +235,6 @@ tessera_status_t binary_kernel(void* user_data, const tessera_kernel_call_t* cal
   });
 }
 
-// Reversed scalar overloads (rsub-like) are not needed by the catalogue; pow.Scalar(Scalar self,
-// Tensor exponent) is handled here.
-tessera_status_t pow_scalar_base_kernel(void*, const tessera_kernel_call_t* call) {
-  return guarded(call, [&](const KernelCall& c) {
-    OwnedTensor base = scalar_tensor(c, 0, compute_dtype_of(c.output(0).dtype()));
-    binary_run(c, BinaryOp::Pow, base.raw(), c.raw()->inputs[0], 1, 1);
-  });
-}
-
 // --------------------------------------------------------------------------- comparisons, logical
 
 enum class CompareOp : int { Eq, Ne, Lt, Le, Gt, Ge, And, Or };
@@ -515,35 +506,32 @@ OwnedTensor scalar_tensor(const KernelCall& c, int attr, int32_t dtype) {
 void register_elementwise_kernels(Registrar& r) {
   struct B { const char* name; BinaryOp op; };
   const B binaries[] = {
-      {"add.Tensor", BinaryOp::Add},     {"add.Scalar", BinaryOp::Add},   {"sub.Tensor", BinaryOp::Sub},
-      {"sub.Scalar", BinaryOp::Sub},     {"mul.Tensor", BinaryOp::Mul},   {"mul.Scalar", BinaryOp::Mul},
-      {"div.Tensor", BinaryOp::Div},     {"div.Scalar", BinaryOp::Div},   {"pow.Tensor_Tensor", BinaryOp::Pow},
-      {"pow.Tensor_Scalar", BinaryOp::Pow}, {"maximum", BinaryOp::Maximum}, {"minimum", BinaryOp::Minimum},
-      {"add_.Tensor", BinaryOp::Add},    {"mul_.Tensor", BinaryOp::Mul},
+      {op::add_Tensor::name, BinaryOp::Add},         {op::sub_Tensor::name, BinaryOp::Sub},
+      {op::mul_Tensor::name, BinaryOp::Mul},         {op::div_Tensor::name, BinaryOp::Div},
+      {op::pow_Tensor_Tensor::name, BinaryOp::Pow},  {op::pow_Tensor_Scalar::name, BinaryOp::Pow},
+      {op::maximum::name, BinaryOp::Maximum},        {op::minimum::name, BinaryOp::Minimum},
+      {op::add__Tensor::name, BinaryOp::Add},        {op::mul__Tensor::name, BinaryOp::Mul},
   };
   for (const B& b : binaries) r.add(b.name, kMaskAll, &binary_kernel, tag(int(b.op)));
-  r.add("pow.Scalar", kMaskAll, &pow_scalar_base_kernel);
   struct C { const char* name; CompareOp op; };
   const C compares[] = {
-      {"eq.Tensor", CompareOp::Eq}, {"ne.Tensor", CompareOp::Ne}, {"lt.Tensor", CompareOp::Lt},
-      {"le.Tensor", CompareOp::Le}, {"gt.Tensor", CompareOp::Gt}, {"ge.Tensor", CompareOp::Ge},
-      {"eq.Scalar", CompareOp::Eq}, {"ne.Scalar", CompareOp::Ne}, {"lt.Scalar", CompareOp::Lt},
-      {"le.Scalar", CompareOp::Le}, {"gt.Scalar", CompareOp::Gt}, {"ge.Scalar", CompareOp::Ge},
-      {"logical_and", CompareOp::And}, {"logical_or", CompareOp::Or},
+      {op::eq_Tensor::name, CompareOp::Eq}, {op::ne_Tensor::name, CompareOp::Ne},
+      {op::lt_Tensor::name, CompareOp::Lt}, {op::le_Tensor::name, CompareOp::Le},
+      {op::gt_Tensor::name, CompareOp::Gt}, {op::ge_Tensor::name, CompareOp::Ge},
+      {op::logical_and::name, CompareOp::And}, {op::logical_or::name, CompareOp::Or},
   };
   for (const C& cc : compares) r.add(cc.name, kMaskAll, &compare_kernel, tag(int(cc.op)));
-  r.add("where.self", kMaskAll, &where_kernel);
-  r.add("where.ScalarOther", kMaskAll, &where_kernel);
+  r.add(op::where_self::name, kMaskAll, &where_kernel);
   struct U { const char* name; UnaryOp op; };
   const U unaries[] = {
-      {"neg", UnaryOp::Neg},     {"abs", UnaryOp::Abs},         {"exp", UnaryOp::Exp},
-      {"log", UnaryOp::Log},     {"sqrt", UnaryOp::Sqrt},       {"rsqrt", UnaryOp::Rsqrt},
-      {"sin", UnaryOp::Sin},     {"cos", UnaryOp::Cos},         {"tanh", UnaryOp::Tanh},
-      {"sigmoid", UnaryOp::Sigmoid}, {"relu", UnaryOp::Relu},   {"silu", UnaryOp::Silu},
-      {"erf", UnaryOp::Erf},
+      {op::neg::name, UnaryOp::Neg},         {op::abs::name, UnaryOp::Abs},   {op::exp::name, UnaryOp::Exp},
+      {op::log::name, UnaryOp::Log},         {op::sqrt::name, UnaryOp::Sqrt}, {op::rsqrt::name, UnaryOp::Rsqrt},
+      {op::sin::name, UnaryOp::Sin},         {op::cos::name, UnaryOp::Cos},   {op::tanh::name, UnaryOp::Tanh},
+      {op::sigmoid::name, UnaryOp::Sigmoid}, {op::relu::name, UnaryOp::Relu}, {op::silu::name, UnaryOp::Silu},
+      {op::erf::name, UnaryOp::Erf},
   };
   for (const U& u : unaries) r.add(u.name, kMaskAll, &unary_kernel, tag(int(u.op)));
-  r.add("gelu", kMaskAll, &gelu_kernel);
+  r.add(op::gelu::name, kMaskAll, &gelu_kernel);
 }
 
 }  // namespace tessera::cpu

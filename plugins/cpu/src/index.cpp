@@ -217,11 +217,11 @@ tessera_status_t embedding_kernel(void*, const tessera_kernel_call_t* call) {
 }  // namespace
 
 void register_index_kernels(Registrar& r) {
-  r.add("cat", kMaskAll, &cat_kernel);
-  r.add("stack", kMaskAll, &stack_kernel);
-  r.add("index_select", kMaskAll, &index_select_kernel);
-  r.add("gather", kMaskAll, &gather_kernel);
-  r.add("embedding", kMaskAll, &embedding_kernel);
+  r.add(op::cat::name, kMaskAll, &cat_kernel);
+  r.add(op::stack::name, kMaskAll, &stack_kernel);
+  r.add(op::index_select::name, kMaskAll, &index_select_kernel);
+  r.add(op::gather::name, kMaskAll, &gather_kernel);
+  r.add(op::embedding::name, kMaskAll, &embedding_kernel);
 }
 
 }  // namespace tessera::cpu

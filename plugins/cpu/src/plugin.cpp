@@ -21,13 +21,8 @@
 namespace tessera::cpu {
 
 void Registrar::add(const char* op, uint64_t dtype_mask, tessera_kernel_fn_t fn, void* user_data) {
-  try {
-    host_.register_kernel(op, dtype_mask, fn, user_data);
-    registered_.emplace_back(op);
-  } catch (const sdk::Error& e) {
-    skipped_.emplace_back(op);
-    sdk::log(TESSERA_LOG_DEBUG, "cpu", std::string("kernel for '") + op + "' not registered: " + e.what());
-  }
+  host_.register_kernel(op, dtype_mask, fn, user_data);
+  ++count_;
 }
 
 namespace {
@@ -216,8 +211,5 @@ TESSERA_PLUGIN_ENTRY(&tessera::cpu::g_plugin) {
 #ifdef TESSERA_CPU_HAS_NN
   register_nn_kernels(host);
 #endif
-  // Overloads the catalogue does not define (yet) are skipped; each is named at debug level.
-  tessera::sdk::log(TESSERA_LOG_INFO, "cpu",
-                    std::to_string(r.registered().size()) + " kernels registered, " +
-                        std::to_string(r.skipped().size()) + " overloads not in the operator catalogue");
+  tessera::sdk::log(TESSERA_LOG_INFO, "cpu", std::to_string(r.count()) + " kernels registered");
 }

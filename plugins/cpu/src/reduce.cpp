@@ -372,17 +372,13 @@ void* tag(int v) { return reinterpret_cast<void*>(intptr_t(v)); }
 }  // namespace
 
 void register_reduction_kernels(Registrar& r) {
-  r.add("sum.dim_IntList", kMaskAll, &reduce_kernel, tag(int(ReduceOp::Sum)));
-  r.add("sum", kMaskAll, &reduce_kernel, tag(int(ReduceOp::Sum)));
-  r.add("mean.dim", kMaskAll, &reduce_kernel, tag(int(ReduceOp::Mean)));
-  r.add("mean", kMaskAll, &reduce_kernel, tag(int(ReduceOp::Mean)));
-  r.add("amax", kMaskAll, &reduce_kernel, tag(int(ReduceOp::Max)));
-  r.add("amin", kMaskAll, &reduce_kernel, tag(int(ReduceOp::Min)));
-  r.add("prod", kMaskAll, &reduce_kernel, tag(int(ReduceOp::Prod)));
-  r.add("prod.dim_IntList", kMaskAll, &reduce_kernel, tag(int(ReduceOp::Prod)));
-  r.add("var.correction", kMaskAll, &reduce_kernel, tag(int(ReduceOp::Var)));
-  r.add("var", kMaskAll, &reduce_kernel, tag(int(ReduceOp::Var)));
-  r.add("argmax", kMaskAll, &argmax_kernel);
+  r.add(op::sum::name, kMaskAll, &reduce_kernel, tag(int(ReduceOp::Sum)));
+  r.add(op::mean::name, kMaskAll, &reduce_kernel, tag(int(ReduceOp::Mean)));
+  r.add(op::amax::name, kMaskAll, &reduce_kernel, tag(int(ReduceOp::Max)));
+  r.add(op::amin::name, kMaskAll, &reduce_kernel, tag(int(ReduceOp::Min)));
+  r.add(op::prod::name, kMaskAll, &reduce_kernel, tag(int(ReduceOp::Prod)));
+  r.add(op::var::name, kMaskAll, &reduce_kernel, tag(int(ReduceOp::Var)));
+  r.add(op::argmax::name, kMaskAll, &argmax_kernel);
 }
 
 }  // namespace tessera::cpu

@@ -187,6 +187,10 @@ typedef tessera_status_t (*tessera_kernel_fn_t)(void* user_data, const tessera_k
 #define TESSERA_KERNEL_FLAG_NONE 0u
 /* The op must never run through the CPU fallback on this plugin's device. */
 #define TESSERA_KERNEL_FLAG_NO_FALLBACK 1u
+/* Replace the kernel this plugin already registered for the op and functionality. Without it a
+ * second registration for the same op is an error (ABI 1.1; a 1.0 runtime ignores the bit and
+ * replaces). */
+#define TESSERA_KERNEL_FLAG_REPLACE 2u
 
 /* ---------------------------------------------------------------- host API (runtime -> plugin) */
 
