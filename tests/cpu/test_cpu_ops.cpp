@@ -377,6 +377,12 @@ TEST(CpuUnary, IntegerInputs) {
     for (DType dt : {kInt32, kInt64}) {
       const double lo = std::max(op.lo, -5.0), hi = std::min(op.hi, 5.0);
       const Tensor x = make_input({6, 7}, dt, Layout::Transposed, lo < 0.5 && op.lo > 0 ? 1 : lo, hi);
+      // PyTorch implements silu and gelu for floating tensors only (its kernels refuse integers).
+      const std::string name = op.name;
+      if (name == "silu" || name == "gelu" || name == "gelu_tanh") {
+        EXPECT_THROW(op.run(x), Error) << name;
+        continue;
+      }
       check_unary(op, x, op.integer_ok ? dt : kFloat32, std::string(op.name) + " " + std::string(dtype_name(dt)));
     }
 }

@@ -138,8 +138,9 @@ TEST_F(Ops, AllcloseAndEqual) {
   Tensor a = tensor<float>({1, 2, 3, 4}, {2, 2});
   Tensor b = tensor<double>({1, 2, 3, 4.00001}, {2, 2});
   EXPECT_FALSE(equal(a, b));
-  EXPECT_TRUE(allclose(a, b, 1e-5, 1e-4));
-  EXPECT_FALSE(allclose(a, b, 0, 1e-7));
+  EXPECT_TRUE(allclose(a.to(kFloat64), b, 1e-5, 1e-4));
+  EXPECT_FALSE(allclose(a.to(kFloat64), b, 0, 1e-7));
+  EXPECT_THROW(allclose(a, b), Error);  // PyTorch: "Float did not match Double"
   EXPECT_TRUE(equal(a.t(), tensor<int64_t>({1, 3, 2, 4}, {2, 2})));  // strided, mixed dtypes
   EXPECT_FALSE(equal(a, tensor<float>({1, 2, 3, 4})));               // shapes differ
   Device fake(DeviceType::PrivateUse1, 0);

@@ -224,7 +224,9 @@ TEST_F(ShapeRules, NnOps) {
             (V{2, 5, 6}));
   EXPECT_EQ(last_seen().input_dtypes.size(), 4u);
   EXPECT_EQ(last_seen().input_dtypes[3], -1);  // absent attn_mask
-  EXPECT_EQ(layer_norm(empty({2, 3, 4}, kInt32), {4}).dtype(), kFloat32);
+  EXPECT_EQ(layer_norm(empty({2, 3, 4}, kFloat16), {4}).dtype(), kFloat16);
+  EXPECT_NE(error_of([] { layer_norm(empty({2, 3, 4}, kInt32), {4}); }).find("takes floating tensors only"),
+            std::string::npos);
   EXPECT_EQ(error_of([] {
               layer_norm(empty({2, 3, 4}), {3});
             }),
