@@ -243,6 +243,21 @@ bool inner_dense(const MatOperand& op) {
   return sc == 1 || sr == 1 || op.dims[op.nd - 1] == 1 || op.dims[op.nd - 2] == 1;
 }
 
+// Row x of the flattened batch x M rows: its row index i and the element offsets of its batch in
+// a, b and c (broadcast batch dims of size 1 stay at offset 0).
+void batch_row_offsets(const MatmulProblem& p, int64_t x, int64_t* i, int64_t* oa, int64_t* ob, int64_t* oc) {
+  int64_t bi = x / p.m;
+  *i = x % p.m;
+  *oa = *ob = *oc = 0;
+  for (int d = p.r - 1; d >= 0; --d) {
+    const int64_t idx = bi % p.batch[d];
+    bi /= p.batch[d];
+    *oa += (p.a.dims[d] == 1 ? 0 : idx) * p.a.strides[d];
+    *ob += (p.b.dims[d] == 1 ? 0 : idx) * p.b.strides[d];
+    *oc += idx * p.c.strides[d];
+  }
+}
+
 template <typename T>
 void naive_batched(const MatmulProblem& p) {
   int64_t total = 1;
@@ -250,15 +265,8 @@ void naive_batched(const MatmulProblem& p) {
   const int r = p.r;
   parallel_for(0, total * p.m, 16, [&](int64_t beg, int64_t end) {
     for (int64_t x = beg; x < end; ++x) {
-      int64_t bi = x / p.m, i = x % p.m;
-      int64_t oa = 0, ob = 0, oc = 0;
-      for (int d = r - 1; d >= 0; --d) {
-        const int64_t idx = bi % p.batch[d];
-        bi /= p.batch[d];
-        oa += (p.a.dims[d] == 1 ? 0 : idx) * p.a.strides[d];
-        ob += (p.b.dims[d] == 1 ? 0 : idx) * p.b.strides[d];
-        oc += idx * p.c.strides[d];
-      }
+      int64_t i, oa, ob, oc;
+      batch_row_offsets(p, x, &i, &oa, &ob, &oc);
       const T* ap = static_cast<const T*>(p.a.ptr) + oa + i * p.a.strides[r];
       const T* bp = static_cast<const T*>(p.b.ptr) + ob;
       T* cp = static_cast<T*>(p.c.ptr) + oc + i * p.c.strides[r];
@@ -298,15 +306,8 @@ void int_batched(const MatmulProblem& p) {
   parallel_for(0, total * p.m, std::max<int64_t>(1, 16384 / std::max<int64_t>(1, p.n * p.k)), [&](int64_t beg, int64_t end) {
     Buffer<uint64_t> acc(p.n);
     for (int64_t x = beg; x < end; ++x) {
-      int64_t bi = x / p.m, i = x % p.m;
-      int64_t oa = 0, ob = 0, oc = 0;
-      for (int d = r - 1; d >= 0; --d) {
-        const int64_t idx = bi % p.batch[d];
-        bi /= p.batch[d];
-        oa += (p.a.dims[d] == 1 ? 0 : idx) * p.a.strides[d];
-        ob += (p.b.dims[d] == 1 ? 0 : idx) * p.b.strides[d];
-        oc += idx * p.c.strides[d];
-      }
+      int64_t i, oa, ob, oc;
+      batch_row_offsets(p, x, &i, &oa, &ob, &oc);
       int_row<T>(p.n, p.k, static_cast<const T*>(p.a.ptr) + oa + i * p.a.strides[r], p.a.strides[r + 1],
                  static_cast<const T*>(p.b.ptr) + ob, p.b.strides[r], p.b.strides[r + 1],
                  static_cast<T*>(p.c.ptr) + oc + i * p.c.strides[r], p.c.strides[r + 1], nullptr, 0, acc.get());
