@@ -1,9 +1,14 @@
 // The `tessera` command-line tool, run as a separate process against temporary plugin folders.
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <sys/wait.h>
 
+#include <cerrno>
+#include <chrono>
 #include <cstdio>
+#include <fstream>
 #include <map>
+#include <vector>
 
 #include "loader_test_util.h"
 
@@ -18,10 +23,11 @@ struct CliRun {
 
 // Runs the built `tessera` with `args`; the environment is narrowed to `plugin_path` and lt_* plugins.
 // Under a sanitizer, SIGSEGV is left to the default action so that `tessera doctor` sees the signal.
-CliRun run_cli(const std::string& args, const std::string& plugin_path, bool merge_stderr = false) {
-  std::string cmd = "ASAN_OPTIONS=\"${ASAN_OPTIONS:+$ASAN_OPTIONS:}handle_segv=0\" "
+CliRun run_cli(const std::string& args, const std::string& plugin_path, bool merge_stderr = false,
+               const std::string& env = "", const std::string& wrapper = "") {
+  std::string cmd = env + " ASAN_OPTIONS=\"${ASAN_OPTIONS:+$ASAN_OPTIONS:}handle_segv=0\" "
                     "TSAN_OPTIONS=\"${TSAN_OPTIONS:+$TSAN_OPTIONS:}handle_segv=0\" TESSERA_PLUGIN_PATH='" +
-                    plugin_path + "' TESSERA_PLUGINS_SELECT='lt_*' '" TESSERA_CLI "' " +
+                    plugin_path + "' TESSERA_PLUGINS_SELECT='lt_*' " + wrapper + " '" TESSERA_CLI "' " +
                     args + (merge_stderr ? " 2>&1" : " 2>/dev/null");
   CliRun r;
   FILE* f = popen(cmd.c_str(), "r");
@@ -108,6 +114,48 @@ TEST_F(CliTest, DoctorReportsACrashingPluginWithItsSignal) {
   EXPECT_NE(r.out.find("ok       lt_good 1.0.0: loads; device type 'lt_cli_npu': 1 device(s)"), std::string::npos)
       << r.out;
   EXPECT_NE(r.out.find("FAILED   lt_no_entry"), std::string::npos) << r.out;
+}
+
+// Whether `pid` is still a running process (a zombie counts as gone: it runs nothing).
+bool process_alive(int pid) {
+  if (::kill(pid, 0) != 0) return errno != ESRCH;
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+  size_t paren = text.rfind(')');
+  return paren == std::string::npos || paren + 2 >= text.size() || text[paren + 2] != 'Z';
+}
+
+TEST_F(CliTest, DoctorTimeoutKillsPluginsThatBlockSigalrmOrForkAChild) {
+  dir_.write_manifest("lt_good", backend_manifest("lt_good", LT_LIB_GOOD, 1, "lt_cli_npu"));
+  dir_.write_manifest("lt_hang_sigalrm", backend_manifest("lt_hang_sigalrm", LT_LIB_HANG_SIGALRM, 2, "lt_hangdev"));
+  dir_.write_manifest("lt_fork_child", backend_manifest("lt_fork_child", LT_LIB_FORK_CHILD, 3, "lt_forkdev"));
+  const std::string pid_file = dir_.file("pids.txt");
+  const auto t0 = std::chrono::steady_clock::now();
+  // The outer `timeout` only keeps a regression from hanging the suite.
+  CliRun r = run_cli("doctor --timeout 1", dir_.path(), false, "LT_PID_FILE='" + pid_file + "'",
+                     "timeout -s KILL 30");
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_LT(seconds, 2 * 1 + 10.0) << r.out;
+  EXPECT_NE(r.out.find("TIMED OUT lt_hang_sigalrm 1.0.0: while loading: no verdict after 1 s"), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("TIMED OUT lt_fork_child 1.0.0: while loading: no verdict after 1 s"), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("ok       lt_good 1.0.0"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("2 timed out"), std::string::npos) << r.out;
+  std::ifstream in(pid_file);
+  std::vector<int> pids;
+  for (int pid; in >> pid;) pids.push_back(pid);
+  EXPECT_EQ(pids.size(), 3u) << "the plugins did not run as expected";
+  for (int pid : pids) {
+    bool alive = process_alive(pid);
+    for (int i = 0; i < 50 && alive; ++i) {  // SIGKILL is delivered asynchronously
+      ::usleep(20000);
+      alive = process_alive(pid);
+    }
+    EXPECT_FALSE(alive) << "process " << pid << " started by a plugin outlived `tessera doctor`";
+    if (alive) ::kill(pid, SIGKILL);
+  }
 }
 
 }  // namespace
