@@ -464,14 +464,10 @@ void discover_locked(Registry& reg) {
 
     std::string failure = untrusted_file_reason(path, "manifest");
     if (failure.empty()) {
-      std::ifstream in(path, std::ios::binary);
-      std::stringstream buffer;
-      buffer << in.rdbuf();
-      if (!in) {
-        failure = path + ": cannot read the manifest (" + std::strerror(errno) + ")";
-      } else {
+      std::string text;
+      if (loader::read_manifest_file(path, &text, &failure)) {
         std::string name_hint;
-        r.manifest_ok = loader::parse_manifest(path, buffer.str(), &r.manifest, &failure, &name_hint);
+        r.manifest_ok = loader::parse_manifest(path, text, &r.manifest, &failure, &name_hint);
         if (!name_hint.empty()) r.info.name = name_hint;
       }
     }

@@ -3,6 +3,7 @@
 #include <signal.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -83,6 +84,62 @@ TEST_F(CliTest, PluginsJsonListsStatusAndReason) {
   EXPECT_NE(by_name["lt_broken"]["reason"].get<std::string>().find("invalid JSON"), std::string::npos);
   for (const auto& p : j)
     if (p.value("name", "").rfind("lt_", 0) != 0) EXPECT_EQ(p["status"], "disabled") << p.dump();
+}
+
+// Whether `s` is well-formed UTF-8 without control characters other than '\n' (a naive decoder,
+// independent of the one under test).
+bool clean_terminal_text(const std::string& s) {
+  for (size_t i = 0; i < s.size();) {
+    unsigned char c = static_cast<unsigned char>(s[i]);
+    if (c == '\n' || (c >= 0x20 && c < 0x7f)) {
+      ++i;
+      continue;
+    }
+    int n = (c & 0xe0) == 0xc0 ? 2 : (c & 0xf0) == 0xe0 ? 3 : (c & 0xf8) == 0xf0 ? 4 : 0;
+    if (n == 0 || i + size_t(n) > s.size()) return false;
+    uint32_t cp = c & (0x7f >> n);
+    for (int k = 1; k < n; ++k) {
+      unsigned char b = static_cast<unsigned char>(s[i + size_t(k)]);
+      if ((b & 0xc0) != 0x80) return false;
+      cp = (cp << 6) | (b & 0x3f);
+    }
+    if (cp < 0xa0 || (cp >= 0xd800 && cp < 0xe000) || cp > 0x10ffff) return false;
+    i += size_t(n);
+  }
+  return true;
+}
+
+TEST_F(CliTest, PluginsListsEveryManifestWhateverBytesOneHolds) {
+  dir_.write_manifest("lt_good", backend_manifest("lt_good", LT_LIB_GOOD, 1, "lt_cli_npu"));
+  json esc = backend_manifest("lt_esc", LT_LIB_GOOD, 2, "lt_escdev");
+  esc["version"] = "1.0\x1b[2J\x1b]0;pwned\x07";
+  esc["description"] = "C1 \xc2\x9b controls";
+  dir_.write_manifest("lt_esc", esc);
+  // A file name that is not UTF-8 and a manifest with raw bytes that are not UTF-8 either.
+  dir_.write("lt_\xff\xfe.json", "{\"manifest_version\": 1, \"name\": \"lt_x\xc3\", \"version\": \"\xff\"}");
+  dir_.write("lt_rawbytes.json", "{\"manifest_version\": 1, \"version\": \"\x1b[31m\xe2\x82\"}");
+  CliRun j = run_cli("plugins --json", dir_.path());
+  ASSERT_EQ(j.status, 0) << j.out;
+  json list = json::parse(j.out, nullptr, false);
+  ASSERT_TRUE(list.is_array()) << j.out;
+  std::map<std::string, json> by_manifest;
+  for (const auto& p : list) by_manifest[p.value("manifest", "")] = p;
+  EXPECT_EQ(by_manifest[dir_.file("lt_good.json")].value("status", ""), "available") << j.out;
+  EXPECT_EQ(by_manifest[dir_.file("lt_esc.json")].value("version", ""), "1.0\x1b[2J\x1b]0;pwned\x07") << j.out;
+  EXPECT_EQ(by_manifest[dir_.file("lt_rawbytes.json")].value("status", ""), "failed") << j.out;
+  EXPECT_EQ(by_manifest[dir_.file("lt_\xef\xbf\xbd\xef\xbf\xbd.json")].value("status", ""), "failed") << j.out;
+  EXPECT_EQ(list.size(), 4u + size_t(std::count_if(list.begin(), list.end(), [](const json& p) {
+                          return p.value("status", "") == "disabled";
+                        })))
+      << j.out;
+
+  CliRun t = run_cli("plugins", dir_.path());
+  ASSERT_EQ(t.status, 0) << t.out;
+  EXPECT_TRUE(clean_terminal_text(t.out)) << t.out;
+  EXPECT_NE(t.out.find("1.0\\x1b[2J\\x1b]0;pwned\\x07"), std::string::npos) << t.out;
+  EXPECT_NE(t.out.find("lt_\\xff\\xfe.json"), std::string::npos) << t.out;
+  CliRun d = run_cli("doctor --timeout 10", dir_.path());
+  EXPECT_TRUE(clean_terminal_text(d.out)) << d.out;
 }
 
 TEST_F(CliTest, HelpExitsZeroEverywhere) {

@@ -397,6 +397,52 @@ TEST_F(LoaderTest, UnknownFieldsAreAccepted) {
   EXPECT_EQ(info("lt_extra").status, PluginStatus::Available) << info("lt_extra").reason;
 }
 
+TEST_F(LoaderTest, OversizedManifestIsRefusedBeforeItIsRead) {
+  json m = backend_manifest("lt_huge", LT_LIB_GOOD, 2, "lt_npu");
+  m["description"] = std::string((size_t(1) << 20) + 16, 'x');  // valid JSON, just too large
+  dir_.write_manifest("lt_huge", m);
+  dir_.write_manifest("lt_small", backend_manifest("lt_small", LT_LIB_GOOD, 3, "lt_npu3"));
+  rediscover();
+  expect_failed("lt_huge", dir_.file("lt_huge.json") + ": the manifest is ");
+  expect_failed("lt_huge", "more than the 1048576 allowed");
+  EXPECT_EQ(info("lt_small").status, PluginStatus::Available) << info("lt_small").reason;
+}
+
+TEST_F(LoaderTest, DuplicateKeysAreRefusedAtEveryLevel) {
+  std::string good = backend_manifest("lt_dup", LT_LIB_GOOD, 2, "lt_npu").dump();
+  // The same key again at the top, after the first one (nlohmann would keep the last).
+  dir_.write("lt_dup.json", good.substr(0, good.size() - 1) + ", \"name\": \"lt_other\"}");
+  json n = backend_manifest("lt_dup_nested", LT_LIB_GOOD, 3, "lt_npu3");
+  std::string nested = n.dump();
+  const std::string abi = "\"abi\":{";
+  nested.insert(nested.find(abi) + abi.size(), "\"major\":7,");
+  dir_.write("lt_dup_nested.json", nested);
+  rediscover();
+  expect_failed("lt_dup", "key 'name' appears twice in one object");
+  expect_failed("lt_dup_nested", "key 'major' appears twice in one object");
+}
+
+TEST_F(LoaderTest, NulByteInALibraryPathIsRefused) {
+  json m = backend_manifest("lt_nul", std::string(LT_LIB_GOOD) + std::string(1, '\0') + ".evil", 2, "lt_npu");
+  dir_.write_manifest("lt_nul", m);
+  json r = backend_manifest("lt_nul_req", LT_LIB_GOOD, 3, "lt_npu3");
+  r["requires"] = {{"libraries", {"libc.so.6", std::string("libm.so.6") + std::string(1, '\0')}}};
+  dir_.write_manifest("lt_nul_req", r);
+  rediscover();
+  expect_failed("lt_nul", "field 'library' holds a NUL byte");
+  expect_failed("lt_nul_req", "field 'requires.libraries[1]' holds a NUL byte");
+}
+
+TEST_F(LoaderTest, InvalidUtf8AndControlBytesInAReasonAreEscaped) {
+  dir_.write("lt_badutf.json", "{\"manifest_version\": 1, \"name\": \"lt_badutf\", \"version\": \"1.0\xff\x1b[31m\"}");
+  rediscover();
+  tessera::PluginInfo p = info("lt_badutf");
+  EXPECT_EQ(p.status, PluginStatus::Failed);
+  EXPECT_NE(p.reason.find("invalid JSON"), std::string::npos) << p.reason;
+  EXPECT_NE(p.reason.find("\\xff"), std::string::npos) << p.reason;
+  for (unsigned char c : p.reason) EXPECT_TRUE(c >= 0x20 && c < 0x7f) << "raw byte " << int(c) << " in: " << p.reason;
+}
+
 // ------------------------------------------------------------------ libraries
 
 TEST_F(LoaderTest, MissingLibraryFile) {

@@ -16,6 +16,7 @@
 #include "commands.h"
 #include "tessera/dispatcher.h"
 #include "tessera/plugin_loader.h"
+#include "tessera/text_escape.h"
 
 namespace {
 
@@ -145,14 +146,14 @@ int tessera_cli_doctor(int argc, char** argv) {
   std::vector<tessera::PluginInfo> list = tessera::plugins();
   int ok = 0, failed = 0, crashed = 0, timed_out = 0, skipped = 0;
   for (const auto& p : list) {
-    const std::string label = p.name + (p.version.empty() ? "" : " " + p.version);
+    const std::string label = tessera::printable_text(p.name + (p.version.empty() ? "" : " " + p.version));
     if (p.status == tessera::PluginStatus::Disabled || p.status == tessera::PluginStatus::Shadowed) {
-      std::printf("skipped  %s: %s\n", label.c_str(), p.reason.c_str());
+      std::printf("skipped  %s: %s\n", label.c_str(), tessera::printable_text(p.reason).c_str());
       ++skipped;
       continue;
     }
     if (p.status == tessera::PluginStatus::Failed) {
-      std::printf("FAILED   %s: %s\n", label.c_str(), p.reason.c_str());
+      std::printf("FAILED   %s: %s\n", label.c_str(), tessera::printable_text(p.reason).c_str());
       ++failed;
       continue;
     }
@@ -207,10 +208,10 @@ int tessera_cli_doctor(int argc, char** argv) {
                   label.c_str(), WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : -1);
       ++crashed;
     } else if (!failed_line.empty()) {
-      std::printf("FAILED   %s: %s\n", label.c_str(), failed_line.c_str());
+      std::printf("FAILED   %s: %s\n", label.c_str(), tessera::printable_text(failed_line).c_str());
       ++failed;
     } else if (!loaded_line.empty() && shut_down && WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0) {
-      std::printf("ok       %s: %s\n", label.c_str(), loaded_line.c_str());
+      std::printf("ok       %s: %s\n", label.c_str(), tessera::printable_text(loaded_line).c_str());
       ++ok;
     } else {
       std::printf("FAILED   %s: the check process exited with status %d\n", label.c_str(),
