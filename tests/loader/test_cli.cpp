@@ -82,8 +82,11 @@ TEST_F(CliTest, PluginsJsonListsStatusAndReason) {
   EXPECT_EQ(by_name["lt_good"]["manifest"], dir_.file("lt_good.json"));
   EXPECT_EQ(by_name["lt_broken"]["status"], "failed");
   EXPECT_NE(by_name["lt_broken"]["reason"].get<std::string>().find("invalid JSON"), std::string::npos);
-  for (const auto& p : j)
-    if (p.value("name", "").rfind("lt_", 0) != 0) EXPECT_EQ(p["status"], "disabled") << p.dump();
+  for (const auto& p : j) {
+    if (p.value("name", "").rfind("lt_", 0) != 0) {
+      EXPECT_EQ(p["status"], "disabled") << p.dump();
+    }
+  }
 }
 
 // Whether `s` is well-formed UTF-8 without control characters other than '\n' (a naive decoder,

@@ -170,6 +170,24 @@ TEST_F(LoaderTest, RegistrationsAfterInitApplyAtOnceAndAreUndoneAtShutdown) {
   EXPECT_EQ(std::find(backends.begin(), backends.end(), DeviceType::PrivateUse2), backends.end());
 }
 
+TEST_F(LoaderTest, OpDefineRefusesAtTheCallWhatTheCommitWouldRefuse) {
+  dir_.write_manifest("lt_op_define", backend_manifest("lt_op_define", LT_LIB_OP_DEFINE, 2, "lt_opdefdev"));
+  rediscover();
+  std::string why;
+  ASSERT_TRUE(tessera::ensure_backend_loaded(DeviceType::PrivateUse2, &why)) << why;
+  EXPECT_EQ(info("lt_op_define").status, PluginStatus::Loaded) << info("lt_op_define").reason;
+  // One bit per call in plugins/op_define.c, set when the call went as expected.
+  const int results = call_plugin_counter(LT_LIB_OP_DEFINE, "lt_op_define_results");
+  for (int bit = 0; bit < 9; ++bit) EXPECT_TRUE(results >> bit & 1) << "op_define call " << bit;
+  auto& dispatcher = tessera::Dispatcher::instance();
+  EXPECT_NE(dispatcher.find_op("lt_opdef_ok"), nullptr);
+  EXPECT_NE(dispatcher.find_op("lt_opdef_chain"), nullptr);
+  for (const char* refused : {"lt_opdef_big", "lt_opdef_nometa", "lt_opdef_like", "lt_opdef_lists", "lt_opdef_dtype"})
+    EXPECT_EQ(dispatcher.find_op(refused), nullptr) << refused;
+  EXPECT_EQ(dispatcher.schema(dispatcher.op("add.Tensor")).str(),
+            "add.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor");
+}
+
 TEST_F(LoaderTest, SdkDevicePluginLoadsAndReportsErrorsAsStatuses) {
   dir_.write_manifest("lt_sdk_device", backend_manifest("lt_sdk_device", LT_LIB_SDK_DEVICE, 3, "lt_sdkdev"));
   rediscover();
