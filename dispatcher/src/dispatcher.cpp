@@ -14,6 +14,7 @@
 
 #include "host_api.h"
 #include "op_registry.h"
+#include "tessera/env.h"
 #include "tessera/log.h"
 #include "tessera/plugin_loader.h"
 
@@ -1183,9 +1184,7 @@ const BackendDevice& backend_device(DeviceType type) {
 
 bool cpu_fallback_enabled() {
   const char* v = secure_env("TESSERA_CPU_FALLBACK");
-  if (!v || !*v) return true;
-  std::string s(v);
-  return !(s == "0" || s == "false" || s == "off" || s == "no" || s == "OFF" || s == "False");
+  return v ? parse_env_bool("TESSERA_CPU_FALLBACK", v) : true;  // Note [Environment variables]
 }
 
 }  // namespace tessera

@@ -145,6 +145,24 @@ TEST_F(CliTest, PluginsListsEveryManifestWhateverBytesOneHolds) {
   EXPECT_TRUE(clean_terminal_text(d.out)) << d.out;
 }
 
+TEST_F(CliTest, MalformedVariablesGiveOneLineNamingThem) {
+  dir_.write_manifest("lt_good", backend_manifest("lt_good", LT_LIB_GOOD, 1, "lt_cli_npu"));
+  CliRun d = run_cli("plugins", dir_.path(), true, "TESSERA_PLUGINS_DISABLE='cpu;cuda'");
+  EXPECT_EQ(d.status, 1) << d.out;
+  EXPECT_EQ(d.out,
+            "tessera plugins: TESSERA_PLUGINS_DISABLE='cpu;cuda' has an invalid item 'cpu;cuda'; expected globs on "
+            "plugin names (letters, digits, '_', '-', '.', and '*', '?', '[...]') separated by ','\n");
+  // A bad TESSERA_LOG is reported once and ignored: the command still works.
+  CliRun l = run_cli("plugins", dir_.path(), true, "TESSERA_LOG='plugins,Dispatch'");
+  EXPECT_EQ(l.status, 0) << l.out;
+  EXPECT_NE(l.out.find("[tessera:log] warning: TESSERA_LOG='plugins,Dispatch' has an invalid item 'Dispatch'; "
+                       "expected component names"),
+            std::string::npos)
+      << l.out;
+  EXPECT_NE(l.out.find("lt_good"), std::string::npos) << l.out;
+  EXPECT_EQ(l.out.find("[tessera:plugins]"), std::string::npos) << "a refused TESSERA_LOG still enabled logging";
+}
+
 TEST_F(CliTest, HelpExitsZeroEverywhere) {
   for (const char* args : {"--help", "devices --help", "plugins --help", "doctor --help"}) {
     CliRun r = run_cli(args, dir_.path());

@@ -461,6 +461,32 @@ TEST_F(LoaderTest, InvalidUtf8AndControlBytesInAReasonAreEscaped) {
   for (unsigned char c : p.reason) EXPECT_TRUE(c >= 0x20 && c < 0x7f) << "raw byte " << int(c) << " in: " << p.reason;
 }
 
+TEST_F(LoaderTest, MalformedSelectDisableOrPathIsRefusedNamingTheVariable) {
+  dir_.write_manifest("lt_good", backend_manifest("lt_good", LT_LIB_GOOD, 2, "lt_npu"));
+  auto discovery_error = [] {
+    try {
+      rediscover();
+    } catch (const tessera::Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  setenv("TESSERA_PLUGINS_SELECT", "lt_good,,cpu", 1);
+  EXPECT_NE(discovery_error().find("TESSERA_PLUGINS_SELECT='lt_good,,cpu' has an empty item"), std::string::npos);
+  setenv("TESSERA_PLUGINS_SELECT", "lt_*", 1);
+  setenv("TESSERA_PLUGINS_DISABLE", "lt_[good", 1);
+  EXPECT_NE(discovery_error().find("TESSERA_PLUGINS_DISABLE='lt_[good' has an invalid item 'lt_[good'"),
+            std::string::npos);
+  EXPECT_THROW(tessera::plugins(), tessera::Error) << "the failed discovery must not count as done";
+  unsetenv("TESSERA_PLUGINS_DISABLE");
+  setenv("TESSERA_PLUGIN_PATH", (dir_.path() + "::/nonexistent").c_str(), 1);
+  EXPECT_NE(discovery_error().find("TESSERA_PLUGIN_PATH='" + dir_.path() + "::/nonexistent' has an empty item"),
+            std::string::npos);
+  setenv("TESSERA_PLUGIN_PATH", dir_.path().c_str(), 1);
+  EXPECT_EQ(discovery_error(), "");
+  EXPECT_EQ(info("lt_good").status, PluginStatus::Available);
+}
+
 // ------------------------------------------------------------------ libraries
 
 TEST_F(LoaderTest, MissingLibraryFile) {
