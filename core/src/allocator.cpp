@@ -44,7 +44,7 @@ size_t size_class(size_t n) {
 }
 
 uint64_t parse_cache_limit() {
-  const char* env = ::secure_getenv("TESSERA_CPU_CACHE_LIMIT");
+  const char* env = env_value("TESSERA_CPU_CACHE_LIMIT");
   if (!env) return kDefaultCacheLimit;
   return parse_byte_count("TESSERA_CPU_CACHE_LIMIT", env);
 }
@@ -197,38 +197,6 @@ void check_type(DeviceType t) {
 }
 
 }  // namespace
-
-uint64_t parse_byte_count(const char* name, std::string_view text) {
-  auto fail = [&](const char* what) {
-    detail::throw_error(ErrorCode::InvalidArgument,
-                        detail::str_cat(name, "='", text, "' is not a byte count: ", what,
-                                        "; give a whole number of bytes with an optional K, M or G suffix "
-                                        "(powers of 1024), e.g. 512M"));
-  };
-  size_t i = 0;
-  uint64_t v = 0;
-  if (text.empty()) fail("it is empty");
-  while (i < text.size() && text[i] >= '0' && text[i] <= '9') {
-    if (__builtin_mul_overflow(v, uint64_t(10), &v) || __builtin_add_overflow(v, uint64_t(text[i] - '0'), &v))
-      fail("it does not fit in 64 bits");
-    ++i;
-  }
-  if (i == 0) fail(text[0] == '-' || text[0] == '+' ? "a sign is not allowed" : "it does not start with a digit");
-  int shift = 0;
-  if (i < text.size()) {
-    switch (text[i]) {
-      case 'k': case 'K': shift = 10; ++i; break;
-      case 'm': case 'M': shift = 20; ++i; break;
-      case 'g': case 'G': shift = 30; ++i; break;
-      default: break;
-    }
-    if (shift && i < text.size() && (text[i] == 'i' || text[i] == 'I')) ++i;
-    if (i < text.size() && (text[i] == 'b' || text[i] == 'B')) ++i;
-  }
-  if (i != text.size()) fail(text[i] == '.' ? "fractions are not allowed" : "unexpected characters after the number");
-  if (shift && v > (UINT64_MAX >> shift)) fail("it does not fit in 64 bits");
-  return v << shift;
-}
 
 void set_allocator(DeviceType t, Allocator* allocator) {
   check_type(t);

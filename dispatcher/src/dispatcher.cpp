@@ -6,12 +6,15 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <functional>
+#include <map>
 #include <mutex>
 #include <set>
 #include <unordered_map>
 
 #include "host_api.h"
 #include "op_registry.h"
+#include "tessera/env.h"
 #include "tessera/log.h"
 #include "tessera/plugin_loader.h"
 
@@ -48,8 +51,20 @@ struct Registration {
   uint64_t id;
   enum class Kind { Kernel, Fallback, Composite } kind;
   OperatorEntry* op;  // null for fallbacks
-  int slot;           // kernels and fallbacks
+  int slot;           // kernels and fallbacks; -1 for composites
   const void* entry;  // KernelEntry* or CompositeFn*
+};
+
+// What one published pointer stands for: a kernel slot of an op, a fallback slot, an op's composite.
+struct PublishedSlot {
+  Registration::Kind kind;
+  const OperatorEntry* op;
+  int slot;
+  bool operator<(const PublishedSlot& o) const {
+    if (kind != o.kind) return kind < o.kind;
+    if (op != o.op) return std::less<const OperatorEntry*>()(op, o.op);
+    return slot < o.slot;
+  }
 };
 
 // Backend fallbacks, one per dispatch slot (written under Impl::mutex, read lock-free).
@@ -63,10 +78,22 @@ struct Dispatcher::Impl {
   std::unordered_map<std::string, OperatorEntry*> by_name;
   std::deque<KernelEntry> kernel_store;  // never freed: a reader may still hold a pointer
   std::deque<CompositeFn> composite_store;
-  std::vector<Registration> registrations;  // in registration order
+  // Note [Registration stacks]: the live registrations by id, and per published slot the live ones
+  // in registration order (ids grow), so that undoing one finds it and the slot's new latest in
+  // O(log n): a plugin with 100k kernels is deregistered at shutdown in linear-logarithmic time.
+  std::map<uint64_t, Registration> registrations;
+  std::map<PublishedSlot, std::map<uint64_t, const void*>> live_by_slot;
   uint64_t next_id = 1;
 
+  // Records a registration; returns its id. Publishing it is the caller's job.
+  uint64_t add_registration(Registration::Kind kind, OperatorEntry* op, int slot, const void* entry);
+
   OperatorEntry& define_locked(const FunctionSchema& schema, MetaFn meta, std::string provider);
+  OperatorEntry* find_op_locked(std::string_view name);
+  // The checks of define_op that need the registry; returns the shape rule to use, and sets
+  // `existing` when the same schema is already defined.
+  MetaFn check_definition_locked(const FunctionSchema& schema, std::string_view meta_like, bool meta_like_pending,
+                                 OperatorEntry** existing);
   static void fill_entry(OperatorEntry& e, const FunctionSchema& schema, MetaFn meta, std::string provider);
   // Publishes the latest live registration of (kind, op, slot), or null.
   void republish(Registration::Kind kind, OperatorEntry* op, int slot);
@@ -186,11 +213,18 @@ void Dispatcher::Impl::fill_entry(OperatorEntry& e, const FunctionSchema& schema
   }
 }
 
+uint64_t Dispatcher::Impl::add_registration(Registration::Kind kind, OperatorEntry* op, int slot,
+                                           const void* entry) {
+  const uint64_t id = next_id++;
+  registrations.emplace(id, Registration{id, kind, op, slot, entry});
+  live_by_slot[PublishedSlot{kind, op, slot}].emplace(id, entry);
+  return id;
+}
+
 void Dispatcher::Impl::republish(Registration::Kind kind, OperatorEntry* op, int slot) {
   const void* latest = nullptr;
-  for (const Registration& r : registrations)
-    if (r.kind == kind && r.op == op && (kind == Registration::Kind::Composite || r.slot == slot))
-      latest = r.entry;
+  auto stack = live_by_slot.find(PublishedSlot{kind, op, slot});
+  if (stack != live_by_slot.end() && !stack->second.empty()) latest = stack->second.rbegin()->second;
   switch (kind) {
     case Registration::Kind::Kernel:
       op->slots[size_t(slot)].store(static_cast<const KernelEntry*>(latest), std::memory_order_release);
@@ -229,12 +263,16 @@ Dispatcher& Dispatcher::instance() {
 
 OperatorEntry* Dispatcher::find_op(std::string_view name) {
   std::lock_guard lock(impl_->mutex);
-  auto it = impl_->by_name.find(std::string(name));
-  if (it != impl_->by_name.end()) return it->second;
+  return impl_->find_op_locked(name);
+}
+
+OperatorEntry* Dispatcher::Impl::find_op_locked(std::string_view name) {
+  auto it = by_name.find(std::string(name));
+  if (it != by_name.end()) return it->second;
   // "add" names the overload with an empty name; when there is none but exactly one overload, that one.
   if (name.find('.') == std::string_view::npos) {
     OperatorEntry* only = nullptr;
-    for (OperatorEntry& e : impl_->ops) {
+    for (OperatorEntry& e : ops) {
       if (e.schema.name == name) {
         if (only) return nullptr;
         only = &e;
@@ -278,30 +316,60 @@ std::vector<std::string> Dispatcher::op_names() const {
 
 OperatorEntry& Dispatcher::define_op(std::string_view schema_text, std::string_view meta_like,
                                      std::string provider) {
-  FunctionSchema schema = parse_schema(schema_text);
-  MetaFn meta = meta_alias_outputs;
-  if (!meta_like.empty()) {
-    OperatorEntry* like = find_op(meta_like);
-    TESSERA_CHECK(like, "define_op(\"", schema_text, "\"): meta_like names unknown operator '", meta_like,
-                  "'; give an existing op whose shape rule fits (e.g. \"relu\") or empty for an in-place op");
-    meta = like->meta;
-  }
-  std::lock_guard lock(impl_->mutex);
-  auto it = impl_->by_name.find(schema.full_name());
-  if (it != impl_->by_name.end()) {
+  return define_op(parse_schema(schema_text), meta_like, std::move(provider));
+}
+
+namespace {
+// The shape rule of an op whose `meta_like` is defined later (check_define_op); never called.
+void meta_of_pending_op(MetaCall&) {}
+}  // namespace
+
+MetaFn Dispatcher::Impl::check_definition_locked(const FunctionSchema& schema, std::string_view meta_like,
+                                                 bool meta_like_pending, OperatorEntry** existing) {
+  *existing = nullptr;
+  auto it = by_name.find(schema.full_name());
+  if (it != by_name.end()) {
     TESSERA_CHECK(it->second->schema.str() == schema.str(), "define_op: operator '", schema.full_name(),
                   "' is already defined as \"", it->second->schema.str(), "\" (by ", it->second->provider,
                   "), not \"", schema.str(), "\"; use another overload name");
-    return *it->second;
+    *existing = it->second;
+    return it->second->meta;
+  }
+  MetaFn meta = meta_alias_outputs;
+  if (meta_like_pending) {
+    meta = meta_of_pending_op;
+  } else if (!meta_like.empty()) {
+    OperatorEntry* like = find_op_locked(meta_like);
+    TESSERA_CHECK(like, "define_op(\"", schema.str(), "\"): meta_like names unknown operator '", meta_like,
+                  "'; give an existing op whose shape rule fits (e.g. \"relu\") or empty for an in-place op");
+    meta = like->meta;
   }
   if (meta_like.empty()) {
     for (const Argument& r : schema.returns)
       TESSERA_CHECK(
-          r.alias && r.type == ArgType::Tensor, "define_op(\"", schema_text,
+          r.alias && r.type == ArgType::Tensor, "define_op(\"", schema.str(),
           "\"): a return without an alias annotation needs `meta_like`, the name of an op whose shape "
           "rule computes it");
   }
+  return meta;
+}
+
+OperatorEntry& Dispatcher::define_op(const FunctionSchema& schema, std::string_view meta_like, std::string provider) {
+  std::lock_guard lock(impl_->mutex);
+  OperatorEntry* existing = nullptr;
+  MetaFn meta = impl_->check_definition_locked(schema, meta_like, false, &existing);
+  if (existing) return *existing;
   return impl_->define_locked(schema, meta, std::move(provider));
+}
+
+void Dispatcher::check_define_op(const FunctionSchema& schema, std::string_view meta_like,
+                                 bool meta_like_pending) const {
+  std::lock_guard lock(impl_->mutex);
+  OperatorEntry* existing = nullptr;
+  MetaFn meta = impl_->check_definition_locked(schema, meta_like, meta_like_pending, &existing);
+  if (existing) return;
+  OperatorEntry scratch;  // the per-argument checks (defaults, Tensor[] count, return aliases)
+  Impl::fill_entry(scratch, schema, meta, std::string());
 }
 
 RegistrationHandle Dispatcher::register_kernel(OperatorEntry& op, DeviceType backend, Functionality f,
@@ -310,8 +378,7 @@ RegistrationHandle Dispatcher::register_kernel(OperatorEntry& op, DeviceType bac
   int slot = int(f) * kNumBackendSlots + int(backend);
   std::lock_guard lock(impl_->mutex);
   const KernelEntry* entry = &impl_->kernel_store.emplace_back(std::move(kernel));
-  uint64_t id = impl_->next_id++;
-  impl_->registrations.push_back({id, Registration::Kind::Kernel, &op, slot, entry});
+  uint64_t id = impl_->add_registration(Registration::Kind::Kernel, &op, slot, entry);
   op.slots[size_t(slot)].store(entry, std::memory_order_release);
   if (log_enabled("dispatch"))
     log_message(LogLevel::Debug, "dispatch",
@@ -325,8 +392,7 @@ RegistrationHandle Dispatcher::register_fallback(DeviceType backend, Functionali
   int slot = int(f) * kNumBackendSlots + int(backend);
   std::lock_guard lock(impl_->mutex);
   const KernelEntry* entry = &impl_->kernel_store.emplace_back(std::move(kernel));
-  uint64_t id = impl_->next_id++;
-  impl_->registrations.push_back({id, Registration::Kind::Fallback, nullptr, slot, entry});
+  uint64_t id = impl_->add_registration(Registration::Kind::Fallback, nullptr, slot, entry);
   g_fallbacks[size_t(slot)].store(entry, std::memory_order_release);
   return RegistrationHandle{id};
 }
@@ -335,8 +401,7 @@ RegistrationHandle Dispatcher::register_composite(OperatorEntry& op, CompositeFn
   TESSERA_CHECK(bool(fn), "register_composite('", op.name, "'): the function is empty");
   std::lock_guard lock(impl_->mutex);
   const CompositeFn* entry = &impl_->composite_store.emplace_back(std::move(fn));
-  uint64_t id = impl_->next_id++;
-  impl_->registrations.push_back({id, Registration::Kind::Composite, &op, -1, entry});
+  uint64_t id = impl_->add_registration(Registration::Kind::Composite, &op, -1, entry);
   op.composite.store(entry, std::memory_order_release);
   return RegistrationHandle{id};
 }
@@ -347,11 +412,16 @@ void Dispatcher::forbid_fallback(OperatorEntry& op, DeviceType backend) {
 
 void Dispatcher::deregister(RegistrationHandle handle) {
   std::lock_guard lock(impl_->mutex);
-  auto& regs = impl_->registrations;
-  auto it = std::find_if(regs.begin(), regs.end(), [&](const Registration& r) { return r.id == handle.id; });
-  TESSERA_CHECK(it != regs.end(), "deregister: registration ", handle.id, " is unknown or already undone");
-  Registration r = *it;
-  regs.erase(it);
+  auto it = impl_->registrations.find(handle.id);
+  TESSERA_CHECK(it != impl_->registrations.end(), "deregister: registration ", handle.id,
+                " is unknown or already undone");
+  const Registration r = it->second;
+  impl_->registrations.erase(it);
+  auto stack = impl_->live_by_slot.find(PublishedSlot{r.kind, r.op, r.slot});
+  TESSERA_INTERNAL_ASSERT(stack != impl_->live_by_slot.end(), "deregister: registration ", r.id,
+                          " has no published slot");
+  stack->second.erase(r.id);
+  if (stack->second.empty()) impl_->live_by_slot.erase(stack);
   impl_->republish(r.kind, r.op, r.slot);
 }
 
@@ -1124,9 +1194,7 @@ const BackendDevice& backend_device(DeviceType type) {
 
 bool cpu_fallback_enabled() {
   const char* v = secure_env("TESSERA_CPU_FALLBACK");
-  if (!v || !*v) return true;
-  std::string s(v);
-  return !(s == "0" || s == "false" || s == "off" || s == "no" || s == "OFF" || s == "False");
+  return v ? parse_env_bool("TESSERA_CPU_FALLBACK", v) : true;  // Note [Environment variables]
 }
 
 }  // namespace tessera

@@ -197,7 +197,7 @@ void HostContext::apply(const Registration& r) {
   Dispatcher& d = Dispatcher::instance();
   switch (r.kind) {
     case Registration::Kind::DefineOp:
-      d.define_op(r.op, r.meta_like, plugin_name_);
+      d.define_op(r.schema ? *r.schema : parse_schema(r.op), r.meta_like, plugin_name_);
       log_message(LogLevel::Debug, "plugins", "plugin '" + plugin_name_ + "' defined operator " + r.op);
       break;
     case Registration::Kind::Kernel:
@@ -273,12 +273,27 @@ size_t HostContext::num_kernels_registered() const {
 
 tessera_status_t HostContext::op_define(void* ctx, const char* schema, const char* meta_like) {
   if (!ctx || !schema) return invalid("op_define: host_ctx and schema must not be NULL");
+  HostContext* h = self(ctx);
   try {
-    parse_schema(schema);  // reject a bad schema at the call, with the column of the problem
-    Registration r{Registration::Kind::DefineOp, schema, meta_like ? meta_like : "", 0, {}};
-    return self(ctx)->record(std::move(r));
+    // Everything the commit would refuse is refused here, at the call (the schema is parsed once).
+    auto parsed = std::make_shared<const FunctionSchema>(parse_schema(schema));
+    const std::string like = meta_like ? meta_like : "";
+    bool like_pending = false;
+    {
+      std::lock_guard lock(h->mutex_);
+      for (const Registration& p : h->pending_) {
+        if (p.kind != Registration::Kind::DefineOp || !p.schema) continue;
+        TESSERA_CHECK(p.schema->full_name() != parsed->full_name() || p.schema->str() == parsed->str(),
+                      "operator '", parsed->full_name(), "' is already being defined by this plugin as \"",
+                      p.schema->str(), "\"; use another overload name");
+        if (!like.empty() && p.schema->full_name() == like) like_pending = true;
+      }
+    }
+    Dispatcher::instance().check_define_op(*parsed, like, like_pending);
+    Registration r{Registration::Kind::DefineOp, schema, like, 0, {}, std::move(parsed)};
+    return h->record(std::move(r));
   } catch (const std::exception& e) {
-    return invalid("plugin '" + self(ctx)->plugin_name_ + "': op_define(\"" + schema + "\"): " + e.what());
+    return invalid("plugin '" + h->plugin_name_ + "': op_define(\"" + schema + "\"): " + e.what());
   }
 }
 

@@ -7,6 +7,7 @@
 #pragma once
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <new>
 #include <string>
@@ -112,6 +113,7 @@ class HostContext {
     std::string meta_like;  // DefineOp
     int32_t functionality = 0;
     KernelEntry kernel;
+    std::shared_ptr<const FunctionSchema> schema = nullptr;  // DefineOp: parsed once, by op_define
   };
   static HostContext* self(void* host_ctx) { return static_cast<HostContext*>(host_ctx); }
   static tessera_status_t op_define(void* ctx, const char* schema, const char* meta_like);

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "tessera/env.h"
+
 namespace tessera {
 namespace {
 
@@ -22,21 +24,36 @@ LogSettings& settings() {
   return s;
 }
 
+bool valid_log_item(std::string_view item) {
+  if (item == "1") return true;
+  if (item.empty() || item[0] < 'a' || item[0] > 'z') return false;
+  for (char c : item)
+    if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_')) return false;
+  return true;
+}
+
+// A malformed TESSERA_LOG must not make logging throw (it runs inside error paths): it is reported
+// once on stderr, the way every variable reports it (Note [Environment variables]), and ignored.
 void load_locked(LogSettings& s) {
   s.components.clear();
   s.all = false;
-  const char* env = secure_env("TESSERA_LOG");
-  std::string text = env ? env : "";
-  size_t start = 0;
-  while (start <= text.size()) {
-    size_t comma = text.find(',', start);
-    if (comma == std::string::npos) comma = text.size();
-    std::string item = text.substr(start, comma - start);
-    if (item == "all" || item == "1") s.all = true;
-    else if (!item.empty()) s.components.push_back(item);
-    start = comma + 1;
-  }
   s.loaded = true;
+  const char* env = secure_env("TESSERA_LOG");
+  if (!env) return;
+  std::vector<std::string> items;
+  try {
+    items = parse_env_list("TESSERA_LOG", env, ',', valid_log_item,
+                           "component names (lower-case letters, digits and '_', e.g. plugins, dispatch, fallback) "
+                           "or all");
+  } catch (const std::exception& e) {
+    std::string line = std::string("[tessera:log] warning: ") + e.what() + "; logging stays off\n";
+    std::fwrite(line.data(), 1, line.size(), stderr);
+    return;
+  }
+  for (auto& item : items) {
+    if (item == "all" || item == "1") s.all = true;
+    else s.components.push_back(std::move(item));
+  }
 }
 
 const char* level_name(LogLevel level) {
@@ -51,7 +68,7 @@ const char* level_name(LogLevel level) {
 
 }  // namespace
 
-const char* secure_env(const char* name) { return secure_getenv(name); }
+const char* secure_env(const char* name) { return env_value(name); }
 
 bool log_enabled(std::string_view component) {
   LogSettings& s = settings();

@@ -1,11 +1,19 @@
 #include "manifest.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <climits>
-#include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <vector>
+
+#include "tessera/text_escape.h"
 
 namespace tessera::loader {
 namespace {
@@ -31,24 +39,17 @@ struct ManifestError {
   std::string what;
 };
 
-// A value from the manifest, quoted for a one-line message: control characters escaped, long values cut.
+// A value from the manifest, quoted for a one-line message: control characters and bytes that are
+// not UTF-8 escaped, long values cut.
 std::string in_quotes(const std::string& s) {
-  std::string out = "'";
-  for (size_t i = 0; i < s.size(); ++i) {
-    if (i == 80) {
-      out += "...";
-      break;
-    }
-    unsigned char c = static_cast<unsigned char>(s[i]);
-    if (c < 0x20 || c == 0x7f) {
-      char buf[8];
-      std::snprintf(buf, sizeof(buf), "\\x%02x", c);
-      out += buf;
-    } else {
-      out += char(c);
-    }
-  }
-  return out + "'";
+  if (s.size() <= 80) return "'" + printable_text(s) + "'";
+  return "'" + printable_text(std::string_view(s).substr(0, 80)) + "...'";
+}
+
+// A string that names a file: a NUL byte would silently cut it where the C library reads it.
+void check_no_nul(const std::string& s, const std::string& field) {
+  if (s.find('\0') != std::string::npos)
+    throw ManifestError{"field " + in_quotes(field) + " holds a NUL byte (\\u0000); a file name cannot contain one"};
 }
 
 const json* find(const json& obj, const char* key) {
@@ -89,6 +90,7 @@ std::vector<std::string> get_string_array(const json& v, const std::string& fiel
       throw ManifestError{"field " + in_quotes(field + "[" + std::to_string(i) + "]") + " must be a string, got " +
                           type_name(v[i])};
     out.push_back(v[i].get<std::string>());
+    check_no_nul(out.back(), field + "[" + std::to_string(i) + "]");
   }
   return out;
 }
@@ -137,7 +139,72 @@ void parse_device(const json& dev, Manifest* m) {
   m->has_device = true;
 }
 
+// Parses `text`, refusing a key that appears twice in one object (nlohmann keeps the last one; a
+// manifest that says two things must not mean one of them silently).
+json parse_json_unique_keys(const std::string& text) {
+  std::vector<std::set<std::string>> keys;  // one set per open object
+  json::parser_callback_t cb = [&](int, json::parse_event_t event, json& parsed) {
+    switch (event) {
+      case json::parse_event_t::object_start: keys.emplace_back(); break;
+      case json::parse_event_t::object_end: keys.pop_back(); break;
+      case json::parse_event_t::key:
+        if (!keys.back().insert(parsed.get<std::string>()).second)
+          throw ManifestError{"key " + in_quotes(parsed.get<std::string>()) +
+                              " appears twice in one object; give each key once"};
+        break;
+      default: break;
+    }
+    return true;
+  };
+  return json::parse(text, cb);
+}
+
 }  // namespace
+
+bool read_manifest_file(const std::string& path, std::string* text, std::string* error) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+  if (fd < 0) {
+    *error = path + ": cannot read the manifest (" + std::strerror(errno) + ")";
+    return false;
+  }
+  struct stat st{};
+  bool ok = true;
+  if (::fstat(fd, &st) != 0) {
+    *error = path + ": cannot read the manifest (" + std::strerror(errno) + ")";
+    ok = false;
+  } else if (!S_ISREG(st.st_mode)) {
+    *error = path + ": the manifest is not a regular file; point TESSERA_PLUGIN_PATH at manifest files or folders";
+    ok = false;
+  } else if (uint64_t(st.st_size) > kMaxManifestBytes) {
+    *error = path + ": the manifest is " + std::to_string(st.st_size) + " bytes, more than the " +
+             std::to_string(kMaxManifestBytes) + " allowed; a manifest is a small JSON object (docs/plugins.md)";
+    ok = false;
+  }
+  std::string out;
+  if (ok) {
+    out.resize(kMaxManifestBytes + 1);
+    size_t got = 0;
+    while (got < out.size()) {
+      ssize_t n = ::read(fd, out.data() + got, out.size() - got);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) {
+        *error = path + ": cannot read the manifest (" + std::strerror(errno) + ")";
+        ok = false;
+      }
+      if (n <= 0) break;
+      got += size_t(n);
+    }
+    if (ok && got > kMaxManifestBytes) {
+      *error = path + ": the manifest grew beyond " + std::to_string(kMaxManifestBytes) +
+               " bytes while it was read; a manifest is a small JSON object (docs/plugins.md)";
+      ok = false;
+    }
+    out.resize(got);
+  }
+  ::close(fd);
+  if (ok) *text = std::move(out);
+  return ok;
+}
 
 void byte_to_line_column(const std::string& text, size_t byte, size_t* line, size_t* column) {
   size_t pos = byte == 0 ? 0 : std::min(byte - 1, text.size());  // index of the offending byte
@@ -154,9 +221,17 @@ void byte_to_line_column(const std::string& text, size_t byte, size_t* line, siz
 
 bool parse_manifest(const std::string& path, const std::string& text, Manifest* out, std::string* error,
                     std::string* name_hint) {
+  if (text.size() > kMaxManifestBytes) {
+    *error = path + ": the manifest is " + std::to_string(text.size()) + " bytes, more than the " +
+             std::to_string(kMaxManifestBytes) + " allowed; a manifest is a small JSON object (docs/plugins.md)";
+    return false;
+  }
   json doc;
   try {
-    doc = json::parse(text);
+    doc = parse_json_unique_keys(text);
+  } catch (const ManifestError& e) {
+    *error = path + ": " + e.what;
+    return false;
   } catch (const json::parse_error& e) {
     size_t line = 0, column = 0;
     byte_to_line_column(text, e.byte, &line, &column);
@@ -167,7 +242,9 @@ bool parse_manifest(const std::string& path, const std::string& text, Manifest* 
       size_t colon = what.find(": ", at);
       if (colon != std::string::npos) what = what.substr(colon + 2);
     }
-    *error = path + ":" + std::to_string(line) + ":" + std::to_string(column) + ": invalid JSON: " + what;
+    // The message quotes the bytes last read, which may be control characters or not UTF-8.
+    *error = path + ":" + std::to_string(line) + ":" + std::to_string(column) + ": invalid JSON: " +
+             printable_text(what);
     return false;
   } catch (const json::exception& e) {
     // Not a syntax error but a value the parser cannot represent (a number overflowing a double,
@@ -175,7 +252,7 @@ bool parse_manifest(const std::string& path, const std::string& text, Manifest* 
     std::string what = e.what();
     size_t bracket = what.find("] ");
     if (bracket != std::string::npos) what = what.substr(bracket + 2);
-    *error = path + ": invalid JSON: " + what;
+    *error = path + ": invalid JSON: " + printable_text(what);
     return false;
   }
   Manifest m;
@@ -198,6 +275,7 @@ bool parse_manifest(const std::string& path, const std::string& text, Manifest* 
     if (m.kind != "backend" && m.kind != "compiler" && m.kind != "quantizer" && m.kind != "sparsity")
       throw ManifestError{"unknown kind " + in_quotes(m.kind) + " (expected backend, compiler, quantizer or sparsity)"};
     std::string lib = get_string(require(doc, "", "library", "string"), "library");
+    check_no_nul(lib, "library");
     std::filesystem::path manifest_dir = std::filesystem::path(path).parent_path();
     m.library = (manifest_dir / lib).lexically_normal().string();  // an absolute `lib` stays as it is
     const json& abi = require(doc, "", "abi", "object with integer 'major' and 'minor'");

@@ -9,6 +9,9 @@
 namespace tessera::loader {
 
 constexpr int kManifestVersion = 1;
+// Manifests are a few hundred bytes; a larger file is refused before it is read (a 100 MB one took
+// 2 GB of memory as a JSON document).
+constexpr size_t kMaxManifestBytes = size_t(1) << 20;
 
 struct Manifest {
   std::string path;         // absolute path of the manifest file
@@ -30,9 +33,16 @@ struct Manifest {
   std::vector<std::string> unknown_fields;  // accepted, reported under TESSERA_LOG=plugins
 };
 
+// Reads the manifest file at `path` into `text`. Refuses (false, `error` set to one line naming the
+// file) what is not a regular file, a file larger than kMaxManifestBytes (checked before reading and
+// again while reading, in case it grows) and read errors.
+bool read_manifest_file(const std::string& path, std::string* text, std::string* error);
+
 // Parses `text` (the contents of the manifest at absolute `path`). On failure returns false and sets
 // `error` to one line: "<path>:<line>:<column>: invalid JSON: <what>" for a syntax error, else
-// "<path>: <what>" naming the field, the value or type got and the one expected. `name_hint`
+// "<path>: <what>" naming the field, the value or type got and the one expected. Also refused: text
+// over kMaxManifestBytes, a key given twice in one object, a NUL byte in a path. Values quoted in the
+// error are escaped (Note [Untrusted text] in tessera/text_escape.h). `name_hint`
 // receives the plugin name as soon as it is known (empty when the JSON does not give one).
 bool parse_manifest(const std::string& path, const std::string& text, Manifest* out, std::string* error,
                     std::string* name_hint = nullptr);

@@ -34,6 +34,7 @@
 #include "manifest.h"
 #include "tessera/allocator.h"
 #include "tessera/dispatcher.h"
+#include "tessera/env.h"
 #include "tessera/error.h"
 #include "tessera/log.h"
 
@@ -438,21 +439,24 @@ void check_requirements(PluginRecord& r) {
 
 void discover_locked(Registry& reg) {
   if (reg.discovered) return;
+  // The variables are parsed before anything changes: a malformed one throws (Note [Environment
+  // variables]) and leaves the registry undiscovered, so that fixing it and asking again works.
+  std::vector<std::string> path_entries, select, disable;
+  const char* path_env = secure_env("TESSERA_PLUGIN_PATH");
+  const char* select_env = secure_env("TESSERA_PLUGINS_SELECT");
+  const char* disable_env = secure_env("TESSERA_PLUGINS_DISABLE");
+  if (path_env)
+    path_entries = parse_env_list("TESSERA_PLUGIN_PATH", path_env, ':', nullptr, "folders or manifest files");
+  if (select_env) select = parse_env_globs("TESSERA_PLUGINS_SELECT", select_env);
+  if (disable_env) disable = parse_env_globs("TESSERA_PLUGINS_DISABLE", disable_env);
   reg.discovered = true;
   auto t0 = std::chrono::steady_clock::now();
 
   std::vector<std::string> paths;
   std::set<std::string> seen;
-  if (const char* env = secure_env("TESSERA_PLUGIN_PATH"))
-    for (const auto& entry : split(env, ':')) collect_manifests(entry, "TESSERA_PLUGIN_PATH", &paths, &seen);
+  for (const auto& entry : path_entries) collect_manifests(entry, "TESSERA_PLUGIN_PATH", &paths, &seen);
   std::string dir = default_plugin_dir();
   if (!dir.empty()) collect_manifests(dir, "plugin folder", &paths, &seen);
-
-  std::vector<std::string> select, disable;
-  const char* select_env = secure_env("TESSERA_PLUGINS_SELECT");
-  const char* disable_env = secure_env("TESSERA_PLUGINS_DISABLE");
-  if (select_env) select = split(select_env, ',');
-  if (disable_env) disable = split(disable_env, ',');
 
   for (const auto& path : paths) {
     auto rec = std::make_unique<PluginRecord>();
@@ -464,14 +468,10 @@ void discover_locked(Registry& reg) {
 
     std::string failure = untrusted_file_reason(path, "manifest");
     if (failure.empty()) {
-      std::ifstream in(path, std::ios::binary);
-      std::stringstream buffer;
-      buffer << in.rdbuf();
-      if (!in) {
-        failure = path + ": cannot read the manifest (" + std::strerror(errno) + ")";
-      } else {
+      std::string text;
+      if (loader::read_manifest_file(path, &text, &failure)) {
         std::string name_hint;
-        r.manifest_ok = loader::parse_manifest(path, buffer.str(), &r.manifest, &failure, &name_hint);
+        r.manifest_ok = loader::parse_manifest(path, text, &r.manifest, &failure, &name_hint);
         if (!name_hint.empty()) r.info.name = name_hint;
       }
     }

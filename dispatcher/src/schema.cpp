@@ -1,8 +1,10 @@
 // Parser for operator schemas in PyTorch's syntax. See schema.h.
 #include "tessera/schema.h"
 
+#include <algorithm>
 #include <cctype>
 #include <string>
+#include <unordered_set>
 
 #include "tessera/error.h"
 
@@ -23,6 +25,7 @@ class SchemaParser {
     }
     skip_ws();
     expect('(');
+    std::unordered_set<std::string> names;  // a linear-time duplicate check
     bool kwarg_only = false;
     skip_ws();
     if (peek() != ')') {
@@ -37,10 +40,12 @@ class SchemaParser {
           expect(',');
           continue;
         }
+        if (s.arguments.size() == kMaxSchemaArguments)
+          fail_at(pos_, "more than " + std::to_string(kMaxSchemaArguments) + " arguments; pass a list (int[] or "
+                        "Tensor[]) instead of many single arguments");
         Argument a = argument(/*is_return=*/false);
         a.kwarg_only = kwarg_only;
-        for (const Argument& other : s.arguments)
-          if (other.name == a.name) fail_at(arg_start_, "argument name '" + a.name + "' used twice");
+        if (!names.insert(a.name).second) fail_at(arg_start_, "argument name '" + a.name + "' used twice");
         s.arguments.push_back(std::move(a));
         skip_ws();
         if (peek() == ',') {
@@ -61,6 +66,8 @@ class SchemaParser {
       if (peek() != ')') {
         while (true) {
           skip_ws();
+          if (s.returns.size() == kMaxSchemaArguments)
+            fail_at(pos_, "more than " + std::to_string(kMaxSchemaArguments) + " returns; return a Tensor[] instead");
           s.returns.push_back(argument(/*is_return=*/true));
           skip_ws();
           if (peek() == ',') {
@@ -92,13 +99,18 @@ class SchemaParser {
     return "byte " + std::to_string(int(static_cast<unsigned char>(c)));
   }
 
+  // The message shows at most kContext characters either side of the problem, so that an error in a
+  // huge schema stays short.
   [[noreturn]] void fail_at(size_t pos, const std::string& what) const {
-    std::string line(text_.begin(), text_.end());
+    constexpr size_t kContext = 60;
+    const size_t from = pos > kContext ? pos - kContext : 0;
+    const size_t to = std::min(text_.size(), pos + kContext);
+    std::string line = (from > 0 ? "..." : "") + std::string(text_.substr(from, to - from)) + (to < text_.size() ? "..." : "");
     for (char& c : line)
       if (c == '\n' || c == '\t' || !std::isprint(static_cast<unsigned char>(c))) c = ' ';
     detail::throw_error(ErrorCode::InvalidArgument, "schema: " + what + " at column " +
                                                         std::to_string(pos + 1) + "\n" + line + "\n" +
-                                                        std::string(pos, ' ') + "^");
+                                                        std::string(pos - from + (from > 0 ? 3 : 0), ' ') + "^");
   }
   [[noreturn]] void fail(const std::string& expected) const {
     fail_at(pos_, "expected " + expected + ", got " + describe_here());

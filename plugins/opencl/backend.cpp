@@ -10,6 +10,8 @@
 #include <random>
 #include <sstream>
 
+#include "tessera/text_escape.h"
+
 namespace tessera::opencl {
 
 namespace {
@@ -20,28 +22,6 @@ const char* env(const char* name) {
   const tessera_host_api_t* host = sdk::host_api();
   if (host && host->getenv) return host->getenv(name);
   return secure_getenv(name);
-}
-
-std::string json_escape(const std::string& s) {
-  std::string out;
-  out.reserve(s.size() + 2);
-  for (char c : s) {
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\u%04x", c);
-          out += buf;
-        } else {
-          out += c;
-        }
-    }
-  }
-  return out;
 }
 
 std::string device_info_string(cl_device_id id, cl_device_info what) {

@@ -170,6 +170,24 @@ TEST_F(LoaderTest, RegistrationsAfterInitApplyAtOnceAndAreUndoneAtShutdown) {
   EXPECT_EQ(std::find(backends.begin(), backends.end(), DeviceType::PrivateUse2), backends.end());
 }
 
+TEST_F(LoaderTest, OpDefineRefusesAtTheCallWhatTheCommitWouldRefuse) {
+  dir_.write_manifest("lt_op_define", backend_manifest("lt_op_define", LT_LIB_OP_DEFINE, 2, "lt_opdefdev"));
+  rediscover();
+  std::string why;
+  ASSERT_TRUE(tessera::ensure_backend_loaded(DeviceType::PrivateUse2, &why)) << why;
+  EXPECT_EQ(info("lt_op_define").status, PluginStatus::Loaded) << info("lt_op_define").reason;
+  // One bit per call in plugins/op_define.c, set when the call went as expected.
+  const int results = call_plugin_counter(LT_LIB_OP_DEFINE, "lt_op_define_results");
+  for (int bit = 0; bit < 9; ++bit) EXPECT_TRUE(results >> bit & 1) << "op_define call " << bit;
+  auto& dispatcher = tessera::Dispatcher::instance();
+  EXPECT_NE(dispatcher.find_op("lt_opdef_ok"), nullptr);
+  EXPECT_NE(dispatcher.find_op("lt_opdef_chain"), nullptr);
+  for (const char* refused : {"lt_opdef_big", "lt_opdef_nometa", "lt_opdef_like", "lt_opdef_lists", "lt_opdef_dtype"})
+    EXPECT_EQ(dispatcher.find_op(refused), nullptr) << refused;
+  EXPECT_EQ(dispatcher.schema(dispatcher.op("add.Tensor")).str(),
+            "add.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor");
+}
+
 TEST_F(LoaderTest, SdkDevicePluginLoadsAndReportsErrorsAsStatuses) {
   dir_.write_manifest("lt_sdk_device", backend_manifest("lt_sdk_device", LT_LIB_SDK_DEVICE, 3, "lt_sdkdev"));
   rediscover();
@@ -395,6 +413,78 @@ TEST_F(LoaderTest, UnknownFieldsAreAccepted) {
   dir_.write_manifest("lt_extra", m);
   rediscover();
   EXPECT_EQ(info("lt_extra").status, PluginStatus::Available) << info("lt_extra").reason;
+}
+
+TEST_F(LoaderTest, OversizedManifestIsRefusedBeforeItIsRead) {
+  json m = backend_manifest("lt_huge", LT_LIB_GOOD, 2, "lt_npu");
+  m["description"] = std::string((size_t(1) << 20) + 16, 'x');  // valid JSON, just too large
+  dir_.write_manifest("lt_huge", m);
+  dir_.write_manifest("lt_small", backend_manifest("lt_small", LT_LIB_GOOD, 3, "lt_npu3"));
+  rediscover();
+  expect_failed("lt_huge", dir_.file("lt_huge.json") + ": the manifest is ");
+  expect_failed("lt_huge", "more than the 1048576 allowed");
+  EXPECT_EQ(info("lt_small").status, PluginStatus::Available) << info("lt_small").reason;
+}
+
+TEST_F(LoaderTest, DuplicateKeysAreRefusedAtEveryLevel) {
+  std::string good = backend_manifest("lt_dup", LT_LIB_GOOD, 2, "lt_npu").dump();
+  // The same key again at the top, after the first one (nlohmann would keep the last).
+  dir_.write("lt_dup.json", good.substr(0, good.size() - 1) + ", \"name\": \"lt_other\"}");
+  json n = backend_manifest("lt_dup_nested", LT_LIB_GOOD, 3, "lt_npu3");
+  std::string nested = n.dump();
+  const std::string abi = "\"abi\":{";
+  nested.insert(nested.find(abi) + abi.size(), "\"major\":7,");
+  dir_.write("lt_dup_nested.json", nested);
+  rediscover();
+  expect_failed("lt_dup", "key 'name' appears twice in one object");
+  expect_failed("lt_dup_nested", "key 'major' appears twice in one object");
+}
+
+TEST_F(LoaderTest, NulByteInALibraryPathIsRefused) {
+  json m = backend_manifest("lt_nul", std::string(LT_LIB_GOOD) + std::string(1, '\0') + ".evil", 2, "lt_npu");
+  dir_.write_manifest("lt_nul", m);
+  json r = backend_manifest("lt_nul_req", LT_LIB_GOOD, 3, "lt_npu3");
+  r["requires"] = {{"libraries", {"libc.so.6", std::string("libm.so.6") + std::string(1, '\0')}}};
+  dir_.write_manifest("lt_nul_req", r);
+  rediscover();
+  expect_failed("lt_nul", "field 'library' holds a NUL byte");
+  expect_failed("lt_nul_req", "field 'requires.libraries[1]' holds a NUL byte");
+}
+
+TEST_F(LoaderTest, InvalidUtf8AndControlBytesInAReasonAreEscaped) {
+  dir_.write("lt_badutf.json", "{\"manifest_version\": 1, \"name\": \"lt_badutf\", \"version\": \"1.0\xff\x1b[31m\"}");
+  rediscover();
+  tessera::PluginInfo p = info("lt_badutf");
+  EXPECT_EQ(p.status, PluginStatus::Failed);
+  EXPECT_NE(p.reason.find("invalid JSON"), std::string::npos) << p.reason;
+  EXPECT_NE(p.reason.find("\\xff"), std::string::npos) << p.reason;
+  for (unsigned char c : p.reason) EXPECT_TRUE(c >= 0x20 && c < 0x7f) << "raw byte " << int(c) << " in: " << p.reason;
+}
+
+TEST_F(LoaderTest, MalformedSelectDisableOrPathIsRefusedNamingTheVariable) {
+  dir_.write_manifest("lt_good", backend_manifest("lt_good", LT_LIB_GOOD, 2, "lt_npu"));
+  auto discovery_error = [] {
+    try {
+      rediscover();
+    } catch (const tessera::Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  setenv("TESSERA_PLUGINS_SELECT", "lt_good,,cpu", 1);
+  EXPECT_NE(discovery_error().find("TESSERA_PLUGINS_SELECT='lt_good,,cpu' has an empty item"), std::string::npos);
+  setenv("TESSERA_PLUGINS_SELECT", "lt_*", 1);
+  setenv("TESSERA_PLUGINS_DISABLE", "lt_[good", 1);
+  EXPECT_NE(discovery_error().find("TESSERA_PLUGINS_DISABLE='lt_[good' has an invalid item 'lt_[good'"),
+            std::string::npos);
+  EXPECT_THROW(tessera::plugins(), tessera::Error) << "the failed discovery must not count as done";
+  unsetenv("TESSERA_PLUGINS_DISABLE");
+  setenv("TESSERA_PLUGIN_PATH", (dir_.path() + "::/nonexistent").c_str(), 1);
+  EXPECT_NE(discovery_error().find("TESSERA_PLUGIN_PATH='" + dir_.path() + "::/nonexistent' has an empty item"),
+            std::string::npos);
+  setenv("TESSERA_PLUGIN_PATH", dir_.path().c_str(), 1);
+  EXPECT_EQ(discovery_error(), "");
+  EXPECT_EQ(info("lt_good").status, PluginStatus::Available);
 }
 
 // ------------------------------------------------------------------ libraries

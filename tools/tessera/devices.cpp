@@ -7,6 +7,7 @@
 #include "tessera/dispatcher.h"
 #include "tessera/ops.h"
 #include "tessera/plugin_loader.h"
+#include "tessera/text_escape.h"
 
 namespace {
 
@@ -58,7 +59,7 @@ int tessera_cli_devices(int argc, char** argv) {
                                 {"plugin", d.plugin},
                                 {"properties", props}});
     }
-    std::printf("%s\n", out.dump(2).c_str());
+    std::printf("%s\n", out.dump(2, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
     return kCliOk;
   }
   if (devices.empty()) std::printf("no devices\n");
@@ -67,10 +68,12 @@ int tessera_cli_devices(int argc, char** argv) {
     nlohmann::json props = nlohmann::json::parse(d.properties, nullptr, false);
     if (props.is_object() && props.contains("name") && props["name"].is_string())
       summary = props["name"].get<std::string>();
-    std::printf("%-24s %-28s %s\n", d.name.c_str(), ("plugin " + d.plugin).c_str(), summary.c_str());
+    std::printf("%-24s %-28s %s\n", tessera::printable_text(d.name).c_str(),
+                tessera::printable_text("plugin " + d.plugin).c_str(), tessera::printable_text(summary).c_str());
   }
   for (const auto& e : empty)
-    std::printf("%-24s %-28s no devices: %s\n", e["type"].get<std::string>().c_str(),
-                ("plugin " + e["plugin"].get<std::string>()).c_str(), e["reason"].get<std::string>().c_str());
+    std::printf("%-24s %-28s no devices: %s\n", tessera::printable_text(e["type"].get<std::string>()).c_str(),
+                tessera::printable_text("plugin " + e["plugin"].get<std::string>()).c_str(),
+                tessera::printable_text(e["reason"].get<std::string>()).c_str());
   return kCliOk;
 }

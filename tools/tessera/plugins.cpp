@@ -5,6 +5,7 @@
 
 #include "commands.h"
 #include "tessera/plugin_loader.h"
+#include "tessera/text_escape.h"
 
 namespace {
 
@@ -50,7 +51,9 @@ int tessera_cli_plugins(int argc, char** argv) {
       j["device"] = p.has_device ? nlohmann::json(p.device_name) : nlohmann::json(nullptr);
       out.push_back(std::move(j));
     }
-    std::printf("%s\n", out.dump(2).c_str());
+    // Manifest fields and file names are untrusted (Note [Untrusted text]): bytes that are not UTF-8
+    // become U+FFFD instead of failing the whole listing.
+    std::printf("%s\n", out.dump(2, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
     return kCliOk;
   }
   if (list.empty()) {
@@ -60,9 +63,10 @@ int tessera_cli_plugins(int argc, char** argv) {
   std::printf("%-20s %-10s %-10s %-10s %s\n", "NAME", "KIND", "VERSION", "STATUS", "DEVICE / REASON");
   for (const auto& p : list) {
     std::string detail = p.reason.empty() ? (p.has_device ? "device " + p.device_name : std::string()) : p.reason;
-    std::printf("%-20s %-10s %-10s %-10s %s\n", p.name.c_str(), p.kind.c_str(), p.version.c_str(),
-                tessera::plugin_status_name(p.status), detail.c_str());
-    std::printf("%-20s manifest %s\n", "", p.manifest.c_str());
+    std::printf("%-20s %-10s %-10s %-10s %s\n", tessera::printable_text(p.name).c_str(),
+                tessera::printable_text(p.kind).c_str(), tessera::printable_text(p.version).c_str(),
+                tessera::plugin_status_name(p.status), tessera::printable_text(detail).c_str());
+    std::printf("%-20s manifest %s\n", "", tessera::printable_text(p.manifest).c_str());
   }
   return kCliOk;
 }

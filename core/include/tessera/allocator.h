@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "tessera/device.h"
+#include "tessera/env.h"
 #include "tessera/export.h"
 
 namespace tessera {
@@ -75,10 +76,6 @@ TESSERA_API Allocator* cpu_allocator();
 using BackendLoaderHook = void (*)(DeviceType t);
 TESSERA_API void set_backend_loader_hook(BackendLoaderHook hook);
 
-// Parses a byte count from the environment variable `name` ("512", "3M", "1KiB", "2GB"; K/M/G are
-// powers of 1024). Throws Error(InvalidArgument) naming the variable, the value and what is wrong
-// for anything else: empty, signs, fractions, trailing characters, values beyond 64 bits.
-TESSERA_API uint64_t parse_byte_count(const char* name, std::string_view text);
 
 // Statistics of the caching CPU allocator (Note [Caching CPU allocator] in allocator.cpp): blocks of
 // 1 MiB and more are rounded to a size class (at most 1/8 slack) and kept on free for reuse, up to

@@ -68,7 +68,15 @@ class TESSERA_API Dispatcher {
 
   // Defines a new op. `meta_like` names an existing op whose shape rule applies; empty = outputs
   // alias the inputs (in-place op). Throws on a parse error or a name already defined differently.
+  // Defining an op again with the same schema returns the existing one.
   OperatorEntry& define_op(std::string_view schema, std::string_view meta_like, std::string provider);
+  OperatorEntry& define_op(const FunctionSchema& schema, std::string_view meta_like, std::string provider);
+  // Throws what define_op(schema, meta_like) would throw now (a name defined differently, a core op
+  // redefined, an unknown `meta_like`, a return without alias and without `meta_like`, defaults out
+  // of range, two Tensor[] arguments) without defining anything. `meta_like_pending`: `meta_like`
+  // names an op that the caller defines before this one (a plugin's recorded definitions), so its
+  // existence is not checked.
+  void check_define_op(const FunctionSchema& schema, std::string_view meta_like, bool meta_like_pending = false) const;
 
   RegistrationHandle register_kernel(OperatorEntry& op, DeviceType backend, Functionality f, KernelEntry kernel);
   RegistrationHandle register_fallback(DeviceType backend, Functionality f, KernelEntry kernel);

@@ -3,6 +3,7 @@
 //   "fill_(Tensor(a!) self, Scalar value) -> Tensor(a!)"
 // parse_schema throws tessera::Error whose message points at the column of the problem.
 #pragma once
+#include <cstddef>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -34,6 +35,9 @@ struct FunctionSchema {
   std::string full_name() const { return overload.empty() ? name : name + "." + overload; }
   TESSERA_API std::string str() const;  // canonical text, re-parses to the same schema
 };
+
+// At most this many arguments, and as many returns, in one schema (parse_schema refuses more).
+constexpr size_t kMaxSchemaArguments = 1024;
 
 TESSERA_API FunctionSchema parse_schema(std::string_view text);
 TESSERA_API const char* arg_type_name(ArgType t);

@@ -12,6 +12,7 @@
 #include "kernels.h"
 #include "parallel.h"
 #include "tessera/sdk.hpp"
+#include "tessera/text_escape.h"
 #include "vec_kernels.h"
 
 #ifdef TESSERA_CPU_HAS_NN
@@ -42,23 +43,6 @@ std::string cpu_model_name() {
     }
   }
   return "unknown x86-64 CPU";
-}
-
-std::string json_escape(const std::string& s) {
-  std::string out;
-  for (char ch : s) {
-    if (ch == '"' || ch == '\\') {
-      out += '\\';
-      out += ch;
-    } else if (static_cast<unsigned char>(ch) < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof(buf), "\\u%04x", ch);
-      out += buf;
-    } else {
-      out += ch;
-    }
-  }
-  return out;
 }
 
 tessera_status_t bad_device(int32_t device) {

@@ -10,6 +10,7 @@
 #include "cublaslt_loader.h"
 #include "tessera/cuda/cuda_plugin.h"
 #include "tessera/sdk.hpp"
+#include "tessera/text_escape.h"
 
 namespace tessera::cuda {
 
@@ -62,21 +63,6 @@ struct ScopedEvent {
   ScopedEvent(const ScopedEvent&) = delete;
   ScopedEvent& operator=(const ScopedEvent&) = delete;
 };
-
-std::string json_escape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      out += ' ';
-    } else {
-      out += c;
-    }
-  }
-  return out;
-}
 }  // namespace
 
 std::string cuda_error_message(cudaError_t err, const std::string& what) {

@@ -18,6 +18,7 @@
 #include <tessera/tessera.h>
 
 #include "cases.h"
+#include "tessera/text_escape.h"
 
 #ifndef TESSERA_CTS_XFAIL_DIR
 #define TESSERA_CTS_XFAIL_DIR ""
@@ -332,27 +333,6 @@ const char* cell(Outcome o) {
     case Outcome::XPass: return "XP";
   }
   return "?";
-}
-
-std::string json_escape(const std::string& s) {
-  std::string out;
-  for (char ch : s) {
-    switch (ch) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
-      default:
-        if (uint8_t(ch) < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\u%04x", ch);
-          out += buf;
-        } else {
-          out += ch;
-        }
-    }
-  }
-  return out;
 }
 
 std::string summary_line(const Report& r) {
