@@ -93,12 +93,12 @@ tessera_plugin_t plugin_header = {
     .abi_minor = TESSERA_ABI_MINOR,
     .name = "template_device",
     .version = "0.1.0",
+    .self = g_device.self(),
+    .device = g_device.interface(),
 };
 
 }  // namespace
 
 TESSERA_PLUGIN_ENTRY(&plugin_header) {
-  plugin_header.self = g_device.self();
-  plugin_header.device = g_device.interface();
   host.register_kernel("add.Tensor", TESSERA_DTYPE_BIT(TESSERA_DTYPE_FLOAT32), TESSERA_SDK_KERNEL(add_f32));
 }
