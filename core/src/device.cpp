@@ -27,6 +27,7 @@ constexpr std::array<std::string_view, kNumDeviceTypes> kReservedNames = {
 struct NameTable {
   std::shared_mutex mutex;
   std::array<std::string, kNumPrivateUse> names;
+  std::array<bool, kNumPrivateUse> claimed{};  // named by a manifest's claim, not a rename
 };
 NameTable& name_table() {
   static NameTable* table = new NameTable();  // leaked: usable during static destruction
@@ -34,6 +35,7 @@ NameTable& name_table() {
 }
 
 std::atomic<UnknownDeviceNameHook> g_unknown_name_hook{nullptr};
+std::atomic<DeviceNameReasonHook> g_name_reason_hook{nullptr};
 
 bool is_identifier(std::string_view s) {
   if (s.empty()) return false;
@@ -75,6 +77,15 @@ int lookup_type_or_hook(std::string_view name) {
   return t;
 }
 
+// "; <why>" from the reason hook, or "" when it has nothing to say.
+std::string unknown_name_reason(std::string_view name) {
+  DeviceNameReasonHook hook = g_name_reason_hook.load(std::memory_order_acquire);
+  if (!hook || detail::in_plugin_hook()) return {};
+  detail::PluginHookScope scope;
+  std::string why = hook(name);
+  return why.empty() ? why : "; " + why;
+}
+
 void check_slot(int slot) {
   TESSERA_CHECK(slot >= 1 && slot <= kNumPrivateUse, "privateuse slot ", slot,
                 " does not exist; expected 1, 2 or 3");
@@ -104,9 +115,12 @@ std::string device_type_name(DeviceType t) {
 
 DeviceType device_type_from_name(std::string_view name) {
   const int t = lookup_type_or_hook(name);
-  TESSERA_CHECK(t >= 0, "unknown device type '", name, "'; known device types: ", known_names_joined(),
-                "; a third-party device gets its name from its plugin's manifest (set TESSERA_PLUGIN_PATH) "
-                "or from rename_privateuse1_backend()");
+  if (t < 0) {
+    const std::string why = unknown_name_reason(name);
+    TESSERA_CHECK(false, "unknown device type '", name, "'", why, "; known device types: ", known_names_joined(),
+                  "; a third-party device gets its name from its plugin's manifest (set TESSERA_PLUGIN_PATH) "
+                  "or from rename_privateuse1_backend()");
+  }
   return DeviceType(t);
 }
 
@@ -137,10 +151,13 @@ Device::Device(std::string_view name) : type_(DeviceType::CPU), index_(-1) {
   TESSERA_CHECK(!type_part.empty(), "invalid device string '", name,
                 "': the device type is missing; expected \"type\" or \"type:N\" such as \"cuda:0\"");
   const int t = lookup_type_or_hook(type_part);
-  TESSERA_CHECK(t >= 0, "invalid device string '", name, "': unknown device type '", type_part,
-                "'; known device types: ", known_names_joined(),
-                "; a third-party device gets its name from its plugin's manifest (set TESSERA_PLUGIN_PATH) "
-                "or from rename_privateuse1_backend()");
+  if (t < 0) {
+    const std::string why = unknown_name_reason(type_part);
+    TESSERA_CHECK(false, "invalid device string '", name, "': unknown device type '", type_part, "'", why,
+                  "; known device types: ", known_names_joined(),
+                  "; a third-party device gets its name from its plugin's manifest (set TESSERA_PLUGIN_PATH) "
+                  "or from rename_privateuse1_backend()");
+  }
   type_ = DeviceType(t);
   index_ = int16_t(index);
 }
@@ -154,7 +171,11 @@ std::string Device::str() const {
   return s;
 }
 
-void rename_privateuse_backend(int slot, std::string_view name) {
+namespace {
+
+// Names `slot` under the table's lock. An explicit rename (claim == false) replaces a claim, see
+// Note [PrivateUse renaming]; renaming a claimed slot to its claimed name makes it final.
+void name_slot(int slot, std::string_view name, bool claim) {
   check_slot(slot);
   const std::string slot_name = "privateuse" + std::to_string(slot);
   TESSERA_CHECK(is_identifier(name), "cannot rename ", slot_name, " to '", name,
@@ -164,15 +185,33 @@ void rename_privateuse_backend(int slot, std::string_view name) {
                   "' is a built-in device name; choose another name such as \"", name, "2\"");
   NameTable& table = name_table();
   std::unique_lock lock(table.mutex);
-  std::string& current = table.names[size_t(slot - 1)];
-  if (current == name) return;  // same name again: no-op
-  TESSERA_CHECK(current.empty(), "cannot rename ", slot_name, " to '", name, "': it is already named '",
-                current, "' and names never change; use '", current, "', or another privateuse slot");
-  for (int s = 0; s < kNumPrivateUse; ++s)
-    TESSERA_CHECK(table.names[size_t(s)] != name, "cannot rename ", slot_name, " to '", name,
-                  "': the name is already held by privateuse", s + 1, "; choose another name");
+  const size_t i = size_t(slot - 1);
+  std::string& current = table.names[i];
+  if (current == name) {
+    if (!claim) table.claimed[i] = false;
+    return;  // same name again: no-op
+  }
+  const bool replaceable = !claim && table.claimed[i];
+  TESSERA_CHECK(current.empty() || replaceable, "cannot rename ", slot_name, " to '", name,
+                "': it is already named '", current, "' and names never change; use '", current,
+                "', or another privateuse slot");
+  for (size_t s = 0; s < size_t(kNumPrivateUse); ++s)
+    TESSERA_CHECK(table.names[s] != name || (!claim && table.claimed[s]), "cannot rename ", slot_name, " to '",
+                  name, "': the name is already held by privateuse", s + 1, "; choose another name");
+  for (size_t s = 0; s < size_t(kNumPrivateUse); ++s)
+    if (table.names[s] == name) {
+      table.names[s].clear();
+      table.claimed[s] = false;
+    }
   current = std::string(name);
+  table.claimed[i] = claim;
 }
+
+}  // namespace
+
+void rename_privateuse_backend(int slot, std::string_view name) { name_slot(slot, name, false); }
+
+void claim_privateuse_backend(int slot, std::string_view name) { name_slot(slot, name, true); }
 
 void rename_privateuse1_backend(std::string_view name) { rename_privateuse_backend(1, name); }
 
@@ -187,10 +226,15 @@ void set_unknown_device_name_hook(UnknownDeviceNameHook hook) {
   g_unknown_name_hook.store(hook, std::memory_order_release);
 }
 
+void set_device_name_reason_hook(DeviceNameReasonHook hook) {
+  g_name_reason_hook.store(hook, std::memory_order_release);
+}
+
 void reset_privateuse_names_for_testing() {
   NameTable& table = name_table();
   std::unique_lock lock(table.mutex);
   for (auto& n : table.names) n.clear();
+  table.claimed.fill(false);
 }
 
 }  // namespace tessera

@@ -679,7 +679,9 @@ Stack box_frame(const OperatorEntry& op, const CallFrame& f) {
   return s;
 }
 
-void warn_fallback_once(const OperatorEntry& op, DeviceType type) {
+thread_local uint64_t t_cpu_fallback_calls = 0;
+
+void warn_fallback_once(const OperatorEntry& op, DeviceType type, bool answered_unimplemented) {
   static std::mutex mu;
   static std::set<std::pair<std::string, int>> warned;
   {
@@ -688,8 +690,8 @@ void warn_fallback_once(const OperatorEntry& op, DeviceType type) {
   }
   log_message(
       LogLevel::Warning, "fallback",
-      "'" + op.name + "' has no kernel on device '" + device_type_name(type) +
-          "'; running it on the CPU (inputs copied to the CPU and outputs back). Register a kernel for "
+      "'" + op.name + (answered_unimplemented ? "' answered UNIMPLEMENTED on device '" : "' has no kernel on device '") +
+          device_type_name(type) + "'; running it on the CPU (inputs copied to the CPU and outputs back). Register a kernel for "
           "speed, or set TESSERA_CPU_FALLBACK=0 to make this an error");
 }
 
@@ -710,8 +712,9 @@ std::string implemented_on(const OperatorEntry& op, DType dtype) {
   return s.empty() ? std::string("no device") : s;
 }
 
-int cpu_fallback(OperatorEntry& op, const CallFrame& f, Device dev, Tensor* outs) {
-  warn_fallback_once(op, dev.type());
+int cpu_fallback(OperatorEntry& op, const CallFrame& f, Device dev, Tensor* outs, bool answered_unimplemented) {
+  ++t_cpu_fallback_calls;
+  warn_fallback_once(op, dev.type(), answered_unimplemented);
   detail::SmallVector<Tensor, 6> cpu_inputs;
   detail::SmallVector<const TensorImpl*, 8> impls;
   for (int i = 0; i < f.num_tensors; ++i) {
@@ -822,7 +825,7 @@ static int resolve(OperatorEntry& op, const CallFrame& f, MetaCall& m, DispatchK
     if (!op.slots[cpu_slot].load(std::memory_order_acquire)) ensure_backend_loaded(DeviceType::CPU);
     cpu_runs_it = op.slots[cpu_slot].load(std::memory_order_acquire) != nullptr ||
                   fallback_for(int(cpu_slot)) != nullptr;
-    if (cpu_runs_it) return cpu_fallback(op, f, dev, outs);
+    if (cpu_runs_it) return cpu_fallback(op, f, dev, outs, !why_unimpl.empty());
   }
   std::string clause;
   if (dense_kernel && !(dense_kernel->dtype_mask & dtype_bit(kdtype)))
@@ -1196,5 +1199,7 @@ bool cpu_fallback_enabled() {
   const char* v = secure_env("TESSERA_CPU_FALLBACK");
   return v ? parse_env_bool("TESSERA_CPU_FALLBACK", v) : true;  // Note [Environment variables]
 }
+
+uint64_t cpu_fallback_calls_on_this_thread() { return t_cpu_fallback_calls; }
 
 }  // namespace tessera

@@ -437,8 +437,41 @@ void check_requirements(PluginRecord& r) {
   set_failed(r, reason);
 }
 
+// Note [Manifest claims on privateuse slots]
+// A manifest's "device": {"slot", "name"} is a claim (claim_privateuse_backend): among manifests
+// claiming one slot the highest priority wins, whatever the discovery order (ties: found first). An
+// explicit rename by the application replaces a claim until its plugin loads (Note [PrivateUse
+// renaming]); load_locked settles the claim with a rename, and every entry point (through
+// discover_locked) lists a plugin whose claim was replaced as failed, naming both names.
+
+// Why the claim of `r` no longer holds, or "" while it does.
+std::string replaced_claim_reason(const PluginRecord& r) {
+  const std::string slot = "privateuse" + std::to_string(r.privateuse_slot);
+  const std::string now = privateuse_backend_name(r.privateuse_slot);
+  if (now == r.info.device_name) return {};
+  std::string holder;
+  for (int s = 1; s <= 3; ++s)
+    if (s != r.privateuse_slot && privateuse_backend_name(s) == r.info.device_name)
+      holder = "; the application gave '" + r.info.device_name + "' to privateuse" + std::to_string(s);
+  return "its manifest names " + slot + " '" + r.info.device_name + "', but the application renamed it" +
+         (now == slot ? std::string(" before the plugin loaded") + holder
+                      : " to '" + now + "' before the plugin loaded") +
+         "; drop the application's rename_privateuse_backend() call, or choose a free slot in the manifest";
+}
+
+void drop_replaced_claims_locked(Registry& reg) {
+  for (auto& rec : reg.records) {
+    if (rec->info.status != PluginStatus::Available || rec->privateuse_slot <= 0) continue;
+    std::string why = replaced_claim_reason(*rec);
+    if (!why.empty()) set_failed(*rec, why);
+  }
+}
+
 void discover_locked(Registry& reg) {
-  if (reg.discovered) return;
+  if (reg.discovered) {
+    drop_replaced_claims_locked(reg);
+    return;
+  }
   // The variables are parsed before anything changes: a malformed one throws (Note [Environment
   // variables]) and leaves the registry undiscovered, so that fixing it and asking again works.
   std::vector<std::string> path_entries, select, disable;
@@ -537,16 +570,26 @@ void discover_locked(Registry& reg) {
     }
   }
 
-  // Privateuse slots are named now, so that Device("npu") parses before any library is loaded.
+  // Privateuse slots are claimed now, so that Device("npu") parses before any library is loaded;
+  // see Note [Manifest claims on privateuse slots].
+  std::stable_sort(winners.begin(), winners.end(), [](const PluginRecord* a, const PluginRecord* b) {
+    return a->info.priority > b->info.priority;
+  });
+  std::array<const PluginRecord*, 4> slot_owner{};
   for (PluginRecord* r : winners) {
     if (r->privateuse_slot > 0) {
       try {
-        rename_privateuse_backend(r->privateuse_slot, r->info.device_name);
+        claim_privateuse_backend(r->privateuse_slot, r->info.device_name);
       } catch (const std::exception& e) {
-        set_failed(*r, std::string("cannot name slot privateuse") + std::to_string(r->privateuse_slot) + " '" +
-                           r->info.device_name + "': " + e.what());
+        std::string reason = std::string("cannot name slot privateuse") + std::to_string(r->privateuse_slot) + " '" +
+                             r->info.device_name + "': " + e.what();
+        if (const PluginRecord* owner = slot_owner[size_t(r->privateuse_slot)])
+          reason += " (claimed by plugin '" + owner->info.name + "' from " + owner->info.manifest + ", priority " +
+                    std::to_string(owner->info.priority) + " over " + std::to_string(r->info.priority) + ")";
+        set_failed(*r, reason);
         continue;
       }
+      if (!slot_owner[size_t(r->privateuse_slot)]) slot_owner[size_t(r->privateuse_slot)] = r;
     }
     if (plog_on())
       plog(LogLevel::Info, "accepted '" + r->info.name + "' " + r->info.version + " (" + r->info.kind +
@@ -664,6 +707,14 @@ bool load_locked(Registry& reg, PluginRecord& r) {
                      true);
   }
 
+  if (r.privateuse_slot > 0) {  // Note [Manifest claims on privateuse slots]: the claim becomes a name
+    try {
+      rename_privateuse_backend(r.privateuse_slot, r.info.device_name);
+    } catch (const std::exception&) {
+      std::string why = replaced_claim_reason(r);
+      return abandon(why.empty() ? "cannot name its privateuse slot" : why, true);
+    }
+  }
   try {
     r.host->commit();
   } catch (const std::exception& e) {
@@ -774,6 +825,27 @@ void unknown_device_name_hook() {
   }
 }
 
+// Why `name` is not a device: the plugins that would have provided it and why they are not usable.
+std::string device_name_reason_hook(std::string_view name) {
+  try {
+    Registry& reg = registry();
+    std::lock_guard lock(reg.mutex);
+    discover_locked(reg);
+    std::string out;
+    for (const auto& rec : reg.records) {
+      const PluginInfo& p = rec->info;
+      if (!p.has_device || p.device_name != name || p.status == PluginStatus::Available ||
+          p.status == PluginStatus::Loaded)
+        continue;
+      out += (out.empty() ? "" : "; ") + std::string("plugin '") + p.name + "' (" + p.manifest + ") provides it but is " +
+             plugin_status_name(p.status) + ": " + p.reason;
+    }
+    return out;
+  } catch (const std::exception& e) {
+    return std::string("plugin discovery failed: ") + e.what();
+  }
+}
+
 // The core calls this when a device type has no allocator or backend yet. A failure is reported
 // by throwing, so the caller sees why the plugin did not load.
 void backend_loader_hook(DeviceType type) {
@@ -789,6 +861,7 @@ void backend_loader_hook(DeviceType type) {
 struct HookInstaller {
   HookInstaller() {
     set_unknown_device_name_hook(&unknown_device_name_hook);
+    set_device_name_reason_hook(&device_name_reason_hook);
     set_backend_loader_hook(&backend_loader_hook);
   }
 } g_hook_installer;

@@ -14,8 +14,10 @@ namespace {
 const char* kDevicesUsage =
     "usage: tessera devices [--json]\n"
     "Loads every backend plugin and lists its devices: name (\"cpu:0\"), type, index, plugin and\n"
-    "properties. Backends that report no device are listed with the reason.\n"
-    "  --json   one JSON object: {\"devices\": [...], \"backends_without_devices\": [...]}\n";
+    "properties. Backends that report no device, and backend plugins that failed, are listed with\n"
+    "the reason.\n"
+    "  --json   one JSON object: {\"devices\": [...], \"backends_without_devices\": [...],\n"
+    "           \"failed_backends\": [...]}\n";
 
 }  // namespace
 
@@ -45,8 +47,20 @@ int tessera_cli_devices(int argc, char** argv) {
     empty.push_back({{"type", tessera::device_type_name(p.device_type)}, {"plugin", p.name}, {"reason", reason}});
   }
 
+  // Backend plugins that failed: without this a failed cpu plugin would pass silently for the
+  // kernel-less built-in CPU device.
+  nlohmann::json failed = nlohmann::json::array();
+  for (const auto& p : tessera::plugins()) {
+    if (p.status != tessera::PluginStatus::Failed || p.kind != "backend") continue;
+    failed.push_back({{"type", p.has_device ? p.device_name : std::string()},
+                      {"plugin", p.name},
+                      {"manifest", p.manifest},
+                      {"reason", p.reason}});
+  }
+
   if (json_out) {
-    nlohmann::json out = {{"devices", nlohmann::json::array()}, {"backends_without_devices", empty}};
+    nlohmann::json out = {
+        {"devices", nlohmann::json::array()}, {"backends_without_devices", empty}, {"failed_backends", failed}};
     for (const auto& d : devices) {
       nlohmann::json props = nlohmann::json::object();
       if (!d.properties.empty()) {
@@ -75,5 +89,9 @@ int tessera_cli_devices(int argc, char** argv) {
     std::printf("%-24s %-28s no devices: %s\n", tessera::printable_text(e["type"].get<std::string>()).c_str(),
                 tessera::printable_text("plugin " + e["plugin"].get<std::string>()).c_str(),
                 tessera::printable_text(e["reason"].get<std::string>()).c_str());
+  for (const auto& f : failed)
+    std::printf("%-24s %-28s failed: %s\n", tessera::printable_text(f["type"].get<std::string>()).c_str(),
+                tessera::printable_text("plugin " + f["plugin"].get<std::string>()).c_str(),
+                tessera::printable_text(f["reason"].get<std::string>()).c_str());
   return kCliOk;
 }

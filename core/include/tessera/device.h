@@ -58,15 +58,28 @@ inline std::ostream& operator<<(std::ostream& os, const Device& d) { return os <
 // meta, privateuse1..3); `cuda2` or `cpux` are fine. Renaming a slot to its current name is a no-op;
 // to another name is an error naming the current one; a name held by another slot is an error.
 // Thread-safe; names never change once set (until reset_privateuse_names_for_testing).
+// A plugin manifest's name is a claim, not a rename (claim_privateuse_backend): it makes
+// Device("npu") parse before the plugin loads, and an explicit rename by the application replaces
+// it (the same slot to another name, or another slot to the claimed name) until the loader settles
+// the claim by renaming the slot itself when the plugin loads. The loader then lists the plugin
+// whose claim was replaced as failed, naming both names.
 TESSERA_API void rename_privateuse1_backend(std::string_view name);
 TESSERA_API void rename_privateuse_backend(int slot, std::string_view name);  // slot 1..3
+// Names an unnamed slot provisionally (see above). Claiming the current name again is a no-op;
+// throws, as rename does, when the slot holds another name or the name is held by another slot.
+TESSERA_API void claim_privateuse_backend(int slot, std::string_view name);
 TESSERA_API std::string privateuse1_backend_name();
 TESSERA_API std::string privateuse_backend_name(int slot);
 // Called once when a device name is not known, before the parse fails: the plugin loader installs
-// it to read manifests (which may rename privateuse slots), so `Device("npu")` works before any
+// it to read manifests (which may claim privateuse slots), so `Device("npu")` works before any
 // plugin library is loaded.
 using UnknownDeviceNameHook = void (*)();
 TESSERA_API void set_unknown_device_name_hook(UnknownDeviceNameHook hook);
+// Called when a parse fails for good: returns why `name` is not a device (for instance the plugin
+// that would have provided it failed, and why), or "" when it knows nothing. The text is appended
+// to the parse error. Must not throw.
+using DeviceNameReasonHook = std::string (*)(std::string_view name);
+TESSERA_API void set_device_name_reason_hook(DeviceNameReasonHook hook);
 // Tests only: forget all names.
 TESSERA_API void reset_privateuse_names_for_testing();
 

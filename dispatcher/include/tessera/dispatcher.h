@@ -114,6 +114,9 @@ TESSERA_API const BackendDevice* backend_device_if_loaded(DeviceType type);
 
 // CPU fallback switch: TESSERA_CPU_FALLBACK=0 turns the fallback into an error.
 TESSERA_API bool cpu_fallback_enabled();
+// How many calls this thread ran through the CPU fallback so far, whatever led there (no kernel,
+// or a kernel that answered UNIMPLEMENTED). The conformance kit reports what actually ran from it.
+TESSERA_API uint64_t cpu_fallback_calls_on_this_thread();
 
 // A status object as the host's status_make makes it, for kernels registered in-process (tests,
 // built-in kernels) that have no host API table. The dispatcher frees what a kernel returns.

@@ -3,10 +3,16 @@
 // keeps loading in every 1.x runtime.
 //
 //   #include <tessera/sdk.hpp>
-//   static tessera::sdk::Status my_add(const tessera::sdk::KernelCall& call) { ... }
-//   TESSERA_PLUGIN_BEGIN("my_plugin", "0.1.0", &my_device_interface, my_self) {
+//   class MyDevice final : public tessera::sdk::DeviceBase { ... };  // count, memory, copies
+//   MyDevice g_device;
+//   void my_add(const tessera::sdk::KernelCall& call) { ... }  // throws tessera::sdk::Error
+//   tessera_plugin_t g_plugin = {.struct_size = sizeof(tessera_plugin_t), .abi_major = TESSERA_ABI_MAJOR,
+//                                .abi_minor = TESSERA_ABI_MINOR, .name = "my_plugin", .version = "0.1.0"};
+//   TESSERA_PLUGIN_ENTRY(&g_plugin) {
+//     g_plugin.self = g_device.self();
+//     g_plugin.device = g_device.interface();
 //     host.register_kernel("add.Tensor", TESSERA_DTYPE_MASK_FLOATING, TESSERA_SDK_KERNEL(my_add));
-//   } TESSERA_PLUGIN_END
+//   }
 #pragma once
 #include <cstdint>
 #include <cstring>

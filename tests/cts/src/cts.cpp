@@ -280,7 +280,10 @@ Report run(const Options& o) {
         try {
           std::vector<Tensor> dev_inputs;
           for (const Tensor& x : inputs) dev_inputs.push_back(layout ? non_contiguous(x.to(device)) : x.to(device));
+          const uint64_t fallbacks_before = cpu_fallback_calls_on_this_thread();
           Tensor got = c.run(dev_inputs, t);
+          // What ran, not what was registered: a kernel that answered UNIMPLEMENTED fell back.
+          if (cpu_fallback_calls_on_this_thread() != fallbacks_before) r.resolution = "fallback";
           if (!got.is(type_name)) {
             r.outcome = Outcome::Fail;
             r.message = "result is on " + got.device().str() + ", expected " + type_name;
@@ -369,7 +372,8 @@ std::string format_table(const Report& r) {
     }
     os << "\n";
   }
-  os << "legend: ok = own kernel (or a composite of ops), fb = CPU fallback, - = unsupported, xf = expected failure, "
+  os << "legend: ok = own kernel (or a composite of ops), fb = ran on the CPU fallback (no kernel, or it answered "
+        "UNIMPLEMENTED), - = unsupported, xf = expected failure, "
         "XP = listed as failing but passed, FAIL = unexpected failure, . = not applicable\n";
   for (const CaseResult& c : r.cases) {
     if (c.outcome == Outcome::Fail || c.outcome == Outcome::XFail) {

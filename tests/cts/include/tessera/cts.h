@@ -5,7 +5,8 @@
 // Note [Conformance outcomes]
 // Each case (op x dtype) is classified:
 //   pass        ran on the device's own kernel (or a composite of its kernels) and matched the CPU
-//   fallback    matched the CPU, but ran through the CPU fallback (Dispatcher::resolution)
+//   fallback    matched the CPU, but ran through the CPU fallback: the device has no kernel, or its
+//               kernel answered UNIMPLEMENTED (seen at run time, cpu_fallback_calls_on_this_thread)
 //   unsupported the device neither implements the op for the dtype nor may fall back; or the CPU
 //               reference itself does not support the dtype (nothing to compare with)
 //   fail        threw an unexpected error, or differed from the CPU beyond tolerance (max error kept)
@@ -29,7 +30,7 @@ struct CaseResult {
   std::string op_name;     // operator name in the catalogue ("add.Tensor"); empty if not found
   DType dtype = DType::Float32;
   Outcome outcome = Outcome::Pass;
-  std::string resolution;  // kernel, composite, fallback, none (for the device's backend)
+  std::string resolution;  // kernel, composite, fallback (also when a kernel fell back at run time), none
   double max_abs_error = 0;   // largest |device - cpu|
   double max_rel_error = 0;   // largest |device - cpu| / (atol + rtol |cpu|): <= 1 passes
   std::string message;     // why it failed / is unsupported
