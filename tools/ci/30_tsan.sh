@@ -7,7 +7,9 @@ cd "$(dirname "$0")/../.."
 cmake --preset tsan >/dev/null
 known=$(cmake --build --preset tsan --target help)
 targets=()
-for t in test_core test_dispatcher test_loader test_loader_abi_c test_stress; do
+# my_hardware_device: the loader suite's shutdown-while-running and stale-tensor tests run on the
+# reference accelerator (its queue thread, not OpenMP), so it is built here too.
+for t in test_core test_dispatcher test_loader test_loader_abi_c test_stress my_hardware_device; do
   if grep -q "^$t:" <<<"$known"; then targets+=("$t"); fi
 done
 cmake --build --preset tsan -j "${JOBS:-2}" --target "${targets[@]}"
