@@ -66,6 +66,16 @@ inline void store_f32(char* p, int64_t st, int64_t n, const float* buf, const Ve
 
 template <typename A>
 inline A binary_scalar(BinaryOp op, A x, A y, A alpha) {
+  if constexpr (std::is_integral_v<A>) {
+    // Integers wrap as in PyTorch: compute modulo 2^64 (no signed overflow), convert back at the end.
+    using U = std::make_unsigned_t<A>;
+    switch (op) {
+      case BinaryOp::Add: return A(U(x) + U(alpha) * U(y));
+      case BinaryOp::Sub: return A(U(x) - U(alpha) * U(y));
+      case BinaryOp::Mul: return A(U(x) * U(y));
+      default: break;
+    }
+  }
   switch (op) {
     case BinaryOp::Add: return x + alpha * y;
     case BinaryOp::Sub: return x - alpha * y;
@@ -84,12 +94,12 @@ inline A binary_scalar(BinaryOp op, A x, A y, A alpha) {
         // A negative exponent of a tensor (PyTorch's pow.Tensor_Tensor): 1 for base 1, +-1 for base -1,
         // 0 otherwise (0 ** -1 included). A negative *number* as exponent was refused by the shape rule.
         if (y < 0) return x == 1 ? A(1) : (x == -1 ? ((y % 2 == 0) ? A(1) : A(-1)) : A(0));
-        A r = 1, b = x;
+        std::make_unsigned_t<A> r = 1, b = std::make_unsigned_t<A>(x);  // wraps as PyTorch, no signed overflow
         for (A e = y; e > 0; e >>= 1) {
           if (e & 1) r *= b;
           b *= b;
         }
-        return r;
+        return A(r);
       } else {
         return std::pow(x, y);
       }

@@ -137,7 +137,12 @@ void reduce_general(ReduceOp op, const tessera_tensor_t* x, const tessera_tensor
         auto body = [&](char** p, const int64_t* st, int64_t n) {
           for (int64_t i = 0; i < n; ++i) {
             const S v = S(Elem<T>::load(reinterpret_cast<const T*>(p[0] + i * st[0])));
-            if (op == ReduceOp::Prod) acc *= v; else acc += v;
+            if constexpr (std::is_integral_v<S>) {  // integer sums and products wrap as PyTorch's
+              using U = std::make_unsigned_t<S>;
+              acc = S(op == ReduceOp::Prod ? U(acc) * U(v) : U(acc) + U(v));
+            } else {
+              if (op == ReduceOp::Prod) acc *= v; else acc += v;
+            }
           }
         };
         if (nred > 0) r.run_range(0, nred, body);
