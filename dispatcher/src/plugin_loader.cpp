@@ -7,6 +7,7 @@
 // discovery. The loaded device types are mirrored in an atomic bit mask so that ensure_backend_loaded
 // on an already loaded type takes no lock.
 #include "tessera/plugin_loader.h"
+#include "tessera/profiler.h"
 
 #include <dlfcn.h>
 #include <fnmatch.h>
@@ -897,6 +898,11 @@ void load_plugins_of_kind(const std::string& kind) {
 }
 
 void shutdown_plugins() {
+  try {
+    profiler_flush();  // Note [Profiler]: the trace is complete before plugins go away
+  } catch (const Error& e) {
+    log_message(LogLevel::Warning, "profiler", e.what());
+  }
   drain_and([](Registry& reg) { shutdown_locked(reg); });
 }
 
