@@ -2,7 +2,10 @@
 // CPU allocator, the reference accelerator's emulated memory and the OpenCL caching allocator.
 // Expected sizes follow each allocator's documented rounding, computed here by hand.
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 
+#include <cstdio>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -78,6 +81,42 @@ TEST(MemoryStats, OpenclReportsItsCachingAllocator) {
   const MemoryStats after = tessera::memory_stats(dev);
   EXPECT_EQ(after.allocated_bytes, before.allocated_bytes);
   EXPECT_GE(after.reserved_bytes, after.allocated_bytes + 1024);  // cached for reuse
+}
+
+std::string run_cli(const std::string& args) {
+  FILE* f = popen(("'" TESSERA_CLI "' " + args + " 2>&1").c_str(), "r");
+  if (!f) return "popen failed";
+  std::string out;
+  char buf[4096];
+  for (size_t n; (n = fread(buf, 1, sizeof(buf), f)) > 0;) out.append(buf, n);
+  const int st = pclose(f);
+  if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) out += "\n(exit status " + std::to_string(st) + ")";
+  return out;
+}
+
+TEST(MemoryStats, DevicesVerboseShowsThemForEveryDevice) {
+  const std::string text = run_cli("devices --verbose");
+  // Every device line is followed by its memory line; the CLI process allocated nothing on the
+  // accelerator, so its statistics are all zero.
+  const size_t at = text.find("my_hardware_device:0");
+  ASSERT_NE(at, std::string::npos) << text;
+  EXPECT_NE(text.find("\n  memory: allocated 0 B, reserved 0 B, peak 0 B, 0 allocations", at), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("\n  memory: allocated", text.find("cpu:0")), std::string::npos) << text;
+  EXPECT_EQ(run_cli("devices").find("memory:"), std::string::npos);
+
+  const nlohmann::json j = nlohmann::json::parse(run_cli("devices --json --verbose"), nullptr, false);
+  ASSERT_FALSE(j.is_discarded());
+  bool seen = false;
+  for (const auto& d : j["devices"]) {
+    ASSERT_TRUE(d.contains("memory_stats")) << d.dump();
+    if (d["name"] != "my_hardware_device:0") continue;
+    seen = true;
+    EXPECT_EQ(d["memory_stats"]["reported"], true);
+    EXPECT_EQ(d["memory_stats"]["allocated_bytes"], 0);
+    EXPECT_EQ(d["memory_stats"]["num_allocations"], 0);
+  }
+  EXPECT_TRUE(seen) << j.dump(1);
 }
 
 }  // namespace
