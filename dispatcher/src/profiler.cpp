@@ -29,18 +29,26 @@ namespace {
 
 struct TensorDesc {
   DType dtype;
-  std::vector<int64_t> sizes;
+  int ndim;
 };
 
+// One dispatched call. Sizes live inline for the usual few small tensors: recording allocates
+// nothing beyond the thread buffer's amortised growth.
 struct Event {
   const OperatorEntry* op;  // entries are never freed
   int64_t start_ns;
   int64_t dur_ns;
   Device device{DeviceType::CPU};
   const char* resolution;
-  std::vector<TensorDesc> inputs;
-  std::vector<TensorDesc> outputs;
+  int num_inputs = 0;
+  detail::SmallVector<TensorDesc, 4> tensors;  // inputs, then outputs
+  detail::SmallVector<int64_t, 12> sizes;      // their sizes, concatenated
   std::string error;
+
+  void add(const TensorImpl& t) {
+    tensors.push_back(TensorDesc{t.dtype(), int(t.dim())});
+    for (int64_t d : t.sizes()) sizes.push_back(d);
+  }
 };
 
 struct ThreadBuffer {
@@ -86,10 +94,6 @@ int64_t now_ns() {
 
 std::string device_label(Device d) { return d.is_cpu() ? std::string("cpu") : d.str(); }
 
-TensorDesc describe(const TensorImpl& t) {
-  return TensorDesc{t.dtype(), std::vector<int64_t>(t.sizes().begin(), t.sizes().end())};
-}
-
 // Every event recorded so far with its thread id, in start order.
 std::vector<std::pair<int, Event>> snapshot() {
   ProfilerState& s = state();
@@ -108,15 +112,19 @@ std::vector<std::pair<int, Event>> snapshot() {
   return out;
 }
 
-nlohmann::json describe_json(const std::vector<TensorDesc>& ts, bool dtypes) {
-  nlohmann::json out = nlohmann::json::array();
-  for (const TensorDesc& t : ts) {
-    if (dtypes)
-      out.push_back(std::string(dtype_name(t.dtype)));
-    else
-      out.push_back(t.sizes);
+// The dtypes and shapes of the event's inputs (outputs: false).
+std::pair<nlohmann::json, nlohmann::json> describe_json(const Event& e, bool inputs) {
+  nlohmann::json dtypes = nlohmann::json::array(), shapes = nlohmann::json::array();
+  size_t offset = 0;
+  for (size_t i = 0; i < e.tensors.size(); ++i) {
+    const TensorDesc& t = e.tensors[i];
+    if ((int(i) < e.num_inputs) == inputs) {
+      dtypes.push_back(std::string(dtype_name(t.dtype)));
+      shapes.push_back(std::vector<int64_t>(e.sizes.begin() + offset, e.sizes.begin() + offset + size_t(t.ndim)));
+    }
+    offset += size_t(t.ndim);
   }
-  return out;
+  return {std::move(dtypes), std::move(shapes)};
 }
 
 std::string trace_json() {
@@ -124,13 +132,15 @@ std::string trace_json() {
   const int pid = int(::getpid());
   events.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", pid}, {"args", {{"name", "tessera"}}}});
   for (const auto& [tid, e] : snapshot()) {
+    auto [in_dtypes, in_shapes] = describe_json(e, true);
+    auto [out_dtypes, out_shapes] = describe_json(e, false);
     nlohmann::json args = {{"op", e.op->name},
                            {"device", device_label(e.device)},
                            {"resolution", e.resolution},
-                           {"dtypes", describe_json(e.inputs, true)},
-                           {"shapes", describe_json(e.inputs, false)},
-                           {"output_dtypes", describe_json(e.outputs, true)},
-                           {"output_shapes", describe_json(e.outputs, false)}};
+                           {"dtypes", std::move(in_dtypes)},
+                           {"shapes", std::move(in_shapes)},
+                           {"output_dtypes", std::move(out_dtypes)},
+                           {"output_shapes", std::move(out_shapes)}};
     if (!e.error.empty()) args["error"] = e.error;
     events.push_back({{"name", e.op->name},
                       {"cat", "op"},
@@ -202,12 +212,12 @@ int profile_call(OperatorEntry& op, const CallFrame& f, Tensor* outs, DispatchFn
   Event e;
   e.op = &op;
   e.resolution = "kernel";
-  e.inputs.reserve(size_t(f.num_tensors));
   for (int i = 0; i < f.num_tensors; ++i)
     if (f.tensors[i]) {
-      e.inputs.push_back(describe(*f.tensors[i]));
+      e.add(*f.tensors[i]);
       if (e.device.is_cpu()) e.device = f.tensors[i]->device();
     }
+  e.num_inputs = int(e.tensors.size());
   if (f.device && e.device.is_cpu()) e.device = *f.device;
   const char** outer = t_resolution;
   t_resolution = &e.resolution;
@@ -228,7 +238,7 @@ int profile_call(OperatorEntry& op, const CallFrame& f, Tensor* outs, DispatchFn
   e.dur_ns = now_ns() - e.start_ns;
   t_resolution = outer;
   for (int o = 0; o < n; ++o)
-    if (outs[o].defined()) e.outputs.push_back(describe(*outs[o].impl()));
+    if (outs[o].defined()) e.add(*outs[o].impl());
   if (n > 0 && outs[0].defined()) e.device = outs[0].device();  // where it ran (Note [Profiler])
   ThreadBuffer& b = thread_buffer();
   std::lock_guard lock(b.mutex);
