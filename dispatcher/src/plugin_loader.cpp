@@ -7,7 +7,6 @@
 // discovery. The loaded device types are mirrored in an atomic bit mask so that ensure_backend_loaded
 // on an already loaded type takes no lock.
 #include "tessera/plugin_loader.h"
-#include "tessera/profiler.h"
 
 #include <dlfcn.h>
 #include <fnmatch.h>
@@ -37,6 +36,7 @@
 #include "tessera/dispatcher.h"
 #include "tessera/error.h"
 #include "tessera/log.h"
+#include "tessera/profiler.h"
 
 #ifndef TESSERA_PLUGIN_SUBDIR
 #define TESSERA_PLUGIN_SUBDIR "tessera/plugins"
