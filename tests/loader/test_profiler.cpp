@@ -151,6 +151,18 @@ TEST_F(ProfilerTest, AnUnwritableTracePathIsAClearError) {
   EXPECT_THROW(tessera::profiler_enable("a.json,b.json"), tessera::Error);
 }
 
+TEST_F(ProfilerTest, ShutdownPluginsWritesTheTrace) {
+  const std::string path = dir_.path() + "/shutdown.json";
+  tessera::profiler_enable(path);
+  Tensor r = tessera::relu(tessera::tensor(std::vector<float>{-1, 2}, {2}).to(Device("my_hardware_device:0")));
+  r = Tensor();
+  tessera::shutdown_plugins();
+  json trace = read_trace(path);
+  auto relu = events_of(trace, "relu", "my_hardware_device:0");
+  ASSERT_EQ(relu.size(), 1u) << trace.dump(1);
+  EXPECT_EQ(relu[0]["args"]["resolution"], "kernel");
+}
+
 // TESSERA_PROFILE in a fresh process: the trace is written at exit and the summary goes to stderr.
 TEST_F(ProfilerTest, EnvironmentVariableWritesTraceAndSummaryAtExit) {
   const std::string path = dir_.path() + "/cli.json";
