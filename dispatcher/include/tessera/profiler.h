@@ -23,7 +23,8 @@ TESSERA_API void profiler_flush();
 // The per-op summary table of the events recorded so far ("op  device  resolution  calls  total
 // mean  max"), as printed at exit under TESSERA_PROFILE=summary.
 TESSERA_API std::string profiler_summary();
-// Forgets the events recorded so far (tests, or a program that profiles one phase).
+// Forgets the events recorded so far. Events are kept in memory until then (a few hundred bytes
+// each), so a long-running program flushes and clears after the phase it profiles.
 TESSERA_API void profiler_clear();
 
 }  // namespace tessera
