@@ -69,7 +69,7 @@ class CachingCpuAllocator final : public Allocator {
       void* p = nullptr;
       if (posix_memalign(&p, kAlignment, rounded) != 0 || !p)
         throw_cpu_oom(nbytes, allocated_.load(), cached_.load());
-      allocated_.fetch_add(rounded, std::memory_order_relaxed);
+      note_allocated(rounded);
       return DataPtr(p, reinterpret_cast<void*>(uintptr_t(rounded)), &free_small, device);
     }
     const size_t cls = size_class(nbytes);
@@ -80,7 +80,7 @@ class CachingCpuAllocator final : public Allocator {
         void* p = it->second;
         free_blocks_.erase(it);
         cached_.fetch_sub(cls, std::memory_order_relaxed);
-        allocated_.fetch_add(cls, std::memory_order_relaxed);
+        note_allocated(cls);
         hits_.fetch_add(1, std::memory_order_relaxed);
         return DataPtr(p, reinterpret_cast<void*>(uintptr_t(cls)), &free_large, device);
       }
@@ -92,7 +92,7 @@ class CachingCpuAllocator final : public Allocator {
       p = map_block(cls);
       if (!p) throw_cpu_oom(nbytes, allocated_.load(), cached_.load());
     }
-    allocated_.fetch_add(cls, std::memory_order_relaxed);
+    note_allocated(cls);
     return DataPtr(p, reinterpret_cast<void*>(uintptr_t(cls)), &free_large, device);
   }
 
@@ -112,6 +112,8 @@ class CachingCpuAllocator final : public Allocator {
     s.cached_bytes = cached_.load(std::memory_order_relaxed);
     s.hits = hits_.load(std::memory_order_relaxed);
     s.misses = misses_.load(std::memory_order_relaxed);
+    s.peak_allocated_bytes = peak_.load(std::memory_order_relaxed);
+    s.num_allocations = live_.load(std::memory_order_relaxed);
     return s;
   }
 
@@ -141,15 +143,27 @@ class CachingCpuAllocator final : public Allocator {
     return reinterpret_cast<void*>(aligned);
   }
 
+  void note_allocated(size_t n) {
+    const uint64_t now = allocated_.fetch_add(n, std::memory_order_relaxed) + n;
+    live_.fetch_add(1, std::memory_order_relaxed);
+    uint64_t peak = peak_.load(std::memory_order_relaxed);
+    while (now > peak && !peak_.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
+    }
+  }
+  void note_freed(size_t n) {
+    allocated_.fetch_sub(n, std::memory_order_relaxed);
+    live_.fetch_sub(1, std::memory_order_relaxed);
+  }
+
   static void free_small(void* ctx, void* p) {
-    instance().allocated_.fetch_sub(uintptr_t(ctx), std::memory_order_relaxed);
+    instance().note_freed(uintptr_t(ctx));
     std::free(p);
   }
 
   static void free_large(void* ctx, void* p) {
     CachingCpuAllocator& a = instance();
     const size_t cls = size_t(uintptr_t(ctx));
-    a.allocated_.fetch_sub(cls, std::memory_order_relaxed);
+    a.note_freed(cls);
     {
       std::lock_guard lock(a.mutex_);
       if (a.cached_.load(std::memory_order_relaxed) + cls <= a.cache_limit_) {
@@ -165,6 +179,7 @@ class CachingCpuAllocator final : public Allocator {
   std::mutex mutex_;
   std::multimap<size_t, void*> free_blocks_;  // size class -> block
   std::atomic<uint64_t> allocated_{0}, cached_{0}, hits_{0}, misses_{0};
+  std::atomic<uint64_t> peak_{0}, live_{0};  // highest allocated_; live allocations
 };
 
 // Meta tensors have sizes and a dtype but no data: the handle is null and nothing is freed.

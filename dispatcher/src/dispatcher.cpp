@@ -14,6 +14,7 @@
 
 #include "host_api.h"
 #include "op_registry.h"
+#include "profiler.h"
 #include "tessera/env.h"
 #include "tessera/log.h"
 #include "tessera/plugin_loader.h"
@@ -781,6 +782,7 @@ static int resolve(OperatorEntry& op, const CallFrame& f, MetaCall& m, DispatchK
   DeviceType backend = dev.type();
   // Meta tensors carry no data: the shape rule is the whole computation.
   if (backend == DeviceType::Meta && slot_empty) {
+    profile_resolution("shape only");
     allocate_outputs(m, f, dev, outs);
     return m.num_outputs;
   }
@@ -800,6 +802,7 @@ static int resolve(OperatorEntry& op, const CallFrame& f, MetaCall& m, DispatchK
   if (const CompositeFn* comp = op.composite.load(std::memory_order_acquire)) {
     if (log_enabled("dispatch"))
       log_message(LogLevel::Debug, "dispatch", "'" + op.name + "' on " + device_label(dev) + ": composite");
+    profile_resolution("composite");
     Stack results = (*comp)(box_frame(op, f));
     int n = 0;
     for (Value& v : results) {
@@ -814,6 +817,7 @@ static int resolve(OperatorEntry& op, const CallFrame& f, MetaCall& m, DispatchK
     if (log_enabled("dispatch"))
       log_message(LogLevel::Debug, "dispatch",
                   "'" + op.name + "' on " + device_label(dev) + ": backend fallback of " + fb->provider);
+    profile_resolution("fallback");
     if (run_kernel(fb, op, m, f, dev, outs, &why_unimpl)) return m.num_outputs;
   }
   bool forbidden = (op.forbid_fallback_mask.load(std::memory_order_acquire) >> int(backend) & 1) ||
@@ -825,7 +829,10 @@ static int resolve(OperatorEntry& op, const CallFrame& f, MetaCall& m, DispatchK
     if (!op.slots[cpu_slot].load(std::memory_order_acquire)) ensure_backend_loaded(DeviceType::CPU);
     cpu_runs_it = op.slots[cpu_slot].load(std::memory_order_acquire) != nullptr ||
                   fallback_for(int(cpu_slot)) != nullptr;
-    if (cpu_runs_it) return cpu_fallback(op, f, dev, outs, !why_unimpl.empty());
+    if (cpu_runs_it) {
+      profile_resolution("fallback");
+      return cpu_fallback(op, f, dev, outs, !why_unimpl.empty());
+    }
   }
   std::string clause;
   if (dense_kernel && !(dense_kernel->dtype_mask & dtype_bit(kdtype)))
@@ -854,7 +861,14 @@ const KernelEntry* fallback_for(int slot) {
 }
 }  // namespace
 
+static int dispatch_call(OperatorEntry& op, const CallFrame& f, Tensor* outs);
+
 int call_unboxed(OperatorEntry& op, const CallFrame& f, Tensor* outs) {
+  if (__builtin_expect(profiler_on(), 0)) return profile_call(op, f, outs, dispatch_call);  // Note [Profiler]
+  return dispatch_call(op, f, outs);
+}
+
+static int dispatch_call(OperatorEntry& op, const CallFrame& f, Tensor* outs) {
   PluginCallGuard in_flight;  // Note [In-flight plugin calls]
   // Key set and device: Note [Dispatch hot path].
   DispatchKeySet ks;

@@ -190,8 +190,19 @@ std::vector<DeviceInfo> devices() {
 }
 
 MemoryStats memory_stats(Device device) {
-  const BackendDevice& b = backend_device(device.type());
   MemoryStats out;
+  if (device.is_cpu()) {
+    // CPU tensors come from the host's caching allocator (Note [Caching CPU allocator]), never
+    // from the cpu plugin's memory_allocate: the host answers for the CPU.
+    const CpuAllocatorStats s = cpu_allocator_stats();
+    out.reported = true;
+    out.allocated_bytes = s.allocated_bytes;
+    out.reserved_bytes = s.allocated_bytes + s.cached_bytes;
+    out.peak_allocated_bytes = s.peak_allocated_bytes;
+    out.num_allocations = s.num_allocations;
+    return out;
+  }
+  const BackendDevice& b = backend_device(device.type());
   // Note [ABI versioning]: the loader zeroed the slots a 1.0 plugin lacks; the host default is
   // "not reported".
   if (!b.iface || !TESSERA_ABI_HAS_FIELD(b.iface, tessera_device_interface_t, memory_stats) || !b.iface->memory_stats)

@@ -37,6 +37,7 @@
 #include "tessera/env.h"
 #include "tessera/error.h"
 #include "tessera/log.h"
+#include "tessera/profiler.h"
 
 #ifndef TESSERA_PLUGIN_SUBDIR
 #define TESSERA_PLUGIN_SUBDIR "tessera/plugins"
@@ -970,6 +971,11 @@ void load_plugins_of_kind(const std::string& kind) {
 }
 
 void shutdown_plugins() {
+  try {
+    profiler_flush();  // Note [Profiler]: the trace is complete before plugins go away
+  } catch (const Error& e) {
+    log_message(LogLevel::Warning, "profiler", e.what());
+  }
   drain_and([](Registry& reg) { shutdown_locked(reg); });
 }
 

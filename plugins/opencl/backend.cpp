@@ -114,6 +114,7 @@ cl_mem CachingAllocator::allocate(uint64_t nbytes) {
       it->second.pop_back();
       stats_.cached -= cls;
       stats_.allocated += cls;
+      stats_.peak = std::max(stats_.peak, stats_.allocated);
       ++stats_.hits;
       live_.emplace(buffer, cls);
       return buffer;
@@ -134,6 +135,7 @@ cl_mem CachingAllocator::allocate(uint64_t nbytes) {
   }
   std::lock_guard<std::mutex> lock(mutex_);
   stats_.allocated += cls;
+  stats_.peak = std::max(stats_.peak, stats_.allocated);
   ++stats_.misses;
   live_.emplace(buffer, cls);
   return buffer;
@@ -167,7 +169,9 @@ void CachingAllocator::empty_cache() {
 
 CachingAllocator::Stats CachingAllocator::stats() const {
   std::lock_guard<std::mutex> lock(mutex_);
-  return stats_;
+  Stats s = stats_;
+  s.live = live_.size();
+  return s;
 }
 
 void CachingAllocator::release_all() {
@@ -644,6 +648,16 @@ size_t di_properties(void*, int32_t device, char* buffer, size_t capacity) {
   return json.size();  // like snprintf: without the NUL
 }
 
+tessera_status_t di_memory_stats(void*, int32_t device, tessera_memory_stats_t* out) {
+  return guarded("memory_stats", [&] {
+    const CachingAllocator::Stats a = be().device(device).allocator.stats();
+    if (TESSERA_ABI_HAS_FIELD(out, tessera_memory_stats_t, allocated_bytes)) out->allocated_bytes = a.allocated;
+    if (TESSERA_ABI_HAS_FIELD(out, tessera_memory_stats_t, reserved_bytes)) out->reserved_bytes = a.allocated + a.cached;
+    if (TESSERA_ABI_HAS_FIELD(out, tessera_memory_stats_t, peak_allocated_bytes)) out->peak_allocated_bytes = a.peak;
+    if (TESSERA_ABI_HAS_FIELD(out, tessera_memory_stats_t, num_allocations)) out->num_allocations = a.live;
+  });
+}
+
 const tessera_device_interface_t kDeviceInterface = {
     .struct_size = sizeof(tessera_device_interface_t),
     .device_count = di_device_count,
@@ -664,6 +678,7 @@ const tessera_device_interface_t kDeviceInterface = {
     .event_synchronize = di_event_synchronize,
     .device_synchronize = di_device_synchronize,
     .device_properties = di_properties,
+    .memory_stats = di_memory_stats,
 };
 
 }  // namespace

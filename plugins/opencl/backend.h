@@ -51,6 +51,8 @@ class CachingAllocator {
     uint64_t cached = 0;     // bytes held in the free lists
     uint64_t hits = 0;       // requests served from the free lists
     uint64_t misses = 0;     // requests that called clCreateBuffer
+    uint64_t peak = 0;       // highest `allocated` so far
+    uint64_t live = 0;       // allocations handed out and not freed
   };
   static uint64_t size_class(uint64_t nbytes);
 

@@ -14,7 +14,9 @@ const char* kUsage =
     "usage: tessera <command> [options]\n"
     "\n"
     "commands:\n"
-    "  devices [--json]          every available device of every backend plugin\n"
+    "  devices [--json] [--verbose]\n"
+    "                            every available device of every backend plugin (--verbose: with\n"
+    "                            memory statistics)\n"
     "  plugins [--json] [--load] every plugin manifest found, with its status and reason\n"
     "  doctor                    load each plugin in a child process and report a verdict\n"
     "  ops [--json] [NAME...]    the op contract: schemas, tags, and which devices implement each op\n"
@@ -24,7 +26,8 @@ const char* kUsage =
     "  --version                 print the version and the plugin ABI version\n"
     "  --help                    this text; `tessera <command> --help` for a command\n"
     "\n"
-    "environment: TESSERA_PLUGIN_PATH, TESSERA_PLUGINS_SELECT, TESSERA_PLUGINS_DISABLE, TESSERA_LOG\n"
+    "environment: TESSERA_PLUGIN_PATH, TESSERA_PLUGINS_SELECT, TESSERA_PLUGINS_DISABLE, TESSERA_LOG,\n"
+    "TESSERA_PROFILE (a trace file and/or `summary` of every op run)\n"
     "(see docs/plugins.md)\n";
 
 }  // namespace

@@ -87,6 +87,8 @@ struct CpuAllocatorStats {
   uint64_t cached_bytes = 0;     // freed and kept for reuse
   uint64_t hits = 0;             // cacheable (>= 1 MiB) allocations served from the cache
   uint64_t misses = 0;           // cacheable allocations that mapped fresh memory
+  uint64_t peak_allocated_bytes = 0;  // highest allocated_bytes since the start
+  uint64_t num_allocations = 0;       // live allocations
 };
 TESSERA_API CpuAllocatorStats cpu_allocator_stats();
 TESSERA_API void cpu_allocator_empty_cache();

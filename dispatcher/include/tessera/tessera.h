@@ -5,6 +5,7 @@
 #include "tessera/dtype.h"
 #include "tessera/ops.h"
 #include "tessera/options.h"
+#include "tessera/profiler.h"
 #include "tessera/scalar.h"
 #include "tessera/tensor.h"
 #include "tessera/version.h"

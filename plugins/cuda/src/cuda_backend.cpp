@@ -442,6 +442,19 @@ tessera_status_t iface_allocate(void*, int32_t device, uint64_t nbytes, void** o
   });
 }
 
+tessera_status_t iface_memory_stats(void*, int32_t device, tessera_memory_stats_t* out) {
+  return guarded([&] {
+    Backend& b = Backend::instance();
+    b.check_device(device);
+    const AllocatorStats s = b.allocator().stats(device);
+    if (TESSERA_ABI_HAS_FIELD(out, tessera_memory_stats_t, allocated_bytes)) out->allocated_bytes = s.allocated_bytes;
+    if (TESSERA_ABI_HAS_FIELD(out, tessera_memory_stats_t, reserved_bytes)) out->reserved_bytes = s.reserved_bytes;
+    if (TESSERA_ABI_HAS_FIELD(out, tessera_memory_stats_t, peak_allocated_bytes))
+      out->peak_allocated_bytes = s.peak_allocated_bytes;
+    if (TESSERA_ABI_HAS_FIELD(out, tessera_memory_stats_t, num_allocations)) out->num_allocations = s.active_blocks;
+  });
+}
+
 void iface_free(void*, int32_t device, void* handle) {
   if (!handle) return;
   Backend& b = Backend::instance();
@@ -605,6 +618,7 @@ const tessera_device_interface_t kInterface = {
     .event_synchronize = iface_event_synchronize,
     .device_synchronize = iface_device_synchronize,
     .device_properties = iface_properties,
+    .memory_stats = iface_memory_stats,
 };
 
 }  // namespace

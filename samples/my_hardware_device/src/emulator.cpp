@@ -135,6 +135,7 @@ void* Device::allocate(uint64_t nbytes) {
   const uint64_t id = next_id_++;
   buffers_.emplace(id, std::move(buffer));
   allocated_ += nbytes;
+  peak_ = std::max(peak_, allocated_);
   const uint64_t bits = kHandleTag | (uint64_t(index_ + 1) << kDeviceShift) | id;
   return reinterpret_cast<void*>(uintptr_t(bits));
 }
@@ -151,6 +152,11 @@ void Device::free(void* handle) {
 uint64_t Device::allocated_bytes() const {
   std::lock_guard<std::mutex> lock(mu_);
   return allocated_;
+}
+
+uint64_t Device::peak_allocated_bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return peak_;
 }
 
 uint64_t Device::live_buffers() const {

@@ -111,6 +111,7 @@ class Device {
   void free(void* handle);          // unknown handles are ignored (logged by the caller)
   uint64_t allocated_bytes() const;
   uint64_t live_buffers() const;
+  uint64_t peak_allocated_bytes() const;  // highest allocated_bytes() so far
   uint64_t capacity_bytes() const { return capacity_; }
 
   Queue& default_queue() { return *default_queue_; }
@@ -130,6 +131,7 @@ class Device {
   std::unordered_map<uint64_t, BufferRef> buffers_;
   uint64_t next_id_ = 1;
   uint64_t allocated_ = 0;
+  uint64_t peak_ = 0;
   std::unique_ptr<Queue> default_queue_;
   std::vector<std::unique_ptr<Queue>> streams_;
   std::atomic<int64_t> kernel_counts_[kMaxCountedOps] = {};

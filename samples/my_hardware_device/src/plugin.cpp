@@ -202,6 +202,19 @@ size_t device_properties(void*, int32_t device, char* buffer, size_t capacity) {
   return json.size() + 1;
 }
 
+// The emulator keeps no cache: every byte it holds is in a live buffer.
+tessera_status_t memory_stats(void*, int32_t device, tessera_memory_stats_t* out) {
+  return guarded([&](Emulator& emu) {
+    Device& d = emu.device(device);
+    const uint64_t allocated = d.allocated_bytes();
+    if (TESSERA_ABI_HAS_FIELD(out, tessera_memory_stats_t, allocated_bytes)) out->allocated_bytes = allocated;
+    if (TESSERA_ABI_HAS_FIELD(out, tessera_memory_stats_t, reserved_bytes)) out->reserved_bytes = allocated;
+    if (TESSERA_ABI_HAS_FIELD(out, tessera_memory_stats_t, peak_allocated_bytes))
+      out->peak_allocated_bytes = d.peak_allocated_bytes();
+    if (TESSERA_ABI_HAS_FIELD(out, tessera_memory_stats_t, num_allocations)) out->num_allocations = d.live_buffers();
+  });
+}
+
 void shutdown(void*) {
   delete emulator();  // joins every queue thread after running what is pending
   emulator() = nullptr;
@@ -227,6 +240,7 @@ const tessera_device_interface_t kDeviceInterface = {
     .event_synchronize = event_synchronize,
     .device_synchronize = device_synchronize,
     .device_properties = device_properties,
+    .memory_stats = memory_stats,
 };
 
 tessera_plugin_t plugin_header = {

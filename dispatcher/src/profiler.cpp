@@ -1,0 +1,331 @@
+// The op profiler: Note [Profiler] in profiler.h.
+#include "profiler.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "tessera/log.h"
+#include "tessera/profiler.h"
+
+namespace tessera {
+
+namespace detail {
+std::atomic<bool> g_profiler_on{false};
+}  // namespace detail
+
+namespace {
+
+struct TensorDesc {
+  DType dtype;
+  int ndim;
+};
+
+// One dispatched call. Sizes live inline for the usual few small tensors: recording allocates
+// nothing beyond the thread buffer's amortised growth.
+struct Event {
+  const OperatorEntry* op;  // entries are never freed
+  int64_t start_ns;
+  int64_t dur_ns;
+  Device device{DeviceType::CPU};
+  const char* resolution;
+  int num_inputs = 0;
+  detail::SmallVector<TensorDesc, 4> tensors;  // inputs, then outputs
+  detail::SmallVector<int64_t, 12> sizes;      // their sizes, concatenated
+  std::string error;
+
+  void add(const TensorImpl& t) {
+    tensors.push_back(TensorDesc{t.dtype(), int(t.dim())});
+    for (int64_t d : t.sizes()) sizes.push_back(d);
+  }
+};
+
+struct ThreadBuffer {
+  std::mutex mutex;
+  std::vector<Event> events;
+  int tid = 0;
+};
+
+struct ProfilerState {
+  std::mutex mutex;
+  std::vector<std::shared_ptr<ThreadBuffer>> buffers;  // kept after their thread exits
+  std::string trace_path;
+  bool summary = false;
+  bool at_exit_registered = false;
+  int next_tid = 1;
+  std::chrono::steady_clock::time_point epoch = std::chrono::steady_clock::now();
+};
+
+ProfilerState& state() {
+  static ProfilerState* s = new ProfilerState();  // never destroyed: used at exit
+  return *s;
+}
+
+thread_local std::shared_ptr<ThreadBuffer> t_buffer;
+thread_local const char** t_resolution = nullptr;  // of the innermost profiled call
+
+ThreadBuffer& thread_buffer() {
+  if (!t_buffer) {
+    auto b = std::make_shared<ThreadBuffer>();
+    ProfilerState& s = state();
+    std::lock_guard lock(s.mutex);
+    b->tid = s.next_tid++;
+    s.buffers.push_back(b);
+    t_buffer = std::move(b);
+  }
+  return *t_buffer;
+}
+
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - state().epoch)
+      .count();
+}
+
+std::string device_label(Device d) { return d.is_cpu() ? std::string("cpu") : d.str(); }
+
+// Every event recorded so far with its thread id, in start order.
+std::vector<std::pair<int, Event>> snapshot() {
+  ProfilerState& s = state();
+  std::vector<std::shared_ptr<ThreadBuffer>> buffers;
+  {
+    std::lock_guard lock(s.mutex);
+    buffers = s.buffers;
+  }
+  std::vector<std::pair<int, Event>> out;
+  for (const auto& b : buffers) {
+    std::lock_guard lock(b->mutex);
+    for (const Event& e : b->events) out.emplace_back(b->tid, e);
+  }
+  std::stable_sort(out.begin(), out.end(),
+                   [](const auto& a, const auto& b) { return a.second.start_ns < b.second.start_ns; });
+  return out;
+}
+
+// The dtypes and shapes of the event's inputs (outputs: false).
+std::pair<nlohmann::json, nlohmann::json> describe_json(const Event& e, bool inputs) {
+  nlohmann::json dtypes = nlohmann::json::array(), shapes = nlohmann::json::array();
+  size_t offset = 0;
+  for (size_t i = 0; i < e.tensors.size(); ++i) {
+    const TensorDesc& t = e.tensors[i];
+    if ((int(i) < e.num_inputs) == inputs) {
+      dtypes.push_back(std::string(dtype_name(t.dtype)));
+      shapes.push_back(std::vector<int64_t>(e.sizes.begin() + offset, e.sizes.begin() + offset + size_t(t.ndim)));
+    }
+    offset += size_t(t.ndim);
+  }
+  return {std::move(dtypes), std::move(shapes)};
+}
+
+std::string trace_json() {
+  nlohmann::json events = nlohmann::json::array();
+  const int pid = int(::getpid());
+  events.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", pid}, {"args", {{"name", "tessera"}}}});
+  for (const auto& [tid, e] : snapshot()) {
+    auto [in_dtypes, in_shapes] = describe_json(e, true);
+    auto [out_dtypes, out_shapes] = describe_json(e, false);
+    nlohmann::json args = {{"op", e.op->name},
+                           {"device", device_label(e.device)},
+                           {"resolution", e.resolution},
+                           {"dtypes", std::move(in_dtypes)},
+                           {"shapes", std::move(in_shapes)},
+                           {"output_dtypes", std::move(out_dtypes)},
+                           {"output_shapes", std::move(out_shapes)}};
+    if (!e.error.empty()) args["error"] = e.error;
+    events.push_back({{"name", e.op->name},
+                      {"cat", "op"},
+                      {"ph", "X"},
+                      {"ts", double(e.start_ns) / 1000.0},
+                      {"dur", double(e.dur_ns) / 1000.0},
+                      {"pid", pid},
+                      {"tid", tid},
+                      {"args", std::move(args)}});
+  }
+  return nlohmann::json{{"traceEvents", std::move(events)}, {"displayTimeUnit", "ns"}}.dump();
+}
+
+void write_atomically(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  FILE* f = std::fopen(tmp.c_str(), "wb");
+  TESSERA_CHECK(f, "profiler: cannot write the trace to '", tmp, "': ", std::strerror(errno),
+                "; set TESSERA_PROFILE to a path in a writable folder");
+  const bool written = std::fwrite(text.data(), 1, text.size(), f) == text.size();
+  const int write_errno = errno;
+  const bool closed = std::fclose(f) == 0;
+  if (!written || !closed) {
+    std::remove(tmp.c_str());
+    TESSERA_CHECK(false, "profiler: writing the trace '", tmp, "' failed: ", std::strerror(written ? errno : write_errno),
+                  "; check the free space of its folder");
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int e = errno;
+    std::remove(tmp.c_str());
+    TESSERA_CHECK(false, "profiler: cannot rename '", tmp, "' to '", path, "': ", std::strerror(e));
+  }
+}
+
+void at_exit() {
+  ProfilerState& s = state();
+  bool summary;
+  {
+    std::lock_guard lock(s.mutex);
+    summary = s.summary;
+  }
+  try {
+    profiler_flush();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "tessera: %s\n", e.what());
+  }
+  if (summary) std::fputs(profiler_summary().c_str(), stderr);
+}
+
+// TESSERA_PROFILE is read once, when the library loads.
+const bool g_env_read = [] {
+  const char* v = secure_env("TESSERA_PROFILE");
+  try {
+    if (v && *v) profiler_enable(v);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "tessera: %s; profiling is off\n", e.what());
+  }
+  return true;
+}();
+
+}  // namespace
+
+namespace detail {
+void profile_set_resolution(const char* how) {
+  if (t_resolution) *t_resolution = how;
+}
+}  // namespace detail
+
+int profile_call(OperatorEntry& op, const CallFrame& f, Tensor* outs, DispatchFn dispatch) {
+  Event e;
+  e.op = &op;
+  e.resolution = "kernel";
+  for (int i = 0; i < f.num_tensors; ++i)
+    if (f.tensors[i]) {
+      e.add(*f.tensors[i]);
+      if (e.device.is_cpu()) e.device = f.tensors[i]->device();
+    }
+  e.num_inputs = int(e.tensors.size());
+  if (f.device && e.device.is_cpu()) e.device = *f.device;
+  const char** outer = t_resolution;
+  t_resolution = &e.resolution;
+  int n = 0;
+  e.start_ns = now_ns();
+  try {
+    n = dispatch(op, f, outs);
+  } catch (const std::exception& ex) {
+    e.dur_ns = now_ns() - e.start_ns;
+    t_resolution = outer;
+    e.resolution = "error";
+    e.error = ex.what();
+    ThreadBuffer& b = thread_buffer();
+    std::lock_guard lock(b.mutex);
+    b.events.push_back(std::move(e));
+    throw;
+  }
+  e.dur_ns = now_ns() - e.start_ns;
+  t_resolution = outer;
+  for (int o = 0; o < n; ++o)
+    if (outs[o].defined()) e.add(*outs[o].impl());
+  if (n > 0 && outs[0].defined()) e.device = outs[0].device();  // where it ran (Note [Profiler])
+  ThreadBuffer& b = thread_buffer();
+  std::lock_guard lock(b.mutex);
+  b.events.push_back(std::move(e));
+  return n;
+}
+
+void profiler_enable(const std::string& spec) {
+  ProfilerState& s = state();
+  std::string path;
+  bool summary = false;
+  for (size_t start = 0; start <= spec.size();) {
+    const size_t comma = std::min(spec.find(',', start), spec.size());
+    std::string item = spec.substr(start, comma - start);
+    if (item == "summary") {
+      summary = true;
+    } else if (!item.empty()) {
+      TESSERA_CHECK(path.empty(), "TESSERA_PROFILE='", spec, "' names two trace files ('", path, "' and '", item,
+                    "'); give one path, optionally with ',summary'");
+      path = item;
+    }
+    start = comma + 1;
+  }
+  {
+    std::lock_guard lock(s.mutex);
+    s.trace_path = path;
+    s.summary = summary;
+    if (!s.at_exit_registered && (summary || !path.empty())) {
+      s.at_exit_registered = true;
+      std::atexit(at_exit);
+    }
+  }
+  detail::g_profiler_on.store(summary || !path.empty(), std::memory_order_relaxed);
+}
+
+bool profiler_enabled() { return profiler_on(); }
+
+void profiler_flush() {
+  std::string path;
+  {
+    ProfilerState& s = state();
+    std::lock_guard lock(s.mutex);
+    path = s.trace_path;
+  }
+  if (path.empty()) return;
+  write_atomically(path, trace_json());
+}
+
+std::string profiler_summary() {
+  struct Row {
+    int64_t calls = 0, total_ns = 0, max_ns = 0;
+  };
+  std::map<std::tuple<std::string, std::string, std::string>, Row> rows;
+  for (const auto& [tid, e] : snapshot()) {
+    Row& r = rows[{e.op->name, device_label(e.device), e.resolution}];
+    ++r.calls;
+    r.total_ns += e.dur_ns;
+    r.max_ns = std::max(r.max_ns, e.dur_ns);
+  }
+  std::vector<std::pair<std::tuple<std::string, std::string, std::string>, Row>> sorted(rows.begin(), rows.end());
+  std::stable_sort(sorted.begin(), sorted.end(),
+                   [](const auto& a, const auto& b) { return a.second.total_ns > b.second.total_ns; });
+  std::string out = "tessera profile: time per op (host clock, nested ops counted in their caller too)\n";
+  char line[512];
+  std::snprintf(line, sizeof(line), "%-28s %-22s %-10s %8s %12s %10s %10s\n", "op", "device", "resolution", "calls",
+                "total ms", "mean us", "max us");
+  out += line;
+  for (const auto& [key, r] : sorted) {
+    std::snprintf(line, sizeof(line), "%-28s %-22s %-10s %8lld %12.3f %10.2f %10.2f\n", std::get<0>(key).c_str(),
+                  std::get<1>(key).c_str(), std::get<2>(key).c_str(), static_cast<long long>(r.calls),
+                  double(r.total_ns) / 1e6, double(r.total_ns) / 1e3 / double(r.calls), double(r.max_ns) / 1e3);
+    out += line;
+  }
+  return out;
+}
+
+void profiler_clear() {
+  ProfilerState& s = state();
+  std::vector<std::shared_ptr<ThreadBuffer>> buffers;
+  {
+    std::lock_guard lock(s.mutex);
+    buffers = s.buffers;
+  }
+  for (const auto& b : buffers) {
+    std::lock_guard lock(b->mutex);
+    b->events.clear();
+  }
+}
+
+}  // namespace tessera

@@ -1,0 +1,36 @@
+// Private to the dispatcher: the profiler's hook into the call path (public API: tessera/profiler.h).
+//
+// Note [Profiler]
+// call_unboxed() tests one relaxed atomic flag; when it is set the call goes through profile_call(),
+// which times the whole dispatch (shape rule, conversions, allocation, kernel) on the host clock and
+// appends one event to a buffer owned by the calling thread (per-thread buffers: threads never
+// contend while recording; flush takes each buffer's lock briefly). Nested dispatches (a composite's
+// ops, the CPU op a fallback runs) are events of their own inside the outer one's time span.
+// How the call was resolved is "kernel" unless the slow path names another (profile_resolution).
+// Device times: the device interface has event_record but no elapsed-time query, so events carry
+// host times only; a device that runs kernels asynchronously shows the launch time.
+#pragma once
+#include <atomic>
+
+#include "op_registry.h"
+
+namespace tessera {
+
+namespace detail {
+extern std::atomic<bool> g_profiler_on;
+void profile_set_resolution(const char* how);
+}  // namespace detail
+
+inline bool profiler_on() { return detail::g_profiler_on.load(std::memory_order_relaxed); }
+
+using DispatchFn = int (*)(OperatorEntry& op, const CallFrame& f, Tensor* outs);
+// Runs `dispatch` and records its event (also when it throws: resolution "error").
+int profile_call(OperatorEntry& op, const CallFrame& f, Tensor* outs, DispatchFn dispatch);
+
+// Names how the innermost profiled call was resolved ("composite", "fallback", "shape only");
+// `how` must be a string literal. Nothing when the profiler is off.
+inline void profile_resolution(const char* how) {
+  if (__builtin_expect(profiler_on(), 0)) detail::profile_set_resolution(how);
+}
+
+}  // namespace tessera
