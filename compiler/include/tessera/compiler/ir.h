@@ -1,0 +1,120 @@
+// The Export IR: the graph an exported program holds, and the program itself.
+//
+// Note [Export IR]
+// A Graph is a list of nodes in execution order over typed values. Every value is produced once:
+// by a Placeholder (a program input: user input, weight or constant) or by a Call of a dispatcher
+// op (named with its overload, "add.Tensor", so the op contract's schema says what each argument
+// is). Arguments of a Call are in schema order; each is a tensor value, a list of tensor values
+// (Tensor[]), None (an absent optional tensor) or a constant (int, float, bool, int list, string,
+// dtype). The one Output node lists the returned values. A value's type is its dtype, device and
+// sizes, each size a SymSize (Note [Symbolic sizes]). Value ids index Graph::values and never
+// change when passes erase nodes; a pass that removes a value's producer leaves the value unused
+// (the verifier checks that nothing uses it).
+#pragma once
+#include <cstdint>
+#include <map>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "tessera/compiler/export_macros.h"
+#include "tessera/compiler/sym.h"
+#include "tessera/device.h"
+#include "tessera/dtype.h"
+#include "tessera/tensor.h"
+
+namespace tessera::compiler {
+
+using ValueId = int32_t;
+
+struct TensorType {
+  DType dtype = DType::Float32;
+  Device device;
+  std::vector<SymSize> sizes;
+
+  // "f32[batch, 512] cpu:0"
+  std::string str() const;
+  bool same_as(const TensorType& o) const;
+};
+
+// A non-tensor argument. Mirrors the dispatcher's Value without the tensor alternatives.
+using Constant = std::variant<std::monostate /* None */, int64_t, double, bool, std::vector<int64_t>,
+                              std::string, DType>;
+
+struct Argument {
+  enum class Kind : uint8_t { Tensor, TensorList, None, Constant };
+  Kind kind = Kind::None;
+  std::vector<ValueId> values;  // Tensor: exactly one; TensorList: any number
+  compiler::Constant constant;  // Constant
+
+  static Argument tensor(ValueId v) { return {Kind::Tensor, {v}, {}}; }
+  static Argument tensor_list(std::vector<ValueId> vs) { return {Kind::TensorList, std::move(vs), {}}; }
+  static Argument none() { return {Kind::None, {}, {}}; }
+  static Argument constant_value(compiler::Constant c) { return {Kind::Constant, {}, std::move(c)}; }
+};
+
+enum class NodeKind : uint8_t { Placeholder, Call, Output };
+
+struct Node {
+  NodeKind kind = NodeKind::Call;
+  std::string target;               // Call: "add.Tensor"; Placeholder: the input's name; Output: ""
+  std::vector<Argument> args;       // Call: schema order; Output: the returned values (Tensor kind)
+  std::vector<ValueId> outputs;     // Placeholder: one; Call: one per schema return; Output: none
+};
+
+struct ValueInfo {
+  TensorType type;
+  std::string name;  // printed as %name; empty = printed as %<id>
+};
+
+struct TESSERA_COMPILER_API Graph {
+  std::vector<ValueInfo> values;
+  std::vector<Node> nodes;
+
+  ValueId add_value(TensorType type, std::string name = {});
+  // The printed name of a value: "%x" or "%7".
+  std::string value_name(ValueId v) const;
+  const TensorType& type(ValueId v) const;
+};
+
+enum class InputKind : uint8_t { UserInput, Parameter, Constant };
+TESSERA_COMPILER_API const char* input_kind_name(InputKind k);  // "user_input", "parameter", "constant"
+
+struct InputSpec {
+  InputKind kind = InputKind::UserInput;
+  std::string name;  // user input name, or the weight's key in ExportedProgram::weights
+  ValueId value = -1;
+};
+
+struct OutputSpec {
+  std::string name;
+  ValueId value = -1;
+};
+
+// Inputs in placeholder order (user inputs first, in the order fn takes them, then weights and
+// constants); outputs in the order fn returns them.
+struct Signature {
+  std::vector<InputSpec> inputs;
+  std::vector<OutputSpec> outputs;
+};
+
+class TESSERA_COMPILER_API ExportedProgram {
+ public:
+  Graph graph;
+  Signature signature;
+  std::map<std::string, SymbolRange> ranges;  // every symbol the graph mentions
+  std::map<std::string, Tensor> weights;      // parameters and constants, by name (host memory)
+  std::string op_contract_version;            // of the runtime that exported it
+
+  // One node per line, shapes included (Note [Graph text]):
+  //   graph(%x: f32[batch, 512] cpu:0, %w: f32[512, 512] cpu:0 parameter):
+  //     %2: f32[batch, 512] cpu:0 = linear.default(%x, %w, None)
+  //     return (%2)
+  //   ranges: batch in [1, 512]
+  std::string graph_string() const;
+};
+
+// The text of one constant as graph_string() prints it: None, 3, 0.5, true, [1, 2], "text", f32.
+TESSERA_COMPILER_API std::string constant_str(const Constant& c);
+
+}  // namespace tessera::compiler
