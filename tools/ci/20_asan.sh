@@ -11,8 +11,4 @@ export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
 # Not scanning TLS keeps the multi-threaded kernels under ASan; the price is that a block referenced
 # only from TLS is reported, which the suppressions file covers for glibc's dlerror buffer.
 export LSAN_OPTIONS="use_tls=0:suppressions=$(pwd)/tools/ci/lsan.supp:print_suppressions=0"
-# Left out here, pending a fix (see the closing note of this change): each loads and unloads the CPU
-# plugin more than once, and LeakSanitizer reports 8 bytes per unload, allocated by the unloaded
-# plugin (no symbol survives the unload). The release and TSan stages run them.
-(cd build/asan && ctest --output-on-failure -j "${JOBS:-2}" -LE no_asan \
-  -E '^(CpuCapability\.(PluginRefusesUnknownLevel|PluginAcceptsEveryLevelTheCpuHas)|LoaderCpuOnly\.CpuOpLoadsOnlyTheCpuPlugin|DevicesCommand\.ABogusCpuCapabilityShowsTheFailedCpuPlugin)$')
+(cd build/asan && ctest --output-on-failure -j "${JOBS:-2}" -LE no_asan)

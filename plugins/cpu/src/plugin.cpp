@@ -1,5 +1,7 @@
 // The CPU backend plugin: entry point, device interface (host memory, synchronous streams) and
 // kernel registration.
+#include <dlfcn.h>
+#include <omp.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -182,10 +184,27 @@ void init_capability(const sdk::Host& host) {
                (f.avx512bf16 ? ", avx512_bf16 present" : ""));
 }
 
+// Note [libgomp stays loaded]
+// OpenMP's worker threads outlive the parallel regions that started them and sleep inside libgomp.
+// Unloading this plugin would unload libgomp with them (nothing else holds it) and leave those
+// threads parked in unmapped code; libgomp also keeps allocations from its start-up that only its
+// own globals point to. So the first load pins libgomp for the life of the process, as the C
+// runtime does for libraries loaded with RTLD_NODELETE; the plugin itself still unloads cleanly.
+void pin_openmp_runtime() {
+  void* self = nullptr;
+  Dl_info info{};
+  if (dladdr(reinterpret_cast<void*>(&omp_get_max_threads), &info) && info.dli_fname)
+    self = dlopen(info.dli_fname, RTLD_NOW | RTLD_NOLOAD | RTLD_NODELETE);
+  if (!self)
+    sdk::log(TESSERA_LOG_WARNING, "cpu", "could not pin the OpenMP runtime in memory; unloading this plugin may unload it");
+  // The handle is deliberately not closed: RTLD_NODELETE already makes the library permanent.
+}
+
 }  // namespace tessera::cpu
 
 TESSERA_PLUGIN_ENTRY(&tessera::cpu::g_plugin) {
   using namespace tessera::cpu;
+  pin_openmp_runtime();
   init_capability(host);
   Registrar r(host);
   register_creation_kernels(r);
