@@ -100,7 +100,7 @@ TEST(SparseApi, LinearMatchesDoubleLoop) {
   for (tessera::DType dt : {tessera::kFloat32, tessera::kBFloat16})
     for (int64_t n : {1, 7, 64})
       for (int64_t k : {5, 64, 100})
-        for (int64_t batch : {1, 3, 15})
+        for (int64_t batch : {1, 3, 15, 16, 33})
           for (bool with_bias : {false, true}) {
             SCOPED_TRACE(std::string(tessera::dtype_name(dt)) + " n " + std::to_string(n) + " k " + std::to_string(k) +
                          " batch " + std::to_string(batch) + (with_bias ? " bias" : ""));

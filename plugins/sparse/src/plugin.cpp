@@ -28,17 +28,21 @@ const tessera_host_api_t* g_host = nullptr;
 [[noreturn]] void unimplemented(const std::string& why) { throw Error(TESSERA_STATUS_UNIMPLEMENTED, why); }
 
 // Note [Sparse dense threshold]
-// From batch (rows of x) kDenseBatch on, the dense oneDNN linear beats these kernels: they
-// multiply the zeros the expand puts back, so once the weight traffic stops bounding the call
-// (batch ~16-32 on 2 cores) they do the dense FLOPs plus the expands. Measured with
-// bench_sparse_linear (docs/sparsity.md); TESSERA_SPARSE_DENSE_BATCH overrides both.
-int64_t dense_batch(int32_t dtype) {
-  static const int64_t forced = [] {
+// From batch (rows of x; columns of x for matmul) kDenseBatch on, the dense oneDNN linear is as
+// fast or faster than these kernels: they multiply the zeros the expand puts back, so once the
+// weight traffic stops bounding the call they do the dense FLOPs plus the expands. On the 2-core
+// build machine (4096 x 4096, bench_sparse_linear) sparse won clearly at batch 1-4 and was
+// between 0.6x and 1.3x of dense at batch 16 depending on the machine's load, so 16 takes the
+// dense path for both dtypes. TESSERA_SPARSE_DENSE_BATCH=N overrides it.
+constexpr int64_t kDenseBatch = 16;
+
+int64_t dense_batch() {
+  static const int64_t batch = [] {
     const char* v = g_host && g_host->getenv ? g_host->getenv("TESSERA_SPARSE_DENSE_BATCH") : nullptr;
-    return v && *v ? std::strtoll(v, nullptr, 10) : int64_t(0);
+    const int64_t forced = v && *v ? std::strtoll(v, nullptr, 10) : int64_t(0);
+    return forced > 0 ? forced : kDenseBatch;
   }();
-  if (forced > 0) return forced;
-  return dtype == TESSERA_DTYPE_BFLOAT16 ? 16 : 32;
+  return batch;
 }
 
 // The header of a semi-structured CPU tensor, or null for anything else.
@@ -107,8 +111,8 @@ void linear_kernel(const KernelCall& call) {
       x.dtype() != h->dtype || (bias.defined() && bias.dtype() != h->dtype))
     unimplemented("sparse: linear takes contiguous inputs of the weight's dtype");
   const int64_t batch = h->cols ? x.numel() / h->cols : 0;
-  if (batch >= dense_batch(h->dtype))
-    unimplemented("batch " + std::to_string(batch) + " >= " + std::to_string(dense_batch(h->dtype)) +
+  if (batch >= dense_batch())
+    unimplemented("batch " + std::to_string(batch) + " >= " + std::to_string(dense_batch()) +
                   ", where the dense kernel is faster");
   if (out.numel() == 0) return;
   run_linear(h->dtype, x.host_ptr(), batch, layout_of(h), bias.defined() ? bias.host_ptr() : nullptr,
@@ -123,8 +127,8 @@ void matmul_kernel(const KernelCall& call) {
   if (!h || header_of(x) || x.ndim() != 2 || !x.is_contiguous() || !out.is_contiguous() || x.dtype() != h->dtype)
     unimplemented("sparse: matmul takes a semi-structured [n, k] self and a contiguous 2-D other of its dtype");
   const int64_t n = h->rows, k = h->cols, p = x.size(1);
-  if (p >= dense_batch(h->dtype))
-    unimplemented("p " + std::to_string(p) + " >= " + std::to_string(dense_batch(h->dtype)) +
+  if (p >= dense_batch())
+    unimplemented("p " + std::to_string(p) + " >= " + std::to_string(dense_batch()) +
                   ", where the dense kernel is faster");
   if (out.numel() == 0) return;
   const size_t es = x.itemsize();
