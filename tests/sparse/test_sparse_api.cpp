@@ -55,6 +55,25 @@ TEST(SparseApi, PluginIsListedAsKernels) {
   EXPECT_TRUE(found);
 }
 
+// Which way linear went, from the profiler's resolution column: the sparse kernel below the
+// threshold, the densify fallback (Note [Sparse densify fallback]) from it on.
+TEST(SparseApi, PluginKernelRunsBelowTheThresholdOnly) {
+  tessera::manual_seed(16);
+  Tensor s = sp::to_sparse_semi_structured(sp::prune_2_4(tessera::randn({8, 64})));
+  tessera::profiler_clear();
+  tessera::profiler_enable("summary");
+  tessera::linear(tessera::randn({4, 64}), s);
+  std::string below = tessera::profiler_summary();
+  tessera::profiler_clear();
+  tessera::linear(tessera::randn({16, 64}), s);
+  std::string above = tessera::profiler_summary();
+  tessera::profiler_enable("");
+  tessera::profiler_clear();
+  EXPECT_NE(below.find("linear"), std::string::npos) << below;
+  EXPECT_EQ(below.find("sparse densify"), std::string::npos) << below;
+  EXPECT_NE(above.find("sparse densify"), std::string::npos) << above;
+}
+
 TEST(SparseApi, PruneKeepsTheTwoLargestMagnitudes) {
   Tensor w = tessera::empty({2, 6});
   const float v[] = {1, -5, 3, 2, 7, -8, /**/ 0, 0, 4, 4, 1, 1};
