@@ -141,6 +141,16 @@ TEST(SparseApi, LinearAboveTheThresholdTakesTheDensePath) {
   expect_close(y, reference_linear(x, w, &b), 1e-4 * std::sqrt(70.0));
 }
 
+TEST(SparseApi, EmptyInnerDimGivesTheBias) {
+  tessera::manual_seed(17);
+  Tensor s = sp::to_sparse_semi_structured(tessera::zeros({3, 0}));
+  Tensor b = tessera::randn({3});
+  Tensor y = tessera::linear(tessera::zeros({2, 0}), s, b);
+  ASSERT_EQ(y.sizes(), (std::vector<int64_t>{2, 3}));
+  std::vector<double> bs = as_doubles(b);
+  expect_close(y, {bs[0], bs[1], bs[2], bs[0], bs[1], bs[2]}, 0);
+}
+
 TEST(SparseApi, MatmulMatchesDoubleLoop) {
   tessera::manual_seed(14);
   for (int64_t p : {1, 5, 40}) {

@@ -110,7 +110,7 @@ void linear_kernel(const KernelCall& call) {
   if (!x.is_contiguous() || (bias.defined() && (!bias.is_contiguous() || header_of(bias))) || !out.is_contiguous() ||
       x.dtype() != h->dtype || (bias.defined() && bias.dtype() != h->dtype))
     unimplemented("sparse: linear takes contiguous inputs of the weight's dtype");
-  const int64_t batch = h->cols ? x.numel() / h->cols : 0;
+  const int64_t batch = h->rows ? out.numel() / h->rows : 0;
   if (batch >= dense_batch())
     unimplemented("batch " + std::to_string(batch) + " >= " + std::to_string(dense_batch()) +
                   ", where the dense kernel is faster");
