@@ -141,6 +141,21 @@ TEST(SparseApi, LinearAboveTheThresholdTakesTheDensePath) {
   expect_close(y, reference_linear(x, w, &b), 1e-4 * std::sqrt(70.0));
 }
 
+TEST(SparseApi, Int8LinearWrapsLikeTheDenseKernel) {
+  tessera::manual_seed(18);
+  Tensor w = sp::prune_2_4((tessera::randn({6, 40}) * 40).to(tessera::kInt8));
+  Tensor x = (tessera::randn({3, 40}) * 40).to(tessera::kInt8), b = (tessera::randn({6}) * 40).to(tessera::kInt8);
+  Tensor y = tessera::linear(x, sp::to_sparse_semi_structured(w), b);
+  ASSERT_EQ(y.dtype(), tessera::kInt8);
+  std::vector<double> xs = as_doubles(x), ws = as_doubles(w), bs = as_doubles(b), ys = as_doubles(y);
+  for (int64_t i = 0; i < 3; ++i)
+    for (int64_t j = 0; j < 6; ++j) {
+      int64_t acc = int64_t(bs[size_t(j)]);
+      for (int64_t l = 0; l < 40; ++l) acc += int64_t(xs[size_t(i * 40 + l)]) * int64_t(ws[size_t(j * 40 + l)]);
+      EXPECT_EQ(int64_t(ys[size_t(i * 6 + j)]), int64_t(int8_t(uint8_t(uint64_t(acc))))) << i << ", " << j;
+    }
+}
+
 TEST(SparseApi, EmptyInnerDimGivesTheBias) {
   tessera::manual_seed(17);
   Tensor s = sp::to_sparse_semi_structured(tessera::zeros({3, 0}));

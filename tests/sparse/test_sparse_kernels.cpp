@@ -107,6 +107,37 @@ TEST(SparseKernels, LinearMatchesDoubleLoopWithTails) {
           for (bool with_bias : {false, true}) check(n, k, batch, with_bias, bf16, rng);
 }
 
+// int8: exact, wrapping around in int8 like the dense integer linear; reference in int64.
+TEST(SparseKernels, Int8LinearIsExactModulo256) {
+  std::mt19937 rng(99);
+  std::uniform_int_distribution<int> value(-128, 127);
+  for (int64_t n : {1, 5, 8})
+    for (int64_t k : {3, 64, 100, 200})
+      for (int64_t batch : {1, 4, 5, 6, 11})
+        for (bool with_bias : {false, true}) {
+          std::vector<float> pattern = random_2_4(n, k, rng);
+          std::vector<int8_t> w(pattern.size()), x(static_cast<size_t>(batch * k));
+          std::vector<int8_t> bias(static_cast<size_t>(n)), y(static_cast<size_t>(batch * n));
+          for (size_t i = 0; i < w.size(); ++i) w[i] = pattern[i] != 0.f ? int8_t(value(rng) | 1) : int8_t(0);
+          for (int8_t& v : x) v = int8_t(value(rng));
+          for (int8_t& v : bias) v = int8_t(value(rng));
+          std::string error;
+          LayoutPtr l(sc::build_layout(w.data(), sc::ElementType::I8, n, k, &error), &std::free);
+          ASSERT_TRUE(l) << error;
+          for (sc::Isa isa : levels()) {
+            SCOPED_TRACE(std::string("isa ") + sc::isa_name(isa) + " n " + std::to_string(n) + " k " +
+                         std::to_string(k) + " batch " + std::to_string(batch));
+            sc::linear_i8(x.data(), batch, *l, with_bias ? bias.data() : nullptr, y.data(), isa);
+            for (int64_t b = 0; b < batch; ++b)
+              for (int64_t r = 0; r < n; ++r) {
+                int64_t acc = with_bias ? bias[size_t(r)] : 0;
+                for (int64_t i = 0; i < k; ++i) acc += int64_t(x[size_t(b * k + i)]) * int64_t(w[size_t(r * k + i)]);
+                ASSERT_EQ(y[size_t(b * n + r)], int8_t(uint8_t(uint64_t(acc)))) << "b " << b << " r " << r;
+              }
+          }
+        }
+}
+
 TEST(SparseKernels, LinearLargeShape) {
   std::mt19937 rng(7);
   check(256, 4096, 16, true, false, rng);

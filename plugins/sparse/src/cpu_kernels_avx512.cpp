@@ -23,18 +23,28 @@ namespace {
 constexpr int kRows = 4;
 constexpr int kBatchTile = 6;
 
-// x (batch, k) of T packed as tiles of kBatchTile rows: [tile][chunk][row in tile][64 bytes].
+// int8 tiles hold one batch row less: 4 weight-sum accumulators and a constant join the registers.
+template <typename T>
+constexpr int64_t batch_tile() {
+  return sizeof(T) == 1 ? kBatchTile - 1 : kBatchTile;
+}
+
+// x (batch, k) of T packed as tiles of batch_tile<T>() rows: [tile][chunk][row in tile][64 bytes].
+// int8 is stored as x + 128 (XOR 0x80), the unsigned operand of vpdpbusd.
 template <typename T>
 const uint8_t* pack_x(const T* x, int64_t batch, int64_t k, int64_t chunks, std::vector<uint8_t>* buf) {
-  constexpr int64_t per = 64 / sizeof(T);
-  buf->assign(size_t(((batch + kBatchTile - 1) / kBatchTile) * chunks * kBatchTile * 64), 0);
-  for (int64_t b0 = 0; b0 < batch; b0 += kBatchTile) {
-    const int64_t bt = std::min<int64_t>(kBatchTile, batch - b0);
-    uint8_t* tile = buf->data() + size_t((b0 / kBatchTile) * chunks * kBatchTile * 64);
+  constexpr int64_t per = 64 / sizeof(T), tile_rows = batch_tile<T>();
+  buf->assign(size_t(((batch + tile_rows - 1) / tile_rows) * chunks * tile_rows * 64), 0);
+  for (int64_t b0 = 0; b0 < batch; b0 += tile_rows) {
+    const int64_t bt = std::min<int64_t>(tile_rows, batch - b0);
+    uint8_t* tile = buf->data() + size_t((b0 / tile_rows) * chunks * tile_rows * 64);
     for (int64_t c = 0; c < chunks; ++c)
-      for (int64_t b = 0; b < bt; ++b)
-        std::memcpy(tile + (c * bt + b) * 64, x + (b0 + b) * k + c * per,
-                    size_t(std::min(per, k - c * per)) * sizeof(T));
+      for (int64_t b = 0; b < bt; ++b) {
+        uint8_t* dst = tile + (c * bt + b) * 64;
+        std::memcpy(dst, x + (b0 + b) * k + c * per, size_t(std::min(per, k - c * per)) * sizeof(T));
+        if constexpr (sizeof(T) == 1)
+          _mm512_storeu_si512(dst, _mm512_xor_si512(_mm512_loadu_si512(dst), _mm512_set1_epi8(char(0x80))));
+      }
   }
   return buf->data();
 }
@@ -81,20 +91,54 @@ void bf16_tile(const uint8_t* xp, const CpuLayout& w, int64_t r0, int64_t chunks
     for (int b = 0; b < B; ++b) out[r * B + b] = _mm512_reduce_add_ps(acc[r][b]);
 }
 
+// int8 (VNNI): sum (x + 128) w - 128 sum w, in wrapping int32, per 64 positions (32 values).
+template <int B>
+void i8_tile(const uint8_t* xp, const CpuLayout& w, int64_t r0, int64_t chunks, float* out) {
+  __m512i acc[kRows][B], wsum[kRows];
+  for (int r = 0; r < kRows; ++r) {
+    wsum[r] = _mm512_setzero_si512();
+    for (int b = 0; b < B; ++b) acc[r][b] = _mm512_setzero_si512();
+  }
+  const __m512i ones = _mm512_set1_epi8(1);
+  const uint8_t* vals = w.block_values(r0);
+  const uint64_t* masks = w.block_mask(r0);
+  for (int64_t c = 0; c < chunks; ++c) {
+    __m512i wv[kRows];
+    for (int r = 0; r < kRows; ++r) {
+      wv[r] = _mm512_maskz_expandloadu_epi8(masks[c * kRows + r], vals + (c * kRows + r) * CpuLayout::kSliceBytes);
+      wsum[r] = _mm512_dpbusd_epi32(wsum[r], ones, wv[r]);
+    }
+    for (int b = 0; b < B; ++b) {
+      const __m512i xv = _mm512_loadu_si512(xp + (c * B + b) * 64);
+      for (int r = 0; r < kRows; ++r) acc[r][b] = _mm512_dpbusd_epi32(acc[r][b], xv, wv[r]);
+    }
+  }
+  for (int r = 0; r < kRows; ++r) {
+    const uint32_t correction = uint32_t(_mm512_reduce_add_epi32(wsum[r])) * 128u;
+    for (int b = 0; b < B; ++b) {
+      const uint32_t v = uint32_t(_mm512_reduce_add_epi32(acc[r][b])) - correction;
+      uint32_t bits = v;  // carried through the float slot bit for bit
+      std::memcpy(&out[r * B + b], &bits, 4);
+    }
+  }
+}
+
 template <typename T, typename Store>
 void run(const T* x, int64_t batch, const CpuLayout& w, Store&& store) {
   const int64_t chunks = (w.k * int64_t(sizeof(T)) + 63) / 64;
   thread_local std::vector<uint8_t> buf;
   const uint8_t* xp = pack_x(x, batch, w.k, chunks, &buf);
   for_row_blocks(w, batch, [&](int64_t r0, int64_t r1) {
+    constexpr int64_t tile_rows = batch_tile<T>();
     float out[kRows * kBatchTile];
     for (int64_t r = r0; r < r1; r += kRows)
-      for (int64_t b0 = 0; b0 < batch; b0 += kBatchTile) {
-        const int64_t bt = std::min<int64_t>(kBatchTile, batch - b0);
-        const uint8_t* tile = xp + (b0 / kBatchTile) * chunks * kBatchTile * 64;
+      for (int64_t b0 = 0; b0 < batch; b0 += tile_rows) {
+        const int64_t bt = std::min<int64_t>(tile_rows, batch - b0);
+        const uint8_t* tile = xp + (b0 / tile_rows) * chunks * tile_rows * 64;
         auto go = [&]<int B>() {
           if constexpr (sizeof(T) == 4) f32_tile<B>(tile, w, r, chunks, out);
-          else bf16_tile<B>(tile, w, r, chunks, out);
+          else if constexpr (sizeof(T) == 2) bf16_tile<B>(tile, w, r, chunks, out);
+          else if constexpr (B < kBatchTile) i8_tile<B>(tile, w, r, chunks, out);
         };
         switch (bt) {
           case 1: go.template operator()<1>(); break;
@@ -119,6 +163,14 @@ void linear_f32(const float* x, int64_t batch, const CpuLayout& w, const float* 
 void linear_bf16(const uint16_t* x, int64_t batch, const CpuLayout& w, const uint16_t* bias, uint16_t* y) {
   run(x, batch, w, [&](int64_t b, int64_t r, float v) {
     y[b * w.n + r] = float_to_bf16(v + (bias ? bf16_to_float(bias[r]) : 0.f));
+  });
+}
+
+void linear_i8(const int8_t* x, int64_t batch, const CpuLayout& w, const int8_t* bias, int8_t* y) {
+  run(x, batch, w, [&](int64_t b, int64_t r, float v) {
+    uint32_t bits;
+    std::memcpy(&bits, &v, 4);
+    y[b * w.n + r] = int8_t(uint8_t(bits + (bias ? uint32_t(int32_t(bias[r])) : 0u)));
   });
 }
 

@@ -11,6 +11,7 @@ namespace tessera::sparse_cpu {
   void linear_f32(const float* x, int64_t batch, const CpuLayout& w, const float* bias, float* y);    \
   void linear_bf16(const uint16_t* x, int64_t batch, const CpuLayout& w, const uint16_t* bias,       \
                    uint16_t* y);                                                                     \
+  void linear_i8(const int8_t* x, int64_t batch, const CpuLayout& w, const int8_t* bias, int8_t* y);   \
   }
 TESSERA_SPARSE_DECLARE_ISA(isa_scalar)
 TESSERA_SPARSE_DECLARE_ISA(isa_avx2)

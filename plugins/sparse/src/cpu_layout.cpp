@@ -38,7 +38,8 @@ Isa max_isa() {
   __builtin_cpu_init();
   if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
       __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bf16") &&
-      __builtin_cpu_supports("avx512vbmi2") && __builtin_cpu_supports("fma"))
+      __builtin_cpu_supports("avx512vbmi2") && __builtin_cpu_supports("avx512vnni") &&
+      __builtin_cpu_supports("fma"))
     return Isa::AVX512;
   if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return Isa::AVX2;
   return Isa::Scalar;
@@ -79,7 +80,7 @@ bool select_isa(const std::string& requested, Isa* out, std::string* error) {
   }
   if (int(want) > int(best)) {
     *error = std::string("TESSERA_CPU_CAPABILITY=") + requested + " asks for more than this CPU has (best: " +
-             isa_name(best) + ", which for the sparse kernels needs AVX-512 F/BW/VL/BF16/VBMI2)";
+             isa_name(best) + ", which for the sparse kernels needs AVX-512 F/BW/VL/BF16/VBMI2/VNNI)";
     return false;
   }
   *out = want;
@@ -185,6 +186,11 @@ void linear_bf16(const uint16_t* x, int64_t batch, const CpuLayout& w, const uin
     case Isa::AVX2: return isa_avx2::linear_bf16(x, batch, w, bias, y);
     case Isa::Scalar: return isa_scalar::linear_bf16(x, batch, w, bias, y);
   }
+}
+
+void linear_i8(const int8_t* x, int64_t batch, const CpuLayout& w, const int8_t* bias, int8_t* y, Isa isa) {
+  if (isa == Isa::AVX512) return isa_avx512::linear_i8(x, batch, w, bias, y);
+  return isa_scalar::linear_i8(x, batch, w, bias, y);
 }
 
 }  // namespace tessera::sparse_cpu

@@ -74,5 +74,9 @@ CpuLayout* build_layout(const void* dense, ElementType type, int64_t n, int64_t 
 // bf16: x, bias, y bf16, accumulated in f32, y rounded to nearest even. Runs on OpenMP threads.
 void linear_f32(const float* x, int64_t batch, const CpuLayout& w, const float* bias, float* y, Isa isa);
 void linear_bf16(const uint16_t* x, int64_t batch, const CpuLayout& w, const uint16_t* bias, uint16_t* y, Isa isa);
+// int8: x, bias, y int8; exact, wrapping around in int8 like the dense integer linear (products
+// and sums modulo 2^32, the result modulo 2^8). The AVX-512 level uses VNNI (vpdpbusd on x + 128,
+// corrected by 128 * the sum of the weights); the AVX2 level runs the portable loop.
+void linear_i8(const int8_t* x, int64_t batch, const CpuLayout& w, const int8_t* bias, int8_t* y, Isa isa);
 
 }  // namespace tessera::sparse_cpu

@@ -1,6 +1,6 @@
 // tessera_sparse: a plugin of kind "kernels" (no device of its own) that registers 2:4
 // semi-structured kernels for the CPU under the Sparse dispatch key: linear(x, w_sparse, bias) and
-// matmul(w_sparse, x), f32 and bf16 (docs/sparsity.md). It reads the canonical form the runtime
+// matmul(w_sparse, x), f32, bf16 and int8 (docs/sparsity.md). It reads the canonical form the runtime
 // wrote (Note [2:4 canonical form]), builds its own layout once per tensor (Note [CPU 2:4 layout])
 // and publishes it in the tensor's header, where the runtime frees it with the storage.
 // Where dense wins (batch >= the measured threshold) or the call is outside what the kernels take,
@@ -61,7 +61,9 @@ tessera_semi_structured_header_t* header_of(const TensorView& t) {
 const sc::CpuLayout& layout_of(tessera_semi_structured_header_t* h) {
   void** slot = &h->layouts[TESSERA_DEVICE_CPU];
   if (void* cached = __atomic_load_n(slot, __ATOMIC_ACQUIRE)) return *static_cast<const sc::CpuLayout*>(cached);
-  const sc::ElementType type = h->dtype == TESSERA_DTYPE_BFLOAT16 ? sc::ElementType::BF16 : sc::ElementType::F32;
+  const sc::ElementType type = h->dtype == TESSERA_DTYPE_BFLOAT16 ? sc::ElementType::BF16
+                               : h->dtype == TESSERA_DTYPE_INT8   ? sc::ElementType::I8
+                                                                  : sc::ElementType::F32;
   const size_t es = sc::element_size(type);
   const auto* base = reinterpret_cast<const uint8_t*>(h);
   const uint8_t* values = base + h->values_offset;
@@ -93,7 +95,10 @@ const sc::CpuLayout& layout_of(tessera_semi_structured_header_t* h) {
 }
 
 void run_linear(int32_t dtype, const void* x, int64_t batch, const sc::CpuLayout& w, const void* bias, void* y) {
-  if (dtype == TESSERA_DTYPE_BFLOAT16)
+  if (dtype == TESSERA_DTYPE_INT8)
+    sc::linear_i8(static_cast<const int8_t*>(x), batch, w, static_cast<const int8_t*>(bias), static_cast<int8_t*>(y),
+                  sc::detected_isa());
+  else if (dtype == TESSERA_DTYPE_BFLOAT16)
     sc::linear_bf16(static_cast<const uint16_t*>(x), batch, w, static_cast<const uint16_t*>(bias),
                     static_cast<uint16_t*>(y), sc::detected_isa());
   else
@@ -160,7 +165,8 @@ tessera_plugin_t plugin_header = {
 
 TESSERA_PLUGIN_ENTRY(&plugin_header) {
   g_host = host.api();
-  const uint64_t dtypes = TESSERA_DTYPE_BIT(TESSERA_DTYPE_FLOAT32) | TESSERA_DTYPE_BIT(TESSERA_DTYPE_BFLOAT16);
+  const uint64_t dtypes = TESSERA_DTYPE_BIT(TESSERA_DTYPE_FLOAT32) | TESSERA_DTYPE_BIT(TESSERA_DTYPE_BFLOAT16) |
+                          TESSERA_DTYPE_BIT(TESSERA_DTYPE_INT8);
   host.register_kernel("linear", dtypes, TESSERA_SDK_KERNEL(linear_kernel), nullptr, TESSERA_KERNEL_FLAG_NONE,
                        TESSERA_FUNCTIONALITY_SPARSE);
   host.register_kernel("matmul", dtypes, TESSERA_SDK_KERNEL(matmul_kernel), nullptr, TESSERA_KERNEL_FLAG_NONE,
