@@ -26,22 +26,27 @@ struct ExpandTable {
     }
   }
 };
-const ExpandTable kExpand;
+// Built on first use: this file is compiled for AVX2, and a static initializer would run (and could
+// use AVX2 instructions) on every CPU the plugin loads on.
+const ExpandTable& expand_table() {
+  static const ExpandTable table;
+  return table;
+}
 
-inline __m256 expand8(const float* v4, unsigned m8) {
+inline __m256 expand8(const ExpandTable& t, const float* v4, unsigned m8) {
   const __m256 v = _mm256_castps128_ps256(_mm_loadu_ps(v4));
-  const __m256i idx = _mm256_load_si256(reinterpret_cast<const __m256i*>(kExpand.index[m8]));
-  const __m256 keep = _mm256_castsi256_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(kExpand.keep[m8])));
+  const __m256i idx = _mm256_load_si256(reinterpret_cast<const __m256i*>(t.index[m8]));
+  const __m256 keep = _mm256_castsi256_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(t.keep[m8])));
   return _mm256_and_ps(_mm256_permutevar8x32_ps(v, idx), keep);
 }
 
 inline __m256 widen_bf16(__m128i h) { return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16)); }
 
-inline __m256 expand8(const uint16_t* v4, unsigned m8) {
+inline __m256 expand8(const ExpandTable& t, const uint16_t* v4, unsigned m8) {
   const __m256 v = _mm256_castsi256_ps(_mm256_slli_epi32(
       _mm256_cvtepu16_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(v4))), 16));
-  const __m256i idx = _mm256_load_si256(reinterpret_cast<const __m256i*>(kExpand.index[m8]));
-  const __m256 keep = _mm256_castsi256_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(kExpand.keep[m8])));
+  const __m256i idx = _mm256_load_si256(reinterpret_cast<const __m256i*>(t.index[m8]));
+  const __m256 keep = _mm256_castsi256_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(t.keep[m8])));
   return _mm256_and_ps(_mm256_permutevar8x32_ps(v, idx), keep);
 }
 
@@ -67,12 +72,13 @@ void tile(const T* x, int64_t ldx, const CpuLayout& w, int64_t r0, float* out) {
   const uint8_t* vals = w.block_values(r0);
   const uint8_t* masks = reinterpret_cast<const uint8_t*>(w.block_mask(r0));
   const int64_t ri = r0 % CpuLayout::kBlockRows;
+  const ExpandTable& table = expand_table();
   auto weights = [&](int64_t c, int r) {
     const int64_t byte = c * 4 * int64_t(sizeof(T));
     const T* v = reinterpret_cast<const T*>(
         vals + ((byte / CpuLayout::kSliceBytes) * CpuLayout::kBlockRows + ri + r) * CpuLayout::kSliceBytes +
         byte % CpuLayout::kSliceBytes);
-    return expand8(v, masks[((c / 8) * CpuLayout::kBlockRows + ri + r) * 8 + c % 8]);
+    return expand8(table, v, masks[((c / 8) * CpuLayout::kBlockRows + ri + r) * 8 + c % 8]);
   };
   const int64_t full = w.k / 8;
   for (int64_t c = 0; c < full; ++c) {
