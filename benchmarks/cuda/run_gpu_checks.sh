@@ -59,7 +59,7 @@ if [ $status -ne 0 ]; then
 fi
 targets=(tessera tessera_cuda test_cuda bench_cuda)
 all_targets=$(ninja -C "$BUILD" -t targets all 2>/dev/null | cut -d: -f1)
-for optional in tessera_cpu tessera_cli; do
+for optional in tessera_cpu tessera_cli tessera_sparse test_sparse_cuda; do
   grep -qx "$optional" <<<"$all_targets" && targets+=("$optional")
 done
 log "build: ${targets[*]}"
@@ -79,6 +79,14 @@ tail -25 "$OUTDIR/test_cuda.log"
 record "test_cuda" $status
 (cd "$BUILD" && timeout 60 ctest -R cuda_fatbin_architectures --output-on-failure) >"$OUTDIR/fatbin.log" 2>&1
 record "fatbin architectures" $?
+if [ -x "$BUILD/bin/test_sparse_cuda" ]; then
+  log "test_sparse_cuda"
+  timeout 120 "$BUILD/bin/test_sparse_cuda" >"$OUTDIR/test_sparse_cuda.log" 2>&1
+  status=$?
+  grep -q "SKIPPED" "$OUTDIR/test_sparse_cuda.log" && status=1  # a GPU machine must run it, not skip it
+  tail -10 "$OUTDIR/test_sparse_cuda.log"
+  record "test_sparse_cuda" $status
+fi
 
 # ---- 4. conformance kit
 if [ -x "$BUILD/bin/tessera" ] && "$BUILD/bin/tessera" --help 2>&1 | grep -qw check; then

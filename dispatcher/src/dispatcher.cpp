@@ -15,6 +15,7 @@
 #include "host_api.h"
 #include "op_registry.h"
 #include "profiler.h"
+#include "sparse_internal.h"
 #include "tessera/env.h"
 #include "tessera/log.h"
 #include "tessera/plugin_loader.h"
@@ -775,6 +776,17 @@ static int resolve(OperatorEntry& op, const CallFrame& f, MetaCall& m, DispatchK
     if (func == int(Functionality::Dense)) break;
     if (const KernelEntry* fb = fallback_for(slot)) {
       if (run_kernel(fb, op, m, f, dev, outs, &why_unimpl)) return m.num_outputs;
+    }
+    if (func == int(Functionality::Sparse)) {  // Note [Sparse densify fallback]
+      profile_resolution("sparse densify");
+      Stack results = detail::sparse_densify_and_call(op, op.name, box_frame(op, f), why_unimpl);
+      int n = 0;
+      for (Value& v : results) {
+        TESSERA_INTERNAL_ASSERT(n < kMaxOutputs && std::holds_alternative<Tensor>(v), "densified call of ", op.name,
+                                " returned a non-tensor");
+        outs[n++] = std::get<Tensor>(std::move(v));
+      }
+      return n;
     }
     cur = cur - DispatchKeySet::functionality(Functionality(func));
     if (cur.highest_functionality() < 0) cur = cur | DispatchKeySet::functionality(Functionality::Dense);

@@ -272,8 +272,8 @@ bool parse_manifest(const std::string& path, const std::string& text, Manifest* 
     if (!valid_plugin_name(m.name))
       throw ManifestError{"field 'name' is " + in_quotes(m.name) + ", expected letters, digits, '_', '-' or '.' (at most 64)"};
     m.kind = get_string(require(doc, "", "kind", "string"), "kind");
-    if (m.kind != "backend" && m.kind != "compiler" && m.kind != "quantizer" && m.kind != "sparsity")
-      throw ManifestError{"unknown kind " + in_quotes(m.kind) + " (expected backend, compiler, quantizer or sparsity)"};
+    if (m.kind != "backend" && m.kind != "compiler" && m.kind != "quantizer" && m.kind != "kernels")
+      throw ManifestError{"unknown kind " + in_quotes(m.kind) + " (expected backend, compiler, quantizer or kernels)"};
     std::string lib = get_string(require(doc, "", "library", "string"), "library");
     check_no_nul(lib, "library");
     std::filesystem::path manifest_dir = std::filesystem::path(path).parent_path();
@@ -291,6 +291,11 @@ bool parse_manifest(const std::string& path, const std::string& text, Manifest* 
     if (m.kind == "backend" && !m.has_device)
       throw ManifestError{"missing field 'device' (object) required for kind 'backend': {\"type\": \"cpu\"} or "
                           "{\"slot\": \"privateuse1\", \"name\": \"npu\"}"};
+    // A kernels plugin has no device of its own: 'device' names the existing device type its
+    // kernels are for (Note [Kernels plugins] in plugin_loader.cpp).
+    if (m.kind == "kernels" && !m.has_device)
+      throw ManifestError{"missing field 'device' (object) required for kind 'kernels': the device type its kernels "
+                          "are for, such as {\"type\": \"cpu\"}"};
     if (const json* req = find(doc, "requires")) {
       if (!req->is_object())
         throw ManifestError{"field 'requires' must be an object, got " + std::string(type_name(*req))};

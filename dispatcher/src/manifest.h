@@ -17,7 +17,7 @@ struct Manifest {
   std::string path;         // absolute path of the manifest file
   int manifest_version = 0;
   std::string name;
-  std::string kind;         // backend, compiler, quantizer, sparsity
+  std::string kind;         // backend, kernels, compiler, quantizer
   std::string library;      // absolute: resolved against the manifest's folder
   int abi_major = 0;
   int abi_minor = 0;

@@ -404,7 +404,7 @@ TEST_F(LoaderTest, UnknownKind) {
   m["kind"] = "gpu";
   dir_.write_manifest("lt_gpu_kind", m);
   rediscover();
-  expect_failed("lt_gpu_kind", "unknown kind 'gpu' (expected backend, compiler, quantizer or sparsity)");
+  expect_failed("lt_gpu_kind", "unknown kind 'gpu' (expected backend, compiler, quantizer or kernels)");
 }
 
 TEST_F(LoaderTest, UnknownFieldsAreAccepted) {

@@ -34,7 +34,7 @@ int tessera_cli_plugins(int argc, char** argv) {
     }
   }
   if (load)
-    for (const char* kind : {"backend", "compiler", "quantizer", "sparsity"}) tessera::load_plugins_of_kind(kind);
+    for (const char* kind : {"backend", "kernels", "compiler", "quantizer"}) tessera::load_plugins_of_kind(kind);
   std::vector<tessera::PluginInfo> list = tessera::plugins();
   if (json_out) {
     nlohmann::json out = nlohmann::json::array();

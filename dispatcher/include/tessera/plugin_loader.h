@@ -18,7 +18,7 @@ TESSERA_API const char* plugin_status_name(PluginStatus s);
 
 struct PluginInfo {
   std::string name;
-  std::string kind;         // backend, compiler, quantizer, sparsity
+  std::string kind;         // backend, kernels, compiler, quantizer
   std::string version;
   PluginStatus status = PluginStatus::Available;
   std::string reason;       // non-empty unless Available or Loaded
