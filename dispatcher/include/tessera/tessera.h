@@ -7,5 +7,6 @@
 #include "tessera/options.h"
 #include "tessera/profiler.h"
 #include "tessera/scalar.h"
+#include "tessera/stream.h"
 #include "tessera/tensor.h"
 #include "tessera/version.h"
