@@ -192,4 +192,53 @@ TEST(Streams, MisuseIsAClearError) {
   EXPECT_THROW(tessera::record_stream(Tensor(), s), tessera::Error);
 }
 
+json read_trace(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return json::parse(ss.str(), nullptr, false);
+}
+
+TEST(Streams, ProfileTraceShowsTwoStreamsOverlappingOnTheirOwnTracks) {
+  lt::TempDir dir;
+  const std::string path = dir.path() + "/trace.json";
+  Tensor x = tessera::tensor(input_values(), {kN, kN}).to(kMhd);
+  tessera::synchronize(kMhd);
+  Stream sa = Stream::create(kMhd), sb = Stream::create(kMhd);
+  tessera::profiler_clear();
+  tessera::profiler_enable(path);
+  Interval a = launch_matmul(sa, x);
+  Interval b = launch_matmul(sb, x);
+  tessera::synchronize(kMhd);
+  tessera::profiler_flush();
+  tessera::profiler_enable("");
+  tessera::profiler_clear();
+
+  json trace = read_trace(path);
+  ASSERT_TRUE(trace.is_object() && trace.contains("traceEvents")) << trace.dump();
+  // Device events: one per kernel, on the track of its stream, named like the stream.
+  std::map<int, std::string> track_names;
+  for (const json& e : trace["traceEvents"])
+    if (e.value("ph", "") == "M" && e.value("name", "") == "thread_name")
+      track_names[e["tid"].get<int>()] = e["args"].value("name", "");
+  std::vector<json> device_matmuls;
+  for (const json& e : trace["traceEvents"])
+    if (e.value("ph", "") == "X" && e.value("name", "") == "matmul" && e.value("cat", "") == "device")
+      device_matmuls.push_back(e);
+  ASSERT_EQ(device_matmuls.size(), 2u) << trace.dump(1);
+  const json& da = device_matmuls[0];
+  const json& db = device_matmuls[1];
+  EXPECT_NE(da["tid"], db["tid"]);
+  std::vector<std::string> names = {track_names[da["tid"].get<int>()], track_names[db["tid"].get<int>()]};
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(names[0], sa.str());
+  EXPECT_EQ(names[1], sb.str());
+  const double a0 = da["ts"].get<double>(), a1 = a0 + da["dur"].get<double>();
+  const double b0 = db["ts"].get<double>(), b1 = b0 + db["dur"].get<double>();
+  EXPECT_GT(da["dur"].get<double>(), 0.0);
+  EXPECT_GT(db["dur"].get<double>(), 0.0);
+  EXPECT_LT(std::max(a0, b0), std::min(a1, b1)) << "device intervals [" << a0 << ", " << a1 << "] and [" << b0
+                                                 << ", " << b1 << "] do not intersect";
+}
+
 }  // namespace
