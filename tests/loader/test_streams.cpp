@@ -26,7 +26,7 @@ using tessera::StreamGuard;
 using tessera::Tensor;
 
 const Device kMhd("my_hardware_device:0");
-constexpr int64_t kN = 160;  // a matmul of kN^3 multiply-adds takes tens of milliseconds on the emulator
+constexpr int64_t kN = 192;  // a matmul of kN^3 multiply-adds takes tens of milliseconds on the emulator
 
 // A kN x kN matrix with entries (i + 2j) mod 7 - 3, and the matmul of it with itself in double.
 std::vector<float> input_values() {
@@ -190,6 +190,32 @@ TEST(Streams, MisuseIsAClearError) {
   EXPECT_THROW(tessera::record_stream(t, other), tessera::Error);
   tessera::record_stream(t, s);  // the accelerator keeps buffers alive itself: nothing to record
   EXPECT_THROW(tessera::record_stream(Tensor(), s), tessera::Error);
+}
+
+TEST(Streams, AStreamOutlivingItsPluginIsAClearError) {
+  Stream s = Stream::create(kMhd);
+  Event e;
+  e.record(s);
+  {
+    StreamGuard guard(s);
+    tessera::shutdown_plugins();  // the plugin's shutdown frees its streams and events
+    // The stream is dead: using it, also as the current stream of a call, throws naming it.
+    try {
+      s.synchronize();
+      ADD_FAILURE() << "synchronize on a dead stream did not throw";
+    } catch (const tessera::Error& err) {
+      EXPECT_NE(std::string(err.what()).find("is dead"), std::string::npos) << err.what();
+      EXPECT_NE(std::string(err.what()).find("Stream::create"), std::string::npos) << err.what();
+    }
+    EXPECT_THROW(tessera::ones({4}).to(kMhd), tessera::Error);  // the plugin reloads; the stream stays dead
+    EXPECT_THROW(e.synchronize(), tessera::Error);
+  }
+  // The guard restored the default stream; a new stream works with the reloaded plugin.
+  EXPECT_TRUE(tessera::current_stream(kMhd).is_default());
+  Stream fresh = Stream::create(kMhd);
+  StreamGuard guard(fresh);
+  Tensor h = tessera::add(tessera::ones({4}).to(kMhd), tessera::ones({4}).to(kMhd)).to(Device("cpu")).contiguous();
+  EXPECT_EQ(h.data_ptr<float>()[3], 2.0f);
 }
 
 json read_trace(const std::string& path) {
