@@ -140,8 +140,6 @@ std::pair<nlohmann::json, nlohmann::json> describe_json(const OpEvent& e, bool i
   return {std::move(dtypes), std::move(shapes)};
 }
 
-int64_t now_ns();
-
 // The device's anchor: an event recorded and synchronised at a known host time.
 std::pair<tessera::Event, int64_t> anchor_of(const Stream& stream) {
   ProfilerState& s = state();
