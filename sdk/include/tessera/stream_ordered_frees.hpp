@@ -123,8 +123,10 @@ class StreamOrderedFrees {
       Pending& p = pending_[i];
       while (!p.events.empty()) {
         void* ev = p.events.back();
-        if (wait) ops_.synchronize(ops_.ctx, p.device, ev);
-        else if (!ops_.query(ops_.ctx, p.device, ev)) break;
+        if (!ops_.query(ops_.ctx, p.device, ev)) {
+          if (!wait) break;
+          ops_.synchronize(ops_.ctx, p.device, ev);
+        }
         ops_.destroy(ops_.ctx, p.device, ev);
         p.events.pop_back();
       }
