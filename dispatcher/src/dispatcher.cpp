@@ -16,6 +16,7 @@
 #include "op_registry.h"
 #include "profiler.h"
 #include "sparse_internal.h"
+#include "stream_state.h"
 #include "tessera/env.h"
 #include "tessera/log.h"
 #include "tessera/plugin_loader.h"
@@ -608,8 +609,8 @@ bool run_kernel(const KernelEntry* k, OperatorEntry& op, const MetaCall& m, cons
   call.outputs = out_ptrs.data();
   call.attrs = f.attrs;
   call.op_name = op.name.c_str();
-  call.stream = nullptr;
   call.device_index = dev.index() < 0 ? 0 : dev.index();
+  call.stream = current_stream_handle(dev.type(), call.device_index);  // Note [Current stream lookup]
   call.reserved_ = 0;
   tessera_status_t status = k->fn(k->user_data, &call);
   if (__builtin_expect(status != nullptr, 0)) {

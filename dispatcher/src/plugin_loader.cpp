@@ -32,6 +32,7 @@
 
 #include "host_api.h"
 #include "manifest.h"
+#include "stream_state.h"
 #include "tessera/allocator.h"
 #include "tessera/dispatcher.h"
 #include "tessera/env.h"
@@ -180,6 +181,22 @@ class PluginAllocator final : public Allocator {
           detail::str_cat(code == TESSERA_STATUS_OUT_OF_MEMORY ? "out of memory: " : "", "cannot allocate ", nbytes,
                           " bytes on device '", device.str(), "' (plugin '", plugin_, "': ", message,
                           "); free tensors on that device or allocate less"));
+    }
+    // Note [Stream-ordered allocation] (docs/plugins.md): memory made while a stream is current is
+    // used on that stream, so its later free waits for the stream's work, as after record_stream.
+    if (void* stream = current_stream_handle(type_, index);
+        stream && TESSERA_ABI_HAS_FIELD(iface_, tessera_device_interface_t, memory_record_stream) &&
+        iface_->memory_record_stream) {
+      DataPtr data(handle, &slots_[index], &PluginAllocator::free_handle, device, &alive_);
+      if (tessera_status_t rs = iface_->memory_record_stream(self_, index, handle, stream)) {
+        const tessera_status_code_t code = rs->code;
+        const std::string message = status_message_of(rs);
+        status_free(rs);
+        detail::throw_error(error_code_of(code), detail::str_cat("allocating ", nbytes, " bytes on '", device.str(),
+                                                                 "': record_stream failed (plugin '", plugin_,
+                                                                 "': ", message, ")"));
+      }
+      return data;
     }
     return DataPtr(handle, &slots_[index], &PluginAllocator::free_handle, device, &alive_);
   }

@@ -18,6 +18,7 @@
 
 #include "tessera/log.h"
 #include "tessera/profiler.h"
+#include "tessera/stream.h"
 
 namespace tessera {
 
@@ -32,9 +33,14 @@ struct TensorDesc {
   int ndim;
 };
 
+struct DeviceSpan {
+  Stream stream;
+  tessera::Event start, end;
+};
+
 // One dispatched call. Sizes live inline for the usual few small tensors: recording allocates
 // nothing beyond the thread buffer's amortised growth.
-struct Event {
+struct OpEvent {
   const OperatorEntry* op;  // entries are never freed
   int64_t start_ns;
   int64_t dur_ns;
@@ -44,6 +50,9 @@ struct Event {
   detail::SmallVector<TensorDesc, 4> tensors;  // inputs, then outputs
   detail::SmallVector<int64_t, 12> sizes;      // their sizes, concatenated
   std::string error;
+  // Device time (Note [Profiler device times]): events around the call on the device's current
+  // stream; not created for the CPU or a device that reports no event times.
+  std::shared_ptr<DeviceSpan> span;
 
   void add(const TensorImpl& t) {
     tensors.push_back(TensorDesc{t.dtype(), int(t.dim())});
@@ -53,7 +62,7 @@ struct Event {
 
 struct ThreadBuffer {
   std::mutex mutex;
-  std::vector<Event> events;
+  std::vector<OpEvent> events;
   int tid = 0;
 };
 
@@ -65,6 +74,8 @@ struct ProfilerState {
   bool at_exit_registered = false;
   int next_tid = 1;
   std::chrono::steady_clock::time_point epoch = std::chrono::steady_clock::now();
+  // Per device: an event whose device time is known on the host clock (Note [Profiler device times]).
+  std::map<std::pair<int, int>, std::pair<tessera::Event, int64_t>> anchors;
 };
 
 ProfilerState& state() {
@@ -87,6 +98,8 @@ ThreadBuffer& thread_buffer() {
   return *t_buffer;
 }
 
+constexpr int kFirstStreamTrack = 1000;  // host threads are 1, 2, ...
+
 int64_t now_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - state().epoch)
       .count();
@@ -95,17 +108,17 @@ int64_t now_ns() {
 std::string device_label(Device d) { return d.is_cpu() ? std::string("cpu") : d.str(); }
 
 // Every event recorded so far with its thread id, in start order.
-std::vector<std::pair<int, Event>> snapshot() {
+std::vector<std::pair<int, OpEvent>> snapshot() {
   ProfilerState& s = state();
   std::vector<std::shared_ptr<ThreadBuffer>> buffers;
   {
     std::lock_guard lock(s.mutex);
     buffers = s.buffers;
   }
-  std::vector<std::pair<int, Event>> out;
+  std::vector<std::pair<int, OpEvent>> out;
   for (const auto& b : buffers) {
     std::lock_guard lock(b->mutex);
-    for (const Event& e : b->events) out.emplace_back(b->tid, e);
+    for (const OpEvent& e : b->events) out.emplace_back(b->tid, e);
   }
   std::stable_sort(out.begin(), out.end(),
                    [](const auto& a, const auto& b) { return a.second.start_ns < b.second.start_ns; });
@@ -113,7 +126,7 @@ std::vector<std::pair<int, Event>> snapshot() {
 }
 
 // The dtypes and shapes of the event's inputs (outputs: false).
-std::pair<nlohmann::json, nlohmann::json> describe_json(const Event& e, bool inputs) {
+std::pair<nlohmann::json, nlohmann::json> describe_json(const OpEvent& e, bool inputs) {
   nlohmann::json dtypes = nlohmann::json::array(), shapes = nlohmann::json::array();
   size_t offset = 0;
   for (size_t i = 0; i < e.tensors.size(); ++i) {
@@ -127,11 +140,56 @@ std::pair<nlohmann::json, nlohmann::json> describe_json(const Event& e, bool inp
   return {std::move(dtypes), std::move(shapes)};
 }
 
+// The device's anchor: an event recorded and synchronised at a known host time.
+std::pair<tessera::Event, int64_t> anchor_of(const Stream& stream) {
+  ProfilerState& s = state();
+  const std::pair<int, int> key{int(stream.device().type()), stream.device().index()};
+  {
+    std::lock_guard lock(s.mutex);
+    auto it = s.anchors.find(key);
+    if (it != s.anchors.end()) return it->second;
+  }
+  tessera::Event anchor;
+  anchor.record(stream);
+  anchor.synchronize();
+  const int64_t host_ns = now_ns();
+  std::lock_guard lock(s.mutex);
+  return s.anchors.emplace(key, std::make_pair(anchor, host_ns)).first->second;
+}
+
+// Appends the device-time event of `e` on its stream's track (skipped when the device cannot time it).
+void add_device_event(nlohmann::json& events, std::map<std::string, int>& tracks, int pid, const OpEvent& e) {
+  double ts_us = 0, dur_us = 0;
+  try {
+    const auto [anchor, anchor_ns] = anchor_of(e.span->stream);
+    ts_us = (double(anchor_ns) + anchor.elapsed_time(e.span->start) * 1e6) / 1000.0;
+    dur_us = e.span->start.elapsed_time(e.span->end) * 1000.0;
+  } catch (const std::exception& ex) {
+    if (log_enabled("dispatch"))
+      log_message(LogLevel::Info, "dispatch", std::string("profiler: no device time for '") + e.op->name + "': " + ex.what());
+    return;
+  }
+  const std::string name = e.span->stream.str();
+  auto [it, fresh] = tracks.emplace(name, kFirstStreamTrack + int(tracks.size()));
+  if (fresh)
+    events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", pid}, {"tid", it->second}, {"args", {{"name", name}}}});
+  events.push_back({{"name", e.op->name},
+                    {"cat", "device"},
+                    {"ph", "X"},
+                    {"ts", ts_us},
+                    {"dur", std::max(dur_us, 0.0)},
+                    {"pid", pid},
+                    {"tid", it->second},
+                    {"args", {{"op", e.op->name}, {"device", device_label(e.device)}, {"stream", name}}}});
+}
+
 std::string trace_json() {
   nlohmann::json events = nlohmann::json::array();
   const int pid = int(::getpid());
   events.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", pid}, {"args", {{"name", "tessera"}}}});
+  std::map<std::string, int> tracks;  // stream name -> tid of its track
   for (const auto& [tid, e] : snapshot()) {
+    if (e.span) add_device_event(events, tracks, pid, e);
     auto [in_dtypes, in_shapes] = describe_json(e, true);
     auto [out_dtypes, out_shapes] = describe_json(e, false);
     nlohmann::json args = {{"op", e.op->name},
@@ -208,8 +266,25 @@ void profile_set_resolution(const char* how) {
 }
 }  // namespace detail
 
+namespace {
+// Records the start event of a call on `device` when its plugin reports event times.
+std::shared_ptr<DeviceSpan> begin_device_span(Device device) {
+  const BackendDevice* b = backend_device_if_loaded(device.type());
+  if (!b || !b->iface || !b->iface->event_create || !b->iface->event_record ||
+      !TESSERA_ABI_HAS_FIELD(b->iface, tessera_device_interface_t, event_elapsed_time) || !b->iface->event_elapsed_time)
+    return nullptr;
+  try {
+    auto span = std::make_shared<DeviceSpan>(DeviceSpan{current_stream(device), {}, {}});
+    span->start.record(span->stream);
+    return span;
+  } catch (const std::exception&) {
+    return nullptr;  // an unusable device: the call itself reports it
+  }
+}
+}  // namespace
+
 int profile_call(OperatorEntry& op, const CallFrame& f, Tensor* outs, DispatchFn dispatch) {
-  Event e;
+  OpEvent e;
   e.op = &op;
   e.resolution = "kernel";
   for (int i = 0; i < f.num_tensors; ++i)
@@ -222,6 +297,7 @@ int profile_call(OperatorEntry& op, const CallFrame& f, Tensor* outs, DispatchFn
   const char** outer = t_resolution;
   t_resolution = &e.resolution;
   int n = 0;
+  if (!e.device.is_cpu()) e.span = begin_device_span(e.device);
   e.start_ns = now_ns();
   try {
     n = dispatch(op, f, outs);
@@ -237,6 +313,13 @@ int profile_call(OperatorEntry& op, const CallFrame& f, Tensor* outs, DispatchFn
   }
   e.dur_ns = now_ns() - e.start_ns;
   t_resolution = outer;
+  if (e.span) {
+    try {
+      e.span->end.record(e.span->stream);
+    } catch (const std::exception&) {
+      e.span.reset();
+    }
+  }
   for (int o = 0; o < n; ++o)
     if (outs[o].defined()) e.add(*outs[o].impl());
   if (n > 0 && outs[0].defined()) e.device = outs[0].device();  // where it ran (Note [Profiler])

@@ -7,8 +7,17 @@
 // contend while recording; flush takes each buffer's lock briefly). Nested dispatches (a composite's
 // ops, the CPU op a fallback runs) are events of their own inside the outer one's time span.
 // How the call was resolved is "kernel" unless the slow path names another (profile_resolution).
-// Device times: the device interface has event_record but no elapsed-time query, so events carry
-// host times only; a device that runs kernels asynchronously shows the launch time.
+//
+// Note [Profiler device times]
+// The host time of a call on an asynchronous device is its launch. When the device's plugin reports
+// event times (ABI 1.1 event_elapsed_time), profile_call also records a device event before and
+// after the call on the device's current stream, and the trace gets a second event for the call,
+// "cat": "device", on a track of its own per stream (tid 1000, 1001, ..., named by a thread_name
+// record such as "my_hardware_device:0 stream 2"), so concurrent streams show as overlapping
+// tracks. Device times are put on the host clock through an anchor per device: an event recorded
+// and synchronised (once, at the first flush that needs it) whose completion is taken as the host
+// time read right after; every other event is placed at anchor + elapsed_time(anchor, event).
+// Nested calls record spans of their own too. Flushing synchronises the recorded events.
 #pragma once
 #include <atomic>
 

@@ -6,6 +6,7 @@
 #include "host_api.h"
 #include "op_registry.h"
 #include "shape_rules.h"
+#include "stream_state.h"
 #include "tessera/dispatcher.h"
 #include "tessera/ops.h"
 
@@ -30,7 +31,8 @@ int32_t index_of(Device d) { return d.index() < 0 ? 0 : d.index(); }
 // of one plugin with memory_copy_device, between plugins through a host buffer. The source is made
 // contiguous on its own device first; dtype conversion and destination strides are then handled
 // by a same-device copy_ kernel. If a transfer fails part-way, the destination storage is marked
-// unusable (Note [Unusable storage]) so that nobody reads half-written data.
+// unusable (Note [Unusable storage]) so that nobody reads half-written data. Each transfer runs on
+// the current stream of the device that issues it (Note [Streams] in tessera/stream.h).
 void transfer_bytes(const Tensor& dst, const Tensor& src) {
   uint64_t nbytes = uint64_t(src.nbytes());
   if (nbytes == 0) return;
@@ -57,24 +59,25 @@ void transfer_bytes(const Tensor& dst, const Tensor& src) {
       const BackendDevice& b = backend_device(dd.type());
       status =
           b.iface->memory_copy_from_host(b.self, index_of(dd), dst_handle, dst_off,
-                                         static_cast<const char*>(src_handle) + src_off, nbytes, nullptr);
+                                         static_cast<const char*>(src_handle) + src_off, nbytes,
+                                         current_stream_handle(dd.type(), index_of(dd)));
     } else if (dd.is_cpu()) {
       const BackendDevice& b = backend_device(sd.type());
       status = b.iface->memory_copy_to_host(b.self, index_of(sd), static_cast<char*>(dst_handle) + dst_off,
-                                            src_handle, src_off, nbytes, nullptr);
+                                            src_handle, src_off, nbytes, current_stream_handle(sd.type(), index_of(sd)));
     } else {
       const BackendDevice& bs = backend_device(sd.type());
       const BackendDevice& bd = backend_device(dd.type());
       if (bs.iface == bd.iface && bs.self == bd.self && bs.iface->memory_copy_device) {
         status = bs.iface->memory_copy_device(bs.self, index_of(dd), dst_handle, dst_off, index_of(sd),
-                                              src_handle, src_off, nbytes, nullptr);
+                                              src_handle, src_off, nbytes, current_stream_handle(dd.type(), index_of(dd)));
       } else {
         std::vector<char> staging(nbytes);
         status = bs.iface->memory_copy_to_host(bs.self, index_of(sd), staging.data(), src_handle, src_off,
-                                               nbytes, nullptr);
+                                               nbytes, current_stream_handle(sd.type(), index_of(sd)));
         if (!status)
           status = bd.iface->memory_copy_from_host(bd.self, index_of(dd), dst_handle, dst_off, staging.data(),
-                                                   nbytes, nullptr);
+                                                   nbytes, current_stream_handle(dd.type(), index_of(dd)));
       }
     }
   } catch (...) {

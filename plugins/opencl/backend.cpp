@@ -104,10 +104,56 @@ uint64_t CachingAllocator::size_class(uint64_t nbytes) {
   return (nbytes + kLargeStep - 1) / kLargeStep * kLargeStep;
 }
 
+namespace {
+// The markers of the stream-ordered frees (Note [Stream-ordered allocation]); ctx: the allocator's
+// default queue.
+sdk::StreamEventOps marker_ops(cl_command_queue* default_queue) {
+  sdk::StreamEventOps ops;
+  ops.ctx = default_queue;
+  ops.record = [](void* ctx, int, void* stream) -> void* {
+    cl_command_queue q = stream ? static_cast<Stream*>(stream)->queue : *static_cast<cl_command_queue*>(ctx);
+    cl_event marker = nullptr;
+    if (cl().clEnqueueMarkerWithWaitList(q, 0, nullptr, &marker) != CL_SUCCESS) return nullptr;
+    cl().clFlush(q);
+    return marker;
+  };
+  ops.query = [](void*, int, void* event) {
+    cl_int status = CL_COMPLETE;
+    const cl_int err = cl().clGetEventInfo(static_cast<cl_event>(event), CL_EVENT_COMMAND_EXECUTION_STATUS,
+                                           sizeof(status), &status, nullptr);
+    return err != CL_SUCCESS || status <= CL_COMPLETE;  // negative: the command failed, nothing runs
+  };
+  ops.synchronize = [](void*, int, void* event) {
+    cl_event e = static_cast<cl_event>(event);
+    cl().clWaitForEvents(1, &e);
+  };
+  ops.destroy = [](void*, int, void* event) { cl().clReleaseEvent(static_cast<cl_event>(event)); };
+  return ops;
+}
+}  // namespace
+
+CachingAllocator::CachingAllocator() : frees_(marker_ops(&default_queue_)) {}
+
+void CachingAllocator::collect_locked() {
+  frees_.collect([&](cl_mem b) {
+    auto it = pending_.find(b);
+    free_lists_[it->second].push_back(b);
+    pending_.erase(it);
+  });
+}
+
+bool CachingAllocator::record_stream(cl_mem buffer, void* stream) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!live_.count(buffer)) return false;
+  if (stream) frees_.record_use(buffer, stream);  // the default queue is the buffer's own
+  return true;
+}
+
 cl_mem CachingAllocator::allocate(uint64_t nbytes) {
   const uint64_t cls = size_class(nbytes);
   {
     std::lock_guard<std::mutex> lock(mutex_);
+    if (!pending_.empty()) collect_locked();
     auto it = free_lists_.find(cls);
     if (it != free_lists_.end() && !it->second.empty()) {
       cl_mem buffer = it->second.back();
@@ -153,6 +199,10 @@ void CachingAllocator::free(cl_mem buffer) {
   live_.erase(it);
   stats_.allocated -= cls;
   stats_.cached += cls;
+  if (!frees_.defer_free(0, buffer, nullptr)) {
+    pending_.emplace(buffer, cls);
+    return;
+  }
   free_lists_[cls].push_back(buffer);
 }
 
@@ -160,6 +210,11 @@ void CachingAllocator::empty_cache() {
   std::map<uint64_t, std::vector<cl_mem>> lists;
   {
     std::lock_guard<std::mutex> lock(mutex_);
+    frees_.drain([&](cl_mem b) {
+      auto it = pending_.find(b);
+      free_lists_[it->second].push_back(b);
+      pending_.erase(it);
+    });
     lists.swap(free_lists_);
     stats_.cached = 0;
   }
@@ -175,6 +230,11 @@ CachingAllocator::Stats CachingAllocator::stats() const {
 }
 
 void CachingAllocator::release_all() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    frees_.abandon([&](cl_mem b) { cl().clReleaseMemObject(b); });
+    pending_.clear();
+  }
   empty_cache();
   std::lock_guard<std::mutex> lock(mutex_);
   for (auto& [b, cls] : live_) cl().clReleaseMemObject(b);
@@ -249,7 +309,7 @@ void Backend::discover() {
         skipped += " " + dev->name + " (clCreateCommandQueue: " + cl_error_name(err) + ")";
         continue;
       }
-      dev->allocator.set_context(dev->context);
+      dev->allocator.set_context(dev->context, dev->default_stream.queue);
       log_info("opencl:" + std::to_string(dev->index) + " = " + dev->name + " [" + dev->platform_name +
                ", driver " + dev->driver_version + (dev->fp64 ? ", fp64" : "") + (dev->fp16 ? ", fp16" : "") +
                "]");
@@ -633,6 +693,13 @@ tessera_status_t di_device_synchronize(void*, int32_t device) {
   });
 }
 
+tessera_status_t di_memory_record_stream(void*, int32_t device, void* handle, void* stream) {
+  return guarded("memory_record_stream", [&] {
+    TESSERA_SDK_CHECK(be().device(device).allocator.record_stream(static_cast<cl_mem>(handle), stream),
+                      "opencl:" + std::to_string(device) + ": record_stream: the buffer was not allocated on this device");
+  });
+}
+
 size_t di_properties(void*, int32_t device, char* buffer, size_t capacity) {
   std::string json;
   try {
@@ -679,6 +746,9 @@ const tessera_device_interface_t kDeviceInterface = {
     .device_synchronize = di_device_synchronize,
     .device_properties = di_properties,
     .memory_stats = di_memory_stats,
+    // No event times: the queues are made without CL_QUEUE_PROFILING_ENABLE.
+    .event_elapsed_time = nullptr,
+    .memory_record_stream = di_memory_record_stream,
 };
 
 }  // namespace

@@ -18,6 +18,7 @@
 #include "cl_api.h"
 #include "tessera/plugin_abi.h"
 #include "tessera/sdk.hpp"
+#include "tessera/stream_ordered_frees.hpp"
 
 namespace tessera::opencl {
 
@@ -42,10 +43,14 @@ struct Event {
 // 2 MiB) and are handed out again for a request of the same class, so that a loop allocating
 // temporaries does not call clCreateBuffer every iteration. empty_cache() releases the free lists;
 // an allocation that fails empties the cache and tries once more.
-// Reuse is safe for work on the same in-order queue; a buffer freed while work on another stream
-// still reads it must be kept alive by the caller until that stream is synchronised.
+// Reuse is safe for work on the default queue, which the allocator's buffers belong to. A buffer
+// also used on another stream is declared with record_stream (memory_record_stream): its free then
+// enqueues a marker on each such queue and the buffer returns to its free list only once they have
+// completed (Note [Stream-ordered allocation] in tessera/stream_ordered_frees.hpp), polled at the
+// next allocation and waited for by empty_cache().
 class CachingAllocator {
  public:
+  CachingAllocator();
   struct Stats {
     uint64_t allocated = 0;  // bytes (by size class) handed out and not freed
     uint64_t cached = 0;     // bytes held in the free lists
@@ -56,18 +61,29 @@ class CachingAllocator {
   };
   static uint64_t size_class(uint64_t nbytes);
 
-  void set_context(cl_context context) { context_ = context; }
+  void set_context(cl_context context, cl_command_queue default_queue) {
+    context_ = context;
+    default_queue_ = default_queue;
+  }
   cl_mem allocate(uint64_t nbytes);  // throws sdk::Error (TESSERA_STATUS_OUT_OF_MEMORY)
   void free(cl_mem buffer);
+  // `buffer` (live) is also used on `stream` (a Stream*; NULL: the default queue). False when this
+  // allocator did not hand it out.
+  bool record_stream(cl_mem buffer, void* stream);
   void empty_cache();
   Stats stats() const;
   // Releases everything (shutdown).
   void release_all();
 
  private:
+  void collect_locked();  // pending buffers whose markers completed -> free lists
+
   cl_context context_ = nullptr;
+  cl_command_queue default_queue_ = nullptr;
   mutable std::mutex mutex_;
   std::unordered_map<cl_mem, uint64_t> live_;
+  std::unordered_map<cl_mem, uint64_t> pending_;  // freed, waiting for other streams (size class)
+  sdk::StreamOrderedFrees<cl_mem> frees_;
   std::map<uint64_t, std::vector<cl_mem>> free_lists_;
   Stats stats_;
 };

@@ -22,7 +22,7 @@ namespace tessera::opencl {
   X(clGetProgramBuildInfo) X(clGetProgramInfo) X(clReleaseProgram) X(clCreateKernel)                \
   X(clReleaseKernel) X(clSetKernelArg) X(clEnqueueNDRangeKernel) X(clFinish) X(clFlush)             \
   X(clEnqueueMarkerWithWaitList) X(clEnqueueBarrierWithWaitList) X(clWaitForEvents)                \
-  X(clReleaseEvent) X(clGetKernelWorkGroupInfo)
+  X(clReleaseEvent) X(clGetKernelWorkGroupInfo) X(clGetEventInfo)
 
 // Function pointers into the ICD loader. `loaded()` is false when the library or a symbol is missing;
 // `error()` then says which and how to fix it.

@@ -86,7 +86,8 @@ typedef struct abi_constant_t {
   F(tessera_device_interface_t, memory_stats) F(tessera_plugin_t, get_proc_address)                  \
   F(tessera_memory_stats_t, struct_size) F(tessera_memory_stats_t, reserved_)                        \
   F(tessera_memory_stats_t, allocated_bytes) F(tessera_memory_stats_t, reserved_bytes)               \
-  F(tessera_memory_stats_t, peak_allocated_bytes) F(tessera_memory_stats_t, num_allocations)
+  F(tessera_memory_stats_t, peak_allocated_bytes) F(tessera_memory_stats_t, num_allocations)        \
+  F(tessera_device_interface_t, event_elapsed_time) F(tessera_device_interface_t, memory_record_stream)
 
 #define ABI_FIELD_ROW(T, f) {#T, #f, offsetof(T, f), sizeof(((T*)0)->f)},
 #define ABI_STRUCT_ROW(T) {#T, sizeof(T)},

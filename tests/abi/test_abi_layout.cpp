@@ -146,10 +146,12 @@ const std::map<Key, Layout> kSnapshot_1_1 = {
     {{"tessera_memory_stats_t", "reserved_bytes"}, {16, 8}},
     {{"tessera_memory_stats_t", "peak_allocated_bytes"}, {24, 8}},
     {{"tessera_memory_stats_t", "num_allocations"}, {32, 8}},
+    {{"tessera_device_interface_t", "event_elapsed_time"}, {160, 8}},
+    {{"tessera_device_interface_t", "memory_record_stream"}, {168, 8}},
 };
 const std::map<std::string, size_t> kStructSnapshot_1_1 = {
     {"tessera_tensor_t", 64},    {"tessera_value_t", 16},             {"tessera_kernel_call_t", 64},
-    {"tessera_host_api_t", 104}, {"tessera_device_interface_t", 160}, {"tessera_plugin_t", 72},
+    {"tessera_host_api_t", 104}, {"tessera_device_interface_t", 176}, {"tessera_plugin_t", 72},
     {"tessera_memory_stats_t", 40},
 };
 

@@ -294,4 +294,131 @@ TEST(CachingAllocator, RefusesASizeWhoseRoundingWouldOverflow) {
   EXPECT_EQ(mem.allocations, 0);
 }
 
+// Stream-ordered frees (record_stream): events that the test completes by hand, standing for the
+// work queued on each stream up to the free.
+struct StreamWork {
+  struct Ev {
+    void* stream;
+    bool done = false;
+  };
+  std::vector<Ev*> live;
+  int recorded = 0, synchronized = 0, destroyed = 0;
+
+  tessera::sdk::StreamEventOps ops() {
+    tessera::sdk::StreamEventOps o;
+    o.ctx = this;
+    o.record = [](void* ctx, int, void* stream) -> void* {
+      auto* self = static_cast<StreamWork*>(ctx);
+      ++self->recorded;
+      self->live.push_back(new Ev{stream});
+      return self->live.back();
+    };
+    o.query = [](void*, int, void* ev) { return static_cast<Ev*>(ev)->done; };
+    o.synchronize = [](void* ctx, int, void* ev) {
+      ++static_cast<StreamWork*>(ctx)->synchronized;
+      static_cast<Ev*>(ev)->done = true;
+    };
+    o.destroy = [](void* ctx, int, void* ev) {
+      auto* self = static_cast<StreamWork*>(ctx);
+      ++self->destroyed;
+      self->live.erase(std::find(self->live.begin(), self->live.end(), static_cast<Ev*>(ev)));
+      delete static_cast<Ev*>(ev);
+    };
+    return o;
+  }
+  // The work queued on `stream` so far has completed.
+  void finish(void* stream) {
+    for (Ev* e : live)
+      if (e->stream == stream) e->done = true;
+  }
+};
+
+void* const kSideStream = reinterpret_cast<void*>(uintptr_t(0x5000));
+
+bool disjoint(void* a, void* b, size_t n) {
+  const auto x = reinterpret_cast<uintptr_t>(a), y = reinterpret_cast<uintptr_t>(b);
+  return x + n <= y || y + n <= x;
+}
+
+TEST(CachingAllocator, BlockUsedOnAnotherStreamIsReusedOnlyAfterThatStreamsWork) {
+  HostMemory mem;
+  StreamWork work;
+  {
+    CachingAllocator a(mem.source(), 1, work.ops());
+    void* p = a.allocate(0, 4 * kKiB, nullptr);
+    ASSERT_TRUE(a.record_stream(0, p, kSideStream));
+    EXPECT_TRUE(a.free(0, p));
+    EXPECT_EQ(work.recorded, 1);
+    EXPECT_EQ(a.stats(0).pending_blocks, 1u);
+    // The side stream may still use p: a request of the same size gets other memory.
+    void* q = a.allocate(0, 4 * kKiB, nullptr);
+    ASSERT_NE(q, nullptr);
+    EXPECT_TRUE(disjoint(p, q, 4 * kKiB));
+    EXPECT_EQ(a.stats(0).pending_blocks, 1u);
+    // Once that work has completed, p is back in the pool and reused.
+    work.finish(kSideStream);
+    void* r = a.allocate(0, 4 * kKiB, nullptr);
+    EXPECT_EQ(r, p);
+    EXPECT_EQ(a.stats(0).pending_blocks, 0u);
+    EXPECT_EQ(work.destroyed, 1);
+    EXPECT_EQ(work.synchronized, 0);  // polled, never waited for
+    a.free(0, q);
+    a.free(0, r);
+    EXPECT_EQ(a.stats(0).allocated_bytes, 0u);
+  }
+  EXPECT_EQ(mem.in_use, 0u);
+}
+
+TEST(CachingAllocator, RecordingTheAllocatingStreamOrNothingReusesAtOnce) {
+  HostMemory mem;
+  StreamWork work;
+  CachingAllocator a(mem.source(), 1, work.ops());
+  void* p = a.allocate(0, 4 * kKiB, kSideStream);
+  EXPECT_TRUE(a.record_stream(0, p, kSideStream));  // its own stream: in order already
+  a.free(0, p);
+  EXPECT_EQ(a.allocate(0, 4 * kKiB, kSideStream), p);
+  a.free(0, p);
+  EXPECT_EQ(work.recorded, 0);
+  EXPECT_FALSE(a.record_stream(0, p, nullptr));  // no longer live
+  int not_ours = 0;
+  EXPECT_FALSE(a.record_stream(0, &not_ours, nullptr));
+  EXPECT_FALSE(a.record_stream(3, p, nullptr));
+  // Without events record_stream is refused (the plugin then has to synchronise itself).
+  CachingAllocator plain(mem.source(), 1);
+  void* x = plain.allocate(0, 4 * kKiB, nullptr);
+  EXPECT_FALSE(plain.record_stream(0, x, kSideStream));
+  plain.free(0, x);
+}
+
+TEST(CachingAllocator, EmptyCacheWaitsForPendingBlocksBeforeReleasing) {
+  HostMemory mem;
+  StreamWork work;
+  CachingAllocator a(mem.source(), 1, work.ops());
+  void* p = a.allocate(0, 4 * kKiB, nullptr);
+  a.record_stream(0, p, kSideStream);
+  a.free(0, p);
+  EXPECT_EQ(mem.in_use, CachingAllocator::kSmallSegment);
+  a.empty_cache(0);
+  EXPECT_EQ(work.synchronized, 1);
+  EXPECT_EQ(a.stats(0).pending_blocks, 0u);
+  EXPECT_EQ(mem.in_use, 0u);
+  EXPECT_EQ(a.stats(0).reserved_bytes, 0u);
+}
+
+TEST(CachingAllocator, ShutdownWithPendingBlocksReleasesEverySegment) {
+  HostMemory mem;
+  StreamWork work;
+  {
+    CachingAllocator a(mem.source(), 1, work.ops());
+    void* p = a.allocate(0, 4 * kKiB, nullptr);
+    void* q = a.allocate(0, 64 * kKiB, nullptr);
+    a.record_stream(0, p, kSideStream);
+    a.free(0, p);
+    (void)q;  // still live at shutdown
+  }
+  EXPECT_EQ(mem.in_use, 0u);
+  EXPECT_EQ(work.destroyed, 1);
+  EXPECT_TRUE(work.live.empty());
+}
+
 }  // namespace

@@ -30,11 +30,13 @@ json read_trace(const std::string& path) {
   return j;
 }
 
-// The complete ("X") events of `op` on `device`.
+// The complete ("X") host events of `op` on `device` (not the device-time events, "cat": "device",
+// of Note [Profiler device times]).
 std::vector<json> events_of(const json& trace, const std::string& op, const std::string& device) {
   std::vector<json> out;
   for (const json& e : trace["traceEvents"])
-    if (e.value("ph", "") == "X" && e.value("name", "") == op && e["args"].value("device", "") == device)
+    if (e.value("ph", "") == "X" && e.value("cat", "") == "op" && e.value("name", "") == op &&
+        e["args"].value("device", "") == device)
       out.push_back(e);
   return out;
 }

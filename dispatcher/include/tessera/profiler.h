@@ -2,7 +2,9 @@
 // or profiler_enable() is called; when off, a dispatched call pays one predictable branch.
 //
 // TESSERA_PROFILE is a comma-separated list: a file path writes a Chrome/Perfetto trace (JSON,
-// "traceEvents" of ph "X" events, one per dispatched op) at exit; `summary` prints a table per op
+// "traceEvents" of ph "X" events: one per dispatched op on its host thread, "cat": "op", and on a
+// device that reports event times one more per op, "cat": "device", on a track per stream with
+// device times; Note [Profiler device times]) at exit; `summary` prints a table per op
 // (calls, total, mean and max time) to stderr at exit. Both may be given: "trace.json,summary".
 #pragma once
 #include <string>

@@ -8,5 +8,6 @@
 #include "tessera/profiler.h"
 #include "tessera/scalar.h"
 #include "tessera/sparse.h"
+#include "tessera/stream.h"
 #include "tessera/tensor.h"
 #include "tessera/version.h"

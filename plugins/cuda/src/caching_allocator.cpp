@@ -24,9 +24,13 @@ bool CachingAllocator::BlockOrder::operator()(const Block* a, const Block* b) co
   return reinterpret_cast<uintptr_t>(a->ptr) < reinterpret_cast<uintptr_t>(b->ptr);
 }
 
-CachingAllocator::CachingAllocator(RawMemorySource source, int num_devices) : source_(source) {
+CachingAllocator::CachingAllocator(RawMemorySource source, int num_devices, tessera::sdk::StreamEventOps events)
+    : source_(source) {
   if (!source_.allocate || !source_.release) throw std::invalid_argument("CachingAllocator: raw memory source is incomplete");
-  for (int i = 0; i < num_devices; ++i) devices_.push_back(std::make_unique<DeviceState>());
+  for (int i = 0; i < num_devices; ++i) {
+    devices_.push_back(std::make_unique<DeviceState>());
+    devices_.back()->frees = std::make_unique<tessera::sdk::StreamOrderedFrees<Block*>>(events);
+  }
 }
 
 CachingAllocator::~CachingAllocator() {
@@ -35,6 +39,7 @@ CachingAllocator::~CachingAllocator() {
     std::lock_guard<std::mutex> lock(d.mutex);
     // Collect segment heads: every block reachable from the pools and the active map.
     std::vector<Block*> all;
+    d.frees->abandon([&](Block* b) { all.push_back(b); });
     for (Block* b : d.small_pool) all.push_back(b);
     for (Block* b : d.large_pool) all.push_back(b);
     for (auto& [p, b] : d.active) all.push_back(b);
@@ -90,6 +95,9 @@ void* CachingAllocator::allocate(int device, size_t nbytes, void* stream) {
   const bool small = size <= kSmallRequest;
   std::lock_guard<std::mutex> lock(d.mutex);
   Pool& pool = small ? d.small_pool : d.large_pool;
+  if (d.stats.pending_blocks) {
+    d.stats.pending_blocks -= d.frees->collect([&](Block* b) { return_block(d, b); });
+  }
 
   Block* block = find_free_block(pool, stream, size);
   if (block) {
@@ -156,8 +164,27 @@ bool CachingAllocator::free(int device, void* ptr) {
   d.stats.allocated_bytes -= block->size;
   d.stats.requested_bytes -= block->requested;
   --d.stats.active_blocks;
-  block->allocated = false;
   block->requested = 0;
+  if (!d.frees->defer_free(device, block, block->stream)) {
+    ++d.stats.pending_blocks;  // stays `allocated` so that no neighbour merges with it meanwhile
+    return true;
+  }
+  return_block(d, block);
+  return true;
+}
+
+bool CachingAllocator::record_stream(int device, void* ptr, void* stream) {
+  if (device < 0 || device >= int(devices_.size())) return false;
+  DeviceState& d = *devices_[size_t(device)];
+  std::lock_guard<std::mutex> lock(d.mutex);
+  auto it = d.active.find(ptr);
+  if (it == d.active.end()) return false;
+  if (it->second->stream == stream) return true;  // its own stream: in order already
+  return d.frees->record_use(it->second, stream);
+}
+
+void CachingAllocator::return_block(DeviceState& d, Block* block) {
+  block->allocated = false;
   Pool& pool = block->small ? d.small_pool : d.large_pool;
 
   // Coalesce with free neighbours (they are in the pool; same segment, hence same stream).
@@ -179,7 +206,6 @@ bool CachingAllocator::free(int device, void* ptr) {
     ++d.stats.merges;
   }
   pool.insert(block);
-  return true;
 }
 
 size_t CachingAllocator::block_size(int device, void* ptr) const {
@@ -191,6 +217,9 @@ size_t CachingAllocator::block_size(int device, void* ptr) const {
 }
 
 void CachingAllocator::release_free_segments(int device, DeviceState& d) {
+  if (d.stats.pending_blocks) {
+    d.stats.pending_blocks -= d.frees->drain([&](Block* b) { return_block(d, b); });
+  }
   for (Pool* pool : {&d.small_pool, &d.large_pool}) {
     for (auto it = pool->begin(); it != pool->end();) {
       Block* b = *it;

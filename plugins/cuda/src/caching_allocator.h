@@ -8,8 +8,11 @@
 // - A free block belongs to the stream it was allocated on; a request only reuses free blocks of its
 //   own stream. Work on one stream runs in order, so a block freed on the host while a kernel still
 //   uses it is only handed to later work on that same stream: no synchronisation is needed.
-//   Using a block on another stream than the one it was allocated on is the caller's business
-//   (synchronise the streams first), exactly as with PyTorch without record_stream.
+//   A block also used on another stream is declared with record_stream (the host's
+//   Tensor::record_stream): its free then records an event on each such stream and the block
+//   returns to its pool only once they have completed (Note [Stream-ordered allocation] in
+//   tessera/stream_ordered_frees.hpp), polled at the next allocation, waited for before memory is
+//   released (empty_cache, the out-of-memory retry).
 // - The best-fitting free block (smallest size >= request) is split when the remainder is worth
 //   keeping (>= 512 B in the small pool, > 1 MiB in the large pool); on free, a block merges with
 //   its free neighbours of the same segment (coalescing).
@@ -20,8 +23,9 @@
 // - When the raw allocation fails, every fully free cached segment is released and the raw
 //   allocation is tried once more before reporting out-of-memory.
 // - empty_cache() releases every segment that is entirely free.
-// The raw memory source is a pair of function pointers so that this logic is the same code with
-// cudaMalloc (the plugin) and with host memory (the unit tests, which run without a GPU).
+// The raw memory source and the events are function pointers so that this logic is the same code
+// with cudaMalloc and cudaEvent_t (the plugin) and with host memory (the unit tests, which run
+// without a GPU).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -30,6 +34,8 @@
 #include <set>
 #include <unordered_map>
 #include <vector>
+
+#include <tessera/stream_ordered_frees.hpp>
 
 namespace tessera::cuda {
 
@@ -53,6 +59,7 @@ struct AllocatorStats {
   uint64_t segments = 0;              // live segments
   uint64_t oom_retries = 0;           // raw allocations retried after releasing the cache
   uint64_t active_blocks = 0;
+  uint64_t pending_blocks = 0;        // freed, waiting for events on other streams (record_stream)
 };
 
 class CachingAllocator {
@@ -67,7 +74,8 @@ class CachingAllocator {
   static constexpr size_t kOversizeWaste = size_t(20) << 20;
   static constexpr size_t kMaxRequest = ~size_t(0) - kLargeRounding;
 
-  explicit CachingAllocator(RawMemorySource source, int num_devices);
+  // `events` (optional): without them record_stream is refused.
+  explicit CachingAllocator(RawMemorySource source, int num_devices, tessera::sdk::StreamEventOps events = {});
   ~CachingAllocator();  // releases every cached segment; live blocks are released too (shutdown)
   CachingAllocator(const CachingAllocator&) = delete;
   CachingAllocator& operator=(const CachingAllocator&) = delete;
@@ -78,6 +86,9 @@ class CachingAllocator {
   // Returns a block of `device` to its pool. nullptr is ignored. Returns false for a pointer this
   // allocator did not hand out on that device (the caller reports it). Thread-safe.
   bool free(int device, void* ptr);
+  // The live block at `ptr` is also used by work on `stream`: see the note above. Returns false for
+  // a pointer this allocator did not hand out on that device, or when it has no events. Thread-safe.
+  bool record_stream(int device, void* ptr, void* stream);
   // The rounded size of a live block (0 when unknown).
   size_t block_size(int device, void* ptr) const;
   // Releases every fully free segment of `device` (or of all devices when device < 0).
@@ -99,10 +110,13 @@ class CachingAllocator {
     Pool small_pool, large_pool;
     std::unordered_map<void*, Block*> active;
     AllocatorStats stats;
+    std::unique_ptr<tessera::sdk::StreamOrderedFrees<Block*>> frees;
   };
 
   Block* find_free_block(Pool& pool, void* stream, size_t size);
   void release_free_segments(int device, DeviceState& d);
+  // Puts a freed block back in its pool, merging it with free neighbours.
+  void return_block(DeviceState& d, Block* block);
   static bool should_split(const Block* block, size_t size);
 
   RawMemorySource source_;

@@ -173,7 +173,41 @@ void Backend::discover() {
       sdk::log(TESSERA_LOG_ERROR, "cuda", std::string("cudaFree: ") + e.what());
     }
   };
-  allocator_ = std::make_unique<CachingAllocator>(source, n);
+  // Events of the stream-ordered frees (Note [Stream-ordered allocation]): no timing, only completion.
+  sdk::StreamEventOps events;
+  events.record = [](void*, int device, void* stream) -> void* {
+    try {
+      DeviceGuard guard(device);
+      cudaEvent_t e = nullptr;
+      check_cuda(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
+      if (const cudaError_t err = cudaEventRecord(e, static_cast<cudaStream_t>(stream)); err != cudaSuccess) {
+        check_cleanup(cudaEventDestroy(e), "cudaEventDestroy");
+        check_cuda(err, "cudaEventRecord");
+      }
+      return e;
+    } catch (const std::exception& e) {
+      sdk::log(TESSERA_LOG_ERROR, "cuda", std::string("record_stream: ") + e.what());
+      return nullptr;
+    }
+  };
+  events.query = [](void*, int, void* event) {
+    const cudaError_t e = cudaEventQuery(static_cast<cudaEvent_t>(event));
+    if (e == cudaErrorNotReady) return false;
+    if (e != cudaSuccess) cudaGetLastError();
+    return true;
+  };
+  events.synchronize = [](void*, int, void* event) {
+    if (cudaEventSynchronize(static_cast<cudaEvent_t>(event)) != cudaSuccess) cudaGetLastError();
+  };
+  events.destroy = [](void*, int device, void* event) {
+    try {
+      DeviceGuard guard(device);
+      check_cleanup(cudaEventDestroy(static_cast<cudaEvent_t>(event)), "cudaEventDestroy");
+    } catch (const std::exception& e) {
+      sdk::log(TESSERA_LOG_ERROR, "cuda", std::string("record_stream: ") + e.what());
+    }
+  };
+  allocator_ = std::make_unique<CachingAllocator>(source, n, events);
   count_ = n;
 }
 
@@ -537,7 +571,8 @@ tessera_status_t iface_event_create(void*, int32_t device, void** out) {
     Backend::instance().check_device(device);
     DeviceGuard guard(device);
     cudaEvent_t e = nullptr;
-    check_cuda(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
+    // With timing: Event::elapsed_time and the profiler's device times read it (event_elapsed_time).
+    check_cuda(cudaEventCreateWithFlags(&e, cudaEventDefault), "cudaEventCreate");
     *out = e;
   });
 }
@@ -572,6 +607,27 @@ tessera_status_t iface_event_synchronize(void*, int32_t device, void* event) {
   return guarded([&] {
     Backend::instance().check_device(device);
     check_cuda(cudaEventSynchronize(static_cast<cudaEvent_t>(event)), "cudaEventSynchronize");
+  });
+}
+
+tessera_status_t iface_event_elapsed_time(void*, int32_t device, void* start, void* end, double* out_ms) {
+  return guarded([&] {
+    Backend::instance().check_device(device);
+    float ms = 0;
+    check_cuda(cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(start), static_cast<cudaEvent_t>(end)),
+               "cudaEventElapsedTime");
+    *out_ms = double(ms);
+  });
+}
+
+tessera_status_t iface_memory_record_stream(void*, int32_t device, void* handle, void* stream) {
+  return guarded([&] {
+    Backend& b = Backend::instance();
+    b.check_device(device);
+    if (!b.allocator().record_stream(device, handle, stream))
+      throw sdk::Error(TESSERA_STATUS_INVALID_ARGUMENT, "cuda:" + std::to_string(device) +
+                                                            ": record_stream: the memory was not allocated by the "
+                                                            "cuda plugin on this device");
   });
 }
 
@@ -619,6 +675,8 @@ const tessera_device_interface_t kInterface = {
     .device_synchronize = iface_device_synchronize,
     .device_properties = iface_properties,
     .memory_stats = iface_memory_stats,
+    .event_elapsed_time = iface_event_elapsed_time,
+    .memory_record_stream = iface_memory_record_stream,
 };
 
 }  // namespace

@@ -1,6 +1,7 @@
 #include "emulator.h"
 
 #include <algorithm>
+#include <chrono>
 
 namespace mhd {
 
@@ -97,10 +98,23 @@ void Event::synchronize() {
   wait_for(generation);
 }
 
+int64_t Event::completed_ns() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (recorded_ == 0) throw EmuError(EmuError::Kind::InvalidArgument, "the event was never recorded; record it first");
+  if (completed_ < recorded_)
+    throw EmuError(EmuError::Kind::InvalidArgument, "the event has not completed yet; synchronize it first");
+  return completed_ns_;
+}
+
 void Event::complete(uint64_t generation) {
+  const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                          std::chrono::steady_clock::now().time_since_epoch()).count();
   {
     std::lock_guard<std::mutex> lock(mu_);
-    completed_ = std::max(completed_, generation);
+    if (generation > completed_) {
+      completed_ = generation;
+      completed_ns_ = now;
+    }
   }
   cv_.notify_all();
 }

@@ -80,12 +80,16 @@ class Queue {
 };
 
 // Host-visible completion marker. record() enqueues a marker; completion is observed by
-// synchronize() (host) or wait_on() (another queue, without blocking the host).
+// synchronize() (host) or wait_on() (another queue, without blocking the host). The queue's worker
+// stamps the marker with the steady clock when it reaches it: the device time of the event.
 class Event {
  public:
   void record(Queue& queue, const std::shared_ptr<Event>& self);
   void wait_on(Queue& queue, const std::shared_ptr<Event>& self);
   void synchronize();
+  // Nanoseconds on the steady clock at which the latest recorded marker completed; throws
+  // InvalidArgument when the event was never recorded or its latest marker has not completed.
+  int64_t completed_ns();
 
  private:
   void complete(uint64_t generation);
@@ -94,6 +98,7 @@ class Event {
   std::condition_variable cv_;
   uint64_t recorded_ = 0;
   uint64_t completed_ = 0;
+  int64_t completed_ns_ = 0;  // of generation completed_
 };
 
 // Number of kernel counters a device keeps (one per registered op; see kernels.cpp).

@@ -171,6 +171,14 @@ tessera_status_t event_synchronize(void*, int32_t, void* event) {
   return nullptr;
 }
 
+tessera_status_t event_elapsed_time(void*, int32_t, void* start, void* end, double* out_ms) {
+  return guarded([&](Emulator&) {
+    const int64_t a = (*static_cast<EventBox*>(start))->completed_ns();
+    const int64_t z = (*static_cast<EventBox*>(end))->completed_ns();
+    *out_ms = double(z - a) / 1e6;
+  });
+}
+
 tessera_status_t device_synchronize(void*, int32_t device) {
   return guarded([&](Emulator& emu) { emu.device(device).synchronize(); });
 }
@@ -241,6 +249,10 @@ const tessera_device_interface_t kDeviceInterface = {
     .device_synchronize = device_synchronize,
     .device_properties = device_properties,
     .memory_stats = memory_stats,
+    .event_elapsed_time = event_elapsed_time,
+    // A queued task holds its own reference to every buffer it touches (Note [Emulated streams]),
+    // so freeing while another stream still works on it is safe: nothing to record.
+    .memory_record_stream = nullptr,
 };
 
 tessera_plugin_t plugin_header = {

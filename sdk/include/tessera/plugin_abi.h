@@ -175,7 +175,9 @@ typedef struct tessera_kernel_call_t {
   const tessera_tensor_t* const* outputs;
   const tessera_value_t* attrs;
   const char* op_name; /* "add.Tensor" */
-  void* stream;        /* the current stream of the target device (NULL: its default stream) */
+  void* stream;        /* the calling thread's current stream of the target device (tessera::Stream,
+                        * StreamGuard): a handle from stream_create, or NULL for the device's default
+                        * stream. A device without streams always gets NULL. */
   int32_t device_index;
   int32_t reserved_;
 } tessera_kernel_call_t;
@@ -296,6 +298,18 @@ typedef struct tessera_device_interface_t {
   /* (optional) Fills `out` (see tessera_memory_stats_t) for `device`. Host default, also when it
    * returns TESSERA_STATUS_UNIMPLEMENTED: the statistics are "not reported". */
   tessera_status_t (*memory_stats)(void* self, int32_t device, tessera_memory_stats_t* out);
+  /* (optional) Writes to `out_ms` the milliseconds of device time between the completions of two
+   * events of `device` (`start` recorded before `end`; negative when it completed later), like
+   * cudaEventElapsedTime. The host synchronises both events before the call. Host default, also when
+   * it returns TESSERA_STATUS_UNIMPLEMENTED: the device reports no event times (Event::elapsed_time
+   * throws naming the device; the profiler shows host times only). */
+  tessera_status_t (*event_elapsed_time)(void* self, int32_t device, void* start, void* end, double* out_ms);
+  /* (optional) Tensor::record_stream: the memory `handle` of `device` is also used by work queued on
+   * `stream`. When the handle is freed later, the plugin hands its bytes out again only after the
+   * work queued on `stream` up to that free has completed (PyTorch's record_stream), so the host
+   * frees without synchronising. Host default: nothing is recorded; memory_free must then be safe on
+   * its own (a synchronous device, or one whose pending work keeps the memory alive). */
+  tessera_status_t (*memory_record_stream)(void* self, int32_t device, void* handle, void* stream);
 } tessera_device_interface_t;
 
 /* ---------------------------------------------------------------- the plugin */
