@@ -97,6 +97,28 @@ class TESSERA_API Dispatcher {
   std::unique_ptr<Impl> impl_;
 };
 
+// Note [Export hook]
+// A call whose key set holds the Export functionality (a tracing tensor among its inputs, or the
+// key included on the thread) runs no kernel: after the op's shape rule it goes to the export hook,
+// which graph capture (compiler/) sets while it traces a program. The hook receives the call boxed
+// (arguments in schema order, defaults filled) with the shape rule's concrete outputs, and returns
+// one tensor per output (tracing tensors that carry no data). Without a hook such a call throws.
+struct ExportCall {
+  OperatorEntry* op = nullptr;
+  const std::string* name = nullptr;  // "add.Tensor"
+  Stack args;
+  Device device{DeviceType::CPU};
+  struct Output {
+    std::vector<int64_t> sizes;
+    DType dtype = DType::Float32;
+    int alias_input = -1;  // >= 0: an in-place op's output is that tensor input
+  };
+  std::vector<Output> outputs;
+};
+using ExportHook = std::vector<Tensor> (*)(const ExportCall& call);
+// Replaces the hook (nullptr: none) and returns the previous one.
+TESSERA_API ExportHook set_export_hook(ExportHook hook);
+
 // Note [Backends and the device registry]
 // The plugin loader registers, per device type, the device interface of the plugin that provides it.
 // The dispatcher uses it for cross-device copies, synchronisation and the CPU fallback.
