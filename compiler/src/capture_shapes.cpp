@@ -76,6 +76,12 @@ std::string range_text(const std::map<std::string, SymbolRange>* ranges, const S
 
 }  // namespace
 
+bool ShapeContext::has_examples(const SymSize& s) const {
+  for (const std::string& name : s.symbols())
+    if (!example.count(name)) return false;
+  return true;
+}
+
 bool ShapeContext::decide_equal(const SymSize& a, const SymSize& b) const {
   const SymSize d = a - b;
   if (d.is_constant()) return d.constant() == 0;
@@ -83,7 +89,7 @@ bool ShapeContext::decide_equal(const SymSize& a, const SymSize& b) const {
   auto [lo, hi] = d.bounds(ranges ? *ranges : kNoRanges);
   if (lo > 0 || hi < 0) return false;
   if (is_zero_or_one(a) || is_zero_or_one(b)) return false;
-  if (a.evaluate(example) != b.evaluate(example)) return false;
+  if (!has_examples(d) || a.evaluate(example) != b.evaluate(example)) return false;
   const std::string expr = a.str() + " == " + b.str();
   const bool to_constant = a.is_constant() || b.is_constant();
   std::string fix;
@@ -116,7 +122,7 @@ bool ShapeContext::decide_less_equal(const SymSize& a, const SymSize& b) const {
   auto [lo, hi] = d.bounds(ranges ? *ranges : kNoRanges);
   if (lo >= 0) return true;
   if (hi < 0) return false;
-  return d.evaluate(example) >= 0;
+  return has_examples(d) && d.evaluate(example) >= 0;
 }
 
 namespace {
@@ -162,9 +168,9 @@ int64_t pair_at(const std::vector<int64_t>& v, size_t i, int64_t dflt) {
   return v.size() == 1 ? v[0] : v.at(i);
 }
 
-std::vector<SymSize> rule(const ExportCall& call, const Node& n, const Graph& g) {
-  const std::string& name = Dispatcher::instance().schema(*call.op).name;
-  const char* op = call.name->c_str();
+std::vector<SymSize> rule(const Node& n, const Graph& g) {
+  const std::string& name = Dispatcher::instance().schema(Dispatcher::instance().op(n.target)).name;
+  const char* op = n.target.c_str();
   using shape::broadcast;
   static const std::vector<std::string> same = {
       "fill_", "copy_", "_to_copy", "clone", "contiguous", "uniform_", "normal_", "pow", "neg", "abs", "relu", "exp",
@@ -173,7 +179,7 @@ std::vector<SymSize> rule(const ExportCall& call, const Node& n, const Graph& g)
   static const std::vector<std::string> binary = {"add", "sub", "mul", "div", "maximum", "minimum", "eq", "ne",
                                                   "lt", "le", "gt", "ge", "logical_and", "logical_or"};
   auto in = [&](const std::vector<std::string>& list) { return std::find(list.begin(), list.end(), name) != list.end(); };
-  if ((name == "pow" && *call.name == "pow.Tensor_Tensor") || in(binary)) {
+  if ((name == "pow" && n.target == "pow.Tensor_Tensor") || in(binary)) {
     Dims a = tensor_or_scalar(g, n, 0), b = tensor_or_scalar(g, n, 1);
     return to_sizes(broadcast<SymDim>(op, a.ref(), b.ref()));
   }
@@ -258,7 +264,7 @@ std::vector<std::vector<SymSize>> symbolic_output_sizes(const ExportCall& call, 
       for (const SymSize& s : g.type(v).sizes) symbolic_input = symbolic_input || !s.is_constant();
   std::vector<std::vector<SymSize>> out;
   if (call.outputs.size() == 1) {
-    std::vector<SymSize> sizes = rule(call, node, g);
+    std::vector<SymSize> sizes = rule(node, g);
     if (!sizes.empty() || call.outputs[0].sizes.empty()) {
       out.push_back(std::move(sizes));
       return out;
@@ -321,6 +327,20 @@ std::vector<SymSize> symbolic_view_sizes(const std::vector<SymSize>& in, IntArra
     if (!placed) fail("a group of dims of dynamic product " + product.str() + " splits into more than one dynamic dim");
   }
   return result;
+}
+
+std::optional<std::vector<SymSize>> infer_sizes(const Node& node, const Graph& g, const ShapeContext& ctx) {
+  ContextScope scope(ctx);
+  if (node.target == "permute") {
+    const std::vector<SymSize>& in = g.type(node.args.at(0).values.at(0)).sizes;
+    std::vector<SymSize> out;
+    for (int64_t d : std::get<std::vector<int64_t>>(node.args.at(1).constant)) out.push_back(in.at(size_t(d)));
+    return out;
+  }
+  if (node.target == "view" || node.outputs.size() != 1) return std::nullopt;
+  std::vector<SymSize> sizes = rule(node, g);
+  if (sizes.empty() && !g.type(node.outputs[0]).sizes.empty()) return std::nullopt;
+  return sizes;
 }
 
 }  // namespace tessera::compiler

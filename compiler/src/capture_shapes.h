@@ -2,6 +2,7 @@
 // capture_shapes.cpp.
 #pragma once
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -21,11 +22,17 @@ struct ShapeContext {
   // specialise a dynamic dim.
   bool decide_equal(const SymSize& a, const SymSize& b) const;
   bool decide_less_equal(const SymSize& a, const SymSize& b) const;
+  bool has_examples(const SymSize& s) const;
 };
 
 // The symbolic sizes of each output of `call`, whose arguments are already `node.args`.
 std::vector<std::vector<SymSize>> symbolic_output_sizes(const ExportCall& call, const Node& node, const Graph& g,
                                                         const ShapeContext& ctx);
+
+// The symbolic sizes of the one output of `node` from its inputs' types: permute's, or the op's
+// symbolic shape rule; nullopt for a view and for an op without a rule. Comparisons no example
+// decides count as unequal (the graph was checked at capture).
+std::optional<std::vector<SymSize>> infer_sizes(const Node& node, const Graph& g, const ShapeContext& ctx);
 
 // The symbolic sizes of a reshape of a tensor of symbolic sizes `in` (example sizes `in_example`) to
 // the example sizes `out`.

@@ -9,7 +9,7 @@
 // inputs fails at the node that breaks, not later.
 #include <mutex>
 
-#include "tessera/compiler/ir.h"
+#include "interpret.h"
 #include "tessera/dispatcher.h"
 #include "tessera/error.h"
 #include "tessera/ops.h"
@@ -64,6 +64,56 @@ Value constant_value(const Constant& c) {
 }
 
 }  // namespace
+
+std::vector<Tensor> execute_node(const Graph& graph, const Node& n, const std::vector<Tensor>& env,
+                                 const std::map<std::string, int64_t>& bindings) {
+  auto value = [&](ValueId v) -> const Tensor& {
+    const Tensor& t = env.at(size_t(v));
+    TESSERA_CHECK(t.defined(), "run: value ", graph.value_name(v), " is used before it is computed");
+    return t;
+  };
+  Dispatcher& dispatcher = Dispatcher::instance();
+    std::vector<Tensor> results;
+    if (n.target == "view" || n.target == "permute") {
+      const Tensor& self = value(n.args.at(0).values.at(0));
+      if (n.target == "view") {
+        std::vector<int64_t> sizes;
+        for (const SymSize& s : graph.type(n.outputs.at(0)).sizes) sizes.push_back(s.evaluate(bindings));
+        results.push_back(self.view(sizes));
+      } else {
+        results.push_back(self.permute(std::get<std::vector<int64_t>>(n.args.at(1).constant)));
+      }
+    } else {
+      OperatorEntry& op = dispatcher.op(n.target);
+      const FunctionSchema& schema = dispatcher.schema(op);
+      TESSERA_CHECK(n.args.size() <= schema.arguments.size(), "run: node '", n.target, "' has ", n.args.size(),
+                    " arguments, its schema takes ", schema.arguments.size());
+      Stack args;
+      for (size_t i = 0; i < n.args.size(); ++i) {
+        const Argument& a = n.args[i];
+        const ArgType type = schema.arguments[i].type;
+        switch (a.kind) {
+          case Argument::Kind::Tensor:
+            if (type == ArgType::OptionalTensor) args.emplace_back(std::optional<Tensor>(value(a.values.at(0))));
+            else args.emplace_back(value(a.values.at(0)));
+            break;
+          case Argument::Kind::TensorList: {
+            std::vector<Tensor> list;
+            for (ValueId v : a.values) list.push_back(value(v));
+            args.emplace_back(std::move(list));
+            break;
+          }
+          case Argument::Kind::None: args.emplace_back(std::monostate{}); break;
+          case Argument::Kind::Constant:
+            if (type == ArgType::Tensor) args.emplace_back(wrapped_number(a.constant));
+            else args.emplace_back(constant_value(a.constant));
+            break;
+        }
+      }
+      for (Value& v : dispatcher.call_boxed(op, std::move(args))) results.push_back(std::get<Tensor>(std::move(v)));
+    }
+  return results;
+}
 
 std::vector<Tensor> ExportedProgram::run(const std::vector<Tensor>& inputs) const {
   std::vector<const InputSpec*> user;
@@ -137,52 +187,13 @@ std::vector<Tensor> ExportedProgram::run(const std::vector<Tensor>& inputs) cons
     return t;
   };
   std::vector<Tensor> outputs;
-  Dispatcher& dispatcher = Dispatcher::instance();
   for (const Node& n : graph.nodes) {
     if (n.kind == NodeKind::Placeholder) continue;
     if (n.kind == NodeKind::Output) {
       for (const Argument& a : n.args) outputs.push_back(value(a.values.at(0)));
       continue;
     }
-    std::vector<Tensor> results;
-    if (n.target == "view" || n.target == "permute") {
-      const Tensor& self = value(n.args.at(0).values.at(0));
-      if (n.target == "view") {
-        std::vector<int64_t> sizes;
-        for (const SymSize& s : graph.type(n.outputs.at(0)).sizes) sizes.push_back(s.evaluate(bindings));
-        results.push_back(self.view(sizes));
-      } else {
-        results.push_back(self.permute(std::get<std::vector<int64_t>>(n.args.at(1).constant)));
-      }
-    } else {
-      OperatorEntry& op = dispatcher.op(n.target);
-      const FunctionSchema& schema = dispatcher.schema(op);
-      TESSERA_CHECK(n.args.size() <= schema.arguments.size(), "run: node '", n.target, "' has ", n.args.size(),
-                    " arguments, its schema takes ", schema.arguments.size());
-      Stack args;
-      for (size_t i = 0; i < n.args.size(); ++i) {
-        const Argument& a = n.args[i];
-        const ArgType type = schema.arguments[i].type;
-        switch (a.kind) {
-          case Argument::Kind::Tensor:
-            if (type == ArgType::OptionalTensor) args.emplace_back(std::optional<Tensor>(value(a.values.at(0))));
-            else args.emplace_back(value(a.values.at(0)));
-            break;
-          case Argument::Kind::TensorList: {
-            std::vector<Tensor> list;
-            for (ValueId v : a.values) list.push_back(value(v));
-            args.emplace_back(std::move(list));
-            break;
-          }
-          case Argument::Kind::None: args.emplace_back(std::monostate{}); break;
-          case Argument::Kind::Constant:
-            if (type == ArgType::Tensor) args.emplace_back(wrapped_number(a.constant));
-            else args.emplace_back(constant_value(a.constant));
-            break;
-        }
-      }
-      for (Value& v : dispatcher.call_boxed(op, std::move(args))) results.push_back(std::get<Tensor>(std::move(v)));
-    }
+    std::vector<Tensor> results = execute_node(graph, n, env, bindings);
     TESSERA_CHECK(results.size() == n.outputs.size(), "run: '", n.target, "' returned ", results.size(),
                   " outputs, the graph expects ", n.outputs.size());
     for (size_t o = 0; o < results.size(); ++o) {

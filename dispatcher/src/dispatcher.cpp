@@ -407,6 +407,10 @@ RegistrationHandle Dispatcher::register_composite(OperatorEntry& op, CompositeFn
   return RegistrationHandle{id};
 }
 
+const CompositeFn* Dispatcher::composite(const OperatorEntry& op) const {
+  return op.composite.load(std::memory_order_acquire);
+}
+
 void Dispatcher::forbid_fallback(OperatorEntry& op, DeviceType backend) {
   op.forbid_fallback_mask.fetch_or(uint32_t(1) << int(backend), std::memory_order_acq_rel);
 }

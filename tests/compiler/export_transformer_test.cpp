@@ -5,7 +5,7 @@
 
 #include <cmath>
 
-#include "tessera/compiler/export.h"
+#include "tessera/compiler/passes.h"
 #include "tessera/tessera.h"
 
 namespace {
@@ -110,5 +110,21 @@ void expect_matches_eager(const std::string& device_name) {
 TEST(ExportTransformer, RunEqualsEagerOnCpu) { expect_matches_eager("cpu"); }
 TEST(ExportTransformer, RunEqualsEagerOnReferenceAccelerator) { expect_matches_eager("my_hardware_device"); }
 TEST(ExportTransformer, RunEqualsEagerOnOpenCl) { expect_matches_eager("opencl"); }
+
+TEST(ExportTransformer, DefaultPassPipelineKeepsTheOutputs) {
+  Weights w = make_weights();
+  tessera::compiler::ExportedProgram ep = export_block(w);
+  tessera::compiler::verify(ep);
+  ASSERT_TRUE(tessera::compiler::PassManager::default_pipeline().run(ep));
+  const std::string text = ep.graph_string();
+  EXPECT_EQ(text.find("= linear("), std::string::npos) << text;  // decomposed into matmul + add
+  EXPECT_NE(text.find("= matmul("), std::string::npos) << text;
+  for (auto [b, l] : {std::pair<int64_t, int64_t>{2, 3}, {5, 4}}) {
+    Tensor x = tessera::randn({b, l, kModel});
+    std::vector<double> got = values(ep.run({x})[0]), want = values(block(w, x));
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-4);
+  }
+}
 
 }  // namespace

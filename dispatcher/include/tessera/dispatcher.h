@@ -81,6 +81,8 @@ class TESSERA_API Dispatcher {
   RegistrationHandle register_kernel(OperatorEntry& op, DeviceType backend, Functionality f, KernelEntry kernel);
   RegistrationHandle register_fallback(DeviceType backend, Functionality f, KernelEntry kernel);
   RegistrationHandle register_composite(OperatorEntry& op, CompositeFn fn);
+  // The op's composite (decomposition), or nullptr; valid while the registration stands.
+  const CompositeFn* composite(const OperatorEntry& op) const;
   void forbid_fallback(OperatorEntry& op, DeviceType backend);
   void deregister(RegistrationHandle handle);
 
