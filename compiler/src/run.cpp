@@ -166,14 +166,20 @@ std::vector<Tensor> ExportedProgram::run(const std::vector<Tensor>& inputs) cons
   std::vector<Tensor> env(graph.values.size());
   for (size_t i = 0; i < inputs.size(); ++i) env[size_t(user[i]->value)] = inputs[i];
   {
-    if (!weight_cache_) weight_cache_ = std::make_shared<WeightCache>();
-    std::lock_guard lock(weight_cache_->mutex);
+    std::shared_ptr<WeightCache> cache;
+    {
+      static std::mutex create_mutex;  // concurrent first runs of one program create one cache
+      std::lock_guard lock(create_mutex);
+      if (!weight_cache_) weight_cache_ = std::make_shared<WeightCache>();
+      cache = weight_cache_;
+    }
+    std::lock_guard lock(cache->mutex);
     for (const InputSpec& in : signature.inputs) {
       if (in.kind == InputKind::UserInput) continue;
       auto w = weights.find(in.name);
       TESSERA_CHECK(w != weights.end(), "run: the program has no weight '", in.name, "' for input ",
                     graph.value_name(in.value));
-      WeightCache::Entry& e = weight_cache_->entries[{in.name, device.str()}];
+      WeightCache::Entry& e = cache->entries[{in.name, device.str()}];
       if (!e.on_device.defined() || !e.source.is_same(w->second)) {
         e.source = w->second;
         e.on_device = w->second.to(device);
