@@ -1,5 +1,6 @@
 // Graph capture. Note [Capture] in tessera/compiler/export.h.
 #include <algorithm>
+#include <mutex>
 #include <numeric>
 #include <unordered_map>
 
@@ -29,11 +30,6 @@ namespace {
 
 constexpr DispatchKeySet kExportKey = DispatchKeySet::functionality(Functionality::Export);
 
-std::string dims_str(IntArrayRef s) {
-  std::string out = "[";
-  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
-  return out + "]";
-}
 
 struct Tracer final : ShapeContext {
   ExportedProgram ep;
@@ -46,6 +42,13 @@ struct Tracer final : ShapeContext {
   int next_weight = 0;
 
   Tracer() { ranges = &ep.ranges; }
+  // A tracing tensor fn kept past the capture has no data: any later op on it throws (Note [Unusable
+  // storage]) instead of reaching a kernel.
+  ~Tracer() {
+    for (const auto& [storage, root] : root_of) const_cast<StorageImpl*>(storage)->mark_unusable();
+  }
+  Tracer(const Tracer&) = delete;
+  Tracer& operator=(const Tracer&) = delete;
 
   ValueId add_value(TensorType type, std::string name, const std::string& op) {
     ValueId v = ep.graph.add_value(std::move(type), std::move(name));
@@ -58,10 +61,10 @@ struct Tracer final : ShapeContext {
   Tensor make_tracing(IntArrayRef sizes, DType dtype, Device device) {
     std::vector<int64_t> strides = contiguous_strides(sizes);
     int64_t numel = 1;
-    for (int64_t s : sizes) TESSERA_CHECK(!__builtin_mul_overflow(numel, s, &numel), "export: sizes ", dims_str(sizes), " overflow int64");
+    for (int64_t s : sizes) TESSERA_CHECK(!__builtin_mul_overflow(numel, s, &numel), "export: sizes ", IntArrayRef(sizes), " overflow int64");
     uint64_t nbytes = 0;
     TESSERA_CHECK(!__builtin_mul_overflow(uint64_t(numel), uint64_t(itemsize(dtype)), &nbytes), "export: sizes ",
-                  dims_str(sizes), " overflow the byte count");
+                  IntArrayRef(sizes), " overflow the byte count");
     Storage storage = make_intrusive<StorageImpl>(DataPtr(nullptr, nullptr, nullptr, device), size_t(nbytes));
     auto impl = make_intrusive<TensorImpl>(storage, dtype, device, sizes, strides, 0);
     impl->set_key_set(DispatchKeySet::dense(device.type()) | kExportKey);
@@ -114,7 +117,7 @@ struct Tracer final : ShapeContext {
   // expand, select) are not recovered: export fails and names them.
   ValueId view_value(const Tensor& t) {
     auto r = root_of.find(t.storage().get());
-    TESSERA_CHECK(r != root_of.end(), "export: a tracing tensor of sizes ", dims_str(t.sizes()),
+    TESSERA_CHECK(r != root_of.end(), "export: a tracing tensor of sizes ", IntArrayRef(t.sizes()),
                   " does not belong to this capture; tracing tensors cannot cross export_program calls");
     const TensorImpl* root = r->second;
     ValueId root_value = value_of.at(root);
@@ -129,7 +132,7 @@ struct Tracer final : ShapeContext {
     bool dense = t.storage_offset() == 0 && t.numel() == root->numel();
     for (size_t i = 0; i < n && dense; ++i)
       if (sorted_sizes[i] != 1 && t.strides()[order[i]] != expect[i]) dense = false;
-    TESSERA_CHECK(dense, "export: a view of sizes ", dims_str(t.sizes()), ", strides ", dims_str(t.strides()),
+    TESSERA_CHECK(dense, "export: a view of sizes ", IntArrayRef(t.sizes()), ", strides ", IntArrayRef(t.strides()),
                   " and offset ", t.storage_offset(), " of ", ep.graph.value_name(root_value),
                   " cannot be captured (only reshapes and permutations of whole tensors are); "
                   "compute it with ops instead (e.g. index_select for a slice)");
@@ -264,28 +267,36 @@ void traced_read(const TensorImpl& t, const char* call) {
                           "pass it in, or express the computation with tensor ops");
 }
 
-// Installs the hooks for one capture and restores the previous ones.
+// Installs the hooks while at least one capture runs in the process, so that outside captures the
+// Export key falls through as any functionality without a kernel does.
+std::mutex g_hooks_mutex;
+int g_active_captures = 0;
+
 class CaptureScope {
  public:
   explicit CaptureScope(Tracer& tr) : include_(kExportKey) {
     TESSERA_CHECK(t_tracer == nullptr, "export_program: a capture is already running on this thread; "
                                        "fn must not call export_program");
+    std::lock_guard lock(g_hooks_mutex);
+    if (g_active_captures++ == 0) {
+      set_export_hook(export_hook);
+      set_traced_read_handler(traced_read);
+    }
     t_tracer = &tr;
-    prev_hook_ = set_export_hook(export_hook);
-    prev_read_ = set_traced_read_handler(traced_read);
   }
   ~CaptureScope() {
     t_tracer = nullptr;
-    set_export_hook(prev_hook_ ? prev_hook_ : export_hook);
-    set_traced_read_handler(prev_read_ ? prev_read_ : traced_read);
+    std::lock_guard lock(g_hooks_mutex);
+    if (--g_active_captures == 0) {
+      set_export_hook(nullptr);
+      set_traced_read_handler(nullptr);
+    }
   }
   CaptureScope(const CaptureScope&) = delete;
   CaptureScope& operator=(const CaptureScope&) = delete;
 
  private:
   IncludeDispatchKeyGuard include_;
-  ExportHook prev_hook_ = nullptr;
-  TracedReadHandler prev_read_ = nullptr;
 };
 
 }  // namespace

@@ -27,18 +27,6 @@ struct ExportedProgram::WeightCache {
 
 namespace {
 
-std::string sizes_text(IntArrayRef s) {
-  std::string out = "[";
-  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
-  return out + "]";
-}
-
-std::string sym_text(const std::vector<SymSize>& s) {
-  std::string out = "[";
-  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + s[i].str();
-  return out + "]";
-}
-
 // A C++ number as an operator argument (Note [Wrapped numbers reach kernels as they are]).
 Tensor wrapped_number(const Constant& c) {
   Tensor t;
@@ -158,7 +146,7 @@ std::vector<Tensor> ExportedProgram::run(const std::vector<Tensor>& inputs) cons
     for (size_t d = 0; d < t.sizes.size(); ++d) {
       const int64_t want = t.sizes[d].evaluate(bindings);
       TESSERA_CHECK(inputs[i].sizes()[d] == want, "run: input '", user[i]->name, "' has sizes ",
-                    sizes_text(inputs[i].sizes()), ", the program expects ", sym_text(t.sizes), " (dimension ", d,
+                    inputs[i].sizes(), ", the program expects ", ArrayRef<SymSize>(t.sizes), " (dimension ", d,
                     " must be ", t.sizes[d].str(), " = ", want, ")");
     }
   }
@@ -206,8 +194,8 @@ std::vector<Tensor> ExportedProgram::run(const std::vector<Tensor>& inputs) cons
       const TensorType& t = graph.type(n.outputs[o]);
       bool ok = results[o].dim() == int64_t(t.sizes.size());
       for (size_t d = 0; ok && d < t.sizes.size(); ++d) ok = results[o].sizes()[d] == t.sizes[d].evaluate(bindings);
-      TESSERA_CHECK(ok, "run: '", n.target, "' produced sizes ", sizes_text(results[o].sizes()), " for ",
-                    graph.value_name(n.outputs[o]), ", the graph says ", sym_text(t.sizes),
+      TESSERA_CHECK(ok, "run: '", n.target, "' produced sizes ", results[o].sizes(), " for ",
+                    graph.value_name(n.outputs[o]), ", the graph says ", ArrayRef<SymSize>(t.sizes),
                     "; the program does not hold for these input sizes");
       env[size_t(n.outputs[o])] = std::move(results[o]);
     }

@@ -871,11 +871,8 @@ namespace {
 std::atomic<ExportHook> g_export_hook{nullptr};
 
 // Note [Export hook] (dispatcher.h).
-[[gnu::noinline]] int export_call(OperatorEntry& op, const CallFrame& f, const MetaCall& m, Device dev, Tensor* outs) {
-  ExportHook hook = g_export_hook.load(std::memory_order_acquire);
-  TESSERA_CHECK(hook != nullptr, op.name,
-                ": a tensor being traced for export reached the dispatcher while no capture is active; "
-                "tracing tensors only exist inside export_program");
+[[gnu::noinline]] int export_call(ExportHook hook, OperatorEntry& op, const CallFrame& f, const MetaCall& m, Device dev,
+                                  Tensor* outs) {
   ExportCall call;
   call.op = &op;
   call.name = &op.name;
@@ -971,7 +968,8 @@ static int dispatch_call(OperatorEntry& op, const CallFrame& f, Tensor* outs) {
     if (__builtin_expect(int64_t(m.outputs[o].sizes.size()) > kMaxKernelDims, 0))
       rank_error(op, "output", o, int64_t(m.outputs[o].sizes.size()));
   }
-  if (__builtin_expect(ks.has(Functionality::Export), 0)) return export_call(op, f, m, dev, outs);
+  if (__builtin_expect(ks.has(Functionality::Export), 0))
+    if (ExportHook hook = g_export_hook.load(std::memory_order_acquire)) return export_call(hook, op, f, m, dev, outs);
   DType kdtype = m.compute_dtype ? *m.compute_dtype
                                  : (any ? f.tensors[0] ? f.tensors[0]->dtype() : any->dtype()
                                         : (m.num_outputs ? m.outputs[0].dtype : kFloat32));

@@ -193,4 +193,34 @@ TEST(Capture, ASliceViewIsRefusedWithTheGeometry) {
       << msg;
 }
 
+TEST(Capture, RunUsesTheCurrentWeightsOnEachDevice) {
+  Tensor w = tessera::full({2}, 3.0);
+  ExportOptions opts;
+  opts.parameters["w"] = w;
+  ExportedProgram ep = tessera::export_program(
+      [&](const std::vector<Tensor>& in) { return std::vector<Tensor>{in[0] * w}; }, {tessera::ones({2})}, opts);
+  for (const char* device : {"cpu", "my_hardware_device"}) {
+    Tensor x = tessera::full({2}, 2.0).to(device);
+    EXPECT_EQ(values(ep.run({x})[0]), (std::vector<double>{6, 6})) << device;
+    EXPECT_EQ(values(ep.run({x})[0]), (std::vector<double>{6, 6})) << device;  // from the cached copy
+  }
+  // Replacing a weight replaces its cached copies.
+  ep.weights["w"] = tessera::full({2}, 5.0);
+  EXPECT_EQ(values(ep.run({tessera::full({2}, 2.0).to("my_hardware_device")})[0]), (std::vector<double>{10, 10}));
+  EXPECT_EQ(values(ep.run({tessera::full({2}, 2.0)})[0]), (std::vector<double>{10, 10}));
+}
+
+TEST(Capture, ATracingTensorKeptPastTheCaptureThrowsInsteadOfComputing) {
+  Tensor escaped;
+  tessera::export_program(
+      [&](const std::vector<Tensor>& in) {
+        escaped = tessera::exp(in[0]);
+        return std::vector<Tensor>{escaped};
+      },
+      {tessera::randn({2})});
+  const std::string msg = error_of([&] { (void)(escaped + escaped); });
+  EXPECT_NE(msg.find("has unusable storage"), std::string::npos) << msg;
+  EXPECT_NE(error_of([&] { (void)escaped.item(); }), "");
+}
+
 }  // namespace

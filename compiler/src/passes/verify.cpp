@@ -1,4 +1,6 @@
 // The verifier. Note [Passes] in tessera/compiler/passes.h.
+#include <sstream>
+
 #include "capture_shapes.h"
 #include "passes/graph_edit.h"
 #include "tessera/compiler/passes.h"
@@ -9,9 +11,9 @@ namespace tessera::compiler {
 namespace {
 
 std::string sizes_text(const std::vector<SymSize>& s) {
-  std::string out = "[";
-  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + s[i].str();
-  return out + "]";
+  std::ostringstream os;
+  os << ArrayRef<SymSize>(s);
+  return os.str();
 }
 
 [[noreturn]] void fail(const std::string& what) { detail::throw_error(ErrorCode::InvalidArgument, "verify: " + what); }

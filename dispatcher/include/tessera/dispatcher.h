@@ -104,7 +104,8 @@ class TESSERA_API Dispatcher {
 // key included on the thread) runs no kernel: after the op's shape rule it goes to the export hook,
 // which graph capture (compiler/) sets while it traces a program. The hook receives the call boxed
 // (arguments in schema order, defaults filled) with the shape rule's concrete outputs, and returns
-// one tensor per output (tracing tensors that carry no data). Without a hook such a call throws.
+// one tensor per output (tracing tensors that carry no data). Without a hook the Export key falls
+// through like any functionality without a kernel.
 struct ExportCall {
   OperatorEntry* op = nullptr;
   const std::string* name = nullptr;  // "add.Tensor"
