@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <functional>
 #include <set>
 
 #include "tessera/checked_math.h"
@@ -215,6 +216,52 @@ std::vector<std::string> SymSize::symbols() const {
         }
       }
   return {out.begin(), out.end()};
+}
+
+namespace {
+using Interval = std::pair<long double, long double>;
+Interval interval_mul(Interval a, Interval b) {
+  long double c[4] = {a.first * b.first, a.first * b.second, a.second * b.first, a.second * b.second};
+  return {*std::min_element(c, c + 4), *std::max_element(c, c + 4)};
+}
+}  // namespace
+
+std::pair<int64_t, int64_t> SymSize::bounds(const std::map<std::string, SymbolRange>& ranges) const {
+  constexpr long double kLo = -9.3e18L, kHi = 9.3e18L;  // beyond int64: saturate
+  auto clamp = [](long double v) -> int64_t {
+    if (v <= (long double)INT64_MIN) return INT64_MIN;
+    if (v >= (long double)INT64_MAX) return INT64_MAX;
+    return int64_t(v);
+  };
+  if (!poly_) return {value_, value_};
+  std::function<Interval(const Atom&)> atom_bounds = [&](const Atom& a) -> Interval {
+    switch (a.kind) {
+      case AtomKind::Symbol: {
+        auto it = ranges.find(a.name);
+        if (it == ranges.end()) return {kLo, kHi};
+        return {(long double)it->second.min, (long double)it->second.max};
+      }
+      case AtomKind::FloorDiv: {
+        auto d = a.rhs.maybe_constant();
+        if (!d || *d <= 0) return {kLo, kHi};
+        auto [lo, hi] = a.lhs.bounds(ranges);
+        return {(long double)floordiv_int(lo, *d), (long double)floordiv_int(hi, *d)};
+      }
+      case AtomKind::Mod: {
+        auto d = a.rhs.maybe_constant();
+        if (!d || *d <= 0) return {kLo, kHi};
+        return {0.0L, (long double)(*d - 1)};
+      }
+    }
+    return {kLo, kHi};
+  };
+  Interval total{0, 0};
+  for (const auto& [m, c] : poly_->terms) {
+    Interval term{(long double)c, (long double)c};
+    for (const auto& a : m) term = interval_mul(term, atom_bounds(*a));
+    total = {total.first + term.first, total.second + term.second};
+  }
+  return {clamp(std::max(total.first, kLo)), clamp(std::min(total.second, kHi))};
 }
 
 bool SymSize::same_as(const SymSize& other) const {

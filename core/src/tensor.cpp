@@ -3,6 +3,7 @@
 #include "tessera/tensor.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <limits>
 
@@ -618,9 +619,27 @@ size_t Tensor::nbytes() const {
   return size_t(*n);
 }
 
+namespace {
+std::atomic<TracedReadHandler> g_traced_read_handler{nullptr};
+
+// Note [Reading traced tensors] (tensor.h).
+void check_not_traced(const Tensor& t, const char* call) {
+  if (__builtin_expect(!t.key_set().has(Functionality::Export), 1)) return;
+  if (TracedReadHandler h = g_traced_read_handler.load(std::memory_order_acquire)) h(*t.impl(), call);
+  detail::throw_error(ErrorCode::InvalidArgument,
+                      std::string(call) + ": the tensor is being traced for export and has no data; a program "
+                                          "whose control flow depends on tensor values cannot be captured");
+}
+}  // namespace
+
+TracedReadHandler set_traced_read_handler(TracedReadHandler handler) {
+  return g_traced_read_handler.exchange(handler, std::memory_order_acq_rel);
+}
+
 namespace detail {
 void check_data_access(const Tensor& t, DType requested) {
   TESSERA_CHECK(t.defined(), "data_ptr<", requested, ">(): the tensor is undefined (default-constructed)");
+  check_not_traced(t, "data_ptr()");
   TESSERA_CHECK(t.is_cpu(), "data_ptr<", requested, ">(): the tensor is on device '", t.device().str(),
                 "' and its memory is not addressable from the host; call .to(\"cpu\") first");
   TESSERA_CHECK(t.dtype() == requested, "data_ptr<", requested, ">(): the tensor has dtype ", t.dtype(),
@@ -634,6 +653,7 @@ void check_data_access(const Tensor& t, DType requested) {
 
 void* Tensor::raw_data_ptr() const {
   check_defined(*this, "raw_data_ptr");
+  check_not_traced(*this, "raw_data_ptr()");
   TESSERA_CHECK(is_cpu(), "raw_data_ptr(): the tensor is on device '", device().str(),
                 "' and its memory is not addressable from the host; call .to(\"cpu\") first");
   const Storage& s = storage();
@@ -646,6 +666,7 @@ void* Tensor::raw_data_ptr() const {
 
 Scalar Tensor::item() const {
   check_defined(*this, "item");
+  check_not_traced(*this, "item()");
   TESSERA_CHECK(numel() == 1, "item(): a tensor with ", numel(), " elements (shape ", sizes(),
                 ") cannot be converted to a number; expected exactly one element");
   if (!is_cpu()) return cpu().item();

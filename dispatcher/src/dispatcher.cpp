@@ -409,6 +409,10 @@ RegistrationHandle Dispatcher::register_composite(OperatorEntry& op, CompositeFn
   return RegistrationHandle{id};
 }
 
+const CompositeFn* Dispatcher::composite(const OperatorEntry& op) const {
+  return op.composite.load(std::memory_order_acquire);
+}
+
 void Dispatcher::forbid_fallback(OperatorEntry& op, DeviceType backend) {
   op.forbid_fallback_mask.fetch_or(uint32_t(1) << int(backend), std::memory_order_acq_rel);
 }
@@ -876,6 +880,30 @@ const KernelEntry* fallback_for(int slot) {
 
 static int dispatch_call(OperatorEntry& op, const CallFrame& f, Tensor* outs);
 
+namespace {
+std::atomic<ExportHook> g_export_hook{nullptr};
+
+// Note [Export hook] (dispatcher.h).
+[[gnu::noinline]] int export_call(ExportHook hook, OperatorEntry& op, const CallFrame& f, const MetaCall& m, Device dev,
+                                  Tensor* outs) {
+  ExportCall call;
+  call.op = &op;
+  call.name = &op.name;
+  call.args = box_frame(op, f);
+  call.device = dev;
+  for (int o = 0; o < m.num_outputs; ++o)
+    call.outputs.push_back({std::vector<int64_t>(m.outputs[o].sizes.begin(), m.outputs[o].sizes.end()),
+                            m.outputs[o].dtype, m.outputs[o].alias_input});
+  std::vector<Tensor> results = hook(call);
+  TESSERA_INTERNAL_ASSERT(int(results.size()) == m.num_outputs, "export hook returned ", results.size(),
+                          " outputs for ", op.name, ", expected ", m.num_outputs);
+  for (int o = 0; o < m.num_outputs; ++o) outs[o] = std::move(results[size_t(o)]);
+  return m.num_outputs;
+}
+}  // namespace
+
+ExportHook set_export_hook(ExportHook hook) { return g_export_hook.exchange(hook, std::memory_order_acq_rel); }
+
 int call_unboxed(OperatorEntry& op, const CallFrame& f, Tensor* outs) {
   if (__builtin_expect(profiler_on(), 0)) return profile_call(op, f, outs, dispatch_call);  // Note [Profiler]
   return dispatch_call(op, f, outs);
@@ -953,6 +981,8 @@ static int dispatch_call(OperatorEntry& op, const CallFrame& f, Tensor* outs) {
     if (__builtin_expect(int64_t(m.outputs[o].sizes.size()) > kMaxKernelDims, 0))
       rank_error(op, "output", o, int64_t(m.outputs[o].sizes.size()));
   }
+  if (__builtin_expect(ks.has(Functionality::Export), 0))
+    if (ExportHook hook = g_export_hook.load(std::memory_order_acquire)) return export_call(hook, op, f, m, dev, outs);
   DType kdtype = m.compute_dtype ? *m.compute_dtype
                                  : (any ? f.tensors[0] ? f.tensors[0]->dtype() : any->dtype()
                                         : (m.num_outputs ? m.outputs[0].dtype : kFloat32));

@@ -247,6 +247,14 @@ TESSERA_API Tensor operator-(const Scalar& a, const Tensor& b);
 TESSERA_API Tensor operator*(const Scalar& a, const Tensor& b);
 TESSERA_API Tensor operator/(const Scalar& a, const Tensor& b);
 
+// Note [Reading traced tensors]
+// A tensor with the Export key is a tracing tensor of graph capture (compiler/): it has sizes and a
+// dtype but no data. Reading its value (item(), data_ptr(), raw_data_ptr()) calls the handler that
+// capture sets, which throws naming the call and the op that produced the tensor; without a handler
+// the read throws a generic message. Returns the previous handler.
+using TracedReadHandler = void (*)(const TensorImpl& t, const char* call);
+TESSERA_API TracedReadHandler set_traced_read_handler(TracedReadHandler handler);
+
 // ---- template definitions
 namespace detail {
 TESSERA_API void check_data_access(const Tensor& t, DType requested);

@@ -81,6 +81,8 @@ class TESSERA_API Dispatcher {
   RegistrationHandle register_kernel(OperatorEntry& op, DeviceType backend, Functionality f, KernelEntry kernel);
   RegistrationHandle register_fallback(DeviceType backend, Functionality f, KernelEntry kernel);
   RegistrationHandle register_composite(OperatorEntry& op, CompositeFn fn);
+  // The op's composite (decomposition), or nullptr; valid while the registration stands.
+  const CompositeFn* composite(const OperatorEntry& op) const;
   void forbid_fallback(OperatorEntry& op, DeviceType backend);
   void deregister(RegistrationHandle handle);
 
@@ -96,6 +98,29 @@ class TESSERA_API Dispatcher {
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
+
+// Note [Export hook]
+// A call whose key set holds the Export functionality (a tracing tensor among its inputs, or the
+// key included on the thread) runs no kernel: after the op's shape rule it goes to the export hook,
+// which graph capture (compiler/) sets while it traces a program. The hook receives the call boxed
+// (arguments in schema order, defaults filled) with the shape rule's concrete outputs, and returns
+// one tensor per output (tracing tensors that carry no data). Without a hook the Export key falls
+// through like any functionality without a kernel.
+struct ExportCall {
+  OperatorEntry* op = nullptr;
+  const std::string* name = nullptr;  // "add.Tensor"
+  Stack args;
+  Device device{DeviceType::CPU};
+  struct Output {
+    std::vector<int64_t> sizes;
+    DType dtype = DType::Float32;
+    int alias_input = -1;  // >= 0: an in-place op's output is that tensor input
+  };
+  std::vector<Output> outputs;
+};
+using ExportHook = std::vector<Tensor> (*)(const ExportCall& call);
+// Replaces the hook (nullptr: none) and returns the previous one.
+TESSERA_API ExportHook set_export_hook(ExportHook hook);
 
 // Note [Backends and the device registry]
 // The plugin loader registers, per device type, the device interface of the plugin that provides it.

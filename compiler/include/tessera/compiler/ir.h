@@ -13,6 +13,7 @@
 #pragma once
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <variant>
 #include <vector>
@@ -112,6 +113,17 @@ class TESSERA_COMPILER_API ExportedProgram {
   //     return (%2)
   //   ranges: batch in [1, 512]
   std::string graph_string() const;
+
+  // Runs the graph on `inputs` (the user inputs in signature order) through the dispatcher on their
+  // device (Note [Running a program] in run.cpp): binds each symbol from the inputs' sizes, checks
+  // ranks, dtypes, static sizes and ranges (one-line errors naming the input, the dim and the range),
+  // moves the weights to that device once and caches them per device. Returns the outputs in
+  // signature order. Thread-safe: concurrent runs share the weight cache.
+  std::vector<Tensor> run(const std::vector<Tensor>& inputs) const;
+
+ private:
+  struct WeightCache;
+  mutable std::shared_ptr<WeightCache> weight_cache_;
 };
 
 // The text of one constant as graph_string() prints it: None, 3, 0.5, true, [1, 2], "text", f32.

@@ -16,6 +16,7 @@
 #include <ostream>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "tessera/compiler/export_macros.h"
@@ -23,6 +24,7 @@
 namespace tessera::compiler {
 
 struct SymPoly;  // the canonical polynomial (sym.cpp)
+struct SymbolRange;
 
 class TESSERA_COMPILER_API SymSize {
  public:
@@ -48,6 +50,9 @@ class TESSERA_COMPILER_API SymSize {
   int64_t evaluate(const std::map<std::string, int64_t>& bindings) const;
   // The symbols the size mentions, sorted, each once.
   std::vector<std::string> symbols() const;
+  // The interval [lo, hi] the size takes when every symbol lies in its range in `ranges` (a symbol
+  // not listed is unbounded). Conservative, saturating at the int64 limits.
+  std::pair<int64_t, int64_t> bounds(const std::map<std::string, SymbolRange>& ranges) const;
   // Structural equality of the canonical forms (not a proof that two expressions are equal for
   // every binding; e.g. (2*b)//2 and b are equal only after simplification).
   bool same_as(const SymSize& other) const;

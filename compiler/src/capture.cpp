@@ -1,0 +1,380 @@
+// Graph capture. Note [Capture] in tessera/compiler/export.h.
+#include <algorithm>
+#include <mutex>
+#include <numeric>
+#include <unordered_map>
+
+#include "capture_shapes.h"
+#include "tessera/compiler/export.h"
+#include "tessera/dispatcher.h"
+#include "tessera/ops.h"
+#include "tessera/version.h"
+
+namespace tessera {
+
+using compiler::ExportedProgram;
+using compiler::Graph;
+using compiler::InputKind;
+using compiler::InputSpec;
+using compiler::Node;
+using compiler::NodeKind;
+using compiler::ShapeContext;
+using compiler::SymbolRange;
+using compiler::SymSize;
+using compiler::TensorType;
+using compiler::ValueId;
+using compiler::symbolic_output_sizes;
+using compiler::symbolic_view_sizes;
+
+namespace {
+
+constexpr DispatchKeySet kExportKey = DispatchKeySet::functionality(Functionality::Export);
+
+
+struct Tracer final : ShapeContext {
+  ExportedProgram ep;
+  std::vector<Node> user_placeholders, weight_placeholders, calls;
+  std::unordered_map<const TensorImpl*, ValueId> value_of;      // tracing tensors and lifted weights
+  std::unordered_map<const StorageImpl*, const TensorImpl*> root_of;  // storage -> the tracing tensor that owns it
+  std::unordered_map<const TensorImpl*, std::string> parameter_name;  // options.parameters by identity
+  std::vector<Tensor> keep;  // keeps every impl used as a key alive, so no address is reused
+  std::vector<std::string> producer;  // value id -> the op that produced it ("" for placeholders)
+  int next_weight = 0;
+
+  Tracer() { ranges = &ep.ranges; }
+  // A tracing tensor fn kept past the capture has no data: any later op on it throws (Note [Unusable
+  // storage]) instead of reaching a kernel.
+  ~Tracer() {
+    for (const auto& [storage, root] : root_of) const_cast<StorageImpl*>(storage)->mark_unusable();
+  }
+  Tracer(const Tracer&) = delete;
+  Tracer& operator=(const Tracer&) = delete;
+
+  ValueId add_value(TensorType type, std::string name, const std::string& op) {
+    ValueId v = ep.graph.add_value(std::move(type), std::move(name));
+    producer.resize(size_t(v) + 1);
+    producer[size_t(v)] = op;
+    return v;
+  }
+
+  // A tracing tensor: the example's geometry, the Export key, storage with a byte count and no memory.
+  Tensor make_tracing(IntArrayRef sizes, DType dtype, Device device) {
+    std::vector<int64_t> strides = contiguous_strides(sizes);
+    int64_t numel = 1;
+    for (int64_t s : sizes) TESSERA_CHECK(!__builtin_mul_overflow(numel, s, &numel), "export: sizes ", IntArrayRef(sizes), " overflow int64");
+    uint64_t nbytes = 0;
+    TESSERA_CHECK(!__builtin_mul_overflow(uint64_t(numel), uint64_t(itemsize(dtype)), &nbytes), "export: sizes ",
+                  IntArrayRef(sizes), " overflow the byte count");
+    Storage storage = make_intrusive<StorageImpl>(DataPtr(nullptr, nullptr, nullptr, device), size_t(nbytes));
+    auto impl = make_intrusive<TensorImpl>(storage, dtype, device, sizes, strides, 0);
+    impl->set_key_set(DispatchKeySet::dense(device.type()) | kExportKey);
+    Tensor t(std::move(impl));
+    root_of[t.storage().get()] = t.impl();
+    keep.push_back(t);
+    return t;
+  }
+
+  ValueId bind(const Tensor& t, ValueId v) {
+    value_of[t.impl()] = v;
+    keep.push_back(t);
+    return v;
+  }
+
+  // The graph value of a tensor argument: a tracing tensor, a view of one, or a tensor fn closes over.
+  ValueId value_for(const Tensor& t) {
+    auto it = value_of.find(t.impl());
+    if (it != value_of.end()) return it->second;
+    if (t.key_set().has(Functionality::Export)) return bind(t, view_value(t));
+    return bind(t, lift_weight(t));
+  }
+
+  ValueId lift_weight(const Tensor& t) {
+    std::string name;
+    auto p = parameter_name.find(t.impl());
+    InputKind kind = InputKind::Parameter;
+    if (p != parameter_name.end()) {
+      name = p->second;
+    } else {
+      do name = "weight_" + std::to_string(next_weight++); while (ep.weights.count(name));
+    }
+    std::vector<SymSize> sizes(t.sizes().begin(), t.sizes().end());
+    ValueId v = add_value({t.dtype(), t.device(), std::move(sizes)}, name, "");
+    {
+      ExcludeDispatchKeyGuard plain(kExportKey);
+      ep.weights[name] = t.to(Device(DeviceType::CPU)).contiguous();
+    }
+    weight_placeholders.push_back({NodeKind::Placeholder, name, {}, {v}});
+    ep.signature.inputs.push_back({kind, name, v});
+    return v;
+  }
+
+  // Note [Captured views]
+  // Views are metadata-only (core) and reach no hook, so a tracing tensor the tracer has not seen is
+  // a view of the tracing tensor that owns its storage (an op output or an input, contiguous). Its
+  // geometry is recovered as view(root, sizes) when it is contiguous, else as view(root, sizes in
+  // stride order) then permute(dims). The symbolic sizes of a view come from matching groups of dims
+  // whose example sizes have equal products (symbolic_view_sizes). Other geometries (slices,
+  // expand, select) are not recovered: export fails and names them.
+  ValueId view_value(const Tensor& t) {
+    auto r = root_of.find(t.storage().get());
+    TESSERA_CHECK(r != root_of.end(), "export: a tracing tensor of sizes ", IntArrayRef(t.sizes()),
+                  " does not belong to this capture; tracing tensors cannot cross export_program calls");
+    const TensorImpl* root = r->second;
+    ValueId root_value = value_of.at(root);
+    const size_t n = size_t(t.dim());
+    std::vector<size_t> order(n);
+    std::iota(order.begin(), order.end(), size_t(0));
+    std::stable_sort(order.begin(), order.end(),
+                     [&](size_t a, size_t b) { return t.strides()[a] > t.strides()[b]; });
+    std::vector<int64_t> sorted_sizes(n);
+    for (size_t i = 0; i < n; ++i) sorted_sizes[i] = t.sizes()[order[i]];
+    const std::vector<int64_t> expect = contiguous_strides(sorted_sizes);
+    bool dense = t.storage_offset() == 0 && t.numel() == root->numel();
+    for (size_t i = 0; i < n && dense; ++i)
+      if (sorted_sizes[i] != 1 && t.strides()[order[i]] != expect[i]) dense = false;
+    TESSERA_CHECK(dense, "export: a view of sizes ", IntArrayRef(t.sizes()), ", strides ", IntArrayRef(t.strides()),
+                  " and offset ", t.storage_offset(), " of ", ep.graph.value_name(root_value),
+                  " cannot be captured (only reshapes and permutations of whole tensors are); "
+                  "compute it with ops instead (e.g. index_select for a slice)");
+    ValueId base = root_value;
+    if (!(IntArrayRef(sorted_sizes) == root->sizes())) {
+      std::vector<SymSize> sym = symbolic_view_sizes(ep.graph.type(root_value).sizes, root->sizes(), sorted_sizes, *this);
+      std::vector<int64_t> list(sorted_sizes);
+      for (size_t i = 0; i < n; ++i)
+        if (!sym[i].is_constant()) list[i] = -1;
+      base = add_value({t.dtype(), t.device(), sym}, "", "view");
+      calls.push_back({NodeKind::Call, "view", {compiler::Argument::tensor(root_value), compiler::Argument::constant_value(list)}, {base}});
+    }
+    bool identity = true;
+    for (size_t i = 0; i < n; ++i) identity = identity && order[i] == i;
+    if (identity) return base;
+    std::vector<int64_t> perm(n);
+    std::vector<SymSize> sym(n);
+    const std::vector<SymSize>& base_sizes = ep.graph.type(base).sizes;
+    for (size_t i = 0; i < n; ++i) {
+      size_t pos = size_t(std::find(order.begin(), order.end(), i) - order.begin());
+      perm[i] = int64_t(pos);
+      sym[i] = base_sizes[pos];
+    }
+    ValueId v = add_value({t.dtype(), t.device(), sym}, "", "permute");
+    calls.push_back({NodeKind::Call, "permute", {compiler::Argument::tensor(base), compiler::Argument::constant_value(perm)}, {v}});
+    return v;
+  }
+
+  compiler::Argument argument_for(const Value& a) {
+    struct V {
+      Tracer& tr;
+      compiler::Argument operator()(std::monostate) const { return compiler::Argument::none(); }
+      compiler::Argument operator()(const Tensor& t) const {
+        if (!t.defined()) return compiler::Argument::none();
+        if (t.impl()->is_wrapped_number() && !t.key_set().has(Functionality::Export)) {
+          ExcludeDispatchKeyGuard plain(kExportKey);
+          Scalar s = t.item();
+          if (s.is_bool()) return compiler::Argument::constant_value(s.to_bool());
+          if (s.is_integral()) return compiler::Argument::constant_value(s.to_int());
+          return compiler::Argument::constant_value(s.to_double());
+        }
+        return compiler::Argument::tensor(tr.value_for(t));
+      }
+      compiler::Argument operator()(const std::optional<Tensor>& t) const { return t ? (*this)(*t) : compiler::Argument::none(); }
+      compiler::Argument operator()(const std::vector<Tensor>& ts) const {
+        std::vector<ValueId> vs;
+        for (const Tensor& t : ts) vs.push_back(tr.value_for(t));
+        return compiler::Argument::tensor_list(std::move(vs));
+      }
+      compiler::Argument operator()(int64_t v) const { return compiler::Argument::constant_value(v); }
+      compiler::Argument operator()(double v) const { return compiler::Argument::constant_value(v); }
+      compiler::Argument operator()(bool v) const { return compiler::Argument::constant_value(v); }
+      compiler::Argument operator()(const std::vector<int64_t>& v) const { return compiler::Argument::constant_value(v); }
+      compiler::Argument operator()(const std::string& v) const { return compiler::Argument::constant_value(v); }
+      compiler::Argument operator()(DType v) const { return compiler::Argument::constant_value(v); }
+    };
+    return std::visit(V{*this}, a);
+  }
+
+  std::vector<Tensor> on_call(const ExportCall& call) {
+    ExcludeDispatchKeyGuard plain(kExportKey);
+    current_op = *call.name;
+    Node node;
+    node.kind = NodeKind::Call;
+    node.target = *call.name;
+    for (const Value& a : call.args) node.args.push_back(argument_for(a));
+    std::vector<std::vector<SymSize>> in_sizes;  // per tensor argument, flattened as the schema lists them
+    std::vector<std::vector<SymSize>> sym = symbolic_output_sizes(call, node, ep.graph, *this);
+    std::vector<Tensor> results;
+    std::vector<const TensorImpl*> flat_inputs;
+    for (const Value& a : call.args) {
+      if (auto* t = std::get_if<Tensor>(&a)) flat_inputs.push_back(t->impl());
+      else if (auto* ot = std::get_if<std::optional<Tensor>>(&a)) flat_inputs.push_back(*ot ? ot->value().impl() : nullptr);
+      else if (auto* l = std::get_if<std::vector<Tensor>>(&a))
+        for (const Tensor& t : *l) flat_inputs.push_back(t.impl());
+    }
+    for (size_t o = 0; o < call.outputs.size(); ++o) {
+      const ExportCall::Output& out = call.outputs[o];
+      for (size_t d = 0; d < out.sizes.size(); ++d) {
+        int64_t got = sym[o][d].evaluate(example);
+        TESSERA_INTERNAL_ASSERT(got == out.sizes[d], "export: the symbolic shape rule of '", *call.name, "' gives ",
+                                sym[o][d].str(), " = ", got, " at dimension ", d, " of output ", o,
+                                ", the op's shape rule ", out.sizes[d]);
+      }
+      ValueId v = add_value({out.dtype, call.device, sym[o]}, "", *call.name);
+      node.outputs.push_back(v);
+      if (out.alias_input >= 0) {
+        // An in-place op: the tensor it wrote now stands for the new value (the graph is functional).
+        const TensorImpl* target = flat_inputs.at(size_t(out.alias_input));
+        Tensor t(IntrusivePtr<TensorImpl>(const_cast<TensorImpl*>(target)));
+        bind(t, v);
+        results.push_back(t);
+      } else {
+        Tensor t = make_tracing(out.sizes, out.dtype, call.device);
+        bind(t, v);
+        results.push_back(t);
+      }
+    }
+    calls.push_back(std::move(node));
+    current_op.clear();
+    return results;
+  }
+};
+
+thread_local Tracer* t_tracer = nullptr;
+
+std::vector<Tensor> export_hook(const ExportCall& call) {
+  TESSERA_CHECK(t_tracer != nullptr, *call.name,
+                ": a tracing tensor reached the dispatcher on a thread that is not capturing; run fn's ops on the "
+                "thread that called export_program");
+  return t_tracer->on_call(call);
+}
+
+void traced_read(const TensorImpl& t, const char* call) {
+  std::string origin;
+  if (Tracer* tr = t_tracer) {
+    auto it = tr->value_of.find(&t);
+    if (it != tr->value_of.end()) {
+      const std::string& op = tr->producer.at(size_t(it->second));
+      origin = op.empty() ? " (program input " + tr->ep.graph.value_name(it->second) + ")"
+                          : " (the output of '" + op + "', " + tr->ep.graph.value_name(it->second) + ")";
+    } else if (auto r = tr->root_of.find(t.storage().get()); r != tr->root_of.end()) {
+      ValueId v = tr->value_of.at(r->second);
+      const std::string& op = tr->producer.at(size_t(v));
+      origin = op.empty() ? " (a view of program input " + tr->ep.graph.value_name(v) + ")"
+                          : " (a view of the output of '" + op + "', " + tr->ep.graph.value_name(v) + ")";
+    }
+  }
+  detail::throw_error(ErrorCode::InvalidArgument,
+                      std::string("export: ") + call + " reads the value of a traced tensor" + origin +
+                          "; data-dependent control flow cannot be captured: compute the value outside fn and "
+                          "pass it in, or express the computation with tensor ops");
+}
+
+// Installs the hooks while at least one capture runs in the process, so that outside captures the
+// Export key falls through as any functionality without a kernel does.
+std::mutex g_hooks_mutex;
+int g_active_captures = 0;
+
+class CaptureScope {
+ public:
+  explicit CaptureScope(Tracer& tr) : include_(kExportKey) {
+    TESSERA_CHECK(t_tracer == nullptr, "export_program: a capture is already running on this thread; "
+                                       "fn must not call export_program");
+    std::lock_guard lock(g_hooks_mutex);
+    if (g_active_captures++ == 0) {
+      set_export_hook(export_hook);
+      set_traced_read_handler(traced_read);
+    }
+    t_tracer = &tr;
+  }
+  ~CaptureScope() {
+    t_tracer = nullptr;
+    std::lock_guard lock(g_hooks_mutex);
+    if (--g_active_captures == 0) {
+      set_export_hook(nullptr);
+      set_traced_read_handler(nullptr);
+    }
+  }
+  CaptureScope(const CaptureScope&) = delete;
+  CaptureScope& operator=(const CaptureScope&) = delete;
+
+ private:
+  IncludeDispatchKeyGuard include_;
+};
+
+}  // namespace
+
+ExportedProgram export_program(const ExportFn& fn, const std::vector<Tensor>& example_inputs,
+                               const ExportOptions& options) {
+  TESSERA_CHECK(bool(fn), "export_program: fn is empty");
+  TESSERA_CHECK(options.dynamic_shapes.size() <= example_inputs.size(), "export_program: dynamic_shapes has ",
+                options.dynamic_shapes.size(), " entries for ", example_inputs.size(),
+                " inputs; give at most one map (dim -> Dim) per input");
+  TESSERA_CHECK(options.input_names.empty() || options.input_names.size() == example_inputs.size(),
+                "export_program: input_names has ", options.input_names.size(), " names for ", example_inputs.size(),
+                " inputs; give one per input or none");
+  Tracer tr;
+  tr.ep.op_contract_version = TESSERA_VERSION_STRING;
+  for (const auto& [name, t] : options.parameters) {
+    TESSERA_CHECK(t.defined(), "export_program: parameter '", name, "' is an undefined tensor");
+    tr.parameter_name.emplace(t.impl(), name);
+  }
+  std::vector<Tensor> tracing;
+  for (size_t i = 0; i < example_inputs.size(); ++i) {
+    const Tensor& x = example_inputs[i];
+    const std::string name = options.input_names.empty() ? "x" + std::to_string(i) : options.input_names[i];
+    TESSERA_CHECK(x.defined(), "export_program: example input ", i, " ('", name, "') is undefined");
+    std::vector<SymSize> sizes(x.sizes().begin(), x.sizes().end());
+    if (i < options.dynamic_shapes.size()) {
+      for (const auto& [dim, d] : options.dynamic_shapes[i]) {
+        TESSERA_CHECK(dim >= 0 && dim < x.dim(), "export_program: dynamic_shapes of input ", i, " ('", name,
+                      "') names dimension ", dim, " but the example has ", x.dim(), " dimensions");
+        TESSERA_CHECK(d.min <= d.max, "export_program: Dim '", d.name, "' has min ", d.min, " > max ", d.max);
+        TESSERA_CHECK(d.min >= 0, "export_program: Dim '", d.name, "' has a negative min ", d.min);
+        const int64_t size = x.sizes()[size_t(dim)];
+        TESSERA_CHECK(size >= d.min && size <= d.max, "export_program: input ", i, " ('", name, "') has size ", size,
+                      " at dimension ", dim, ", outside the range [", d.min, ", ", d.max, "] of Dim '", d.name,
+                      "'; use an example inside the range or widen the Dim");
+        auto [it, fresh] = tr.ep.ranges.emplace(d.name, SymbolRange{d.min, d.max});
+        TESSERA_CHECK(fresh || (it->second.min == d.min && it->second.max == d.max), "export_program: Dim '",
+                      d.name, "' is declared with ranges [", it->second.min, ", ", it->second.max, "] and [", d.min,
+                      ", ", d.max, "]; declare one Dim and use it for both dimensions");
+        auto [ex, new_example] = tr.example.emplace(d.name, size);
+        TESSERA_CHECK(new_example || ex->second == size, "export_program: Dim '", d.name,
+                      "' is used for dimensions of example sizes ", ex->second, " and ", size,
+                      "; dims that share a Dim must be equal in the examples");
+        sizes[size_t(dim)] = SymSize::symbol(d.name);
+      }
+    }
+    ValueId v = tr.add_value({x.dtype(), x.device(), std::move(sizes)}, name, "");
+    tr.user_placeholders.push_back({NodeKind::Placeholder, name, {}, {v}});
+    tr.ep.signature.inputs.push_back({InputKind::UserInput, name, v});
+    Tensor t = tr.make_tracing(x.sizes(), x.dtype(), x.device());
+    tr.bind(t, v);
+    tracing.push_back(t);
+  }
+  std::vector<ValueId> outputs;
+  {
+    CaptureScope scope(tr);
+    std::vector<Tensor> results = fn(tracing);
+    ExcludeDispatchKeyGuard plain(kExportKey);
+    for (size_t i = 0; i < results.size(); ++i) {
+      TESSERA_CHECK(results[i].defined(), "export_program: fn returned an undefined tensor at position ", i);
+      outputs.push_back(tr.value_for(results[i]));
+    }
+  }
+  Graph& g = tr.ep.graph;
+  g.nodes = std::move(tr.user_placeholders);
+  for (Node& n : tr.weight_placeholders) g.nodes.push_back(std::move(n));
+  for (Node& n : tr.calls) g.nodes.push_back(std::move(n));
+  Node out;
+  out.kind = NodeKind::Output;
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    out.args.push_back(compiler::Argument::tensor(outputs[i]));
+    tr.ep.signature.outputs.push_back({"output_" + std::to_string(i), outputs[i]});
+  }
+  g.nodes.push_back(std::move(out));
+  // User inputs first, then weights in the order of first use (Signature's contract).
+  std::stable_partition(tr.ep.signature.inputs.begin(), tr.ep.signature.inputs.end(),
+                        [](const InputSpec& s) { return s.kind == InputKind::UserInput; });
+  return std::move(tr.ep);
+}
+
+}  // namespace tessera

@@ -1,0 +1,346 @@
+// Note [Symbolic shape rules]
+// Capture runs the op catalogue's shape-rule templates (dispatcher/src/shape_rules.h, Note [Shape
+// rules]) on SymDim, a size type over SymSize. The rules branch only on comparisons, and SymDim
+// decides each one without specialising a dynamic dim:
+//   1. the difference is a constant: exact;
+//   2. the declared ranges exclude equality (batch in [2, 512] vs 1): not equal;
+//   3. one side is the constant 0 or 1: not equal. The answer holds for every size but 0 and 1, and
+//      a rule that asks "is this dim 1?" (broadcasting) gives the same sizes either way, so an
+//      example of size 0 or 1 never turns a dynamic dim into a constant;
+//   4. otherwise the examples decide: unequal examples -> not equal; equal examples mean the program
+//      only works when the two are equal: export fails naming the expression, the op and the fix
+//      (a dim forced to a constant: make it static; two dims forced equal: use the same Dim).
+// Order comparisons (<=) use the ranges when they decide, else the examples.
+#include "capture_shapes.h"
+
+#include <ostream>
+
+#include "shape_rules.h"
+
+namespace tessera::compiler {
+
+namespace {
+
+thread_local const ShapeContext* t_ctx = nullptr;
+
+struct SymDim {
+  SymSize e;
+  SymDim() = default;
+  SymDim(int64_t v) : e(v) {}  // NOLINT(google-explicit-constructor)
+  SymDim(int v) : e(int64_t(v)) {}  // NOLINT(google-explicit-constructor)
+  SymDim(SymSize s) : e(std::move(s)) {}  // NOLINT(google-explicit-constructor)
+  explicit operator int64_t() const {
+    TESSERA_CHECK(e.is_constant(), "export: '", t_ctx ? t_ctx->current_op : std::string(),
+                  "' needs a static size here but got ", e.str(), "; declare this dimension static (drop its Dim)");
+    return e.constant();
+  }
+  friend SymDim operator+(const SymDim& a, const SymDim& b) { return a.e + b.e; }
+  friend SymDim operator-(const SymDim& a, const SymDim& b) { return a.e - b.e; }
+  friend SymDim operator*(const SymDim& a, const SymDim& b) { return a.e * b.e; }
+  friend SymDim operator/(const SymDim& a, const SymDim& b) { return floordiv(a.e, b.e); }
+  friend bool operator==(const SymDim& a, const SymDim& b) { return t_ctx->decide_equal(a.e, b.e); }
+  friend bool operator!=(const SymDim& a, const SymDim& b) { return !(a == b); }
+  friend bool operator<=(const SymDim& a, const SymDim& b) { return t_ctx->decide_less_equal(a.e, b.e); }
+  friend std::ostream& operator<<(std::ostream& os, const SymDim& d) { return os << d.e.str(); }
+};
+
+using Dims = shape::Sizes<SymDim>;
+
+class ContextScope {
+ public:
+  explicit ContextScope(const ShapeContext& c) : saved_(t_ctx) { t_ctx = &c; }
+  ~ContextScope() { t_ctx = saved_; }
+  ContextScope(const ContextScope&) = delete;
+  ContextScope& operator=(const ContextScope&) = delete;
+
+ private:
+  const ShapeContext* saved_;
+};
+
+bool is_zero_or_one(const SymSize& s) {
+  auto c = s.maybe_constant();
+  return c && (*c == 0 || *c == 1);
+}
+
+std::string range_text(const std::map<std::string, SymbolRange>* ranges, const SymSize& s) {
+  std::string out;
+  if (!ranges) return out;
+  for (const std::string& name : s.symbols()) {
+    auto it = ranges->find(name);
+    if (it == ranges->end()) continue;
+    out += (out.empty() ? " (" : ", ") + name + " in [" + std::to_string(it->second.min) + ", " +
+           std::to_string(it->second.max) + "]";
+  }
+  return out.empty() ? out : out + ")";
+}
+
+}  // namespace
+
+bool ShapeContext::has_examples(const SymSize& s) const {
+  for (const std::string& name : s.symbols())
+    if (!example.count(name)) return false;
+  return true;
+}
+
+bool ShapeContext::decide_equal(const SymSize& a, const SymSize& b) const {
+  const SymSize d = a - b;
+  if (d.is_constant()) return d.constant() == 0;
+  static const std::map<std::string, SymbolRange> kNoRanges;
+  auto [lo, hi] = d.bounds(ranges ? *ranges : kNoRanges);
+  if (lo > 0 || hi < 0) return false;
+  if (is_zero_or_one(a) || is_zero_or_one(b)) return false;
+  if (!has_examples(d) || a.evaluate(example) != b.evaluate(example)) return false;
+  const std::string expr = a.str() + " == " + b.str();
+  const bool to_constant = a.is_constant() || b.is_constant();
+  std::string fix;
+  if (to_constant) {
+    const SymSize& sym = a.is_constant() ? b : a;
+    const int64_t value = (a.is_constant() ? a : b).constant();
+    auto names = sym.symbols();
+    fix = names.size() == 1 && sym.same_as(SymSize::symbol(names[0]))
+              ? "the program only works when " + names[0] + " is " + std::to_string(value) +
+                    ": declare that dimension static (drop Dim '" + names[0] + "') or change the program"
+              : "the program fixes " + sym.str() + " to " + std::to_string(value) +
+                    ": declare the dimensions static or change the program";
+  } else {
+    auto na = a.symbols(), nb = b.symbols();
+    fix = na.size() == 1 && nb.size() == 1 && a.same_as(SymSize::symbol(na[0])) && b.same_as(SymSize::symbol(nb[0]))
+              ? expr + ": use the same Dim for both dimensions"
+              : "the program requires " + expr + ": declare the dimensions so that the sizes are equal by "
+                                                 "construction (the same Dim), or make them static";
+  }
+  detail::throw_error(ErrorCode::InvalidArgument,
+                      "export: '" + current_op + "' requires " + expr + range_text(ranges, d) + ", which " +
+                          (to_constant ? "fixes a dynamic dimension to a constant" : "relates dimensions declared independent") +
+                          "; " + fix);
+}
+
+bool ShapeContext::decide_less_equal(const SymSize& a, const SymSize& b) const {
+  const SymSize d = b - a;  // a <= b  <=>  d >= 0
+  if (d.is_constant()) return d.constant() >= 0;
+  static const std::map<std::string, SymbolRange> kNoRanges;
+  auto [lo, hi] = d.bounds(ranges ? *ranges : kNoRanges);
+  if (lo >= 0) return true;
+  if (hi < 0) return false;
+  return has_examples(d) && d.evaluate(example) >= 0;
+}
+
+namespace {
+
+Dims dims_of(const Graph& g, const Argument& a, size_t i = 0) {
+  Dims out;
+  for (const SymSize& s : g.type(a.values.at(i)).sizes) out.push_back(SymDim(s));
+  return out;
+}
+
+std::vector<SymSize> to_sizes(const Dims& d) {
+  std::vector<SymSize> out;
+  for (const SymDim& s : d) out.push_back(s.e);
+  return out;
+}
+
+const Constant& constant_arg(const Node& n, size_t i) {
+  static const Constant kNone;
+  return i < n.args.size() && n.args[i].kind == Argument::Kind::Constant ? n.args[i].constant : kNone;
+}
+std::vector<int64_t> ints_arg(const Node& n, size_t i) {
+  const Constant& c = constant_arg(n, i);
+  if (auto* v = std::get_if<std::vector<int64_t>>(&c)) return *v;
+  if (auto* v = std::get_if<int64_t>(&c)) return {*v};
+  return {};
+}
+bool bool_arg(const Node& n, size_t i) {
+  const Constant& c = constant_arg(n, i);
+  auto* v = std::get_if<bool>(&c);
+  return v && *v;
+}
+int64_t int_arg(const Node& n, size_t i) {
+  const Constant& c = constant_arg(n, i);
+  auto* v = std::get_if<int64_t>(&c);
+  return v ? *v : 0;
+}
+bool is_tensor(const Node& n, size_t i) { return i < n.args.size() && n.args[i].kind == Argument::Kind::Tensor; }
+// A wrapped number argument is a 0-dim tensor.
+Dims tensor_or_scalar(const Graph& g, const Node& n, size_t i) { return is_tensor(n, i) ? dims_of(g, n.args[i]) : Dims(); }
+
+int64_t pair_at(const std::vector<int64_t>& v, size_t i, int64_t dflt) {
+  if (v.empty()) return dflt;
+  return v.size() == 1 ? v[0] : v.at(i);
+}
+
+std::vector<SymSize> rule(const Node& n, const Graph& g) {
+  const std::string& name = Dispatcher::instance().schema(Dispatcher::instance().op(n.target)).name;
+  const char* op = n.target.c_str();
+  using shape::broadcast;
+  static const std::vector<std::string> same = {
+      "fill_", "copy_", "_to_copy", "clone", "contiguous", "uniform_", "normal_", "pow", "neg", "abs", "relu", "exp",
+      "log", "sqrt", "rsqrt", "sin", "cos", "tanh", "sigmoid", "gelu", "silu", "erf", "softmax", "log_softmax",
+      "layer_norm", "rms_norm", "add_", "mul_"};
+  static const std::vector<std::string> binary = {"add", "sub", "mul", "div", "maximum", "minimum", "eq", "ne",
+                                                  "lt", "le", "gt", "ge", "logical_and", "logical_or"};
+  auto in = [&](const std::vector<std::string>& list) { return std::find(list.begin(), list.end(), name) != list.end(); };
+  if ((name == "pow" && n.target == "pow.Tensor_Tensor") || in(binary)) {
+    Dims a = tensor_or_scalar(g, n, 0), b = tensor_or_scalar(g, n, 1);
+    return to_sizes(broadcast<SymDim>(op, a.ref(), b.ref()));
+  }
+  if (in(same)) {
+    if (name == "copy_") {
+      Dims dst = dims_of(g, n.args[0]), src = tensor_or_scalar(g, n, 1);
+      shape::check_broadcast_to<SymDim>(op, src.ref(), dst.ref());
+    }
+    return to_sizes(dims_of(g, n.args[0]));
+  }
+  if (name == "where") {
+    Dims c = tensor_or_scalar(g, n, 0), a = tensor_or_scalar(g, n, 1), b = tensor_or_scalar(g, n, 2);
+    Dims ab = broadcast<SymDim>(op, a.ref(), b.ref());
+    return to_sizes(broadcast<SymDim>(op, c.ref(), ab.ref()));
+  }
+  if (name == "sum" || name == "prod" || name == "mean" || name == "amax" || name == "amin") {
+    std::vector<int64_t> dims = ints_arg(n, 1);
+    return to_sizes(shape::reduce<SymDim>(op, dims_of(g, n.args[0]).ref(), dims, bool_arg(n, 2)));
+  }
+  if (name == "var") {
+    std::vector<int64_t> dims = ints_arg(n, 1);
+    return to_sizes(shape::reduce<SymDim>(op, dims_of(g, n.args[0]).ref(), dims, bool_arg(n, 3)));
+  }
+  if (name == "argmax") {
+    const bool has_dim = std::holds_alternative<int64_t>(constant_arg(n, 1));
+    std::vector<int64_t> dims = ints_arg(n, 1);
+    return to_sizes(shape::reduce<SymDim>(op, dims_of(g, n.args[0]).ref(), dims, has_dim && bool_arg(n, 2)));
+  }
+  if (name == "matmul") return to_sizes(shape::matmul<SymDim>(op, dims_of(g, n.args[0]).ref(), dims_of(g, n.args[1]).ref()));
+  if (name == "linear") return to_sizes(shape::linear<SymDim>(op, dims_of(g, n.args[0]).ref(), dims_of(g, n.args[1]).ref()));
+  if (name == "scaled_dot_product_attention")
+    return to_sizes(shape::attention<SymDim>(op, dims_of(g, n.args[0]).ref(), dims_of(g, n.args[1]).ref(),
+                                             dims_of(g, n.args[2]).ref()));
+  if (name == "cat" || name == "stack") {
+    std::vector<Dims> shapes;
+    for (size_t i = 0; i < n.args[0].values.size(); ++i) shapes.push_back(dims_of(g, n.args[0], i));
+    std::vector<ArrayRef<SymDim>> refs;
+    for (const Dims& d : shapes) refs.push_back(d.ref());
+    return to_sizes(name == "cat" ? shape::cat<SymDim>(op, refs.data(), refs.size(), int_arg(n, 1))
+                                  : shape::stack<SymDim>(op, refs.data(), refs.size(), int_arg(n, 1)));
+  }
+  if (name == "conv2d") {
+    std::vector<int64_t> s = ints_arg(n, 3), p = ints_arg(n, 4), d = ints_arg(n, 5);
+    int64_t stride[2] = {pair_at(s, 0, 1), pair_at(s, 1, 1)}, pad[2] = {pair_at(p, 0, 0), pair_at(p, 1, 0)},
+            dil[2] = {pair_at(d, 0, 1), pair_at(d, 1, 1)};
+    return to_sizes(shape::conv2d<SymDim>(op, dims_of(g, n.args[0]).ref(), dims_of(g, n.args[1]).ref(), stride, pad, dil,
+                                          int_arg(n, 6)));
+  }
+  if (name == "max_pool2d" || name == "avg_pool2d") {
+    std::vector<int64_t> k = ints_arg(n, 1), s = ints_arg(n, 2), p = ints_arg(n, 3);
+    std::vector<int64_t> d = name == "max_pool2d" ? ints_arg(n, 4) : std::vector<int64_t>{1};
+    int64_t kernel[2] = {pair_at(k, 0, 1), pair_at(k, 1, 1)};
+    int64_t stride[2] = {pair_at(s, 0, kernel[0]), pair_at(s, 1, kernel[1])};
+    int64_t pad[2] = {pair_at(p, 0, 0), pair_at(p, 1, 0)}, dil[2] = {pair_at(d, 0, 1), pair_at(d, 1, 1)};
+    return to_sizes(shape::pool2d<SymDim>(op, dims_of(g, n.args[0]).ref(), kernel, stride, pad, dil));
+  }
+  if (name == "embedding") {
+    Dims out = dims_of(g, n.args[1]);
+    Dims w = dims_of(g, n.args[0]);
+    out.push_back(w[w.size() - 1]);
+    return to_sizes(out);
+  }
+  if (name == "index_select") {
+    Dims out = dims_of(g, n.args[0]);
+    Dims index = dims_of(g, n.args[2]);
+    const int64_t d = shape::wrap(op, int_arg(n, 1), int64_t(out.size()));
+    if (!out.empty()) out[size_t(d)] = index.size() ? index[0] : SymDim(1);
+    return to_sizes(out);
+  }
+  if (name == "gather") return to_sizes(dims_of(g, n.args[2]));
+  return {};
+}
+
+}  // namespace
+
+std::vector<std::vector<SymSize>> symbolic_output_sizes(const ExportCall& call, const Node& node, const Graph& g,
+                                                        const ShapeContext& ctx) {
+  ContextScope scope(ctx);
+  bool symbolic_input = false;
+  for (const Argument& a : node.args)
+    for (ValueId v : a.values)
+      for (const SymSize& s : g.type(v).sizes) symbolic_input = symbolic_input || !s.is_constant();
+  std::vector<std::vector<SymSize>> out;
+  if (call.outputs.size() == 1) {
+    std::vector<SymSize> sizes = rule(node, g);
+    if (!sizes.empty() || call.outputs[0].sizes.empty()) {
+      out.push_back(std::move(sizes));
+      return out;
+    }
+  }
+  // No symbolic rule: fine while every input is static (the concrete sizes are exact).
+  TESSERA_CHECK(!symbolic_input, "export: '", *call.name,
+                "' has no symbolic shape rule, and an input has a dynamic size; declare the dimensions static or "
+                "use ops of the core set");
+  for (const ExportCall::Output& o : call.outputs) out.emplace_back(o.sizes.begin(), o.sizes.end());
+  return out;
+}
+
+std::vector<SymSize> symbolic_view_sizes(const std::vector<SymSize>& in, IntArrayRef in_example,
+                                         const std::vector<int64_t>& out, const ShapeContext& ctx) {
+  // Groups of consecutive dims with equal example products, e.g. [b, s, 128] -> [b, s, 4, 32] is
+  // {b}->{b}, {s}->{s}, {128}->{4, 32}. A group's output dims are constants but for at most one,
+  // which takes the group's symbolic product divided by the others.
+  std::vector<SymSize> result(out.size());
+  size_t i = 0, j = 0;
+  auto fail = [&](const std::string& why) {
+    std::string ins, outs;
+    for (size_t k = 0; k < in.size(); ++k) ins += (k ? ", " : "") + in[k].str();
+    for (size_t k = 0; k < out.size(); ++k) outs += (k ? ", " : "") + std::to_string(out[k]);
+    detail::throw_error(ErrorCode::InvalidArgument, "export: the view of sizes [" + ins + "] as [" + outs +
+                                                        "] cannot be expressed symbolically: " + why +
+                                                        "; keep dynamic dimensions as whole dims in view/reshape");
+  };
+  while (i < in.size() || j < out.size()) {
+    std::vector<size_t> gi, go;
+    int64_t pin = 1, pout = 1;
+    if (i < in.size()) { gi.push_back(i); pin *= in_example[i++]; }
+    if (j < out.size()) { go.push_back(j); pout *= out[j++]; }
+    while (pin != pout) {
+      if (pin < pout && i < in.size()) { gi.push_back(i); pin *= in_example[i++]; }
+      else if (pout < pin && j < out.size()) { go.push_back(j); pout *= out[j++]; }
+      else fail("the sizes do not line up");
+    }
+    SymSize product(int64_t(1));
+    for (size_t k : gi) product = product * in[k];
+    if (go.empty()) {
+      if (!product.is_constant()) fail("a dynamic dimension disappears");
+      continue;
+    }
+    if (go.size() == 1 || product.is_constant()) {
+      if (go.size() == 1) result[go[0]] = product;
+      else for (size_t k : go) result[k] = SymSize(out[k]);
+      continue;
+    }
+    bool placed = false;
+    for (size_t pick : go) {
+      int64_t others = 1;
+      for (size_t k : go) if (k != pick) others *= out[k];
+      SymSize q = floordiv(product, SymSize(others));
+      if (!(q * SymSize(others)).same_as(product) || q.evaluate(ctx.example) != out[pick]) continue;
+      for (size_t k : go) result[k] = k == pick ? q : SymSize(out[k]);
+      placed = true;
+      break;
+    }
+    if (!placed) fail("a group of dims of dynamic product " + product.str() + " splits into more than one dynamic dim");
+  }
+  return result;
+}
+
+std::optional<std::vector<SymSize>> infer_sizes(const Node& node, const Graph& g, const ShapeContext& ctx) {
+  ContextScope scope(ctx);
+  if (node.target == "permute") {
+    const std::vector<SymSize>& in = g.type(node.args.at(0).values.at(0)).sizes;
+    std::vector<SymSize> out;
+    for (int64_t d : std::get<std::vector<int64_t>>(node.args.at(1).constant)) out.push_back(in.at(size_t(d)));
+    return out;
+  }
+  if (node.target == "view" || node.outputs.size() != 1) return std::nullopt;
+  std::vector<SymSize> sizes = rule(node, g);
+  if (sizes.empty() && !g.type(node.outputs[0]).sizes.empty()) return std::nullopt;
+  return sizes;
+}
+
+}  // namespace tessera::compiler

@@ -1,0 +1,16 @@
+// One step of the interpreter (private to compiler/src): Note [Running a program] in run.cpp.
+#pragma once
+#include <map>
+#include <string>
+#include <vector>
+
+#include "tessera/compiler/ir.h"
+
+namespace tessera::compiler {
+
+// Runs Call node `n` on the tensors of `env` (indexed by value id) with the symbols bound to
+// `bindings`; returns its outputs (unchecked against the graph's types).
+std::vector<Tensor> execute_node(const Graph& graph, const Node& n, const std::vector<Tensor>& env,
+                                 const std::map<std::string, int64_t>& bindings);
+
+}  // namespace tessera::compiler

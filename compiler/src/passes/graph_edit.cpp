@@ -1,0 +1,60 @@
+#include "passes/graph_edit.h"
+
+#include "tessera/dispatcher.h"
+
+namespace tessera::compiler {
+
+std::vector<int> use_counts(const Graph& g) {
+  std::vector<int> uses(g.values.size(), 0);
+  for (const Node& n : g.nodes)
+    for (const Argument& a : n.args)
+      for (ValueId v : a.values) ++uses.at(size_t(v));
+  return uses;
+}
+
+void replace_uses(ExportedProgram& ep, ValueId from, ValueId to) {
+  for (Node& n : ep.graph.nodes)
+    for (Argument& a : n.args)
+      for (ValueId& v : a.values)
+        if (v == from) v = to;
+  for (OutputSpec& o : ep.signature.outputs)
+    if (o.value == from) o.value = to;
+}
+
+size_t first_non_placeholder(const Graph& g) {
+  size_t i = 0;
+  while (i < g.nodes.size() && g.nodes[i].kind == NodeKind::Placeholder) ++i;
+  return i;
+}
+
+bool writes_in_place(const std::string& target) {
+  if (target == "view" || target == "permute") return false;
+  OperatorEntry* op = Dispatcher::instance().find_op(target);
+  if (!op) return true;  // unknown: assume the worst
+  const std::string& name = Dispatcher::instance().schema(*op).name;
+  return !name.empty() && name.back() == '_';
+}
+
+std::string arguments_key(const Node& n) {
+  std::string key = n.target + "(";
+  for (const Argument& a : n.args) {
+    switch (a.kind) {
+      case Argument::Kind::Tensor: key += "%" + std::to_string(a.values.at(0)); break;
+      case Argument::Kind::TensorList:
+        key += "[";
+        for (ValueId v : a.values) key += "%" + std::to_string(v) + ",";
+        key += "]";
+        break;
+      case Argument::Kind::None: key += "None"; break;
+      case Argument::Kind::Constant: {
+        // The alternative's index keeps 1 (int) and 1.0 (float) apart.
+        key += std::to_string(a.constant.index()) + ":" + constant_str(a.constant);
+        break;
+      }
+    }
+    key += ";";
+  }
+  return key + ")";
+}
+
+}  // namespace tessera::compiler

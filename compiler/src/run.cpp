@@ -1,0 +1,206 @@
+// Note [Running a program]
+// ExportedProgram::run interprets the graph node by node: a Call of a dispatcher op becomes a boxed
+// call (Dispatcher::call_boxed) on the inputs' device, so every backend, composite and fallback rule
+// applies as in eager mode; `view` and `permute` (Note [Captured views]) are core's views, and a
+// view's size list is taken from its output type evaluated on the bound symbols (the list stored in
+// the graph holds -1 for dynamic entries). A constant in a Tensor position is a C++ number next to
+// a tensor in the original program and runs as one (a wrapped number). After each call the outputs'
+// sizes are checked against the graph's symbolic sizes, so a graph that does not hold for the
+// inputs fails at the node that breaks, not later.
+#include <mutex>
+
+#include "interpret.h"
+#include "tessera/dispatcher.h"
+#include "tessera/error.h"
+#include "tessera/ops.h"
+
+namespace tessera::compiler {
+
+struct ExportedProgram::WeightCache {
+  std::mutex mutex;
+  struct Entry {
+    Tensor source;  // the host weight it was made from (a program edited after a run gets new copies)
+    Tensor on_device;
+  };
+  std::map<std::pair<std::string, std::string>, Entry> entries;  // (weight, device) -> copy
+};
+
+namespace {
+
+// A C++ number as an operator argument (Note [Wrapped numbers reach kernels as they are]).
+Tensor wrapped_number(const Constant& c) {
+  Tensor t;
+  if (auto* b = std::get_if<bool>(&c)) {
+    t = scalar_tensor(Scalar(*b), TensorOptions().dtype(DType::Bool));
+  } else if (auto* i = std::get_if<int64_t>(&c)) {
+    t = scalar_tensor(Scalar(*i), TensorOptions().dtype(DType::Int64));
+  } else if (auto* d = std::get_if<double>(&c)) {
+    t = scalar_tensor(Scalar(*d), TensorOptions().dtype(DType::Float64));
+  } else {
+    TESSERA_CHECK(false, "run: constant ", constant_str(c), " stands in a Tensor position; expected a number");
+  }
+  t.impl()->set_wrapped_number(true);
+  return t;
+}
+
+Value constant_value(const Constant& c) {
+  return std::visit([](const auto& v) -> Value {
+    using T = std::decay_t<decltype(v)>;
+    if constexpr (std::is_same_v<T, std::monostate>) return std::monostate{};
+    else return v;
+  }, c);
+}
+
+}  // namespace
+
+std::vector<Tensor> execute_node(const Graph& graph, const Node& n, const std::vector<Tensor>& env,
+                                 const std::map<std::string, int64_t>& bindings) {
+  auto value = [&](ValueId v) -> const Tensor& {
+    const Tensor& t = env.at(size_t(v));
+    TESSERA_CHECK(t.defined(), "run: value ", graph.value_name(v), " is used before it is computed");
+    return t;
+  };
+  Dispatcher& dispatcher = Dispatcher::instance();
+    std::vector<Tensor> results;
+    if (n.target == "view" || n.target == "permute") {
+      const Tensor& self = value(n.args.at(0).values.at(0));
+      if (n.target == "view") {
+        std::vector<int64_t> sizes;
+        for (const SymSize& s : graph.type(n.outputs.at(0)).sizes) sizes.push_back(s.evaluate(bindings));
+        results.push_back(self.view(sizes));
+      } else {
+        results.push_back(self.permute(std::get<std::vector<int64_t>>(n.args.at(1).constant)));
+      }
+    } else {
+      OperatorEntry& op = dispatcher.op(n.target);
+      const FunctionSchema& schema = dispatcher.schema(op);
+      TESSERA_CHECK(n.args.size() <= schema.arguments.size(), "run: node '", n.target, "' has ", n.args.size(),
+                    " arguments, its schema takes ", schema.arguments.size());
+      Stack args;
+      for (size_t i = 0; i < n.args.size(); ++i) {
+        const Argument& a = n.args[i];
+        const ArgType type = schema.arguments[i].type;
+        switch (a.kind) {
+          case Argument::Kind::Tensor:
+            if (type == ArgType::OptionalTensor) args.emplace_back(std::optional<Tensor>(value(a.values.at(0))));
+            else args.emplace_back(value(a.values.at(0)));
+            break;
+          case Argument::Kind::TensorList: {
+            std::vector<Tensor> list;
+            for (ValueId v : a.values) list.push_back(value(v));
+            args.emplace_back(std::move(list));
+            break;
+          }
+          case Argument::Kind::None: args.emplace_back(std::monostate{}); break;
+          case Argument::Kind::Constant:
+            if (type == ArgType::Tensor) args.emplace_back(wrapped_number(a.constant));
+            else args.emplace_back(constant_value(a.constant));
+            break;
+        }
+      }
+      for (Value& v : dispatcher.call_boxed(op, std::move(args))) results.push_back(std::get<Tensor>(std::move(v)));
+    }
+  return results;
+}
+
+std::vector<Tensor> ExportedProgram::run(const std::vector<Tensor>& inputs) const {
+  std::vector<const InputSpec*> user;
+  for (const InputSpec& in : signature.inputs)
+    if (in.kind == InputKind::UserInput) user.push_back(&in);
+  TESSERA_CHECK(inputs.size() == user.size(), "run: the program takes ", user.size(), " inputs, got ", inputs.size());
+  Device device(DeviceType::CPU);
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    TESSERA_CHECK(inputs[i].defined(), "run: input ", i, " ('", user[i]->name, "') is undefined");
+    if (i == 0) device = inputs[i].device();
+    TESSERA_CHECK(inputs[i].device() == device, "run: inputs are on different devices (", device.str(), " and ",
+                  inputs[i].device().str(), " for input '", user[i]->name, "'); move them to one device with .to(...)");
+  }
+  // Bind the symbols from the inputs' sizes, then check every size and range.
+  std::map<std::string, int64_t> bindings;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const TensorType& t = graph.type(user[i]->value);
+    const Tensor& x = inputs[i];
+    TESSERA_CHECK(x.dim() == int64_t(t.sizes.size()), "run: input '", user[i]->name, "' has ", x.dim(),
+                  " dimensions, the program expects ", t.sizes.size(), " (", t.str(), ")");
+    TESSERA_CHECK(x.dtype() == t.dtype, "run: input '", user[i]->name, "' has dtype ", x.dtype(),
+                  ", the program expects ", t.dtype, "; convert it with .to(", t.dtype, ")");
+    for (size_t d = 0; d < t.sizes.size(); ++d) {
+      std::vector<std::string> names = t.sizes[d].symbols();
+      if (names.size() == 1 && t.sizes[d].same_as(SymSize::symbol(names[0]))) {
+        auto [it, fresh] = bindings.emplace(names[0], x.sizes()[d]);
+        TESSERA_CHECK(fresh || it->second == x.sizes()[d], "run: input '", user[i]->name, "' has size ", x.sizes()[d],
+                      " at dimension ", d, " but ", names[0], " is ", it->second,
+                      " from an earlier input; dims of the same Dim must be equal");
+      }
+    }
+  }
+  for (const auto& [name, value] : bindings) {
+    auto r = ranges.find(name);
+    if (r == ranges.end()) continue;
+    TESSERA_CHECK(value >= r->second.min && value <= r->second.max, "run: ", name, " = ", value,
+                  " is outside its range [", r->second.min, ", ", r->second.max,
+                  "] declared at export; export again with a wider Dim to accept it");
+  }
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const TensorType& t = graph.type(user[i]->value);
+    for (size_t d = 0; d < t.sizes.size(); ++d) {
+      const int64_t want = t.sizes[d].evaluate(bindings);
+      TESSERA_CHECK(inputs[i].sizes()[d] == want, "run: input '", user[i]->name, "' has sizes ",
+                    inputs[i].sizes(), ", the program expects ", ArrayRef<SymSize>(t.sizes), " (dimension ", d,
+                    " must be ", t.sizes[d].str(), " = ", want, ")");
+    }
+  }
+
+  std::vector<Tensor> env(graph.values.size());
+  for (size_t i = 0; i < inputs.size(); ++i) env[size_t(user[i]->value)] = inputs[i];
+  {
+    std::shared_ptr<WeightCache> cache;
+    {
+      static std::mutex create_mutex;  // concurrent first runs of one program create one cache
+      std::lock_guard lock(create_mutex);
+      if (!weight_cache_) weight_cache_ = std::make_shared<WeightCache>();
+      cache = weight_cache_;
+    }
+    std::lock_guard lock(cache->mutex);
+    for (const InputSpec& in : signature.inputs) {
+      if (in.kind == InputKind::UserInput) continue;
+      auto w = weights.find(in.name);
+      TESSERA_CHECK(w != weights.end(), "run: the program has no weight '", in.name, "' for input ",
+                    graph.value_name(in.value));
+      WeightCache::Entry& e = cache->entries[{in.name, device.str()}];
+      if (!e.on_device.defined() || !e.source.is_same(w->second)) {
+        e.source = w->second;
+        e.on_device = w->second.to(device);
+      }
+      env[size_t(in.value)] = e.on_device;
+    }
+  }
+  auto value = [&](ValueId v) -> const Tensor& {
+    const Tensor& t = env.at(size_t(v));
+    TESSERA_CHECK(t.defined(), "run: value ", graph.value_name(v), " is used before it is computed");
+    return t;
+  };
+  std::vector<Tensor> outputs;
+  for (const Node& n : graph.nodes) {
+    if (n.kind == NodeKind::Placeholder) continue;
+    if (n.kind == NodeKind::Output) {
+      for (const Argument& a : n.args) outputs.push_back(value(a.values.at(0)));
+      continue;
+    }
+    std::vector<Tensor> results = execute_node(graph, n, env, bindings);
+    TESSERA_CHECK(results.size() == n.outputs.size(), "run: '", n.target, "' returned ", results.size(),
+                  " outputs, the graph expects ", n.outputs.size());
+    for (size_t o = 0; o < results.size(); ++o) {
+      const TensorType& t = graph.type(n.outputs[o]);
+      bool ok = results[o].dim() == int64_t(t.sizes.size());
+      for (size_t d = 0; ok && d < t.sizes.size(); ++d) ok = results[o].sizes()[d] == t.sizes[d].evaluate(bindings);
+      TESSERA_CHECK(ok, "run: '", n.target, "' produced sizes ", results[o].sizes(), " for ",
+                    graph.value_name(n.outputs[o]), ", the graph says ", ArrayRef<SymSize>(t.sizes),
+                    "; the program does not hold for these input sizes");
+      env[size_t(n.outputs[o])] = std::move(results[o]);
+    }
+  }
+  return outputs;
+}
+
+}  // namespace tessera::compiler
