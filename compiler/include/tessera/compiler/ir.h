@@ -13,7 +13,9 @@
 #pragma once
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <variant>
 #include <vector>
 
@@ -112,7 +114,17 @@ class TESSERA_COMPILER_API ExportedProgram {
   //     return (%2)
   //   ranges: batch in [1, 512]
   std::string graph_string() const;
+
+  // Interprets the graph through the dispatcher on the inputs' device (the CPU when there are no
+  // inputs): user inputs in signature order, each checked against its placeholder's dtype, rank
+  // and sizes (symbols bound consistently and inside their ranges); weights are moved to that
+  // device. Returns the outputs in signature order.
+  std::vector<Tensor> run(const std::vector<Tensor>& inputs) const;
 };
+
+// The short dtype names of the graph text and the program file ("f32", "bf16", "bool"), and back.
+TESSERA_COMPILER_API const char* dtype_short_name(DType t);
+TESSERA_COMPILER_API std::optional<DType> dtype_from_short_name(std::string_view name);
 
 // The text of one constant as graph_string() prints it: None, 3, 0.5, true, [1, 2], "text", f32.
 TESSERA_COMPILER_API std::string constant_str(const Constant& c);
