@@ -9,7 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")"
 ROOT=$(pwd)
 JOBS=${JOBS:-$(nproc)}
-PACKAGES=(cmake ninja-build g++ clang libclang-rt-14-dev ccache libboost-dev libdnnl-dev nlohmann-json3-dev libminizip-dev libminizip-dev
+PACKAGES=(cmake ninja-build g++ clang libclang-rt-14-dev ccache libboost-dev libdnnl-dev nlohmann-json3-dev libminizip-dev
           ocl-icd-opencl-dev opencl-headers pocl-opencl-icd libgtest-dev libgmock-dev libbenchmark-dev python3)
 
 # ccache: hash paths relative to the checkout so that a fresh clone elsewhere hits the cache.
