@@ -15,7 +15,8 @@ Value constant_value(const Constant& c) {
 
 // Binds the symbols of `type`'s sizes to `t`'s sizes: constants must match, a symbol takes the same
 // value everywhere and stays inside its range.
-void bind_input(const ExportedProgram& ep, const InputSpec& in, const Tensor& t, std::map<std::string, int64_t>& env) {
+void bind_input(const ExportedProgram& ep, const InputSpec& in, const Tensor& t,
+                std::map<std::string, int64_t>& env) {
   const TensorType& type = ep.graph.type(in.value);
   TESSERA_CHECK(t.defined(), "run: input '", in.name, "' is undefined");
   TESSERA_CHECK(t.dtype() == type.dtype, "run: input '", in.name, "' has dtype ", dtype_short_name(t.dtype()),
@@ -26,17 +27,17 @@ void bind_input(const ExportedProgram& ep, const InputSpec& in, const Tensor& t,
     const SymSize& s = type.sizes[d];
     int64_t actual = t.sizes()[d];
     if (auto c = s.maybe_constant()) {
-      TESSERA_CHECK(*c == actual, "run: input '", in.name, "' has sizes ", t.sizes(), "; the program takes ", type.str(),
-                    " (dim ", d, " must be ", *c, ")");
+      TESSERA_CHECK(*c == actual, "run: input '", in.name, "' has sizes ", t.sizes(), "; the program takes ",
+                    type.str(), " (dim ", d, " must be ", *c, ")");
       continue;
     }
     std::vector<std::string> syms = s.symbols();
     if (syms.size() == 1 && s.same_as(SymSize::symbol(syms[0])) && !env.count(syms[0])) {
       auto r = ep.ranges.find(syms[0]);
       if (r != ep.ranges.end())
-        TESSERA_CHECK(actual >= r->second.min && actual <= r->second.max, "run: input '", in.name, "' dim ", d, " (",
-                      syms[0], ") is ", actual, "; the program was exported for ", syms[0], " in [", r->second.min,
-                      ", ", r->second.max, "]");
+        TESSERA_CHECK(actual >= r->second.min && actual <= r->second.max, "run: input '", in.name, "' dim ",
+                      d, " (", syms[0], ") is ", actual, "; the program was exported for ", syms[0], " in [",
+                      r->second.min, ", ", r->second.max, "]");
       env[syms[0]] = actual;
     }
   }
@@ -47,8 +48,9 @@ void check_sizes(const ExportedProgram& ep, const InputSpec& in, const Tensor& t
   const TensorType& type = ep.graph.type(in.value);
   for (size_t d = 0; d < type.sizes.size(); ++d) {
     int64_t want = type.sizes[d].evaluate(env);
-    TESSERA_CHECK(want == t.sizes()[d], "run: input '", in.name, "' has sizes ", t.sizes(), "; the program takes ",
-                  type.str(), " where dim ", d, " = ", type.sizes[d].str(), " = ", want);
+    TESSERA_CHECK(want == t.sizes()[d], "run: input '", in.name, "' has sizes ", t.sizes(),
+                  "; the program takes ", type.str(), " where dim ", d, " = ", type.sizes[d].str(), " = ",
+                  want);
   }
 }
 
@@ -62,8 +64,8 @@ std::vector<Tensor> ExportedProgram::run(const std::vector<Tensor>& inputs) cons
   for (const Tensor& t : inputs) {
     if (!t.defined()) continue;
     if (!device) device = t.device();
-    TESSERA_CHECK(t.device().type() == device->type(), "run: inputs are on ", device->str(), " and ", t.device().str(),
-                  "; move them to one device");
+    TESSERA_CHECK(t.device().type() == device->type(), "run: inputs are on ", device->str(), " and ",
+                  t.device().str(), "; move them to one device");
   }
   if (!device) device = Device(DeviceType::CPU);
 
@@ -86,8 +88,8 @@ std::vector<Tensor> ExportedProgram::run(const std::vector<Tensor>& inputs) cons
   }
 
   auto get = [&](ValueId v, const Node& n) -> const Tensor& {
-    TESSERA_CHECK(v >= 0 && size_t(v) < env.size() && env[size_t(v)], "run: node '", n.target, "' uses value ", v,
-                  " that no earlier node defined");
+    TESSERA_CHECK(v >= 0 && size_t(v) < env.size() && env[size_t(v)], "run: node '", n.target,
+                  "' uses value ", v, " that no earlier node defined");
     return *env[size_t(v)];
   };
   Dispatcher& d = Dispatcher::instance();
@@ -101,15 +103,21 @@ std::vector<Tensor> ExportedProgram::run(const std::vector<Tensor>& inputs) cons
     Stack args;
     for (const Argument& a : n.args) {
       switch (a.kind) {
-        case Argument::Kind::Tensor: args.emplace_back(get(a.values.at(0), n)); break;
+        case Argument::Kind::Tensor:
+          args.emplace_back(get(a.values.at(0), n));
+          break;
         case Argument::Kind::TensorList: {
           std::vector<Tensor> list;
           for (ValueId v : a.values) list.push_back(get(v, n));
           args.emplace_back(std::move(list));
           break;
         }
-        case Argument::Kind::None: args.emplace_back(std::monostate{}); break;
-        case Argument::Kind::Constant: args.push_back(constant_value(a.constant)); break;
+        case Argument::Kind::None:
+          args.emplace_back(std::monostate{});
+          break;
+        case Argument::Kind::Constant:
+          args.push_back(constant_value(a.constant));
+          break;
       }
     }
     Stack results = d.call_boxed(d.op(n.target), std::move(args));

@@ -7,6 +7,7 @@
 #include "tessera/checked_math.h"
 #include "tessera/compiler/zip_archive.h"
 #include "tessera/error.h"
+#include "untrusted.h"
 
 namespace tessera::compiler {
 
@@ -23,7 +24,8 @@ constexpr Descr kDescrs[] = {{"|b1", DType::Bool},    {"|u1", DType::UInt8},   {
 const char* descr_of(DType t) {
   for (const Descr& d : kDescrs)
     if (d.dtype == t) return d.text;
-  TESSERA_CHECK(false, "npy: NumPy has no ", dtype_name(t), " dtype; convert the tensor with .to(tessera::DType::Float32) first");
+  TESSERA_CHECK(false, "npy: NumPy has no ", dtype_name(t),
+                " dtype; convert the tensor with .to(tessera::DType::Float32) first");
 }
 
 // A tiny reader for the header's Python dict literal.
@@ -33,8 +35,9 @@ struct DictReader {
   const std::string& what;
 
   [[noreturn]] void fail(const std::string& msg) const {
-    detail::throw_error(ErrorCode::InvalidArgument, what + ": npy header: " + msg + " at column " + std::to_string(i) +
-                                                        " of \"" + std::string(s.substr(0, 120)) + "\"");
+    detail::throw_error(ErrorCode::InvalidArgument, what + ": npy header: " + msg + " at column " +
+                                                        std::to_string(i) + " of \"" +
+                                                        std::string(s.substr(0, 120)) + "\"");
   }
   void skip() {
     while (i < s.size() && (s[i] == ' ' || s[i] == '\n' || s[i] == '\t')) ++i;
@@ -78,7 +81,9 @@ struct DictReader {
 
 }  // namespace
 
-Tensor npy_parse(std::span<const uint8_t> data, const std::string& what) {
+namespace {
+
+Tensor parse_unescaped(std::span<const uint8_t> data, const std::string& what) {
   static const uint8_t kMagic[6] = {0x93, 'N', 'U', 'M', 'P', 'Y'};
   TESSERA_CHECK(data.size() >= 10 && std::memcmp(data.data(), kMagic, 6) == 0, what,
                 ": not a .npy file (no \\x93NUMPY magic)");
@@ -88,7 +93,8 @@ Tensor npy_parse(std::span<const uint8_t> data, const std::string& what) {
   size_t pre = major == 1 ? 10 : 12;
   TESSERA_CHECK(data.size() >= pre, what, ": truncated .npy header");
   uint64_t hlen = major == 1 ? uint64_t(data[8]) | uint64_t(data[9]) << 8
-                             : uint64_t(data[8]) | uint64_t(data[9]) << 8 | uint64_t(data[10]) << 16 | uint64_t(data[11]) << 24;
+                             : uint64_t(data[8]) | uint64_t(data[9]) << 8 | uint64_t(data[10]) << 16 |
+                                   uint64_t(data[11]) << 24;
   TESSERA_CHECK(hlen <= data.size() - pre, what, ": .npy header of ", hlen, " bytes but ", data.size() - pre,
                 " follow (truncated)");
   std::string_view header(reinterpret_cast<const char*>(data.data() + pre), size_t(hlen));
@@ -104,9 +110,12 @@ Tensor npy_parse(std::span<const uint8_t> data, const std::string& what) {
       descr = r.str();
     } else if (key == "fortran_order") {
       r.skip();
-      if (header.substr(r.i, 4) == "True") fortran = true, r.i += 4;
-      else if (header.substr(r.i, 5) == "False") fortran = false, r.i += 5;
-      else r.fail("fortran_order must be True or False");
+      if (header.substr(r.i, 4) == "True")
+        fortran = true, r.i += 4;
+      else if (header.substr(r.i, 5) == "False")
+        fortran = false, r.i += 5;
+      else
+        r.fail("fortran_order must be True or False");
     } else if (key == "shape") {
       r.expect('(');
       shape.emplace();
@@ -127,7 +136,8 @@ Tensor npy_parse(std::span<const uint8_t> data, const std::string& what) {
     }
   }
   TESSERA_CHECK(!descr.empty() && fortran && shape, what, ": npy header lacks descr, fortran_order or shape");
-  TESSERA_CHECK(!*fortran, what, ": the array is in Fortran order; save it with np.ascontiguousarray(a) first");
+  TESSERA_CHECK(!*fortran, what,
+                ": the array is in Fortran order; save it with np.ascontiguousarray(a) first");
   std::optional<DType> dtype;
   std::string norm = descr;
   if (norm.size() == 3 && norm[0] == '=') norm[0] = '<';
@@ -136,7 +146,8 @@ Tensor npy_parse(std::span<const uint8_t> data, const std::string& what) {
   if (norm == "<i1") norm = "|i1";
   for (const Descr& d : kDescrs)
     if (norm == d.text) dtype = d.dtype;
-  TESSERA_CHECK(dtype, what, ": unsupported dtype '", descr, "' (read: little-endian bool, u1, i1, i2, i4, i8, f2, f4, f8)");
+  TESSERA_CHECK(dtype, what, ": unsupported dtype '", descr,
+                "' (read: little-endian bool, u1, i1, i2, i4, i8, f2, f4, f8)");
   int64_t numel = 1;
   for (int64_t s : *shape) {
     auto m = checked_mul(numel, s);
@@ -146,7 +157,8 @@ Tensor npy_parse(std::span<const uint8_t> data, const std::string& what) {
   auto nbytes = checked_nbytes(numel, itemsize(*dtype));
   const uint64_t have = data.size() - pre - hlen;
   TESSERA_CHECK(nbytes && *nbytes == have, what, ": shape ", IntArrayRef(*shape), " of ", descr, " needs ",
-                nbytes ? std::to_string(*nbytes) : std::string("more than 2^64"), " bytes but the file holds ", have);
+                nbytes ? std::to_string(*nbytes) : std::string("more than 2^64"),
+                " bytes but the file holds ", have);
   Tensor t = make_tensor(*shape, *dtype, Device(DeviceType::CPU));
   if (have) std::memcpy(t.raw_data_ptr(), data.data() + pre + hlen, size_t(have));
   if (*dtype == DType::Bool) {
@@ -156,13 +168,20 @@ Tensor npy_parse(std::span<const uint8_t> data, const std::string& what) {
   return t;
 }
 
+}  // namespace
+
+Tensor npy_parse(std::span<const uint8_t> data, const std::string& what) {
+  return with_printable_errors([&] { return parse_unescaped(data, what); });
+}
+
 std::vector<uint8_t> npy_serialize(const Tensor& in) {
   TESSERA_CHECK(in.defined() && in.is_cpu(), "npy: write a defined CPU tensor (call .cpu() first)");
   Tensor t = in.is_contiguous() ? in : in.contiguous();
   std::string shape;
   for (int64_t i = 0; i < t.dim(); ++i) shape += (i ? ", " : "") + std::to_string(t.sizes()[size_t(i)]);
   if (t.dim() == 1) shape += ",";
-  std::string header = std::string("{'descr': '") + descr_of(t.dtype()) + "', 'fortran_order': False, 'shape': (" + shape + ")";
+  std::string header = std::string("{'descr': '") + descr_of(t.dtype()) +
+                       "', 'fortran_order': False, 'shape': (" + shape + ")";
   header += ", }";
   size_t total = 10 + header.size() + 1;
   header.append((64 - total % 64) % 64, ' ');
@@ -190,15 +209,17 @@ void write_npy(const std::string& path, const Tensor& t) {
 }
 
 std::vector<std::pair<std::string, Tensor>> read_npz(const std::string& path) {
-  ZipReader zip(Bytes::map_file(path), path);
-  std::vector<std::pair<std::string, Tensor>> out;
-  for (const ZipEntry& e : zip.entries()) {
-    std::string name = e.name;
-    if (name.size() > 4 && name.compare(name.size() - 4, 4, ".npy") == 0) name.resize(name.size() - 4);
-    std::vector<uint8_t> bytes = zip.read(e);
-    out.emplace_back(name, npy_parse(bytes, path + ": " + e.name));
-  }
-  return out;
+  return with_printable_errors([&] {
+    ZipReader zip(Bytes::map_file(path), path);
+    std::vector<std::pair<std::string, Tensor>> out;
+    for (const ZipEntry& e : zip.entries()) {
+      std::string name = e.name;
+      if (name.size() > 4 && name.compare(name.size() - 4, 4, ".npy") == 0) name.resize(name.size() - 4);
+      std::vector<uint8_t> bytes = zip.read(e);
+      out.emplace_back(name, npy_parse(bytes, path + ": " + e.name));
+    }
+    return out;
+  });
 }
 
 void write_npz(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& arrays) {

@@ -10,6 +10,7 @@
 #include "tessera/dispatcher.h"
 #include "tessera/error.h"
 #include "tessera/version.h"
+#include "untrusted.h"
 
 namespace tessera::compiler {
 
@@ -22,9 +23,12 @@ constexpr const char* kWeightsEntry = "weights.safetensors";
 
 const char* node_kind_name(NodeKind k) {
   switch (k) {
-    case NodeKind::Placeholder: return "placeholder";
-    case NodeKind::Call: return "call";
-    case NodeKind::Output: return "output";
+    case NodeKind::Placeholder:
+      return "placeholder";
+    case NodeKind::Call:
+      return "call";
+    case NodeKind::Output:
+      return "output";
   }
   return "?";
 }
@@ -50,9 +54,12 @@ json constant_json(const Constant& c) {
 
 json argument_json(const Argument& a) {
   switch (a.kind) {
-    case Argument::Kind::Tensor: return {{"kind", "tensor"}, {"value", a.values.at(0)}};
-    case Argument::Kind::TensorList: return {{"kind", "tensor_list"}, {"values", a.values}};
-    case Argument::Kind::None: return {{"kind", "none"}};
+    case Argument::Kind::Tensor:
+      return {{"kind", "tensor"}, {"value", a.values.at(0)}};
+    case Argument::Kind::TensorList:
+      return {{"kind", "tensor_list"}, {"values", a.values}};
+    case Argument::Kind::None:
+      return {{"kind", "none"}};
     case Argument::Kind::Constant: {
       json j = constant_json(a.constant);
       j["kind"] = "constant";
@@ -99,7 +106,8 @@ struct Field {
     return j.size();
   }
   int64_t integer() const {
-    expect(j.is_number_integer() && (!j.is_number_unsigned() || j.get<uint64_t>() <= uint64_t(INT64_MAX)), "an integer");
+    expect(j.is_number_integer() && (!j.is_number_unsigned() || j.get<uint64_t>() <= uint64_t(INT64_MAX)),
+           "an integer");
     return j.get<int64_t>();
   }
   std::string string() const {
@@ -123,7 +131,8 @@ struct Field {
   ValueId value_id(size_t num_values) const {
     int64_t v = integer();
     if (v < 0 || uint64_t(v) >= num_values)
-      fail("value id " + std::to_string(v) + " out of range (the program has " + std::to_string(num_values) + " values)");
+      fail("value id " + std::to_string(v) + " out of range (the program has " + std::to_string(num_values) +
+           " values)");
     return ValueId(v);
   }
   DType dtype() const {
@@ -149,7 +158,8 @@ Constant parse_constant(const Field& a) {
     for (size_t i = 0; i < n; ++i) out.push_back(v.at(i).integer());
     return out;
   }
-  a["type"].fail("unknown constant type '" + type + "' (known: none, int, float, bool, int_list, string, dtype)");
+  a["type"].fail("unknown constant type '" + type +
+                 "' (known: none, int, float, bool, int_list, string, dtype)");
 }
 
 Argument parse_argument(const Field& a, size_t num_values) {
@@ -184,13 +194,16 @@ void check_program(const ExportedProgram& ep, const json& root, const std::strin
       for (ValueId v : n.args[a].values) use(v, "args[" + std::to_string(a) + "]");
     for (ValueId v : n.outputs) {
       if (defined[size_t(v)] >= 0)
-        f.fail("value " + std::to_string(v) + " is defined twice (also by nodes[" + std::to_string(defined[size_t(v)]) + "])");
+        f.fail("value " + std::to_string(v) + " is defined twice (also by nodes[" +
+               std::to_string(defined[size_t(v)]) + "])");
       defined[size_t(v)] = int(i);
     }
     switch (n.kind) {
       case NodeKind::Placeholder: {
-        if (n.outputs.size() != 1 || !n.args.empty()) f.fail("a placeholder has no args and exactly one output");
-        if (placeholders >= ep.signature.inputs.size() || ep.signature.inputs[placeholders].value != n.outputs[0])
+        if (n.outputs.size() != 1 || !n.args.empty())
+          f.fail("a placeholder has no args and exactly one output");
+        if (placeholders >= ep.signature.inputs.size() ||
+            ep.signature.inputs[placeholders].value != n.outputs[0])
           f.fail("placeholder " + std::to_string(placeholders) + " does not match signature.inputs[" +
                  std::to_string(placeholders) + "]");
         ++placeholders;
@@ -246,19 +259,23 @@ std::string program_json(const ExportedProgram& ep) {
   for (const ValueInfo& v : ep.graph.values) {
     json sizes = json::array();
     for (const SymSize& s : v.type.sizes) sizes.push_back(s.str());
-    values.push_back({{"name", v.name}, {"dtype", dtype_short_name(v.type.dtype)}, {"device", v.type.device.str()},
+    values.push_back({{"name", v.name},
+                      {"dtype", dtype_short_name(v.type.dtype)},
+                      {"device", v.type.device.str()},
                       {"sizes", sizes}});
   }
   json nodes = json::array();
   for (const Node& n : ep.graph.nodes) {
     json args = json::array();
     for (const Argument& a : n.args) args.push_back(argument_json(a));
-    nodes.push_back({{"kind", node_kind_name(n.kind)}, {"target", n.target}, {"args", args}, {"outputs", n.outputs}});
+    nodes.push_back(
+        {{"kind", node_kind_name(n.kind)}, {"target", n.target}, {"args", args}, {"outputs", n.outputs}});
   }
   json inputs = json::array(), outputs = json::array();
   for (const InputSpec& in : ep.signature.inputs)
     inputs.push_back({{"kind", input_kind_name(in.kind)}, {"name", in.name}, {"value", in.value}});
-  for (const OutputSpec& out : ep.signature.outputs) outputs.push_back({{"name", out.name}, {"value", out.value}});
+  for (const OutputSpec& out : ep.signature.outputs)
+    outputs.push_back({{"name", out.name}, {"value", out.value}});
   json ranges = json::object();
   for (const auto& [name, r] : ep.ranges) ranges[name] = {{"min", r.min}, {"max", r.max}};
   json root = {{"format_version", {{"major", kProgramFormatMajor}, {"minor", kProgramFormatMinor}}},
@@ -271,7 +288,9 @@ std::string program_json(const ExportedProgram& ep) {
   return root.dump(1);
 }
 
-ExportedProgram parse_program_json(std::string_view text, const std::string& what) {
+namespace {
+
+ExportedProgram parse_program_json_unescaped(std::string_view text, const std::string& what) {
   json root = json::parse(text.begin(), text.end(), nullptr, false);
   if (root.is_discarded())
     detail::throw_error(ErrorCode::InvalidArgument, what + ": not valid JSON (truncated or corrupt file)");
@@ -280,8 +299,9 @@ ExportedProgram parse_program_json(std::string_view text, const std::string& wha
   Field version = top["format_version"];
   int64_t major = version["major"].integer(), minor = version["minor"].integer();
   if (major != kProgramFormatMajor)
-    version.fail("format " + std::to_string(major) + "." + std::to_string(minor) + " is not readable by this runtime (reads " +
-                 std::to_string(kProgramFormatMajor) + ".x, up to " + std::to_string(kProgramFormatMajor) + "." +
+    version.fail("format " + std::to_string(major) + "." + std::to_string(minor) +
+                 " is not readable by this runtime (reads " + std::to_string(kProgramFormatMajor) +
+                 ".x, up to " + std::to_string(kProgramFormatMajor) + "." +
                  std::to_string(kProgramFormatMinor) + "); export it again with this runtime");
   ExportedProgram ep;
   ep.op_contract_version = top["op_contract_version"].string();
@@ -326,7 +346,8 @@ ExportedProgram parse_program_json(std::string_view text, const std::string& wha
     }
     SymbolRange range{f["min"].integer(), f["max"].integer()};
     if (range.min < 0 || range.min > range.max)
-      f.fail("range [" + std::to_string(range.min) + ", " + std::to_string(range.max) + "] is empty or negative");
+      f.fail("range [" + std::to_string(range.min) + ", " + std::to_string(range.max) +
+             "] is empty or negative");
     ep.ranges[name] = range;
   }
 
@@ -338,10 +359,14 @@ ExportedProgram parse_program_json(std::string_view text, const std::string& wha
     Field in = inputs.at(i);
     InputSpec spec;
     std::string kind = in["kind"].string();
-    if (kind == "user_input") spec.kind = InputKind::UserInput;
-    else if (kind == "parameter") spec.kind = InputKind::Parameter;
-    else if (kind == "constant") spec.kind = InputKind::Constant;
-    else in["kind"].fail("unknown input kind '" + kind + "' (known: user_input, parameter, constant)");
+    if (kind == "user_input")
+      spec.kind = InputKind::UserInput;
+    else if (kind == "parameter")
+      spec.kind = InputKind::Parameter;
+    else if (kind == "constant")
+      spec.kind = InputKind::Constant;
+    else
+      in["kind"].fail("unknown input kind '" + kind + "' (known: user_input, parameter, constant)");
     spec.name = in["name"].string();
     if (!input_names.insert(spec.name).second) in["name"].fail("input '" + spec.name + "' appears twice");
     spec.value = in["value"].value_id(nv);
@@ -360,10 +385,14 @@ ExportedProgram parse_program_json(std::string_view text, const std::string& wha
     Field n = nodes.at(i);
     Node node;
     std::string kind = n["kind"].string();
-    if (kind == "placeholder") node.kind = NodeKind::Placeholder;
-    else if (kind == "call") node.kind = NodeKind::Call;
-    else if (kind == "output") node.kind = NodeKind::Output;
-    else n["kind"].fail("unknown node kind '" + kind + "' (known: placeholder, call, output)");
+    if (kind == "placeholder")
+      node.kind = NodeKind::Placeholder;
+    else if (kind == "call")
+      node.kind = NodeKind::Call;
+    else if (kind == "output")
+      node.kind = NodeKind::Output;
+    else
+      n["kind"].fail("unknown node kind '" + kind + "' (known: placeholder, call, output)");
     node.target = n["target"].string();
     Field args = n["args"];
     size_t na = args.array_size();
@@ -377,13 +406,19 @@ ExportedProgram parse_program_json(std::string_view text, const std::string& wha
   return ep;
 }
 
+}  // namespace
+
+ExportedProgram parse_program_json(std::string_view text, const std::string& what) {
+  return with_printable_errors([&] { return parse_program_json_unescaped(text, what); });
+}
+
 void save(const ExportedProgram& ep, const std::string& path) {
   std::map<std::string, Tensor> weights;
   for (const InputSpec& in : ep.signature.inputs) {
     if (in.kind == InputKind::UserInput) continue;
     auto it = ep.weights.find(in.name);
-    TESSERA_CHECK(it != ep.weights.end() && it->second.defined(), "save: the signature names ", input_kind_name(in.kind),
-                  " '", in.name, "' but the program has no such weight");
+    TESSERA_CHECK(it != ep.weights.end() && it->second.defined(), "save: the signature names ",
+                  input_kind_name(in.kind), " '", in.name, "' but the program has no such weight");
     weights[in.name] = it->second.is_cpu() ? it->second : it->second.cpu();
   }
   std::vector<uint8_t> st =
@@ -400,7 +435,8 @@ namespace {
 ExportedProgram load_from(std::shared_ptr<const Bytes> bytes, const std::string& what) {
   ZipReader zip(std::move(bytes), what);
   const ZipEntry* pj = zip.find(kProgramEntry);
-  TESSERA_CHECK(pj, what, ": the archive has no entry '", kProgramEntry, "' (not a program file, or truncated)");
+  TESSERA_CHECK(pj, what, ": the archive has no entry '", kProgramEntry,
+                "' (not a program file, or truncated)");
   std::vector<uint8_t> text = zip.read(*pj);
   ExportedProgram ep = parse_program_json(
       std::string_view(reinterpret_cast<const char*>(text.data()), text.size()), what + ": " + kProgramEntry);
@@ -410,14 +446,14 @@ ExportedProgram load_from(std::shared_ptr<const Bytes> bytes, const std::string&
   for (const InputSpec& in : ep.signature.inputs) {
     if (in.kind == InputKind::UserInput) continue;
     auto it = st.tensors.find(in.name);
-    TESSERA_CHECK(it != st.tensors.end(), what, ": ", kWeightsEntry, ": ", input_kind_name(in.kind), " '", in.name,
-                  "' named by signature.inputs is missing");
+    TESSERA_CHECK(it != st.tensors.end(), what, ": ", kWeightsEntry, ": ", input_kind_name(in.kind), " '",
+                  in.name, "' named by signature.inputs is missing");
     const TensorType& t = ep.graph.type(in.value);
     const Tensor& w = it->second;
     bool same = w.dtype() == t.dtype && w.dim() == int64_t(t.sizes.size());
     for (size_t d = 0; same && d < t.sizes.size(); ++d) same = t.sizes[d].maybe_constant() == w.sizes()[d];
-    TESSERA_CHECK(same, what, ": ", kWeightsEntry, ": tensor '", in.name, "' is ", dtype_short_name(w.dtype()), w.sizes(),
-                  " but program.json declares it ", t.str());
+    TESSERA_CHECK(same, what, ": ", kWeightsEntry, ": tensor '", in.name, "' is ",
+                  dtype_short_name(w.dtype()), w.sizes(), " but program.json declares it ", t.str());
     ep.weights[in.name] = w;
   }
   return ep;
@@ -425,10 +461,12 @@ ExportedProgram load_from(std::shared_ptr<const Bytes> bytes, const std::string&
 
 }  // namespace
 
-ExportedProgram load_program(const std::string& path) { return load_from(Bytes::map_file(path), path); }
+ExportedProgram load_program(const std::string& path) {
+  return with_printable_errors([&] { return load_from(Bytes::map_file(path), path); });
+}
 
 ExportedProgram load_program_from_memory(std::span<const uint8_t> data, const std::string& what) {
-  return load_from(Bytes::copy_of(data), what);
+  return with_printable_errors([&] { return load_from(Bytes::copy_of(data), what); });
 }
 
 }  // namespace tessera::compiler

@@ -16,6 +16,7 @@
 #include <set>
 
 #include "tessera/error.h"
+#include "untrusted.h"
 
 namespace tessera::compiler {
 
@@ -131,15 +132,20 @@ bool ends_with_eocd(const Bytes& b) {
 
 ZipReader::ZipReader(std::shared_ptr<const Bytes> bytes, std::string what)
     : bytes_(std::move(bytes)), what_(std::move(what)) {
+  with_printable_errors([&] { read_directory(); });
+}
+
+void ZipReader::read_directory() {
   Unz unz(*bytes_);
   TESSERA_CHECK(ends_with_eocd(*bytes_), what_, ": not a zip archive, or truncated (it does not end with an ",
                 "end-of-central-directory record; ", bytes_->size(), " bytes)");
-  TESSERA_CHECK(unz.f, what_, ": not a zip archive, or truncated (no readable end-of-central-directory record in ",
+  TESSERA_CHECK(unz.f, what_,
+                ": not a zip archive, or truncated (no readable end-of-central-directory record in ",
                 bytes_->size(), " bytes); write it again with tessera::save");
   unz_global_info64 gi{};
   TESSERA_CHECK(unzGetGlobalInfo64(unz.f, &gi) == UNZ_OK, what_, ": unreadable central directory");
-  TESSERA_CHECK(gi.number_entry <= kMaxEntries, what_, ": ", gi.number_entry, " entries (at most ", kMaxEntries,
-                " are read)");
+  TESSERA_CHECK(gi.number_entry <= kMaxEntries, what_, ": ", gi.number_entry, " entries (at most ",
+                kMaxEntries, " are read)");
   std::set<std::string> names;
   int rc = unzGoToFirstFile(unz.f);
   while (rc == UNZ_OK) {
@@ -156,13 +162,14 @@ ZipReader::ZipReader(std::shared_ptr<const Bytes> bytes, std::string what)
     TESSERA_CHECK(names.insert(e.name).second, what_, ": entry '", e.name, "' appears twice");
     TESSERA_CHECK((info.flag & 1) == 0, what_, ": entry '", e.name, "' is encrypted");
     TESSERA_CHECK(info.compression_method == 0 || info.compression_method == Z_DEFLATED, what_, ": entry '",
-                  e.name, "' uses compression method ", info.compression_method, " (stored or deflate are read)");
+                  e.name, "' uses compression method ", info.compression_method,
+                  " (stored or deflate are read)");
     e.stored = info.compression_method == 0;
     e.size = info.uncompressed_size;
     e.stored_size = info.compressed_size;
     e.crc32 = uint32_t(info.crc);
-    TESSERA_CHECK(!e.stored || e.size == e.stored_size, what_, ": stored entry '", e.name, "' has size ", e.size,
-                  " but ", e.stored_size, " bytes stored");
+    TESSERA_CHECK(!e.stored || e.size == e.stored_size, what_, ": stored entry '", e.name, "' has size ",
+                  e.size, " but ", e.stored_size, " bytes stored");
     TESSERA_CHECK(unzOpenCurrentFile(unz.f) == UNZ_OK, what_, ": entry '", e.name,
                   "': its local header is missing or does not match the central directory (truncated file?)");
     e.offset = unzGetCurrentFileZStreamPos64(unz.f);
@@ -200,14 +207,23 @@ uint32_t crc_of(const uint8_t* p, uint64_t n) {
 }  // namespace
 
 std::span<const uint8_t> ZipReader::stored_data(const ZipEntry& e) const {
+  return with_printable_errors([&] { return stored_data_unescaped(e); });
+}
+
+std::span<const uint8_t> ZipReader::stored_data_unescaped(const ZipEntry& e) const {
   TESSERA_CHECK(e.stored, what_, ": entry '", e.name,
                 "' is compressed; the program file keeps its entries stored (write it with tessera::save)");
   const uint8_t* p = bytes_->data() + e.offset;
-  TESSERA_CHECK(crc_of(p, e.size) == e.crc32, what_, ": entry '", e.name, "' fails its CRC-32 check (corrupt file)");
+  TESSERA_CHECK(crc_of(p, e.size) == e.crc32, what_, ": entry '", e.name,
+                "' fails its CRC-32 check (corrupt file)");
   return {p, size_t(e.size)};
 }
 
 std::vector<uint8_t> ZipReader::read(const ZipEntry& e) const {
+  return with_printable_errors([&] { return read_unescaped(e); });
+}
+
+std::vector<uint8_t> ZipReader::read_unescaped(const ZipEntry& e) const {
   if (e.stored) {
     auto d = stored_data(e);
     return {d.begin(), d.end()};
@@ -259,10 +275,12 @@ ZipWriter::~ZipWriter() {
   }
 }
 
-void ZipWriter::add(std::string_view name, const std::vector<std::span<const uint8_t>>& pieces, size_t align) {
+void ZipWriter::add(std::string_view name, const std::vector<std::span<const uint8_t>>& pieces,
+                    size_t align) {
   TESSERA_INTERNAL_ASSERT(zip_ && align > 0 && align <= 4096 && name.size() < 1024);
   uint64_t size = 0;
-  for (auto p : pieces) TESSERA_CHECK(!__builtin_add_overflow(size, uint64_t(p.size()), &size), "entry too large");
+  for (auto p : pieces)
+    TESSERA_CHECK(!__builtin_add_overflow(size, uint64_t(p.size()), &size), "entry too large");
   bool zip64 = size >= 0xffffffffu;
   // The local header is 30 bytes, then the name, then the extra fields (minizip adds 20 bytes of
   // zip64 sizes when zip64 is set); a padding extra field (id 0xD935, as zipalign writes) aligns
@@ -276,9 +294,9 @@ void ZipWriter::add(std::string_view name, const std::vector<std::span<const uin
   extra[3] = uint8_t(pad >> 8);
   zip_fileinfo zi{};
   std::string n(name);
-  int rc = zipOpenNewFileInZip4_64(zip_, n.c_str(), &zi, extra.data(), uInt(extra.size()), nullptr, 0, nullptr,
-                                   0 /* stored */, 0, 0, -MAX_WBITS, 8, Z_DEFAULT_STRATEGY, nullptr, 0, 0, 0,
-                                   zip64 ? 1 : 0);
+  int rc = zipOpenNewFileInZip4_64(zip_, n.c_str(), &zi, extra.data(), uInt(extra.size()), nullptr, 0,
+                                   nullptr, 0 /* stored */, 0, 0, -MAX_WBITS, 8, Z_DEFAULT_STRATEGY, nullptr,
+                                   0, 0, 0, zip64 ? 1 : 0);
   TESSERA_CHECK(rc == ZIP_OK, "cannot write entry '", n, "' of '", tmp_, "' (zip error ", rc, ")");
   for (auto p : pieces) {
     const uint8_t* d = p.data();

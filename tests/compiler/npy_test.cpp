@@ -14,10 +14,9 @@ using namespace tessera::compiler;
 namespace {
 
 std::vector<uint8_t> npy_bytes(const std::string& header, const std::vector<uint8_t>& data) {
-  std::vector<uint8_t> out = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, uint8_t(header.size()), 0};
-  out.insert(out.end(), header.begin(), header.end());
-  out.insert(out.end(), data.begin(), data.end());
-  return out;
+  std::string bytes = std::string("\x93NUMPY\x01\x00", 8) + char(header.size()) + '\0' + header;
+  bytes.append(data.begin(), data.end());
+  return {bytes.begin(), bytes.end()};
 }
 
 std::string error_of(const std::vector<uint8_t>& b) {
@@ -37,7 +36,8 @@ TEST(Npy, ReadsWhatNumPyWrites) {
   header.append(118 - header.size() - 1, ' ');
   header += '\n';
   std::vector<uint8_t> data;
-  for (int16_t v : {1, -2, 3, 4, 5, -6}) data.insert(data.end(), {uint8_t(v & 0xff), uint8_t(uint16_t(v) >> 8)});
+  for (int16_t v : {1, -2, 3, 4, 5, -6})
+    data.insert(data.end(), {uint8_t(v & 0xff), uint8_t(uint16_t(v) >> 8)});
   Tensor t = npy_parse(npy_bytes(header, data), "x.npy");
   EXPECT_EQ(t.dtype(), DType::Int16);
   EXPECT_EQ(std::vector<int64_t>(t.sizes().begin(), t.sizes().end()), (std::vector<int64_t>{2, 3}));
@@ -48,7 +48,8 @@ TEST(Npy, ReadsWhatNumPyWrites) {
 
 TEST(Npy, RoundTripsShapesAndDtypes) {
   for (std::vector<int64_t> sizes : {std::vector<int64_t>{}, {5}, {2, 0, 3}, {2, 3, 4}}) {
-    for (DType d : {DType::Bool, DType::UInt8, DType::Int64, DType::Float16, DType::Float32, DType::Float64}) {
+    for (DType d :
+         {DType::Bool, DType::UInt8, DType::Int64, DType::Float16, DType::Float32, DType::Float64}) {
       Tensor t = make_tensor(sizes, d, Device(DeviceType::CPU));
       auto* p = static_cast<uint8_t*>(t.raw_data_ptr());
       for (size_t i = 0; i < t.nbytes(); ++i) p[i] = d == DType::Bool ? uint8_t(i % 2) : uint8_t(i * 13 + 5);
@@ -67,11 +68,21 @@ TEST(Npy, RoundTripsShapesAndDtypes) {
 
 TEST(Npy, MalformedFilesAreRefused) {
   std::vector<uint8_t> four_floats(16, 0);
-  EXPECT_NE(error_of(npy_bytes("{'descr': '<f4', 'fortran_order': False, 'shape': (5,), }", four_floats)).find("needs 20 bytes"), std::string::npos);
-  EXPECT_NE(error_of(npy_bytes("{'descr': '>f4', 'fortran_order': False, 'shape': (4,), }", four_floats)).find("unsupported dtype '>f4'"), std::string::npos);
-  EXPECT_NE(error_of(npy_bytes("{'descr': '<f4', 'fortran_order': True, 'shape': (2, 2), }", four_floats)).find("Fortran order"), std::string::npos);
-  EXPECT_NE(error_of(npy_bytes("{'descr': '<f4', 'fortran_order': False, 'shape': (99999999999999999999,), }", four_floats)).find("too large"), std::string::npos);
-  EXPECT_NE(error_of(npy_bytes("{'descr': '<f4', 'shape': (4,", four_floats)).find("x.npy"), std::string::npos);
+  EXPECT_NE(error_of(npy_bytes("{'descr': '<f4', 'fortran_order': False, 'shape': (5,), }", four_floats))
+                .find("needs 20 bytes"),
+            std::string::npos);
+  EXPECT_NE(error_of(npy_bytes("{'descr': '>f4', 'fortran_order': False, 'shape': (4,), }", four_floats))
+                .find("unsupported dtype '>f4'"),
+            std::string::npos);
+  EXPECT_NE(error_of(npy_bytes("{'descr': '<f4', 'fortran_order': True, 'shape': (2, 2), }", four_floats))
+                .find("Fortran order"),
+            std::string::npos);
+  EXPECT_NE(error_of(npy_bytes("{'descr': '<f4', 'fortran_order': False, 'shape': (99999999999999999999,), }",
+                               four_floats))
+                .find("too large"),
+            std::string::npos);
+  EXPECT_NE(error_of(npy_bytes("{'descr': '<f4', 'shape': (4,", four_floats)).find("x.npy"),
+            std::string::npos);
   EXPECT_NE(error_of({'P', 'K'}).find("not a .npy file"), std::string::npos);
   std::vector<uint8_t> long_header = npy_bytes("{}", {});
   long_header[8] = 0xff;

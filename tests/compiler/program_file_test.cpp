@@ -42,7 +42,8 @@ std::span<const uint8_t> as_bytes(const std::string& s) {
 }
 
 // The error's message, or "" when `fn` did not throw.
-template <typename F> std::string error_of(F&& fn) {
+template <typename F>
+std::string error_of(F&& fn) {
   try {
     fn();
   } catch (const Error& e) {
@@ -56,7 +57,8 @@ template <typename F> std::string error_of(F&& fn) {
 #define EXPECT_CONTAINS(text, part) EXPECT_NE(std::string(text).find(part), std::string::npos) << (text)
 
 // Rewrites program.json inside a saved program file.
-std::string with_program_json(const ExportedProgram& ep, const std::string& name, const std::function<void(json&)>& edit) {
+std::string with_program_json(const ExportedProgram& ep, const std::string& name,
+                              const std::function<void(json&)>& edit) {
   json j = json::parse(program_json(ep));
   edit(j);
   std::string text = j.dump();
@@ -115,8 +117,8 @@ TEST(ZipArchive, TruncatedOrCorruptArchivesAreRefused) {
 
 TEST(Safetensors, RoundTripsEveryDtypeAligned) {
   std::map<std::string, Tensor> in;
-  for (DType t : {DType::Bool, DType::UInt8, DType::Int8, DType::Int16, DType::Int32, DType::Int64, DType::Float16,
-                  DType::BFloat16, DType::Float32, DType::Float64}) {
+  for (DType t : {DType::Bool, DType::UInt8, DType::Int8, DType::Int16, DType::Int32, DType::Int64,
+                  DType::Float16, DType::BFloat16, DType::Float32, DType::Float64}) {
     Tensor x = make_tensor({2, 3}, t, Device(DeviceType::CPU));
     auto* p = static_cast<uint8_t*>(x.raw_data_ptr());
     for (size_t i = 0; i < x.nbytes(); ++i) p[i] = t == DType::Bool ? uint8_t(i % 2) : uint8_t(i * 7 + 1);
@@ -144,12 +146,11 @@ TEST(Safetensors, RoundTripsEveryDtypeAligned) {
 namespace {
 
 std::vector<uint8_t> safetensors_with_header(const std::string& header, size_t data_bytes) {
-  std::vector<uint8_t> out(8, 0);
-  uint64_t n = header.size();
-  for (int i = 0; i < 8; ++i) out[size_t(i)] = uint8_t(n >> (8 * i));
-  out.insert(out.end(), header.begin(), header.end());
-  out.resize(out.size() + data_bytes, 1);
-  return out;
+  std::string bytes;
+  for (int i = 0; i < 8; ++i) bytes += char(uint8_t(uint64_t(header.size()) >> (8 * i)));
+  bytes += header;
+  bytes.append(data_bytes, '\1');
+  return {bytes.begin(), bytes.end()};
 }
 
 std::string parse_error(const std::string& header, size_t data_bytes) {
@@ -161,14 +162,21 @@ std::string parse_error(const std::string& header, size_t data_bytes) {
 
 TEST(Safetensors, MalformedHeadersAreRefusedNamingTheEntry) {
   EXPECT_CONTAINS(parse_error(R"({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
-                                  "b": {"dtype": "F32", "shape": [2], "data_offsets": [4, 12]}})", 12), "overlap");
-  EXPECT_CONTAINS(parse_error(R"({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}})", 4), "outside");
-  EXPECT_CONTAINS(parse_error(R"({"a": {"dtype": "F32", "shape": [3], "data_offsets": [0, 8]}})", 8), "needs 12");
+                                  "b": {"dtype": "F32", "shape": [2], "data_offsets": [4, 12]}})",
+                              12),
+                  "overlap");
+  EXPECT_CONTAINS(parse_error(R"({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}})", 4),
+                  "outside");
+  EXPECT_CONTAINS(parse_error(R"({"a": {"dtype": "F32", "shape": [3], "data_offsets": [0, 8]}})", 8),
+                  "needs 12");
   EXPECT_CONTAINS(parse_error(R"({"a": {"dtype": "F33", "shape": [2], "data_offsets": [0, 8]}})", 8), "F33");
-  EXPECT_CONTAINS(parse_error(R"({"a": {"dtype": "F32", "shape": [-2], "data_offsets": [0, 8]}})", 8), "non-negative");
+  EXPECT_CONTAINS(parse_error(R"({"a": {"dtype": "F32", "shape": [-2], "data_offsets": [0, 8]}})", 8),
+                  "non-negative");
   EXPECT_CONTAINS(parse_error(R"({"a": {"dtype": "F32", "shape": [2]}})", 8), "'data_offsets' is missing");
   EXPECT_CONTAINS(parse_error(R"({"a": {"dtype": "F32", "shape": [4294967296, 4294967296, 4294967296],
-                                  "data_offsets": [0, 8]}})", 8), "63 bits");
+                                  "data_offsets": [0, 8]}})",
+                              8),
+                  "63 bits");
   EXPECT_CONTAINS(parse_error("{not json", 0), "not valid JSON");
   std::vector<uint8_t> short_header = safetensors_with_header("{}", 0);
   short_header[0] = 200;
@@ -250,13 +258,17 @@ TEST(ProgramFile, MissingOrMistypedFieldsNameTheEntryAndField) {
   };
   std::vector<Case> cases = {
       {[](json& j) { j.erase("nodes"); }, "program.json: field 'nodes' is missing"},
-      {[](json& j) { j["nodes"][3]["args"][1]["value"] = "w"; }, "program.json: nodes[3].args[1].value: expected an integer, got a JSON string"},
-      {[](json& j) { j["nodes"][3]["args"][1]["value"] = 99; }, "nodes[3].args[1].value: value id 99 out of range"},
+      {[](json& j) { j["nodes"][3]["args"][1]["value"] = "w"; },
+       "program.json: nodes[3].args[1].value: expected an integer, got a JSON string"},
+      {[](json& j) { j["nodes"][3]["args"][1]["value"] = 99; },
+       "nodes[3].args[1].value: value id 99 out of range"},
       {[](json& j) { j["values"][2]["sizes"][0] = "4 +"; }, "values[2].sizes[0]"},
       {[](json& j) { j["values"][1]["dtype"] = "f33"; }, "values[1].dtype: unknown dtype 'f33'"},
-      {[](json& j) { j["nodes"][5]["args"][2]["type"] = "complex"; }, "nodes[5].args[2].type: unknown constant type"},
+      {[](json& j) { j["nodes"][5]["args"][2]["type"] = "complex"; },
+       "nodes[5].args[2].type: unknown constant type"},
       {[](json& j) { j["ranges"].erase("batch"); }, "symbol 'batch' has no entry in ranges"},
-      {[](json& j) { j["nodes"][4]["args"][0]["value"] = 5; }, "nodes[4]: args[0] uses value 5 before any node defines it"},
+      {[](json& j) { j["nodes"][4]["args"][0]["value"] = 5; },
+       "nodes[4]: args[0] uses value 5 before any node defines it"},
       {[](json& j) { j["signature"]["outputs"][0]["value"] = 4; }, "does not match signature.outputs[0]"},
   };
   for (size_t i = 0; i < cases.size(); ++i) {
@@ -269,7 +281,8 @@ TEST(ProgramFile, MissingOrMistypedFieldsNameTheEntryAndField) {
 
 TEST(ProgramFile, AnOpMissingFromThisRuntimeIsRefused) {
   ExportedProgram ep = tp::linear_relu_program();
-  std::string path = with_program_json(ep, "unknown_op.tsr", [](json& j) { j["nodes"][4]["target"] = "fancy_relu.vendor"; });
+  std::string path =
+      with_program_json(ep, "unknown_op.tsr", [](json& j) { j["nodes"][4]["target"] = "fancy_relu.vendor"; });
   std::string m = error_of([&] { load_program(path); });
   EXPECT_CONTAINS(m, "nodes[4].target: op 'fancy_relu.vendor' is not in this runtime's op contract");
 }

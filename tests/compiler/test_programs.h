@@ -32,10 +32,13 @@ inline ExportedProgram linear_relu_program() {
   ep.graph.nodes.push_back(
       {NodeKind::Call, "linear", {Argument::tensor(x), Argument::tensor(w), Argument::tensor(bias)}, {lin}});
   ep.graph.nodes.push_back({NodeKind::Call, "relu", {Argument::tensor(lin)}, {y}});
-  ep.graph.nodes.push_back(
-      {NodeKind::Call, "add.Tensor", {Argument::tensor(y), Argument::tensor(x), Argument::constant_value(0.5)}, {z}});
+  ep.graph.nodes.push_back({NodeKind::Call,
+                            "add.Tensor",
+                            {Argument::tensor(y), Argument::tensor(x), Argument::constant_value(0.5)},
+                            {z}});
   ep.graph.nodes.push_back({NodeKind::Output, "", {Argument::tensor(z), Argument::tensor(y)}, {}});
-  ep.signature.inputs = {{InputKind::UserInput, "x", x}, {InputKind::Parameter, "w", w}, {InputKind::Parameter, "b", bias}};
+  ep.signature.inputs = {
+      {InputKind::UserInput, "x", x}, {InputKind::Parameter, "w", w}, {InputKind::Parameter, "b", bias}};
   ep.signature.outputs = {{"z", z}, {"y", y}};
   ep.ranges["batch"] = {1, 64};
   ep.weights["w"] = filled_tensor({4, 4}, 0.8f, 0.3f);

@@ -48,28 +48,36 @@ int tessera_cli_run(int argc, char** argv) {
   std::vector<std::string> inputs;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
-    auto value = [&](const char* flag) -> const char* { return i + 1 < argc ? argv[++i] : (std::fprintf(stderr, "tessera run: %s needs a value\n", flag), nullptr); };
+    auto value = [&](const char* flag) -> const char* {
+      return i + 1 < argc ? argv[++i]
+                          : (std::fprintf(stderr, "tessera run: %s needs a value\n", flag), nullptr);
+    };
     if (a == "--help" || a == "-h") {
       std::fputs(kRunUsage, stdout);
       return kCliOk;
     } else if (a == "--device" || a == "--input" || a == "--output") {
       const char* v = value(a.c_str());
       if (!v) return kCliUsage;
-      if (a == "--device") device = v;
-      else if (a == "--input") inputs.push_back(v);
-      else output = v;
+      if (a == "--device")
+        device = v;
+      else if (a == "--input")
+        inputs.push_back(v);
+      else
+        output = v;
     } else if (!a.empty() && a[0] == '-') {
       std::fprintf(stderr, "tessera run: unknown option '%s'\n\n%s", a.c_str(), kRunUsage);
       return kCliUsage;
     } else if (file.empty()) {
       file = a;
     } else {
-      std::fprintf(stderr, "tessera run: more than one program file ('%s', '%s')\n\n%s", file.c_str(), a.c_str(), kRunUsage);
+      std::fprintf(stderr, "tessera run: more than one program file ('%s', '%s')\n\n%s", file.c_str(),
+                   a.c_str(), kRunUsage);
       return kCliUsage;
     }
   }
   if (file.empty() || output.empty()) {
-    std::fprintf(stderr, "tessera run: %s\n\n%s", file.empty() ? "no program file given" : "no --output given", kRunUsage);
+    std::fprintf(stderr, "tessera run: %s\n\n%s",
+                 file.empty() ? "no program file given" : "no --output given", kRunUsage);
     return kCliUsage;
   }
   tessera::compiler::ExportedProgram ep = tessera::load_program(file);
@@ -85,7 +93,8 @@ int tessera_cli_run(int argc, char** argv) {
   std::vector<tessera::Tensor> outs = ep.run(args);
   if (ends_with(output, ".npy")) {
     if (outs.size() != 1) {
-      std::fprintf(stderr, "tessera run: the program returns %zu outputs; write them to an .npz file\n", outs.size());
+      std::fprintf(stderr, "tessera run: the program returns %zu outputs; write them to an .npz file\n",
+                   outs.size());
       return kCliUsage;
     }
     tessera::compiler::write_npy(output, outs[0].cpu());
@@ -93,7 +102,8 @@ int tessera_cli_run(int argc, char** argv) {
   }
   std::vector<std::pair<std::string, tessera::Tensor>> named;
   for (size_t i = 0; i < outs.size(); ++i) {
-    std::string name = ep.signature.outputs[i].name.empty() ? "output" + std::to_string(i) : ep.signature.outputs[i].name;
+    std::string name =
+        ep.signature.outputs[i].name.empty() ? "output" + std::to_string(i) : ep.signature.outputs[i].name;
     named.emplace_back(name, outs[i].cpu());
   }
   tessera::compiler::write_npz(output, named);

@@ -25,6 +25,7 @@ TESSERA_COMPILER_API Tensor read_npy(const std::string& path);
 TESSERA_COMPILER_API void write_npy(const std::string& path, const Tensor& t);
 // The arrays of an .npz file in archive order, named without the ".npy" suffix.
 TESSERA_COMPILER_API std::vector<std::pair<std::string, Tensor>> read_npz(const std::string& path);
-TESSERA_COMPILER_API void write_npz(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& arrays);
+TESSERA_COMPILER_API void write_npz(const std::string& path,
+                                    const std::vector<std::pair<std::string, Tensor>>& arrays);
 
 }  // namespace tessera::compiler

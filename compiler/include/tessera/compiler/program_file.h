@@ -37,7 +37,8 @@ TESSERA_COMPILER_API ExportedProgram load_program_from_memory(std::span<const ui
 // program.json's text for `ep`, and `ep`'s graph, signature and ranges back from it (no weights;
 // load_program checks the weights against the signature). Exposed for tests and tools.
 TESSERA_COMPILER_API std::string program_json(const ExportedProgram& ep);
-TESSERA_COMPILER_API ExportedProgram parse_program_json(std::string_view text, const std::string& what = "program.json");
+TESSERA_COMPILER_API ExportedProgram parse_program_json(std::string_view text,
+                                                        const std::string& what = "program.json");
 
 }  // namespace tessera::compiler
 

@@ -26,8 +26,8 @@ TESSERA_COMPILER_API DType safetensors_dtype(const std::string& name);
 // The file's bytes for `tensors` (CPU tensors; non-contiguous ones are written in C order).
 // Tensors are laid out by decreasing item size, then name, so each starts aligned to its item size
 // when the data start is (the header is padded so that the data start is a multiple of 64).
-TESSERA_COMPILER_API std::vector<uint8_t> safetensors_serialize(const std::map<std::string, Tensor>& tensors,
-                                                                const std::map<std::string, std::string>& metadata = {});
+TESSERA_COMPILER_API std::vector<uint8_t> safetensors_serialize(
+    const std::map<std::string, Tensor>& tensors, const std::map<std::string, std::string>& metadata = {});
 
 struct SafetensorsFile {
   std::map<std::string, Tensor> tensors;
@@ -38,6 +38,7 @@ struct SafetensorsFile {
 // when its data is aligned to its item size (it keeps `owner` alive), and is a copy otherwise.
 // `what` names the file in messages. Throws a one-line tessera::Error naming the entry and field.
 TESSERA_COMPILER_API SafetensorsFile safetensors_parse(std::span<const uint8_t> data,
-                                                       std::shared_ptr<const Bytes> owner, const std::string& what);
+                                                       std::shared_ptr<const Bytes> owner,
+                                                       const std::string& what);
 
 }  // namespace tessera::compiler

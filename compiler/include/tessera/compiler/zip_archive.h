@@ -60,6 +60,9 @@ class TESSERA_COMPILER_API ZipReader {
   const std::string& what() const { return what_; }
 
  private:
+  void read_directory();
+  std::span<const uint8_t> stored_data_unescaped(const ZipEntry& e) const;
+  std::vector<uint8_t> read_unescaped(const ZipEntry& e) const;
   std::shared_ptr<const Bytes> bytes_;
   std::string what_;
   std::vector<ZipEntry> entries_;
