@@ -101,7 +101,9 @@ SafetensorsFile parse_unescaped(std::span<const uint8_t> data, std::shared_ptr<c
   SafetensorsFile out;
   std::vector<std::pair<uint64_t, uint64_t>> spans;
   std::vector<std::string> span_names;
-  for (const auto& [name, entry] : header.items()) {
+  for (const auto& item : header.items()) {
+    const std::string& name = item.key();
+    const json& entry = item.value();
     if (name == "__metadata__") {
       TESSERA_CHECK(entry.is_object(), what, ": __metadata__ is a JSON ", entry.type_name(),
                     ", expected an object");
