@@ -135,11 +135,9 @@ SafetensorsFile parse_unescaped(std::span<const uint8_t> data, std::shared_ptr<c
     std::vector<int64_t> sizes;
     int64_t numel = 1;
     for (const json& s : shape) {
-      TESSERA_CHECK(
-          s.is_number_integer() && s.get<int64_t>() >= 0 && (s.is_number_unsigned() || s.get<int64_t>() >= 0),
-          where, ": field 'shape' holds ", s.dump(), ", expected non-negative integers");
-      TESSERA_CHECK(!s.is_number_unsigned() || s.get<uint64_t>() <= uint64_t(INT64_MAX), where, ": size ",
-                    s.dump(), " too large");
+      // nlohmann reads a non-negative integer as unsigned, a negative one as signed.
+      TESSERA_CHECK(s.is_number_unsigned(), where, ": field 'shape' holds ", s.dump(), ", expected non-negative integers");
+      TESSERA_CHECK(s.get<uint64_t>() <= uint64_t(INT64_MAX), where, ": size ", s.dump(), " too large");
       sizes.push_back(s.get<int64_t>());
       auto m = checked_mul(numel, sizes.back());
       TESSERA_CHECK(m.has_value(), where, ": shape ", shape.dump(), " has more elements than fit in 63 bits");
