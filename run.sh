@@ -9,7 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")"
 ROOT=$(pwd)
 JOBS=${JOBS:-$(nproc)}
-PACKAGES=(cmake ninja-build g++ clang libclang-rt-14-dev ccache libboost-dev libdnnl-dev nlohmann-json3-dev
+PACKAGES=(cmake ninja-build g++ clang libclang-rt-14-dev ccache libboost-dev libdnnl-dev nlohmann-json3-dev libminizip-dev
           ocl-icd-opencl-dev opencl-headers pocl-opencl-icd libgtest-dev libgmock-dev libbenchmark-dev python3)
 
 # ccache: hash paths relative to the checkout so that a fresh clone elsewhere hits the cache.
@@ -35,6 +35,8 @@ install_packages() {
   fi
   # The differential op test (tests/diff) computes its expected results with NumPy; it fails without.
   python3 -c 'import numpy' 2>/dev/null || python3 -m pip install --quiet numpy || echo "(numpy not installed: diff.ops will fail)"
+  # The program-file test reads saved weights with the safetensors package, as other tools would.
+  python3 -c 'import safetensors' 2>/dev/null || python3 -m pip install --quiet safetensors || echo "(safetensors not installed: compiler.program_cli will fail)"
 }
 
 build() {  # build <preset> [targets...]

@@ -11,13 +11,22 @@ namespace tessera::compiler {
 
 namespace {
 
+const char* const kShortNames[kNumDTypes] = {"bool", "u8", "i8", "i16", "i32", "i64", "f16", "bf16", "f32", "f64"};
+
 const char* dtype_short(DType t) {
-  static const char* names[] = {"bool", "u8", "i8", "i16", "i32", "i64", "f16", "bf16", "f32", "f64"};
   int i = int(t);
-  return i >= 0 && i < kNumDTypes ? names[i] : "?";
+  return i >= 0 && i < kNumDTypes ? kShortNames[i] : "?";
 }
 
 }  // namespace
+
+const char* dtype_short_name(DType t) { return dtype_short(t); }
+
+std::optional<DType> dtype_from_short_name(std::string_view name) {
+  for (int i = 0; i < kNumDTypes; ++i)
+    if (name == kShortNames[i]) return DType(i);
+  return std::nullopt;
+}
 
 std::string TensorType::str() const {
   std::string s = std::string(dtype_short(dtype)) + "[";

@@ -86,6 +86,10 @@ std::string op_name_of_schema(const char* schema) {
 
 tessera_status_t invalid(const std::string& message) { return status_make(TESSERA_STATUS_INVALID_ARGUMENT, message); }
 
+// Note [Graph ABI] in plugin_abi.h: the compiler library fills this table when it loads
+// (set_graph_api); every plugin's host table points at it from the start.
+tessera_graph_api_t g_graph_api{};
+
 }  // namespace
 
 HostContext::HostContext(std::string plugin_name, DeviceType backend)
@@ -94,6 +98,7 @@ HostContext::HostContext(std::string plugin_name, DeviceType backend)
   api_.abi_major = TESSERA_ABI_MAJOR;
   api_.abi_minor = TESSERA_ABI_MINOR;
   api_.host_ctx = this;
+  api_.graph = &g_graph_api;
   api_.status_make = &c_status_make;
   api_.status_free = &c_status_free;
   api_.status_code = &c_status_code;
@@ -341,4 +346,13 @@ tessera_status_t HostContext::op_forbid_fallback(void* ctx, const char* op_name)
 }
 
 }  // namespace loader
+
+void set_graph_api(const tessera_graph_api_t& api) { loader::g_graph_api = api; }
+
+std::string status_take_message(tessera_status_t status) {
+  std::string message = status_message_of(status);
+  status_free(status);
+  return message;
+}
+
 }  // namespace tessera

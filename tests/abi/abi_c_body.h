@@ -2,6 +2,7 @@
  * header compiles as strict C11, every versioned struct starts with its size, and
  * TESSERA_ABI_HAS_FIELD reads only the common prefix. */
 #include <stdio.h>
+#include <string.h>
 
 _Static_assert(offsetof(tessera_plugin_t, struct_size) == 0, "tessera_plugin_t starts with struct_size");
 _Static_assert(offsetof(tessera_host_api_t, struct_size) == 0, "tessera_host_api_t starts with struct_size");
@@ -44,6 +45,20 @@ int main(void) {
   {
     tessera_ext_empty_cache_fn_t empty_cache = NULL;
     failures += check(empty_cache == NULL && sizeof(TESSERA_EXT_EMPTY_CACHE) > 1, "extension name and type");
+  }
+#endif
+#if TESSERA_ABI_MINOR >= 2
+  {
+    tessera_host_api_t host;
+    tessera_graph_size_t size;
+    memset(&host, 0, sizeof(host));
+    memset(&size, 0, sizeof(size));
+    host.struct_size = (uint32_t)offsetof(tessera_host_api_t, graph);
+    failures += check(!TESSERA_ABI_HAS_FIELD(&host, tessera_host_api_t, graph), "a 1.1 host table lacks graph");
+    host.struct_size = sizeof(host);
+    failures += check(TESSERA_ABI_HAS_FIELD(&host, tessera_host_api_t, graph), "a 1.2 host table has graph");
+    size.struct_size = sizeof(size);
+    failures += check(TESSERA_ABI_HAS_FIELD(&size, tessera_graph_size_t, max), "graph size fields");
   }
 #endif
   failures += check(TESSERA_DTYPE_MASK_ALL == ((UINT64_C(1) << TESSERA_DTYPE_COUNT_) - 1), "mask of all dtypes");

@@ -89,6 +89,34 @@ typedef struct abi_constant_t {
   F(tessera_memory_stats_t, peak_allocated_bytes) F(tessera_memory_stats_t, num_allocations)        \
   F(tessera_device_interface_t, event_elapsed_time) F(tessera_device_interface_t, memory_record_stream)
 
+/* What ABI 1.2 appended (live header only): the graph ABI. */
+#define ABI_STRUCTS_1_2(S) S(tessera_graph_size_t) S(tessera_graph_arg_t) S(tessera_graph_type_t) S(tessera_graph_api_t)
+#define ABI_FIELDS_1_2(F) \
+  F(tessera_host_api_t, graph) F(tessera_graph_size_t, struct_size) \
+  F(tessera_graph_size_t, is_symbolic) F(tessera_graph_size_t, value) F(tessera_graph_size_t, expr) \
+  F(tessera_graph_size_t, min) F(tessera_graph_size_t, max) F(tessera_graph_arg_t, kind) \
+  F(tessera_graph_arg_t, num_values) F(tessera_graph_arg_t, values) \
+  F(tessera_graph_arg_t, constant) F(tessera_graph_type_t, dtype) F(tessera_graph_type_t, rank) \
+  F(tessera_graph_type_t, device) F(tessera_graph_type_t, sizes) \
+  F(tessera_graph_api_t, struct_size) F(tessera_graph_api_t, reserved_) \
+  F(tessera_graph_api_t, node_count) F(tessera_graph_api_t, node_kind) \
+  F(tessera_graph_api_t, node_target) F(tessera_graph_api_t, node_num_args) \
+  F(tessera_graph_api_t, node_arg_kind) F(tessera_graph_api_t, node_arg_num_values) \
+  F(tessera_graph_api_t, node_arg_value) F(tessera_graph_api_t, node_arg_constant) \
+  F(tessera_graph_api_t, node_num_outputs) F(tessera_graph_api_t, node_output) \
+  F(tessera_graph_api_t, value_count) F(tessera_graph_api_t, value_name) \
+  F(tessera_graph_api_t, value_dtype) F(tessera_graph_api_t, value_device) \
+  F(tessera_graph_api_t, value_rank) F(tessera_graph_api_t, value_size) \
+  F(tessera_graph_api_t, input_count) F(tessera_graph_api_t, input) \
+  F(tessera_graph_api_t, output_count) F(tessera_graph_api_t, output) \
+  F(tessera_graph_api_t, symbol_count) F(tessera_graph_api_t, symbol) \
+  F(tessera_graph_api_t, add_call) F(tessera_graph_api_t, replace_uses) \
+  F(tessera_graph_api_t, erase_node)
+#define ABI_CONSTANTS_1_2(C) \
+  C(TESSERA_NODE_PLACEHOLDER) C(TESSERA_NODE_CALL) C(TESSERA_NODE_OUTPUT) C(TESSERA_ARG_TENSOR) \
+  C(TESSERA_ARG_TENSOR_LIST) C(TESSERA_ARG_NONE) C(TESSERA_ARG_CONSTANT) C(TESSERA_INPUT_USER) \
+  C(TESSERA_INPUT_PARAMETER) C(TESSERA_INPUT_CONSTANT)
+
 #define ABI_FIELD_ROW(T, f) {#T, #f, offsetof(T, f), sizeof(((T*)0)->f)},
 #define ABI_STRUCT_ROW(T) {#T, sizeof(T)},
 #define ABI_CONSTANT_ROW(c) {#c, (long long)(c)},

@@ -23,6 +23,10 @@ extern const abi_field_layout_t abi_fields_live_1_0[];
 extern const size_t abi_num_fields_live_1_0;
 extern const abi_field_layout_t abi_fields_live_1_1[];
 extern const size_t abi_num_fields_live_1_1;
+extern const abi_field_layout_t abi_fields_live_1_2[];
+extern const size_t abi_num_fields_live_1_2;
+extern const abi_constant_t abi_constants_live_1_2[];
+extern const size_t abi_num_constants_live_1_2;
 extern const abi_struct_layout_t abi_structs_live[];
 extern const size_t abi_num_structs_live;
 extern const abi_constant_t abi_constants_live_1_0[];
@@ -155,6 +159,67 @@ const std::map<std::string, size_t> kStructSnapshot_1_1 = {
     {"tessera_memory_stats_t", 40},
 };
 
+// What ABI 1.2 appended (the graph ABI, Note [Graph ABI]), and the sizes of the 1.2 structs.
+const std::map<Key, Layout> kSnapshot_1_2 = {
+    {{"tessera_host_api_t", "graph"}, {104, 8}},
+    {{"tessera_graph_size_t", "struct_size"}, {0, 4}},
+    {{"tessera_graph_size_t", "is_symbolic"}, {4, 4}},
+    {{"tessera_graph_size_t", "value"}, {8, 8}},
+    {{"tessera_graph_size_t", "expr"}, {16, 8}},
+    {{"tessera_graph_size_t", "min"}, {24, 8}},
+    {{"tessera_graph_size_t", "max"}, {32, 8}},
+    {{"tessera_graph_arg_t", "kind"}, {0, 4}},
+    {{"tessera_graph_arg_t", "num_values"}, {4, 4}},
+    {{"tessera_graph_arg_t", "values"}, {8, 8}},
+    {{"tessera_graph_arg_t", "constant"}, {16, 16}},
+    {{"tessera_graph_type_t", "dtype"}, {0, 4}},
+    {{"tessera_graph_type_t", "rank"}, {4, 4}},
+    {{"tessera_graph_type_t", "device"}, {8, 8}},
+    {{"tessera_graph_type_t", "sizes"}, {16, 8}},
+    {{"tessera_graph_api_t", "struct_size"}, {0, 4}},
+    {{"tessera_graph_api_t", "reserved_"}, {4, 4}},
+    {{"tessera_graph_api_t", "node_count"}, {8, 8}},
+    {{"tessera_graph_api_t", "node_kind"}, {16, 8}},
+    {{"tessera_graph_api_t", "node_target"}, {24, 8}},
+    {{"tessera_graph_api_t", "node_num_args"}, {32, 8}},
+    {{"tessera_graph_api_t", "node_arg_kind"}, {40, 8}},
+    {{"tessera_graph_api_t", "node_arg_num_values"}, {48, 8}},
+    {{"tessera_graph_api_t", "node_arg_value"}, {56, 8}},
+    {{"tessera_graph_api_t", "node_arg_constant"}, {64, 8}},
+    {{"tessera_graph_api_t", "node_num_outputs"}, {72, 8}},
+    {{"tessera_graph_api_t", "node_output"}, {80, 8}},
+    {{"tessera_graph_api_t", "value_count"}, {88, 8}},
+    {{"tessera_graph_api_t", "value_name"}, {96, 8}},
+    {{"tessera_graph_api_t", "value_dtype"}, {104, 8}},
+    {{"tessera_graph_api_t", "value_device"}, {112, 8}},
+    {{"tessera_graph_api_t", "value_rank"}, {120, 8}},
+    {{"tessera_graph_api_t", "value_size"}, {128, 8}},
+    {{"tessera_graph_api_t", "input_count"}, {136, 8}},
+    {{"tessera_graph_api_t", "input"}, {144, 8}},
+    {{"tessera_graph_api_t", "output_count"}, {152, 8}},
+    {{"tessera_graph_api_t", "output"}, {160, 8}},
+    {{"tessera_graph_api_t", "symbol_count"}, {168, 8}},
+    {{"tessera_graph_api_t", "symbol"}, {176, 8}},
+    {{"tessera_graph_api_t", "add_call"}, {184, 8}},
+    {{"tessera_graph_api_t", "replace_uses"}, {192, 8}},
+    {{"tessera_graph_api_t", "erase_node"}, {200, 8}},
+};
+const std::map<std::string, size_t> kStructSnapshot_1_2 = {
+    {"tessera_tensor_t", 64}, {"tessera_value_t", 16}, {"tessera_kernel_call_t", 64}, {"tessera_host_api_t", 112}, {"tessera_device_interface_t", 160}, {"tessera_plugin_t", 72}, {"tessera_memory_stats_t", 40}, {"tessera_graph_size_t", 40}, {"tessera_graph_arg_t", 32}, {"tessera_graph_type_t", 24}, {"tessera_graph_api_t", 208},
+};
+const std::map<std::string, long long> kConstantSnapshot_1_2 = {
+    {"TESSERA_NODE_PLACEHOLDER", 0},
+    {"TESSERA_NODE_CALL", 1},
+    {"TESSERA_NODE_OUTPUT", 2},
+    {"TESSERA_ARG_TENSOR", 0},
+    {"TESSERA_ARG_TENSOR_LIST", 1},
+    {"TESSERA_ARG_NONE", 2},
+    {"TESSERA_ARG_CONSTANT", 3},
+    {"TESSERA_INPUT_USER", 0},
+    {"TESSERA_INPUT_PARAMETER", 1},
+    {"TESSERA_INPUT_CONSTANT", 2},
+};
+
 const std::map<std::string, long long> kConstantSnapshot_1_0 = {
     {"TESSERA_ABI_MAJOR", 1},
     {"TESSERA_STATUS_OK", 0},
@@ -238,22 +303,31 @@ TEST(AbiLayout, LiveHeaderKeepsThe_1_0_Prefix) {
   EXPECT_STREQ(abi_entry_name_live, abi_entry_name_frozen_1_0);
 }
 
-TEST(AbiLayout, LiveHeaderIs_1_1_AndOnlyAppends) {
+TEST(AbiLayout, LiveHeaderIs_1_2_AndOnlyAppends) {
   EXPECT_EQ(abi_live_major, 1u);
-  EXPECT_EQ(abi_live_minor, 1u);
+  EXPECT_EQ(abi_live_minor, 2u);
   const auto live_structs = structs_of(abi_structs_live, abi_num_structs_live);
-  EXPECT_EQ(live_structs, kStructSnapshot_1_1);
+  EXPECT_EQ(live_structs, kStructSnapshot_1_2);
   const auto frozen_structs = structs_of(abi_structs_frozen_1_0, abi_num_structs_frozen_1_0);
   // tessera_value_t is an array element (tessera_kernel_call_t::attrs): it never grows in a major.
   EXPECT_EQ(live_structs.at("tessera_value_t"), frozen_structs.at("tessera_value_t"));
-  const auto added = fields_of(abi_fields_live_1_1, abi_num_fields_live_1_1);
-  EXPECT_EQ(added, kSnapshot_1_1);
-  for (const auto& [key, layout] : added) {
+  const auto added_1_1 = fields_of(abi_fields_live_1_1, abi_num_fields_live_1_1);
+  EXPECT_EQ(added_1_1, kSnapshot_1_1);
+  for (const auto& [key, layout] : added_1_1) {
     auto old = frozen_structs.find(key.first);
     if (old == frozen_structs.end()) continue;  // a struct new in 1.1
     EXPECT_GE(layout.first, old->second) << key.first << "::" << key.second
                                          << " is not appended after the 1.0 end of the struct";
   }
+  const auto added_1_2 = fields_of(abi_fields_live_1_2, abi_num_fields_live_1_2);
+  EXPECT_EQ(added_1_2, kSnapshot_1_2);
+  for (const auto& [key, layout] : added_1_2) {
+    auto old = kStructSnapshot_1_1.find(key.first);
+    if (old == kStructSnapshot_1_1.end()) continue;  // a struct new in 1.2
+    EXPECT_GE(layout.first, old->second) << key.first << "::" << key.second
+                                         << " is not appended after the 1.1 end of the struct";
+  }
+  EXPECT_EQ(constants_of(abi_constants_live_1_2, abi_num_constants_live_1_2), kConstantSnapshot_1_2);
 }
 
 }  // namespace

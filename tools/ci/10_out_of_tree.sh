@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Out-of-tree SDK stage: installs the release build to a temporary prefix, builds plugins/template
-# and samples/my_hardware_device against it with find_package(Tessera), runs their tests, then runs
+# and samples/my_hardware_device against it with find_package(Tessera), runs their tests, builds the
+# graph-printer compiler plugin against it and runs the graph ABI test with it, then runs
 # the conformance kit (`tessera check`) of the installed runtime for every device present.
 # Environment: TESSERA_BUILD_DIR (default build/release), JOBS.
 set -euo pipefail
@@ -31,6 +32,16 @@ for project in plugins/template samples/my_hardware_device; do
   cmake --install "$WORK/build-$name" --prefix "$WORK/vendor-$name" >/dev/null
   ls "$WORK/vendor-$name/lib/tessera/plugins/"*.json "$WORK/vendor-$name/lib/tessera/plugins/"lib*.so >/dev/null
 done
+
+# A compiler plugin in C built against the installed SDK: the graph ABI test of this build loads it
+# (through TESSERA_PLUGIN_PATH) and checks that it prints graphs as graph_string() does.
+echo "==> out-of-tree build of tests/compiler/graph_printer"
+cmake -S "$ROOT/tests/compiler/graph_printer" -B "$WORK/build-graph_printer" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+      -DCMAKE_PREFIX_PATH="$PREFIX" >/dev/null
+cmake --build "$WORK/build-graph_printer" -j "$JOBS"
+if [ -x "$BUILD/bin/test_graph_abi" ]; then
+  TESSERA_PLUGIN_PATH="$WORK/build-graph_printer/plugins" "$BUILD/bin/test_graph_abi"
+fi
 
 # The seed example as an application built against the package.
 echo "==> out-of-tree build of samples/seed_example"

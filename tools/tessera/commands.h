@@ -9,6 +9,9 @@ int tessera_cli_doctor(int argc, char** argv);
 int tessera_cli_ops(int argc, char** argv);
 // `tessera check`: the conformance kit against one device (tools/tessera/check.cpp).
 int tessera_cli_check(int argc, char** argv);
+// `tessera graph` and `tessera run`: program files (tools/tessera/program.cpp).
+int tessera_cli_graph(int argc, char** argv);
+int tessera_cli_run(int argc, char** argv);
 
 constexpr int kCliOk = 0;
 constexpr int kCliFailure = 1;

@@ -1,4 +1,5 @@
-// `tessera`: inspect devices and plugins, diagnose plugins, run the conformance kit.
+// `tessera`: inspect devices and plugins, diagnose plugins, run the conformance kit, print and run
+// saved programs.
 #include <cstdio>
 #include <cstring>
 #include <exception>
@@ -21,6 +22,9 @@ const char* kUsage =
     "  doctor                    load each plugin in a child process and report a verdict\n"
     "  ops [--json] [NAME...]    the op contract: schemas, tags, and which devices implement each op\n"
     "  check --device NAME ...   run the conformance kit against a device\n"
+    "  graph FILE.tsr            print a saved program's graph\n"
+    "  run FILE.tsr --device NAME --input X.npy ... --output OUT.npz\n"
+    "                            run a saved program on a device, NumPy files in and out\n"
     "\n"
     "options:\n"
     "  --version                 print the version and the plugin ABI version\n"
@@ -51,6 +55,14 @@ int main(int argc, char** argv) {
     if (command == "plugins") return tessera_cli_plugins(argc - 1, argv + 1);
     if (command == "doctor") return tessera_cli_doctor(argc - 1, argv + 1);
     if (command == "ops") return tessera_cli_ops(argc - 1, argv + 1);
+    if (command == "graph" || command == "run") {
+#ifdef TESSERA_CLI_HAS_PROGRAMS
+      return command == "graph" ? tessera_cli_graph(argc - 1, argv + 1) : tessera_cli_run(argc - 1, argv + 1);
+#else
+      std::fprintf(stderr, "tessera %s: this build has no compiler library\n", command.c_str());
+      return kCliFailure;
+#endif
+    }
     if (command == "check") {
 #ifdef TESSERA_CLI_HAS_CHECK
       return tessera_cli_check(argc - 1, argv + 1);

@@ -137,6 +137,10 @@ TESSERA_API void unregister_backend_device(DeviceType type);
 TESSERA_API const BackendDevice& backend_device(DeviceType type);
 TESSERA_API const BackendDevice* backend_device_if_loaded(DeviceType type);
 
+// The graph accessors and builders every plugin's host table points at (Note [Graph ABI] in
+// plugin_abi.h). The compiler library sets them once when it loads; not for other callers.
+TESSERA_API void set_graph_api(const tessera_graph_api_t& api);
+
 // CPU fallback switch: TESSERA_CPU_FALLBACK=0 turns the fallback into an error.
 TESSERA_API bool cpu_fallback_enabled();
 // How many calls this thread ran through the CPU fallback so far, whatever led there (no kernel,
@@ -146,5 +150,8 @@ TESSERA_API uint64_t cpu_fallback_calls_on_this_thread();
 // A status object as the host's status_make makes it, for kernels registered in-process (tests,
 // built-in kernels) that have no host API table. The dispatcher frees what a kernel returns.
 TESSERA_API tessera_status_t kernel_status_make(tessera_status_code_t code, const char* message);
+// The message of a status object the host made ("" for NULL), freeing it: for in-process callers
+// of C-ABI functions (the graph ABI's tests).
+TESSERA_API std::string status_take_message(tessera_status_t status);
 
 }  // namespace tessera

@@ -35,7 +35,7 @@ extern "C" {
 #endif
 
 #define TESSERA_ABI_MAJOR 1
-#define TESSERA_ABI_MINOR 1
+#define TESSERA_ABI_MINOR 2
 
 /* The one symbol every plugin exports (see tessera_plugin_init_fn_t). */
 #define TESSERA_PLUGIN_ENTRY_NAME "tessera_plugin_init"
@@ -194,6 +194,127 @@ typedef tessera_status_t (*tessera_kernel_fn_t)(void* user_data, const tessera_k
  * replaces). */
 #define TESSERA_KERNEL_FLAG_REPLACE 2u
 
+/* ---------------------------------------------------------------- graphs (ABI 1.2)
+ *
+ * Note [Graph ABI]
+ * ----------------
+ * Compiler and quantizer plugins see an exported program's graph only through these functions
+ * (host->graph), never through C++ types; ONNX Runtime's OrtGraph accessors and PJRT's C API are
+ * the model. A graph is a list of nodes in execution order (placeholder, call, output) over values
+ * identified by int32 ids; every value has a dtype, a device ("cpu:0") and sizes, each a constant
+ * or a symbolic expression over named dimensions whose ranges the graph lists. A call node's
+ * arguments follow its op's schema: a tensor value, a list of values, None, or a constant given as
+ * a tessera_value_t. Printing these in order gives exactly the text of the runtime's
+ * ExportedProgram::graph_string() (Note [Graph text]).
+ * - Lifetime: strings and arrays returned by an accessor stay valid until the graph changes or the
+ *   call that handed the graph to the plugin returns.
+ * - Errors: accessors that return an int32 return -1 for an index out of range; those that return
+ *   a pointer return NULL; status-returning ones return an INVALID_ARGUMENT status naming the index.
+ * - Builders work only on a graph handed to the plugin as writable (a pass); on a read-only graph
+ *   they return INVALID_ARGUMENT. Value ids never change; erasing a node leaves its values unused.
+ */
+typedef struct tessera_graph_s tessera_graph_t;
+
+typedef enum tessera_node_kind_t {
+  TESSERA_NODE_PLACEHOLDER = 0,
+  TESSERA_NODE_CALL = 1,
+  TESSERA_NODE_OUTPUT = 2
+} tessera_node_kind_t;
+
+typedef enum tessera_arg_kind_t {
+  TESSERA_ARG_TENSOR = 0,      /* one value */
+  TESSERA_ARG_TENSOR_LIST = 1, /* any number of values */
+  TESSERA_ARG_NONE = 2,        /* an absent optional tensor */
+  TESSERA_ARG_CONSTANT = 3     /* a tessera_value_t (TESSERA_VALUE_NONE for a None constant) */
+} tessera_arg_kind_t;
+
+typedef enum tessera_input_kind_t {
+  TESSERA_INPUT_USER = 0,
+  TESSERA_INPUT_PARAMETER = 1,
+  TESSERA_INPUT_CONSTANT = 2
+} tessera_input_kind_t;
+
+/* One size of a value. */
+typedef struct tessera_graph_size_t {
+  uint32_t struct_size;
+  int32_t is_symbolic;
+  int64_t value;    /* the size when not symbolic */
+  const char* expr; /* canonical text: "512", "batch", "2*batch*seq + 1" */
+  int64_t min;      /* its range: the constant itself, a symbol's range, or [0, INT64_MAX] for an */
+  int64_t max;      /* expression the host does not bound */
+} tessera_graph_size_t;
+
+/* An argument of a node a builder adds. */
+typedef struct tessera_graph_arg_t {
+  int32_t kind; /* tessera_arg_kind_t */
+  int32_t num_values;
+  const int32_t* values;    /* TENSOR: one id; TENSOR_LIST: num_values ids */
+  tessera_value_t constant; /* CONSTANT */
+} tessera_graph_arg_t;
+
+/* The type of a value a builder adds. */
+typedef struct tessera_graph_type_t {
+  int32_t dtype; /* tessera_dtype_t */
+  int32_t rank;
+  const char* device;       /* "cpu:0" */
+  const char* const* sizes; /* rank expressions in the syntax of tessera_graph_size_t::expr */
+} tessera_graph_type_t;
+
+typedef struct tessera_graph_api_t {
+  uint32_t struct_size;
+  uint32_t reserved_;
+
+  /* Nodes, in execution order. */
+  int32_t (*node_count)(const tessera_graph_t* graph);
+  int32_t (*node_kind)(const tessera_graph_t* graph, int32_t node); /* tessera_node_kind_t */
+  /* Call: the op with its overload ("add.Tensor"); placeholder: the input's name; output: "". */
+  const char* (*node_target)(const tessera_graph_t* graph, int32_t node);
+  int32_t (*node_num_args)(const tessera_graph_t* graph, int32_t node);
+  int32_t (*node_arg_kind)(const tessera_graph_t* graph, int32_t node, int32_t arg); /* tessera_arg_kind_t */
+  int32_t (*node_arg_num_values)(const tessera_graph_t* graph, int32_t node, int32_t arg);
+  int32_t (*node_arg_value)(const tessera_graph_t* graph, int32_t node, int32_t arg, int32_t index);
+  tessera_status_t (*node_arg_constant)(const tessera_graph_t* graph, int32_t node, int32_t arg,
+                                        tessera_value_t* out_value);
+  int32_t (*node_num_outputs)(const tessera_graph_t* graph, int32_t node);
+  int32_t (*node_output)(const tessera_graph_t* graph, int32_t node, int32_t index);
+
+  /* Values. */
+  int32_t (*value_count)(const tessera_graph_t* graph);
+  /* The value's name ("" when unnamed: the graph text prints it as %<id>). */
+  const char* (*value_name)(const tessera_graph_t* graph, int32_t value);
+  int32_t (*value_dtype)(const tessera_graph_t* graph, int32_t value); /* tessera_dtype_t */
+  const char* (*value_device)(const tessera_graph_t* graph, int32_t value);
+  int32_t (*value_rank)(const tessera_graph_t* graph, int32_t value);
+  /* The caller sets out_size->struct_size; the host fills the fields that fit. */
+  tessera_status_t (*value_size)(const tessera_graph_t* graph, int32_t value, int32_t dim,
+                                 tessera_graph_size_t* out_size);
+
+  /* The signature: inputs in placeholder order, outputs in return order. */
+  int32_t (*input_count)(const tessera_graph_t* graph);
+  tessera_status_t (*input)(const tessera_graph_t* graph, int32_t index, int32_t* out_kind, const char** out_name,
+                            int32_t* out_value);
+  int32_t (*output_count)(const tessera_graph_t* graph);
+  tessera_status_t (*output)(const tessera_graph_t* graph, int32_t index, const char** out_name, int32_t* out_value);
+
+  /* The symbols of the graph's ranges (every symbol its sizes mention), sorted by name, each with
+   * its closed range. */
+  int32_t (*symbol_count)(const tessera_graph_t* graph);
+  tessera_status_t (*symbol)(const tessera_graph_t* graph, int32_t index, const char** out_name, int64_t* out_min,
+                             int64_t* out_max);
+
+  /* Builders (writable graphs only). add_call inserts a call of `target` before node `before_node`
+   * (node_count: at the end, before the output node) with new values of `output_types` and writes
+   * their ids to out_values (num_outputs entries); the op must exist and every argument value must
+   * be defined before that position. */
+  tessera_status_t (*add_call)(tessera_graph_t* graph, int32_t before_node, const char* target,
+                               const tessera_graph_arg_t* args, int32_t num_args,
+                               const tessera_graph_type_t* output_types, int32_t num_outputs, int32_t* out_values);
+  /* Every use of `old_value` (arguments, returned values) becomes a use of `new_value`. */
+  tessera_status_t (*replace_uses)(tessera_graph_t* graph, int32_t old_value, int32_t new_value);
+  /* Removes a call node whose outputs are unused. */
+  tessera_status_t (*erase_node)(tessera_graph_t* graph, int32_t node);
+} tessera_graph_api_t;
+
 /* ---------------------------------------------------------------- host API (runtime -> plugin) */
 
 typedef struct tessera_host_api_t {
@@ -229,6 +350,12 @@ typedef struct tessera_host_api_t {
                                         tessera_kernel_fn_t fn, void* user_data);
   /* Mark an op as never falling back to the CPU on this plugin's device. */
   tessera_status_t (*op_forbid_fallback)(void* host_ctx, const char* op_name);
+
+  /* ---- ABI 1.2 */
+  /* The graph accessors and builders (Note [Graph ABI]). Never NULL in a 1.2 runtime; its
+   * struct_size is 0 until the runtime's compiler library is loaded, which is always the case
+   * when a plugin is handed a graph. A 1.1 runtime has no such field (TESSERA_ABI_HAS_FIELD). */
+  const struct tessera_graph_api_t* graph;
 } tessera_host_api_t;
 
 /* ---------------------------------------------------------------- device interface (plugin -> runtime) */

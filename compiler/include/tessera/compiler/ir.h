@@ -14,7 +14,9 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <variant>
 #include <vector>
 
@@ -125,6 +127,10 @@ class TESSERA_COMPILER_API ExportedProgram {
   struct WeightCache;
   mutable std::shared_ptr<WeightCache> weight_cache_;
 };
+
+// The short dtype names of the graph text and the program file ("f32", "bf16", "bool"), and back.
+TESSERA_COMPILER_API const char* dtype_short_name(DType t);
+TESSERA_COMPILER_API std::optional<DType> dtype_from_short_name(std::string_view name);
 
 // The text of one constant as graph_string() prints it: None, 3, 0.5, true, [1, 2], "text", f32.
 TESSERA_COMPILER_API std::string constant_str(const Constant& c);
