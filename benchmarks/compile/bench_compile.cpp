@@ -119,10 +119,10 @@ void BM_HundredTinyOps_Generated(benchmark::State& state) {
 
 // Cold: a fresh cache directory every iteration (generate + compile + load).
 void BM_Compile_Cold(benchmark::State& state) {
-  int i = 0;
+  static int fresh = 0;
   for (auto _ : state) {
     CompileOptions o;
-    o.cache_dir = bench_cache() + "/cold" + std::to_string(i++);
+    o.cache_dir = bench_cache() + "/cold" + std::to_string(fresh++);
     benchmark::DoNotOptimize(CompiledGraph::compile(six_op_chain(SymSize::symbol("n")), o));
   }
 }

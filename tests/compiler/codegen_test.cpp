@@ -281,6 +281,61 @@ TEST_P(CodegenDtype, PointwiseChainWithTailsMatchesReference) {
   }
 }
 
+TEST(Codegen, EveryIsaTheCpuHasComputesTheSame) {
+  REQUIRE_COMPILER();
+  const SymSize batch = SymSize::symbol("batch");
+  for (int level = 0; level <= int(select_cpu_isa()); ++level) {
+    CompileOptions o = shared_cache();
+    o.isa = CpuIsa(level);
+    CompiledGraph chain = CompiledGraph::compile(Chain(DType::Float32, {SymSize::symbol("n")}).b.ep, o);
+    CompiledGraph softmax = CompiledGraph::compile(softmax_program(DType::Float32, {batch, 3, 37}), o);
+    EXPECT_NE(chain.info().command.find(level == 2 ? "-mavx512f" : level == 1 ? "-mavx2" : "-fopenmp"),
+              std::string::npos) << chain.info().command;
+    Input x = make_input(DType::Float32, {1031}, 5), y = make_input(DType::Float32, {1031}, 6);
+    expect_close(chain.run({x.tensor, y.tensor})[0], Chain::reference(x.values, y.values),
+                 std::string("chain on ") + cpu_isa_name(CpuIsa(level)));
+    Input s = make_input(DType::Float32, {3, 3, 37}, 7, -8.0f, 8.0f);
+    expect_close(softmax.run({s.tensor})[0], softmax_reference(s.values, 9, 37),
+                 std::string("softmax on ") + cpu_isa_name(CpuIsa(level)));
+  }
+}
+
+TEST(Codegen, ExpAndTanhCoverTheFloatRange) {
+  REQUIRE_COMPILER();
+  Builder b;
+  ValueId x = b.input("x", DType::Float32, {SymSize::symbol("n")});
+  ValueId e = b.pw("exp", {Builder::T(x)}, x);
+  ValueId t = b.pw("tanh", {Builder::T(x)}, x);
+  ValueId s = b.pw("sigmoid", {Builder::T(x)}, x);
+  b.output({e, t, s});
+  CompiledGraph cg = CompiledGraph::compile(b.ep, shared_cache());
+  std::vector<float> v = {-INFINITY, -1000.0f, -103.0f, -87.5f, -20.0f, -1.0f, -0.3f, -1e-4f, 0.0f, 1e-4f,
+                          0.3f, 0.6249f, 0.6251f, 1.0f, 9.0f, 20.0f, 80.0f, 88.7f, 88.8f, 1000.0f, INFINITY, NAN};
+  for (int i = 0; i < 2000; ++i) v.push_back(-90.0f + 0.09f * float(i));
+  auto out = cg.run({tensor(v, {int64_t(v.size())})});
+  std::vector<double> we, wt, ws;
+  for (float f : v) {
+    we.push_back(std::exp(double(f)));
+    wt.push_back(std::tanh(double(f)));
+    ws.push_back(1.0 / (1.0 + std::exp(-double(f))));
+  }
+  // exp's relative error only: compare relative to the value (the f32 range of exp is huge).
+  const auto got = values_of(out[0]);
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (std::isnan(we[i])) {
+      EXPECT_TRUE(std::isnan(got[i])) << "exp(" << v[i] << ")";
+    } else if (std::isinf(we[i]) || we[i] > 3.4e38) {
+      EXPECT_TRUE(std::isinf(got[i]) && got[i] > 0) << "exp(" << v[i] << ") = " << got[i];
+    } else if (we[i] > 1e-37) {
+      EXPECT_NEAR(got[i] / we[i], 1.0, 3e-7) << "exp(" << v[i] << ")";
+    } else {
+      EXPECT_NEAR(got[i], we[i], 1e-38) << "exp(" << v[i] << ")";
+    }
+  }
+  expect_close(out[1], wt, "tanh");
+  expect_close(out[2], ws, "sigmoid");
+}
+
 TEST_P(CodegenDtype, SoftmaxPatternWithSymbolicBatch) {
   REQUIRE_COMPILER();
   const DType dt = GetParam();

@@ -233,7 +233,8 @@ CacheResult compile_cached(const std::string& source, CpuIsa isa, const CompileO
   std::string why;
   auto tc = find_toolchain(&why);
   if (!tc) {
-    log_message(LogLevel::Warning, "compile", why + "; running the graph through the interpreter");
+    static std::once_flag warned;
+    std::call_once(warned, [&] { log_message(LogLevel::Warning, "compile", why + "; graphs run through the interpreter"); });
     TESSERA_CHECK_CODE(false, ErrorCode::Unavailable, why);
   }
   const std::vector<std::string> flags = compile_flags(isa);
