@@ -34,6 +34,7 @@ struct CallContext {
   std::map<std::string, int64_t> bindings;
   std::map<const void*, Tensor> owners;  // data pointer -> a tensor whose storage holds it
   std::vector<Tensor> slots;
+  std::map<ValueId, Tensor> extern_results;
   std::string error;
 };
 
@@ -96,7 +97,7 @@ void* host_alloc(void* vctx, int32_t slot, int64_t bytes) {
   }
 }
 
-int host_call_node(void* vctx, int32_t node_index, void* const* inputs, void* const* outputs) {
+int host_call_node(void* vctx, int32_t node_index, void* const* inputs, void** outputs) {
   auto& ctx = *static_cast<CallContext*>(vctx);
   try {
     const Graph& g = ctx.program->graph;
@@ -123,8 +124,16 @@ int host_call_node(void* vctx, int32_t node_index, void* const* inputs, void* co
     TESSERA_INTERNAL_ASSERT(results.size() >= node.outputs.size(), node.target, " returned ", results.size(),
                             " values; the graph expects ", node.outputs.size());
     for (size_t i = 0; i < node.outputs.size(); ++i) {
-      Tensor out = view_of(ctx, g.type(node.outputs[i]), outputs[i]);
-      out.copy_(std::get<Tensor>(results[i]));
+      const TensorType& type = g.type(node.outputs[i]);
+      Tensor r = std::get<Tensor>(results[i]);
+      const std::vector<int64_t> want = concrete_sizes(type, ctx.bindings);
+      TESSERA_CHECK(r.dtype() == type.dtype && r.sizes().vec() == want, node.target, " returned ",
+                    dtype_name(r.dtype()), " of ", r.dim(), " dims where the graph says ", type.str(),
+                    "; the graph's types do not match the op (export it again)");
+      if (!r.is_contiguous()) r = r.contiguous();
+      outputs[i] = r.numel() ? r.raw_data_ptr() : nullptr;
+      if (outputs[i]) ctx.owners[outputs[i]] = r;
+      ctx.extern_results[node.outputs[i]] = r;
     }
     return 0;
   } catch (const std::exception& e) {
@@ -250,6 +259,10 @@ std::vector<Tensor> CompiledGraph::run(const std::vector<Tensor>& inputs) const 
     auto it = produced.find(o.value);
     if (it != produced.end()) {
       results.push_back(it->second);
+      continue;
+    }
+    if (auto e = ctx.extern_results.find(o.value); e != ctx.extern_results.end()) {
+      results.push_back(e->second);
       continue;
     }
     for (size_t k = 0; k < p.signature.inputs.size(); ++k)

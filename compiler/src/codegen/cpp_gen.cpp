@@ -388,10 +388,19 @@ class Generator {
           }
         }
     }
-    // Extern outputs are always materialised (call_node writes them).
+    // Extern outputs live in the host's tensors (call_node hands back their data): no slot, and a
+    // graph output the host returns as is.
     for (int s = 0; s < end; ++s)
       if (!steps_[size_t(s)].fused)
-        for (ValueId v : g_.nodes[size_t(steps_[size_t(s)].nodes[0])].outputs) last_use_[v] = std::max(last_use_[v], s);
+        for (ValueId v : g_.nodes[size_t(steps_[size_t(s)].nodes[0])].outputs) {
+          extern_values_.insert(v);
+          if (output_index_.count(v)) out_.extern_outputs.push_back(v);
+        }
+    for (ValueId v : out_.extern_outputs) output_index_.erase(v);
+    out_.outputs.clear();
+    for (auto& [v, k] : output_index_) out_.outputs.push_back(v);
+    std::sort(out_.outputs.begin(), out_.outputs.end(), [&](ValueId a, ValueId b) { return output_index_[a] < output_index_[b]; });
+    for (size_t k = 0; k < out_.outputs.size(); ++k) output_index_[out_.outputs[k]] = int(k);
     struct Slot {
       SymSize bytes;
       int free_after = -2;  // the step after which it may be reused
@@ -399,7 +408,7 @@ class Generator {
     std::vector<Slot> slots;
     for (int s = 0; s < end; ++s) {
       for (ValueId v : step_outputs(s)) {
-        if (!last_use_.count(v) || output_index_.count(v)) continue;
+        if (!last_use_.count(v) || output_index_.count(v) || extern_values_.count(v)) continue;
         const TensorType& t = g_.type(v);
         const SymSize bytes = product(t.sizes, 0, t.sizes.size()) * int64_t(itemsize(t.dtype));
         int chosen = -1;
@@ -449,6 +458,8 @@ class Generator {
     for (auto& [v, k] : output_index_)
       o << "  " << c_type(g_.type(v).dtype) << "* " << ptr(v) << " = (" << c_type(g_.type(v).dtype)
         << "*)call->outputs[" << k << "];\n";
+    for (ValueId v : extern_values_)
+      o << "  " << c_type(g_.type(v).dtype) << "* " << ptr(v) << " = nullptr;\n";
     for (size_t s = 0; s < slot_bytes_.size(); ++s) {
       o << "  void* slot" << s << " = host->alloc(host->ctx, " << s << ", " << c_size(slot_bytes_[s]) << ");\n";
       o << "  if (!slot" << s << ") return 1;\n";
@@ -471,10 +482,9 @@ class Generator {
 
   void emit_extern(std::ostringstream& o, int node) {
     const Node& n = g_.nodes[size_t(node)];
-    std::vector<std::string> ins, outs;
+    std::vector<std::string> ins;
     for (const Argument& a : n.args)
       for (ValueId v : a.values) ins.push_back("(void*)" + ptr(v));
-    for (ValueId v : n.outputs) outs.push_back("(void*)" + ptr(v));
     auto join = [](const std::vector<std::string>& xs) {
       std::string s;
       for (auto& x : xs) s += (s.empty() ? "" : ", ") + x;
@@ -482,8 +492,11 @@ class Generator {
     };
     o << "  {  // " << n.target << "\n";
     o << "    void* ins[] = {" << join(ins) << "};\n";
-    o << "    void* outs[] = {" << join(outs) << "};\n";
-    o << "    if (host->call_node(host->ctx, " << node << ", ins, outs)) return 1;\n  }\n";
+    o << "    void* outs[" << std::max<size_t>(n.outputs.size(), 1) << "] = {};\n";
+    o << "    if (host->call_node(host->ctx, " << node << ", ins, outs)) return 1;\n";
+    for (size_t i = 0; i < n.outputs.size(); ++i)
+      o << "    " << ptr(n.outputs[i]) << " = (" << c_type(g_.type(n.outputs[i]).dtype) << "*)outs[" << i << "];\n";
+    o << "  }\n";
   }
 
   // The expression that reads `v` (from outside the group) at row r, column j / flat index i.
@@ -612,7 +625,7 @@ class Generator {
   const Graph& g_;
   GeneratedSource out_;
   std::vector<Step> steps_;
-  std::set<ValueId> flat_rows_;
+  std::set<ValueId> flat_rows_, extern_values_;
   std::map<ValueId, int> placeholder_index_, output_index_, slot_of_;
   std::map<ValueId, int> last_use_;
   std::vector<SymSize> slot_bytes_;

@@ -22,9 +22,10 @@
     void* ctx;                                                                                       \
     /* Scratch buffer `slot` of `bytes` bytes, 64-byte aligned; null on failure (message set). */    \
     void* (*alloc)(void* ctx, int32_t slot, int64_t bytes);                                          \
-    /* Runs graph node `node` eagerly; inputs/outputs: the data of its tensor values, in the */      \
-    /* order of the node's tensor arguments and outputs. 0 on success, else message set. */          \
-    int (*call_node)(void* ctx, int32_t node, void* const* inputs, void* const* outputs);             \
+    /* Runs graph node `node` eagerly. inputs: the data of its tensor arguments, in order; the */   \
+    /* host sets outputs[i] to the contiguous data of output i, alive until the call returns. */      \
+    /* 0 on success, else message set. */                                                            \
+    int (*call_node)(void* ctx, int32_t node, void* const* inputs, void** outputs);                   \
   } tessera_generated_host_t;                                                                        \
   typedef struct tessera_generated_call {                                                            \
     size_t struct_size;                                                                              \

@@ -18,7 +18,8 @@
 // `omp parallel for` over rows (or blocks of the flat loop) when the work is large enough. Sizes
 // are runtime values computed from the bound symbols, so one artifact serves every batch size.
 // Values that cross steps live in scratch slots planned by liveness: a slot whose last reader has
-// run is reused by a later value of the same byte size.
+// run is reused by a later value of the same byte size. An extern node's outputs stay in the
+// tensors its op returned (no copy); the host keeps them alive until the call returns.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -44,7 +45,8 @@ struct GeneratedSource {
   std::string source;                // one C++ translation unit; includes only standard headers
   CpuIsa isa = CpuIsa::Default;
   std::vector<std::string> symbols;  // call->symbols order
-  std::vector<ValueId> outputs;      // values stored into call->outputs, in order
+  std::vector<ValueId> outputs;         // values stored into call->outputs, in order
+  std::vector<ValueId> extern_outputs;  // graph outputs an extern node produces (the host keeps them)
   int fused_groups = 0;              // steps that are generated loops
   int extern_nodes = 0;              // steps that go through call_node
 };
