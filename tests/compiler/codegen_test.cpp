@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <random>
 
 #include "tessera/compiler/codegen.h"
@@ -363,6 +364,62 @@ TEST_P(CodegenDtype, LayerNormAndRmsNormPatterns) {
       auto out = rms ? cg.run({x.tensor, w.tensor}) : cg.run({x.tensor, w.tensor, b.tensor});
       expect_close(out[0], norm_reference(x.values, w.values, b.values, r, 131, rms),
                    std::string(rms ? "rms_norm" : "layer_norm") + " rows=" + std::to_string(r));
+    }
+  }
+}
+
+TEST_P(CodegenDtype, SingleNodeNormsAndSoftmaxAreDecomposedAndFused) {
+  REQUIRE_COMPILER();
+  const DType dt = GetParam();
+  const SymSize rows = SymSize::symbol("rows");
+  const int64_t n = 77;
+  for (const char* target : {"softmax", "log_softmax", "layer_norm", "rms_norm"}) {
+    Builder b;
+    ValueId x = b.input("x", dt, {rows, n});
+    const std::string t = target;
+    ValueId w = -1, bias = -1, y;
+    if (t == "softmax" || t == "log_softmax") {
+      y = b.pw(t, {Builder::T(x), Builder::C(int64_t(-1))}, x);
+    } else {
+      w = b.input("w", dt, {n});
+      if (t == "layer_norm") {
+        bias = b.input("b", dt, {n});
+        y = b.pw(t, {Builder::T(x), Builder::C(std::vector<int64_t>{n}), Builder::T(w), Builder::T(bias),
+                     Builder::C(1e-5)}, x);
+      } else {
+        y = b.pw(t, {Builder::T(x), Builder::C(std::vector<int64_t>{n}), Builder::T(w), Argument::none()}, x);
+      }
+    }
+    b.output({y});
+    CompiledGraph cg = CompiledGraph::compile(b.ep, shared_cache());
+    EXPECT_EQ(cg.generated().fused_groups, 1) << target;
+    EXPECT_EQ(cg.generated().extern_nodes, 0) << target;
+    for (int64_t r : {int64_t(1), int64_t(6), int64_t(300)}) {
+      Input xi = make_input(dt, {r, n}, 21, -4.0f, 5.0f), wi = make_input(dt, {n}, 22), bi = make_input(dt, {n}, 23);
+      std::vector<Tensor> args = {xi.tensor};
+      if (w >= 0) args.push_back(wi.tensor);
+      if (bias >= 0) args.push_back(bi.tensor);
+      auto out = cg.run(args);
+      std::vector<double> want;
+      if (t == "softmax" || t == "log_softmax") {
+        want = softmax_reference(xi.values, r, n);
+        if (t == "log_softmax")
+          for (double& v : want) v = std::log(v);
+      } else {
+        // rms_norm's eps=None is float32's machine epsilon; the reference uses 1e-5 below, so
+        // compare rms_norm with its own eps instead.
+        want = norm_reference(xi.values, wi.values, bi.values, r, n, t == "rms_norm");
+        if (t == "rms_norm") {
+          for (int64_t i = 0; i < r; ++i) {
+            double ms = 0;
+            for (int64_t j = 0; j < n; ++j) ms += xi.values[size_t(i * n + j)] * xi.values[size_t(i * n + j)];
+            const double rstd = 1.0 / std::sqrt(ms / double(n) + double(std::numeric_limits<float>::epsilon()));
+            for (int64_t j = 0; j < n; ++j)
+              want[size_t(i * n + j)] = xi.values[size_t(i * n + j)] * rstd * wi.values[size_t(j)];
+          }
+        }
+      }
+      expect_close(out[0], want, t + " rows=" + std::to_string(r));
     }
   }
 }

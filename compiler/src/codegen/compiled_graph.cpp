@@ -154,9 +154,9 @@ const GeneratedSource& CompiledGraph::generated() const { return impl_->generate
 CompiledGraph CompiledGraph::compile(const ExportedProgram& program, const CompileOptions& options) {
   const auto t0 = std::chrono::steady_clock::now();
   auto impl = std::make_unique<Impl>();
-  impl->program = program;
-  impl->generated = generate_cpp(program, options.isa ? *options.isa : select_cpu_isa());
-  const std::string graph_text = program.graph_string();
+  impl->program = decompose_for_codegen(program);
+  impl->generated = generate_cpp(impl->program, options.isa ? *options.isa : select_cpu_isa());
+  const std::string graph_text = impl->program.graph_string();
   CacheResult r = compile_cached(impl->generated.source, impl->generated.isa, options, graph_text);
   impl->library = dlopen(r.library_path.c_str(), RTLD_NOW | RTLD_LOCAL);
   TESSERA_CHECK_CODE(impl->library, ErrorCode::Internal, "cannot load the compiled graph '", r.library_path,

@@ -55,6 +55,13 @@ struct GeneratedSource {
 // symbol that no user input's size binds, a value on a device other than the CPU).
 TESSERA_COMPILER_API GeneratedSource generate_cpp(const ExportedProgram& program, CpuIsa isa);
 
+// softmax and log_softmax over the last dim, and layer_norm and rms_norm over exactly the last
+// dim, on f32/bf16 CPU values, rewritten into the pointwise ops and last-dim reductions that
+// generate_cpp fuses (eps=None of rms_norm is float32's machine epsilon, as in eager mode). Each
+// rewritten node's output keeps its value id; other nodes are copied unchanged.
+// CompiledGraph::compile runs it before generate_cpp.
+TESSERA_COMPILER_API ExportedProgram decompose_for_codegen(const ExportedProgram& program);
+
 // The system C++ compiler: $CXX when set, else `c++` on PATH.
 struct Toolchain {
   std::string cxx;      // the command
