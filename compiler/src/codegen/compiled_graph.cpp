@@ -34,6 +34,7 @@ struct CallContext {
   std::map<std::string, int64_t> bindings;
   std::map<const void*, Tensor> owners;  // data pointer -> a tensor whose storage holds it
   std::vector<Tensor> slots;
+  std::vector<int64_t> slot_bytes;  // what each slot must be, evaluated with overflow checks
   std::map<ValueId, Tensor> extern_results;
   std::string error;
 };
@@ -85,6 +86,8 @@ Value boxed(const Constant& c) {
 void* host_alloc(void* vctx, int32_t slot, int64_t bytes) {
   auto& ctx = *static_cast<CallContext*>(vctx);
   try {
+    TESSERA_INTERNAL_ASSERT(slot >= 0 && size_t(slot) < ctx.slot_bytes.size() && ctx.slot_bytes[size_t(slot)] == bytes,
+                            "generated code asked for ", bytes, " bytes in slot ", slot);
     Tensor t = make_tensor({std::max<int64_t>(bytes, 1)}, DType::UInt8, Device(DeviceType::CPU));
     if (size_t(slot) >= ctx.slots.size()) ctx.slots.resize(size_t(slot) + 1);
     ctx.slots[size_t(slot)] = t;
@@ -226,6 +229,12 @@ std::vector<Tensor> CompiledGraph::run(const std::vector<Tensor>& inputs) const 
   }
   std::vector<int64_t> symbols;
   for (const std::string& s : impl_->generated.symbols) symbols.push_back(ctx.bindings.at(s));
+  // Sizes computed inside the generated code must not wrap: evaluate the slots' sizes here first.
+  for (const SymSize& b : impl_->generated.slot_bytes) {
+    const int64_t bytes = b.evaluate(ctx.bindings);
+    TESSERA_CHECK(bytes >= 0, "a scratch buffer of ", b.str(), " bytes is negative for these inputs");
+    ctx.slot_bytes.push_back(bytes);
+  }
   std::vector<void*> in_ptrs, out_ptrs;
   for (const Tensor& t : placeholders) {
     void* ptr = t.numel() ? t.raw_data_ptr() : nullptr;

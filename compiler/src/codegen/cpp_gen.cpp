@@ -426,6 +426,7 @@ class Generator {
       }
     }
     for (const Slot& s : slots) slot_bytes_.push_back(s.bytes);
+    out_.slot_bytes = slot_bytes_;
   }
 
   std::vector<ValueId> step_outputs(int s) const {

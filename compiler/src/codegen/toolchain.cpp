@@ -18,6 +18,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -296,7 +297,12 @@ CacheResult compile_cached(const std::string& source, CpuIsa isa, const CompileO
   write_file(src, source);
   std::string output;
   if (log_enabled("compile")) log_message(LogLevel::Info, "compile", "compiling: " + command);
+  const bool tty = isatty(STDERR_FILENO) && !log_enabled("compile");
+  const auto t0 = std::chrono::steady_clock::now();
+  if (tty) std::fprintf(stderr, "tessera: compiling a graph to C++ (%s)...", r.key.substr(0, 8).c_str());
   const int rc = run_command(argv, &output);
+  if (tty)
+    std::fprintf(stderr, " %.1f s\n", std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   fs::remove(src, ec);
   if (rc != 0) {
     fs::remove(tmp_so, ec);
