@@ -424,6 +424,42 @@ TEST_P(CodegenDtype, SingleNodeNormsAndSoftmaxAreDecomposedAndFused) {
   }
 }
 
+// The same graphs run eagerly through the CPU backend's kernels agree with the generated code.
+TEST_P(CodegenDtype, AgreesWithEagerOps) {
+  REQUIRE_COMPILER();
+  const DType dt = GetParam();
+  const SymSize rows = SymSize::symbol("rows");
+  Chain c(dt, {rows, 129});
+  CompiledGraph chain = CompiledGraph::compile(c.b.ep, shared_cache());
+  Input x = make_input(dt, {5, 129}, 31), y = make_input(dt, {5, 129}, 32);
+  const Tensor eager_chain =
+      mul(sigmoid(sub(mul(tanh(add(mul(x.tensor, y.tensor), scalar_tensor(0.5, dt))), scalar_tensor(2.0, dt)),
+                      x.tensor)),
+          exp(neg(abs(x.tensor))));
+  expect_close(chain.run({x.tensor, y.tensor})[0], values_of(eager_chain), "chain vs eager");
+  for (const char* target : {"softmax", "log_softmax", "layer_norm", "rms_norm"}) {
+    Builder b;
+    ValueId xv = b.input("x", dt, {rows, 129});
+    const std::string t = target;
+    ValueId w = -1, out;
+    if (t == "softmax" || t == "log_softmax") {
+      out = b.pw(t, {Builder::T(xv), Builder::C(int64_t(-1))}, xv);
+    } else {
+      w = b.input("w", dt, {129});
+      out = b.pw(t, {Builder::T(xv), Builder::C(std::vector<int64_t>{129}), Builder::T(w)}, xv);
+    }
+    b.output({out});
+    CompiledGraph cg = CompiledGraph::compile(b.ep, shared_cache());
+    Input wi = make_input(dt, {129}, 33);
+    Tensor eager = t == "softmax"       ? softmax(x.tensor, -1)
+                   : t == "log_softmax" ? log_softmax(x.tensor, -1)
+                   : t == "layer_norm"  ? layer_norm(x.tensor, {129}, wi.tensor)
+                                        : rms_norm(x.tensor, {129}, wi.tensor);
+    auto got = w >= 0 ? cg.run({x.tensor, wi.tensor}) : cg.run({x.tensor});
+    expect_close(got[0], values_of(eager), t + " vs eager");
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Dtypes, CodegenDtype, ::testing::Values(DType::Float32, DType::BFloat16),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
 
