@@ -659,6 +659,43 @@ TEST(CodegenCache, DebugDirectoryKeepsGraphSourceAndCommand) {
   EXPECT_NE(line.find("-fopenmp"), std::string::npos) << line;
 }
 
+TEST(CodegenCache, DirectoryFollowsTheEnvironment) {
+  const char* old_home = getenv("HOME");
+  const std::string home = old_home ? old_home : "";
+  unsetenv("TESSERA_CACHE_DIR");
+  unsetenv("XDG_CACHE_HOME");
+  setenv("HOME", "/home/someone", 1);
+  EXPECT_EQ(cache_directory(), "/home/someone/.cache/tessera/compile");
+  setenv("XDG_CACHE_HOME", "/var/cache/me", 1);
+  EXPECT_EQ(cache_directory(), "/var/cache/me/tessera/compile");
+  setenv("TESSERA_CACHE_DIR", "/tmp/tc", 1);
+  EXPECT_EQ(cache_directory(), "/tmp/tc");
+  CompileOptions o;
+  o.cache_dir = "/explicit";
+  EXPECT_EQ(cache_directory(o), "/explicit");
+  unsetenv("TESSERA_CACHE_DIR");
+  unsetenv("XDG_CACHE_HOME");
+  setenv("HOME", home.c_str(), 1);
+}
+
+TEST(Codegen, RefusesGraphsItCannotBind) {
+  Builder b;
+  ValueId x = b.input("x", DType::Float32, {SymSize::symbol("n") * 2});
+  b.output({b.pw("exp", {Builder::T(x)}, x)});
+  try {
+    generate_cpp(b.ep, CpuIsa::Default);
+    ADD_FAILURE() << "generated a graph whose symbol no input binds";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("symbol 'n' is not the size of any input dimension"), std::string::npos)
+        << e.what();
+  }
+  Builder d;
+  ValueId y = d.input("y", DType::Float32, {4});
+  d.ep.graph.values[size_t(y)].type.device = Device("meta");
+  d.output({y});
+  EXPECT_THROW(generate_cpp(d.ep, CpuIsa::Default), Error);
+}
+
 TEST(CodegenCache, NoCompilerIsReportedAsUnavailable) {
   setenv("CXX", "/nonexistent/tessera-test-c++", 1);
   std::string why;
