@@ -678,6 +678,25 @@ TEST(CodegenCache, DirectoryFollowsTheEnvironment) {
   setenv("HOME", home.c_str(), 1);
 }
 
+TEST(CodegenCache, RefusesADirectoryOthersCanWrite) {
+  REQUIRE_COMPILER();
+  CompileOptions o;
+  o.cache_dir = temp_dir() + "/shared-cache";
+  fs::create_directories(o.cache_dir);
+  fs::permissions(o.cache_dir, fs::perms::all);
+  Chain c(DType::Float32, {8});
+  try {
+    CompiledGraph::compile(c.b.ep, o);
+    ADD_FAILURE() << "used a world-writable cache";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("chmod go-w"), std::string::npos) << e.what();
+  }
+  fs::permissions(o.cache_dir, fs::perms::owner_all, fs::perm_options::replace);
+  EXPECT_NO_THROW(CompiledGraph::compile(c.b.ep, o));
+  EXPECT_EQ(fs::status(temp_dir() + "/cache").permissions() & (fs::perms::group_write | fs::perms::others_write),
+            fs::perms::none);
+}
+
 TEST(Codegen, RefusesGraphsItCannotBind) {
   Builder b;
   ValueId x = b.input("x", DType::Float32, {SymSize::symbol("n") * 2});

@@ -250,9 +250,19 @@ CacheResult compile_cached(const std::string& source, CpuIsa isa, const CompileO
   r.key = hash_hex(key_text);
   const fs::path dir = cache_directory(options);
   std::error_code ec;
-  fs::create_directories(dir, ec);
+  if (!fs::exists(dir, ec)) {
+    fs::create_directories(dir, ec);
+    fs::permissions(dir, fs::perms::owner_all, fs::perm_options::replace, ec);
+  }
   TESSERA_CHECK(fs::is_directory(dir), "cannot create the compile cache directory '", dir.string(), "' (",
                 ec.message(), "); set TESSERA_CACHE_DIR to a writable directory");
+  // The cache holds libraries this process will load: like plugin folders, refuse one that
+  // another user could write to.
+  struct stat st {};
+  TESSERA_CHECK(stat(dir.c_str(), &st) == 0 && st.st_uid == geteuid() && !(st.st_mode & (S_IWGRP | S_IWOTH)),
+                "the compile cache directory '", dir.string(),
+                "' is writable by other users or owned by another user; it would load libraries others can "
+                "replace. Run chmod go-w on it or set TESSERA_CACHE_DIR to a private directory");
   r.library_path = (dir / (r.key + ".so")).string();
 
   std::vector<std::string> argv = split_words(tc->cxx);
