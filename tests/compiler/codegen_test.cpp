@@ -34,6 +34,16 @@ std::string temp_dir() {
   return root;
 }
 
+// Removes the temporary directory (caches of every test) when the program ends.
+class TempDirCleanup : public ::testing::Environment {
+ public:
+  void TearDown() override {
+    std::error_code ec;
+    fs::remove_all(temp_dir(), ec);
+  }
+};
+const auto* const kCleanup = ::testing::AddGlobalTestEnvironment(new TempDirCleanup);
+
 CompileOptions shared_cache() {
   CompileOptions o;
   o.cache_dir = temp_dir() + "/cache";
@@ -507,6 +517,26 @@ TEST(Codegen, RowReductionsAreOutputsToo) {
   expect_close(out[3], amin, "amin");
 }
 
+// sum(x, -1, keepdim=False) has shape [n]: against [n, n] it broadcasts along the last dim (one
+// value per column), not per row, although the reduction computed it per row.
+TEST(Codegen, FlatReductionBroadcastsFromTheRight) {
+  REQUIRE_COMPILER();
+  Builder b;
+  const SymSize n = SymSize::symbol("n");
+  ValueId x = b.input("x", DType::Float32, {n, n});
+  ValueId s = b.call("sum", {Builder::T(x), Builder::C(std::vector<int64_t>{-1}), Builder::C(false)}, DType::Float32, {n});
+  ValueId y = b.pw("sub.Tensor", {Builder::T(x), Builder::T(s)}, x);
+  b.output({y});
+  CompiledGraph cg = CompiledGraph::compile(b.ep, shared_cache());
+  Input in = make_input(DType::Float32, {7, 7}, 41);
+  std::vector<double> sums(7, 0), want(49);
+  for (int i = 0; i < 7; ++i)
+    for (int j = 0; j < 7; ++j) sums[size_t(i)] += in.values[size_t(i * 7 + j)];
+  for (int i = 0; i < 7; ++i)
+    for (int j = 0; j < 7; ++j) want[size_t(i * 7 + j)] = in.values[size_t(i * 7 + j)] - sums[size_t(j)];
+  expect_close(cg.run({in.tensor})[0], want, "x - sum(x, -1)");
+}
+
 TEST(Codegen, ExternNodesRunThroughTheHostWithPlannedBuffers) {
   REQUIRE_COMPILER();
   // gelu(linear(x, w, bias)) + x, then linear again: two extern nodes around fused groups.
@@ -693,8 +723,10 @@ TEST(CodegenCache, RefusesADirectoryOthersCanWrite) {
   }
   fs::permissions(o.cache_dir, fs::perms::owner_all, fs::perm_options::replace);
   EXPECT_NO_THROW(CompiledGraph::compile(c.b.ep, o));
-  EXPECT_EQ(fs::status(temp_dir() + "/cache").permissions() & (fs::perms::group_write | fs::perms::others_write),
-            fs::perms::none);
+  // A directory the cache creates itself is private.
+  o.cache_dir = temp_dir() + "/new-private-cache";
+  EXPECT_NO_THROW(CompiledGraph::compile(c.b.ep, o));
+  EXPECT_EQ(fs::status(o.cache_dir).permissions() & (fs::perms::group_all | fs::perms::others_all), fs::perms::none);
 }
 
 TEST(Codegen, RefusesGraphsItCannotBind) {

@@ -326,9 +326,10 @@ class Generator {
 
   std::optional<Kind> operand_kind(const Step& s, const Operand& o) {
     if (o.value < 0) return Kind::Scalar;
+    // A keepdim=False reduction holds one value per row but broadcasts from the right like any
+    // [rows] tensor: its readers belong to a later group, which reads it by its shape.
+    if (flat_rows_.count(o.value) && s.kinds.count(o.value)) return std::nullopt;
     if (auto it = s.kinds.find(o.value); it != s.kinds.end()) return it->second;
-    if (flat_rows_.count(o.value) && std::find(s.nodes.begin(), s.nodes.end(), producer(o.value)) != s.nodes.end())
-      return std::nullopt;
     return kind_in(g_.type(o.value).sizes, s.domain);
   }
 
@@ -436,7 +437,7 @@ class Generator {
     return vs;
   }
 
-  std::string ptr(ValueId v) const { return "p" + std::to_string(v); }
+  std::string ptr(ValueId v) const { return std::string(1, 'p').append(std::to_string(v)); }
 
   void emit() {
     std::ostringstream o;
@@ -485,7 +486,7 @@ class Generator {
     const Node& n = g_.nodes[size_t(node)];
     std::vector<std::string> ins;
     for (const Argument& a : n.args)
-      for (ValueId v : a.values) ins.push_back("(void*)" + ptr(v));
+      for (ValueId v : a.values) ins.push_back(std::string("(void*)").append(ptr(v)));
     auto join = [](const std::vector<std::string>& xs) {
       std::string s;
       for (auto& x : xs) s += (s.empty() ? "" : ", ") + x;
