@@ -1,0 +1,127 @@
+// decompose_for_codegen: softmax, log_softmax, layer_norm and rms_norm over the last dim become the
+// pointwise ops and reductions the generator fuses (Note [Generated loops]).
+#include <limits>
+
+#include "tessera/compiler/codegen.h"
+
+namespace tessera::compiler::codegen {
+namespace {
+
+class Decomposer {
+ public:
+  explicit Decomposer(ExportedProgram& p) : p_(p), g_(p.graph) {}
+
+  void run() {
+    std::vector<Node> old = std::move(g_.nodes);
+    g_.nodes.clear();
+    for (Node& n : old)
+      if (!(n.kind == NodeKind::Call && n.outputs.size() == 1 && expand(n))) g_.nodes.push_back(std::move(n));
+  }
+
+ private:
+  static Argument T(ValueId v) { return Argument::tensor(v); }
+  static Argument C(Constant c) { return Argument::constant_value(std::move(c)); }
+
+  ValueId emit(const std::string& target, std::vector<Argument> args, const TensorType& type, ValueId out = -1) {
+    if (out < 0) out = g_.add_value(type);
+    g_.nodes.push_back({NodeKind::Call, target, std::move(args), {out}});
+    return out;
+  }
+
+  TensorType row_type(const TensorType& t) {
+    TensorType r = t;
+    r.sizes.back() = 1;
+    return r;
+  }
+
+  ValueId reduce(const char* target, ValueId x) {
+    const TensorType& t = g_.type(x);
+    return emit(target, {T(x), C(std::vector<int64_t>{-1}), C(true)}, row_type(t));
+  }
+
+  bool last_dim(const Argument& a, size_t rank) {
+    if (auto* d = std::get_if<int64_t>(&a.constant)) return *d == -1 || *d == int64_t(rank) - 1;
+    return false;
+  }
+
+  std::optional<double> number(const Node& n, size_t i, double absent) {
+    if (i >= n.args.size() || n.args[i].kind == Argument::Kind::None) return absent;
+    if (n.args[i].kind != Argument::Kind::Constant) return std::nullopt;
+    if (auto* d = std::get_if<double>(&n.args[i].constant)) return *d;
+    if (auto* k = std::get_if<int64_t>(&n.args[i].constant)) return double(*k);
+    if (std::holds_alternative<std::monostate>(n.args[i].constant)) return absent;
+    return std::nullopt;
+  }
+
+  // A tensor argument at i that is present, or -1 (None or absent); nullopt when it is neither.
+  std::optional<ValueId> optional_tensor(const Node& n, size_t i) {
+    if (i >= n.args.size() || n.args[i].kind == Argument::Kind::None) return ValueId(-1);
+    if (n.args[i].kind == Argument::Kind::Constant && std::holds_alternative<std::monostate>(n.args[i].constant))
+      return ValueId(-1);
+    if (n.args[i].kind == Argument::Kind::Tensor) return n.args[i].values[0];
+    return std::nullopt;
+  }
+
+  bool expand(const Node& n) {
+    const bool softmax = n.target == "softmax" || n.target == "softmax.int";
+    const bool log_softmax = n.target == "log_softmax" || n.target == "log_softmax.int";
+    const bool layer_norm = n.target == "layer_norm";
+    const bool rms_norm = n.target == "rms_norm";
+    if (!(softmax || log_softmax || layer_norm || rms_norm)) return false;
+    if (n.args.empty() || n.args[0].kind != Argument::Kind::Tensor) return false;
+    const ValueId x = n.args[0].values[0];
+    const TensorType t = g_.type(x);
+    if ((t.dtype != DType::Float32 && t.dtype != DType::BFloat16) || !t.device.is_cpu() || t.sizes.empty())
+      return false;
+    const ValueId out = n.outputs[0];
+    if (!g_.type(out).same_as(t)) return false;
+    if (softmax || log_softmax) {
+      if (n.args.size() < 2 || !last_dim(n.args[1], t.sizes.size()) || n.args.size() > 2) return false;
+      const ValueId m = reduce("amax", x);
+      const ValueId s = emit("sub.Tensor", {T(x), T(m)}, t);
+      const ValueId e = emit("exp", {T(s)}, t);
+      const ValueId z = reduce("sum", e);
+      if (softmax) {
+        emit("div.Tensor", {T(e), T(z)}, t, out);
+      } else {
+        const ValueId lz = emit("log", {T(z)}, row_type(t));
+        emit("sub.Tensor", {T(s), T(lz)}, t, out);
+      }
+      return true;
+    }
+    // layer_norm / rms_norm over exactly the last dim.
+    if (n.args.size() < 2) return false;
+    auto* shape = std::get_if<std::vector<int64_t>>(&n.args[1].constant);
+    if (!shape || shape->size() != 1 || !t.sizes.back().maybe_constant() || *t.sizes.back().maybe_constant() != (*shape)[0])
+      return false;
+    const auto weight = optional_tensor(n, 2);
+    const auto bias = layer_norm ? optional_tensor(n, 3) : std::optional<ValueId>(-1);
+    const auto eps = number(n, layer_norm ? 4 : 3,
+                            layer_norm ? 1e-5 : double(std::numeric_limits<float>::epsilon()));
+    if (!weight || !bias || !eps) return false;
+    ValueId c = x;
+    if (layer_norm) c = emit("sub.Tensor", {T(x), T(reduce("mean", x))}, t);
+    const ValueId sq = emit("mul.Tensor", {T(c), T(c)}, t);
+    const ValueId var = reduce("mean", sq);
+    const ValueId ve = emit("add.Scalar", {T(var), C(*eps)}, row_type(t));
+    const ValueId rstd = emit("rsqrt", {T(ve)}, row_type(t));
+    const bool last_is_norm = *weight < 0 && *bias < 0;
+    ValueId y = emit("mul.Tensor", {T(c), T(rstd)}, t, last_is_norm ? out : -1);
+    if (*weight >= 0) y = emit("mul.Tensor", {T(y), T(*weight)}, t, *bias < 0 ? out : -1);
+    if (*bias >= 0) emit("add.Tensor", {T(y), T(*bias)}, t, out);
+    return true;
+  }
+
+  ExportedProgram& p_;
+  Graph& g_;
+};
+
+}  // namespace
+
+ExportedProgram decompose_for_codegen(const ExportedProgram& program) {
+  ExportedProgram p = program;
+  Decomposer(p).run();
+  return p;
+}
+
+}  // namespace tessera::compiler::codegen

@@ -1,0 +1,337 @@
+// The system C++ compiler, the disk cache of compiled libraries, and the ISA selection.
+//
+// Note [Compile cache]
+// An entry is <key>.so plus <key>.meta ("tessera-compile-cache 1", the key, the library's size and
+// a hash of its bytes). The key hashes the generated source, the compiler's version line, the
+// flags, the ISA and TESSERA_GENERATED_ABI_VERSION. A reader trusts an entry only when the meta
+// names the same key and the library has exactly that size and hash; anything else (truncated,
+// corrupt, half-written) is compiled again. A writer holds flock on <key>.lock, checks again for an
+// entry another process finished meanwhile, compiles into a private temporary name and renames the
+// library, then the meta, into place: the meta is the commit point, so a crash leaves no entry that
+// a reader would load.
+#include "toolchain.h"
+
+#include <cpuid.h>
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <sstream>
+
+#include "tessera/env.h"
+#include "tessera/error.h"
+#include "tessera/log.h"
+
+namespace tessera::compiler::codegen {
+namespace fs = std::filesystem;
+
+namespace {
+
+struct CpuFeatures {
+  bool avx2 = false, fma = false, avx512 = false, os_ymm = false, os_zmm = false;
+};
+
+CpuFeatures detect() {
+  CpuFeatures f;
+  unsigned eax, ebx, ecx, edx;
+  if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx)) return f;
+  f.fma = (ecx >> 12) & 1;
+  const bool osxsave = (ecx >> 27) & 1;
+  if (osxsave) {
+    uint32_t lo, hi;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    f.os_ymm = (lo & 0x6) == 0x6;
+    f.os_zmm = (lo & 0xE6) == 0xE6;
+  }
+  if (__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) {
+    f.avx2 = (ebx >> 5) & 1;
+    f.avx512 = ((ebx >> 16) & 1) && ((ebx >> 17) & 1) && ((ebx >> 30) & 1) && ((ebx >> 31) & 1);
+  }
+  return f;
+}
+
+CpuIsa best_isa(const CpuFeatures& f) {
+  if (f.os_zmm && f.avx2 && f.fma && f.avx512) return CpuIsa::AVX512;
+  if (f.os_ymm && f.avx2 && f.fma) return CpuIsa::AVX2;
+  return CpuIsa::Default;
+}
+
+// Runs argv with stdout/stderr into `output` (both, truncated to 64 KiB); returns the exit status,
+// or -1 when it could not start.
+int run_command(const std::vector<std::string>& argv, std::string* output) {
+  int fds[2];
+  if (pipe(fds) != 0) return -1;
+  const pid_t pid = fork();
+  if (pid < 0) {
+    close(fds[0]);
+    close(fds[1]);
+    return -1;
+  }
+  if (pid == 0) {
+    dup2(fds[1], 1);
+    dup2(fds[1], 2);
+    close(fds[0]);
+    close(fds[1]);
+    std::vector<char*> args;
+    for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    execvp(args[0], args.data());
+    _exit(127);
+  }
+  close(fds[1]);
+  char buf[4096];
+  for (ssize_t n; (n = read(fds[0], buf, sizeof buf)) != 0;) {
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      break;
+    }
+    if (output && output->size() < 65536) output->append(buf, size_t(n));
+  }
+  close(fds[0]);
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+std::vector<std::string> split_words(const std::string& s) {
+  std::vector<std::string> words;
+  std::istringstream in(s);
+  for (std::string w; in >> w;) words.push_back(w);
+  return words;
+}
+
+std::string read_file(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::ostringstream os;
+  os << in.rdbuf();
+  return os.str();
+}
+
+void write_file(const fs::path& p, const std::string& text) {
+  std::ofstream out(p, std::ios::binary | std::ios::trunc);
+  out << text;
+  TESSERA_CHECK(out.good(), "could not write '", p.string(), "'; check the directory's permissions and free space");
+}
+
+}  // namespace
+
+CpuIsa select_cpu_isa() {
+  const CpuFeatures f = detect();
+  const CpuIsa best = best_isa(f);
+  const char* env = env_value("TESSERA_CPU_CAPABILITY");
+  if (!env) return best;
+  const std::string want = env;
+  CpuIsa isa;
+  if (want == "default") isa = CpuIsa::Default;
+  else if (want == "avx2") isa = CpuIsa::AVX2;
+  else if (want == "avx512") isa = CpuIsa::AVX512;
+  else
+    TESSERA_CHECK(false, "TESSERA_CPU_CAPABILITY='", want,
+                  "' is not a capability level; expected one of default, avx2, avx512 (or unset for the best)");
+  TESSERA_CHECK(int(isa) <= int(best), "TESSERA_CPU_CAPABILITY=", want, " asks for more than this CPU supports (best: ",
+                cpu_isa_name(best), "); unset it or set it to ", cpu_isa_name(best));
+  return isa;
+}
+
+std::optional<Toolchain> find_toolchain(std::string* why) {
+  static std::mutex mu;
+  static std::map<std::string, std::optional<Toolchain>> found;
+  const char* env = env_value("CXX");
+  const std::string cxx = env && *env ? env : "c++";
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = found.find(cxx);
+  if (it == found.end()) {
+    std::vector<std::string> argv = split_words(cxx);
+    std::optional<Toolchain> t;
+    if (!argv.empty()) {
+      argv.push_back("--version");
+      std::string out;
+      if (run_command(argv, &out) == 0 && !out.empty()) t = Toolchain{cxx, out.substr(0, out.find('\n'))};
+    }
+    it = found.emplace(cxx, t).first;
+  }
+  if (!it->second && why)
+    *why = "no C++ compiler: '" + cxx + " --version' did not run" +
+           (env ? std::string(" (from CXX)") : std::string(" (CXX is unset)")) +
+           "; install g++ or clang++, or set CXX to one";
+  return it->second;
+}
+
+std::string cache_directory(const CompileOptions& options) {
+  if (!options.cache_dir.empty()) return options.cache_dir;
+  if (const char* d = env_value("TESSERA_CACHE_DIR"); d && *d) return d;
+  if (const char* x = env_value("XDG_CACHE_HOME"); x && *x) return (fs::path(x) / "tessera" / "compile").string();
+  const char* home = env_value("HOME");
+  TESSERA_CHECK(home && *home, "no cache directory: set TESSERA_CACHE_DIR, XDG_CACHE_HOME or HOME");
+  return (fs::path(home) / ".cache" / "tessera" / "compile").string();
+}
+
+std::string hash_hex(std::string_view bytes) {
+  // Two 64-bit FNV-1a lanes with different offsets and a final mix each: a 128-bit cache key.
+  uint64_t a = 0xcbf29ce484222325ull, b = 0x84222325cbf29ce4ull;
+  for (unsigned char c : bytes) {
+    a = (a ^ c) * 0x100000001b3ull;
+    b = (b ^ c) * 0x100000001b3ull;
+    b ^= b >> 29;
+  }
+  auto mix = [](uint64_t x) {
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdull;
+    x ^= x >> 33;
+    x *= 0xc4ceb9fe1a85ec53ull;
+    return x ^ (x >> 33);
+  };
+  char out[33];
+  std::snprintf(out, sizeof out, "%016llx%016llx", (unsigned long long)mix(a), (unsigned long long)mix(b));
+  return out;
+}
+
+std::vector<std::string> compile_flags(CpuIsa isa) {
+  std::vector<std::string> f = {"-std=c++20", "-O3", "-shared", "-fPIC", "-fopenmp", "-fno-math-errno",
+                                "-fno-trapping-math", "-fvisibility=hidden", "-w"};
+  switch (isa) {
+    case CpuIsa::AVX512:
+      for (const char* x : {"-mavx2", "-mfma", "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq",
+                            "-mprefer-vector-width=512"})
+        f.push_back(x);
+      break;
+    case CpuIsa::AVX2:
+      f.push_back("-mavx2");
+      f.push_back("-mfma");
+      break;
+    default: break;
+  }
+  return f;
+}
+
+namespace {
+bool valid_entry(const fs::path& dir, const std::string& key) {
+  std::error_code ec;
+  const fs::path so = dir / (key + ".so"), meta = dir / (key + ".meta");
+  if (!fs::exists(meta, ec) || !fs::exists(so, ec)) return false;
+  std::istringstream in(read_file(meta));
+  std::string magic, version, k_label, k, s_label, h_label, h;
+  uint64_t size = 0;
+  if (!(in >> magic >> version >> k_label >> k >> s_label >> size >> h_label >> h)) return false;
+  if (magic != "tessera-compile-cache" || version != "1" || k != key || fs::file_size(so, ec) != size || ec)
+    return false;
+  return hash_hex(read_file(so)) == h;
+}
+}  // namespace
+
+CacheResult compile_cached(const std::string& source, CpuIsa isa, const CompileOptions& options,
+                           const std::string& graph_text) {
+  std::string why;
+  auto tc = find_toolchain(&why);
+  if (!tc) {
+    static std::once_flag warned;
+    std::call_once(warned, [&] { log_message(LogLevel::Warning, "compile", why + "; graphs run through the interpreter"); });
+    TESSERA_CHECK_CODE(false, ErrorCode::Unavailable, why);
+  }
+  const std::vector<std::string> flags = compile_flags(isa);
+  std::string key_text = source;
+  for (const std::string& part : {tc->version, std::string(cpu_isa_name(isa)),
+                                  std::to_string(TESSERA_GENERATED_ABI_VERSION)}) {
+    key_text.push_back('\0');
+    key_text.append(part);
+  }
+  for (const auto& f : flags) key_text.append(" ").append(f);
+  CacheResult r;
+  r.key = hash_hex(key_text);
+  const fs::path dir = cache_directory(options);
+  std::error_code ec;
+  if (!fs::exists(dir, ec)) {
+    fs::create_directories(dir, ec);
+    fs::permissions(dir, fs::perms::owner_all, fs::perm_options::replace, ec);
+  }
+  TESSERA_CHECK(fs::is_directory(dir), "cannot create the compile cache directory '", dir.string(), "' (",
+                ec.message(), "); set TESSERA_CACHE_DIR to a writable directory");
+  // The cache holds libraries this process will load: like plugin folders, refuse one that
+  // another user could write to.
+  struct stat st {};
+  TESSERA_CHECK(stat(dir.c_str(), &st) == 0 && st.st_uid == geteuid() && !(st.st_mode & (S_IWGRP | S_IWOTH)),
+                "the compile cache directory '", dir.string(),
+                "' is writable by other users or owned by another user; it would load libraries others can "
+                "replace. Run chmod go-w on it or set TESSERA_CACHE_DIR to a private directory");
+  r.library_path = (dir / (r.key + ".so")).string();
+
+  std::vector<std::string> argv = split_words(tc->cxx);
+  for (const auto& f : flags) argv.push_back(f);
+  const std::string tmp_stem = r.key + ".tmp" + std::to_string(getpid());
+  const fs::path src = dir / (tmp_stem + ".cpp"), tmp_so = dir / (tmp_stem + ".so");
+  argv.push_back(src.string());
+  argv.push_back("-o");
+  argv.push_back(tmp_so.string());
+  std::string command;
+  for (const auto& a : argv) command += (command.empty() ? "" : " ") + a;
+
+  if (const char* dbg = env_value("TESSERA_COMPILE_DEBUG"); dbg && *dbg) {
+    const fs::path d(dbg);
+    fs::create_directories(d, ec);
+    write_file(d / (r.key + ".graph.txt"), graph_text);
+    write_file(d / (r.key + ".cpp"), source);
+    write_file(d / (r.key + ".cmd"), command + "\n");
+  }
+
+  if (valid_entry(dir, r.key)) {
+    r.cache_hit = true;
+    return r;
+  }
+  const fs::path lock_path = dir / (r.key + ".lock");
+  const int lock_fd = open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  TESSERA_CHECK(lock_fd >= 0, "cannot open the cache lock '", lock_path.string(), "': ", std::strerror(errno));
+  struct Unlock {
+    int fd;
+    ~Unlock() {
+      flock(fd, LOCK_UN);
+      close(fd);
+    }
+  } unlock{lock_fd};
+  while (flock(lock_fd, LOCK_EX) != 0) {
+    TESSERA_CHECK(errno == EINTR, "cannot lock '", lock_path.string(), "': ", std::strerror(errno));
+  }
+  if (valid_entry(dir, r.key)) {  // another process finished it while we waited
+    r.cache_hit = true;
+    return r;
+  }
+  write_file(src, source);
+  std::string output;
+  if (log_enabled("compile")) log_message(LogLevel::Info, "compile", "compiling: " + command);
+  const bool tty = isatty(STDERR_FILENO) && !log_enabled("compile");
+  const auto t0 = std::chrono::steady_clock::now();
+  if (tty) std::fprintf(stderr, "tessera: compiling a graph to C++ (%s)...", r.key.substr(0, 8).c_str());
+  const int rc = run_command(argv, &output);
+  if (tty)
+    std::fprintf(stderr, " %.1f s\n", std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  fs::remove(src, ec);
+  if (rc != 0) {
+    fs::remove(tmp_so, ec);
+    TESSERA_CHECK_CODE(false, ErrorCode::Internal, "the C++ compiler failed (exit ", rc, ") on generated code: ",
+                       command, "\n", output.substr(0, 4000),
+                       "\nset TESSERA_COMPILE_DEBUG=dir to keep the source");
+  }
+  const std::string bytes = read_file(tmp_so);
+  std::ostringstream meta;
+  meta << "tessera-compile-cache 1\nkey " << r.key << "\nsize " << bytes.size() << "\nhash " << hash_hex(bytes)
+       << "\n";
+  const fs::path tmp_meta = dir / (tmp_stem + ".meta");
+  write_file(tmp_meta, meta.str());
+  fs::rename(tmp_so, r.library_path, ec);
+  TESSERA_CHECK(!ec, "cannot move the compiled library into the cache: ", ec.message());
+  fs::rename(tmp_meta, dir / (r.key + ".meta"), ec);
+  TESSERA_CHECK(!ec, "cannot move the cache entry's meta into place: ", ec.message());
+  r.command = command;
+  return r;
+}
+
+}  // namespace tessera::compiler::codegen
