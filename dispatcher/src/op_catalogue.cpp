@@ -2,6 +2,8 @@
 // The shape arithmetic lives in shape_rules.h (Note [Shape rules]); this file adds dtype rules and
 // argument checks. Note [Compute dtype] (op_registry.h) says which inputs the dispatcher converts.
 #include <cmath>
+#include <limits>
+#include <optional>
 #include <string>
 
 #include "op_registry.h"
@@ -356,6 +358,68 @@ void meta_linear(MetaCall& m) {
     shape::check_broadcast_to<int64_t>(m.op_name, bias.sizes(), out.ref());
   }
   m.add_output(out, x.dtype());
+}
+
+// Note [Packed int8 weights]
+// _quantized_linear_prepack returns the weights in the backend's own int8 layout (oneDNN's blocked
+// format on the CPU) as an opaque uint8 [out_features, bytes] tensor: out_features stays readable
+// by the shape rule of _quantized_linear, everything else is the backend's. The dispatcher sizes
+// it before any kernel runs, so the rule reserves an upper bound: a 4 KiB header, the scales, the
+// weights padded to 64 in both dims (the largest block oneDNN uses for int8) and 16 bytes per
+// padded output channel for the backend's compensation terms. The kernel checks that its layout
+// fits and fails with the sizes otherwise.
+void meta_quantized_linear_prepack(MetaCall& m) {
+  const TensorImpl& w = need(m, 0, "weight");
+  const TensorImpl& s = need(m, 1, "weight_scale");
+  TESSERA_CHECK(w.dtype() == kInt8 && w.dim() == 2, m.op_name, ": weight must be a 2-D int8 tensor [out_features, ",
+                "in_features], got ", w.dtype(), " ", w.sizes(), "; quantize it with quantize_per_channel first");
+  const int64_t n = w.sizes()[0], k = w.sizes()[1];
+  TESSERA_CHECK(n > 0 && k > 0, m.op_name, ": weight ", w.sizes(), " is empty; expected at least one input and one ",
+                "output feature");
+  TESSERA_CHECK(s.dtype() == kFloat32 && s.dim() == 1 && s.sizes()[0] == n, m.op_name,
+                ": weight_scale must be float32 [", n, "] (one scale per output channel), got ", s.dtype(), " ",
+                s.sizes());
+  auto pad64 = [](int64_t v) { return (v + 63) / 64 * 64; };
+  std::optional<int64_t> body = checked_mul(pad64(k), pad64(n));
+  std::optional<int64_t> total = body ? checked_add(*body, 4096 + 64 + 8 * n + 16 * pad64(n)) : std::nullopt;
+  TESSERA_CHECK(total.has_value(), m.op_name, ": weight ", w.sizes(), " is too large to pack");
+  m.add_output(IntArrayRef({n, (*total + n - 1) / n}), kUInt8);
+}
+
+void check_quant_scale(const MetaCall& m, double scale, const char* what) {
+  TESSERA_CHECK(std::isfinite(scale) && scale > 0 && scale <= double(std::numeric_limits<float>::max()), m.op_name,
+                ": ", what, " must be a finite positive float32 value, got ", scale);
+}
+
+void meta_quantized_linear(MetaCall& m) {
+  const TensorImpl& x = need(m, 0, "input");
+  const TensorImpl& pw = need(m, 1, "packed_weight");
+  TESSERA_CHECK(x.dtype() == kUInt8 && x.dim() >= 1, m.op_name, ": input must be the uint8 representation [..., ",
+                "in_features] of a quint8 tensor, got ", x.dtype(), " ", x.sizes());
+  TESSERA_CHECK(pw.dtype() == kUInt8 && pw.dim() == 2, m.op_name, ": packed_weight must come from ",
+                "_quantized_linear_prepack (uint8, 2-D), got ", pw.dtype(), " ", pw.sizes());
+  const int64_t n = pw.sizes()[0];
+  if (m.has(2)) {
+    const TensorImpl& b = m.t(2);
+    TESSERA_CHECK(b.dtype() == kFloat32 && b.dim() == 1 && b.sizes()[0] == n, m.op_name, ": bias must be float32 [",
+                  n, "], got ", b.dtype(), " ", b.sizes());
+  }
+  check_quant_scale(m, attr_double(m, 0), "input_scale");
+  const int64_t in_zp = attr_int(m, 1);
+  TESSERA_CHECK(in_zp >= 0 && in_zp <= 255, m.op_name, ": input_zero_point ", in_zp,
+                " is out of range for quint8; expected 0..255");
+  const DType out = attr_dtype(m, 5);
+  TESSERA_CHECK(out == kUInt8 || out == kFloat32, m.op_name, ": out_dtype must be uint8 (requantised) or float32, got ",
+                out);
+  if (out == kUInt8) {
+    check_quant_scale(m, attr_double(m, 2), "output_scale");
+    const int64_t out_zp = attr_int(m, 3);
+    TESSERA_CHECK(out_zp >= 0 && out_zp <= 255, m.op_name, ": output_zero_point ", out_zp,
+                  " is out of range for quint8; expected 0..255");
+  }
+  Sz sizes(x.sizes());
+  sizes[sizes.size() - 1] = n;
+  m.add_output(sizes, out);
 }
 
 void meta_softmax(MetaCall& m) {
