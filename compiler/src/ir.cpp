@@ -14,7 +14,7 @@ namespace {
 const char* dtype_short(DType t) {
   static const char* names[] = {"bool", "u8", "i8", "i16", "i32", "i64", "f16", "bf16", "f32", "f64"};
   int i = int(t);
-  return i >= 0 && i < kNumDTypes ? names[i] : "?";
+  return i >= 0 && i < int(std::size(names)) ? names[i] : "?";
 }
 
 }  // namespace

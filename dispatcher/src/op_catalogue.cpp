@@ -122,15 +122,24 @@ void meta_random_(MetaCall& m) {
   m.alias_output(0);
 }
 
+// Copies and casts move values, not quantized representations (Note [Quantized reference kernels]).
+void check_not_quantized(const MetaCall& m, const TensorImpl& t) {
+  TESSERA_CHECK(!is_quantized(t.dtype()), "'", m.op_name, "' does not take quantized tensors (dtype ", t.dtype(),
+                "); call dequantize() first, and quantize_per_tensor() on the result if needed");
+}
+
 void meta_copy_(MetaCall& m) {
   const TensorImpl& self = need(m, 0, "self");
   const TensorImpl& src = need(m, 1, "src");
+  check_not_quantized(m, self);
+  check_not_quantized(m, src);
   shape::check_broadcast_to<int64_t>(m.op_name, src.sizes(), self.sizes());
   m.alias_output(0);
 }
 
 void meta_to_copy(MetaCall& m) {
   const TensorImpl& self = need(m, 0, "self");
+  check_not_quantized(m, self);
   DType dt = attr_none(m, 0) ? self.dtype() : attr_dtype(m, 0);
   m.add_output(self.sizes(), dt);
 }
@@ -384,6 +393,51 @@ void meta_quantized_linear_prepack(MetaCall& m) {
   std::optional<int64_t> total = body ? checked_add(*body, 4096 + 64 + 8 * n + 16 * pad64(n)) : std::nullopt;
   TESSERA_CHECK(total.has_value(), m.op_name, ": weight ", w.sizes(), " is too large to pack");
   m.add_output(IntArrayRef({n, (*total + n - 1) / n}), kUInt8);
+}
+
+void check_quantize_input(const MetaCall& m, const TensorImpl& x, DType dt) {
+  TESSERA_CHECK(x.dtype() == kFloat32, m.op_name, ": quantize only works on float32 tensors, got ", x.dtype(),
+                "; convert with .to(kFloat32)");
+  TESSERA_CHECK(is_quantized(dt), m.op_name, ": dtype ", dt, " is not a quantized dtype; expected qint8, quint8 or qint32");
+}
+
+void meta_quantize_per_tensor(MetaCall& m) {
+  const TensorImpl& x = need(m, 0, "self");
+  const DType dt = attr_dtype(m, 2);
+  check_quantize_input(m, x, dt);
+  Quantizer::per_tensor(dt, attr_double(m, 0), attr_int(m, 1));  // checks scale and zero point
+  m.add_output(x.sizes(), dt);
+}
+
+void meta_quantize_per_channel(MetaCall& m) {
+  const TensorImpl& x = need(m, 0, "self");
+  const TensorImpl& scales = need(m, 1, "scales");
+  const TensorImpl& zps = need(m, 2, "zero_points");
+  const int64_t axis = attr_int(m, 0);
+  const DType dt = attr_dtype(m, 1);
+  check_quantize_input(m, x, dt);
+  TESSERA_CHECK(axis >= 0 && axis < x.dim(), m.op_name, ": axis ", axis, " is out of range for a tensor of ", x.dim(),
+                " dims; expected 0..", x.dim() - 1);
+  const int64_t channels = x.sizes()[size_t(axis)];
+  TESSERA_CHECK(scales.dim() == 1 && scales.sizes()[0] == channels && is_floating(scales.dtype()), m.op_name,
+                ": scales must be a 1-D floating tensor of ", channels, " values (the size of dim ", axis, "), got ",
+                scales.dtype(), " ", scales.sizes());
+  TESSERA_CHECK(zps.dim() == 1 && zps.sizes()[0] == channels && is_integral(zps.dtype()), m.op_name,
+                ": zero_points must be a 1-D integer tensor of ", channels, " values (the size of dim ", axis,
+                "), got ", zps.dtype(), " ", zps.sizes());
+  m.add_output(x.sizes(), dt);
+}
+
+void meta_dequantize(MetaCall& m) {
+  const TensorImpl& q = need(m, 0, "self");
+  m.add_output(q.sizes(), is_quantized(q.dtype()) ? kFloat32 : q.dtype());
+}
+
+void meta_int_repr(MetaCall& m) {
+  const TensorImpl& q = need(m, 0, "self");
+  TESSERA_CHECK(is_quantized(q.dtype()), m.op_name, ": expected a quantized tensor (qint8, quint8, qint32), got ",
+                q.dtype());
+  m.add_output(q.sizes(), underlying_dtype(q.dtype()));
 }
 
 void check_quant_scale(const MetaCall& m, double scale, const char* what) {
@@ -649,6 +703,7 @@ void register_core_composites(Dispatcher& d) {
     DType dt = std::holds_alternative<DType>(args[2]) ? std::get<DType>(args[2]) : default_dtype();
     return {make_tensor_strided(sizes, strides, dt, Device(DeviceType::CPU))};
   });
+  register_quantization_composites(d);
   d.register_composite(d.op("linear"), [](const Stack& args) -> Stack {
     const Tensor& x = std::get<Tensor>(args[0]);
     const Tensor& w = std::get<Tensor>(args[1]);

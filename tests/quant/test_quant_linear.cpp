@@ -5,17 +5,21 @@
 #include <gtest/gtest.h>
 
 #include <cfenv>
+#include <algorithm>
 #include <cmath>
+#include <limits>
 #include <cstdint>
 #include <random>
 #include <vector>
 
+#include "tessera/dispatcher.h"
 #include "tessera/quantization.h"
 #include "tessera/tessera.h"
 
 namespace tessera {
 namespace {
 
+using quantization::DynamicQuantizedLinear;
 using quantization::linear_int8;
 using quantization::PackedLinearWeight;
 
@@ -123,6 +127,95 @@ TEST(QuantizedLinear, BatchShapesAndOneWeightForManyBatchSizes) {
   }
 }
 
+TEST(QuantizedLinear, QuantizedTensorsInAndOut) {
+  const Problem p = make_problem(9, 40, 12, 21);
+  Inputs in = inputs(p);
+  // The quint8 input is built from the problem's representation by hand: x = (q - zx) * sx.
+  std::vector<float> xf;
+  for (uint8_t v : p.x) xf.push_back(float((int(v) - int(p.zx)) * p.sx));
+  Tensor qx = quantize_per_tensor(tensor(xf, {p.m, p.k}), p.sx, p.zx, kQUInt8);
+  ASSERT_EQ(int_repr(qx).to(kInt64).sum().item<int64_t>(),
+            [&] { int64_t s = 0; for (uint8_t v : p.x) s += v; return s; }());
+  Tensor y = quantization::quantized_linear(qx, in.w, in.bias, 0.04, 128, true);
+  ASSERT_EQ(y.dtype(), kQUInt8);
+  ASSERT_NE(y.impl()->quantizer(), nullptr);
+  EXPECT_EQ(y.impl()->quantizer()->scale(), 0.04);
+  EXPECT_EQ(y.impl()->quantizer()->zero_point(), 128);
+  Tensor r = int_repr(y).to(kInt64).contiguous();
+  for (int64_t i = 0; i < p.m; ++i)
+    for (int64_t j = 0; j < p.n; ++j)
+      EXPECT_LE(std::abs(r.data_ptr<int64_t>()[i * p.n + j] - int64_t(requant(real_out(p, i, j, true), 0.04, 128, true))), 1);
+  EXPECT_NE([&] {
+    try {
+      quantization::quantized_linear(tensor(xf, {p.m, p.k}), in.w, std::nullopt, 0.1, 0);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  }().find("quint8"), std::string::npos);
+}
+
+// PyTorch's MinMaxObserver parameters, worked by hand: [-1, 3] over quint8 -> scale 4/255,
+// zero_point 0 - round(-1 / (4/255)) = round(63.75) = 64; [2, 5] widens to [0, 5].
+TEST(QuantizedLinear, ChooseQParamsFollowsTheMinMaxObserver) {
+  auto a = quantization::choose_qparams(-1, 3, kQUInt8);
+  EXPECT_FLOAT_EQ(float(a.scale), 4.f / 255.f);
+  EXPECT_EQ(a.zero_point, 64);
+  auto b = quantization::choose_qparams(2, 5, kQUInt8);
+  EXPECT_FLOAT_EQ(float(b.scale), 5.f / 255.f);
+  EXPECT_EQ(b.zero_point, 0);
+  // An all-zero range: scale falls to float32 epsilon, zero_point = qmin - round(0) = -128.
+  auto c = quantization::choose_qparams(0, 0, kQInt8);
+  EXPECT_EQ(float(c.scale), std::numeric_limits<float>::epsilon());
+  EXPECT_EQ(c.zero_point, -128);
+}
+
+// The dynamic layer against a reference written here: the same weight quantisation (scale =
+// max|w_j| / 127.5, round half to even), the activations quantised with MinMaxObserver parameters,
+// int32 accumulation, s_x * s_w[j] * acc + bias[j].
+TEST(QuantizedLinear, DynamicLinearMatchesTheIntegerReference) {
+  std::mt19937_64 g(99);
+  std::normal_distribution<float> nd;
+  const int64_t m = 13, k = 70, n = 9;
+  std::vector<float> x, w, b;
+  for (int64_t i = 0; i < m * k; ++i) x.push_back(nd(g) * 2);
+  for (int64_t i = 0; i < n * k; ++i) w.push_back(nd(g) * 0.1f);
+  for (int64_t j = 0; j < n; ++j) b.push_back(nd(g));
+  DynamicQuantizedLinear layer(tensor(w, {n, k}), tensor(b, {n}));
+  Tensor y = layer.forward(tensor(x, {m, k}));
+  ASSERT_EQ(y.dtype(), kFloat32);
+  ASSERT_EQ(y.sizes(), IntArrayRef({m, n}));
+
+  std::fesetround(FE_TONEAREST);
+  const float xmin = std::min(0.f, *std::min_element(x.begin(), x.end()));
+  const float xmax = std::max(0.f, *std::max_element(x.begin(), x.end()));
+  const float sx = (xmax - xmin) / 255.f;
+  const int64_t zx = std::clamp<int64_t>(int64_t(-std::nearbyint(xmin / sx)), 0, 255);
+  std::vector<int64_t> xq;
+  for (float v : x) xq.push_back(std::clamp<int64_t>(int64_t(std::nearbyint(v * (1.f / sx))) + zx, 0, 255));
+  const float* yp = y.contiguous().data_ptr<float>();
+  for (int64_t j = 0; j < n; ++j) {
+    float amax = 0;
+    for (int64_t q = 0; q < k; ++q) amax = std::max(amax, std::abs(w[size_t(j * k + q)]));
+    const float sw = amax / 127.5f;
+    std::vector<int64_t> wq;
+    for (int64_t q = 0; q < k; ++q)
+      wq.push_back(std::clamp<int64_t>(int64_t(std::nearbyint(w[size_t(j * k + q)] * (1.f / sw))), -128, 127));
+    for (int64_t i = 0; i < m; ++i) {
+      int32_t acc = 0;
+      double exact = b[size_t(j)];
+      for (int64_t q = 0; q < k; ++q) {
+        acc += int32_t(xq[size_t(i * k + q)] - zx) * int32_t(wq[size_t(q)]);
+        exact += double(x[size_t(i * k + q)]) * double(w[size_t(j * k + q)]);
+      }
+      const double want = double(sx) * double(sw) * double(acc) + double(b[size_t(j)]);
+      EXPECT_NEAR(yp[i * n + j], want, 1e-4 * (1 + std::abs(want))) << i << ", " << j;
+      // And the quantised layer stays near the float one (quantisation error, not a bug).
+      EXPECT_NEAR(yp[i * n + j], exact, 0.05 * (1 + std::abs(exact))) << i << ", " << j;
+    }
+  }
+}
+
 TEST(QuantizedLinear, BadInputsGiveOneLineErrors) {
   const Problem p = make_problem(2, 8, 4, 1);
   Inputs in = inputs(p);
@@ -155,6 +248,13 @@ TEST(QuantizedLinear, BadInputsGiveOneLineErrors) {
   EXPECT_NE(msg([&] { PackedLinearWeight(tensor(p.w, {4, 8}), tensor(std::vector<float>{1, 1, -1, 1}, {4})); })
                 .find("weight_scale[2]"),
             std::string::npos);
+  // A uint8 tensor of the packed shape that _quantized_linear_prepack did not write.
+  Dispatcher& d = Dispatcher::instance();
+  Tensor forged = zeros({4, in.w.packed().size(1)}, kUInt8);
+  const std::string forged_msg = msg([&] {
+    d.call_boxed(d.op("_quantized_linear"), {in.x, forged, std::monostate{}, 0.1, int64_t(0), 1.0, int64_t(0), false, kFloat32});
+  });
+  EXPECT_NE(forged_msg.find("not the output of _quantized_linear_prepack"), std::string::npos) << forged_msg;
 }
 
 }  // namespace

@@ -1,6 +1,8 @@
 // Int8 linear on oneDNN 2.6: uint8 activations (per-tensor affine) x int8 weights (per-channel
 // symmetric) -> int32 accumulation inside a matmul primitive whose attributes carry the
 // requantisation (output scales per channel, source and destination zero points) and relu.
+#include <cpuid.h>
+
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -11,6 +13,7 @@
 #include "nn_common.h"
 #include "onednn.h"
 #include "quantized.h"
+#include "../src/isa.h"
 #include "tessera/op_names.h"
 
 namespace tessera::cpu {
@@ -172,10 +175,12 @@ void prepack_kernel(const KernelCall& call) {
   s_.wait();
 }
 
-const PackHeader& read_header(const tessera_tensor_t* pw, int64_t k) {
+PackHeader read_header(const tessera_tensor_t* pw, int64_t k) {
   if (!TensorView(pw).is_contiguous() || pw->numel < kHeaderBytes)
     fail("_quantized_linear: packed_weight " + shape_str(pw) + " is not the output of _quantized_linear_prepack");
-  const auto* h = reinterpret_cast<const PackHeader*>(bytes_of(pw));
+  PackHeader header;
+  std::memcpy(&header, bytes_of(pw), sizeof(header));
+  const PackHeader* h = &header;
   if (std::memcmp(h->magic, kMagic, sizeof(kMagic)) != 0 || h->n != pw->sizes[0] || h->n <= 0 || h->k <= 0 ||
       h->weights_offset != weights_offset_for(h->n) || h->weights_bytes < 0 ||
       h->weights_offset + h->weights_bytes > pw->numel)
@@ -184,7 +189,7 @@ const PackHeader& read_header(const tessera_tensor_t* pw, int64_t k) {
   if (h->k != k)
     fail("_quantized_linear: input has " + std::to_string(k) + " features but the packed weight expects " +
          std::to_string(h->k) + "; expected input [..., " + std::to_string(h->k) + "]");
-  return *h;
+  return header;
 }
 
 // (input uint8 [..., k], packed_weight, bias float32 [n]?; input_scale, input_zero_point,
@@ -204,7 +209,7 @@ void qlinear_kernel(const KernelCall& call) {
   const bool relu = call.attr_bool(4);
   const bool u8_out = y_user->dtype == TESSERA_DTYPE_UINT8;
   const int64_t k = x->sizes[x->ndim - 1];
-  const PackHeader& h = read_header(pw, k);
+  const PackHeader h = read_header(pw, k);
   const int64_t n = h.n, m = k == 0 ? 0 : x->numel / k;
   if (y_user->numel == 0) return;
   const char* base = bytes_of(pw);
@@ -262,9 +267,29 @@ void qlinear_kernel(const KernelCall& call) {
   if (y != y_user) copy_tensor(y_user, y);
 }
 
+// Note [Int8 without VNNI]: without VNNI (AVX512-VNNI or AVX-VNNI) oneDNN multiplies u8 x s8 with
+// vpmaddubsw, whose 16-bit pair sums saturate: large activations times large weights lose bits
+// (PyTorch #144434; its x86 quantizer narrows activations to 7 bits for that). The kernels stay
+// correct for 7-bit activations and are slower; a one-time warning says so. The level honours
+// TESSERA_CPU_CAPABILITY: below avx2 the plugin counts as without VNNI.
+bool cpu_has_vnni() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
+  const bool avx512_vnni = (c >> 11) & 1;
+  unsigned a1 = 0, b1 = 0, c1 = 0, d1 = 0;
+  const bool avx_vnni = a >= 1 && __get_cpuid_count(7, 1, &a1, &b1, &c1, &d1) && ((a1 >> 4) & 1);
+  const Capability level = capability();
+  return (avx512_vnni && level == Capability::AVX512) || (avx_vnni && level != Capability::Default);
+}
+
 }  // namespace
 
 void register_quantized_kernels(const sdk::Host& host) {
+  if (!cpu_has_vnni())
+    sdk::log(TESSERA_LOG_WARNING, "cpu",
+             std::string("int8 kernels: no VNNI at ISA level ") + capability_name(capability()) +
+                 " (TESSERA_CPU_CAPABILITY); u8 x s8 products saturate in 16 bits, so int8 is slower and "
+                 "activations should use 7 bits (Note [Int8 without VNNI])");
   host.register_kernel(op::_quantized_linear_prepack::name, TESSERA_DTYPE_BIT(TESSERA_DTYPE_INT8),
                        TESSERA_SDK_KERNEL(prepack_kernel));
   host.register_kernel(op::_quantized_linear::name, TESSERA_DTYPE_BIT(TESSERA_DTYPE_UINT8),
