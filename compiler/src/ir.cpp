@@ -11,7 +11,8 @@ namespace tessera::compiler {
 
 namespace {
 
-const char* const kShortNames[kNumDTypes] = {"bool", "u8", "i8", "i16", "i32", "i64", "f16", "bf16", "f32", "f64"};
+const char* const kShortNames[] = {"bool", "u8", "i8", "i16", "i32", "i64", "f16", "bf16", "f32", "f64", "qi8", "qu8", "qi32"};
+static_assert(sizeof(kShortNames) / sizeof(kShortNames[0]) == kNumDTypes, "a short name per dtype");
 
 const char* dtype_short(DType t) {
   int i = int(t);

@@ -18,7 +18,7 @@ using json = nlohmann::json;
 // Not a limit of the format: the largest header the reference implementation reads.
 constexpr uint64_t kMaxHeaderBytes = 100u << 20;
 
-const char* const kNames[kNumDTypes] = {"BOOL", "U8", "I8", "I16", "I32", "I64", "F16", "BF16", "F32", "F64"};
+const char* const kNames[kNumPlainDTypes] = {"BOOL", "U8", "I8", "I16", "I32", "I64", "F16", "BF16", "F32", "F64"};
 
 struct Holder {
   std::shared_ptr<const Bytes> bytes;
@@ -30,12 +30,13 @@ void release_holder(void* ctx, void*) { delete static_cast<Holder*>(ctx); }
 
 const char* safetensors_dtype_name(DType t) {
   int i = int(t);
-  TESSERA_INTERNAL_ASSERT(i >= 0 && i < kNumDTypes);
+  TESSERA_CHECK(i >= 0 && i < kNumPlainDTypes, "safetensors has no dtype for ", dtype_name(t),
+                "; dequantize() a quantized tensor (or save its int_repr() and parameters) before saving");
   return kNames[i];
 }
 
 DType safetensors_dtype(const std::string& name) {
-  for (int i = 0; i < kNumDTypes; ++i)
+  for (int i = 0; i < kNumPlainDTypes; ++i)
     if (name == kNames[i]) return DType(i);
   TESSERA_CHECK(false, "unknown safetensors dtype '", name,
                 "' (known: BOOL, U8, I8, I16, I32, I64, F16, BF16, F32, F64)");

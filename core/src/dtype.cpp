@@ -15,6 +15,7 @@ namespace {
 
 constexpr std::string_view kDTypeNames[kNumDTypes] = {
     "bool", "uint8", "int8", "int16", "int32", "int64", "float16", "bfloat16", "float32", "float64",
+    "qint8", "quint8", "qint32",
 };
 
 struct DTypeAlias {
@@ -68,6 +69,8 @@ DType dtype_from_name(std::string_view name) {
 
 DType promote_types(DType a, DType b) {
   if (a == b) return a;
+  TESSERA_CHECK(!is_quantized(a) && !is_quantized(b), "no type promotion between ", a, " and ", b,
+                ": ops other than dequantize do not take quantized tensors; call dequantize() first");
   if (a == kBool) return b;
   if (b == kBool) return a;
   const bool fa = is_floating(a), fb = is_floating(b);

@@ -61,6 +61,17 @@ class DimVector {
 Tensor make_view(const Tensor& self, IntArrayRef sizes, IntArrayRef strides, int64_t offset) {
   auto impl = make_intrusive<TensorImpl>(self.storage(), self.dtype(), self.device(), sizes, strides, offset);
   impl->set_key_set(self.key_set());
+  if (const Quantizer* q = self.impl()->quantizer()) {
+    // Note [Views of per-channel quantized tensors]: the channel parameters follow dim axis();
+    // a view that keeps the rank and the size and stride of that dim keeps them meaningful.
+    // Others (select, transpose, reshape across it) would pair channels with the wrong values.
+    TESSERA_CHECK(q->qscheme() == QScheme::PerTensorAffine ||
+                      (int64_t(sizes.size()) == self.dim() && sizes[size_t(q->axis())] == self.sizes()[size_t(q->axis())] &&
+                       strides[size_t(q->axis())] == self.strides()[size_t(q->axis())]),
+                  "view of a per-channel quantized tensor ", self.sizes(), " (axis ", q->axis(), ") to sizes ", sizes,
+                  " would move or cut its channel dim; call dequantize() first");
+    impl->set_quantizer(self.impl()->quantizer_ptr());
+  }
   return Tensor(std::move(impl));
 }
 
@@ -266,6 +277,14 @@ TensorImpl::TensorImpl(Storage storage, DType dtype, Device device, IntArrayRef 
     : storage_(std::move(storage)), sizes_(inline_), strides_(inline_ + kInlineDims), dtype_(dtype),
       device_(device), key_set_(DispatchKeySet::dense(device.type())) {
   set_sizes_and_strides(sizes, strides, storage_offset);
+}
+
+void TensorImpl::set_quantizer(IntrusivePtr<const Quantizer> q) {
+  TESSERA_CHECK(!q || q->dtype() == dtype_, "set_quantizer: the quantizer is for ", q ? q->dtype() : dtype_,
+                " but the tensor has dtype ", dtype_);
+  const DispatchKeySet qkey = DispatchKeySet::functionality(Functionality::Quantized);
+  key_set_ = q ? key_set_ | qkey : key_set_ - qkey;
+  quantizer_ = std::move(q);
 }
 
 TensorImpl::~TensorImpl() {

@@ -248,6 +248,35 @@ std::string to_string(const Tensor& t) {
     if (t.dim() != 1) suffixes.push_back("size=" + size_tuple(t.sizes()));
     if (dt != default_dtype()) suffixes.push_back("dtype=" + std::string(dtype_name(dt)));
     body = "[]";
+  } else if (const Quantizer* q = t.impl()->quantizer()) {
+    // As PyTorch: the dequantized values, then the representation and its parameters.
+    const Tensor values = detail::dequantize_reference(t);
+    const auto* raw = static_cast<const char*>(values.raw_data_ptr());
+    Printer p{values, raw, values.numel() > kThreshold};
+    std::vector<int64_t> offsets;
+    p.collect(0, 0, offsets);
+    Formatter f(kFloat32, offsets, raw);
+    body = p.str(0, 0, indent, f);
+    suffixes.push_back("size=" + size_tuple(t.sizes()));
+    suffixes.push_back("dtype=" + std::string(dtype_name(dt)));
+    std::ostringstream params;
+    params.precision(8);
+    if (q->qscheme() == QScheme::PerTensorAffine) {
+      suffixes.push_back("quantization_scheme=per_tensor_affine");
+      params << q->scale();
+      suffixes.push_back("scale=" + params.str());
+      suffixes.push_back("zero_point=" + std::to_string(q->zero_point()));
+    } else {
+      suffixes.push_back("quantization_scheme=per_channel_affine");
+      params << "scale=[";
+      for (size_t c = 0; c < q->scales().size(); ++c) params << (c ? ", " : "") << q->scales()[c];
+      params << "]";
+      suffixes.push_back(params.str());
+      std::string zps = "zero_point=[";
+      for (size_t c = 0; c < q->zero_points().size(); ++c) zps += (c ? ", " : "") + std::to_string(q->zero_points()[c]);
+      suffixes.push_back(zps + "]");
+      suffixes.push_back("axis=" + std::to_string(q->axis()));
+    }
   } else {
     if (!has_default_dtype) suffixes.push_back("dtype=" + std::string(dtype_name(dt)));
     const Tensor host = t.is_cpu() ? t : t.cpu();

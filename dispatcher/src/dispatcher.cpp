@@ -851,6 +851,11 @@ static int resolve(OperatorEntry& op, const CallFrame& f, MetaCall& m, DispatchK
       return cpu_fallback(op, f, dev, outs, !why_unimpl.empty());
     }
   }
+  // Note [Quantized reference kernels] (quantization.cpp): ops without a Quantized kernel refuse.
+  if (is_quantized(kdtype) || ks.has(Functionality::Quantized))
+    detail::throw_error(ErrorCode::Unimplemented,
+                        "'" + op.name + "' does not take quantized tensors (dtype " + std::string(dtype_name(kdtype)) +
+                            "); call dequantize() first, and quantize_per_tensor() on the result if needed");
   std::string clause;
   if (dense_kernel && !(dense_kernel->dtype_mask & dtype_bit(kdtype)))
     clause = "convert the inputs with .to(...) to a dtype the " + device_type_name(backend) + " kernel takes";

@@ -2,6 +2,8 @@
 // The shape arithmetic lives in shape_rules.h (Note [Shape rules]); this file adds dtype rules and
 // argument checks. Note [Compute dtype] (op_registry.h) says which inputs the dispatcher converts.
 #include <cmath>
+#include <limits>
+#include <optional>
 #include <string>
 
 #include "op_registry.h"
@@ -120,15 +122,24 @@ void meta_random_(MetaCall& m) {
   m.alias_output(0);
 }
 
+// Copies and casts move values, not quantized representations (Note [Quantized reference kernels]).
+void check_not_quantized(const MetaCall& m, const TensorImpl& t) {
+  TESSERA_CHECK(!is_quantized(t.dtype()), "'", m.op_name, "' does not take quantized tensors (dtype ", t.dtype(),
+                "); call dequantize() first, and quantize_per_tensor() on the result if needed");
+}
+
 void meta_copy_(MetaCall& m) {
   const TensorImpl& self = need(m, 0, "self");
   const TensorImpl& src = need(m, 1, "src");
+  check_not_quantized(m, self);
+  check_not_quantized(m, src);
   shape::check_broadcast_to<int64_t>(m.op_name, src.sizes(), self.sizes());
   m.alias_output(0);
 }
 
 void meta_to_copy(MetaCall& m) {
   const TensorImpl& self = need(m, 0, "self");
+  check_not_quantized(m, self);
   DType dt = attr_none(m, 0) ? self.dtype() : attr_dtype(m, 0);
   m.add_output(self.sizes(), dt);
 }
@@ -358,6 +369,113 @@ void meta_linear(MetaCall& m) {
   m.add_output(out, x.dtype());
 }
 
+// Note [Packed int8 weights]
+// _quantized_linear_prepack returns the weights in the backend's own int8 layout (oneDNN's blocked
+// format on the CPU) as an opaque uint8 [out_features, bytes] tensor: out_features stays readable
+// by the shape rule of _quantized_linear, everything else is the backend's. The dispatcher sizes
+// it before any kernel runs, so the rule reserves an upper bound: a 4 KiB header, the scales, the
+// weights padded to 64 in both dims (the largest block oneDNN uses for int8) and 16 bytes per
+// padded output channel for the backend's compensation terms. The kernel checks that its layout
+// fits and fails with the sizes otherwise.
+void meta_quantized_linear_prepack(MetaCall& m) {
+  const TensorImpl& w = need(m, 0, "weight");
+  const TensorImpl& s = need(m, 1, "weight_scale");
+  TESSERA_CHECK(w.dtype() == kInt8 && w.dim() == 2, m.op_name, ": weight must be a 2-D int8 tensor [out_features, ",
+                "in_features], got ", w.dtype(), " ", w.sizes(), "; quantize it with quantize_per_channel first");
+  const int64_t n = w.sizes()[0], k = w.sizes()[1];
+  TESSERA_CHECK(n > 0 && k > 0, m.op_name, ": weight ", w.sizes(), " is empty; expected at least one input and one ",
+                "output feature");
+  TESSERA_CHECK(s.dtype() == kFloat32 && s.dim() == 1 && s.sizes()[0] == n, m.op_name,
+                ": weight_scale must be float32 [", n, "] (one scale per output channel), got ", s.dtype(), " ",
+                s.sizes());
+  auto pad64 = [](int64_t v) { return (v + 63) / 64 * 64; };
+  std::optional<int64_t> body = checked_mul(pad64(k), pad64(n));
+  std::optional<int64_t> total = body ? checked_add(*body, 4096 + 64 + 8 * n + 16 * pad64(n)) : std::nullopt;
+  TESSERA_CHECK(total.has_value(), m.op_name, ": weight ", w.sizes(), " is too large to pack");
+  m.add_output(IntArrayRef({n, (*total + n - 1) / n}), kUInt8);
+}
+
+void check_quantize_input(const MetaCall& m, const TensorImpl& x, DType dt) {
+  TESSERA_CHECK(x.dtype() == kFloat32, m.op_name, ": quantize only works on float32 tensors, got ", x.dtype(),
+                "; convert with .to(kFloat32)");
+  TESSERA_CHECK(is_quantized(dt), m.op_name, ": dtype ", dt, " is not a quantized dtype; expected qint8, quint8 or qint32");
+}
+
+void meta_quantize_per_tensor(MetaCall& m) {
+  const TensorImpl& x = need(m, 0, "self");
+  const DType dt = attr_dtype(m, 2);
+  check_quantize_input(m, x, dt);
+  Quantizer::per_tensor(dt, attr_double(m, 0), attr_int(m, 1));  // checks scale and zero point
+  m.add_output(x.sizes(), dt);
+}
+
+void meta_quantize_per_channel(MetaCall& m) {
+  const TensorImpl& x = need(m, 0, "self");
+  const TensorImpl& scales = need(m, 1, "scales");
+  const TensorImpl& zps = need(m, 2, "zero_points");
+  const int64_t axis = attr_int(m, 0);
+  const DType dt = attr_dtype(m, 1);
+  check_quantize_input(m, x, dt);
+  TESSERA_CHECK(axis >= 0 && axis < x.dim(), m.op_name, ": axis ", axis, " is out of range for a tensor of ", x.dim(),
+                " dims; expected 0..", x.dim() - 1);
+  const int64_t channels = x.sizes()[size_t(axis)];
+  TESSERA_CHECK(scales.dim() == 1 && scales.sizes()[0] == channels && is_floating(scales.dtype()), m.op_name,
+                ": scales must be a 1-D floating tensor of ", channels, " values (the size of dim ", axis, "), got ",
+                scales.dtype(), " ", scales.sizes());
+  TESSERA_CHECK(zps.dim() == 1 && zps.sizes()[0] == channels && is_integral(zps.dtype()), m.op_name,
+                ": zero_points must be a 1-D integer tensor of ", channels, " values (the size of dim ", axis,
+                "), got ", zps.dtype(), " ", zps.sizes());
+  m.add_output(x.sizes(), dt);
+}
+
+void meta_dequantize(MetaCall& m) {
+  const TensorImpl& q = need(m, 0, "self");
+  m.add_output(q.sizes(), is_quantized(q.dtype()) ? kFloat32 : q.dtype());
+}
+
+void meta_int_repr(MetaCall& m) {
+  const TensorImpl& q = need(m, 0, "self");
+  TESSERA_CHECK(is_quantized(q.dtype()), m.op_name, ": expected a quantized tensor (qint8, quint8, qint32), got ",
+                q.dtype());
+  m.add_output(q.sizes(), underlying_dtype(q.dtype()));
+}
+
+void check_quant_scale(const MetaCall& m, double scale, const char* what) {
+  TESSERA_CHECK(std::isfinite(scale) && scale > 0 && scale <= double(std::numeric_limits<float>::max()), m.op_name,
+                ": ", what, " must be a finite positive float32 value, got ", scale);
+}
+
+void meta_quantized_linear(MetaCall& m) {
+  const TensorImpl& x = need(m, 0, "input");
+  const TensorImpl& pw = need(m, 1, "packed_weight");
+  TESSERA_CHECK(x.dtype() == kUInt8 && x.dim() >= 1, m.op_name, ": input must be the uint8 representation [..., ",
+                "in_features] of a quint8 tensor, got ", x.dtype(), " ", x.sizes());
+  TESSERA_CHECK(pw.dtype() == kUInt8 && pw.dim() == 2, m.op_name, ": packed_weight must come from ",
+                "_quantized_linear_prepack (uint8, 2-D), got ", pw.dtype(), " ", pw.sizes());
+  const int64_t n = pw.sizes()[0];
+  if (m.has(2)) {
+    const TensorImpl& b = m.t(2);
+    TESSERA_CHECK(b.dtype() == kFloat32 && b.dim() == 1 && b.sizes()[0] == n, m.op_name, ": bias must be float32 [",
+                  n, "], got ", b.dtype(), " ", b.sizes());
+  }
+  check_quant_scale(m, attr_double(m, 0), "input_scale");
+  const int64_t in_zp = attr_int(m, 1);
+  TESSERA_CHECK(in_zp >= 0 && in_zp <= 255, m.op_name, ": input_zero_point ", in_zp,
+                " is out of range for quint8; expected 0..255");
+  const DType out = attr_dtype(m, 5);
+  TESSERA_CHECK(out == kUInt8 || out == kFloat32, m.op_name, ": out_dtype must be uint8 (requantised) or float32, got ",
+                out);
+  if (out == kUInt8) {
+    check_quant_scale(m, attr_double(m, 2), "output_scale");
+    const int64_t out_zp = attr_int(m, 3);
+    TESSERA_CHECK(out_zp >= 0 && out_zp <= 255, m.op_name, ": output_zero_point ", out_zp,
+                  " is out of range for quint8; expected 0..255");
+  }
+  Sz sizes(x.sizes());
+  sizes[sizes.size() - 1] = n;
+  m.add_output(sizes, out);
+}
+
 void meta_softmax(MetaCall& m) {
   const TensorImpl& x = need(m, 0, "self");
   shape::wrap(m.op_name, attr_int(m, 0), x.dim());
@@ -585,6 +703,7 @@ void register_core_composites(Dispatcher& d) {
     DType dt = std::holds_alternative<DType>(args[2]) ? std::get<DType>(args[2]) : default_dtype();
     return {make_tensor_strided(sizes, strides, dt, Device(DeviceType::CPU))};
   });
+  register_quantization_composites(d);
   d.register_composite(d.op("linear"), [](const Stack& args) -> Stack {
     const Tensor& x = std::get<Tensor>(args[0]);
     const Tensor& w = std::get<Tensor>(args[1]);

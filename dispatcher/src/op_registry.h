@@ -90,6 +90,9 @@ struct CoreOpDef {
 const CoreOpDef* core_op_defs(size_t* count);
 // Composite (decomposition) kernels of the built-in catalogue, registered after the schemas.
 void register_core_composites(Dispatcher& d);
+// The reference kernels of quantize_per_tensor, quantize_per_channel, dequantize and int_repr
+// (quantization.cpp), called by register_core_composites.
+void register_quantization_composites(Dispatcher& d);
 
 struct ArgInfo {
   ArgType type;

@@ -11,7 +11,8 @@ using ::testing::AllOf;
 using ::testing::HasSubstr;
 
 TEST(DType, NamesRoundTrip) {
-  const char* names[] = {"bool", "uint8", "int8", "int16", "int32", "int64", "float16", "bfloat16", "float32", "float64"};
+  const char* names[] = {"bool",    "uint8",    "int8",    "int16", "int32",  "int64", "float16",
+                         "bfloat16", "float32", "float64", "qint8", "quint8", "qint32"};
   for (int i = 0; i < kNumDTypes; ++i) {
     EXPECT_EQ(dtype_name(DType(i)), names[i]);
     EXPECT_EQ(dtype_from_name(names[i]), DType(i));

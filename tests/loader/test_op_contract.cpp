@@ -121,7 +121,7 @@ TEST(OpsCliTest, JsonListsSchemaTagsAndWhichDevicesImplementEachOp) {
   EXPECT_FALSE((*add)["devices"]["lt_regdev"].contains("kernel"));
   ASSERT_NE(fill, nullptr);
   EXPECT_EQ((*fill)["provider"], "lt_badreg");
-  EXPECT_EQ((*fill)["devices"]["lt_regdev"]["kernel"].size(), size_t(tessera::kNumDTypes));
+  EXPECT_EQ((*fill)["devices"]["lt_regdev"]["kernel"].size(), size_t(tessera::kNumPlainDTypes));
 }
 
 TEST(OpsCliTest, UnknownOpNameIsAnErrorAndHelpExplains) {

@@ -10,25 +10,37 @@
 
 namespace tessera {
 
-// Values equal tessera_dtype_t of the plugin ABI.
+// Values equal tessera_dtype_t of the plugin ABI. The quantized dtypes (docs/quantization.md) hold
+// the integer representation of a quantized tensor, whose scale and zero point live in the
+// tensor's Quantizer (quantizer.h); they are neither integral nor floating.
 enum class DType : int8_t {
   Bool = 0, UInt8 = 1, Int8 = 2, Int16 = 3, Int32 = 4, Int64 = 5,
   Float16 = 6, BFloat16 = 7, Float32 = 8, Float64 = 9,
+  QInt8 = 10, QUInt8 = 11, QInt32 = 12,
 };
-constexpr int kNumDTypes = 10;
+constexpr int kNumDTypes = 13;
+// The dtypes before the quantized ones (TESSERA_DTYPE_COUNT_ of the plugin ABI).
+constexpr int kNumPlainDTypes = 10;
 
 constexpr DType kBool = DType::Bool, kUInt8 = DType::UInt8, kInt8 = DType::Int8,
                 kInt16 = DType::Int16, kInt32 = DType::Int32, kInt64 = DType::Int64,
                 kFloat16 = DType::Float16, kBFloat16 = DType::BFloat16,
-                kFloat32 = DType::Float32, kFloat64 = DType::Float64;
+                kFloat32 = DType::Float32, kFloat64 = DType::Float64, kQInt8 = DType::QInt8,
+                kQUInt8 = DType::QUInt8, kQInt32 = DType::QInt32;
 // libtorch spellings.
 constexpr DType kFloat = kFloat32, kDouble = kFloat64, kHalf = kFloat16, kLong = kInt64, kInt = kInt32;
 
 constexpr size_t itemsize(DType t) {
-  constexpr size_t sizes[] = {1, 1, 1, 2, 4, 8, 2, 2, 4, 8};
+  constexpr size_t sizes[] = {1, 1, 1, 2, 4, 8, 2, 2, 4, 8, 1, 1, 4};
   return sizes[int(t)];
 }
-constexpr bool is_floating(DType t) { return t >= DType::Float16; }
+constexpr bool is_floating(DType t) { return t >= DType::Float16 && t <= DType::Float64; }
+constexpr bool is_quantized(DType t) { return t >= DType::QInt8 && t <= DType::QInt32; }
+// The plain integer dtype of a quantized dtype's representation (int_repr): qint8 -> int8,
+// quint8 -> uint8, qint32 -> int32; `t` itself otherwise.
+constexpr DType underlying_dtype(DType t) {
+  return t == DType::QInt8 ? DType::Int8 : t == DType::QUInt8 ? DType::UInt8 : t == DType::QInt32 ? DType::Int32 : t;
+}
 constexpr bool is_integral(DType t, bool include_bool = false) {
   return (t >= DType::UInt8 && t <= DType::Int64) || (include_bool && t == DType::Bool);
 }
@@ -40,7 +52,8 @@ TESSERA_API std::string_view dtype_name(DType t);
 TESSERA_API DType dtype_from_name(std::string_view name);
 inline std::ostream& operator<<(std::ostream& os, DType t) { return os << dtype_name(t); }
 
-// PyTorch's promote_types: the smallest type both convert to without loss of category.
+// PyTorch's promote_types: the smallest type both convert to without loss of category. Throws for
+// a quantized dtype other than the same one twice (dequantize() first).
 TESSERA_API DType promote_types(DType a, DType b);
 
 // Category used by result_type: a scalar (wrapped number) or 0-dim tensor only upcasts a tensor of
@@ -49,7 +62,7 @@ enum class DTypeCategory : int8_t { Bool = 0, Integral = 1, Floating = 2 };
 constexpr DTypeCategory dtype_category(DType t) {
   return t == DType::Bool ? DTypeCategory::Bool
                           : (is_floating(t) ? DTypeCategory::Floating : DTypeCategory::Integral);
-}
+}  // quantized dtypes count as integral here; promote_types refuses them
 
 // Incremental result_type over operands, PyTorch semantics: dimensioned tensors first, then
 // 0-dim tensors, then wrapped numbers (Python-like scalars), each only raising the category.
@@ -92,6 +105,9 @@ decltype(auto) visit_dtype(DType t, F&& f) {
     case DType::Float16: return f(Half{});
     case DType::BFloat16: return f(BFloat16{});
     case DType::Float32: return f(float{});
+    case DType::QInt8: return f(int8_t{});    // the representation
+    case DType::QUInt8: return f(uint8_t{});
+    case DType::QInt32: return f(int32_t{});
     case DType::Float64: default: return f(double{});
   }
 }

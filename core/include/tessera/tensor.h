@@ -16,6 +16,7 @@
 #include "tessera/array_ref.h"
 #include "tessera/checked_math.h"
 #include "tessera/device.h"
+#include "tessera/quantizer.h"
 #include "tessera/dispatch_key.h"
 #include "tessera/dtype.h"
 #include "tessera/error.h"
@@ -81,6 +82,12 @@ class TESSERA_API TensorImpl : public RefCounted {
   // Replace the geometry (used by views and as_strided). Recomputes numel and contiguity. Checks
   // the new geometry as the constructor does; on failure the impl is unchanged.
   void set_sizes_and_strides(IntArrayRef sizes, IntArrayRef strides, int64_t storage_offset);
+  // The quantization parameters of a quantized tensor; null for every other tensor.
+  const Quantizer* quantizer() const { return quantizer_.get(); }
+  const IntrusivePtr<const Quantizer>& quantizer_ptr() const { return quantizer_; }
+  // Attaches `q` (whose dtype must be this tensor's) and adds the Quantized dispatch key; a null
+  // `q` removes both. Throws on a dtype mismatch.
+  void set_quantizer(IntrusivePtr<const Quantizer> q);
 
  private:
   void compute_derived();
@@ -94,6 +101,7 @@ class TESSERA_API TensorImpl : public RefCounted {
   DType dtype_;
   Device device_;
   DispatchKeySet key_set_;
+  IntrusivePtr<const Quantizer> quantizer_;
   bool is_contiguous_ = true;
   bool wrapped_number_ = false;
 };

@@ -3,6 +3,7 @@
 #include "nn_common.h"
 #include "nn_kernels.h"
 #include "nn_ops.h"
+#include "quantized.h"
 #include "tessera/op_names.h"
 
 namespace tessera::cpu {
@@ -45,6 +46,7 @@ void register_nn_kernels(const sdk::Host& host) {
       "float? scale=None) -> Tensor",
       op::scaled_dot_product_attention::name);
   add(host, "_sdpa_math", TESSERA_SDK_KERNEL(nn::sdpa_math_kernel));
+  register_quantized_kernels(host);
 }
 
 }  // namespace tessera::cpu

@@ -79,7 +79,13 @@ typedef enum tessera_dtype_t {
   TESSERA_DTYPE_BFLOAT16 = 7,
   TESSERA_DTYPE_FLOAT32 = 8,
   TESSERA_DTYPE_FLOAT64 = 9,
-  TESSERA_DTYPE_COUNT_ = 10
+  TESSERA_DTYPE_COUNT_ = 10, /* the dtypes of ABI 1.0; TESSERA_DTYPE_MASK_ALL covers exactly these */
+  /* Appended after 1.0: quantized dtypes, the integer representation of a quantized tensor (itemsize
+   * 1, 1, 4). Their scale and zero point stay in the runtime; a kernel registered with a mask that
+   * lacks these bits never receives them (docs/quantization.md). */
+  TESSERA_DTYPE_QINT8 = 10,
+  TESSERA_DTYPE_QUINT8 = 11,
+  TESSERA_DTYPE_QINT32 = 12
 } tessera_dtype_t;
 
 #define TESSERA_DTYPE_BIT(d) (UINT64_C(1) << (d))
@@ -92,6 +98,9 @@ typedef enum tessera_dtype_t {
    TESSERA_DTYPE_BIT(TESSERA_DTYPE_INT64))
 #define TESSERA_DTYPE_MASK_ALL (TESSERA_DTYPE_MASK_FLOATING | TESSERA_DTYPE_MASK_INTEGRAL | \
                                 TESSERA_DTYPE_BIT(TESSERA_DTYPE_BOOL))
+#define TESSERA_DTYPE_MASK_QUANTIZED                                                  \
+  (TESSERA_DTYPE_BIT(TESSERA_DTYPE_QINT8) | TESSERA_DTYPE_BIT(TESSERA_DTYPE_QUINT8) | \
+   TESSERA_DTYPE_BIT(TESSERA_DTYPE_QINT32))
 
 /* Values equal tessera::DeviceType (checked by static_assert in the runtime). */
 typedef enum tessera_device_type_t {

@@ -60,7 +60,7 @@ inline void log(tessera_log_level_t level, const char* component, const std::str
   } while (0)
 
 inline size_t dtype_size(int32_t dtype) {
-  static const size_t sizes[] = {1, 1, 1, 2, 4, 8, 2, 2, 4, 8};
+  static const size_t sizes[] = {1, 1, 1, 2, 4, 8, 2, 2, 4, 8, 1, 1, 4};
   return sizes[dtype];
 }
 

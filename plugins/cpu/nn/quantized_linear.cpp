@@ -1,0 +1,299 @@
+// Int8 linear on oneDNN 2.6: uint8 activations (per-tensor affine) x int8 weights (per-channel
+// symmetric) -> int32 accumulation inside a matmul primitive whose attributes carry the
+// requantisation (output scales per channel, source and destination zero points) and relu.
+#include <cpuid.h>
+
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+#include "nn_common.h"
+#include "onednn.h"
+#include "quantized.h"
+#include "../src/isa.h"
+#include "tessera/op_names.h"
+
+namespace tessera::cpu {
+namespace {
+
+using dnnl::memory;
+using nn::Buffer;
+using nn::fail;
+using nn::shape_str;
+
+// Note [Packed int8 weights] (op_catalogue.cpp) sizes the tensor; this is what the CPU writes in
+// it: a header, the per-channel scales at kScalesOffset, then the weights in the layout oneDNN
+// chose for them (format_tag::any), with the compensation terms the layout carries for source
+// zero points. The header keeps that layout's memory descriptor, so a call rebuilds the
+// primitive against the same layout and uses the bytes as they are.
+constexpr char kMagic[8] = {'T', 'Q', 'L', 'I', 'N', 'W', '1', '\0'};
+constexpr int64_t kHeaderBytes = 4096;
+constexpr int64_t kScalesOffset = kHeaderBytes;
+// The batch the weights are laid out for; the int8 layouts of oneDNN 2.6 do not depend on it, and
+// a call whose primitive wants another layout reorders (logged once).
+constexpr int64_t kPackBatchHint = 128;
+
+struct PackHeader {
+  char magic[8];
+  int64_t n, k;
+  int64_t weights_offset, weights_bytes;
+  dnnl_memory_desc_t weights_md;
+};
+static_assert(sizeof(PackHeader) <= kHeaderBytes, "the packed-weight header must fit its reserved bytes");
+
+int64_t weights_offset_for(int64_t n) { return (kScalesOffset + 4 * n + 63) / 64 * 64; }
+
+char* bytes_of(const tessera_tensor_t* t) { return static_cast<char*>(t->data) + t->byte_offset; }
+
+// The primitive attributes shared by packing and running, so both see the same weights layout.
+dnnl::primitive_attr qlinear_attr(const float* scales, int64_t n, bool u8_out, bool relu) {
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  attr.set_output_scales(2, std::vector<float>(scales, scales + n));
+  attr.set_zero_points(DNNL_ARG_SRC, 0, {DNNL_RUNTIME_S32_VAL});
+  if (u8_out) attr.set_zero_points(DNNL_ARG_DST, 0, {DNNL_RUNTIME_S32_VAL});
+  if (relu) {
+    dnnl::post_ops po;
+    po.append_eltwise(1.f, dnnl::algorithm::eltwise_relu, 0.f, 0.f);
+    attr.set_post_ops(po);
+  }
+  return attr;
+}
+
+dnnl::matmul::primitive_desc qlinear_pd(int64_t m, int64_t k, int64_t n, const memory::desc& weights, bool bias,
+                                        memory::data_type out, const dnnl::primitive_attr& attr) {
+  const memory::desc src({m, k}, memory::data_type::u8, memory::format_tag::ab);
+  const memory::desc dst({m, n}, out, memory::format_tag::ab);
+  const auto d = bias ? dnnl::matmul::desc(src, weights, memory::desc({1, n}, memory::data_type::f32,
+                                                                      memory::format_tag::ab), dst)
+                      : dnnl::matmul::desc(src, weights, dst);
+  return dnnl::matmul::primitive_desc(d, attr, nn::cpu_engine());
+}
+
+// The primitive cache of Note [Primitive cache] (onednn_ops.cpp), for the int8 primitives: keyed
+// by the bytes that define them, creation outside the lock, cleared past kMaxPrimitives.
+struct QPrimitive {
+  dnnl::primitive prim;
+  memory::desc scratch;
+  memory::desc weights;  // the layout the primitive reads
+};
+
+class QPrimitiveCache {
+ public:
+  static constexpr size_t kMaxPrimitives = 256;
+  template <typename Make>
+  std::shared_ptr<const QPrimitive> get(const std::string& key, Make&& make) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (auto it = map_.find(key); it != map_.end()) return it->second;
+    }
+    auto created = std::make_shared<const QPrimitive>(make());
+    std::lock_guard<std::mutex> lock(mu_);
+    if (map_.size() >= kMaxPrimitives) map_.clear();
+    return map_.emplace(key, std::move(created)).first->second;
+  }
+
+ private:
+  std::mutex mu_;
+  std::unordered_map<std::string, std::shared_ptr<const QPrimitive>> map_;
+};
+
+QPrimitiveCache& qcache() {
+  static QPrimitiveCache c;
+  return c;
+}
+
+void* scratchpad(size_t bytes) {
+  thread_local Buffer<char> buf;
+  thread_local size_t capacity = 0;
+  if (bytes > capacity) {
+    buf.reset(int64_t(bytes));
+    capacity = bytes;
+  }
+  return buf.get();
+}
+
+void execute(const QPrimitive& p, std::unordered_map<int, memory>& args) {
+  if (const size_t sbytes = p.scratch.get_size())
+    args.emplace(DNNL_ARG_SCRATCHPAD, memory(p.scratch, nn::cpu_engine(), scratchpad(sbytes)));
+  thread_local dnnl::stream s(nn::cpu_engine());
+  p.prim.execute(s, args);
+  s.wait();
+}
+
+void key_append(std::string& key, const void* p, size_t n) { key.append(static_cast<const char*>(p), n); }
+template <typename T>
+void key_value(std::string& key, const T& v) {
+  key_append(key, &v, sizeof(v));
+}
+
+// (weight int8 [n, k], weight_scale float32 [n]) -> uint8 [n, bytes]
+void prepack_kernel(const KernelCall& call) {
+  TempList holder;
+  const tessera_tensor_t* w = nn::contiguous(call.input(0).raw(), holder);
+  const tessera_tensor_t* s = nn::contiguous(call.input(1).raw(), holder);
+  const tessera_tensor_t* out = call.output(0).raw();
+  if (w->dtype != TESSERA_DTYPE_INT8 || w->ndim != 2 || s->dtype != TESSERA_DTYPE_FLOAT32 || s->ndim != 1 ||
+      s->sizes[0] != w->sizes[0])
+    fail("_quantized_linear_prepack: expected int8 weight [n, k] and float32 weight_scale [n], got " + shape_str(w) +
+         " and " + shape_str(s));
+  if (!TensorView(out).is_contiguous()) fail("_quantized_linear_prepack: the output must be contiguous");
+  const int64_t n = w->sizes[0], k = w->sizes[1];
+  const float* scales = static_cast<const float*>(static_cast<const void*>(bytes_of(s)));
+  for (int64_t j = 0; j < n; ++j)
+    if (!(std::isfinite(scales[j]) && scales[j] > 0))
+      fail("_quantized_linear_prepack: weight_scale[" + std::to_string(j) + "] = " + std::to_string(scales[j]) +
+           "; expected finite positive scales");
+  const memory::desc any({k, n}, memory::data_type::s8, memory::format_tag::any);
+  const auto pd = qlinear_pd(kPackBatchHint, k, n, any, false, memory::data_type::u8,
+                             qlinear_attr(scales, n, true, false));
+  const memory::desc packed = pd.weights_desc();
+  const int64_t woff = weights_offset_for(n), wbytes = int64_t(packed.get_size());
+  if (woff + wbytes > out->numel)
+    fail("_quantized_linear_prepack: oneDNN's layout for weight " + shape_str(w) + " needs " +
+         std::to_string(woff + wbytes) + " bytes, more than the " + std::to_string(out->numel) +
+         " the op contract reserves (Note [Packed int8 weights])");
+  char* base = bytes_of(out);
+  std::memset(base, 0, size_t(kHeaderBytes));
+  PackHeader h{};
+  std::memcpy(h.magic, kMagic, sizeof(kMagic));
+  h.n = n;
+  h.k = k;
+  h.weights_offset = woff;
+  h.weights_bytes = wbytes;
+  h.weights_md = packed.data;
+  std::memcpy(base, &h, sizeof(h));
+  std::memcpy(base + kScalesOffset, scales, size_t(n) * 4);
+  // The user's [n, k] row-major weights are the [k, n] matrix in column-major order (tag ba).
+  memory user({{k, n}, memory::data_type::s8, memory::format_tag::ba}, nn::cpu_engine(), bytes_of(w));
+  memory dst(packed, nn::cpu_engine(), base + woff);
+  thread_local dnnl::stream s_(nn::cpu_engine());
+  dnnl::reorder(user, dst).execute(s_, user, dst);
+  s_.wait();
+}
+
+PackHeader read_header(const tessera_tensor_t* pw, int64_t k) {
+  if (!TensorView(pw).is_contiguous() || pw->numel < kHeaderBytes)
+    fail("_quantized_linear: packed_weight " + shape_str(pw) + " is not the output of _quantized_linear_prepack");
+  PackHeader header;
+  std::memcpy(&header, bytes_of(pw), sizeof(header));
+  const PackHeader* h = &header;
+  if (std::memcmp(h->magic, kMagic, sizeof(kMagic)) != 0 || h->n != pw->sizes[0] || h->n <= 0 || h->k <= 0 ||
+      h->weights_offset != weights_offset_for(h->n) || h->weights_bytes < 0 ||
+      h->weights_offset + h->weights_bytes > pw->numel)
+    fail("_quantized_linear: packed_weight " + shape_str(pw) +
+         " is not the output of _quantized_linear_prepack (bad header)");
+  if (h->k != k)
+    fail("_quantized_linear: input has " + std::to_string(k) + " features but the packed weight expects " +
+         std::to_string(h->k) + "; expected input [..., " + std::to_string(h->k) + "]");
+  return header;
+}
+
+// (input uint8 [..., k], packed_weight, bias float32 [n]?; input_scale, input_zero_point,
+//  output_scale, output_zero_point, relu, out_dtype)
+void qlinear_kernel(const KernelCall& call) {
+  TempList holder;
+  const tessera_tensor_t* x = nn::contiguous(call.input(0).raw(), holder);
+  const tessera_tensor_t* pw = call.input(1).raw();
+  const tessera_tensor_t* bias = call.num_inputs() > 2 && call.input(2).defined()
+                                     ? nn::contiguous(call.input(2).raw(), holder)
+                                     : nullptr;
+  const tessera_tensor_t* y_user = call.output(0).raw();
+  const double in_scale = call.attr_double(0);
+  const int32_t in_zp = int32_t(call.attr_int(1));
+  const double out_scale = call.attr_double(2);
+  const int32_t out_zp = int32_t(call.attr_int(3));
+  const bool relu = call.attr_bool(4);
+  const bool u8_out = y_user->dtype == TESSERA_DTYPE_UINT8;
+  const int64_t k = x->sizes[x->ndim - 1];
+  const PackHeader h = read_header(pw, k);
+  const int64_t n = h.n, m = k == 0 ? 0 : x->numel / k;
+  if (y_user->numel == 0) return;
+  const char* base = bytes_of(pw);
+  const float* wscale = reinterpret_cast<const float*>(base + kScalesOffset);
+
+  // oneDNN computes dst = scale[j] * (acc + bias[j]) (then relu, then + dst zero point): the
+  // requantisation scale s_x * s_w[j] / s_out goes in the scales and the float bias is divided by
+  // s_x * s_w[j]. A float32 output keeps s_x out of the primitive (dynamic quantisation changes
+  // it every call) and multiplies it in afterwards; relu commutes with that positive factor.
+  Buffer<float> scales(n), qbias(bias ? n : 0);
+  for (int64_t j = 0; j < n; ++j) {
+    scales[j] = u8_out ? float(in_scale * double(wscale[j]) / out_scale) : wscale[j];
+    if (bias) qbias[j] = float(double(reinterpret_cast<const float*>(bytes_of(bias))[j]) / (in_scale * double(wscale[j])));
+  }
+  const memory::data_type out_dt = u8_out ? memory::data_type::u8 : memory::data_type::f32;
+  const memory::desc packed(h.weights_md);
+  std::string key = "qlinear";
+  key_value(key, m);
+  key_value(key, k);
+  key_value(key, n);
+  key_value(key, int(out_dt));
+  key_value(key, relu);
+  key_value(key, bias != nullptr);
+  key_append(key, &h.weights_md, sizeof(h.weights_md));
+  key_append(key, scales.get(), size_t(n) * 4);
+  auto prim = qcache().get(key, [&] {
+    const auto attr = qlinear_attr(scales.get(), n, u8_out, relu);
+    auto pd = qlinear_pd(m, k, n, packed, bias != nullptr, out_dt, attr);
+    return QPrimitive{dnnl::matmul(pd), pd.scratchpad_desc(), pd.weights_desc()};
+  });
+
+  const tessera_tensor_t* y = y_user;
+  if (!TensorView(y_user).is_contiguous()) {
+    holder.emplace_back(y_user->sizes, y_user->ndim, y_user->dtype);
+    y = holder.back().raw();
+  }
+  dnnl::engine& eng = nn::cpu_engine();
+  std::unordered_map<int, memory> args;
+  args.emplace(DNNL_ARG_SRC, memory({{m, k}, memory::data_type::u8, memory::format_tag::ab}, eng, bytes_of(x)));
+  args.emplace(DNNL_ARG_WEIGHTS, memory(packed, eng, const_cast<char*>(base + h.weights_offset)));
+  args.emplace(DNNL_ARG_DST, memory({{m, n}, out_dt, memory::format_tag::ab}, eng, bytes_of(y)));
+  if (bias) args.emplace(DNNL_ARG_BIAS, memory({{1, n}, memory::data_type::f32, memory::format_tag::ab}, eng, qbias.get()));
+  int32_t src_zp = in_zp, dst_zp = out_zp;
+  args.emplace(DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_SRC, memory({{1}, memory::data_type::s32, memory::format_tag::a}, eng, &src_zp));
+  if (u8_out)
+    args.emplace(DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_DST, memory({{1}, memory::data_type::s32, memory::format_tag::a}, eng, &dst_zp));
+  execute(*prim, args);
+  if (!u8_out) {
+    float* yp = reinterpret_cast<float*>(bytes_of(y));
+    const float sx = float(in_scale);
+    parallel_for(0, m * n, 1 << 14, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) yp[i] *= sx;
+    });
+  }
+  if (y != y_user) copy_tensor(y_user, y);
+}
+
+// Note [Int8 without VNNI]: without VNNI (AVX512-VNNI or AVX-VNNI) oneDNN multiplies u8 x s8 with
+// vpmaddubsw, whose 16-bit pair sums saturate: large activations times large weights lose bits
+// (PyTorch #144434; its x86 quantizer narrows activations to 7 bits for that). The kernels stay
+// correct for 7-bit activations and are slower; a one-time warning says so. The level honours
+// TESSERA_CPU_CAPABILITY: below avx2 the plugin counts as without VNNI.
+bool cpu_has_vnni() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
+  const bool avx512_vnni = (c >> 11) & 1;
+  unsigned a1 = 0, b1 = 0, c1 = 0, d1 = 0;
+  const bool avx_vnni = a >= 1 && __get_cpuid_count(7, 1, &a1, &b1, &c1, &d1) && ((a1 >> 4) & 1);
+  const Capability level = capability();
+  return (avx512_vnni && level == Capability::AVX512) || (avx_vnni && level != Capability::Default);
+}
+
+}  // namespace
+
+void register_quantized_kernels(const sdk::Host& host) {
+  if (!cpu_has_vnni())
+    sdk::log(TESSERA_LOG_WARNING, "cpu",
+             std::string("int8 kernels: no VNNI at ISA level ") + capability_name(capability()) +
+                 " (TESSERA_CPU_CAPABILITY); u8 x s8 products saturate in 16 bits, so int8 is slower and "
+                 "activations should use 7 bits (Note [Int8 without VNNI])");
+  host.register_kernel(op::_quantized_linear_prepack::name, TESSERA_DTYPE_BIT(TESSERA_DTYPE_INT8),
+                       TESSERA_SDK_KERNEL(prepack_kernel));
+  host.register_kernel(op::_quantized_linear::name, TESSERA_DTYPE_BIT(TESSERA_DTYPE_UINT8),
+                       TESSERA_SDK_KERNEL(qlinear_kernel));
+}
+
+}  // namespace tessera::cpu
