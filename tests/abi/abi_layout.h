@@ -88,6 +88,9 @@ typedef struct abi_constant_t {
   F(tessera_memory_stats_t, allocated_bytes) F(tessera_memory_stats_t, reserved_bytes)               \
   F(tessera_memory_stats_t, peak_allocated_bytes) F(tessera_memory_stats_t, num_allocations)
 
+/* What ABI 1.2 appended (live header only). */
+#define ABI_FIELDS_1_2(F) F(tessera_tensor_t, version)
+
 #define ABI_FIELD_ROW(T, f) {#T, #f, offsetof(T, f), sizeof(((T*)0)->f)},
 #define ABI_STRUCT_ROW(T) {#T, sizeof(T)},
 #define ABI_CONSTANT_ROW(c) {#c, (long long)(c)},

@@ -1,4 +1,4 @@
-/* The layout of every struct as the live header declares it: the 1.0 fields, then what 1.1 added. */
+/* The layout of every struct as the live header declares it: the 1.0 fields, then what 1.1 and 1.2 added. */
 #include "tessera/plugin_abi.h"
 
 #include "abi_layout.h"
@@ -7,6 +7,8 @@ const abi_field_layout_t abi_fields_live_1_0[] = {ABI_FIELDS_1_0(ABI_FIELD_ROW)}
 const size_t abi_num_fields_live_1_0 = sizeof(abi_fields_live_1_0) / sizeof(abi_fields_live_1_0[0]);
 const abi_field_layout_t abi_fields_live_1_1[] = {ABI_FIELDS_1_1(ABI_FIELD_ROW)};
 const size_t abi_num_fields_live_1_1 = sizeof(abi_fields_live_1_1) / sizeof(abi_fields_live_1_1[0]);
+const abi_field_layout_t abi_fields_live_1_2[] = {ABI_FIELDS_1_2(ABI_FIELD_ROW)};
+const size_t abi_num_fields_live_1_2 = sizeof(abi_fields_live_1_2) / sizeof(abi_fields_live_1_2[0]);
 const abi_struct_layout_t abi_structs_live[] = {ABI_STRUCTS_1_0(ABI_STRUCT_ROW) ABI_STRUCTS_1_1(ABI_STRUCT_ROW)};
 const size_t abi_num_structs_live = sizeof(abi_structs_live) / sizeof(abi_structs_live[0]);
 const abi_constant_t abi_constants_live_1_0[] = {ABI_CONSTANTS_1_0(ABI_CONSTANT_ROW)};

@@ -1,6 +1,6 @@
 // The ABI promise as data: every field of every struct of the frozen 1.0 header at the offset and
 // with the size written down here (a snapshot: a changed 1.0 field fails it), and the live header's
-// 1.0 prefix laid out exactly like the frozen header. What 1.1 appended sits after the 1.0 end.
+// 1.0 prefix laid out exactly like the frozen header. What 1.1 and 1.2 appended sits after the 1.0 end.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -23,6 +23,8 @@ extern const abi_field_layout_t abi_fields_live_1_0[];
 extern const size_t abi_num_fields_live_1_0;
 extern const abi_field_layout_t abi_fields_live_1_1[];
 extern const size_t abi_num_fields_live_1_1;
+extern const abi_field_layout_t abi_fields_live_1_2[];
+extern const size_t abi_num_fields_live_1_2;
 extern const abi_struct_layout_t abi_structs_live[];
 extern const size_t abi_num_structs_live;
 extern const abi_constant_t abi_constants_live_1_0[];
@@ -147,8 +149,12 @@ const std::map<Key, Layout> kSnapshot_1_1 = {
     {{"tessera_memory_stats_t", "peak_allocated_bytes"}, {24, 8}},
     {{"tessera_memory_stats_t", "num_allocations"}, {32, 8}},
 };
-const std::map<std::string, size_t> kStructSnapshot_1_1 = {
-    {"tessera_tensor_t", 64},    {"tessera_value_t", 16},             {"tessera_kernel_call_t", 64},
+// What ABI 1.2 appended, and the sizes of the 1.2 structs.
+const std::map<Key, Layout> kSnapshot_1_2 = {
+    {{"tessera_tensor_t", "version"}, {64, 8}},
+};
+const std::map<std::string, size_t> kStructSnapshot_1_2 = {
+    {"tessera_tensor_t", 72},    {"tessera_value_t", 16},             {"tessera_kernel_call_t", 64},
     {"tessera_host_api_t", 104}, {"tessera_device_interface_t", 160}, {"tessera_plugin_t", 72},
     {"tessera_memory_stats_t", 40},
 };
@@ -236,11 +242,11 @@ TEST(AbiLayout, LiveHeaderKeepsThe_1_0_Prefix) {
   EXPECT_STREQ(abi_entry_name_live, abi_entry_name_frozen_1_0);
 }
 
-TEST(AbiLayout, LiveHeaderIs_1_1_AndOnlyAppends) {
+TEST(AbiLayout, LiveHeaderIs_1_2_AndOnlyAppends) {
   EXPECT_EQ(abi_live_major, 1u);
-  EXPECT_EQ(abi_live_minor, 1u);
+  EXPECT_EQ(abi_live_minor, 2u);
   const auto live_structs = structs_of(abi_structs_live, abi_num_structs_live);
-  EXPECT_EQ(live_structs, kStructSnapshot_1_1);
+  EXPECT_EQ(live_structs, kStructSnapshot_1_2);
   const auto frozen_structs = structs_of(abi_structs_frozen_1_0, abi_num_structs_frozen_1_0);
   // tessera_value_t is an array element (tessera_kernel_call_t::attrs): it never grows in a major.
   EXPECT_EQ(live_structs.at("tessera_value_t"), frozen_structs.at("tessera_value_t"));
@@ -252,6 +258,9 @@ TEST(AbiLayout, LiveHeaderIs_1_1_AndOnlyAppends) {
     EXPECT_GE(layout.first, old->second) << key.first << "::" << key.second
                                          << " is not appended after the 1.0 end of the struct";
   }
+  EXPECT_EQ(fields_of(abi_fields_live_1_2, abi_num_fields_live_1_2), kSnapshot_1_2);
+  // tessera_tensor_t::version sits after the 1.1 end of the struct (which 1.1 left at its 1.0 size).
+  EXPECT_GE(kSnapshot_1_2.at({"tessera_tensor_t", "version"}).first, frozen_structs.at("tessera_tensor_t"));
 }
 
 }  // namespace

@@ -35,7 +35,7 @@ extern "C" {
 #endif
 
 #define TESSERA_ABI_MAJOR 1
-#define TESSERA_ABI_MINOR 1
+#define TESSERA_ABI_MINOR 2
 
 /* The one symbol every plugin exports (see tessera_plugin_init_fn_t). */
 #define TESSERA_PLUGIN_ENTRY_NAME "tessera_plugin_init"
@@ -133,6 +133,11 @@ typedef struct tessera_tensor_t {
   int64_t numel;
   void* data;           /* device memory handle of the storage (CPU: host pointer) */
   int64_t byte_offset;  /* storage offset in bytes: element (0,..,0) is at data + byte_offset */
+  /* (ABI 1.2) The storage's version (Note [Storage version] in tessera/tensor.h): it changes on every
+   * write the runtime sees (in-place and out= ops, host data_ptr access) and no two storages share
+   * one, so a kernel may keep data derived from the tensor (a prepacked weight) under it. 0: unknown
+   * (a temporary, or a 1.1 runtime: check TESSERA_ABI_HAS_FIELD), never cache. */
+  uint64_t version;
 } tessera_tensor_t;
 
 typedef enum tessera_value_kind_t {
