@@ -138,6 +138,46 @@ TEST_P(CpuWeightCache, StaysWithinItsBoundAcrossManyWeights) {
   EXPECT_LE(released, uint64_t(1) << 30);
 }
 
+// conv2d, stride 1, padding 1, 3x3, in double from the tensors' current values.
+std::vector<double> conv_ref(const Tensor& x, const Tensor& w, const Tensor& bias) {
+  const Ref X = read(x), W = read(w), B = read(bias);
+  const int64_t n = x.size(0), c = x.size(1), h = x.size(2), wd = x.size(3), oc = w.size(0);
+  std::vector<double> out(size_t(n * oc * h * wd));
+  for (int64_t b = 0; b < n; ++b)
+    for (int64_t o = 0; o < oc; ++o)
+      for (int64_t y = 0; y < h; ++y)
+        for (int64_t z = 0; z < wd; ++z) {
+          double acc = B.v[size_t(o)];
+          for (int64_t ci = 0; ci < c; ++ci)
+            for (int64_t i = 0; i < 3; ++i)
+              for (int64_t j = 0; j < 3; ++j) {
+                const int64_t yy = y + i - 1, zz = z + j - 1;
+                if (yy < 0 || yy >= h || zz < 0 || zz >= wd) continue;
+                acc += X.v[size_t(((b * c + ci) * h + yy) * wd + zz)] * W.v[size_t(((o * c + ci) * 3 + i) * 3 + j)];
+              }
+          out[size_t(((b * oc + o) * h + y) * wd + z)] = round_to(acc, x.dtype());
+        }
+  return out;
+}
+
+TEST_P(CpuWeightCache, Conv2dWeightIsPackedOnceAndRepackedAfterAWrite) {
+  SCOPED_TRACE(seed_trace());
+  const DType dt = GetParam();
+  const Tensor x = random_tensor({2, 16, 9, 11}, dt), b = random_tensor({32}, dt);
+  Tensor w = random_tensor({32, 16, 3, 3}, dt, -0.2, 0.2);
+  auto conv = [&] { return conv2d(x, w, b, {1, 1}, {1, 1}); };
+  std::vector<double> want = conv_ref(x, w, b);
+  EXPECT_TRUE(close(conv(), want, tol(dt), "first call"));
+  const uint64_t before = cpu_reserved();
+  EXPECT_TRUE(close(conv(), want, tol(dt), "second call (packs)"));
+  EXPECT_GE(cpu_reserved() - before, uint64_t(32 * 16 * 9) * itemsize(dt)) << "memory_stats(cpu) does not show the packed weight";
+  EXPECT_TRUE(close(conv(), want, tol(dt), "third call (cached)"));
+  w.add_(random_tensor({32, 16, 3, 3}, dt, -0.2, 0.2));
+  want = conv_ref(x, w, b);
+  EXPECT_TRUE(close(conv(), want, tol(dt), "after add_"));
+  EXPECT_TRUE(close(conv(), want, tol(dt), "after add_, repacked"));
+}
+
 INSTANTIATE_TEST_SUITE_P(Dtypes, CpuWeightCache, ::testing::Values(kFloat32, kBFloat16),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
 

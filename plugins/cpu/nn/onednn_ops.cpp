@@ -35,6 +35,7 @@ struct CachedPrimitive {
   dnnl::primitive prim;
   memory::desc scratch;
   memory::desc weights;  // the layout the primitive takes its weights in (prepacked primitives)
+  memory::desc src, dst;  // its activation layouts, where it chose them (conv2d)
 };
 
 class PrimitiveCache {
@@ -211,15 +212,18 @@ memory::desc md_of(const MatOperand& op) {
 }
 
 // Thread-local scratchpad, grown on demand and kept (no page faults on the hot path).
-void* scratchpad(size_t bytes) {
-  thread_local Buffer<char> buf;
-  thread_local size_t capacity = 0;
-  if (bytes > capacity) {
-    buf.reset(int64_t(bytes));
-    capacity = bytes;
+// A thread-local buffer grown on demand and kept (no page faults on the hot path); `slot` picks one
+// of a few independent buffers (0: the primitive's scratchpad, 1 and 2: activations in a blocked layout).
+void* thread_buffer(int slot, size_t bytes) {
+  thread_local Buffer<char> buf[3];
+  thread_local size_t capacity[3] = {0, 0, 0};
+  if (bytes > capacity[slot]) {
+    buf[slot].reset(int64_t(bytes));
+    capacity[slot] = bytes;
   }
-  return buf.get();
+  return buf[slot].get();
 }
+void* scratchpad(size_t bytes) { return thread_buffer(0, bytes); }
 
 dnnl::stream& thread_stream() {
   thread_local dnnl::stream s(cpu_engine());
@@ -511,7 +515,7 @@ bool run_prepacked(const MatOperand& a, const MatOperand& b, const MatOperand& c
     const auto d = bias ? dnnl::matmul::desc(md_of(a), wany, md_of(*bias), md_of(c))
                         : dnnl::matmul::desc(md_of(a), wany, md_of(c));
     dnnl::matmul::primitive_desc pd(d, attr, cpu_engine());
-    return CachedPrimitive{dnnl::matmul(pd), pd.scratchpad_desc(), pd.weights_desc()};
+    return CachedPrimitive{dnnl::matmul(pd), pd.scratchpad_desc(), pd.weights_desc(), memory::desc(), memory::desc()};
   });
   const memory::desc plain = md_of(b);
   if (prim->weights == plain) return false;
@@ -558,7 +562,7 @@ void onednn_matmul(const MatOperand& a, const MatOperand& b, const MatOperand& c
     const auto d = bias ? dnnl::matmul::desc(md_of(a), md_of(b), md_of(*bias), md_of(c))
                         : dnnl::matmul::desc(md_of(a), md_of(b), md_of(c));
     dnnl::matmul::primitive_desc pd(d, attr, cpu_engine());
-    return CachedPrimitive{dnnl::matmul(pd), pd.scratchpad_desc(), memory::desc()};
+    return CachedPrimitive{dnnl::matmul(pd), pd.scratchpad_desc(), memory::desc(), memory::desc(), memory::desc()};
   });
   std::unordered_map<int, memory> args;
   args.emplace(DNNL_ARG_SRC, memory(md_of(a), cpu_engine(), a.ptr));
@@ -815,28 +819,73 @@ void conv2d_kernel(const KernelCall& call) {
     const memory::desc wei_md = g == 1 ? memory::desc({oc, c, kh, kw}, mdt, memory::format_tag::oihw)
                                        : memory::desc({g, oc / g, c / g, kh, kw}, mdt, memory::format_tag::goihw);
     const memory::desc bias_md = bias ? memory::desc({oc}, mdt, memory::format_tag::x) : memory::desc();
-    std::string key = "conv2d";
+    // The primitive picks its own layouts (format_tag::any); activations are reordered in and out
+    // through thread-local buffers and the weight is packed once per version (Note [Weight cache]).
+    std::string key = "conv2d_any";
     const int64_t geo[] = {nb, c, h, wd, oc, kh, kw, s[0], s[1], p[0], p[1], d[0], d[1], g, bias != nullptr, int64_t(mdt)};
     key_append(key, geo, sizeof(geo));
     auto prim = cache().get(key, [&] {
       dnnl::primitive_attr attr;
       attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
       const memory::dims strides = {s[0], s[1]}, dil = {d[0] - 1, d[1] - 1}, pad = {p[0], p[1]};
+      const memory::desc src_any({nb, c, h, wd}, mdt, memory::format_tag::any);
+      const memory::desc dst_any({nb, oc, oh, ow}, mdt, memory::format_tag::any);
+      const memory::desc wei_any = g == 1 ? memory::desc({oc, c, kh, kw}, mdt, memory::format_tag::any)
+                                          : memory::desc({g, oc / g, c / g, kh, kw}, mdt, memory::format_tag::any);
       const auto desc = bias ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference,
-                                                               dnnl::algorithm::convolution_direct, src_md, wei_md,
-                                                               bias_md, dst_md, strides, dil, pad, pad)
+                                                               dnnl::algorithm::convolution_direct, src_any, wei_any,
+                                                               bias_md, dst_any, strides, dil, pad, pad)
                              : dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference,
-                                                               dnnl::algorithm::convolution_direct, src_md, wei_md,
-                                                               dst_md, strides, dil, pad, pad);
+                                                               dnnl::algorithm::convolution_direct, src_any, wei_any,
+                                                               dst_any, strides, dil, pad, pad);
       dnnl::convolution_forward::primitive_desc pd(desc, attr, cpu_engine());
-      return CachedPrimitive{dnnl::convolution_forward(pd), pd.scratchpad_desc(), memory::desc()};
+      return CachedPrimitive{dnnl::convolution_forward(pd), pd.scratchpad_desc(), pd.weights_desc(), pd.src_desc(),
+                             pd.dst_desc()};
     });
+    const memory::desc& src_want = prim->src;
+    const memory::desc& dst_want = prim->dst;
+    dnnl::stream& strm = thread_stream();
+    memory src_user(src_md, cpu_engine(), data_of(x)), dst_user(dst_md, cpu_engine(), data_of(y));
+    memory src = src_user, dst = dst_user;
+    if (src_want != src_md) {
+      src = memory(src_want, cpu_engine(), thread_buffer(1, src_want.get_size()));
+      dnnl::reorder(src_user, src).execute(strm, src_user, src);
+    }
+    if (dst_want != dst_md) dst = memory(dst_want, cpu_engine(), thread_buffer(2, dst_want.get_size()));
+    memory wei(wei_md, cpu_engine(), data_of(w));
+    std::shared_ptr<const PackedWeight> packed;
+    Buffer<char> wei_once;
+    if (prim->weights != wei_md) {
+      const uint64_t version = w == call.input(1).raw() ? tensor_version(w) : 0;
+      std::string wkey = "conv2d";
+      const void* wp = data_of(w);
+      key_append(wkey, &wp, sizeof(wp));
+      key_append(wkey, geo, sizeof(geo));
+      auto pack_into = [&](void* out) {
+        memory packed_mem(prim->weights, cpu_engine(), out);
+        dnnl::reorder(wei, packed_mem).execute(strm, wei, packed_mem);
+        strm.wait();
+      };
+      packed = weight_cache().get(wkey, version, prim->weights, [&](PackedWeight& pw) { pack_into(pw.data.get()); });
+      if (packed) {
+        wei = memory(packed->md, cpu_engine(), packed->data.get());
+      } else {
+        wei_once.reset(int64_t(prim->weights.get_size()));
+        pack_into(wei_once.get());
+        wei = memory(prim->weights, cpu_engine(), wei_once.get());
+      }
+    }
+    strm.wait();
     std::unordered_map<int, memory> args;
-    args.emplace(DNNL_ARG_SRC, memory(src_md, cpu_engine(), data_of(x)));
-    args.emplace(DNNL_ARG_WEIGHTS, memory(wei_md, cpu_engine(), data_of(w)));
-    args.emplace(DNNL_ARG_DST, memory(dst_md, cpu_engine(), data_of(y)));
+    args.emplace(DNNL_ARG_SRC, src);
+    args.emplace(DNNL_ARG_WEIGHTS, wei);
+    args.emplace(DNNL_ARG_DST, dst);
     if (bias) args.emplace(DNNL_ARG_BIAS, memory(bias_md, cpu_engine(), data_of(bias)));
     execute(*prim, args);
+    if (dst_want != dst_md) {
+      dnnl::reorder(dst, dst_user).execute(strm, dst, dst_user);
+      strm.wait();
+    }
   }
   if (y_temp) copy_tensor(y_user, y);
 }
