@@ -219,8 +219,8 @@ TEST(CpuSdpa, EveryOperandExpandedOverHeads) {
 
 TEST(CpuSdpa, Bf16OddHeadDimsStridedAndExpandedOperands) {
   SCOPED_TRACE(seed_trace());
-  // The bf16 flash loop packs bf16 pairs along E and along the keys (Note [bf16 flash attention]):
-  // odd E, odd S, Ev not a multiple of 16, a strided query and a stride-0 head dim in the key.
+  // bf16 through the flash loop with odd E, odd S, Ev not a multiple of 16, a strided query and a
+  // stride-0 head dim in the key.
   for (bool causal : {false, true}) {
     Tensor q = random_tensor({2, 41, 3, 33}, kBFloat16).transpose(1, 2);
     Tensor k = random_tensor({2, 1, 263, 33}, kBFloat16).expand({2, 3, 263, 33});

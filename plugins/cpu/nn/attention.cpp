@@ -21,8 +21,6 @@
 #include <cstring>
 #include <limits>
 
-#include "../src/isa.h"
-#include "flash_bf16.h"
 #include "nn_common.h"
 #include "nn_ops.h"
 #include "onednn.h"
@@ -322,140 +320,6 @@ void flash_attention(const SdpaProblem& p) {
 #endif
 }
 
-// ---- bf16 flash
-// Note [bf16 flash attention]
-// With bf16 query, key, value and output on a CPU with avx512_bf16 (at capability avx512), both
-// GEMMs of the flash loop run on bf16 dot products with f32 accumulation (flash_bf16.h), as
-// PyTorch's bf16 flash kernel does on oneDNN/AMX: S = Q K^T from the bf16 inputs (the scale applied
-// to S in f32), the online softmax in f32, P rounded to bf16 for O += P V, O kept in f32 and
-// rounded once at the end. The operands are packed as pairs of bf16 along the reduction dim (the
-// layout vdpbf16ps reads): K as [E/2][S] pairs, V as [S/2][Ev] pairs, Q as [rows][E/2] pairs; odd
-// E, odd key counts and Ev not a multiple of 16 are padded with zeros. Extra memory per thread is
-// the packed head in bf16, half of the f32 path's. Elsewhere (no avx512_bf16, a lower
-// TESSERA_CPU_CAPABILITY) bf16 takes the f32 flash loop.
-const FlashBf16Kernels* flash_bf16_kernels() {
-  static const bool has_bf16 = detect_cpu_features().avx512bf16;
-  return has_bf16 && capability() == Capability::AVX512 ? &flash_bf16_avx512() : nullptr;
-}
-
-void flash_attention_bf16(const SdpaProblem& p, const FlashBf16Kernels& kern) {
-  const NnIsaTable& isa = nn_isa();
-  const int64_t nqb = (p.l + kBlockQ - 1) / kBlockQ;
-  const int64_t tasks = p.total * nqb;
-  const int64_t e2 = (p.e + 1) / 2, ev = p.ev, evp = (p.ev + 15) / 16 * 16;
-  const int64_t ldk = (p.s + 15) / 16 * 16, s2 = (p.s + 1) / 2;
-  constexpr int64_t kLdp = kBlockK / 2;  // pairs per row of P
-  const int64_t osz = int64_t(sdk::dtype_size(p.o_dt));
-  // Per thread, in 4-byte words: K pairs, V pairs, Q pairs, S (f32), P pairs, O (f32), m, l.
-  const int64_t per_thread =
-      e2 * ldk + s2 * evp + kBlockQ * e2 + kBlockQ * kBlockK + kBlockQ * kLdp + kBlockQ * evp + 2 * kBlockQ + 64;
-  const int threads = in_parallel_region() ? 1 : int(std::max<int64_t>(1, std::min<int64_t>(max_threads(), tasks)));
-  Buffer<uint32_t> workspace(per_thread * threads);
-  const uint16_t* q = reinterpret_cast<const uint16_t*>(p.q);
-  const uint16_t* k = reinterpret_cast<const uint16_t*>(p.k);
-  const uint16_t* v = reinterpret_cast<const uint16_t*>(p.v);
-  auto pair = [](uint16_t lo, uint16_t hi) { return uint32_t(lo) | uint32_t(hi) << 16; };
-  struct State {
-    uint32_t *kp, *vp, *qp, *pp;
-    float *sbuf, *obuf, *mrow, *lrow;
-    int64_t packed = -1;
-  };
-  auto thread_state = [&](int t) {
-    State st;
-    uint32_t* w = workspace.get() + int64_t(t) * per_thread;
-    st.kp = w;
-    st.vp = st.kp + e2 * ldk;
-    st.qp = st.vp + s2 * evp;
-    st.sbuf = reinterpret_cast<float*>(st.qp + kBlockQ * e2);
-    st.pp = reinterpret_cast<uint32_t*>(st.sbuf + kBlockQ * kBlockK);
-    st.obuf = reinterpret_cast<float*>(st.pp + kBlockQ * kLdp);
-    st.mrow = st.obuf + kBlockQ * evp;
-    st.lrow = st.mrow + kBlockQ;
-    return st;
-  };
-  auto pack = [&](State& st, int64_t ok, int64_t ov) {
-    for (int64_t c = 0; c < e2; ++c) {
-      uint32_t* row = st.kp + c * ldk;
-      const int64_t c0 = 2 * c, c1 = 2 * c + 1;
-      for (int64_t j = 0; j < p.s; ++j) {
-        const uint16_t* kr = k + ok + j * p.k_ss;
-        row[j] = pair(kr[c0 * p.k_se], c1 < p.e ? kr[c1 * p.k_se] : uint16_t(0));
-      }
-      for (int64_t j = p.s; j < ldk; ++j) row[j] = 0;
-    }
-    for (int64_t j2 = 0; j2 < s2; ++j2) {
-      uint32_t* row = st.vp + j2 * evp;
-      const uint16_t* v0 = v + ov + 2 * j2 * p.v_ss;
-      const bool has1 = 2 * j2 + 1 < p.s;
-      for (int64_t c = 0; c < ev; ++c) row[c] = pair(v0[c * p.v_se], has1 ? v0[p.v_ss + c * p.v_se] : uint16_t(0));
-      for (int64_t c = ev; c < evp; ++c) row[c] = 0;
-    }
-  };
-  auto run_task = [&](int64_t task, State& st) {
-    const int64_t bi = task / nqb, i0 = (task % nqb) * kBlockQ;
-    const int64_t mq = std::min(kBlockQ, p.l - i0);
-    int64_t oq, ok, ov, om, oo;
-    p.offsets(bi, &oq, &ok, &ov, &om, &oo);
-    if (st.packed != bi) {
-      pack(st, ok, ov);
-      st.packed = bi;
-    }
-    for (int64_t ii = 0; ii < mq; ++ii) {
-      const uint16_t* qr = q + oq + (i0 + ii) * p.q_sl;
-      for (int64_t c = 0; c < e2; ++c)
-        st.qp[ii * e2 + c] = pair(qr[2 * c * p.q_se], 2 * c + 1 < p.e ? qr[(2 * c + 1) * p.q_se] : uint16_t(0));
-      st.mrow[ii] = kNegInf;
-      st.lrow[ii] = 0.f;
-    }
-    std::memset(st.obuf, 0, size_t(mq * evp) * sizeof(float));
-    const int64_t kend = p.causal ? std::min(p.s, i0 + mq) : p.s;
-    for (int64_t j0 = 0; j0 < kend; j0 += kBlockK) {
-      const int64_t nk = std::min(kBlockK, kend - j0), nk16 = (nk + 15) / 16 * 16, nk2 = (nk + 1) / 2;
-      kern.qk(mq, nk16, e2, st.qp, e2, st.kp + j0, ldk, st.sbuf, kBlockK);
-      for (int64_t ii = 0; ii < mq; ++ii) {
-        float* srow = st.sbuf + ii * kBlockK;
-        uint16_t* prow = reinterpret_cast<uint16_t*>(st.pp + ii * kLdp);
-        isa.scale_row(srow, nk, p.scale);
-        mask_row(p, om, i0 + ii, j0, nk, srow);
-        // NaN-propagating max (Note [NaN in row maxima]), as in the f32 loop.
-        const float bm = isa.row_max(srow, nk), mold = st.mrow[ii];
-        const float mnew = (bm > mold || bm != bm) ? bm : mold;
-        if (mnew == kNegInf) {  // every key so far is masked out for this row
-          std::memset(prow, 0, size_t(2 * nk2) * sizeof(uint16_t));
-          continue;
-        }
-        const float alpha = std::exp(st.mrow[ii] - mnew);
-        const float sum = isa.exp_sub_sum(srow, nk, mnew);
-        st.lrow[ii] = st.lrow[ii] * alpha + sum;
-        if (alpha != 1.f) isa.scale_row(st.obuf + ii * evp, ev, alpha);
-        st.mrow[ii] = mnew;
-        isa.f32_to_bf16(srow, prow, nk);
-        if (nk & 1) prow[nk] = 0;
-      }
-      kern.pv(mq, evp, nk2, st.pp, kLdp, st.vp + (j0 / 2) * evp, evp, st.obuf, evp);
-    }
-    for (int64_t ii = 0; ii < mq; ++ii) {
-      const float inv = st.lrow[ii] > 0.f ? 1.f / st.lrow[ii] : std::numeric_limits<float>::quiet_NaN();
-      isa.scale_row(st.obuf + ii * evp, ev, inv);
-      store_f32(st.obuf + ii * evp, p.o + (oo + (i0 + ii) * p.o_sl) * osz, p.o_dt, ev, p.o_se);
-    }
-  };
-  if (threads <= 1) {
-    State st = thread_state(0);
-    for (int64_t t = 0; t < tasks; ++t) run_task(t, st);
-    return;
-  }
-#ifdef _OPENMP
-  const int64_t chunk = std::max<int64_t>(1, std::min<int64_t>(nqb, tasks / (int64_t(threads) * 4)));
-#pragma omp parallel num_threads(threads)
-  {
-    State st = thread_state(omp_get_thread_num());
-#pragma omp for schedule(dynamic, chunk)
-    for (int64_t t = 0; t < tasks; ++t) run_task(t, st);
-  }
-#endif
-}
-
 // ---- f64 reference (also the f64 path of both ops): plain loops in double, one row at a time.
 void attention_f64(const SdpaProblem& p) {
   parallel_for(0, p.total * p.l, 4, [&](int64_t b, int64_t e) {
@@ -586,8 +450,6 @@ void sdpa_flash_kernel(const KernelCall& call) {
   if (all_empty(p)) return;
   if (p.s == 0) return fill_nan_or_zero(p);
   if (p.dt == TESSERA_DTYPE_FLOAT64 && p.o_dt == TESSERA_DTYPE_FLOAT64) return attention_f64(p);
-  if (p.dt == TESSERA_DTYPE_BFLOAT16)
-    if (const FlashBf16Kernels* kern = flash_bf16_kernels()) return flash_attention_bf16(p, *kern);
   flash_attention(p);
 }
 

@@ -11,8 +11,7 @@ list(APPEND TESSERA_CPU_NN_SOURCES
   ${_tessera_nn_dir}/normalization.cpp
   ${_tessera_nn_dir}/pooling.cpp
   ${_tessera_nn_dir}/onednn_ops.cpp
-  ${_tessera_nn_dir}/attention.cpp
-  ${_tessera_nn_dir}/flash_bf16.cpp)
+  ${_tessera_nn_dir}/attention.cpp)
 if(NOT TARGET DNNL::dnnl)
   find_package(dnnl CONFIG QUIET)
 endif()
