@@ -4,13 +4,43 @@
 in the file, a second panel shows each side's slowdown next to two busy loops.
 
 usage: benchmarks/torch_compare/plot.py [build/bench/torch_compare.json] [docs/performance_torch.png]
+       benchmarks/torch_compare/plot.py --markdown [build/bench/torch_compare.json]   (the table for docs/)
 """
 import json
 import pathlib
 import sys
 
 
+def markdown(data):
+    loaded = any("tessera_slowdown" in r for r in data["rows"])
+    head = "| row | Tessera | PyTorch | PyTorch ÷ Tessera | oneDNN prepacked ÷ Tessera |"
+    sep = "|---|---|---|---|---|"
+    if loaded:
+        head += " slowdown next to 2 busy loops: Tessera / PyTorch |"
+        sep += "---|"
+    print(head)
+    print(sep)
+
+    def t(us):
+        return f"{us / 1000:.2f} ms" if us >= 1000 else f"{us:.1f} µs"
+
+    for r in data["rows"]:
+        ratio = "not compared" if r.get("ratio") is None else f"{r['ratio']:.2f}"
+        if r.get("ratio") is not None and r["ratio"] >= data.get("goal", 1.2):
+            ratio = f"**{ratio}**"
+        ref = f"{r['ratio_vs_reference']:.2f}" if "ratio_vs_reference" in r else ""
+        line = (f"| {r['name']} | {t(r['tessera_us'])} | {t(r['torch_us']) if 'torch_us' in r else '-'} | {ratio} "
+                f"| {ref} |")
+        if loaded:
+            line += f" {r.get('tessera_slowdown', 0):.1f}x / {r.get('torch_slowdown', 0):.1f}x |"
+        print(line)
+    return 0
+
+
 def main():
+    if len(sys.argv) > 1 and sys.argv[1] == "--markdown":
+        src = pathlib.Path(sys.argv[2] if len(sys.argv) > 2 else "build/bench/torch_compare.json")
+        return markdown(json.loads(src.read_text()))
     src = pathlib.Path(sys.argv[1] if len(sys.argv) > 1 else "build/bench/torch_compare.json")
     out = pathlib.Path(sys.argv[2] if len(sys.argv) > 2 else "docs/performance_torch.png")
     data = json.loads(src.read_text())
