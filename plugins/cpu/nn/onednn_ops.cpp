@@ -183,8 +183,8 @@ class WeightCache {
 };
 
 WeightCache& weight_cache() {
-  static WeightCache* c = new WeightCache();  // never destroyed: kernels may run during exit
-  return *c;
+  static WeightCache c;  // freed when the plugin unloads, like the primitive cache
+  return c;
 }
 
 }  // namespace
