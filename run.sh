@@ -74,14 +74,25 @@ case "$cmd" in
     ;;
   bench)
     install_packages
-    build release
+    # The comparison against PyTorch needs libtorch from the torch pip package (looked for at
+    # configure time only when asked: importing torch is slow).
+    torch_flag=OFF
+    python3 -c 'import torch' 2>/dev/null && torch_flag=ON
+    log "configure + build (release, TESSERA_BENCH_WITH_TORCH=$torch_flag)"
+    cmake --preset release -DTESSERA_BENCH_WITH_TORCH=$torch_flag >/dev/null
+    cmake --build --preset release -j "$JOBS"
     mkdir -p build/bench
     for b in build/release/bin/bench_*; do
+      [ "$(basename "$b")" = bench_torch_compare ] && continue
       log "$(basename "$b")"
       "$b" --benchmark_out="build/bench/$(basename "$b").json" --benchmark_out_format=json
     done
     python3 tools/perf/plot.py build/bench build/bench/performance.png ||
       echo "(no plot: pip install matplotlib, then python3 tools/perf/plot.py)"
+    log "bench_torch_compare (every CPU row against PyTorch, then next to two busy loops)"
+    ./build/release/bin/bench_torch_compare --contention --json build/bench/torch_compare.json
+    python3 benchmarks/torch_compare/plot.py build/bench/torch_compare.json build/bench/torch_compare.png ||
+      echo "(no plot: pip install matplotlib, then python3 benchmarks/torch_compare/plot.py)"
     ;;
   *)
     echo "usage: ./run.sh demo | test | bench" >&2

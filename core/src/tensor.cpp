@@ -670,7 +670,12 @@ void check_data_access(const Tensor& t, DType requested) {
 }
 }  // namespace detail
 
-void* Tensor::raw_data_ptr() const {
+uint64_t next_storage_version() {
+  static std::atomic<uint64_t> counter{1};
+  return counter.fetch_add(1, std::memory_order_relaxed);
+}
+
+const void* Tensor::raw_const_data_ptr() const {
   check_defined(*this, "raw_data_ptr");
   check_not_traced(*this, "raw_data_ptr()");
   TESSERA_CHECK(is_cpu(), "raw_data_ptr(): the tensor is on device '", device().str(),
@@ -680,7 +685,13 @@ void* Tensor::raw_data_ptr() const {
   TESSERA_CHECK(s->usable(), "raw_data_ptr(): the tensor's storage is unusable because a copy into it failed "
                 "part-way (Note [Unusable storage]); recreate the tensor");
   if (!s->data()) return nullptr;
-  return static_cast<char*>(s->data()) + storage_offset() * int64_t(itemsize());
+  return static_cast<const char*>(s->data()) + storage_offset() * int64_t(itemsize());
+}
+
+void* Tensor::raw_data_ptr() const {
+  const void* p = raw_const_data_ptr();
+  if (p) storage()->bump_version();  // Note [Storage version]: the caller may write through it
+  return const_cast<void*>(p);
 }
 
 Scalar Tensor::item() const {
@@ -689,7 +700,7 @@ Scalar Tensor::item() const {
   TESSERA_CHECK(numel() == 1, "item(): a tensor with ", numel(), " elements (shape ", sizes(),
                 ") cannot be converted to a number; expected exactly one element");
   if (!is_cpu()) return cpu().item();
-  const void* p = raw_data_ptr();
+  const void* p = raw_const_data_ptr();
   return visit_dtype(dtype(), [&](auto zero) -> Scalar {
     using T = decltype(zero);
     if constexpr (std::is_same_v<T, bool>) {

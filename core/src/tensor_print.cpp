@@ -280,7 +280,7 @@ std::string to_string(const Tensor& t) {
   } else {
     if (!has_default_dtype) suffixes.push_back("dtype=" + std::string(dtype_name(dt)));
     const Tensor host = t.is_cpu() ? t : t.cpu();
-    const auto* raw = static_cast<const char*>(host.raw_data_ptr());
+    const auto* raw = static_cast<const char*>(host.raw_const_data_ptr());
     // Offsets below are relative to the tensor's first element.
     Printer p{host, raw, host.numel() > kThreshold};
     std::vector<int64_t> offsets;

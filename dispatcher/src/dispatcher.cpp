@@ -488,6 +488,7 @@ inline void fill_c_tensor(tessera_tensor_t& c, const TensorImpl* t) {
   const Storage& s = t->storage();
   c.data = s ? s->data() : nullptr;
   c.byte_offset = t->storage_offset() * int64_t(itemsize(t->dtype()));
+  c.version = s ? s->version() : 0;
 }
 
 [[noreturn]] void rank_error(const OperatorEntry& op, const char* what, int index, int64_t ndim) {
@@ -517,6 +518,14 @@ void check_inplace_overlap(const OperatorEntry& op, const MetaCall& m, const Cal
                     " and the written-to tensor refer to a single memory location. Please clone() the tensor "
                     "before performing the operation.");
     }
+  }
+}
+
+// Note [Storage version] (tensor.h): a tensor an op writes in place gets new contents.
+void bump_written_versions(const MetaCall& m, const CallFrame& f) {
+  for (int o = 0; o < m.num_outputs; ++o) {
+    const int alias = m.outputs[o].alias_input;
+    if (alias >= 0 && f.tensors[alias] && f.tensors[alias]->storage()) f.tensors[alias]->storage()->bump_version();
   }
 }
 
@@ -981,6 +990,7 @@ static int dispatch_call(OperatorEntry& op, const CallFrame& f, Tensor* outs) {
   for (int o = 0; o < m.num_outputs; ++o) {
     if (m.outputs[o].alias_input >= 0) {
       check_inplace_overlap(op, m, f);
+      bump_written_versions(m, f);
       break;
     }
     if (__builtin_expect(int64_t(m.outputs[o].sizes.size()) > kMaxKernelDims, 0))

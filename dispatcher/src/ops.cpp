@@ -200,6 +200,19 @@ MemoryStats memory_stats(Device device) {
     out.reserved_bytes = s.allocated_bytes + s.cached_bytes;
     out.peak_allocated_bytes = s.peak_allocated_bytes;
     out.num_allocations = s.num_allocations;
+    // What the loaded cpu plugin holds itself (prepacked weights) counts as reserved too.
+    const BackendDevice* b = backend_device_if_loaded(DeviceType::CPU);
+    if (b && b->iface && TESSERA_ABI_HAS_FIELD(b->iface, tessera_device_interface_t, memory_stats) &&
+        b->iface->memory_stats) {
+      tessera_memory_stats_t ps{};
+      ps.struct_size = sizeof(ps);
+      if (tessera_status_t st = b->iface->memory_stats(b->self, 0, &ps)) {
+        bool unimplemented = false;
+        throw_status(st, "memory_stats(cpu)", &unimplemented);
+      } else {
+        out.reserved_bytes += ps.reserved_bytes;
+      }
+    }
     return out;
   }
   const BackendDevice& b = backend_device(device.type());

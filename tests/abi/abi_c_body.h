@@ -34,11 +34,6 @@ int main(void) {
   device.struct_size = (uint32_t)offsetof(tessera_device_interface_t, memory_stats);
   failures += check(!TESSERA_ABI_HAS_FIELD(&device, tessera_device_interface_t, memory_stats),
                     "a 1.0 device interface lacks memory_stats");
-  device.struct_size = (uint32_t)offsetof(tessera_device_interface_t, event_elapsed_time);
-  failures += check(TESSERA_ABI_HAS_FIELD(&device, tessera_device_interface_t, memory_stats) &&
-                        !TESSERA_ABI_HAS_FIELD(&device, tessera_device_interface_t, event_elapsed_time) &&
-                        !TESSERA_ABI_HAS_FIELD(&device, tessera_device_interface_t, memory_record_stream),
-                    "a device interface that ends at memory_stats lacks the stream slots");
   plugin.struct_size = (uint32_t)offsetof(tessera_plugin_t, get_proc_address);
   failures += check(!TESSERA_ABI_HAS_FIELD(&plugin, tessera_plugin_t, get_proc_address),
                     "a 1.0 plugin header lacks get_proc_address");
@@ -48,6 +43,11 @@ int main(void) {
   }
 #endif
 #if TESSERA_ABI_MINOR >= 2
+  device.struct_size = (uint32_t)offsetof(tessera_device_interface_t, event_elapsed_time);
+  failures += check(TESSERA_ABI_HAS_FIELD(&device, tessera_device_interface_t, memory_stats) &&
+                        !TESSERA_ABI_HAS_FIELD(&device, tessera_device_interface_t, event_elapsed_time) &&
+                        !TESSERA_ABI_HAS_FIELD(&device, tessera_device_interface_t, memory_record_stream),
+                    "a 1.1 device interface lacks the stream slots");
   {
     tessera_host_api_t host;
     tessera_graph_size_t size;

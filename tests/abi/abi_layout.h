@@ -86,12 +86,14 @@ typedef struct abi_constant_t {
   F(tessera_device_interface_t, memory_stats) F(tessera_plugin_t, get_proc_address)                  \
   F(tessera_memory_stats_t, struct_size) F(tessera_memory_stats_t, reserved_)                        \
   F(tessera_memory_stats_t, allocated_bytes) F(tessera_memory_stats_t, reserved_bytes)               \
-  F(tessera_memory_stats_t, peak_allocated_bytes) F(tessera_memory_stats_t, num_allocations)        \
-  F(tessera_device_interface_t, event_elapsed_time) F(tessera_device_interface_t, memory_record_stream)
+  F(tessera_memory_stats_t, peak_allocated_bytes) F(tessera_memory_stats_t, num_allocations)
 
-/* What ABI 1.2 appended (live header only): the graph ABI. */
+/* What ABI 1.2 appended (live header only): a tensor's storage version, event times and
+ * record_stream for streams, the graph ABI. */
 #define ABI_STRUCTS_1_2(S) S(tessera_graph_size_t) S(tessera_graph_arg_t) S(tessera_graph_type_t) S(tessera_graph_api_t)
 #define ABI_FIELDS_1_2(F) \
+  F(tessera_tensor_t, version) F(tessera_device_interface_t, event_elapsed_time) \
+  F(tessera_device_interface_t, memory_record_stream) \
   F(tessera_host_api_t, graph) F(tessera_graph_size_t, struct_size) \
   F(tessera_graph_size_t, is_symbolic) F(tessera_graph_size_t, value) F(tessera_graph_size_t, expr) \
   F(tessera_graph_size_t, min) F(tessera_graph_size_t, max) F(tessera_graph_arg_t, kind) \
@@ -115,7 +117,9 @@ typedef struct abi_constant_t {
 #define ABI_CONSTANTS_1_2(C) \
   C(TESSERA_NODE_PLACEHOLDER) C(TESSERA_NODE_CALL) C(TESSERA_NODE_OUTPUT) C(TESSERA_ARG_TENSOR) \
   C(TESSERA_ARG_TENSOR_LIST) C(TESSERA_ARG_NONE) C(TESSERA_ARG_CONSTANT) C(TESSERA_INPUT_USER) \
-  C(TESSERA_INPUT_PARAMETER) C(TESSERA_INPUT_CONSTANT)
+  C(TESSERA_INPUT_PARAMETER) C(TESSERA_INPUT_CONSTANT) C(TESSERA_DTYPE_QINT8) C(TESSERA_DTYPE_QUINT8) \
+  C(TESSERA_DTYPE_QINT32)
+
 
 #define ABI_FIELD_ROW(T, f) {#T, #f, offsetof(T, f), sizeof(((T*)0)->f)},
 #define ABI_STRUCT_ROW(T) {#T, sizeof(T)},

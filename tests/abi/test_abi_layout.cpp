@@ -1,6 +1,6 @@
 // The ABI promise as data: every field of every struct of the frozen 1.0 header at the offset and
 // with the size written down here (a snapshot: a changed 1.0 field fails it), and the live header's
-// 1.0 prefix laid out exactly like the frozen header. What 1.1 appended sits after the 1.0 end.
+// 1.0 prefix laid out exactly like the frozen header. What 1.1 and 1.2 appended sits after the 1.0 end.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -150,17 +150,19 @@ const std::map<Key, Layout> kSnapshot_1_1 = {
     {{"tessera_memory_stats_t", "reserved_bytes"}, {16, 8}},
     {{"tessera_memory_stats_t", "peak_allocated_bytes"}, {24, 8}},
     {{"tessera_memory_stats_t", "num_allocations"}, {32, 8}},
-    {{"tessera_device_interface_t", "event_elapsed_time"}, {160, 8}},
-    {{"tessera_device_interface_t", "memory_record_stream"}, {168, 8}},
 };
 const std::map<std::string, size_t> kStructSnapshot_1_1 = {
     {"tessera_tensor_t", 64},    {"tessera_value_t", 16},             {"tessera_kernel_call_t", 64},
-    {"tessera_host_api_t", 104}, {"tessera_device_interface_t", 176}, {"tessera_plugin_t", 72},
+    {"tessera_host_api_t", 104}, {"tessera_device_interface_t", 160}, {"tessera_plugin_t", 72},
     {"tessera_memory_stats_t", 40},
 };
 
-// What ABI 1.2 appended (the graph ABI, Note [Graph ABI]), and the sizes of the 1.2 structs.
+// What ABI 1.2 appended (the storage version of a tensor, event times and record_stream for
+// streams, the graph ABI of Note [Graph ABI]), and the sizes of the 1.2 structs.
 const std::map<Key, Layout> kSnapshot_1_2 = {
+    {{"tessera_tensor_t", "version"}, {64, 8}},
+    {{"tessera_device_interface_t", "event_elapsed_time"}, {160, 8}},
+    {{"tessera_device_interface_t", "memory_record_stream"}, {168, 8}},
     {{"tessera_host_api_t", "graph"}, {104, 8}},
     {{"tessera_graph_size_t", "struct_size"}, {0, 4}},
     {{"tessera_graph_size_t", "is_symbolic"}, {4, 4}},
@@ -205,7 +207,11 @@ const std::map<Key, Layout> kSnapshot_1_2 = {
     {{"tessera_graph_api_t", "erase_node"}, {200, 8}},
 };
 const std::map<std::string, size_t> kStructSnapshot_1_2 = {
-    {"tessera_tensor_t", 64}, {"tessera_value_t", 16}, {"tessera_kernel_call_t", 64}, {"tessera_host_api_t", 112}, {"tessera_device_interface_t", 160}, {"tessera_plugin_t", 72}, {"tessera_memory_stats_t", 40}, {"tessera_graph_size_t", 40}, {"tessera_graph_arg_t", 32}, {"tessera_graph_type_t", 24}, {"tessera_graph_api_t", 208},
+    {"tessera_tensor_t", 72},          {"tessera_value_t", 16},    {"tessera_kernel_call_t", 64},
+    {"tessera_host_api_t", 112},       {"tessera_device_interface_t", 176},
+    {"tessera_plugin_t", 72},          {"tessera_memory_stats_t", 40},
+    {"tessera_graph_size_t", 40},      {"tessera_graph_arg_t", 32},
+    {"tessera_graph_type_t", 24},      {"tessera_graph_api_t", 208},
 };
 const std::map<std::string, long long> kConstantSnapshot_1_2 = {
     {"TESSERA_NODE_PLACEHOLDER", 0},
@@ -218,6 +224,9 @@ const std::map<std::string, long long> kConstantSnapshot_1_2 = {
     {"TESSERA_INPUT_USER", 0},
     {"TESSERA_INPUT_PARAMETER", 1},
     {"TESSERA_INPUT_CONSTANT", 2},
+    {"TESSERA_DTYPE_QINT8", 10},
+    {"TESSERA_DTYPE_QUINT8", 11},
+    {"TESSERA_DTYPE_QINT32", 12},
 };
 
 const std::map<std::string, long long> kConstantSnapshot_1_0 = {

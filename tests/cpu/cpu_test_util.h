@@ -96,7 +96,7 @@ inline Ref read(const Tensor& t) {
   r.sizes.assign(t.sizes().begin(), t.sizes().end());
   const int64_t n = t.numel();
   r.v.resize(size_t(n));
-  const char* base = static_cast<const char*>(t.raw_data_ptr());
+  const char* base = static_cast<const char*>(t.raw_const_data_ptr());
   const size_t es = t.itemsize();
   for (int64_t i = 0; i < n; ++i) {
     const auto idx = unravel(i, r.sizes);

@@ -217,6 +217,21 @@ TEST(CpuSdpa, EveryOperandExpandedOverHeads) {
   EXPECT_TRUE(close(sdpa_math(q, k, v, std::nullopt, false, std::nullopt), want, attn_tol(kFloat32), "math expanded"));
 }
 
+TEST(CpuSdpa, Bf16OddHeadDimsStridedAndExpandedOperands) {
+  SCOPED_TRACE(seed_trace());
+  // bf16 through the flash loop with odd E, odd S, Ev not a multiple of 16, a strided query and a
+  // stride-0 head dim in the key.
+  for (bool causal : {false, true}) {
+    Tensor q = random_tensor({2, 41, 3, 33}, kBFloat16).transpose(1, 2);
+    Tensor k = random_tensor({2, 1, 263, 33}, kBFloat16).expand({2, 3, 263, 33});
+    Tensor v = random_tensor({2, 3, 263, 17}, kBFloat16);
+    Tensor flash = scaled_dot_product_attention(q, k, v, std::nullopt, causal);
+    std::vector<int64_t> os(flash.sizes().begin(), flash.sizes().end());
+    const auto want = ref_sdpa(q, k, v, std::nullopt, causal, std::nullopt, os);
+    EXPECT_TRUE(close(flash, want, attn_tol(kBFloat16), causal ? "bf16 causal" : "bf16"));
+  }
+}
+
 TEST(CpuSdpa, MaskWithCausalIsAnError) {
   Tensor q = random_tensor({1, 4, 8}, kFloat32);
   EXPECT_THROW(scaled_dot_product_attention(q, q, q, bool_mask({4, 4}), true), Error);

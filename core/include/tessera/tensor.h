@@ -26,6 +26,15 @@
 
 namespace tessera {
 
+// Note [Storage version]
+// A storage's version names its current contents: it changes on every write the runtime can see
+// (an in-place or out= op through the dispatcher, data_ptr() / raw_data_ptr()), and it is drawn
+// from one process-wide counter, so no two storages ever share a version, even when one reuses the
+// other's memory. Equal versions mean equal bytes; a kernel may keep something derived from a
+// tensor (a prepacked weight) under its version and reuse it until the version moves. 0 is never
+// a version. Reading through const_data_ptr() leaves it alone.
+TESSERA_API uint64_t next_storage_version();
+
 // Refcounted device memory shared by a tensor and its views.
 class TESSERA_API StorageImpl : public RefCounted {
  public:
@@ -33,6 +42,9 @@ class TESSERA_API StorageImpl : public RefCounted {
   void* data() const { return data_.get(); }
   size_t nbytes() const { return nbytes_; }
   Device device() const { return data_.device(); }
+  // Note [Storage version].
+  uint64_t version() const { return version_.load(std::memory_order_acquire); }
+  void bump_version() const { version_.store(next_storage_version(), std::memory_order_release); }
   // Note [Unusable storage]: set when a copy into this storage failed part-way, or when the plugin
   // that made its memory shut down (Note [Plugin generations] in allocator.h); any later use of a
   // tensor on it throws instead of reading partial data or another tensor's memory.
@@ -51,6 +63,7 @@ class TESSERA_API StorageImpl : public RefCounted {
   DataPtr data_;
   size_t nbytes_;
   std::atomic<bool> usable_{true};
+  mutable std::atomic<uint64_t> version_{next_storage_version()};
 };
 using Storage = IntrusivePtr<StorageImpl>;
 
@@ -163,8 +176,12 @@ class TESSERA_API Tensor {
   Tensor reshape(IntArrayRef sizes) const;
 
   // ---- data access (CPU only; other devices give an error that says to call .to("cpu") first)
+  // data_ptr and raw_data_ptr hand out writable memory and so move the storage's version (Note
+  // [Storage version]); const_data_ptr is for reading and leaves it alone.
   template <typename T> T* data_ptr() const;
   void* raw_data_ptr() const;  // CPU only; element (0,...,0)
+  template <typename T> const T* const_data_ptr() const;
+  const void* raw_const_data_ptr() const;
   template <typename T> T item() const;
   Scalar item() const;
 
@@ -271,6 +288,11 @@ template <typename T>
 T* Tensor::data_ptr() const {
   detail::check_data_access(*this, dtype_of_v<T>);
   return static_cast<T*>(raw_data_ptr());
+}
+template <typename T>
+const T* Tensor::const_data_ptr() const {
+  detail::check_data_access(*this, dtype_of_v<T>);
+  return static_cast<const T*>(raw_const_data_ptr());
 }
 template <typename T>
 T Tensor::item() const {

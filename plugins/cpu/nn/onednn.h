@@ -5,6 +5,8 @@
 
 #include <dnnl.hpp>
 
+#include "tessera/plugin_abi.h"
+
 namespace tessera::cpu::nn {
 
 dnnl::engine& cpu_engine();
@@ -17,6 +19,9 @@ struct MatOperand {
   int64_t strides[12] = {};
   void* ptr = nullptr;
   dnnl::memory::data_type dt = dnnl::memory::data_type::f32;
+  // The storage version of the tensor behind `ptr` (tessera_tensor_t::version), 0 when unknown or
+  // a temporary. A weight operand with a version may be prepacked (Note [Weight cache]).
+  uint64_t version = 0;
 };
 
 // c = scale * (a @ b) (+ bias, a [1, N] operand). Primitives are cached by shape, strides, dtypes
@@ -26,5 +31,21 @@ void onednn_matmul(const MatOperand& a, const MatOperand& b, const MatOperand& c
 
 // Number of primitives in the cache (for tests and logs).
 int64_t onednn_cache_size();
+
+// The weight cache (Note [Weight cache] in onednn_ops.cpp): bytes of prepacked weights held,
+// the number of packs made so far, and a drop of every entry (returns the bytes released).
+struct WeightCacheStats {
+  uint64_t bytes = 0;
+  uint64_t entries = 0;
+  uint64_t packs = 0;
+  uint64_t hits = 0;
+};
+WeightCacheStats weight_cache_stats();
+uint64_t weight_cache_clear();
+// The cache's bound (TESSERA_CPU_WEIGHT_CACHE_MB, read at plugin init); 0 turns packing off.
+void set_weight_cache_limit_mb(int64_t mb);
+
+// The storage version of a kernel argument (0 when the runtime is older than ABI 1.2).
+uint64_t tensor_version(const tessera_tensor_t* t);
 
 }  // namespace tessera::cpu::nn

@@ -1,4 +1,7 @@
+#include <cstdlib>
 #include <string>
+
+#include "onednn.h"
 
 #include "nn_common.h"
 #include "nn_kernels.h"
@@ -27,6 +30,16 @@ void register_nn_kernels(const sdk::Host& host) {
     if (!path.empty()) sdk::log(TESSERA_LOG_INFO, "cpu", "scaled_dot_product_attention forced to the " + path + " path (TESSERA_SDPA)");
   }
   sdk::log(TESSERA_LOG_INFO, "cpu", std::string("nn kernels at ISA level ") + nn::nn_isa().name);
+  if (const char* mb = host.getenv("TESSERA_CPU_WEIGHT_CACHE_MB"); mb && *mb) {
+    char* end = nullptr;
+    const long long v = std::strtoll(mb, &end, 10);
+    if (*end != '\0' || v < 0 || v > (int64_t(1) << 30))
+      sdk::log(TESSERA_LOG_WARNING, "cpu",
+               std::string("TESSERA_CPU_WEIGHT_CACHE_MB='") + mb +
+                   "' is not a number of MiB (0 to 2^30); keeping the default of 1024");
+    else
+      nn::set_weight_cache_limit_mb(v);
+  }
 
   // Integer and bool inputs too: the kernels compute integers exactly and refuse bool with the
   // list of supported dtypes (Note [Integer nn ops] in onednn_ops.cpp).

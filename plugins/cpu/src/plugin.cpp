@@ -6,6 +6,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <string>
 #include <thread>
@@ -19,6 +20,7 @@
 
 #ifdef TESSERA_CPU_HAS_NN
 #include "../nn/nn_kernels.h"
+#include "../nn/onednn.h"
 #endif
 
 namespace tessera::cpu {
@@ -133,6 +135,33 @@ size_t device_properties(void*, int32_t device, char* buffer, size_t capacity) {
   return json.size() + 1;
 }
 
+// CPU tensors come from the host's allocator; the plugin reports what it holds itself: prepacked
+// weights (Note [Weight cache] in nn/onednn_ops.cpp), as reserved bytes.
+tessera_status_t memory_stats(void*, int32_t device, tessera_memory_stats_t* out) {
+  if (device != 0) return bad_device(device);
+#ifdef TESSERA_CPU_HAS_NN
+  const uint64_t held = nn::weight_cache_stats().bytes;
+#else
+  const uint64_t held = 0;
+#endif
+  if (TESSERA_ABI_HAS_FIELD(out, tessera_memory_stats_t, reserved_bytes)) out->reserved_bytes = held;
+  return nullptr;
+}
+
+uint64_t empty_cache(void*, int32_t) {
+#ifdef TESSERA_CPU_HAS_NN
+  return nn::weight_cache_clear();
+#else
+  return 0;
+#endif
+}
+
+tessera_proc_t get_proc_address(void*, const char* name) {
+  if (name && std::strcmp(name, TESSERA_EXT_EMPTY_CACHE) == 0)
+    return reinterpret_cast<tessera_proc_t>(static_cast<tessera_ext_empty_cache_fn_t>(&empty_cache));
+  return nullptr;
+}
+
 const tessera_device_interface_t kDeviceInterface = {
     .struct_size = sizeof(tessera_device_interface_t),
     .device_count = device_count,
@@ -153,6 +182,7 @@ const tessera_device_interface_t kDeviceInterface = {
     .event_synchronize = event_synchronize,
     .device_synchronize = device_synchronize,
     .device_properties = device_properties,
+    .memory_stats = memory_stats,
 };
 
 tessera_plugin_t g_plugin = {
@@ -162,6 +192,7 @@ tessera_plugin_t g_plugin = {
     .name = "cpu",
     .version = "0.1.0",
     .device = &kDeviceInterface,
+    .get_proc_address = get_proc_address,
 };
 
 }  // namespace

@@ -262,15 +262,18 @@ inline float gelu_tanh_f(float x) {
 // kStreamBlock floats into an L1-resident buffer that is then streamed to the (vector-aligned)
 // output; the unaligned head and the tail are written directly. The sfence at the end orders the
 // streaming stores before whatever the calling thread does next (the parallel loop's barrier).
-// Smaller outputs keep regular stores: they are likely read again soon, from the cache.
+// Smaller outputs keep regular stores: they are likely read again soon, from the cache. So do
+// in-place calls (the output is one of the inputs): its lines are read anyway, so streaming saves
+// no traffic and only evicts the lines the loads just brought in.
 constexpr int64_t kStreamMinBytes = int64_t(1) << 20;
 constexpr int64_t kStreamBlock = 1024;
 
-// Calls body(i, m, dst) to write out[i, i + m) to dst, for all of [0, n).
+// Calls body(i, m, dst) to write out[i, i + m) to dst, for all of [0, n). `in_place`: out is one
+// of the inputs.
 template <typename F>
-inline void write_out(float* out, int64_t n, F body) {
+inline void write_out(float* out, int64_t n, bool in_place, F body) {
 #if defined(__AVX2__)
-  if (n * int64_t(sizeof(float)) >= kStreamMinBytes) {
+  if (!in_place && n * int64_t(sizeof(float)) >= kStreamMinBytes) {
 #if defined(__AVX512F__)
     constexpr uintptr_t kVecBytes = 64;
 #else
@@ -322,7 +325,8 @@ inline void binary_loop_plain(const T* a, int64_t sa, const T* b, int64_t sb, T*
 template <typename T, typename F>
 inline void binary_loop(const T* a, int64_t sa, const T* b, int64_t sb, T* out, int64_t n, F f) {
   if constexpr (sizeof(T) == sizeof(float)) {
-    write_out(out, n, [&](int64_t i, int64_t m, float* dst) {
+    const bool in_place = static_cast<const void*>(out) == a || static_cast<const void*>(out) == b;
+    write_out(out, n, in_place, [&](int64_t i, int64_t m, float* dst) {
       binary_loop_plain(a + i * sa, sa, b + i * sb, sb, dst, m, f);
     });
   } else {
@@ -454,7 +458,7 @@ inline vfloat gelu_v(vfloat x) {
 
 // Several independent vectors per iteration: the evaluation is one long dependency chain.
 void u_gelu(const float* in, float* out, int64_t n) {
-  write_out(out, n, [in](int64_t i0, int64_t m, float* dst) {
+  write_out(out, n, out == in, [in](int64_t i0, int64_t m, float* dst) {
     const float* src = in + i0;
     int64_t i = 0;
 #if defined(__AVX512F__)
@@ -494,7 +498,7 @@ void u_gelu(const float* in, float* out, int64_t n) {
 
 #define TESSERA_CPU_UNARY(NAME, EXPR)                                      \
   void NAME(const float* in, float* out, int64_t n) {                      \
-    write_out(out, n, [in](int64_t i0, int64_t m, float* dst) {            \
+    write_out(out, n, out == in, [in](int64_t i0, int64_t m, float* dst) { \
       const float* src = in + i0;                                          \
       _Pragma("omp simd") for (int64_t i = 0; i < m; ++i) {                \
         const float x = src[i];                                            \

@@ -142,6 +142,11 @@ typedef struct tessera_tensor_t {
   int64_t numel;
   void* data;           /* device memory handle of the storage (CPU: host pointer) */
   int64_t byte_offset;  /* storage offset in bytes: element (0,..,0) is at data + byte_offset */
+  /* (ABI 1.2) The storage's version (Note [Storage version] in tessera/tensor.h): it changes on every
+   * write the runtime sees (in-place and out= ops, host data_ptr access) and no two storages share
+   * one, so a kernel may keep data derived from the tensor (a prepacked weight) under it. 0: unknown
+   * (a temporary, or a 1.1 runtime: check TESSERA_ABI_HAS_FIELD), never cache. */
+  uint64_t version;
 } tessera_tensor_t;
 
 typedef enum tessera_value_kind_t {
@@ -434,6 +439,8 @@ typedef struct tessera_device_interface_t {
   /* (optional) Fills `out` (see tessera_memory_stats_t) for `device`. Host default, also when it
    * returns TESSERA_STATUS_UNIMPLEMENTED: the statistics are "not reported". */
   tessera_status_t (*memory_stats)(void* self, int32_t device, tessera_memory_stats_t* out);
+
+  /* ---- ABI 1.2 */
   /* (optional) Writes to `out_ms` the milliseconds of device time between the completions of two
    * events of `device` (`start` recorded before `end`; negative when it completed later), like
    * cudaEventElapsedTime. The host synchronises both events before the call. Host default, also when
