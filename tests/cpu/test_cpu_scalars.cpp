@@ -271,3 +271,17 @@ TEST(CpuScalars, RmsNormDefaultEpsIsTheComputeTypes) {
 
 }  // namespace
 }  // namespace tessera
+
+// PyTorch: x ** +-0.5 is sqrt / rsqrt for float32, float64 and bfloat16 (so (-0.0) ** -0.5 is -inf
+// and (-0.0) ** 0.5 is -0.0) but pow for float16 (inf and +0.0); checked against torch 2.x.
+TEST(CpuScalars, PowOfMinusZeroByHalfFollowsEachDtypesPath) {
+  const double inf = std::numeric_limits<double>::infinity();
+  for (DType dt : {kFloat32, kFloat64, kBFloat16}) {
+    Tensor x = from<float>({-0.0f, 0.0f}, dt);
+    EXPECT_EQ(values(pow(x, -0.5)), (D{-inf, inf})) << dt;
+    EXPECT_TRUE(std::signbit(values(pow(x, 0.5))[0])) << dt;
+  }
+  Tensor h = from<float>({-0.0f, 0.0f}, kFloat16);
+  EXPECT_EQ(values(pow(h, -0.5)), (D{inf, inf}));
+  EXPECT_FALSE(std::signbit(values(pow(h, 0.5))[0]));
+}

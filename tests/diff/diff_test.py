@@ -368,11 +368,11 @@ def ref_pow(operands):
     x = operand_values(a, rt, False)
     if b.kind == "wrapped":
         e = float(b.values)
-        # For float32/float64, pow(Tensor, Scalar) takes sqrt / rsqrt for the exponents +-0.5 (so
-        # pow(-inf, 0.5) is nan and pow(-0.0, -0.5) is -inf there); half types call pow.
+        # For float32, float64 and bfloat16, pow(Tensor, Scalar) takes sqrt / rsqrt for the exponents
+        # +-0.5 (so pow(-inf, 0.5) is nan and pow(-0.0, -0.5) is -inf there); float16 calls pow.
         e = round_to(opmath(rt), e)
         fn = lambda v: np.power(v, float(e))  # noqa: E731
-        if rt in ("float32", "float64"):
+        if rt in ("float32", "float64", "bfloat16"):
             fn = {0.5: np.sqrt, -0.5: lambda v: 1 / np.sqrt(v)}.get(float(e), fn)
         return rt, elementwise_float(fn, [x], rt)
     return rt, elementwise_float(np.power, [x, operand_values(b, rt, False)], rt)

@@ -223,8 +223,10 @@ tessera_status_t binary_kernel(void* user_data, const tessera_kernel_call_t* cal
     if (c.num_inputs() >= 2) {
       b = c.raw()->inputs[1];
     } else {
-      // PyTorch computes x ** 0.5 and x ** -0.5 as sqrt and rsqrt: pow(-inf, 0.5) is NaN, not inf.
-      if (op == BinaryOp::Pow && dtype_is_floating(od) && c.attr(0).kind == TESSERA_VALUE_DOUBLE &&
+      // PyTorch computes x ** 0.5 and x ** -0.5 as sqrt and rsqrt (pow(-inf, 0.5) is NaN, not inf;
+      // pow(-0.0, -0.5) is -inf) for float32, float64 and bfloat16; float16 calls pow.
+      if (op == BinaryOp::Pow && dtype_is_floating(od) && od != TESSERA_DTYPE_FLOAT16 &&
+          c.attr(0).kind == TESSERA_VALUE_DOUBLE &&
           (c.attr_double(0) == 0.5 || c.attr_double(0) == -0.5)) {
         unary_run(c, c.attr_double(0) == 0.5 ? UnaryOp::Sqrt : UnaryOp::Rsqrt);
         return;
