@@ -269,9 +269,6 @@ TEST(CpuScalars, RmsNormDefaultEpsIsTheComputeTypes) {
   }
 }
 
-}  // namespace
-}  // namespace tessera
-
 // PyTorch: x ** +-0.5 is sqrt / rsqrt for float32, float64 and bfloat16 (so (-0.0) ** -0.5 is -inf
 // and (-0.0) ** 0.5 is -0.0) but pow for float16 (inf and +0.0); checked against torch 2.x.
 TEST(CpuScalars, PowOfMinusZeroByHalfFollowsEachDtypesPath) {
@@ -285,3 +282,6 @@ TEST(CpuScalars, PowOfMinusZeroByHalfFollowsEachDtypesPath) {
   EXPECT_EQ(values(pow(h, -0.5)), (D{inf, inf}));
   EXPECT_FALSE(std::signbit(values(pow(h, 0.5))[0]));
 }
+
+}  // namespace
+}  // namespace tessera
