@@ -147,7 +147,7 @@ std::vector<Tensor> ExportedProgram::run(const std::vector<Tensor>& inputs) cons
       const int64_t want = t.sizes[d].evaluate(bindings);
       TESSERA_CHECK(inputs[i].sizes()[d] == want, "run: input '", user[i]->name, "' has sizes ",
                     inputs[i].sizes(), ", the program expects ", ArrayRef<SymSize>(t.sizes), " (dimension ", d,
-                    " must be ", t.sizes[d].str(), " = ", want, ")");
+                    " must be ", (t.sizes[d].is_constant() ? std::string() : t.sizes[d].str() + " = "), want, ")");
     }
   }
 

@@ -4,8 +4,13 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 
+#include "tessera/compiler/npy.h"
 #include "tessera/compiler/passes.h"
+#include "tessera/compiler/program_file.h"
 #include "tessera/tessera.h"
 
 namespace {
@@ -125,6 +130,38 @@ TEST(ExportTransformer, DefaultPassPipelineKeepsTheOutputs) {
     ASSERT_EQ(got.size(), want.size());
     for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-4);
   }
+}
+
+// The whole done-when path: the block exports, saves to a .tsr file, and `tessera run` in a fresh
+// process loads it and runs it on each device for three (batch, seq) sizes, giving eager's outputs.
+TEST(ExportTransformer, SavedProgramRunsInAFreshProcessLikeEager) {
+  Weights w = make_weights();
+  tessera::compiler::ExportedProgram ep = export_block(w);
+  char dir_template[] = "/tmp/tessera_fresh_XXXXXX";
+  ASSERT_NE(mkdtemp(dir_template), nullptr);
+  const std::string dir = dir_template, model = dir + "/block.tsr";
+  tessera::save(ep, model);
+  const std::pair<int64_t, int64_t> sizes[] = {{1, 7}, {3, 2}, {4, 9}};
+  for (const char* device : {"cpu", "my_hardware_device", "opencl"}) {
+    ASSERT_GT(tessera::device_count(device), 0) << "the build provides " << device << "; it must be present";
+    for (auto [b, l] : sizes) {
+      Tensor x = tessera::randn({b, l, kModel});
+      const std::string in = dir + "/x.npy", out = dir + "/out.npz";
+      tessera::compiler::write_npy(in, x);
+      std::remove(out.c_str());
+      const std::string cmd = std::string(TESSERA_CLI) + " run " + model + " --device " + device + " --input " + in +
+                              " --output " + out;
+      ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+      auto outputs = tessera::compiler::read_npz(out);
+      ASSERT_EQ(outputs.size(), 1u);
+      ASSERT_EQ(outputs[0].second.sizes().vec(), (std::vector<int64_t>{b, l, kModel}));
+      std::vector<double> got = values(outputs[0].second), want = values(block(w, x));
+      double worst = 0;
+      for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, std::abs(got[i] - want[i]));
+      EXPECT_LT(worst, 1e-5) << device << " batch " << b << " seq " << l;
+    }
+  }
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

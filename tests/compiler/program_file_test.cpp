@@ -226,8 +226,8 @@ TEST(ProgramFile, RunGivesTheReferenceResultAfterLoading) {
         EXPECT_NEAR(z.data_ptr<float>()[i * 4 + o], relu + 0.5 * px[i * 4 + o], 1e-5);
       }
   }
-  EXPECT_CONTAINS(error_of([&] { ep.run({tp::filled_tensor({65, 4}, 1, 0)}); }), "batch in [1, 64]");
-  EXPECT_CONTAINS(error_of([&] { ep.run({tp::filled_tensor({2, 5}, 1, 0)}); }), "dim 1 must be 4");
+  EXPECT_CONTAINS(error_of([&] { ep.run({tp::filled_tensor({65, 4}, 1, 0)}); }), "batch = 65 is outside its range [1, 64]");
+  EXPECT_CONTAINS(error_of([&] { ep.run({tp::filled_tensor({2, 5}, 1, 0)}); }), "dimension 1 must be 4)");
 }
 
 TEST(ProgramFile, UnknownMajorIsRefusedNamingBothVersions) {
