@@ -99,7 +99,7 @@ TEST(Capture, RunRejectsASizeOutsideTheDeclaredRange) {
   EXPECT_EQ(error_of([&] { ep.run({tessera::randn({9, 2})}); }),
             "run: batch = 9 is outside its range [1, 8] declared at export; export again with a wider Dim to accept it");
   EXPECT_EQ(error_of([&] { ep.run({tessera::randn({4, 3})}); }),
-            "run: input 'x' has sizes [4, 3], the program expects [batch, 2] (dimension 1 must be 2 = 2)");
+            "run: input 'x' has sizes [4, 3], the program expects [batch, 2] (dimension 1 must be 2)");
   EXPECT_EQ(ep.run({tessera::randn({8, 2})})[0].sizes().vec(), (std::vector<int64_t>{8, 2}));
   // An example outside its Dim's range is refused at export.
   const std::string msg = error_of([&] { tessera::export_program([](const std::vector<Tensor>& in) { return in; },
