@@ -4,7 +4,9 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <unordered_set>
 
 #include <tessera/sdk.hpp>
 
@@ -145,12 +147,35 @@ tessera_status_t stream_synchronize(void*, int32_t device, void* stream) {
 // An event handle owns a shared reference; queued markers hold their own.
 using EventBox = std::shared_ptr<Event>;
 
+// Every event handle handed out and not yet destroyed: shutdown frees what the host still holds
+// (docs/plugins.md: after shutdown the host never calls event_destroy).
+struct LiveEvents {
+  std::mutex mutex;
+  std::unordered_set<EventBox*> boxes;
+};
+LiveEvents& live_events() {
+  static LiveEvents live;
+  return live;
+}
+
 tessera_status_t event_create(void*, int32_t, void** out_event) {
-  *out_event = new EventBox(std::make_shared<Event>());
+  auto box = std::make_unique<EventBox>(std::make_shared<Event>());
+  {
+    std::lock_guard<std::mutex> lock(live_events().mutex);
+    live_events().boxes.insert(box.get());
+  }
+  *out_event = box.release();
   return nullptr;
 }
 
-void event_destroy(void*, int32_t, void* event) { delete static_cast<EventBox*>(event); }
+void event_destroy(void*, int32_t, void* event) {
+  auto* box = static_cast<EventBox*>(event);
+  {
+    std::lock_guard<std::mutex> lock(live_events().mutex);
+    live_events().boxes.erase(box);
+  }
+  delete box;
+}
 
 tessera_status_t event_record(void*, int32_t device, void* event, void* stream) {
   return guarded([&](Emulator& emu) {
@@ -226,6 +251,9 @@ tessera_status_t memory_stats(void*, int32_t device, tessera_memory_stats_t* out
 void shutdown(void*) {
   delete emulator();  // joins every queue thread after running what is pending
   emulator() = nullptr;
+  std::lock_guard<std::mutex> lock(live_events().mutex);
+  for (EventBox* box : live_events().boxes) delete box;
+  live_events().boxes.clear();
 }
 
 const tessera_device_interface_t kDeviceInterface = {
