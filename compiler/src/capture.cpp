@@ -41,7 +41,10 @@ struct Tracer final : ShapeContext {
   std::vector<std::string> producer;  // value id -> the op that produced it ("" for placeholders)
   int next_weight = 0;
 
-  Tracer() { ranges = &ep.ranges; }
+  Tracer() {
+    ranges = &ep.ranges;
+    guards = &ep.guards;
+  }
   // A tracing tensor fn kept past the capture has no data: any later op on it throws (Note [Unusable
   // storage]) instead of reaching a kernel.
   ~Tracer() {
