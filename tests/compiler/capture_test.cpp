@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "tessera/compiler/export.h"
+#include "tessera/compiler/passes.h"
 #include "tessera/compiler/program_file.h"
 #include "tessera/tessera.h"
 
@@ -187,12 +188,58 @@ TEST(Capture, UnnamedClosedOverTensorsGetStableNamesInFirstUseOrder) {
   EXPECT_EQ(values(ep.weights.at("weight_1")), values(a));
 }
 
-TEST(Capture, ASliceViewIsRefusedWithTheGeometry) {
+TEST(Capture, ASliceViewOfADynamicTensorIsRefusedWithTheGeometry) {
   auto fn = [](const std::vector<Tensor>& in) { return std::vector<Tensor>{tessera::exp(in[0].slice(0, 1, 3))}; };
-  const std::string msg = error_of([&] { tessera::export_program(fn, {tessera::randn({4, 2})}); });
+  ExportOptions opts;
+  opts.dynamic_shapes = {{{1, Dim{"n", 1, 64}}}};
+  const std::string msg = error_of([&] { tessera::export_program(fn, {tessera::randn({4, 2})}, opts); });
   EXPECT_NE(msg.find("export: a view of sizes [2, 2], strides [2, 1] and offset 2 of %x0 cannot be captured"),
             std::string::npos)
       << msg;
+}
+
+TEST(Capture, SliceNarrowSelectAndExpandOfStaticTensorsAreCapturedAsIndexSelect) {
+  ExportOptions opts;
+  opts.input_names = {"x"};
+  auto fn = [](const std::vector<Tensor>& in) {
+    const Tensor& x = in[0];  // [3, 4]
+    return std::vector<Tensor>{tessera::exp(x.slice(1, 1, 4, 2)), x.narrow(0, 1, 2) * 2.0,
+                               tessera::relu(x.select(0, 2)), x.select(1, 0).unsqueeze(1).expand({3, 2}) + 0.0};
+  };
+  ExportedProgram ep = tessera::export_program(fn, {tessera::randn({3, 4})}, opts);
+  const std::string text = ep.graph_string();
+  EXPECT_EQ(text.substr(0, text.find('\n')),
+            "graph(%x: f32[3, 4] cpu, %constant_0: i64[6] cpu constant, %constant_1: i64[8] cpu constant, "
+            "%constant_2: i64[4] cpu constant, %constant_3: i64[6] cpu constant):")
+      << text;
+  EXPECT_NE(text.find("= index_select(%"), std::string::npos) << text;
+  // x.slice(1, 1, 4, 2) reads columns 1 and 3 of each row: storage positions 1, 3, 5, 7, 9, 11.
+  EXPECT_EQ(values(ep.weights.at("constant_0")), (std::vector<double>{1, 3, 5, 7, 9, 11}));
+  tessera::compiler::verify(ep);
+  const std::string path = ::testing::TempDir() + "capture_views.tsr";
+  tessera::save(ep, path);
+  ExportedProgram loaded = tessera::load_program(path);
+  EXPECT_EQ(loaded.graph_string(), text);
+  Tensor x = tessera::randn({3, 4});
+  std::vector<double> xs = values(x);
+  for (auto [device, program] : {std::pair<const char*, const ExportedProgram*>{"cpu", &ep},
+                                 {"my_hardware_device", &ep}, {"cpu", &loaded}}) {
+    std::vector<Tensor> out = program->run({x.to(device)});
+    ASSERT_EQ(out.size(), 4u);
+    EXPECT_EQ(out[0].sizes().vec(), (std::vector<int64_t>{3, 2}));
+    EXPECT_EQ(out[1].sizes().vec(), (std::vector<int64_t>{2, 4}));
+    EXPECT_EQ(out[2].sizes().vec(), (std::vector<int64_t>{4}));
+    EXPECT_EQ(out[3].sizes().vec(), (std::vector<int64_t>{3, 2}));
+    std::vector<double> o0 = values(out[0]), o1 = values(out[1]), o2 = values(out[2]), o3 = values(out[3]);
+    for (size_t i = 0; i < 3; ++i)
+      for (size_t j = 0; j < 2; ++j) {
+        EXPECT_NEAR(o0[i * 2 + j], std::exp(double(float(xs[i * 4 + 1 + 2 * j]))), 1e-5) << device;
+        EXPECT_EQ(o3[i * 2 + j], xs[i * 4]) << device;
+      }
+    for (size_t i = 0; i < 2; ++i)
+      for (size_t j = 0; j < 4; ++j) EXPECT_EQ(o1[i * 4 + j], 2 * xs[(i + 1) * 4 + j]) << device;
+    for (size_t j = 0; j < 4; ++j) EXPECT_EQ(o2[j], std::max(0.0, xs[8 + j])) << device;
+  }
 }
 
 TEST(Capture, RunUsesTheCurrentWeightsOnEachDevice) {
