@@ -40,8 +40,12 @@ struct Tracer final : ShapeContext {
   std::vector<Tensor> keep;  // keeps every impl used as a key alive, so no address is reused
   std::vector<std::string> producer;  // value id -> the op that produced it ("" for placeholders)
   int next_weight = 0;
+  int next_constant = 0;
 
-  Tracer() { ranges = &ep.ranges; }
+  Tracer() {
+    ranges = &ep.ranges;
+    guards = &ep.guards;
+  }
   // A tracing tensor fn kept past the capture has no data: any later op on it throws (Note [Unusable
   // storage]) instead of reaching a kernel.
   ~Tracer() {
@@ -113,8 +117,10 @@ struct Tracer final : ShapeContext {
   // a view of the tracing tensor that owns its storage (an op output or an input, contiguous). Its
   // geometry is recovered as view(root, sizes) when it is contiguous, else as view(root, sizes in
   // stride order) then permute(dims). The symbolic sizes of a view come from matching groups of dims
-  // whose example sizes have equal products (symbolic_view_sizes). Other geometries (slices,
-  // expand, select) are not recovered: export fails and names them.
+  // whose example sizes have equal products (symbolic_view_sizes). Other geometries (slice, narrow,
+  // select, expand, diagonal) of a static root become index_select over the flattened root with a
+  // constant index of the elements' storage positions, then view to the view's sizes: the same
+  // values, as a copy (gathered_view). Of a root with a dynamic size they are refused, naming them.
   ValueId view_value(const Tensor& t) {
     auto r = root_of.find(t.storage().get());
     TESSERA_CHECK(r != root_of.end(), "export: a tracing tensor of sizes ", IntArrayRef(t.sizes()),
@@ -132,10 +138,15 @@ struct Tracer final : ShapeContext {
     bool dense = t.storage_offset() == 0 && t.numel() == root->numel();
     for (size_t i = 0; i < n && dense; ++i)
       if (sorted_sizes[i] != 1 && t.strides()[order[i]] != expect[i]) dense = false;
-    TESSERA_CHECK(dense, "export: a view of sizes ", IntArrayRef(t.sizes()), ", strides ", IntArrayRef(t.strides()),
-                  " and offset ", t.storage_offset(), " of ", ep.graph.value_name(root_value),
-                  " cannot be captured (only reshapes and permutations of whole tensors are); "
-                  "compute it with ops instead (e.g. index_select for a slice)");
+    if (!dense) {
+      bool static_root = true;
+      for (const SymSize& s : ep.graph.type(root_value).sizes) static_root = static_root && s.is_constant();
+      TESSERA_CHECK(static_root, "export: a view of sizes ", IntArrayRef(t.sizes()), ", strides ",
+                    IntArrayRef(t.strides()), " and offset ", t.storage_offset(), " of ", ep.graph.value_name(root_value),
+                    " cannot be captured (of a tensor with dynamic sizes only reshapes and permutations of the whole "
+                    "tensor are); compute it with ops instead (e.g. index_select for a slice)");
+      return gathered_view(t, root, root_value);
+    }
     ValueId base = root_value;
     if (!(IntArrayRef(sorted_sizes) == root->sizes())) {
       std::vector<SymSize> sym = symbolic_view_sizes(ep.graph.type(root_value).sizes, root->sizes(), sorted_sizes, *this);
@@ -158,6 +169,51 @@ struct Tracer final : ShapeContext {
     }
     ValueId v = add_value({t.dtype(), t.device(), sym}, "", "permute");
     calls.push_back({NodeKind::Call, "permute", {compiler::Argument::tensor(base), compiler::Argument::constant_value(perm)}, {v}});
+    return v;
+  }
+
+  // A strided view `t` of the static, contiguous `root`: view(root, [numel]), index_select with the
+  // storage positions of t's elements (a constant input), view to t's sizes.
+  ValueId gathered_view(const Tensor& t, const TensorImpl* root, ValueId root_value) {
+    ExcludeDispatchKeyGuard plain(kExportKey);
+    const int64_t n = t.numel();
+    Tensor index = empty({n}, TensorOptions().dtype(DType::Int64));
+    int64_t* pos = index.data_ptr<int64_t>();
+    const size_t rank = size_t(t.dim());
+    std::vector<int64_t> at(rank, 0);
+    for (int64_t i = 0; i < n; ++i) {
+      int64_t p = t.storage_offset();
+      for (size_t d = 0; d < rank; ++d) p += at[d] * t.strides()[d];
+      pos[i] = p;
+      for (size_t d = rank; d-- > 0;) {
+        if (++at[d] < t.sizes()[d]) break;
+        at[d] = 0;
+      }
+    }
+    std::string name;
+    do name = "constant_" + std::to_string(next_constant++); while (ep.weights.count(name));
+    ValueId index_value = add_value({DType::Int64, t.device(), {SymSize(n)}}, name, "");
+    ep.weights[name] = index;
+    weight_placeholders.push_back({NodeKind::Placeholder, name, {}, {index_value}});
+    ep.signature.inputs.push_back({InputKind::Constant, name, index_value});
+
+    ValueId flat = root_value;
+    if (root->dim() != 1) {
+      flat = add_value({t.dtype(), t.device(), {SymSize(root->numel())}}, "", "view");
+      calls.push_back({NodeKind::Call, "view", {compiler::Argument::tensor(root_value),
+                                                compiler::Argument::constant_value(std::vector<int64_t>{root->numel()})},
+                       {flat}});
+    }
+    ValueId gathered = add_value({t.dtype(), t.device(), {SymSize(n)}}, "", "index_select");
+    calls.push_back({NodeKind::Call, "index_select",
+                     {compiler::Argument::tensor(flat), compiler::Argument::constant_value(int64_t(0)),
+                      compiler::Argument::tensor(index_value)},
+                     {gathered}});
+    if (rank == 1) return gathered;
+    ValueId v = add_value({t.dtype(), t.device(), std::vector<SymSize>(t.sizes().begin(), t.sizes().end())}, "", "view");
+    calls.push_back({NodeKind::Call, "view", {compiler::Argument::tensor(gathered),
+                                              compiler::Argument::constant_value(t.sizes().vec())},
+                     {v}});
     return v;
   }
 

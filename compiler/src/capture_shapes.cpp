@@ -7,12 +7,15 @@
 //   3. one side is the constant 0 or 1: not equal. The answer holds for every size but 0 and 1, and
 //      a rule that asks "is this dim 1?" (broadcasting) gives the same sizes either way, so an
 //      example of size 0 or 1 never turns a dynamic dim into a constant;
-//   4. otherwise the examples decide: unequal examples -> not equal; equal examples mean the program
-//      only works when the two are equal: export fails naming the expression, the op and the fix
-//      (a dim forced to a constant: make it static; two dims forced equal: use the same Dim).
-// Order comparisons (<=) use the ranges when they decide, else the examples.
+//   4. otherwise the examples decide: unequal examples -> not equal, recorded as a guard "a != b"
+//      on the program (run() refuses inputs that break it); equal examples mean the program only
+//      works when the two are equal: export fails naming the expression, the op and the fix (a dim
+//      forced to a constant: make it static; two dims forced equal: use the same Dim).
+// Order comparisons (<=) use the ranges when they decide, else the examples, and then record the
+// answer as a guard ("a <= b" or "a > b").
 #include "capture_shapes.h"
 
+#include <algorithm>
 #include <ostream>
 
 #include "shape_rules.h"
@@ -82,6 +85,23 @@ bool ShapeContext::has_examples(const SymSize& s) const {
   return true;
 }
 
+void ShapeContext::add_guard(const SymSize& lhs, Guard::Relation relation, const SymSize& rhs) const {
+  if (!guards) return;
+  Guard g{lhs, rhs, relation, current_op, {}};
+  const std::string text = g.str();
+  for (const Guard& old : *guards)
+    if (old.str() == text) return;
+  std::vector<std::string> names = lhs.symbols();
+  for (const std::string& s : rhs.symbols()) names.push_back(s);
+  std::sort(names.begin(), names.end());
+  names.erase(std::unique(names.begin(), names.end()), names.end());
+  for (const std::string& name : names) {
+    auto it = example.find(name);
+    if (it != example.end()) g.source += (g.source.empty() ? "" : ", ") + name + " = " + std::to_string(it->second);
+  }
+  guards->push_back(std::move(g));
+}
+
 bool ShapeContext::decide_equal(const SymSize& a, const SymSize& b) const {
   const SymSize d = a - b;
   if (d.is_constant()) return d.constant() == 0;
@@ -89,7 +109,11 @@ bool ShapeContext::decide_equal(const SymSize& a, const SymSize& b) const {
   auto [lo, hi] = d.bounds(ranges ? *ranges : kNoRanges);
   if (lo > 0 || hi < 0) return false;
   if (is_zero_or_one(a) || is_zero_or_one(b)) return false;
-  if (!has_examples(d) || a.evaluate(example) != b.evaluate(example)) return false;
+  if (!has_examples(d)) return false;
+  if (a.evaluate(example) != b.evaluate(example)) {
+    add_guard(a, Guard::Relation::NotEqual, b);
+    return false;
+  }
   const std::string expr = a.str() + " == " + b.str();
   const bool to_constant = a.is_constant() || b.is_constant();
   std::string fix;
@@ -122,7 +146,10 @@ bool ShapeContext::decide_less_equal(const SymSize& a, const SymSize& b) const {
   auto [lo, hi] = d.bounds(ranges ? *ranges : kNoRanges);
   if (lo >= 0) return true;
   if (hi < 0) return false;
-  return has_examples(d) && d.evaluate(example) >= 0;
+  if (!has_examples(d)) return false;
+  const bool le = d.evaluate(example) >= 0;
+  add_guard(a, le ? Guard::Relation::LessEqual : Guard::Relation::Greater, b);
+  return le;
 }
 
 namespace {

@@ -16,6 +16,8 @@ namespace tessera::compiler {
 struct ShapeContext {
   std::map<std::string, int64_t> example;
   std::map<std::string, SymbolRange>* ranges = nullptr;
+  // Where decisions taken from the examples are recorded (capture); null: not recorded.
+  std::vector<Guard>* guards = nullptr;
   std::string current_op;
 
   // Decides a == b for the shape rules (Note [Symbolic shape rules]); throws when the answer would
@@ -23,6 +25,8 @@ struct ShapeContext {
   bool decide_equal(const SymSize& a, const SymSize& b) const;
   bool decide_less_equal(const SymSize& a, const SymSize& b) const;
   bool has_examples(const SymSize& s) const;
+  // Records `lhs relation rhs`, decided from the examples, once.
+  void add_guard(const SymSize& lhs, Guard::Relation relation, const SymSize& rhs) const;
 };
 
 // The symbolic sizes of each output of `call`, whose arguments are already `node.args`.

@@ -148,7 +148,51 @@ std::string ExportedProgram::graph_string() const {
     }
     out += "\n";
   }
+  if (!guards.empty()) {
+    out += "guards:";
+    for (size_t i = 0; i < guards.size(); ++i) out += (i ? ", " : " ") + guards[i].str();
+    out += "\n";
+  }
   return out;
+}
+
+namespace {
+constexpr std::pair<Guard::Relation, std::string_view> kRelations[] = {{Guard::Relation::Equal, " == "},
+                                                                       {Guard::Relation::NotEqual, " != "},
+                                                                       {Guard::Relation::LessEqual, " <= "},
+                                                                       {Guard::Relation::Greater, " > "}};
+}  // namespace
+
+std::string Guard::str() const {
+  for (const auto& [r, text] : kRelations)
+    if (r == relation) return lhs.str() + std::string(text) + rhs.str();
+  TESSERA_INTERNAL_ASSERT(false, "Guard::str: unknown relation ", int(relation));
+  return {};
+}
+
+Guard Guard::parse(std::string_view text) {
+  for (const auto& [r, op] : kRelations) {
+    const size_t at = text.find(op);
+    if (at == std::string_view::npos) continue;
+    Guard g;
+    g.relation = r;
+    g.lhs = SymSize::parse(text.substr(0, at));
+    g.rhs = SymSize::parse(text.substr(at + op.size()));
+    return g;
+  }
+  detail::throw_error(ErrorCode::InvalidArgument, "guard '" + std::string(text) +
+                                                      "' has no relation; expected 'a == b', 'a != b', 'a <= b' or 'a > b'");
+}
+
+bool Guard::holds(const std::map<std::string, int64_t>& bindings) const {
+  const int64_t a = lhs.evaluate(bindings), b = rhs.evaluate(bindings);
+  switch (relation) {
+    case Relation::Equal: return a == b;
+    case Relation::NotEqual: return a != b;
+    case Relation::LessEqual: return a <= b;
+    case Relation::Greater: return a > b;
+  }
+  return false;
 }
 
 }  // namespace tessera::compiler

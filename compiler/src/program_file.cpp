@@ -293,6 +293,11 @@ std::string program_json(const ExportedProgram& ep) {
                {"nodes", nodes},
                {"signature", {{"inputs", inputs}, {"outputs", outputs}}},
                {"ranges", ranges}};
+  if (!ep.guards.empty()) {
+    json guards = json::array();
+    for (const Guard& g : ep.guards) guards.push_back(g.str());
+    root["guards"] = guards;
+  }
   return root.dump(1);
 }
 
@@ -357,6 +362,24 @@ ExportedProgram parse_program_json_unescaped(std::string_view text, const std::s
       f.fail("range [" + std::to_string(range.min) + ", " + std::to_string(range.max) +
              "] is empty or negative");
     ep.ranges[name] = range;
+  }
+
+  if (top.has("guards")) {
+    Field guards = top["guards"];
+    size_t n = guards.array_size();
+    for (size_t i = 0; i < n; ++i) {
+      Field f = guards.at(i);
+      Guard g;
+      try {
+        g = Guard::parse(f.string());
+      } catch (const Error& e) {
+        f.fail(e.what());
+      }
+      for (const SymSize* side : {&g.lhs, &g.rhs})
+        for (const std::string& sym : side->symbols())
+          if (!ep.ranges.count(sym)) f.fail("symbol '" + sym + "' has no entry in ranges");
+      ep.guards.push_back(std::move(g));
+    }
   }
 
   Field sig = top["signature"];

@@ -7,6 +7,7 @@
 // a tensor in the original program and runs as one (a wrapped number). After each call the outputs'
 // sizes are checked against the graph's symbolic sizes, so a graph that does not hold for the
 // inputs fails at the node that breaks, not later.
+#include <algorithm>
 #include <mutex>
 
 #include "interpret.h"
@@ -149,6 +150,21 @@ std::vector<Tensor> ExportedProgram::run(const std::vector<Tensor>& inputs) cons
                     inputs[i].sizes(), ", the program expects ", ArrayRef<SymSize>(t.sizes), " (dimension ", d,
                     " must be ", (t.sizes[d].is_constant() ? std::string() : t.sizes[d].str() + " = "), want, ")");
     }
+  }
+
+  for (const Guard& g : guards) {
+    if (g.holds(bindings)) continue;
+    std::vector<std::string> names = g.lhs.symbols();
+    for (const std::string& name : g.rhs.symbols())
+      if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
+    std::string values;
+    for (const std::string& name : names) values += (values.empty() ? "" : ", ") + name + " = " + std::to_string(bindings.at(name));
+    detail::throw_error(ErrorCode::InvalidArgument,
+                        "run: guard " + g.str() + (g.op.empty() ? std::string() : " of '" + g.op + "'") +
+                            " fails for " + values + "; the program was exported with examples where it holds" +
+                            (g.source.empty() ? std::string() : " (" + g.source + ")") +
+                            ": export again with examples of these sizes or declare the dims so that the shape "
+                            "rule need not compare them");
   }
 
   std::vector<Tensor> env(graph.values.size());

@@ -4,6 +4,8 @@
 #include <cmath>
 
 #include "tessera/compiler/export.h"
+#include "tessera/compiler/passes.h"
+#include "tessera/compiler/program_file.h"
 #include "tessera/tessera.h"
 
 namespace {
@@ -12,6 +14,7 @@ using tessera::Dim;
 using tessera::ExportOptions;
 using tessera::Tensor;
 using tessera::compiler::ExportedProgram;
+using tessera::compiler::Guard;
 
 std::vector<double> values(const Tensor& t) {
   Tensor c = t.to(tessera::Device("cpu")).to(tessera::DType::Float64).contiguous();
@@ -185,12 +188,58 @@ TEST(Capture, UnnamedClosedOverTensorsGetStableNamesInFirstUseOrder) {
   EXPECT_EQ(values(ep.weights.at("weight_1")), values(a));
 }
 
-TEST(Capture, ASliceViewIsRefusedWithTheGeometry) {
+TEST(Capture, ASliceViewOfADynamicTensorIsRefusedWithTheGeometry) {
   auto fn = [](const std::vector<Tensor>& in) { return std::vector<Tensor>{tessera::exp(in[0].slice(0, 1, 3))}; };
-  const std::string msg = error_of([&] { tessera::export_program(fn, {tessera::randn({4, 2})}); });
+  ExportOptions opts;
+  opts.dynamic_shapes = {{{1, Dim{"n", 1, 64}}}};
+  const std::string msg = error_of([&] { tessera::export_program(fn, {tessera::randn({4, 2})}, opts); });
   EXPECT_NE(msg.find("export: a view of sizes [2, 2], strides [2, 1] and offset 2 of %x0 cannot be captured"),
             std::string::npos)
       << msg;
+}
+
+TEST(Capture, SliceNarrowSelectAndExpandOfStaticTensorsAreCapturedAsIndexSelect) {
+  ExportOptions opts;
+  opts.input_names = {"x"};
+  auto fn = [](const std::vector<Tensor>& in) {
+    const Tensor& x = in[0];  // [3, 4]
+    return std::vector<Tensor>{tessera::exp(x.slice(1, 1, 4, 2)), x.narrow(0, 1, 2) * 2.0,
+                               tessera::relu(x.select(0, 2)), x.select(1, 0).unsqueeze(1).expand({3, 2}) + 0.0};
+  };
+  ExportedProgram ep = tessera::export_program(fn, {tessera::randn({3, 4})}, opts);
+  const std::string text = ep.graph_string();
+  EXPECT_EQ(text.substr(0, text.find('\n')),
+            "graph(%x: f32[3, 4] cpu, %constant_0: i64[6] cpu constant, %constant_1: i64[8] cpu constant, "
+            "%constant_2: i64[4] cpu constant, %constant_3: i64[6] cpu constant):")
+      << text;
+  EXPECT_NE(text.find("= index_select(%"), std::string::npos) << text;
+  // x.slice(1, 1, 4, 2) reads columns 1 and 3 of each row: storage positions 1, 3, 5, 7, 9, 11.
+  EXPECT_EQ(values(ep.weights.at("constant_0")), (std::vector<double>{1, 3, 5, 7, 9, 11}));
+  tessera::compiler::verify(ep);
+  const std::string path = ::testing::TempDir() + "capture_views.tsr";
+  tessera::save(ep, path);
+  ExportedProgram loaded = tessera::load_program(path);
+  EXPECT_EQ(loaded.graph_string(), text);
+  Tensor x = tessera::randn({3, 4});
+  std::vector<double> xs = values(x);
+  for (auto [device, program] : {std::pair<const char*, const ExportedProgram*>{"cpu", &ep},
+                                 {"my_hardware_device", &ep}, {"cpu", &loaded}}) {
+    std::vector<Tensor> out = program->run({x.to(device)});
+    ASSERT_EQ(out.size(), 4u);
+    EXPECT_EQ(out[0].sizes().vec(), (std::vector<int64_t>{3, 2}));
+    EXPECT_EQ(out[1].sizes().vec(), (std::vector<int64_t>{2, 4}));
+    EXPECT_EQ(out[2].sizes().vec(), (std::vector<int64_t>{4}));
+    EXPECT_EQ(out[3].sizes().vec(), (std::vector<int64_t>{3, 2}));
+    std::vector<double> o0 = values(out[0]), o1 = values(out[1]), o2 = values(out[2]), o3 = values(out[3]);
+    for (size_t i = 0; i < 3; ++i)
+      for (size_t j = 0; j < 2; ++j) {
+        EXPECT_NEAR(o0[i * 2 + j], std::exp(double(float(xs[i * 4 + 1 + 2 * j]))), 1e-5) << device;
+        EXPECT_EQ(o3[i * 2 + j], xs[i * 4]) << device;
+      }
+    for (size_t i = 0; i < 2; ++i)
+      for (size_t j = 0; j < 4; ++j) EXPECT_EQ(o1[i * 4 + j], 2 * xs[(i + 1) * 4 + j]) << device;
+    for (size_t j = 0; j < 4; ++j) EXPECT_EQ(o2[j], std::max(0.0, xs[8 + j])) << device;
+  }
 }
 
 TEST(Capture, RunUsesTheCurrentWeightsOnEachDevice) {
@@ -208,6 +257,157 @@ TEST(Capture, RunUsesTheCurrentWeightsOnEachDevice) {
   ep.weights["w"] = tessera::full({2}, 5.0);
   EXPECT_EQ(values(ep.run({tessera::full({2}, 2.0).to("my_hardware_device")})[0]), (std::vector<double>{10, 10}));
   EXPECT_EQ(values(ep.run({tessera::full({2}, 2.0)})[0]), (std::vector<double>{10, 10}));
+}
+
+// conv2d over a dynamic height asks whether the height covers the kernel; the range [1, 64] does not
+// decide it, so the example (6) does and the answer is a guard.
+ExportedProgram conv_program(const Tensor& w) {
+  ExportOptions opts;
+  opts.input_names = {"x"};
+  opts.parameters["w"] = w;
+  opts.dynamic_shapes = {{{2, Dim{"h", 1, 64}}}};
+  return tessera::export_program(
+      [&](const std::vector<Tensor>& in) { return std::vector<Tensor>{tessera::conv2d(in[0], w)}; },
+      {tessera::randn({1, 1, 6, 5})}, opts);
+}
+
+// Naive valid 3x3 convolution of a (1, 1, h, wd) input in double.
+std::vector<double> conv_reference(const std::vector<double>& x, int64_t h, int64_t wd, const std::vector<double>& k) {
+  std::vector<double> out;
+  for (int64_t i = 0; i + 3 <= h; ++i)
+    for (int64_t j = 0; j + 3 <= wd; ++j) {
+      double acc = 0;
+      for (int64_t a = 0; a < 3; ++a)
+        for (int64_t b = 0; b < 3; ++b) acc += x[size_t((i + a) * wd + j + b)] * k[size_t(a * 3 + b)];
+      out.push_back(acc);
+    }
+  return out;
+}
+
+TEST(Capture, AComparisonTheExamplesDecideIsRecordedAsAGuardAndCheckedAtRun) {
+  Tensor w = tessera::randn({1, 1, 3, 3});
+  ExportedProgram ep = conv_program(w);
+  ASSERT_EQ(ep.guards.size(), 1u);
+  EXPECT_EQ(ep.guards[0].str(), "h - 2 > 0");
+  EXPECT_EQ(ep.guards[0].op, "conv2d");
+  EXPECT_EQ(ep.guards[0].source, "h = 6");
+  EXPECT_EQ(ep.graph_string(),
+            "graph(%x: f32[1, 1, h, 5] cpu, %w: f32[1, 1, 3, 3] cpu parameter):\n"
+            "  %2: f32[1, 1, h - 2, 3] cpu = conv2d(%x, %w, None, [1, 1], [0, 0], [1, 1], 1)\n"
+            "  return (%2)\n"
+            "ranges: h in [1, 64]\n"
+            "guards: h - 2 > 0\n");
+  for (int64_t h : {3, 9}) {
+    Tensor x = tessera::randn({1, 1, h, 5});
+    std::vector<Tensor> out = ep.run({x});
+    ASSERT_EQ(out[0].sizes().vec(), (std::vector<int64_t>{1, 1, h - 2, 3}));
+    std::vector<double> want = conv_reference(values(x), h, 5, values(w)), got = values(out[0]);
+    for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-4) << "h = " << h << " at " << i;
+  }
+  // h = 2 is inside the range but breaks the guard: refused before any op runs, naming the guard and the op.
+  EXPECT_EQ(error_of([&] { ep.run({tessera::randn({1, 1, 2, 5})}); }),
+            "run: guard h - 2 > 0 of 'conv2d' fails for h = 2; the program was exported with examples where it "
+            "holds (h = 6): export again with examples of these sizes or declare the dims so that the shape rule "
+            "need not compare them");
+  // A range that decides the comparison leaves no guard, and the text keeps no guards line.
+  ExportOptions opts;
+  opts.parameters["w"] = w;
+  opts.dynamic_shapes = {{{2, Dim{"h", 3, 64}}}};
+  ExportedProgram decided = tessera::export_program(
+      [&](const std::vector<Tensor>& in) { return std::vector<Tensor>{tessera::conv2d(in[0], w)}; },
+      {tessera::randn({1, 1, 6, 5})}, opts);
+  EXPECT_TRUE(decided.guards.empty());
+  EXPECT_EQ(decided.graph_string().find("guards:"), std::string::npos) << decided.graph_string();
+}
+
+TEST(Capture, GuardsParseBackFromTheirText) {
+  for (const char* text : {"batch != seq", "h - 2 > 0", "2*batch <= seq + 1", "batch == 4"})
+    EXPECT_EQ(Guard::parse(text).str(), text);
+  const Guard g = Guard::parse("batch != seq");
+  EXPECT_TRUE(g.holds({{"batch", 2}, {"seq", 3}}));
+  EXPECT_FALSE(g.holds({{"batch", 3}, {"seq", 3}}));
+  EXPECT_EQ(error_of([] { Guard::parse("batch ~ seq"); }),
+            "guard 'batch ~ seq' has no relation; expected 'a == b', 'a != b', 'a <= b' or 'a > b'");
+  EXPECT_NE(error_of([] { Guard::parse("batch != se$q"); }), "");
+}
+
+TEST(Capture, GuardsRoundTripThroughTheProgramFile) {
+  ExportedProgram ep = conv_program(tessera::randn({1, 1, 3, 3}));
+  const std::string path = ::testing::TempDir() + "capture_guards.tsr";
+  tessera::save(ep, path);
+  ExportedProgram back = tessera::load_program(path);
+  ASSERT_EQ(back.guards.size(), 1u);
+  EXPECT_EQ(back.guards[0].str(), "h - 2 > 0");
+  EXPECT_EQ(back.graph_string(), ep.graph_string());
+  EXPECT_EQ(error_of([&] { back.run({tessera::randn({1, 1, 2, 5})}); }),
+            "run: guard h - 2 > 0 fails for h = 2; the program was exported with examples where it holds: export "
+            "again with examples of these sizes or declare the dims so that the shape rule need not compare them");
+  EXPECT_EQ(back.run({tessera::randn({1, 1, 4, 5})})[0].sizes().vec(), (std::vector<int64_t>{1, 1, 2, 3}));
+
+  // A file without "guards" (older files, programs without guards) loads with none.
+  ExportOptions opts;
+  opts.input_names = {"x", "y"};
+  opts.dynamic_shapes = {{{0, Dim{"batch", 1, 64}}}, {{0, Dim{"seq", 1, 64}}}};
+  ExportedProgram two = tessera::export_program(
+      [](const std::vector<Tensor>& in) { return std::vector<Tensor>{tessera::exp(in[0]), tessera::exp(in[1])}; },
+      {tessera::randn({3, 2}), tessera::randn({4, 2})}, opts);
+  const std::string text = tessera::compiler::program_json(two);
+  EXPECT_EQ(text.find("guards"), std::string::npos);
+  EXPECT_TRUE(tessera::compiler::parse_program_json(text).guards.empty());
+  // A "batch != seq" guard in the file is checked at run.
+  const std::string closing = "\n}";
+  ASSERT_EQ(text.substr(text.size() - closing.size()), closing);
+  ExportedProgram guarded = tessera::compiler::parse_program_json(
+      text.substr(0, text.size() - closing.size()) + ",\n \"guards\": [\"batch != seq\"]\n}");
+  guarded.weights = two.weights;
+  ASSERT_EQ(guarded.guards.size(), 1u);
+  EXPECT_EQ(guarded.graph_string(), two.graph_string() + "guards: batch != seq\n");
+  EXPECT_EQ(guarded.run({tessera::randn({3, 2}), tessera::randn({4, 2})}).size(), 2u);
+  EXPECT_EQ(error_of([&] { guarded.run({tessera::randn({4, 2}), tessera::randn({4, 2})}); }),
+            "run: guard batch != seq fails for batch = 4, seq = 4; the program was exported with examples where it "
+            "holds: export again with examples of these sizes or declare the dims so that the shape rule need not "
+            "compare them");
+  // Malformed guards name the entry.
+  for (const char* bad : {"[\"batch ~ seq\"]", "[\"batch != other\"]", "[3]", "\"batch != seq\""}) {
+    const std::string m = error_of([&] {
+      tessera::compiler::parse_program_json(text.substr(0, text.size() - closing.size()) + ",\n \"guards\": " + bad +
+                                            "\n}");
+    });
+    EXPECT_NE(m.find("program.json: guards"), std::string::npos) << bad << ": " << m;
+  }
+}
+
+// The live buffers of the reference accelerator's device 0.
+uint64_t accelerator_live_buffers() {
+  tessera::MemoryStats s = tessera::memory_stats(tessera::Device("my_hardware_device:0"));
+  EXPECT_TRUE(s.reported);
+  return s.num_allocations;
+}
+
+TEST(Capture, WeightsAreCopiedToADeviceOnceAndCached) {
+  Tensor w = tessera::full({4}, 3.0), b = tessera::full({4}, 0.5);
+  ExportOptions opts;
+  opts.parameters["w"] = w;
+  opts.parameters["b"] = b;
+  // The program returns its weight as well: the tensor run hands back is the device copy it used.
+  ExportedProgram ep = tessera::export_program(
+      [&](const std::vector<Tensor>& in) { return std::vector<Tensor>{in[0] * w + b, w}; }, {tessera::ones({4})},
+      opts);
+  Tensor x = tessera::full({4}, 2.0).to("my_hardware_device");
+  const uint64_t before = accelerator_live_buffers();
+  std::vector<std::vector<Tensor>> outs;
+  for (int i = 0; i < 3; ++i) {
+    outs.push_back(ep.run({x}));
+    EXPECT_EQ(values(outs.back()[0]), (std::vector<double>{6.5, 6.5, 6.5, 6.5}));
+    ASSERT_EQ(outs.back()[1].device().str(), "my_hardware_device:0");
+    EXPECT_TRUE(outs.back()[1].is_same(outs[0][1])) << "run " << i << " made a new copy of w";
+  }
+  // Two weights copied once, kept between runs, plus one result per run (mul's intermediate is freed).
+  EXPECT_EQ(accelerator_live_buffers() - before, 2u + 3u);
+  outs.clear();
+  EXPECT_EQ(accelerator_live_buffers() - before, 2u);  // the cache holds the copies
+  ep.run({x});
+  EXPECT_EQ(accelerator_live_buffers() - before, 2u);
 }
 
 TEST(Capture, ATracingTensorKeptPastTheCaptureThrowsInsteadOfComputing) {

@@ -130,9 +130,10 @@ bool decompose(ExportedProgram& ep) {
     } catch (const Error&) {
       continue;  // the composite does not capture (it reads data, or needs static sizes): keep the op
     }
-    // A composite that made tensors of its own (lifted as weights) or returns an input as it is
-    // (contiguous on a contiguous example) does not stand for the op in general.
-    bool general = sub.weights.empty();
+    // A composite that made tensors of its own (lifted as weights), returns an input as it is
+    // (contiguous on a contiguous example), or whose capture took a decision from its made-up
+    // example sizes (a guard) does not stand for the op in general.
+    bool general = sub.weights.empty() && sub.guards.empty();
     for (const OutputSpec& o : sub.signature.outputs)
       for (const InputSpec& in : sub.signature.inputs) general = general && o.value != in.value;
     if (!general || sub.signature.outputs.size() != node.outputs.size()) continue;

@@ -7,9 +7,11 @@
 // appends a Call node, computes the outputs' symbolic sizes with the op's shape rule on symbolic
 // sizes (Note [Symbolic shape rules] in capture_shapes.cpp) and returns new tracing tensors. Views
 // (metadata-only, in core) are recovered from a tracing tensor's geometry as `view` and `permute`
-// nodes (Note [Captured views]). A tensor fn closes over becomes a weight: a placeholder named from
-// options.parameters (by identity), else "weight_<n>" in the order of first use. Reading a tracing
-// tensor's value (item(), data_ptr()) fails naming the call and the op that produced the tensor.
+// nodes, other views of static tensors as index_select with a constant index (Note [Captured
+// views]). A tensor fn closes over becomes a weight: a placeholder named from options.parameters
+// (by identity), else "weight_<n>" in the order of first use. Reading a tracing tensor's value
+// (item(), data_ptr()) fails naming the call and the op that produced the tensor. Comparisons of
+// dynamic sizes decided by the examples are recorded as the program's guards.
 //
 // Thread-safety: one capture per thread at a time; captures on different threads are independent.
 // On failure export_program throws tessera::Error and leaves nothing behind.

@@ -101,11 +101,30 @@ struct Signature {
   std::vector<OutputSpec> outputs;
 };
 
+// A decision capture took from the example inputs that the declared ranges do not imply (Note
+// [Symbolic shape rules]): the program holds only for inputs where the relation holds. run()
+// checks every guard on the bound symbols.
+struct TESSERA_COMPILER_API Guard {
+  enum class Relation : uint8_t { Equal, NotEqual, LessEqual, Greater };
+  SymSize lhs, rhs;
+  Relation relation = Relation::NotEqual;
+  std::string op;      // the op whose shape rule asked ("add.Tensor"); empty when loaded from a file
+  std::string source;  // the example values that decided it ("batch = 4, seq = 6"); empty when loaded
+
+  // "batch != seq", "seq <= 2*batch"
+  std::string str() const;
+  // Reads str()'s syntax, each side with SymSize::parse; throws tessera::Error naming the text.
+  static Guard parse(std::string_view text);
+  // Evaluates both sides; throws naming a symbol missing from `bindings`.
+  bool holds(const std::map<std::string, int64_t>& bindings) const;
+};
+
 class TESSERA_COMPILER_API ExportedProgram {
  public:
   Graph graph;
   Signature signature;
   std::map<std::string, SymbolRange> ranges;  // every symbol the graph mentions
+  std::vector<Guard> guards;                  // in the order capture took the decisions
   std::map<std::string, Tensor> weights;      // parameters and constants, by name (host memory)
   std::string op_contract_version;            // of the runtime that exported it
 
@@ -114,12 +133,13 @@ class TESSERA_COMPILER_API ExportedProgram {
   //     %2: f32[batch, 512] cpu:0 = linear.default(%x, %w, None)
   //     return (%2)
   //   ranges: batch in [1, 512]
+  //   guards: batch != seq          (only when there are guards)
   std::string graph_string() const;
 
   // Runs the graph on `inputs` (the user inputs in signature order) through the dispatcher on their
   // device (Note [Running a program] in run.cpp): binds each symbol from the inputs' sizes, checks
-  // ranks, dtypes, static sizes and ranges (one-line errors naming the input, the dim and the range),
-  // moves the weights to that device once and caches them per device. Returns the outputs in
+  // ranks, dtypes, static sizes, ranges and guards (one-line errors naming the input, the dim and the
+  // range, or the guard and its op), moves the weights to that device once and caches them per device. Returns the outputs in
   // signature order. Thread-safe: concurrent runs share the weight cache.
   std::vector<Tensor> run(const std::vector<Tensor>& inputs) const;
 
