@@ -352,6 +352,18 @@ def int_pow(base, exp, dt):
     return ((pow(base, exp, span) - lo) % span) + lo
 
 
+def c_pow(x, y):
+    """C's pow (what PyTorch's kernels call): NumPy's power agrees except for a base of -inf, where
+    C gives +-inf for y > 0 and +-0 for y < 0 (the sign when y is an odd integer) and NumPy nan."""
+    x, y = np.broadcast_arrays(np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64))
+    r = np.power(x, y)
+    odd = np.isfinite(y) & (np.floor(y) == y) & (np.fmod(np.abs(y), 2) == 1)
+    ninf = np.isneginf(x)
+    r = np.where(ninf & (y > 0), np.where(odd, -np.inf, np.inf), r)
+    r = np.where(ninf & (y < 0), np.where(odd, -0.0, 0.0), r)
+    return r
+
+
 def ref_pow(operands):
     rt = result_type(operands)
     a, b = operands
@@ -371,11 +383,11 @@ def ref_pow(operands):
         # For float32, float64 and bfloat16, pow(Tensor, Scalar) takes sqrt / rsqrt for the exponents
         # +-0.5 (so pow(-inf, 0.5) is nan and pow(-0.0, -0.5) is -inf there); float16 calls pow.
         e = round_to(opmath(rt), e)
-        fn = lambda v: np.power(v, float(e))  # noqa: E731
+        fn = lambda v: c_pow(v, float(e))  # noqa: E731
         if rt in ("float32", "float64", "bfloat16"):
             fn = {0.5: np.sqrt, -0.5: lambda v: 1 / np.sqrt(v)}.get(float(e), fn)
         return rt, elementwise_float(fn, [x], rt)
-    return rt, elementwise_float(np.power, [x, operand_values(b, rt, False)], rt)
+    return rt, elementwise_float(c_pow, [x, operand_values(b, rt, False)], rt)
 
 
 def ref_binary_other(op, operands):
