@@ -374,7 +374,13 @@ void run_binary(const sdk::KernelCall& call, const char* op) {
   }
   ScalarArg alpha = scalar_arg(compute_dtype(o.dtype), 1.0, 1, false);
   if ((std::strcmp(op, "add") == 0 || std::strcmp(op, "sub") == 0) && call.num_attrs() > 0 && !call.attr_is_none(0))
-    alpha = scalar_arg(compute_dtype(o.dtype), call.attr_double(0), call.attr_int(0), call.attr_is_floating(0));
+  {
+    // A bool result takes alpha as a bool (nonzero is true) before it is narrowed to the compute
+    // type: 2**40 must not truncate to 0.
+    const bool to_bool = o.dtype == TESSERA_DTYPE_BOOL && !call.attr_is_floating(0);
+    alpha = scalar_arg(compute_dtype(o.dtype), call.attr_double(0), to_bool ? int64_t(call.attr_int(0) != 0) : call.attr_int(0),
+                       call.attr_is_floating(0));
+  }
   const std::string key =
       std::string(op) + "_" + dtype_tag(a.dtype) + "_" + dtype_tag(b.dtype) + "_" + dtype_tag(o.dtype);
   cl_kernel k = cc.kernel(key, kname.c_str(), [&] { return binary_source(a.dtype, b.dtype, o.dtype, op); });

@@ -104,6 +104,13 @@ TEST_F(OpenCLNumerics, FloatingAlphaOnIntegralAddIsAnError) {
                 "float32 add, alpha 0.5");
 }
 
+// PyTorch: a bool result takes alpha as a bool, so an alpha of 2**40 (whose low 32 bits are 0)
+// still adds: false + 2**40 * true is true.
+TEST_F(OpenCLNumerics, LargeIntegerAlphaOnBoolAddIsTrue) {
+  ts::Tensor a = on_cl({0, 0, 1}, ts::kBool), b = on_cl({1, 0, 1}, ts::kBool);
+  expect_values(ts::add(a, b, int64_t(1) << 40), {1, 0, 1}, 0, 0, "bool add, alpha 2**40");
+}
+
 TEST_F(OpenCLNumerics, ConversionsToBoolAndToIntegers) {
   const double min64 = double(std::numeric_limits<int64_t>::min()), min32 = double(std::numeric_limits<int32_t>::min());
   for (ts::DType t : {ts::kFloat32, ts::kFloat64, ts::kFloat16}) {
