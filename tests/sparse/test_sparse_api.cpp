@@ -74,6 +74,24 @@ TEST(SparseApi, PluginKernelRunsBelowTheThresholdOnly) {
   EXPECT_NE(above.find("sparse densify"), std::string::npos) << above;
 }
 
+// bfloat16 goes dense from batch 4 (Note [Sparse dense threshold]): sparse at 3, dense at 4.
+TEST(SparseApi, Bf16TakesTheDensePathFromBatchFour) {
+  tessera::manual_seed(17);
+  Tensor s = sp::to_sparse_semi_structured(sp::prune_2_4(tessera::randn({8, 64}).to(tessera::kBFloat16)));
+  tessera::profiler_clear();
+  tessera::profiler_enable("summary");
+  tessera::linear(tessera::randn({3, 64}).to(tessera::kBFloat16), s);
+  std::string below = tessera::profiler_summary();
+  tessera::profiler_clear();
+  tessera::linear(tessera::randn({4, 64}).to(tessera::kBFloat16), s);
+  std::string above = tessera::profiler_summary();
+  tessera::profiler_enable("");
+  tessera::profiler_clear();
+  EXPECT_NE(below.find("linear"), std::string::npos) << below;
+  EXPECT_EQ(below.find("sparse densify"), std::string::npos) << below;
+  EXPECT_NE(above.find("sparse densify"), std::string::npos) << above;
+}
+
 TEST(SparseApi, PruneKeepsTheTwoLargestMagnitudes) {
   Tensor w = tessera::empty({2, 6});
   const float v[] = {1, -5, 3, 2, 7, -8, /**/ 0, 0, 4, 4, 1, 1};

@@ -28,21 +28,23 @@ const tessera_host_api_t* g_host = nullptr;
 [[noreturn]] void unimplemented(const std::string& why) { throw Error(TESSERA_STATUS_UNIMPLEMENTED, why); }
 
 // Note [Sparse dense threshold]
-// From batch (rows of x; columns of x for matmul) kDenseBatch on, the dense oneDNN linear is as
-// fast or faster than these kernels: they multiply the zeros the expand puts back, so once the
-// weight traffic stops bounding the call they do the dense FLOPs plus the expands. On the 2-core
-// build machine (4096 x 4096, bench_sparse_linear) sparse won clearly at batch 1-4 and was
-// between 0.6x and 1.3x of dense at batch 16 depending on the machine's load, so 16 takes the
-// dense path for both dtypes. TESSERA_SPARSE_DENSE_BATCH=N overrides it.
-constexpr int64_t kDenseBatch = 16;
+// From batch (rows of x; columns of x for matmul) dense_batch(dtype) on, the dense oneDNN linear
+// is as fast or faster than these kernels: they multiply the zeros the expand puts back, so once
+// the weight traffic stops bounding the call they do the dense FLOPs plus the expands. Measured on
+// the quiet 2-core build machine (4096 x 4096, bench_sparse_linear, medians of 3): float32 won at
+// batch 1 and 4 (1.63x, 1.36x) and lost at 16 (0.83x); bfloat16 won at batch 1 (1.42x) and lost
+// at 4 (0.88x: oneDNN's bf16 dot product gains more from a second row than the expand does). So
+// float32 (and int8) take the dense path from 16, bfloat16 from 4. TESSERA_SPARSE_DENSE_BATCH=N
+// overrides both.
+constexpr int64_t kDenseBatch = 16, kDenseBatchBf16 = 4;
 
-int64_t dense_batch() {
-  static const int64_t batch = [] {
+int64_t dense_batch(int32_t dtype) {
+  static const int64_t forced = [] {
     const char* v = g_host && g_host->getenv ? g_host->getenv("TESSERA_SPARSE_DENSE_BATCH") : nullptr;
-    const int64_t forced = v && *v ? std::strtoll(v, nullptr, 10) : int64_t(0);
-    return forced > 0 ? forced : kDenseBatch;
+    return v && *v ? std::strtoll(v, nullptr, 10) : int64_t(0);
   }();
-  return batch;
+  if (forced > 0) return forced;
+  return dtype == TESSERA_DTYPE_BFLOAT16 ? kDenseBatchBf16 : kDenseBatch;
 }
 
 // The header of a semi-structured CPU tensor, or null for anything else.
@@ -116,8 +118,8 @@ void linear_kernel(const KernelCall& call) {
       x.dtype() != h->dtype || (bias.defined() && bias.dtype() != h->dtype))
     unimplemented("sparse: linear takes contiguous inputs of the weight's dtype");
   const int64_t batch = h->rows ? out.numel() / h->rows : 0;
-  if (batch >= dense_batch())
-    unimplemented("batch " + std::to_string(batch) + " >= " + std::to_string(dense_batch()) +
+  if (batch >= dense_batch(h->dtype))
+    unimplemented("batch " + std::to_string(batch) + " >= " + std::to_string(dense_batch(h->dtype)) +
                   ", where the dense kernel is faster");
   if (out.numel() == 0) return;
   run_linear(h->dtype, x.host_ptr(), batch, layout_of(h), bias.defined() ? bias.host_ptr() : nullptr,
@@ -132,8 +134,8 @@ void matmul_kernel(const KernelCall& call) {
   if (!h || header_of(x) || x.ndim() != 2 || !x.is_contiguous() || !out.is_contiguous() || x.dtype() != h->dtype)
     unimplemented("sparse: matmul takes a semi-structured [n, k] self and a contiguous 2-D other of its dtype");
   const int64_t n = h->rows, k = h->cols, p = x.size(1);
-  if (p >= dense_batch())
-    unimplemented("p " + std::to_string(p) + " >= " + std::to_string(dense_batch()) +
+  if (p >= dense_batch(h->dtype))
+    unimplemented("p " + std::to_string(p) + " >= " + std::to_string(dense_batch(h->dtype)) +
                   ", where the dense kernel is faster");
   if (out.numel() == 0) return;
   const size_t es = x.itemsize();
