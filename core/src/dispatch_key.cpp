@@ -36,8 +36,12 @@ std::string DispatchKeySet::str() const {
   return out + ")";
 }
 
+// Note [Hot thread-locals]: the few thread-locals every call reads use the initial-exec TLS model,
+// one load relative to %fs instead of a __tls_get_addr call each (about 5% of a call on 1-element
+// tensors). They are small and trivially constructed (under 256 bytes in all, which a dlopen of
+// libtessera still finds in glibc's static TLS surplus); large or lazily built ones stay general.
 LocalDispatchKeySet& tls_local_dispatch_key_set() {
-  thread_local LocalDispatchKeySet local;
+  __attribute__((tls_model("initial-exec"))) static thread_local LocalDispatchKeySet local;
   return local;
 }
 

@@ -577,24 +577,6 @@ Tensor Tensor::unsqueeze(int64_t dim) const {
   return make_view(*this, sz, st, storage_offset());
 }
 
-Tensor Tensor::flatten(int64_t start_dim, int64_t end_dim) const {
-  check_defined(*this, "flatten");
-  const int64_t n = dim();
-  if (n == 0) {
-    const int64_t one = 1;
-    return reshape(IntArrayRef(one));
-  }
-  const int64_t s = wrap_dim(start_dim, n), e = wrap_dim(end_dim, n);
-  TESSERA_CHECK(s <= e, "flatten(): start_dim (", s, ") cannot come after end_dim (", e, ")");
-  if (s == e) return *this;
-  DimVector shape;
-  for (int64_t i = 0; i < s; ++i) shape.push_back(sizes()[size_t(i)]);
-  int64_t flat = 1;
-  for (int64_t i = s; i <= e; ++i) flat *= sizes()[size_t(i)];
-  shape.push_back(flat);
-  for (int64_t i = e + 1; i < n; ++i) shape.push_back(sizes()[size_t(i)]);
-  return reshape(shape);
-}
 
 // ---------------------------------------------------------------------------------------------
 // Factories and data access
@@ -614,13 +596,18 @@ Tensor make_tensor(IntArrayRef sizes, DType dtype, Device device) {
 }
 
 Tensor make_tensor_strided(IntArrayRef sizes, IntArrayRef strides, DType dtype, Device device) {
-  TESSERA_CHECK(sizes.size() == strides.size(), "make_tensor_strided: got ", sizes.size(), " sizes ", sizes, " and ",
-                strides.size(), " strides ", strides, "; expected the same number");
-  compute_numel(sizes);  // checks sizes
-  for (size_t i = 0; i < strides.size(); ++i)
-    TESSERA_CHECK(strides[i] >= 0, "make_tensor_strided: negative strides are not supported, got strides ", strides);
-  const int64_t elements = required_storage_elements(sizes, strides, 0);
-  const std::optional<uint64_t> checked = checked_nbytes(elements, itemsize(dtype));
+  std::optional<int64_t> extent = storage_extent(sizes, strides, 0);  // nullopt for any bad geometry
+  if (__builtin_expect(!extent.has_value(), 0)) {
+    // Say which part is wrong.
+    TESSERA_CHECK(sizes.size() == strides.size(), "make_tensor_strided: got ", sizes.size(), " sizes ", sizes,
+                  " and ", strides.size(), " strides ", strides, "; expected the same number");
+    compute_numel(sizes);  // checks sizes
+    for (size_t i = 0; i < strides.size(); ++i)
+      TESSERA_CHECK(strides[i] >= 0, "make_tensor_strided: negative strides are not supported, got strides ",
+                    strides);
+    extent = required_storage_elements(sizes, strides, 0);
+  }
+  const std::optional<uint64_t> checked = checked_nbytes(*extent, itemsize(dtype));
   TESSERA_CHECK(checked.has_value() && *checked <= uint64_t(std::numeric_limits<int64_t>::max()), "make_tensor: shape ",
                 sizes, " of dtype ", dtype, " needs more bytes than fit in 63 bits");
   const uint64_t nbytes = *checked;
@@ -641,15 +628,16 @@ size_t Tensor::nbytes() const {
 namespace {
 std::atomic<TracedReadHandler> g_traced_read_handler{nullptr};
 
+}  // namespace
+
 // Note [Reading traced tensors] (tensor.h).
-void check_not_traced(const Tensor& t, const char* call) {
+void detail::check_not_traced(const Tensor& t, const char* call) {
   if (__builtin_expect(!t.key_set().has(Functionality::Export), 1)) return;
   if (TracedReadHandler h = g_traced_read_handler.load(std::memory_order_acquire)) h(*t.impl(), call);
   detail::throw_error(ErrorCode::InvalidArgument,
                       std::string(call) + ": the tensor is being traced for export and has no data; a program "
                                           "whose control flow depends on tensor values cannot be captured");
 }
-}  // namespace
 
 TracedReadHandler set_traced_read_handler(TracedReadHandler handler) {
   return g_traced_read_handler.exchange(handler, std::memory_order_acq_rel);
@@ -658,7 +646,7 @@ TracedReadHandler set_traced_read_handler(TracedReadHandler handler) {
 namespace detail {
 void check_data_access(const Tensor& t, DType requested) {
   TESSERA_CHECK(t.defined(), "data_ptr<", requested, ">(): the tensor is undefined (default-constructed)");
-  check_not_traced(t, "data_ptr()");
+  detail::check_not_traced(t, "data_ptr()");
   TESSERA_CHECK(t.is_cpu(), "data_ptr<", requested, ">(): the tensor is on device '", t.device().str(),
                 "' and its memory is not addressable from the host; call .to(\"cpu\") first");
   TESSERA_CHECK(t.dtype() == requested, "data_ptr<", requested, ">(): the tensor has dtype ", t.dtype(),
@@ -670,14 +658,22 @@ void check_data_access(const Tensor& t, DType requested) {
 }
 }  // namespace detail
 
+// Note [Storage version] (tensor.h): versions must never repeat, not be ordered across threads, so
+// each thread takes them from the shared counter in blocks (one atomic add per 1024 storages).
 uint64_t next_storage_version() {
   static std::atomic<uint64_t> counter{1};
-  return counter.fetch_add(1, std::memory_order_relaxed);
+  constexpr uint64_t kBlock = 1024;
+  __attribute__((tls_model("initial-exec"))) static thread_local uint64_t next = 0, end = 0;  // Note [Hot thread-locals]
+  if (__builtin_expect(next == end, 0)) {
+    next = counter.fetch_add(kBlock, std::memory_order_relaxed);
+    end = next + kBlock;
+  }
+  return next++;
 }
 
 const void* Tensor::raw_const_data_ptr() const {
   check_defined(*this, "raw_data_ptr");
-  check_not_traced(*this, "raw_data_ptr()");
+  detail::check_not_traced(*this, "raw_data_ptr()");
   TESSERA_CHECK(is_cpu(), "raw_data_ptr(): the tensor is on device '", device().str(),
                 "' and its memory is not addressable from the host; call .to(\"cpu\") first");
   const Storage& s = storage();
@@ -694,25 +690,5 @@ void* Tensor::raw_data_ptr() const {
   return const_cast<void*>(p);
 }
 
-Scalar Tensor::item() const {
-  check_defined(*this, "item");
-  check_not_traced(*this, "item()");
-  TESSERA_CHECK(numel() == 1, "item(): a tensor with ", numel(), " elements (shape ", sizes(),
-                ") cannot be converted to a number; expected exactly one element");
-  if (!is_cpu()) return cpu().item();
-  const void* p = raw_const_data_ptr();
-  return visit_dtype(dtype(), [&](auto zero) -> Scalar {
-    using T = decltype(zero);
-    if constexpr (std::is_same_v<T, bool>) {
-      return Scalar(*static_cast<const uint8_t*>(p) != 0);
-    } else {
-      T v;
-      std::memcpy(&v, p, sizeof(T));
-      if constexpr (std::is_integral_v<T>) return Scalar(int64_t(v));
-      else if constexpr (std::is_same_v<T, double>) return Scalar(v);
-      else return Scalar(double(float(v)));
-    }
-  });
-}
 
 }  // namespace tessera

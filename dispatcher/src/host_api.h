@@ -46,7 +46,7 @@ ErrorCode error_code_of(tessera_status_code_t code);
 // is about to be unmapped.
 inline constexpr uint64_t kPluginShutdownBit = uint64_t(1) << 63;
 inline std::atomic<uint64_t> g_plugin_calls{0};  // calls in flight, plus kPluginShutdownBit
-inline thread_local int t_plugin_call_depth = 0;
+__attribute__((tls_model("initial-exec"))) inline thread_local int t_plugin_call_depth = 0;  // Note [Hot thread-locals]
 
 [[noreturn]] void throw_plugin_shutdown_in_progress();
 

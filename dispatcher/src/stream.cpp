@@ -20,8 +20,12 @@ Device normalized(Device d) { return Device(d.type(), index_of(d)); }
 
 std::atomic<int> g_next_stream_id{1};
 
+// Note [Current stream lookup] (stream_state.h).
 struct OwnerTable {
   std::shared_ptr<detail::StreamState> owners[kNumDeviceTypes][kMaxStreamDevices];
+  detail::CurrentStreamTable current = {};
+  OwnerTable() { detail::t_current_stream = &current; }
+  ~OwnerTable() { detail::t_current_stream = nullptr; }
 };
 thread_local std::unique_ptr<OwnerTable> t_owners;
 
@@ -145,7 +149,7 @@ void set_current_stream(const Stream& stream) {
     t_owners = std::make_unique<OwnerTable>();
   }
   t_owners->owners[size_t(d.type())][d.index()] = stream.state_;
-  detail::t_current_stream[size_t(d.type())][d.index()] = stream.state_.get();
+  t_owners->current[size_t(d.type())][d.index()] = stream.state_.get();
 }
 
 StreamGuard::StreamGuard(const Stream& stream) : original_(tessera::current_stream(stream.device())), current_(stream) {

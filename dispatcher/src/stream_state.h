@@ -2,11 +2,12 @@
 // Note [Streams]).
 //
 // Note [Current stream lookup]
-// Each thread keeps a fixed table of raw pointers, one per device type and index, so that the call
-// path finds the current stream with one thread-local load and no allocation; nullptr (the default
-// stream) is the common case and costs one predictable branch. The table holds no ownership: the
-// shared owners live in a second, lazily made thread-local table that only set_current_stream()
-// touches. A stream whose plugin generation has ended is caught on the cold, non-null path.
+// A thread that has set a stream keeps a table of raw pointers, one per device type and index, so
+// that the call path finds the current stream with thread-local loads and no allocation. The table
+// is made by the first set_current_stream() of the thread, together with the shared owners it
+// points into; until then the thread-local pointer to it is null, and the call path (every thread
+// that never sets a stream) costs one initial-exec load (Note [Hot thread-locals]) and one
+// predictable branch. A stream whose plugin generation has ended is caught on the cold path.
 #pragma once
 #include <cstdint>
 
@@ -27,7 +28,8 @@ struct StreamState {
   ~StreamState();
 };
 
-inline thread_local const StreamState* t_current_stream[kNumDeviceTypes][kMaxStreamDevices] = {};
+using CurrentStreamTable = const StreamState* [kNumDeviceTypes][kMaxStreamDevices];
+__attribute__((tls_model("initial-exec"))) inline thread_local CurrentStreamTable* t_current_stream = nullptr;
 
 // Throws naming the stream: its plugin was shut down after it became current.
 [[noreturn]] void throw_dead_stream(const StreamState& s);
@@ -36,8 +38,10 @@ inline thread_local const StreamState* t_current_stream[kNumDeviceTypes][kMaxStr
 
 // The handle of the calling thread's current stream of (type, index); nullptr for the default.
 inline void* current_stream_handle(DeviceType type, int32_t index) {
+  const detail::CurrentStreamTable* table = detail::t_current_stream;
+  if (__builtin_expect(table == nullptr, 1)) return nullptr;
   if (__builtin_expect(uint32_t(index) >= uint32_t(kMaxStreamDevices), 0)) return nullptr;
-  const detail::StreamState* s = detail::t_current_stream[size_t(type)][index];
+  const detail::StreamState* s = (*table)[size_t(type)][index];
   if (__builtin_expect(s == nullptr, 1)) return nullptr;
   if (__builtin_expect(backend_device_if_loaded(type) != s->owner, 0)) detail::throw_dead_stream(*s);
   return s->handle;

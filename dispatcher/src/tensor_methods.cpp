@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "host_api.h"
+#include "small_vector.h"
 #include "op_registry.h"
 #include "shape_rules.h"
 #include "stream_state.h"
@@ -98,7 +99,7 @@ void transfer_bytes(const Tensor& dst, const Tensor& src) {
 bool device_copies_itself(const Tensor& t) {
   if (t.device().is_cpu()) return true;
   static OperatorEntry* copy_op = Dispatcher::instance().find_op("copy_");
-  return Dispatcher::instance().resolution(*copy_op, t.device().type(), t.dtype()) == "kernel";
+  return Dispatcher::instance().resolution(*copy_op, t.device().type(), t.dtype()) == Resolution::Kernel;
 }
 
 // The storage span a view covers, on its own device and copied to the host, plus the view taken
@@ -275,5 +276,47 @@ Tensor operator+(const Scalar& a, const Tensor& b) { return add(wrapped_scalar(a
 Tensor operator-(const Scalar& a, const Tensor& b) { return sub(wrapped_scalar(a, b), b); }
 Tensor operator*(const Scalar& a, const Tensor& b) { return mul(wrapped_scalar(a, b), b); }
 Tensor operator/(const Scalar& a, const Tensor& b) { return div(wrapped_scalar(a, b), b); }
+
+// flatten and item live here, not in core: they run ops (reshape, a copy to the host), and core
+// links without the dispatcher (test CoreStandalone).
+Tensor Tensor::flatten(int64_t start_dim, int64_t end_dim) const {
+  if (!defined()) detail::throw_undefined_tensor("flatten");
+  const int64_t n = dim();
+  if (n == 0) {
+    const int64_t one = 1;
+    return reshape(IntArrayRef(one));
+  }
+  const int64_t s = wrap_dim(start_dim, n), e = wrap_dim(end_dim, n);
+  TESSERA_CHECK(s <= e, "flatten(): start_dim (", s, ") cannot come after end_dim (", e, ")");
+  if (s == e) return *this;
+  detail::SmallVector<int64_t, 8> shape;
+  for (int64_t i = 0; i < s; ++i) shape.push_back(sizes()[size_t(i)]);
+  int64_t flat = 1;
+  for (int64_t i = s; i <= e; ++i) flat *= sizes()[size_t(i)];
+  shape.push_back(flat);
+  for (int64_t i = e + 1; i < n; ++i) shape.push_back(sizes()[size_t(i)]);
+  return reshape(IntArrayRef(shape.data(), shape.size()));
+}
+
+Scalar Tensor::item() const {
+  if (!defined()) detail::throw_undefined_tensor("item");
+  detail::check_not_traced(*this, "item()");
+  TESSERA_CHECK(numel() == 1, "item(): a tensor with ", numel(), " elements (shape ", sizes(),
+                ") cannot be converted to a number; expected exactly one element");
+  if (!is_cpu()) return cpu().item();
+  const void* p = raw_const_data_ptr();
+  return visit_dtype(dtype(), [&](auto zero) -> Scalar {
+    using T = decltype(zero);
+    if constexpr (std::is_same_v<T, bool>) {
+      return Scalar(*static_cast<const uint8_t*>(p) != 0);
+    } else {
+      T v;
+      std::memcpy(&v, p, sizeof(T));
+      if constexpr (std::is_integral_v<T>) return Scalar(int64_t(v));
+      else if constexpr (std::is_same_v<T, double>) return Scalar(v);
+      else return Scalar(double(float(v)));
+    }
+  });
+}
 
 }  // namespace tessera

@@ -1,4 +1,6 @@
 // Entry point of the OpenCL backend plugin.
+#include <cstring>
+
 #include "backend.h"
 #include "kernels.h"
 #include "tessera/sdk.hpp"
@@ -7,21 +9,9 @@ namespace {
 
 void shutdown_plugin(void*) { tessera::opencl::Backend::instance().shutdown(); }
 
-tessera_plugin_t g_plugin = {
-    .struct_size = sizeof(tessera_plugin_t),
-    .abi_major = TESSERA_ABI_MAJOR,
-    .abi_minor = TESSERA_ABI_MINOR,
-    .name = "opencl",
-    .version = "0.1.0",
-    .features = TESSERA_PLUGIN_FEATURE_STREAMS | TESSERA_PLUGIN_FEATURE_EVENTS | TESSERA_PLUGIN_FEATURE_ASYNC,
-    .shutdown = shutdown_plugin,
-};
-
-}  // namespace
-
-// Releases the cached (freed) device memory of `device` (-1: every device). Returns the number of
-// bytes released. Exported for applications that dlsym it from the loaded plugin.
-extern "C" TESSERA_PLUGIN_EXPORT uint64_t tessera_opencl_empty_cache(int32_t device) {
+// TESSERA_EXT_EMPTY_CACHE: releases the cached (freed) device memory of `device` (-1: every
+// device) and returns the number of bytes released.
+uint64_t empty_cache(void*, int32_t device) {
   auto& backend = tessera::opencl::Backend::instance();
   uint64_t released = 0;
   for (int32_t i = 0; i < backend.count(); ++i) {
@@ -32,6 +22,27 @@ extern "C" TESSERA_PLUGIN_EXPORT uint64_t tessera_opencl_empty_cache(int32_t dev
   }
   return released;
 }
+
+tessera_proc_t get_proc_address(void*, const char* name) {
+  if (name && std::strcmp(name, TESSERA_EXT_EMPTY_CACHE) == 0)
+    return reinterpret_cast<tessera_proc_t>(static_cast<tessera_ext_empty_cache_fn_t>(&empty_cache));
+  return nullptr;
+}
+
+
+tessera_plugin_t g_plugin = {
+    .struct_size = sizeof(tessera_plugin_t),
+    .abi_major = TESSERA_ABI_MAJOR,
+    .abi_minor = TESSERA_ABI_MINOR,
+    .name = "opencl",
+    .version = "0.1.0",
+    .features = TESSERA_PLUGIN_FEATURE_STREAMS | TESSERA_PLUGIN_FEATURE_EVENTS | TESSERA_PLUGIN_FEATURE_ASYNC,
+    .shutdown = shutdown_plugin,
+    .get_proc_address = get_proc_address,
+};
+
+}  // namespace
+
 
 TESSERA_PLUGIN_ENTRY(&g_plugin) {
   auto& backend = tessera::opencl::Backend::instance();

@@ -25,10 +25,10 @@ std::string resolution_of(const std::string& op, DType t) {
   OperatorEntry* e = d.find_op(op);
   if (!e) {
     for (const std::string& n : d.op_names())
-      if (n.rfind(op + ".", 0) == 0) return d.resolution(*d.find_op(n), DeviceType::PrivateUse1, t);
+      if (n.rfind(op + ".", 0) == 0) return resolution_name(d.resolution(*d.find_op(n), DeviceType::PrivateUse1, t));
     return "unknown op " + op;
   }
-  return d.resolution(*e, DeviceType::PrivateUse1, t);
+  return resolution_name(d.resolution(*e, DeviceType::PrivateUse1, t));
 }
 struct EnvGuard {
   std::string name;

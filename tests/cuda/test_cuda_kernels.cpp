@@ -318,8 +318,7 @@ TEST_F(CudaKernels, CachingAllocatorReusesAndSplitsOnTheDevice) {
   void* lib = dlopen(path.c_str(), RTLD_NOW | RTLD_NOLOAD);
   ASSERT_NE(lib, nullptr) << path;
   auto stats = reinterpret_cast<tessera_cuda_memory_stats_fn_t>(dlsym(lib, TESSERA_CUDA_MEMORY_STATS_NAME));
-  auto empty_cache = reinterpret_cast<tessera_cuda_empty_cache_fn_t>(dlsym(lib, TESSERA_CUDA_EMPTY_CACHE_NAME));
-  ASSERT_TRUE(stats && empty_cache);
+  ASSERT_NE(stats, nullptr);
   tessera::synchronize(tessera::Device("cuda:0"));
   tessera_cuda_memory_stats_t before{}, after{};
   before.struct_size = after.struct_size = sizeof(before);
@@ -342,10 +341,14 @@ TEST_F(CudaKernels, CachingAllocatorReusesAndSplitsOnTheDevice) {
   EXPECT_NE(props.find("\"compute_capability\""), std::string::npos) << props;
   c = Tensor();
   tessera::synchronize(tessera::Device("cuda:0"));
-  empty_cache(0);
+  tessera_cuda_memory_stats_t pre{};
+  pre.struct_size = sizeof(pre);
+  ASSERT_EQ(stats(0, &pre), 0);
+  const uint64_t released = tessera::empty_cache(tessera::Device("cuda:0"));  // TESSERA_EXT_EMPTY_CACHE
   tessera_cuda_memory_stats_t emptied{};
   emptied.struct_size = sizeof(emptied);
   ASSERT_EQ(stats(0, &emptied), 0);
+  EXPECT_EQ(released, pre.reserved_bytes - emptied.reserved_bytes) << "the extension reports what it released";
   EXPECT_LE(emptied.reserved_bytes, after.reserved_bytes);
   EXPECT_EQ(emptied.cached_bytes + emptied.allocated_bytes, emptied.reserved_bytes);
   dlclose(lib);

@@ -126,26 +126,30 @@ TEST(CudaPlugin, RegistersKernelsWithTheirDtypes) {
   };
   for (const char* op : {"add.Tensor", "sub.Tensor", "mul.Tensor", "maximum", "eq.Tensor", "neg", "relu", "fill_", "copy_"}) {
     for (tessera::DType t : {tessera::kFloat32, tessera::kFloat16, tessera::kBFloat16, tessera::kInt32, tessera::kInt64})
-      EXPECT_EQ(resolution(op, t), "kernel") << op << " " << t;
+      EXPECT_EQ(resolution(op, t), tessera::Resolution::Kernel) << op << " " << t;
   }
   for (const char* op : {"div.Tensor", "exp", "log", "sqrt", "rsqrt", "sin", "cos", "tanh", "sigmoid", "gelu", "silu", "erf",
                          "sum", "mean", "amax", "amin", "softmax", "log_softmax", "layer_norm", "matmul", "linear"}) {
     for (tessera::DType t : {tessera::kFloat32, tessera::kFloat16, tessera::kBFloat16})
-      EXPECT_EQ(resolution(op, t), "kernel") << op << " " << t;
-    EXPECT_NE(resolution(op, tessera::kFloat64), "kernel") << op << " has no float64 kernel on cuda";
+      EXPECT_EQ(resolution(op, t), tessera::Resolution::Kernel) << op << " " << t;
+    EXPECT_NE(resolution(op, tessera::kFloat64), tessera::Resolution::Kernel) << op << " has no float64 kernel on cuda";
   }
-  EXPECT_EQ(resolution("scaled_dot_product_attention", tessera::kFloat16), "kernel");
-  EXPECT_EQ(resolution("scaled_dot_product_attention", tessera::kBFloat16), "kernel");
-  EXPECT_NE(resolution("scaled_dot_product_attention", tessera::kFloat32), "kernel");
-  EXPECT_NE(resolution("conv2d", tessera::kFloat32), "kernel") << "conv2d reaches the CPU through the fallback";
+  EXPECT_EQ(resolution("scaled_dot_product_attention", tessera::kFloat16), tessera::Resolution::Kernel);
+  EXPECT_EQ(resolution("scaled_dot_product_attention", tessera::kBFloat16), tessera::Resolution::Kernel);
+  EXPECT_NE(resolution("scaled_dot_product_attention", tessera::kFloat32), tessera::Resolution::Kernel);
+  EXPECT_NE(resolution("conv2d", tessera::kFloat32), tessera::Resolution::Kernel) << "conv2d reaches the CPU through the fallback";
 }
 
 TEST(CudaPlugin, ExportsAllocatorEntryPointsThatAnswerWithoutADevice) {
   void* lib = dlopen(TESSERA_CUDA_PLUGIN_PATH, RTLD_NOW | RTLD_LOCAL);
   ASSERT_NE(lib, nullptr) << dlerror();
   auto stats = reinterpret_cast<tessera_cuda_memory_stats_fn_t>(dlsym(lib, TESSERA_CUDA_MEMORY_STATS_NAME));
-  auto empty_cache = reinterpret_cast<tessera_cuda_empty_cache_fn_t>(dlsym(lib, TESSERA_CUDA_EMPTY_CACHE_NAME));
   ASSERT_NE(stats, nullptr);
+  // Releasing the cache is the typed extension, not an ad-hoc symbol.
+  EXPECT_EQ(dlsym(lib, "tessera_cuda_empty_cache"), nullptr);
+  std::string why;
+  ASSERT_TRUE(tessera::ensure_backend_loaded(tessera::DeviceType::CUDA, &why)) << why;
+  auto empty_cache = tessera::plugin_extension<tessera_ext_empty_cache_fn_t>("cuda", TESSERA_EXT_EMPTY_CACHE);
   ASSERT_NE(empty_cache, nullptr);
   int32_t n = -1;
   cuda_reason(&n);
@@ -153,7 +157,7 @@ TEST(CudaPlugin, ExportsAllocatorEntryPointsThatAnswerWithoutADevice) {
   s.struct_size = sizeof(s);
   if (n == 0) {
     EXPECT_EQ(stats(0, &s), -1);
-    empty_cache(-1);  // no-op, must not crash
+    EXPECT_EQ(empty_cache(nullptr, -1), 0u);  // nothing to release, must not crash
   } else {
     EXPECT_EQ(stats(0, &s), 0);
     EXPECT_GE(s.reserved_bytes, s.allocated_bytes);

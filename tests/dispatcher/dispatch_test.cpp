@@ -68,7 +68,7 @@ TEST_F(Dispatch, ResolutionOrderKernelCompositeFallbackError) {
 
   {
     EnvGuard off("TESSERA_CPU_FALLBACK", "0");
-    EXPECT_EQ(d.resolution(op, kPrivateUse1, kFloat32), "none");
+    EXPECT_EQ(d.resolution(op, kPrivateUse1, kFloat32), Resolution::None);
     EXPECT_EQ(error_of(call),
               "no kernel for 'test_resolve' on device 'fake_device' (dtype float32); implemented on: no "
               "device; set "
@@ -87,7 +87,7 @@ TEST_F(Dispatch, ResolutionOrderKernelCompositeFallbackError) {
   Counter cpu{{0}, 1.0};
   RegistrationHandle hc = d.register_kernel(op, kCPU, Functionality::Dense,
                                             KernelEntry{k_count, &cpu, TESSERA_DTYPE_MASK_ALL, 0, "test"});
-  EXPECT_EQ(d.resolution(op, kPrivateUse1, kFloat32), "fallback");
+  EXPECT_EQ(d.resolution(op, kPrivateUse1, kFloat32), Resolution::Fallback);
   Tensor r = call();
   EXPECT_EQ(r.device().type(), kPrivateUse1);
   EXPECT_EQ(cpu.calls.load(), 1);
@@ -111,14 +111,14 @@ TEST_F(Dispatch, ResolutionOrderKernelCompositeFallbackError) {
     composite_calls++;
     return {neg(std::get<Tensor>(args[0]))};
   });
-  EXPECT_EQ(d.resolution(op, kPrivateUse1, kFloat32), "composite");
+  EXPECT_EQ(d.resolution(op, kPrivateUse1, kFloat32), Resolution::Composite);
   EXPECT_TRUE(equal(call(), full({3}, -2.0f)));
   EXPECT_EQ(composite_calls.load(), 1);
   // A kernel beats everything.
   Counter dev{{0}, 5.0};
   RegistrationHandle hk = d.register_kernel(op, kPrivateUse1, Functionality::Dense,
                                             KernelEntry{k_count, &dev, TESSERA_DTYPE_MASK_ALL, 0, "test"});
-  EXPECT_EQ(d.resolution(op, kPrivateUse1, kFloat32), "kernel");
+  EXPECT_EQ(d.resolution(op, kPrivateUse1, kFloat32), Resolution::Kernel);
   EXPECT_TRUE(equal(call(), full({3}, 5.0f)));
   EXPECT_EQ(d.backends_with_kernel(op), (std::vector<DeviceType>{kCPU, kPrivateUse1}));
   // Undo in reverse: each step falls back to the previous resolution.
@@ -129,7 +129,7 @@ TEST_F(Dispatch, ResolutionOrderKernelCompositeFallbackError) {
   d.deregister(hf);
   EXPECT_TRUE(equal(call(), full({3}, 1.0f)));
   d.deregister(hc);
-  EXPECT_EQ(d.resolution(op, kPrivateUse1, kFloat32), "none");
+  EXPECT_EQ(d.resolution(op, kPrivateUse1, kFloat32), Resolution::None);
   EXPECT_NE(error_of([&] { d.deregister(hc); }).find("unknown or already undone"), std::string::npos);
 }
 
@@ -163,7 +163,7 @@ TEST_F(Dispatch, DtypeMaskAndUnimplementedFallThrough) {
   ScopedKernel kc("test_mask", kCPU, k_count, &cpu);
   ScopedKernel kd("test_mask", kPrivateUse1, k_count, &dev, dtype_bit(kFloat32));
   EXPECT_TRUE(equal(std::get<Tensor>(d.call_boxed(op, {full({2}, 0.0f, fake)})[0]), full({2}, 2.0f)));
-  EXPECT_EQ(d.resolution(op, kPrivateUse1, kInt64), "fallback");
+  EXPECT_EQ(d.resolution(op, kPrivateUse1, kInt64), Resolution::Fallback);
   Tensor r = std::get<Tensor>(d.call_boxed(op, {full({2}, 0, fake)})[0]);  // int64: not in the mask
   EXPECT_EQ(r.device().type(), kPrivateUse1);
   EXPECT_TRUE(equal(r, full({2}, 1)));
@@ -361,7 +361,7 @@ TEST_F(Dispatch, ConcurrentRegistrationWhileDispatching) {
     for (int i = 0; i < kOpsPerThread; ++i) {
       std::string name = "test_conc_" + std::to_string(t) + "_" + std::to_string(i);
       OperatorEntry& op = d.op(name);
-      ASSERT_EQ(d.resolution(op, kCPU, kFloat32), "kernel") << name;
+      ASSERT_EQ(d.resolution(op, kCPU, kFloat32), Resolution::Kernel) << name;
       ASSERT_EQ(d.backends_with_kernel(op), (std::vector<DeviceType>{kCPU, kPrivateUse1})) << name;
       Tensor r = std::get<Tensor>(d.call_boxed(op, {full({1}, 0.0f)})[0]);
       ASSERT_EQ(r.item<float>(), float(t * 1000 + i)) << name;

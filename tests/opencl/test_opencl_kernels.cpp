@@ -832,10 +832,11 @@ TEST_F(OpenCLKernels, AllocatorReusesFreedBlocksBySizeClass) {
   EXPECT_EQ(field(after, "hits"), field(before, "hits") + 1);
   EXPECT_EQ(field(after, "misses"), field(before, "misses"));
   p.dev->memory_free(p.plugin->self, 0, h2);
-  using EmptyFn = uint64_t (*)(int32_t);
-  auto empty = reinterpret_cast<EmptyFn>(dlsym(p.lib, "tessera_opencl_empty_cache"));
+  EXPECT_EQ(dlsym(p.lib, "tessera_opencl_empty_cache"), nullptr) << "no ad-hoc symbol: the typed extension only";
+  ASSERT_NE(p.plugin->get_proc_address, nullptr);
+  auto empty = reinterpret_cast<tessera_ext_empty_cache_fn_t>(p.plugin->get_proc_address(p.plugin->self, TESSERA_EXT_EMPTY_CACHE));
   ASSERT_NE(empty, nullptr);
-  EXPECT_GE(empty(-1), 3000000u);
+  EXPECT_GE(empty(p.plugin->self, -1), 3000000u);
   EXPECT_EQ(field(props(), "cached"), 0u);
 }
 

@@ -65,8 +65,8 @@ int tessera_cli_ops(int argc, char** argv) {
     for (const Backend& b : backends) {
       nlohmann::json by_way = nlohmann::json::object();
       for (int t = 0; t < tessera::kNumDTypes; ++t) {
-        const std::string way = d.resolution(op, b.type, tessera::DType(t));
-        if (way != "none") by_way[way].push_back(std::string(tessera::dtype_name(tessera::DType(t))));
+        const tessera::Resolution way = d.resolution(op, b.type, tessera::DType(t));
+        if (way != tessera::Resolution::None) by_way[tessera::resolution_name(way)].push_back(std::string(tessera::dtype_name(tessera::DType(t))));
       }
       devices[b.name] = by_way;
     }

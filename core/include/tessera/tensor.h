@@ -283,6 +283,8 @@ TESSERA_API TracedReadHandler set_traced_read_handler(TracedReadHandler handler)
 // ---- template definitions
 namespace detail {
 TESSERA_API void check_data_access(const Tensor& t, DType requested);
+// Throws (through the traced-read handler) when `t` is being traced for export; `call` names the read.
+TESSERA_API void check_not_traced(const Tensor& t, const char* call);
 }
 template <typename T>
 T* Tensor::data_ptr() const {

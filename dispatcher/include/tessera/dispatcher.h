@@ -14,6 +14,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <ostream>
 #include <string>
 #include <string_view>
 #include <variant>
@@ -48,6 +49,13 @@ class OperatorEntry;  // opaque; see op_registry in dispatcher/src
 struct RegistrationHandle {
   uint64_t id = 0;
 };
+
+// How a call resolves on a backend for a dtype (docs/architecture.md, "Resolution"): the backend's kernel, the
+// op's composite, a fallback (the backend's own or the CPU fallback), or nothing.
+enum class Resolution : uint8_t { Kernel, Composite, Fallback, None };
+// "kernel", "composite", "fallback", "none" (the words `tessera check` and the profiler print).
+TESSERA_API const char* resolution_name(Resolution r);
+TESSERA_API std::ostream& operator<<(std::ostream& os, Resolution r);
 
 class TESSERA_API Dispatcher {
  public:
@@ -90,8 +98,8 @@ class TESSERA_API Dispatcher {
   Stack call_boxed(OperatorEntry& op, Stack args);
   // Which backends have a kernel for `op` (for messages and `tessera check`).
   std::vector<DeviceType> backends_with_kernel(const OperatorEntry& op) const;
-  // How a call would resolve on `backend` for `dtype`: "kernel", "composite", "fallback", "none".
-  std::string resolution(const OperatorEntry& op, DeviceType backend, DType dtype) const;
+  // How a call would resolve on `backend` for `dtype`.
+  Resolution resolution(const OperatorEntry& op, DeviceType backend, DType dtype) const;
 
  private:
   Dispatcher();

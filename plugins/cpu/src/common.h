@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "tessera/float16.h"
 #include "tessera/sdk.hpp"
 
 namespace tessera::cpu {
@@ -24,64 +25,11 @@ constexpr int kMaxDims = 16;
 // naming `what` and the rank, never a write past the array.
 void check_rank(int ndim, const char* what);
 
-// 16-bit float bits <-> float, round to nearest even (plugin-local: the plugin never links the core).
-inline float bf16_to_float(uint16_t b) {
-  uint32_t u = uint32_t(b) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-inline uint16_t float_to_bf16(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return uint16_t((u >> 16) | 0x40);
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return uint16_t(u >> 16);
-}
-inline float half_to_float(uint16_t h) {
-  const uint32_t sign = uint32_t(h & 0x8000u) << 16;
-  uint32_t exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu, u;
-  if (exp == 0) {
-    if (mant == 0) {
-      u = sign;
-    } else {  // subnormal: normalise
-      int e = -1;
-      do {
-        ++e;
-        mant <<= 1;
-      } while ((mant & 0x400u) == 0);
-      u = sign | (uint32_t(127 - 15 - e) << 23) | ((mant & 0x3ffu) << 13);
-    }
-  } else if (exp == 31) {
-    u = sign | 0x7f800000u | (mant << 13);
-  } else {
-    u = sign | ((exp + 127 - 15) << 23) | (mant << 13);
-  }
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-inline uint16_t float_to_half(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  const uint16_t sign = uint16_t((u >> 16) & 0x8000u);
-  u &= 0x7fffffffu;
-  if (u > 0x7f800000u) return uint16_t(sign | 0x7e00u);      // NaN
-  if (u >= 0x477ff000u) return uint16_t(sign | 0x7c00u);     // overflow (>= 65520) -> inf
-  if (u < 0x38800000u) {                                     // below the smallest normal half
-    if (u < 0x33000000u) return sign;                        // < 2^-25: rounds to zero
-    const uint32_t e = u >> 23, m = (u & 0x7fffffu) | 0x800000u;
-    const uint32_t shift = 126 - e;                          // 14 .. 24
-    uint32_t r = m >> shift;
-    const uint32_t rem = m & ((1u << shift) - 1), half = 1u << (shift - 1);
-    if (rem > half || (rem == half && (r & 1u))) ++r;
-    return uint16_t(sign | r);
-  }
-  uint32_t r = ((u >> 13) - (112u << 10));
-  const uint32_t rem = u & 0x1fffu;
-  if (rem > 0x1000u || (rem == 0x1000u && (r & 1u))) ++r;
-  return uint16_t(sign | r);
-}
+// 16-bit float bits <-> float: the SDK's conversion (tessera/float16.h).
+inline float bf16_to_float(uint16_t b) { return fp16::bfloat16_bits_to_float(b); }
+inline uint16_t float_to_bf16(float f) { return fp16::float_to_bfloat16_bits(f); }
+inline float half_to_float(uint16_t h) { return fp16::half_bits_to_float(h); }
+inline uint16_t float_to_half(float f) { return fp16::float_to_half_bits(f); }
 
 struct bf16_t {
   uint16_t bits;

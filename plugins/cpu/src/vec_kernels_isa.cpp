@@ -9,10 +9,11 @@
 // An inline function with external linkage (a std:: wrapper, a helper from a shared header) that
 // is emitted out of line in this file is compiled with this copy's -march flags, and the linker
 // may keep that copy for every caller, including baseline code. So this file defines everything
-// in an anonymous namespace and calls only compiler builtins and intrinsics (which are never
-// emitted out of line).
+// in an anonymous namespace and calls only compiler builtins, intrinsics (which are never emitted
+// out of line) and the SDK's `static inline` float16 conversion (internal linkage: one copy per file).
 #include <cstdint>
 
+#include "tessera/float16.h"
 #include "vec_kernels.h"
 
 #if defined(__F16C__) || defined(__AVX2__)
@@ -32,47 +33,9 @@ constexpr float kNaN = __builtin_nanf("");
 inline float as_float(int32_t i) { return __builtin_bit_cast(float, i); }
 inline int32_t as_int(float f) { return __builtin_bit_cast(int32_t, f); }
 
-inline float half_to_float_s(uint16_t h) {
-  const uint32_t sign = uint32_t(h & 0x8000u) << 16;
-  uint32_t exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu, u;
-  if (exp == 0) {
-    if (mant == 0) {
-      u = sign;
-    } else {
-      int e = -1;
-      do {
-        ++e;
-        mant <<= 1;
-      } while ((mant & 0x400u) == 0);
-      u = sign | (uint32_t(127 - 15 - e) << 23) | ((mant & 0x3ffu) << 13);
-    }
-  } else if (exp == 31) {
-    u = sign | 0x7f800000u | (mant << 13);
-  } else {
-    u = sign | ((exp + 127 - 15) << 23) | (mant << 13);
-  }
-  return as_float(int32_t(u));
-}
-inline uint16_t float_to_half_s(float f) {
-  uint32_t u = uint32_t(as_int(f));
-  const uint16_t sign = uint16_t((u >> 16) & 0x8000u);
-  u &= 0x7fffffffu;
-  if (u > 0x7f800000u) return uint16_t(sign | 0x7e00u);
-  if (u >= 0x477ff000u) return uint16_t(sign | 0x7c00u);
-  if (u < 0x38800000u) {
-    if (u < 0x33000000u) return sign;
-    const uint32_t e = u >> 23, m = (u & 0x7fffffu) | 0x800000u;
-    const uint32_t shift = 126 - e;
-    uint32_t r = m >> shift;
-    const uint32_t rem = m & ((1u << shift) - 1), half = 1u << (shift - 1);
-    if (rem > half || (rem == half && (r & 1u))) ++r;
-    return uint16_t(sign | r);
-  }
-  uint32_t r = ((u >> 13) - (112u << 10));
-  const uint32_t rem = u & 0x1fffu;
-  if (rem > 0x1000u || (rem == 0x1000u && (r & 1u))) ++r;
-  return uint16_t(sign | r);
-}
+// The SDK's conversion (tessera/float16.h): internal linkage, so this copy keeps its own.
+inline float half_to_float_s(uint16_t h) { return fp16::half_bits_to_float(h); }
+inline uint16_t float_to_half_s(float f) { return fp16::float_to_half_bits(f); }
 inline float sqrt_s(float x) { return __builtin_sqrtf(x); }
 inline double sqrt_s(double x) { return __builtin_sqrt(x); }
 inline float pow_s(float a, float b) { return __builtin_powf(a, b); }

@@ -710,9 +710,3 @@ extern "C" TESSERA_PLUGIN_EXPORT int tessera_cuda_memory_stats(int32_t device, t
   return 0;
 }
 
-extern "C" TESSERA_PLUGIN_EXPORT void tessera_cuda_empty_cache(int32_t device) {
-  using tessera::cuda::Backend;
-  Backend& b = Backend::instance();
-  if (b.device_count() == 0) return;
-  b.allocator().empty_cache(device);
-}

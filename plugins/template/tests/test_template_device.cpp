@@ -20,7 +20,7 @@ TEST(TemplateDevice, LoadsAndRunsItsKernel) {
   OperatorEntry* add = Dispatcher::instance().find_op("add.Tensor");
   ASSERT_NE(add, nullptr);
   // The slot is whichever the manifest claims: ask the name, never hard-code privateuse<N>.
-  EXPECT_EQ(Dispatcher::instance().resolution(*add, device_type_from_name("template_device"), kFloat32), "kernel");
+  EXPECT_EQ(Dispatcher::instance().resolution(*add, device_type_from_name("template_device"), kFloat32), Resolution::Kernel);
 }
 
 TEST(TemplateDevice, OtherOpsUseTheCpuFallback) {

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include <tessera/float16.h>
 #include <tessera/random.h>
 #include <tessera/sdk.hpp>
 
@@ -34,30 +35,10 @@ using tessera::sdk::TensorView;
 bool is_floating(int dt) { return dt == TESSERA_DTYPE_FLOAT32 || dt == TESSERA_DTYPE_FLOAT64 ||
                                   dt == TESSERA_DTYPE_BFLOAT16 || dt == TESSERA_DTYPE_FLOAT16; }
 
-// IEEE binary16 <-> double (round to nearest even), so that copies and fills take every dtype.
-double half_to_double(uint16_t h) {
-  const int sign = h >> 15, exp = (h >> 10) & 0x1f, mant = h & 0x3ff;
-  double v;
-  if (exp == 0) v = std::ldexp(double(mant), -24);
-  else if (exp == 31) v = mant ? NAN : INFINITY;
-  else v = std::ldexp(double(mant | 0x400), exp - 25);
-  return sign ? -v : v;
-}
-uint16_t double_to_half(double d) {
-  const float f = float(d);
-  uint32_t x;
-  std::memcpy(&x, &f, 4);
-  const uint32_t sign = (x >> 16) & 0x8000;
-  const uint32_t abs = x & 0x7fffffff;
-  if (abs > 0x7f800000) return uint16_t(sign | 0x7e00);  // NaN
-  if (abs >= 0x477ff000) return uint16_t(sign | 0x7c00);  // overflow (rounds past 65504) -> inf
-  if (abs < 0x38800000) {                                 // subnormal or zero in half
-    const float a = std::fabs(f) * 16777216.0f;             // units of 2^-24
-    return uint16_t(sign | uint32_t(std::nearbyint(a)));
-  }
-  uint32_t m = abs + 0xc8000fff + ((abs >> 13) & 1);  // rebias (-112 << 23) and round to nearest even
-  return uint16_t(sign | (m >> 13));
-}
+// IEEE binary16 <-> double through float, with the SDK's conversion (tessera/float16.h), so that
+// copies and fills take every dtype.
+double half_to_double(uint16_t h) { return double(tessera::fp16::half_bits_to_float(h)); }
+uint16_t double_to_half(double d) { return tessera::fp16::float_to_half_bits(float(d)); }
 
 // Note [Floating to integral conversion]
 // C++ leaves the conversion of NaN, infinities and out-of-range values to an integer undefined.
@@ -92,7 +73,7 @@ double load_f(const std::byte* p, int dt) {
     case TESSERA_DTYPE_INT32: return read_as<int32_t>(p);
     case TESSERA_DTYPE_INT64: return double(read_as<int64_t>(p));
     case TESSERA_DTYPE_FLOAT16: return half_to_double(read_as<uint16_t>(p));
-    case TESSERA_DTYPE_BFLOAT16: return float(tessera::BFloat16::from_bits(read_as<uint16_t>(p)));
+    case TESSERA_DTYPE_BFLOAT16: return tessera::fp16::bfloat16_bits_to_float(read_as<uint16_t>(p));
     case TESSERA_DTYPE_FLOAT32: return read_as<float>(p);
     case TESSERA_DTYPE_FLOAT64: return read_as<double>(p);
     default: throw Error(TESSERA_STATUS_UNIMPLEMENTED, "dtype " + std::to_string(dt) + " not supported");
@@ -117,7 +98,7 @@ void store_f(std::byte* p, int dt, double v) {
   switch (dt) {
     case TESSERA_DTYPE_BOOL: write_as<uint8_t>(p, v != 0.0); break;
     case TESSERA_DTYPE_FLOAT16: write_as<uint16_t>(p, double_to_half(v)); break;
-    case TESSERA_DTYPE_BFLOAT16: write_as<uint16_t>(p, tessera::BFloat16(float(v)).bits); break;
+    case TESSERA_DTYPE_BFLOAT16: write_as<uint16_t>(p, tessera::fp16::float_to_bfloat16_bits(float(v))); break;
     case TESSERA_DTYPE_FLOAT32: write_as<float>(p, float(v)); break;
     case TESSERA_DTYPE_FLOAT64: write_as<double>(p, v); break;
     case TESSERA_DTYPE_UINT8:

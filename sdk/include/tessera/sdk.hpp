@@ -20,7 +20,6 @@
 #include <stdexcept>
 #include <string>
 
-#include "tessera/half.h"
 #include "tessera/plugin_abi.h"
 
 namespace tessera::sdk {

@@ -262,7 +262,7 @@ Report run(const Options& o) {
       r.op = c.label;
       r.op_name = op_name;
       r.dtype = t;
-      r.resolution = entry ? Dispatcher::instance().resolution(*entry, device.type(), t) : "unknown-op";
+      r.resolution = entry ? resolution_name(Dispatcher::instance().resolution(*entry, device.type(), t)) : "unknown-op";
       Gen gen(mix(report.seed, c.label, t));
       bool done = false;
       // The reference: the same inputs on the CPU backend.

@@ -1,6 +1,7 @@
 /* Extra C entry points exported by the CUDA plugin (libtessera_cuda.so) beyond the plugin ABI:
- * memory statistics and cache release of its caching allocator, for tools, tests and benchmarks
- * that look them up with dlsym on the loaded plugin. The same statistics appear in the device
+ * detailed memory statistics of its caching allocator and a kernel-launch counter, for tools, tests
+ * and benchmarks that look them up with dlsym on the loaded plugin. Releasing the cache is the
+ * typed extension TESSERA_EXT_EMPTY_CACHE (get_proc_address; tessera::empty_cache). The same statistics appear in the device
  * properties JSON under "allocator". Plain C; nothing here needs a GPU to be declared. */
 #ifndef TESSERA_CUDA_CUDA_PLUGIN_H_
 #define TESSERA_CUDA_CUDA_PLUGIN_H_
@@ -27,13 +28,10 @@ typedef struct tessera_cuda_memory_stats_t {
 
 /* Symbol names, for dlsym. */
 #define TESSERA_CUDA_MEMORY_STATS_NAME "tessera_cuda_memory_stats"
-#define TESSERA_CUDA_EMPTY_CACHE_NAME "tessera_cuda_empty_cache"
 
 /* Fills `out` for `device`; returns 0, or -1 when the device does not exist (no driver, no GPU or
  * an index out of range). out->struct_size must be set by the caller. */
 typedef int (*tessera_cuda_memory_stats_fn_t)(int32_t device, tessera_cuda_memory_stats_t* out);
-/* Returns every fully free cached segment of `device` (all devices when negative) to the driver. */
-typedef void (*tessera_cuda_empty_cache_fn_t)(int32_t device);
 
 /* The number of CUDA kernels and cuBLASLt matmuls the plugin's ops have queued in this process:
  * tests compare it before and after a call to tell the CUDA kernel from the CPU fallback. */
