@@ -112,7 +112,7 @@ TEST(SparseKernels, Int8LinearIsExactModulo256) {
   std::mt19937 rng(99);
   std::uniform_int_distribution<int> value(-128, 127);
   for (int64_t n : {1, 5, 8})
-    for (int64_t k : {3, 64, 100, 200})
+    for (int64_t k : {3, 64, 100, 200, 4100})
       for (int64_t batch : {1, 4, 5, 6, 11})
         for (bool with_bias : {false, true}) {
           std::vector<float> pattern = random_2_4(n, k, rng);
