@@ -213,6 +213,8 @@ std::string size_tuple(IntArrayRef sizes) {
   return s + ")";
 }
 
+std::atomic<DenseFormHook> g_sparse_dense_form{nullptr};
+
 std::string add_suffixes(const std::string& tensor_str, const std::vector<std::string>& suffixes, int64_t indent) {
   std::string out = tensor_str;
   const size_t nl = tensor_str.rfind('\n');
@@ -230,10 +232,6 @@ std::string add_suffixes(const std::string& tensor_str, const std::vector<std::s
   return out + ")";
 }
 
-}  // namespace
-
-namespace {
-std::atomic<DenseFormHook> g_sparse_dense_form{nullptr};
 }  // namespace
 
 void set_sparse_dense_form_hook(DenseFormHook hook) { g_sparse_dense_form.store(hook, std::memory_order_release); }
@@ -261,7 +259,7 @@ std::string to_string(const Tensor& t) {
     const DenseFormHook hook = g_sparse_dense_form.load(std::memory_order_acquire);
     suffixes.push_back("size=" + size_tuple(t.sizes()));
     suffixes.push_back("dtype=" + std::string(dtype_name(dt)));
-    suffixes.push_back("layout=sparse_semi_structured");
+    suffixes.push_back("layout=sparse_semi_structured(2:4)");
     if (hook) {
       const Tensor dense = hook(t);
       const auto* raw = static_cast<const char*>(dense.raw_const_data_ptr());

@@ -236,7 +236,7 @@ TEST(SparseApi, PrintsTheDenseValuesAndTheLayout) {
   EXPECT_EQ(os.str(),
             "tensor([[ 1.,  0.,  0., -2.,  0.,  5.],\n"
             "        [ 0.,  3.,  4.,  0.,  0.,  0.]], size=(2, 6), dtype=float32,\n"
-            "       layout=sparse_semi_structured)");
+            "       layout=sparse_semi_structured(2:4))");
   Tensor b = sp::to_sparse_semi_structured(w.to(tessera::kBFloat16));
   EXPECT_NE(tessera::to_string(b).find("dtype=bfloat16"), std::string::npos) << tessera::to_string(b);
   EXPECT_NE(tessera::to_string(b).find("[ 0.,  3.,  4.,  0.,  0.,  0.]]"), std::string::npos) << tessera::to_string(b);
