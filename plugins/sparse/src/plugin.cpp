@@ -31,13 +31,14 @@ const tessera_host_api_t* g_host = nullptr;
 // From batch (rows of x; columns of x for matmul) dense_batch(dtype) on, the dense oneDNN linear
 // is as fast or faster than these kernels: they multiply the zeros the expand puts back, so once
 // the weight traffic stops bounding the call they do the dense FLOPs plus the expands. Measured
-// with bench_sparse_linear (4096 x 4096, 2 threads, interleaved runs; docs/performance.md) after
-// the weight prefetch (Note [Sparse CPU weight prefetch]): float32 still wins at batch 16 (1.3-1.7x)
-// and no longer at 32 (0.9-1.1x); bfloat16 wins at 4 (1.4-2.1x wall, 1.0-1.5x CPU time) and is
-// even at 8 (1.0-1.2x): oneDNN's bf16 dot product, not the weight traffic, sets the pace there.
-// So float32 takes the dense path from 32, bfloat16 from 8. int8 (not re-measured) keeps 16.
-// TESSERA_SPARSE_DENSE_BATCH=N overrides all three.
-constexpr int64_t kDenseBatchF32 = 32, kDenseBatchBf16 = 8, kDenseBatchI8 = 16;
+// with bench_sparse_linear (4096 x 4096, 2 threads, old and new kernels interleaved; the figures
+// in docs/performance.md) after the weight prefetch (Note [Sparse CPU weight prefetch]): float32
+// wins at batch 16 (1.08x median at load 2, 1.57x at load 6) and not at 32 (0.97x, 0.96x).
+// bfloat16 loses from batch 4 when the machine is not loaded (0.77x median at load 2, 0.88x on the
+// quiet machine before): oneDNN's bf16 (AMX on this machine), not the weight traffic, sets the
+// pace there. So float32 takes the dense path from 32, bfloat16 from 4; int8 (not re-measured)
+// keeps 16. TESSERA_SPARSE_DENSE_BATCH=N overrides all three.
+constexpr int64_t kDenseBatchF32 = 32, kDenseBatchBf16 = 4, kDenseBatchI8 = 16;
 
 int64_t dense_batch(int32_t dtype) {
   static const int64_t forced = [] {
