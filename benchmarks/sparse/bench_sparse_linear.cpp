@@ -113,7 +113,7 @@ void BM_sparse_linear(benchmark::State& state, tessera::DType dtype) {
 }
 
 void batches(benchmark::internal::Benchmark* b) {
-  for (int64_t n : {1, 4, 16, 32, 64, 128, 512}) b->Arg(n);
+  for (int64_t n : {1, 4, 8, 16, 32, 64, 128, 512}) b->Arg(n);
   b->Unit(benchmark::kMicrosecond)->UseRealTime()->Iterations(3);
 }
 

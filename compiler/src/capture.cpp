@@ -8,6 +8,7 @@
 #include "tessera/compiler/export.h"
 #include "tessera/dispatcher.h"
 #include "tessera/ops.h"
+#include "tessera/sparse.h"
 #include "tessera/version.h"
 
 namespace tessera {
@@ -101,6 +102,12 @@ struct Tracer final : ShapeContext {
     } else {
       do name = "weight_" + std::to_string(next_weight++); while (ep.weights.count(name));
     }
+    // Graph values and the program file are dense: a semi-structured weight would silently become
+    // dense here (docs/sparsity.md, "Program file").
+    TESSERA_CHECK(!sparse::is_sparse(t), "export: weight '", name,
+                  "' is a 2:4 semi-structured tensor, which an exported program cannot hold; export with "
+                  "tessera::sparse::to_dense(w) and compress the loaded program's weight again "
+                  "(ep.weights[\"", name, "\"] = tessera::sparse::to_sparse_semi_structured(...))");
     std::vector<SymSize> sizes(t.sizes().begin(), t.sizes().end());
     ValueId v = add_value({t.dtype(), t.device(), std::move(sizes)}, name, "");
     {

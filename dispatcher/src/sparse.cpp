@@ -78,9 +78,16 @@ Tensor densify(const TensorImpl& t) {
   return out;
 }
 
-void load_kernels_plugins_once() {
+Tensor dense_form_for_print(const Tensor& t) { return to_dense(t); }
+
+// At the first semi-structured tensor: the kernels plugins, and the hook through which the core
+// prints such a tensor's values.
+void first_semi_structured_tensor() {
   static std::once_flag once;
-  std::call_once(once, [] { load_plugins_of_kind("kernels"); });
+  std::call_once(once, [] {
+    set_sparse_dense_form_hook(&dense_form_for_print);
+    load_plugins_of_kind("kernels");
+  });
 }
 
 }  // namespace
@@ -170,7 +177,7 @@ Tensor to_sparse_semi_structured(const Tensor& w) {
     }
   Storage storage = make_intrusive<StorageImpl>(
       DataPtr(block, nullptr, &free_semi_structured, Device(DeviceType::CPU, 0)), total);
-  load_kernels_plugins_once();
+  first_semi_structured_tensor();
   return Tensor(IntrusivePtr<TensorImpl>(new SemiStructuredImpl(std::move(storage), dt, src.device(), rows, cols)));
 }
 

@@ -1,5 +1,6 @@
 // Printing tensors exactly like PyTorch's repr (torch/_tensor_str.py, default print options:
 // precision 4, threshold 1000, edgeitems 3, linewidth 80).
+#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -212,6 +213,8 @@ std::string size_tuple(IntArrayRef sizes) {
   return s + ")";
 }
 
+std::atomic<DenseFormHook> g_sparse_dense_form{nullptr};
+
 std::string add_suffixes(const std::string& tensor_str, const std::vector<std::string>& suffixes, int64_t indent) {
   std::string out = tensor_str;
   const size_t nl = tensor_str.rfind('\n');
@@ -231,6 +234,8 @@ std::string add_suffixes(const std::string& tensor_str, const std::vector<std::s
 
 }  // namespace
 
+void set_sparse_dense_form_hook(DenseFormHook hook) { g_sparse_dense_form.store(hook, std::memory_order_release); }
+
 std::string to_string(const Tensor& t) {
   if (!t.defined()) return "tensor(undefined)";
   const std::string prefix = "tensor(";
@@ -248,6 +253,24 @@ std::string to_string(const Tensor& t) {
     if (t.dim() != 1) suffixes.push_back("size=" + size_tuple(t.sizes()));
     if (dt != default_dtype()) suffixes.push_back("dtype=" + std::string(dtype_name(dt)));
     body = "[]";
+  } else if (t.key_set().has(Functionality::Sparse)) {
+    // A 2:4 semi-structured tensor: its dense values, then size, dtype and layout, the way PyTorch
+    // prints a tensor of a sparse layout.
+    const DenseFormHook hook = g_sparse_dense_form.load(std::memory_order_acquire);
+    suffixes.push_back("size=" + size_tuple(t.sizes()));
+    suffixes.push_back("dtype=" + std::string(dtype_name(dt)));
+    suffixes.push_back("layout=sparse_semi_structured(2:4)");
+    if (hook) {
+      const Tensor dense = hook(t);
+      const auto* raw = static_cast<const char*>(dense.raw_const_data_ptr());
+      Printer p{dense, raw, dense.numel() > kThreshold};
+      std::vector<int64_t> offsets;
+      p.collect(0, 0, offsets);
+      Formatter f(dt, offsets, raw);
+      body = p.str(0, 0, indent, f);
+    } else {
+      body = "...";
+    }
   } else if (const Quantizer* q = t.impl()->quantizer()) {
     // As PyTorch: the dequantized values, then the representation and its parameters.
     const Tensor values = detail::dequantize_reference(t);

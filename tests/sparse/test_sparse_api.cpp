@@ -6,6 +6,8 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
+#include <sstream>
 #include <vector>
 
 #include "tessera/plugin_loader.h"
@@ -62,10 +64,10 @@ TEST(SparseApi, PluginKernelRunsBelowTheThresholdOnly) {
   Tensor s = sp::to_sparse_semi_structured(sp::prune_2_4(tessera::randn({8, 64})));
   tessera::profiler_clear();
   tessera::profiler_enable("summary");
-  tessera::linear(tessera::randn({4, 64}), s);
+  tessera::linear(tessera::randn({31, 64}), s);
   std::string below = tessera::profiler_summary();
   tessera::profiler_clear();
-  tessera::linear(tessera::randn({16, 64}), s);
+  tessera::linear(tessera::randn({32, 64}), s);
   std::string above = tessera::profiler_summary();
   tessera::profiler_enable("");
   tessera::profiler_clear();
@@ -221,6 +223,74 @@ TEST(SparseApi, StrictModeRefusesToDensify) {
     unsetenv("TESSERA_SPARSE_STRICT");
     EXPECT_NE(std::string(e.what()).find("TESSERA_SPARSE_STRICT=1 forbids densifying"), std::string::npos) << e.what();
   }
+}
+
+// Printing shows the dense values, the size, the dtype and that the tensor is 2:4 semi-structured.
+TEST(SparseApi, PrintsTheDenseValuesAndTheLayout) {
+  Tensor w = tessera::zeros({2, 6});
+  const float v[] = {1, 0, 0, -2, 0, 5, /**/ 0, 3, 4, 0, 0, 0};
+  std::copy(v, v + 12, w.data_ptr<float>());
+  Tensor s = sp::to_sparse_semi_structured(w);
+  std::ostringstream os;
+  os << s;
+  EXPECT_EQ(os.str(),
+            "tensor([[ 1.,  0.,  0., -2.,  0.,  5.],\n"
+            "        [ 0.,  3.,  4.,  0.,  0.,  0.]], size=(2, 6), dtype=float32,\n"
+            "       layout=sparse_semi_structured(2:4))");
+  Tensor b = sp::to_sparse_semi_structured(w.to(tessera::kBFloat16));
+  EXPECT_NE(tessera::to_string(b).find("dtype=bfloat16"), std::string::npos) << tessera::to_string(b);
+  EXPECT_NE(tessera::to_string(b).find("[ 0.,  3.,  4.,  0.,  0.,  0.]]"), std::string::npos) << tessera::to_string(b);
+}
+
+// to(cpu) keeps the compressed tensor (the same one, as for any tensor already there).
+TEST(SparseApi, ToTheCpuKeepsItSemiStructured) {
+  Tensor s = sp::to_sparse_semi_structured(sp::prune_2_4(tessera::randn({4, 8})));
+  Tensor c = s.to("cpu");
+  EXPECT_TRUE(sp::is_sparse(c));
+  EXPECT_EQ(c.impl(), s.impl());
+  EXPECT_TRUE(sp::is_sparse(s.cpu()));
+}
+
+#ifdef TESSERA_SPARSE_TEST_ACCELERATOR
+// to(another device) densifies (a semi-structured tensor lives on the CPU only): the result is the
+// dense weight on that device.
+TEST(SparseApi, ToAnotherDeviceGivesTheDenseWeightThere) {
+  tessera::manual_seed(19);
+  Tensor w = sp::prune_2_4(tessera::randn({5, 12}));
+  Tensor d = sp::to_sparse_semi_structured(w).to("my_hardware_device");
+  EXPECT_FALSE(sp::is_sparse(d));
+  EXPECT_EQ(d.device().str(), "my_hardware_device:0");
+  EXPECT_EQ(d.sizes(), w.sizes());
+  expect_close(d.cpu(), as_doubles(w), 0);
+}
+#endif
+
+// Run once with the plugin loaded and once (ctest sparse_api_plugin_disabled) with
+// TESSERA_PLUGINS_DISABLE=sparse: disabled, the plugin is listed as such and linear takes the
+// dense path with the same result.
+TEST(SparseApi, DisablingThePluginDensifies) {
+  const char* disable = std::getenv("TESSERA_PLUGINS_DISABLE");
+  const bool disabled = disable && std::strstr(disable, "sparse");
+  tessera::manual_seed(20);
+  Tensor w = sp::prune_2_4(tessera::randn({8, 64}));
+  Tensor s = sp::to_sparse_semi_structured(w);
+  bool listed = false;
+  for (const auto& p : tessera::plugins())
+    if (p.name == "sparse") {
+      listed = true;
+      EXPECT_EQ(tessera::plugin_status_name(p.status), std::string(disabled ? "disabled" : "loaded")) << p.reason;
+      EXPECT_EQ(p.kind, "kernels");
+    }
+  EXPECT_TRUE(listed);
+  Tensor x = tessera::randn({1, 64});
+  tessera::profiler_clear();
+  tessera::profiler_enable("summary");
+  Tensor y = tessera::linear(x, s);
+  const std::string summary = tessera::profiler_summary();
+  tessera::profiler_enable("");
+  tessera::profiler_clear();
+  EXPECT_EQ(summary.find("sparse densify") != std::string::npos, disabled) << summary;
+  expect_close(y, reference_linear(x, w, nullptr), 1e-4 * 8);
 }
 
 }  // namespace

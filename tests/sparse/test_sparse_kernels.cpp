@@ -112,7 +112,7 @@ TEST(SparseKernels, Int8LinearIsExactModulo256) {
   std::mt19937 rng(99);
   std::uniform_int_distribution<int> value(-128, 127);
   for (int64_t n : {1, 5, 8})
-    for (int64_t k : {3, 64, 100, 200})
+    for (int64_t k : {3, 64, 100, 200, 4100})
       for (int64_t batch : {1, 4, 5, 6, 11})
         for (bool with_bias : {false, true}) {
           std::vector<float> pattern = random_2_4(n, k, rng);
@@ -136,6 +136,37 @@ TEST(SparseKernels, Int8LinearIsExactModulo256) {
               }
           }
         }
+}
+
+// The AVX2 int8 kernel itself (vpmaddwd over int16-widened values), against a naive int64 loop:
+// batch tiles and tails of 16 positions, values at the extremes of int8.
+TEST(SparseKernels, Avx2Int8KernelIsExactModulo256) {
+  sc::Isa got;
+  std::string error;
+  ASSERT_TRUE(sc::select_isa("avx2", &got, &error)) << "this test needs an AVX2 CPU: " << error;
+  std::mt19937 rng(2026);
+  std::uniform_int_distribution<int> value(-128, 127);
+  for (int64_t n : {1, 2, 7, 64})
+    for (int64_t k : {1, 15, 16, 17, 63, 1000})
+      for (int64_t batch : {1, 3, 4, 9}) {
+        std::vector<float> pattern = random_2_4(n, k, rng);
+        std::vector<int8_t> w(pattern.size()), x(static_cast<size_t>(batch * k));
+        std::vector<int8_t> bias(static_cast<size_t>(n)), y(static_cast<size_t>(batch * n));
+        for (size_t i = 0; i < w.size(); ++i)
+          w[i] = pattern[i] == 0.f ? int8_t(0) : i % 3 == 0 ? int8_t(-128) : int8_t(value(rng) | 1);
+        for (size_t i = 0; i < x.size(); ++i) x[i] = i % 5 == 0 ? int8_t(-128) : int8_t(value(rng));
+        for (int8_t& v : bias) v = int8_t(value(rng));
+        LayoutPtr l(sc::build_layout(w.data(), sc::ElementType::I8, n, k, &error), &std::free);
+        ASSERT_TRUE(l) << error;
+        sc::isa_avx2::linear_i8(x.data(), batch, *l, bias.data(), y.data());
+        for (int64_t b = 0; b < batch; ++b)
+          for (int64_t r = 0; r < n; ++r) {
+            int64_t acc = bias[size_t(r)];
+            for (int64_t i = 0; i < k; ++i) acc += int64_t(x[size_t(b * k + i)]) * int64_t(w[size_t(r * k + i)]);
+            ASSERT_EQ(y[size_t(b * n + r)], int8_t(uint8_t(uint64_t(acc))))
+                << "n " << n << " k " << k << " batch " << batch << " b " << b << " r " << r;
+          }
+      }
 }
 
 TEST(SparseKernels, LinearLargeShape) {

@@ -62,7 +62,9 @@ int tessera_cli_plugins(int argc, char** argv) {
   }
   std::printf("%-20s %-10s %-10s %-10s %s\n", "NAME", "KIND", "VERSION", "STATUS", "DEVICE / REASON");
   for (const auto& p : list) {
-    std::string detail = p.reason.empty() ? (p.has_device ? "device " + p.device_name : std::string()) : p.reason;
+    // A backend is a device; any other kind with a device type provides kernels for that device.
+    const std::string device = p.has_device ? (p.kind == "backend" ? "device " : "for device ") + p.device_name : "";
+    std::string detail = p.reason.empty() ? device : p.reason;
     std::printf("%-20s %-10s %-10s %-10s %s\n", tessera::printable_text(p.name).c_str(),
                 tessera::printable_text(p.kind).c_str(), tessera::printable_text(p.version).c_str(),
                 tessera::plugin_status_name(p.status), tessera::printable_text(detail).c_str());

@@ -1,6 +1,6 @@
 // AVX2 + FMA kernels: no expand instruction, so each 8 positions (two groups, 4 values) are
 // rebuilt with a permute whose indices and zero lanes come from a 256-entry table indexed by the
-// 8 mask bits. Note [CPU 2:4 layout].
+// 8 mask bits (int8: a pshufb per 16 positions, then vpmaddwd). Note [CPU 2:4 layout].
 #include <immintrin.h>
 
 #include <array>
@@ -31,6 +31,36 @@ struct ExpandTable {
 const ExpandTable& expand_table() {
   static const ExpandTable table;
   return table;
+}
+
+// int8: a pshufb control per mask byte (8 positions, 4 values): the value's byte index for a set
+// bit, 0x80 (a zero) for a clear one; `high` adds 4, for the second 8 positions of 16.
+struct ExpandTableI8 {
+  alignas(16) uint8_t low[256][8];
+  alignas(16) uint8_t high[256][8];
+  ExpandTableI8() {
+    for (int m = 0; m < 256; ++m) {
+      int next = 0;
+      for (int i = 0; i < 8; ++i) {
+        const bool set = (m >> i) & 1;
+        low[m][i] = set ? uint8_t(next & 3) : 0x80;
+        high[m][i] = set ? uint8_t(4 + (next & 3)) : 0x80;
+        next += set;
+      }
+    }
+  }
+};
+const ExpandTableI8& expand_table_i8() {
+  static const ExpandTableI8 table;
+  return table;
+}
+
+// 16 positions of int8 weights from their 8 values and 16 mask bits, widened to int16.
+inline __m256i expand16_i8(const ExpandTableI8& t, const int8_t* v8, unsigned m_low, unsigned m_high) {
+  const __m128i v = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(v8));
+  const __m128i control = _mm_unpacklo_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(t.low[m_low])),
+                                             _mm_loadl_epi64(reinterpret_cast<const __m128i*>(t.high[m_high])));
+  return _mm256_cvtepi8_epi16(_mm_shuffle_epi8(v, control));
 }
 
 inline __m256 expand8(const ExpandTable& t, const float* v4, unsigned m8) {
@@ -122,7 +152,71 @@ void rows(const T* x, int64_t batch, const CpuLayout& w, int64_t r0, int64_t r1,
     }
 }
 
+// int8, exact modulo 2^32: per 16 positions the weights and x widened to int16, multiplied and
+// summed in pairs by vpmaddwd (each pair sum fits int32), accumulated with wrapping adds.
+template <int R, int B>
+void tile_i8(const int8_t* x, int64_t ldx, const CpuLayout& w, int64_t r0, uint32_t* out) {
+  __m256i acc[R][B];
+  for (int r = 0; r < R; ++r)
+    for (int b = 0; b < B; ++b) acc[r][b] = _mm256_setzero_si256();
+  const uint8_t* vals = w.block_values(r0);
+  const uint8_t* masks = reinterpret_cast<const uint8_t*>(w.block_mask(r0));
+  const int64_t ri = r0 % CpuLayout::kBlockRows;
+  const ExpandTableI8& table = expand_table_i8();
+  auto weights = [&](int64_t c, int r) {  // positions 16c .. 16c + 15
+    const int64_t byte = c * 8;
+    const auto* v = reinterpret_cast<const int8_t*>(
+        vals + ((byte / CpuLayout::kSliceBytes) * CpuLayout::kBlockRows + ri + r) * CpuLayout::kSliceBytes +
+        byte % CpuLayout::kSliceBytes);
+    const uint8_t* m = masks + ((2 * c / 8) * CpuLayout::kBlockRows + ri + r) * 8 + (2 * c) % 8;
+    return expand16_i8(table, v, m[0], m[1]);
+  };
+  auto step = [&](int64_t c, const int8_t* xs, int64_t ld) {
+    __m256i wv[R];
+    for (int r = 0; r < R; ++r) wv[r] = weights(c, r);
+    for (int b = 0; b < B; ++b) {
+      const __m256i xv = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(xs + b * ld)));
+      for (int r = 0; r < R; ++r) acc[r][b] = _mm256_add_epi32(acc[r][b], _mm256_madd_epi16(wv[r], xv));
+    }
+  };
+  const int64_t full = w.k / 16;
+  for (int64_t c = 0; c < full; ++c) step(c, x + 16 * c, ldx);
+  if (const int64_t tail = w.k - 16 * full; tail > 0) {
+    int8_t buf[kBatchTile][16] = {};
+    for (int b = 0; b < B; ++b) std::memcpy(buf[b], x + b * ldx + 16 * full, size_t(tail));
+    step(full, buf[0], 16);
+  }
+  for (int r = 0; r < R; ++r)
+    for (int b = 0; b < B; ++b) {
+      __m128i s = _mm_add_epi32(_mm256_castsi256_si128(acc[r][b]), _mm256_extracti128_si256(acc[r][b], 1));
+      s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+      s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+      out[r * B + b] = uint32_t(_mm_cvtsi128_si32(s));
+    }
+}
+
 }  // namespace
+
+void linear_i8(const int8_t* x, int64_t batch, const CpuLayout& w, const int8_t* bias, int8_t* y) {
+  for_row_blocks(w, batch, [&](int64_t r0, int64_t r1) {
+    uint32_t out[kRows * kBatchTile];
+    for (int64_t r = r0; r < r1; r += kRows)
+      for (int64_t b0 = 0; b0 < batch; b0 += kBatchTile) {
+        const int64_t bt = batch - b0 < kBatchTile ? batch - b0 : kBatchTile;
+        const int8_t* xb = x + b0 * w.k;
+        switch (bt) {
+          case 1: tile_i8<kRows, 1>(xb, w.k, w, r, out); break;
+          case 2: tile_i8<kRows, 2>(xb, w.k, w, r, out); break;
+          case 3: tile_i8<kRows, 3>(xb, w.k, w, r, out); break;
+          default: tile_i8<kRows, 4>(xb, w.k, w, r, out); break;
+        }
+        for (int64_t rr = 0; rr < kRows && r + rr < w.n; ++rr)
+          for (int64_t b = 0; b < bt; ++b)
+            y[(b0 + b) * w.n + r + rr] =
+                int8_t(uint8_t(out[rr * bt + b] + (bias ? uint32_t(int32_t(bias[r + rr])) : 0u)));
+      }
+  });
+}
 
 void linear_f32(const float* x, int64_t batch, const CpuLayout& w, const float* bias, float* y) {
   for_row_blocks(w, batch, [&](int64_t r0, int64_t r1) {

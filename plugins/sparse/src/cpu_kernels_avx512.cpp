@@ -29,6 +29,31 @@ constexpr int64_t batch_tile() {
   return sizeof(T) == 1 ? kBatchTile - 1 : kBatchTile;
 }
 
+// Note [Sparse CPU weight prefetch]
+// A 4-row block's weights come from memory in its first batch tile and from cache in the others,
+// so without help the memory bus idles while the other tiles compute, and the time at batch B is
+// the memory time plus the compute time instead of the larger of the two. So every tile of a
+// block prefetches its share of the next block's weights (tile t of T takes chunks spread evenly
+// over its loop), keeping the weight stream going for the whole of the block's compute.
+struct NextBlock {
+  const uint8_t* values = nullptr;  // null: no next block
+  const uint8_t* mask = nullptr;
+  int64_t mask_bytes = 0;           // mask bytes of the 4 rows per chunk
+  int64_t begin = 0, count = 0;     // the chunks of it this tile prefetches
+  int64_t chunks = 1;               // chunks this tile walks
+  int64_t next = 0, frac = 0;
+  void step() {
+    if (!values) return;
+    frac += count;
+    if (frac < chunks) return;
+    frac -= chunks;
+    const int64_t c = begin + next++;
+    _mm_prefetch(reinterpret_cast<const char*>(values + c * kRows * CpuLayout::kSliceBytes), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(values + c * kRows * CpuLayout::kSliceBytes + 64), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(mask + c * mask_bytes), _MM_HINT_T0);
+  }
+};
+
 // x (batch, k) of T packed as tiles of batch_tile<T>() rows: [tile][chunk][row in tile][64 bytes].
 // int8 is stored as x + 128 (XOR 0x80), the unsigned operand of vpdpbusd.
 template <typename T>
@@ -50,13 +75,14 @@ const uint8_t* pack_x(const T* x, int64_t batch, int64_t k, int64_t chunks, std:
 }
 
 template <int B>
-void f32_tile(const uint8_t* xp, const CpuLayout& w, int64_t r0, int64_t chunks, float* out /*[4][B]*/) {
+void f32_tile(const uint8_t* xp, const CpuLayout& w, int64_t r0, int64_t chunks, NextBlock pf, float* out /*[4][B]*/) {
   __m512 acc[kRows][B];
   for (int r = 0; r < kRows; ++r)
     for (int b = 0; b < B; ++b) acc[r][b] = _mm512_setzero_ps();
   const uint8_t* vals = w.block_values(r0);
   const uint16_t* masks = reinterpret_cast<const uint16_t*>(w.block_mask(r0));
   for (int64_t c = 0; c < chunks; ++c) {
+    pf.step();
     __m512 wv[kRows];
     for (int r = 0; r < kRows; ++r)
       wv[r] = _mm512_maskz_expandloadu_ps(masks[((c / 4) * kRows + r) * 4 + c % 4],
@@ -71,13 +97,14 @@ void f32_tile(const uint8_t* xp, const CpuLayout& w, int64_t r0, int64_t chunks,
 }
 
 template <int B>
-void bf16_tile(const uint8_t* xp, const CpuLayout& w, int64_t r0, int64_t chunks, float* out) {
+void bf16_tile(const uint8_t* xp, const CpuLayout& w, int64_t r0, int64_t chunks, NextBlock pf, float* out) {
   __m512 acc[kRows][B];
   for (int r = 0; r < kRows; ++r)
     for (int b = 0; b < B; ++b) acc[r][b] = _mm512_setzero_ps();
   const uint8_t* vals = w.block_values(r0);
   const uint32_t* masks = reinterpret_cast<const uint32_t*>(w.block_mask(r0));
   for (int64_t c = 0; c < chunks; ++c) {
+    pf.step();
     __m512bh wv[kRows];
     for (int r = 0; r < kRows; ++r)
       wv[r] = (__m512bh)_mm512_maskz_expandloadu_epi16(masks[((c / 2) * kRows + r) * 2 + c % 2],
@@ -93,7 +120,7 @@ void bf16_tile(const uint8_t* xp, const CpuLayout& w, int64_t r0, int64_t chunks
 
 // int8 (VNNI): sum (x + 128) w - 128 sum w, in wrapping int32, per 64 positions (32 values).
 template <int B>
-void i8_tile(const uint8_t* xp, const CpuLayout& w, int64_t r0, int64_t chunks, float* out) {
+void i8_tile(const uint8_t* xp, const CpuLayout& w, int64_t r0, int64_t chunks, NextBlock pf, float* out) {
   __m512i acc[kRows][B], wsum[kRows];
   for (int r = 0; r < kRows; ++r) {
     wsum[r] = _mm512_setzero_si512();
@@ -103,6 +130,7 @@ void i8_tile(const uint8_t* xp, const CpuLayout& w, int64_t r0, int64_t chunks, 
   const uint8_t* vals = w.block_values(r0);
   const uint64_t* masks = w.block_mask(r0);
   for (int64_t c = 0; c < chunks; ++c) {
+    pf.step();
     __m512i wv[kRows];
     for (int r = 0; r < kRows; ++r) {
       wv[r] = _mm512_maskz_expandloadu_epi8(masks[c * kRows + r], vals + (c * kRows + r) * CpuLayout::kSliceBytes);
@@ -135,10 +163,20 @@ void run(const T* x, int64_t batch, const CpuLayout& w, Store&& store) {
       for (int64_t b0 = 0; b0 < batch; b0 += tile_rows) {
         const int64_t bt = std::min<int64_t>(tile_rows, batch - b0);
         const uint8_t* tile = xp + (b0 / tile_rows) * chunks * tile_rows * 64;
+        NextBlock pf;  // Note [Sparse CPU weight prefetch]
+        if (r + kRows < w.np) {
+          const int64_t t = b0 / tile_rows, tiles = (batch + tile_rows - 1) / tile_rows;
+          pf.values = w.block_values(r + kRows);
+          pf.mask = reinterpret_cast<const uint8_t*>(w.block_mask(r + kRows));
+          pf.mask_bytes = kRows * (64 / int64_t(sizeof(T))) / 8;
+          pf.begin = t * chunks / tiles;
+          pf.count = (t + 1) * chunks / tiles - pf.begin;
+          pf.chunks = chunks;
+        }
         auto go = [&]<int B>() {
-          if constexpr (sizeof(T) == 4) f32_tile<B>(tile, w, r, chunks, out);
-          else if constexpr (sizeof(T) == 2) bf16_tile<B>(tile, w, r, chunks, out);
-          else if constexpr (B < kBatchTile) i8_tile<B>(tile, w, r, chunks, out);
+          if constexpr (sizeof(T) == 4) f32_tile<B>(tile, w, r, chunks, pf, out);
+          else if constexpr (sizeof(T) == 2) bf16_tile<B>(tile, w, r, chunks, pf, out);
+          else if constexpr (B < kBatchTile) i8_tile<B>(tile, w, r, chunks, pf, out);
         };
         switch (bt) {
           case 1: go.template operator()<1>(); break;

@@ -189,8 +189,11 @@ void linear_bf16(const uint16_t* x, int64_t batch, const CpuLayout& w, const uin
 }
 
 void linear_i8(const int8_t* x, int64_t batch, const CpuLayout& w, const int8_t* bias, int8_t* y, Isa isa) {
-  if (isa == Isa::AVX512) return isa_avx512::linear_i8(x, batch, w, bias, y);
-  return isa_scalar::linear_i8(x, batch, w, bias, y);
+  switch (isa) {
+    case Isa::AVX512: return isa_avx512::linear_i8(x, batch, w, bias, y);
+    case Isa::AVX2: return isa_avx2::linear_i8(x, batch, w, bias, y);
+    case Isa::Scalar: return isa_scalar::linear_i8(x, batch, w, bias, y);
+  }
 }
 
 }  // namespace tessera::sparse_cpu

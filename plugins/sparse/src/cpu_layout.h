@@ -76,7 +76,7 @@ void linear_f32(const float* x, int64_t batch, const CpuLayout& w, const float* 
 void linear_bf16(const uint16_t* x, int64_t batch, const CpuLayout& w, const uint16_t* bias, uint16_t* y, Isa isa);
 // int8: x, bias, y int8; exact, wrapping around in int8 like the dense integer linear (products
 // and sums modulo 2^32, the result modulo 2^8). The AVX-512 level uses VNNI (vpdpbusd on x + 128,
-// corrected by 128 * the sum of the weights); the AVX2 level runs the portable loop.
+// corrected by 128 * the sum of the weights), the AVX2 level vpmaddwd on int16-widened values.
 void linear_i8(const int8_t* x, int64_t batch, const CpuLayout& w, const int8_t* bias, int8_t* y, Isa isa);
 
 }  // namespace tessera::sparse_cpu

@@ -30,13 +30,15 @@ const tessera_host_api_t* g_host = nullptr;
 // Note [Sparse dense threshold]
 // From batch (rows of x; columns of x for matmul) dense_batch(dtype) on, the dense oneDNN linear
 // is as fast or faster than these kernels: they multiply the zeros the expand puts back, so once
-// the weight traffic stops bounding the call they do the dense FLOPs plus the expands. Measured on
-// the quiet 2-core build machine (4096 x 4096, bench_sparse_linear, medians of 3): float32 won at
-// batch 1 and 4 (1.63x, 1.36x) and lost at 16 (0.83x); bfloat16 won at batch 1 (1.42x) and lost
-// at 4 (0.88x: oneDNN's bf16 dot product gains more from a second row than the expand does). So
-// float32 (and int8) take the dense path from 16, bfloat16 from 4. TESSERA_SPARSE_DENSE_BATCH=N
-// overrides both.
-constexpr int64_t kDenseBatch = 16, kDenseBatchBf16 = 4;
+// the weight traffic stops bounding the call they do the dense FLOPs plus the expands. Measured
+// with bench_sparse_linear (4096 x 4096, 2 threads, old and new kernels interleaved; the figures
+// in docs/performance.md) after the weight prefetch (Note [Sparse CPU weight prefetch]): float32
+// wins at batch 16 (1.08x median at load 2, 1.57x at load 6) and not at 32 (0.97x, 0.96x).
+// bfloat16 loses from batch 4 when the machine is not loaded (0.77x median at load 2, 0.88x on the
+// quiet machine before): oneDNN's bf16 (AMX on this machine), not the weight traffic, sets the
+// pace there. So float32 takes the dense path from 32, bfloat16 from 4; int8 (not re-measured)
+// keeps 16. TESSERA_SPARSE_DENSE_BATCH=N overrides all three.
+constexpr int64_t kDenseBatchF32 = 32, kDenseBatchBf16 = 4, kDenseBatchI8 = 16;
 
 int64_t dense_batch(int32_t dtype) {
   static const int64_t forced = [] {
@@ -44,7 +46,7 @@ int64_t dense_batch(int32_t dtype) {
     return v && *v ? std::strtoll(v, nullptr, 10) : int64_t(0);
   }();
   if (forced > 0) return forced;
-  return dtype == TESSERA_DTYPE_BFLOAT16 ? kDenseBatchBf16 : kDenseBatch;
+  return dtype == TESSERA_DTYPE_BFLOAT16 ? kDenseBatchBf16 : dtype == TESSERA_DTYPE_INT8 ? kDenseBatchI8 : kDenseBatchF32;
 }
 
 // The header of a semi-structured CPU tensor, or null for anything else.
