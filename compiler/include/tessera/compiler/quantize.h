@@ -114,6 +114,13 @@ TESSERA_COMPILER_API std::unique_ptr<Quantizer> x86_quantizer(QuantizerOptions o
 // same ops.
 TESSERA_COMPILER_API std::unique_ptr<Quantizer> xnnpack_like_quantizer(QuantizerOptions options = {});
 
+// The quantizer a plugin of kind "quantizer" offers through its TESSERA_EXT_QUANTIZER_ANNOTATE
+// extension (plugin_abi.h; docs/quantization.md, "Writing a quantizer"), found by discovery under
+// its manifest name and loaded on first use. Throws naming the plugin when no plugin has that name,
+// it is not a quantizer, it fails to load or lacks the extension. annotate() throws naming the
+// plugin when the plugin returns an error status.
+TESSERA_COMPILER_API std::unique_ptr<Quantizer> plugin_quantizer(const std::string& plugin);
+
 // Chooses parameters from observed values (PyTorch's observers). Not thread-safe.
 class TESSERA_COMPILER_API Observer {
  public:
