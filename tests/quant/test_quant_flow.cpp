@@ -459,6 +459,39 @@ TEST(QuantFlow, PrepareNamesTheNodeAndTheQuantizerOfABadSpec) {
   expect(BadSpecs::SharedWithNothing, "which no annotation quantizes");
 }
 
+// Two points of a cat that share each other's parameters and nobody has a spec.
+class SharesOnlyWithShares : public quantization::Quantizer {
+ public:
+  std::string name() const override { return "circular"; }
+  void annotate(const ExportedProgram& ep, Annotations& a) const override {
+    for (size_t i = 0; i < ep.graph.nodes.size(); ++i) {
+      const Node& n = ep.graph.nodes[i];
+      if (n.target.rfind("cat", 0) != 0) continue;
+      NodeAnnotation c;
+      c.inputs[n.args[0].values[0]] = SharedSpec{QuantPoint::output(n.outputs[0])};
+      c.output = SharedSpec{QuantPoint::input(n.args[0].values[0], int32_t(i))};
+      a.set(ep, int32_t(i), c, name());
+    }
+  }
+};
+
+TEST(QuantFlow, AGroupOfSharedSpecsWithoutASpecIsRefused) {
+  ExportOptions opts;
+  opts.input_names = {"a", "b"};
+  ExportedProgram ep = export_program(
+      [](const std::vector<Tensor>& in) { return std::vector<Tensor>{cat({in[0], relu(in[1])}, 1)}; },
+      {zeros({2, 3}), zeros({2, 3})}, opts);
+  SharesOnlyWithShares q;
+  try {
+    prepare(ep, q);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("shares parameters only with shared specs"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("'circular'"), std::string::npos) << msg;
+  }
+}
+
 TEST(QuantFlow, ConvertBeforeCalibrateSaysToCalibrate) {
   std::mt19937_64 g(fresh_seed());
   ExportedProgram ep = export_mlp(random_mlp(g, {4, 4}), 4);

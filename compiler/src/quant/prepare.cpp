@@ -232,10 +232,10 @@ PreparedProgram prepare(const ExportedProgram& ep, const std::vector<const Quant
       first = i;
       continue;
     }
-    TESSERA_CHECK(*specs[*first] == *specs[i], "prepare: ", point_text(g, points[*first]), " (", 
-                  std::get<QuantizationSpec>(*specs[*first]).str(), ", by '", *owners[*first], "') and ",
-                  point_text(g, points[i]), " (", std::get<QuantizationSpec>(*specs[i]).str(), ", by '", *owners[i],
-                  "') share parameters but ask for different specs; make the specs equal or stop sharing");
+    // Shared specs point at one point each, so a group holds at most one spec of its own, and
+    // groups are joined above only when their specs are equal.
+    TESSERA_INTERNAL_ASSERT(*specs[*first] == *specs[i], "prepare: ", point_text(g, points[*first]), " and ",
+                            point_text(g, points[i]), " are one group with two different specs");
   }
   for (size_t c = 0; c < class_spec.size(); ++c) {
     if (class_spec[c]) {
