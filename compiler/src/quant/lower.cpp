@@ -11,7 +11,6 @@
 namespace tessera::quantization {
 
 using compiler::Argument;
-using compiler::Constant;
 using compiler::Graph;
 using compiler::InputKind;
 using compiler::Node;

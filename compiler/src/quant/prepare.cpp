@@ -1,6 +1,5 @@
 // prepare, calibrate and convert: Note [Quantization flow] in tessera/compiler/quantize.h.
 #include <algorithm>
-#include <numeric>
 #include <set>
 
 #include "tessera/compiler/passes.h"
