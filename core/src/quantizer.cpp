@@ -97,6 +97,22 @@ Tensor quantize_reference(const Tensor& x, IntrusivePtr<const Quantizer> q) {
     using T = decltype(tag);
     if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
       T* dst = static_cast<T*>(out.raw_data_ptr());
+      if (sizeof(T) == 1 && !per_channel && x.is_contiguous()) {
+        // quantize_value for 8-bit types, vectorisable: clamping x * inv to one step beyond the integer range
+        // before rounding changes no result and keeps it below 2^22, where adding and subtracting
+        // 1.5 * 2^23 rounds half to even in the default rounding mode (as nearbyint does).
+        const float inv = 1.0f / float(q->scale());
+        const float zp = float(q->zero_point()), lo = float(quant_min(dt)) - zp, hi = float(quant_max(dt)) - zp;
+        const float magic = 12582912.0f;
+        const int64_t n = x.numel();
+        for (int64_t i = 0; i < n; ++i) {
+          const float v = src[i] * inv;
+          const float c = std::min(std::max(v, lo - 1.0f), hi + 1.0f);
+          const float r = std::min(std::max((c + magic) - magic, lo), hi);
+          dst[i] = T(std::isnan(v) ? hi + zp : r + zp);
+        }
+        return;
+      }
       for_each_element(x, [&](int64_t i, int64_t off, const int64_t* idx) {
         const size_t c = per_channel ? size_t(idx[q->axis()]) : 0;
         dst[i] = T(quantize_value(src[off], q->scales()[c], q->zero_points()[c], dt));

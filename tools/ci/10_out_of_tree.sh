@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Out-of-tree SDK stage: installs the release build to a temporary prefix, builds plugins/template
 # and samples/my_hardware_device against it with find_package(Tessera), runs their tests, builds the
-# graph-printer compiler plugin against it and runs the graph ABI test with it, then runs
-# the conformance kit (`tessera check`) of the installed runtime for every device present.
+# graph-printer compiler plugin and the sample quantizer plugin against it and runs their tests with
+# them, then runs the conformance kit (`tessera check`) of the installed runtime for every device present.
 # Environment: TESSERA_BUILD_DIR (default build/release), JOBS.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -41,6 +41,17 @@ cmake -S "$ROOT/tests/compiler/graph_printer" -B "$WORK/build-graph_printer" -G 
 cmake --build "$WORK/build-graph_printer" -j "$JOBS"
 if [ -x "$BUILD/bin/test_graph_abi" ]; then
   TESSERA_PLUGIN_PATH="$WORK/build-graph_printer/plugins" "$BUILD/bin/test_graph_abi"
+fi
+
+# A quantizer plugin in C built against the installed SDK: the quantization tests of this build load
+# it from its manifest and quantize with it (docs/quantization.md, "Writing a quantizer").
+echo "==> out-of-tree build of samples/keep_ends_quantizer"
+cmake -S "$ROOT/samples/keep_ends_quantizer" -B "$WORK/build-keep_ends_quantizer" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+      -DCMAKE_PREFIX_PATH="$PREFIX" >/dev/null
+cmake --build "$WORK/build-keep_ends_quantizer" -j "$JOBS"
+if [ -x "$BUILD/bin/test_quant" ]; then
+  TESSERA_PLUGINS_SELECT=cpu,keep_ends_quantizer TESSERA_PLUGIN_PATH="$WORK/build-keep_ends_quantizer/plugins" \
+    "$BUILD/bin/test_quant" --gtest_filter='QuantPlugin.*'
 fi
 
 # The seed example as an application built against the package.

@@ -494,6 +494,63 @@ typedef struct tessera_plugin_t {
 #define TESSERA_EXT_EMPTY_CACHE "tessera.empty_cache"
 typedef uint64_t (*tessera_ext_empty_cache_fn_t)(void* self, int32_t device);
 
+/* ---- quantizers (plugin kind "quantizer"; docs/quantization.md, "Writing a quantizer")
+ * A quantizer plugin offers TESSERA_EXT_QUANTIZER_ANNOTATE. The host calls it with a read-only
+ * graph and an annotation table; the plugin records, for the call nodes it takes, a spec or a shared
+ * spec per input edge (node, value) and for the node's output. It never edits the graph. */
+typedef enum tessera_qscheme_t {
+  TESSERA_QSCHEME_PER_TENSOR_AFFINE = 0,
+  TESSERA_QSCHEME_PER_TENSOR_SYMMETRIC = 1,
+  TESSERA_QSCHEME_PER_CHANNEL_AFFINE = 2,
+  TESSERA_QSCHEME_PER_CHANNEL_SYMMETRIC = 3
+} tessera_qscheme_t;
+
+typedef enum tessera_observer_kind_t {
+  TESSERA_OBSERVER_MIN_MAX = 0,
+  TESSERA_OBSERVER_MOVING_AVERAGE_MIN_MAX = 1,
+  TESSERA_OBSERVER_PER_CHANNEL_MIN_MAX = 2,
+  TESSERA_OBSERVER_HISTOGRAM = 3
+} tessera_observer_kind_t;
+
+typedef struct tessera_quant_spec_t {
+  uint32_t struct_size;
+  int32_t dtype;    /* TESSERA_DTYPE_QINT8 or TESSERA_DTYPE_QUINT8 */
+  int32_t qscheme;  /* tessera_qscheme_t */
+  int32_t observer; /* tessera_observer_kind_t; the per-channel schemes take PER_CHANNEL_MIN_MAX */
+  int64_t ch_axis;  /* per-channel schemes only */
+} tessera_quant_spec_t;
+
+typedef struct tessera_annotations_s tessera_annotations_t;
+
+/* The table a quantizer records its decisions through. Nodes and values are the graph's indices. A
+ * quantization point is an input edge (value, consumer node) or an output (consumer -1). Each
+ * function returns NULL or a status naming what was wrong (a node that is not a call, a value that is
+ * not an input of the node, a node another quantizer annotated). The host checks the specs
+ * themselves after annotate returns (prepare's validation). */
+typedef struct tessera_annotation_api_t {
+  uint32_t struct_size;
+  /* 1 when an earlier quantizer (or this one) annotated `node`; a quantizer skips those nodes. */
+  int32_t (*is_annotated)(const tessera_annotations_t* annotations, int32_t node);
+  /* Marks `node` as taken with no specs: it stays float, and later quantizers leave it so. */
+  tessera_status_t (*keep_float)(tessera_annotations_t* annotations, int32_t node);
+  tessera_status_t (*input_spec)(tessera_annotations_t* annotations, int32_t node, int32_t value,
+                                 const tessera_quant_spec_t* spec);
+  /* The edge (value, node) takes the parameters of the point (with_value, with_consumer). */
+  tessera_status_t (*input_shared)(tessera_annotations_t* annotations, int32_t node, int32_t value,
+                                   int32_t with_value, int32_t with_consumer);
+  tessera_status_t (*output_spec)(tessera_annotations_t* annotations, int32_t node, const tessera_quant_spec_t* spec);
+  tessera_status_t (*output_shared)(tessera_annotations_t* annotations, int32_t node, int32_t with_value,
+                                    int32_t with_consumer);
+} tessera_annotation_api_t;
+
+/* Annotates `graph` (read through host->graph) into `annotations` through `api`. Returns NULL or a
+ * status (made with host->status_make) whose message the host reports naming the plugin. `self` is
+ * reserved: the host passes NULL. */
+#define TESSERA_EXT_QUANTIZER_ANNOTATE "tessera.quantizer.annotate"
+typedef tessera_status_t (*tessera_ext_quantizer_annotate_fn_t)(void* self, const tessera_graph_t* graph,
+                                                                 const tessera_annotation_api_t* api,
+                                                                 tessera_annotations_t* annotations);
+
 /* The entry point, exported as TESSERA_PLUGIN_ENTRY_NAME. The plugin checks `host_abi_major`,
  * registers its kernels through `host`, and returns its header in `out_plugin` (static storage
  * or owned by the plugin until shutdown). `host` stays valid until shutdown. */

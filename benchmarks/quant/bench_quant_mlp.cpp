@@ -1,0 +1,65 @@
+// The int8 MLP end to end (docs/quantization.md): 3 linear layers with relu between them, 1024
+// wide, batch 256, exported, quantized with the x86 quantizer, calibrated, converted and lowered to
+// the int8 kernels, against the float32 program it came from, each run through
+// ExportedProgram::run and timed interleaved in the same run (goal: >= 3x). Counter ratio_vs_f32:
+// f32 time / int8 time. The converted program before lowering (quantize / dequantize around float
+// kernels, the reference numerics) is timed too, as ratio_reference_vs_f32.
+#include <benchmark/benchmark.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "bench_timing.h"
+#include "tessera/compiler/export.h"
+#include "tessera/compiler/quantize.h"
+#include "tessera/tessera.h"
+
+namespace {
+
+using namespace tessera;
+
+// args: batch, width
+void BM_mlp_int8_vs_f32(benchmark::State& state) {
+  const int64_t batch = state.range(0), width = state.range(1);
+  manual_seed(11);
+  std::vector<Tensor> w, b;
+  ExportOptions opts;
+  opts.input_names = {"x"};
+  for (int l = 0; l < 3; ++l) {
+    w.push_back(randn({width, width}) * (1.0 / 32.0));
+    b.push_back(randn({width}) * 0.1);
+    opts.parameters["fc" + std::to_string(l) + ".weight"] = w.back();
+    opts.parameters["fc" + std::to_string(l) + ".bias"] = b.back();
+  }
+  compiler::ExportedProgram f32 = export_program(
+      [&](const std::vector<Tensor>& in) {
+        Tensor h = relu(linear(in[0], w[0], b[0]));
+        h = relu(linear(h, w[1], b[1]));
+        return std::vector<Tensor>{linear(h, w[2], b[2])};
+      },
+      {zeros({batch, width})}, opts);
+  auto quantizer = quantization::x86_quantizer({quantization::ObserverKind::MinMax});
+  quantization::PreparedProgram prepared = quantization::prepare(f32, *quantizer);
+  for (int i = 0; i < 4; ++i) quantization::calibrate(prepared, {randn({batch, width})});
+  compiler::ExportedProgram reference = quantization::convert(prepared);
+  compiler::ExportedProgram int8 = reference;
+  if (quantization::lower_to_int8(int8) != 3) state.SkipWithError("the three linears were not lowered");
+  Tensor x = randn({batch, width});
+  auto run_int8 = [&] { benchmark::DoNotOptimize(int8.run({x})); };
+  auto run_f32 = [&] { benchmark::DoNotOptimize(f32.run({x})); };
+  auto run_reference = [&] { benchmark::DoNotOptimize(reference.run({x})); };
+  double int8_s = 0, f32_s = 0, ref_s = 0, f32_again_s = 0;
+  for (auto _ : state) {
+    bench::time_pair(run_int8, run_f32, &int8_s, &f32_s, 9, 0.1);
+    bench::time_pair(run_reference, run_f32, &ref_s, &f32_again_s, 3, 0.1);
+  }
+  state.counters["int8_ms"] = int8_s * 1e3;
+  state.counters["f32_ms"] = f32_s * 1e3;
+  state.counters["ratio_vs_f32"] = f32_s / int8_s;
+  state.counters["ratio_reference_vs_f32"] = f32_again_s / ref_s;
+}
+BENCHMARK(BM_mlp_int8_vs_f32)->Args({256, 1024})->Iterations(1)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+}  // namespace
+
+BENCHMARK_MAIN();

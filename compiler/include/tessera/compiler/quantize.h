@@ -1,0 +1,181 @@
+// Quantization of exported programs (docs/quantization.md): quantizers annotate a program, prepare
+// places observers, calibration runs the program on sample inputs, convert writes quantize /
+// dequantize nodes with the observed parameters, and lower_to_int8 replaces the quantized linear
+// patterns by oneDNN int8 kernels.
+//
+// Note [Quantization flow]
+// 1. annotate: each Quantizer, in order, records for the Call nodes it takes a NodeAnnotation: a
+//    QuantizationSpec (or a SharedSpec) per input edge and for the output. A later quantizer that
+//    changes an earlier one's annotation is an error naming both.
+// 2. prepare: validates the annotations, joins the quantization points (input edges and outputs)
+//    that must share parameters into classes with a union-find (SharedSpec, and an input edge whose
+//    spec equals its producer's output spec), then gives each class one observer. The observers are
+//    a side table of the PreparedProgram, not IR nodes: the graph stays in the op contract, and
+//    calibration runs a copy of the program that also returns every observed value.
+// 3. calibrate: runs that copy on sample inputs and feeds the observers (weights are observed once,
+//    at prepare).
+// 4. convert: every quantized point becomes quantize -> dequantize with its class's parameters
+//    (per-channel weights: quantize_per_channel with the scales and zero points as constant inputs);
+//    the result is an ordinary ExportedProgram in float32 with the quantisation simulated, which
+//    runs everywhere and saves to the program file.
+// 5. lower_to_int8: dequantize -> linear (-> relu) -> quantize over quint8 activations and qint8
+//    per-channel symmetric weights becomes one _quantized_linear on the uint8 representation.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "tessera/compiler/export_macros.h"
+#include "tessera/compiler/ir.h"
+
+namespace tessera::quantization {
+
+using compiler::ExportedProgram;
+using compiler::ValueId;
+
+enum class Scheme : uint8_t { PerTensorAffine, PerTensorSymmetric, PerChannelAffine, PerChannelSymmetric };
+enum class ObserverKind : uint8_t { MinMax, MovingAverageMinMax, PerChannelMinMax, Histogram };
+TESSERA_COMPILER_API const char* scheme_name(Scheme s);          // "per_tensor_affine", ...
+TESSERA_COMPILER_API const char* observer_name(ObserverKind k);  // "min_max", "moving_average_min_max", ...
+
+struct QuantizationSpec {
+  DType dtype = kQUInt8;  // kQInt8 or kQUInt8
+  Scheme scheme = Scheme::PerTensorAffine;
+  ObserverKind observer = ObserverKind::MinMax;
+  int64_t ch_axis = 0;  // per-channel schemes only
+  bool operator==(const QuantizationSpec&) const = default;
+  // "qu8 per_tensor_affine histogram"
+  TESSERA_COMPILER_API std::string str() const;
+};
+
+// A quantization point: the use of `value` as an input of node `consumer` (an input edge), or the
+// output `value` itself when consumer is -1. Node indices are those of the program given to prepare.
+struct QuantPoint {
+  ValueId value = -1;
+  int32_t consumer = -1;
+  static QuantPoint output(ValueId v) { return {v, -1}; }
+  static QuantPoint input(ValueId v, int32_t node) { return {v, node}; }
+  auto operator<=>(const QuantPoint&) const = default;
+};
+
+// Takes the parameters (the observer) of another point.
+struct SharedSpec {
+  QuantPoint with;
+  bool operator==(const SharedSpec&) const = default;
+};
+using SpecOrShared = std::variant<QuantizationSpec, SharedSpec>;
+
+// What a quantizer decides for one Call node. A node with an annotation and no specs stays float
+// (and later quantizers leave it so).
+struct NodeAnnotation {
+  std::map<ValueId, SpecOrShared> inputs;  // by input value: the edge (value, this node)
+  std::optional<SpecOrShared> output;      // of the node's single output
+  bool operator==(const NodeAnnotation&) const = default;
+};
+
+// The annotations of one program, with the quantizer that made each.
+class TESSERA_COMPILER_API Annotations {
+ public:
+  // Records `a` for node `node`. Throws naming both quantizers and the node when another quantizer
+  // already annotated the node differently; the same annotation again is accepted.
+  void set(const ExportedProgram& ep, int32_t node, NodeAnnotation a, const std::string& quantizer);
+  const NodeAnnotation* find(int32_t node) const;
+  bool annotated(int32_t node) const { return find(node) != nullptr; }
+  const std::string& quantizer_of(int32_t node) const;
+  const std::map<int32_t, std::pair<NodeAnnotation, std::string>>& all() const { return by_node_; }
+
+ private:
+  std::map<int32_t, std::pair<NodeAnnotation, std::string>> by_node_;
+};
+
+// A quantizer decides what to quantize; it never edits the program. annotate() skips nodes that an
+// earlier quantizer annotated (Annotations::annotated) unless it means to change them, which is an
+// error (composition: Note [Quantization flow]).
+class TESSERA_COMPILER_API Quantizer {
+ public:
+  virtual ~Quantizer();
+  virtual std::string name() const = 0;
+  virtual void annotate(const ExportedProgram& ep, Annotations& annotations) const = 0;
+};
+
+// Options of the built-in quantizers. (optional) activation_observer defaults to Histogram, as
+// PyTorch's X86InductorQuantizer; MinMax and MovingAverageMinMax are cheaper to calibrate.
+struct QuantizerOptions {
+  ObserverKind activation_observer = ObserverKind::Histogram;
+};
+// x86: activations quint8 per-tensor affine, weights qint8 per-channel symmetric; linear (+relu),
+// conv2d (+add) (+relu); max_pool2d, view (flatten, reshape) and cat take their input's parameters.
+TESSERA_COMPILER_API std::unique_ptr<Quantizer> x86_quantizer(QuantizerOptions options = {});
+// xnnpack_like: activations qint8 per-tensor symmetric, weights qint8 per-channel symmetric; the
+// same ops.
+TESSERA_COMPILER_API std::unique_ptr<Quantizer> xnnpack_like_quantizer(QuantizerOptions options = {});
+
+// The quantizer a plugin of kind "quantizer" offers through its TESSERA_EXT_QUANTIZER_ANNOTATE
+// extension (plugin_abi.h; docs/quantization.md, "Writing a quantizer"), found by discovery under
+// its manifest name and loaded on first use. Throws naming the plugin when no plugin has that name,
+// it is not a quantizer, it fails to load or lacks the extension. annotate() throws naming the
+// plugin when the plugin returns an error status.
+TESSERA_COMPILER_API std::unique_ptr<Quantizer> plugin_quantizer(const std::string& plugin);
+
+// Chooses parameters from observed values (PyTorch's observers). Not thread-safe.
+class TESSERA_COMPILER_API Observer {
+ public:
+  explicit Observer(QuantizationSpec spec);
+  // Accumulates the values of `x` (any device and floating dtype; copied to the host as float32).
+  // Throws naming the observer for non-finite values, or a per-channel axis outside x's dims.
+  void observe(const Tensor& x);
+  bool observed() const { return observed_; }
+  // Per-tensor: one scale and zero point; per-channel: one per channel. Throws when nothing was
+  // observed.
+  std::vector<double> scales() const;
+  std::vector<int64_t> zero_points() const;
+  const QuantizationSpec& spec() const { return spec_; }
+
+ private:
+  // The range to quantize: per tensor one (min, max), per channel one per channel.
+  std::vector<std::pair<double, double>> ranges() const;
+  QuantizationSpec spec_;
+  bool observed_ = false;
+  std::vector<double> min_, max_;
+  std::vector<double> histogram_;  // Histogram: kHistogramBins counts over [min_[0], max_[0]]
+};
+
+// A program with annotations resolved into observer classes. Holds copies: the program given to
+// prepare is not changed.
+struct TESSERA_COMPILER_API PreparedProgram {
+  ExportedProgram program;
+  Annotations annotations;
+  // Every quantized point and the class (an index into observers) it belongs to.
+  std::map<QuantPoint, int> point_class;
+  std::vector<Observer> observers;
+  // observers[c] sees the values of calibration_program's outputs whose index maps to c.
+  ExportedProgram calibration_program;
+  std::vector<int> calibration_class;  // per extra output of calibration_program
+  size_t num_program_outputs = 0;
+};
+
+// Annotates `ep` with each quantizer in order, validates (one-line errors naming the node and the
+// quantizer), resolves shared specs and places observers. Weights are observed here.
+TESSERA_COMPILER_API PreparedProgram prepare(const ExportedProgram& ep,
+                                             const std::vector<const Quantizer*>& quantizers);
+TESSERA_COMPILER_API PreparedProgram prepare(const ExportedProgram& ep, const Quantizer& quantizer);
+// Runs the program on `inputs` (its user inputs) and feeds the observers.
+TESSERA_COMPILER_API void calibrate(PreparedProgram& prepared, const std::vector<Tensor>& inputs);
+// The program with quantize / dequantize nodes (Note [Quantization flow]). Throws naming a class
+// whose observer saw no values.
+TESSERA_COMPILER_API ExportedProgram convert(const PreparedProgram& prepared);
+
+// Replaces each dequantize -> linear (-> relu) -> quantize of a converted program (quint8 activations,
+// qint8 per-channel symmetric constant weights, float or no bias) by _quantized_linear on the uint8
+// representation, with the weights packed once into constant inputs; chains of them pass the uint8
+// representation along. A dequantize of a lowered result that something else reads becomes
+// (float(repr) - zero_point) * scale. Unmatched regions stay as they are. Returns the number of
+// linears lowered. The packed weights are the backend's layout: save the converted program, and
+// lower after loading it.
+TESSERA_COMPILER_API int lower_to_int8(ExportedProgram& ep);
+
+}  // namespace tessera::quantization

@@ -1,0 +1,211 @@
+// lower_to_int8: quantized linear patterns of a converted program onto the int8 kernels
+// (Note [Quantization flow] in tessera/compiler/quantize.h).
+#include <algorithm>
+
+#include "tessera/compiler/passes.h"
+#include "tessera/compiler/quantize.h"
+#include "tessera/error.h"
+#include "tessera/ops.h"
+#include "tessera/quantization.h"
+
+namespace tessera::quantization {
+
+using compiler::Argument;
+using compiler::Graph;
+using compiler::InputKind;
+using compiler::Node;
+using compiler::NodeKind;
+using compiler::SymSize;
+using compiler::TensorType;
+
+namespace {
+
+std::string op_name(const std::string& target) { return target.substr(0, target.find('.')); }
+
+template <typename T>
+const T* constant_at(const Node& n, size_t i) {
+  if (i >= n.args.size() || n.args[i].kind != Argument::Kind::Constant) return nullptr;
+  return std::get_if<T>(&n.args[i].constant);
+}
+
+ValueId tensor_at(const Node& n, size_t i) {
+  return i < n.args.size() && n.args[i].kind == Argument::Kind::Tensor ? n.args[i].values[0] : -1;
+}
+
+// One matched dequantize -> linear (-> relu) -> quantize.
+struct Match {
+  size_t quantize_node;  // the closing quantize_per_tensor
+  ValueId input_q;       // the quint8 value the linear's input dequantizes
+  double input_scale;
+  int64_t input_zp;
+  Tensor packed;
+  ValueId bias;  // -1: none
+  double output_scale;
+  int64_t output_zp;
+  bool relu;
+};
+
+}  // namespace
+
+int lower_to_int8(ExportedProgram& ep) {
+  Graph& g = ep.graph;
+  std::vector<int32_t> producer(g.values.size(), -1);
+  std::vector<std::vector<int32_t>> users(g.values.size());
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    for (ValueId v : g.nodes[i].outputs) producer[size_t(v)] = int32_t(i);
+    for (const Argument& a : g.nodes[i].args)
+      for (ValueId v : a.values) users[size_t(v)].push_back(int32_t(i));
+  }
+  std::vector<bool> returned(g.values.size(), false);
+  for (const auto& o : ep.signature.outputs) returned[size_t(o.value)] = true;
+  auto weight = [&](ValueId v) -> const Tensor* {
+    for (const auto& in : ep.signature.inputs)
+      if (in.value == v && in.kind != InputKind::UserInput) return &ep.weights.at(in.name);
+    return nullptr;
+  };
+  auto call = [&](ValueId v, const char* op) -> const Node* {
+    if (v < 0 || producer[size_t(v)] < 0) return nullptr;
+    const Node& n = g.nodes[size_t(producer[size_t(v)])];
+    return n.kind == NodeKind::Call && op_name(n.target) == op ? &n : nullptr;
+  };
+  auto sole_user = [&](ValueId v, const char* op) -> int32_t {
+    if (returned[size_t(v)] || users[size_t(v)].size() != 1) return -1;
+    const int32_t u = users[size_t(v)][0];
+    return op_name(g.nodes[size_t(u)].target) == op ? u : -1;
+  };
+
+  std::vector<Match> matches;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const Node& lin = g.nodes[i];
+    if (lin.kind != NodeKind::Call || op_name(lin.target) != "linear") continue;
+    // Input: dequantize(quantize_per_tensor(x, s, zp, quint8)).
+    const Node* dq = call(tensor_at(lin, 0), "dequantize");
+    const Node* q = dq ? call(tensor_at(*dq, 0), "quantize_per_tensor") : nullptr;
+    if (!q || !constant_at<double>(*q, 1) || !constant_at<int64_t>(*q, 2) || !constant_at<DType>(*q, 3) ||
+        *constant_at<DType>(*q, 3) != kQUInt8)
+      continue;
+    // Weight: dequantize(quantize_per_channel(w, scales, zero points, 0, qint8)), all constant, symmetric.
+    const Node* wdq = call(tensor_at(lin, 1), "dequantize");
+    const Node* wq = wdq ? call(tensor_at(*wdq, 0), "quantize_per_channel") : nullptr;
+    if (!wq || !constant_at<int64_t>(*wq, 3) || *constant_at<int64_t>(*wq, 3) != 0 || !constant_at<DType>(*wq, 4) ||
+        *constant_at<DType>(*wq, 4) != kQInt8)
+      continue;
+    const Tensor *w = weight(tensor_at(*wq, 0)), *ws = weight(tensor_at(*wq, 1)), *wz = weight(tensor_at(*wq, 2));
+    if (!w || !ws || !wz || w->dim() != 2 || w->dtype() != kFloat32) continue;
+    if (!equal(*wz, zeros({wz->numel()}, wz->dtype()))) continue;
+    // Bias: absent, or a float32 constant.
+    ValueId bias = -1;
+    if (lin.args.size() > 2 && lin.args[2].kind == Argument::Kind::Tensor) {
+      bias = lin.args[2].values[0];
+      const Tensor* b = weight(bias);
+      if (!b || b->dtype() != kFloat32 || b->dim() != 1) continue;
+    }
+    // Output: (relu ->) quantize_per_tensor(., s, zp, quint8), nothing else reads the float values.
+    ValueId end = lin.outputs[0];
+    bool relu = false;
+    if (int32_t r = sole_user(end, "relu"); r >= 0) {
+      relu = true;
+      end = g.nodes[size_t(r)].outputs[0];
+    }
+    const int32_t qo = sole_user(end, "quantize_per_tensor");
+    if (qo < 0) continue;
+    const Node& qn = g.nodes[size_t(qo)];
+    if (!constant_at<double>(qn, 1) || !constant_at<int64_t>(qn, 2) || !constant_at<DType>(qn, 3) ||
+        *constant_at<DType>(qn, 3) != kQUInt8)
+      continue;
+    Tensor scales = ws->to(kFloat32).contiguous();
+    Tensor w_int8 = int_repr(quantize_per_channel(*w, scales, *wz, 0, kQInt8));
+    matches.push_back({size_t(qo), q->outputs[0], *constant_at<double>(*q, 1), *constant_at<int64_t>(*q, 2),
+                       PackedLinearWeight(w_int8, scales).packed(), bias, *constant_at<double>(qn, 1),
+                       *constant_at<int64_t>(qn, 2), relu});
+  }
+  if (matches.empty()) return 0;
+
+  // Rebuild the node list: packed weights as constant inputs after the placeholders, each
+  // _quantized_linear where its closing quantize was, and the uint8 representation passed along.
+  std::vector<Node> placeholders, body;
+  std::map<size_t, const Match*> at_quantize;
+  for (const Match& m : matches) at_quantize[m.quantize_node] = &m;
+  std::map<ValueId, ValueId> repr;  // quint8 value -> its uint8 representation
+  std::map<ValueId, std::pair<double, int64_t>> repr_params;
+  auto representation = [&](ValueId qv) {
+    auto it = repr.find(qv);
+    if (it != repr.end()) return it->second;
+    TensorType t = g.type(qv);
+    t.dtype = kUInt8;
+    const ValueId r = g.add_value(t);
+    body.push_back({NodeKind::Call, "int_repr", {Argument::tensor(qv)}, {r}});
+    return repr[qv] = r;
+  };
+  int packed_count = 0;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    Node& n = g.nodes[i];
+    if (n.kind == NodeKind::Placeholder) {
+      placeholders.push_back(std::move(n));
+      continue;
+    }
+    auto m = at_quantize.find(i);
+    if (m == at_quantize.end()) {
+      body.push_back(std::move(n));
+      continue;
+    }
+    const Match& mt = *m->second;
+    std::string name;
+    do name = "packed_weight_" + std::to_string(packed_count++); while (ep.weights.count(name));
+    const ValueId pv = g.add_value(
+        TensorType{kUInt8, Device(DeviceType::CPU), {SymSize(mt.packed.size(0)), SymSize(mt.packed.size(1))}}, name);
+    ep.weights[name] = mt.packed;
+    ep.signature.inputs.push_back({InputKind::Constant, name, pv});
+    placeholders.push_back({NodeKind::Placeholder, name, {}, {pv}});
+    const ValueId in = representation(mt.input_q);
+    TensorType out_t = g.type(n.outputs[0]);
+    out_t.dtype = kUInt8;
+    const ValueId out = g.add_value(out_t);
+    body.push_back({NodeKind::Call, "_quantized_linear",
+                    {Argument::tensor(in), Argument::tensor(pv), mt.bias < 0 ? Argument::none() : Argument::tensor(mt.bias),
+                     Argument::constant_value(mt.input_scale), Argument::constant_value(mt.input_zp),
+                     Argument::constant_value(mt.output_scale), Argument::constant_value(mt.output_zp),
+                     Argument::constant_value(mt.relu), Argument::constant_value(kUInt8)},
+                    {out}});
+    repr[n.outputs[0]] = out;
+    repr_params[n.outputs[0]] = {mt.output_scale, mt.output_zp};
+    body.push_back(std::move(n));  // the float path stays for readers other than dequantize; DCE drops it
+  }
+  // A dequantize of a lowered result reads the representation: (float(r) - zero_point) * scale.
+  std::vector<Node> rewritten;
+  std::map<ValueId, ValueId> replaced;
+  for (Node& n : body) {
+    const ValueId src = op_name(n.target) == "dequantize" ? tensor_at(n, 0) : -1;
+    auto p = src >= 0 ? repr_params.find(src) : repr_params.end();
+    if (p == repr_params.end()) {
+      rewritten.push_back(std::move(n));
+      continue;
+    }
+    const TensorType t = g.type(n.outputs[0]);
+    const ValueId f = g.add_value(t), shifted = g.add_value(t), scaled = g.add_value(t);
+    rewritten.push_back({NodeKind::Call, "_to_copy", {Argument::tensor(repr.at(src)), Argument::constant_value(kFloat32)}, {f}});
+    rewritten.push_back({NodeKind::Call, "sub.Tensor",
+                         {Argument::tensor(f), Argument::constant_value(double(p->second.second)), Argument::constant_value(int64_t(1))},
+                         {shifted}});
+    rewritten.push_back({NodeKind::Call, "mul.Tensor", {Argument::tensor(shifted), Argument::constant_value(p->second.first)}, {scaled}});
+    replaced[n.outputs[0]] = scaled;
+    rewritten.push_back(std::move(n));
+  }
+  // The linears that read a lowered dequantize now read the representation directly.
+  for (Node& n : rewritten)
+    if (op_name(n.target) != "_quantized_linear")
+      for (Argument& a : n.args)
+        for (ValueId& v : a.values)
+          if (auto r = replaced.find(v); r != replaced.end()) v = r->second;
+  for (auto& o : ep.signature.outputs)
+    if (auto r = replaced.find(o.value); r != replaced.end()) o.value = r->second;
+  g.nodes = std::move(placeholders);
+  for (Node& n : rewritten) g.nodes.push_back(std::move(n));
+  // Weights no node reads any more (the float weights of lowered linears) stay inputs of the
+  // signature; the float computations nothing reads go.
+  compiler::eliminate_dead_code(ep);
+  compiler::verify(ep);
+  return int(matches.size());
+}
+
+}  // namespace tessera::quantization
