@@ -7,6 +7,7 @@
 
 #include "codegen/toolchain.h"
 #include "guards.h"
+#include "partition.h"
 #include "tessera/compiler/codegen.h"
 #include "tessera/compiler/compile.h"
 #include "tessera/env.h"
@@ -30,10 +31,12 @@ struct Artifact {
   ArtifactGuards guards;
   std::string backend;  // "cpp", "interpreter" or "eager"
   std::optional<compiler::codegen::CompiledGraph> generated;
-  std::optional<ExportedProgram> program;  // the interpreter's
+  std::optional<ExportedProgram> program;                     // the interpreter's
+  std::unique_ptr<compiler::PartitionedProgram> partitioned;  // a compiler plugin's
 
   std::vector<Tensor> run(const ExportFn& fn, const std::vector<Tensor>& inputs) const {
     if (generated) return generated->run(inputs);
+    if (partitioned) return partitioned->run(inputs);
     if (program) return program->run(inputs);
     return fn(inputs);
   }
@@ -52,6 +55,7 @@ struct CompiledFunction::State {
   CompileOptions options;
   Mode mode = Mode::Automatic;
   bool interpreter_backend = false;
+  bool plugin_backend = false;  // options.backend names a compiler plugin
 
   mutable std::shared_mutex artifacts_mutex;
   std::vector<std::shared_ptr<const Artifact>> artifacts;  // guarded by artifacts_mutex
@@ -210,11 +214,16 @@ struct CompiledFunction::State {
         all_cpu = all_cpu && x.device().is_cpu();
       }
       a->guards = ArtifactGuards(*program, devices);
-      if (!interpreter_backend && !all_cpu && log_enabled("compile"))
+      if (plugin_backend) {
+        a->partitioned = std::make_unique<compiler::PartitionedProgram>(
+            std::move(*program), options.backend, devices.empty() ? Device(DeviceType::CPU) : devices[0]);
+        a->backend = options.backend;
+        program.reset();
+      } else if (!interpreter_backend && !all_cpu && log_enabled("compile"))
         log_message(LogLevel::Info, "compile",
                     "'" + options.name + "': the cpp backend generates code for CPU values only; inputs " +
                         a->guards.str() + " run through the interpreter");
-      if (!interpreter_backend && all_cpu) {
+      if (!interpreter_backend && !plugin_backend && all_cpu) {
         try {
           compiler::codegen::CompileOptions co;
           co.cache_dir = options.cache_dir;
@@ -232,7 +241,7 @@ struct CompiledFunction::State {
           }
         }
       }
-      if (!a->generated) {
+      if (program && !a->generated) {
         a->program = std::move(program);
         a->backend = "interpreter";
         ++stats.interpreted;
@@ -335,20 +344,22 @@ std::vector<ArtifactInfo> CompiledFunction::artifacts() const {
   std::shared_lock lock(state_->artifacts_mutex);
   std::vector<ArtifactInfo> out;
   for (const auto& a : state_->artifacts)
-    out.push_back({a->backend, a->guards.str(), a->program ? a->program->graph_string() : std::string()});
+    out.push_back({a->backend, a->guards.str(), a->program ? a->program->graph_string() : std::string(),
+                   a->partitioned ? a->partitioned->partitions() : 0});
   return out;
 }
 
 CompiledFunction compile(ExportFn fn, CompileOptions options) {
   TESSERA_CHECK(fn, "compile: fn is empty; pass the function to compile");
   const std::string& b = options.backend;
-  TESSERA_CHECK(b == "cpp" || b == "interpreter" || b == "eager", "compile: unknown backend '", b,
-                "'; expected cpp, interpreter or eager");
+  const bool builtin = b == "cpp" || b == "interpreter" || b == "eager";
+  if (!builtin) compiler::compiler_plugin(b);  // names the choices when it is none
   TESSERA_CHECK(options.recompile_limit >= 1, "compile: recompile_limit is ", options.recompile_limit,
                 "; it must be at least 1");
   if (options.name.empty()) options.name = "compiled_fn";
   auto state = std::make_shared<CompiledFunction::State>();
-  state->interpreter_backend = b != "cpp";
+  state->interpreter_backend = b == "interpreter" || b == "eager";
+  state->plugin_backend = !builtin;
   if (options.dynamic) {
     state->mode = *options.dynamic ? Mode::Dynamic : Mode::Static;
   } else {

@@ -46,7 +46,8 @@
 namespace tessera {
 
 struct CompileOptions {
-  // "cpp", "interpreter" or "eager" (the interpreter). (optional) defaults to "cpp".
+  // "cpp", "interpreter" or "eager" (the interpreter), or the name of a compiler plugin (Note
+  // [Compiler plugin ABI] in plugin_abi.h). (optional) defaults to "cpp".
   std::string backend = "cpp";
   // false: always specialise; true: every dim symbolic from the start. (optional) defaults to
   // nullopt: automatic dynamic.
@@ -76,9 +77,10 @@ struct CompileStats {
 
 // What one artifact accepts and how it runs.
 struct ArtifactInfo {
-  std::string backend;  // "cpp", "interpreter" or "eager"
-  std::string inputs;   // the guarded input types: "f32[s0, 4] cpu, f32[4] cpu"
-  std::string graph;    // the captured graph's text (empty for "eager")
+  std::string backend;    // "cpp", "interpreter", "eager" or the compiler plugin's name
+  std::string inputs;     // the guarded input types: "f32[s0, 4] cpu, f32[4] cpu"
+  std::string graph;      // the captured graph's text (empty for "eager" and plugins)
+  size_t partitions = 0;  // a compiler plugin's: the partitions it took
 };
 
 // A handle on a compiled function: copies share the artifacts and the stats. Calls are
