@@ -29,8 +29,10 @@
 // function, compiled by $CXX or c++, cached on disk). Without a C++ compiler it warns once and runs
 // the graph through the interpreter; values on a device other than the CPU run through the
 // interpreter too, whose ops go through the dispatcher on that device (docs/compile.md).
-// "interpreter" (or "eager") runs the captured graph with ExportedProgram::run. When fn cannot be
-// captured (it reads tensor data), calls with those input types run fn eagerly, with one warning.
+// "interpreter" (or "eager") runs the captured graph with ExportedProgram::run. Any other name is a
+// compiler plugin: it runs the partitions it takes, the dispatcher the rest (Note [Compiler plugin
+// ABI] in plugin_abi.h). When fn cannot be captured (it reads tensor data), calls with those input
+// types run fn eagerly, with one warning.
 #pragma once
 #include <cstdint>
 #include <map>
@@ -101,8 +103,9 @@ class TESSERA_COMPILER_API CompiledFunction {
   std::shared_ptr<State> state_;
 };
 
-// Checks the options (a backend name not listed above throws tessera::Error naming the choices;
-// TESSERA_AUTOMATIC_DYNAMIC is read here) and returns the handle. Nothing is captured until the
+// Checks the options (a backend that is neither built in nor a compiler plugin throws
+// tessera::Error naming the choices; a compiler plugin is loaded here; TESSERA_AUTOMATIC_DYNAMIC is
+// read here) and returns the handle. Nothing is captured until the
 // first call.
 TESSERA_COMPILER_API CompiledFunction compile(ExportFn fn, CompileOptions options = {});
 
