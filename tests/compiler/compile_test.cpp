@@ -103,6 +103,22 @@ TEST(Compile, PointwiseChainMatchesNaiveLoops) {
   EXPECT_EQ(f.artifacts().at(1).inputs, "f32[s0, 33] cpu, f32[s0, 33] cpu");
 }
 
+TEST(Compile, Bfloat16GraphsMatchEagerWithinBfloat16Tolerance) {
+  // The generated code computes in float and rounds once at the store; eager rounds after each op.
+  const auto bf16 = tessera::TensorOptions().dtype(DType::BFloat16);
+  Tensor w = tessera::randn({40}, bf16);
+  tessera::ExportFn fn = [&](const std::vector<Tensor>& in) {
+    return std::vector<Tensor>{chain(in)[0], tessera::softmax(in[0] * w, -1)};
+  };
+  CompiledFunction f = tessera::compile(fn, options());
+  for (int64_t b : {3, 6})
+    expect_matches_eager(f, fn, {tessera::randn({b, 40}, bf16), tessera::randn({b, 40}, bf16)}, 2e-2, "bf16");
+  EXPECT_EQ(f.stats().compiles, 2);
+  if (have_compiler()) {
+    EXPECT_EQ(f.artifacts().at(1).backend, "cpp");
+  }
+}
+
 TEST(Compile, SoftmaxAndLayerNormMatchEager) {
   Tensor w = tessera::randn({48}) * 0.1 + 1.0, b = tessera::randn({48}) * 0.1;
   tessera::ExportFn fn = [&](const std::vector<Tensor>& in) {
