@@ -578,6 +578,25 @@ TEST(Codegen, ExternNodesRunThroughTheHostWithPlannedBuffers) {
   }
 }
 
+TEST(Codegen, ExternNodesRunCapturedViewsAndNumbersInTensorPositions) {
+  REQUIRE_COMPILER();
+  // f64 values are extern nodes: a core view, then mul.Tensor with a C++ number as `other`.
+  Builder b;
+  const SymSize n = SymSize::symbol("n");
+  ValueId x = b.input("x", DType::Float64, {n, 4});
+  ValueId v = b.call("view", {Builder::T(x), Builder::C(std::vector<int64_t>{-1})}, DType::Float64, {n * 4});
+  ValueId y = b.call("mul.Tensor", {Builder::T(v), Builder::C(2.5)}, DType::Float64, {n * 4});
+  b.output({y});
+  CompiledGraph cg = CompiledGraph::compile(b.ep, shared_cache());
+  for (int64_t rows : {1, 3}) {
+    Input in = make_input(DType::Float32, {rows, 4}, uint32_t(rows));
+    Tensor out = cg.run({in.tensor.to(DType::Float64)})[0];
+    ASSERT_EQ(out.sizes().vec(), std::vector<int64_t>{rows * 4});
+    const double* p = out.data_ptr<double>();
+    for (size_t i = 0; i < in.values.size(); ++i) EXPECT_EQ(p[i], in.values[i] * 2.5) << i;
+  }
+}
+
 TEST(Codegen, BadInputsGetOneLineErrors) {
   REQUIRE_COMPILER();
   CompiledGraph cg = CompiledGraph::compile(softmax_program(DType::Float32, {SymSize::symbol("batch"), 3, 37}),

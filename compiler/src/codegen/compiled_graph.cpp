@@ -6,6 +6,7 @@
 #include <map>
 
 #include "generated_abi.h"
+#include "interpret.h"
 #include "tessera/checked_math.h"
 #include "tessera/compiler/codegen.h"
 #include "tessera/dispatcher.h"
@@ -73,16 +74,6 @@ Tensor view_of(CallContext& ctx, const TensorType& t, void* data) {
   return Tensor(make_intrusive<TensorImpl>(owner.storage(), t.dtype, t.device, sizes, strides, offset));
 }
 
-Value boxed(const Constant& c) {
-  return std::visit(
-      [](const auto& x) -> Value {
-        using T = std::decay_t<decltype(x)>;
-        if constexpr (std::is_same_v<T, std::monostate>) return std::monostate{};
-        else return x;
-      },
-      c);
-}
-
 void* host_alloc(void* vctx, int32_t slot, int64_t bytes) {
   auto& ctx = *static_cast<CallContext*>(vctx);
   try {
@@ -105,30 +96,17 @@ int host_call_node(void* vctx, int32_t node_index, void* const* inputs, void** o
   try {
     const Graph& g = ctx.program->graph;
     const Node& node = g.nodes.at(size_t(node_index));
-    Stack stack;
+    // The interpreter's step (views, wrapped numbers in Tensor positions) on the generated buffers.
+    std::vector<Tensor> env(g.values.size());
     size_t k = 0;
-    for (const Argument& a : node.args) {
-      switch (a.kind) {
-        case Argument::Kind::Tensor:
-          stack.emplace_back(view_of(ctx, g.type(a.values[0]), inputs[k++]));
-          break;
-        case Argument::Kind::TensorList: {
-          std::vector<Tensor> ts;
-          for (ValueId v : a.values) ts.push_back(view_of(ctx, g.type(v), inputs[k++]));
-          stack.emplace_back(std::move(ts));
-          break;
-        }
-        case Argument::Kind::None: stack.emplace_back(std::optional<Tensor>()); break;
-        case Argument::Kind::Constant: stack.push_back(boxed(a.constant)); break;
-      }
-    }
-    Dispatcher& d = Dispatcher::instance();
-    Stack results = d.call_boxed(d.op(node.target), std::move(stack));
+    for (const Argument& a : node.args)
+      for (ValueId v : a.values) env[size_t(v)] = view_of(ctx, g.type(v), inputs[k++]);
+    std::vector<Tensor> results = execute_node(g, node, env, ctx.bindings);
     TESSERA_INTERNAL_ASSERT(results.size() >= node.outputs.size(), node.target, " returned ", results.size(),
                             " values; the graph expects ", node.outputs.size());
     for (size_t i = 0; i < node.outputs.size(); ++i) {
       const TensorType& type = g.type(node.outputs[i]);
-      Tensor r = std::get<Tensor>(results[i]);
+      Tensor r = results[i];
       const std::vector<int64_t> want = concrete_sizes(type, ctx.bindings);
       TESSERA_CHECK(r.dtype() == type.dtype && r.sizes().vec() == want, node.target, " returned ",
                     dtype_name(r.dtype()), " of ", r.dim(), " dims where the graph says ", type.str(),

@@ -229,13 +229,18 @@ bool valid_entry(const fs::path& dir, const std::string& key) {
 }
 }  // namespace
 
+void compile_warning(const std::string& message) {
+  const std::string line = "[tessera:compile] warning: " + message + "\n";
+  std::fwrite(line.data(), 1, line.size(), stderr);
+}
+
 CacheResult compile_cached(const std::string& source, CpuIsa isa, const CompileOptions& options,
                            const std::string& graph_text) {
   std::string why;
   auto tc = find_toolchain(&why);
   if (!tc) {
     static std::once_flag warned;
-    std::call_once(warned, [&] { log_message(LogLevel::Warning, "compile", why + "; graphs run through the interpreter"); });
+    std::call_once(warned, [&] { compile_warning(why + "; graphs run through the interpreter"); });
     TESSERA_CHECK_CODE(false, ErrorCode::Unavailable, why);
   }
   const std::vector<std::string> flags = compile_flags(isa);

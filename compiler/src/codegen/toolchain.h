@@ -16,6 +16,10 @@ struct CacheResult {
   std::string command;  // empty on a hit
 };
 
+// Prints "[tessera:compile] warning: <message>" to stderr whether or not TESSERA_LOG names compile:
+// what a user must know (no compiler: graphs run slower; a recompile limit reached).
+void compile_warning(const std::string& message);
+
 // 32 hex digits.
 std::string hash_hex(std::string_view bytes);
 std::vector<std::string> compile_flags(CpuIsa isa);

@@ -551,6 +551,42 @@ typedef tessera_status_t (*tessera_ext_quantizer_annotate_fn_t)(void* self, cons
                                                                  const tessera_annotation_api_t* api,
                                                                  tessera_annotations_t* annotations);
 
+/* Note [Compiler plugin ABI]
+ * A plugin of kind "compiler" offers TESSERA_EXT_COMPILER (ABI 1.2, the shape of ONNX Runtime's
+ * plugin execution providers). The function returns the plugin's compiler table, or NULL; it takes
+ * no argument because the table carries the `self` its functions take (the host's extension lookup
+ * has no plugin `self` to pass). tessera::compile with `backend` naming the plugin:
+ * 1. get_capability(self, graph, device, out_group_of_node): the plugin writes one entry per node of
+ *    `graph` (node_count entries): a group id >= 0 for a call node it takes, -1 otherwise. `device`
+ *    is the inputs' device ("my_hardware_device:0"). The host cuts each group into runs of
+ *    consecutive call nodes; each run is one partition.
+ * 2. compile(self, subgraph, device, out_executable): `subgraph` is one partition as a program of its
+ *    own: its user inputs are the values the partition reads from outside (in order of first use),
+ *    its outputs the values it produces that are read later or returned. Symbolic sizes stay
+ *    symbolic. The executable belongs to the plugin until release.
+ * 3. run(self, executable, inputs, num_inputs, outputs, num_outputs, stream): inputs in the
+ *    subgraph's user-input order, outputs allocated by the host on `device` with the subgraph's
+ *    output types evaluated for this call (contiguous); the plugin writes them. `stream` is the
+ *    calling thread's current stream of the device (NULL: the default stream). The host moves an
+ *    input to `device` only when it lives elsewhere. Runs may overlap on several threads.
+ * 4. release(self, executable): once, when the compiled function is destroyed.
+ * Every node no partition takes runs through the dispatcher, as in eager mode. A status other than
+ * NULL fails the call with the plugin's message. */
+#define TESSERA_EXT_COMPILER "tessera.compiler"
+typedef struct tessera_compiler_interface_t {
+  uint32_t struct_size;
+  uint32_t reserved_;
+  void* self; /* passed back to every function below */
+  tessera_status_t (*get_capability)(void* self, const tessera_graph_t* graph, const char* device,
+                                     int32_t* out_group_of_node);
+  tessera_status_t (*compile)(void* self, const tessera_graph_t* subgraph, const char* device,
+                              void** out_executable);
+  tessera_status_t (*run)(void* self, void* executable, const tessera_tensor_t* const* inputs, int32_t num_inputs,
+                          const tessera_tensor_t* const* outputs, int32_t num_outputs, void* stream);
+  void (*release)(void* self, void* executable);
+} tessera_compiler_interface_t;
+typedef const tessera_compiler_interface_t* (*tessera_ext_compiler_fn_t)(void);
+
 /* The entry point, exported as TESSERA_PLUGIN_ENTRY_NAME. The plugin checks `host_abi_major`,
  * registers its kernels through `host`, and returns its header in `out_plugin` (static storage
  * or owned by the plugin until shutdown). `host` stays valid until shutdown. */

@@ -1,0 +1,95 @@
+// tessera::compile against the same function run eagerly, in the same run (see README.md).
+#include <benchmark/benchmark.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+
+#include "tessera/compiler/codegen.h"
+#include "tessera/compiler/compile.h"
+#include "tessera/tessera.h"
+
+namespace {
+
+using namespace tessera;
+namespace fs = std::filesystem;
+
+std::string bench_cache() {
+  static std::string dir =
+      (fs::temp_directory_path() / ("tessera_bench_compiled_fn_" + std::to_string(getpid()))).string();
+  return dir;
+}
+
+// sigmoid(tanh(x * y + 0.5) * 2 - x): six ops.
+std::vector<Tensor> chain(const std::vector<Tensor>& in) {
+  return {sigmoid(tanh(in[0] * in[1] + 0.5) * 2.0 - in[0])};
+}
+
+CompileOptions options() {
+  CompileOptions o;
+  o.cache_dir = bench_cache();
+  return o;
+}
+
+const std::vector<Tensor>& tiny_inputs() {
+  static const std::vector<Tensor> in{randn({4, 8}), randn({4, 8})};
+  return in;
+}
+
+void BM_TinyChain_Eager(benchmark::State& state) {
+  for (auto _ : state) benchmark::DoNotOptimize(chain(tiny_inputs()));
+}
+
+// The generated function called directly: what a compiled call costs without its guards.
+void BM_TinyChain_GeneratedNoGuards(benchmark::State& state) {
+  compiler::codegen::CompileOptions o;
+  o.cache_dir = bench_cache();
+  auto cg = compiler::codegen::CompiledGraph::compile(export_program(chain, tiny_inputs()), o);
+  for (auto _ : state) benchmark::DoNotOptimize(cg.run(tiny_inputs()));
+}
+
+// A call of the compiled function: guard check, then the generated function.
+void BM_TinyChain_Compiled(benchmark::State& state) {
+  CompiledFunction f = compile(chain, options());
+  f(tiny_inputs());
+  for (auto _ : state) benchmark::DoNotOptimize(f(tiny_inputs()));
+  if (f.stats().compiles != 1) state.SkipWithError("recompiled");
+}
+
+// The same through the interpreter backend.
+void BM_TinyChain_CompiledInterpreter(benchmark::State& state) {
+  CompileOptions o = options();
+  o.backend = "interpreter";
+  CompiledFunction f = compile(chain, o);
+  f(tiny_inputs());
+  for (auto _ : state) benchmark::DoNotOptimize(f(tiny_inputs()));
+}
+
+// 100 batch sizes through one compiled function (automatic dynamic): compiles and their time.
+void BM_HundredBatchSizes(benchmark::State& state) {
+  for (auto _ : state) {
+    CompiledFunction f = compile(chain, options());
+    for (int64_t b = 1; b <= 100; ++b) benchmark::DoNotOptimize(f({randn({b, 64}), randn({b, 64})}));
+    const CompileStats s = f.stats();
+    state.counters["compiles"] = s.compiles;
+    state.counters["compile_ms"] = s.compile_seconds * 1e3;
+    state.counters["disk_cache_hits"] = s.disk_cache_hits;
+  }
+}
+
+}  // namespace
+
+BENCHMARK(BM_TinyChain_Eager)->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_TinyChain_GeneratedNoGuards)->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_TinyChain_Compiled)->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_TinyChain_CompiledInterpreter)->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_HundredBatchSizes)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(1);
+
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  std::error_code ec;
+  fs::remove_all(bench_cache(), ec);
+  return 0;
+}

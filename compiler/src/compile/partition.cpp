@@ -1,0 +1,230 @@
+// Partitions of a program run by a compiler plugin (Note [Compiler plugin ABI] in plugin_abi.h).
+#include "partition.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <utility>
+
+#include "interpret.h"
+#include "tessera/compiler/graph_abi.h"
+#include "tessera/dispatcher.h"
+#include "tessera/error.h"
+#include "tessera/log.h"
+#include "tessera/ops.h"
+#include "tessera/plugin_loader.h"
+#include "tessera/stream.h"
+
+namespace tessera::compiler {
+
+namespace {
+
+// Throws with the plugin's message when `status` is not OK.
+void check_status(tessera_status_t status, const std::string& plugin, const char* call) {
+  if (!status) return;
+  const std::string message = status_take_message(status);
+  detail::throw_error(ErrorCode::Internal,
+                      "compiler plugin '" + plugin + "': " + call + " failed: " + message);
+}
+
+// The runtime's view of a tensor for a plugin (the same fields the dispatcher fills for kernels).
+tessera_tensor_t c_tensor(const Tensor& t) {
+  tessera_tensor_t c{};
+  c.struct_size = sizeof(tessera_tensor_t);
+  c.dtype = int32_t(t.dtype());
+  c.device_type = int32_t(t.device().type());
+  c.device_index = t.device().index() < 0 ? 0 : t.device().index();
+  c.ndim = int32_t(t.dim());
+  c.sizes = t.sizes().data();
+  c.strides = t.strides().data();
+  c.numel = t.numel();
+  const Storage& s = t.storage();
+  c.data = s ? s->data() : nullptr;
+  c.byte_offset = t.storage_offset() * int64_t(itemsize(t.dtype()));
+  c.version = s ? s->version() : 0;
+  return c;
+}
+
+std::map<std::string, int64_t> bind_symbols(const ExportedProgram& p, const std::vector<Tensor>& inputs) {
+  std::map<std::string, int64_t> bindings;
+  size_t k = 0;
+  for (const InputSpec& in : p.signature.inputs) {
+    if (in.kind != InputKind::UserInput) continue;
+    const TensorType& t = p.graph.type(in.value);
+    for (size_t d = 0; d < t.sizes.size(); ++d) {
+      const std::vector<std::string> names = t.sizes[d].symbols();
+      if (names.size() == 1 && t.sizes[d].same_as(SymSize::symbol(names[0])))
+        bindings.emplace(names[0], inputs.at(k).size(int64_t(d)));
+    }
+    ++k;
+  }
+  return bindings;
+}
+
+}  // namespace
+
+const tessera_compiler_interface_t& compiler_plugin(const std::string& name) {
+  std::string kinds;
+  bool listed = false;
+  for (const PluginInfo& p : plugins()) {
+    if (p.kind == "compiler") kinds += (kinds.empty() ? "" : ", ") + p.name;
+    if (p.name != name) continue;
+    listed = true;
+    TESSERA_CHECK(p.kind == "compiler", "compile: backend '", name, "' is a plugin of kind ", p.kind,
+                  ", not compiler; use cpp, interpreter or a compiler plugin (", kinds, ")");
+  }
+  TESSERA_CHECK(listed, "compile: unknown backend '", name,
+                "'; expected cpp, interpreter, eager or a compiler plugin",
+                kinds.empty() ? std::string(" (none is installed)") : " (" + kinds + ")");
+  std::string why;
+  TESSERA_CHECK(load_plugin(name, &why), "compile: compiler plugin '", name, "' does not load: ", why);
+  auto get = plugin_extension<tessera_ext_compiler_fn_t>(name, TESSERA_EXT_COMPILER);
+  const tessera_compiler_interface_t* table = get ? get() : nullptr;
+  TESSERA_CHECK(table && table->struct_size >= sizeof(tessera_compiler_interface_t) &&
+                    table->get_capability && table->compile && table->run && table->release,
+                "compile: plugin '", name, "' offers no complete ", TESSERA_EXT_COMPILER,
+                " table (Note [Compiler plugin ABI]); it cannot compile graphs");
+  return *table;
+}
+
+PartitionedProgram::PartitionedProgram(ExportedProgram program, const std::string& plugin,
+                                       const Device& device)
+    : program_(std::move(program)), plugin_(&compiler_plugin(plugin)), plugin_name_(plugin), device_(device) {
+  for (const InputSpec& in : program_.signature.inputs) {
+    if (in.kind == InputKind::UserInput) continue;
+    auto w = program_.weights.find(in.name);
+    TESSERA_CHECK(w != program_.weights.end(), "the program has no weight '", in.name, "'");
+    weights_.emplace_back(in.value, w->second.to(device_));
+  }
+  const Graph& g = program_.graph;
+  const int32_t n = int32_t(g.nodes.size());
+  std::vector<int32_t> group(g.nodes.size(), -1);
+  {
+    GraphHandle h(program_, false);
+    check_status(plugin_->get_capability(plugin_->self, h.get(), device_.str().c_str(), group.data()),
+                 plugin_name_, "get_capability");
+  }
+  // Runs of consecutive call nodes with one group id are the partitions.
+  partition_at_node_.assign(g.nodes.size(), -1);
+  for (int32_t i = 0; i < n;) {
+    const Node& node = g.nodes[size_t(i)];
+    if (group[size_t(i)] < 0 || node.kind != NodeKind::Call) {
+      ++i;
+      continue;
+    }
+    Partition p;
+    p.first_node = size_t(i);
+    while (i < n && g.nodes[size_t(i)].kind == NodeKind::Call && group[size_t(i)] == group[p.first_node]) ++i;
+    p.end_node = size_t(i);
+    std::set<ValueId> produced;
+    for (size_t k = p.first_node; k < p.end_node; ++k) {
+      for (const Argument& a : g.nodes[k].args)
+        for (ValueId v : a.values)
+          if (!produced.count(v) && std::find(p.inputs.begin(), p.inputs.end(), v) == p.inputs.end())
+            p.inputs.push_back(v);
+      produced.insert(g.nodes[k].outputs.begin(), g.nodes[k].outputs.end());
+    }
+    std::set<ValueId> used_later;
+    for (size_t k = p.end_node; k < g.nodes.size(); ++k)
+      for (const Argument& a : g.nodes[k].args) used_later.insert(a.values.begin(), a.values.end());
+    for (size_t k = p.first_node; k < p.end_node; ++k)
+      for (ValueId v : g.nodes[k].outputs)
+        if (used_later.count(v)) p.outputs.push_back(v);
+    partition_at_node_[p.first_node] = int32_t(partitions_.size());
+    partitions_.push_back(std::move(p));
+  }
+  // Each partition as a program of its own: the graph's value table, its inputs as placeholders.
+  for (Partition& p : partitions_) {
+    ExportedProgram sub;
+    sub.graph.values = g.values;
+    sub.ranges = program_.ranges;
+    sub.op_contract_version = program_.op_contract_version;
+    for (ValueId v : p.inputs) {
+      sub.graph.nodes.push_back({NodeKind::Placeholder, g.value_name(v).substr(1), {}, {v}});
+      sub.signature.inputs.push_back({InputKind::UserInput, g.value_name(v).substr(1), v});
+    }
+    for (size_t k = p.first_node; k < p.end_node; ++k) sub.graph.nodes.push_back(g.nodes[k]);
+    Node out{NodeKind::Output, "", {}, {}};
+    for (ValueId v : p.outputs) {
+      out.args.push_back(Argument::tensor(v));
+      sub.signature.outputs.push_back({g.value_name(v).substr(1), v});
+    }
+    sub.graph.nodes.push_back(std::move(out));
+    GraphHandle h(sub, false);
+    tessera_status_t status = plugin_->compile(plugin_->self, h.get(), device_.str().c_str(), &p.executable);
+    if (status) {
+      p.executable = nullptr;
+      for (Partition& done : partitions_)
+        if (done.executable) plugin_->release(plugin_->self, std::exchange(done.executable, nullptr));
+      check_status(status, plugin_name_, "compile");
+    }
+  }
+  if (log_enabled("compile"))
+    log_message(LogLevel::Info, "compile",
+                "compiler plugin '" + plugin_name_ + "' took " + std::to_string(partitions_.size()) +
+                    " partitions on " + device_.str());
+}
+
+PartitionedProgram::~PartitionedProgram() {
+  for (Partition& p : partitions_)
+    if (p.executable) plugin_->release(plugin_->self, p.executable);
+}
+
+std::vector<Tensor> PartitionedProgram::run(const std::vector<Tensor>& inputs) const {
+  const Graph& g = program_.graph;
+  const std::map<std::string, int64_t> bindings = bind_symbols(program_, inputs);
+  std::vector<Tensor> env(g.values.size());
+  size_t k = 0;
+  for (const InputSpec& in : program_.signature.inputs)
+    if (in.kind == InputKind::UserInput) env[size_t(in.value)] = inputs.at(k++);
+  for (const auto& [v, t] : weights_) env[size_t(v)] = t;
+  auto value = [&](ValueId v) -> const Tensor& {
+    const Tensor& t = env.at(size_t(v));
+    TESSERA_INTERNAL_ASSERT(t.defined(), "value ", g.value_name(v), " is used before it is computed");
+    return t;
+  };
+  std::vector<Tensor> outputs;
+  for (size_t i = 0; i < g.nodes.size();) {
+    const Node& n = g.nodes[i];
+    if (const int32_t at = partition_at_node_[i]; at >= 0) {
+      const Partition& p = partitions_[size_t(at)];
+      std::vector<Tensor> ins, outs;
+      for (ValueId v : p.inputs) {
+        Tensor t = value(v);
+        if (t.device() != device_) t = t.to(device_);  // only where devices differ
+        ins.push_back(t.contiguous());
+      }
+      for (ValueId v : p.outputs) {
+        const TensorType& type = g.type(v);
+        std::vector<int64_t> sizes;
+        for (const SymSize& s : type.sizes) sizes.push_back(s.evaluate(bindings));
+        outs.push_back(empty(sizes, TensorOptions().dtype(type.dtype).device(device_)));
+      }
+      std::vector<tessera_tensor_t> c_ins, c_outs;
+      for (const Tensor& t : ins) c_ins.push_back(c_tensor(t));
+      for (const Tensor& t : outs) c_outs.push_back(c_tensor(t));
+      std::vector<const tessera_tensor_t*> in_ptrs, out_ptrs;
+      for (const auto& c : c_ins) in_ptrs.push_back(&c);
+      for (const auto& c : c_outs) out_ptrs.push_back(&c);
+      check_status(plugin_->run(plugin_->self, p.executable, in_ptrs.data(), int32_t(in_ptrs.size()),
+                                out_ptrs.data(), int32_t(out_ptrs.size()), current_stream(device_).handle()),
+                   plugin_name_, "run");
+      for (size_t o = 0; o < p.outputs.size(); ++o) env[size_t(p.outputs[o])] = outs[o];
+      i = p.end_node;
+      continue;
+    }
+    ++i;
+    if (n.kind == NodeKind::Placeholder) continue;
+    if (n.kind == NodeKind::Output) {
+      for (const Argument& a : n.args) outputs.push_back(value(a.values.at(0)));
+      continue;
+    }
+    std::vector<Tensor> results = execute_node(g, n, env, bindings);
+    TESSERA_CHECK(results.size() == n.outputs.size(), "'", n.target, "' returned ", results.size(),
+                  " outputs, the graph expects ", n.outputs.size());
+    for (size_t o = 0; o < results.size(); ++o) env[size_t(n.outputs[o])] = std::move(results[o]);
+  }
+  return outputs;
+}
+
+}  // namespace tessera::compiler
