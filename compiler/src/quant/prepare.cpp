@@ -165,7 +165,10 @@ PreparedProgram prepare(const ExportedProgram& ep, const std::vector<const Quant
   std::vector<const SpecOrShared*> specs;
   std::vector<const std::string*> owners;
   for (const auto& [node, entry] : p.annotations.all()) {
-    const auto& [a, by] = entry;
+    // Plain references, not a structured binding: the lambda below captures them (clang refuses
+    // to capture a binding before C++20's P1091 support).
+    const auto& a = entry.first;
+    const auto& by = entry.second;
     const Node& n = g.nodes.at(size_t(node));
     auto add = [&](const QuantPoint& pt, const SpecOrShared& s) {
       if (auto* spec = std::get_if<QuantizationSpec>(&s)) validate_spec(p.program, pt, *spec, by);
