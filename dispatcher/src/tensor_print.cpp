@@ -232,6 +232,16 @@ std::string add_suffixes(const std::string& tensor_str, const std::vector<std::s
   return out + ")";
 }
 
+// The bracketed values of a host tensor, read as `dt` (offsets relative to its first element).
+std::string format_values(const Tensor& host, DType dt, int64_t indent) {
+  const auto* raw = static_cast<const char*>(host.raw_const_data_ptr());
+  Printer p{host, raw, host.numel() > kThreshold};
+  std::vector<int64_t> offsets;
+  p.collect(0, 0, offsets);
+  Formatter f(dt, offsets, raw);
+  return p.str(0, 0, indent, f);
+}
+
 }  // namespace
 
 void set_sparse_dense_form_hook(DenseFormHook hook) { g_sparse_dense_form.store(hook, std::memory_order_release); }
@@ -261,25 +271,13 @@ std::string to_string(const Tensor& t) {
     suffixes.push_back("dtype=" + std::string(dtype_name(dt)));
     suffixes.push_back("layout=sparse_semi_structured(2:4)");
     if (hook) {
-      const Tensor dense = hook(t);
-      const auto* raw = static_cast<const char*>(dense.raw_const_data_ptr());
-      Printer p{dense, raw, dense.numel() > kThreshold};
-      std::vector<int64_t> offsets;
-      p.collect(0, 0, offsets);
-      Formatter f(dt, offsets, raw);
-      body = p.str(0, 0, indent, f);
+      body = format_values(hook(t), dt, indent);
     } else {
       body = "...";
     }
   } else if (const Quantizer* q = t.impl()->quantizer()) {
     // As PyTorch: the dequantized values, then the representation and its parameters.
-    const Tensor values = detail::dequantize_reference(t);
-    const auto* raw = static_cast<const char*>(values.raw_data_ptr());
-    Printer p{values, raw, values.numel() > kThreshold};
-    std::vector<int64_t> offsets;
-    p.collect(0, 0, offsets);
-    Formatter f(kFloat32, offsets, raw);
-    body = p.str(0, 0, indent, f);
+    body = format_values(detail::dequantize_reference(t), kFloat32, indent);
     suffixes.push_back("size=" + size_tuple(t.sizes()));
     suffixes.push_back("dtype=" + std::string(dtype_name(dt)));
     std::ostringstream params;
@@ -302,14 +300,7 @@ std::string to_string(const Tensor& t) {
     }
   } else {
     if (!has_default_dtype) suffixes.push_back("dtype=" + std::string(dtype_name(dt)));
-    const Tensor host = t.is_cpu() ? t : t.cpu();
-    const auto* raw = static_cast<const char*>(host.raw_const_data_ptr());
-    // Offsets below are relative to the tensor's first element.
-    Printer p{host, raw, host.numel() > kThreshold};
-    std::vector<int64_t> offsets;
-    p.collect(0, 0, offsets);
-    Formatter f(dt, offsets, raw);
-    body = p.str(0, 0, indent, f);
+    body = format_values(t.is_cpu() ? t : t.cpu(), dt, indent);
   }
   return add_suffixes(prefix + body, suffixes, indent);
 }
