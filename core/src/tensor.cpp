@@ -292,6 +292,50 @@ TensorImpl::~TensorImpl() {
 }
 
 void TensorImpl::set_sizes_and_strides(IntArrayRef sizes, IntArrayRef strides, int64_t storage_offset) {
+  // Hot path (every operator output and view): a valid geometry of at most kInlineDims dims,
+  // checked in one pass; anything else, including every error, takes the checked path below.
+  if (__builtin_expect(sizes.size() <= size_t(kInlineDims) && sizes.size() == strides.size() && storage_offset >= 0, 1)) {
+    const int32_t n = int32_t(sizes.size());
+    int64_t tmp[2 * kInlineDims];  // `sizes`/`strides` may point into this impl's own arrays
+    int64_t numel = 1, last = storage_offset, expected = 1;
+    bool ok = true, contiguous = true, empty = false;
+    for (int32_t i = 0; i < n; ++i)  // in compute_numel's order, so that it overflows where that does
+      ok &= sizes[size_t(i)] >= 0 && !__builtin_mul_overflow(numel, sizes[size_t(i)], &numel);
+    for (int32_t i = n - 1; i >= 0; --i) {
+      const int64_t size = sizes[size_t(i)], stride = strides[size_t(i)];
+      tmp[i] = size;
+      tmp[n + i] = stride;
+      ok &= stride >= 0;
+      empty |= size == 0;
+      int64_t span;
+      ok &= !__builtin_mul_overflow(size - 1, stride, &span) && !__builtin_add_overflow(last, span, &last);
+      if (size != 1) {
+        contiguous &= stride == expected;
+        ok &= !__builtin_mul_overflow(expected, size, &expected);
+      }
+    }
+    uint64_t needed = 0;
+    if (empty) {
+      last = -1;  // an empty tensor needs no storage
+      numel = 0;
+    }
+    ok = ok && !__builtin_add_overflow(last, 1, &last) &&
+         !__builtin_mul_overflow(uint64_t(last), uint64_t(itemsize(dtype_)), &needed);
+    if (__builtin_expect(ok && needed <= (storage_ ? uint64_t(storage_->nbytes()) : 0), 1)) {
+      if (sizes_ != inline_) delete[] sizes_;
+      sizes_ = inline_;
+      strides_ = inline_ + kInlineDims;
+      if (n > 0) {
+        std::memcpy(sizes_, tmp, size_t(n) * sizeof(int64_t));
+        std::memcpy(strides_, tmp + n, size_t(n) * sizeof(int64_t));
+      }
+      ndim_ = n;
+      numel_ = numel;
+      storage_offset_ = storage_offset;
+      is_contiguous_ = contiguous || numel == 0;
+      return;
+    }
+  }
   TESSERA_CHECK(sizes.size() == strides.size(), "tensor geometry: got ", sizes.size(), " sizes ", sizes, " but ",
                 strides.size(), " strides ", strides, "; expected one stride per size");
   TESSERA_CHECK(sizes.size() <= size_t(std::numeric_limits<int32_t>::max()), "tensor geometry: too many dims");

@@ -53,7 +53,8 @@ inline void fill_c_tensor(tessera_tensor_t& c, const TensorImpl* t) {
   c.numel = t->numel();
   const Storage& s = t->storage();
   c.data = s ? s->data() : nullptr;
-  c.byte_offset = t->storage_offset() * int64_t(itemsize(t->dtype()));
+  const int64_t offset = t->storage_offset();
+  c.byte_offset = offset == 0 ? 0 : offset * int64_t(itemsize(t->dtype()));  // outputs start at 0
   c.version = s ? s->version() : 0;
 }
 

@@ -37,18 +37,34 @@ ErrorCode error_code_of(tessera_status_code_t code);
 
 // Note [In-flight plugin calls]
 // Every path that may run plugin code (an operator call, a cross-device copy, an allocation, a
-// free, a device query) holds a PluginCallGuard. Only the outermost guard of a thread touches
-// the shared counter (one atomic add and one subtract per top-level call; nested calls cost a
-// thread-local increment), so the dispatch hot path stays cheap. shutdown_plugins() sets the
-// shutdown bit, waits -- without holding the registry mutex, so in-flight calls may still load a
-// plugin or take any lock they need -- until no call is in flight, and only then unloads. A call
-// that starts while the bit is set fails with ErrorCode::Unavailable instead of entering code that
-// is about to be unmapped.
-inline constexpr uint64_t kPluginShutdownBit = uint64_t(1) << 63;
-inline std::atomic<uint64_t> g_plugin_calls{0};  // calls in flight, plus kPluginShutdownBit
+// free, a device query) holds a PluginCallGuard. shutdown_plugins() raises g_plugin_shutdown,
+// waits -- without holding the registry mutex, so in-flight calls may still load a plugin or take
+// any lock they need -- until no call is in flight, and only then unloads. A call that starts while
+// the flag is up fails with ErrorCode::Unavailable instead of entering code about to be unmapped.
+//
+// The hot path takes no locked instruction (Note [Asymmetric fence]): each thread owns a slot in
+// a list that shutdown scans; only the outermost guard of a thread touches it (nested guards cost
+// a thread-local increment). Entering stores 1 in the slot and then reads the flag; shutdown
+// raises the flag and then reads every slot. That store-then-load pairing on both sides (Dekker)
+// needs a full barrier on both sides; the caller's is only a compiler barrier, and shutdown makes
+// up for it with membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED), which runs a full barrier on every
+// CPU that runs a thread of the process. So either shutdown sees the slot at 1 and waits, or the
+// caller sees the flag and backs out. Where membarrier is unavailable (an old kernel, a seccomp
+// profile) or under ThreadSanitizer (which does not model it), callers use a seq_cst fence.
+struct PluginCallSlot {
+  std::atomic<uint32_t> depth{0};   // 1 while the owning thread is inside a call
+  std::atomic<bool> in_use{false};  // owned by a live thread
+  PluginCallSlot* next = nullptr;   // the list only grows; slots are reused, never freed
+};
+inline std::atomic<bool> g_plugin_shutdown{false};
+// Set once membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) is registered for the process.
+inline std::atomic<bool> g_heavy_fence_ready{false};
 __attribute__((tls_model("initial-exec"))) inline thread_local int t_plugin_call_depth = 0;  // Note [Hot thread-locals]
+__attribute__((tls_model("initial-exec"))) inline thread_local PluginCallSlot* t_plugin_call_slot = nullptr;
 
 [[noreturn]] void throw_plugin_shutdown_in_progress();
+// Gives the calling thread its slot (a free one, or a new one); released at thread exit.
+PluginCallSlot* claim_plugin_call_slot();
 
 class PluginCallGuard {
  public:
@@ -66,7 +82,7 @@ class PluginCallGuard {
     }
   }
   ~PluginCallGuard() {
-    if (entered_ && --t_plugin_call_depth == 0) g_plugin_calls.fetch_sub(1, std::memory_order_release);
+    if (entered_ && --t_plugin_call_depth == 0) t_plugin_call_slot->depth.store(0, std::memory_order_release);
   }
   PluginCallGuard(const PluginCallGuard&) = delete;
   PluginCallGuard& operator=(const PluginCallGuard&) = delete;
@@ -74,9 +90,15 @@ class PluginCallGuard {
 
  private:
   static bool enter() {
-    if (__builtin_expect(!(g_plugin_calls.fetch_add(1, std::memory_order_seq_cst) & kPluginShutdownBit), 1))
-      return true;
-    g_plugin_calls.fetch_sub(1, std::memory_order_release);
+    PluginCallSlot* slot = t_plugin_call_slot;
+    if (__builtin_expect(slot == nullptr, 0)) slot = claim_plugin_call_slot();
+    slot->depth.store(1, std::memory_order_relaxed);
+    if (__builtin_expect(g_heavy_fence_ready.load(std::memory_order_relaxed), 1))
+      std::atomic_signal_fence(std::memory_order_seq_cst);  // shutdown's membarrier does the rest
+    else
+      std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (__builtin_expect(!g_plugin_shutdown.load(std::memory_order_acquire), 1)) return true;
+    slot->depth.store(0, std::memory_order_release);
     return false;
   }
   bool entered_ = true;

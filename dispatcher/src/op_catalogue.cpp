@@ -73,6 +73,7 @@ void add_rt(ResultTypeState& s, const TensorImpl& t) {
   s.add_tensor(t.dtype(), t.dim() == 0, t.is_wrapped_number());
 }
 DType result_type(const TensorImpl& a, const TensorImpl& b) {
+  if (a.dtype() == b.dtype()) return a.dtype();  // one dtype promotes to itself, whatever the dims
   ResultTypeState s;
   add_rt(s, a);
   add_rt(s, b);
@@ -105,6 +106,8 @@ void meta_fill_(MetaCall& m) {
 // alpha of add/sub: PyTorch's alpha_check, then the value must fit the result dtype.
 void check_alpha(const MetaCall& m, DType result) {
   if (m.num_attrs == 0 || attr(m, 0).kind == TESSERA_VALUE_NONE) return;
+  // The default alpha (integer 1) passes every check for a non-bool result.
+  if (attr(m, 0).kind == TESSERA_VALUE_INT && attr(m, 0).u.i == 1 && result != kBool) return;
   const Scalar alpha = scalar_of(attr(m, 0));
   TESSERA_CHECK(result == kBool || !alpha.is_bool(), m.op_name,
                 ": boolean alpha only supported for boolean results; pass an integer alpha");
@@ -176,7 +179,9 @@ template <Bin K>
 void meta_binary(MetaCall& m) {
   const TensorImpl& a = need(m, 0, "self");
   const TensorImpl& b = need(m, 1, "other");
-  Sz out = shape::broadcast<int64_t>(m.op_name, a.sizes(), b.sizes());
+  const bool same_sizes = a.sizes() == b.sizes();
+  Sz out;
+  if (!same_sizes) out = shape::broadcast<int64_t>(m.op_name, a.sizes(), b.sizes());
   DType common = result_type(a, b);
   if constexpr (K == Bin::Sub) {
     TESSERA_CHECK(a.dtype() != kBool && b.dtype() != kBool, m.op_name,
@@ -190,7 +195,7 @@ void meta_binary(MetaCall& m) {
   if constexpr (K == Bin::Arith || K == Bin::Sub) check_alpha(m, result);
   m.compute_dtype = compute;
   m.cast_mask = 0b11;
-  m.add_output(out, result);
+  m.add_output(same_sizes ? a.sizes() : IntArrayRef(out), result);
 }
 
 void meta_pow_scalar(MetaCall& m) {

@@ -313,6 +313,74 @@ TEST_F(AcceleratorGenerationTest, ShutdownWhileOtherThreadsRunOpsWaitsForThem) {
   EXPECT_GT(completed.load(), 0);
 }
 
+// Note [Asymmetric fence] (dispatcher/src/host_api.h): a call inside a kernel keeps
+// shutdown_plugins() waiting, calls that start meanwhile are refused, and threads that made calls
+// and exited leave nothing behind that shutdown would wait for.
+struct BlockingKernel {
+  std::atomic<bool> inside{false};
+  std::atomic<bool> release{false};
+};
+tessera_status_t k_block_until_released(void* ud, const tessera_kernel_call_t* c) {
+  auto* k = static_cast<BlockingKernel*>(ud);
+  k->inside = true;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (!k->release && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
+  const tessera_tensor_t* out = c->outputs[0];
+  for (int64_t i = 0; i < out->numel; ++i) static_cast<float*>(out->data)[i] = 42.0f;
+  return nullptr;
+}
+tessera_status_t k_write_seven(void*, const tessera_kernel_call_t* c) {
+  const tessera_tensor_t* out = c->outputs[0];
+  for (int64_t i = 0; i < out->numel; ++i) static_cast<float*>(out->data)[i] = 7.0f;
+  return nullptr;
+}
+
+TEST_F(AcceleratorGenerationTest, ShutdownWaitsForACallInsideAKernelAndRefusesNewOnes) {
+  using namespace tessera;
+  Dispatcher& d = Dispatcher::instance();
+  OperatorEntry& op = d.define_op("test_block_in_kernel(Tensor self) -> Tensor", "relu", "test");
+  BlockingKernel k;
+  [[maybe_unused]] RegistrationHandle h = d.register_kernel(op, DeviceType::CPU, Functionality::Dense,
+                                           KernelEntry{k_block_until_released, &k, TESSERA_DTYPE_MASK_ALL, 0, "test"});
+  OperatorEntry& quick = d.define_op("test_quick_in_kernel(Tensor self) -> Tensor", "relu", "test");
+  [[maybe_unused]] RegistrationHandle hq = d.register_kernel(quick, DeviceType::CPU, Functionality::Dense,
+                                            KernelEntry{k_write_seven, nullptr, TESSERA_DTYPE_MASK_ALL, 0, "test"});
+  const Tensor x = tensor<float>({1, 1, 1, 1}, {4});
+  auto call_quick = [&] { return std::get<Tensor>(d.call_boxed(quick, {x})[0]).data_ptr<float>()[0]; };
+  std::atomic<float> result{0};
+  std::thread caller([&] { result = std::get<Tensor>(d.call_boxed(op, {x})[0]).data_ptr<float>()[3]; });
+  while (!k.inside) std::this_thread::yield();
+  std::atomic<bool> shut{false};
+  std::thread shutter([&] {
+    shutdown_plugins();
+    shut = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_FALSE(shut.load()) << "shutdown_plugins() returned while a call was inside a kernel";
+  // Meanwhile a new call is refused (or, if the shutdown has not raised its flag yet, runs).
+  try {
+    EXPECT_EQ(call_quick(), 7.0f);
+    EXPECT_FALSE(shut.load());
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("being shut down"), std::string::npos) << e.what();
+  }
+  k.release = true;
+  caller.join();
+  shutter.join();
+  EXPECT_TRUE(shut.load());
+  EXPECT_EQ(result.load(), 42.0f);
+
+  // Threads that call and exit hand their slots back: a shutdown after them does not wait.
+  std::vector<std::thread> churn;
+  std::atomic<int> sevens{0};
+  for (int i = 0; i < 64; ++i) churn.emplace_back([&] { sevens += call_quick() == 7.0f; });
+  for (auto& t : churn) t.join();
+  EXPECT_EQ(sevens.load(), 64);
+  const auto t0 = std::chrono::steady_clock::now();
+  shutdown_plugins();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
+}
+
 TEST_F(LoaderTest, ListingPluginsLoadsNoLibrary) {
   dir_.write_manifest("lt_good", backend_manifest("lt_good", LT_LIB_GOOD, 2, "lt_npu"));
   dir_.write_manifest("lt_old_minor", backend_manifest("lt_old_minor", LT_LIB_OLD_MINOR, 3, "lt_old"));
