@@ -155,6 +155,53 @@ TEST(MyHardwareDeviceCompiler, OneChainOnANonDefaultStreamAndAnotherDevice) {
   expect_close(got.at(0), want, "one chain");
 }
 
+// Graphs of elementwise chains broken by broadcasts and reductions: the compiled function on the
+// device against the same function run eagerly on the CPU in float64, and one launch per chain.
+TEST(MyHardwareDeviceCompiler, EveryGraphMatchesFloat64OnTheCpuWithOneLaunchPerChain) {
+  const Tensor bias = tessera::randn({8});
+  struct Case {
+    const char* name;
+    int64_t chains;
+    tessera::ExportFn fn;
+  };
+  const std::vector<Case> cases = {
+      {"alpha, scalars and division: one chain", 1,
+       [](const std::vector<Tensor>& in) {
+         const Tensor t = tessera::sub(tessera::add(in[0], in[1], 0.5), in[0] * in[1], 2.0);
+         return std::vector<Tensor>{tessera::neg(t) / (in[1] * in[1] + 2.0)};
+       }},
+      {"a broadcast add between two chains", 2,
+       [&bias](const std::vector<Tensor>& in) {
+         const Tensor g = tessera::relu(in[0] * in[1]) + bias.to(in[0].device()).to(in[0].dtype());
+         return std::vector<Tensor>{tessera::tanh(g) * 2.0, g};
+       }},
+      {"a row sum and a broadcast division between two chains", 2,
+       [](const std::vector<Tensor>& in) {
+         const Tensor e = tessera::exp(in[0]) + in[1] * in[1];  // positive: the sum is far from 0
+         const Tensor s = tessera::sum(e, {-1}, true);
+         return std::vector<Tensor>{tessera::sigmoid(e / s), s};
+       }},
+  };
+  const Device dev("my_hardware_device");
+  for (const Case& c : cases) {
+    CompiledFunction f = tessera::compile(c.fn, with_compiler());
+    for (int64_t b : {3, 6}) {
+      const Tensor x = tessera::randn({b, 8}), y = tessera::randn({b, 8});
+      const int64_t before = fused_launches();
+      const std::vector<Tensor> got = f({x.to(dev), y.to(dev)});
+      EXPECT_EQ(fused_launches() - before, c.chains) << c.name << ", batch " << b;
+      const std::vector<Tensor> want =
+          c.fn({x.to(tessera::DType::Float64), y.to(tessera::DType::Float64)});
+      ASSERT_EQ(got.size(), want.size()) << c.name;
+      for (size_t i = 0; i < got.size(); ++i) {
+        EXPECT_EQ(got[i].device().str(), "my_hardware_device:0") << c.name;
+        expect_close(got[i], host_values(want[i]), std::string(c.name) + ", batch " + std::to_string(b));
+      }
+    }
+    for (const auto& a : f.artifacts()) EXPECT_EQ(a.partitions, size_t(c.chains)) << c.name;
+  }
+}
+
 TEST(MyHardwareDeviceCompiler, TakesNothingOnTheCpuOrInFloat64) {
   TwoChains c;
   CompiledFunction f = tessera::compile(c.fn, with_compiler());
