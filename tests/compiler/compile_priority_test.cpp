@@ -32,7 +32,8 @@ void expect_close(const Tensor& got, const Tensor& want, const std::string& what
   Tensor g = got.to(Device("cpu")).to(tessera::DType::Float64).contiguous();
   Tensor w = want.to(Device("cpu")).to(tessera::DType::Float64).contiguous();
   for (int64_t i = 0; i < g.numel(); ++i)
-    ASSERT_NEAR(g.data_ptr<double>()[i], w.data_ptr<double>()[i], 1e-5 * (1 + std::abs(w.data_ptr<double>()[i])))
+    ASSERT_NEAR(g.data_ptr<double>()[i], w.data_ptr<double>()[i],
+                1e-5 * (1 + std::abs(w.data_ptr<double>()[i])))
         << what << " at " << i;
 }
 
@@ -49,7 +50,8 @@ struct Chains {
 // Position of plugin `name` in discovery order; -1 when not listed.
 long discovery_index(const std::string& name) {
   const std::vector<tessera::PluginInfo> all = tessera::plugins();
-  auto it = std::find_if(all.begin(), all.end(), [&](const tessera::PluginInfo& p) { return p.name == name; });
+  auto it =
+      std::find_if(all.begin(), all.end(), [&](const tessera::PluginInfo& p) { return p.name == name; });
   return it == all.end() ? -1 : long(it - all.begin());
 }
 
@@ -85,7 +87,8 @@ TEST(AutoPriority, EqualPrioritiesGoToTheSmallerNameAboveTheAcceleratorsOwn) {
   CompiledFunction f = tessera::compile(c.fn, auto_backend());
   const Device dev("my_hardware_device");
   const std::vector<Tensor> in{tessera::randn({3, 8}), tessera::randn({3, 8})};
-  const std::vector<Tensor> got = f({in[0].to(dev), in[1].to(dev)}), want = c.fn({in[0].to(dev), in[1].to(dev)});
+  const std::vector<Tensor> got = f({in[0].to(dev), in[1].to(dev)}),
+                            want = c.fn({in[0].to(dev), in[1].to(dev)});
   for (size_t i = 0; i < 2; ++i) expect_close(got[i], want[i], "output " + std::to_string(i));
   const tessera::ArtifactInfo a = f.artifacts().at(0);
   EXPECT_EQ(a.backend, "chain_compiler_tie_a") << a.selection;
@@ -98,7 +101,9 @@ TEST(AutoPriority, EqualPrioritiesGoToTheSmallerNameAboveTheAcceleratorsOwn) {
 #endif
 
 TEST(AutoInstalled, WithoutACompilerForTheCpuAutoIsCpp) {
-  auto fn = [](const std::vector<Tensor>& in) { return std::vector<Tensor>{tessera::relu(in[0] * 3.0 - 1.0)}; };
+  auto fn = [](const std::vector<Tensor>& in) {
+    return std::vector<Tensor>{tessera::relu(in[0] * 3.0 - 1.0)};
+  };
   CompiledFunction f = tessera::compile(fn, auto_backend());
   const Tensor x = tessera::randn({5, 4});
   expect_close(f({x}).at(0), fn({x}).at(0), "cpu");

@@ -30,7 +30,7 @@ using DimSet = std::set<DimRef>;
 
 struct Artifact {
   ArtifactGuards guards;
-  std::string backend;  // "cpp", "interpreter", "eager" or a compiler plugin's name
+  std::string backend;    // "cpp", "interpreter", "eager" or a compiler plugin's name
   std::string selection;  // backend "auto": the choice (Note [Compiler plugin priority])
   std::optional<compiler::codegen::CompiledGraph> generated;
   std::optional<ExportedProgram> program;                     // the interpreter's
@@ -223,7 +223,8 @@ struct CompiledFunction::State {
         compiler::CompilerChoice choice = compiler::choose_compiler_plugin(device);
         plugin = std::move(choice.plugin);
         a->selection = std::move(choice.report);
-        if (log_enabled("compile")) log_message(LogLevel::Info, "compile", "'" + options.name + "': " + a->selection);
+        if (log_enabled("compile"))
+          log_message(LogLevel::Info, "compile", "'" + options.name + "': " + a->selection);
       }
       if (!plugin.empty()) {
         a->partitioned = std::make_unique<compiler::PartitionedProgram>(std::move(*program), plugin, device);

@@ -28,7 +28,8 @@ CompilerChoice choose_compiler_plugin(const Device& device) {
   std::string failed;  // compiler plugins of this device the loader refused, with their reason
   for (PluginInfo& p : plugins()) {
     if (p.kind != "compiler" || !p.has_device || p.device_name != type) continue;
-    if (p.status == PluginStatus::Available || p.status == PluginStatus::Loaded) candidates.push_back(std::move(p));
+    if (p.status == PluginStatus::Available || p.status == PluginStatus::Loaded)
+      candidates.push_back(std::move(p));
     else if (p.status == PluginStatus::Failed)
       failed += ", " + p.name + " (priority " + std::to_string(p.priority) + ") failed: " + p.reason;
   }
@@ -55,7 +56,8 @@ CompilerChoice choose_compiler_plugin(const Device& device) {
   if (choice.plugin.empty())
     choice.report = "auto for " + device.str() + ": cpp (no compiler plugin serves " + type + ")";
   if (!failed.empty()) passed_over += passed_over.empty() ? failed.substr(2) : failed;
-  if (!passed_over.empty()) choice.report += (choice.plugin.empty() ? "; passed over " : " over ") + passed_over;
+  if (!passed_over.empty())
+    choice.report += (choice.plugin.empty() ? "; passed over " : " over ") + passed_over;
   return choice;
 }
 

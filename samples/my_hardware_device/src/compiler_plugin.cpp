@@ -35,10 +35,10 @@ struct OpName {
   mhd_fused_op_t op;
 };
 constexpr OpName kOps[] = {
-    {"add.Tensor", MHD_FUSED_ADD}, {"add.Scalar", MHD_FUSED_ADD}, {"sub.Tensor", MHD_FUSED_SUB},
-    {"sub.Scalar", MHD_FUSED_SUB}, {"mul.Tensor", MHD_FUSED_MUL}, {"mul.Scalar", MHD_FUSED_MUL},
-    {"div.Tensor", MHD_FUSED_DIV}, {"div.Scalar", MHD_FUSED_DIV}, {"relu", MHD_FUSED_RELU},
-    {"neg", MHD_FUSED_NEG},        {"exp", MHD_FUSED_EXP},        {"tanh", MHD_FUSED_TANH},
+    {"add.Tensor", MHD_FUSED_ADD},  {"add.Scalar", MHD_FUSED_ADD}, {"sub.Tensor", MHD_FUSED_SUB},
+    {"sub.Scalar", MHD_FUSED_SUB},  {"mul.Tensor", MHD_FUSED_MUL}, {"mul.Scalar", MHD_FUSED_MUL},
+    {"div.Tensor", MHD_FUSED_DIV},  {"div.Scalar", MHD_FUSED_DIV}, {"relu", MHD_FUSED_RELU},
+    {"neg", MHD_FUSED_NEG},         {"exp", MHD_FUSED_EXP},        {"tanh", MHD_FUSED_TANH},
     {"sigmoid", MHD_FUSED_SIGMOID},
 };
 
@@ -68,16 +68,20 @@ bool constant_number(const tessera_graph_t* g, int32_t node, int32_t arg, float*
     tessera::sdk::host_api()->status_free(s);
     return false;
   }
-  if (v.kind == TESSERA_VALUE_INT) *out = float(v.u.i);
-  else if (v.kind == TESSERA_VALUE_DOUBLE) *out = float(v.u.d);
-  else return false;
+  if (v.kind == TESSERA_VALUE_INT)
+    *out = float(v.u.i);
+  else if (v.kind == TESSERA_VALUE_DOUBLE)
+    *out = float(v.u.d);
+  else
+    return false;
   return true;
 }
 
 // float32 values of one shape (equal size expressions, so symbolic sizes compare too).
 bool same_type(const tessera_graph_t* g, int32_t a, int32_t b) {
   const tessera_graph_api_t& api = graph_api();
-  if (api.value_dtype(g, a) != TESSERA_DTYPE_FLOAT32 || api.value_dtype(g, b) != TESSERA_DTYPE_FLOAT32) return false;
+  if (api.value_dtype(g, a) != TESSERA_DTYPE_FLOAT32 || api.value_dtype(g, b) != TESSERA_DTYPE_FLOAT32)
+    return false;
   const int32_t rank = api.value_rank(g, a);
   if (rank != api.value_rank(g, b)) return false;
   for (int32_t d = 0; d < rank; ++d) {
@@ -149,8 +153,8 @@ tessera_status_t compile(void*, const tessera_graph_t* g, const char* device, vo
   exe->device = device_index(device);
   if (exe->device < 0)
     return make_status(TESSERA_STATUS_INVALID_ARGUMENT, std::string(MHD_COMPILER_NAME ": device '") + device +
-                                                            "' is not " MHD_DEVICE_NAME "; it compiles for " MHD_DEVICE_NAME
-                                                            " only");
+                                                            "' is not " MHD_DEVICE_NAME
+                                                            "; it compiles for " MHD_DEVICE_NAME " only");
   std::vector<int32_t> reg(size_t(std::max(api.value_count(g), 1)), -1);
   exe->num_inputs = api.input_count(g);
   for (int32_t i = 0; i < exe->num_inputs; ++i) {
@@ -164,7 +168,8 @@ tessera_status_t compile(void*, const tessera_graph_t* g, const char* device, vo
     if (api.node_kind(g, i) != TESSERA_NODE_CALL) continue;
     if (!takes(g, i))
       return make_status(TESSERA_STATUS_INVALID_ARGUMENT, std::string(MHD_COMPILER_NAME ": node '") +
-                                                              api.node_target(g, i) + "' is not a fused elementwise op");
+                                                              api.node_target(g, i) +
+                                                              "' is not a fused elementwise op");
     mhd_fused_step_t st{};
     st.op = fused_op(api.node_target(g, i));
     st.a = st.b = -1;
@@ -172,8 +177,10 @@ tessera_status_t compile(void*, const tessera_graph_t* g, const char* device, vo
     for (int32_t k = 0; k < (binary(st.op) ? 2 : 1); ++k) {
       int32_t& r = k == 0 ? st.a : st.b;
       float& scalar = k == 0 ? st.scalar_a : st.scalar_b;
-      if (api.node_arg_kind(g, i, k) == TESSERA_ARG_TENSOR) r = reg.at(size_t(api.node_arg_value(g, i, k, 0)));
-      else constant_number(g, i, k, &scalar);
+      if (api.node_arg_kind(g, i, k) == TESSERA_ARG_TENSOR)
+        r = reg.at(size_t(api.node_arg_value(g, i, k, 0)));
+      else
+        constant_number(g, i, k, &scalar);
     }
     if ((st.op == MHD_FUSED_ADD || st.op == MHD_FUSED_SUB) && api.node_num_args(g, i) > 2)
       constant_number(g, i, 2, &st.alpha);
@@ -193,15 +200,16 @@ tessera_status_t compile(void*, const tessera_graph_t* g, const char* device, vo
 }
 
 // The tensors of one call: float32, contiguous, `numel` elements, on the executable's device.
-tessera_status_t check_tensors(const Executable& exe, const tessera_tensor_t* const* ts, int32_t n, int64_t numel,
-                               const char* what, std::vector<mhd_fused_buffer_t>* out) {
+tessera_status_t check_tensors(const Executable& exe, const tessera_tensor_t* const* ts, int32_t n,
+                               int64_t numel, const char* what, std::vector<mhd_fused_buffer_t>* out) {
   for (int32_t i = 0; i < n; ++i) {
     const tessera_tensor_t& t = *ts[i];
     if (t.dtype != TESSERA_DTYPE_FLOAT32 || t.numel != numel || t.device_index != exe.device ||
         t.device_type == TESSERA_DEVICE_CPU)
       return make_status(TESSERA_STATUS_INVALID_ARGUMENT,
-                         std::string(MHD_COMPILER_NAME ": ") + what + " " + std::to_string(i) + " is not a float32 tensor of " +
-                             std::to_string(numel) + " elements on " MHD_DEVICE_NAME ":" + std::to_string(exe.device));
+                         std::string(MHD_COMPILER_NAME ": ") + what + " " + std::to_string(i) +
+                             " is not a float32 tensor of " + std::to_string(numel) +
+                             " elements on " MHD_DEVICE_NAME ":" + std::to_string(exe.device));
     int64_t expected = 1;
     for (int32_t d = t.ndim - 1; d >= 0; --d) {
       if (t.sizes[d] != 1 && t.strides[d] != expected)
@@ -219,8 +227,8 @@ tessera_status_t run(void*, void* executable, const tessera_tensor_t* const* inp
   const auto& exe = *static_cast<const Executable*>(executable);
   if (num_inputs != exe.num_inputs || num_outputs != int32_t(exe.output_regs.size()))
     return make_status(TESSERA_STATUS_INVALID_ARGUMENT,
-                       std::string(MHD_COMPILER_NAME ": run got ") + std::to_string(num_inputs) + " inputs and " +
-                           std::to_string(num_outputs) + " outputs, the executable takes " +
+                       std::string(MHD_COMPILER_NAME ": run got ") + std::to_string(num_inputs) +
+                           " inputs and " + std::to_string(num_outputs) + " outputs, the executable takes " +
                            std::to_string(exe.num_inputs) + " and " + std::to_string(exe.output_regs.size()));
   const int64_t numel = num_outputs > 0 ? outputs[0]->numel : 0;
   std::vector<mhd_fused_buffer_t> ins, outs;
@@ -235,7 +243,8 @@ tessera_status_t run(void*, void* executable, const tessera_tensor_t* const* inp
       .output_regs = exe.output_regs.data(),
   };
   char error[512] = "";
-  if (mhd_fused_launch(exe.device, stream, &program, ins.data(), outs.data(), numel, error, sizeof error) != 0)
+  if (mhd_fused_launch(exe.device, stream, &program, ins.data(), outs.data(), numel, error, sizeof error) !=
+      0)
     return make_status(TESSERA_STATUS_INVALID_ARGUMENT, std::string(MHD_COMPILER_NAME ": ") + error);
   return nullptr;
 }
@@ -280,7 +289,7 @@ const tessera_plugin_t kPlugin = {
 TESSERA_PLUGIN_ENTRY(&mhd_compiler::kPlugin) {
   const tessera_host_api_t* api = tessera::sdk::host_api();
   if (!TESSERA_ABI_HAS_FIELD(api, tessera_host_api_t, graph) || !api->graph)
-    throw tessera::sdk::Error(TESSERA_STATUS_ABI_MISMATCH,
-                              MHD_COMPILER_NAME ": the runtime has no graph ABI (needs plugin ABI 1.2 or later)");
+    throw tessera::sdk::Error(TESSERA_STATUS_ABI_MISMATCH, MHD_COMPILER_NAME
+                              ": the runtime has no graph ABI (needs plugin ABI 1.2 or later)");
   (void)host;
 }

@@ -51,15 +51,33 @@ struct FusedTask {
         const float b = st.b >= 0 ? regs[size_t(st.b)] : st.scalar_b;
         float r = 0;
         switch (st.op) {
-          case MHD_FUSED_ADD: r = a + st.alpha * b; break;
-          case MHD_FUSED_SUB: r = a - st.alpha * b; break;
-          case MHD_FUSED_MUL: r = a * b; break;
-          case MHD_FUSED_DIV: r = a / b; break;
-          case MHD_FUSED_RELU: r = std::isnan(a) ? a : (a > 0.0f ? a : 0.0f); break;
-          case MHD_FUSED_NEG: r = -a; break;
-          case MHD_FUSED_EXP: r = std::exp(a); break;
-          case MHD_FUSED_TANH: r = std::tanh(a); break;
-          default: r = 1.0f / (1.0f + std::exp(-a)); break;  // MHD_FUSED_SIGMOID (checked at launch)
+          case MHD_FUSED_ADD:
+            r = a + st.alpha * b;
+            break;
+          case MHD_FUSED_SUB:
+            r = a - st.alpha * b;
+            break;
+          case MHD_FUSED_MUL:
+            r = a * b;
+            break;
+          case MHD_FUSED_DIV:
+            r = a / b;
+            break;
+          case MHD_FUSED_RELU:
+            r = std::isnan(a) ? a : (a > 0.0f ? a : 0.0f);
+            break;
+          case MHD_FUSED_NEG:
+            r = -a;
+            break;
+          case MHD_FUSED_EXP:
+            r = std::exp(a);
+            break;
+          case MHD_FUSED_TANH:
+            r = std::tanh(a);
+            break;
+          default:
+            r = 1.0f / (1.0f + std::exp(-a));
+            break;  // MHD_FUSED_SIGMOID (checked at launch)
         }
         regs[ni + s] = r;
       }
@@ -68,11 +86,13 @@ struct FusedTask {
   }
 };
 
-[[noreturn]] void fail(const std::string& message) { throw EmuError(EmuError::Kind::InvalidArgument, message); }
+[[noreturn]] void fail(const std::string& message) {
+  throw EmuError(EmuError::Kind::InvalidArgument, message);
+}
 
 // The buffer behind `b`, checked to hold `numel` float32 elements at its offset on `device`.
-BufferRef checked_buffer(Emulator& emu, int device, const mhd_fused_buffer_t& b, int64_t numel, const char* what,
-                         size_t index) {
+BufferRef checked_buffer(Emulator& emu, int device, const mhd_fused_buffer_t& b, int64_t numel,
+                         const char* what, size_t index) {
   const std::string name = std::string(what) + " " + std::to_string(index);
   uint64_t bytes = 0, end = 0;
   if (__builtin_mul_overflow(uint64_t(numel), uint64_t(4), &bytes) ||
@@ -80,11 +100,13 @@ BufferRef checked_buffer(Emulator& emu, int device, const mhd_fused_buffer_t& b,
     fail(name + ": " + std::to_string(numel) + " elements at byte offset " + std::to_string(b.byte_offset) +
          " overflow 64 bits");
   if (b.handle && Emulator::device_of_handle(b.handle) != device)
-    fail(name + " does not live on device " + std::to_string(device) + "; pass buffers of the launching device");
+    fail(name + " does not live on device " + std::to_string(device) +
+         "; pass buffers of the launching device");
   BufferRef buf = emu.resolve(b.handle);
   if (end > buf->bytes.size())
-    fail(name + ": " + std::to_string(numel) + " float32 elements at byte offset " + std::to_string(b.byte_offset) +
-         " overrun its buffer of " + std::to_string(buf->bytes.size()) + " bytes");
+    fail(name + ": " + std::to_string(numel) + " float32 elements at byte offset " +
+         std::to_string(b.byte_offset) + " overrun its buffer of " + std::to_string(buf->bytes.size()) +
+         " bytes");
   return buf;
 }
 
@@ -95,7 +117,8 @@ void check_program(const mhd_fused_program_t& p) {
   if (p.num_inputs < 0 || p.num_steps < 0 || p.num_outputs < 0)
     fail("program has a negative count (inputs " + std::to_string(p.num_inputs) + ", steps " +
          std::to_string(p.num_steps) + ", outputs " + std::to_string(p.num_outputs) + ")");
-  if ((p.num_steps && !p.steps) || (p.num_outputs && !p.output_regs)) fail("program steps or output_regs is NULL");
+  if ((p.num_steps && !p.steps) || (p.num_outputs && !p.output_regs))
+    fail("program steps or output_regs is NULL");
   for (int32_t s = 0; s < p.num_steps; ++s) {
     const mhd_fused_step_t& st = p.steps[s];
     const int32_t defined = p.num_inputs + s;  // registers written before step s
@@ -123,11 +146,13 @@ extern "C" int32_t mhd_fused_launch(int32_t device, void* stream, const mhd_fuse
   using namespace mhd;
   try {
     Emulator* emu = emulator();
-    if (!emu) throw EmuError(EmuError::Kind::Internal, "the device is shut down (or its plugin never loaded)");
+    if (!emu)
+      throw EmuError(EmuError::Kind::Internal, "the device is shut down (or its plugin never loaded)");
     if (!program) fail("program is NULL");
     check_program(*program);
     if (numel < 0) fail("numel is " + std::to_string(numel) + "; expected >= 0");
-    if ((program->num_inputs && !inputs) || (program->num_outputs && !outputs)) fail("inputs or outputs is NULL");
+    if ((program->num_inputs && !inputs) || (program->num_outputs && !outputs))
+      fail("inputs or outputs is NULL");
     Device& dev = emu->device(device);
     Queue& queue = emu->queue(device, stream);
     FusedTask task;

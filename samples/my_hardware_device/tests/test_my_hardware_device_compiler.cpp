@@ -102,7 +102,8 @@ TEST(MyHardwareDeviceCompiler, EachChainIsOneLaunchAndResultsMatchTheReference) 
   for (int64_t b : {3, 5, 7, 9}) {
     const Tensor x = tessera::randn({b, 8}), y = tessera::randn({b, 8});
     const std::vector<Tensor> in{x.to(dev), y.to(dev)};
-    const int64_t before = fused_launches(), adds = device_counter("add.Tensor"), muls = device_counter("mul.Tensor");
+    const int64_t before = fused_launches(), adds = device_counter("add.Tensor"),
+                  muls = device_counter("mul.Tensor");
     const std::vector<Tensor> got = f(in);
     ASSERT_EQ(got.size(), 2u);
     const std::vector<std::vector<double>> want = c.reference(x, y);
@@ -116,7 +117,8 @@ TEST(MyHardwareDeviceCompiler, EachChainIsOneLaunchAndResultsMatchTheReference) 
     EXPECT_EQ(device_counter("mul.Tensor"), muls);
     // Eager mode on the device agrees as well.
     const std::vector<Tensor> eager = c.fn(in);
-    for (size_t i = 0; i < 2; ++i) expect_close(got[i], host_values(eager[i]), "eager, batch " + std::to_string(b));
+    for (size_t i = 0; i < 2; ++i)
+      expect_close(got[i], host_values(eager[i]), "eager, batch " + std::to_string(b));
   }
   EXPECT_EQ(f.stats().compiles, 2) << "static, then the batch dimension dynamic";
   for (const auto& a : f.artifacts()) {
@@ -130,7 +132,8 @@ TEST(MyHardwareDeviceCompiler, OneChainOnANonDefaultStreamAndAnotherDevice) {
   auto fn = [](const std::vector<Tensor>& in) {
     const Tensor& x = in[0];
     const Tensor& y = in[1];
-    return std::vector<Tensor>{tessera::relu(x * y - x / (y * y + 1.0)) - tessera::neg(tessera::exp(y * 0.25))};
+    return std::vector<Tensor>{tessera::relu(x * y - x / (y * y + 1.0)) -
+                               tessera::neg(tessera::exp(y * 0.25))};
   };
   CompiledFunction f = tessera::compile(fn, with_compiler());
   const Device dev("my_hardware_device:1");
@@ -190,8 +193,7 @@ TEST(MyHardwareDeviceCompiler, EveryGraphMatchesFloat64OnTheCpuWithOneLaunchPerC
       const int64_t before = fused_launches();
       const std::vector<Tensor> got = f({x.to(dev), y.to(dev)});
       EXPECT_EQ(fused_launches() - before, c.chains) << c.name << ", batch " << b;
-      const std::vector<Tensor> want =
-          c.fn({x.to(tessera::DType::Float64), y.to(tessera::DType::Float64)});
+      const std::vector<Tensor> want = c.fn({x.to(tessera::DType::Float64), y.to(tessera::DType::Float64)});
       ASSERT_EQ(got.size(), want.size()) << c.name;
       for (size_t i = 0; i < got.size(); ++i) {
         EXPECT_EQ(got[i].device().str(), "my_hardware_device:0") << c.name;
@@ -225,7 +227,9 @@ TEST(MyHardwareDeviceCompiler, TakesNothingOnTheCpuOrInFloat64) {
 }
 
 TEST(MyHardwareDeviceCompiler, ABadCallGetsTheOpsErrorAndTheFunctionKeepsWorking) {
-  auto fn = [](const std::vector<Tensor>& in) { return std::vector<Tensor>{tessera::sigmoid(in[0] + in[1])}; };
+  auto fn = [](const std::vector<Tensor>& in) {
+    return std::vector<Tensor>{tessera::sigmoid(in[0] + in[1])};
+  };
   CompiledFunction f = tessera::compile(fn, with_compiler());
   const Device dev("my_hardware_device");
   try {
