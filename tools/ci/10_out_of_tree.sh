@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Out-of-tree SDK stage: installs the release build to a temporary prefix, builds plugins/template
-# and samples/my_hardware_device against it with find_package(Tessera), runs their tests, builds the
-# graph-printer compiler plugin and the sample quantizer plugin against it and runs their tests with
-# them, then runs the conformance kit (`tessera check`) of the installed runtime for every device present.
+# and samples/my_hardware_device (the accelerator and its compiler plugin) against it with
+# find_package(Tessera), runs their tests, builds the graph-printer compiler plugin and the sample
+# quantizer plugin against it and runs their tests with them, then runs the conformance kit
+# (`tessera check`) of the installed runtime for every device present.
 # Environment: TESSERA_BUILD_DIR (default build/release), JOBS.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -32,6 +33,15 @@ for project in plugins/template samples/my_hardware_device; do
   cmake --install "$WORK/build-$name" --prefix "$WORK/vendor-$name" >/dev/null
   ls "$WORK/vendor-$name/lib/tessera/plugins/"*.json "$WORK/vendor-$name/lib/tessera/plugins/"lib*.so >/dev/null
 done
+
+# The accelerator's compiler plugin (a second plugin of the same project, tested above by
+# test_my_hardware_device_compiler) is installed next to the accelerator and finds it there: it
+# links the accelerator library by soname with RUNPATH $ORIGIN (Note [Shared driver library]).
+mhd_plugins="$WORK/vendor-my_hardware_device/lib/tessera/plugins"
+ls "$mhd_plugins/my_hardware_device_compiler.json" >/dev/null
+dynamic=$(readelf -d "$mhd_plugins/libmy_hardware_device_compiler.so")
+grep -q 'NEEDED.*\[libmy_hardware_device.so\]' <<<"$dynamic"
+grep -q 'R.*PATH.*\[\$ORIGIN\]' <<<"$dynamic"
 
 # A compiler plugin in C built against the installed SDK: the graph ABI test of this build loads it
 # (through TESSERA_PLUGIN_PATH) and checks that it prints graphs as graph_string() does.

@@ -6,6 +6,7 @@
 #include <shared_mutex>
 
 #include "codegen/toolchain.h"
+#include "compiler_choice.h"
 #include "guards.h"
 #include "partition.h"
 #include "tessera/compiler/codegen.h"
@@ -29,7 +30,8 @@ using DimSet = std::set<DimRef>;
 
 struct Artifact {
   ArtifactGuards guards;
-  std::string backend;  // "cpp", "interpreter" or "eager"
+  std::string backend;    // "cpp", "interpreter", "eager" or a compiler plugin's name
+  std::string selection;  // backend "auto": the choice (Note [Compiler plugin priority])
   std::optional<compiler::codegen::CompiledGraph> generated;
   std::optional<ExportedProgram> program;                     // the interpreter's
   std::unique_ptr<compiler::PartitionedProgram> partitioned;  // a compiler plugin's
@@ -56,6 +58,7 @@ struct CompiledFunction::State {
   Mode mode = Mode::Automatic;
   bool interpreter_backend = false;
   bool plugin_backend = false;  // options.backend names a compiler plugin
+  bool auto_backend = false;    // options.backend is "auto"
 
   mutable std::shared_mutex artifacts_mutex;
   std::vector<std::shared_ptr<const Artifact>> artifacts;  // guarded by artifacts_mutex
@@ -214,16 +217,24 @@ struct CompiledFunction::State {
         all_cpu = all_cpu && x.device().is_cpu();
       }
       a->guards = ArtifactGuards(*program, devices);
-      if (plugin_backend) {
-        a->partitioned = std::make_unique<compiler::PartitionedProgram>(
-            std::move(*program), options.backend, devices.empty() ? Device(DeviceType::CPU) : devices[0]);
-        a->backend = options.backend;
+      const Device device = devices.empty() ? Device(DeviceType::CPU) : devices[0];
+      std::string plugin = plugin_backend ? options.backend : std::string();
+      if (auto_backend) {
+        compiler::CompilerChoice choice = compiler::choose_compiler_plugin(device);
+        plugin = std::move(choice.plugin);
+        a->selection = std::move(choice.report);
+        if (log_enabled("compile"))
+          log_message(LogLevel::Info, "compile", "'" + options.name + "': " + a->selection);
+      }
+      if (!plugin.empty()) {
+        a->partitioned = std::make_unique<compiler::PartitionedProgram>(std::move(*program), plugin, device);
+        a->backend = plugin;
         program.reset();
       } else if (!interpreter_backend && !all_cpu && log_enabled("compile"))
         log_message(LogLevel::Info, "compile",
                     "'" + options.name + "': the cpp backend generates code for CPU values only; inputs " +
                         a->guards.str() + " run through the interpreter");
-      if (!interpreter_backend && !plugin_backend && all_cpu) {
+      if (!interpreter_backend && plugin.empty() && all_cpu) {
         try {
           compiler::codegen::CompileOptions co;
           co.cache_dir = options.cache_dir;
@@ -345,14 +356,14 @@ std::vector<ArtifactInfo> CompiledFunction::artifacts() const {
   std::vector<ArtifactInfo> out;
   for (const auto& a : state_->artifacts)
     out.push_back({a->backend, a->guards.str(), a->program ? a->program->graph_string() : std::string(),
-                   a->partitioned ? a->partitioned->partitions() : 0});
+                   a->partitioned ? a->partitioned->partitions() : 0, a->selection});
   return out;
 }
 
 CompiledFunction compile(ExportFn fn, CompileOptions options) {
   TESSERA_CHECK(fn, "compile: fn is empty; pass the function to compile");
   const std::string& b = options.backend;
-  const bool builtin = b == "cpp" || b == "interpreter" || b == "eager";
+  const bool builtin = b == "cpp" || b == "interpreter" || b == "eager" || b == "auto";
   if (!builtin) compiler::compiler_plugin(b);  // names the choices when it is none
   TESSERA_CHECK(options.recompile_limit >= 1, "compile: recompile_limit is ", options.recompile_limit,
                 "; it must be at least 1");
@@ -360,6 +371,7 @@ CompiledFunction compile(ExportFn fn, CompileOptions options) {
   auto state = std::make_shared<CompiledFunction::State>();
   state->interpreter_backend = b == "interpreter" || b == "eager";
   state->plugin_backend = !builtin;
+  state->auto_backend = b == "auto";
   if (options.dynamic) {
     state->mode = *options.dynamic ? Mode::Dynamic : Mode::Static;
   } else {

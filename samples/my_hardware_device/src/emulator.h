@@ -126,6 +126,8 @@ class Device {
   void synchronize();
 
   std::atomic<int64_t>& kernel_count(int op_id) { return kernel_counts_[op_id]; }
+  // Fused programs queued by mhd_fused_launch (include/my_hardware_device/fused.h).
+  std::atomic<int64_t>& fused_launch_count() { return fused_launches_; }
 
  private:
   friend class Emulator;
@@ -140,6 +142,7 @@ class Device {
   std::unique_ptr<Queue> default_queue_;
   std::vector<std::unique_ptr<Queue>> streams_;
   std::atomic<int64_t> kernel_counts_[kMaxCountedOps] = {};
+  std::atomic<int64_t> fused_launches_{0};
 };
 
 // All devices of the emulator.

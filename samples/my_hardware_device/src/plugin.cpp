@@ -225,7 +225,7 @@ size_t device_properties(void*, int32_t device, char* buffer, size_t capacity) {
     for (int i = 0; i < n; ++i) {
       json += std::string(i ? ", " : "") + "\"" + specs[i].op + "\": " + std::to_string(d.kernel_count(i).load());
     }
-    json += "}}";
+    json += "}, \"fused_launches\": " + std::to_string(d.fused_launch_count().load()) + "}";
   }
   if (buffer && capacity) {
     const size_t n = std::min(json.size(), capacity - 1);

@@ -31,7 +31,9 @@
 // interpreter too, whose ops go through the dispatcher on that device (docs/compile.md).
 // "interpreter" (or "eager") runs the captured graph with ExportedProgram::run. Any other name is a
 // compiler plugin: it runs the partitions it takes, the dispatcher the rest (Note [Compiler plugin
-// ABI] in plugin_abi.h). When fn cannot be captured (it reads tensor data), calls with those input
+// ABI] in plugin_abi.h). "auto" takes, per artifact, the highest-priority compiler plugin that
+// serves the inputs' device, else "cpp" (Note [Compiler plugin priority] in
+// compiler/src/compile/compiler_choice.cpp). When fn cannot be captured (it reads tensor data), calls with those input
 // types run fn eagerly, with one warning.
 #pragma once
 #include <cstdint>
@@ -48,8 +50,9 @@
 namespace tessera {
 
 struct CompileOptions {
-  // "cpp", "interpreter" or "eager" (the interpreter), or the name of a compiler plugin (Note
-  // [Compiler plugin ABI] in plugin_abi.h). (optional) defaults to "cpp".
+  // "cpp", "interpreter" or "eager" (the interpreter), the name of a compiler plugin (Note
+  // [Compiler plugin ABI] in plugin_abi.h), or "auto": the highest-priority compiler plugin serving
+  // the inputs' device, else "cpp". (optional) defaults to "cpp".
   std::string backend = "cpp";
   // false: always specialise; true: every dim symbolic from the start. (optional) defaults to
   // nullopt: automatic dynamic.
@@ -83,6 +86,9 @@ struct ArtifactInfo {
   std::string inputs;     // the guarded input types: "f32[s0, 4] cpu, f32[4] cpu"
   std::string graph;      // the captured graph's text (empty for "eager" and plugins)
   size_t partitions = 0;  // a compiler plugin's: the partitions it took
+  // Backend "auto": the device, the plugin chosen (or cpp) and every compiler plugin passed over
+  // with its priority or failure. Empty for the other backends.
+  std::string selection;
 };
 
 // A handle on a compiled function: copies share the artifacts and the stats. Calls are
