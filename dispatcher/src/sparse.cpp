@@ -105,11 +105,12 @@ Block allocate_semi_structured(DType dt, int64_t rows, int64_t cols, const char*
   TESSERA_INTERNAL_ASSERT(rows >= 0 && cols >= 0, "negative sizes for a semi-structured tensor");
   const int64_t groups = cols / 4 + (cols % 4 != 0), index_row = (groups + 1) / 2;
   const size_t es = itemsize(dt);
-  size_t value_bytes = 0, index_bytes = 0, total = 0, padded = 0;
+  size_t value_bytes = 0, value_end = 0, index_bytes = 0, total = 0, padded = 0;
   TESSERA_CHECK(!__builtin_mul_overflow(size_t(rows), size_t(groups), &value_bytes) &&
                     !__builtin_mul_overflow(value_bytes, 2 * es, &value_bytes) &&
+                    !__builtin_add_overflow(value_bytes, kHeaderBytes + 63, &value_end) &&
                     !__builtin_mul_overflow(size_t(rows), size_t(index_row), &index_bytes) &&
-                    !__builtin_add_overflow(kHeaderBytes + (value_bytes + 63) / 64 * 64, index_bytes, &total) &&
+                    !__builtin_add_overflow(value_end / 64 * 64, index_bytes, &total) &&
                     !__builtin_add_overflow(total, size_t(63), &padded),
                 who, ": a 2:4 tensor of shape [", rows, ", ", cols, "] overflows the address space");
   padded = padded / 64 * 64;
@@ -124,7 +125,7 @@ Block allocate_semi_structured(DType dt, int64_t rows, int64_t cols, const char*
   h->cols = cols;
   h->groups = groups;
   h->values_offset = kHeaderBytes;
-  h->indices_offset = kHeaderBytes + (value_bytes + 63) / 64 * 64;
+  h->indices_offset = value_end / 64 * 64;
   h->total_bytes = total;
   return block;
 }

@@ -196,6 +196,25 @@ TEST(SparseExport, Bf16LoadedProgramRunsTheSparseKernel) {
   expect_near_all(y, reference_linear(x, s.w_dense, s.b), 1e-2);  // bf16 output rounding: 2^-8
 }
 
+TEST(SparseExport, SaveRefusesAWeightNamedLikeAPart) {
+  SparseLinear s = export_sparse_linear(8, 16, 2, tessera::kFloat32, 40);
+  s.ep.weights["w.values"] = s.ep.weights.at("b");
+  s.ep.weights.erase("b");
+  for (tc::InputSpec& in : s.ep.signature.inputs)
+    if (in.name == "b") in.name = "w.values";
+  const std::string path = temp_path("collision");
+  try {
+    tessera::save(s.ep, path);
+    FAIL() << "expected an error";
+  } catch (const tessera::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("save: a weight's name is also the name of the '.values' or '.indices' entry "
+                                         "of a semi-structured weight"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_FALSE(std::filesystem::exists(path));
+}
+
 // A saved program whose weights.safetensors (tensors) or program.json (text) are rewritten.
 class CorruptFile : public ::testing::Test {
  protected:
