@@ -31,27 +31,17 @@ const tessera_host_api_t* g_host = nullptr;
 // From batch (rows of x; columns of x for matmul) dense_batch(dtype) on, the dense oneDNN linear
 // is as fast or faster than these kernels: they multiply the zeros the expand puts back, so once
 // the weight traffic stops bounding the call they do the dense FLOPs plus the expands. Measured
-// with bench_sparse_linear and the kernels interleaved with the previous ones (4096 x 4096; the
-// figures in docs/performance.md, "2:4 sparse linear"):
-// - float32 wins through batch 16 (1.4-1.7x, one thread, process CPU time) and about breaks even
-//   at 32 (1.07-1.11x; 0.96-0.97x wall clock with two threads before), so it takes the dense path
-//   from 32.
-// - bfloat16 depends on the dense kernel: where the CPU has AMX-BF16, oneDNN's dense bf16 uses the
-//   tiles and sparse loses from batch 4 (0.77x median at load 2, 0.88x on a quiet machine); without
-//   AMX, oneDNN runs bf16 on AVX-512 and sparse wins through batch 8 (1.54-1.82x at 4, 1.38-1.45x at
-//   8, 1.05-1.08x at 16, one thread). So bfloat16 takes the dense path from 4 with AMX, from 16
-//   without.
+// with bench_sparse_linear (4096 x 4096; the figures in docs/performance.md, "2:4 sparse linear"):
+// - float32 wins through batch 16 (two threads: medians 1.45x / 1.31x / 1.91x / 1.41x at 1 / 4 / 8
+//   / 16, load 1.6-3.5) and about breaks even at 32 (1.10x; 0.96-0.97x before the register expand),
+//   so it takes the dense path from 32.
+// - bfloat16 loses from batch 4 with two threads: 0.77x at load 2 where oneDNN's dense bf16 runs
+//   on AMX, and 0.80x / 0.75x at batch 4 / 8 (load 1.6-3.5) on a CPU without AMX, although one
+//   thread alone wins there (1.45x / 1.31x): oneDNN's bf16 scales over the two threads better than
+//   these kernels. So it takes the dense path from 4.
 // - int8 (not re-measured) keeps 16.
-// TESSERA_SPARSE_DENSE_BATCH=N overrides all of them.
-constexpr int64_t kDenseBatchF32 = 32, kDenseBatchBf16Amx = 4, kDenseBatchBf16 = 16, kDenseBatchI8 = 16;
-
-bool cpu_has_amx_bf16() {
-  static const bool has = [] {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("amx-bf16") != 0;
-  }();
-  return has;
-}
+// TESSERA_SPARSE_DENSE_BATCH=N overrides all three.
+constexpr int64_t kDenseBatchF32 = 32, kDenseBatchBf16 = 4, kDenseBatchI8 = 16;
 
 int64_t dense_batch(int32_t dtype) {
   static const int64_t forced = [] {
@@ -59,8 +49,7 @@ int64_t dense_batch(int32_t dtype) {
     return v && *v ? std::strtoll(v, nullptr, 10) : int64_t(0);
   }();
   if (forced > 0) return forced;
-  if (dtype == TESSERA_DTYPE_BFLOAT16) return cpu_has_amx_bf16() ? kDenseBatchBf16Amx : kDenseBatchBf16;
-  return dtype == TESSERA_DTYPE_INT8 ? kDenseBatchI8 : kDenseBatchF32;
+  return dtype == TESSERA_DTYPE_BFLOAT16 ? kDenseBatchBf16 : dtype == TESSERA_DTYPE_INT8 ? kDenseBatchI8 : kDenseBatchF32;
 }
 
 // The header of a semi-structured CPU tensor, or null for anything else.
