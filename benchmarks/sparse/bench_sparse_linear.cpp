@@ -3,6 +3,9 @@
 // bf16, batch 1..512, measured in the same run. Counter ratio_vs_dense = dense time / sparse time
 // (goal >= 1.5 at batch 1-16; at batch 512 the runtime takes the dense path where sparse loses), and
 // cpu_ratio_vs_dense, the same ratio of process CPU time (robust to other jobs on the machine).
+// Bandwidth counters: weight_GBps (the sparse weight's bytes per sparse call), dense_weight_GBps
+// (the dense weight's bytes per dense call) and memcpy_GBps (a one-thread memcpy of the sparse
+// weight's bytes, counted as bytes read), the reference for what the memory system gives.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -105,6 +108,16 @@ void BM_sparse_linear(benchmark::State& state, tessera::DType dtype) {
   state.counters["sparse_GFLOPs"] = flop / sparse_s * 1e-9;
   state.counters["dense_GFLOPs"] = flop / dense_s * 1e-9;
   state.counters["weight_GBps"] = double(layout.bytes()) / sparse_s * 1e-9;
+  state.counters["dense_weight_GBps"] = double(w.nbytes()) / dense_s * 1e-9;
+  // The bandwidth reference: a memcpy of the sparse weight's bytes (one thread), counted as bytes read.
+  std::vector<uint8_t> from(layout.bytes(), 1), to(layout.bytes(), 2);
+  auto copy = [&] {
+    std::memcpy(to.data(), from.data(), from.size());
+    benchmark::DoNotOptimize(to.data());
+  };
+  double copy_s = 0, sparse_again_s = 0;
+  time_pair(copy, sparse, &copy_s, &sparse_again_s, 3, 0.05);
+  state.counters["memcpy_GBps"] = double(layout.bytes()) / copy_s * 1e-9;
   state.counters["ratio_vs_dense"] = dense_s / sparse_s;
   double sparse_cpu = 0, dense_cpu = 0;
   cpu_time_pair(sparse, dense, &sparse_cpu, &dense_cpu);

@@ -102,17 +102,14 @@ struct Tracer final : ShapeContext {
     } else {
       do name = "weight_" + std::to_string(next_weight++); while (ep.weights.count(name));
     }
-    // Graph values and the program file are dense: a semi-structured weight would silently become
-    // dense here (docs/sparsity.md, "Program file").
-    TESSERA_CHECK(!sparse::is_sparse(t), "export: weight '", name,
-                  "' is a 2:4 semi-structured tensor, which an exported program cannot hold; export with "
-                  "tessera::sparse::to_dense(w) and compress the loaded program's weight again "
-                  "(ep.weights[\"", name, "\"] = tessera::sparse::to_sparse_semi_structured(...))");
     std::vector<SymSize> sizes(t.sizes().begin(), t.sizes().end());
     ValueId v = add_value({t.dtype(), t.device(), std::move(sizes)}, name, "");
     {
       ExcludeDispatchKeyGuard plain(kExportKey);
-      ep.weights[name] = t.to(Device(DeviceType::CPU)).contiguous();
+      // A semi-structured weight stays one (it lives on the CPU and has no strided view): its value
+      // has the dense dtype and sizes, and the program's linear runs the sparse kernel on it
+      // (docs/export.md, "Semi-structured weights").
+      ep.weights[name] = sparse::is_sparse(t) ? t : t.to(Device(DeviceType::CPU)).contiguous();
     }
     weight_placeholders.push_back({NodeKind::Placeholder, name, {}, {v}});
     ep.signature.inputs.push_back({kind, name, v});

@@ -9,6 +9,8 @@
 #include "tessera/compiler/zip_archive.h"
 #include "tessera/dispatcher.h"
 #include "tessera/error.h"
+#include "tessera/sparse.h"
+#include "tessera/sparse_format.h"
 #include "tessera/version.h"
 #include "untrusted.h"
 
@@ -20,6 +22,16 @@ using json = nlohmann::json;
 
 constexpr const char* kProgramEntry = "program.json";
 constexpr const char* kWeightsEntry = "weights.safetensors";
+
+// Note [Semi-structured weights in the program file]
+// A 2:4 semi-structured weight 'w' (tessera/sparse.h) is saved in its canonical form, not densified:
+// program.json tags its signature input with "layout": "sparse_semi_structured(2:4)" (the graph
+// value keeps the dense dtype and sizes), and weights.safetensors holds the entries 'w.values'
+// (rows x 2 * ceil(cols / 4), the weight's dtype) and 'w.indices' (rows x ceil(groups / 2), U8),
+// Note [2:4 canonical form]. Loading rebuilds the semi-structured tensor with
+// sparse::from_semi_structured_parts, which checks every size and index bit of the file.
+// docs/export.md, "Semi-structured weights".
+std::string semi_structured_entry(const std::string& weight, const char* part) { return weight + "." + part; }
 
 const char* node_kind_name(NodeKind k) {
   switch (k) {
@@ -280,8 +292,13 @@ std::string program_json(const ExportedProgram& ep) {
         {{"kind", node_kind_name(n.kind)}, {"target", n.target}, {"args", args}, {"outputs", n.outputs}});
   }
   json inputs = json::array(), outputs = json::array();
-  for (const InputSpec& in : ep.signature.inputs)
-    inputs.push_back({{"kind", input_kind_name(in.kind)}, {"name", in.name}, {"value", in.value}});
+  for (const InputSpec& in : ep.signature.inputs) {
+    json entry = {{"kind", input_kind_name(in.kind)}, {"name", in.name}, {"value", in.value}};
+    auto w = ep.weights.find(in.name);
+    if (in.kind != InputKind::UserInput && w != ep.weights.end() && sparse::is_sparse(w->second))
+      entry["layout"] = sparse::kSemiStructuredLayout;
+    inputs.push_back(std::move(entry));
+  }
   for (const OutputSpec& out : ep.signature.outputs)
     outputs.push_back({{"name", out.name}, {"value", out.value}});
   json ranges = json::object();
@@ -303,7 +320,9 @@ std::string program_json(const ExportedProgram& ep) {
 
 namespace {
 
-ExportedProgram parse_program_json_unescaped(std::string_view text, const std::string& what) {
+// `layouts` (optional) receives the "layout" of each weight that has one (by weight name).
+ExportedProgram parse_program_json_unescaped(std::string_view text, const std::string& what,
+                                             std::map<std::string, std::string>* layouts = nullptr) {
   json root = json::parse(text.begin(), text.end(), nullptr, false);
   if (root.is_discarded())
     detail::throw_error(ErrorCode::InvalidArgument, what + ": not valid JSON (truncated or corrupt file)");
@@ -400,6 +419,13 @@ ExportedProgram parse_program_json_unescaped(std::string_view text, const std::s
       in["kind"].fail("unknown input kind '" + kind + "' (known: user_input, parameter, constant)");
     spec.name = in["name"].string();
     if (!input_names.insert(spec.name).second) in["name"].fail("input '" + spec.name + "' appears twice");
+    if (in.has("layout")) {
+      std::string layout = in["layout"].string();
+      if (layout != sparse::kSemiStructuredLayout)
+        in["layout"].fail("unknown layout '" + layout + "' (known: " + sparse::kSemiStructuredLayout + ")");
+      if (spec.kind == InputKind::UserInput) in["layout"].fail("a user input has no layout; only weights do");
+      if (layouts) (*layouts)[spec.name] = layout;
+    }
     spec.value = in["value"].value_id(nv);
     ep.signature.inputs.push_back(std::move(spec));
   }
@@ -450,8 +476,19 @@ void save(const ExportedProgram& ep, const std::string& path) {
     auto it = ep.weights.find(in.name);
     TESSERA_CHECK(it != ep.weights.end() && it->second.defined(), "save: the signature names ",
                   input_kind_name(in.kind), " '", in.name, "' but the program has no such weight");
+    if (sparse::is_sparse(it->second)) {  // Note [Semi-structured weights in the program file]
+      sparse::SemiStructuredParts parts = sparse::semi_structured_parts(it->second);
+      weights[semi_structured_entry(in.name, "values")] = std::move(parts.values);
+      weights[semi_structured_entry(in.name, "indices")] = std::move(parts.indices);
+      continue;
+    }
     weights[in.name] = it->second.is_cpu() ? it->second : it->second.cpu();
   }
+  size_t entries = 0;
+  for (const InputSpec& in : ep.signature.inputs)
+    if (in.kind != InputKind::UserInput) entries += sparse::is_sparse(ep.weights.at(in.name)) ? 2 : 1;
+  TESSERA_CHECK(entries == weights.size(), "save: a weight's name is also the name of the '.values' or '.indices' ",
+                "entry of a semi-structured weight (docs/export.md); rename one of them");
   std::vector<uint8_t> st =
       safetensors_serialize(weights, {{"producer", std::string("tessera ") + TESSERA_VERSION_STRING}});
   std::string pj = program_json(ep);
@@ -463,19 +500,51 @@ void save(const ExportedProgram& ep, const std::string& path) {
 
 namespace {
 
+// Note [Semi-structured weights in the program file]
+Tensor load_semi_structured(const SafetensorsFile& st, const InputSpec& in, const TensorType& t,
+                            const std::string& what) {
+  const std::string where = what + ": " + kWeightsEntry + ": " + input_kind_name(in.kind) + " '" + in.name + "' (" +
+                            sparse::kSemiStructuredLayout + ")";
+  const std::optional<int64_t> rows = t.sizes.size() == 2 ? t.sizes[0].maybe_constant() : std::nullopt;
+  const std::optional<int64_t> cols = t.sizes.size() == 2 ? t.sizes[1].maybe_constant() : std::nullopt;
+  TESSERA_CHECK(rows && cols, where, ": program.json declares it ", t.str(),
+                "; a semi-structured weight has two constant sizes");
+  std::string names[2] = {semi_structured_entry(in.name, "values"), semi_structured_entry(in.name, "indices")};
+  const Tensor* parts[2] = {};
+  for (int i = 0; i < 2; ++i) {
+    auto it = st.tensors.find(names[i]);
+    TESSERA_CHECK(it != st.tensors.end(), where, ": the entry '", names[i], "' is missing");
+    parts[i] = &it->second;
+  }
+  TESSERA_CHECK(parts[0]->dtype() == t.dtype, where, ": '", names[0], "' has dtype ", dtype_short_name(parts[0]->dtype()),
+                " but program.json declares ", dtype_short_name(t.dtype));
+  TESSERA_CHECK(parts[0]->dim() == 2 && parts[0]->size(0) == *rows, where, ": '", names[0], "' has shape ",
+                parts[0]->sizes(), " but the weight has ", *rows, " rows");
+  try {
+    return sparse::from_semi_structured_parts(*parts[0], *parts[1], *cols);
+  } catch (const Error& e) {
+    detail::throw_error(ErrorCode::InvalidArgument, where + ": " + e.what());
+  }
+}
+
 ExportedProgram load_from(std::shared_ptr<const Bytes> bytes, const std::string& what) {
   ZipReader zip(std::move(bytes), what);
   const ZipEntry* pj = zip.find(kProgramEntry);
   TESSERA_CHECK(pj, what, ": the archive has no entry '", kProgramEntry,
                 "' (not a program file, or truncated)");
   std::vector<uint8_t> text = zip.read(*pj);
-  ExportedProgram ep = parse_program_json(
-      std::string_view(reinterpret_cast<const char*>(text.data()), text.size()), what + ": " + kProgramEntry);
+  std::map<std::string, std::string> layouts;
+  ExportedProgram ep = parse_program_json_unescaped(
+      std::string_view(reinterpret_cast<const char*>(text.data()), text.size()), what + ": " + kProgramEntry, &layouts);
   const ZipEntry* we = zip.find(kWeightsEntry);
   TESSERA_CHECK(we, what, ": the archive has no entry '", kWeightsEntry, "' (truncated file?)");
   SafetensorsFile st = safetensors_parse(zip.stored_data(*we), zip.bytes(), what + ": " + kWeightsEntry);
   for (const InputSpec& in : ep.signature.inputs) {
     if (in.kind == InputKind::UserInput) continue;
+    if (layouts.count(in.name)) {
+      ep.weights[in.name] = load_semi_structured(st, in, ep.graph.type(in.value), what);
+      continue;
+    }
     auto it = st.tensors.find(in.name);
     TESSERA_CHECK(it != st.tensors.end(), what, ": ", kWeightsEntry, ": ", input_kind_name(in.kind), " '",
                   in.name, "' named by signature.inputs is missing");

@@ -5,6 +5,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <mutex>
 #include <set>
 #include <sstream>
@@ -15,6 +16,7 @@
 #include "tessera/ops.h"
 #include "tessera/plugin_loader.h"
 #include "tessera/semi_structured.h"
+#include "tessera/sparse_format.h"
 
 namespace tessera::sparse {
 namespace {
@@ -90,6 +92,54 @@ void first_semi_structured_tensor() {
   });
 }
 
+bool is_semi_structured_dtype(DType dt) { return dt == kFloat32 || dt == kBFloat16 || dt == kFloat16 || dt == kInt8; }
+
+struct FreeBlock {
+  void operator()(uint8_t* p) const { std::free(p); }
+};
+using Block = std::unique_ptr<uint8_t, FreeBlock>;
+
+// The storage block of a semi-structured tensor of dense shape (rows, cols): the header filled in,
+// values and indices zero. Sizes are checked against overflow (they may come from a file).
+Block allocate_semi_structured(DType dt, int64_t rows, int64_t cols, const char* who) {
+  TESSERA_INTERNAL_ASSERT(rows >= 0 && cols >= 0, "negative sizes for a semi-structured tensor");
+  const int64_t groups = cols / 4 + (cols % 4 != 0), index_row = (groups + 1) / 2;
+  const size_t es = itemsize(dt);
+  size_t value_bytes = 0, value_end = 0, index_bytes = 0, total = 0, padded = 0;
+  TESSERA_CHECK(!__builtin_mul_overflow(size_t(rows), size_t(groups), &value_bytes) &&
+                    !__builtin_mul_overflow(value_bytes, 2 * es, &value_bytes) &&
+                    !__builtin_add_overflow(value_bytes, kHeaderBytes + 63, &value_end) &&
+                    !__builtin_mul_overflow(size_t(rows), size_t(index_row), &index_bytes) &&
+                    !__builtin_add_overflow(value_end / 64 * 64, index_bytes, &total) &&
+                    !__builtin_add_overflow(total, size_t(63), &padded),
+                who, ": a 2:4 tensor of shape [", rows, ", ", cols, "] overflows the address space");
+  padded = padded / 64 * 64;
+  Block block(static_cast<uint8_t*>(std::aligned_alloc(64, padded)));
+  TESSERA_CHECK(block, who, ": out of memory for ", total, " bytes");
+  std::memset(block.get(), 0, padded);
+  auto* h = reinterpret_cast<tessera_semi_structured_header_t*>(block.get());
+  h->magic = TESSERA_SEMI_STRUCTURED_MAGIC;
+  h->version = TESSERA_SEMI_STRUCTURED_VERSION;
+  h->dtype = int32_t(dt);
+  h->rows = rows;
+  h->cols = cols;
+  h->groups = groups;
+  h->values_offset = kHeaderBytes;
+  h->indices_offset = value_end / 64 * 64;
+  h->total_bytes = total;
+  return block;
+}
+
+Tensor wrap_semi_structured(Block block, DType dt, Device device) {
+  const auto* h = reinterpret_cast<const tessera_semi_structured_header_t*>(block.get());
+  const int64_t rows = h->rows, cols = h->cols;
+  const size_t total = h->total_bytes;
+  Storage storage = make_intrusive<StorageImpl>(
+      DataPtr(block.release(), nullptr, &free_semi_structured, Device(DeviceType::CPU, 0)), total);
+  first_semi_structured_tensor();
+  return Tensor(IntrusivePtr<TensorImpl>(new SemiStructuredImpl(std::move(storage), dt, device, rows, cols)));
+}
+
 }  // namespace
 
 Tensor prune_2_4(const Tensor& w) {
@@ -124,46 +174,28 @@ Tensor to_sparse_semi_structured(const Tensor& w) {
   TESSERA_CHECK(w.dim() == 2, "to_sparse_semi_structured: expected a 2-D weight [out_features, in_features], got ",
                 w.dim(), "-D of shape ", w.sizes());
   const DType dt = w.dtype();
-  TESSERA_CHECK(dt == kFloat32 || dt == kBFloat16 || dt == kFloat16 || dt == kInt8, "to_sparse_semi_structured: dtype ",
-                dt, " is not supported; use float32, bfloat16, float16 or int8");
+  TESSERA_CHECK(is_semi_structured_dtype(dt), "to_sparse_semi_structured: dtype ", dt,
+                " is not supported; use float32, bfloat16, float16 or int8");
   TESSERA_CHECK(w.device().type() == DeviceType::CPU, "to_sparse_semi_structured: the weight is on ", w.device(),
                 "; compress it on the CPU (w.to(\"cpu\"))");
   const Tensor src = w.contiguous();
-  const int64_t rows = src.size(0), cols = src.size(1), groups = (cols + 3) / 4, index_row = (groups + 1) / 2;
+  const int64_t rows = src.size(0), cols = src.size(1);
+  Block block = allocate_semi_structured(dt, rows, cols, "to_sparse_semi_structured");
+  auto* h = reinterpret_cast<tessera_semi_structured_header_t*>(block.get());
+  const int64_t groups = h->groups, index_row = (groups + 1) / 2;
   const size_t es = src.itemsize();
-  size_t value_bytes = 0, index_bytes = 0, total = 0;
-  TESSERA_CHECK(!__builtin_mul_overflow(size_t(rows), size_t(2 * groups) * es, &value_bytes) &&
-                    !__builtin_mul_overflow(size_t(rows), size_t(index_row), &index_bytes) &&
-                    !__builtin_add_overflow(kHeaderBytes + (value_bytes + 63) / 64 * 64, index_bytes, &total),
-                "to_sparse_semi_structured: a weight of shape ", src.sizes(), " overflows the address space");
-  auto* block = static_cast<uint8_t*>(std::aligned_alloc(64, (total + 63) / 64 * 64));
-  TESSERA_CHECK(block, "to_sparse_semi_structured: out of memory for ", total, " bytes");
-  std::memset(block, 0, (total + 63) / 64 * 64);
-  auto* h = reinterpret_cast<tessera_semi_structured_header_t*>(block);
-  h->magic = TESSERA_SEMI_STRUCTURED_MAGIC;
-  h->version = TESSERA_SEMI_STRUCTURED_VERSION;
-  h->dtype = int32_t(dt);
-  h->rows = rows;
-  h->cols = cols;
-  h->groups = groups;
-  h->values_offset = kHeaderBytes;
-  h->indices_offset = kHeaderBytes + (value_bytes + 63) / 64 * 64;
-  h->total_bytes = total;
   const auto* in = static_cast<const uint8_t*>(src.raw_data_ptr());
-  uint8_t* values = block + h->values_offset;
-  uint8_t* indices = block + h->indices_offset;
+  uint8_t* values = block.get() + h->values_offset;
+  uint8_t* indices = block.get() + h->indices_offset;
   const bool floating = is_floating(dt);
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t g = 0; g < groups; ++g) {
       int kept[2] = {-1, -1}, count = 0;
       for (int i = 0; i < 4 && 4 * g + i < cols; ++i) {
         if (is_zero_element(in + size_t(r * cols + 4 * g + i) * es, es, floating)) continue;
-        if (count == 2) {
-          std::free(block);
-          TESSERA_CHECK(false, "to_sparse_semi_structured: the weight is not 2:4 sparse: row ", r, ", group ", g,
-                        " (columns ", 4 * g, "..", std::min(4 * g + 3, cols - 1),
-                        ") has more than two non-zeros; prune it first with tessera::sparse::prune_2_4");
-        }
+        TESSERA_CHECK(count < 2, "to_sparse_semi_structured: the weight is not 2:4 sparse: row ", r, ", group ", g,
+                      " (columns ", 4 * g, "..", std::min(4 * g + 3, cols - 1),
+                      ") has more than two non-zeros; prune it first with tessera::sparse::prune_2_4");
         kept[count++] = i;
       }
       for (int i = 0; i < 4 && count < 2; ++i)
@@ -175,10 +207,66 @@ Tensor to_sparse_semi_structured(const Tensor& w) {
                       es);
       indices[r * index_row + g / 2] |= uint8_t((kept[0] | kept[1] << 2) << (4 * (g % 2)));
     }
-  Storage storage = make_intrusive<StorageImpl>(
-      DataPtr(block, nullptr, &free_semi_structured, Device(DeviceType::CPU, 0)), total);
-  first_semi_structured_tensor();
-  return Tensor(IntrusivePtr<TensorImpl>(new SemiStructuredImpl(std::move(storage), dt, src.device(), rows, cols)));
+  return wrap_semi_structured(std::move(block), dt, src.device());
+}
+
+SemiStructuredParts semi_structured_parts(const Tensor& t) {
+  TESSERA_CHECK(is_sparse(t), "semi_structured_parts: expected a semi-structured tensor, got a dense one of shape ",
+                t.sizes());
+  const tessera_semi_structured_header_t& h = header_of(*t.impl());
+  const auto* base = reinterpret_cast<const uint8_t*>(&h);
+  SemiStructuredParts parts{empty({h.rows, 2 * h.groups}, TensorOptions().dtype(t.dtype())),
+                            empty({h.rows, (h.groups + 1) / 2}, TensorOptions().dtype(kUInt8))};
+  std::memcpy(parts.values.raw_data_ptr(), base + h.values_offset, parts.values.nbytes());
+  std::memcpy(parts.indices.raw_data_ptr(), base + h.indices_offset, parts.indices.nbytes());
+  return parts;
+}
+
+Tensor from_semi_structured_parts(const Tensor& values, const Tensor& indices, int64_t cols) {
+  TESSERA_CHECK(values.defined() && indices.defined(), "a semi-structured tensor needs both values and indices");
+  TESSERA_CHECK(values.device().type() == DeviceType::CPU && indices.device().type() == DeviceType::CPU &&
+                    !is_sparse(values) && !is_sparse(indices),
+                "the values and indices of a semi-structured tensor must be dense CPU tensors");
+  const DType dt = values.dtype();
+  TESSERA_CHECK(is_semi_structured_dtype(dt), "values have dtype ", dt,
+                ", which a semi-structured tensor cannot hold (float32, bfloat16, float16 or int8)");
+  TESSERA_CHECK(indices.dtype() == kUInt8, "indices have dtype ", indices.dtype(), "; expected uint8");
+  TESSERA_CHECK(cols >= 0, "the dense width ", cols, " is negative");
+  const int64_t groups = cols / 4 + (cols % 4 != 0), index_row = (groups + 1) / 2;
+  int64_t value_cols = 0;
+  TESSERA_CHECK(!__builtin_mul_overflow(groups, int64_t(2), &value_cols), "the dense width ", cols, " overflows");
+  TESSERA_CHECK(values.dim() == 2 && values.size(1) == value_cols, "values have shape ", values.sizes(),
+                "; a 2:4 tensor of ", cols, " columns keeps (rows, ", value_cols, ")");
+  const int64_t rows = values.size(0);
+  TESSERA_CHECK(indices.dim() == 2 && indices.size(0) == rows && indices.size(1) == index_row, "indices have shape ",
+                indices.sizes(), "; expected (", rows, ", ", index_row, ") for ", rows, " rows of ", groups,
+                " groups of four");
+  Block block = allocate_semi_structured(dt, rows, cols, "from_semi_structured_parts");
+  auto* h = reinterpret_cast<tessera_semi_structured_header_t*>(block.get());
+  const size_t es = itemsize(dt);
+  uint8_t* vals = block.get() + h->values_offset;
+  uint8_t* idx = block.get() + h->indices_offset;
+  const Tensor v = values.contiguous(), ix = indices.contiguous();
+  std::memcpy(vals, v.raw_data_ptr(), size_t(rows) * size_t(value_cols) * es);
+  std::memcpy(idx, ix.raw_data_ptr(), size_t(rows) * size_t(index_row));
+  for (int64_t r = 0; r < rows; ++r) {
+    if (groups % 2)
+      TESSERA_CHECK((idx[r * index_row + index_row - 1] >> 4) == 0, "indices: row ", r, ": the unused high nibble of ",
+                    "the last byte (group ", groups, ", past the last group) is not zero");
+    for (int64_t g = 0; g < groups; ++g) {
+      const unsigned nibble = (idx[r * index_row + g / 2] >> (4 * (g % 2))) & 0xfu;
+      const unsigned first = nibble & 3u, second = nibble >> 2;
+      TESSERA_CHECK(first < second, "indices: row ", r, ", group ", g, " keeps positions ", first, " and ", second,
+                    "; the two positions of a group must be distinct and increasing");
+      for (int j = 0; j < 2; ++j) {
+        const int64_t col = 4 * g + (j ? second : first);
+        TESSERA_CHECK(col < cols || is_zero_element(vals + size_t(r * value_cols + 2 * g + j) * es, es, false),
+                      "values: row ", r, ", group ", g, " holds a non-zero value at column ", col,
+                      ", past the dense width ", cols);
+      }
+    }
+  }
+  return wrap_semi_structured(std::move(block), dt, values.device());
 }
 
 bool is_sparse(const Tensor& t) { return t.defined() && t.key_set().has(Functionality::Sparse); }

@@ -1,6 +1,7 @@
 // The 2:4 CPU kernels (plugins/sparse, Note [CPU 2:4 layout]) at every ISA level this CPU has,
 // against a naive double-precision loop over the densified pruned weight: fresh random inputs,
-// shapes with tails (k not a multiple of 64 or 16, odd n, batch 1..33), with and without bias.
+// shapes with tails (k not a multiple of 64 or 16, odd n, batch 0..33 so that every split of the
+// batch into register tiles occurs), with and without bias.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -103,7 +104,7 @@ TEST(SparseKernels, LinearMatchesDoubleLoopWithTails) {
   for (bool bf16 : {false, true})
     for (int64_t n : {1, 3, 5, 8, 17})
       for (int64_t k : {1, 4, 7, 16, 33, 64, 100, 130, 1000})
-        for (int64_t batch : {1, 2, 5, 6, 7, 13, 33})
+        for (int64_t batch : {0, 1, 2, 5, 6, 7, 8, 13, 16, 33})
           for (bool with_bias : {false, true}) check(n, k, batch, with_bias, bf16, rng);
 }
 

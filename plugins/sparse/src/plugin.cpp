@@ -31,13 +31,16 @@ const tessera_host_api_t* g_host = nullptr;
 // From batch (rows of x; columns of x for matmul) dense_batch(dtype) on, the dense oneDNN linear
 // is as fast or faster than these kernels: they multiply the zeros the expand puts back, so once
 // the weight traffic stops bounding the call they do the dense FLOPs plus the expands. Measured
-// with bench_sparse_linear (4096 x 4096, 2 threads, old and new kernels interleaved; the figures
-// in docs/performance.md) after the weight prefetch (Note [Sparse CPU weight prefetch]): float32
-// wins at batch 16 (1.08x median at load 2, 1.57x at load 6) and not at 32 (0.97x, 0.96x).
-// bfloat16 loses from batch 4 when the machine is not loaded (0.77x median at load 2, 0.88x on the
-// quiet machine before): oneDNN's bf16 (AMX on this machine), not the weight traffic, sets the
-// pace there. So float32 takes the dense path from 32, bfloat16 from 4; int8 (not re-measured)
-// keeps 16. TESSERA_SPARSE_DENSE_BATCH=N overrides all three.
+// with bench_sparse_linear (4096 x 4096; the figures in docs/performance.md, "2:4 sparse linear"):
+// - float32 wins through batch 16 (two threads: medians 1.45x / 1.31x / 1.91x / 1.41x at 1 / 4 / 8
+//   / 16, load 1.6-3.5) and about breaks even at 32 (1.10x; 0.96-0.97x before the register expand),
+//   so it takes the dense path from 32.
+// - bfloat16 loses from batch 4 with two threads: 0.77x at load 2 where oneDNN's dense bf16 runs
+//   on AMX, and 0.80x / 0.75x at batch 4 / 8 (load 1.6-3.5) on a CPU without AMX, although one
+//   thread alone wins there (1.45x / 1.31x): oneDNN's bf16 scales over the two threads better than
+//   these kernels. So it takes the dense path from 4.
+// - int8 (not re-measured) keeps 16.
+// TESSERA_SPARSE_DENSE_BATCH=N overrides all three.
 constexpr int64_t kDenseBatchF32 = 32, kDenseBatchBf16 = 4, kDenseBatchI8 = 16;
 
 int64_t dense_batch(int32_t dtype) {
