@@ -445,11 +445,8 @@ void check_quant_scale(const MetaCall& m, double scale, const char* what) {
                 ": ", what, " must be a finite positive float32 value, got ", scale);
 }
 
-void meta_quantized_linear(MetaCall& m) {
-  const TensorImpl& x = need(m, 0, "input");
-  const TensorImpl& pw = need(m, 1, "packed_weight");
-  TESSERA_CHECK(x.dtype() == kUInt8 && x.dim() >= 1, m.op_name, ": input must be the uint8 representation [..., ",
-                "in_features] of a quint8 tensor, got ", x.dtype(), " ", x.sizes());
+// The checks _quantized_linear and _quantized_linear_dynamic share; returns out_features.
+int64_t check_quantized_linear_weights(const MetaCall& m, const TensorImpl& pw) {
   TESSERA_CHECK(pw.dtype() == kUInt8 && pw.dim() == 2, m.op_name, ": packed_weight must come from ",
                 "_quantized_linear_prepack (uint8, 2-D), got ", pw.dtype(), " ", pw.sizes());
   const int64_t n = pw.sizes()[0];
@@ -458,22 +455,45 @@ void meta_quantized_linear(MetaCall& m) {
     TESSERA_CHECK(b.dtype() == kFloat32 && b.dim() == 1 && b.sizes()[0] == n, m.op_name, ": bias must be float32 [",
                   n, "], got ", b.dtype(), " ", b.sizes());
   }
+  return n;
+}
+
+void add_quantized_linear_output(MetaCall& m, const TensorImpl& x, int64_t n, DType out) {
+  Sz sizes(x.sizes());
+  sizes[sizes.size() - 1] = n;
+  m.add_output(sizes, out);
+}
+
+void meta_quantized_linear(MetaCall& m) {
+  const TensorImpl& x = need(m, 0, "input");
+  const TensorImpl& pw = need(m, 1, "packed_weight");
+  TESSERA_CHECK((x.dtype() == kUInt8 || x.dtype() == kFloat32) && x.dim() >= 1, m.op_name,
+                ": input must be the uint8 representation [..., in_features] of a quint8 tensor, or float32 values ",
+                "to quantize with input_scale and input_zero_point, got ", x.dtype(), " ", x.sizes());
+  const int64_t n = check_quantized_linear_weights(m, pw);
   check_quant_scale(m, attr_double(m, 0), "input_scale");
   const int64_t in_zp = attr_int(m, 1);
   TESSERA_CHECK(in_zp >= 0 && in_zp <= 255, m.op_name, ": input_zero_point ", in_zp,
                 " is out of range for quint8; expected 0..255");
   const DType out = attr_dtype(m, 5);
-  TESSERA_CHECK(out == kUInt8 || out == kFloat32, m.op_name, ": out_dtype must be uint8 (requantised) or float32, got ",
-                out);
-  if (out == kUInt8) {
+  TESSERA_CHECK(out == kUInt8 || out == kQUInt8 || out == kFloat32, m.op_name,
+                ": out_dtype must be uint8 (requantised), quint8 (requantised, then dequantized to float32) or ",
+                "float32, got ", out);
+  if (out != kFloat32) {
     check_quant_scale(m, attr_double(m, 2), "output_scale");
     const int64_t out_zp = attr_int(m, 3);
     TESSERA_CHECK(out_zp >= 0 && out_zp <= 255, m.op_name, ": output_zero_point ", out_zp,
                   " is out of range for quint8; expected 0..255");
   }
-  Sz sizes(x.sizes());
-  sizes[sizes.size() - 1] = n;
-  m.add_output(sizes, out);
+  add_quantized_linear_output(m, x, n, out == kUInt8 ? kUInt8 : kFloat32);
+}
+
+void meta_quantized_linear_dynamic(MetaCall& m) {
+  const TensorImpl& x = need(m, 0, "input");
+  const TensorImpl& pw = need(m, 1, "packed_weight");
+  TESSERA_CHECK(x.dtype() == kFloat32 && x.dim() >= 1, m.op_name, ": input must be float32 [..., in_features], got ",
+                x.dtype(), " ", x.sizes(), "; convert with .to(kFloat32)");
+  add_quantized_linear_output(m, x, check_quantized_linear_weights(m, pw), kFloat32);
 }
 
 void meta_softmax(MetaCall& m) {

@@ -522,6 +522,16 @@ TEST(QuantLowering, LoweredMlpAgreesWithConvertedAndReferenceWithinOneStep) {
   EXPECT_EQ(calls_of(lowered, "_quantized_linear").size(), 3u) << lowered.graph_string();
   EXPECT_TRUE(calls_of(lowered, "linear").empty()) << lowered.graph_string();
   EXPECT_TRUE(calls_of(lowered, "quantize_per_channel").empty()) << lowered.graph_string();
+  // Note [Lowered int8 boundaries]: the first layer quantizes the float32 input inside, the last
+  // writes the dequantized float32 values; nothing runs between or around the three kernels.
+  for (const char* op : {"quantize_per_tensor", "int_repr", "dequantize", "_to_copy", "sub", "mul"})
+    EXPECT_TRUE(calls_of(lowered, op).empty()) << op << "\n" << lowered.graph_string();
+  const auto kernels = calls_of(lowered, "_quantized_linear");
+  ASSERT_EQ(kernels.size(), 3u);
+  EXPECT_EQ(lowered.graph.type(kernels[0]->args[0].values[0]).dtype, kFloat32);
+  EXPECT_EQ(lowered.graph.type(kernels[1]->args[0].values[0]).dtype, kUInt8);
+  EXPECT_EQ(std::get<DType>(kernels[2]->args[8].constant), kQUInt8);
+  EXPECT_EQ(lowered.graph.type(kernels[2]->outputs[0]).dtype, kFloat32);
 
   std::vector<std::pair<double, int64_t>> act;
   for (const Node* n : calls_of(c, "quantize_per_tensor")) act.emplace_back(scale_of(*n), zero_point_of(*n));

@@ -3,7 +3,9 @@
 // requantisation (output scales per channel, source and destination zero points) and relu.
 #include <cpuid.h>
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -106,19 +108,28 @@ QPrimitiveCache& qcache() {
   return c;
 }
 
-void* scratchpad(size_t bytes) {
-  thread_local Buffer<char> buf;
-  thread_local size_t capacity = 0;
-  if (bytes > capacity) {
-    buf.reset(int64_t(bytes));
-    capacity = bytes;
+// Note [Reused int8 temporaries]: oneDNN's scratchpad, the activations quantized inside a call and
+// the uint8 results dequantized inside a call live in grow-only buffers of the calling thread,
+// one per use, instead of fresh allocations: a fresh buffer of a megabyte pays a page fault per
+// 4 KiB page on first touch, as much as a 1024-wide int8 layer's arithmetic at batch 256.
+enum class Temp { Scratchpad, Input, Output, kCount };
+void* reused(Temp use, size_t bytes) {
+  struct Slot {
+    Buffer<char> buf;
+    size_t capacity = 0;
+  };
+  thread_local Slot slots[size_t(Temp::kCount)];
+  Slot& s = slots[size_t(use)];
+  if (bytes > s.capacity) {
+    s.buf.reset(int64_t(bytes));
+    s.capacity = bytes;
   }
-  return buf.get();
+  return s.buf.get();
 }
 
 void execute(const QPrimitive& p, std::unordered_map<int, memory>& args) {
   if (const size_t sbytes = p.scratch.get_size())
-    args.emplace(DNNL_ARG_SCRATCHPAD, memory(p.scratch, nn::cpu_engine(), scratchpad(sbytes)));
+    args.emplace(DNNL_ARG_SCRATCHPAD, memory(p.scratch, nn::cpu_engine(), reused(Temp::Scratchpad, sbytes)));
   thread_local dnnl::stream s(nn::cpu_engine());
   p.prim.execute(s, args);
   s.wait();
@@ -192,39 +203,55 @@ PackHeader read_header(const tessera_tensor_t* pw, int64_t k) {
   return header;
 }
 
-// (input uint8 [..., k], packed_weight, bias float32 [n]?; input_scale, input_zero_point,
-//  output_scale, output_zero_point, relu, out_dtype)
-void qlinear_kernel(const KernelCall& call) {
-  TempList holder;
-  const tessera_tensor_t* x = nn::contiguous(call.input(0).raw(), holder);
-  const tessera_tensor_t* pw = call.input(1).raw();
-  const tessera_tensor_t* bias = call.num_inputs() > 2 && call.input(2).defined()
-                                     ? nn::contiguous(call.input(2).raw(), holder)
-                                     : nullptr;
-  const tessera_tensor_t* y_user = call.output(0).raw();
-  const double in_scale = call.attr_double(0);
-  const int32_t in_zp = int32_t(call.attr_int(1));
-  const double out_scale = call.attr_double(2);
-  const int32_t out_zp = int32_t(call.attr_int(3));
-  const bool relu = call.attr_bool(4);
-  const bool u8_out = y_user->dtype == TESSERA_DTYPE_UINT8;
-  const int64_t k = x->sizes[x->ndim - 1];
-  const PackHeader h = read_header(pw, k);
-  const int64_t n = h.n, m = k == 0 ? 0 : x->numel / k;
-  if (y_user->numel == 0) return;
-  const char* base = bytes_of(pw);
-  const float* wscale = reinterpret_cast<const float*>(base + kScalesOffset);
+// PyTorch's quantize_val to quint8 of n contiguous float32 values, on the CPU's threads: the
+// vectorisable form of detail::quantize_reference (core/src/quantizer.cpp), whose reasoning holds
+// here: clamping x * inv one step beyond the range keeps it below 2^22, where adding and subtracting
+// 1.5 * 2^23 rounds half to even; NaN gives 255.
+void quantize_u8(const float* x, int64_t n, float inv, int32_t zero_point, uint8_t* q) {
+  const float zp = float(zero_point), lo = -zp, hi = 255.0f - zp, magic = 12582912.0f;
+  parallel_for_dynamic(0, n, 1 << 14, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      const float v = x[i] * inv;
+      const float c = std::min(std::max(v, lo - 1.0f), hi + 1.0f);
+      const float r = std::min(std::max((c + magic) - magic, lo), hi);
+      q[i] = uint8_t(std::isnan(v) ? 255.0f : r + zp);
+    }
+  });
+}
 
-  // oneDNN computes dst = scale[j] * (acc + bias[j]) (then relu, then + dst zero point): the
-  // requantisation scale s_x * s_w[j] / s_out goes in the scales and the float bias is divided by
-  // s_x * s_w[j]. A float32 output keeps s_x out of the primitive (dynamic quantisation changes
-  // it every call) and multiplies it in afterwards; relu commutes with that positive factor.
+// PyTorch's choose_qparams (MinMaxObserver, quint8 over 0..qmax) for values in [lo, hi]: the range
+// widened to include 0, scale = (max - min) / qmax (at least float32 epsilon), zero point
+// -round(min / scale) clamped to 0..qmax. tessera::quantization::choose_qparams is the same.
+void choose_u8_qparams(float lo, float hi, int32_t qmax, float* scale, int32_t* zero_point) {
+  const float min_neg = std::min(lo, 0.0f), max_pos = std::max(hi, 0.0f);
+  *scale = std::max((max_pos - min_neg) / float(qmax), std::numeric_limits<float>::epsilon());
+  const double zp = -double(std::nearbyint(min_neg / *scale));
+  *zero_point = int32_t(std::clamp(zp, 0.0, double(qmax)));
+}
+
+// How a call produces its output (Note [Int8 linear outputs]).
+enum class OutKind { U8, Dequantized, Float };
+
+// Note [Int8 linear outputs]
+// oneDNN computes dst = scale[j] * (acc + bias[j]) (then relu, then + dst zero point): the
+// requantisation scale s_x * s_w[j] / s_out goes in the scales and the float bias is divided by
+// s_x * s_w[j]. U8 writes the requantised uint8 representation. Dequantized writes the same
+// representation into a reused buffer and then (q - zp_out) * s_out into the float32 output in one
+// parallel pass (the values dequantize() of the quint8 result gives). Float keeps s_x out of the
+// primitive (dynamic quantisation changes it every call) and multiplies it in afterwards; relu
+// commutes with that positive factor.
+void run_qlinear(const tessera_tensor_t* x_u8, const PackHeader& h, const char* base, const float* bias, double in_scale,
+                 int32_t in_zp, double out_scale, int32_t out_zp, bool relu, OutKind kind, int64_t m, float* y_f32,
+                 uint8_t* y_u8) {
+  const int64_t n = h.n, k = h.k;
+  const float* wscale = reinterpret_cast<const float*>(base + kScalesOffset);
+  const bool requantise = kind != OutKind::Float;
   Buffer<float> scales(n), qbias(bias ? n : 0);
   for (int64_t j = 0; j < n; ++j) {
-    scales[j] = u8_out ? float(in_scale * double(wscale[j]) / out_scale) : wscale[j];
-    if (bias) qbias[j] = float(double(reinterpret_cast<const float*>(bytes_of(bias))[j]) / (in_scale * double(wscale[j])));
+    scales[j] = requantise ? float(in_scale * double(wscale[j]) / out_scale) : wscale[j];
+    if (bias) qbias[j] = float(double(bias[j]) / (in_scale * double(wscale[j])));
   }
-  const memory::data_type out_dt = u8_out ? memory::data_type::u8 : memory::data_type::f32;
+  const memory::data_type out_dt = requantise ? memory::data_type::u8 : memory::data_type::f32;
   const memory::desc packed(h.weights_md);
   std::string key = "qlinear";
   key_value(key, m);
@@ -236,34 +263,131 @@ void qlinear_kernel(const KernelCall& call) {
   key_append(key, &h.weights_md, sizeof(h.weights_md));
   key_append(key, scales.get(), size_t(n) * 4);
   auto prim = qcache().get(key, [&] {
-    const auto attr = qlinear_attr(scales.get(), n, u8_out, relu);
+    const auto attr = qlinear_attr(scales.get(), n, requantise, relu);
     auto pd = qlinear_pd(m, k, n, packed, bias != nullptr, out_dt, attr);
     return QPrimitive{dnnl::matmul(pd), pd.scratchpad_desc(), pd.weights_desc()};
   });
-
-  const tessera_tensor_t* y = y_user;
-  if (!TensorView(y_user).is_contiguous()) {
-    holder.emplace_back(y_user->sizes, y_user->ndim, y_user->dtype);
-    y = holder.back().raw();
-  }
+  if (kind == OutKind::Dequantized) y_u8 = static_cast<uint8_t*>(reused(Temp::Output, size_t(m * n)));
+  void* dst = requantise ? static_cast<void*>(y_u8) : static_cast<void*>(y_f32);
   dnnl::engine& eng = nn::cpu_engine();
   std::unordered_map<int, memory> args;
-  args.emplace(DNNL_ARG_SRC, memory({{m, k}, memory::data_type::u8, memory::format_tag::ab}, eng, bytes_of(x)));
+  args.emplace(DNNL_ARG_SRC, memory({{m, k}, memory::data_type::u8, memory::format_tag::ab}, eng, bytes_of(x_u8)));
   args.emplace(DNNL_ARG_WEIGHTS, memory(packed, eng, const_cast<char*>(base + h.weights_offset)));
-  args.emplace(DNNL_ARG_DST, memory({{m, n}, out_dt, memory::format_tag::ab}, eng, bytes_of(y)));
+  args.emplace(DNNL_ARG_DST, memory({{m, n}, out_dt, memory::format_tag::ab}, eng, dst));
   if (bias) args.emplace(DNNL_ARG_BIAS, memory({{1, n}, memory::data_type::f32, memory::format_tag::ab}, eng, qbias.get()));
   int32_t src_zp = in_zp, dst_zp = out_zp;
   args.emplace(DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_SRC, memory({{1}, memory::data_type::s32, memory::format_tag::a}, eng, &src_zp));
-  if (u8_out)
+  if (requantise)
     args.emplace(DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_DST, memory({{1}, memory::data_type::s32, memory::format_tag::a}, eng, &dst_zp));
   execute(*prim, args);
-  if (!u8_out) {
-    float* yp = reinterpret_cast<float*>(bytes_of(y));
+  if (kind == OutKind::Dequantized) {
+    const float s = float(out_scale);
+    parallel_for_dynamic(0, m * n, 1 << 14, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) y_f32[i] = float(int32_t(y_u8[i]) - out_zp) * s;
+    });
+  } else if (kind == OutKind::Float) {
     const float sx = float(in_scale);
-    parallel_for(0, m * n, 1 << 14, [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i) yp[i] *= sx;
+    parallel_for_dynamic(0, m * n, 1 << 14, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) y_f32[i] *= sx;
     });
   }
+}
+
+// The uint8 input of a call: the representation as it is, or float32 values quantized into a
+// reused buffer (Note [Reused int8 temporaries]) viewed as a contiguous uint8 tensor.
+struct QuantizedInput {
+  tessera_tensor_t view;
+};
+const tessera_tensor_t* quantized_input(const tessera_tensor_t* x, float scale, int32_t zero_point, QuantizedInput& q) {
+  if (x->dtype == TESSERA_DTYPE_UINT8) return x;
+  uint8_t* dst = static_cast<uint8_t*>(reused(Temp::Input, size_t(std::max<int64_t>(x->numel, 1))));
+  quantize_u8(static_cast<const float*>(static_cast<const void*>(bytes_of(x))), x->numel, 1.0f / scale, zero_point, dst);
+  q.view = *x;
+  q.view.dtype = TESSERA_DTYPE_UINT8;
+  q.view.data = dst;
+  q.view.byte_offset = 0;
+  return &q.view;
+}
+
+const tessera_tensor_t* contiguous_output(const tessera_tensor_t* y_user, TempList& holder) {
+  if (TensorView(y_user).is_contiguous()) return y_user;
+  holder.emplace_back(y_user->sizes, y_user->ndim, y_user->dtype);
+  return holder.back().raw();
+}
+
+// (input uint8 or float32 [..., k], packed_weight, bias float32 [n]?; input_scale, input_zero_point,
+//  output_scale, output_zero_point, relu, out_dtype)
+void qlinear_kernel(const KernelCall& call) {
+  TempList holder;
+  const tessera_tensor_t* x = nn::contiguous(call.input(0).raw(), holder);
+  const tessera_tensor_t* pw = call.input(1).raw();
+  const tessera_tensor_t* bias = call.num_inputs() > 2 && call.input(2).defined()
+                                     ? nn::contiguous(call.input(2).raw(), holder)
+                                     : nullptr;
+  const tessera_tensor_t* y_user = call.output(0).raw();
+  const double in_scale = call.attr_double(0);
+  const int32_t in_zp = int32_t(call.attr_int(1));
+  const int64_t out_dtype = call.attr_int(5);
+  const OutKind kind = out_dtype == TESSERA_DTYPE_UINT8    ? OutKind::U8
+                       : out_dtype == TESSERA_DTYPE_QUINT8 ? OutKind::Dequantized
+                                                            : OutKind::Float;
+  const int64_t k = x->sizes[x->ndim - 1];
+  const PackHeader h = read_header(pw, k);
+  if (y_user->numel == 0) return;
+  const int64_t m = x->numel / k;
+  QuantizedInput qx;
+  const tessera_tensor_t* xu = quantized_input(x, float(in_scale), in_zp, qx);
+  const tessera_tensor_t* y = contiguous_output(y_user, holder);
+  run_qlinear(xu, h, bytes_of(pw), bias ? reinterpret_cast<const float*>(bytes_of(bias)) : nullptr, in_scale, in_zp,
+              call.attr_double(2), int32_t(call.attr_int(3)), call.attr_bool(4), kind, m,
+              reinterpret_cast<float*>(bytes_of(y)), reinterpret_cast<uint8_t*>(bytes_of(y)));
+  if (y != y_user) copy_tensor(y_user, y);
+}
+
+// (input float32 [..., k], packed_weight, bias float32 [n]?; reduce_range, relu): PyTorch's
+// quantized::linear_dynamic. The input's scale and zero point come from its min and max in this
+// call, over 0..127 with reduce_range (PyTorch's x86 default, which also keeps u8 x s8 pair sums
+// clear of saturation without VNNI) or 0..255.
+void qlinear_dynamic_kernel(const KernelCall& call) {
+  TempList holder;
+  const tessera_tensor_t* x = nn::contiguous(call.input(0).raw(), holder);
+  const tessera_tensor_t* pw = call.input(1).raw();
+  const tessera_tensor_t* bias = call.num_inputs() > 2 && call.input(2).defined()
+                                     ? nn::contiguous(call.input(2).raw(), holder)
+                                     : nullptr;
+  const tessera_tensor_t* y_user = call.output(0).raw();
+  const int64_t k = x->sizes[x->ndim - 1];
+  const PackHeader h = read_header(pw, k);
+  if (y_user->numel == 0) return;
+  const int64_t m = x->numel / k;
+  const float* xp = static_cast<const float*>(static_cast<const void*>(bytes_of(x)));
+  float l = std::numeric_limits<float>::infinity(), u = -l;
+  bool finite = true;
+  std::mutex mu;
+  parallel_for(0, x->numel, 1 << 14, [&](int64_t b, int64_t e) {
+    float cl = std::numeric_limits<float>::infinity(), cu = -cl;
+    bool ok = true;
+    for (int64_t i = b; i < e; ++i) {
+      cl = std::min(cl, xp[i]);
+      cu = std::max(cu, xp[i]);
+      ok &= std::isfinite(xp[i]);
+    }
+    std::lock_guard<std::mutex> lock(mu);
+    l = std::min(l, cl);
+    u = std::max(u, cu);
+    finite = finite && ok;
+  });
+  if (!finite)
+    fail("_quantized_linear_dynamic: the input " + shape_str(x) +
+         " holds non-finite values (inf or NaN); dynamic quantisation needs a finite range");
+  float scale = 1;
+  int32_t zp = 0;
+  choose_u8_qparams(l, u, call.attr_bool(0) ? 127 : 255, &scale, &zp);
+  QuantizedInput qx;
+  const tessera_tensor_t* xu = quantized_input(x, scale, zp, qx);
+  const tessera_tensor_t* y = contiguous_output(y_user, holder);
+  run_qlinear(xu, h, bytes_of(pw), bias ? reinterpret_cast<const float*>(bytes_of(bias)) : nullptr, scale, zp, 1.0, 0,
+              call.attr_bool(1), OutKind::Float, m, reinterpret_cast<float*>(bytes_of(y)), nullptr);
   if (y != y_user) copy_tensor(y_user, y);
 }
 
@@ -292,8 +416,11 @@ void register_quantized_kernels(const sdk::Host& host) {
                  "activations should use 7 bits (Note [Int8 without VNNI])");
   host.register_kernel(op::_quantized_linear_prepack::name, TESSERA_DTYPE_BIT(TESSERA_DTYPE_INT8),
                        TESSERA_SDK_KERNEL(prepack_kernel));
-  host.register_kernel(op::_quantized_linear::name, TESSERA_DTYPE_BIT(TESSERA_DTYPE_UINT8),
+  host.register_kernel(op::_quantized_linear::name,
+                       TESSERA_DTYPE_BIT(TESSERA_DTYPE_UINT8) | TESSERA_DTYPE_BIT(TESSERA_DTYPE_FLOAT32),
                        TESSERA_SDK_KERNEL(qlinear_kernel));
+  host.register_kernel(op::_quantized_linear_dynamic::name, TESSERA_DTYPE_BIT(TESSERA_DTYPE_FLOAT32),
+                       TESSERA_SDK_KERNEL(qlinear_dynamic_kernel));
 }
 
 }  // namespace tessera::cpu
