@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <set>
 
+#include "packed_weights.h"
 #include "tessera/compiler/passes.h"
 #include "tessera/compiler/quantize.h"
 #include "tessera/error.h"
@@ -48,9 +49,7 @@ struct Match {
   bool relu;
 };
 
-}  // namespace
-
-int lower_to_int8(ExportedProgram& ep) {
+int lower_linear_patterns(ExportedProgram& ep) {
   Graph& g = ep.graph;
   std::vector<int32_t> producer(g.values.size(), -1);
   std::vector<std::vector<int32_t>> users(g.values.size());
@@ -236,6 +235,13 @@ int lower_to_int8(ExportedProgram& ep) {
   compiler::eliminate_dead_code(ep);
   compiler::verify(ep);
   return int(matches.size());
+}
+
+}  // namespace
+
+int lower_to_int8(ExportedProgram& ep) {
+  const int lowered = lower_linear_patterns(ep);
+  return lowered + fold_packed_weights(ep);
 }
 
 }  // namespace tessera::quantization
