@@ -3,7 +3,7 @@
 #include <limits>
 #include <set>
 
-#include "packed_weights.h"
+#include "lowering.h"
 #include "tessera/compiler/passes.h"
 #include "tessera/compiler/quantize.h"
 #include "tessera/error.h"

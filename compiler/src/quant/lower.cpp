@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <set>
 
-#include "packed_weights.h"
+#include "lowering.h"
 #include "tessera/compiler/passes.h"
 #include "tessera/compiler/quantize.h"
 #include "tessera/error.h"
@@ -240,8 +240,9 @@ int lower_linear_patterns(ExportedProgram& ep) {
 }  // namespace
 
 int lower_to_int8(ExportedProgram& ep) {
-  const int lowered = lower_linear_patterns(ep);
-  return lowered + fold_packed_weights(ep);
+  const int convs = lower_conv_patterns(ep);
+  const int linears = lower_linear_patterns(ep);
+  return convs + linears + fold_packed_weights(ep);
 }
 
 }  // namespace tessera::quantization

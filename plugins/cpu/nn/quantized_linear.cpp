@@ -1,6 +1,7 @@
-// Int8 linear on oneDNN 2.6: uint8 activations (per-tensor affine) x int8 weights (per-channel
-// symmetric) -> int32 accumulation inside a matmul primitive whose attributes carry the
-// requantisation (output scales per channel, source and destination zero points) and relu.
+// Int8 linear and conv2d on oneDNN 2.6: uint8 activations (per-tensor affine) x int8 weights
+// (per-channel symmetric) -> int32 accumulation inside a matmul or convolution primitive whose
+// attributes carry the requantisation (output scales per channel, source and destination zero
+// points), the addend of conv2d (a sum post-op) and relu.
 #include <cpuid.h>
 
 #include <algorithm>
@@ -80,7 +81,8 @@ dnnl::matmul::primitive_desc qlinear_pd(int64_t m, int64_t k, int64_t n, const m
 struct QPrimitive {
   dnnl::primitive prim;
   memory::desc scratch;
-  memory::desc weights;  // the layout the primitive reads
+  memory::desc weights;   // the layout the primitive reads
+  memory::desc src, dst;  // the activation layouts it chose (conv2d)
 };
 
 class QPrimitiveCache {
@@ -112,7 +114,7 @@ QPrimitiveCache& qcache() {
 // the uint8 results dequantized inside a call live in grow-only buffers of the calling thread,
 // one per use, instead of fresh allocations: a fresh buffer of a megabyte pays a page fault per
 // 4 KiB page on first touch, as much as a 1024-wide int8 layer's arithmetic at batch 256.
-enum class Temp { Scratchpad, Input, Output, kCount };
+enum class Temp { Scratchpad, Input, Output, Other, ConvSrc, ConvDst, ConvWeights, kCount };
 void* reused(Temp use, size_t bytes) {
   struct Slot {
     Buffer<char> buf;
@@ -265,7 +267,7 @@ void run_qlinear(const tessera_tensor_t* x_u8, const PackHeader& h, const char* 
   auto prim = qcache().get(key, [&] {
     const auto attr = qlinear_attr(scales.get(), n, requantise, relu);
     auto pd = qlinear_pd(m, k, n, packed, bias != nullptr, out_dt, attr);
-    return QPrimitive{dnnl::matmul(pd), pd.scratchpad_desc(), pd.weights_desc()};
+    return QPrimitive{dnnl::matmul(pd), pd.scratchpad_desc(), pd.weights_desc(), pd.src_desc(), pd.dst_desc()};
   });
   if (kind == OutKind::Dequantized) y_u8 = static_cast<uint8_t*>(reused(Temp::Output, size_t(m * n)));
   void* dst = requantise ? static_cast<void*>(y_u8) : static_cast<void*>(y_f32);
@@ -391,6 +393,152 @@ void qlinear_dynamic_kernel(const KernelCall& call) {
   if (y != y_user) copy_tensor(y_user, y);
 }
 
+// Note [Int8 conv2d]
+// (input uint8 or float32 [N, C, H, W], weight int8 [O, C/g, kH, kW], weight_scale [O], bias?,
+// other?; stride, padding, dilation, groups, input_scale, input_zero_point, other_scale,
+// other_zero_point, output_scale, output_zero_point, relu, out_dtype). One oneDNN convolution with
+// the layouts it picks (format_tag::any: nhwc or blocked for int8); activations are reordered in
+// and out through reused buffers (Note [Reused int8 temporaries]) and the weights are reordered
+// into the primitive's layout on every call. Requantisation as Note [Int8 linear outputs] (output
+// scales s_x * s_w[o] / s_out per channel, the bias over s_x * s_w[o], runtime zero points); the
+// addend enters as a sum post-op: the destination is filled with other's representation first and
+// the primitive adds (s_other / s_out) * (dst - zp_other) before relu and the destination zero
+// point, which is PyTorch's add_relu of two quint8 tensors done in float32 before one rounding.
+void qconv_kernel(const KernelCall& call) {
+  TempList holder;
+  const tessera_tensor_t* x = nn::contiguous(call.input(0).raw(), holder);
+  const tessera_tensor_t* w = nn::contiguous(call.input(1).raw(), holder);
+  const tessera_tensor_t* ws = nn::contiguous(call.input(2).raw(), holder);
+  auto optional_input = [&](int i) {
+    return call.num_inputs() > i && call.input(i).defined() ? nn::contiguous(call.input(i).raw(), holder) : nullptr;
+  };
+  const tessera_tensor_t* bias = optional_input(3);
+  const tessera_tensor_t* other = optional_input(4);
+  const tessera_tensor_t* y_user = call.output(0).raw();
+  int64_t s[2], p[2], d[2];
+  const int64_t one[2] = {1, 1}, zero[2] = {0, 0};
+  nn::attr_pair(call, 0, "stride", s, one);
+  nn::attr_pair(call, 1, "padding", p, zero);
+  nn::attr_pair(call, 2, "dilation", d, one);
+  const int64_t g = call.attr_int(3);
+  const double in_scale = call.attr_double(4), other_scale = call.attr_double(6), out_scale = call.attr_double(8);
+  const int32_t in_zp = int32_t(call.attr_int(5)), other_zp = int32_t(call.attr_int(7)), out_zp = int32_t(call.attr_int(9));
+  const bool relu = call.attr_bool(10);
+  const bool dequantized = call.attr_int(11) == TESSERA_DTYPE_QUINT8;
+  const int64_t nb = x->sizes[0], c = x->sizes[1], h = x->sizes[2], wd = x->sizes[3];
+  const int64_t oc = w->sizes[0], kh = w->sizes[2], kw = w->sizes[3];
+  const int64_t oh = y_user->sizes[2], ow = y_user->sizes[3];
+  if (g <= 0 || c % g != 0 || oc % g != 0 || w->sizes[1] != c / g)
+    fail("_quantized_conv2d: weight " + shape_str(w) + " with groups=" + std::to_string(g) + " does not fit the input " +
+         shape_str(x) + "; expected weight [out_channels, in_channels/groups, kH, kW]");
+  if (y_user->numel == 0) return;
+  QuantizedInput qx, qo;
+  const tessera_tensor_t* xu = quantized_input(x, float(in_scale), in_zp, qx);
+  const tessera_tensor_t* ou = nullptr;
+  if (other) {
+    if (other->dtype == TESSERA_DTYPE_UINT8) {
+      ou = other;
+    } else {
+      uint8_t* dst = static_cast<uint8_t*>(reused(Temp::Other, size_t(other->numel)));
+      quantize_u8(static_cast<const float*>(static_cast<const void*>(bytes_of(other))), other->numel,
+                  1.0f / float(other_scale), other_zp, dst);
+      qo.view = *other;
+      qo.view.dtype = TESSERA_DTYPE_UINT8;
+      qo.view.data = dst;
+      qo.view.byte_offset = 0;
+      ou = &qo.view;
+    }
+  }
+  const float* wscale = static_cast<const float*>(static_cast<const void*>(bytes_of(ws)));
+  Buffer<float> scales(oc), qbias(bias ? oc : 0);
+  for (int64_t o = 0; o < oc; ++o) {
+    if (!(std::isfinite(wscale[o]) && wscale[o] > 0))
+      fail("_quantized_conv2d: weight_scale[" + std::to_string(o) + "] = " + std::to_string(wscale[o]) +
+           "; expected finite positive scales");
+    scales[o] = float(in_scale * double(wscale[o]) / out_scale);
+    if (bias) qbias[o] = float(double(reinterpret_cast<const float*>(bytes_of(bias))[o]) / (in_scale * double(wscale[o])));
+  }
+  const float sum_scale = float(other_scale / out_scale);
+  const memory::desc src_md({nb, c, h, wd}, memory::data_type::u8, memory::format_tag::nchw);
+  const memory::desc dst_md({nb, oc, oh, ow}, memory::data_type::u8, memory::format_tag::nchw);
+  const memory::desc wei_md = g == 1 ? memory::desc({oc, c, kh, kw}, memory::data_type::s8, memory::format_tag::oihw)
+                                     : memory::desc({g, oc / g, c / g, kh, kw}, memory::data_type::s8,
+                                                    memory::format_tag::goihw);
+  const memory::desc bias_md({oc}, memory::data_type::f32, memory::format_tag::x);
+  std::string key = "qconv2d";
+  const int64_t geo[] = {nb, c, h, wd, oc, kh, kw, s[0], s[1], p[0], p[1], d[0], d[1], g, bias != nullptr,
+                         other != nullptr, other_zp, relu};
+  key_append(key, geo, sizeof(geo));
+  key_value(key, sum_scale);
+  key_append(key, scales.get(), size_t(oc) * 4);
+  auto prim = qcache().get(key, [&] {
+    dnnl::primitive_attr attr;
+    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+    attr.set_output_scales(2, std::vector<float>(scales.get(), scales.get() + oc));
+    attr.set_zero_points(DNNL_ARG_SRC, 0, {DNNL_RUNTIME_S32_VAL});
+    attr.set_zero_points(DNNL_ARG_DST, 0, {DNNL_RUNTIME_S32_VAL});
+    dnnl::post_ops po;
+    if (other) po.append_sum(sum_scale, other_zp, memory::data_type::u8);
+    if (relu) po.append_eltwise(1.f, dnnl::algorithm::eltwise_relu, 0.f, 0.f);
+    attr.set_post_ops(po);
+    const memory::dims strides = {s[0], s[1]}, dil = {d[0] - 1, d[1] - 1}, pad = {p[0], p[1]};
+    const memory::desc src_any({nb, c, h, wd}, memory::data_type::u8, memory::format_tag::any);
+    const memory::desc dst_any({nb, oc, oh, ow}, memory::data_type::u8, memory::format_tag::any);
+    const memory::desc wei_any = g == 1 ? memory::desc({oc, c, kh, kw}, memory::data_type::s8, memory::format_tag::any)
+                                        : memory::desc({g, oc / g, c / g, kh, kw}, memory::data_type::s8,
+                                                       memory::format_tag::any);
+    const auto desc = bias ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference,
+                                                             dnnl::algorithm::convolution_direct, src_any, wei_any,
+                                                             bias_md, dst_any, strides, dil, pad, pad)
+                           : dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference,
+                                                             dnnl::algorithm::convolution_direct, src_any, wei_any,
+                                                             dst_any, strides, dil, pad, pad);
+    dnnl::convolution_forward::primitive_desc pd(desc, attr, nn::cpu_engine());
+    return QPrimitive{dnnl::convolution_forward(pd), pd.scratchpad_desc(), pd.weights_desc(), pd.src_desc(),
+                      pd.dst_desc()};
+  });
+  dnnl::engine& eng = nn::cpu_engine();
+  thread_local dnnl::stream strm(eng);
+  auto reordered = [&](const memory::desc& from_md, void* from, const memory::desc& to_md, Temp use) {
+    memory src_mem(from_md, eng, from);
+    if (to_md == from_md) return src_mem;
+    memory to(to_md, eng, reused(use, to_md.get_size()));
+    dnnl::reorder(src_mem, to).execute(strm, src_mem, to);
+    return to;
+  };
+  std::unordered_map<int, memory> args;
+  args.emplace(DNNL_ARG_SRC, reordered(src_md, bytes_of(xu), prim->src, Temp::ConvSrc));
+  args.emplace(DNNL_ARG_WEIGHTS, reordered(wei_md, bytes_of(w), prim->weights, Temp::ConvWeights));
+  // The destination in the primitive's layout: other's representation when there is an addend.
+  const tessera_tensor_t* y = contiguous_output(y_user, holder);
+  uint8_t* y_u8 = dequantized ? static_cast<uint8_t*>(reused(Temp::Output, size_t(y->numel))) : reinterpret_cast<uint8_t*>(bytes_of(y));
+  memory dst_user(dst_md, eng, y_u8);
+  memory dst = prim->dst == dst_md ? dst_user : memory(prim->dst, eng, reused(Temp::ConvDst, prim->dst.get_size()));
+  if (ou) {
+    memory other_user(dst_md, eng, bytes_of(ou));
+    dnnl::reorder(other_user, dst).execute(strm, other_user, dst);
+  }
+  strm.wait();
+  args.emplace(DNNL_ARG_DST, dst);
+  if (bias) args.emplace(DNNL_ARG_BIAS, memory(bias_md, eng, qbias.get()));
+  int32_t src_zp = in_zp, dst_zp = out_zp;
+  args.emplace(DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_SRC, memory({{1}, memory::data_type::s32, memory::format_tag::a}, eng, &src_zp));
+  args.emplace(DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_DST, memory({{1}, memory::data_type::s32, memory::format_tag::a}, eng, &dst_zp));
+  execute(*prim, args);
+  if (dst != dst_user) {
+    dnnl::reorder(dst, dst_user).execute(strm, dst, dst_user);
+    strm.wait();
+  }
+  if (dequantized) {
+    float* yf = reinterpret_cast<float*>(bytes_of(y));
+    const float sc = float(out_scale);
+    parallel_for_dynamic(0, y->numel, 1 << 14, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) yf[i] = float(int32_t(y_u8[i]) - out_zp) * sc;
+    });
+  }
+  if (y != y_user) copy_tensor(y_user, y);
+}
+
 // Note [Int8 without VNNI]: without VNNI (AVX512-VNNI or AVX-VNNI) oneDNN multiplies u8 x s8 with
 // vpmaddubsw, whose 16-bit pair sums saturate: large activations times large weights lose bits
 // (PyTorch #144434; its x86 quantizer narrows activations to 7 bits for that). The kernels stay
@@ -419,6 +567,9 @@ void register_quantized_kernels(const sdk::Host& host) {
   host.register_kernel(op::_quantized_linear::name,
                        TESSERA_DTYPE_BIT(TESSERA_DTYPE_UINT8) | TESSERA_DTYPE_BIT(TESSERA_DTYPE_FLOAT32),
                        TESSERA_SDK_KERNEL(qlinear_kernel));
+  host.register_kernel(op::_quantized_conv2d::name,
+                       TESSERA_DTYPE_BIT(TESSERA_DTYPE_UINT8) | TESSERA_DTYPE_BIT(TESSERA_DTYPE_FLOAT32),
+                       TESSERA_SDK_KERNEL(qconv_kernel));
   host.register_kernel(op::_quantized_linear_dynamic::name, TESSERA_DTYPE_BIT(TESSERA_DTYPE_FLOAT32),
                        TESSERA_SDK_KERNEL(qlinear_dynamic_kernel));
 }

@@ -1,4 +1,4 @@
-// Internal to the quantization passes (compiler/src/quant).
+// Internal to the quantization passes (compiler/src/quant): the parts of lower_to_int8.
 #pragma once
 #include "tessera/compiler/ir.h"
 
@@ -9,5 +9,10 @@ namespace tessera::quantization {
 // scales nothing else reads leave the program. Returns the number folded. Note [Dynamic
 // quantization] in tessera/compiler/quantize.h.
 int fold_packed_weights(compiler::ExportedProgram& ep);
+
+// Replaces each dequantize -> conv2d (-> add) (-> relu) -> quantize over quint8 activations and
+// qint8 per-channel symmetric constant weights by one _quantized_conv2d (Note [Int8 conv2d
+// lowering] in lower_conv.cpp). Returns the number lowered.
+int lower_conv_patterns(compiler::ExportedProgram& ep);
 
 }  // namespace tessera::quantization
