@@ -98,7 +98,6 @@ ExportedProgram quantize_dynamic(const ExportedProgram& ep, DynamicOptions optio
   std::vector<Node> placeholders, body;
   std::set<size_t> fused_relus;
   std::map<ValueId, ValueId> replaced;  // a fused relu's output -> the dynamic linear's
-  int count = 0;
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     Node& n = g.nodes[i];
     if (n.kind == NodeKind::Placeholder) {
@@ -154,7 +153,6 @@ ExportedProgram quantize_dynamic(const ExportedProgram& ep, DynamicOptions optio
                     {Argument::tensor(x), Argument::tensor(pv), b < 0 ? Argument::none() : Argument::tensor(b),
                      Argument::constant_value(options.reduce_range), Argument::constant_value(relu)},
                     {end}});
-    ++count;
   }
   for (auto& o : out.signature.outputs)
     if (auto r = replaced.find(o.value); r != replaced.end()) o.value = r->second;

@@ -300,9 +300,10 @@ void run_qlinear(const tessera_tensor_t* x_u8, const PackHeader& h, const char* 
 struct QuantizedInput {
   tessera_tensor_t view;
 };
-const tessera_tensor_t* quantized_input(const tessera_tensor_t* x, float scale, int32_t zero_point, QuantizedInput& q) {
+const tessera_tensor_t* quantized_input(const tessera_tensor_t* x, float scale, int32_t zero_point, QuantizedInput& q,
+                                        Temp use = Temp::Input) {
   if (x->dtype == TESSERA_DTYPE_UINT8) return x;
-  uint8_t* dst = static_cast<uint8_t*>(reused(Temp::Input, size_t(std::max<int64_t>(x->numel, 1))));
+  uint8_t* dst = static_cast<uint8_t*>(reused(use, size_t(std::max<int64_t>(x->numel, 1))));
   quantize_u8(static_cast<const float*>(static_cast<const void*>(bytes_of(x))), x->numel, 1.0f / scale, zero_point, dst);
   q.view = *x;
   q.view.dtype = TESSERA_DTYPE_UINT8;
@@ -434,21 +435,7 @@ void qconv_kernel(const KernelCall& call) {
   if (y_user->numel == 0) return;
   QuantizedInput qx, qo;
   const tessera_tensor_t* xu = quantized_input(x, float(in_scale), in_zp, qx);
-  const tessera_tensor_t* ou = nullptr;
-  if (other) {
-    if (other->dtype == TESSERA_DTYPE_UINT8) {
-      ou = other;
-    } else {
-      uint8_t* dst = static_cast<uint8_t*>(reused(Temp::Other, size_t(other->numel)));
-      quantize_u8(static_cast<const float*>(static_cast<const void*>(bytes_of(other))), other->numel,
-                  1.0f / float(other_scale), other_zp, dst);
-      qo.view = *other;
-      qo.view.dtype = TESSERA_DTYPE_UINT8;
-      qo.view.data = dst;
-      qo.view.byte_offset = 0;
-      ou = &qo.view;
-    }
-  }
+  const tessera_tensor_t* ou = other ? quantized_input(other, float(other_scale), other_zp, qo, Temp::Other) : nullptr;
   const float* wscale = static_cast<const float*>(static_cast<const void*>(bytes_of(ws)));
   Buffer<float> scales(oc), qbias(bias ? oc : 0);
   for (int64_t o = 0; o < oc; ++o) {

@@ -19,7 +19,8 @@
 //    the result is an ordinary ExportedProgram in float32 with the quantisation simulated, which
 //    runs everywhere and saves to the program file.
 // 5. lower_to_int8: dequantize -> linear (-> relu) -> quantize over quint8 activations and qint8
-//    per-channel symmetric weights becomes one _quantized_linear on the uint8 representation.
+//    per-channel symmetric weights becomes one _quantized_linear on the uint8 representation, and
+//    dequantize -> conv2d (-> add) (-> relu) -> quantize one _quantized_conv2d.
 //
 // Note [Dynamic quantization]
 // The second mode, PyTorch's quantize_dynamic: quantize_dynamic(ep) needs no quantizer and no
@@ -193,16 +194,20 @@ struct DynamicOptions {
 // s_x * s_w[j] * acc + bias[j]. Throws tessera::Error naming the value when the program is invalid.
 TESSERA_COMPILER_API ExportedProgram quantize_dynamic(const ExportedProgram& ep, DynamicOptions options = {});
 
-// Replaces each dequantize -> linear (-> relu) -> quantize of a converted program (quint8 activations,
+// Replaces each dequantize -> conv2d (-> add) (-> relu) -> quantize of a converted program (quint8
+// activations and addend, qint8 per-channel symmetric constant weights, float or no bias, integer
+// stride / padding / dilation) by _quantized_conv2d (Note [Int8 conv2d lowering] in
+// lower_conv.cpp), and each dequantize -> linear (-> relu) -> quantize (quint8 activations,
 // qint8 per-channel symmetric constant weights, float or no bias) by _quantized_linear on the uint8
 // representation, with the weights packed once into constant inputs; chains of them pass the uint8
 // representation along (Note [Lowered int8 boundaries] in lower.cpp: the first reads the float32
 // input and quantizes it inside; one whose result only dequantize reads writes the float32 values).
 // A dequantize of a lowered result that something else reads too becomes
 // (float(repr) - zero_point) * scale. Unmatched regions stay as they are. Returns the number of
-// linears lowered. The packed weights are the backend's layout: save the converted program, and
-// lower after loading it. In a program from quantize_dynamic it folds the packing of the int8
-// weights into constant packed weights (Note [Dynamic quantization]); those count as lowered too.
+// convolutions and linears lowered. The packed weights are the backend's layout: save the
+// converted program, and lower after loading it. In a program from quantize_dynamic it folds the
+// packing of the int8 weights into constant packed weights (Note [Dynamic quantization]); those
+// count as lowered too.
 TESSERA_COMPILER_API int lower_to_int8(ExportedProgram& ep);
 
 }  // namespace tessera::quantization
