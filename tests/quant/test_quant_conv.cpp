@@ -143,6 +143,35 @@ TEST(QuantizedConv2d, KernelMatchesTheIntegerReferenceWithAndWithoutAddAndRelu) 
   }
 }
 
+// Note [Int8 conv weights]: the reordered weights are kept under the weight's storage version; a
+// write to the weight must reach the next call.
+TEST(QuantizedConv2d, WeightsWrittenInPlaceAreReorderedAgain) {
+  std::mt19937_64 rng(fresh_seed());
+  Dispatcher& d = Dispatcher::instance();
+  const Geometry g{1, 16, 8, 8, 32, 3, 3, 1, 1, 1, 1};
+  const std::vector<uint8_t> x8 = random_ints<uint8_t>(rng, size_t(g.c * g.h * g.w), 0, 255);
+  std::vector<int8_t> w8 = random_ints<int8_t>(rng, size_t(g.oc * g.c * g.kh * g.kw), -127, 127);
+  const std::vector<float> sw(size_t(g.oc), 0.004f);
+  const QParams x{0.02, 100}, out{0.5, 128};
+  Tensor xt = tensor(x8, {g.n, g.c, g.h, g.w}), wt = tensor(w8, {g.oc, g.c, g.kh, g.kw}), swt = tensor(sw, {g.oc});
+  auto run = [&] {
+    Stack args = {xt, wt, swt, std::monostate{}, std::monostate{}, std::vector<int64_t>{1, 1}, std::vector<int64_t>{1, 1},
+                  std::vector<int64_t>{1, 1}, int64_t(1), x.scale, x.zp, 1.0, int64_t(0), out.scale, out.zp, false, kUInt8};
+    Tensor y = std::get<Tensor>(d.call_boxed(d.op("_quantized_conv2d"), args).at(0)).contiguous();
+    return std::vector<double>(y.data_ptr<uint8_t>(), y.data_ptr<uint8_t>() + y.numel());
+  };
+  const std::vector<int64_t> xq(x8.begin(), x8.end());
+  for (int round = 0; round < 3; ++round) {
+    SCOPED_TRACE("round " + std::to_string(round));
+    const std::vector<int64_t> wq(w8.begin(), w8.end());
+    const std::vector<int64_t> want = conv_reference(g, xq, x, wq, sw, {}, nullptr, x, out, false);
+    for (int call = 0; call < 2; ++call) EXPECT_LE(count_different(want, run()), int64_t(want.size()) / 10);
+    // Negate every weight in place: the results move far beyond one step.
+    int8_t* p = wt.data_ptr<int8_t>();
+    for (size_t i = 0; i < w8.size(); ++i) p[i] = w8[i] = int8_t(-w8[i]);
+  }
+}
+
 TEST(QuantizedConv2d, BadInputsGiveOneLineErrors) {
   Dispatcher& d = Dispatcher::instance();
   auto msg = [&](Stack args) {

@@ -394,15 +394,60 @@ void qlinear_dynamic_kernel(const KernelCall& call) {
   if (y != y_user) copy_tensor(y_user, y);
 }
 
+// Note [Int8 conv weights]: the int8 weights of a convolution reordered into its primitive's layout,
+// kept under the weight storage's version (Note [Storage version] in tessera/tensor.h: drawn from
+// one process-wide counter, it changes on every write), its offset and the two layouts. A lowered
+// program's constant weights are then reordered once; a weight written in place gets a new version
+// and is reordered again. At most kMaxEntries entries and kMaxBytes bytes; cleared when full.
+class QWeightCache {
+ public:
+  static constexpr size_t kMaxEntries = 64;
+  static constexpr size_t kMaxBytes = size_t(256) << 20;
+  struct Entry {
+    Buffer<char> data;
+    size_t bytes = 0;
+  };
+  template <typename Pack>
+  std::shared_ptr<const Entry> get(const std::string& key, size_t bytes, Pack&& pack) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (auto it = map_.find(key); it != map_.end()) return it->second;
+    }
+    auto e = std::make_shared<Entry>();
+    e->data.reset(int64_t(bytes));
+    e->bytes = bytes;
+    pack(e->data.get());
+    if (bytes > kMaxBytes) return e;
+    std::lock_guard<std::mutex> lock(mu_);
+    if (map_.size() >= kMaxEntries || held_ + bytes > kMaxBytes) {
+      map_.clear();
+      held_ = 0;
+    }
+    auto [it, inserted] = map_.emplace(key, std::move(e));
+    if (inserted) held_ += bytes;
+    return it->second;
+  }
+
+ private:
+  std::mutex mu_;
+  std::unordered_map<std::string, std::shared_ptr<const Entry>> map_;
+  size_t held_ = 0;
+};
+
+QWeightCache& qweight_cache() {
+  static QWeightCache c;
+  return c;
+}
+
 // Note [Int8 conv2d]
 // (input uint8 or float32 [N, C, H, W], weight int8 [O, C/g, kH, kW], weight_scale [O], bias?,
 // other?; stride, padding, dilation, groups, input_scale, input_zero_point, other_scale,
 // other_zero_point, output_scale, output_zero_point, relu, out_dtype). One oneDNN convolution with
 // the layouts it picks (format_tag::any: nhwc or blocked for int8); activations are reordered in
 // and out through reused buffers (Note [Reused int8 temporaries]) and the weights are reordered
-// into the primitive's layout on every call. Requantisation as Note [Int8 linear outputs] (output
-// scales s_x * s_w[o] / s_out per channel, the bias over s_x * s_w[o], runtime zero points); the
-// addend enters as a sum post-op: the destination is filled with other's representation first and
+// into the primitive's layout once per version (Note [Int8 conv weights]). Requantisation as Note
+// [Int8 linear outputs] (output scales s_x * s_w[o] / s_out per channel, the bias over
+// s_x * s_w[o], runtime zero points); the addend enters as a sum post-op: the destination is filled with other's representation first and
 // the primitive adds (s_other / s_out) * (dst - zp_other) before relu and the destination zero
 // point, which is PyTorch's add_relu of two quint8 tensors done in float32 before one rounding.
 void qconv_kernel(const KernelCall& call) {
@@ -495,7 +540,23 @@ void qconv_kernel(const KernelCall& call) {
   };
   std::unordered_map<int, memory> args;
   args.emplace(DNNL_ARG_SRC, reordered(src_md, bytes_of(xu), prim->src, Temp::ConvSrc));
-  args.emplace(DNNL_ARG_WEIGHTS, reordered(wei_md, bytes_of(w), prim->weights, Temp::ConvWeights));
+  std::shared_ptr<const QWeightCache::Entry> cached;
+  const uint64_t version = w == call.input(1).raw() ? nn::tensor_version(w) : 0;
+  if (version != 0 && prim->weights != wei_md) {
+    std::string wkey;
+    key_value(wkey, version);
+    key_value(wkey, w->byte_offset);
+    key_append(wkey, &wei_md.data, sizeof(wei_md.data));
+    key_append(wkey, &prim->weights.data, sizeof(prim->weights.data));
+    cached = qweight_cache().get(wkey, prim->weights.get_size(), [&](void* out) {
+      memory from(wei_md, eng, bytes_of(w)), to(prim->weights, eng, out);
+      dnnl::reorder(from, to).execute(strm, from, to);
+      strm.wait();
+    });
+    args.emplace(DNNL_ARG_WEIGHTS, memory(prim->weights, eng, cached->data.get()));
+  } else {
+    args.emplace(DNNL_ARG_WEIGHTS, reordered(wei_md, bytes_of(w), prim->weights, Temp::ConvWeights));
+  }
   // The destination in the primitive's layout: other's representation when there is an addend.
   const tessera_tensor_t* y = contiguous_output(y_user, holder);
   uint8_t* y_u8 = dequantized ? static_cast<uint8_t*>(reused(Temp::Output, size_t(y->numel))) : reinterpret_cast<uint8_t*>(bytes_of(y));
