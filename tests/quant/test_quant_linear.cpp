@@ -230,6 +230,10 @@ TEST(QuantizedLinear, Float32InputIsQuantizedInsideAsQuantizePerTensor) {
     xs[0] = float(p.sx) * 2.5f;  // a half step: rounds to even
     xs[1] = 1e30f;
     xs[2] = -1e30f;
+    xs[3] = std::numeric_limits<float>::quiet_NaN();  // 255, as quantize_per_tensor
+    xs[4] = std::numeric_limits<float>::infinity();
+    xs[5] = -std::numeric_limits<float>::infinity();
+    xs[6] = float(p.sx) * -3.5f;
     Tensor x = tensor(xs, {m, k});
     Tensor xq = int_repr(quantize_per_tensor(x, p.sx, p.zx, kQUInt8));
     for (bool relu : {false, true}) {
