@@ -1,5 +1,6 @@
-// lower_to_int8: quantized linear patterns of a converted program onto the int8 kernels
-// (Note [Quantization flow] in tessera/compiler/quantize.h).
+// lower_to_int8: quantized linear patterns of a converted program onto the int8 kernels, after the
+// conv2d patterns (lower_conv.cpp) and before the folding of packed weights (dynamic.cpp); Note
+// [Quantization flow] in tessera/compiler/quantize.h.
 #include <algorithm>
 #include <set>
 
