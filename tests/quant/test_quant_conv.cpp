@@ -309,8 +309,8 @@ TEST(QuantLowering, Conv2dLoweredAgreesWithTheReferenceWithAndWithoutReluAndAdd)
   check_lowered_conv(Geometry{2, 8, 11, 11, 8, 3, 3, 2, 1, 1, 2}, false, false, true, rng);
 }
 
-// conv -> relu -> conv -> relu: the second conv reads the first one's float32 result, which
-// quantizes back to the same representation (Note [Int8 conv2d lowering]).
+// conv -> relu -> conv -> relu: the first conv writes the uint8 representation the second reads
+// (Note [Int8 conv2d lowering]); the second writes the float32 output.
 TEST(QuantLowering, ChainedConvsPassTheirResultAlong) {
   const uint64_t seed = fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
@@ -333,6 +333,11 @@ TEST(QuantLowering, ChainedConvsPassTheirResultAlong) {
   ASSERT_EQ(quantization::lower_to_int8(lowered), 2);
   EXPECT_TRUE(calls_of(lowered, "conv2d").empty()) << lowered.graph_string();
   EXPECT_TRUE(calls_of(lowered, "quantize_per_tensor").empty()) << lowered.graph_string();
+  const auto kernels = calls_of(lowered, "_quantized_conv2d");
+  ASSERT_EQ(kernels.size(), 2u);
+  EXPECT_EQ(lowered.graph.type(kernels[0]->outputs[0]).dtype, kUInt8) << lowered.graph_string();
+  EXPECT_EQ(kernels[1]->args[0].values[0], kernels[0]->outputs[0]) << lowered.graph_string();
+  EXPECT_EQ(lowered.graph.type(kernels[1]->outputs[0]).dtype, kFloat32) << lowered.graph_string();
   Tensor x = random_tensor(rng, {2, 3, 8, 8}, -1, 1);
   const std::vector<float> want = values_of(c.run({x})[0]), got = values_of(lowered.run({x})[0]);
   const Node* last = calls_of(c, "quantize_per_tensor").back();

@@ -42,7 +42,8 @@ std::optional<std::pair<double, int64_t>> quint8_params(const Node& q) {
 
 // One matched dequantize -> conv2d (-> add) (-> relu) -> quantize.
 struct ConvMatch {
-  size_t quantize_node;
+  size_t conv_node, quantize_node;
+  int32_t add_node = -1;
   ValueId input_q, input_float;  // the quint8 input and the float32 value it was quantized from
   std::pair<double, int64_t> input_params;
   ValueId other_q = -1, other_float = -1;  // the add's quint8 operand, -1 without add
@@ -58,11 +59,12 @@ struct ConvMatch {
 
 // Note [Int8 conv2d lowering]
 // A match reads the float32 values its quint8 input and addend were quantized from (the kernel
-// quantizes them with the same parameters, as the linear of Note [Lowered int8 boundaries]) or,
-// when a lowered conv2d produced them, that conv2d's float32 result: it writes the dequantized
+// quantizes them with the same parameters, as the linear of Note [Lowered int8 boundaries]), or
+// what a lowered conv2d produced for them. A lowered conv2d whose result only lowered convolutions
+// read (as input or addend) writes the uint8 representation; otherwise it writes the dequantized
 // values of its requantised output (out_dtype quint8), which quantize back to the same integers
-// (|q - zp| <= 255 keeps the float32 round trip far inside half a step). The weights are quantized
-// once into int8 constants with their scales.
+// (|q - zp| <= 255 keeps the float32 round trip far inside half a step), so a lowered reader
+// stays exact either way. The weights are quantized once into int8 constants with their scales.
 int lower_conv_patterns(ExportedProgram& ep) {
   Graph& g = ep.graph;
   std::vector<int32_t> producer(g.values.size(), -1);
@@ -124,6 +126,7 @@ int lower_conv_patterns(ExportedProgram& ep) {
                  (constant_at<int64_t>(cv, a) || constant_at<std::vector<int64_t>>(cv, a));
     if (!geometry) continue;
     ConvMatch m;
+    m.conv_node = i;
     for (size_t a = 3; a < 7; ++a)
       m.geometry.push_back(a < cv.args.size() ? cv.args[a]
                                               : Argument::constant_value(a == 4 ? int64_t(0) : int64_t(1)));
@@ -143,6 +146,7 @@ int lower_conv_patterns(ExportedProgram& ep) {
       m.other_q = oq->outputs[0];
       m.other_float = tensor_at(*oq, 0);
       m.other_params = *quint8_params(*oq);
+      m.add_node = a;
       end = an.outputs[0];
     }
     if (int32_t r = sole_user(end, "relu"); r >= 0) {
@@ -160,9 +164,27 @@ int lower_conv_patterns(ExportedProgram& ep) {
   if (matches.empty()) return 0;
 
   std::map<size_t, const ConvMatch*> at_quantize;
-  for (const ConvMatch& m : matches) at_quantize[m.quantize_node] = &m;
+  std::set<int32_t> lowered_readers;  // the conv2d and add nodes the matches replace
+  for (const ConvMatch& m : matches) {
+    at_quantize[m.quantize_node] = &m;
+    lowered_readers.insert(int32_t(m.conv_node));
+    if (m.add_node >= 0) lowered_readers.insert(m.add_node);
+  }
+  // Whether only lowered convolutions read the quint8 value (through dequantize).
+  auto only_lowered_readers = [&](ValueId q_out) {
+    if (returned[size_t(q_out)] || users[size_t(q_out)].empty()) return false;
+    for (int32_t d : users[size_t(q_out)]) {
+      if (op_name(g.nodes[size_t(d)].target) != "dequantize") return false;
+      const ValueId dv = g.nodes[size_t(d)].outputs[0];
+      if (returned[size_t(dv)]) return false;
+      for (int32_t u : users[size_t(dv)])
+        if (!lowered_readers.count(u)) return false;
+    }
+    return true;
+  };
   std::vector<Node> placeholders, body;
   std::map<ValueId, ValueId> lowered_float;  // quint8 output of a match -> the kernel's float32 values
+  std::map<ValueId, ValueId> lowered_repr;   // quint8 output of a match -> the kernel's uint8 representation
   auto add_constant = [&](const std::string& base, const Tensor& t) {
     std::string name = base;
     for (int n = 1; ep.weights.count(name); ++n) name = base + "_" + std::to_string(n);
@@ -175,6 +197,7 @@ int lower_conv_patterns(ExportedProgram& ep) {
     return v;
   };
   auto float_of = [&](ValueId q, ValueId source) {
+    if (auto r = lowered_repr.find(q); r != lowered_repr.end()) return r->second;
     auto it = lowered_float.find(q);
     return it != lowered_float.end() ? it->second : source;
   };
@@ -194,8 +217,9 @@ int lower_conv_patterns(ExportedProgram& ep) {
     const std::string tag = "conv_int8_" + std::to_string(count++);
     const ValueId wv = add_constant(tag + "_weight", m.weight_int8);
     const ValueId sv = add_constant(tag + "_weight_scale", m.weight_scale);
+    const bool repr_out = only_lowered_readers(n.outputs[0]);
     TensorType out_t = g.type(n.outputs[0]);
-    out_t.dtype = kFloat32;
+    out_t.dtype = repr_out ? kUInt8 : kFloat32;
     const ValueId out = g.add_value(out_t);
     std::vector<Argument> args = {
         Argument::tensor(float_of(m.input_q, m.input_float)), Argument::tensor(wv), Argument::tensor(sv),
@@ -207,9 +231,9 @@ int lower_conv_patterns(ExportedProgram& ep) {
       args.push_back(Argument::constant_value(zp));
     }
     args.push_back(Argument::constant_value(m.relu));
-    args.push_back(Argument::constant_value(kQUInt8));
+    args.push_back(Argument::constant_value(repr_out ? kUInt8 : kQUInt8));
     body.push_back({NodeKind::Call, "_quantized_conv2d", std::move(args), {out}});
-    lowered_float[n.outputs[0]] = out;
+    (repr_out ? lowered_repr : lowered_float)[n.outputs[0]] = out;
     body.push_back(std::move(n));  // the float path stays for readers other than dequantize; DCE drops it
   }
   // Dequantizes of a lowered result read the kernel's float32 values.
