@@ -1,6 +1,7 @@
 // The operator catalogue: every op of the core op set with its schema and its shape/dtype rule.
 // The shape arithmetic lives in shape_rules.h (Note [Shape rules]); this file adds dtype rules and
 // argument checks. Note [Compute dtype] (op_registry.h) says which inputs the dispatcher converts.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <optional>
@@ -450,11 +451,8 @@ void check_quant_scale(const MetaCall& m, double scale, const char* what) {
                 ": ", what, " must be a finite positive float32 value, got ", scale);
 }
 
-void meta_quantized_linear(MetaCall& m) {
-  const TensorImpl& x = need(m, 0, "input");
-  const TensorImpl& pw = need(m, 1, "packed_weight");
-  TESSERA_CHECK(x.dtype() == kUInt8 && x.dim() >= 1, m.op_name, ": input must be the uint8 representation [..., ",
-                "in_features] of a quint8 tensor, got ", x.dtype(), " ", x.sizes());
+// The checks _quantized_linear and _quantized_linear_dynamic share; returns out_features.
+int64_t check_quantized_linear_weights(const MetaCall& m, const TensorImpl& pw) {
   TESSERA_CHECK(pw.dtype() == kUInt8 && pw.dim() == 2, m.op_name, ": packed_weight must come from ",
                 "_quantized_linear_prepack (uint8, 2-D), got ", pw.dtype(), " ", pw.sizes());
   const int64_t n = pw.sizes()[0];
@@ -463,22 +461,89 @@ void meta_quantized_linear(MetaCall& m) {
     TESSERA_CHECK(b.dtype() == kFloat32 && b.dim() == 1 && b.sizes()[0] == n, m.op_name, ": bias must be float32 [",
                   n, "], got ", b.dtype(), " ", b.sizes());
   }
+  return n;
+}
+
+void add_quantized_linear_output(MetaCall& m, const TensorImpl& x, int64_t n, DType out) {
+  Sz sizes(x.sizes());
+  sizes[sizes.size() - 1] = n;
+  m.add_output(sizes, out);
+}
+
+void meta_quantized_linear(MetaCall& m) {
+  const TensorImpl& x = need(m, 0, "input");
+  const TensorImpl& pw = need(m, 1, "packed_weight");
+  TESSERA_CHECK((x.dtype() == kUInt8 || x.dtype() == kFloat32) && x.dim() >= 1, m.op_name,
+                ": input must be the uint8 representation [..., in_features] of a quint8 tensor, or float32 values ",
+                "to quantize with input_scale and input_zero_point, got ", x.dtype(), " ", x.sizes());
+  const int64_t n = check_quantized_linear_weights(m, pw);
   check_quant_scale(m, attr_double(m, 0), "input_scale");
   const int64_t in_zp = attr_int(m, 1);
   TESSERA_CHECK(in_zp >= 0 && in_zp <= 255, m.op_name, ": input_zero_point ", in_zp,
                 " is out of range for quint8; expected 0..255");
   const DType out = attr_dtype(m, 5);
-  TESSERA_CHECK(out == kUInt8 || out == kFloat32, m.op_name, ": out_dtype must be uint8 (requantised) or float32, got ",
-                out);
-  if (out == kUInt8) {
+  TESSERA_CHECK(out == kUInt8 || out == kQUInt8 || out == kFloat32, m.op_name,
+                ": out_dtype must be uint8 (requantised), quint8 (requantised, then dequantized to float32) or ",
+                "float32, got ", out);
+  if (out != kFloat32) {
     check_quant_scale(m, attr_double(m, 2), "output_scale");
     const int64_t out_zp = attr_int(m, 3);
     TESSERA_CHECK(out_zp >= 0 && out_zp <= 255, m.op_name, ": output_zero_point ", out_zp,
                   " is out of range for quint8; expected 0..255");
   }
-  Sz sizes(x.sizes());
-  sizes[sizes.size() - 1] = n;
-  m.add_output(sizes, out);
+  add_quantized_linear_output(m, x, n, out == kUInt8 ? kUInt8 : kFloat32);
+}
+
+void meta_quantized_linear_dynamic(MetaCall& m) {
+  const TensorImpl& x = need(m, 0, "input");
+  const TensorImpl& pw = need(m, 1, "packed_weight");
+  TESSERA_CHECK(x.dtype() == kFloat32 && x.dim() >= 1, m.op_name, ": input must be float32 [..., in_features], got ",
+                x.dtype(), " ", x.sizes(), "; convert with .to(kFloat32)");
+  add_quantized_linear_output(m, x, check_quantized_linear_weights(m, pw), kFloat32);
+}
+
+void check_quint8_params(const MetaCall& m, int scale_attr, const char* scale_name, const char* zp_name) {
+  check_quant_scale(m, attr_double(m, scale_attr), scale_name);
+  const int64_t zp = attr_int(m, scale_attr + 1);
+  TESSERA_CHECK(zp >= 0 && zp <= 255, m.op_name, ": ", zp_name, " ", zp, " is out of range for quint8; expected 0..255");
+}
+
+void meta_quantized_conv2d(MetaCall& m) {
+  const TensorImpl& x = need(m, 0, "input");
+  const TensorImpl& w = need(m, 1, "weight");
+  const TensorImpl& ws = need(m, 2, "weight_scale");
+  TESSERA_CHECK((x.dtype() == kUInt8 || x.dtype() == kFloat32) && x.dim() == 4, m.op_name,
+                ": input must be the uint8 representation [N, C, H, W] of a quint8 tensor, or float32 values to ",
+                "quantize with input_scale and input_zero_point, got ", x.dtype(), " ", x.sizes());
+  TESSERA_CHECK(w.dtype() == kInt8 && w.dim() == 4, m.op_name, ": weight must be int8 [out_channels, ",
+                "in_channels/groups, kH, kW], got ", w.dtype(), " ", w.sizes());
+  const int64_t oc = w.sizes()[0];
+  TESSERA_CHECK(ws.dtype() == kFloat32 && ws.dim() == 1 && ws.sizes()[0] == oc, m.op_name,
+                ": weight_scale must be float32 [", oc, "] (one scale per output channel), got ", ws.dtype(), " ",
+                ws.sizes());
+  int64_t stride[2], padding[2], dilation[2];
+  attr_pair(m, 0, "stride", stride);
+  attr_pair(m, 1, "padding", padding);
+  attr_pair(m, 2, "dilation", dilation);
+  Sz out = shape::conv2d<int64_t>(m.op_name, x.sizes(), w.sizes(), stride, padding, dilation, attr_int(m, 3));
+  if (m.has(3)) {
+    const TensorImpl& b = m.t(3);
+    TESSERA_CHECK(b.dtype() == kFloat32 && b.dim() == 1 && b.sizes()[0] == oc, m.op_name, ": bias must be float32 [",
+                  oc, "], got ", b.dtype(), " ", b.sizes());
+  }
+  check_quint8_params(m, 4, "input_scale", "input_zero_point");
+  if (m.has(4)) {
+    const TensorImpl& o = m.t(4);
+    const IntArrayRef os = o.sizes(), want = out.ref();
+    TESSERA_CHECK((o.dtype() == kUInt8 || o.dtype() == kFloat32) && std::equal(os.begin(), os.end(), want.begin(), want.end()),
+                  m.op_name, ": other must be uint8 or float32 of the output's shape ", want, ", got ", o.dtype(), " ", os);
+    check_quint8_params(m, 6, "other_scale", "other_zero_point");
+  }
+  check_quint8_params(m, 8, "output_scale", "output_zero_point");
+  const DType dt = attr_dtype(m, 11);
+  TESSERA_CHECK(dt == kUInt8 || dt == kQUInt8, m.op_name,
+                ": out_dtype must be uint8 (requantised) or quint8 (requantised, then dequantized to float32), got ", dt);
+  m.add_output(out, dt == kUInt8 ? kUInt8 : kFloat32);
 }
 
 void meta_softmax(MetaCall& m) {

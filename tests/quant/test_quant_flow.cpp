@@ -345,6 +345,40 @@ TEST(QuantFlow, PoolingFlattenAndCatShareTheirInputsParameters) {
   EXPECT_LT(relative_rms(f, got), 0.15);
 }
 
+// Both convolutions and the linear lower; pooling, flatten and cat keep running on the float32
+// values the lowered convolutions write, and the result stays that of the converted program.
+TEST(QuantLowering, ConvNetLowersItsConvolutionsAndLinear) {
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 g(seed);
+  ConvNet n{random_tensor(g, {4, 3, 3, 3}, -0.3f, 0.3f), random_tensor(g, {4}, -0.1f, 0.1f),
+            random_tensor(g, {4, 3, 3, 3}, -0.6f, 0.6f), random_tensor(g, {4}, -0.1f, 0.1f),
+            random_tensor(g, {5, 128}, -0.3f, 0.3f), random_tensor(g, {5}, -0.1f, 0.1f)};
+  ExportedProgram ep = export_convnet(n);
+  auto q = x86_quantizer({ObserverKind::MinMax});
+  PreparedProgram p = prepare(ep, *q);
+  for (int i = 0; i < 4; ++i) calibrate(p, {random_tensor(g, {32, 3, 8, 8})});
+  ExportedProgram c = convert(p);
+  ExportedProgram lowered = c;
+  EXPECT_EQ(lower_to_int8(lowered), 3) << c.graph_string();
+  EXPECT_EQ(calls_of(lowered, "_quantized_conv2d").size(), 2u) << lowered.graph_string();
+  EXPECT_EQ(calls_of(lowered, "_quantized_linear").size(), 1u) << lowered.graph_string();
+  EXPECT_TRUE(calls_of(lowered, "conv2d").empty()) << lowered.graph_string();
+  Tensor x = random_tensor(g, {6, 3, 8, 8});
+  const std::vector<float> want = values_of(c.run({x})[0]), got = values_of(lowered.run({x})[0]);
+  const double step = scale_of(*calls_of(c, "quantize_per_tensor").back());
+  std::vector<double> want_d(want.begin(), want.end());
+  // The linear's input can move by one step where a convolution rounded differently, and the
+  // linear's output by a few steps from that.
+  int64_t different = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    EXPECT_LE(std::abs(want[i] - got[i]), 4 * step + 1e-6) << "element " << i;
+    different += std::abs(want[i] - got[i]) > 1e-6;
+  }
+  EXPECT_LE(different, int64_t(want.size()) / 2);
+  EXPECT_LT(relative_rms(want, got), 0.05);
+}
+
 TEST(QuantFlow, ConvAddReluQuantizesTheAddOperandAndTheFusedOutputOnly) {
   std::mt19937_64 g(fresh_seed());
   Tensor w = random_tensor(g, {3, 3, 3, 3}, -0.3f, 0.3f);
@@ -522,6 +556,16 @@ TEST(QuantLowering, LoweredMlpAgreesWithConvertedAndReferenceWithinOneStep) {
   EXPECT_EQ(calls_of(lowered, "_quantized_linear").size(), 3u) << lowered.graph_string();
   EXPECT_TRUE(calls_of(lowered, "linear").empty()) << lowered.graph_string();
   EXPECT_TRUE(calls_of(lowered, "quantize_per_channel").empty()) << lowered.graph_string();
+  // Note [Lowered int8 boundaries]: the first layer quantizes the float32 input inside, the last
+  // writes the dequantized float32 values; nothing runs between or around the three kernels.
+  for (const char* op : {"quantize_per_tensor", "int_repr", "dequantize", "_to_copy", "sub", "mul"})
+    EXPECT_TRUE(calls_of(lowered, op).empty()) << op << "\n" << lowered.graph_string();
+  const auto kernels = calls_of(lowered, "_quantized_linear");
+  ASSERT_EQ(kernels.size(), 3u);
+  EXPECT_EQ(lowered.graph.type(kernels[0]->args[0].values[0]).dtype, kFloat32);
+  EXPECT_EQ(lowered.graph.type(kernels[1]->args[0].values[0]).dtype, kUInt8);
+  EXPECT_EQ(std::get<DType>(kernels[2]->args[8].constant), kQUInt8);
+  EXPECT_EQ(lowered.graph.type(kernels[2]->outputs[0]).dtype, kFloat32);
 
   std::vector<std::pair<double, int64_t>> act;
   for (const Node* n : calls_of(c, "quantize_per_tensor")) act.emplace_back(scale_of(*n), zero_point_of(*n));

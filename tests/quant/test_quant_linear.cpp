@@ -10,6 +10,7 @@
 #include <limits>
 #include <cstdint>
 #include <random>
+#include <tuple>
 #include <vector>
 
 #include "tessera/dispatcher.h"
@@ -216,6 +217,57 @@ TEST(QuantizedLinear, DynamicLinearMatchesTheIntegerReference) {
   }
 }
 
+// Note [Lowered int8 boundaries]: a float32 input is quantized inside the kernel with PyTorch's
+// quantize_val, so the result equals the kernel on quantize_per_tensor's representation.
+TEST(QuantizedLinear, Float32InputIsQuantizedInsideAsQuantizePerTensor) {
+  std::mt19937_64 g(std::random_device{}());
+  for (const auto& [m, k, n] : {std::tuple<int64_t, int64_t, int64_t>{37, 48, 24}, {256, 192, 64}}) {
+    const Problem p = make_problem(m, k, n, g());
+    Inputs in = inputs(p);
+    std::normal_distribution<float> d(0.5f, 3.0f);
+    std::vector<float> xs(size_t(m * k));
+    for (float& v : xs) v = d(g);
+    xs[0] = float(p.sx) * 2.5f;  // a half step: rounds to even
+    xs[1] = 1e30f;
+    xs[2] = -1e30f;
+    xs[3] = std::numeric_limits<float>::quiet_NaN();  // 255, as quantize_per_tensor
+    xs[4] = std::numeric_limits<float>::infinity();
+    xs[5] = -std::numeric_limits<float>::infinity();
+    xs[6] = float(p.sx) * -3.5f;
+    Tensor x = tensor(xs, {m, k});
+    Tensor xq = int_repr(quantize_per_tensor(x, p.sx, p.zx, kQUInt8));
+    for (bool relu : {false, true}) {
+      Tensor want = linear_int8(xq, p.sx, p.zx, in.w, in.bias, 0.05, 100, relu, kUInt8);
+      Tensor got = linear_int8(x, p.sx, p.zx, in.w, in.bias, 0.05, 100, relu, kUInt8);
+      EXPECT_TRUE(equal(got, want)) << "m " << m << " relu " << relu;
+      Tensor want_f = linear_int8(xq, p.sx, p.zx, in.w, in.bias, 1.0, 0, relu, kFloat32);
+      Tensor got_f = linear_int8(x, p.sx, p.zx, in.w, in.bias, 1.0, 0, relu, kFloat32);
+      EXPECT_TRUE(equal(got_f, want_f)) << "m " << m << " relu " << relu;
+    }
+  }
+}
+
+// out_dtype quint8: the requantised uint8 result, dequantized to float32 inside the kernel:
+// (q - zp_out) * s_out, computed here from the uint8 output.
+TEST(QuantizedLinear, Quint8OutDtypeGivesTheDequantizedRequantisedResult) {
+  std::mt19937_64 g(std::random_device{}());
+  const Problem p = make_problem(70, 64, 40, g());
+  Inputs in = inputs(p);
+  const double s_out = 0.07;
+  const int64_t zp_out = 90;
+  for (bool relu : {false, true}) {
+    Tensor q = linear_int8(in.x, p.sx, p.zx, in.w, in.bias, s_out, zp_out, relu, kUInt8);
+    Tensor y = linear_int8(in.x, p.sx, p.zx, in.w, in.bias, s_out, zp_out, relu, kQUInt8);
+    ASSERT_EQ(y.dtype(), kFloat32);
+    ASSERT_EQ(y.sizes(), q.sizes());
+    const uint8_t* qp = q.contiguous().data_ptr<uint8_t>();
+    Tensor yc = y.contiguous();
+    const float* yp = yc.data_ptr<float>();
+    for (int64_t i = 0; i < q.numel(); ++i)
+      ASSERT_EQ(yp[i], float(int32_t(qp[i]) - int32_t(zp_out)) * float(s_out)) << "element " << i;
+  }
+}
+
 TEST(QuantizedLinear, BadInputsGiveOneLineErrors) {
   const Problem p = make_problem(2, 8, 4, 1);
   Inputs in = inputs(p);
@@ -238,7 +290,7 @@ TEST(QuantizedLinear, BadInputsGiveOneLineErrors) {
   EXPECT_NE(msg([&] { linear_int8(in.x.slice(1, 0, 7).contiguous(), 0.1, 0, in.w, std::nullopt, 1.0, 0, false, kFloat32); })
                 .find("expects 8"),
             std::string::npos);
-  EXPECT_NE(msg([&] { linear_int8(in.x.to(kFloat32), 0.1, 0, in.w, std::nullopt, 1.0, 0, false, kFloat32); }).find("uint8"),
+  EXPECT_NE(msg([&] { linear_int8(in.x.to(kInt32), 0.1, 0, in.w, std::nullopt, 1.0, 0, false, kFloat32); }).find("uint8"),
             std::string::npos);
   EXPECT_NE(msg([&] { PackedLinearWeight(tensor(p.w, {4, 8}).to(kInt32), tensor(p.ws, {4})); }).find("int8"),
             std::string::npos);

@@ -1,7 +1,10 @@
-// lower_to_int8: quantized linear patterns of a converted program onto the int8 kernels
-// (Note [Quantization flow] in tessera/compiler/quantize.h).
+// lower_to_int8: quantized linear patterns of a converted program onto the int8 kernels, after the
+// conv2d patterns (lower_conv.cpp) and before the folding of packed weights (dynamic.cpp); Note
+// [Quantization flow] in tessera/compiler/quantize.h.
 #include <algorithm>
+#include <set>
 
+#include "lowering.h"
 #include "tessera/compiler/passes.h"
 #include "tessera/compiler/quantize.h"
 #include "tessera/error.h"
@@ -34,8 +37,10 @@ ValueId tensor_at(const Node& n, size_t i) {
 
 // One matched dequantize -> linear (-> relu) -> quantize.
 struct Match {
+  size_t linear_node;
   size_t quantize_node;  // the closing quantize_per_tensor
   ValueId input_q;       // the quint8 value the linear's input dequantizes
+  ValueId input_float;   // the float32 value quantize_per_tensor made input_q from
   double input_scale;
   int64_t input_zp;
   Tensor packed;
@@ -45,9 +50,7 @@ struct Match {
   bool relu;
 };
 
-}  // namespace
-
-int lower_to_int8(ExportedProgram& ep) {
+int lower_linear_patterns(ExportedProgram& ep) {
   Graph& g = ep.graph;
   std::vector<int32_t> producer(g.values.size(), -1);
   std::vector<std::vector<int32_t>> users(g.values.size());
@@ -115,11 +118,33 @@ int lower_to_int8(ExportedProgram& ep) {
       continue;
     Tensor scales = ws->to(kFloat32).contiguous();
     Tensor w_int8 = int_repr(quantize_per_channel(*w, scales, *wz, 0, kQInt8));
-    matches.push_back({size_t(qo), q->outputs[0], *constant_at<double>(*q, 1), *constant_at<int64_t>(*q, 2),
+    matches.push_back({i, size_t(qo), q->outputs[0], tensor_at(*q, 0), *constant_at<double>(*q, 1), *constant_at<int64_t>(*q, 2),
                        PackedLinearWeight(w_int8, scales).packed(), bias, *constant_at<double>(qn, 1),
                        *constant_at<int64_t>(qn, 2), relu});
   }
   if (matches.empty()) return 0;
+
+  // Note [Lowered int8 boundaries]: a lowered linear whose input nothing lowered produces reads the
+  // float32 values and quantizes them inside the kernel (no quantize_per_tensor and int_repr
+  // passes); one whose result only dequantize reads (no lowered linear takes it) writes those
+  // float32 values itself (out_dtype quint8) instead of uint8 and three elementwise passes. Both
+  // compute the same numbers as the nodes they replace.
+  std::set<size_t> lowered_linears;
+  std::set<ValueId> read_as_repr;  // quint8 values a lowered linear takes as its input
+  for (const Match& m : matches) {
+    lowered_linears.insert(m.linear_node);
+    read_as_repr.insert(m.input_q);
+  }
+  auto read_as_float = [&](ValueId q_out) {
+    for (int32_t d : users[size_t(q_out)]) {
+      if (op_name(g.nodes[size_t(d)].target) != "dequantize") continue;
+      const ValueId dv = g.nodes[size_t(d)].outputs[0];
+      if (returned[size_t(dv)]) return true;
+      for (int32_t u : users[size_t(dv)])
+        if (!lowered_linears.count(size_t(u))) return true;
+    }
+    return false;
+  };
 
   // Rebuild the node list: packed weights as constant inputs after the placeholders, each
   // _quantized_linear where its closing quantize was, and the uint8 representation passed along.
@@ -128,15 +153,7 @@ int lower_to_int8(ExportedProgram& ep) {
   for (const Match& m : matches) at_quantize[m.quantize_node] = &m;
   std::map<ValueId, ValueId> repr;  // quint8 value -> its uint8 representation
   std::map<ValueId, std::pair<double, int64_t>> repr_params;
-  auto representation = [&](ValueId qv) {
-    auto it = repr.find(qv);
-    if (it != repr.end()) return it->second;
-    TensorType t = g.type(qv);
-    t.dtype = kUInt8;
-    const ValueId r = g.add_value(t);
-    body.push_back({NodeKind::Call, "int_repr", {Argument::tensor(qv)}, {r}});
-    return repr[qv] = r;
-  };
+  std::map<ValueId, ValueId> dequantized;  // quint8 value -> its float32 values, written by the kernel
   int packed_count = 0;
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     Node& n = g.nodes[i];
@@ -157,25 +174,38 @@ int lower_to_int8(ExportedProgram& ep) {
     ep.weights[name] = mt.packed;
     ep.signature.inputs.push_back({InputKind::Constant, name, pv});
     placeholders.push_back({NodeKind::Placeholder, name, {}, {pv}});
-    const ValueId in = representation(mt.input_q);
-    TensorType out_t = g.type(n.outputs[0]);
-    out_t.dtype = kUInt8;
+    auto r = repr.find(mt.input_q);
+    const ValueId in = r != repr.end() ? r->second : mt.input_float;
+    const ValueId q_out = n.outputs[0];
+    const bool float_out = !read_as_repr.count(q_out) && read_as_float(q_out);
+    TensorType out_t = g.type(q_out);
+    out_t.dtype = float_out ? kFloat32 : kUInt8;
     const ValueId out = g.add_value(out_t);
     body.push_back({NodeKind::Call, "_quantized_linear",
                     {Argument::tensor(in), Argument::tensor(pv), mt.bias < 0 ? Argument::none() : Argument::tensor(mt.bias),
                      Argument::constant_value(mt.input_scale), Argument::constant_value(mt.input_zp),
                      Argument::constant_value(mt.output_scale), Argument::constant_value(mt.output_zp),
-                     Argument::constant_value(mt.relu), Argument::constant_value(kUInt8)},
+                     Argument::constant_value(mt.relu), Argument::constant_value(float_out ? kQUInt8 : kUInt8)},
                     {out}});
-    repr[n.outputs[0]] = out;
-    repr_params[n.outputs[0]] = {mt.output_scale, mt.output_zp};
+    if (float_out) {
+      dequantized[q_out] = out;
+    } else {
+      repr[q_out] = out;
+      repr_params[q_out] = {mt.output_scale, mt.output_zp};
+    }
     body.push_back(std::move(n));  // the float path stays for readers other than dequantize; DCE drops it
   }
-  // A dequantize of a lowered result reads the representation: (float(r) - zero_point) * scale.
+  // A dequantize of a lowered result reads the kernel's float32 values, or the representation:
+  // (float(r) - zero_point) * scale.
   std::vector<Node> rewritten;
   std::map<ValueId, ValueId> replaced;
   for (Node& n : body) {
     const ValueId src = op_name(n.target) == "dequantize" ? tensor_at(n, 0) : -1;
+    if (auto d = src >= 0 ? dequantized.find(src) : dequantized.end(); d != dequantized.end()) {
+      replaced[n.outputs[0]] = d->second;
+      rewritten.push_back(std::move(n));
+      continue;
+    }
     auto p = src >= 0 ? repr_params.find(src) : repr_params.end();
     if (p == repr_params.end()) {
       rewritten.push_back(std::move(n));
@@ -206,6 +236,14 @@ int lower_to_int8(ExportedProgram& ep) {
   compiler::eliminate_dead_code(ep);
   compiler::verify(ep);
   return int(matches.size());
+}
+
+}  // namespace
+
+int lower_to_int8(ExportedProgram& ep) {
+  const int convs = lower_conv_patterns(ep);
+  const int linears = lower_linear_patterns(ep);
+  return convs + linears + fold_packed_weights(ep);
 }
 
 }  // namespace tessera::quantization

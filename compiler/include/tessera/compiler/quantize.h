@@ -19,7 +19,17 @@
 //    the result is an ordinary ExportedProgram in float32 with the quantisation simulated, which
 //    runs everywhere and saves to the program file.
 // 5. lower_to_int8: dequantize -> linear (-> relu) -> quantize over quint8 activations and qint8
-//    per-channel symmetric weights becomes one _quantized_linear on the uint8 representation.
+//    per-channel symmetric weights becomes one _quantized_linear on the uint8 representation, and
+//    dequantize -> conv2d (-> add) (-> relu) -> quantize one _quantized_conv2d.
+//
+// Note [Dynamic quantization]
+// The second mode, PyTorch's quantize_dynamic: quantize_dynamic(ep) needs no quantizer and no
+// calibration. Each linear with constant float32 weights becomes _quantized_linear_dynamic, which
+// quantizes its float32 input to quint8 with a scale and zero point chosen in every call from the
+// input's min and max, and returns float32. The weights are quantized once (qint8, per output
+// channel symmetric) and stored as int8 constants with their scales, packed by a
+// _quantized_linear_prepack node: the program is portable and saves to the program file as it is.
+// lower_to_int8 then folds the packing into constant packed weights of this machine's layout.
 #pragma once
 #include <cstdint>
 #include <map>
@@ -169,13 +179,35 @@ TESSERA_COMPILER_API void calibrate(PreparedProgram& prepared, const std::vector
 // whose observer saw no values.
 TESSERA_COMPILER_API ExportedProgram convert(const PreparedProgram& prepared);
 
-// Replaces each dequantize -> linear (-> relu) -> quantize of a converted program (quint8 activations,
+// Options of quantize_dynamic. (optional) reduce_range defaults to true: activations use 0..127, as
+// PyTorch's quantize_dynamic on x86 (its linear_dynamic with reduce_range), which also keeps the
+// u8 x s8 pair sums of a CPU without VNNI clear of saturation; false uses 0..255.
+struct DynamicOptions {
+  bool reduce_range = true;
+};
+// Note [Dynamic quantization]: a copy of `ep` where each linear whose weight is a 2-D float32
+// weight or constant (bias absent or a 1-D float32 one) and whose input is float32 becomes
+// _quantized_linear_dynamic, with a relu that only reads it fused; the float weights it replaced
+// leave the program. Other ops stay as they are. Numerics: PyTorch's dynamic quantized linear with
+// per_channel_dynamic_qconfig: input scale and zero point by choose_qparams over the call's min and
+// max (range 0..qmax), quantize_val, weights max|w_c| / 127.5, int32 accumulation, output
+// s_x * s_w[j] * acc + bias[j]. Throws tessera::Error naming the value when the program is invalid.
+TESSERA_COMPILER_API ExportedProgram quantize_dynamic(const ExportedProgram& ep, DynamicOptions options = {});
+
+// Replaces each dequantize -> conv2d (-> add) (-> relu) -> quantize of a converted program (quint8
+// activations and addend, qint8 per-channel symmetric constant weights, float or no bias, integer
+// stride / padding / dilation) by _quantized_conv2d (Note [Int8 conv2d lowering] in
+// lower_conv.cpp), and each dequantize -> linear (-> relu) -> quantize (quint8 activations,
 // qint8 per-channel symmetric constant weights, float or no bias) by _quantized_linear on the uint8
 // representation, with the weights packed once into constant inputs; chains of them pass the uint8
-// representation along. A dequantize of a lowered result that something else reads becomes
+// representation along (Note [Lowered int8 boundaries] in lower.cpp: the first reads the float32
+// input and quantizes it inside; one whose result only dequantize reads writes the float32 values).
+// A dequantize of a lowered result that something else reads too becomes
 // (float(repr) - zero_point) * scale. Unmatched regions stay as they are. Returns the number of
-// linears lowered. The packed weights are the backend's layout: save the converted program, and
-// lower after loading it.
+// convolutions and linears lowered. The packed weights are the backend's layout: save the
+// converted program, and lower after loading it. In a program from quantize_dynamic it folds the
+// packing of the int8 weights into constant packed weights (Note [Dynamic quantization]); those
+// count as lowered too.
 TESSERA_COMPILER_API int lower_to_int8(ExportedProgram& ep);
 
 }  // namespace tessera::quantization

@@ -1,0 +1,205 @@
+// quantize_dynamic and the folding of packed weights: Note [Dynamic quantization] in
+// tessera/compiler/quantize.h.
+#include <limits>
+#include <set>
+
+#include "lowering.h"
+#include "tessera/compiler/passes.h"
+#include "tessera/compiler/quantize.h"
+#include "tessera/error.h"
+#include "tessera/ops.h"
+#include "tessera/quantization.h"
+
+namespace tessera::quantization {
+
+using compiler::Argument;
+using compiler::Graph;
+using compiler::InputKind;
+using compiler::Node;
+using compiler::NodeKind;
+using compiler::SymSize;
+using compiler::TensorType;
+
+namespace {
+
+std::string op_name(const std::string& target) { return target.substr(0, target.find('.')); }
+
+ValueId tensor_at(const Node& n, size_t i) {
+  return i < n.args.size() && n.args[i].kind == Argument::Kind::Tensor ? n.args[i].values[0] : -1;
+}
+
+// The signature entry of a weight or constant placeholder value, or null.
+const compiler::InputSpec* weight_input(const ExportedProgram& ep, ValueId v) {
+  for (const compiler::InputSpec& in : ep.signature.inputs)
+    if (in.value == v && in.kind != InputKind::UserInput && ep.weights.count(in.name)) return &in;
+  return nullptr;
+}
+
+std::string fresh_weight_name(const ExportedProgram& ep, const std::string& base) {
+  std::string name = base;
+  for (int i = 1; ep.weights.count(name); ++i) name = base + "_" + std::to_string(i);
+  return name;
+}
+
+// Adds `t` as a constant input: its placeholder goes after the existing ones.
+ValueId add_constant(ExportedProgram& ep, std::vector<Node>& placeholders, const std::string& base, const Tensor& t) {
+  const std::string name = fresh_weight_name(ep, base);
+  std::vector<SymSize> sizes;
+  for (int64_t s : t.sizes()) sizes.emplace_back(s);
+  const ValueId v = ep.graph.add_value(TensorType{t.dtype(), Device(DeviceType::CPU), std::move(sizes)}, name);
+  ep.weights[name] = t;
+  ep.signature.inputs.push_back({InputKind::Constant, name, v});
+  placeholders.push_back({NodeKind::Placeholder, name, {}, {v}});
+  return v;
+}
+
+// Rebuilds the node list as placeholders (old, then new), then the body.
+void set_nodes(Graph& g, std::vector<Node> placeholders, std::vector<Node> body) {
+  g.nodes = std::move(placeholders);
+  for (Node& n : body) g.nodes.push_back(std::move(n));
+}
+
+// Drops the weights and constants that no node reads any more (with their placeholders).
+void drop_unread_weights(ExportedProgram& ep) {
+  std::set<ValueId> read;
+  for (const Node& n : ep.graph.nodes)
+    if (n.kind != NodeKind::Placeholder)
+      for (const Argument& a : n.args) read.insert(a.values.begin(), a.values.end());
+  for (const auto& o : ep.signature.outputs) read.insert(o.value);
+  std::set<ValueId> dropped;
+  std::vector<compiler::InputSpec> inputs;
+  for (const compiler::InputSpec& in : ep.signature.inputs) {
+    if (in.kind != InputKind::UserInput && !read.count(in.value)) {
+      dropped.insert(in.value);
+      ep.weights.erase(in.name);
+      continue;
+    }
+    inputs.push_back(in);
+  }
+  ep.signature.inputs = std::move(inputs);
+  std::vector<Node> nodes;
+  for (Node& n : ep.graph.nodes)
+    if (!(n.kind == NodeKind::Placeholder && dropped.count(n.outputs[0]))) nodes.push_back(std::move(n));
+  ep.graph.nodes = std::move(nodes);
+}
+
+}  // namespace
+
+ExportedProgram quantize_dynamic(const ExportedProgram& ep, DynamicOptions options) {
+  ExportedProgram out = ep;
+  Graph& g = out.graph;
+  std::vector<std::vector<int32_t>> users(g.values.size());
+  for (size_t i = 0; i < g.nodes.size(); ++i)
+    for (const Argument& a : g.nodes[i].args)
+      for (ValueId v : a.values) users[size_t(v)].push_back(int32_t(i));
+  std::vector<bool> returned(g.values.size(), false);
+  for (const auto& o : out.signature.outputs) returned[size_t(o.value)] = true;
+
+  std::vector<Node> placeholders, body;
+  std::set<size_t> fused_relus;
+  std::map<ValueId, ValueId> replaced;  // a fused relu's output -> the dynamic linear's
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    Node& n = g.nodes[i];
+    if (n.kind == NodeKind::Placeholder) {
+      placeholders.push_back(std::move(n));
+      continue;
+    }
+    if (fused_relus.count(i)) continue;
+    const ValueId w = tensor_at(n, 1);
+    const compiler::InputSpec* win = n.kind == NodeKind::Call && op_name(n.target) == "linear" ? weight_input(out, w) : nullptr;
+    const Tensor* weight = win ? &out.weights.at(win->name) : nullptr;
+    const ValueId b = tensor_at(n, 2);
+    const Tensor* bias = b >= 0 && weight_input(out, b) ? &out.weights.at(weight_input(out, b)->name) : nullptr;
+    const bool takes = weight && weight->dim() == 2 && weight->dtype() == kFloat32 &&
+                       g.type(tensor_at(n, 0)).dtype == kFloat32 &&
+                       (b < 0 || (bias && bias->dim() == 1 && bias->dtype() == kFloat32));
+    if (!takes) {
+      for (Argument& a : n.args)
+        for (ValueId& v : a.values)
+          if (auto r = replaced.find(v); r != replaced.end()) v = r->second;
+      body.push_back(std::move(n));
+      continue;
+    }
+    // Weights: per output channel symmetric qint8, max|w_c| / 127.5 (PyTorch's
+    // per_channel_dynamic_qconfig), quantized once; packed by _quantized_linear_prepack.
+    Observer observer({kQInt8, Scheme::PerChannelSymmetric, ObserverKind::PerChannelMinMax, 0});
+    observer.observe(*weight);
+    std::vector<double> s = observer.scales();
+    std::vector<float> scales(s.begin(), s.end());
+    const int64_t n_out = weight->size(0);
+    Tensor scale_t = tensor(scales, {n_out});
+    Tensor w_int8 = int_repr(quantize_per_channel(*weight, scale_t, zeros({n_out}, kInt64), 0, kQInt8));
+    const std::string weight_name = win->name;  // add_constant grows the signature
+    const ValueId wq = add_constant(out, placeholders, weight_name + "_int8", w_int8);
+    const ValueId ws = add_constant(out, placeholders, weight_name + "_scale", scale_t);
+    const Tensor packed = PackedLinearWeight(w_int8, scale_t).packed();
+    const ValueId pv = g.add_value(TensorType{kUInt8, Device(DeviceType::CPU),
+                                              {SymSize(packed.size(0)), SymSize(packed.size(1))}});
+    body.push_back({NodeKind::Call, "_quantized_linear_prepack", {Argument::tensor(wq), Argument::tensor(ws)}, {pv}});
+    // A relu that only reads the linear's output runs inside the kernel.
+    ValueId end = n.outputs[0];
+    bool relu = false;
+    if (!returned[size_t(end)] && users[size_t(end)].size() == 1) {
+      const size_t r = size_t(users[size_t(end)][0]);
+      if (op_name(g.nodes[r].target) == "relu") {
+        relu = true;
+        fused_relus.insert(r);
+        replaced[g.nodes[r].outputs[0]] = end;
+      }
+    }
+    ValueId x = tensor_at(n, 0);
+    if (auto r = replaced.find(x); r != replaced.end()) x = r->second;
+    body.push_back({NodeKind::Call, "_quantized_linear_dynamic",
+                    {Argument::tensor(x), Argument::tensor(pv), b < 0 ? Argument::none() : Argument::tensor(b),
+                     Argument::constant_value(options.reduce_range), Argument::constant_value(relu)},
+                    {end}});
+  }
+  for (auto& o : out.signature.outputs)
+    if (auto r = replaced.find(o.value); r != replaced.end()) o.value = r->second;
+  set_nodes(g, std::move(placeholders), std::move(body));
+  drop_unread_weights(out);
+  compiler::verify(out);
+  return out;
+}
+
+int fold_packed_weights(ExportedProgram& ep) {
+  Graph& g = ep.graph;
+  std::vector<Node> placeholders, body;
+  std::map<ValueId, ValueId> replaced;
+  int folded = 0, packed_count = 0;
+  for (Node& n : g.nodes) {
+    if (n.kind == NodeKind::Placeholder) {
+      placeholders.push_back(std::move(n));
+      continue;
+    }
+    const compiler::InputSpec *w = nullptr, *s = nullptr;
+    if (n.kind == NodeKind::Call && op_name(n.target) == "_quantized_linear_prepack") {
+      w = weight_input(ep, tensor_at(n, 0));
+      s = weight_input(ep, tensor_at(n, 1));
+    }
+    if (!w || !s) {
+      for (Argument& a : n.args)
+        for (ValueId& v : a.values)
+          if (auto r = replaced.find(v); r != replaced.end()) v = r->second;
+      body.push_back(std::move(n));
+      continue;
+    }
+    const Tensor packed = PackedLinearWeight(ep.weights.at(w->name), ep.weights.at(s->name)).packed();
+    std::string base;
+    do base = "packed_weight_" + std::to_string(packed_count++); while (ep.weights.count(base));
+    replaced[n.outputs[0]] = add_constant(ep, placeholders, base, packed);
+    ++folded;
+  }
+  if (folded == 0) {
+    set_nodes(g, std::move(placeholders), std::move(body));
+    return 0;
+  }
+  for (auto& o : ep.signature.outputs)
+    if (auto r = replaced.find(o.value); r != replaced.end()) o.value = r->second;
+  set_nodes(g, std::move(placeholders), std::move(body));
+  drop_unread_weights(ep);
+  compiler::verify(ep);
+  return folded;
+}
+
+}  // namespace tessera::quantization

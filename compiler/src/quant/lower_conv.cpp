@@ -1,0 +1,257 @@
+// The conv2d part of lower_to_int8 (Note [Quantization flow] in tessera/compiler/quantize.h).
+#include <set>
+
+#include "lowering.h"
+#include "tessera/compiler/passes.h"
+#include "tessera/compiler/quantize.h"
+#include "tessera/error.h"
+#include "tessera/ops.h"
+#include "tessera/quantization.h"
+
+namespace tessera::quantization {
+
+using compiler::Argument;
+using compiler::Graph;
+using compiler::InputKind;
+using compiler::Node;
+using compiler::NodeKind;
+using compiler::SymSize;
+using compiler::TensorType;
+
+namespace {
+
+std::string op_name(const std::string& target) { return target.substr(0, target.find('.')); }
+
+template <typename T>
+const T* constant_at(const Node& n, size_t i) {
+  if (i >= n.args.size() || n.args[i].kind != Argument::Kind::Constant) return nullptr;
+  return std::get_if<T>(&n.args[i].constant);
+}
+
+ValueId tensor_at(const Node& n, size_t i) {
+  return i < n.args.size() && n.args[i].kind == Argument::Kind::Tensor ? n.args[i].values[0] : -1;
+}
+
+// A quint8 per-tensor quantize with constant parameters: (scale, zero point).
+std::optional<std::pair<double, int64_t>> quint8_params(const Node& q) {
+  if (!constant_at<double>(q, 1) || !constant_at<int64_t>(q, 2) || !constant_at<DType>(q, 3) ||
+      *constant_at<DType>(q, 3) != kQUInt8)
+    return std::nullopt;
+  return std::make_pair(*constant_at<double>(q, 1), *constant_at<int64_t>(q, 2));
+}
+
+// One matched dequantize -> conv2d (-> add) (-> relu) -> quantize.
+struct ConvMatch {
+  size_t conv_node, quantize_node;
+  int32_t add_node = -1;
+  ValueId input_q, input_float;  // the quint8 input and the float32 value it was quantized from
+  std::pair<double, int64_t> input_params;
+  ValueId other_q = -1, other_float = -1;  // the add's quint8 operand, -1 without add
+  std::pair<double, int64_t> other_params{1.0, 0};
+  Tensor weight_int8, weight_scale;
+  ValueId bias;  // -1: none
+  std::pair<double, int64_t> output_params;
+  bool relu = false;
+  std::vector<Argument> geometry;  // stride, padding, dilation, groups
+};
+
+}  // namespace
+
+// Note [Int8 conv2d lowering]
+// A match reads the float32 values its quint8 input and addend were quantized from (the kernel
+// quantizes them with the same parameters, as the linear of Note [Lowered int8 boundaries]), or
+// what a lowered conv2d produced for them. A lowered conv2d whose result only lowered convolutions
+// read (as input or addend) writes the uint8 representation; otherwise it writes the dequantized
+// values of its requantised output (out_dtype quint8), which quantize back to the same integers
+// (|q - zp| <= 255 keeps the float32 round trip far inside half a step), so a lowered reader
+// stays exact either way. The weights are quantized once into int8 constants with their scales.
+int lower_conv_patterns(ExportedProgram& ep) {
+  Graph& g = ep.graph;
+  std::vector<int32_t> producer(g.values.size(), -1);
+  std::vector<std::vector<int32_t>> users(g.values.size());
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    for (ValueId v : g.nodes[i].outputs) producer[size_t(v)] = int32_t(i);
+    for (const Argument& a : g.nodes[i].args)
+      for (ValueId v : a.values) users[size_t(v)].push_back(int32_t(i));
+  }
+  std::vector<bool> returned(g.values.size(), false);
+  for (const auto& o : ep.signature.outputs) returned[size_t(o.value)] = true;
+  auto weight = [&](ValueId v) -> const Tensor* {
+    for (const auto& in : ep.signature.inputs)
+      if (in.value == v && in.kind != InputKind::UserInput) return &ep.weights.at(in.name);
+    return nullptr;
+  };
+  auto call = [&](ValueId v, const char* op) -> const Node* {
+    if (v < 0 || producer[size_t(v)] < 0) return nullptr;
+    const Node& n = g.nodes[size_t(producer[size_t(v)])];
+    return n.kind == NodeKind::Call && op_name(n.target) == op ? &n : nullptr;
+  };
+  auto sole_user = [&](ValueId v, const char* op) -> int32_t {
+    if (returned[size_t(v)] || users[size_t(v)].size() != 1) return -1;
+    const int32_t u = users[size_t(v)][0];
+    return op_name(g.nodes[size_t(u)].target) == op ? u : -1;
+  };
+  // dequantize(quantize_per_tensor(x, s, zp, quint8)) -> the quantize node.
+  auto quint8_input = [&](ValueId v) -> const Node* {
+    const Node* dq = call(v, "dequantize");
+    const Node* q = dq ? call(tensor_at(*dq, 0), "quantize_per_tensor") : nullptr;
+    return q && quint8_params(*q) ? q : nullptr;
+  };
+
+  std::vector<ConvMatch> matches;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const Node& cv = g.nodes[i];
+    if (cv.kind != NodeKind::Call || op_name(cv.target) != "conv2d") continue;
+    if (g.type(cv.outputs[0]).sizes.size() != 4) continue;
+    const Node* q = quint8_input(tensor_at(cv, 0));
+    if (!q) continue;
+    const Node* wdq = call(tensor_at(cv, 1), "dequantize");
+    const Node* wq = wdq ? call(tensor_at(*wdq, 0), "quantize_per_channel") : nullptr;
+    if (!wq || !constant_at<int64_t>(*wq, 3) || *constant_at<int64_t>(*wq, 3) != 0 || !constant_at<DType>(*wq, 4) ||
+        *constant_at<DType>(*wq, 4) != kQInt8)
+      continue;
+    const Tensor *w = weight(tensor_at(*wq, 0)), *ws = weight(tensor_at(*wq, 1)), *wz = weight(tensor_at(*wq, 2));
+    if (!w || !ws || !wz || w->dim() != 4 || w->dtype() != kFloat32) continue;
+    if (!equal(*wz, zeros({wz->numel()}, wz->dtype()))) continue;
+    ValueId bias = -1;
+    if (cv.args.size() > 2 && cv.args[2].kind == Argument::Kind::Tensor) {
+      bias = cv.args[2].values[0];
+      const Tensor* b = weight(bias);
+      if (!b || b->dtype() != kFloat32 || b->dim() != 1) continue;
+    }
+    // Stride, padding, dilation and groups as integers (a string padding is not taken).
+    bool geometry = true;
+    for (size_t a = 3; a < cv.args.size(); ++a)
+      geometry = geometry && cv.args[a].kind == Argument::Kind::Constant &&
+                 (constant_at<int64_t>(cv, a) || constant_at<std::vector<int64_t>>(cv, a));
+    if (!geometry) continue;
+    ConvMatch m;
+    m.conv_node = i;
+    for (size_t a = 3; a < 7; ++a)
+      m.geometry.push_back(a < cv.args.size() ? cv.args[a]
+                                              : Argument::constant_value(a == 4 ? int64_t(0) : int64_t(1)));
+    m.input_q = q->outputs[0];
+    m.input_float = tensor_at(*q, 0);
+    m.input_params = *quint8_params(*q);
+    m.bias = bias;
+    ValueId end = cv.outputs[0];
+    if (int32_t a = sole_user(end, "add"); a >= 0) {
+      const Node& an = g.nodes[size_t(a)];
+      const ValueId other = tensor_at(an, 0) == end ? tensor_at(an, 1) : tensor_at(an, 0);
+      const Node* oq = other >= 0 ? quint8_input(other) : nullptr;
+      const int64_t* alpha_i = constant_at<int64_t>(an, 2);
+      const double* alpha_d = constant_at<double>(an, 2);
+      const bool alpha_one = an.args.size() < 3 || (alpha_i && *alpha_i == 1) || (alpha_d && *alpha_d == 1.0);
+      if (!oq || !alpha_one || !g.type(other).same_as(g.type(end))) continue;
+      m.other_q = oq->outputs[0];
+      m.other_float = tensor_at(*oq, 0);
+      m.other_params = *quint8_params(*oq);
+      m.add_node = a;
+      end = an.outputs[0];
+    }
+    if (int32_t r = sole_user(end, "relu"); r >= 0) {
+      m.relu = true;
+      end = g.nodes[size_t(r)].outputs[0];
+    }
+    const int32_t qo = sole_user(end, "quantize_per_tensor");
+    if (qo < 0 || !quint8_params(g.nodes[size_t(qo)])) continue;
+    m.quantize_node = size_t(qo);
+    m.output_params = *quint8_params(g.nodes[size_t(qo)]);
+    m.weight_scale = ws->to(kFloat32).contiguous();
+    m.weight_int8 = int_repr(quantize_per_channel(*w, m.weight_scale, *wz, 0, kQInt8));
+    matches.push_back(std::move(m));
+  }
+  if (matches.empty()) return 0;
+
+  std::map<size_t, const ConvMatch*> at_quantize;
+  std::set<int32_t> lowered_readers;  // the conv2d and add nodes the matches replace
+  for (const ConvMatch& m : matches) {
+    at_quantize[m.quantize_node] = &m;
+    lowered_readers.insert(int32_t(m.conv_node));
+    if (m.add_node >= 0) lowered_readers.insert(m.add_node);
+  }
+  // Whether only lowered convolutions read the quint8 value (through dequantize).
+  auto only_lowered_readers = [&](ValueId q_out) {
+    if (returned[size_t(q_out)] || users[size_t(q_out)].empty()) return false;
+    for (int32_t d : users[size_t(q_out)]) {
+      if (op_name(g.nodes[size_t(d)].target) != "dequantize") return false;
+      const ValueId dv = g.nodes[size_t(d)].outputs[0];
+      if (returned[size_t(dv)]) return false;
+      for (int32_t u : users[size_t(dv)])
+        if (!lowered_readers.count(u)) return false;
+    }
+    return true;
+  };
+  std::vector<Node> placeholders, body;
+  std::map<ValueId, ValueId> lowered_float;  // quint8 output of a match -> the kernel's float32 values
+  std::map<ValueId, ValueId> lowered_repr;   // quint8 output of a match -> the kernel's uint8 representation
+  auto add_constant = [&](const std::string& base, const Tensor& t) {
+    std::string name = base;
+    for (int n = 1; ep.weights.count(name); ++n) name = base + "_" + std::to_string(n);
+    std::vector<SymSize> sizes;
+    for (int64_t s : t.sizes()) sizes.emplace_back(s);
+    const ValueId v = g.add_value(TensorType{t.dtype(), Device(DeviceType::CPU), std::move(sizes)}, name);
+    ep.weights[name] = t;
+    ep.signature.inputs.push_back({InputKind::Constant, name, v});
+    placeholders.push_back({NodeKind::Placeholder, name, {}, {v}});
+    return v;
+  };
+  auto float_of = [&](ValueId q, ValueId source) {
+    if (auto r = lowered_repr.find(q); r != lowered_repr.end()) return r->second;
+    auto it = lowered_float.find(q);
+    return it != lowered_float.end() ? it->second : source;
+  };
+  int count = 0;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    Node& n = g.nodes[i];
+    if (n.kind == NodeKind::Placeholder) {
+      placeholders.push_back(std::move(n));
+      continue;
+    }
+    auto it = at_quantize.find(i);
+    if (it == at_quantize.end()) {
+      body.push_back(std::move(n));
+      continue;
+    }
+    const ConvMatch& m = *it->second;
+    const std::string tag = "conv_int8_" + std::to_string(count++);
+    const ValueId wv = add_constant(tag + "_weight", m.weight_int8);
+    const ValueId sv = add_constant(tag + "_weight_scale", m.weight_scale);
+    const bool repr_out = only_lowered_readers(n.outputs[0]);
+    TensorType out_t = g.type(n.outputs[0]);
+    out_t.dtype = repr_out ? kUInt8 : kFloat32;
+    const ValueId out = g.add_value(out_t);
+    std::vector<Argument> args = {
+        Argument::tensor(float_of(m.input_q, m.input_float)), Argument::tensor(wv), Argument::tensor(sv),
+        m.bias < 0 ? Argument::none() : Argument::tensor(m.bias),
+        m.other_q < 0 ? Argument::none() : Argument::tensor(float_of(m.other_q, m.other_float))};
+    args.insert(args.end(), m.geometry.begin(), m.geometry.end());
+    for (const auto& [s, zp] : {m.input_params, m.other_params, m.output_params}) {
+      args.push_back(Argument::constant_value(s));
+      args.push_back(Argument::constant_value(zp));
+    }
+    args.push_back(Argument::constant_value(m.relu));
+    args.push_back(Argument::constant_value(repr_out ? kUInt8 : kQUInt8));
+    body.push_back({NodeKind::Call, "_quantized_conv2d", std::move(args), {out}});
+    (repr_out ? lowered_repr : lowered_float)[n.outputs[0]] = out;
+    body.push_back(std::move(n));  // the float path stays for readers other than dequantize; DCE drops it
+  }
+  // Dequantizes of a lowered result read the kernel's float32 values.
+  std::map<ValueId, ValueId> replaced;
+  for (const Node& n : body)
+    if (op_name(n.target) == "dequantize")
+      if (auto it = lowered_float.find(tensor_at(n, 0)); it != lowered_float.end()) replaced[n.outputs[0]] = it->second;
+  for (Node& n : body)
+    for (Argument& a : n.args)
+      for (ValueId& v : a.values)
+        if (auto r = replaced.find(v); r != replaced.end()) v = r->second;
+  for (auto& o : ep.signature.outputs)
+    if (auto r = replaced.find(o.value); r != replaced.end()) o.value = r->second;
+  g.nodes = std::move(placeholders);
+  for (Node& n : body) g.nodes.push_back(std::move(n));
+  compiler::eliminate_dead_code(ep);
+  compiler::verify(ep);
+  return count;
+}
+
+}  // namespace tessera::quantization
