@@ -2,8 +2,9 @@
 // tessera::compile against the same function run eagerly, and against torch.compile (Inductor,
 // CPU) in a child python3 (torch_compile_block.py) when `python3 -c "import torch"` works. The
 // three are timed in interleaved rounds (one trial of each per round) and the medians compared:
-// ratio_vs_eager = eager / compiled, ratio_vs_torch_compile = torch.compile / compiled. Compiles
-// and warm-ups are excluded from every timing; compile_s and torch_compile_s report them.
+// ratio_vs_eager = eager / compiled, ratio_vs_torch_compile = torch.compile / compiled;
+// no_epilogues_ms is the block compiled with TESSERA_COMPILE_EPILOGUES=0 (Note [Linear epilogues]).
+// Compiles and warm-ups are excluded from every timing; compile_s and torch_compile_s report them.
 #include <benchmark/benchmark.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -119,17 +120,28 @@ void BM_CompiledBlock(benchmark::State& state, DType dt, const char* name) {
   const auto c0 = bench::Clock::now();
   compiled(in);
   const double compile_s = std::chrono::duration<double>(bench::Clock::now() - c0).count();
+  // The same block compiled without linear epilogues (Note [Linear epilogues]): what they buy.
+  CompiledFunction plain = compile(fn, options);
+  const char* flag = std::getenv("TESSERA_COMPILE_EPILOGUES");
+  const std::string saved = flag ? flag : "";
+  setenv("TESSERA_COMPILE_EPILOGUES", "0", 1);
+  plain(in);
+  if (flag) setenv("TESSERA_COMPILE_EPILOGUES", saved.c_str(), 1);
+  else unsetenv("TESSERA_COMPILE_EPILOGUES");
 
   TorchCompiled torch(name);
   auto run_eager = [&] { benchmark::DoNotOptimize(fn(in)[0].raw_data_ptr()); };
   auto run_compiled = [&] { benchmark::DoNotOptimize(compiled(in)[0].raw_data_ptr()); };
+  auto run_plain = [&] { benchmark::DoNotOptimize(plain(in)[0].raw_data_ptr()); };
   run_eager();
   run_compiled();
-  std::vector<double> eager_s, compiled_s, torch_s;
+  run_plain();
+  std::vector<double> eager_s, compiled_s, plain_s, torch_s;
   for (auto _ : state) {
     for (int r = 0; r < kRounds; ++r) {
       eager_s.push_back(bench::trial(run_eager, kTrialSeconds));
       compiled_s.push_back(bench::trial(run_compiled, kTrialSeconds));
+      plain_s.push_back(bench::trial(run_plain, kTrialSeconds));
       if (torch.ok()) {
         const double t = torch.trial(kTrialSeconds);
         if (t > 0) torch_s.push_back(t);
@@ -146,6 +158,7 @@ void BM_CompiledBlock(benchmark::State& state, DType dt, const char* name) {
   state.counters["eager_ms"] = eager * 1e3;
   state.counters["compiled_ms"] = comp * 1e3;
   state.counters["ratio_vs_eager"] = eager / comp;
+  state.counters["no_epilogues_ms"] = median(plain_s) * 1e3;
   state.counters["compile_s"] = compile_s;
   if (!torch_s.empty()) {
     const double t = median(torch_s);

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <map>
 
+#include "epilogue.h"
 #include "generated_abi.h"
 #include "interpret.h"
 #include "tessera/checked_math.h"
@@ -135,7 +136,7 @@ const GeneratedSource& CompiledGraph::generated() const { return impl_->generate
 CompiledGraph CompiledGraph::compile(const ExportedProgram& program, const CompileOptions& options) {
   const auto t0 = std::chrono::steady_clock::now();
   auto impl = std::make_unique<Impl>();
-  impl->program = decompose_for_codegen(program);
+  impl->program = fuse_linear_epilogues(decompose_for_codegen(program));
   impl->generated = generate_cpp(impl->program, options.isa ? *options.isa : select_cpu_isa());
   const std::string graph_text = impl->program.graph_string();
   CacheResult r = compile_cached(impl->generated.source, impl->generated.isa, options, graph_text);

@@ -1,0 +1,16 @@
+// Internal: linear epilogues for the generated code (Note [Linear epilogues] in
+// plugins/cpu/nn/onednn_ops.cpp).
+#pragma once
+#include "tessera/compiler/ir.h"
+
+namespace tessera::compiler::codegen {
+
+// Rewrites each f32/bf16 CPU `linear` whose only reader is relu or gelu, and/or whose (activated)
+// result's only reader is add.Tensor(residual, result) with alpha 1 and a residual of the result's
+// type, into one `_linear_epilogue(input, weight, bias, residual, activation)` node placed where
+// the last rewritten node was; the final value keeps its id. Nothing is rewritten when the CPU
+// backend does not implement `_linear_epilogue` for the dtype, or when TESSERA_COMPILE_EPILOGUES
+// (a boolean, default on) is off. CompiledGraph::compile runs it after decompose_for_codegen.
+ExportedProgram fuse_linear_epilogues(const ExportedProgram& program);
+
+}  // namespace tessera::compiler::codegen
