@@ -157,6 +157,24 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"residual_bf16", kBFloat16, "none", false, true, false}),
     [](const ::testing::TestParamInfo<Case>& i) { return std::string(i.param.name); });
 
+// x @ w + b -> relu -> + r, and linear without bias + b -> gelu: the product, the bias add, the
+// activation and the residual become one call (matmul's weight as a transposed view, no copy).
+TEST(Epilogue, MatmulAndBiasAddFuse) {
+  manual_seed(16);
+  const Tensor x = randn({3, 20, 32}), w = randn({32, 24}) * 0.2, b = randn({24}), r = randn({3, 20, 24});
+  const Tensor wl = randn({24, 32}) * 0.2;
+  auto fn = [&](const std::vector<Tensor>& in) {
+    return std::vector<Tensor>{tessera::relu(matmul(in[0], w) + b) + in[1], gelu(b + linear(in[0], wl))};
+  };
+  codegen::CompiledGraph cg = compile_fn(fn, {x, r});
+  EXPECT_EQ(count(cg.generated().source, "{  // _linear_epilogue"), 2) << cg.generated().source;
+  EXPECT_EQ(cg.generated().fused_groups, 0);
+  const std::vector<Tensor> out = cg.run({x, r});
+  ASSERT_EQ(out.size(), 2u);
+  expect_close(out[0], reference(x, w.t().contiguous(), &b, &r, relu), 1e-4, 1e-4);
+  expect_close(out[1], reference(x, wl, &b, nullptr, gelu_erf), 1e-4, 1e-4);
+}
+
 // A linear whose result has another reader keeps its own node: the activation's input must exist.
 TEST(Epilogue, NotFusedWhenTheLinearResultIsReadTwice) {
   manual_seed(11);

@@ -1,9 +1,11 @@
-// fuse_linear_epilogues: linear -> relu / gelu -> add(residual) chains become one call of the CPU
-// backend's _linear_epilogue (Note [Linear epilogues] in plugins/cpu/nn/onednn_ops.cpp).
+// fuse_linear_epilogues: linear or matmul -> bias add -> relu / gelu -> residual add chains become
+// one call of the CPU backend's _linear_epilogue (Note [Linear epilogues] in plugins/cpu/nn/onednn_ops.cpp).
 #include "epilogue.h"
 
 #include <map>
+#include <optional>
 #include <string>
+#include <utility>
 
 #include "tessera/dispatcher.h"
 #include "tessera/env.h"
@@ -38,16 +40,22 @@ class EpilogueFuser {
       for (const Argument& a : n.args)
         for (ValueId v : a.values) ++reads_[v];
     std::vector<bool> removed(g_.nodes.size(), false);
-    std::map<size_t, Node> fused_at;
+    std::map<size_t, std::vector<Node>> fused_at;
     for (size_t i = 0; i < g_.nodes.size(); ++i) {
       const Node& n = g_.nodes[i];
-      if (removed[i] || n.kind != NodeKind::Call || n.target != "linear" || n.outputs.size() != 1 ||
+      const bool is_linear = n.target == "linear", is_matmul = n.target == "matmul";
+      if (removed[i] || n.kind != NodeKind::Call || !(is_linear || is_matmul) || n.outputs.size() != 1 ||
           n.args.size() < 2 || n.args[0].kind != Argument::Kind::Tensor || n.args[1].kind != Argument::Kind::Tensor)
         continue;
-      const TensorType& out = g_.type(n.outputs[0]);
-      const TensorType& w = g_.type(n.args[1].values[0]);
+      const TensorType out = g_.type(n.outputs[0]);
+      const TensorType w = g_.type(n.args[1].values[0]);
+      const TensorType& x = g_.type(n.args[0].values[0]);
+      if (w.sizes.size() != 2) continue;
+      // in_features: linear's weight is [N, K], matmul's right operand [K, N] (x [..., M, K]).
+      const SymSize& k = is_linear ? w.sizes[1] : w.sizes[0];
       if ((out.dtype != DType::Float32 && out.dtype != DType::BFloat16) || !out.device.is_cpu() ||
-          w.sizes.size() != 2 || !w.sizes[1].maybe_constant() || *w.sizes[1].maybe_constant() <= 0)
+          x.dtype != out.dtype || w.dtype != out.dtype || !k.maybe_constant() ||
+          *k.maybe_constant() <= 0 || (is_matmul && (x.sizes.size() < 2 || n.args.size() != 2)))
         continue;
       Argument bias = Argument::none();
       if (n.args.size() > 2 && n.args[2].kind == Argument::Kind::Tensor) bias = n.args[2];
@@ -57,50 +65,64 @@ class EpilogueFuser {
       ValueId v = n.outputs[0];
       size_t last = i;
       std::vector<size_t> absorbed;
-      std::string activation = "none";
+      auto absorb = [&](int u) {
+        absorbed.push_back(size_t(u));
+        last = size_t(u);
+        v = g_.nodes[size_t(u)].outputs[0];
+        return sole_reader(v, removed);
+      };
       int u = sole_reader(v, removed);
-      if (u >= 0) {
-        if (auto act = activation_of(g_.nodes[size_t(u)])) {
-          activation = *act;
-          absorbed.push_back(size_t(u));
-          last = size_t(u);
-          v = g_.nodes[size_t(u)].outputs[0];
-          u = sole_reader(v, removed);
-        }
-      }
-      Argument residual = Argument::none();
-      if (u >= 0) {
-        const Node& add = g_.nodes[size_t(u)];
-        if (add.target == "add.Tensor" && add.outputs.size() == 1 && add.args.size() >= 2 &&
-            (add.args.size() < 3 || is_one(add.args[2])) && add.args[0].kind == Argument::Kind::Tensor &&
-            add.args[1].kind == Argument::Kind::Tensor) {
-          const ValueId a = add.args[0].values[0], b = add.args[1].values[0];
-          const ValueId r = a == v ? b : a;
-          if (a != b && g_.type(r).same_as(g_.type(v)) && g_.type(add.outputs[0]).same_as(g_.type(v))) {
-            residual = Argument::tensor(r);
-            absorbed.push_back(size_t(u));
-            last = size_t(u);
-            v = add.outputs[0];
+      // A bias the product did not take: + b with b [N] along the last dim.
+      if (u >= 0 && bias.kind == Argument::Kind::None && out.sizes.size() >= 2) {
+        if (auto b = added_to(g_.nodes[size_t(u)], v)) {
+          const TensorType& bt = g_.type(*b);
+          if (bt.dtype == out.dtype && bt.device == out.device && bt.sizes.size() == 1 &&
+              bt.sizes[0].same_as(out.sizes.back())) {
+            bias = Argument::tensor(*b);
+            u = absorb(u);
           }
         }
       }
+      std::string activation = "none";
+      if (u >= 0)
+        if (auto act = activation_of(g_.nodes[size_t(u)])) {
+          activation = *act;
+          u = absorb(u);
+        }
+      Argument residual = Argument::none();
+      if (u >= 0)
+        if (auto r = added_to(g_.nodes[size_t(u)], v); r && g_.type(*r).same_as(g_.type(v))) {
+          residual = Argument::tensor(*r);
+          u = absorb(u);
+        }
       if (absorbed.empty() || !epilogue_op_available(out.dtype)) continue;
       removed[i] = true;
-      for (size_t k : absorbed) removed[k] = true;
-      fused_at[last] = Node{NodeKind::Call, kEpilogueOp,
-                            {n.args[0], n.args[1], bias, residual, Argument::constant_value(activation)},
-                            {v}};
+      for (size_t a : absorbed) removed[a] = true;
+      std::vector<Node>& nodes = fused_at[last];
+      Argument weight = n.args[1];
+      if (is_matmul) {  // linear reads its weight [N, K] through strides: the transposed view, no copy
+        TensorType wt = w;
+        std::swap(wt.sizes[0], wt.sizes[1]);
+        const ValueId t = g_.add_value(wt);
+        nodes.push_back(Node{NodeKind::Call, "permute",
+                             {n.args[1], Argument::constant_value(std::vector<int64_t>{1, 0})}, {t}});
+        weight = Argument::tensor(t);
+      }
+      nodes.push_back(Node{NodeKind::Call, kEpilogueOp,
+                           {n.args[0], weight, bias, residual, Argument::constant_value(activation)}, {v}});
     }
     if (fused_at.empty()) return;
     std::vector<Node> old = std::move(g_.nodes);
     g_.nodes.clear();
     for (size_t i = 0; i < old.size(); ++i) {
-      if (auto it = fused_at.find(i); it != fused_at.end()) g_.nodes.push_back(std::move(it->second));
-      else if (!removed[i]) g_.nodes.push_back(std::move(old[i]));
+      if (auto it = fused_at.find(i); it != fused_at.end())
+        for (Node& f : it->second) g_.nodes.push_back(std::move(f));
+      else if (!removed[i])
+        g_.nodes.push_back(std::move(old[i]));
     }
     if (log_enabled("compile"))
       log_message(LogLevel::Info, "compile",
-                  "fused " + std::to_string(fused_at.size()) + " linear epilogue(s) into " + kEpilogueOp);
+                  "fused " + std::to_string(fused_at.size()) + " linear/matmul epilogue(s) into " + kEpilogueOp);
   }
 
  private:
@@ -113,6 +135,18 @@ class EpilogueFuser {
         for (ValueId x : a.values)
           if (x == v) return g_.nodes[i].kind == NodeKind::Call && !removed[i] ? int(i) : -1;
     return -1;
+  }
+
+  // The other operand when `n` is add.Tensor(v, other) or add.Tensor(other, v) with alpha 1 and the
+  // type of v.
+  std::optional<ValueId> added_to(const Node& n, ValueId v) const {
+    if (n.target != "add.Tensor" || n.outputs.size() != 1 || n.args.size() < 2 ||
+        (n.args.size() > 2 && !is_one(n.args[2])) || n.args[0].kind != Argument::Kind::Tensor ||
+        n.args[1].kind != Argument::Kind::Tensor || !g_.type(n.outputs[0]).same_as(g_.type(v)))
+      return std::nullopt;
+    const ValueId a = n.args[0].values[0], b = n.args[1].values[0];
+    if (a == b) return std::nullopt;
+    return a == v ? b : a;
   }
 
   // "relu", "gelu" or "gelu_tanh" when `n` applies that activation to its one tensor argument.

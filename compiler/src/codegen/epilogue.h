@@ -5,12 +5,14 @@
 
 namespace tessera::compiler::codegen {
 
-// Rewrites each f32/bf16 CPU `linear` whose only reader is relu or gelu, and/or whose (activated)
-// result's only reader is add.Tensor(residual, result) with alpha 1 and a residual of the result's
-// type, into one `_linear_epilogue(input, weight, bias, residual, activation)` node placed where
-// the last rewritten node was; the final value keeps its id. Nothing is rewritten when the CPU
-// backend does not implement `_linear_epilogue` for the dtype, or when TESSERA_COMPILE_EPILOGUES
-// (a boolean, default on) is off. CompiledGraph::compile runs it after decompose_for_codegen.
+// Rewrites each f32/bf16 CPU `linear` (or 2-D-weight `matmul`, through a permute of its weight)
+// followed by any of, in this order and each the only reader of what precedes it: add.Tensor of a
+// bias [N] (when the product has none), relu or gelu, add.Tensor of a residual of the result's type
+// (alpha 1), into one `_linear_epilogue(input, weight, bias, residual, activation)` node placed
+// where the last rewritten node was; the final value keeps its id. Nothing is rewritten when the
+// CPU backend does not implement `_linear_epilogue` for the dtype, or when
+// TESSERA_COMPILE_EPILOGUES (a boolean, default on) is off. CompiledGraph::compile runs it after
+// decompose_for_codegen.
 ExportedProgram fuse_linear_epilogues(const ExportedProgram& program);
 
 }  // namespace tessera::compiler::codegen
