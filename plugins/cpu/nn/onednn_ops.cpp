@@ -212,11 +212,12 @@ memory::desc md_of(const MatOperand& op) {
 }
 
 // Note [Linear epilogues]
-// The code generator rewrites linear -> relu / gelu -> add(residual) chains into one call of the
-// private op _linear_epilogue (defined by this plugin, compiler/src/codegen/epilogue.cpp), which
-// runs them as one oneDNN matmul whose post-ops apply the activation and add the residual while
-// the output tile is still in registers: no extra pass over the output, and bf16 is rounded once
-// (eager mode rounds after each op; the difference is within bf16's tolerance).
+// The code generator rewrites linear (or matmul) -> bias add -> relu / gelu -> add(residual)
+// chains into one call of the private op _linear_epilogue (defined by this plugin in register.cpp;
+// the rewrite is compiler/src/codegen/epilogue.cpp), which runs them as one oneDNN matmul with the
+// bias and post-ops that apply the activation and add the residual while the output tile is still
+// in registers: no extra pass over the output, and bf16 is rounded once (eager mode rounds after
+// each op; the difference is within bf16's tolerance).
 void key_append(std::string& key, const MatEpilogue* e) {
   const int act = e ? int(e->activation) : 0;
   key_append(key, &act, sizeof(act));
