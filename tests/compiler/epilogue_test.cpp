@@ -175,6 +175,53 @@ TEST(Epilogue, MatmulAndBiasAddFuse) {
   expect_close(out[1], reference(x, wl, &b, nullptr, gelu_erf), 1e-4, 1e-4);
 }
 
+// relu(conv2d(x, w, b, stride 2, padding 1)) and gelu(conv2d(x, w)) (groups 2) in double.
+std::vector<double> conv_reference(const Tensor& x, const Tensor& w, const Tensor* b, int64_t stride, int64_t pad,
+                                   int64_t groups, const std::function<double(double)>& act) {
+  const std::vector<double> xv = values(x), wv = values(w), bv = b ? values(*b) : std::vector<double>();
+  const int64_t n = x.size(0), c = x.size(1), h = x.size(2), wd = x.size(3);
+  const int64_t oc = w.size(0), cg = w.size(1), kh = w.size(2), kw = w.size(3);
+  const int64_t oh = (h + 2 * pad - kh) / stride + 1, ow = (wd + 2 * pad - kw) / stride + 1;
+  std::vector<double> y(size_t(n * oc * oh * ow));
+  for (int64_t ni = 0; ni < n; ++ni)
+    for (int64_t o = 0; o < oc; ++o)
+      for (int64_t i = 0; i < oh; ++i)
+        for (int64_t j = 0; j < ow; ++j) {
+          double s = b ? bv[size_t(o)] : 0.0;
+          const int64_t g = o / (oc / groups);
+          for (int64_t ci = 0; ci < cg; ++ci)
+            for (int64_t p = 0; p < kh; ++p)
+              for (int64_t q = 0; q < kw; ++q) {
+                const int64_t ih = i * stride - pad + p, iw = j * stride - pad + q;
+                if (ih < 0 || ih >= h || iw < 0 || iw >= wd) continue;
+                s += xv[size_t(((ni * c + g * cg + ci) * h + ih) * wd + iw)] * wv[size_t(((o * cg + ci) * kh + p) * kw + q)];
+              }
+          y[size_t(((ni * oc + o) * oh + i) * ow + j)] = act(s);
+        }
+  (void)c;
+  return y;
+}
+
+TEST(Epilogue, Conv2dWithActivationIsOneCall) {
+  for (DType dt : {kFloat32, kBFloat16}) {
+    manual_seed(dt == kFloat32 ? 17 : 18);
+    const Tensor x = cast(randn({2, 4, 9, 11}), dt), w = cast(randn({6, 4, 3, 3}) * 0.2, dt);
+    const Tensor b = cast(randn({6}), dt), wg = cast(randn({6, 2, 3, 3}) * 0.2, dt);
+    auto fn = [&](const std::vector<Tensor>& in) {
+      return std::vector<Tensor>{tessera::relu(conv2d(in[0], w, b, {2, 2}, {1, 1})),
+                                 gelu(conv2d(in[0], wg, std::nullopt, {1, 1}, {0, 0}, {1, 1}, 2))};
+    };
+    codegen::CompiledGraph cg = compile_fn(fn, {x});
+    EXPECT_EQ(count(cg.generated().source, "{  // _conv2d_epilogue"), 2) << cg.generated().source;
+    EXPECT_EQ(cg.generated().fused_groups, 0);
+    const std::vector<Tensor> out = cg.run({x});
+    ASSERT_EQ(out.size(), 2u);
+    const double tol = dt == kBFloat16 ? 1e-2 : 1e-4;
+    expect_close(out[0], conv_reference(x, w, &b, 2, 1, 1, relu), tol, tol);
+    expect_close(out[1], conv_reference(x, wg, nullptr, 1, 0, 2, gelu_erf), tol, tol);
+  }
+}
+
 // A linear whose result has another reader keeps its own node: the activation's input must exist.
 TEST(Epilogue, NotFusedWhenTheLinearResultIsReadTwice) {
   manual_seed(11);

@@ -1,5 +1,5 @@
 // fuse_linear_epilogues: linear or matmul -> bias add -> relu / gelu -> residual add chains become
-// one call of the CPU backend's _linear_epilogue (Note [Linear epilogues] in plugins/cpu/nn/onednn_ops.cpp).
+// one call of the CPU backend's _linear_epilogue, conv2d -> relu / gelu one _conv2d_epilogue (Note [Linear epilogues] in plugins/cpu/nn/onednn_ops.cpp).
 #include "epilogue.h"
 
 #include <map>
@@ -16,11 +16,12 @@ namespace tessera::compiler::codegen {
 namespace {
 
 constexpr const char* kEpilogueOp = "_linear_epilogue";
+constexpr const char* kConvEpilogueOp = "_conv2d_epilogue";
 
-bool epilogue_op_available(DType dtype) {
+bool epilogue_op_available(DType dtype, const char* name = kEpilogueOp) {
   if (!ensure_backend_loaded(DeviceType::CPU)) return false;
   Dispatcher& d = Dispatcher::instance();
-  OperatorEntry* op = d.find_op(kEpilogueOp);
+  OperatorEntry* op = d.find_op(name);
   return op && d.resolution(*op, DeviceType::CPU, dtype) == Resolution::Kernel;
 }
 
@@ -43,6 +44,10 @@ class EpilogueFuser {
     std::map<size_t, std::vector<Node>> fused_at;
     for (size_t i = 0; i < g_.nodes.size(); ++i) {
       const Node& n = g_.nodes[i];
+      if (!removed[i] && n.kind == NodeKind::Call && n.target == "conv2d") {
+        fuse_conv(i, removed, fused_at);
+        continue;
+      }
       const bool is_linear = n.target == "linear", is_matmul = n.target == "matmul";
       if (removed[i] || n.kind != NodeKind::Call || !(is_linear || is_matmul) || n.outputs.size() != 1 ||
           n.args.size() < 2 || n.args[0].kind != Argument::Kind::Tensor || n.args[1].kind != Argument::Kind::Tensor)
@@ -122,7 +127,37 @@ class EpilogueFuser {
     }
     if (log_enabled("compile"))
       log_message(LogLevel::Info, "compile",
-                  "fused " + std::to_string(fused_at.size()) + " linear/matmul epilogue(s) into " + kEpilogueOp);
+                  "fused " + std::to_string(fused_at.size()) + " linear/matmul/conv2d epilogue(s) into " +
+                      kEpilogueOp + " / " + kConvEpilogueOp);
+  }
+
+  // conv2d -> relu / gelu: one _conv2d_epilogue with conv2d's arguments (defaults written out).
+  void fuse_conv(size_t i, std::vector<bool>& removed, std::map<size_t, std::vector<Node>>& fused_at) {
+    const Node& n = g_.nodes[i];
+    if (n.outputs.size() != 1 || n.args.size() < 2 || n.args.size() > 7 || n.args[0].kind != Argument::Kind::Tensor ||
+        n.args[1].kind != Argument::Kind::Tensor)
+      return;
+    const TensorType& out = g_.type(n.outputs[0]);
+    if ((out.dtype != DType::Float32 && out.dtype != DType::BFloat16) || !out.device.is_cpu() ||
+        g_.type(n.args[0].values[0]).dtype != out.dtype || g_.type(n.args[1].values[0]).dtype != out.dtype)
+      return;
+    if (n.args.size() > 4 && n.args[4].kind == Argument::Kind::Constant &&
+        std::holds_alternative<std::string>(n.args[4].constant))
+      return;  // padding="same" / "valid": the CPU kernel takes integers only
+    const int u = sole_reader(n.outputs[0], removed);
+    if (u < 0) return;
+    const auto act = activation_of(g_.nodes[size_t(u)]);
+    if (!act || !epilogue_op_available(out.dtype, kConvEpilogueOp)) return;
+    std::vector<Argument> args = n.args;
+    const Argument defaults[] = {Argument::none(), Argument::none(),
+                                 Argument::none(), Argument::constant_value(std::vector<int64_t>{1, 1}),
+                                 Argument::constant_value(std::vector<int64_t>{0, 0}),
+                                 Argument::constant_value(std::vector<int64_t>{1, 1}),
+                                 Argument::constant_value(int64_t(1))};
+    while (args.size() < 7) args.push_back(defaults[args.size()]);
+    args.push_back(Argument::constant_value(*act));
+    removed[i] = removed[size_t(u)] = true;
+    fused_at[size_t(u)].push_back(Node{NodeKind::Call, kConvEpilogueOp, std::move(args), {g_.nodes[size_t(u)].outputs[0]}});
   }
 
  private:

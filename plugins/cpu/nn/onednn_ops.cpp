@@ -213,11 +213,12 @@ memory::desc md_of(const MatOperand& op) {
 
 // Note [Linear epilogues]
 // The code generator rewrites linear (or matmul) -> bias add -> relu / gelu -> add(residual)
-// chains into one call of the private op _linear_epilogue (defined by this plugin in register.cpp;
-// the rewrite is compiler/src/codegen/epilogue.cpp), which runs them as one oneDNN matmul with the
-// bias and post-ops that apply the activation and add the residual while the output tile is still
-// in registers: no extra pass over the output, and bf16 is rounded once (eager mode rounds after
-// each op; the difference is within bf16's tolerance).
+// chains, and conv2d -> relu / gelu, into one call of the private op _linear_epilogue or
+// _conv2d_epilogue (defined by this plugin in register.cpp; the rewrite is
+// compiler/src/codegen/epilogue.cpp). Each runs as one oneDNN primitive whose post-ops apply the
+// activation and add the residual while the output tile is still in registers: no extra pass over
+// the output, and bf16 is rounded once (eager mode rounds after each op; the difference is within
+// bf16's tolerance).
 void key_append(std::string& key, const MatEpilogue* e) {
   const int act = e ? int(e->activation) : 0;
   key_append(key, &act, sizeof(act));
@@ -787,19 +788,28 @@ void linear_impl(const KernelCall& call, MatEpilogue::Activation activation, con
 
 void linear_kernel(const KernelCall& call) { linear_impl(call, MatEpilogue::Activation::None, nullptr); }
 
+namespace {
+// The activation attribute (at `index`) of an epilogue op, for f32 / bf16 inputs only.
+MatEpilogue::Activation epilogue_activation(const KernelCall& call, int index, const char* plain_op) {
+  const std::string name = call.num_attrs() > index ? call.attr_string(index) : std::string("none");
+  const std::string op = call.op_name();
+  MatEpilogue::Activation activation = MatEpilogue::Activation::None;
+  if (name == "relu") activation = MatEpilogue::Activation::Relu;
+  else if (name == "gelu") activation = MatEpilogue::Activation::GeluErf;
+  else if (name == "gelu_tanh") activation = MatEpilogue::Activation::GeluTanh;
+  else if (name != "none" && !name.empty())
+    fail(op + ": activation='" + name + "' is not supported; expected 'none', 'relu', 'gelu' or 'gelu_tanh'");
+  const int32_t dt = call.input(0).dtype();
+  if (dt != TESSERA_DTYPE_FLOAT32 && dt != TESSERA_DTYPE_BFLOAT16)
+    fail(op + ": dtype " + dtype_name(dt) + " is not supported; expected float32 or bfloat16 (use " + plain_op + ")");
+  return activation;
+}
+}  // namespace
+
 // _linear_epilogue(input, weight, bias?, residual?, activation) = residual + activation(linear(input,
 // weight, bias)) as one oneDNN primitive (Note [Linear epilogues]).
 void linear_epilogue_kernel(const KernelCall& call) {
-  const std::string name = call.num_attrs() > 0 ? call.attr_string(0) : std::string("none");
-  MatEpilogue::Activation activation;
-  if (name == "none" || name.empty()) activation = MatEpilogue::Activation::None;
-  else if (name == "relu") activation = MatEpilogue::Activation::Relu;
-  else if (name == "gelu") activation = MatEpilogue::Activation::GeluErf;
-  else if (name == "gelu_tanh") activation = MatEpilogue::Activation::GeluTanh;
-  else fail("_linear_epilogue: activation='" + name + "' is not supported; expected 'none', 'relu', 'gelu' or 'gelu_tanh'");
-  const int32_t dt = call.input(0).dtype();
-  if (dt != TESSERA_DTYPE_FLOAT32 && dt != TESSERA_DTYPE_BFLOAT16)
-    fail(std::string("_linear_epilogue: dtype ") + dtype_name(dt) + " is not supported; expected float32 or bfloat16 (use linear)");
+  const MatEpilogue::Activation activation = epilogue_activation(call, 0, "linear");
   const tessera_tensor_t* x = call.input(0).raw();
   const tessera_tensor_t* y = call.output(0).raw();
   if (x->ndim < 1 || x->sizes[x->ndim - 1] == 0)
@@ -850,7 +860,10 @@ void conv2d_direct(const T* x, const T* w, const T* bias, T* y, int64_t nb, int6
 
 // conv2d(input [N, C, H, W] or [C, H, W], weight [OC, C/groups, KH, KW], bias [OC]?, stride,
 // padding, dilation, groups). oneDNN convolution on plain NCHW / (G)OIHW memory.
-void conv2d_kernel(const KernelCall& call) {
+namespace {
+// conv2d, and _conv2d_epilogue's activation as a oneDNN post-op (f32 / bf16 only: checked by its
+// kernel).
+void conv2d_impl(const KernelCall& call, MatEpilogue::Activation activation) {
   check_operands(call, call.num_inputs() > 2 ? 3 : 2);
   const int32_t dt = call.input(0).dtype();
   if (dt == TESSERA_DTYPE_FLOAT16) return run_via_f32(call, &conv2d_kernel);
@@ -916,9 +929,14 @@ void conv2d_kernel(const KernelCall& call) {
     std::string key = "conv2d_any";
     const int64_t geo[] = {nb, c, h, wd, oc, kh, kw, s[0], s[1], p[0], p[1], d[0], d[1], g, bias != nullptr, int64_t(mdt)};
     key_append(key, geo, sizeof(geo));
+    MatEpilogue epilogue;
+    epilogue.activation = activation;
+    const MatEpilogue* fused = activation != MatEpilogue::Activation::None ? &epilogue : nullptr;
+    key_append(key, fused);
     auto prim = cache().get(key, [&] {
       dnnl::primitive_attr attr;
       attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+      set_epilogue(attr, fused);
       const memory::dims strides = {s[0], s[1]}, dil = {d[0] - 1, d[1] - 1}, pad = {p[0], p[1]};
       const memory::desc src_any({nb, c, h, wd}, mdt, memory::format_tag::any);
       const memory::desc dst_any({nb, oc, oh, ow}, mdt, memory::format_tag::any);
@@ -981,5 +999,12 @@ void conv2d_kernel(const KernelCall& call) {
   }
   if (y_temp) copy_tensor(y_user, y);
 }
+}  // namespace
+
+void conv2d_kernel(const KernelCall& call) { conv2d_impl(call, MatEpilogue::Activation::None); }
+
+// _conv2d_epilogue(input, weight, bias?, stride, padding, dilation, groups, activation) =
+// activation(conv2d(...)) as one oneDNN primitive (Note [Linear epilogues]).
+void conv2d_epilogue_kernel(const KernelCall& call) { conv2d_impl(call, epilogue_activation(call, 4, "conv2d")); }
 
 }  // namespace tessera::cpu::nn
