@@ -6,62 +6,17 @@
 #include <benchmark/benchmark.h>
 
 #include <chrono>
-#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
 
 #include "tessera/tessera.h"
+#include "transformer_block.h"
 
 namespace {
 
-// `t` converted to `dt` through copy_ (a casting copy into a fresh tensor).
-tessera::Tensor cast(const tessera::Tensor& t, tessera::DType dt) {
-  if (t.dtype() == dt) return t;
-  tessera::Tensor out = tessera::empty(t.sizes(), dt);
-  out.copy_(t);
-  return out;
-}
-
-constexpr int64_t kSeq = 512, kModel = 512, kHeads = 8, kMlp = 2048;
-
-struct BlockWeights {
-  tessera::Tensor ln1_w, ln1_b, wq, bq, wk, bk, wv, bv, wo, bo, ln2_w, ln2_b, w1, b1, w2, b2;
-};
-
-tessera::Tensor weight(int64_t out, int64_t in, tessera::DType dt) {
-  return cast(tessera::randn({out, in}) * (1.0 / std::sqrt(double(in))), dt);
-}
-
-BlockWeights make_weights(tessera::DType dt) {
-  BlockWeights w;
-  auto vec = [&](int64_t n, double scale) { return cast(tessera::randn({n}) * scale, dt); };
-  w.ln1_w = cast(tessera::ones({kModel}) + tessera::randn({kModel}) * 0.1, dt);
-  w.ln1_b = vec(kModel, 0.1);
-  w.wq = weight(kModel, kModel, dt), w.bq = vec(kModel, 0.1);
-  w.wk = weight(kModel, kModel, dt), w.bk = vec(kModel, 0.1);
-  w.wv = weight(kModel, kModel, dt), w.bv = vec(kModel, 0.1);
-  w.wo = weight(kModel, kModel, dt), w.bo = vec(kModel, 0.1);
-  w.ln2_w = cast(tessera::ones({kModel}) + tessera::randn({kModel}) * 0.1, dt);
-  w.ln2_b = vec(kModel, 0.1);
-  w.w1 = weight(kMlp, kModel, dt), w.b1 = vec(kMlp, 0.1);
-  w.w2 = weight(kModel, kMlp, dt), w.b2 = vec(kModel, 0.1);
-  return w;
-}
-
-tessera::Tensor block(const BlockWeights& w, const tessera::Tensor& x) {
-  using namespace tessera;
-  const int64_t l = x.size(1), dh = kModel / kHeads;
-  Tensor h = layer_norm(x, {kModel}, w.ln1_w, w.ln1_b);
-  Tensor q = linear(h, w.wq, w.bq).view({1, l, kHeads, dh}).transpose(1, 2);
-  Tensor k = linear(h, w.wk, w.bk).view({1, l, kHeads, dh}).transpose(1, 2);
-  Tensor v = linear(h, w.wv, w.bv).view({1, l, kHeads, dh}).transpose(1, 2);
-  Tensor a = scaled_dot_product_attention(q, k, v, std::nullopt, /*is_causal=*/true);
-  a = a.transpose(1, 2).reshape({1, l, kModel});
-  Tensor x1 = x + linear(a, w.wo, w.bo);
-  Tensor h2 = layer_norm(x1, {kModel}, w.ln2_w, w.ln2_b);
-  return x1 + linear(gelu(linear(h2, w.w1, w.b1)), w.w2, w.b2);
-}
+using tessera::bench::BlockWeights;
+using tessera::bench::transformer_block;
 
 const char* kTorchScript = R"PY(
 import math, sys, time, torch
@@ -113,11 +68,11 @@ double torch_block_ms(const char* dtype) {
 
 void BM_block(benchmark::State& state, tessera::DType dt, const char* name) {
   tessera::manual_seed(4);
-  const BlockWeights w = make_weights(dt);
-  const tessera::Tensor x = cast(tessera::randn({1, kSeq, kModel}), dt);
-  benchmark::DoNotOptimize(block(w, x));
+  const BlockWeights w = tessera::bench::make_block_weights(dt);
+  const tessera::Tensor x = tessera::bench::cast_to(tessera::randn({1, tessera::bench::kBlockSeq, tessera::bench::kBlockModel}), dt);
+  benchmark::DoNotOptimize(transformer_block(w, x));
   for (auto _ : state) {
-    tessera::Tensor y = block(w, x);
+    tessera::Tensor y = transformer_block(w, x);
     benchmark::DoNotOptimize(y.raw_data_ptr());
   }
   const double torch_ms = torch_block_ms(name);
@@ -127,7 +82,7 @@ void BM_block(benchmark::State& state, tessera::DType dt, const char* name) {
     const auto t0 = std::chrono::steady_clock::now();
     int n = 0;
     while (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < 1.0) {
-      benchmark::DoNotOptimize(block(w, x));
+      benchmark::DoNotOptimize(transformer_block(w, x));
       ++n;
     }
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / n;

@@ -537,6 +537,27 @@ TEST(Codegen, FlatReductionBroadcastsFromTheRight) {
   expect_close(cg.run({in.tensor})[0], want, "x - sum(x, -1)");
 }
 
+// A view of a value kept in a scratch slot aliases the slot: the slot stays reserved while the
+// view is read. Here the second group's value has the same byte size and would otherwise take the
+// first group's slot before the view of it is read.
+TEST(Codegen, ViewOfASlotValueKeepsTheSlot) {
+  REQUIRE_COMPILER();
+  Builder b;
+  ValueId x = b.input("x", DType::Float32, {4, 8});
+  ValueId y = b.input("y", DType::Float32, {4, 8});
+  ValueId a = b.pw("mul.Scalar", {Builder::T(x), Builder::C(2.0)}, x);
+  ValueId av = b.call("view", {Builder::T(a), Builder::C(std::vector<int64_t>{32})}, DType::Float32, {32});
+  ValueId c = b.pw("mul.Scalar", {Builder::T(y), Builder::C(3.0)}, y);
+  ValueId cv = b.call("view", {Builder::T(c), Builder::C(std::vector<int64_t>{32})}, DType::Float32, {32});
+  b.output({b.pw("add.Tensor", {Builder::T(av), Builder::T(cv)}, av)});
+  CompiledGraph cg = CompiledGraph::compile(b.ep, shared_cache());
+  EXPECT_NE(cg.generated().source.find("slot1"), std::string::npos) << cg.generated().source;
+  Input xi = make_input(DType::Float32, {4, 8}, 21), yi = make_input(DType::Float32, {4, 8}, 22);
+  std::vector<double> want(32);
+  for (size_t i = 0; i < 32; ++i) want[i] = 2.0 * xi.values[i] + 3.0 * yi.values[i];
+  expect_close(cg.run({xi.tensor, yi.tensor})[0], want, "view of a slot value");
+}
+
 TEST(Codegen, ExternNodesRunThroughTheHostWithPlannedBuffers) {
   REQUIRE_COMPILER();
   // gelu(linear(x, w, bias)) + x, then linear again: two extern nodes around fused groups.
@@ -550,7 +571,14 @@ TEST(Codegen, ExternNodesRunThroughTheHostWithPlannedBuffers) {
   ValueId l2 = b.call("linear", {Builder::T(r), Builder::T(w), Argument::none()}, DType::Float32, {batch, 16});
   ValueId o = b.pw("relu", {Builder::T(l2)}, l2);
   b.output({o, l2});
+  // Without linear epilogues (Note [Linear epilogues]), which would take gelu and the add into the
+  // first linear: this test is about fused groups between extern nodes.
+  const char* before = std::getenv("TESSERA_COMPILE_EPILOGUES");
+  const std::string saved = before ? before : "";
+  setenv("TESSERA_COMPILE_EPILOGUES", "0", 1);
   CompiledGraph cg = CompiledGraph::compile(b.ep, shared_cache());
+  if (before) setenv("TESSERA_COMPILE_EPILOGUES", saved.c_str(), 1);
+  else unsetenv("TESSERA_COMPILE_EPILOGUES");
   EXPECT_EQ(cg.generated().extern_nodes, 2);
   EXPECT_EQ(cg.generated().fused_groups, 2);
   // l1 and l2 stay in the tensors linear returned; only r needs a scratch slot.

@@ -2,9 +2,11 @@
 // (Note [Generated code ABI]).
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <chrono>
 #include <map>
 
+#include "epilogue.h"
 #include "generated_abi.h"
 #include "interpret.h"
 #include "tessera/checked_math.h"
@@ -37,6 +39,7 @@ struct CallContext {
   std::vector<Tensor> slots;
   std::vector<int64_t> slot_bytes;  // what each slot must be, evaluated with overflow checks
   std::map<ValueId, Tensor> extern_results;
+  const std::vector<ValueId>* strided_values = nullptr;  // GeneratedSource::strided_values
   std::string error;
 };
 
@@ -99,8 +102,15 @@ int host_call_node(void* vctx, int32_t node_index, void* const* inputs, void** o
     // The interpreter's step (views, wrapped numbers in Tensor positions) on the generated buffers.
     std::vector<Tensor> env(g.values.size());
     size_t k = 0;
+    auto strided = [&](ValueId v) {
+      return std::find(ctx.strided_values->begin(), ctx.strided_values->end(), v) != ctx.strided_values->end();
+    };
     for (const Argument& a : node.args)
-      for (ValueId v : a.values) env[size_t(v)] = view_of(ctx, g.type(v), inputs[k++]);
+      for (ValueId v : a.values) {
+        auto it = ctx.extern_results.find(v);
+        env[size_t(v)] = it != ctx.extern_results.end() && strided(v) ? it->second : view_of(ctx, g.type(v), inputs[k]);
+        ++k;
+      }
     std::vector<Tensor> results = execute_node(g, node, env, ctx.bindings);
     TESSERA_INTERNAL_ASSERT(results.size() >= node.outputs.size(), node.target, " returned ", results.size(),
                             " values; the graph expects ", node.outputs.size());
@@ -111,7 +121,7 @@ int host_call_node(void* vctx, int32_t node_index, void* const* inputs, void** o
       TESSERA_CHECK(r.dtype() == type.dtype && r.sizes().vec() == want, node.target, " returned ",
                     dtype_name(r.dtype()), " of ", r.dim(), " dims where the graph says ", type.str(),
                     "; the graph's types do not match the op (export it again)");
-      if (!r.is_contiguous()) r = r.contiguous();
+      if (!r.is_contiguous() && !strided(node.outputs[i])) r = r.contiguous();
       outputs[i] = r.numel() ? r.raw_data_ptr() : nullptr;
       if (outputs[i]) ctx.owners[outputs[i]] = r;
       ctx.extern_results[node.outputs[i]] = r;
@@ -135,7 +145,7 @@ const GeneratedSource& CompiledGraph::generated() const { return impl_->generate
 CompiledGraph CompiledGraph::compile(const ExportedProgram& program, const CompileOptions& options) {
   const auto t0 = std::chrono::steady_clock::now();
   auto impl = std::make_unique<Impl>();
-  impl->program = decompose_for_codegen(program);
+  impl->program = fuse_linear_epilogues(decompose_for_codegen(program));
   impl->generated = generate_cpp(impl->program, options.isa ? *options.isa : select_cpu_isa());
   const std::string graph_text = impl->program.graph_string();
   CacheResult r = compile_cached(impl->generated.source, impl->generated.isa, options, graph_text);
@@ -168,6 +178,7 @@ std::vector<Tensor> CompiledGraph::run(const std::vector<Tensor>& inputs) const 
   const Graph& g = p.graph;
   CallContext ctx;
   ctx.program = &p;
+  ctx.strided_values = &impl_->generated.strided_values;
   size_t users = 0;
   for (const InputSpec& in : p.signature.inputs) users += in.kind == InputKind::UserInput;
   TESSERA_CHECK(inputs.size() == users, "the compiled graph takes ", users, " inputs; got ", inputs.size());

@@ -389,6 +389,18 @@ class Generator {
           }
         }
     }
+    // An extern result may alias its operands (view, permute, reshape): a slot it reads stays
+    // reserved as long as the result is read. Backwards, so that a view of a view extends both.
+    for (int s = end - 1; s >= 0; --s) {
+      if (steps_[size_t(s)].fused) continue;
+      const Node& n = g_.nodes[size_t(steps_[size_t(s)].nodes[0])];
+      int until = -1;
+      for (ValueId o : n.outputs)
+        if (auto it = last_use_.find(o); it != last_use_.end()) until = std::max(until, it->second);
+      for (const Argument& a : n.args)
+        for (ValueId v : a.values)
+          if (until >= 0 && !placeholder_index_.count(v)) last_use_[v] = std::max(last_use_[v], until);
+    }
     // Extern outputs live in the host's tensors (call_node hands back their data): no slot, and a
     // graph output the host returns as is.
     for (int s = 0; s < end; ++s)
@@ -398,6 +410,21 @@ class Generator {
           if (output_index_.count(v)) out_.extern_outputs.push_back(v);
         }
     for (ValueId v : out_.extern_outputs) output_index_.erase(v);
+    for (ValueId v : extern_values_) {
+      bool extern_readers_only = true;
+      for (int i = 0; i < int(g_.nodes.size()) && extern_readers_only; ++i) {
+        const Node& n = g_.nodes[size_t(i)];
+        for (const Argument& a : n.args)
+          for (ValueId x : a.values)
+            if (x == v && (n.kind != NodeKind::Call || steps_[size_t(step_of_node.at(i))].fused))
+              extern_readers_only = false;
+      }
+      // A view of a slot would alias memory the slot plan reuses: only views of host tensors.
+      bool host_operands = true;
+      for (const Argument& a : g_.nodes[size_t(producer(v))].args)
+        for (ValueId x : a.values) host_operands = host_operands && (placeholder_index_.count(x) || extern_values_.count(x));
+      if (extern_readers_only && host_operands) out_.strided_values.push_back(v);
+    }
     out_.outputs.clear();
     for (auto& [v, k] : output_index_) out_.outputs.push_back(v);
     std::sort(out_.outputs.begin(), out_.outputs.end(), [&](ValueId a, ValueId b) { return output_index_[a] < output_index_[b]; });

@@ -19,7 +19,9 @@ void avg_pool2d_kernel(const KernelCall& call);   // (self, kernel_size, stride,
 // onednn_ops.cpp
 void matmul_kernel(const KernelCall& call);       // (self, other)
 void linear_kernel(const KernelCall& call);       // (input, weight, bias?)
+void linear_epilogue_kernel(const KernelCall& call);  // (input, weight, bias?, residual?; activation)
 void conv2d_kernel(const KernelCall& call);       // (input, weight, bias?, stride, padding, dilation, groups)
+void conv2d_epilogue_kernel(const KernelCall& call);  // (conv2d's arguments; activation)
 // attention.cpp
 void sdpa_kernel(const KernelCall& call);         // (query, key, value, attn_mask?, is_causal, scale?)
 void sdpa_flash_kernel(const KernelCall& call);

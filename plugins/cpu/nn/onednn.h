@@ -24,10 +24,19 @@ struct MatOperand {
   uint64_t version = 0;
 };
 
-// c = scale * (a @ b) (+ bias, a [1, N] operand). Primitives are cached by shape, strides, dtypes
-// and scale (Note [Primitive cache] in onednn_ops.cpp). Thread-safe.
+// What runs on a product inside the oneDNN primitive, after the bias (post-ops, Note [Linear
+// epilogues] in onednn_ops.cpp): an activation, then the addition of `residual`, an operand with
+// c's dims (its own strides).
+struct MatEpilogue {
+  enum class Activation : uint8_t { None, Relu, GeluErf, GeluTanh };
+  Activation activation = Activation::None;
+  const MatOperand* residual = nullptr;
+};
+
+// c = epilogue(scale * (a @ b) (+ bias, a [1, N] operand)). Primitives are cached by shape,
+// strides, dtypes, scale and epilogue (Note [Primitive cache] in onednn_ops.cpp). Thread-safe.
 void onednn_matmul(const MatOperand& a, const MatOperand& b, const MatOperand& c, const MatOperand* bias,
-                   float scale = 1.f);
+                   float scale = 1.f, const MatEpilogue* epilogue = nullptr);
 
 // Number of primitives in the cache (for tests and logs).
 int64_t onednn_cache_size();

@@ -211,6 +211,40 @@ memory::desc md_of(const MatOperand& op) {
   return memory::desc(memory::dims(op.dims, op.dims + op.nd), op.dt, memory::dims(op.strides, op.strides + op.nd));
 }
 
+// Note [Linear epilogues]
+// The code generator rewrites linear (or matmul) -> bias add -> relu / gelu -> add(residual)
+// chains, and conv2d -> relu / gelu, into one call of the private op _linear_epilogue or
+// _conv2d_epilogue (defined by this plugin in register.cpp; the rewrite is
+// compiler/src/codegen/epilogue.cpp). Each runs as one oneDNN primitive whose post-ops apply the
+// activation and add the residual while the output tile is still in registers: no extra pass over
+// the output, and bf16 is rounded once (eager mode rounds after each op; the difference is within
+// bf16's tolerance).
+void key_append(std::string& key, const MatEpilogue* e) {
+  const int act = e ? int(e->activation) : 0;
+  key_append(key, &act, sizeof(act));
+  if (e && e->residual) key_append(key, *e->residual);
+}
+
+void set_epilogue(dnnl::primitive_attr& attr, const MatEpilogue* e) {
+  if (!e) return;
+  dnnl::post_ops po;
+  switch (e->activation) {
+    case MatEpilogue::Activation::None: break;
+    case MatEpilogue::Activation::Relu: po.append_eltwise(1.f, dnnl::algorithm::eltwise_relu, 0.f, 0.f); break;
+    case MatEpilogue::Activation::GeluErf: po.append_eltwise(1.f, dnnl::algorithm::eltwise_gelu_erf, 0.f, 0.f); break;
+    case MatEpilogue::Activation::GeluTanh: po.append_eltwise(1.f, dnnl::algorithm::eltwise_gelu_tanh, 0.f, 0.f); break;
+  }
+  if (e->residual) po.append_binary(dnnl::algorithm::binary_add, md_of(*e->residual));
+  attr.set_post_ops(po);
+}
+
+void add_epilogue_args(std::unordered_map<int, memory>& args, const MatEpilogue* e) {
+  if (!e || !e->residual) return;
+  const int index = e->activation == MatEpilogue::Activation::None ? 0 : 1;
+  args.emplace(DNNL_ARG_ATTR_MULTIPLE_POST_OP(index) | DNNL_ARG_SRC_1,
+               memory(md_of(*e->residual), cpu_engine(), e->residual->ptr));
+}
+
 // Thread-local scratchpad, grown on demand and kept (no page faults on the hot path).
 // A thread-local buffer grown on demand and kept (no page faults on the hot path); `slot` picks one
 // of a few independent buffers (0: the primitive's scratchpad, 1 and 2: activations in a blocked layout).
@@ -497,7 +531,8 @@ MatOperand materialize_batch(const MatOperand& op, const MatOperand& full, Buffe
 namespace {
 // Note [Weight cache]: runs the product with `b` in the layout the primitive prefers, packed once per
 // storage version; false when the primitive takes `b` as it is or the weight is not packed (yet).
-bool run_prepacked(const MatOperand& a, const MatOperand& b, const MatOperand& c, const MatOperand* bias, float scale) {
+bool run_prepacked(const MatOperand& a, const MatOperand& b, const MatOperand& c, const MatOperand* bias, float scale,
+                   const MatEpilogue* epilogue) {
   std::string key = "matmul_packed";
   key_append(key, a);
   key_append(key, &b.nd, sizeof(b.nd));
@@ -507,10 +542,12 @@ bool run_prepacked(const MatOperand& a, const MatOperand& b, const MatOperand& c
   key_append(key, c);
   if (bias) key_append(key, *bias);
   key_append(key, &scale, sizeof(scale));
+  key_append(key, epilogue);
   auto prim = cache().get(key, [&] {
     dnnl::primitive_attr attr;
     attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
     if (scale != 1.f) attr.set_output_scales(0, {scale});
+    set_epilogue(attr, epilogue);
     const memory::desc wany(memory::dims(b.dims, b.dims + b.nd), b.dt, memory::format_tag::any);
     const auto d = bias ? dnnl::matmul::desc(md_of(a), wany, md_of(*bias), md_of(c))
                         : dnnl::matmul::desc(md_of(a), wany, md_of(c));
@@ -534,31 +571,36 @@ bool run_prepacked(const MatOperand& a, const MatOperand& b, const MatOperand& c
   args.emplace(DNNL_ARG_WEIGHTS, memory(packed->md, cpu_engine(), packed->data.get()));
   args.emplace(DNNL_ARG_DST, memory(md_of(c), cpu_engine(), c.ptr));
   if (bias) args.emplace(DNNL_ARG_BIAS, memory(md_of(*bias), cpu_engine(), bias->ptr));
+  add_epilogue_args(args, epilogue);
   execute(*prim, args);
   return true;
 }
 }  // namespace
 
-void onednn_matmul(const MatOperand& a, const MatOperand& b, const MatOperand& c, const MatOperand* bias, float scale) {
+void onednn_matmul(const MatOperand& a, const MatOperand& b, const MatOperand& c, const MatOperand* bias, float scale,
+                   const MatEpilogue* epilogue) {
   // oneDNN broadcasts a batch dim of size 1 in one operand, not in both at once.
   for (int d = 0; d < c.nd - 2; ++d) {
     if (a.dims[d] == 1 && b.dims[d] == 1 && c.dims[d] > 1) {
       Buffer<char> storage;
       const MatOperand full = materialize_batch(a, c, storage);
-      return onednn_matmul(full, b, c, bias, scale);
+      return onednn_matmul(full, b, c, bias, scale, epilogue);
     }
   }
-  if (b.version != 0 && c.nd == 2 && WeightCache::limit_bytes() > 0 && run_prepacked(a, b, c, bias, scale)) return;
+  if (b.version != 0 && c.nd == 2 && WeightCache::limit_bytes() > 0 && run_prepacked(a, b, c, bias, scale, epilogue))
+    return;
   std::string key = "matmul";
   key_append(key, a);
   key_append(key, b);
   key_append(key, c);
   if (bias) key_append(key, *bias);
   key_append(key, &scale, sizeof(scale));
+  key_append(key, epilogue);
   auto prim = cache().get(key, [&] {
     dnnl::primitive_attr attr;
     attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
     if (scale != 1.f) attr.set_output_scales(0, {scale});
+    set_epilogue(attr, epilogue);
     const auto d = bias ? dnnl::matmul::desc(md_of(a), md_of(b), md_of(*bias), md_of(c))
                         : dnnl::matmul::desc(md_of(a), md_of(b), md_of(c));
     dnnl::matmul::primitive_desc pd(d, attr, cpu_engine());
@@ -569,6 +611,7 @@ void onednn_matmul(const MatOperand& a, const MatOperand& b, const MatOperand& c
   args.emplace(DNNL_ARG_WEIGHTS, memory(md_of(b), cpu_engine(), b.ptr));
   args.emplace(DNNL_ARG_DST, memory(md_of(c), cpu_engine(), c.ptr));
   if (bias) args.emplace(DNNL_ARG_BIAS, memory(md_of(*bias), cpu_engine(), bias->ptr));
+  add_epilogue_args(args, epilogue);
   execute(*prim, args);
 }
 
@@ -605,21 +648,23 @@ void matmul_kernel(const KernelCall& call) {
   if (c != c_user) copy_tensor(c_user, c);
 }
 
+namespace {
 // linear(x [..., K], weight [N, K], bias [N]?) = x @ weight^T + bias; the weight is read transposed
-// through its strides (no copy) and the bias is fused into the oneDNN matmul.
-void linear_kernel(const KernelCall& call) {
+// through its strides (no copy) and the bias is fused into the oneDNN matmul, and so are the
+// activation and the residual of _linear_epilogue (f32 / bf16 only, K > 0: checked by its kernel).
+void linear_impl(const KernelCall& call, MatEpilogue::Activation activation, const tessera_tensor_t* residual) {
   const int32_t dt = call.input(0).dtype();
   const tessera_tensor_t* x0 = call.input(0).raw();
   // As matmul: an empty product (or K == 0: zeros, plus the bias) is answered before the dtype check.
   const bool nothing_to_multiply = call.output(0).raw()->numel == 0 || (x0->ndim >= 1 && x0->sizes[x0->ndim - 1] == 0);
   bool all_bool = dt == TESSERA_DTYPE_BOOL;
   for (int i = 1; i < call.num_inputs(); ++i) all_bool = all_bool && (!call.input(i).defined() || call.input(i).dtype() == dt);
-  if (!(nothing_to_multiply && all_bool)) check_operands(call, call.num_inputs() > 2 ? 3 : 2);
+  if (!(nothing_to_multiply && all_bool)) check_operands(call, call.num_inputs());
   if (dt == TESSERA_DTYPE_FLOAT16 && !nothing_to_multiply) return run_via_f32(call, &linear_kernel);
   TempList holder;
   const tessera_tensor_t* x = call.input(0).raw();
   const tessera_tensor_t* w = call.input(1).raw();
-  const tessera_tensor_t* bias = call.num_inputs() > 2 ? call.input(2).raw() : nullptr;
+  const tessera_tensor_t* bias = call.num_inputs() > 2 && call.input(2).defined() ? call.input(2).raw() : nullptr;
   const tessera_tensor_t* y = call.output(0).raw();
   if (w->ndim != 2)
     fail("linear: weight has shape " + shape_str(w) + "; expected 2-D [out_features, in_features]");
@@ -718,9 +763,66 @@ void linear_kernel(const KernelCall& call) {
       bo.ptr = data_of(bias);
       bo.dt = dnnl_dtype(dt);
     }
-    onednn_matmul(a, b, c, bias ? &bo : nullptr);
+    MatEpilogue epilogue;
+    epilogue.activation = activation;
+    MatOperand ro;
+    if (residual) {
+      int64_t srm = 0;
+      if (!rows_stride(residual, &srm) || residual->strides[residual->ndim - 1] != 1) {
+        residual = contiguous(residual, holder);
+        rows_stride(residual, &srm);
+      }
+      ro.nd = 2;
+      ro.dims[0] = m, ro.dims[1] = n, ro.strides[0] = srm, ro.strides[1] = 1;
+      ro.ptr = data_of(residual);
+      ro.dt = dnnl_dtype(dt);
+      normalize_unit_strides(ro);
+      epilogue.residual = &ro;
+    }
+    const bool fused = residual || activation != MatEpilogue::Activation::None;
+    onednn_matmul(a, b, c, bias ? &bo : nullptr, 1.f, fused ? &epilogue : nullptr);
   }
   if (y != y_user) copy_tensor(y_user, y);
+}
+}  // namespace
+
+void linear_kernel(const KernelCall& call) { linear_impl(call, MatEpilogue::Activation::None, nullptr); }
+
+namespace {
+// The activation attribute (at `index`) of an epilogue op, for f32 / bf16 inputs only.
+MatEpilogue::Activation epilogue_activation(const KernelCall& call, int index, const char* plain_op) {
+  const std::string name = call.num_attrs() > index ? call.attr_string(index) : std::string("none");
+  const std::string op = call.op_name();
+  MatEpilogue::Activation activation = MatEpilogue::Activation::None;
+  if (name == "relu") activation = MatEpilogue::Activation::Relu;
+  else if (name == "gelu") activation = MatEpilogue::Activation::GeluErf;
+  else if (name == "gelu_tanh") activation = MatEpilogue::Activation::GeluTanh;
+  else if (name != "none" && !name.empty())
+    fail(op + ": activation='" + name + "' is not supported; expected 'none', 'relu', 'gelu' or 'gelu_tanh'");
+  const int32_t dt = call.input(0).dtype();
+  if (dt != TESSERA_DTYPE_FLOAT32 && dt != TESSERA_DTYPE_BFLOAT16)
+    fail(op + ": dtype " + dtype_name(dt) + " is not supported; expected float32 or bfloat16 (use " + plain_op + ")");
+  return activation;
+}
+}  // namespace
+
+// _linear_epilogue(input, weight, bias?, residual?, activation) = residual + activation(linear(input,
+// weight, bias)) as one oneDNN primitive (Note [Linear epilogues]).
+void linear_epilogue_kernel(const KernelCall& call) {
+  const MatEpilogue::Activation activation = epilogue_activation(call, 0, "linear");
+  const tessera_tensor_t* x = call.input(0).raw();
+  const tessera_tensor_t* y = call.output(0).raw();
+  if (x->ndim < 1 || x->sizes[x->ndim - 1] == 0)
+    fail("_linear_epilogue: input " + shape_str(x) + " has no features; expected input [..., in_features > 0] (use linear)");
+  const tessera_tensor_t* residual = call.num_inputs() > 3 && call.input(3).defined() ? call.input(3).raw() : nullptr;
+  if (residual) {
+    bool same = residual->ndim == y->ndim;
+    for (int d = 0; same && d < y->ndim; ++d) same = residual->sizes[d] == y->sizes[d];
+    if (!same)
+      fail("_linear_epilogue: residual has shape " + shape_str(residual) + " but the output is " + shape_str(y) +
+           "; expected a residual of the output's shape");
+  }
+  linear_impl(call, activation, residual);
 }
 
 namespace {
@@ -758,7 +860,10 @@ void conv2d_direct(const T* x, const T* w, const T* bias, T* y, int64_t nb, int6
 
 // conv2d(input [N, C, H, W] or [C, H, W], weight [OC, C/groups, KH, KW], bias [OC]?, stride,
 // padding, dilation, groups). oneDNN convolution on plain NCHW / (G)OIHW memory.
-void conv2d_kernel(const KernelCall& call) {
+namespace {
+// conv2d, and _conv2d_epilogue's activation as a oneDNN post-op (f32 / bf16 only: checked by its
+// kernel).
+void conv2d_impl(const KernelCall& call, MatEpilogue::Activation activation) {
   check_operands(call, call.num_inputs() > 2 ? 3 : 2);
   const int32_t dt = call.input(0).dtype();
   if (dt == TESSERA_DTYPE_FLOAT16) return run_via_f32(call, &conv2d_kernel);
@@ -824,9 +929,14 @@ void conv2d_kernel(const KernelCall& call) {
     std::string key = "conv2d_any";
     const int64_t geo[] = {nb, c, h, wd, oc, kh, kw, s[0], s[1], p[0], p[1], d[0], d[1], g, bias != nullptr, int64_t(mdt)};
     key_append(key, geo, sizeof(geo));
+    MatEpilogue epilogue;
+    epilogue.activation = activation;
+    const MatEpilogue* fused = activation != MatEpilogue::Activation::None ? &epilogue : nullptr;
+    key_append(key, fused);
     auto prim = cache().get(key, [&] {
       dnnl::primitive_attr attr;
       attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+      set_epilogue(attr, fused);
       const memory::dims strides = {s[0], s[1]}, dil = {d[0] - 1, d[1] - 1}, pad = {p[0], p[1]};
       const memory::desc src_any({nb, c, h, wd}, mdt, memory::format_tag::any);
       const memory::desc dst_any({nb, oc, oh, ow}, mdt, memory::format_tag::any);
@@ -889,5 +999,12 @@ void conv2d_kernel(const KernelCall& call) {
   }
   if (y_temp) copy_tensor(y_user, y);
 }
+}  // namespace
+
+void conv2d_kernel(const KernelCall& call) { conv2d_impl(call, MatEpilogue::Activation::None); }
+
+// _conv2d_epilogue(input, weight, bias?, stride, padding, dilation, groups, activation) =
+// activation(conv2d(...)) as one oneDNN primitive (Note [Linear epilogues]).
+void conv2d_epilogue_kernel(const KernelCall& call) { conv2d_impl(call, epilogue_activation(call, 4, "conv2d")); }
 
 }  // namespace tessera::cpu::nn

@@ -59,6 +59,21 @@ void register_nn_kernels(const sdk::Host& host) {
       "float? scale=None) -> Tensor",
       op::scaled_dot_product_attention::name);
   add(host, "_sdpa_math", TESSERA_SDK_KERNEL(nn::sdpa_math_kernel));
+  // linear with its activation and residual add, and conv2d with its activation, as oneDNN post-ops
+  // for generated code (Note [Linear epilogues] in onednn_ops.cpp), with the shape rules of linear
+  // and conv2d.
+  host.define_op(
+      "_linear_epilogue(Tensor input, Tensor weight, Tensor? bias=None, Tensor? residual=None, "
+      "str activation=\"none\") -> Tensor",
+      op::linear::name);
+  add(host, "_linear_epilogue", TESSERA_SDK_KERNEL(nn::linear_epilogue_kernel),
+      TESSERA_DTYPE_BIT(TESSERA_DTYPE_FLOAT32) | TESSERA_DTYPE_BIT(TESSERA_DTYPE_BFLOAT16));
+  host.define_op(
+      "_conv2d_epilogue(Tensor input, Tensor weight, Tensor? bias=None, int[2] stride=1, int[2] padding=0, "
+      "int[2] dilation=1, int groups=1, str activation=\"none\") -> Tensor",
+      op::conv2d::name);
+  add(host, "_conv2d_epilogue", TESSERA_SDK_KERNEL(nn::conv2d_epilogue_kernel),
+      TESSERA_DTYPE_BIT(TESSERA_DTYPE_FLOAT32) | TESSERA_DTYPE_BIT(TESSERA_DTYPE_BFLOAT16));
   register_quantized_kernels(host);
 }
 

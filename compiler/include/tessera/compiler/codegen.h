@@ -47,6 +47,9 @@ struct GeneratedSource {
   std::vector<std::string> symbols;  // call->symbols order
   std::vector<ValueId> outputs;         // values stored into call->outputs, in order
   std::vector<ValueId> extern_outputs;  // graph outputs an extern node produces (the host keeps them)
+  // Extern results that only extern nodes read: the host may hand them on with their own strides
+  // (a permute's view reaches scaled_dot_product_attention without a copy).
+  std::vector<ValueId> strided_values;
   std::vector<SymSize> slot_bytes;      // size of each scratch slot host->alloc is asked for
   int fused_groups = 0;              // steps that are generated loops
   int extern_nodes = 0;              // steps that go through call_node
