@@ -291,79 +291,82 @@ TensorImpl::~TensorImpl() {
   if (sizes_ != inline_) delete[] sizes_;
 }
 
-void TensorImpl::set_sizes_and_strides(IntArrayRef sizes, IntArrayRef strides, int64_t storage_offset) {
-  // Hot path (every operator output and view): a valid geometry of at most kInlineDims dims,
-  // checked in one pass; anything else, including every error, takes the checked path below.
-  if (__builtin_expect(sizes.size() <= size_t(kInlineDims) && sizes.size() == strides.size() && storage_offset >= 0, 1)) {
-    const int32_t n = int32_t(sizes.size());
-    int64_t tmp[2 * kInlineDims];  // `sizes`/`strides` may point into this impl's own arrays
-    int64_t numel = 1, last = storage_offset, expected = 1;
-    bool ok = true, contiguous = true, empty = false;
-    for (int32_t i = 0; i < n; ++i)  // in compute_numel's order, so that it overflows where that does
-      ok &= sizes[size_t(i)] >= 0 && !__builtin_mul_overflow(numel, sizes[size_t(i)], &numel);
-    for (int32_t i = n - 1; i >= 0; --i) {
-      const int64_t size = sizes[size_t(i)], stride = strides[size_t(i)];
-      tmp[i] = size;
-      tmp[n + i] = stride;
-      ok &= stride >= 0;
-      empty |= size == 0;
-      int64_t span;
-      ok &= !__builtin_mul_overflow(size - 1, stride, &span) && !__builtin_add_overflow(last, span, &last);
-      if (size != 1) {
-        contiguous &= stride == expected;
-        ok &= !__builtin_mul_overflow(expected, size, &expected);
-      }
-    }
-    uint64_t needed = 0;
-    if (empty) {
-      last = -1;  // an empty tensor needs no storage
-      numel = 0;
-    }
-    ok = ok && !__builtin_add_overflow(last, 1, &last) &&
-         !__builtin_mul_overflow(uint64_t(last), uint64_t(itemsize(dtype_)), &needed);
-    if (__builtin_expect(ok && needed <= (storage_ ? uint64_t(storage_->nbytes()) : 0), 1)) {
-      if (sizes_ != inline_) delete[] sizes_;
-      sizes_ = inline_;
-      strides_ = inline_ + kInlineDims;
-      if (n > 0) {
-        std::memcpy(sizes_, tmp, size_t(n) * sizeof(int64_t));
-        std::memcpy(strides_, tmp + n, size_t(n) * sizeof(int64_t));
-      }
-      ndim_ = n;
-      numel_ = numel;
-      storage_offset_ = storage_offset;
-      is_contiguous_ = contiguous || numel == 0;
-      return;
+namespace {
+// Note [One-pass geometry check]: the hot path of set_sizes_and_strides (every operator output and
+// view). Checks a geometry of at most kInlineDims dims in one pass, copies it to `tmp` and returns
+// true with its numel and contiguity when it is valid and fits `available` bytes; returns false
+// for anything else, which the caller then checks the slow way for the error message.
+bool check_geometry_fast(IntArrayRef sizes, IntArrayRef strides, int64_t storage_offset, size_t item,
+                         uint64_t available, int64_t* tmp, int64_t* numel_out, bool* contiguous_out) {
+  if (sizes.size() > size_t(kInlineDims) || sizes.size() != strides.size() || storage_offset < 0) return false;
+  const int32_t n = int32_t(sizes.size());
+  int64_t numel = 1, last = storage_offset, expected = 1;
+  bool ok = true, contiguous = true, empty = false;
+  for (int32_t i = 0; i < n; ++i)  // in compute_numel's order, so that it overflows where that does
+    ok &= sizes[size_t(i)] >= 0 && !__builtin_mul_overflow(numel, sizes[size_t(i)], &numel);
+  for (int32_t i = n - 1; i >= 0; --i) {
+    const int64_t size = sizes[size_t(i)], stride = strides[size_t(i)];
+    tmp[i] = size;
+    tmp[n + i] = stride;
+    ok &= stride >= 0;
+    empty |= size == 0;
+    int64_t span;
+    ok &= !__builtin_mul_overflow(size - 1, stride, &span) && !__builtin_add_overflow(last, span, &last);
+    if (size != 1) {
+      contiguous &= stride == expected;
+      ok &= !__builtin_mul_overflow(expected, size, &expected);
     }
   }
-  TESSERA_CHECK(sizes.size() == strides.size(), "tensor geometry: got ", sizes.size(), " sizes ", sizes, " but ",
-                strides.size(), " strides ", strides, "; expected one stride per size");
-  TESSERA_CHECK(sizes.size() <= size_t(std::numeric_limits<int32_t>::max()), "tensor geometry: too many dims");
-  TESSERA_CHECK(storage_offset >= 0, "tensor geometry: storage offset ", storage_offset, " is negative; expected >= 0");
-  const int32_t n = int32_t(sizes.size());
+  if (empty) {
+    last = -1;  // an empty tensor needs no storage
+    numel = 0;
+  }
+  uint64_t needed = 0;
+  ok = ok && !__builtin_add_overflow(last, 1, &last) && !__builtin_mul_overflow(uint64_t(last), uint64_t(item), &needed);
+  if (!ok || needed > available) return false;
+  *numel_out = numel;
+  *contiguous_out = contiguous || numel == 0;  // PyTorch's rule: an empty tensor is contiguous
+  return true;
+}
+}  // namespace
+
+void TensorImpl::set_sizes_and_strides(IntArrayRef sizes, IntArrayRef strides, int64_t storage_offset) {
+  const uint64_t available = storage_ ? uint64_t(storage_->nbytes()) : 0;
   // Copy first: `sizes`/`strides` may point into this impl's own arrays.
   int64_t tmp_inline[2 * kInlineDims];
   std::vector<int64_t> tmp_heap;
   int64_t* tmp = tmp_inline;
-  if (n > kInlineDims) {
-    tmp_heap.resize(size_t(2 * n));
-    tmp = tmp_heap.data();
+  int64_t numel = 0;
+  bool contiguous = true;
+  const bool fast =
+      check_geometry_fast(sizes, strides, storage_offset, itemsize(dtype_), available, tmp, &numel, &contiguous);
+  const int32_t n = int32_t(sizes.size());
+  if (__builtin_expect(!fast, 0)) {
+    TESSERA_CHECK(sizes.size() == strides.size(), "tensor geometry: got ", sizes.size(), " sizes ", sizes, " but ",
+                  strides.size(), " strides ", strides, "; expected one stride per size");
+    TESSERA_CHECK(sizes.size() <= size_t(std::numeric_limits<int32_t>::max()), "tensor geometry: too many dims");
+    TESSERA_CHECK(storage_offset >= 0, "tensor geometry: storage offset ", storage_offset,
+                  " is negative; expected >= 0");
+    if (n > kInlineDims) {
+      tmp_heap.resize(size_t(2 * n));
+      tmp = tmp_heap.data();
+    }
+    if (n > 0) {
+      std::memcpy(tmp, sizes.data(), size_t(n) * sizeof(int64_t));
+      std::memcpy(tmp + n, strides.data(), size_t(n) * sizeof(int64_t));
+    }
+    numel = compute_numel(IntArrayRef(tmp, size_t(n)));  // checks sizes >= 0
+    for (int32_t i = 0; i < n; ++i)
+      TESSERA_CHECK(tmp[n + i] >= 0, "tensor geometry: negative strides are not supported, got strides ", strides);
+    const int64_t elements = required_storage_elements(IntArrayRef(tmp, size_t(n)),
+                                                       IntArrayRef(tmp + n, size_t(n)), storage_offset);
+    const std::optional<uint64_t> needed = checked_nbytes(elements, itemsize(dtype_));
+    TESSERA_CHECK(needed.has_value() && *needed <= available, "tensor geometry: sizes ", sizes, ", strides ", strides,
+                  ", storage offset ", storage_offset, " and itemsize ", itemsize(dtype_), " need ",
+                  needed ? std::to_string(*needed) : std::string("more than 2^64"),
+                  " bytes, out of bounds for a storage of ", available,
+                  " bytes; use sizes and strides that stay inside the storage");
   }
-  if (n > 0) {
-    std::memcpy(tmp, sizes.data(), size_t(n) * sizeof(int64_t));
-    std::memcpy(tmp + n, strides.data(), size_t(n) * sizeof(int64_t));
-  }
-  const int64_t numel = compute_numel(IntArrayRef(tmp, size_t(n)));  // checks sizes >= 0
-  for (int32_t i = 0; i < n; ++i)
-    TESSERA_CHECK(tmp[n + i] >= 0, "tensor geometry: negative strides are not supported, got strides ", strides);
-  const int64_t elements = required_storage_elements(IntArrayRef(tmp, size_t(n)),
-                                                     IntArrayRef(tmp + n, size_t(n)), storage_offset);
-  const std::optional<uint64_t> needed = checked_nbytes(elements, itemsize(dtype_));
-  const uint64_t available = storage_ ? uint64_t(storage_->nbytes()) : 0;
-  TESSERA_CHECK(needed.has_value() && *needed <= available, "tensor geometry: sizes ", sizes, ", strides ", strides,
-                ", storage offset ", storage_offset, " and itemsize ", itemsize(dtype_), " need ",
-                needed ? std::to_string(*needed) : std::string("more than 2^64"), " bytes, out of bounds for a storage of ",
-                available, " bytes; use sizes and strides that stay inside the storage");
   if (n > kInlineDims) {
     if (sizes_ != inline_ && ndim_ == n) {
       // reuse the heap block
@@ -384,7 +387,10 @@ void TensorImpl::set_sizes_and_strides(IntArrayRef sizes, IntArrayRef strides, i
   ndim_ = n;
   numel_ = numel;
   storage_offset_ = storage_offset;
-  compute_derived();
+  if (fast)
+    is_contiguous_ = contiguous;
+  else
+    compute_derived();
 }
 
 void TensorImpl::compute_derived() {

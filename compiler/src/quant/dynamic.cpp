@@ -12,21 +12,7 @@
 
 namespace tessera::quantization {
 
-using compiler::Argument;
-using compiler::Graph;
-using compiler::InputKind;
-using compiler::Node;
-using compiler::NodeKind;
-using compiler::SymSize;
-using compiler::TensorType;
-
 namespace {
-
-std::string op_name(const std::string& target) { return target.substr(0, target.find('.')); }
-
-ValueId tensor_at(const Node& n, size_t i) {
-  return i < n.args.size() && n.args[i].kind == Argument::Kind::Tensor ? n.args[i].values[0] : -1;
-}
 
 // The signature entry of a weight or constant placeholder value, or null.
 const compiler::InputSpec* weight_input(const ExportedProgram& ep, ValueId v) {

@@ -13,27 +13,7 @@
 
 namespace tessera::quantization {
 
-using compiler::Argument;
-using compiler::Graph;
-using compiler::InputKind;
-using compiler::Node;
-using compiler::NodeKind;
-using compiler::SymSize;
-using compiler::TensorType;
-
 namespace {
-
-std::string op_name(const std::string& target) { return target.substr(0, target.find('.')); }
-
-template <typename T>
-const T* constant_at(const Node& n, size_t i) {
-  if (i >= n.args.size() || n.args[i].kind != Argument::Kind::Constant) return nullptr;
-  return std::get_if<T>(&n.args[i].constant);
-}
-
-ValueId tensor_at(const Node& n, size_t i) {
-  return i < n.args.size() && n.args[i].kind == Argument::Kind::Tensor ? n.args[i].values[0] : -1;
-}
 
 // One matched dequantize -> linear (-> relu) -> quantize.
 struct Match {
@@ -52,65 +32,45 @@ struct Match {
 
 int lower_linear_patterns(ExportedProgram& ep) {
   Graph& g = ep.graph;
-  std::vector<int32_t> producer(g.values.size(), -1);
-  std::vector<std::vector<int32_t>> users(g.values.size());
-  for (size_t i = 0; i < g.nodes.size(); ++i) {
-    for (ValueId v : g.nodes[i].outputs) producer[size_t(v)] = int32_t(i);
-    for (const Argument& a : g.nodes[i].args)
-      for (ValueId v : a.values) users[size_t(v)].push_back(int32_t(i));
-  }
-  std::vector<bool> returned(g.values.size(), false);
-  for (const auto& o : ep.signature.outputs) returned[size_t(o.value)] = true;
-  auto weight = [&](ValueId v) -> const Tensor* {
-    for (const auto& in : ep.signature.inputs)
-      if (in.value == v && in.kind != InputKind::UserInput) return &ep.weights.at(in.name);
-    return nullptr;
-  };
-  auto call = [&](ValueId v, const char* op) -> const Node* {
-    if (v < 0 || producer[size_t(v)] < 0) return nullptr;
-    const Node& n = g.nodes[size_t(producer[size_t(v)])];
-    return n.kind == NodeKind::Call && op_name(n.target) == op ? &n : nullptr;
-  };
-  auto sole_user = [&](ValueId v, const char* op) -> int32_t {
-    if (returned[size_t(v)] || users[size_t(v)].size() != 1) return -1;
-    const int32_t u = users[size_t(v)][0];
-    return op_name(g.nodes[size_t(u)].target) == op ? u : -1;
-  };
+  const GraphUses uses(ep);
+  const auto& users = uses.users;
+  const auto& returned = uses.returned;
 
   std::vector<Match> matches;
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     const Node& lin = g.nodes[i];
     if (lin.kind != NodeKind::Call || op_name(lin.target) != "linear") continue;
     // Input: dequantize(quantize_per_tensor(x, s, zp, quint8)).
-    const Node* dq = call(tensor_at(lin, 0), "dequantize");
-    const Node* q = dq ? call(tensor_at(*dq, 0), "quantize_per_tensor") : nullptr;
+    const Node* dq = uses.call(tensor_at(lin, 0), "dequantize");
+    const Node* q = dq ? uses.call(tensor_at(*dq, 0), "quantize_per_tensor") : nullptr;
     if (!q || !constant_at<double>(*q, 1) || !constant_at<int64_t>(*q, 2) || !constant_at<DType>(*q, 3) ||
         *constant_at<DType>(*q, 3) != kQUInt8)
       continue;
     // Weight: dequantize(quantize_per_channel(w, scales, zero points, 0, qint8)), all constant, symmetric.
-    const Node* wdq = call(tensor_at(lin, 1), "dequantize");
-    const Node* wq = wdq ? call(tensor_at(*wdq, 0), "quantize_per_channel") : nullptr;
+    const Node* wdq = uses.call(tensor_at(lin, 1), "dequantize");
+    const Node* wq = wdq ? uses.call(tensor_at(*wdq, 0), "quantize_per_channel") : nullptr;
     if (!wq || !constant_at<int64_t>(*wq, 3) || *constant_at<int64_t>(*wq, 3) != 0 || !constant_at<DType>(*wq, 4) ||
         *constant_at<DType>(*wq, 4) != kQInt8)
       continue;
-    const Tensor *w = weight(tensor_at(*wq, 0)), *ws = weight(tensor_at(*wq, 1)), *wz = weight(tensor_at(*wq, 2));
+    const Tensor *w = uses.weight(tensor_at(*wq, 0)), *ws = uses.weight(tensor_at(*wq, 1)),
+                 *wz = uses.weight(tensor_at(*wq, 2));
     if (!w || !ws || !wz || w->dim() != 2 || w->dtype() != kFloat32) continue;
     if (!equal(*wz, zeros({wz->numel()}, wz->dtype()))) continue;
     // Bias: absent, or a float32 constant.
     ValueId bias = -1;
     if (lin.args.size() > 2 && lin.args[2].kind == Argument::Kind::Tensor) {
       bias = lin.args[2].values[0];
-      const Tensor* b = weight(bias);
+      const Tensor* b = uses.weight(bias);
       if (!b || b->dtype() != kFloat32 || b->dim() != 1) continue;
     }
     // Output: (relu ->) quantize_per_tensor(., s, zp, quint8), nothing else reads the float values.
     ValueId end = lin.outputs[0];
     bool relu = false;
-    if (int32_t r = sole_user(end, "relu"); r >= 0) {
+    if (int32_t r = uses.sole_user(end, "relu"); r >= 0) {
       relu = true;
       end = g.nodes[size_t(r)].outputs[0];
     }
-    const int32_t qo = sole_user(end, "quantize_per_tensor");
+    const int32_t qo = uses.sole_user(end, "quantize_per_tensor");
     if (qo < 0) continue;
     const Node& qn = g.nodes[size_t(qo)];
     if (!constant_at<double>(qn, 1) || !constant_at<int64_t>(qn, 2) || !constant_at<DType>(qn, 3) ||
@@ -239,6 +199,36 @@ int lower_linear_patterns(ExportedProgram& ep) {
 }
 
 }  // namespace
+
+GraphUses::GraphUses(const ExportedProgram& program)
+    : ep(program), producer(program.graph.values.size(), -1), users(program.graph.values.size()),
+      returned(program.graph.values.size(), false) {
+  const Graph& g = ep.graph;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    for (ValueId v : g.nodes[i].outputs) producer[size_t(v)] = int32_t(i);
+    for (const Argument& a : g.nodes[i].args)
+      for (ValueId v : a.values) users[size_t(v)].push_back(int32_t(i));
+  }
+  for (const auto& o : ep.signature.outputs) returned[size_t(o.value)] = true;
+}
+
+const Tensor* GraphUses::weight(ValueId v) const {
+  for (const auto& in : ep.signature.inputs)
+    if (in.value == v && in.kind != InputKind::UserInput) return &ep.weights.at(in.name);
+  return nullptr;
+}
+
+const Node* GraphUses::call(ValueId v, const char* op) const {
+  if (v < 0 || producer[size_t(v)] < 0) return nullptr;
+  const Node& n = ep.graph.nodes[size_t(producer[size_t(v)])];
+  return n.kind == NodeKind::Call && op_name(n.target) == op ? &n : nullptr;
+}
+
+int32_t GraphUses::sole_user(ValueId v, const char* op) const {
+  if (returned[size_t(v)] || users[size_t(v)].size() != 1) return -1;
+  const int32_t u = users[size_t(v)][0];
+  return op_name(ep.graph.nodes[size_t(u)].target) == op ? u : -1;
+}
 
 int lower_to_int8(ExportedProgram& ep) {
   const int convs = lower_conv_patterns(ep);

@@ -10,27 +10,7 @@
 
 namespace tessera::quantization {
 
-using compiler::Argument;
-using compiler::Graph;
-using compiler::InputKind;
-using compiler::Node;
-using compiler::NodeKind;
-using compiler::SymSize;
-using compiler::TensorType;
-
 namespace {
-
-std::string op_name(const std::string& target) { return target.substr(0, target.find('.')); }
-
-template <typename T>
-const T* constant_at(const Node& n, size_t i) {
-  if (i >= n.args.size() || n.args[i].kind != Argument::Kind::Constant) return nullptr;
-  return std::get_if<T>(&n.args[i].constant);
-}
-
-ValueId tensor_at(const Node& n, size_t i) {
-  return i < n.args.size() && n.args[i].kind == Argument::Kind::Tensor ? n.args[i].values[0] : -1;
-}
 
 // A quint8 per-tensor quantize with constant parameters: (scale, zero point).
 std::optional<std::pair<double, int64_t>> quint8_params(const Node& q) {
@@ -67,34 +47,13 @@ struct ConvMatch {
 // stays exact either way. The weights are quantized once into int8 constants with their scales.
 int lower_conv_patterns(ExportedProgram& ep) {
   Graph& g = ep.graph;
-  std::vector<int32_t> producer(g.values.size(), -1);
-  std::vector<std::vector<int32_t>> users(g.values.size());
-  for (size_t i = 0; i < g.nodes.size(); ++i) {
-    for (ValueId v : g.nodes[i].outputs) producer[size_t(v)] = int32_t(i);
-    for (const Argument& a : g.nodes[i].args)
-      for (ValueId v : a.values) users[size_t(v)].push_back(int32_t(i));
-  }
-  std::vector<bool> returned(g.values.size(), false);
-  for (const auto& o : ep.signature.outputs) returned[size_t(o.value)] = true;
-  auto weight = [&](ValueId v) -> const Tensor* {
-    for (const auto& in : ep.signature.inputs)
-      if (in.value == v && in.kind != InputKind::UserInput) return &ep.weights.at(in.name);
-    return nullptr;
-  };
-  auto call = [&](ValueId v, const char* op) -> const Node* {
-    if (v < 0 || producer[size_t(v)] < 0) return nullptr;
-    const Node& n = g.nodes[size_t(producer[size_t(v)])];
-    return n.kind == NodeKind::Call && op_name(n.target) == op ? &n : nullptr;
-  };
-  auto sole_user = [&](ValueId v, const char* op) -> int32_t {
-    if (returned[size_t(v)] || users[size_t(v)].size() != 1) return -1;
-    const int32_t u = users[size_t(v)][0];
-    return op_name(g.nodes[size_t(u)].target) == op ? u : -1;
-  };
+  const GraphUses uses(ep);
+  const auto& users = uses.users;
+  const auto& returned = uses.returned;
   // dequantize(quantize_per_tensor(x, s, zp, quint8)) -> the quantize node.
   auto quint8_input = [&](ValueId v) -> const Node* {
-    const Node* dq = call(v, "dequantize");
-    const Node* q = dq ? call(tensor_at(*dq, 0), "quantize_per_tensor") : nullptr;
+    const Node* dq = uses.call(v, "dequantize");
+    const Node* q = dq ? uses.call(tensor_at(*dq, 0), "quantize_per_tensor") : nullptr;
     return q && quint8_params(*q) ? q : nullptr;
   };
 
@@ -105,18 +64,19 @@ int lower_conv_patterns(ExportedProgram& ep) {
     if (g.type(cv.outputs[0]).sizes.size() != 4) continue;
     const Node* q = quint8_input(tensor_at(cv, 0));
     if (!q) continue;
-    const Node* wdq = call(tensor_at(cv, 1), "dequantize");
-    const Node* wq = wdq ? call(tensor_at(*wdq, 0), "quantize_per_channel") : nullptr;
+    const Node* wdq = uses.call(tensor_at(cv, 1), "dequantize");
+    const Node* wq = wdq ? uses.call(tensor_at(*wdq, 0), "quantize_per_channel") : nullptr;
     if (!wq || !constant_at<int64_t>(*wq, 3) || *constant_at<int64_t>(*wq, 3) != 0 || !constant_at<DType>(*wq, 4) ||
         *constant_at<DType>(*wq, 4) != kQInt8)
       continue;
-    const Tensor *w = weight(tensor_at(*wq, 0)), *ws = weight(tensor_at(*wq, 1)), *wz = weight(tensor_at(*wq, 2));
+    const Tensor *w = uses.weight(tensor_at(*wq, 0)), *ws = uses.weight(tensor_at(*wq, 1)),
+                 *wz = uses.weight(tensor_at(*wq, 2));
     if (!w || !ws || !wz || w->dim() != 4 || w->dtype() != kFloat32) continue;
     if (!equal(*wz, zeros({wz->numel()}, wz->dtype()))) continue;
     ValueId bias = -1;
     if (cv.args.size() > 2 && cv.args[2].kind == Argument::Kind::Tensor) {
       bias = cv.args[2].values[0];
-      const Tensor* b = weight(bias);
+      const Tensor* b = uses.weight(bias);
       if (!b || b->dtype() != kFloat32 || b->dim() != 1) continue;
     }
     // Stride, padding, dilation and groups as integers (a string padding is not taken).
@@ -135,7 +95,7 @@ int lower_conv_patterns(ExportedProgram& ep) {
     m.input_params = *quint8_params(*q);
     m.bias = bias;
     ValueId end = cv.outputs[0];
-    if (int32_t a = sole_user(end, "add"); a >= 0) {
+    if (int32_t a = uses.sole_user(end, "add"); a >= 0) {
       const Node& an = g.nodes[size_t(a)];
       const ValueId other = tensor_at(an, 0) == end ? tensor_at(an, 1) : tensor_at(an, 0);
       const Node* oq = other >= 0 ? quint8_input(other) : nullptr;
@@ -149,11 +109,11 @@ int lower_conv_patterns(ExportedProgram& ep) {
       m.add_node = a;
       end = an.outputs[0];
     }
-    if (int32_t r = sole_user(end, "relu"); r >= 0) {
+    if (int32_t r = uses.sole_user(end, "relu"); r >= 0) {
       m.relu = true;
       end = g.nodes[size_t(r)].outputs[0];
     }
-    const int32_t qo = sole_user(end, "quantize_per_tensor");
+    const int32_t qo = uses.sole_user(end, "quantize_per_tensor");
     if (qo < 0 || !quint8_params(g.nodes[size_t(qo)])) continue;
     m.quantize_node = size_t(qo);
     m.output_params = *quint8_params(g.nodes[size_t(qo)]);

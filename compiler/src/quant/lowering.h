@@ -1,8 +1,52 @@
-// Internal to the quantization passes (compiler/src/quant): the parts of lower_to_int8.
+// Internal to the quantization passes (compiler/src/quant): the IR names they use and the parts of
+// lower_to_int8.
 #pragma once
+#include <string>
+#include <variant>
+
 #include "tessera/compiler/ir.h"
 
 namespace tessera::quantization {
+
+using compiler::Argument;
+using compiler::Graph;
+using compiler::InputKind;
+using compiler::Node;
+using compiler::NodeKind;
+using compiler::SymSize;
+using compiler::TensorType;
+using compiler::ValueId;
+
+// The op's name without its overload: "add.Tensor" -> "add".
+inline std::string op_name(const std::string& target) { return target.substr(0, target.find('.')); }
+
+// Argument i of `n` when it is a constant of type T; null otherwise.
+template <typename T>
+const T* constant_at(const Node& n, size_t i) {
+  if (i >= n.args.size() || n.args[i].kind != Argument::Kind::Constant) return nullptr;
+  return std::get_if<T>(&n.args[i].constant);
+}
+
+// The value of argument i of `n` when it is a tensor; -1 otherwise.
+inline ValueId tensor_at(const Node& n, size_t i) {
+  return i < n.args.size() && n.args[i].kind == Argument::Kind::Tensor ? n.args[i].values[0] : -1;
+}
+
+// Who produces and who reads each value of a program: what the lowering passes' pattern matches ask.
+struct GraphUses {
+  explicit GraphUses(const compiler::ExportedProgram& ep);
+  // The constant input (weight or buffer) that is `v`; null for anything else.
+  const Tensor* weight(compiler::ValueId v) const;
+  // The call node of `op` that produces `v`; null when another node, or none, does.
+  const compiler::Node* call(compiler::ValueId v, const char* op) const;
+  // The index of the only node that reads `v` when it is a call of `op` and `v` is not returned; else -1.
+  int32_t sole_user(compiler::ValueId v, const char* op) const;
+
+  const compiler::ExportedProgram& ep;
+  std::vector<int32_t> producer;            // per value: its node, -1 for inputs
+  std::vector<std::vector<int32_t>> users;  // per value: the nodes that read it
+  std::vector<bool> returned;               // per value: a program output
+};
 
 // Replaces each _quantized_linear_prepack of constant int8 weights and scales (what quantize_dynamic
 // writes) by a constant input holding the packed bytes, computed once here; the int8 weights and

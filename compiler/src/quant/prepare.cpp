@@ -6,16 +6,9 @@
 #include "tessera/compiler/quantize.h"
 #include "tessera/error.h"
 #include "tessera/ops.h"
+#include "lowering.h"
 
 namespace tessera::quantization {
-
-using compiler::Argument;
-using compiler::Graph;
-using compiler::InputKind;
-using compiler::Node;
-using compiler::NodeKind;
-using compiler::SymSize;
-using compiler::TensorType;
 
 namespace {
 

@@ -4,19 +4,11 @@
 
 #include "tessera/compiler/quantize.h"
 #include "tessera/error.h"
+#include "lowering.h"
 
 namespace tessera::quantization {
 
-using compiler::Argument;
-using compiler::Graph;
-using compiler::InputKind;
-using compiler::Node;
-using compiler::NodeKind;
-
 namespace {
-
-// The op's name without its overload: "add.Tensor" -> "add".
-std::string op_name(const std::string& target) { return target.substr(0, target.find('.')); }
 
 class PatternQuantizer : public Quantizer {
  public:
