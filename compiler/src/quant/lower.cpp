@@ -40,29 +40,12 @@ int lower_linear_patterns(ExportedProgram& ep) {
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     const Node& lin = g.nodes[i];
     if (lin.kind != NodeKind::Call || op_name(lin.target) != "linear") continue;
-    // Input: dequantize(quantize_per_tensor(x, s, zp, quint8)).
-    const Node* dq = uses.call(tensor_at(lin, 0), "dequantize");
-    const Node* q = dq ? uses.call(tensor_at(*dq, 0), "quantize_per_tensor") : nullptr;
-    if (!q || !constant_at<double>(*q, 1) || !constant_at<int64_t>(*q, 2) || !constant_at<DType>(*q, 3) ||
-        *constant_at<DType>(*q, 3) != kQUInt8)
-      continue;
-    // Weight: dequantize(quantize_per_channel(w, scales, zero points, 0, qint8)), all constant, symmetric.
-    const Node* wdq = uses.call(tensor_at(lin, 1), "dequantize");
-    const Node* wq = wdq ? uses.call(tensor_at(*wdq, 0), "quantize_per_channel") : nullptr;
-    if (!wq || !constant_at<int64_t>(*wq, 3) || *constant_at<int64_t>(*wq, 3) != 0 || !constant_at<DType>(*wq, 4) ||
-        *constant_at<DType>(*wq, 4) != kQInt8)
-      continue;
-    const Tensor *w = uses.weight(tensor_at(*wq, 0)), *ws = uses.weight(tensor_at(*wq, 1)),
-                 *wz = uses.weight(tensor_at(*wq, 2));
-    if (!w || !ws || !wz || w->dim() != 2 || w->dtype() != kFloat32) continue;
-    if (!equal(*wz, zeros({wz->numel()}, wz->dtype()))) continue;
-    // Bias: absent, or a float32 constant.
-    ValueId bias = -1;
-    if (lin.args.size() > 2 && lin.args[2].kind == Argument::Kind::Tensor) {
-      bias = lin.args[2].values[0];
-      const Tensor* b = uses.weight(bias);
-      if (!b || b->dtype() != kFloat32 || b->dim() != 1) continue;
-    }
+    const Node* q = uses.quint8_quantize(tensor_at(lin, 0));
+    if (!q) continue;
+    const std::optional<SymmetricWeight> weight = uses.symmetric_weight(tensor_at(lin, 1), 2);
+    if (!weight) continue;
+    const std::optional<ValueId> bias = uses.float32_bias(lin);
+    if (!bias) continue;
     // Output: (relu ->) quantize_per_tensor(., s, zp, quint8), nothing else reads the float values.
     ValueId end = lin.outputs[0];
     bool relu = false;
@@ -72,15 +55,12 @@ int lower_linear_patterns(ExportedProgram& ep) {
     }
     const int32_t qo = uses.sole_user(end, "quantize_per_tensor");
     if (qo < 0) continue;
-    const Node& qn = g.nodes[size_t(qo)];
-    if (!constant_at<double>(qn, 1) || !constant_at<int64_t>(qn, 2) || !constant_at<DType>(qn, 3) ||
-        *constant_at<DType>(qn, 3) != kQUInt8)
-      continue;
-    Tensor scales = ws->to(kFloat32).contiguous();
-    Tensor w_int8 = int_repr(quantize_per_channel(*w, scales, *wz, 0, kQInt8));
-    matches.push_back({i, size_t(qo), q->outputs[0], tensor_at(*q, 0), *constant_at<double>(*q, 1), *constant_at<int64_t>(*q, 2),
-                       PackedLinearWeight(w_int8, scales).packed(), bias, *constant_at<double>(qn, 1),
-                       *constant_at<int64_t>(qn, 2), relu});
+    const std::optional<std::pair<double, int64_t>> out = quint8_params(g.nodes[size_t(qo)]);
+    if (!out) continue;
+    const std::pair<double, int64_t> in = *quint8_params(*q);
+    const auto [w_int8, scales] = weight->quantize();
+    matches.push_back({i, size_t(qo), q->outputs[0], tensor_at(*q, 0), in.first, in.second,
+                       PackedLinearWeight(w_int8, scales).packed(), *bias, out->first, out->second, relu});
   }
   if (matches.empty()) return 0;
 
@@ -228,6 +208,44 @@ int32_t GraphUses::sole_user(ValueId v, const char* op) const {
   if (returned[size_t(v)] || users[size_t(v)].size() != 1) return -1;
   const int32_t u = users[size_t(v)][0];
   return op_name(ep.graph.nodes[size_t(u)].target) == op ? u : -1;
+}
+
+std::optional<std::pair<double, int64_t>> quint8_params(const Node& q) {
+  if (!constant_at<double>(q, 1) || !constant_at<int64_t>(q, 2) || !constant_at<DType>(q, 3) ||
+      *constant_at<DType>(q, 3) != kQUInt8)
+    return std::nullopt;
+  return std::make_pair(*constant_at<double>(q, 1), *constant_at<int64_t>(q, 2));
+}
+
+std::pair<Tensor, Tensor> SymmetricWeight::quantize() const {
+  Tensor s = scales->to(kFloat32).contiguous();
+  return {int_repr(quantize_per_channel(*w, s, *zero_points, 0, kQInt8)), s};
+}
+
+const Node* GraphUses::quint8_quantize(ValueId v) const {
+  const Node* dq = call(v, "dequantize");
+  const Node* q = dq ? call(tensor_at(*dq, 0), "quantize_per_tensor") : nullptr;
+  return q && quint8_params(*q) ? q : nullptr;
+}
+
+std::optional<SymmetricWeight> GraphUses::symmetric_weight(ValueId v, int64_t rank) const {
+  const Node* wdq = call(v, "dequantize");
+  const Node* wq = wdq ? call(tensor_at(*wdq, 0), "quantize_per_channel") : nullptr;
+  if (!wq || !constant_at<int64_t>(*wq, 3) || *constant_at<int64_t>(*wq, 3) != 0 || !constant_at<DType>(*wq, 4) ||
+      *constant_at<DType>(*wq, 4) != kQInt8)
+    return std::nullopt;
+  const SymmetricWeight sw{weight(tensor_at(*wq, 0)), weight(tensor_at(*wq, 1)), weight(tensor_at(*wq, 2))};
+  if (!sw.w || !sw.scales || !sw.zero_points || sw.w->dim() != rank || sw.w->dtype() != kFloat32) return std::nullopt;
+  if (!equal(*sw.zero_points, zeros({sw.zero_points->numel()}, sw.zero_points->dtype()))) return std::nullopt;
+  return sw;
+}
+
+std::optional<ValueId> GraphUses::float32_bias(const Node& n) const {
+  if (n.args.size() <= 2 || n.args[2].kind != Argument::Kind::Tensor) return ValueId(-1);
+  const ValueId bias = n.args[2].values[0];
+  const Tensor* b = weight(bias);
+  if (!b || b->dtype() != kFloat32 || b->dim() != 1) return std::nullopt;
+  return bias;
 }
 
 int lower_to_int8(ExportedProgram& ep) {

@@ -1,5 +1,6 @@
 // The conv2d part of lower_to_int8 (Note [Quantization flow] in tessera/compiler/quantize.h).
 #include <set>
+#include <tuple>
 
 #include "lowering.h"
 #include "tessera/compiler/passes.h"
@@ -11,14 +12,6 @@
 namespace tessera::quantization {
 
 namespace {
-
-// A quint8 per-tensor quantize with constant parameters: (scale, zero point).
-std::optional<std::pair<double, int64_t>> quint8_params(const Node& q) {
-  if (!constant_at<double>(q, 1) || !constant_at<int64_t>(q, 2) || !constant_at<DType>(q, 3) ||
-      *constant_at<DType>(q, 3) != kQUInt8)
-    return std::nullopt;
-  return std::make_pair(*constant_at<double>(q, 1), *constant_at<int64_t>(q, 2));
-}
 
 // One matched dequantize -> conv2d (-> add) (-> relu) -> quantize.
 struct ConvMatch {
@@ -50,35 +43,18 @@ int lower_conv_patterns(ExportedProgram& ep) {
   const GraphUses uses(ep);
   const auto& users = uses.users;
   const auto& returned = uses.returned;
-  // dequantize(quantize_per_tensor(x, s, zp, quint8)) -> the quantize node.
-  auto quint8_input = [&](ValueId v) -> const Node* {
-    const Node* dq = uses.call(v, "dequantize");
-    const Node* q = dq ? uses.call(tensor_at(*dq, 0), "quantize_per_tensor") : nullptr;
-    return q && quint8_params(*q) ? q : nullptr;
-  };
 
   std::vector<ConvMatch> matches;
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     const Node& cv = g.nodes[i];
     if (cv.kind != NodeKind::Call || op_name(cv.target) != "conv2d") continue;
     if (g.type(cv.outputs[0]).sizes.size() != 4) continue;
-    const Node* q = quint8_input(tensor_at(cv, 0));
+    const Node* q = uses.quint8_quantize(tensor_at(cv, 0));
     if (!q) continue;
-    const Node* wdq = uses.call(tensor_at(cv, 1), "dequantize");
-    const Node* wq = wdq ? uses.call(tensor_at(*wdq, 0), "quantize_per_channel") : nullptr;
-    if (!wq || !constant_at<int64_t>(*wq, 3) || *constant_at<int64_t>(*wq, 3) != 0 || !constant_at<DType>(*wq, 4) ||
-        *constant_at<DType>(*wq, 4) != kQInt8)
-      continue;
-    const Tensor *w = uses.weight(tensor_at(*wq, 0)), *ws = uses.weight(tensor_at(*wq, 1)),
-                 *wz = uses.weight(tensor_at(*wq, 2));
-    if (!w || !ws || !wz || w->dim() != 4 || w->dtype() != kFloat32) continue;
-    if (!equal(*wz, zeros({wz->numel()}, wz->dtype()))) continue;
-    ValueId bias = -1;
-    if (cv.args.size() > 2 && cv.args[2].kind == Argument::Kind::Tensor) {
-      bias = cv.args[2].values[0];
-      const Tensor* b = uses.weight(bias);
-      if (!b || b->dtype() != kFloat32 || b->dim() != 1) continue;
-    }
+    const std::optional<SymmetricWeight> weight = uses.symmetric_weight(tensor_at(cv, 1), 4);
+    if (!weight) continue;
+    const std::optional<ValueId> bias = uses.float32_bias(cv);
+    if (!bias) continue;
     // Stride, padding, dilation and groups as integers (a string padding is not taken).
     bool geometry = true;
     for (size_t a = 3; a < cv.args.size(); ++a)
@@ -93,12 +69,12 @@ int lower_conv_patterns(ExportedProgram& ep) {
     m.input_q = q->outputs[0];
     m.input_float = tensor_at(*q, 0);
     m.input_params = *quint8_params(*q);
-    m.bias = bias;
+    m.bias = *bias;
     ValueId end = cv.outputs[0];
     if (int32_t a = uses.sole_user(end, "add"); a >= 0) {
       const Node& an = g.nodes[size_t(a)];
       const ValueId other = tensor_at(an, 0) == end ? tensor_at(an, 1) : tensor_at(an, 0);
-      const Node* oq = other >= 0 ? quint8_input(other) : nullptr;
+      const Node* oq = other >= 0 ? uses.quint8_quantize(other) : nullptr;
       const int64_t* alpha_i = constant_at<int64_t>(an, 2);
       const double* alpha_d = constant_at<double>(an, 2);
       const bool alpha_one = an.args.size() < 3 || (alpha_i && *alpha_i == 1) || (alpha_d && *alpha_d == 1.0);
@@ -117,8 +93,7 @@ int lower_conv_patterns(ExportedProgram& ep) {
     if (qo < 0 || !quint8_params(g.nodes[size_t(qo)])) continue;
     m.quantize_node = size_t(qo);
     m.output_params = *quint8_params(g.nodes[size_t(qo)]);
-    m.weight_scale = ws->to(kFloat32).contiguous();
-    m.weight_int8 = int_repr(quantize_per_channel(*w, m.weight_scale, *wz, 0, kQInt8));
+    std::tie(m.weight_int8, m.weight_scale) = weight->quantize();
     matches.push_back(std::move(m));
   }
   if (matches.empty()) return 0;

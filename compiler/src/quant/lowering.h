@@ -1,7 +1,9 @@
 // Internal to the quantization passes (compiler/src/quant): the IR names they use and the parts of
 // lower_to_int8.
 #pragma once
+#include <optional>
 #include <string>
+#include <utility>
 #include <variant>
 
 #include "tessera/compiler/ir.h"
@@ -32,6 +34,20 @@ inline ValueId tensor_at(const Node& n, size_t i) {
   return i < n.args.size() && n.args[i].kind == Argument::Kind::Tensor ? n.args[i].values[0] : -1;
 }
 
+// A quint8 per-tensor quantize_per_tensor with constant parameters: (scale, zero point); nullopt
+// for any other node.
+std::optional<std::pair<double, int64_t>> quint8_params(const Node& q);
+
+// The constants of dequantize(quantize_per_channel(w, scales, zero points, 0, qint8)) with every
+// zero point 0 (the x86 quantizer's weights), and the int8 values of w they give.
+struct SymmetricWeight {
+  const Tensor* w;
+  const Tensor* scales;
+  const Tensor* zero_points;
+  // (int8 values, float32 scales): w quantized per output channel.
+  std::pair<Tensor, Tensor> quantize() const;
+};
+
 // Who produces and who reads each value of a program: what the lowering passes' pattern matches ask.
 struct GraphUses {
   explicit GraphUses(const compiler::ExportedProgram& ep);
@@ -41,6 +57,13 @@ struct GraphUses {
   const compiler::Node* call(compiler::ValueId v, const char* op) const;
   // The index of the only node that reads `v` when it is a call of `op` and `v` is not returned; else -1.
   int32_t sole_user(compiler::ValueId v, const char* op) const;
+  // The quantize node when `v` is dequantize(quantize_per_tensor(x, ...)) with quint8_params; else null.
+  const compiler::Node* quint8_quantize(compiler::ValueId v) const;
+  // `v` as a SymmetricWeight of a float32 constant w of rank `rank`; nullopt for anything else.
+  std::optional<SymmetricWeight> symmetric_weight(compiler::ValueId v, int64_t rank) const;
+  // The bias (argument 2) of a linear or conv2d node: -1 when absent, its value when it is a 1-D
+  // float32 constant, nullopt when it is anything else.
+  std::optional<compiler::ValueId> float32_bias(const compiler::Node& n) const;
 
   const compiler::ExportedProgram& ep;
   std::vector<int32_t> producer;            // per value: its node, -1 for inputs
