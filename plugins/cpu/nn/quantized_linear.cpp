@@ -339,24 +339,39 @@ const tessera_tensor_t* contiguous_output(const tessera_tensor_t* y_user, TempLi
   return holder.back().raw();
 }
 
+// The operands of both int8 linear kernels: (input [..., k], packed_weight, bias float32 [n]?) with
+// the input and the bias contiguous (copies kept in `holder`), and the packed weight's header
+// checked against k.
+struct QLinearOperands {
+  const tessera_tensor_t* x;
+  const tessera_tensor_t* pw;
+  const tessera_tensor_t* bias;  // null: none
+  const tessera_tensor_t* y_user;
+  int64_t k;
+  PackHeader h;
+};
+QLinearOperands qlinear_operands(const KernelCall& call, TempList& holder) {
+  QLinearOperands o;
+  o.x = nn::contiguous(call.input(0).raw(), holder);
+  o.pw = call.input(1).raw();
+  o.bias = call.num_inputs() > 2 && call.input(2).defined() ? nn::contiguous(call.input(2).raw(), holder) : nullptr;
+  o.y_user = call.output(0).raw();
+  o.k = o.x->sizes[o.x->ndim - 1];
+  o.h = read_header(o.pw, o.k);
+  return o;
+}
+
 // (input uint8 or float32 [..., k], packed_weight, bias float32 [n]?; input_scale, input_zero_point,
 //  output_scale, output_zero_point, relu, out_dtype)
 void qlinear_kernel(const KernelCall& call) {
   TempList holder;
-  const tessera_tensor_t* x = nn::contiguous(call.input(0).raw(), holder);
-  const tessera_tensor_t* pw = call.input(1).raw();
-  const tessera_tensor_t* bias = call.num_inputs() > 2 && call.input(2).defined()
-                                     ? nn::contiguous(call.input(2).raw(), holder)
-                                     : nullptr;
-  const tessera_tensor_t* y_user = call.output(0).raw();
+  const auto [x, pw, bias, y_user, k, h] = qlinear_operands(call, holder);
   const double in_scale = call.attr_double(0);
   const int32_t in_zp = int32_t(call.attr_int(1));
   const int64_t out_dtype = call.attr_int(5);
   const OutKind kind = out_dtype == TESSERA_DTYPE_UINT8    ? OutKind::U8
                        : out_dtype == TESSERA_DTYPE_QUINT8 ? OutKind::Dequantized
                                                             : OutKind::Float;
-  const int64_t k = x->sizes[x->ndim - 1];
-  const PackHeader h = read_header(pw, k);
   if (y_user->numel == 0) return;
   const int64_t m = x->numel / k;
   QuantizedInput qx;
@@ -374,14 +389,7 @@ void qlinear_kernel(const KernelCall& call) {
 // clear of saturation without VNNI) or 0..255.
 void qlinear_dynamic_kernel(const KernelCall& call) {
   TempList holder;
-  const tessera_tensor_t* x = nn::contiguous(call.input(0).raw(), holder);
-  const tessera_tensor_t* pw = call.input(1).raw();
-  const tessera_tensor_t* bias = call.num_inputs() > 2 && call.input(2).defined()
-                                     ? nn::contiguous(call.input(2).raw(), holder)
-                                     : nullptr;
-  const tessera_tensor_t* y_user = call.output(0).raw();
-  const int64_t k = x->sizes[x->ndim - 1];
-  const PackHeader h = read_header(pw, k);
+  const auto [x, pw, bias, y_user, k, h] = qlinear_operands(call, holder);
   if (y_user->numel == 0) return;
   const int64_t m = x->numel / k;
   const float* xp = static_cast<const float*>(static_cast<const void*>(bytes_of(x)));
