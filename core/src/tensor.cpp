@@ -279,6 +279,14 @@ TensorImpl::TensorImpl(Storage storage, DType dtype, Device device, IntArrayRef 
   set_sizes_and_strides(sizes, strides, storage_offset);
 }
 
+TensorImpl::TensorImpl(Storage storage, DType dtype, Device device, const detail::CheckedGeometry& geometry)
+    : storage_(std::move(storage)), sizes_(inline_), strides_(inline_ + kInlineDims), dtype_(dtype),
+      device_(device), key_set_(DispatchKeySet::dense(device.type())) {
+  TESSERA_INTERNAL_ASSERT(geometry.checked() && geometry.nbytes() <= (storage_ ? uint64_t(storage_->nbytes()) : 0),
+                          "an unchecked geometry, or one given a storage smaller than it needs");
+  commit_geometry(geometry);
+}
+
 void TensorImpl::set_quantizer(IntrusivePtr<const Quantizer> q) {
   TESSERA_CHECK(!q || q->dtype() == dtype_, "set_quantizer: the quantizer is for ", q ? q->dtype() : dtype_,
                 " but the tensor has dtype ", dtype_);
@@ -291,13 +299,14 @@ TensorImpl::~TensorImpl() {
   if (sizes_ != inline_) delete[] sizes_;
 }
 
-namespace {
-// Note [One-pass geometry check]: the hot path of set_sizes_and_strides (every operator output and
-// view). Checks a geometry of at most kInlineDims dims in one pass, copies it to `tmp` and returns
-// true with its numel and contiguity when it is valid and fits `available` bytes; returns false
-// for anything else, which the caller then checks the slow way for the error message.
-bool check_geometry_fast(IntArrayRef sizes, IntArrayRef strides, int64_t storage_offset, size_t item,
-                         uint64_t available, int64_t* tmp, int64_t* numel_out, bool* contiguous_out) {
+// Note [One-pass geometry check]: the hot path of every new tensor and view. A geometry of at most
+// kInlineDims dims is checked in one pass, which also gives its numel, contiguity and the bytes it
+// needs; anything else (including every invalid geometry) is checked the slow way, which names
+// what is wrong. make_tensor_strided sizes the new storage from the checked geometry and hands it
+// to the TensorImpl constructor, so a fresh tensor's geometry is checked exactly once.
+bool detail::CheckedGeometry::check(IntArrayRef sizes, IntArrayRef strides, int64_t storage_offset, size_t item,
+                                    CheckedGeometry& g) {
+  g.checked_ = false;
   if (sizes.size() > size_t(kInlineDims) || sizes.size() != strides.size() || storage_offset < 0) return false;
   const int32_t n = int32_t(sizes.size());
   int64_t numel = 1, last = storage_offset, expected = 1;
@@ -306,8 +315,8 @@ bool check_geometry_fast(IntArrayRef sizes, IntArrayRef strides, int64_t storage
     ok &= sizes[size_t(i)] >= 0 && !__builtin_mul_overflow(numel, sizes[size_t(i)], &numel);
   for (int32_t i = n - 1; i >= 0; --i) {
     const int64_t size = sizes[size_t(i)], stride = strides[size_t(i)];
-    tmp[i] = size;
-    tmp[n + i] = stride;
+    g.dims_[i] = size;
+    g.dims_[n + i] = stride;
     ok &= stride >= 0;
     empty |= size == 0;
     int64_t span;
@@ -323,54 +332,66 @@ bool check_geometry_fast(IntArrayRef sizes, IntArrayRef strides, int64_t storage
   }
   uint64_t needed = 0;
   ok = ok && !__builtin_add_overflow(last, 1, &last) && !__builtin_mul_overflow(uint64_t(last), uint64_t(item), &needed);
-  if (!ok || needed > available) return false;
-  *numel_out = numel;
-  *contiguous_out = contiguous || numel == 0;  // PyTorch's rule: an empty tensor is contiguous
+  if (!ok) return false;
+  g.ndim_ = n;
+  g.storage_offset_ = storage_offset;
+  g.numel_ = numel;
+  g.nbytes_ = needed;
+  g.contiguous_ = contiguous || numel == 0;  // PyTorch's rule: an empty tensor is contiguous
+  g.checked_ = true;
   return true;
 }
-}  // namespace
+
+void TensorImpl::commit_geometry(const detail::CheckedGeometry& g) {
+  if (sizes_ != inline_) delete[] sizes_;
+  sizes_ = inline_;
+  strides_ = inline_ + kInlineDims;
+  const int32_t n = int32_t(g.sizes().size());
+  for (int32_t i = 0; i < n; ++i) {
+    sizes_[i] = g.sizes()[size_t(i)];
+    strides_[i] = g.strides()[size_t(i)];
+  }
+  ndim_ = n;
+  numel_ = g.numel();
+  storage_offset_ = g.storage_offset();
+  is_contiguous_ = g.is_contiguous();
+}
 
 void TensorImpl::set_sizes_and_strides(IntArrayRef sizes, IntArrayRef strides, int64_t storage_offset) {
   const uint64_t available = storage_ ? uint64_t(storage_->nbytes()) : 0;
-  // Copy first: `sizes`/`strides` may point into this impl's own arrays.
-  int64_t tmp_inline[2 * kInlineDims];
-  std::vector<int64_t> tmp_heap;
-  int64_t* tmp = tmp_inline;
-  int64_t numel = 0;
-  bool contiguous = true;
-  const bool fast =
-      check_geometry_fast(sizes, strides, storage_offset, itemsize(dtype_), available, tmp, &numel, &contiguous);
-  const int32_t n = int32_t(sizes.size());
-  if (__builtin_expect(!fast, 0)) {
-    TESSERA_CHECK(sizes.size() == strides.size(), "tensor geometry: got ", sizes.size(), " sizes ", sizes, " but ",
-                  strides.size(), " strides ", strides, "; expected one stride per size");
-    TESSERA_CHECK(sizes.size() <= size_t(std::numeric_limits<int32_t>::max()), "tensor geometry: too many dims");
-    TESSERA_CHECK(storage_offset >= 0, "tensor geometry: storage offset ", storage_offset,
-                  " is negative; expected >= 0");
-    if (n > kInlineDims) {
-      tmp_heap.resize(size_t(2 * n));
-      tmp = tmp_heap.data();
-    }
-    if (n > 0) {
-      std::memcpy(tmp, sizes.data(), size_t(n) * sizeof(int64_t));
-      std::memcpy(tmp + n, strides.data(), size_t(n) * sizeof(int64_t));
-    }
-    numel = compute_numel(IntArrayRef(tmp, size_t(n)));  // checks sizes >= 0
-    for (int32_t i = 0; i < n; ++i)
-      TESSERA_CHECK(tmp[n + i] >= 0, "tensor geometry: negative strides are not supported, got strides ", strides);
-    const int64_t elements = required_storage_elements(IntArrayRef(tmp, size_t(n)),
-                                                       IntArrayRef(tmp + n, size_t(n)), storage_offset);
-    const std::optional<uint64_t> needed = checked_nbytes(elements, itemsize(dtype_));
-    TESSERA_CHECK(needed.has_value() && *needed <= available, "tensor geometry: sizes ", sizes, ", strides ", strides,
-                  ", storage offset ", storage_offset, " and itemsize ", itemsize(dtype_), " need ",
-                  needed ? std::to_string(*needed) : std::string("more than 2^64"),
-                  " bytes, out of bounds for a storage of ", available,
-                  " bytes; use sizes and strides that stay inside the storage");
+  // The checked geometry is a copy: `sizes`/`strides` may point into this impl's own arrays.
+  detail::CheckedGeometry g;
+  if (__builtin_expect(detail::CheckedGeometry::check(sizes, strides, storage_offset, itemsize(dtype_), g) &&
+                           g.nbytes() <= available,
+                       1)) {
+    commit_geometry(g);
+    return;
   }
+  TESSERA_CHECK(sizes.size() == strides.size(), "tensor geometry: got ", sizes.size(), " sizes ", sizes, " but ",
+                strides.size(), " strides ", strides, "; expected one stride per size");
+  TESSERA_CHECK(sizes.size() <= size_t(std::numeric_limits<int32_t>::max()), "tensor geometry: too many dims");
+  TESSERA_CHECK(storage_offset >= 0, "tensor geometry: storage offset ", storage_offset,
+                " is negative; expected >= 0");
+  const int32_t n = int32_t(sizes.size());
+  std::vector<int64_t> tmp(size_t(2 * n));
+  if (n > 0) {
+    std::memcpy(tmp.data(), sizes.data(), size_t(n) * sizeof(int64_t));
+    std::memcpy(tmp.data() + n, strides.data(), size_t(n) * sizeof(int64_t));
+  }
+  const IntArrayRef new_sizes(tmp.data(), size_t(n)), new_strides(tmp.data() + n, size_t(n));
+  const int64_t numel = compute_numel(new_sizes);  // checks sizes >= 0
+  for (int32_t i = 0; i < n; ++i)
+    TESSERA_CHECK(tmp[size_t(n + i)] >= 0, "tensor geometry: negative strides are not supported, got strides ",
+                  strides);
+  const int64_t elements = required_storage_elements(new_sizes, new_strides, storage_offset);
+  const std::optional<uint64_t> needed = checked_nbytes(elements, itemsize(dtype_));
+  TESSERA_CHECK(needed.has_value() && *needed <= available, "tensor geometry: sizes ", new_sizes, ", strides ",
+                new_strides, ", storage offset ", storage_offset, " and itemsize ", itemsize(dtype_), " need ",
+                needed ? std::to_string(*needed) : std::string("more than 2^64"),
+                " bytes, out of bounds for a storage of ", available,
+                " bytes; use sizes and strides that stay inside the storage");
   if (n > kInlineDims) {
-    if (sizes_ != inline_ && ndim_ == n) {
-      // reuse the heap block
-    } else {
+    if (sizes_ == inline_ || ndim_ != n) {  // else reuse the heap block
       if (sizes_ != inline_) delete[] sizes_;
       sizes_ = new int64_t[size_t(2 * n)];
     }
@@ -381,16 +402,13 @@ void TensorImpl::set_sizes_and_strides(IntArrayRef sizes, IntArrayRef strides, i
     strides_ = inline_ + kInlineDims;
   }
   if (n > 0) {
-    std::memcpy(sizes_, tmp, size_t(n) * sizeof(int64_t));
-    std::memcpy(strides_, tmp + n, size_t(n) * sizeof(int64_t));
+    std::memcpy(sizes_, tmp.data(), size_t(n) * sizeof(int64_t));
+    std::memcpy(strides_, tmp.data() + n, size_t(n) * sizeof(int64_t));
   }
   ndim_ = n;
   numel_ = numel;
   storage_offset_ = storage_offset;
-  if (fast)
-    is_contiguous_ = contiguous;
-  else
-    compute_derived();
+  compute_derived();
 }
 
 void TensorImpl::compute_derived() {
@@ -646,8 +664,9 @@ Tensor make_tensor(IntArrayRef sizes, DType dtype, Device device) {
 }
 
 Tensor make_tensor_strided(IntArrayRef sizes, IntArrayRef strides, DType dtype, Device device) {
-  std::optional<int64_t> extent = storage_extent(sizes, strides, 0);  // nullopt for any bad geometry
-  if (__builtin_expect(!extent.has_value(), 0)) {
+  detail::CheckedGeometry geometry;
+  const bool checked = detail::CheckedGeometry::check(sizes, strides, 0, itemsize(dtype), geometry);
+  if (__builtin_expect(!checked, 0)) {
     // Say which part is wrong.
     TESSERA_CHECK(sizes.size() == strides.size(), "make_tensor_strided: got ", sizes.size(), " sizes ", sizes,
                   " and ", strides.size(), " strides ", strides, "; expected the same number");
@@ -655,17 +674,25 @@ Tensor make_tensor_strided(IntArrayRef sizes, IntArrayRef strides, DType dtype, 
     for (size_t i = 0; i < strides.size(); ++i)
       TESSERA_CHECK(strides[i] >= 0, "make_tensor_strided: negative strides are not supported, got strides ",
                     strides);
-    extent = required_storage_elements(sizes, strides, 0);
   }
-  const std::optional<uint64_t> checked = checked_nbytes(*extent, itemsize(dtype));
-  TESSERA_CHECK(checked.has_value() && *checked <= uint64_t(std::numeric_limits<int64_t>::max()), "make_tensor: shape ",
-                sizes, " of dtype ", dtype, " needs more bytes than fit in 63 bits");
-  const uint64_t nbytes = *checked;
+  uint64_t nbytes;
+  if (checked) {
+    nbytes = geometry.nbytes();
+  } else {
+    const std::optional<uint64_t> checked = checked_nbytes(required_storage_elements(sizes, strides, 0), itemsize(dtype));
+    TESSERA_CHECK(checked.has_value(), "make_tensor: shape ", sizes, " of dtype ", dtype,
+                  " needs more bytes than fit in 64 bits");
+    nbytes = *checked;
+  }
+  TESSERA_CHECK(nbytes <= uint64_t(std::numeric_limits<int64_t>::max()), "make_tensor: shape ", sizes, " of dtype ",
+                dtype, " needs more bytes than fit in 63 bits");
   Allocator* allocator = get_allocator(device.type());
   DataPtr data = allocator->allocate(size_t(nbytes), device.index());
   // The allocator may resolve "the current device" to a concrete index.
   const Device actual = data.device().type() == device.type() ? data.device() : device;
   Storage storage = make_intrusive<StorageImpl>(std::move(data), size_t(nbytes));
+  if (__builtin_expect(checked, 1))
+    return Tensor(make_intrusive<TensorImpl>(std::move(storage), dtype, actual, geometry));
   return Tensor(make_intrusive<TensorImpl>(std::move(storage), dtype, actual, sizes, strides, 0));
 }
 

@@ -1,8 +1,9 @@
 // Core on its own: this program links the core objects and nothing else (no dispatcher, no
 // plugin loader), so a core function that needs the dispatcher fails its link. It also covers the
 // per-thread paths of tensor creation: small CPU blocks (Note [Small CPU blocks]), storage
-// versions taken in blocks (Note [Storage version]) and the refcount fast paths
-// (Note [Refcount fast paths]).
+// versions taken in blocks (Note [Storage version]), the refcount fast paths
+// (Note [Refcount fast paths]), pooled TensorImpl/StorageImpl objects (Note [Pooled impls]) and
+// the one-pass geometry check (Note [One-pass geometry check]).
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -137,6 +138,91 @@ TEST(CoreStandalone, RefcountsStartAtOneAndTheLastOwnerDeletes) {
     for (std::thread& th : threads) th.join();
   }
   EXPECT_EQ(Counted::destroyed.load(), 51);
+}
+
+// Note [Pooled impls]: tensors made on one thread and dropped on another (whose lists then hold
+// the objects), threads that exit with full lists, and objects dropped after their maker exited:
+// every tensor keeps its own values and geometry throughout. (ASan and the leak checker watch the
+// same test with the pool off; the release build runs it with the pool on.)
+TEST(CoreStandalone, PooledImplsCrossThreadsAndOutliveTheirThreads) {
+  constexpr int kPerRound = 300;  // more than one size class list holds
+  for (int round = 0; round < 20; ++round) {
+    std::vector<Tensor> made;
+    std::thread maker([&] {
+      for (int i = 0; i < kPerRound; ++i) {
+        Tensor t = f32({1 + i % 5, 2});
+        float* p = t.data_ptr<float>();
+        for (int64_t j = 0; j < t.numel(); ++j) p[j] = float(round * 10000 + i * 10 + j);
+        made.push_back(i % 3 == 0 ? t.transpose(0, 1) : t);  // views are impls too
+      }
+    });
+    maker.join();  // the maker has exited; its objects live on
+    std::vector<Tensor> kept;
+    std::thread dropper([&] {
+      for (int i = 0; i < kPerRound; ++i) {
+        if (i % 2) kept.push_back(made[size_t(i)]);
+        made[size_t(i)] = Tensor();  // freed on this thread unless kept
+        Tensor fresh = f32({3});     // reuses what this thread just freed
+        fresh.data_ptr<float>()[0] = -1.0f;
+      }
+    });
+    dropper.join();
+    for (int i = 1; i < kPerRound; i += 2) {
+      const Tensor& t = kept[size_t(i / 2)];
+      const int64_t rows = 1 + i % 5;
+      ASSERT_EQ(t.numel(), rows * 2);
+      const Tensor c = i % 3 == 0 ? t.transpose(0, 1) : t;
+      ASSERT_EQ(c.sizes()[0], rows);
+      ASSERT_EQ(c.sizes()[1], 2);
+      const float* p = c.const_data_ptr<float>();
+      for (int64_t j = 0; j < c.numel(); ++j) ASSERT_EQ(p[j], float(round * 10000 + i * 10 + j)) << i << " " << j;
+    }
+  }
+}
+
+TEST(CoreStandalone, CheckedGeometryAgreesWithTheSlowChecks) {
+  detail::CheckedGeometry g;
+  // sizes (2, 3) strides (3, 1) offset 4, float32: 4 + 1*3 + 2*1 + 1 = 10 elements = 40 bytes.
+  ASSERT_TRUE(detail::CheckedGeometry::check(std::vector<int64_t>{2, 3}, std::vector<int64_t>{3, 1}, 4, 4, g));
+  EXPECT_EQ(g.numel(), 6);
+  EXPECT_EQ(g.nbytes(), 40u);
+  EXPECT_TRUE(g.is_contiguous());
+  EXPECT_EQ(g.storage_offset(), 4);
+  // transposed: not contiguous, same extent.
+  ASSERT_TRUE(detail::CheckedGeometry::check(std::vector<int64_t>{3, 2}, std::vector<int64_t>{1, 3}, 0, 4, g));
+  EXPECT_FALSE(g.is_contiguous());
+  EXPECT_EQ(g.nbytes(), 24u);
+  // empty: contiguous, no bytes, whatever the strides.
+  ASSERT_TRUE(detail::CheckedGeometry::check(std::vector<int64_t>{0, 5}, std::vector<int64_t>{7, 100}, 0, 8, g));
+  EXPECT_EQ(g.numel(), 0);
+  EXPECT_EQ(g.nbytes(), 0u);
+  EXPECT_TRUE(g.is_contiguous());
+  // 0-dim: one element.
+  ASSERT_TRUE(detail::CheckedGeometry::check({}, {}, 0, 2, g));
+  EXPECT_EQ(g.numel(), 1);
+  EXPECT_EQ(g.nbytes(), 2u);
+  // refused: negative size or stride, rank mismatch, too many dims, overflow of the extent or bytes.
+  EXPECT_FALSE(detail::CheckedGeometry::check(std::vector<int64_t>{-1}, std::vector<int64_t>{1}, 0, 4, g));
+  EXPECT_FALSE(g.checked());
+  EXPECT_FALSE(detail::CheckedGeometry::check(std::vector<int64_t>{2}, std::vector<int64_t>{-1}, 0, 4, g));
+  EXPECT_FALSE(detail::CheckedGeometry::check(std::vector<int64_t>{2, 2}, std::vector<int64_t>{1}, 0, 4, g));
+  EXPECT_FALSE(detail::CheckedGeometry::check(std::vector<int64_t>(7, 1), std::vector<int64_t>(7, 1), 0, 4, g));
+  EXPECT_FALSE(detail::CheckedGeometry::check(std::vector<int64_t>{int64_t(1) << 62, 4},
+                                              std::vector<int64_t>{4, 1}, 0, 4, g));
+  EXPECT_FALSE(detail::CheckedGeometry::check(std::vector<int64_t>{int64_t(1) << 61}, std::vector<int64_t>{1}, 0, 8, g));
+  EXPECT_FALSE(detail::CheckedGeometry::check(std::vector<int64_t>{1}, std::vector<int64_t>{1}, -1, 4, g));
+  // An unchecked geometry, or a storage smaller than the geometry needs, is refused by the impl.
+  detail::CheckedGeometry unchecked;
+  Storage small = f32({2}).storage();
+  EXPECT_THROW(TensorImpl(small, kFloat32, Device(kCPU), unchecked), Error);
+  ASSERT_TRUE(detail::CheckedGeometry::check(std::vector<int64_t>{3}, std::vector<int64_t>{1}, 0, 4, g));
+  EXPECT_THROW(TensorImpl(small, kFloat32, Device(kCPU), g), Error);
+  ASSERT_TRUE(detail::CheckedGeometry::check(std::vector<int64_t>{2}, std::vector<int64_t>{1}, 0, 4, g));
+  TensorImpl ok(small, kFloat32, Device(kCPU), g);
+  EXPECT_EQ(ok.numel(), 2);
+  // The factories' errors still name what is wrong.
+  EXPECT_THROW(make_tensor_strided(std::vector<int64_t>{2}, std::vector<int64_t>{-1}, kFloat32, Device(kCPU)), Error);
+  EXPECT_THROW(make_tensor(std::vector<int64_t>{int64_t(1) << 62, 8}, kFloat32, Device(kCPU)), Error);
 }
 
 }  // namespace

@@ -30,10 +30,11 @@ constexpr DType kBool = DType::Bool, kUInt8 = DType::UInt8, kInt8 = DType::Int8,
 // libtorch spellings.
 constexpr DType kFloat = kFloat32, kDouble = kFloat64, kHalf = kFloat16, kLong = kInt64, kInt = kInt32;
 
-constexpr size_t itemsize(DType t) {
-  constexpr size_t sizes[] = {1, 1, 1, 2, 4, 8, 2, 2, 4, 8, 1, 1, 4};
-  return sizes[int(t)];
-}
+namespace detail {
+// At namespace scope: a constexpr array local to itemsize() was rebuilt on the stack at every call.
+inline constexpr uint8_t kItemSizes[] = {1, 1, 1, 2, 4, 8, 2, 2, 4, 8, 1, 1, 4};
+}  // namespace detail
+constexpr size_t itemsize(DType t) { return detail::kItemSizes[int(t)]; }
 constexpr bool is_floating(DType t) { return t >= DType::Float16 && t <= DType::Float64; }
 constexpr bool is_quantized(DType t) { return t >= DType::QInt8 && t <= DType::QInt32; }
 // The plain integer dtype of a quantized dtype's representation (int_repr): qint8 -> int8,

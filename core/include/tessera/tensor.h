@@ -35,10 +35,19 @@ namespace tessera {
 // a version. Reading through const_data_ptr() leaves it alone.
 TESSERA_API uint64_t next_storage_version();
 
+namespace detail {
+// Memory for TensorImpl and StorageImpl objects, from per-thread free lists (Note [Pooled impls]
+// in impl_pool.cpp). `n` is the object's size; impl_free must get the size impl_allocate got.
+TESSERA_API void* impl_allocate(size_t n);
+TESSERA_API void impl_free(void* p, size_t n) noexcept;
+}  // namespace detail
+
 // Refcounted device memory shared by a tensor and its views.
 class TESSERA_API StorageImpl : public RefCounted {
  public:
   StorageImpl(DataPtr data, size_t nbytes) : data_(std::move(data)), nbytes_(nbytes) {}
+  static void* operator new(size_t n) { return detail::impl_allocate(n); }
+  static void operator delete(void* p, size_t n) noexcept { detail::impl_free(p, n); }
   void* data() const { return data_.get(); }
   size_t nbytes() const { return nbytes_; }
   Device device() const { return data_.device(); }
@@ -70,13 +79,50 @@ using Storage = IntrusivePtr<StorageImpl>;
 // Number of dimensions kept inline in a TensorImpl (no heap allocation up to this rank).
 constexpr int kInlineDims = 6;
 
+namespace detail {
+// A geometry of at most kInlineDims dims found valid by check(): sizes and strides non-negative,
+// and numel and the bytes it needs from its storage (offset included) computed without overflow.
+// Only check() marks one as checked, so a TensorImpl built from it need not check again (Note [One-pass
+// geometry check] in tensor.cpp).
+class TESSERA_API CheckedGeometry {
+ public:
+  // Fills `out` and returns true; false for anything the one pass does not accept (more than
+  // kInlineDims dims, a negative size or stride, an overflow), and the caller then checks the slow
+  // way for the error message. (An out-parameter: returning the object by value copied it through
+  // the stack right after its fields were stored, a store-forwarding stall per 16 bytes.)
+  static bool check(IntArrayRef sizes, IntArrayRef strides, int64_t storage_offset, size_t itemsize,
+                    CheckedGeometry& out);
+  bool checked() const { return checked_; }
+  IntArrayRef sizes() const { return IntArrayRef(dims_, size_t(ndim_)); }
+  IntArrayRef strides() const { return IntArrayRef(dims_ + ndim_, size_t(ndim_)); }
+  int64_t storage_offset() const { return storage_offset_; }
+  int64_t numel() const { return numel_; }
+  uint64_t nbytes() const { return nbytes_; }  // storage bytes the geometry reaches
+  bool is_contiguous() const { return contiguous_; }
+
+ private:
+  int64_t dims_[2 * kInlineDims];
+  int64_t storage_offset_ = 0;
+  int64_t numel_ = 0;
+  uint64_t nbytes_ = 0;
+  int32_t ndim_ = 0;
+  bool contiguous_ = true;
+  bool checked_ = false;  // set by check(); a default-constructed geometry is not usable
+};
+}  // namespace detail
+
 class TESSERA_API TensorImpl : public RefCounted {
  public:
   // Throws unless sizes and strides are non-negative, and the geometry (with the storage offset)
   // lies inside `storage` (Note [Checked extents]).
   TensorImpl(Storage storage, DType dtype, Device device, IntArrayRef sizes, IntArrayRef strides,
              int64_t storage_offset);
+  // A geometry already checked against `storage` by check_geometry (make_tensor_strided's path).
+  TensorImpl(Storage storage, DType dtype, Device device, const detail::CheckedGeometry& geometry);
   ~TensorImpl() override;
+  // Subclasses (a semi-structured sparse impl) come from the same pool, by their own size.
+  static void* operator new(size_t n) { return detail::impl_allocate(n); }
+  static void operator delete(void* p, size_t n) noexcept { detail::impl_free(p, n); }
 
   IntArrayRef sizes() const { return IntArrayRef(sizes_, size_t(ndim_)); }
   IntArrayRef strides() const { return IntArrayRef(strides_, size_t(ndim_)); }
@@ -104,6 +150,7 @@ class TESSERA_API TensorImpl : public RefCounted {
 
  private:
   void compute_derived();
+  void commit_geometry(const detail::CheckedGeometry& g);
   Storage storage_;
   int64_t* sizes_;
   int64_t* strides_;
