@@ -8,6 +8,7 @@
 #include <deque>
 #include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <set>
 #include <unordered_map>
@@ -163,30 +164,42 @@ bool run_kernel(const KernelEntry* k, OperatorEntry& op, const MetaCall& m, cons
 
   allocate_outputs(m, f, dev, outs);
 
-  detail::SmallVector<tessera_tensor_t, 6> c_tensors;
-  c_tensors.resize(size_t(f.num_tensors + m.num_outputs));
-  detail::SmallVector<const tessera_tensor_t*, 6> in_ptrs;
-  detail::SmallVector<const tessera_tensor_t*, 2> out_ptrs;
+  // The C views: on the stack, left uninitialised until filled (fill_c_tensor sets every field),
+  // for calls of up to kInlineViews tensors; on the heap beyond.
+  constexpr int kInlineViews = 8;
+  const int num_views = f.num_tensors + m.num_outputs;
+  tessera_tensor_t views_inline[kInlineViews];
+  const tessera_tensor_t* ptrs_inline[kInlineViews];
+  std::unique_ptr<tessera_tensor_t[]> views_heap;
+  std::unique_ptr<const tessera_tensor_t*[]> ptrs_heap;
+  tessera_tensor_t* c_tensors = views_inline;
+  const tessera_tensor_t** c_ptrs = ptrs_inline;
+  if (__builtin_expect(num_views > kInlineViews, 0)) {
+    views_heap.reset(new tessera_tensor_t[size_t(num_views)]);
+    ptrs_heap.reset(new const tessera_tensor_t*[size_t(num_views)]);
+    c_tensors = views_heap.get();
+    c_ptrs = ptrs_heap.get();
+  }
   for (int i = 0; i < f.num_tensors; ++i) {
     if (tensors[i]) {
-      fill_c_tensor(c_tensors[size_t(i)], tensors[i]);
-      in_ptrs.push_back(&c_tensors[size_t(i)]);
+      fill_c_tensor(c_tensors[i], tensors[i]);
+      c_ptrs[i] = &c_tensors[i];
     } else {
-      in_ptrs.push_back(nullptr);
+      c_ptrs[i] = nullptr;
     }
   }
   for (int o = 0; o < m.num_outputs; ++o) {
-    tessera_tensor_t& c = c_tensors[size_t(f.num_tensors + o)];
+    tessera_tensor_t& c = c_tensors[f.num_tensors + o];
     fill_c_tensor(c, outs[o].impl());
-    out_ptrs.push_back(&c);
+    c_ptrs[f.num_tensors + o] = &c;
   }
   tessera_kernel_call_t call;
   call.struct_size = sizeof(tessera_kernel_call_t);
   call.num_inputs = f.num_tensors;
   call.num_outputs = m.num_outputs;
   call.num_attrs = f.num_attrs;
-  call.inputs = in_ptrs.data();
-  call.outputs = out_ptrs.data();
+  call.inputs = c_ptrs;
+  call.outputs = c_ptrs + f.num_tensors;
   call.attrs = f.attrs;
   call.op_name = op.name.c_str();
   call.device_index = dev.index() < 0 ? 0 : dev.index();

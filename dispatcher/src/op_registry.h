@@ -67,7 +67,8 @@ struct MetaCall {
   Output& add_output(ArrayRef<int64_t> sizes, DType dtype) {
     TESSERA_INTERNAL_ASSERT(num_outputs < kMaxOutputs);
     Output& o = outputs[num_outputs++];
-    o.sizes = detail::SmallVector<int64_t, 8>(sizes);
+    o.sizes.clear();  // in place: a temporary would be built and then copied element by element
+    for (int64_t v : sizes) o.sizes.push_back(v);
     o.dtype = dtype;
     return o;
   }
