@@ -10,8 +10,11 @@
 #include <string>
 #include <vector>
 
+#include "sparse_cuda_ext.h"
 #include "sparse_linear.cuh"
+#include "tessera/plugin_loader.h"
 #include "tessera/semi_structured.h"
+#include "tessera/stream.h"
 #include "tessera/sparse_format.h"
 #include "tessera/tessera.h"
 
@@ -117,6 +120,83 @@ TEST(SparseCuda, MmaLinearMatchesDoubleLoop) {
             // f32 accumulation, one rounding of the output: 2^-11 (f16) or 2^-8 (bf16) of |y| <= sum |terms|.
             expect_linear_close(y, x, w, bias, dt == tessera::kFloat16 ? 2e-3 : 8e-3);
           }
+}
+
+// ---- Through dispatch: a semi-structured tensor moved to cuda and the sparse_cuda plugin's kernels.
+
+uint64_t sparse_cuda_launches() {
+  auto fn = tessera::plugin_extension<tessera_ext_sparse_cuda_kernel_launches_fn_t>(
+      "sparse_cuda", TESSERA_EXT_SPARSE_CUDA_KERNEL_LAUNCHES);
+  return fn ? fn(nullptr) : 0;
+}
+
+const tessera::Device kCuda("cuda:0");
+
+TEST(SparseCudaDispatch, ToCudaKeepsItSemiStructured) {
+  if (const std::string why = no_gpu_reason(); !why.empty()) GTEST_SKIP() << why;
+  tessera::manual_seed(31);
+  tessera::Tensor w = sp::prune_2_4(tessera::randn({40, 70}).to(tessera::kFloat16));
+  tessera::Tensor s = sp::to_sparse_semi_structured(w);
+  tessera::Tensor c = s.to(kCuda);
+  EXPECT_TRUE(sp::is_sparse(c));
+  EXPECT_EQ(c.device(), kCuda);
+  EXPECT_EQ(c.sizes(), s.sizes());
+  EXPECT_NE(sp::describe(c).find("device=cuda:0"), std::string::npos) << sp::describe(c);
+  tessera::Tensor back = c.to("cpu");
+  EXPECT_TRUE(sp::is_sparse(back));
+  EXPECT_EQ(back.storage()->data(), s.storage()->data());  // the canonical form it came from
+  tessera::Tensor dense = sp::to_dense(c);
+  EXPECT_EQ(dense.device(), kCuda);
+  EXPECT_TRUE(tessera::equal(dense.to("cpu"), w));
+}
+
+// linear(x, w, bias) and matmul(w, x) on cuda run the plugin's kernels (its launch counter moves)
+// and match a double loop: f16 / bf16 on the tensor cores, f32 on the CUDA cores, with tails.
+TEST(SparseCudaDispatch, LinearAndMatmulRunThePluginKernels) {
+  if (const std::string why = no_gpu_reason(); !why.empty()) GTEST_SKIP() << why;
+  tessera::manual_seed(32);
+  for (tessera::DType dt : {tessera::kFloat16, tessera::kBFloat16, tessera::kFloat32})
+    for (int64_t batch : {1, 16, 100}) {
+      SCOPED_TRACE(std::string(tessera::dtype_name(dt)) + " batch " + std::to_string(batch));
+      const int64_t rows = 130, cols = 1001;
+      tessera::Tensor w = sp::prune_2_4(tessera::randn({rows, cols}).to(dt));
+      tessera::Tensor x = tessera::randn({batch, cols}).to(dt), bias = tessera::randn({rows}).to(dt);
+      tessera::Tensor wc = sp::to_sparse_semi_structured(w).to(kCuda);
+      const double tol = dt == tessera::kFloat32 ? 1e-4 : dt == tessera::kFloat16 ? 2e-3 : 8e-3;
+      uint64_t before = sparse_cuda_launches();
+      tessera::Tensor y = tessera::linear(x.to(kCuda), wc, bias.to(kCuda));
+      EXPECT_GT(sparse_cuda_launches(), before) << "linear took the dense path";
+      EXPECT_EQ(y.device(), kCuda);
+      expect_linear_close(y.to("cpu"), x, w, bias, tol);
+
+      // matmul(w, x^T): (rows, cols) x (cols, batch).
+      tessera::Tensor xt = x.t().contiguous();
+      before = sparse_cuda_launches();
+      tessera::Tensor z = tessera::matmul(wc, xt.to(kCuda));
+      EXPECT_GT(sparse_cuda_launches(), before) << "matmul took the dense path";
+      expect_linear_close(z.to("cpu").t().contiguous(), x, w, tessera::zeros({rows}).to(dt), tol);
+    }
+}
+
+// The kernel runs on the thread's current stream of the device (a created stream here): its
+// result is complete once that stream is synchronised.
+TEST(SparseCudaDispatch, LinearRunsOnTheCurrentStream) {
+  if (const std::string why = no_gpu_reason(); !why.empty()) GTEST_SKIP() << why;
+  tessera::manual_seed(33);
+  tessera::Tensor w = sp::prune_2_4(tessera::randn({512, 512}).to(tessera::kFloat16));
+  tessera::Tensor x = tessera::randn({64, 512}).to(tessera::kFloat16);
+  tessera::Tensor wc = sp::to_sparse_semi_structured(w).to(kCuda), xc = x.to(kCuda);
+  tessera::synchronize(kCuda);
+  tessera::Stream stream = tessera::Stream::create(kCuda);
+  tessera::Tensor y;
+  {
+    tessera::StreamGuard guard(stream);
+    const uint64_t before = sparse_cuda_launches();
+    y = tessera::linear(xc, wc);
+    EXPECT_GT(sparse_cuda_launches(), before);
+    stream.synchronize();
+  }
+  expect_linear_close(y.to("cpu"), x, w, tessera::zeros({512}).to(tessera::kFloat16), 2e-3);
 }
 
 }  // namespace

@@ -24,7 +24,7 @@ __device__ inline void store(__nv_bfloat16* p, int64_t i, float v) { p[i] = __fl
 
 template <typename T>
 __global__ void linear_kernel(const T* values, const uint8_t* indices, int64_t rows, int64_t cols, const T* x,
-                              int64_t batch, const T* bias, T* y) {
+                              int64_t batch, const T* bias, T* y, Strides st) {
   const int lane = threadIdx.x % 32;
   const int64_t row = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
   if (row >= rows) return;
@@ -41,30 +41,34 @@ __global__ void linear_kernel(const T* values, const uint8_t* indices, int64_t r
 #pragma unroll
       for (int b = 0; b < kBatch; ++b) {
         if (b >= nb) break;
-        const T* xb = x + (b0 + b) * cols;
-        if (c0 < cols) acc[b] += w0 * load(xb, c0);
-        if (c1 < cols) acc[b] += w1 * load(xb, c1);
+        const T* xb = x + (b0 + b) * st.x_n;
+        if (c0 < cols) acc[b] += w0 * load(xb, c0 * st.x_k);
+        if (c1 < cols) acc[b] += w1 * load(xb, c1 * st.x_k);
       }
     }
 #pragma unroll
     for (int b = 0; b < kBatch; ++b) {
       float s = acc[b];
       for (int off = 16; off > 0; off /= 2) s += __shfl_down_sync(0xffffffffu, s, off);
-      if (lane == 0 && b < nb) store(y, (b0 + b) * rows + row, s + (bias ? load(bias, row) : 0.f));
+      if (lane == 0 && b < nb) store(y, (b0 + b) * st.y_n + row * st.y_r, s + (bias ? load(bias, row) : 0.f));
     }
   }
 }
 
 template <typename T>
 cudaError_t launch(const void* values, const uint8_t* indices, int64_t rows, int64_t cols, const void* x,
-                   int64_t batch, const void* bias, void* y, cudaStream_t stream) {
+                   int64_t batch, const void* bias, void* y, cudaStream_t stream, const Strides& st) {
   if (rows == 0 || batch == 0) return cudaSuccess;
   const int64_t blocks = (rows + kWarpsPerBlock - 1) / kWarpsPerBlock;
   if (blocks > 0x7fffffff) return cudaErrorInvalidConfiguration;
   linear_kernel<T><<<unsigned(blocks), 32 * kWarpsPerBlock, 0, stream>>>(
       static_cast<const T*>(values), indices, rows, cols, static_cast<const T*>(x), batch,
-      static_cast<const T*>(bias), static_cast<T*>(y));
+      static_cast<const T*>(bias), static_cast<T*>(y), st);
   return cudaGetLastError();
+}
+
+Strides strides_or_contiguous(const Strides* st, int64_t rows, int64_t cols) {
+  return st ? *st : Strides{cols, 1, rows, 1};
 }
 
 // Note [CUDA mma.sp tiles]
@@ -103,18 +107,19 @@ struct MmaOp<__nv_bfloat16> {
 
 // Elements k and k + 1 of x row n (k even), zero past the batch or the columns.
 template <typename T>
-__device__ inline uint32_t load_pair(const T* x, int64_t batch, int64_t cols, bool aligned, int64_t n, int64_t k) {
+__device__ inline uint32_t load_pair(const T* x, int64_t batch, int64_t cols, const Strides& st, bool aligned,
+                                     int64_t n, int64_t k) {
   if (n >= batch) return 0;
-  const uint16_t* row = reinterpret_cast<const uint16_t*>(x) + n * cols;
+  const uint16_t* row = reinterpret_cast<const uint16_t*>(x) + n * st.x_n;
   if (aligned) return k < cols ? __ldg(reinterpret_cast<const uint32_t*>(row + k)) : 0u;
-  const uint32_t lo = k < cols ? __ldg(row + k) : 0u, hi = k + 1 < cols ? __ldg(row + k + 1) : 0u;
+  const uint32_t lo = k < cols ? __ldg(row + k * st.x_k) : 0u, hi = k + 1 < cols ? __ldg(row + (k + 1) * st.x_k) : 0u;
   return lo | hi << 16;
 }
 
 template <typename T, int NT>
 __global__ void __launch_bounds__(32 * kMmaWarps)
     mma_linear_kernel(const uint4* values, const uint32_t* meta, int64_t row_tiles, int64_t col_tiles, int64_t rows,
-                      int64_t cols, const T* x, int64_t batch, bool aligned, const T* bias, T* y) {
+                      int64_t cols, const T* x, int64_t batch, Strides st, bool aligned, const T* bias, T* y) {
   const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int64_t rt0 = (int64_t(blockIdx.y) * kMmaWarps + threadIdx.x / 32) * kMmaRowTiles;
   if (rt0 >= row_tiles) return;  // the whole warp
@@ -126,7 +131,7 @@ __global__ void __launch_bounds__(32 * kMmaWarps)
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-      for (int i = 0; i < 4; ++i) b[nt][i] = load_pair(x, batch, cols, aligned, n0 + nt * 8 + g, k0 + 8 * i);
+      for (int i = 0; i < 4; ++i) b[nt][i] = load_pair(x, batch, cols, st, aligned, n0 + nt * 8 + g, k0 + 8 * i);
 #pragma unroll
     for (int mt = 0; mt < kMmaRowTiles; ++mt) {
       const int64_t rt = rt0 + mt;
@@ -145,52 +150,55 @@ __global__ void __launch_bounds__(32 * kMmaWarps)
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
         const int64_t row = (rt0 + mt) * kMmaTileRows + g + 8 * (i / 2), n = n0 + nt * 8 + 2 * t + i % 2;
-        if (row < rows && n < batch) store(y, n * rows + row, acc[mt][nt][i] + (bias ? load(bias, row) : 0.f));
+        if (row < rows && n < batch) store(y, n * st.y_n + row * st.y_r, acc[mt][nt][i] + (bias ? load(bias, row) : 0.f));
       }
 }
 
 template <typename T, int NT>
 cudaError_t launch_mma(const void* layout, const MmaLayout& plan, const void* x, int64_t batch, const void* bias,
-                       void* y, cudaStream_t stream) {
+                       void* y, cudaStream_t stream, const Strides& st) {
   const int64_t row_blocks = (plan.row_tiles + kMmaWarps * kMmaRowTiles - 1) / (kMmaWarps * kMmaRowTiles);
   const int64_t batch_blocks = (batch + NT * 8 - 1) / (NT * 8);
   if (row_blocks > 65535 || batch_blocks > 0x7fffffff) return cudaErrorInvalidConfiguration;
   const auto* base = static_cast<const uint8_t*>(layout);
-  const bool aligned = plan.cols % 2 == 0 && reinterpret_cast<uintptr_t>(x) % 4 == 0;
+  // Two consecutive columns in one 32-bit load: unit column stride, even row stride, aligned base.
+  const bool aligned = st.x_k == 1 && plan.cols % 2 == 0 && st.x_n % 2 == 0 && reinterpret_cast<uintptr_t>(x) % 4 == 0;
   mma_linear_kernel<T, NT><<<dim3(unsigned(batch_blocks), unsigned(row_blocks)), 32 * kMmaWarps, 0, stream>>>(
       reinterpret_cast<const uint4*>(base + plan.values_offset),
       reinterpret_cast<const uint32_t*>(base + plan.meta_offset), plan.row_tiles, plan.col_tiles, plan.rows,
-      plan.cols, static_cast<const T*>(x), batch, aligned, static_cast<const T*>(bias), static_cast<T*>(y));
+      plan.cols, static_cast<const T*>(x), batch, st, aligned, static_cast<const T*>(bias), static_cast<T*>(y));
   return cudaGetLastError();
 }
 
 template <typename T>
 cudaError_t launch_mma(const void* layout, const MmaLayout& plan, const void* x, int64_t batch, const void* bias,
-                       void* y, cudaStream_t stream) {
+                       void* y, cudaStream_t stream, const Strides& st) {
   if (plan.rows == 0 || batch == 0) return cudaSuccess;
-  if (batch <= 8) return launch_mma<T, 1>(layout, plan, x, batch, bias, y, stream);
-  if (batch <= 16) return launch_mma<T, 2>(layout, plan, x, batch, bias, y, stream);
-  return launch_mma<T, 4>(layout, plan, x, batch, bias, y, stream);
+  if (batch <= 8) return launch_mma<T, 1>(layout, plan, x, batch, bias, y, stream, st);
+  if (batch <= 16) return launch_mma<T, 2>(layout, plan, x, batch, bias, y, stream, st);
+  return launch_mma<T, 4>(layout, plan, x, batch, bias, y, stream, st);
 }
 
 }  // namespace
 
 cudaError_t linear_mma(DType dtype, const void* layout, const MmaLayout& plan, const void* x, int64_t batch,
-                       const void* bias, void* y, cudaStream_t stream) {
+                       const void* bias, void* y, cudaStream_t stream, const Strides* strides) {
+  const Strides st = strides_or_contiguous(strides, plan.rows, plan.cols);
   switch (dtype) {
-    case DType::F16: return launch_mma<__half>(layout, plan, x, batch, bias, y, stream);
-    case DType::BF16: return launch_mma<__nv_bfloat16>(layout, plan, x, batch, bias, y, stream);
+    case DType::F16: return launch_mma<__half>(layout, plan, x, batch, bias, y, stream, st);
+    case DType::BF16: return launch_mma<__nv_bfloat16>(layout, plan, x, batch, bias, y, stream, st);
     case DType::F32: break;
   }
   return cudaErrorInvalidValue;
 }
 
 cudaError_t linear(DType dtype, const void* values, const uint8_t* indices, int64_t rows, int64_t cols,
-                   const void* x, int64_t batch, const void* bias, void* y, cudaStream_t stream) {
+                   const void* x, int64_t batch, const void* bias, void* y, cudaStream_t stream, const Strides* strides) {
+  const Strides st = strides_or_contiguous(strides, rows, cols);
   switch (dtype) {
-    case DType::F32: return launch<float>(values, indices, rows, cols, x, batch, bias, y, stream);
-    case DType::F16: return launch<__half>(values, indices, rows, cols, x, batch, bias, y, stream);
-    case DType::BF16: return launch<__nv_bfloat16>(values, indices, rows, cols, x, batch, bias, y, stream);
+    case DType::F32: return launch<float>(values, indices, rows, cols, x, batch, bias, y, stream, st);
+    case DType::F16: return launch<__half>(values, indices, rows, cols, x, batch, bias, y, stream, st);
+    case DType::BF16: return launch<__nv_bfloat16>(values, indices, rows, cols, x, batch, bias, y, stream, st);
   }
   return cudaErrorInvalidValue;
 }
