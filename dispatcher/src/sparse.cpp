@@ -11,6 +11,7 @@
 #include <set>
 #include <sstream>
 
+#include "host_api.h"
 #include "op_registry.h"
 #include "sparse_internal.h"
 #include "tessera/checked_math.h"
@@ -334,8 +335,17 @@ std::optional<Tensor> sparse_to_device(const Tensor& t, Device device) {
   const auto& h = sparse::header_of(*impl);
   void* block = nullptr;
   uint64_t bytes = 0;
-  throw_status(fn(nullptr, &h, &block, &bytes), "plugin '" + plugin + "': " TESSERA_EXT_SEMI_STRUCTURED_DEVICE_LAYOUT);
+  tessera_status_t status = fn(nullptr, &h, &block, &bytes);
   std::unique_ptr<void, decltype(&std::free)> owned(block, &std::free);
+  const std::string context = "plugin '" + plugin + "': " TESSERA_EXT_SEMI_STRUCTURED_DEVICE_LAYOUT;
+  if (status && status->code == TESSERA_STATUS_UNIMPLEMENTED) {  // e.g. a dtype its kernels do not take
+    const std::string why = status_take_message(status);
+    if (log_enabled("sparse"))
+      log_message(LogLevel::Info, "sparse",
+                  "to(" + device.str() + "): " + context + ": " + why + "; the result is the dense weight");
+    return std::nullopt;
+  }
+  throw_status(status, context);
   TESSERA_CHECK(block && bytes <= uint64_t(INT64_MAX), "plugin '", plugin, "' returned no device layout (",
                 bytes, " bytes) for a semi-structured tensor of shape ", t.sizes());
   Tensor staged = empty({int64_t(bytes)}, TensorOptions().dtype(kUInt8));

@@ -80,15 +80,25 @@ TEST(SparseDeviceMove, LinearWithoutADeviceKernelTakesTheDensePath) {
   EXPECT_TRUE(tessera::allclose(z.to("cpu"), tessera::matmul(w, x.t().contiguous()), 1e-5, 1e-5));
 }
 
-// The plugin's error status reaches the caller as an exception naming the plugin and its reason.
+// A dtype the plugin answers UNIMPLEMENTED for moves as the dense weight, as without the plugin.
+TEST(SparseDeviceMove, ADtypeThePluginDoesNotTakeMovesDense) {
+  tessera::manual_seed(43);
+  Tensor w = sp::prune_2_4(tessera::mul(tessera::randn({4, 8}), tessera::full({4, 8}, 50.0))).to(tessera::kInt8);
+  Tensor d = sp::to_sparse_semi_structured(w).to(kDevice);
+  EXPECT_FALSE(sp::is_sparse(d));
+  EXPECT_EQ(d.device().str(), "my_hardware_device:0");
+  EXPECT_TRUE(tessera::equal(d.to("cpu"), w));
+}
+
+// Any other error status reaches the caller as an exception naming the plugin and its reason.
 TEST(SparseDeviceMove, APluginRefusalIsReported) {
-  Tensor s = sp::to_sparse_semi_structured(sp::prune_2_4(tessera::randn({4, 8})).to(tessera::kInt8));
+  Tensor s = sp::to_sparse_semi_structured(sp::prune_2_4(tessera::randn({4, 8})).to(tessera::kFloat16));
   try {
     (void)s.to(kDevice);
     FAIL() << "expected an error";
   } catch (const tessera::Error& e) {
     EXPECT_NE(std::string(e.what()).find("sparse_test_device_layout"), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("int8 is refused"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("float16 is refused"), std::string::npos) << e.what();
   }
 }
 
