@@ -145,7 +145,8 @@ void BM_SparseLinear(benchmark::State& state, DType dtype) {
     tessera::synchronize(cuda);
     ++iters;
   }
-  const double mine = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / double(iters);
+  const double mine =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / double(iters);
   state.counters["ratio"] = ref / mine;
   state.counters["cublaslt_us"] = ref * 1e6;
   state.counters["sparse_us"] = mine * 1e6;

@@ -83,7 +83,8 @@ TEST(SparseDeviceMove, LinearWithoutADeviceKernelTakesTheDensePath) {
 // A dtype the plugin answers UNIMPLEMENTED for moves as the dense weight, as without the plugin.
 TEST(SparseDeviceMove, ADtypeThePluginDoesNotTakeMovesDense) {
   tessera::manual_seed(43);
-  Tensor w = sp::prune_2_4(tessera::mul(tessera::randn({4, 8}), tessera::full({4, 8}, 50.0))).to(tessera::kInt8);
+  Tensor w =
+      sp::prune_2_4(tessera::mul(tessera::randn({4, 8}), tessera::full({4, 8}, 50.0))).to(tessera::kInt8);
   Tensor d = sp::to_sparse_semi_structured(w).to(kDevice);
   EXPECT_FALSE(sp::is_sparse(d));
   EXPECT_EQ(d.device().str(), "my_hardware_device:0");

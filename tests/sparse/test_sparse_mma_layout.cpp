@@ -58,8 +58,8 @@ Case make_case(tessera::DType dt, int64_t rows, int64_t cols, std::mt19937& rng)
   const sp::SemiStructuredParts parts = sp::semi_structured_parts(sp::to_sparse_semi_structured(out.dense));
   std::string error;
   out.layout.reset(scu::build_mma_layout(static_cast<const uint8_t*>(parts.values.raw_data_ptr()),
-                                         static_cast<const uint8_t*>(parts.indices.raw_data_ptr()), rows, cols,
-                                         &error));
+                                         static_cast<const uint8_t*>(parts.indices.raw_data_ptr()), rows,
+                                         cols, &error));
   EXPECT_TRUE(out.layout) << error;
   return out;
 }
@@ -70,7 +70,8 @@ const uint8_t* block_of(const Case& c) { return reinterpret_cast<const uint8_t*>
 uint32_t value_register(const Case& c, int64_t rt, int64_t ct, int lane, int reg) {
   const scu::MmaLayout& l = *c.layout;
   uint32_t v;
-  std::memcpy(&v, block_of(c) + l.values_offset + size_t((rt * l.col_tiles + ct) * 512 + lane * 16 + reg * 4), 4);
+  std::memcpy(&v, block_of(c) + l.values_offset + size_t((rt * l.col_tiles + ct) * 512 + lane * 16 + reg * 4),
+              4);
   return v;
 }
 
@@ -78,8 +79,10 @@ uint32_t value_register(const Case& c, int64_t rt, int64_t ct, int lane, int reg
 uint32_t meta_register(const Case& c, int64_t rt, int64_t ct, int lane) {
   const scu::MmaLayout& l = *c.layout;
   uint32_t m;
-  std::memcpy(&m, block_of(c) + l.meta_offset + size_t((rt * l.col_tiles + ct) * 64 + ((lane / 4) * 2 + lane % 2) * 4),
-              4);
+  std::memcpy(
+      &m,
+      block_of(c) + l.meta_offset + size_t((rt * l.col_tiles + ct) * 64 + ((lane / 4) * 2 + lane % 2) * 4),
+      4);
   return m;
 }
 
@@ -98,8 +101,8 @@ bool decode_tile(const Case& c, int64_t rt, int64_t ct, uint16_t (&a)[16][32]) {
       const unsigned nibble = (meta >> (16 * (row / 8) + 4 * (chunk % 4))) & 0xfu;
       const unsigned p0 = nibble & 3u, p1 = nibble >> 2;
       if (p0 >= p1) {
-        ADD_FAILURE() << "tile (" << rt << ", " << ct << ") row " << row << " chunk " << chunk << ": positions " << p0
-                      << ", " << p1;
+        ADD_FAILURE() << "tile (" << rt << ", " << ct << ") row " << row << " chunk " << chunk
+                      << ": positions " << p0 << ", " << p1;
         return false;
       }
       const uint32_t reg = value_register(c, rt, ct, lane, i / 2);
@@ -184,7 +187,8 @@ TEST_P(SparseMmaLayout, EmulatedSparseMmaMatchesDenseMatmul) {
             for (int64_t n = 0; n < batch; ++n)
               for (int r = 0; r < 16 && rt * 16 + r < rows; ++r)
                 for (int k = 0; k < 32 && ct * 32 + k < cols; ++k)
-                  y[size_t(n * rows + rt * 16 + r)] += to_double(dt, a[r][k]) * x[size_t(n * cols + ct * 32 + k)];
+                  y[size_t(n * rows + rt * 16 + r)] +=
+                      to_double(dt, a[r][k]) * x[size_t(n * cols + ct * 32 + k)];
           }
         const tessera::Tensor wd = c.dense.to(tessera::kFloat64);
         const double* w = wd.data_ptr<double>();
@@ -195,7 +199,8 @@ TEST_P(SparseMmaLayout, EmulatedSparseMmaMatchesDenseMatmul) {
               want += w[r * cols + k] * x[size_t(n * cols + k)];
               mag += std::abs(w[r * cols + k] * x[size_t(n * cols + k)]);
             }
-            ASSERT_NEAR(y[size_t(n * rows + r)], want, 1e-12 * (1 + mag)) << "batch row " << n << " row " << r;
+            ASSERT_NEAR(y[size_t(n * rows + r)], want, 1e-12 * (1 + mag))
+                << "batch row " << n << " row " << r;
           }
       }
 }
@@ -207,7 +212,8 @@ TEST(SparseMmaLayoutErrors, RejectsPositionsThatAreNotIncreasing) {
   const uint16_t values[2] = {0x3c00, 0x3c00};
   for (uint8_t nibble : {uint8_t(0x0), uint8_t(0x5), uint8_t(0x1), uint8_t(0xf)}) {
     std::string error;
-    scu::MmaLayout* l = scu::build_mma_layout(reinterpret_cast<const uint8_t*>(values), &nibble, 1, 4, &error);
+    scu::MmaLayout* l =
+        scu::build_mma_layout(reinterpret_cast<const uint8_t*>(values), &nibble, 1, 4, &error);
     EXPECT_EQ(l, nullptr);
     std::free(l);
     EXPECT_NE(error.find("row 0, group 0 keeps positions"), std::string::npos) << error;

@@ -29,8 +29,8 @@ bool mma_layout_plan(int64_t rows, int64_t cols, MmaLayout* out, std::string* er
   if (!checked_mul(uint64_t(l.row_tiles), uint64_t(l.col_tiles), &tiles) ||
       !checked_mul(tiles, uint64_t(kMmaTileValueBytes), &value_bytes) ||
       !checked_mul(tiles, uint64_t(kMmaTileMetaWords) * 4, &meta_bytes) ||
-      !checked_add(l.values_offset, value_bytes, &l.meta_offset) || !checked_add(l.meta_offset, meta_bytes, &end) ||
-      end > uint64_t(PTRDIFF_MAX)) {
+      !checked_add(l.values_offset, value_bytes, &l.meta_offset) ||
+      !checked_add(l.meta_offset, meta_bytes, &end) || end > uint64_t(PTRDIFF_MAX)) {
     *error = "mma layout: the layout of a (" + std::to_string(rows) + ", " + std::to_string(cols) +
              ") weight overflows the address space";
     return false;
@@ -49,8 +49,8 @@ MmaLayout* build_mma_layout(const uint8_t* values, const uint8_t* indices, int64
     for (int64_t g = 0; g < groups; ++g) {
       const unsigned nibble = (indices[r * index_row + g / 2] >> (4 * (g % 2))) & 0xfu;
       if ((nibble & 3u) >= (nibble >> 2)) {
-        *error = "mma layout: row " + std::to_string(r) + ", group " + std::to_string(g) + " keeps positions " +
-                 std::to_string(nibble & 3u) + " and " + std::to_string(nibble >> 2) +
+        *error = "mma layout: row " + std::to_string(r) + ", group " + std::to_string(g) +
+                 " keeps positions " + std::to_string(nibble & 3u) + " and " + std::to_string(nibble >> 2) +
                  "; they must be distinct and increasing";
         return nullptr;
       }

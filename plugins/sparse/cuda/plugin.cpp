@@ -1,8 +1,8 @@
 // tessera_sparse_cuda: a plugin of kind "kernels" for the device type cuda. It turns a
-// semi-structured weight into the bytes its kernels read on the GPU (TESSERA_EXT_SEMI_STRUCTURED_DEVICE_LAYOUT,
-// Note [Semi-structured tensors on a device]) and registers linear(x, w_sparse, bias) and
-// matmul(w_sparse, x) under the Sparse key for cuda: float16 / bfloat16 on the tensor cores
-// (mma.sp, Note [CUDA mma.sp layout]), float32 on the CUDA cores over the canonical values and
+// semi-structured weight into the bytes its kernels read on the GPU
+// (TESSERA_EXT_SEMI_STRUCTURED_DEVICE_LAYOUT, Note [Semi-structured tensors on a device]) and registers
+// linear(x, w_sparse, bias) and matmul(w_sparse, x) under the Sparse key for cuda: float16 / bfloat16 on the
+// tensor cores (mma.sp, Note [CUDA mma.sp layout]), float32 on the CUDA cores over the canonical values and
 // indices. It launches on the stream the runtime passes with the call (the CUDA plugin's current
 // stream). Where the CUDA runtime finds no device it registers nothing and says why under
 // TESSERA_LOG=sparse: the plugin still loads, and semi-structured tensors behave as without it.
@@ -13,8 +13,8 @@
 #include <cstring>
 #include <string>
 
-#include <tessera/sdk.hpp>
 #include <tessera/semi_structured.h>
+#include <tessera/sdk.hpp>
 
 #include "mma_layout.h"
 #include "sparse_cuda_ext.h"
@@ -41,7 +41,8 @@ bool f32_block(int64_t rows, int64_t cols, F32Block* out) {
   if (rows < 0 || cols < 0) return false;
   const uint64_t groups = uint64_t(cols) / 4 + (cols % 4 != 0), index_row = (groups + 1) / 2;
   uint64_t values = 0, indices = 0, start = 0;
-  if (__builtin_mul_overflow(uint64_t(rows), groups, &values) || __builtin_mul_overflow(values, uint64_t(8), &values) ||
+  if (__builtin_mul_overflow(uint64_t(rows), groups, &values) ||
+      __builtin_mul_overflow(values, uint64_t(8), &values) ||
       __builtin_add_overflow(values, uint64_t(255), &start) ||
       __builtin_mul_overflow(uint64_t(rows), index_row, &indices) ||
       __builtin_add_overflow(start / 256 * 256, indices, &out->total_bytes))
@@ -58,21 +59,25 @@ tessera_status_t device_layout(void*, const tessera_semi_structured_header_t* h,
   const auto* base = reinterpret_cast<const uint8_t*>(h);
   if (h->dtype == TESSERA_DTYPE_FLOAT16 || h->dtype == TESSERA_DTYPE_BFLOAT16) {
     std::string error;
-    scu::MmaLayout* l = scu::build_mma_layout(base + h->values_offset, base + h->indices_offset, h->rows, h->cols, &error);
+    scu::MmaLayout* l =
+        scu::build_mma_layout(base + h->values_offset, base + h->indices_offset, h->rows, h->cols, &error);
     if (!l) return tessera::sdk::make_status(TESSERA_STATUS_INVALID_ARGUMENT, "sparse_cuda: " + error);
     *out_block = l;
     *out_bytes = l->total_bytes;
     return nullptr;
   }
   if (h->dtype != TESSERA_DTYPE_FLOAT32)
-    return tessera::sdk::make_status(TESSERA_STATUS_UNIMPLEMENTED,
-                                     "sparse_cuda: a semi-structured weight of dtype " + std::to_string(h->dtype) +
-                                         " (tessera_dtype_t) has no CUDA kernel; float32, float16 and bfloat16 do");
+    return tessera::sdk::make_status(
+        TESSERA_STATUS_UNIMPLEMENTED,
+        "sparse_cuda: a semi-structured weight of dtype " + std::to_string(h->dtype) +
+            " (tessera_dtype_t) has no CUDA kernel; float32, float16 and bfloat16 do");
   F32Block plan;
   if (!f32_block(h->rows, h->cols, &plan))
-    return tessera::sdk::make_status(TESSERA_STATUS_INVALID_ARGUMENT, "sparse_cuda: the weight's size overflows");
+    return tessera::sdk::make_status(TESSERA_STATUS_INVALID_ARGUMENT,
+                                     "sparse_cuda: the weight's size overflows");
   auto* block = static_cast<uint8_t*>(std::calloc(1, plan.total_bytes ? plan.total_bytes : 1));
-  if (!block) return tessera::sdk::make_status(TESSERA_STATUS_OUT_OF_MEMORY, "sparse_cuda: out of host memory");
+  if (!block)
+    return tessera::sdk::make_status(TESSERA_STATUS_OUT_OF_MEMORY, "sparse_cuda: out of host memory");
   const uint64_t index_row = (uint64_t(h->groups) + 1) / 2;
   std::memcpy(block, base + h->values_offset, uint64_t(h->rows) * uint64_t(h->groups) * 8);
   std::memcpy(block + plan.indices_offset, base + h->indices_offset, uint64_t(h->rows) * index_row);
@@ -95,10 +100,14 @@ const void* device_ptr(const TensorView& t) {
 
 scu::DType cuda_dtype(int32_t dtype) {
   switch (dtype) {
-    case TESSERA_DTYPE_FLOAT16: return scu::DType::F16;
-    case TESSERA_DTYPE_BFLOAT16: return scu::DType::BF16;
-    case TESSERA_DTYPE_FLOAT32: return scu::DType::F32;
-    default: unimplemented("sparse_cuda: no kernel for dtype " + std::to_string(dtype) + " (tessera_dtype_t)");
+    case TESSERA_DTYPE_FLOAT16:
+      return scu::DType::F16;
+    case TESSERA_DTYPE_BFLOAT16:
+      return scu::DType::BF16;
+    case TESSERA_DTYPE_FLOAT32:
+      return scu::DType::F32;
+    default:
+      unimplemented("sparse_cuda: no kernel for dtype " + std::to_string(dtype) + " (tessera_dtype_t)");
   }
 }
 
@@ -109,7 +118,8 @@ void run(const KernelCall& call, const TensorView& w, const void* x, int64_t bat
   int current = 0;
   if (cudaGetDevice(&current) != cudaSuccess) current = -1;
   if (current != call.device_index() && cudaSetDevice(call.device_index()) != cudaSuccess)
-    throw Error(TESSERA_STATUS_INTERNAL, "sparse_cuda: cannot select cuda:" + std::to_string(call.device_index()));
+    throw Error(TESSERA_STATUS_INTERNAL,
+                "sparse_cuda: cannot select cuda:" + std::to_string(call.device_index()));
   const auto stream = static_cast<cudaStream_t>(call.stream());
   const scu::DType dt = cuda_dtype(w.dtype());
   cudaError_t err;
@@ -126,7 +136,8 @@ void run(const KernelCall& call, const TensorView& w, const void* x, int64_t bat
   }
   if (current >= 0 && current != call.device_index()) cudaSetDevice(current);
   if (err != cudaSuccess)
-    throw Error(TESSERA_STATUS_INTERNAL, std::string("sparse_cuda: kernel launch failed: ") + cudaGetErrorString(err));
+    throw Error(TESSERA_STATUS_INTERNAL,
+                std::string("sparse_cuda: kernel launch failed: ") + cudaGetErrorString(err));
   g_kernel_launches.fetch_add(1, std::memory_order_relaxed);
 }
 
@@ -159,7 +170,8 @@ void matmul_kernel(const KernelCall& call) {
   const TensorView w = call.input(0), x = call.input(1), out = call.output(0);
   if (!is_semi_structured(w) || is_semi_structured(x) || x.ndim() != 2 || !x.is_contiguous() ||
       !out.is_contiguous() || x.dtype() != w.dtype())
-    unimplemented("sparse_cuda: matmul takes a semi-structured [n, k] self and a contiguous 2-D other of its dtype");
+    unimplemented(
+        "sparse_cuda: matmul takes a semi-structured [n, k] self and a contiguous 2-D other of its dtype");
   if (!on_call_device(call, x) || !on_call_device(call, w) || !on_call_device(call, out))
     unimplemented("sparse_cuda: matmul takes tensors on one cuda device");
   const int64_t p = x.size(1);
@@ -170,9 +182,11 @@ void matmul_kernel(const KernelCall& call) {
 tessera_proc_t get_proc_address(void*, const char* name) {
   if (!name) return nullptr;
   if (std::strcmp(name, TESSERA_EXT_SEMI_STRUCTURED_DEVICE_LAYOUT) == 0)
-    return reinterpret_cast<tessera_proc_t>(static_cast<tessera_ext_semi_structured_device_layout_fn_t>(&device_layout));
+    return reinterpret_cast<tessera_proc_t>(
+        static_cast<tessera_ext_semi_structured_device_layout_fn_t>(&device_layout));
   if (std::strcmp(name, TESSERA_EXT_SPARSE_CUDA_KERNEL_LAUNCHES) == 0)
-    return reinterpret_cast<tessera_proc_t>(static_cast<tessera_ext_sparse_cuda_kernel_launches_fn_t>(&kernel_launches));
+    return reinterpret_cast<tessera_proc_t>(
+        static_cast<tessera_ext_sparse_cuda_kernel_launches_fn_t>(&kernel_launches));
   return nullptr;
 }
 
@@ -203,7 +217,8 @@ TESSERA_PLUGIN_ENTRY(&plugin_header) {
                           "); no kernels registered, semi-structured tensors stay on the CPU");
     return;
   }
-  const uint64_t dtypes = TESSERA_DTYPE_BIT(TESSERA_DTYPE_FLOAT32) | TESSERA_DTYPE_BIT(TESSERA_DTYPE_FLOAT16) |
+  const uint64_t dtypes = TESSERA_DTYPE_BIT(TESSERA_DTYPE_FLOAT32) |
+                          TESSERA_DTYPE_BIT(TESSERA_DTYPE_FLOAT16) |
                           TESSERA_DTYPE_BIT(TESSERA_DTYPE_BFLOAT16);
   host.register_kernel("linear", dtypes, TESSERA_SDK_KERNEL(linear_kernel), nullptr, TESSERA_KERNEL_FLAG_NONE,
                        TESSERA_FUNCTIONALITY_SPARSE);

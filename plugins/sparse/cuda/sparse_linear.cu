@@ -4,6 +4,8 @@
 //   batch rows and accumulate in f32; a warp shuffle reduction finishes each dot product.
 // - f16 / bf16 (tensor cores): mma.sp m16n8k32 over the layout of Note [CUDA mma.sp layout],
 //   y^T = W x^T with W in the sparse A position, f32 accumulation.
+#include <algorithm>
+
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -72,14 +74,16 @@ Strides strides_or_contiguous(const Strides* st, int64_t rows, int64_t cols) {
 }
 
 // Note [CUDA mma.sp tiles]
-// A warp owns kMmaRowTiles tiles of 16 rows and NT tiles of 8 batch rows; a block is kMmaWarps
-// warps along the rows. Per tile of 32 columns a lane loads its 16 bytes of values and its
-// metadata word of each row tile (coalesced: the layout stores a tile lane after lane) and, for
+// A block owns kMmaRowTiles tiles of 16 rows and NT tiles of 8 batch rows; its kMmaWarps warps
+// split the tiles of 32 columns among them (warp w takes w, w + kMmaWarps, ...), so that even a
+// small batch puts enough warps in flight to stream the weight, and add their partial sums
+// through shared memory at the end. Per tile of 32 columns a lane loads its 16 bytes of values and
+// its metadata word of each row tile (coalesced: the layout stores a tile lane after lane) and, for
 // each batch tile, the four registers of B = x^T the PTX ISA assigns it (rows 2t, 2t+1, +8, +16,
 // +24 of the k slice, column g: two consecutive elements of one row of x each), then issues
 // kMmaRowTiles x NT mma.sp. Columns past `cols` and batch rows past `batch` read as zero; rows past
 // `rows` are not stored. NT is 1, 2 or 4 by batch, so a small batch does not pay for empty tiles.
-constexpr int kMmaWarps = 4;
+constexpr int kMmaWarps = 8;
 constexpr int kMmaRowTiles = 2;
 
 template <typename T>
@@ -120,50 +124,70 @@ template <typename T, int NT>
 __global__ void __launch_bounds__(32 * kMmaWarps)
     mma_linear_kernel(const uint4* values, const uint32_t* meta, int64_t row_tiles, int64_t col_tiles, int64_t rows,
                       int64_t cols, const T* x, int64_t batch, Strides st, bool aligned, const T* bias, T* y) {
-  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  const int64_t rt0 = (int64_t(blockIdx.y) * kMmaWarps + threadIdx.x / 32) * kMmaRowTiles;
-  if (rt0 >= row_tiles) return;  // the whole warp
+  constexpr int kAcc = kMmaRowTiles * NT * 4;
+  __shared__ float partial[kMmaWarps - 1][kAcc][32];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int64_t n0 = int64_t(blockIdx.x) * NT * 8;
-  float acc[kMmaRowTiles][NT][4] = {};
-  for (int64_t ct = 0; ct < col_tiles; ++ct) {
-    const int64_t k0 = ct * kMmaTileCols + 2 * t;
-    uint32_t b[NT][4];
+  // Row blocks past the grid's y limit (65535) are taken by the same blocks in turn.
+  for (int64_t rt0 = int64_t(blockIdx.y) * kMmaRowTiles; rt0 < row_tiles; rt0 += int64_t(gridDim.y) * kMmaRowTiles) {
+    float acc[kMmaRowTiles][NT][4] = {};
+    for (int64_t ct = warp; ct < col_tiles; ct += kMmaWarps) {
+      const int64_t k0 = ct * kMmaTileCols + 2 * t;
+      uint32_t b[NT][4];
 #pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
+      for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-      for (int i = 0; i < 4; ++i) b[nt][i] = load_pair(x, batch, cols, st, aligned, n0 + nt * 8 + g, k0 + 8 * i);
+        for (int i = 0; i < 4; ++i) b[nt][i] = load_pair(x, batch, cols, st, aligned, n0 + nt * 8 + g, k0 + 8 * i);
 #pragma unroll
-    for (int mt = 0; mt < kMmaRowTiles; ++mt) {
-      const int64_t rt = rt0 + mt;
-      if (rt >= row_tiles) break;  // uniform over the warp
-      const int64_t tile = rt * col_tiles + ct;
-      const uint4 a = __ldg(values + tile * 32 + lane);
-      const uint32_t m = __ldg(meta + tile * kMmaTileMetaWords + 2 * g + (t & 1));
+      for (int mt = 0; mt < kMmaRowTiles; ++mt) {
+        const int64_t rt = rt0 + mt;
+        if (rt >= row_tiles) break;  // uniform over the block
+        const int64_t tile = rt * col_tiles + ct;
+        const uint4 a = __ldg(values + tile * 32 + lane);
+        const uint32_t m = __ldg(meta + tile * kMmaTileMetaWords + 2 * g + (t & 1));
 #pragma unroll
-      for (int nt = 0; nt < NT; ++nt) MmaOp<T>::run(acc[mt][nt], a, b[nt], m);
-    }
-  }
-#pragma unroll
-  for (int mt = 0; mt < kMmaRowTiles; ++mt)
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int64_t row = (rt0 + mt) * kMmaTileRows + g + 8 * (i / 2), n = n0 + nt * 8 + 2 * t + i % 2;
-        if (row < rows && n < batch) store(y, n * st.y_n + row * st.y_r, acc[mt][nt][i] + (bias ? load(bias, row) : 0.f));
+        for (int nt = 0; nt < NT; ++nt) MmaOp<T>::run(acc[mt][nt], a, b[nt], m);
       }
+    }
+    if (warp > 0) {
+#pragma unroll
+      for (int mt = 0; mt < kMmaRowTiles; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+          for (int i = 0; i < 4; ++i) partial[warp - 1][(mt * NT + nt) * 4 + i][lane] = acc[mt][nt][i];
+    }
+    __syncthreads();
+    if (warp == 0) {
+#pragma unroll
+      for (int mt = 0; mt < kMmaRowTiles; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            float sum = acc[mt][nt][i];
+#pragma unroll
+            for (int w = 0; w < kMmaWarps - 1; ++w) sum += partial[w][(mt * NT + nt) * 4 + i][lane];
+            const int64_t row = (rt0 + mt) * kMmaTileRows + g + 8 * (i / 2), n = n0 + nt * 8 + 2 * t + i % 2;
+            if (row < rows && n < batch)
+              store(y, n * st.y_n + row * st.y_r, sum + (bias ? load(bias, row) : 0.f));
+          }
+    }
+    __syncthreads();  // `partial` is free for the next row block
+  }
 }
 
 template <typename T, int NT>
 cudaError_t launch_mma(const void* layout, const MmaLayout& plan, const void* x, int64_t batch, const void* bias,
                        void* y, cudaStream_t stream, const Strides& st) {
-  const int64_t row_blocks = (plan.row_tiles + kMmaWarps * kMmaRowTiles - 1) / (kMmaWarps * kMmaRowTiles);
+  const int64_t row_blocks = (plan.row_tiles + kMmaRowTiles - 1) / kMmaRowTiles;
   const int64_t batch_blocks = (batch + NT * 8 - 1) / (NT * 8);
-  if (row_blocks > 65535 || batch_blocks > 0x7fffffff) return cudaErrorInvalidConfiguration;
+  if (batch_blocks > 0x7fffffff) return cudaErrorInvalidConfiguration;
   const auto* base = static_cast<const uint8_t*>(layout);
   // Two consecutive columns in one 32-bit load: unit column stride, even row stride, aligned base.
   const bool aligned = st.x_k == 1 && plan.cols % 2 == 0 && st.x_n % 2 == 0 && reinterpret_cast<uintptr_t>(x) % 4 == 0;
-  mma_linear_kernel<T, NT><<<dim3(unsigned(batch_blocks), unsigned(row_blocks)), 32 * kMmaWarps, 0, stream>>>(
+  const dim3 grid(unsigned(batch_blocks), unsigned(std::min<int64_t>(row_blocks, 65535)));
+  mma_linear_kernel<T, NT><<<grid, 32 * kMmaWarps, 0, stream>>>(
       reinterpret_cast<const uint4*>(base + plan.values_offset),
       reinterpret_cast<const uint32_t*>(base + plan.meta_offset), plan.row_tiles, plan.col_tiles, plan.rows,
       plan.cols, static_cast<const T*>(x), batch, st, aligned, static_cast<const T*>(bias), static_cast<T*>(y));

@@ -7,17 +7,19 @@
 #include <cstdlib>
 #include <cstring>
 
-#include <tessera/sdk.hpp>
 #include <tessera/semi_structured.h>
+#include <tessera/sdk.hpp>
 
 namespace {
 
 tessera_status_t device_layout(void*, const tessera_semi_structured_header_t* h, void** out_block,
                                uint64_t* out_bytes) {
   if (h->dtype == TESSERA_DTYPE_INT8)
-    return tessera::sdk::make_status(TESSERA_STATUS_UNIMPLEMENTED, "sparse_test_device_layout: no int8 kernels");
+    return tessera::sdk::make_status(TESSERA_STATUS_UNIMPLEMENTED,
+                                     "sparse_test_device_layout: no int8 kernels");
   if (h->dtype == TESSERA_DTYPE_FLOAT16)
-    return tessera::sdk::make_status(TESSERA_STATUS_INVALID_ARGUMENT, "sparse_test_device_layout: float16 is refused");
+    return tessera::sdk::make_status(TESSERA_STATUS_INVALID_ARGUMENT,
+                                     "sparse_test_device_layout: float16 is refused");
   auto* block = static_cast<uint8_t*>(std::malloc(h->total_bytes));
   if (!block) return tessera::sdk::make_status(TESSERA_STATUS_OUT_OF_MEMORY, "out of memory");
   const auto* src = reinterpret_cast<const uint8_t*>(h);
@@ -29,7 +31,8 @@ tessera_status_t device_layout(void*, const tessera_semi_structured_header_t* h,
 
 tessera_proc_t get_proc_address(void*, const char* name) {
   if (name && std::strcmp(name, TESSERA_EXT_SEMI_STRUCTURED_DEVICE_LAYOUT) == 0)
-    return reinterpret_cast<tessera_proc_t>(static_cast<tessera_ext_semi_structured_device_layout_fn_t>(&device_layout));
+    return reinterpret_cast<tessera_proc_t>(
+        static_cast<tessera_ext_semi_structured_device_layout_fn_t>(&device_layout));
   return nullptr;
 }
 
