@@ -199,4 +199,22 @@ TEST(SparseCudaDispatch, LinearRunsOnTheCurrentStream) {
   expect_linear_close(y.to("cpu"), x, w, tessera::zeros({512}).to(tessera::kFloat16), 2e-3);
 }
 
+// TESSERA_SPARSE_DENSE_BATCH=N sends batch >= N to the dense path (the plugin reads it per call):
+// same result, no sparse launch; below N the sparse kernel runs.
+TEST(SparseCudaDispatch, DenseBatchOverrideTakesTheDensePath) {
+  if (const std::string why = no_gpu_reason(); !why.empty()) GTEST_SKIP() << why;
+  tessera::manual_seed(34);
+  tessera::Tensor w = sp::prune_2_4(tessera::randn({64, 96}).to(tessera::kFloat16));
+  tessera::Tensor wc = sp::to_sparse_semi_structured(w).to(kCuda);
+  ASSERT_EQ(setenv("TESSERA_SPARSE_DENSE_BATCH", "8", 1), 0);
+  for (int64_t batch : {4, 16}) {
+    tessera::Tensor x = tessera::randn({batch, 96}).to(tessera::kFloat16);
+    const uint64_t before = sparse_cuda_launches();
+    tessera::Tensor y = tessera::linear(x.to(kCuda), wc);
+    EXPECT_EQ(sparse_cuda_launches() > before, batch < 8) << "batch " << batch;
+    expect_linear_close(y.to("cpu"), x, w, tessera::zeros({64}).to(tessera::kFloat16), 2e-3);
+  }
+  unsetenv("TESSERA_SPARSE_DENSE_BATCH");
+}
+
 }  // namespace

@@ -141,6 +141,16 @@ void run(const KernelCall& call, const TensorView& w, const void* x, int64_t bat
   g_kernel_launches.fetch_add(1, std::memory_order_relaxed);
 }
 
+// No dense threshold is measured on a GPU yet (docs/sparsity.md): TESSERA_SPARSE_DENSE_BATCH=N, the
+// variable of the CPU plugin's Note [Sparse dense threshold], sends batch >= N to the dense path.
+// Read at every call (a tuning knob for the first GPU runs, and for the test that sets it).
+void check_threshold(int64_t batch) {
+  const char* v = tessera::sdk::Host(tessera::sdk::host_api()).getenv("TESSERA_SPARSE_DENSE_BATCH");
+  const int64_t dense_batch = v && *v ? std::strtoll(v, nullptr, 10) : 0;
+  if (dense_batch > 0 && batch >= dense_batch)
+    unimplemented("batch " + std::to_string(batch) + " >= TESSERA_SPARSE_DENSE_BATCH=" + std::to_string(dense_batch));
+}
+
 bool on_call_device(const KernelCall& call, const TensorView& t) {
   return !t.defined() || (t.device_type() == TESSERA_DEVICE_CUDA && t.device_index() == call.device_index());
 }
@@ -159,6 +169,7 @@ void linear_kernel(const KernelCall& call) {
     unimplemented("sparse_cuda: linear takes contiguous inputs of the weight's dtype");
   const int64_t rows = w.size(0), cols = w.size(1);
   const int64_t batch = rows ? out.numel() / rows : 0;
+  check_threshold(batch);
   if (out.numel() == 0) return;
   run(call, w, device_ptr(x), batch, device_ptr(bias), const_cast<void*>(device_ptr(out)),
       scu::Strides{cols, 1, rows, 1});
@@ -175,6 +186,7 @@ void matmul_kernel(const KernelCall& call) {
   if (!on_call_device(call, x) || !on_call_device(call, w) || !on_call_device(call, out))
     unimplemented("sparse_cuda: matmul takes tensors on one cuda device");
   const int64_t p = x.size(1);
+  check_threshold(p);
   if (out.numel() == 0) return;
   run(call, w, device_ptr(x), p, nullptr, const_cast<void*>(device_ptr(out)), scu::Strides{1, p, 1, p});
 }
