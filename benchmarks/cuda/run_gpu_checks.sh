@@ -7,7 +7,9 @@
 #      regressions of the fixed defects, which check the plugin's kernel-launch counter so that a
 #      CPU fallback cannot pass) and the fatbin architecture check,
 #   4. runs `tessera check --device cuda` when the CLI has the check command,
-#   5. runs bench_cuda (ratios against cuBLASLt / a device copy / the math SDPA path).
+#   5. runs bench_cuda (ratios against cuBLASLt / a device copy / the math SDPA path) and
+#      bench_sparse_cuda (2:4 linear on the tensor cores against cuBLASLt dense, f16/bf16 4096x4096,
+#      batch 16..4096; docs/sparsity.md).
 # Outputs (logs, gtest XML, benchmark JSON, summary.txt) go to $OUT when set, else build/gpu-checks.
 # Run from anywhere: ./benchmarks/cuda/run_gpu_checks.sh. Exit status: 0 when every step passed.
 set -uo pipefail
@@ -59,7 +61,8 @@ if [ $status -ne 0 ]; then
 fi
 targets=(tessera tessera_cuda test_cuda bench_cuda)
 all_targets=$(ninja -C "$BUILD" -t targets all 2>/dev/null | cut -d: -f1)
-for optional in tessera_cpu tessera_cli tessera_sparse test_sparse_cuda; do
+for optional in tessera_cpu tessera_cli tessera_sparse tessera_sparse_cuda test_sparse_cuda test_sparse_mma_layout \
+  bench_sparse_cuda; do
   grep -qx "$optional" <<<"$all_targets" && targets+=("$optional")
 done
 log "build: ${targets[*]}"
@@ -86,6 +89,12 @@ if [ -x "$BUILD/bin/test_sparse_cuda" ]; then
   grep -q "SKIPPED" "$OUTDIR/test_sparse_cuda.log" && status=1  # a GPU machine must run it, not skip it
   tail -10 "$OUTDIR/test_sparse_cuda.log"
   record "test_sparse_cuda" $status
+  # The host-built mma.sp layout (CPU) and the HMMA.SP instructions in the sm_80 / sm_90 code.
+  (cd "$BUILD" && timeout 60 ctest -R "SparseMmaLayout|sparse_cuda_mma_sass|sparse_cuda_plugin_listing" \
+    --output-on-failure) >"$OUTDIR/sparse_cuda_checks.log" 2>&1
+  status=$?
+  tail -8 "$OUTDIR/sparse_cuda_checks.log"
+  record "sparse cuda checks" $status
 fi
 
 # ---- 4. conformance kit
@@ -106,6 +115,14 @@ timeout 200 "$BUILD/bin/bench_cuda" --benchmark_out="$OUTDIR/bench_cuda.json" --
 status=$?
 cat "$OUTDIR/bench_cuda.txt"
 record "bench_cuda" $status
+if [ -x "$BUILD/bin/bench_sparse_cuda" ]; then
+  log "bench_sparse_cuda"
+  timeout 200 "$BUILD/bin/bench_sparse_cuda" --benchmark_out="$OUTDIR/bench_sparse_cuda.json" \
+    --benchmark_out_format=json >"$OUTDIR/bench_sparse_cuda.txt" 2>&1
+  status=$?
+  cat "$OUTDIR/bench_sparse_cuda.txt"
+  record "bench_sparse_cuda" $status
+fi
 
 log "summary ($OUTDIR)"
 cat "$SUMMARY"

@@ -7,9 +7,12 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <sstream>
 
+#include "host_api.h"
+#include "op_registry.h"
 #include "sparse_internal.h"
 #include "tessera/checked_math.h"
 #include "tessera/log.h"
@@ -31,21 +34,27 @@ void free_semi_structured(void* /*ctx*/, void* handle) {
   std::free(handle);
 }
 
-// A semi-structured tensor: sizes (rows, cols), strides (0, 0), the canonical storage, and the
-// dense form once someone asked for it.
+// A semi-structured tensor: sizes (rows, cols), strides (0, 0), the canonical storage (on the CPU)
+// or the device bytes its kernels plugin made from it (Note [Semi-structured tensors on a device]),
+// and the dense form once someone asked for it.
 class SemiStructuredImpl final : public TensorImpl {
  public:
-  SemiStructuredImpl(Storage storage, DType dtype, Device device, int64_t rows, int64_t cols)
-      : TensorImpl(std::move(storage), dtype, device, {rows, cols}, {0, 0}, 0) {
+  SemiStructuredImpl(Storage storage, DType dtype, Device device, int64_t rows, int64_t cols, Tensor host = {})
+      : TensorImpl(std::move(storage), dtype, device, {rows, cols}, {0, 0}, 0), host(std::move(host)) {
     set_key_set(DispatchKeySet::functionality(Functionality::Sparse) | DispatchKeySet::backend(device.type()));
   }
+  const Tensor host;  // the CPU tensor this one was moved from (only on a device)
   std::mutex mutex;
   Tensor dense;
 };
 
 const tessera_semi_structured_header_t& header_of(const TensorImpl& t) {
-  TESSERA_CHECK(t.device().type() == DeviceType::CPU, "a semi-structured tensor on ", t.device(),
-                " cannot be read on the host; only CPU semi-structured tensors exist so far");
+  if (t.device().type() != DeviceType::CPU) {
+    const auto* impl = dynamic_cast<const SemiStructuredImpl*>(&t);
+    TESSERA_INTERNAL_ASSERT(impl && impl->host.defined(), "a semi-structured tensor on ", t.device(),
+                            " has no canonical form on the host");
+    return header_of(*impl->host.impl());
+  }
   const auto* h = static_cast<const tessera_semi_structured_header_t*>(t.storage()->data());
   TESSERA_INTERNAL_ASSERT(h && h->magic == TESSERA_SEMI_STRUCTURED_MAGIC,
                           "a tensor with the Sparse key has no semi-structured header");
@@ -80,7 +89,7 @@ Tensor densify(const TensorImpl& t) {
   return out;
 }
 
-Tensor dense_form_for_print(const Tensor& t) { return to_dense(t); }
+Tensor dense_form_for_print(const Tensor& t) { return to_dense(t).to(Device(DeviceType::CPU)); }
 
 // At the first semi-structured tensor: the kernels plugins, and the hook through which the core
 // prints such a tensor's values.
@@ -275,7 +284,8 @@ Tensor to_dense(const Tensor& t) {
   if (!is_sparse(t)) return t;
   if (auto* impl = dynamic_cast<SemiStructuredImpl*>(t.impl())) {
     std::lock_guard lock(impl->mutex);
-    if (!impl->dense.defined()) impl->dense = densify(*impl);
+    if (!impl->dense.defined())
+      impl->dense = impl->host.defined() ? to_dense(impl->host).to(t.device()) : densify(*impl);
     return impl->dense;
   }
   return densify(*t.impl());
@@ -296,6 +306,58 @@ std::string describe(const Tensor& t) {
 }  // namespace tessera::sparse
 
 namespace tessera::detail {
+
+std::optional<Tensor> sparse_to_device(const Tensor& t, Device device) {
+  using sparse::SemiStructuredImpl;
+  auto* impl = dynamic_cast<SemiStructuredImpl*>(t.impl());
+  if (!impl) return std::nullopt;
+  if (impl->host.defined()) {  // on a device: back to the CPU form, or from it to another device
+    if (device.type() == DeviceType::CPU) return impl->host;
+    return sparse_to_device(impl->host, device);
+  }
+  if (device.type() == DeviceType::CPU) return t;
+  tessera_ext_semi_structured_device_layout_fn_t fn = nullptr;
+  std::string plugin;
+  for (const PluginInfo& p : plugins())
+    if (p.kind == "kernels" && p.status == PluginStatus::Loaded && p.has_device && p.device_type == device.type())
+      if ((fn = plugin_extension<tessera_ext_semi_structured_device_layout_fn_t>(
+               p.name, TESSERA_EXT_SEMI_STRUCTURED_DEVICE_LAYOUT))) {
+        plugin = p.name;
+        break;
+      }
+  if (!fn) {
+    if (log_enabled("sparse"))
+      log_message(LogLevel::Info, "sparse",
+                  "to(" + device.str() + "): no kernels plugin for " + device_type_name(device.type()) +
+                      " offers semi-structured tensors; the result is the dense weight");
+    return std::nullopt;
+  }
+  const auto& h = sparse::header_of(*impl);
+  void* block = nullptr;
+  uint64_t bytes = 0;
+  tessera_status_t status = fn(nullptr, &h, &block, &bytes);
+  std::unique_ptr<void, decltype(&std::free)> owned(block, &std::free);
+  const std::string context = "plugin '" + plugin + "': " TESSERA_EXT_SEMI_STRUCTURED_DEVICE_LAYOUT;
+  if (status && status->code == TESSERA_STATUS_UNIMPLEMENTED) {  // e.g. a dtype its kernels do not take
+    const std::string why = status_take_message(status);
+    if (log_enabled("sparse"))
+      log_message(LogLevel::Info, "sparse",
+                  "to(" + device.str() + "): " + context + ": " + why + "; the result is the dense weight");
+    return std::nullopt;
+  }
+  throw_status(status, context);
+  TESSERA_CHECK(block && bytes <= uint64_t(INT64_MAX), "plugin '", plugin, "' returned no device layout (",
+                bytes, " bytes) for a semi-structured tensor of shape ", t.sizes());
+  Tensor staged = empty({int64_t(bytes)}, TensorOptions().dtype(kUInt8));
+  if (bytes) std::memcpy(staged.raw_data_ptr(), block, bytes);
+  Tensor on_device = staged.to(device);
+  if (log_enabled("sparse"))
+    log_message(LogLevel::Info, "sparse",
+                "to(" + device.str() + "): semi-structured, " + std::to_string(bytes) + " device bytes from plugin '" +
+                    plugin + "'");
+  return Tensor(IntrusivePtr<TensorImpl>(new SemiStructuredImpl(on_device.storage(), t.dtype(), on_device.device(),
+                                                                h.rows, h.cols, t)));
+}
 
 Stack sparse_densify_and_call(OperatorEntry& op, const std::string& op_name, Stack args, const std::string& why) {
   bool in_place_on_sparse = false;

@@ -1,11 +1,19 @@
 // The dispatcher's side of the Sparse key (tessera/sparse.h).
 #pragma once
 
+#include <optional>
 #include <string>
 
 #include "tessera/dispatcher.h"
 
 namespace tessera::detail {
+
+// Tensor::to(device) of a semi-structured tensor (Note [Semi-structured tensors on a device]): to the
+// CPU the canonical form; to a device whose kernels plugin offers
+// TESSERA_EXT_SEMI_STRUCTURED_DEVICE_LAYOUT a semi-structured tensor there. nullopt where no
+// plugin does (the caller then moves the dense weight, as for any tensor). Throws what the plugin
+// refused (an UNIMPLEMENTED answer also gives nullopt).
+std::optional<Tensor> sparse_to_device(const Tensor& t, Device device);
 
 // Note [Sparse densify fallback]
 // Reached when a call carries the Sparse key and no kernel under it took the call (no sparse

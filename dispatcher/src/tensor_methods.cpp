@@ -1,12 +1,14 @@
 // The computing methods of Tensor (tensor.h) and the free operators: thin layers over ops.h and the
 // unboxed call, plus cross-device copies (Note [Cross-device copies]).
 #include <cstring>
+#include <optional>
 #include <vector>
 
 #include "host_api.h"
 #include "small_vector.h"
 #include "op_registry.h"
 #include "shape_rules.h"
+#include "sparse_internal.h"
 #include "stream_state.h"
 #include "tessera/dispatcher.h"
 #include "tessera/ops.h"
@@ -130,6 +132,8 @@ HostSpan stage_view_on_host(const Tensor& t) {
 Tensor Tensor::to(Device device) const {
   check_defined(*this, "to");
   if (same_device(this->device(), device)) return *this;
+  if (key_set().has(Functionality::Sparse))
+    if (std::optional<Tensor> moved = detail::sparse_to_device(*this, device)) return *moved;
   Tensor out = make_tensor(sizes(), dtype(), device);
   out.copy_(*this);
   return out;

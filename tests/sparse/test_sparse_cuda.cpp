@@ -1,13 +1,21 @@
-// The CUDA 2:4 linear kernel (plugins/sparse/cuda) against a naive double loop over the densified
-// weight, on the canonical storage that tessera::sparse::to_sparse_semi_structured writes. Skips,
-// with the CUDA runtime's reason, where no GPU is usable.
+// The CUDA 2:4 linear kernels (plugins/sparse/cuda) against a naive double loop over the densified
+// weight: the CUDA-core kernel on the canonical storage that tessera::sparse::to_sparse_semi_structured
+// writes, the tensor-core kernel (mma.sp) on the layout build_mma_layout makes from it. Skip, with
+// the CUDA runtime's reason, where no GPU is usable.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
+#include <memory>
+#include <string>
 #include <vector>
 
+#include "sparse_cuda_ext.h"
 #include "sparse_linear.cuh"
+#include "tessera/plugin_loader.h"
 #include "tessera/semi_structured.h"
+#include "tessera/stream.h"
+#include "tessera/sparse_format.h"
 #include "tessera/tessera.h"
 
 namespace {
@@ -22,11 +30,34 @@ struct DeviceBuffer {
   ~DeviceBuffer() { cudaFree(p); }
 };
 
-TEST(SparseCuda, LinearMatchesDoubleLoop) {
+// Empty when a GPU is usable, else the CUDA runtime's reason.
+std::string no_gpu_reason() {
   int count = 0;
   const cudaError_t err = cudaGetDeviceCount(&count);
-  if (err != cudaSuccess || count == 0)
-    GTEST_SKIP() << "no usable CUDA device: " << (err != cudaSuccess ? cudaGetErrorString(err) : "0 devices");
+  if (err != cudaSuccess) return std::string("no usable CUDA device: ") + cudaGetErrorString(err);
+  return count == 0 ? "no usable CUDA device: 0 devices" : "";
+}
+
+// y (batch, rows) = x W^T + bias against a naive double loop; tol scales with the sum of |terms|.
+void expect_linear_close(const tessera::Tensor& y, const tessera::Tensor& x, const tessera::Tensor& w,
+                         const tessera::Tensor& bias, double tol) {
+  const int64_t batch = x.size(0), cols = x.size(1), rows = w.size(0);
+  tessera::Tensor yd = y.to(tessera::kFloat64), wd = w.to(tessera::kFloat64), xd = x.to(tessera::kFloat64),
+                  bd = bias.to(tessera::kFloat64);
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t r = 0; r < rows; ++r) {
+      double acc = bd.data_ptr<double>()[r], mag = std::abs(acc);
+      for (int64_t c = 0; c < cols; ++c) {
+        const double t = xd.data_ptr<double>()[b * cols + c] * wd.data_ptr<double>()[r * cols + c];
+        acc += t;
+        mag += std::abs(t);
+      }
+      ASSERT_NEAR(yd.data_ptr<double>()[b * rows + r], acc, tol * (1 + mag)) << "batch row " << b << " row " << r;
+    }
+}
+
+TEST(SparseCuda, LinearMatchesDoubleLoop) {
+  if (const std::string why = no_gpu_reason(); !why.empty()) GTEST_SKIP() << why;
   tessera::manual_seed(21);
   for (tessera::DType dt : {tessera::kFloat32, tessera::kFloat16, tessera::kBFloat16})
     for (int64_t rows : {1, 7, 130})
@@ -49,20 +80,141 @@ TEST(SparseCuda, LinearMatchesDoubleLoop) {
                     cudaSuccess);
           tessera::Tensor y = tessera::empty({batch, rows}, tessera::TensorOptions().dtype(dt));
           ASSERT_EQ(cudaMemcpy(y.raw_data_ptr(), dy.p, y.nbytes(), cudaMemcpyDeviceToHost), cudaSuccess);
-          tessera::Tensor yd = y.to(tessera::kFloat64), wd = w.to(tessera::kFloat64), xd = x.to(tessera::kFloat64),
-                          bd = bias.to(tessera::kFloat64);
-          const double tol = dt == tessera::kFloat32 ? 1e-4 : 2e-2;
-          for (int64_t b = 0; b < batch; ++b)
-            for (int64_t r = 0; r < rows; ++r) {
-              double acc = bd.data_ptr<double>()[r], mag = std::abs(acc);
-              for (int64_t c = 0; c < cols; ++c) {
-                const double t = xd.data_ptr<double>()[b * cols + c] * wd.data_ptr<double>()[r * cols + c];
-                acc += t;
-                mag += std::abs(t);
-              }
-              ASSERT_NEAR(yd.data_ptr<double>()[b * rows + r], acc, tol * (1 + mag));
-            }
+          expect_linear_close(y, x, w, bias, dt == tessera::kFloat32 ? 1e-4 : 2e-2);
         }
+}
+
+// The tensor-core kernel: f16 and bf16, shapes with row, column and batch tails (odd columns take
+// the unaligned loads of x), every batch tile width (1, 2 and 4 tiles of 8), with and without bias.
+TEST(SparseCuda, MmaLinearMatchesDoubleLoop) {
+  if (const std::string why = no_gpu_reason(); !why.empty()) GTEST_SKIP() << why;
+  tessera::manual_seed(22);
+  for (tessera::DType dt : {tessera::kFloat16, tessera::kBFloat16})
+    for (int64_t rows : {1, 17, 130, 300})
+      for (int64_t cols : {5, 32, 64, 1001})
+        for (int64_t batch : {1, 9, 16, 33, 100})
+          for (bool with_bias : {true, false}) {
+            SCOPED_TRACE(std::string(tessera::dtype_name(dt)) + " rows " + std::to_string(rows) + " cols " +
+                         std::to_string(cols) + " batch " + std::to_string(batch) + (with_bias ? " bias" : ""));
+            tessera::Tensor w = sp::prune_2_4(tessera::randn({rows, cols}).to(dt));
+            tessera::Tensor x = tessera::randn({batch, cols}).to(dt);
+            tessera::Tensor bias = with_bias ? tessera::randn({rows}).to(dt) : tessera::zeros({rows}).to(dt);
+            const sp::SemiStructuredParts parts = sp::semi_structured_parts(sp::to_sparse_semi_structured(w));
+            std::string error;
+            std::unique_ptr<scu::MmaLayout, decltype(&std::free)> layout(
+                scu::build_mma_layout(static_cast<const uint8_t*>(parts.values.raw_data_ptr()),
+                                      static_cast<const uint8_t*>(parts.indices.raw_data_ptr()), rows, cols, &error),
+                &std::free);
+            ASSERT_TRUE(layout) << error;
+            DeviceBuffer<uint8_t> dl(layout->total_bytes), dx(x.nbytes()), db(bias.nbytes()),
+                dy(size_t(batch * rows) * x.itemsize());
+            ASSERT_EQ(cudaMemcpy(dl.p, layout.get(), layout->total_bytes, cudaMemcpyHostToDevice), cudaSuccess);
+            ASSERT_EQ(cudaMemcpy(dx.p, x.raw_data_ptr(), x.nbytes(), cudaMemcpyHostToDevice), cudaSuccess);
+            ASSERT_EQ(cudaMemcpy(db.p, bias.raw_data_ptr(), bias.nbytes(), cudaMemcpyHostToDevice), cudaSuccess);
+            const scu::DType cdt = dt == tessera::kFloat16 ? scu::DType::F16 : scu::DType::BF16;
+            ASSERT_EQ(scu::linear_mma(cdt, dl.p, *layout, dx.p, batch, with_bias ? db.p : nullptr, dy.p, nullptr),
+                      cudaSuccess);
+            ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+            tessera::Tensor y = tessera::empty({batch, rows}, tessera::TensorOptions().dtype(dt));
+            ASSERT_EQ(cudaMemcpy(y.raw_data_ptr(), dy.p, y.nbytes(), cudaMemcpyDeviceToHost), cudaSuccess);
+            // f32 accumulation, one rounding of the output: 2^-11 (f16) or 2^-8 (bf16) of |y| <= sum |terms|.
+            expect_linear_close(y, x, w, bias, dt == tessera::kFloat16 ? 2e-3 : 8e-3);
+          }
+}
+
+// ---- Through dispatch: a semi-structured tensor moved to cuda and the sparse_cuda plugin's kernels.
+
+uint64_t sparse_cuda_launches() {
+  auto fn = tessera::plugin_extension<tessera_ext_sparse_cuda_kernel_launches_fn_t>(
+      "sparse_cuda", TESSERA_EXT_SPARSE_CUDA_KERNEL_LAUNCHES);
+  return fn ? fn(nullptr) : 0;
+}
+
+const tessera::Device kCuda("cuda:0");
+
+TEST(SparseCudaDispatch, ToCudaKeepsItSemiStructured) {
+  if (const std::string why = no_gpu_reason(); !why.empty()) GTEST_SKIP() << why;
+  tessera::manual_seed(31);
+  tessera::Tensor w = sp::prune_2_4(tessera::randn({40, 70}).to(tessera::kFloat16));
+  tessera::Tensor s = sp::to_sparse_semi_structured(w);
+  tessera::Tensor c = s.to(kCuda);
+  EXPECT_TRUE(sp::is_sparse(c));
+  EXPECT_EQ(c.device(), kCuda);
+  EXPECT_EQ(c.sizes(), s.sizes());
+  EXPECT_NE(sp::describe(c).find("device=cuda:0"), std::string::npos) << sp::describe(c);
+  tessera::Tensor back = c.to("cpu");
+  EXPECT_TRUE(sp::is_sparse(back));
+  EXPECT_EQ(back.storage()->data(), s.storage()->data());  // the canonical form it came from
+  tessera::Tensor dense = sp::to_dense(c);
+  EXPECT_EQ(dense.device(), kCuda);
+  EXPECT_TRUE(tessera::equal(dense.to("cpu"), w));
+}
+
+// linear(x, w, bias) and matmul(w, x) on cuda run the plugin's kernels (its launch counter moves)
+// and match a double loop: f16 / bf16 on the tensor cores, f32 on the CUDA cores, with tails.
+TEST(SparseCudaDispatch, LinearAndMatmulRunThePluginKernels) {
+  if (const std::string why = no_gpu_reason(); !why.empty()) GTEST_SKIP() << why;
+  tessera::manual_seed(32);
+  for (tessera::DType dt : {tessera::kFloat16, tessera::kBFloat16, tessera::kFloat32})
+    for (int64_t batch : {1, 16, 100}) {
+      SCOPED_TRACE(std::string(tessera::dtype_name(dt)) + " batch " + std::to_string(batch));
+      const int64_t rows = 130, cols = 1001;
+      tessera::Tensor w = sp::prune_2_4(tessera::randn({rows, cols}).to(dt));
+      tessera::Tensor x = tessera::randn({batch, cols}).to(dt), bias = tessera::randn({rows}).to(dt);
+      tessera::Tensor wc = sp::to_sparse_semi_structured(w).to(kCuda);
+      const double tol = dt == tessera::kFloat32 ? 1e-4 : dt == tessera::kFloat16 ? 2e-3 : 8e-3;
+      uint64_t before = sparse_cuda_launches();
+      tessera::Tensor y = tessera::linear(x.to(kCuda), wc, bias.to(kCuda));
+      EXPECT_GT(sparse_cuda_launches(), before) << "linear took the dense path";
+      EXPECT_EQ(y.device(), kCuda);
+      expect_linear_close(y.to("cpu"), x, w, bias, tol);
+
+      // matmul(w, x^T): (rows, cols) x (cols, batch).
+      tessera::Tensor xt = x.t().contiguous();
+      before = sparse_cuda_launches();
+      tessera::Tensor z = tessera::matmul(wc, xt.to(kCuda));
+      EXPECT_GT(sparse_cuda_launches(), before) << "matmul took the dense path";
+      expect_linear_close(z.to("cpu").t().contiguous(), x, w, tessera::zeros({rows}).to(dt), tol);
+    }
+}
+
+// The kernel runs on the thread's current stream of the device (a created stream here): its
+// result is complete once that stream is synchronised.
+TEST(SparseCudaDispatch, LinearRunsOnTheCurrentStream) {
+  if (const std::string why = no_gpu_reason(); !why.empty()) GTEST_SKIP() << why;
+  tessera::manual_seed(33);
+  tessera::Tensor w = sp::prune_2_4(tessera::randn({512, 512}).to(tessera::kFloat16));
+  tessera::Tensor x = tessera::randn({64, 512}).to(tessera::kFloat16);
+  tessera::Tensor wc = sp::to_sparse_semi_structured(w).to(kCuda), xc = x.to(kCuda);
+  tessera::synchronize(kCuda);
+  tessera::Stream stream = tessera::Stream::create(kCuda);
+  tessera::Tensor y;
+  {
+    tessera::StreamGuard guard(stream);
+    const uint64_t before = sparse_cuda_launches();
+    y = tessera::linear(xc, wc);
+    EXPECT_GT(sparse_cuda_launches(), before);
+    stream.synchronize();
+  }
+  expect_linear_close(y.to("cpu"), x, w, tessera::zeros({512}).to(tessera::kFloat16), 2e-3);
+}
+
+// TESSERA_SPARSE_DENSE_BATCH=N sends batch >= N to the dense path (the plugin reads it per call):
+// same result, no sparse launch; below N the sparse kernel runs.
+TEST(SparseCudaDispatch, DenseBatchOverrideTakesTheDensePath) {
+  if (const std::string why = no_gpu_reason(); !why.empty()) GTEST_SKIP() << why;
+  tessera::manual_seed(34);
+  tessera::Tensor w = sp::prune_2_4(tessera::randn({64, 96}).to(tessera::kFloat16));
+  tessera::Tensor wc = sp::to_sparse_semi_structured(w).to(kCuda);
+  ASSERT_EQ(setenv("TESSERA_SPARSE_DENSE_BATCH", "8", 1), 0);
+  for (int64_t batch : {4, 16}) {
+    tessera::Tensor x = tessera::randn({batch, 96}).to(tessera::kFloat16);
+    const uint64_t before = sparse_cuda_launches();
+    tessera::Tensor y = tessera::linear(x.to(kCuda), wc);
+    EXPECT_EQ(sparse_cuda_launches() > before, batch < 8) << "batch " << batch;
+    expect_linear_close(y.to("cpu"), x, w, tessera::zeros({64}).to(tessera::kFloat16), 2e-3);
+  }
+  unsetenv("TESSERA_SPARSE_DENSE_BATCH");
 }
 
 }  // namespace

@@ -15,11 +15,23 @@
  *   each non-null entry with free() when the tensor's storage goes away, so a layout must be one
  *   block from malloc/aligned_alloc with no pointers to free inside. Only host-memory storages
  *   (the CPU) carry layouts.
+ *
+ * Note [Semi-structured tensors on a device]
+ * A semi-structured tensor moves to a device other than the CPU (`t.to("cuda")`) only where a
+ * kernels plugin for that device type offers TESSERA_EXT_SEMI_STRUCTURED_DEVICE_LAYOUT (else it
+ * densifies, docs/sparsity.md). The runtime calls it once with the canonical block (host memory)
+ * and copies the bytes it returns to one device allocation: the device tensor's storage holds
+ * exactly them (sizes (rows, cols), strides (0, 0), dtype of the values) and nothing else, so the
+ * plugin's kernels find everything from the sizes and the dtype without reading device memory on
+ * the host. The runtime keeps the canonical CPU tensor with the device tensor (densifying,
+ * printing, saving and `.to("cpu")` use it).
  */
 #ifndef TESSERA_SEMI_STRUCTURED_H_
 #define TESSERA_SEMI_STRUCTURED_H_
 
 #include <stdint.h>
+
+#include "tessera/plugin_abi.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -41,6 +53,14 @@ typedef struct tessera_semi_structured_header_t {
   uint64_t total_bytes;    /* the whole storage */
   void* layouts[TESSERA_SEMI_STRUCTURED_MAX_LAYOUTS];
 } tessera_semi_structured_header_t;
+
+/* Note [Semi-structured tensors on a device]: builds the device bytes of the canonical block
+ * `canonical` (host memory, read-only). On success *out_block is one block from malloc() that the
+ * caller releases with free(), *out_bytes its size; an error status (never an exception) names
+ * what was refused (a dtype the device kernels do not take, sizes that overflow). `self` is NULL. */
+#define TESSERA_EXT_SEMI_STRUCTURED_DEVICE_LAYOUT "tessera.sparse.device_layout"
+typedef tessera_status_t (*tessera_ext_semi_structured_device_layout_fn_t)(
+    void* self, const tessera_semi_structured_header_t* canonical, void** out_block, uint64_t* out_bytes);
 
 #ifdef __cplusplus
 }
