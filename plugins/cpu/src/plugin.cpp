@@ -237,6 +237,7 @@ TESSERA_PLUGIN_ENTRY(&tessera::cpu::g_plugin) {
   using namespace tessera::cpu;
   pin_openmp_runtime();
   init_capability(host);
+  set_grain_mode(host.getenv("TESSERA_CPU_GRAIN"));  // Note [Grain size]
   Registrar r(host);
   register_creation_kernels(r);
   register_elementwise_kernels(r);
