@@ -45,15 +45,15 @@ enum class OpKind : uint8_t {
 
 // Work per thread below which a second thread does not pay off, per OpKind (Note [Grain size]).
 inline constexpr int64_t kGrain[size_t(OpKind::kCount)] = {
-    /* Elementwise    */ int64_t(1) << 15,
-    /* Transcendental */ int64_t(1) << 13,
-    /* Reduction      */ int64_t(1) << 15,
-    /* Softmax        */ int64_t(1) << 14,
-    /* Normalization  */ int64_t(1) << 15,
+    /* Elementwise    */ int64_t(1) << 17,
+    /* Transcendental */ int64_t(1) << 16,
+    /* Reduction      */ int64_t(1) << 17,
+    /* Softmax        */ int64_t(1) << 16,
+    /* Normalization  */ int64_t(1) << 17,
     /* Pooling        */ int64_t(1) << 16,
-    /* Matmul         */ int64_t(1) << 23,
+    /* Matmul         */ int64_t(1) << 25,
     /* Conv           */ int64_t(1) << 23,
-    /* Sdpa           */ int64_t(1) << 23,
+    /* Sdpa           */ int64_t(1) << 24,
 };
 
 enum class GrainMode : int { Rule, Force1, Off };
