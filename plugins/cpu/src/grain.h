@@ -20,18 +20,19 @@ namespace tessera::cpu {
 // busy: libgomp's team waits at the closing barrier for every member, so a member descheduled by
 // another process holds up the whole call for a scheduler tick or more (a bf16 matmul at n=256 went
 // from 23 us to 7-12 ms next to two busy processes, while a single-threaded call stays within a few
-// times its quiet time). Small work therefore runs on the calling thread alone. The grain of an op
+// times its quiet time; most of those milliseconds are libgomp's busy waiting, see "Grain size" in
+// docs/performance.md). Small work therefore runs on the calling thread alone. The grain of an op
 // kind is the work one thread must have before a second thread pays off: a call gets
 // max_threads() threads when its work is at least 2 * grain (two threads with a grain each), and one
 // thread below. Work is the op's natural size: elements for elementwise ops, reductions, softmax and
 // normalisation (and pooling: outputs times the window), multiply-adds times two (flops) for matmul,
-// linear, conv2d and attention. The constants come from bench_cpu_grain (benchmarks/cpu), which
-// times each kind with the rule forced to one thread and to all threads; the table and the date are
-// in docs/performance.md ("Grain size"). TESSERA_CPU_GRAIN (read at plugin load) overrides the rule
+// linear, conv2d and attention. The constants were chosen from bench_cpu_grain (benchmarks/cpu),
+// which times each kind on one thread and on all threads; the table, the date, the load of the
+// machine and the reasoning are in docs/performance.md ("Grain size"). TESSERA_CPU_GRAIN (read at plugin load) overrides the rule
 // for measurements: "force1" runs everything on one thread, "off" splits every loop that can be
 // split and gives oneDNN all threads; anything else (or unset) keeps the rule.
 enum class OpKind : uint8_t {
-  Elementwise,     // add, mul, copies, casts: a few cycles per element
+  Elementwise,     // add, mul, where, comparisons: a few cycles per element
   Transcendental,  // exp, sigmoid, gelu, tanh: tens of cycles per element
   Reduction,       // sum, mean, max over elements read
   Softmax,         // softmax / log_softmax, elements
