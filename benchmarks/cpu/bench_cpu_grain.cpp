@@ -87,12 +87,14 @@ void BM_softmax(benchmark::State& state) {
 void BM_layer_norm(benchmark::State& state) {
   const int64_t rows = state.range(0);
   const Tensor a = tessera::randn({rows, 256});
-  measure(state, "layer_norm", double(rows * 256), [&] { benchmark::DoNotOptimize(tessera::layer_norm(a, {256})); });
+  measure(state, "layer_norm", double(rows * 256),
+          [&] { benchmark::DoNotOptimize(tessera::layer_norm(a, {256})); });
 }
 void BM_matmul(benchmark::State& state, tessera::DType dt, const char* kind) {
   const int64_t n = state.range(0);
   const Tensor a = randn_as({n, n}, dt), b = randn_as({n, n}, dt);
-  measure(state, kind, 2.0 * double(n) * double(n) * double(n), [&] { benchmark::DoNotOptimize(tessera::matmul(a, b)); });
+  measure(state, kind, 2.0 * double(n) * double(n) * double(n),
+          [&] { benchmark::DoNotOptimize(tessera::matmul(a, b)); });
 }
 // x [m, 512] through a 512 -> 512 layer with bias (the weight is reused: packed after two calls).
 void BM_linear(benchmark::State& state) {
@@ -105,13 +107,15 @@ void BM_linear(benchmark::State& state) {
 void BM_conv2d(benchmark::State& state) {
   const int64_t s = state.range(0);
   const Tensor x = tessera::randn({1, 16, s, s}), w = tessera::randn({16, 16, 3, 3});
-  measure(state, "conv2d f32", 2.0 * 16 * 16 * 9 * double(s) * double(s),
-          [&] { benchmark::DoNotOptimize(tessera::conv2d(x, w, std::nullopt, {1, 1}, {1, 1})); });
+  measure(state, "conv2d f32", 2.0 * 16 * 16 * 9 * double(s) * double(s), [&] {
+    benchmark::DoNotOptimize(tessera::conv2d(x, w, std::nullopt, {1, 1}, {1, 1}));
+  });
 }
 // [1, 4, l, 64] self-attention (flash path).
 void BM_sdpa(benchmark::State& state) {
   const int64_t l = state.range(0);
-  const Tensor q = tessera::randn({1, 4, l, 64}), k = tessera::randn({1, 4, l, 64}), v = tessera::randn({1, 4, l, 64});
+  const Tensor q = tessera::randn({1, 4, l, 64}), k = tessera::randn({1, 4, l, 64}),
+               v = tessera::randn({1, 4, l, 64});
   measure(state, "sdpa f32", 2.0 * 4 * double(l) * double(l) * 128,
           [&] { benchmark::DoNotOptimize(tessera::scaled_dot_product_attention(q, k, v)); });
 }
@@ -129,8 +133,12 @@ BENCHMARK(BM_sigmoid)->Apply([](auto* b) { sweep(b, 1 << 8, 1 << 20, 2); });
 BENCHMARK(BM_sum)->Apply([](auto* b) { sweep(b, 1 << 10, 1 << 22, 2); });
 BENCHMARK(BM_softmax)->Apply([](auto* b) { sweep(b, 1, 4096, 2); });
 BENCHMARK(BM_layer_norm)->Apply([](auto* b) { sweep(b, 1, 4096, 2); });
-BENCHMARK_CAPTURE(BM_matmul, f32, tessera::kFloat32, "matmul f32")->Apply([](auto* b) { sweep(b, 16, 512, 2); });
-BENCHMARK_CAPTURE(BM_matmul, bf16, tessera::kBFloat16, "matmul bf16")->Apply([](auto* b) { sweep(b, 16, 512, 2); });
+BENCHMARK_CAPTURE(BM_matmul, f32, tessera::kFloat32, "matmul f32")->Apply([](auto* b) {
+  sweep(b, 16, 512, 2);
+});
+BENCHMARK_CAPTURE(BM_matmul, bf16, tessera::kBFloat16, "matmul bf16")->Apply([](auto* b) {
+  sweep(b, 16, 512, 2);
+});
 BENCHMARK(BM_linear)->Apply([](auto* b) { sweep(b, 1, 512, 2); });
 BENCHMARK(BM_conv2d)->Apply([](auto* b) { sweep(b, 4, 128, 2); });
 BENCHMARK(BM_sdpa)->Apply([](auto* b) { sweep(b, 16, 1024, 2); });
@@ -146,9 +154,11 @@ int main(int argc, char** argv) {
   for (const auto& [kind, points] : results()) {
     double cut = -1;
     for (auto it = points.rbegin(); it != points.rend() && it->t1 / it->tall >= 1.05; ++it) cut = it->work;
-    if (cut < 0) std::printf("  %-12s never (largest size: %.3g, speedup %.2f)\n", kind.c_str(), points.back().work,
-                             points.back().t1 / points.back().tall);
-    else std::printf("  %-12s %.3g  (grain = %.3g)\n", kind.c_str(), cut, cut / 2);
+    if (cut < 0)
+      std::printf("  %-12s never (largest size: %.3g, speedup %.2f)\n", kind.c_str(), points.back().work,
+                  points.back().t1 / points.back().tall);
+    else
+      std::printf("  %-12s %.3g  (grain = %.3g)\n", kind.c_str(), cut, cut / 2);
   }
   return 0;
 }

@@ -46,7 +46,8 @@ void record_and_run(void* p) {
 
 }  // namespace
 
-extern "C" __attribute__((visibility("default"))) void GOMP_parallel(void (*fn)(void*), void* data, unsigned num_threads, unsigned flags) {
+extern "C" __attribute__((visibility("default"))) void GOMP_parallel(void (*fn)(void*), void* data,
+                                                                     unsigned num_threads, unsigned flags) {
   using Real = void (*)(void (*)(void*), void*, unsigned, unsigned);
   static const Real real = reinterpret_cast<Real>(dlvsym(RTLD_NEXT, "GOMP_parallel", "GOMP_4.0"));
   if (!real) std::abort();
@@ -125,7 +126,8 @@ std::vector<double> conv_ref(const Tensor& x, const Tensor& w) {
           for (int64_t ci = 0; ci < c; ++ci)
             for (int64_t u = 0; u < kh; ++u)
               for (int64_t v = 0; v < kw; ++v)
-                s += X.v[size_t(((b * c + ci) * h + i + u) * wd + j + v)] * W.v[size_t(((o * c + ci) * kh + u) * kw + v)];
+                s += X.v[size_t(((b * c + ci) * h + i + u) * wd + j + v)] *
+                     W.v[size_t(((o * c + ci) * kh + u) * kw + v)];
           y[size_t(((b * oc + o) * oh + i) * ow + j)] = round_to(s, x.dtype());
         }
   return y;
@@ -194,8 +196,10 @@ TEST(CpuGrain, WeightCacheServesBothThreadCounts) {
     }
     w.mul_(scalar_tensor(-0.5, TensorOptions().dtype(dt)));
     for (int round = 0; round < 2; ++round) {
-      EXPECT_TRUE(close(linear(large, w, bias), linear_ref(large, w, bias), tol_for(dt, 256), "large after write"));
-      EXPECT_TRUE(close(linear(small, w, bias), linear_ref(small, w, bias), tol_for(dt, 256), "small after write"));
+      EXPECT_TRUE(
+          close(linear(large, w, bias), linear_ref(large, w, bias), tol_for(dt, 256), "large after write"));
+      EXPECT_TRUE(
+          close(linear(small, w, bias), linear_ref(small, w, bias), tol_for(dt, 256), "small after write"));
     }
   }
 }
@@ -315,7 +319,8 @@ TEST(CpuGrain, SdpaSmallOnOneThreadLargeOnAll) {
         double mx = -INFINITY, z = 0;
         for (int64_t j = 0; j < l; ++j) {
           double dot = 0;
-          for (int64_t c = 0; c < e; ++c) dot += Q.v[size_t((h * l + i) * e + c)] * K.v[size_t((h * l + j) * e + c)];
+          for (int64_t c = 0; c < e; ++c)
+            dot += Q.v[size_t((h * l + i) * e + c)] * K.v[size_t((h * l + j) * e + c)];
           s[size_t(j)] = dot / std::sqrt(double(e));
           mx = std::max(mx, s[size_t(j)]);
         }

@@ -28,9 +28,10 @@ namespace tessera::cpu {
 // normalisation (and pooling: outputs times the window), multiply-adds times two (flops) for matmul,
 // linear, conv2d and attention. The constants were chosen from bench_cpu_grain (benchmarks/cpu),
 // which times each kind on one thread and on all threads; the table, the date, the load of the
-// machine and the reasoning are in docs/performance.md ("Grain size"). TESSERA_CPU_GRAIN (read at plugin load) overrides the rule
-// for measurements: "force1" runs everything on one thread, "off" splits every loop that can be
-// split and gives oneDNN all threads; anything else (or unset) keeps the rule.
+// machine and the reasoning are in docs/performance.md ("Grain size"). TESSERA_CPU_GRAIN (read
+// at plugin load) overrides the rule for measurements: "force1" runs everything on one thread, "off"
+// splits every loop that can be split and gives oneDNN all threads; anything else (or unset) keeps
+// the rule.
 enum class OpKind : uint8_t {
   Elementwise,     // add, mul, where, comparisons: a few cycles per element
   Transcendental,  // exp, sigmoid, gelu, tanh: tens of cycles per element
@@ -95,9 +96,12 @@ inline int64_t work_product(std::initializer_list<int64_t> factors) {
 inline int threads_for(OpKind kind, int64_t work) {
   const int all = max_threads();
   switch (grain_mode()) {
-    case GrainMode::Force1: return 1;
-    case GrainMode::Off: return all;
-    case GrainMode::Rule: break;
+    case GrainMode::Force1:
+      return 1;
+    case GrainMode::Off:
+      return all;
+    case GrainMode::Rule:
+      break;
   }
   return work >= 2 * grain(kind) ? all : 1;
 }
@@ -121,8 +125,10 @@ class OmpThreadScope {
   explicit OmpThreadScope(int threads) {
 #ifdef _OPENMP
     saved_ = omp_get_max_threads();
-    if (threads >= 1 && threads < saved_) omp_set_num_threads(threads);
-    else saved_ = 0;
+    if (threads >= 1 && threads < saved_)
+      omp_set_num_threads(threads);
+    else
+      saved_ = 0;
 #else
     (void)threads;
 #endif
