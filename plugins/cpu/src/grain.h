@@ -30,8 +30,8 @@ namespace tessera::cpu {
 // which times each kind on one thread and on all threads; the table, the date, the load of the
 // machine and the reasoning are in docs/performance.md ("Grain size"). TESSERA_CPU_GRAIN (read
 // at plugin load) overrides the rule for measurements: "force1" runs everything on one thread, "off"
-// splits every loop that can be split and gives oneDNN all threads; anything else (or unset) keeps
-// the rule.
+// splits every loop that can be split and gives oneDNN all threads; unset keeps the rule, and any
+// other value keeps it with a warning under TESSERA_LOG=cpu.
 enum class OpKind : uint8_t {
   Elementwise,     // add, mul, where, comparisons: a few cycles per element
   Transcendental,  // exp, sigmoid, gelu, tanh: tens of cycles per element
@@ -67,10 +67,12 @@ inline std::atomic<int> grain_mode_value{int(GrainMode::Rule)};
 inline GrainMode grain_mode() { return GrainMode(detail::grain_mode_value.load(std::memory_order_relaxed)); }
 
 // Sets the mode from TESSERA_CPU_GRAIN's value ("force1", "off"; anything else or null: the rule).
-inline void set_grain_mode(const char* value) {
+// Returns false for a value that is none of those (the rule applies; the caller warns).
+inline bool set_grain_mode(const char* value) {
   const std::string_view v = value ? value : "";
   const GrainMode m = v == "force1" ? GrainMode::Force1 : v == "off" ? GrainMode::Off : GrainMode::Rule;
   detail::grain_mode_value.store(int(m), std::memory_order_relaxed);
+  return v.empty() || m != GrainMode::Rule;
 }
 
 inline int max_threads() {
