@@ -228,7 +228,9 @@ void flash_attention(const SdpaProblem& p) {
   const int64_t e = p.e, ev = p.ev;
   const int64_t ld = (p.s + 15) / 16 * 16;
   const int64_t per_thread = e * ld + p.s * ev + kBlockQ * e + kBlockQ * kBlockK + kBlockQ * ev + 2 * kBlockQ + 64;
-  const int threads = in_parallel_region() ? 1 : int(std::max<int64_t>(1, std::min<int64_t>(max_threads(), tasks)));
+  const int64_t work = work_product({2, p.total, p.l, p.s, e + ev});  // Note [Grain size]
+  const int threads =
+      in_parallel_region() ? 1 : int(std::clamp<int64_t>(tasks, 1, threads_for(OpKind::Sdpa, work)));
   Buffer<float> workspace(per_thread * threads);
   auto thread_state = [&](int t) {
     FlashThread st;

@@ -42,14 +42,14 @@ void rms_norm_row_f64(const double* x, double* y, int64_t n, const double* w, do
 // rows are the columns of [outer, n, inner] slabs, gathered with stride `inner`). f32 rows run in
 // place on the tensors; other dtypes go through a per-thread f32 row buffer.
 template <typename F32Fn, typename F64Fn>
-void for_rows(const tessera_tensor_t* x, const tessera_tensor_t* y, int64_t outer, int64_t n, int64_t inner,
-              F32Fn f32fn, F64Fn f64fn) {
+void for_rows(OpKind kind, const tessera_tensor_t* x, const tessera_tensor_t* y, int64_t outer, int64_t n,
+              int64_t inner, F32Fn f32fn, F64Fn f64fn) {
   const int64_t rows = outer * inner;
   if (rows == 0 || n == 0) return;
   const size_t xs = sdk::dtype_size(x->dtype), ys = sdk::dtype_size(y->dtype);
   const char* xb = static_cast<const char*>(x->data) + x->byte_offset;
   char* yb = static_cast<char*>(y->data) + y->byte_offset;
-  const int64_t grain = std::max<int64_t>(1, (int64_t(1) << 15) / n);
+  const int64_t grain = grain_items(kind, n);
   const bool f64 = x->dtype == TESSERA_DTYPE_FLOAT64 && y->dtype == TESSERA_DTYPE_FLOAT64;
   const bool f32 = x->dtype == TESSERA_DTYPE_FLOAT32 && y->dtype == TESSERA_DTYPE_FLOAT32 && inner == 1;
   parallel_for(0, rows, grain, [&](int64_t b, int64_t e) {
@@ -123,11 +123,15 @@ void softmax_common(const KernelCall& call, bool log) {
   for (int d = int(dim) + 1; d < ndim; ++d) inner *= x->sizes[d];
   const NnIsaTable& isa = nn_isa();
   if (log) {
-    for_rows(x, out.target, outer, n, inner, [&](const float* a, float* b) { isa.log_softmax_row(a, b, n); },
-             [&](const double* a, double* b) { softmax_row_f64(a, b, n, true); });
+    for_rows(
+        OpKind::Softmax, x, out.target, outer, n, inner,
+        [&](const float* a, float* b) { isa.log_softmax_row(a, b, n); },
+        [&](const double* a, double* b) { softmax_row_f64(a, b, n, true); });
   } else {
-    for_rows(x, out.target, outer, n, inner, [&](const float* a, float* b) { isa.softmax_row(a, b, n); },
-             [&](const double* a, double* b) { softmax_row_f64(a, b, n, false); });
+    for_rows(
+        OpKind::Softmax, x, out.target, outer, n, inner,
+        [&](const float* a, float* b) { isa.softmax_row(a, b, n); },
+        [&](const double* a, double* b) { softmax_row_f64(a, b, n, false); });
   }
   out.finish();
 }
@@ -198,15 +202,18 @@ void layer_norm_kernel(const KernelCall& call) {
     Buffer<double> wb, bb;
     const double* w = param<double>(call, 1, n, "weight", wb);
     const double* b = param<double>(call, 2, n, "bias", bb);
-    for_rows(x, out.target, rows, n, 1, [](const float*, float*) {},
-             [&](const double* a, double* y) { layer_norm_row_f64(a, y, n, w, b, eps); });
+    for_rows(
+        OpKind::Normalization, x, out.target, rows, n, 1, [](const float*, float*) {},
+        [&](const double* a, double* y) { layer_norm_row_f64(a, y, n, w, b, eps); });
   } else {
     Buffer<float> wb, bb;
     const float* w = param<float>(call, 1, n, "weight", wb);
     const float* b = param<float>(call, 2, n, "bias", bb);
     const NnIsaTable& isa = nn_isa();
-    for_rows(x, out.target, rows, n, 1, [&](const float* a, float* y) { isa.layer_norm_row(a, y, n, w, b, float(eps)); },
-             [](const double*, double*) {});
+    for_rows(
+        OpKind::Normalization, x, out.target, rows, n, 1,
+        [&](const float* a, float* y) { isa.layer_norm_row(a, y, n, w, b, float(eps)); },
+        [](const double*, double*) {});
   }
   out.finish();
 }
@@ -230,14 +237,17 @@ void rms_norm_kernel(const KernelCall& call) {
   if (x->dtype == TESSERA_DTYPE_FLOAT64 && out.target->dtype == TESSERA_DTYPE_FLOAT64) {
     Buffer<double> wb;
     const double* w = param<double>(call, 1, n, "weight", wb);
-    for_rows(x, out.target, rows, n, 1, [](const float*, float*) {},
-             [&](const double* a, double* y) { rms_norm_row_f64(a, y, n, w, eps); });
+    for_rows(
+        OpKind::Normalization, x, out.target, rows, n, 1, [](const float*, float*) {},
+        [&](const double* a, double* y) { rms_norm_row_f64(a, y, n, w, eps); });
   } else {
     Buffer<float> wb;
     const float* w = param<float>(call, 1, n, "weight", wb);
     const NnIsaTable& isa = nn_isa();
-    for_rows(x, out.target, rows, n, 1, [&](const float* a, float* y) { isa.rms_norm_row(a, y, n, w, float(eps)); },
-             [](const double*, double*) {});
+    for_rows(
+        OpKind::Normalization, x, out.target, rows, n, 1,
+        [&](const float* a, float* y) { isa.rms_norm_row(a, y, n, w, float(eps)); },
+        [](const double*, double*) {});
   }
   out.finish();
 }

@@ -207,6 +207,13 @@ void key_append(std::string& key, const MatOperand& op) {
   key_append(key, &dt, sizeof(dt));
 }
 
+// The OpenMP thread count the primitive is created for (Note [Grain size]): oneDNN plans its blocking
+// and its team at creation, so a primitive made for one thread is a different primitive.
+void key_append_threads(std::string& key) {
+  const int threads = max_threads();
+  key_append(key, &threads, sizeof(threads));
+}
+
 memory::desc md_of(const MatOperand& op) {
   return memory::desc(memory::dims(op.dims, op.dims + op.nd), op.dt, memory::dims(op.strides, op.strides + op.nd));
 }
@@ -543,6 +550,7 @@ bool run_prepacked(const MatOperand& a, const MatOperand& b, const MatOperand& c
   if (bias) key_append(key, *bias);
   key_append(key, &scale, sizeof(scale));
   key_append(key, epilogue);
+  key_append_threads(key);
   auto prim = cache().get(key, [&] {
     dnnl::primitive_attr attr;
     attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
@@ -587,6 +595,9 @@ void onednn_matmul(const MatOperand& a, const MatOperand& b, const MatOperand& c
       return onednn_matmul(full, b, c, bias, scale, epilogue);
     }
   }
+  int64_t flops = work_product({2, a.dims[a.nd - 1]});
+  for (int d = 0; d < c.nd; ++d) flops = work_product({flops, c.dims[d]});
+  const OmpThreadScope threads(threads_for(OpKind::Matmul, flops));
   if (b.version != 0 && c.nd == 2 && WeightCache::limit_bytes() > 0 && run_prepacked(a, b, c, bias, scale, epilogue))
     return;
   std::string key = "matmul";
@@ -596,6 +607,7 @@ void onednn_matmul(const MatOperand& a, const MatOperand& b, const MatOperand& c
   if (bias) key_append(key, *bias);
   key_append(key, &scale, sizeof(scale));
   key_append(key, epilogue);
+  key_append_threads(key);
   auto prim = cache().get(key, [&] {
     dnnl::primitive_attr attr;
     attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
@@ -933,6 +945,8 @@ void conv2d_impl(const KernelCall& call, MatEpilogue::Activation activation) {
     epilogue.activation = activation;
     const MatEpilogue* fused = activation != MatEpilogue::Activation::None ? &epilogue : nullptr;
     key_append(key, fused);
+    const OmpThreadScope threads(threads_for(OpKind::Conv, work_product({2, nb, oc, oh, ow, c / g, kh, kw})));
+    key_append_threads(key);
     auto prim = cache().get(key, [&] {
       dnnl::primitive_attr attr;
       attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);

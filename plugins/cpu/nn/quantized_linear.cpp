@@ -285,6 +285,9 @@ void run_qlinear(const tessera_tensor_t* x_u8, const PackHeader& h, const char* 
   key_value(key, bias != nullptr);
   key_append(key, &h.weights_md, sizeof(h.weights_md));
   key_append(key, scales.get(), size_t(n) * 4);
+  // Note [Grain size]: small products are created and run for the calling thread alone.
+  const OmpThreadScope threads(threads_for(OpKind::Matmul, work_product({2, m, k, n})));
+  key_value(key, max_threads());
   auto prim = qcache().get(key, [&] {
     const auto attr = qlinear_attr(scales.get(), n, requantise, relu);
     auto pd = qlinear_pd(m, k, n, packed, bias != nullptr, out_dt, attr);
@@ -533,6 +536,8 @@ void qconv_kernel(const KernelCall& call) {
   key_append(key, geo, sizeof(geo));
   key_value(key, sum_scale);
   key_append(key, scales.get(), size_t(oc) * 4);
+  const OmpThreadScope threads(threads_for(OpKind::Conv, work_product({2, nb, oc, oh, ow, c / g, kh, kw})));
+  key_value(key, max_threads());
   auto prim = qcache().get(key, [&] {
     dnnl::primitive_attr attr;
     attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "grain.h"
 #include "tessera/float16.h"
 #include "tessera/sdk.hpp"
 
@@ -180,9 +181,12 @@ struct StridedLoop {
   }
 };
 
-// Runs `inner` over the loop, in parallel when numel >= grain (elements per thread).
+// Runs `inner` over the loop, in parallel when numel >= 2 * grain (elements per thread).
 template <typename F>
 void for_each(const StridedLoop& loop, int64_t grain, F inner);
+// The same with the grain of an op kind (Note [Grain size]).
+template <typename F>
+void for_each(const StridedLoop& loop, OpKind kind, F inner);
 
 }  // namespace tessera::cpu
 
@@ -195,5 +199,9 @@ void for_each(const StridedLoop& loop, int64_t grain, F inner) {
     F local = inner;
     loop.run_range(b, e, local);
   });
+}
+template <typename F>
+void for_each(const StridedLoop& loop, OpKind kind, F inner) {
+  for_each(loop, grain(kind), std::move(inner));
 }
 }  // namespace tessera::cpu

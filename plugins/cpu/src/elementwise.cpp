@@ -11,7 +11,6 @@ namespace tessera::cpu {
 namespace {
 
 constexpr int64_t kChunk = 256;        // elements per float staging buffer
-constexpr int64_t kGrain = 32768;      // elements per thread, below which loops stay serial
 
 // --------------------------------------------------------------------------- float staging
 
@@ -157,7 +156,7 @@ void binary_run(const KernelCall& c, BinaryOp op, const tessera_tensor_t* a_in, 
     if constexpr (std::is_same_v<T, float> || std::is_same_v<T, bf16_t> || std::is_same_v<T, f16_t>) {
       const BinaryF32 fn = vk.binary_f32[int(op)];
       const float alpha = float(alpha_d);
-      for_each(loop, kGrain, [&](char** p, const int64_t* st, int64_t n) {
+      for_each(loop, OpKind::Elementwise, [&](char** p, const int64_t* st, int64_t n) {
         const bool direct = std::is_same_v<T, float> && st[0] == 4 && (st[1] == 0 || st[1] == 4) &&
                             (st[2] == 0 || st[2] == 4);
         if (direct) {
@@ -177,7 +176,7 @@ void binary_run(const KernelCall& c, BinaryOp op, const tessera_tensor_t* a_in, 
       });
     } else if constexpr (std::is_same_v<T, double>) {
       const BinaryF64 fn = vk.binary_f64[int(op)];
-      for_each(loop, kGrain, [&](char** p, const int64_t* st, int64_t n) {
+      for_each(loop, OpKind::Elementwise, [&](char** p, const int64_t* st, int64_t n) {
         if (st[0] == 8 && (st[1] == 0 || st[1] == 8) && (st[2] == 0 || st[2] == 8)) {
           fn(reinterpret_cast<const double*>(p[1]), st[1] / 8, reinterpret_cast<const double*>(p[2]), st[2] / 8,
              reinterpret_cast<double*>(p[0]), n, alpha_d);
@@ -190,7 +189,7 @@ void binary_run(const KernelCall& c, BinaryOp op, const tessera_tensor_t* a_in, 
       });
     } else {
       // integers and bool: compute in int64
-      for_each(loop, kGrain, [&](char** p, const int64_t* st, int64_t n) {
+      for_each(loop, OpKind::Elementwise, [&](char** p, const int64_t* st, int64_t n) {
         for (int64_t i = 0; i < n; ++i) {
           const int64_t x = load_operand_int<T>(native_a, p[1] + i * st[1]);
           const int64_t y = load_operand_int<T>(native_b, p[2] + i * st[2]);
@@ -312,7 +311,7 @@ tessera_status_t compare_kernel(void* user_data, const tessera_kernel_call_t* ca
     visit(cd, [&](auto tag) {
       using T = decltype(tag);
       using A = acc_t<T>;
-      for_each(loop, kGrain, [&](char** p, const int64_t* st, int64_t n) {
+      for_each(loop, OpKind::Elementwise, [&](char** p, const int64_t* st, int64_t n) {
         for (int64_t i = 0; i < n; ++i) {
           const A x = Elem<T>::load(reinterpret_cast<const T*>(p[1] + i * st[1]));
           const A y = Elem<T>::load(reinterpret_cast<const T*>(p[2] + i * st[2]));
@@ -339,7 +338,7 @@ template <> struct Word<8> { using type = uint64_t; };
 template <int Bytes>
 void where_loop(const StridedLoop& loop) {
   using W = typename Word<Bytes>::type;
-  for_each(loop, kGrain, [](char** p, const int64_t* st, int64_t n) {
+  for_each(loop, OpKind::Elementwise, [](char** p, const int64_t* st, int64_t n) {
     for (int64_t i = 0; i < n; ++i) {
       const bool cnd = *reinterpret_cast<const uint8_t*>(p[1] + i * st[1]) != 0;
       W v;
@@ -446,7 +445,7 @@ void unary_run(const KernelCall& c, UnaryOp op) {
     using T = decltype(tag);
     if constexpr (std::is_same_v<T, float> || std::is_same_v<T, bf16_t> || std::is_same_v<T, f16_t>) {
       const UnaryF32 fn = vk.unary_f32[int(op)];
-      for_each(loop, kGrain / 4, [&](char** p, const int64_t* st, int64_t n) {
+      for_each(loop, OpKind::Transcendental, [&](char** p, const int64_t* st, int64_t n) {
         if (std::is_same_v<T, float> && st[0] == 4 && st[1] == 4) {
           fn(reinterpret_cast<const float*>(p[1]), reinterpret_cast<float*>(p[0]), n);
           return;
@@ -465,13 +464,13 @@ void unary_run(const KernelCall& c, UnaryOp op) {
         }
       });
     } else if constexpr (std::is_same_v<T, double>) {
-      for_each(loop, kGrain / 4, [&](char** p, const int64_t* st, int64_t n) {
+      for_each(loop, OpKind::Transcendental, [&](char** p, const int64_t* st, int64_t n) {
         for (int64_t i = 0; i < n; ++i)
           *reinterpret_cast<double*>(p[0] + i * st[0]) =
               unary_double(op, *reinterpret_cast<const double*>(p[1] + i * st[1]));
       });
     } else {
-      for_each(loop, kGrain, [&](char** p, const int64_t* st, int64_t n) {
+      for_each(loop, OpKind::Elementwise, [&](char** p, const int64_t* st, int64_t n) {
         for (int64_t i = 0; i < n; ++i)
           Elem<T>::store(reinterpret_cast<T*>(p[0] + i * st[0]),
                          unary_int(op, Elem<T>::load(reinterpret_cast<const T*>(p[1] + i * st[1]))));

@@ -6,19 +6,9 @@
 #include <cstdint>
 #include <exception>
 
-#ifdef _OPENMP
-#include <omp.h>
-#endif
+#include "grain.h"
 
 namespace tessera::cpu {
-
-inline int max_threads() {
-#ifdef _OPENMP
-  return omp_get_max_threads();
-#else
-  return 1;
-#endif
-}
 
 inline bool in_parallel_region() {
 #ifdef _OPENMP
@@ -58,16 +48,18 @@ void run_chunks(int64_t begin, int64_t end, int64_t step, int64_t chunks, int te
 }  // namespace detail
 
 namespace detail {
-// The shared front of both loops: serial below 2*grain, with one thread, or inside a parallel
-// region; otherwise a static plan (one chunk per thread) or a dynamic one (about 8 chunks per
+// The shared front of both loops: serial below 2*grain (Note [Grain size]; TESSERA_CPU_GRAIN=force1
+// makes every loop serial, =off splits every loop of two or more elements), with one thread, or
+// inside a parallel region; otherwise a static plan (one chunk per thread) or a dynamic one (about 8 chunks per
 // thread, multiples of 64 elements, handed to whichever thread is free).
 template <bool Dynamic, typename F>
 void parallel_loop(int64_t begin, int64_t end, int64_t grain, F& f) {
   const int64_t n = end - begin;
   if (n <= 0) return;
-  if (grain < 1) grain = 1;
+  const GrainMode mode = grain_mode();
+  if (grain < 1 || mode == GrainMode::Off) grain = 1;
   const int threads = max_threads();
-  if (n < 2 * grain || threads <= 1 || in_parallel_region()) {
+  if (mode == GrainMode::Force1 || n < 2 * grain || threads <= 1 || in_parallel_region()) {
     f(begin, end);
     return;
   }

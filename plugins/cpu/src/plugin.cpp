@@ -215,6 +215,19 @@ void init_capability(const sdk::Host& host) {
                (f.avx512bf16 ? ", avx512_bf16 present" : ""));
 }
 
+// TESSERA_CPU_GRAIN (Note [Grain size] in src/grain.h): a forced mode is logged, an unknown value
+// warned about and ignored.
+void init_grain_mode(const sdk::Host& host) {
+  const char* env = host.getenv("TESSERA_CPU_GRAIN");
+  if (!set_grain_mode(env))
+    sdk::log(TESSERA_LOG_WARNING, "cpu",
+             std::string("TESSERA_CPU_GRAIN='") + env +
+                 "' is not a known mode; expected 'force1' or 'off'; using the grain rule");
+  else if (env && *env)
+    sdk::log(TESSERA_LOG_INFO, "cpu",
+             std::string("TESSERA_CPU_GRAIN=") + env + ": the grain-size rule is overridden");
+}
+
 // Note [libgomp stays loaded]
 // OpenMP's worker threads outlive the parallel regions that started them and sleep inside libgomp.
 // Unloading this plugin would unload libgomp with them (nothing else holds it) and leave those
@@ -237,6 +250,7 @@ TESSERA_PLUGIN_ENTRY(&tessera::cpu::g_plugin) {
   using namespace tessera::cpu;
   pin_openmp_runtime();
   init_capability(host);
+  init_grain_mode(host);
   Registrar r(host);
   register_creation_kernels(r);
   register_elementwise_kernels(r);

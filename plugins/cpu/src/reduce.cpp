@@ -119,7 +119,7 @@ void reduce_general(ReduceOp op, const tessera_tensor_t* x, const tessera_tensor
   TESSERA_SDK_CHECK(nred > 0 || op == ReduceOp::Sum || op == ReduceOp::Prod || op == ReduceOp::Mean ||
                         op == ReduceOp::Var,
                     "cannot compute amax/amin over an empty dimension; the reduction has no identity");
-  const int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(nred, 1));
+  const int64_t grain = grain_items(OpKind::Reduction, nred);
   parallel_for(0, nout, grain, [&](int64_t b, int64_t e) {
     for (int64_t o = b; o < e; ++o) {
       int64_t rem = o, xoff = 0, ooff = 0;
@@ -230,10 +230,9 @@ bool reduce_fast(ReduceOp op, const tessera_tensor_t* x, const tessera_tensor_t*
   if (inner == 1) {
     if (outer == 1 && (op == ReduceOp::Sum || op == ReduceOp::Mean)) {
       // one long row: partial sums per thread
-      const int nt = max_threads();
+      const int nt = threads_for(OpKind::Reduction, red);
       std::vector<double> partial(size_t(nt) * 8, 0.0);
-      const int64_t grain = 1 << 16;
-      const int64_t chunks = std::max<int64_t>(1, std::min<int64_t>(nt, red / grain));
+      const int64_t chunks = std::max<int64_t>(1, std::min<int64_t>(nt, red / grain_items(OpKind::Reduction, 1)));
       const int64_t step = (red + chunks - 1) / chunks;
       parallel_for(0, chunks, 1, [&](int64_t b, int64_t e) {
         for (int64_t ch = b; ch < e; ++ch) {
@@ -247,7 +246,7 @@ bool reduce_fast(ReduceOp op, const tessera_tensor_t* x, const tessera_tensor_t*
       op_[0] = T(total * scale);
       return true;
     }
-    parallel_for(0, outer, std::max<int64_t>(1, 32768 / red), [&](int64_t b, int64_t e) {
+    parallel_for(0, outer, grain_items(OpKind::Reduction, red), [&](int64_t b, int64_t e) {
       for (int64_t o = b; o < e; ++o) {
         const T* row = xp + o * red;
         if constexpr (std::is_same_v<T, float>) {
@@ -265,7 +264,7 @@ bool reduce_fast(ReduceOp op, const tessera_tensor_t* x, const tessera_tensor_t*
   // column sums: for each outer block, acc[inner] += rows
   const int64_t ib = 4096;
   const int64_t nblocks = (inner + ib - 1) / ib;
-  parallel_for(0, outer * nblocks, std::max<int64_t>(1, 32768 / (red * std::min(ib, inner))), [&](int64_t b, int64_t e) {
+  parallel_for(0, outer * nblocks, grain_items(OpKind::Reduction, red * std::min(ib, inner)), [&](int64_t b, int64_t e) {
     std::vector<double> acc(size_t(std::min(ib, inner)));
     for (int64_t t = b; t < e; ++t) {
       const int64_t o = t / nblocks, i0 = (t % nblocks) * ib, n = std::min(ib, inner - i0);
@@ -351,7 +350,7 @@ tessera_status_t argmax_kernel(void*, const tessera_kernel_call_t* call) {
       using T = decltype(tag);
       using A = acc_t<T>;
       const T* xp = reinterpret_cast<const T*>(xbase);
-      parallel_for(0, outer * inner, std::max<int64_t>(1, 32768 / red), [&](int64_t b, int64_t e) {
+      parallel_for(0, outer * inner, grain_items(OpKind::Reduction, red), [&](int64_t b, int64_t e) {
         for (int64_t t = b; t < e; ++t) {
           const int64_t o = t / inner, i = t % inner;
           const T* p = xp + o * xs_outer + i;
