@@ -35,6 +35,13 @@ struct NnIsaTable {
   float (*exp_sub_sum)(float* x, int64_t n, float m);
   // x[i] *= s.
   void (*scale_row)(float* x, int64_t n, float s);
+  // One online-softmax step of flash attention (Note [Flash attention on the CPU] in attention.cpp)
+  // over the scores s[m][n] (row stride lds), in place. Per row r: m' = max(mrow[r], max of the row)
+  // (NaN-propagating, Note [NaN in row maxima]); the row becomes exp(s - m') (exactly 0 where
+  // s - m' < -87.3, never a denormal); alpha[r] = exp(mrow[r] - m'); lrow[r] = lrow[r] * alpha[r] +
+  // sum of the row; mrow[r] = m'. A row whose m' is still -inf (every key so far masked out) becomes
+  // 0 with alpha[r] = 1 and mrow[r], lrow[r] unchanged.
+  void (*flash_softmax_rows)(float* s, int64_t lds, int64_t m, int64_t n, float* mrow, float* lrow, float* alpha);
   // One [h, w] -> [oh, ow] plane of max pooling (NaN propagates) or average pooling (zero padding
   // counted in the divisor, PyTorch's count_include_pad=True), in f32.
   void (*pool_plane_f32)(const float* in, float* out, const PoolGeometry* g, int is_max);
