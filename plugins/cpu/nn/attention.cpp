@@ -273,7 +273,8 @@ void flash_attention(const SdpaProblem& p) {
     return st;
   };
   auto pack = [&](FlashThread& st, int64_t ok, int64_t ov) {
-    float row[kPanel];
+    constexpr int64_t kRow = 256;  // features converted per load_f32 call
+    float row[kRow];
     for (int64_t j = 0; j < s; ++j) {
       float* kcol = st.kp + (j / kPanel) * e * kPanel + j % kPanel;
       const char* kr = p.k + (ok + j * p.k_ss) * isz;
@@ -281,16 +282,21 @@ void flash_attention(const SdpaProblem& p) {
         const float* src = reinterpret_cast<const float*>(kr);
         for (int64_t c = 0; c < e; ++c) kcol[c * kPanel] = src[c];
       } else {
-        for (int64_t c = 0; c < e; c += kPanel) {
-          const int64_t w = std::min(kPanel, e - c);
+        for (int64_t c = 0; c < e; c += kRow) {
+          const int64_t w = std::min(kRow, e - c);
           load_f32(kr + c * p.k_se * isz, p.dt, w, p.k_se, row);
           for (int64_t x = 0; x < w; ++x) kcol[(c + x) * kPanel] = row[x];
         }
       }
       if (v_direct) continue;
       const char* vr = p.v + (ov + j * p.v_ss) * isz;
-      for (int64_t c = 0; c < ev; c += kPanel)
-        load_f32(vr + c * p.v_se * isz, p.dt, std::min(kPanel, ev - c), p.v_se, st.vp + (c / kPanel) * s * kPanel + j * kPanel);
+      for (int64_t c = 0; c < ev; c += kRow) {
+        const int64_t w = std::min(kRow, ev - c);
+        load_f32(vr + c * p.v_se * isz, p.dt, w, p.v_se, row);
+        for (int64_t x = 0; x < w; x += kPanel)
+          std::memcpy(st.vp + ((c + x) / kPanel) * s * kPanel + j * kPanel, row + x,
+                      size_t(std::min(kPanel, w - x)) * sizeof(float));
+      }
     }
     // Zero the padding keys of the last K panel (the GEMM masks them out; no stale NaN is read).
     for (int64_t j = s; j < s_pad; ++j)
