@@ -255,8 +255,8 @@ void flash_attention(const SdpaProblem& p) {
   const bool k_direct = p.dt == TESSERA_DTYPE_FLOAT32 && p.k_se == 1;
   const bool v_direct = p.dt == TESSERA_DTYPE_FLOAT32 && p.v_se == 1 && p.v_ss == ev;
   const int64_t kp_size = checked_mul_add(e, s_pad, 0), vp_size = v_direct ? 0 : checked_mul_add(ev_pad, s, 0);
-  const int64_t per_thread =
-      checked_mul_add(kBlockQ, e + kBlockK + ev + 3, checked_mul_add(1, kp_size, vp_size + 64));
+  const int64_t blocks_size = checked_mul_add(kBlockQ, e + kBlockK + ev + 3, 64);
+  const int64_t per_thread = checked_mul_add(1, checked_mul_add(1, kp_size, vp_size), blocks_size);
   const int threads = in_parallel_region() ? 1 : int(std::max<int64_t>(1, std::min<int64_t>(max_threads(), tasks)));
   Buffer<float> workspace(checked_mul_add(per_thread, threads, 0));
   auto thread_state = [&](int t) {
