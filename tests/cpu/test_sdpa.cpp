@@ -279,6 +279,11 @@ TEST(CpuSdpa, F32KeyAndValueNotInDenseRows) {
     EXPECT_TRUE(close(flash, want, attn_tol(kFloat32), causal ? "strided k/v causal" : "strided k/v"));
     const Ref dense = read(scaled_dot_product_attention(q, k.contiguous(), v.contiguous(), std::nullopt, causal));
     EXPECT_TRUE(close(flash, dense.v, attn_tol(kFloat32), "strided vs dense k/v"));
+    // Key rows contiguous but H * E floats apart (heads split out of [B, S, H, E]).
+    Tensor k2 = random_tensor({2, 270, 3, 40}, kFloat32).transpose(1, 2);
+    Tensor flash2 = scaled_dot_product_attention(q, k2, v, std::nullopt, causal);
+    const auto want2 = ref_sdpa(q, k2, v, std::nullopt, causal, std::nullopt, os);
+    EXPECT_TRUE(close(flash2, want2, attn_tol(kFloat32), causal ? "head-split k causal" : "head-split k"));
   }
 }
 

@@ -275,13 +275,14 @@ void flash_attention(const SdpaProblem& p) {
   auto pack = [&](FlashThread& st, int64_t ok, int64_t ov) {
     constexpr int64_t kRow = 256;  // features converted per load_f32 call
     float row[kRow];
+    if (k_direct)
+      for (int64_t j0 = 0; j0 < s; j0 += kPanel)
+        isa.pack_panel_f32(reinterpret_cast<const float*>(p.k) + ok + j0 * p.k_ss, p.k_ss, std::min(kPanel, s - j0), e,
+                           st.kp + (j0 / kPanel) * e * kPanel);
     for (int64_t j = 0; j < s; ++j) {
       float* kcol = st.kp + (j / kPanel) * e * kPanel + j % kPanel;
       const char* kr = p.k + (ok + j * p.k_ss) * isz;
-      if (k_direct) {
-        const float* src = reinterpret_cast<const float*>(kr);
-        for (int64_t c = 0; c < e; ++c) kcol[c * kPanel] = src[c];
-      } else {
+      if (!k_direct) {
         for (int64_t c = 0; c < e; c += kRow) {
           const int64_t w = std::min(kRow, e - c);
           load_f32(kr + c * p.k_se * isz, p.dt, w, p.k_se, row);

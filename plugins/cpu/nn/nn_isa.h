@@ -29,6 +29,9 @@ struct NnIsaTable {
   // C[M,N] (+)= A[M,K] * B[K,N], all row-major f32 with leading dimensions; accumulate=0 overwrites.
   void (*gemm_f32)(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
                    int64_t ldb, float* c, int64_t ldc, int accumulate);
+  // One 32-column panel of a transposed matrix: dst[c * 32 + r] = src[r * lds + c] for r < rows
+  // (rows <= 32) and c < cols; dst[c * 32 + r] = 0 for rows <= r < 32.
+  void (*pack_panel_f32)(const float* src, int64_t lds, int64_t rows, int64_t cols, float* dst);
   // Max of x[0..n) (-inf when n == 0).
   float (*row_max)(const float* x, int64_t n);
   // x[i] = exp(x[i] - m) in place; returns the sum.
