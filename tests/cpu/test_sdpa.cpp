@@ -232,6 +232,79 @@ TEST(CpuSdpa, Bf16OddHeadDimsStridedAndExpandedOperands) {
   }
 }
 
+// Edges of the flash kernel's blocking (64 queries, 256 keys, key and value panels of 32 columns):
+// one query, one key, lengths one past a block, head dims that are not multiples of 16 or cross a
+// panel.
+TEST(CpuSdpa, BlockingEdges) {
+  for (DType d : {kFloat32, kBFloat16}) {
+    run_case(Case({1, 1, 1, 16}, {1, 1, 1, 16}, {1, 1, 1, 16}), d);          // L = S = 1
+    run_case(Case({2, 1, 20}, {2, 1, 20}, {2, 1, 12}), d);                    // L = S = 1, 3-D
+    run_case(Case({1, 2, 1, 24}, {1, 2, 300, 24}, {1, 2, 300, 24}), d);       // L = 1
+    run_case(Case({1, 2, 300, 20}, {1, 2, 1, 20}, {1, 2, 1, 12}), d);         // S = 1
+    run_case(Case({1, 3, 65, 33}, {1, 3, 33, 33}, {1, 3, 33, 40}), d);        // E = 33, Ev = 40
+    run_case(Case({1, 2, 129, 16}, {1, 2, 257, 16}, {1, 2, 257, 72}), d);     // S = 257, Ev = 72
+    run_case(Case({1, 1, 64, 64}, {1, 1, 512, 64}, {1, 1, 512, 64}), d);      // exact multiples
+    run_case(Case({1, 2, 70, 8}, {1, 2, 31, 8}, {1, 2, 31, 5}), d);           // S < one panel
+  }
+}
+
+TEST(CpuSdpa, CausalWithUnequalLengths) {
+  // Top-left aligned: query i sees keys j <= i; with L > S the rows i >= S - 1 see every key.
+  for (DType d : kAttnTypes) {
+    run_case(Case({1, 2, 40, 24}, {1, 2, 300, 24}, {1, 2, 300, 24}, true), d);   // L < S
+    run_case(Case({1, 2, 300, 24}, {1, 2, 40, 24}, {1, 2, 40, 24}, true), d);    // L > S
+    run_case(Case({1, 1, 257, 20}, {1, 1, 31, 20}, {1, 1, 31, 12}, true), d);    // L > S, odd blocks
+    run_case(Case({1, 1, 1, 16}, {1, 1, 5, 16}, {1, 1, 5, 16}, true), d);        // L = 1: key 0 only
+  }
+}
+
+TEST(CpuSdpa, ManyHeadsFewRows) {
+  for (DType d : {kFloat32, kBFloat16}) {
+    run_case(Case({3, 16, 3, 24}, {3, 16, 5, 24}, {3, 16, 5, 24}), d);
+    run_case(Case({2, 24, 2, 40}, {2, 24, 2, 40}, {2, 24, 2, 40}, true), d);
+  }
+}
+
+TEST(CpuSdpa, F32KeyAndValueNotInDenseRows) {
+  SCOPED_TRACE(seed_trace());
+  // A key whose features are strided (a transposed [E, S] tensor) and a value viewed out of
+  // [B, S, H, Ev] memory: the packed path, against the dense operands' direct one.
+  for (bool causal : {false, true}) {
+    Tensor q = random_tensor({2, 3, 90, 40}, kFloat32);
+    Tensor k = random_tensor({2, 3, 40, 270}, kFloat32).transpose(2, 3);
+    Tensor v = random_tensor({2, 270, 3, 36}, kFloat32).transpose(1, 2);
+    Tensor flash = scaled_dot_product_attention(q, k, v, std::nullopt, causal);
+    std::vector<int64_t> os(flash.sizes().begin(), flash.sizes().end());
+    const auto want = ref_sdpa(q, k, v, std::nullopt, causal, std::nullopt, os);
+    EXPECT_TRUE(close(flash, want, attn_tol(kFloat32), causal ? "strided k/v causal" : "strided k/v"));
+    const Ref dense = read(scaled_dot_product_attention(q, k.contiguous(), v.contiguous(), std::nullopt, causal));
+    EXPECT_TRUE(close(flash, dense.v, attn_tol(kFloat32), "strided vs dense k/v"));
+    // Key rows contiguous but H * E floats apart (heads split out of [B, S, H, E]).
+    Tensor k2 = random_tensor({2, 270, 3, 40}, kFloat32).transpose(1, 2);
+    Tensor flash2 = scaled_dot_product_attention(q, k2, v, std::nullopt, causal);
+    const auto want2 = ref_sdpa(q, k2, v, std::nullopt, causal, std::nullopt, os);
+    EXPECT_TRUE(close(flash2, want2, attn_tol(kFloat32), causal ? "head-split k causal" : "head-split k"));
+  }
+}
+
+TEST(CpuSdpa, RowsMaskedOutOfEarlyKeyBlocks) {
+  // Rows whose first key blocks are fully masked: the online softmax starts from -inf there and
+  // picks up at the first live key (key block 2 of 2, and the very last key).
+  const int64_t l = 5, s = 300;
+  for (DType d : {kFloat32, kBFloat16, kFloat64}) {
+    SCOPED_TRACE(seed_trace());
+    std::vector<bool> keep(size_t(l * s), true);
+    for (int64_t j = 0; j < 280; ++j) keep[size_t(1 * s + j)] = false;
+    for (int64_t j = 0; j < s - 1; ++j) keep[size_t(3 * s + j)] = false;
+    const Tensor mask = tensor(keep, {l, s});
+    Tensor q = random_tensor({2, l, 24}, d), k = random_tensor({2, s, 24}, d), v = random_tensor({2, s, 20}, d);
+    Tensor flash = scaled_dot_product_attention(q, k, v, mask);
+    std::vector<int64_t> os(flash.sizes().begin(), flash.sizes().end());
+    const auto want = ref_sdpa(q, k, v, mask, false, std::nullopt, os);
+    EXPECT_TRUE(close(flash, want, attn_tol(d), "masked early blocks " + std::string(dtype_name(d))));
+  }
+}
+
 TEST(CpuSdpa, MaskWithCausalIsAnError) {
   Tensor q = random_tensor({1, 4, 8}, kFloat32);
   EXPECT_THROW(scaled_dot_product_attention(q, q, q, bool_mask({4, 4}), true), Error);

@@ -29,12 +29,22 @@ struct NnIsaTable {
   // C[M,N] (+)= A[M,K] * B[K,N], all row-major f32 with leading dimensions; accumulate=0 overwrites.
   void (*gemm_f32)(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
                    int64_t ldb, float* c, int64_t ldc, int accumulate);
+  // One 32-column panel of a transposed matrix: dst[c * 32 + r] = src[r * lds + c] for r < rows
+  // (rows <= 32) and c < cols; dst[c * 32 + r] = 0 for rows <= r < 32.
+  void (*pack_panel_f32)(const float* src, int64_t lds, int64_t rows, int64_t cols, float* dst);
   // Max of x[0..n) (-inf when n == 0).
   float (*row_max)(const float* x, int64_t n);
   // x[i] = exp(x[i] - m) in place; returns the sum.
   float (*exp_sub_sum)(float* x, int64_t n, float m);
   // x[i] *= s.
   void (*scale_row)(float* x, int64_t n, float s);
+  // One online-softmax step of flash attention (Note [Flash attention on the CPU] in attention.cpp)
+  // over the scores s[m][n] (row stride lds), in place. Per row r: m' = max(mrow[r], max of the row)
+  // (NaN-propagating, Note [NaN in row maxima]); the row becomes exp(s - m') (exactly 0 where
+  // s - m' < -87.3, never a denormal); alpha[r] = exp(mrow[r] - m'); lrow[r] = lrow[r] * alpha[r] +
+  // sum of the row; mrow[r] = m'. A row whose m' is still -inf (every key so far masked out) becomes
+  // 0 with alpha[r] = 1 and mrow[r], lrow[r] unchanged.
+  void (*flash_softmax_rows)(float* s, int64_t lds, int64_t m, int64_t n, float* mrow, float* lrow, float* alpha);
   // One [h, w] -> [oh, ow] plane of max pooling (NaN propagates) or average pooling (zero padding
   // counted in the divisor, PyTorch's count_include_pad=True), in f32.
   void (*pool_plane_f32)(const float* in, float* out, const PoolGeometry* g, int is_max);
