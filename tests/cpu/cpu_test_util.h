@@ -115,6 +115,11 @@ inline Ref read(const Tensor& t) {
       case kBFloat16: { uint16_t b; std::memcpy(&b, p, 2); v = bf16_bits_to_double(b); break; }
       case kFloat32: v = *reinterpret_cast<const float*>(p); break;
       case kFloat64: v = *reinterpret_cast<const double*>(p); break;
+      case kQInt8:
+      case kQUInt8:
+      case kQInt32:
+        ADD_FAILURE() << "reference values of a quantized tensor: dequantize() it first";
+        return r;
     }
     r.v[size_t(i)] = v;
   }
