@@ -362,7 +362,7 @@ void binary_pow(const T* a, int64_t sa, const T* b, int64_t sb, T* out, int64_t 
 // tensors only if it is cheap, so the AVX2 and AVX-512 copies spell it out with intrinsics
 // instead of relying on the vectoriser: the same erfc as erfc_pos_f with the ln2 of Phi = erfc/2
 // folded into the exponent polynomial, 1/(1 + z/2) from the hardware reciprocal estimate and one
-// Newton step (relative error < 1e-7 with rcp14, ~2e-7 with the 12-bit rcpps), z^2 split exactly
+// Newton step in the residual form t + t (1 - d t), which rounds once at the end, z^2 split exactly
 // with an FMA from x, and 2^n applied by ldexp_v (one rounding, also into the subnormals). |x| is
 // clamped at kGeluCut; below -kGeluCut the result is -0, as in gelu_f. NaN propagates through the
 // arithmetic.
@@ -442,7 +442,7 @@ inline vfloat gelu_v(vfloat x) {
 #else
   vfloat t = _mm256_rcp_ps(d);
 #endif
-  t = TESSERA_V(mul_ps)(t, TESSERA_V(fnmadd_ps)(d, t, vset(2.0f)));
+  t = TESSERA_V(fmadd_ps)(t, TESSERA_V(fnmadd_ps)(d, t, vset(1.0f)), t);  // t + t (1 - d t)
   vfloat p = vset(0.17087277f);
   p = TESSERA_V(fmadd_ps)(p, t, vset(-0.82215223f));
   p = TESSERA_V(fmadd_ps)(p, t, vset(1.48851587f));
@@ -537,46 +537,71 @@ inline vfloat gelu_tanh_v(vfloat x) {
 }
 #undef TESSERA_V
 
-// Applies f to every vector of in[0, n) (Note [Streaming stores] for out). Several independent
-// vectors per iteration: each evaluation is one long dependency chain.
+template <bool Stream>
+inline void store_v(float* p, vfloat v) {
+#if defined(__AVX512F__)
+  if constexpr (Stream) _mm512_stream_ps(p, v); else _mm512_storeu_ps(p, v);
+#else
+  if constexpr (Stream) _mm256_stream_ps(p, v); else _mm256_storeu_ps(p, v);
+#endif
+}
+
+// dst[i] = f(src[i]) for i in [0, m); Stream: dst is vector-aligned and m a multiple of kLanes.
+// Several independent vectors per iteration: each evaluation is one long dependency chain.
+template <bool Stream, typename F>
+inline void unary_vec_range(const float* src, float* dst, int64_t m, F f) {
+  int64_t i = 0;
+#if defined(__AVX512F__)
+  for (; i + 4 * kLanes <= m; i += 4 * kLanes) {
+    const vfloat a = f(_mm512_loadu_ps(src + i)), b = f(_mm512_loadu_ps(src + i + kLanes));
+    const vfloat c = f(_mm512_loadu_ps(src + i + 2 * kLanes)), d = f(_mm512_loadu_ps(src + i + 3 * kLanes));
+    store_v<Stream>(dst + i, a);
+    store_v<Stream>(dst + i + kLanes, b);
+    store_v<Stream>(dst + i + 2 * kLanes, c);
+    store_v<Stream>(dst + i + 3 * kLanes, d);
+  }
+  for (; i + kLanes <= m; i += kLanes) store_v<Stream>(dst + i, f(_mm512_loadu_ps(src + i)));
+  if (i < m) {
+    const __mmask16 k = __mmask16((1u << unsigned(m - i)) - 1u);
+    _mm512_mask_storeu_ps(dst + i, k, f(_mm512_maskz_loadu_ps(k, src + i)));
+  }
+#else
+  for (; i + 4 * kLanes <= m; i += 4 * kLanes) {
+    const vfloat a = f(_mm256_loadu_ps(src + i)), b = f(_mm256_loadu_ps(src + i + kLanes));
+    const vfloat c = f(_mm256_loadu_ps(src + i + 2 * kLanes)), d = f(_mm256_loadu_ps(src + i + 3 * kLanes));
+    store_v<Stream>(dst + i, a);
+    store_v<Stream>(dst + i + kLanes, b);
+    store_v<Stream>(dst + i + 2 * kLanes, c);
+    store_v<Stream>(dst + i + 3 * kLanes, d);
+  }
+  for (; i + kLanes <= m; i += kLanes) store_v<Stream>(dst + i, f(_mm256_loadu_ps(src + i)));
+  if (i < m) {
+    const int64_t rem = m - i;
+    alignas(32) float tmp[kLanes] = {};
+    for (int64_t j = 0; j < rem && j < kLanes; ++j) tmp[j] = src[i + j];
+    _mm256_store_ps(tmp, f(_mm256_load_ps(tmp)));
+    for (int64_t j = 0; j < rem && j < kLanes; ++j) dst[i + j] = tmp[j];
+  }
+#endif
+}
+
+// out[i] = f(in[i]) for i in [0, n). A large output that is not the input is written with
+// streaming stores (Note [Streaming stores]) straight from the registers, without write_out's
+// staging buffer: the kernels below are compute-bound enough that the extra copy shows.
 template <typename F>
 inline void unary_vec(const float* in, float* out, int64_t n, F f) {
-  write_out(out, n, out == in, [in, f](int64_t i0, int64_t m, float* dst) {
-    const float* src = in + i0;
-    int64_t i = 0;
-#if defined(__AVX512F__)
-    for (; i + 4 * kLanes <= m; i += 4 * kLanes) {
-      const vfloat a = f(_mm512_loadu_ps(src + i)), b = f(_mm512_loadu_ps(src + i + kLanes));
-      const vfloat c = f(_mm512_loadu_ps(src + i + 2 * kLanes)), d = f(_mm512_loadu_ps(src + i + 3 * kLanes));
-      _mm512_storeu_ps(dst + i, a);
-      _mm512_storeu_ps(dst + i + kLanes, b);
-      _mm512_storeu_ps(dst + i + 2 * kLanes, c);
-      _mm512_storeu_ps(dst + i + 3 * kLanes, d);
-    }
-    for (; i + kLanes <= m; i += kLanes) _mm512_storeu_ps(dst + i, f(_mm512_loadu_ps(src + i)));
-    if (i < m) {
-      const __mmask16 k = __mmask16((1u << unsigned(m - i)) - 1u);
-      _mm512_mask_storeu_ps(dst + i, k, f(_mm512_maskz_loadu_ps(k, src + i)));
-    }
-#else
-    for (; i + 4 * kLanes <= m; i += 4 * kLanes) {
-      const vfloat a = f(_mm256_loadu_ps(src + i)), b = f(_mm256_loadu_ps(src + i + kLanes));
-      const vfloat c = f(_mm256_loadu_ps(src + i + 2 * kLanes)), d = f(_mm256_loadu_ps(src + i + 3 * kLanes));
-      _mm256_storeu_ps(dst + i, a);
-      _mm256_storeu_ps(dst + i + kLanes, b);
-      _mm256_storeu_ps(dst + i + 2 * kLanes, c);
-      _mm256_storeu_ps(dst + i + 3 * kLanes, d);
-    }
-    for (; i + kLanes <= m; i += kLanes) _mm256_storeu_ps(dst + i, f(_mm256_loadu_ps(src + i)));
-    if (i < m) {
-      const int64_t rem = m - i;
-      alignas(32) float tmp[kLanes] = {};
-      for (int64_t j = 0; j < rem && j < kLanes; ++j) tmp[j] = src[i + j];
-      _mm256_store_ps(tmp, f(_mm256_load_ps(tmp)));
-      for (int64_t j = 0; j < rem && j < kLanes; ++j) dst[i + j] = tmp[j];
-    }
-#endif
-  });
+  constexpr uintptr_t kVecBytes = kLanes * sizeof(float);
+  const uintptr_t addr = reinterpret_cast<uintptr_t>(out);
+  if (out == in || n * int64_t(sizeof(float)) < kStreamMinBytes || (addr & (sizeof(float) - 1)) != 0) {
+    unary_vec_range<false>(in, out, n, f);
+    return;
+  }
+  const int64_t head = int64_t(((kVecBytes - (addr & (kVecBytes - 1))) & (kVecBytes - 1)) / sizeof(float));
+  const int64_t body = (n - head) / kLanes * kLanes;
+  unary_vec_range<false>(in, out, head, f);
+  unary_vec_range<true>(in + head, out + head, body, f);
+  unary_vec_range<false>(in + head + body, out + head + body, n - head - body, f);
+  _mm_sfence();
 }
 
 void u_gelu(const float* in, float* out, int64_t n) { unary_vec(in, out, n, [](vfloat x) { return gelu_v(x); }); }
