@@ -470,20 +470,18 @@ inline vfloat gelu_v(vfloat x) {
   q = TESSERA_V(fmadd_ps)(q, r, vset(5.0000001201e-1f));
   vfloat y = TESSERA_V(fmadd_ps)(q, TESSERA_V(mul_ps)(r, r), r);
   y = TESSERA_V(add_ps)(y, vset(1.0f));
-  // erfc(|x|/sqrt2)/2 = t y 2^n; for x <= 0 the result x t y 2^n, rounded once.
+  // erfc(|x|/sqrt2)/2 = t y 2^n; for x <= 0 the result m t y 2^n, rounded once, with
+  // m = max(x, -kGeluCut): below -kGeluCut, -kGeluCut erfc(kGeluCut/sqrt2)/2 < 2^-150 rounds to -0.
   const vfloat ty = TESSERA_V(mul_ps)(t, y);
+  const vfloat xm = TESSERA_V(max_ps)(vset(-kGeluCut), x);
 #if defined(__AVX512F__)
   const __mmask16 pos = _mm512_cmp_ps_mask(x, vset(0.0f), _CMP_GT_OQ);
-  const vfloat m = _mm512_mask_mov_ps(x, pos, vset(1.0f));
-  const vfloat e = ldexp_v(_mm512_mul_ps(m, ty), {y, sh});
-  const vfloat res = _mm512_mask_mul_ps(e, pos, x, _mm512_sub_ps(vset(1.0f), e));
-  return _mm512_mask_mov_ps(res, _mm512_cmp_ps_mask(x, vset(-kGeluCut), _CMP_LT_OQ), vset(-0.0f));
+  const vfloat e = ldexp_v(_mm512_mask_mov_ps(_mm512_mul_ps(xm, ty), pos, ty), {y, sh});
+  return _mm512_mask_mul_ps(e, pos, x, _mm512_sub_ps(vset(1.0f), e));
 #else
   const vfloat pos = _mm256_cmp_ps(x, vset(0.0f), _CMP_GT_OQ);
-  const vfloat m = _mm256_blendv_ps(x, vset(1.0f), pos);
-  const vfloat e = ldexp_v(_mm256_mul_ps(m, ty), {y, sh});
-  const vfloat res = _mm256_blendv_ps(e, _mm256_mul_ps(x, _mm256_sub_ps(vset(1.0f), e)), pos);
-  return _mm256_blendv_ps(res, vset(-0.0f), _mm256_cmp_ps(x, vset(-kGeluCut), _CMP_LT_OQ));
+  const vfloat e = ldexp_v(_mm256_blendv_ps(_mm256_mul_ps(xm, ty), ty, pos), {y, sh});
+  return _mm256_blendv_ps(e, _mm256_mul_ps(x, _mm256_sub_ps(vset(1.0f), e)), pos);
 #endif
 }
 
