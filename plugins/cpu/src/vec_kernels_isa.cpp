@@ -252,7 +252,8 @@ inline float gelu_tanh_f(float x) {
 // streaming stores before whatever the calling thread does next (the parallel loop's barrier).
 // Smaller outputs keep regular stores: they are likely read again soon, from the cache. So do
 // in-place calls (the output is one of the inputs): its lines are read anyway, so streaming saves
-// no traffic and only evicts the lines the loads just brought in.
+// no traffic and only evicts the lines the loads just brought in. The explicit vector kernels
+// (unary_vec) stream straight from their registers instead of through the staging buffer.
 constexpr int64_t kStreamMinBytes = int64_t(1) << 20;
 constexpr int64_t kStreamBlock = 1024;
 
@@ -388,8 +389,11 @@ inline vfloat vset(float v) { return _mm256_set1_ps(v); }
 // n = round(x / ln2) from the 1.5 * 2^23 shifter (one FMA and one subtraction, no rounding
 // instruction) and 2^n applied by vscalefps (AVX-512: one rounding, so subnormal results are right)
 // or by two exponent insertions of n/2 each (AVX2: y 2^n1 is exact, the second product rounds once).
-// x is clamped to [-110, 89] first: e^-104 < 2^-150 rounds to 0 and e^89 overflows to inf; the
-// clamps take x as their second operand, which max/min return when it is NaN, so NaN propagates.
+// x is clamped to [-110, 89] first: e^-104 < 2^-150 rounds to 0 (the clamp sits lower so that
+// m e^x, see mul_sigmoid_v, keeps its subnormal results for |m| up to e^6) and e^89 overflows to
+// inf; the clamps take x as their second operand, which max/min return when it is NaN, so NaN
+// propagates.
+
 // e^x = y 2^n with y in [0.7, 1.42] (n kept as the shifter sum t = n + 1.5 * 2^23).
 struct ExpParts {
   vfloat y, t;
@@ -411,7 +415,8 @@ inline ExpParts exp_parts_v(vfloat x) {
   return {TESSERA_V(add_ps)(y, vset(1.0f)), t};
 }
 
-// m 2^n for the n of `e`, rounded once (for |m| in about [2^-50, 2^50]), also into the subnormals.
+// m 2^n for the n of `e`, rounded once, also into the subnormals (at AVX2 as long as m 2^(n/2) is a
+// normal float, which holds for every caller: m is not tiny where n is very negative).
 inline vfloat ldexp_v(vfloat m, const ExpParts& e) {
 #if defined(__AVX512F__)
   return _mm512_scalef_ps(m, _mm512_sub_ps(e.t, vset(12582912.0f)));
