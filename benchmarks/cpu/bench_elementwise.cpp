@@ -1,10 +1,10 @@
 // Elementwise throughput of the CPU backend.
-// 1. add / mul / exp / sigmoid / gelu (erf and tanh forms) on 16M f32 elements through the public API, against
-//    memcpy of the same number of bytes (read + written) measured in the same run: counter ratio_vs_memcpy
-//    (1.0 = the op moves its bytes as fast as memcpy does), and against a memcpy split over every core:
-//    counter ratio_vs_memcpy_all_cores. The in-place add_ / mul_ also report ratio_vs_out_of_place: the fastest
-//    of nine out-of-place calls on the same tensors over the fastest of nine in-place calls, the two alternating
-//    (>= 1: in place is at least as fast).
+// 1. add / mul / exp / sigmoid / gelu (erf and tanh forms) on 16M f32 elements through the public API,
+//    against memcpy of the same number of bytes (read + written) measured in the same run: counter
+//    ratio_vs_memcpy (1.0 = the op moves its bytes as fast as memcpy does), and against a memcpy split
+//    over every core: counter ratio_vs_memcpy_all_cores. The in-place add_ / mul_ also report
+//    ratio_vs_out_of_place: the fastest of nine out-of-place calls on the same tensors over the fastest
+//    of nine in-place calls, the two alternating (>= 1: in place is at least as fast).
 // 2. The hot transcendental kernels (exp, tanh, gelu, sigmoid) called directly through the per-ISA
 //    tables on a cache-resident buffer: counter speedup_vs_default (that level against the baseline
 //    x86-64 copy of the same kernel, measured in the same run).
@@ -123,7 +123,7 @@ void BM_Sigmoid(benchmark::State& state) {
   const tessera::Tensor a = random_f32(kN);
   run_op(state, 2 * kN * 4, [&] { return tessera::sigmoid(a); });
 }
-// acc += small (values stay finite over many calls); the out-of-place add of the same tensors is the reference.
+// acc += small (values stay finite over many calls).
 void BM_AddInPlace(benchmark::State& state) {
   tessera::Tensor acc = random_f32(kN);
   const tessera::Tensor small = tessera::mul(random_f32(kN), tessera::full({kN}, 1e-6));

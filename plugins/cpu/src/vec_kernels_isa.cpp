@@ -230,8 +230,8 @@ inline float gelu_f(float x) {
   ax = ax > kGeluCut ? kGeluCut : ax;
   float hi, lo;
   square_split_f(ax, &hi, &lo);
-  const float e = erfc_core_f(ax * 0.707106781186547524f, 0.5f * hi, 0.5f * lo, -0.693147180559945309f,
-                              x > 0 ? 1.0f : x);
+  const float e =
+      erfc_core_f(ax * 0.707106781186547524f, 0.5f * hi, 0.5f * lo, -0.693147180559945309f, x > 0 ? 1.0f : x);
   float res = x > 0 ? x * (1.0f - e) : e;
   res = x < -kGeluCut ? -0.0f : res;
   return x != x ? x : res;
@@ -463,7 +463,8 @@ inline vfloat gelu_v(vfloat x) {
   const vfloat hi = TESSERA_V(mul_ps)(hx, vset(0.5f));
   const vfloat b = TESSERA_V(fnmadd_ps)(TESSERA_V(fmsub_ps)(ax, ax, hx), vset(0.5f), p);  // P - lo
   // exp(b - hi): n = round((b - hi) / ln2), r = (b - (hi + n C1)) - n C2
-  const vfloat sh = TESSERA_V(fmadd_ps)(TESSERA_V(sub_ps)(b, hi), vset(1.44269504088896341f), vset(12582912.0f));
+  const vfloat sh =
+      TESSERA_V(fmadd_ps)(TESSERA_V(sub_ps)(b, hi), vset(1.44269504088896341f), vset(12582912.0f));
   const vfloat n = TESSERA_V(sub_ps)(sh, vset(12582912.0f));
   vfloat r = TESSERA_V(sub_ps)(b, TESSERA_V(fmadd_ps)(n, vset(0.693359375f), hi));
   r = TESSERA_V(fnmadd_ps)(n, vset(-2.12194440e-4f), r);
@@ -543,9 +544,15 @@ inline vfloat gelu_tanh_v(vfloat x) {
 template <bool Stream>
 inline void store_v(float* p, vfloat v) {
 #if defined(__AVX512F__)
-  if constexpr (Stream) _mm512_stream_ps(p, v); else _mm512_storeu_ps(p, v);
+  if constexpr (Stream)
+    _mm512_stream_ps(p, v);
+  else
+    _mm512_storeu_ps(p, v);
 #else
-  if constexpr (Stream) _mm256_stream_ps(p, v); else _mm256_storeu_ps(p, v);
+  if constexpr (Stream)
+    _mm256_stream_ps(p, v);
+  else
+    _mm256_storeu_ps(p, v);
 #endif
 }
 
@@ -607,15 +614,21 @@ inline void unary_vec(const float* in, float* out, int64_t n, F f) {
   _mm_sfence();
 }
 
-void u_gelu(const float* in, float* out, int64_t n) { unary_vec(in, out, n, [](vfloat x) { return gelu_v(x); }); }
-void u_exp(const float* in, float* out, int64_t n) { unary_vec(in, out, n, [](vfloat x) { return exp_v(x); }); }
+void u_gelu(const float* in, float* out, int64_t n) {
+  unary_vec(in, out, n, [](vfloat x) { return gelu_v(x); });
+}
+void u_exp(const float* in, float* out, int64_t n) {
+  unary_vec(in, out, n, [](vfloat x) { return exp_v(x); });
+}
 void u_sigmoid(const float* in, float* out, int64_t n) {
   unary_vec(in, out, n, [](vfloat x) { return sigmoid_v(x); });
 }
 void u_gelu_tanh(const float* in, float* out, int64_t n) {
   unary_vec(in, out, n, [](vfloat x) { return gelu_tanh_v(x); });
 }
-void u_silu(const float* in, float* out, int64_t n) { unary_vec(in, out, n, [](vfloat x) { return silu_v(x); }); }
+void u_silu(const float* in, float* out, int64_t n) {
+  unary_vec(in, out, n, [](vfloat x) { return silu_v(x); });
+}
 #define TESSERA_CPU_HAS_VECTOR_TRANSCENDENTALS 1
 #pragma GCC diagnostic pop
 #endif  // __AVX2__ && __FMA__
