@@ -448,34 +448,36 @@ inline vfloat gelu_v(vfloat x) {
   vfloat t = _mm256_rcp_ps(d);
 #endif
   t = TESSERA_V(fmadd_ps)(t, TESSERA_V(fnmadd_ps)(d, t, vset(1.0f)), t);  // t + t (1 - d t)
-  vfloat p = vset(0.17087277f);
-  p = TESSERA_V(fmadd_ps)(p, t, vset(-0.82215223f));
-  p = TESSERA_V(fmadd_ps)(p, t, vset(1.48851587f));
-  p = TESSERA_V(fmadd_ps)(p, t, vset(-1.13520398f));
-  p = TESSERA_V(fmadd_ps)(p, t, vset(0.27886807f));
-  p = TESSERA_V(fmadd_ps)(p, t, vset(-0.18628806f));
-  p = TESSERA_V(fmadd_ps)(p, t, vset(0.09678418f));
-  p = TESSERA_V(fmadd_ps)(p, t, vset(0.37409196f));
-  p = TESSERA_V(fmadd_ps)(p, t, vset(1.00002368f));
-  p = TESSERA_V(fmadd_ps)(p, t, vset(-1.26551223f - 0.693147180559945309f));  // erfc/2
-  // z^2 = x^2/2 = hi + lo/2 exactly
+  // 2P (the polynomial of erfc_core_f, doubled: the exponent is evaluated at twice its value, which
+  // saves halving x^2 and lets the exp polynomial below end in two FMAs).
+  vfloat p = vset(2 * 0.17087277f);
+  p = TESSERA_V(fmadd_ps)(p, t, vset(2 * -0.82215223f));
+  p = TESSERA_V(fmadd_ps)(p, t, vset(2 * 1.48851587f));
+  p = TESSERA_V(fmadd_ps)(p, t, vset(2 * -1.13520398f));
+  p = TESSERA_V(fmadd_ps)(p, t, vset(2 * 0.27886807f));
+  p = TESSERA_V(fmadd_ps)(p, t, vset(2 * -0.18628806f));
+  p = TESSERA_V(fmadd_ps)(p, t, vset(2 * 0.09678418f));
+  p = TESSERA_V(fmadd_ps)(p, t, vset(2 * 0.37409196f));
+  p = TESSERA_V(fmadd_ps)(p, t, vset(2 * 1.00002368f));
+  p = TESSERA_V(fmadd_ps)(p, t, vset(2 * (-1.26551223f - 0.693147180559945309f)));  // erfc/2
+  // 2z^2 = x^2 = hx + lo exactly; the exponent is (b - hx)/2 with b = 2P - lo.
   const vfloat hx = TESSERA_V(mul_ps)(ax, ax);
-  const vfloat hi = TESSERA_V(mul_ps)(hx, vset(0.5f));
-  const vfloat b = TESSERA_V(fnmadd_ps)(TESSERA_V(fmsub_ps)(ax, ax, hx), vset(0.5f), p);  // P - lo
-  // exp(b - hi): n = round((b - hi) / ln2), r = (b - (hi + n C1)) - n C2
+  const vfloat b = TESSERA_V(sub_ps)(p, TESSERA_V(fmsub_ps)(ax, ax, hx));
+  // e^((b - hx)/2): n = round((b - hx) / 2ln2), r2 = (b - (hx + n 2C1)) - n 2C2 = 2r
   const vfloat sh =
-      TESSERA_V(fmadd_ps)(TESSERA_V(sub_ps)(b, hi), vset(1.44269504088896341f), vset(12582912.0f));
+      TESSERA_V(fmadd_ps)(TESSERA_V(sub_ps)(b, hx), vset(0.5f * 1.44269504088896341f), vset(12582912.0f));
   const vfloat n = TESSERA_V(sub_ps)(sh, vset(12582912.0f));
-  vfloat r = TESSERA_V(sub_ps)(b, TESSERA_V(fmadd_ps)(n, vset(0.693359375f), hi));
-  r = TESSERA_V(fnmadd_ps)(n, vset(-2.12194440e-4f), r);
-  vfloat q = vset(1.9875691500e-4f);
-  q = TESSERA_V(fmadd_ps)(q, r, vset(1.3981999507e-3f));
-  q = TESSERA_V(fmadd_ps)(q, r, vset(8.3334519073e-3f));
-  q = TESSERA_V(fmadd_ps)(q, r, vset(4.1665795894e-2f));
-  q = TESSERA_V(fmadd_ps)(q, r, vset(1.6666665459e-1f));
-  q = TESSERA_V(fmadd_ps)(q, r, vset(5.0000001201e-1f));
-  vfloat y = TESSERA_V(fmadd_ps)(q, TESSERA_V(mul_ps)(r, r), r);
-  y = TESSERA_V(add_ps)(y, vset(1.0f));
+  vfloat r = TESSERA_V(sub_ps)(b, TESSERA_V(fmadd_ps)(n, vset(2 * 0.693359375f), hx));
+  r = TESSERA_V(fnmadd_ps)(n, vset(2 * -2.12194440e-4f), r);
+  // e^(r/2) = 1 + r/2 + (r/2)^2 Q(r/2) with exp_f's Q, in Horner form in r.
+  vfloat y = vset(1.9875691500e-4f / 128);
+  y = TESSERA_V(fmadd_ps)(y, r, vset(1.3981999507e-3f / 64));
+  y = TESSERA_V(fmadd_ps)(y, r, vset(8.3334519073e-3f / 32));
+  y = TESSERA_V(fmadd_ps)(y, r, vset(4.1665795894e-2f / 16));
+  y = TESSERA_V(fmadd_ps)(y, r, vset(1.6666665459e-1f / 8));
+  y = TESSERA_V(fmadd_ps)(y, r, vset(5.0000001201e-1f / 4));
+  y = TESSERA_V(fmadd_ps)(y, r, vset(0.5f));
+  y = TESSERA_V(fmadd_ps)(y, r, vset(1.0f));
   // erfc(|x|/sqrt2)/2 = t y 2^n; for x <= 0 the result m t y 2^n, rounded once, with
   // m = max(x, -kGeluCut): below -kGeluCut, -kGeluCut erfc(kGeluCut/sqrt2)/2 < 2^-150 rounds to -0.
   const vfloat ty = TESSERA_V(mul_ps)(t, y);
