@@ -188,6 +188,8 @@ void add_elementwise_rows(std::vector<Row>& rows) {
                   TORCH_FN(at::exp_out(tout, ta))});
   rows.push_back({"gelu erf 16M f32 (torch out=)", "elementwise_out", [=] { (void)gelu(a); },
                   TORCH_FN(at::gelu_out(tout, ta, "none"))});
+  rows.push_back({"gelu tanh 16M f32 (torch out=)", "elementwise_out", [=] { (void)gelu(a, "tanh"); },
+                  TORCH_FN(at::gelu_out(tout, ta, "tanh"))});
   // In place: both sides add a small value so that the data stays finite over many calls.
   Tensor acc = rand_t({kBig}, kFloat32), small = rand_t({kBig}, kFloat32, 1e-6);
 #ifdef TESSERA_HAVE_TORCH
@@ -195,6 +197,12 @@ void add_elementwise_rows(std::vector<Row>& rows) {
 #endif
   rows.push_back({"add_ 16M f32 (in place)", "inplace", [=]() mutable { acc.add_(small); },
                   TORCH_FN(tacc.add_(tsmall))});
+  Tensor prod = rand_t({kBig}, kFloat32), ones = full({kBig}, 1.0);
+#ifdef TESSERA_HAVE_TORCH
+  at::Tensor tprod = to_torch(prod), tones = to_torch(ones);
+#endif
+  rows.push_back({"mul_ 16M f32 (in place)", "inplace", [=]() mutable { prod.mul_(ones); },
+                  TORCH_FN(tprod.mul_(tones))});
 }
 
 void add_norm_rows(std::vector<Row>& rows) {

@@ -449,6 +449,41 @@ TEST(CpuUnary, Float32AccuracyWideRange) {
   EXPECT_EQ(t.v[5], 1);
 }
 
+// The tails of the sigmoid family and of exp through the public API (every ISA level through ctest):
+// results in the subnormal range are right to one subnormal step (sigmoid and silu were 0 below
+// x = -88.7, gelu below -12.73), and the infinities give the limits, or NaN where PyTorch gives NaN
+// (silu and gelu-tanh at -inf: -inf * 0).
+TEST(CpuUnary, Float32TailsAndInfinities) {
+  const std::vector<float> xs = {-100.f, -103.f, -13.5f, -10.f, INFINITY, -INFINITY, NAN};
+  const Tensor s = tensor(xs);
+  const Ref sg = read(sigmoid(s)), si = read(silu(s)), ge = read(gelu(s)), gt = read(gelu(s, "tanh")),
+            ex = read(exp(s));
+  const double step = std::ldexp(1.0, -149);  // the smallest subnormal
+  auto sigmoid_d = [](double x) { return std::exp(x) / (1 + std::exp(x)); };
+  for (size_t i = 0; i < 4; ++i) {
+    const double x = xs[i];
+    SCOPED_TRACE("x = " + std::to_string(x));
+    EXPECT_NEAR(sg.v[i], sigmoid_d(x), std::max(step, 4e-7 * sigmoid_d(x)));
+    EXPECT_NEAR(si.v[i], x * sigmoid_d(x), std::max(step, 4e-7 * std::fabs(x * sigmoid_d(x))));
+    EXPECT_NEAR(ge.v[i], 0.5 * x * std::erfc(-x / std::sqrt(2.0)),
+                std::max(step, 1e-6 * std::fabs(0.5 * x * std::erfc(-x / std::sqrt(2.0)))));
+    EXPECT_NEAR(ex.v[i], std::exp(x), std::max(step, 2e-7 * std::exp(x)));
+  }
+  EXPECT_GT(sg.v[0], 0);  // 3.7e-44, not 0
+  EXPECT_LT(ge.v[2], 0);  // gelu(-13.5) = -9.4e-41, not -0
+  EXPECT_EQ(sg.v[4], 1);
+  EXPECT_EQ(sg.v[5], 0);
+  EXPECT_TRUE(std::isnan(sg.v[6]));
+  EXPECT_EQ(si.v[4], INFINITY);
+  EXPECT_TRUE(std::isnan(si.v[5]));
+  EXPECT_EQ(ge.v[4], INFINITY);
+  EXPECT_EQ(ge.v[5], 0);
+  EXPECT_TRUE(std::signbit(ge.v[5]));
+  EXPECT_EQ(gt.v[4], INFINITY);
+  EXPECT_TRUE(std::isnan(gt.v[5]));
+  for (const Ref* r : {&sg, &si, &ge, &gt, &ex}) EXPECT_TRUE(std::isnan(r->v[6]));
+}
+
 // ------------------------------------------------------------------------ reductions
 
 struct ReduceCase {

@@ -112,13 +112,37 @@ inline float tanh_f(float x) {
   return x != x ? x : res;
 }
 
-inline float sigmoid_f(float x) { return 1.0f / (1.0f + exp_f(-x)); }
+// m sigmoid(x) as mul_sigmoid_v (Note [Explicit exp at the vector levels]): m/(1 + e^-|x|) for
+// x > 0, m e^-|x|/(1 + e^-|x|) otherwise, with e^-|x| = y 2^n and the 2^n applied last, so that
+// the negative tail keeps relative accuracy down to the subnormals.
+inline float mul_sigmoid_f(float m, float x) {
+  const float ax = x < 0 ? -x : x;
+  const float xc = ax > 110.0f ? -110.0f : -ax;
+  const float t = xc * 1.44269504088896341f + 12582912.0f;
+  const float n = t - 12582912.0f;
+  float r = xc - n * 0.693359375f;
+  r = r - n * -2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  const float y = p * r * r + r + 1.0f;
+  const int32_t ni = as_int(t) - as_int(12582912.0f);
+  const float s1 = as_float(((ni >> 1) + 127) << 23), s2 = as_float((ni - (ni >> 1) + 127) << 23);
+  const float q = m / (1.0f + y * s1 * s2);
+  float res = x > 0 ? q : q * y * s1 * s2;
+  res = x < -110.0f ? m * 0.0f : res;
+  return x != x ? x : res;
+}
+inline float sigmoid_f(float x) { return mul_sigmoid_f(1.0f, x); }
 
 // exp(a + b) for a + b in [-150, 2], where a carries the large part exactly and b is small: the
 // range reduction subtracts n ln2 from a first (nearly exact, as a and n ln2 are close), so that
 // the rounding of a + b does not cost relative accuracy. 2^n is applied in two halves (results
-// down to the subnormal range).
-inline float exp_sum_f(float a, float b) {
+// down to the subnormal range), to m exp(a + b) with the rounding into the subnormals done once.
+inline float exp_sum_f(float a, float b, float m = 1.0f) {
   const float t = (a + b) * 1.44269504088896341f + 12582912.0f;
   const float n = t - 12582912.0f;
   float r = a - n * 0.693359375f;
@@ -133,15 +157,15 @@ inline float exp_sum_f(float a, float b) {
   const float y = p * r * r + r + 1.0f;
   const int32_t ni = as_int(t) - as_int(12582912.0f);
   const int32_t n1 = ni >> 1, n2 = ni - n1;
-  return y * as_float((n1 + 127) << 23) * as_float((n2 + 127) << 23);
+  return m * y * as_float((n1 + 127) << 23) * as_float((n2 + 127) << 23);
 }
 
 // erfc for z >= 0 (Numerical Recipes' erfcc, fractional error < 1.2e-7 for all z >= 0):
 // erfc(z) = t exp(-z^2 + P(t)), t = 1/(1 + z/2), with z^2 = hi + lo given split exactly; the
 // exponent is evaluated by one exp_sum_f(-hi, P - lo), so that the rounding of z^2 does not cost
 // relative accuracy in the tail (Cephes' erfcf splits the same way, with two exp evaluations).
-// `bias` is added to P (-ln2 gives erfc/2).
-inline float erfc_core_f(float z, float hi, float lo, float bias) {
+// `bias` is added to P (-ln2 gives erfc/2); the result is multiplied by m (rounded once).
+inline float erfc_core_f(float z, float hi, float lo, float bias, float m = 1.0f) {
   const float t = 1.0f / (1.0f + 0.5f * z);
   float p = 0.17087277f;
   p = p * t - 0.82215223f;
@@ -153,7 +177,7 @@ inline float erfc_core_f(float z, float hi, float lo, float bias) {
   p = p * t + 0.37409196f;
   p = p * t + 1.00002368f;
   p = p * t + (-1.26551223f + bias);
-  return t * exp_sum_f(-hi, p - lo);
+  return exp_sum_f(-hi, p - lo, m * t);
 }
 
 // x^2 = hi + lo exactly: hi from the top 12 mantissa bits of x, squared.
@@ -197,24 +221,25 @@ inline float erf_f(float x) {
 // keeps relative accuracy in the tail; for z < 0 x (1 - erfc(-z)/2), where erfc(-z)/2 <= 1/2 only
 // needs absolute accuracy. One erfc evaluation (one exp) serves both signs and there is no
 // cancellation near 0 (Phi ~ 1/2). z^2 = x^2/2 is split exactly from x (not from the rounded z),
-// so the tail keeps ~3e-7 relative accuracy. Below x = -9 sqrt2 the result (|gelu| < 3e-36) is -0.
-constexpr float kGeluCut = 12.7279220613578554f;  // 9 sqrt2
+// so the tail keeps ~3e-7 relative accuracy; for x <= 0 the product x erfc(z)/2 is formed before
+// the scaling by 2^n, so results in the subnormal range are rounded once. Below x = -14.5
+// (z = 10.25) the result (|gelu| < 2^-150) is -0.
+constexpr float kGeluCut = 14.5f;
 inline float gelu_f(float x) {
   float ax = x < 0 ? -x : x;
   ax = ax > kGeluCut ? kGeluCut : ax;
   float hi, lo;
   square_split_f(ax, &hi, &lo);
-  const float e = erfc_core_f(ax * 0.707106781186547524f, 0.5f * hi, 0.5f * lo, -0.693147180559945309f);
-  const float phi = x > 0 ? 1.0f - e : e;
-  float res = x * phi;
+  const float e =
+      erfc_core_f(ax * 0.707106781186547524f, 0.5f * hi, 0.5f * lo, -0.693147180559945309f, x > 0 ? 1.0f : x);
+  float res = x > 0 ? x * (1.0f - e) : e;
   res = x < -kGeluCut ? -0.0f : res;
   return x != x ? x : res;
 }
 
-// 0.5 x (1 + tanh(u)) == x * sigmoid(2u): no cancellation for negative x.
+// 0.5 x (1 + tanh(u)) == x sigmoid(2u): no cancellation for negative x.
 inline float gelu_tanh_f(float x) {
-  const float u = 0.797884560802865355f * (x + 0.044715f * x * x * x);
-  return x / (1.0f + exp_f(-2.0f * u));
+  return mul_sigmoid_f(x, x * (1.59576912160573071f + 0.0713548162726008f * x * x));
 }
 
 // Note [Streaming stores]
@@ -227,7 +252,8 @@ inline float gelu_tanh_f(float x) {
 // streaming stores before whatever the calling thread does next (the parallel loop's barrier).
 // Smaller outputs keep regular stores: they are likely read again soon, from the cache. So do
 // in-place calls (the output is one of the inputs): its lines are read anyway, so streaming saves
-// no traffic and only evicts the lines the loads just brought in.
+// no traffic and only evicts the lines the loads just brought in. The explicit vector kernels
+// (unary_vec) stream straight from their registers instead of through the staging buffer.
 constexpr int64_t kStreamMinBytes = int64_t(1) << 20;
 constexpr int64_t kStreamBlock = 1024;
 
@@ -337,10 +363,10 @@ void binary_pow(const T* a, int64_t sa, const T* b, int64_t sb, T* out, int64_t 
 // tensors only if it is cheap, so the AVX2 and AVX-512 copies spell it out with intrinsics
 // instead of relying on the vectoriser: the same erfc as erfc_pos_f with the ln2 of Phi = erfc/2
 // folded into the exponent polynomial, 1/(1 + z/2) from the hardware reciprocal estimate and one
-// Newton step (relative error < 1e-7 with rcp14, ~2e-7 with the 12-bit rcpps), z^2 split exactly
-// with an FMA from x, and 2^n applied by vscalefps (AVX-512) or an exponent add (AVX2; n >= -121
-// here). |x| is clamped at 9 sqrt2 (erfc(9)/2 = 2e-37); below -9 sqrt2 the result is -0, as in gelu_f.
-// NaN propagates through the arithmetic.
+// Newton step in the residual form t + t (1 - d t), which rounds once at the end, z^2 split exactly
+// with an FMA from x, and 2^n applied by ldexp_v (one rounding, also into the subnormals). |x| is
+// clamped at kGeluCut; below -kGeluCut the result is -0, as in gelu_f. NaN propagates through the
+// arithmetic.
 #if defined(__AVX2__) && defined(__FMA__)
 // GCC 12 flags the _mm512_undefined_ps() pass-through operand inside its own AVX-512 intrinsic
 // headers as maybe-uninitialized (a false positive).
@@ -358,6 +384,57 @@ inline vfloat vset(float v) { return _mm256_set1_ps(v); }
 #define TESSERA_V(op) _mm256_##op
 #endif
 
+// Note [Explicit exp at the vector levels]
+// e^x as in exp_f (Cephes' reduction by ln2 in two parts and degree-6 polynomial, about 1 ulp), with
+// n = round(x / ln2) from the 1.5 * 2^23 shifter (one FMA and one subtraction, no rounding
+// instruction) and 2^n applied by vscalefps (AVX-512: one rounding, so subnormal results are right)
+// or by two exponent insertions of n/2 each (AVX2: y 2^n1 is exact, the second product rounds once).
+// x is clamped to [-110, 89] first: e^-104 < 2^-150 rounds to 0 (the clamp sits lower so that
+// m e^x, see mul_sigmoid_v, keeps its subnormal results for |m| up to e^6) and e^89 overflows to
+// inf; the clamps take x as their second operand, which max/min return when it is NaN, so NaN
+// propagates.
+
+// e^x = y 2^n with y in [0.7, 1.42] (n kept as the shifter sum t = n + 1.5 * 2^23).
+struct ExpParts {
+  vfloat y, t;
+};
+inline ExpParts exp_parts_v(vfloat x) {
+  vfloat xc = TESSERA_V(max_ps)(vset(-110.0f), x);
+  xc = TESSERA_V(min_ps)(vset(89.0f), xc);
+  const vfloat t = TESSERA_V(fmadd_ps)(xc, vset(1.44269504088896341f), vset(12582912.0f));
+  const vfloat n = TESSERA_V(sub_ps)(t, vset(12582912.0f));
+  vfloat r = TESSERA_V(fnmadd_ps)(n, vset(0.693359375f), xc);
+  r = TESSERA_V(fnmadd_ps)(n, vset(-2.12194440e-4f), r);
+  vfloat q = vset(1.9875691500e-4f);
+  q = TESSERA_V(fmadd_ps)(q, r, vset(1.3981999507e-3f));
+  q = TESSERA_V(fmadd_ps)(q, r, vset(8.3334519073e-3f));
+  q = TESSERA_V(fmadd_ps)(q, r, vset(4.1665795894e-2f));
+  q = TESSERA_V(fmadd_ps)(q, r, vset(1.6666665459e-1f));
+  q = TESSERA_V(fmadd_ps)(q, r, vset(5.0000001201e-1f));
+  const vfloat y = TESSERA_V(fmadd_ps)(q, TESSERA_V(mul_ps)(r, r), r);
+  return {TESSERA_V(add_ps)(y, vset(1.0f)), t};
+}
+
+// m 2^n for the n of `e`, rounded once, also into the subnormals (at AVX2 as long as m 2^(n/2) is a
+// normal float, which holds for every caller: m is not tiny where n is very negative).
+inline vfloat ldexp_v(vfloat m, const ExpParts& e) {
+#if defined(__AVX512F__)
+  return _mm512_scalef_ps(m, _mm512_sub_ps(e.t, vset(12582912.0f)));
+#else
+  const __m256i ni = _mm256_sub_epi32(_mm256_castps_si256(e.t), _mm256_castps_si256(vset(12582912.0f)));
+  const __m256i n1 = _mm256_srai_epi32(ni, 1);
+  const __m256i n2 = _mm256_sub_epi32(ni, n1);
+  const vfloat s1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n1, _mm256_set1_epi32(127)), 23));
+  const vfloat s2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n2, _mm256_set1_epi32(127)), 23));
+  return _mm256_mul_ps(_mm256_mul_ps(m, s1), s2);
+#endif
+}
+
+inline vfloat exp_v(vfloat x) {
+  const ExpParts e = exp_parts_v(x);
+  return ldexp_v(e.y, e);
+}
+
 inline vfloat gelu_v(vfloat x) {
 #if defined(__AVX512F__)
   const vfloat ax = _mm512_min_ps(_mm512_abs_ps(x), vset(kGeluCut));
@@ -370,92 +447,191 @@ inline vfloat gelu_v(vfloat x) {
 #else
   vfloat t = _mm256_rcp_ps(d);
 #endif
-  t = TESSERA_V(mul_ps)(t, TESSERA_V(fnmadd_ps)(d, t, vset(2.0f)));
-  vfloat p = vset(0.17087277f);
-  p = TESSERA_V(fmadd_ps)(p, t, vset(-0.82215223f));
-  p = TESSERA_V(fmadd_ps)(p, t, vset(1.48851587f));
-  p = TESSERA_V(fmadd_ps)(p, t, vset(-1.13520398f));
-  p = TESSERA_V(fmadd_ps)(p, t, vset(0.27886807f));
-  p = TESSERA_V(fmadd_ps)(p, t, vset(-0.18628806f));
-  p = TESSERA_V(fmadd_ps)(p, t, vset(0.09678418f));
-  p = TESSERA_V(fmadd_ps)(p, t, vset(0.37409196f));
-  p = TESSERA_V(fmadd_ps)(p, t, vset(1.00002368f));
-  p = TESSERA_V(fmadd_ps)(p, t, vset(-1.26551223f - 0.693147180559945309f));  // erfc/2
-  // z^2 = x^2/2 = hi + lo/2 exactly
+  t = TESSERA_V(fmadd_ps)(t, TESSERA_V(fnmadd_ps)(d, t, vset(1.0f)), t);  // t + t (1 - d t)
+  // 2P (the polynomial of erfc_core_f, doubled: the exponent is evaluated at twice its value, which
+  // saves halving x^2 and lets the exp polynomial below end in two FMAs).
+  vfloat p = vset(2 * 0.17087277f);
+  p = TESSERA_V(fmadd_ps)(p, t, vset(2 * -0.82215223f));
+  p = TESSERA_V(fmadd_ps)(p, t, vset(2 * 1.48851587f));
+  p = TESSERA_V(fmadd_ps)(p, t, vset(2 * -1.13520398f));
+  p = TESSERA_V(fmadd_ps)(p, t, vset(2 * 0.27886807f));
+  p = TESSERA_V(fmadd_ps)(p, t, vset(2 * -0.18628806f));
+  p = TESSERA_V(fmadd_ps)(p, t, vset(2 * 0.09678418f));
+  p = TESSERA_V(fmadd_ps)(p, t, vset(2 * 0.37409196f));
+  p = TESSERA_V(fmadd_ps)(p, t, vset(2 * 1.00002368f));
+  p = TESSERA_V(fmadd_ps)(p, t, vset(2 * (-1.26551223f - 0.693147180559945309f)));  // erfc/2
+  // 2z^2 = x^2 = hx + lo exactly; the exponent is (b - hx)/2 with b = 2P - lo.
   const vfloat hx = TESSERA_V(mul_ps)(ax, ax);
-  const vfloat hi = TESSERA_V(mul_ps)(hx, vset(0.5f));
-  const vfloat b = TESSERA_V(fnmadd_ps)(TESSERA_V(fmsub_ps)(ax, ax, hx), vset(0.5f), p);  // P - lo
-  // exp(b - hi): n = round((b - hi) / ln2), r = (b - (hi + n C1)) - n C2
-  const vfloat nf = TESSERA_V(mul_ps)(TESSERA_V(sub_ps)(b, hi), vset(1.44269504088896341f));
+  const vfloat b = TESSERA_V(sub_ps)(p, TESSERA_V(fmsub_ps)(ax, ax, hx));
+  // e^((b - hx)/2): n = round((b - hx) / 2ln2), r2 = (b - (hx + n 2C1)) - n 2C2 = 2r
+  const vfloat sh =
+      TESSERA_V(fmadd_ps)(TESSERA_V(sub_ps)(b, hx), vset(0.5f * 1.44269504088896341f), vset(12582912.0f));
+  const vfloat n = TESSERA_V(sub_ps)(sh, vset(12582912.0f));
+  vfloat r = TESSERA_V(sub_ps)(b, TESSERA_V(fmadd_ps)(n, vset(2 * 0.693359375f), hx));
+  r = TESSERA_V(fnmadd_ps)(n, vset(2 * -2.12194440e-4f), r);
+  // e^(r/2) = 1 + r/2 + (r/2)^2 Q(r/2) with exp_f's Q, in Horner form in r.
+  vfloat y = vset(1.9875691500e-4f / 128);
+  y = TESSERA_V(fmadd_ps)(y, r, vset(1.3981999507e-3f / 64));
+  y = TESSERA_V(fmadd_ps)(y, r, vset(8.3334519073e-3f / 32));
+  y = TESSERA_V(fmadd_ps)(y, r, vset(4.1665795894e-2f / 16));
+  y = TESSERA_V(fmadd_ps)(y, r, vset(1.6666665459e-1f / 8));
+  y = TESSERA_V(fmadd_ps)(y, r, vset(5.0000001201e-1f / 4));
+  y = TESSERA_V(fmadd_ps)(y, r, vset(0.5f));
+  y = TESSERA_V(fmadd_ps)(y, r, vset(1.0f));
+  // erfc(|x|/sqrt2)/2 = t y 2^n; for x <= 0 the result m t y 2^n, rounded once, with
+  // m = max(x, -kGeluCut): below -kGeluCut, -kGeluCut erfc(kGeluCut/sqrt2)/2 < 2^-150 rounds to -0.
+  const vfloat ty = TESSERA_V(mul_ps)(t, y);
+  const vfloat xm = TESSERA_V(max_ps)(vset(-kGeluCut), x);
 #if defined(__AVX512F__)
-  const vfloat n = _mm512_roundscale_ps(nf, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-#else
-  const vfloat n = _mm256_round_ps(nf, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-#endif
-  vfloat r = TESSERA_V(sub_ps)(b, TESSERA_V(fmadd_ps)(n, vset(0.693359375f), hi));
-  r = TESSERA_V(fnmadd_ps)(n, vset(-2.12194440e-4f), r);
-  vfloat q = vset(1.9875691500e-4f);
-  q = TESSERA_V(fmadd_ps)(q, r, vset(1.3981999507e-3f));
-  q = TESSERA_V(fmadd_ps)(q, r, vset(8.3334519073e-3f));
-  q = TESSERA_V(fmadd_ps)(q, r, vset(4.1665795894e-2f));
-  q = TESSERA_V(fmadd_ps)(q, r, vset(1.6666665459e-1f));
-  q = TESSERA_V(fmadd_ps)(q, r, vset(5.0000001201e-1f));
-  vfloat y = TESSERA_V(fmadd_ps)(q, TESSERA_V(mul_ps)(r, r), r);
-  y = TESSERA_V(add_ps)(y, vset(1.0f));
-#if defined(__AVX512F__)
-  const vfloat e = _mm512_mul_ps(t, _mm512_scalef_ps(y, n));  // erfc(|x|/sqrt2)/2
   const __mmask16 pos = _mm512_cmp_ps_mask(x, vset(0.0f), _CMP_GT_OQ);
-  const vfloat phi = _mm512_mask_sub_ps(e, pos, vset(1.0f), e);
-  const vfloat res = _mm512_mul_ps(x, phi);
-  return _mm512_mask_mov_ps(res, _mm512_cmp_ps_mask(x, vset(-kGeluCut), _CMP_LT_OQ), vset(-0.0f));
+  const vfloat e = ldexp_v(_mm512_mask_mov_ps(_mm512_mul_ps(xm, ty), pos, ty), {y, sh});
+  return _mm512_mask_mul_ps(e, pos, x, _mm512_sub_ps(vset(1.0f), e));
 #else
-  const __m256i ni = _mm256_cvtps_epi32(n);
-  const vfloat scale = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(ni, _mm256_set1_epi32(127)), 23));
-  const vfloat e = _mm256_mul_ps(t, _mm256_mul_ps(y, scale));
-  const vfloat phi = _mm256_blendv_ps(e, _mm256_sub_ps(vset(1.0f), e), _mm256_cmp_ps(x, vset(0.0f), _CMP_GT_OQ));
-  const vfloat res = _mm256_mul_ps(x, phi);
-  return _mm256_blendv_ps(res, vset(-0.0f), _mm256_cmp_ps(x, vset(-kGeluCut), _CMP_LT_OQ));
+  const vfloat pos = _mm256_cmp_ps(x, vset(0.0f), _CMP_GT_OQ);
+  const vfloat e = ldexp_v(_mm256_blendv_ps(_mm256_mul_ps(xm, ty), ty, pos), {y, sh});
+  return _mm256_blendv_ps(e, _mm256_mul_ps(x, _mm256_sub_ps(vset(1.0f), e)), pos);
 #endif
+}
+
+inline vfloat abs_v(vfloat x) {
+#if defined(__AVX512F__)
+  return _mm512_abs_ps(x);
+#else
+  return _mm256_andnot_ps(vset(-0.0f), x);
+#endif
+}
+
+// 1/d for d in [1, 2]: the reciprocal estimate and one Newton step in the residual form
+// t + t (1 - d t), which rounds once at the end (about 0.5 ulp over the estimate's 2^-14 or 2^-12
+// squared); AVX2's 12-bit estimate leaves 2^-24 before rounding, so it divides instead.
+inline vfloat recip_1_2_v(vfloat d) {
+#if defined(__AVX512F__)
+  const vfloat t = _mm512_rcp14_ps(d);
+  return _mm512_fmadd_ps(t, _mm512_fnmadd_ps(d, t, vset(1.0f)), t);
+#else
+  return _mm256_div_ps(vset(1.0f), d);
+#endif
+}
+
+// m sigmoid(x): m/(1 + e^-|x|) for x > 0 and m e^-|x|/(1 + e^-|x|) otherwise. e^-|x| never
+// overflows, so the negative tail keeps relative accuracy down to the subnormals (1/(1 + e^-x) is 0
+// below x = -88.7), m y/(1 + e^-|x|) is scaled by 2^n with one rounding, and the reciprocal only
+// sees [1, 2].
+inline vfloat mul_sigmoid_v(vfloat m, vfloat x) {
+  const ExpParts e = exp_parts_v(TESSERA_V(sub_ps)(vset(0.0f), abs_v(x)));
+  const vfloat q = TESSERA_V(mul_ps)(m, recip_1_2_v(TESSERA_V(add_ps)(vset(1.0f), ldexp_v(e.y, e))));
+  const vfloat neg = ldexp_v(TESSERA_V(mul_ps)(q, e.y), e);
+  // Below x = -110 |m sigmoid(x)| < 2^-150 for |m| < e^6: m 0 (NaN for an infinite m, as m e^x gives).
+#if defined(__AVX512F__)
+  const vfloat res = _mm512_mask_mov_ps(q, _mm512_cmp_ps_mask(x, vset(0.0f), _CMP_NGT_UQ), neg);
+  return _mm512_mask_mul_ps(res, _mm512_cmp_ps_mask(x, vset(-110.0f), _CMP_LT_OQ), m, vset(0.0f));
+#else
+  const vfloat res = _mm256_blendv_ps(q, neg, _mm256_cmp_ps(x, vset(0.0f), _CMP_NGT_UQ));
+  return _mm256_blendv_ps(res, _mm256_mul_ps(m, vset(0.0f)), _mm256_cmp_ps(x, vset(-110.0f), _CMP_LT_OQ));
+#endif
+}
+
+inline vfloat sigmoid_v(vfloat x) { return mul_sigmoid_v(vset(1.0f), x); }
+inline vfloat silu_v(vfloat x) { return mul_sigmoid_v(x, x); }
+
+// 0.5 x (1 + tanh(u)) == x sigmoid(2u), 2u = x (2 sqrt(2/pi) + 2 sqrt(2/pi) 0.044715 x^2): no
+// cancellation for negative x.
+inline vfloat gelu_tanh_v(vfloat x) {
+  const vfloat x2 = TESSERA_V(mul_ps)(x, x);
+  return mul_sigmoid_v(x, TESSERA_V(mul_ps)(x, TESSERA_V(fmadd_ps)(x2, vset(0.0713548162726008f),
+                                                                   vset(1.59576912160573071f))));
 }
 #undef TESSERA_V
 
-// Several independent vectors per iteration: the evaluation is one long dependency chain.
-void u_gelu(const float* in, float* out, int64_t n) {
-  write_out(out, n, out == in, [in](int64_t i0, int64_t m, float* dst) {
-    const float* src = in + i0;
-    int64_t i = 0;
+template <bool Stream>
+inline void store_v(float* p, vfloat v) {
 #if defined(__AVX512F__)
-    for (; i + 4 * kLanes <= m; i += 4 * kLanes) {
-      const vfloat a = gelu_v(_mm512_loadu_ps(src + i)), b = gelu_v(_mm512_loadu_ps(src + i + kLanes));
-      const vfloat c = gelu_v(_mm512_loadu_ps(src + i + 2 * kLanes)), d = gelu_v(_mm512_loadu_ps(src + i + 3 * kLanes));
-      _mm512_storeu_ps(dst + i, a);
-      _mm512_storeu_ps(dst + i + kLanes, b);
-      _mm512_storeu_ps(dst + i + 2 * kLanes, c);
-      _mm512_storeu_ps(dst + i + 3 * kLanes, d);
-    }
-    for (; i + kLanes <= m; i += kLanes) _mm512_storeu_ps(dst + i, gelu_v(_mm512_loadu_ps(src + i)));
-    if (i < m) {
-      const __mmask16 k = __mmask16((1u << unsigned(m - i)) - 1u);
-      _mm512_mask_storeu_ps(dst + i, k, gelu_v(_mm512_maskz_loadu_ps(k, src + i)));
-    }
+  if constexpr (Stream)
+    _mm512_stream_ps(p, v);
+  else
+    _mm512_storeu_ps(p, v);
 #else
-    for (; i + 2 * kLanes <= m; i += 2 * kLanes) {
-      const vfloat a = gelu_v(_mm256_loadu_ps(src + i)), b = gelu_v(_mm256_loadu_ps(src + i + kLanes));
-      _mm256_storeu_ps(dst + i, a);
-      _mm256_storeu_ps(dst + i + kLanes, b);
-    }
-    for (; i + kLanes <= m; i += kLanes) _mm256_storeu_ps(dst + i, gelu_v(_mm256_loadu_ps(src + i)));
-    if (i < m) {
-      const int64_t rem = m - i;
-      alignas(32) float tmp[kLanes] = {};
-      for (int64_t j = 0; j < rem && j < kLanes; ++j) tmp[j] = src[i + j];
-      _mm256_store_ps(tmp, gelu_v(_mm256_load_ps(tmp)));
-      for (int64_t j = 0; j < rem && j < kLanes; ++j) dst[i + j] = tmp[j];
-    }
+  if constexpr (Stream)
+    _mm256_stream_ps(p, v);
+  else
+    _mm256_storeu_ps(p, v);
 #endif
-  });
 }
-#define TESSERA_CPU_HAS_VECTOR_GELU 1
+
+// dst[i] = f(src[i]) for i in [0, m); Stream: dst is vector-aligned and m a multiple of kLanes.
+// Several independent vectors per iteration: each evaluation is one long dependency chain.
+template <bool Stream, typename F>
+inline void unary_vec_range(const float* src, float* dst, int64_t m, F f) {
+  int64_t i = 0;
+#if defined(__AVX512F__)
+  for (; i + 4 * kLanes <= m; i += 4 * kLanes) {
+    const vfloat a = f(_mm512_loadu_ps(src + i)), b = f(_mm512_loadu_ps(src + i + kLanes));
+    const vfloat c = f(_mm512_loadu_ps(src + i + 2 * kLanes)), d = f(_mm512_loadu_ps(src + i + 3 * kLanes));
+    store_v<Stream>(dst + i, a);
+    store_v<Stream>(dst + i + kLanes, b);
+    store_v<Stream>(dst + i + 2 * kLanes, c);
+    store_v<Stream>(dst + i + 3 * kLanes, d);
+  }
+  for (; i + kLanes <= m; i += kLanes) store_v<Stream>(dst + i, f(_mm512_loadu_ps(src + i)));
+  if (i < m) {
+    const __mmask16 k = __mmask16((1u << unsigned(m - i)) - 1u);
+    _mm512_mask_storeu_ps(dst + i, k, f(_mm512_maskz_loadu_ps(k, src + i)));
+  }
+#else
+  for (; i + 4 * kLanes <= m; i += 4 * kLanes) {
+    const vfloat a = f(_mm256_loadu_ps(src + i)), b = f(_mm256_loadu_ps(src + i + kLanes));
+    const vfloat c = f(_mm256_loadu_ps(src + i + 2 * kLanes)), d = f(_mm256_loadu_ps(src + i + 3 * kLanes));
+    store_v<Stream>(dst + i, a);
+    store_v<Stream>(dst + i + kLanes, b);
+    store_v<Stream>(dst + i + 2 * kLanes, c);
+    store_v<Stream>(dst + i + 3 * kLanes, d);
+  }
+  for (; i + kLanes <= m; i += kLanes) store_v<Stream>(dst + i, f(_mm256_loadu_ps(src + i)));
+  if (i < m) {
+    const int64_t rem = m - i;
+    alignas(32) float tmp[kLanes] = {};
+    for (int64_t j = 0; j < rem && j < kLanes; ++j) tmp[j] = src[i + j];
+    _mm256_store_ps(tmp, f(_mm256_load_ps(tmp)));
+    for (int64_t j = 0; j < rem && j < kLanes; ++j) dst[i + j] = tmp[j];
+  }
+#endif
+}
+
+// out[i] = f(in[i]) for i in [0, n). A large output that is not the input is written with
+// streaming stores (Note [Streaming stores]) straight from the registers, without write_out's
+// staging buffer: the kernels below are compute-bound enough that the extra copy shows.
+template <typename F>
+inline void unary_vec(const float* in, float* out, int64_t n, F f) {
+  constexpr uintptr_t kVecBytes = kLanes * sizeof(float);
+  const uintptr_t addr = reinterpret_cast<uintptr_t>(out);
+  if (out == in || n * int64_t(sizeof(float)) < kStreamMinBytes || (addr & (sizeof(float) - 1)) != 0) {
+    unary_vec_range<false>(in, out, n, f);
+    return;
+  }
+  const int64_t head = int64_t(((kVecBytes - (addr & (kVecBytes - 1))) & (kVecBytes - 1)) / sizeof(float));
+  const int64_t body = (n - head) / kLanes * kLanes;
+  unary_vec_range<false>(in, out, head, f);
+  unary_vec_range<true>(in + head, out + head, body, f);
+  unary_vec_range<false>(in + head + body, out + head + body, n - head - body, f);
+  _mm_sfence();
+}
+
+void u_gelu(const float* in, float* out, int64_t n) {
+  unary_vec(in, out, n, [](vfloat x) { return gelu_v(x); });
+}
+void u_exp(const float* in, float* out, int64_t n) {
+  unary_vec(in, out, n, [](vfloat x) { return exp_v(x); });
+}
+void u_sigmoid(const float* in, float* out, int64_t n) {
+  unary_vec(in, out, n, [](vfloat x) { return sigmoid_v(x); });
+}
+void u_gelu_tanh(const float* in, float* out, int64_t n) {
+  unary_vec(in, out, n, [](vfloat x) { return gelu_tanh_v(x); });
+}
+void u_silu(const float* in, float* out, int64_t n) {
+  unary_vec(in, out, n, [](vfloat x) { return silu_v(x); });
+}
+#define TESSERA_CPU_HAS_VECTOR_TRANSCENDENTALS 1
 #pragma GCC diagnostic pop
 #endif  // __AVX2__ && __FMA__
 
@@ -471,18 +647,18 @@ void u_gelu(const float* in, float* out, int64_t n) {
   }
 TESSERA_CPU_UNARY(u_neg, -x)
 TESSERA_CPU_UNARY(u_abs, __builtin_fabsf(x))
-TESSERA_CPU_UNARY(u_exp, exp_f(x))
 TESSERA_CPU_UNARY(u_log, log_f(x))
 TESSERA_CPU_UNARY(u_sqrt, sqrt_s(x))
 TESSERA_CPU_UNARY(u_rsqrt, 1.0f / sqrt_s(x))
 TESSERA_CPU_UNARY(u_tanh, tanh_f(x))
-TESSERA_CPU_UNARY(u_sigmoid, sigmoid_f(x))
 TESSERA_CPU_UNARY(u_relu, (x != x || x > 0.0f) ? x : 0.0f)
-#ifndef TESSERA_CPU_HAS_VECTOR_GELU
+#ifndef TESSERA_CPU_HAS_VECTOR_TRANSCENDENTALS
+TESSERA_CPU_UNARY(u_exp, exp_f(x))
+TESSERA_CPU_UNARY(u_sigmoid, sigmoid_f(x))
 TESSERA_CPU_UNARY(u_gelu, gelu_f(x))
-#endif
 TESSERA_CPU_UNARY(u_gelu_tanh, gelu_tanh_f(x))
-TESSERA_CPU_UNARY(u_silu, x / (1.0f + exp_f(-x)))
+TESSERA_CPU_UNARY(u_silu, mul_sigmoid_f(x, x))
+#endif
 TESSERA_CPU_UNARY(u_erf, erf_f(x))
 #undef TESSERA_CPU_UNARY
 // sin/cos are not hot: the C library's scalar functions.

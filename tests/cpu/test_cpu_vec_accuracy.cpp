@@ -1,0 +1,124 @@
+// Accuracy of the float transcendental kernels of every ISA level's table (vec_kernels.h) over the
+// whole float range, in units in the last place against double-precision references: a sweep of
+// bit patterns with a prime stride (about 4.3M values, both signs, subnormals included) plus the
+// special values and the overflow / underflow edges of each function. Levels the CPU lacks are
+// skipped (named in the output).
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cfloat>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "isa.h"
+#include "vec_kernels.h"
+
+namespace tessera::cpu {
+namespace {
+
+float from_bits(uint32_t b) {
+  float f;
+  std::memcpy(&f, &b, sizeof f);
+  return f;
+}
+
+// |got - want| in units of the float spacing at |want| (2^-149 among the subnormals, 2^104 beyond
+// FLT_MAX). A correctly rounded result, NaN for NaN, and a result that rounds to the same value as
+// `want` count 0; NaN or inf where a finite value (or a different inf) is due counts infinity.
+double ulp_error(float got, double want) {
+  if (std::isnan(want)) return std::isnan(got) ? 0 : INFINITY;
+  if (std::isnan(got)) return INFINITY;
+  if (double(got) == want || got == float(want)) return 0;
+  if (std::isinf(got) || std::isinf(want)) return INFINITY;
+  const int e = std::max(std::ilogb(want), FLT_MIN_EXP - 1);
+  return std::fabs(double(got) - want) / std::ldexp(1.0, std::min(e, FLT_MAX_EXP - 1) - (FLT_MANT_DIG - 1));
+}
+
+double sigmoid_ref(double x) { return x >= 0 ? 1 / (1 + std::exp(-x)) : std::exp(x) / (1 + std::exp(x)); }
+// gelu(-inf) is -0 (the limit; PyTorch gives NaN), gelu_tanh(-inf) NaN (-inf sigmoid(-inf)).
+double gelu_ref(double x) { return x == -INFINITY ? -0.0 : 0.5 * x * std::erfc(-x * M_SQRT1_2); }
+double gelu_tanh_ref(double x) {
+  return x * sigmoid_ref(2 * std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x));
+}
+
+// Every 997th bit pattern (prime: all exponents and mantissa patterns are visited), the special
+// values, and the neighbourhoods of the edges where results overflow, underflow or turn subnormal.
+std::vector<float> inputs() {
+  std::vector<float> x;
+  for (uint64_t b = 0; b <= 0xffffffffu; b += 997) x.push_back(from_bits(uint32_t(b)));
+  const float special[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, -NAN, 1.0f, -1.0f};
+  x.insert(x.end(), std::begin(special), std::end(special));
+  for (float v : {FLT_MIN, FLT_TRUE_MIN, from_bits(0x007fffff), FLT_MAX}) x.insert(x.end(), {v, -v});
+  // exp: overflow at 88.7228, FLT_MIN at -87.3365, the smallest subnormal at -103.279, 0 below
+  // -103.972; sigmoid / silu / gelu-tanh reach the same exponents through -|x| or 2u; gelu's cut at
+  // 14.5 (and the former one at 9 sqrt2); the branches of tanh and erf at 0.625 and 0.5.
+  const float edges[] = {88.722839f, -87.336548f, -103.27892f, -103.97208f, -88.7228f, -44.36f,
+                         14.5f,      12.727922f,  0.5f,        0.625f,      10.0f};
+  for (float e : edges)
+    for (float s : {e, -e}) {
+      float v = s;
+      for (int k = 0; k < 64; ++k) v = std::nextafter(v, -INFINITY);
+      for (int k = 0; k < 128; ++k, v = std::nextafter(v, INFINITY)) x.push_back(v);
+    }
+  return x;
+}
+
+struct Case {
+  UnaryOp op;
+  const char* name;
+  std::function<double(double)> ref;
+  std::function<double(double)> max_ulp;  // of x
+};
+
+// gelu_tanh rounds its argument 2u = x (c0 + c1 x^2) to float (about two roundings of 2^-24 each),
+// which e^2u turns into a relative error of about |2u| 2^-23: the bound grows with |2u| in the
+// negative tail (about 80 at x = -9.6, where the result is 7.6e-34).
+double gelu_tanh_ulp_bound(double x) {
+  return 8 + 3 * std::fabs(1.5957691216057308 * x + 0.0713548162726008 * x * x * x);
+}
+
+// The worst ulp error of each kernel on every level the CPU has, against its bound.
+TEST(CpuVecAccuracy, TranscendentalsOverTheWholeFloatRange) {
+  const std::vector<float> x = inputs();
+  const Case cases[] = {
+      {UnaryOp::Exp, "exp", [](double v) { return std::exp(v); }, [](double) { return 1.0; }},
+      {UnaryOp::Sigmoid, "sigmoid", sigmoid_ref, [](double) { return 3.0; }},
+      {UnaryOp::Silu, "silu", [](double v) { return v * sigmoid_ref(v); }, [](double) { return 3.0; }},
+      {UnaryOp::Gelu, "gelu", gelu_ref, [](double) { return 8.0; }},
+      {UnaryOp::GeluTanh, "gelu_tanh", gelu_tanh_ref, gelu_tanh_ulp_bound},
+  };
+  const Capability best = max_capability(detect_cpu_features());
+  std::vector<float> out(x.size());
+  for (Capability level : {Capability::Default, Capability::AVX2, Capability::AVX512}) {
+    if (int(level) > int(best)) {
+      std::printf("[ SKIPPED  ] level %s: this CPU supports at most %s\n", capability_name(level),
+                  capability_name(best));
+      continue;
+    }
+    const VecKernels* k = kernels_for(level);
+    for (const Case& c : cases) {
+      SCOPED_TRACE(std::string(k->name) + " " + c.name);
+      k->unary_f32[int(c.op)](x.data(), out.data(), int64_t(x.size()));
+      double worst = 0, worst_over_bound = 0;
+      size_t at = 0;
+      for (size_t i = 0; i < x.size(); ++i) {
+        const double err = ulp_error(out[i], c.ref(double(x[i])));
+        worst = std::max(worst, err);
+        if (err / c.max_ulp(double(x[i])) > worst_over_bound)
+          worst_over_bound = err / c.max_ulp(double(x[i])), at = i;
+      }
+      std::printf("%-12s %-10s worst %.3g ulp; closest to its bound at x = %.9g (got %.9g, want %.9g)\n",
+                  k->name, c.name, worst, double(x[at]), double(out[at]), c.ref(double(x[at])));
+      EXPECT_LE(worst_over_bound, 1.0)
+          << "at x = " << x[at] << " (bits " << std::hex << std::bit_cast<uint32_t>(x[at]) << std::dec
+          << "): got " << out[at] << ", want " << c.ref(double(x[at]));
+    }
+  }
+}
+
+}  // namespace
+}  // namespace tessera::cpu
