@@ -4,7 +4,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
-#include <deque>
+#include <list>
 #include <string>
 #include <vector>
 
@@ -114,8 +114,10 @@ struct OwnedTensor {
   const tessera_tensor_t* raw() const { return &t; }
 };
 
-// Temporaries whose tensor pointers stay valid while the list grows.
-using TempList = std::deque<OwnedTensor>;
+// Temporaries whose tensor pointers stay valid while the list grows. A list, not a deque:
+// libstdc++'s deque allocates its map and a first 512-byte node when constructed, and every
+// elementwise kernel makes one, used or not (a malloc and a free on each call of a 1-element add).
+using TempList = std::list<OwnedTensor>;
 
 // Casting copy between any dtypes and any strides (same shape; `src` may be broadcast to dst's
 // shape when given `src_strides` for dst's ndim). The core of copy_ and of input casts.

@@ -189,9 +189,13 @@ tessera_plugin_t g_plugin = {
     .struct_size = sizeof(tessera_plugin_t),
     .abi_major = TESSERA_ABI_MAJOR,
     .abi_minor = TESSERA_ABI_MINOR,
+    .reserved_ = 0,
     .name = "cpu",
     .version = "0.1.0",
+    .features = 0,
+    .self = nullptr,
     .device = &kDeviceInterface,
+    .shutdown = nullptr,
     .get_proc_address = get_proc_address,
 };
 
