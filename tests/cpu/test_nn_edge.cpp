@@ -276,9 +276,12 @@ TEST(CpuNnEdgeSdpa, FullyMaskedRowsFollowPyTorch) {
         for (int64_t i = 0; i < l; ++i)
           for (int64_t c = 0; c < e; ++c) {
             const double x = o1.v[size_t(i * e + c)];
-            if (c == cn) EXPECT_TRUE(std::isnan(x)) << pn << " row " << i << " col " << c;
-            else if (i == 1) EXPECT_EQ(x, 0.0) << pn << " col " << c;
-            else EXPECT_TRUE(std::isfinite(x)) << pn << " row " << i << " col " << c;
+            if (c == cn)
+              EXPECT_TRUE(std::isnan(x)) << pn << " row " << i << " col " << c;
+            else if (i == 1)
+              EXPECT_EQ(x, 0.0) << pn << " col " << c;
+            else
+              EXPECT_TRUE(std::isfinite(x)) << pn << " row " << i << " col " << c;
           }
         // NaN in key jn, masked out in rows 1 and 2: NaN + -inf is NaN, every row is NaN.
         const Ref o2 = run(q, k_nan, k, mask);
@@ -295,8 +298,10 @@ TEST(CpuNnEdgeSdpa, FullyMaskedRowsFollowPyTorch) {
         for (int64_t i = 0; i < l; ++i)
           for (int64_t c = 0; c < e; ++c) {
             const double x = o3.v[size_t(i * e + c)];
-            if (i == 1) EXPECT_EQ(x, 0.0) << pn << " all -inf row, col " << c;
-            else EXPECT_TRUE(std::isfinite(x)) << pn << " row " << i << " col " << c;
+            if (i == 1)
+              EXPECT_EQ(x, 0.0) << pn << " all -inf row, col " << c;
+            else
+              EXPECT_TRUE(std::isfinite(x)) << pn << " row " << i << " col " << c;
           }
         kv[size_t(jn * e)] = 1.0;
         const Ref o4 = run(qi, tensor(kv, {1, s, e}).to(dt), k, std::nullopt);

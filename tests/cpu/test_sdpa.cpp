@@ -20,8 +20,8 @@ namespace {
 using cpu_test::close;
 using cpu_test::random_tensor;
 using cpu_test::read;
-using cpu_test::round_to;
 using cpu_test::Ref;
+using cpu_test::round_to;
 using cpu_test::seed_trace;
 using cpu_test::Tol;
 

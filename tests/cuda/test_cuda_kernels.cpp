@@ -502,35 +502,41 @@ TEST_F(CudaKernels, FlashAttentionFullyMaskedRowsAndNaN) {
         auto [q, dq] = randn_pair({2, 3, l, d}, t);
         auto [k, dk] = randn_pair({2, 3, s, d}, t);
         auto [v, dv] = randn_pair({2, 3, s, d}, t);
-        const Tensor q32 = q.to(tessera::kFloat32), k32 = k.to(tessera::kFloat32), v32 = v.to(tessera::kFloat32);
+        const Tensor q32 = q.to(tessera::kFloat32), k32 = k.to(tessera::kFloat32),
+                     v32 = v.to(tessera::kFloat32);
         Tensor keep = tessera::gt(tessera::rand({l, s}), tessera::full({1}, 0.3));
         for (int64_t i : dead) keep.select(0, i).fill_(false);
-        keep.select(0, 5).narrow(0, 0, 32).fill_(false);   // first key tile masked
-        keep.select(0, 6).narrow(0, 96, 5).fill_(false);   // last (partial) key tile masked
+        keep.select(0, 5).narrow(0, 0, 32).fill_(false);  // first key tile masked
+        keep.select(0, 6).narrow(0, 96, 5).fill_(false);  // last (partial) key tile masked
         keep.select(0, 7).fill_(false);
-        keep.select(0, 7).narrow(0, 100, 1).fill_(true);   // only the last key
-        const Tensor add_t = tessera::where(keep, tessera::zeros({l, s}), tessera::full({l, s}, -INFINITY)).to(t);
-        const std::tuple<std::string, Tensor, Tensor> masks[] = {{"bool", keep, keep},
-                                                                 {"additive", add_t, add_t.to(tessera::kFloat32)}};
+        keep.select(0, 7).narrow(0, 100, 1).fill_(true);  // only the last key
+        const Tensor add_t =
+            tessera::where(keep, tessera::zeros({l, s}), tessera::full({l, s}, -INFINITY)).to(t);
+        const std::tuple<std::string, Tensor, Tensor> masks[] = {
+            {"bool", keep, keep}, {"additive", add_t, add_t.to(tessera::kFloat32)}};
         for (const auto& [name, mask, mask_ref] : masks) {
           const Tensor got = tessera::scaled_dot_product_attention(dq, dk, dv, mask.to("cuda:0"));
-          expect_close(got.to(tessera::kFloat32), tessera::scaled_dot_product_attention(q32, k32, v32, mask_ref), tol,
+          expect_close(got.to(tessera::kFloat32),
+                       tessera::scaled_dot_product_attention(q32, k32, v32, mask_ref), tol,
                        "sdpa fully masked rows, " + name + " mask " + tn);
           for (int64_t i : dead)
-            EXPECT_TRUE(tessera::equal(got.select(2, i).cpu(), tessera::zeros({2, 3, d}, tessera::TensorOptions(t))))
+            EXPECT_TRUE(
+                tessera::equal(got.select(2, i).cpu(), tessera::zeros({2, 3, d}, tessera::TensorOptions(t))))
                 << name << " row " << i << " " << tn;
         }
         // A NaN in query row 9 (its scores are all NaN): that row is NaN, not taken for masked.
         Tensor qn = q.clone();
         qn.select(2, 9).fill_(NAN);
-        const Tensor got_q = tessera::scaled_dot_product_attention(qn.to("cuda:0"), dk, dv, keep.to("cuda:0"));
+        const Tensor got_q =
+            tessera::scaled_dot_product_attention(qn.to("cuda:0"), dk, dv, keep.to("cuda:0"));
         expect_close(got_q.to(tessera::kFloat32),
                      tessera::scaled_dot_product_attention(qn.to(tessera::kFloat32), k32, v32, keep), tol,
                      "sdpa NaN query row " + tn);
         // A NaN value (key 50, column 3): column 3 is NaN in every row, fully masked ones included.
         Tensor vn = v.clone();
         vn.select(2, 50).narrow(2, 3, 1).fill_(NAN);
-        const Tensor got_v = tessera::scaled_dot_product_attention(dq, dk, vn.to("cuda:0"), keep.to("cuda:0"));
+        const Tensor got_v =
+            tessera::scaled_dot_product_attention(dq, dk, vn.to("cuda:0"), keep.to("cuda:0"));
         expect_close(got_v.to(tessera::kFloat32),
                      tessera::scaled_dot_product_attention(q32, k32, vn.to(tessera::kFloat32), keep), tol,
                      "sdpa NaN value " + tn);
