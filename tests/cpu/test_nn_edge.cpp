@@ -210,9 +210,9 @@ TEST(CpuNnEdgePool, MaxPoolPropagatesNaN) {
 
 // ---------------------------------------------------------------- attention NaN
 
-Tensor sdpa_math(const Tensor& q, const Tensor& k, const Tensor& v) {
+Tensor sdpa_math(const Tensor& q, const Tensor& k, const Tensor& v, const std::optional<Tensor>& mask = {}) {
   Dispatcher& d = Dispatcher::instance();
-  Stack args{q, k, v, std::optional<Tensor>{}, false, std::monostate{}};
+  Stack args{q, k, v, mask, false, std::monostate{}};
   Stack out = d.call_boxed(d.op("_sdpa_math"), std::move(args));
   return std::get<Tensor>(out.at(0));
 }
@@ -240,6 +240,75 @@ TEST(CpuNnEdgeSdpa, NaNScoreMakesItsQueryRowNaN) {
         const Ref o = read(path == 0 ? scaled_dot_product_attention(q, k2, v) : sdpa_math(q, k2, v));
         for (size_t i = 0; i < o.v.size(); ++i)
           EXPECT_TRUE(std::isnan(o.v[i])) << (path == 0 ? "flash" : "math") << " element " << i;
+      }
+    }
+  }
+}
+
+// PyTorch's answers around fully masked rows (Note [Fully masked attention rows] in
+// plugins/cpu/nn/attention.cpp): such a row is 0 @ V, so a NaN value still reaches it; a masked key
+// whose score is NaN still makes every row NaN (the bool mask adds -inf); an +inf score makes its
+// row NaN; a row whose scores are all -inf without any mask (infinite query) is 0.
+TEST(CpuNnEdgeSdpa, FullyMaskedRowsFollowPyTorch) {
+  SCOPED_TRACE(seed_trace());
+  constexpr double kInf = std::numeric_limits<double>::infinity();
+  for (DType dt : kFloatTypes) {
+    for (int64_t s : {5, 300}) {
+      SCOPED_TRACE(std::string(dtype_name(dt)) + " S=" + std::to_string(s));
+      const int64_t l = 4, e = 8;
+      const int64_t jn = s - 2, cn = 3;  // the NaN value / key
+      std::vector<bool> keep(size_t(l * s), true);
+      for (int64_t j = 0; j < s; ++j) keep[size_t(1 * s + j)] = false;  // row 1 fully masked
+      keep[size_t(2 * s + jn)] = false;                                 // row 2 masks key jn only
+      const Tensor mask = tensor(keep, {l, s});
+      const Tensor q = with_nans({1, l, e}, dt, {});
+      const Tensor k = with_nans({1, s, e}, dt, {});
+      const Tensor v_nan = with_nans({1, s, e}, dt, {jn * e + cn});
+      const Tensor k_nan = with_nans({1, s, e}, dt, {jn * e});
+      for (int path = 0; path < 2; ++path) {
+        const char* pn = path == 0 ? "flash" : "math";
+        auto run = [&](const Tensor& qq, const Tensor& kk, const Tensor& vv, const std::optional<Tensor>& m) {
+          return read(path == 0 ? scaled_dot_product_attention(qq, kk, vv, m) : sdpa_math(qq, kk, vv, m));
+        };
+        // NaN in value jn, column cn: every row's column cn is NaN (0 * NaN in the masked ones),
+        // the fully masked row is 0 elsewhere, the others finite.
+        const Ref o1 = run(q, k, v_nan, mask);
+        for (int64_t i = 0; i < l; ++i)
+          for (int64_t c = 0; c < e; ++c) {
+            const double x = o1.v[size_t(i * e + c)];
+            if (c == cn)
+              EXPECT_TRUE(std::isnan(x)) << pn << " row " << i << " col " << c;
+            else if (i == 1)
+              EXPECT_EQ(x, 0.0) << pn << " col " << c;
+            else
+              EXPECT_TRUE(std::isfinite(x)) << pn << " row " << i << " col " << c;
+          }
+        // NaN in key jn, masked out in rows 1 and 2: NaN + -inf is NaN, every row is NaN.
+        const Ref o2 = run(q, k_nan, k, mask);
+        for (size_t x = 0; x < o2.v.size(); ++x) EXPECT_TRUE(std::isnan(o2.v[x])) << pn << " element " << x;
+        // Query row 1 = [+inf, 0, ...]. With every key's feature 0 negative its scores are all
+        // -inf (no mask): 0. With one key's feature 0 positive, one score is +inf: NaN.
+        std::vector<double> qv, kv;
+        with_nans({1, l, e}, dt, {}, &qv);
+        with_nans({1, s, e}, dt, {}, &kv);
+        for (int64_t c = 0; c < e; ++c) qv[size_t(e + c)] = c == 0 ? kInf : 0.0;
+        for (int64_t j = 0; j < s; ++j) kv[size_t(j * e)] = -std::fabs(kv[size_t(j * e)]) - 0.5;
+        const Tensor qi = tensor(qv, {1, l, e}).to(dt), kneg = tensor(kv, {1, s, e}).to(dt);
+        const Ref o3 = run(qi, kneg, k, std::nullopt);
+        for (int64_t i = 0; i < l; ++i)
+          for (int64_t c = 0; c < e; ++c) {
+            const double x = o3.v[size_t(i * e + c)];
+            if (i == 1)
+              EXPECT_EQ(x, 0.0) << pn << " all -inf row, col " << c;
+            else
+              EXPECT_TRUE(std::isfinite(x)) << pn << " row " << i << " col " << c;
+          }
+        kv[size_t(jn * e)] = 1.0;
+        const Ref o4 = run(qi, tensor(kv, {1, s, e}).to(dt), k, std::nullopt);
+        for (int64_t i = 0; i < l; ++i)
+          for (int64_t c = 0; c < e; ++c)
+            EXPECT_EQ(std::isnan(o4.v[size_t(i * e + c)]), i == 1)
+                << pn << " +inf score, row " << i << " col " << c;
       }
     }
   }

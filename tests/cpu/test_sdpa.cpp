@@ -3,6 +3,7 @@
 // each against a naive double-precision reference, and against each other.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <optional>
@@ -20,10 +21,13 @@ using cpu_test::close;
 using cpu_test::random_tensor;
 using cpu_test::read;
 using cpu_test::Ref;
+using cpu_test::round_to;
 using cpu_test::seed_trace;
 using cpu_test::Tol;
 
-// Reference attention over [B..., L, E] inputs with broadcasting batch dims and masks.
+// Reference attention over [B..., L, E] inputs with broadcasting batch dims and masks, with
+// PyTorch's rules: a bool mask adds -inf where false; a row whose masked scores are all -inf gets
+// probabilities 0 (its output is 0 @ V), every other row the plain softmax.
 std::vector<double> ref_sdpa(const Tensor& q, const Tensor& k, const Tensor& v, const std::optional<Tensor>& mask,
                              bool causal, std::optional<double> scale, const std::vector<int64_t>& out_sizes) {
   const Ref rq = read(q), rk = read(k), rv = read(v);
@@ -69,16 +73,21 @@ std::vector<double> ref_sdpa(const Tensor& q, const Tensor& k, const Tensor& v, 
         if (pm) {
           const double mv = pm[i * m_sl + j * m_ss];
           if (mask->dtype() == kBool) {
-            if (mv == 0) d = -std::numeric_limits<double>::infinity();
+            if (mv == 0) d += -std::numeric_limits<double>::infinity();
           } else {
             d += mv;
           }
         }
         w[size_t(j)] = d;
-        m = std::max(m, d);
+        m = std::isnan(m) || std::isnan(d) ? std::numeric_limits<double>::quiet_NaN() : std::max(m, d);
       }
       double z = 0;
-      for (auto& x : w) z += (x = std::exp(x - m));
+      if (m == -std::numeric_limits<double>::infinity()) {
+        std::fill(w.begin(), w.end(), 0.0);
+        z = 1;
+      } else {
+        for (auto& x : w) z += (x = std::exp(x - m));
+      }
       for (int64_t c = 0; c < ev; ++c) {
         double a = 0;
         for (int64_t j = 0; j < s; ++j) a += w[size_t(j)] * pv[j * ev + c];
@@ -302,6 +311,88 @@ TEST(CpuSdpa, RowsMaskedOutOfEarlyKeyBlocks) {
     std::vector<int64_t> os(flash.sizes().begin(), flash.sizes().end());
     const auto want = ref_sdpa(q, k, v, mask, false, std::nullopt, os);
     EXPECT_TRUE(close(flash, want, attn_tol(d), "masked early blocks " + std::string(dtype_name(d))));
+  }
+}
+
+// PyTorch gives 0 for every output of a query row whose keys are all masked (Note [Fully masked
+// attention rows] in plugins/cpu/nn/attention.cpp). L = 150 spans three query blocks of 64 and
+// S = 700 three key blocks of 256 (the last one partial). Fully masked rows sit in the first, a
+// middle and the last query block; other rows lose a whole key block (first, middle, last) or keep
+// a single key in one of them, and must come out as plain softmax.
+TEST(CpuSdpa, FullyMaskedRowsAreZero) {
+  const int64_t b = 2, h = 3, l = 150, s = 700, e = 24, ev = 20;
+  const std::vector<int64_t> dead_rows = {0, 70, l - 1};
+  std::vector<bool> keep(size_t(l * s));
+  {
+    const Ref r = read(random_tensor({l, s}, kFloat64, 0, 1));
+    for (int64_t i = 0; i < l; ++i)
+      for (int64_t j = 0; j < s; ++j) keep[size_t(i * s + j)] = r.v[size_t(i * s + j)] < 0.6 || j == i;
+  }
+  auto set_row = [&](int64_t i, int64_t j0, int64_t j1, bool v) {
+    for (int64_t j = j0; j < j1; ++j) keep[size_t(i * s + j)] = v;
+  };
+  for (int64_t i : dead_rows) set_row(i, 0, s, false);
+  set_row(5, 0, 256, false);    // first key block masked
+  set_row(6, 256, 512, false);  // middle key block masked
+  set_row(7, 512, s, false);    // last (partial) key block masked
+  const std::pair<int64_t, int64_t> lone[] = {{8, 3}, {9, 300}, {10, s - 1}, {71, 511}};
+  for (auto [i, j] : lone) {
+    set_row(i, 0, s, false);
+    keep[size_t(i * s + j)] = true;
+  }
+  for (DType d : kAttnTypes) {
+    SCOPED_TRACE(seed_trace());
+    const Tensor q = random_tensor({b, h, l, e}, d), k = random_tensor({b, h, s, e}, d),
+                 v = random_tensor({b, h, s, ev}, d);
+    // Batch 0 of the [B, 1, L, S] mask keeps the dead rows alive: only batch 1 has them.
+    std::vector<bool> keep_b(keep);
+    keep_b.insert(keep_b.begin(), keep.begin(), keep.end());
+    for (int64_t i : dead_rows) std::fill_n(keep_b.begin() + i * s, s, true);
+    // Additive mask: finite values where kept, -inf elsewhere.
+    std::vector<double> add(keep.size());
+    const Ref noise = read(random_tensor({l, s}, kFloat64, -2, 0));
+    for (size_t x = 0; x < add.size(); ++x)
+      add[x] = keep[x] ? round_to(noise.v[x], d) : -std::numeric_limits<double>::infinity();
+    std::vector<bool> row_keep(size_t(l), true);
+    for (int64_t i : dead_rows) row_keep[size_t(i)] = false;
+    const std::pair<std::string, Tensor> masks[] = {
+        {"bool [L, S]", tensor(keep, {l, s})},
+        {"bool [B, 1, L, S]", tensor(keep_b, {b, 1, l, s})},
+        {"float [L, S]", tensor(add, {l, s}).to(d)},
+        {"bool [L, 1]", tensor(row_keep, {l, 1})},
+    };
+    for (const auto& [name, mask] : masks) {
+      const std::string what = std::string(dtype_name(d)) + " " + name;
+      const bool batch1_only = name == "bool [B, 1, L, S]";
+      const auto want = ref_sdpa(q, k, v, mask, false, std::nullopt, {b, h, l, ev});
+      for (int path = 0; path < 2; ++path) {
+        const Tensor got =
+            path == 0 ? scaled_dot_product_attention(q, k, v, mask) : sdpa_math(q, k, v, mask, false, {});
+        const std::string pw = (path == 0 ? "flash " : "math ") + what;
+        EXPECT_TRUE(close(got, want, attn_tol(d), pw));
+        const Ref g = read(got);
+        for (int64_t bh = 0; bh < b * h; ++bh)
+          for (int64_t i : dead_rows)
+            for (int64_t c = 0; c < ev; ++c) {
+              const double x = g.v[size_t((bh * l + i) * ev + c)];
+              if (batch1_only && bh < h)
+                EXPECT_NE(x, 0.0) << pw << " batch 0 row " << i << " is not masked";
+              else
+                EXPECT_EQ(x, 0.0) << pw << " head " << bh << " row " << i << " col " << c;
+            }
+      }
+    }
+  }
+}
+
+// S == 0: every row is fully masked, the output is 0 (PyTorch), on both paths.
+TEST(CpuSdpa, NoKeysGivesZeros) {
+  for (DType d : kAttnTypes) {
+    const Tensor q = random_tensor({2, 5, 8}, d), k = random_tensor({2, 0, 8}, d),
+                 v = random_tensor({2, 0, 6}, d);
+    const std::vector<double> zero(2 * 5 * 6, 0.0);
+    EXPECT_EQ(read(scaled_dot_product_attention(q, k, v)).v, zero) << dtype_name(d);
+    EXPECT_EQ(read(sdpa_math(q, k, v, std::nullopt, false, std::nullopt)).v, zero) << dtype_name(d);
   }
 }
 

@@ -9,6 +9,7 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "tessera/cuda/cuda_plugin.h"
@@ -468,7 +469,7 @@ TEST_F(CudaKernels, AttentionWithManyHeadsNoKeysAndMaskedRows) {
     const Tensor dk0 = tessera::empty({2, 2, 0, 64}, tessera::TensorOptions(t).device("cuda:0"));
     got = tessera::scaled_dot_product_attention(dq2, dk0, dk0);
     EXPECT_TRUE(tessera::equal(got.cpu(), tessera::zeros({2, 2, 5, 64}, tessera::TensorOptions(t)))) << tn;
-    // A non-contiguous query (transposed heads) and a fully masked row (NaN like the math path).
+    // A non-contiguous query (transposed heads) and a fully masked row (0, as in PyTorch).
     auto [q3, dq3] = randn_pair({2, 7, 4, 64}, t);
     auto [k3, dk3] = randn_pair({2, 4, 9, 64}, t);
     auto [v3, dv3] = randn_pair({2, 4, 9, 64}, t);
@@ -479,7 +480,70 @@ TEST_F(CudaKernels, AttentionWithManyHeadsNoKeysAndMaskedRows) {
                  tessera::scaled_dot_product_attention(qt.to(tessera::kFloat32), k3.to(tessera::kFloat32),
                                                        v3.to(tessera::kFloat32), mask),
                  tol, "sdpa strided query, fully masked row " + tn);
+    const Tensor row3 = tessera::scaled_dot_product_attention(dqt, dk3, dv3, mask.to("cuda:0")).select(2, 3);
+    EXPECT_TRUE(tessera::equal(row3.cpu(), tessera::zeros({2, 4, 64}, tessera::TensorOptions(t)))) << tn;
   }
+}
+
+// Note [Fully masked attention rows] (plugins/cpu/nn/attention.cpp), on both flash kernels: a row
+// whose keys are all masked is 0 @ V (0, NaN in a column with a NaN value), a NaN score makes its
+// row NaN, rows masked only in some key tiles are plain softmax. Checked against the CPU in f32
+// (itself checked against a double reference in tests/cpu/test_sdpa.cpp) and exactly where known.
+TEST_F(CudaKernels, FlashAttentionFullyMaskedRowsAndNaN) {
+  const int64_t l = 77, s = 101;  // two query blocks, four key tiles of 32 (the last partial)
+  const int64_t dead[] = {0, 40, l - 1};
+  for (const char* simt : {"0", "1"}) {
+    setenv("TESSERA_CUDA_FLASH_SIMT", simt, 1);
+    for (DType t : {tessera::kFloat16, tessera::kBFloat16}) {
+      for (int64_t d : {int64_t(64), int64_t(128)}) {
+        const std::string tn = std::string(tessera::dtype_name(t)) + " d=" + std::to_string(d) +
+                               (simt[0] == '1' ? " (CUDA cores)" : " (tensor cores)");
+        const Tol tol = t == tessera::kFloat16 ? Tol{1e-2, 1e-2} : Tol{3e-2, 3e-2};
+        auto [q, dq] = randn_pair({2, 3, l, d}, t);
+        auto [k, dk] = randn_pair({2, 3, s, d}, t);
+        auto [v, dv] = randn_pair({2, 3, s, d}, t);
+        const Tensor q32 = q.to(tessera::kFloat32), k32 = k.to(tessera::kFloat32),
+                     v32 = v.to(tessera::kFloat32);
+        Tensor keep = tessera::gt(tessera::rand({l, s}), tessera::full({1}, 0.3));
+        for (int64_t i : dead) keep.select(0, i).fill_(false);
+        keep.select(0, 5).narrow(0, 0, 32).fill_(false);  // first key tile masked
+        keep.select(0, 6).narrow(0, 96, 5).fill_(false);  // last (partial) key tile masked
+        keep.select(0, 7).fill_(false);
+        keep.select(0, 7).narrow(0, 100, 1).fill_(true);  // only the last key
+        const Tensor add_t =
+            tessera::where(keep, tessera::zeros({l, s}), tessera::full({l, s}, -INFINITY)).to(t);
+        const std::tuple<std::string, Tensor, Tensor> masks[] = {
+            {"bool", keep, keep}, {"additive", add_t, add_t.to(tessera::kFloat32)}};
+        for (const auto& [name, mask, mask_ref] : masks) {
+          const Tensor got = tessera::scaled_dot_product_attention(dq, dk, dv, mask.to("cuda:0"));
+          expect_close(got.to(tessera::kFloat32),
+                       tessera::scaled_dot_product_attention(q32, k32, v32, mask_ref), tol,
+                       "sdpa fully masked rows, " + name + " mask " + tn);
+          for (int64_t i : dead)
+            EXPECT_TRUE(
+                tessera::equal(got.select(2, i).cpu(), tessera::zeros({2, 3, d}, tessera::TensorOptions(t))))
+                << name << " row " << i << " " << tn;
+        }
+        // A NaN in query row 9 (its scores are all NaN): that row is NaN, not taken for masked.
+        Tensor qn = q.clone();
+        qn.select(2, 9).fill_(NAN);
+        const Tensor got_q =
+            tessera::scaled_dot_product_attention(qn.to("cuda:0"), dk, dv, keep.to("cuda:0"));
+        expect_close(got_q.to(tessera::kFloat32),
+                     tessera::scaled_dot_product_attention(qn.to(tessera::kFloat32), k32, v32, keep), tol,
+                     "sdpa NaN query row " + tn);
+        // A NaN value (key 50, column 3): column 3 is NaN in every row, fully masked ones included.
+        Tensor vn = v.clone();
+        vn.select(2, 50).narrow(2, 3, 1).fill_(NAN);
+        const Tensor got_v =
+            tessera::scaled_dot_product_attention(dq, dk, vn.to("cuda:0"), keep.to("cuda:0"));
+        expect_close(got_v.to(tessera::kFloat32),
+                     tessera::scaled_dot_product_attention(q32, k32, vn.to(tessera::kFloat32), keep), tol,
+                     "sdpa NaN value " + tn);
+      }
+    }
+  }
+  unsetenv("TESSERA_CUDA_FLASH_SIMT");
 }
 
 TEST_F(CudaKernels, InPlaceOpWithAConversionIsAppliedOnce) {

@@ -9,16 +9,29 @@
 // block (an f32 register-tiled GEMM from nn_isa.h), masks, then the online softmax update
 // (nn_isa.h flash_softmax_rows)
 //   m' = max(m, rowmax(S)); P = exp(S - m'); l = l * exp(m - m') + rowsum(P); O = O * exp(m - m') + P V
-// and finally O / l. Extra memory per thread: the packed head, O(S * (E + Ev)) floats, linear in
-// the sequence length, plus O(kBlockQ * (E + Ev + kBlockK)) for the block buffers; never the
-// [L, S] matrix. Causal attention (top-left aligned: query i sees keys j <= i, PyTorch's
-// is_causal) stops each query block at its diagonal. Every dtype computes in f32 with f32
-// accumulation; f64 takes the double-precision reference loops.
+// and finally O / l (Note [Fully masked attention rows]). Extra memory per thread: the packed
+// head, O(S * (E + Ev)) floats, linear in the sequence length, plus O(kBlockQ * (E + Ev + kBlockK))
+// for the block buffers; never the [L, S] matrix. Causal attention (top-left aligned: query i
+// sees keys j <= i, PyTorch's is_causal) stops each query block at its diagonal. Every dtype
+// computes in f32 with f32 accumulation; f64 takes the double-precision reference loops.
 //
 // The math path (_sdpa_math, kept as the reference and for benchmarks) runs Q K^T as one batched
 // oneDNN matmul with the scale fused as an output scale into an f32 [B, L, S] buffer, masks and
 // softmaxes it in place, and multiplies by V with a second oneDNN matmul (P converted to bf16 first
 // for bf16 inputs, as PyTorch's math path does).
+//
+// Note [Fully masked attention rows]
+// PyTorch's scaled_dot_product_attention softmaxes the masked scores "safely": a query row whose
+// masked scores are all -inf (every key masked out, or S == 0) gets probabilities 0 instead of the
+// NaN of softmax over -inf, and its output row is then 0 @ V: 0, or NaN in a column where a value
+// is NaN or infinite (0 * NaN, 0 * inf). Every other row is the plain softmax, so a NaN score
+// (NaN in the inputs, +inf - inf) still makes its row NaN. A bool mask is applied as PyTorch
+// applies it, by adding -inf (a NaN or +inf score under a false entry still gives NaN); causal
+// attention sets the scores past the diagonal to -inf and the flash kernel never reads those keys,
+// as PyTorch's CPU flash kernel (no causal row is ever fully masked: query i always sees key 0).
+// Plain softmax keeps NaN for an all -inf row. Every path here (flash, math, f64) follows this;
+// docs/semantics.md lists the cases checked against PyTorch.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -188,7 +201,7 @@ void mask_row(const SdpaProblem& p, int64_t om, int64_t i, int64_t j0, int64_t n
     case TESSERA_DTYPE_BOOL: {
       const uint8_t* m = reinterpret_cast<const uint8_t*>(p.mask) + base;
       for (int64_t jj = 0; jj < n; ++jj)
-        if (!m[jj * p.m_ss]) row[jj] = kNegInf;
+        if (!m[jj * p.m_ss]) row[jj] += kNegInf;
       return;
     }
     case TESSERA_DTYPE_FLOAT32: {
@@ -349,8 +362,11 @@ void flash_attention(const SdpaProblem& p) {
         gemm_panels(mq, ev, nk, st.sbuf, kBlockK, st.vp + j0 * kPanel, s * kPanel, kPanel, st.obuf, ev, 1);
     }
     for (int64_t ii = 0; ii < mq; ++ii) {
-      // A fully masked row has l == 0: NaN, as softmax over all -inf in the math path.
-      const float inv = st.lrow[ii] > 0.f ? 1.f / st.lrow[ii] : std::numeric_limits<float>::quiet_NaN();
+      // m == -inf: every key masked, O holds 0 * V (Note [Fully masked attention rows]). m == +inf
+      // (an infinite score) leaves l == 0: NaN, as softmax gives.
+      const float inv = st.mrow[ii] == kNegInf ? 0.f
+                        : st.lrow[ii] > 0.f    ? 1.f / st.lrow[ii]
+                                               : std::numeric_limits<float>::quiet_NaN();
       isa.scale_row(st.obuf + ii * ev, ev, inv);
       store_f32(st.obuf + ii * ev, p.o + (oo + (i0 + ii) * p.o_sl) * osz, p.o_dt, ev, p.o_se);
     }
@@ -392,7 +408,7 @@ void attention_f64(const SdpaProblem& p) {
         if (p.mask) {
           const int64_t mo = om + i * p.m_sl + j * p.m_ss;
           if (p.mask_dt == TESSERA_DTYPE_BOOL) {
-            if (!reinterpret_cast<const uint8_t*>(p.mask)[mo]) d = -std::numeric_limits<double>::infinity();
+            if (!reinterpret_cast<const uint8_t*>(p.mask)[mo]) d += -std::numeric_limits<double>::infinity();
           } else if (p.mask_dt == TESSERA_DTYPE_FLOAT64) {
             d += reinterpret_cast<const double*>(p.mask)[mo];
           } else {
@@ -405,7 +421,12 @@ void attention_f64(const SdpaProblem& p) {
         if (d > mx || d != d) mx = d;
       }
       double sum = 0;
-      for (int64_t j = 0; j < p.s; ++j) sum += (sc[size_t(j)] = std::exp(sc[size_t(j)] - mx));
+      if (mx == -std::numeric_limits<double>::infinity()) {  // Note [Fully masked attention rows]
+        std::fill(sc.begin(), sc.end(), 0.0);
+        sum = 1;
+      } else {
+        for (int64_t j = 0; j < p.s; ++j) sum += (sc[size_t(j)] = std::exp(sc[size_t(j)] - mx));
+      }
       std::fill(acc.begin(), acc.end(), 0.0);
       for (int64_t j = 0; j < p.s; ++j) {
         const double* v = reinterpret_cast<const double*>(p.v) + ov + j * p.v_ss;
@@ -463,7 +484,11 @@ void math_attention(const SdpaProblem& p) {
       p.offsets(bi, &oq, &ok, &ov, &om, &oo);
       float* row = scores.get() + x * p.s;
       mask_row(p, om, i, 0, p.s, row);
-      isa.softmax_row(row, row, p.s);
+      // Note [Fully masked attention rows]
+      if (std::all_of(row, row + p.s, [](float f) { return f == kNegInf; }))
+        std::memset(row, 0, size_t(p.s) * sizeof(float));
+      else
+        isa.softmax_row(row, row, p.s);
     }
   });
   MatOperand pm = operand(p, sstr, p.l, p.s, p.s, 1, scores.get(), TESSERA_DTYPE_FLOAT32);
@@ -485,9 +510,9 @@ void math_attention(const SdpaProblem& p) {
 
 bool all_empty(const SdpaProblem& p) { return p.total == 0 || p.l == 0 || p.ev == 0; }
 
-void fill_nan_or_zero(const SdpaProblem& p) {
-  // S == 0: softmax over nothing; PyTorch returns NaN for the math path.
-  std::vector<float> row(size_t(p.ev), std::numeric_limits<float>::quiet_NaN());
+// S == 0: every row is fully masked (Note [Fully masked attention rows]).
+void fill_zero(const SdpaProblem& p) {
+  std::vector<float> row(size_t(p.ev), 0.f);
   const int64_t osz = int64_t(sdk::dtype_size(p.o_dt));
   for (int64_t x = 0; x < p.total * p.l; ++x) {
     int64_t oq, ok, ov, om, oo;
@@ -501,7 +526,7 @@ void fill_nan_or_zero(const SdpaProblem& p) {
 void sdpa_flash_kernel(const KernelCall& call) {
   const SdpaProblem p = make_problem(call);
   if (all_empty(p)) return;
-  if (p.s == 0) return fill_nan_or_zero(p);
+  if (p.s == 0) return fill_zero(p);
   if (p.dt == TESSERA_DTYPE_FLOAT64 && p.o_dt == TESSERA_DTYPE_FLOAT64) return attention_f64(p);
   flash_attention(p);
 }
@@ -511,7 +536,7 @@ void sdpa_math_kernel(const KernelCall& call) {
   if (dt == TESSERA_DTYPE_FLOAT16) return run_via_f32(call, &sdpa_math_kernel);
   const SdpaProblem p = make_problem(call);
   if (all_empty(p)) return;
-  if (p.s == 0) return fill_nan_or_zero(p);
+  if (p.s == 0) return fill_zero(p);
   if (p.dt == TESSERA_DTYPE_FLOAT64 && p.o_dt == TESSERA_DTYPE_FLOAT64) return attention_f64(p);
   math_attention(p);
 }

@@ -9,8 +9,11 @@
 // contiguous 64-byte span of a shared K/V row per step, and their partial dot products are summed
 // with two warp shuffles. Causal masking is top-left aligned (key j is visible to query i when
 // j <= i), like PyTorch's is_causal; key tiles entirely above the diagonal are skipped. An explicit
-// mask is bool (true = attend) or additive. A row whose keys are all masked yields NaN, like the
-// math path's softmax of an all -inf row.
+// mask is bool (true = attend, applied by adding -inf) or additive. A row whose keys are all masked
+// gives 0 @ V like PyTorch (0, or NaN in a column holding a NaN or infinite value), and a NaN score
+// makes its row NaN: Note [Fully masked attention rows] in plugins/cpu/nn/attention.cpp, which
+// both kernels here follow. Row maxima propagate NaN (fmaxf would drop it, and a row of NaN scores
+// would then look fully masked).
 // This kernel's dot products run on the CUDA cores (FMA); the tensor-core kernel shares its semantics.
 #include <mma.h>
 
@@ -26,6 +29,9 @@ constexpr int kRows = 64;                 // query rows per block
 constexpr int kParts = 4;                 // threads per query row
 constexpr int kAttnThreads = kRows * kParts;
 constexpr int kCols = 32;                 // keys per tile
+
+// max(a, b), NaN if either is NaN.
+__device__ __forceinline__ float nan_max(float a, float b) { return (a != a || b != b) ? NAN : fmaxf(a, b); }
 
 __device__ __forceinline__ float mask_value(const void* mask, int32_t dtype, int64_t off) {
   switch (dtype) {
@@ -118,10 +124,10 @@ __global__ void __launch_bounds__(kAttnThreads, 2) flash_attention_kernel(Attent
         score += mask_value(mask_base, p.mask_dtype, off);
       }
       s[j] = score;
-      tile_max = fmaxf(tile_max, score);
+      tile_max = nan_max(tile_max, score);
     }
 
-    const float m_new = fmaxf(m, tile_max);
+    const float m_new = nan_max(m, tile_max);
     if (m_new != -INFINITY) {
       const float correction = expf(m - m_new);  // 0 when m is -inf
       l *= correction;
@@ -146,20 +152,34 @@ __global__ void __launch_bounds__(kAttnThreads, 2) flash_attention_kernel(Attent
         }
       }
       m = m_new;
+    } else {
+      // Every key so far masked: P = 0, and O += 0 * V keeps a NaN or infinite value's NaN.
+#pragma unroll
+      for (int j = 0; j < kCols; ++j) {
+#pragma unroll
+        for (int c = 0; c < kChunks; ++c) {
+          const float4 vv = v_tile[j][c * kParts + part];
+          acc[c].x += 0.0f * vv.x;
+          acc[c].y += 0.0f * vv.y;
+          acc[c].z += 0.0f * vv.z;
+          acc[c].w += 0.0f * vv.w;
+        }
+      }
     }
     __syncthreads();
   }
 
   if (!row_valid) return;
-  const float inv = 1.0f / l;  // inf (and NaN outputs) for a fully masked row
+  // m == -inf: a fully masked row, O = 0 @ V. Otherwise l >= 1, or NaN.
+  const float inv = m == -INFINITY ? 0.0f : 1.0f / l;
   T* o = static_cast<T*>(p.out) + b * p.out_strides[0] + h * p.out_strides[1] + row * p.out_strides[2];
 #pragma unroll
   for (int c = 0; c < kChunks; ++c) {
     const int col = (c * kParts + part) * 4;
-    o[col + 0] = from_op<T>(l > 0.0f ? acc[c].x * inv : NAN);
-    o[col + 1] = from_op<T>(l > 0.0f ? acc[c].y * inv : NAN);
-    o[col + 2] = from_op<T>(l > 0.0f ? acc[c].z * inv : NAN);
-    o[col + 3] = from_op<T>(l > 0.0f ? acc[c].w * inv : NAN);
+    o[col + 0] = from_op<T>(acc[c].x * inv);
+    o[col + 1] = from_op<T>(acc[c].y * inv);
+    o[col + 2] = from_op<T>(acc[c].z * inv);
+    o[col + 3] = from_op<T>(acc[c].w * inv);
   }
 }
 
@@ -261,11 +281,11 @@ __global__ void __launch_bounds__(kWarps * 32) flash_attention_tc_kernel(Attenti
         x += mask_value(p.mask, p.mask_dtype, off);
       }
       sc[i] = x;
-      tile_max = fmaxf(tile_max, x);
+      tile_max = nan_max(tile_max, x);
     }
-    tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
+    tile_max = nan_max(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
     const float m_old = sm.m[local_row];
-    const float m_new = fmaxf(m_old, tile_max);
+    const float m_new = nan_max(m_old, tile_max);
     const bool live = m_new != -INFINITY;
     const float correction = live ? expf(m_old - m_new) : 1.0f;
     float psum = 0.0f;
@@ -309,9 +329,10 @@ __global__ void __launch_bounds__(kWarps * 32) flash_attention_tc_kernel(Attenti
   for (int rr = 0; rr < 16; ++rr) {
     const int64_t out_row = q0 + warp * 16 + rr;
     if (out_row >= p.len_q) break;
-    const float l = sm.l[warp * 16 + rr];
+    // m == -inf: a fully masked row, O = 0 @ V (P was 0). Otherwise l >= 1, or NaN.
+    const float inv = sm.m[warp * 16 + rr] == -INFINITY ? 0.0f : 1.0f / sm.l[warp * 16 + rr];
     T* o = static_cast<T*>(p.out) + b * p.out_strides[0] + h * p.out_strides[1] + out_row * p.out_strides[2];
-    for (int d = lane; d < kDim; d += 32) o[d] = from_op<T>(l > 0.0f ? sm.o[warp][rr][d] / l : NAN);
+    for (int d = lane; d < kDim; d += 32) o[d] = from_op<T>(sm.o[warp][rr][d] * inv);
   }
 }
 

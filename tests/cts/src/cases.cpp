@@ -222,6 +222,16 @@ std::vector<Case> build() {
            },
            [](const Inputs& x, DType) { return tessera::scaled_dot_product_attention(x[0], x[1], x[2], std::nullopt, true); },
            16);
+  // A bool mask with a fully masked row (PyTorch: that row is 0) and a row with one key left.
+  add_case(v, "sdpa_masked_rows", "scaled_dot_product_attention", kFloating,
+           [](Gen& g, DType t) {
+             std::vector<bool> keep(5 * 6, true);
+             for (int j = 0; j < 6; ++j) keep[size_t(6 + j)] = false;
+             for (int j = 0; j < 5; ++j) keep[size_t(18 + j)] = false;
+             return Inputs{g.random({1, 2, 5, 8}, t), g.random({1, 2, 6, 8}, t), g.random({1, 2, 6, 8}, t),
+                           tessera::tensor(keep, {5, 6})};
+           },
+           [](const Inputs& x, DType) { return tessera::scaled_dot_product_attention(x[0], x[1], x[2], x[3]); }, 16);
   add_case(v, "cat", "cat", kAll, binary_inputs(D::Any, D::Any, {2, 6}, {3, 6}),
            [](const Inputs& x, DType) { return tessera::cat({x[0], x[1]}, 0); });
   add_case(v, "stack", "stack", kAll, binary_inputs(D::Any, D::Any),
