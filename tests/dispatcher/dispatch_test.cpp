@@ -341,6 +341,9 @@ TEST_F(Dispatch, ConcurrentRegistrationWhileDispatching) {
   std::vector<std::thread> registrars;
   for (int t = 0; t < kThreads; ++t) {
     registrars.emplace_back([&, t] {
+      // Start once the callers are dispatching: on a loaded machine the registrations could
+      // otherwise all finish before a caller has made its first call, and nothing would overlap.
+      while (dispatched.load() == 0) std::this_thread::yield();
       for (int i = 0; i < kOpsPerThread; ++i) {
         std::string name = "test_conc_" + std::to_string(t) + "_" + std::to_string(i);
         OperatorEntry& op = d.define_op(name + "(Tensor self) -> Tensor", "relu", "test");
