@@ -17,42 +17,17 @@
 #include <string>
 #include <tuple>
 
+#include "cuda_bench_util.h"
 #include "tessera/dispatcher.h"
 #include "tessera/tessera.h"
 
 namespace {
 
+using namespace tessera_bench;
 using tessera::DType;
 using tessera::Tensor;
 
-std::string no_device_reason() {
-  if (tessera::device_count("cuda") > 0) return {};
-  const tessera::BackendDevice& b = tessera::backend_device(tessera::DeviceType::CUDA);
-  char reason[512] = {0};
-  b.iface->device_count(b.self, reason, sizeof(reason));
-  return std::string("no CUDA device: ") + reason;
-}
-
 void sync() { tessera::synchronize(tessera::Device("cuda:0")); }
-
-// Seconds per call of `fn` (each call waited for), after a warm-up, over at least `min_seconds`.
-double seconds_per_call(const std::function<void()>& fn, double min_seconds = 0.3) {
-  fn();
-  sync();
-  cudaDeviceSynchronize();
-  int64_t iters = 0;
-  const auto t0 = std::chrono::steady_clock::now();
-  double elapsed = 0.0;
-  do {
-    for (int i = 0; i < 5; ++i) {  // synchronised per call, like the measured loop
-      fn();
-      cudaDeviceSynchronize();
-    }
-    iters += 5;
-    elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  } while (elapsed < min_seconds);
-  return elapsed / double(iters);
-}
 
 // Runs the Tessera op under the benchmark loop and reports the ratio to `reference`.
 void run_with_reference(benchmark::State& state, const std::function<void()>& op, const std::function<void()>& reference,
@@ -75,52 +50,8 @@ void run_with_reference(benchmark::State& state, const std::function<void()>& op
   if (bytes > 0) state.counters["GBps"] = bytes / mine * 1e-9;
 }
 
-void* data_of(const Tensor& t) {
-  return static_cast<char*>(t.storage()->data()) + t.storage_offset() * int64_t(t.itemsize());
-}
-
 // ---------------------------------------------------------------- matmul vs cuBLASLt
 
-struct DirectLt {
-  cublasLtHandle_t handle = nullptr;
-  cublasLtMatmulDesc_t desc = nullptr;
-  cublasLtMatrixLayout_t la = nullptr, lb = nullptr, lc = nullptr;
-  cublasLtMatmulHeuristicResult_t heuristic{};
-  void* workspace = nullptr;
-  bool ok = false;
-
-  // Row-major C (n x n) = A B as column-major C^T = B^T A^T, the layout the plugin uses.
-  DirectLt(int64_t n, cudaDataType_t type) {
-    if (cublasLtCreate(&handle) != CUBLAS_STATUS_SUCCESS) return;
-    cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F);
-    cublasLtMatrixLayoutCreate(&la, type, uint64_t(n), uint64_t(n), n);
-    cublasLtMatrixLayoutCreate(&lb, type, uint64_t(n), uint64_t(n), n);
-    cublasLtMatrixLayoutCreate(&lc, type, uint64_t(n), uint64_t(n), n);
-    cublasLtMatmulPreference_t pref = nullptr;
-    cublasLtMatmulPreferenceCreate(&pref);
-    const uint64_t ws = uint64_t(32) << 20;
-    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws));
-    int returned = 0;
-    cublasLtMatmulAlgoGetHeuristic(handle, desc, la, lb, lc, lc, pref, 1, &heuristic, &returned);
-    cublasLtMatmulPreferenceDestroy(pref);
-    if (returned == 0) return;
-    cudaMalloc(&workspace, heuristic.workspaceSize ? heuristic.workspaceSize : 1);
-    ok = true;
-  }
-  ~DirectLt() {
-    if (workspace) cudaFree(workspace);
-    if (lc) cublasLtMatrixLayoutDestroy(lc);
-    if (lb) cublasLtMatrixLayoutDestroy(lb);
-    if (la) cublasLtMatrixLayoutDestroy(la);
-    if (desc) cublasLtMatmulDescDestroy(desc);
-    if (handle) cublasLtDestroy(handle);
-  }
-  void run(const void* a, const void* b, void* c) {
-    const float alpha = 1.0f, beta = 0.0f;
-    cublasLtMatmul(handle, desc, &alpha, b, la, a, lb, &beta, c, lc, c, lc, &heuristic.algo, workspace,
-                   heuristic.workspaceSize, nullptr);
-  }
-};
 
 void BM_Matmul(benchmark::State& state, DType dtype) {
   if (const std::string why = no_device_reason(); !why.empty()) {
@@ -131,14 +62,15 @@ void BM_Matmul(benchmark::State& state, DType dtype) {
   const Tensor a = tessera::randn({n, n}).to(dtype).to("cuda:0");
   const Tensor b = tessera::randn({n, n}).to(dtype).to("cuda:0");
   Tensor c = tessera::empty({n, n}, tessera::TensorOptions(dtype).device("cuda:0"));
-  DirectLt lt(n, dtype == tessera::kFloat16 ? CUDA_R_16F : CUDA_R_16BF);
+  // Row-major C (n x n) = A B as column-major C^T = B^T A^T, the layout the plugin uses.
+  CublasLtGemm lt(n, n, n, /*transpose_a=*/false, dtype == tessera::kFloat16 ? CUDA_R_16F : CUDA_R_16BF);
   if (!lt.ok) {
     state.SkipWithError("cuBLASLt found no algorithm");
     return;
   }
   run_with_reference(
       state, [&] { benchmark::DoNotOptimize(tessera::matmul(a, b)); },
-      [&] { lt.run(data_of(a), data_of(b), data_of(c)); }, 2.0 * double(n) * double(n) * double(n), 0);
+      [&] { lt.run(data_of(b), data_of(a), data_of(c)); }, 2.0 * double(n) * double(n) * double(n), 0);
   state.SetLabel("reference: cuBLASLt direct");
 }
 

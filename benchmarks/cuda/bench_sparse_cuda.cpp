@@ -15,6 +15,7 @@
 #include <functional>
 #include <string>
 
+#include "cuda_bench_util.h"
 #include "sparse_cuda_ext.h"
 #include "tessera/dispatcher.h"
 #include "tessera/plugin_loader.h"
@@ -22,89 +23,18 @@
 
 namespace {
 
+using namespace tessera_bench;
 using tessera::DType;
 using tessera::Tensor;
 namespace sp = tessera::sparse;
 
 constexpr int64_t kFeatures = 4096;
 
-std::string no_device_reason() {
-  if (tessera::device_count("cuda") > 0) return {};
-  const tessera::BackendDevice& b = tessera::backend_device(tessera::DeviceType::CUDA);
-  char reason[512] = {0};
-  b.iface->device_count(b.self, reason, sizeof(reason));
-  return std::string("no CUDA device: ") + reason;
-}
-
-void* data_of(const Tensor& t) {
-  return static_cast<char*>(t.storage()->data()) + t.storage_offset() * int64_t(t.itemsize());
-}
-
 uint64_t sparse_launches() {
   auto fn = tessera::plugin_extension<tessera_ext_sparse_cuda_kernel_launches_fn_t>(
       "sparse_cuda", TESSERA_EXT_SPARSE_CUDA_KERNEL_LAUNCHES);
   return fn ? fn(nullptr) : 0;
 }
-
-// Seconds per call of `fn`, each call waited for, after a warm-up, over at least `min_seconds`.
-double seconds_per_call(const std::function<void()>& fn, double min_seconds = 0.3) {
-  fn();
-  cudaDeviceSynchronize();
-  int64_t iters = 0;
-  const auto t0 = std::chrono::steady_clock::now();
-  double elapsed = 0.0;
-  do {
-    fn();
-    cudaDeviceSynchronize();
-    ++iters;
-    elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  } while (elapsed < min_seconds);
-  return elapsed / double(iters);
-}
-
-// Row-major y (batch, n) = x (batch, k) W^T with W (n, k) row-major, as column-major
-// y^T (n x batch) = op_T(W as k x n) x^T (k x batch).
-struct DenseLt {
-  cublasLtHandle_t handle = nullptr;
-  cublasLtMatmulDesc_t desc = nullptr;
-  cublasLtMatrixLayout_t lw = nullptr, lx = nullptr, ly = nullptr;
-  cublasLtMatmulHeuristicResult_t heuristic{};
-  void* workspace = nullptr;
-  bool ok = false;
-
-  DenseLt(int64_t n, int64_t k, int64_t batch, cudaDataType_t type) {
-    if (cublasLtCreate(&handle) != CUBLAS_STATUS_SUCCESS) return;
-    cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F);
-    const cublasOperation_t trans = CUBLAS_OP_T;
-    cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &trans, sizeof(trans));
-    cublasLtMatrixLayoutCreate(&lw, type, uint64_t(k), uint64_t(n), k);
-    cublasLtMatrixLayoutCreate(&lx, type, uint64_t(k), uint64_t(batch), k);
-    cublasLtMatrixLayoutCreate(&ly, type, uint64_t(n), uint64_t(batch), n);
-    cublasLtMatmulPreference_t pref = nullptr;
-    cublasLtMatmulPreferenceCreate(&pref);
-    const uint64_t ws = uint64_t(32) << 20;
-    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws));
-    int returned = 0;
-    cublasLtMatmulAlgoGetHeuristic(handle, desc, lw, lx, ly, ly, pref, 1, &heuristic, &returned);
-    cublasLtMatmulPreferenceDestroy(pref);
-    if (returned == 0) return;
-    cudaMalloc(&workspace, heuristic.workspaceSize ? heuristic.workspaceSize : 1);
-    ok = true;
-  }
-  ~DenseLt() {
-    if (workspace) cudaFree(workspace);
-    if (ly) cublasLtMatrixLayoutDestroy(ly);
-    if (lx) cublasLtMatrixLayoutDestroy(lx);
-    if (lw) cublasLtMatrixLayoutDestroy(lw);
-    if (desc) cublasLtMatmulDescDestroy(desc);
-    if (handle) cublasLtDestroy(handle);
-  }
-  void run(const void* w, const void* x, void* y) {
-    const float alpha = 1.0f, beta = 0.0f;
-    cublasLtMatmul(handle, desc, &alpha, w, lw, x, lx, &beta, y, ly, y, ly, &heuristic.algo, workspace,
-                   heuristic.workspaceSize, nullptr);
-  }
-};
 
 void BM_SparseLinear(benchmark::State& state, DType dtype) {
   if (const std::string why = no_device_reason(); !why.empty()) {
@@ -119,7 +49,10 @@ void BM_SparseLinear(benchmark::State& state, DType dtype) {
   const Tensor wd = w.to(cuda);
   const Tensor x = tessera::randn({batch, kFeatures}).to(dtype).to(cuda);
   Tensor y_ref = tessera::empty({batch, kFeatures}, tessera::TensorOptions(dtype).device(cuda));
-  DenseLt lt(kFeatures, kFeatures, batch, dtype == tessera::kFloat16 ? CUDA_R_16F : CUDA_R_16BF);
+  // Row-major y (batch, n) = x (batch, k) W^T with W (n, k) row-major, as column-major
+  // y^T (n x batch) = op_T(W as k x n) x^T (k x batch).
+  CublasLtGemm lt(kFeatures, batch, kFeatures, /*transpose_a=*/true,
+                  dtype == tessera::kFloat16 ? CUDA_R_16F : CUDA_R_16BF);
   if (!lt.ok) {
     state.SkipWithError("cuBLASLt found no algorithm");
     return;
