@@ -41,6 +41,18 @@ inline double sqrt_s(double x) { return __builtin_sqrt(x); }
 inline float pow_s(float a, float b) { return __builtin_powf(a, b); }
 inline double pow_s(double a, double b) { return __builtin_pow(a, b); }
 
+// e^r for |r| <= ln2/2 (the reduced argument of exp_f, mul_sigmoid_f and exp_sum_f): Cephes'
+// degree-6 polynomial.
+inline float exp_poly_f(float r) {
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  return p * r * r + r + 1.0f;
+}
+
 // exp: x = n ln2 + r, |r| <= ln2/2; e^r by a degree-6 polynomial; 2^n applied in two halves so
 // that results down to the subnormal range stay right.
 inline float exp_f(float x) {
@@ -50,13 +62,7 @@ inline float exp_f(float x) {
   const float n = t - 12582912.0f;
   float r = xc - n * 0.693359375f;
   r = r - n * -2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  const float y = p * r * r + r + 1.0f;
+  const float y = exp_poly_f(r);
   const int32_t ni = int32_t(n);
   const int32_t n1 = ni >> 1, n2 = ni - n1;
   float res = y * as_float((n1 + 127) << 23) * as_float((n2 + 127) << 23);
@@ -122,13 +128,7 @@ inline float mul_sigmoid_f(float m, float x) {
   const float n = t - 12582912.0f;
   float r = xc - n * 0.693359375f;
   r = r - n * -2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  const float y = p * r * r + r + 1.0f;
+  const float y = exp_poly_f(r);
   const int32_t ni = as_int(t) - as_int(12582912.0f);
   const float s1 = as_float(((ni >> 1) + 127) << 23), s2 = as_float((ni - (ni >> 1) + 127) << 23);
   const float q = m / (1.0f + y * s1 * s2);
@@ -148,13 +148,7 @@ inline float exp_sum_f(float a, float b, float m = 1.0f) {
   float r = a - n * 0.693359375f;
   r = r + b;
   r = r - n * -2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  const float y = p * r * r + r + 1.0f;
+  const float y = exp_poly_f(r);
   const int32_t ni = as_int(t) - as_int(12582912.0f);
   const int32_t n1 = ni >> 1, n2 = ni - n1;
   return m * y * as_float((n1 + 127) << 23) * as_float((n2 + 127) << 23);
