@@ -175,6 +175,35 @@ inline double round_to(double v, DType d) {
   }
 }
 
+// a [m, k] @ b [k, n] in double from the tensors' current values, rounded to `out`.
+inline std::vector<double> matmul_ref(const Tensor& a, const Tensor& b, DType out) {
+  const Ref A = read(a), B = read(b);
+  const int64_t m = a.size(0), k = a.size(1), n = b.size(1);
+  std::vector<double> c(size_t(m * n), 0.0);
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t q = 0; q < k; ++q) {
+      const double x = A.v[size_t(i * k + q)];
+      for (int64_t j = 0; j < n; ++j) c[size_t(i * n + j)] += x * B.v[size_t(q * n + j)];
+    }
+  for (double& v : c) v = round_to(v, out);
+  return c;
+}
+
+// x [m, k] @ w^T (w [n, k]) + bias [n], in double from the tensors' current values, rounded to
+// x's dtype.
+inline std::vector<double> linear_ref(const Tensor& x, const Tensor& w, const Tensor& bias) {
+  const Ref X = read(x), W = read(w), B = read(bias);
+  const int64_t m = x.size(0), k = x.size(1), n = w.size(0);
+  std::vector<double> y(size_t(m * n));
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      double s = B.v[size_t(j)];
+      for (int64_t q = 0; q < k; ++q) s += X.v[size_t(i * k + q)] * W.v[size_t(j * k + q)];
+      y[size_t(i * n + j)] = round_to(s, x.dtype());
+    }
+  return y;
+}
+
 // Compares `got` against reference values `want` (already in output order) with the dtype's tolerance.
 inline ::testing::AssertionResult close(const Tensor& got, const std::vector<double>& want, Tol t,
                                         const std::string& what) {

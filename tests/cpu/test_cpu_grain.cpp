@@ -61,6 +61,8 @@ namespace {
 using cpu::grain;
 using cpu::OpKind;
 using cpu_test::close;
+using cpu_test::linear_ref;
+using cpu_test::matmul_ref;
 using cpu_test::random_tensor;
 using cpu_test::read;
 using cpu_test::Ref;
@@ -84,32 +86,6 @@ int64_t cut(OpKind kind) { return 2 * grain(kind); }
 Tol tol_for(DType dt, int64_t terms) {
   if (dt == kBFloat16) return cpu_test::tol(dt);
   return Tol{1e-5, 1e-6 * double(terms)};
-}
-
-std::vector<double> matmul_ref(const Tensor& a, const Tensor& b, DType out) {
-  const Ref A = read(a), B = read(b);
-  const int64_t m = a.size(0), k = a.size(1), n = b.size(1);
-  std::vector<double> c(size_t(m * n), 0.0);
-  for (int64_t i = 0; i < m; ++i)
-    for (int64_t q = 0; q < k; ++q) {
-      const double x = A.v[size_t(i * k + q)];
-      for (int64_t j = 0; j < n; ++j) c[size_t(i * n + j)] += x * B.v[size_t(q * n + j)];
-    }
-  for (double& v : c) v = round_to(v, out);
-  return c;
-}
-
-std::vector<double> linear_ref(const Tensor& x, const Tensor& w, const Tensor& bias) {
-  const Ref X = read(x), W = read(w), B = read(bias);
-  const int64_t m = x.size(0), k = x.size(1), n = w.size(0);
-  std::vector<double> y(size_t(m * n));
-  for (int64_t i = 0; i < m; ++i)
-    for (int64_t j = 0; j < n; ++j) {
-      double s = B.v[size_t(j)];
-      for (int64_t q = 0; q < k; ++q) s += X.v[size_t(i * k + q)] * W.v[size_t(j * k + q)];
-      y[size_t(i * n + j)] = round_to(s, x.dtype());
-    }
-  return y;
 }
 
 // conv2d, stride 1, no padding, groups 1.

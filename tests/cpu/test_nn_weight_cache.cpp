@@ -14,6 +14,8 @@ namespace tessera {
 namespace {
 
 using cpu_test::close;
+using cpu_test::linear_ref;
+using cpu_test::matmul_ref;
 using cpu_test::random_tensor;
 using cpu_test::read;
 using cpu_test::Ref;
@@ -23,33 +25,6 @@ using cpu_test::Tol;
 
 // Products of up to 256 terms accumulated in f32 (bf16: stored rounded to bf16).
 Tol tol(DType dt) { return dt == kFloat32 ? Tol{1e-4, 1e-4} : cpu_test::tol(dt); }
-
-// x [m, k] @ w^T (w [n, k]) + bias [n], in double from the tensors' current values, rounded to `dt`.
-std::vector<double> linear_ref(const Tensor& x, const Tensor& w, const Tensor& bias) {
-  const Ref X = read(x), W = read(w), B = read(bias);
-  const int64_t m = x.size(0), k = x.size(1), n = w.size(0);
-  std::vector<double> out(size_t(m * n));
-  for (int64_t i = 0; i < m; ++i)
-    for (int64_t j = 0; j < n; ++j) {
-      double s = B.v[size_t(j)];
-      for (int64_t q = 0; q < k; ++q) s += X.v[size_t(i * k + q)] * W.v[size_t(j * k + q)];
-      out[size_t(i * n + j)] = round_to(s, x.dtype());
-    }
-  return out;
-}
-
-std::vector<double> matmul_ref(const Tensor& a, const Tensor& b) {
-  const Ref A = read(a), B = read(b);
-  const int64_t m = a.size(0), k = a.size(1), n = b.size(1);
-  std::vector<double> out(size_t(m * n));
-  for (int64_t i = 0; i < m; ++i)
-    for (int64_t j = 0; j < n; ++j) {
-      double s = 0;
-      for (int64_t q = 0; q < k; ++q) s += A.v[size_t(i * k + q)] * B.v[size_t(q * n + j)];
-      out[size_t(i * n + j)] = round_to(s, a.dtype());
-    }
-  return out;
-}
 
 uint64_t cpu_reserved() { return memory_stats(Device("cpu")).reserved_bytes; }
 
@@ -104,11 +79,11 @@ TEST_P(CpuWeightCache, WriteThroughDataPtrIsSeen) {
   // Overwrite the weight's bytes from the host with another tensor's values.
   const Tensor other = random_tensor({64, 80}, dt);
   std::memcpy(b.raw_data_ptr(), other.raw_const_data_ptr(), b.nbytes());
-  EXPECT_TRUE(close(matmul(a, b), matmul_ref(a, other), tol(dt), "after a raw_data_ptr write"));
+  EXPECT_TRUE(close(matmul(a, b), matmul_ref(a, other, a.dtype()), tol(dt), "after a raw_data_ptr write"));
   (void)matmul(a, b);
   if (dt == kFloat32) {
     b.data_ptr<float>()[7] = 100.f;
-    EXPECT_TRUE(close(matmul(a, b), matmul_ref(a, b), tol(dt), "after a data_ptr<float> write"));
+    EXPECT_TRUE(close(matmul(a, b), matmul_ref(a, b, a.dtype()), tol(dt), "after a data_ptr<float> write"));
   }
 }
 
