@@ -578,8 +578,13 @@ Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) {
     if (!(tensors[i].dim() == 1 && tensors[i].sizes()[0] == 0)) kept.push_back(tensors[i]);
   }
   if (kept.empty() || kept.size() == tensors.size()) return list_op(op, tensors, dim);
-  Tensor out = list_op(op, kept, dim);
-  return out.dtype() == all.result() ? out : out.to(all.result());
+  // A skipped tensor may raise the result dtype (f64[0] with i32 and f16 gives f64): the kept ones
+  // are converted to it first, as PyTorch's copy into the f64 result does, so that an int32
+  // -2^31 is not rounded through float16 (-inf) on the way.
+  const DType result = all.result();
+  for (Tensor& t : kept)
+    if (t.dtype() != result) t = t.to(result);
+  return list_op(op, kept, dim);
 }
 Tensor stack(const std::vector<Tensor>& tensors, int64_t dim) {
   TESSERA_OP(op, "stack");

@@ -173,6 +173,26 @@ TEST(CpuScalars, CatSkipsLegacyEmptyTensors) {
   EXPECT_EQ(r2.dtype(), kFloat64);  // legacy tensors still count for the dtype
   EXPECT_EQ(values(r2), (D{1, 2, 3, 4}));
   EXPECT_EQ(cat({zeros({0}), zeros({0})}).sizes().vec(), std::vector<int64_t>{0});
+  // A skipped float64 tensor raises the dtype of the others before they are joined (PyTorch:
+  // cat([f64[0], i32[-2^31, -46], f16[1.5]]) is float64 [-2147483648, -46, 1.5]; through float16
+  // first, -2^31 would be -inf). Found by the differential test, seed 3407231176.
+  Tensor i32 = from<int64_t>({-2147483648LL, -46}, kInt32, {2});
+  Tensor f16 = from<double>({1.5}, kFloat16, {1});
+  Tensor r3 = cat({zeros({0}, kFloat64), i32, f16}, 0);
+  EXPECT_EQ(r3.dtype(), kFloat64);
+  EXPECT_EQ(values(r3), (D{-2147483648.0, -46, 1.5}));
+}
+
+// PyTorch converts alpha to the result dtype first, so a bool result sees alpha as a bool:
+// add([T, T, F, F], [T, F, T, F], alpha=-1) is [T, T, T, F] (torch 2.x), not [1-1, 1, -1, 0] != 0.
+TEST(CpuScalars, BoolAddTakesAlphaAsABool) {
+  Tensor a = from<int64_t>({1, 1, 0, 0}, kBool), b = from<int64_t>({1, 0, 1, 0}, kBool);
+  for (int64_t alpha : {-1, 2, 1}) {
+    Tensor r = add(a, b, alpha);
+    EXPECT_EQ(r.dtype(), kBool);
+    EXPECT_EQ(values(r), (D{1, 1, 1, 0})) << "alpha " << alpha;
+  }
+  EXPECT_EQ(values(add(a, b, 0)), (D{1, 1, 0, 0}));
 }
 
 TEST(CpuScalars, RankLimitProtectsTheCpuCopy) {
