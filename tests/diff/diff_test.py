@@ -337,6 +337,7 @@ def ref_arith(op, operands, alpha=None):
     al = int(alpha["value"]) if alpha is not None else 1
     x, y = np.broadcast_arrays(as_i64(a, out).astype(object), as_i64(b, out).astype(object))
     if out == BOOL:
+        al = int(al != 0)  # PyTorch converts alpha to the bool result dtype first: add(T, T, alpha=-1) is T
         r = {"add": x + al * y, "mul": x * y}[op]
         return BOOL, (np.asarray(r, dtype=object) != 0).astype(np.bool_)
     r = {"add": x + al * y, "sub": x - al * y, "mul": x * y}[op]

@@ -241,6 +241,9 @@ tessera_status_t binary_kernel(void* user_data, const tessera_kernel_call_t* cal
       TESSERA_SDK_CHECK(dtype_is_floating(od) || !c.attr_is_floating(next_attr),
                         std::string("alpha ") + std::to_string(alpha_d) + " is floating but the result dtype is " +
                             dtype_name(od) + "; pass an integral alpha or use floating tensors");
+      // A bool result takes alpha as a bool first, as PyTorch's kernel does (alpha converted to
+      // the result dtype): add(true, true, alpha=-1) is true, not 1 + -1 = 0.
+      if (od == TESSERA_DTYPE_BOOL) alpha_i = alpha_i != 0;
     }
     binary_run(c, op, a, b, alpha_d, alpha_i);
   });

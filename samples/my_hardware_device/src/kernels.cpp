@@ -273,6 +273,7 @@ void binary_kernel(const KernelCall& call) {
   if (Op == kAdd && call.num_attrs() > 0 && !call.attr_is_none(0)) {
     alpha_f = call.attr_double(0);
     alpha_i = call.attr_int(0);
+    if (out.dtype == TESSERA_DTYPE_BOOL) alpha_i = alpha_i != 0;  // alpha becomes a bool first, as in PyTorch
     if (call.attr_is_floating(0) && !is_floating(out.dtype)) {
       throw Error(TESSERA_STATUS_INVALID_ARGUMENT,
                   std::string(call.op_name()) + ": for integral input tensors, argument alpha must not be a floating "
