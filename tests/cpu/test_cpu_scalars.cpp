@@ -195,6 +195,44 @@ TEST(CpuScalars, BoolAddTakesAlphaAsABool) {
   EXPECT_EQ(values(add(a, b, 0)), (D{1, 1, 0, 0}));
 }
 
+// Note [Small dense binary fast path] (plugins/cpu/src/elementwise.cpp): small float32 operands of
+// the output's shape take a shorter path; its results are checked against double arithmetic, next
+// to the cases that must not take it (a transposed view, a broadcast, in place, 0-dim, empty).
+TEST(CpuScalars, SmallDenseBinaryOpsMatchDoubleArithmetic) {
+  const std::vector<int64_t> shape = {3, 5};
+  std::vector<double> xa(15), xb(15);
+  for (int i = 0; i < 15; ++i) {
+    xa[size_t(i)] = 0.37 * i - 2.1;
+    xb[size_t(i)] = 1.5 + 0.25 * ((i * 7) % 11);  // never 0
+  }
+  const Tensor a = from<double>(xa, kFloat32, shape), b = from<double>(xb, kFloat32, shape);
+  auto f = [](double v) { return double(float(v)); };  // inputs as stored in float32
+  auto check = [&](const Tensor& got, auto fn, const char* what) {
+    const D g = values(got);
+    ASSERT_EQ(g.size(), 15u) << what;
+    for (size_t i = 0; i < 15; ++i) EXPECT_EQ(g[i], double(float(fn(f(xa[i]), f(xb[i]))))) << what << " at " << i;
+  };
+  check(add(a, b), [](double x, double y) { return x + y; }, "add");
+  check(add(a, b, 3), [](double x, double y) { return x + 3.0 * y; }, "add alpha 3");
+  check(sub(a, b, 2), [](double x, double y) { return x - 2.0 * y; }, "sub alpha 2");
+  check(a * b, [](double x, double y) { return x * y; }, "mul");
+  // float32 division is correctly rounded, so the double quotient rounded once matches it.
+  check(a / b, [](double x, double y) { return x / y; }, "div");
+  // A transposed operand and a broadcast one take the general path; the values must agree.
+  const Tensor bt = from<double>(xb, kFloat32, {5, 3}).t();
+  const D via_view = values(add(a, bt.contiguous()));
+  EXPECT_EQ(values(add(a, bt.t().t().contiguous())), via_view);
+  const Tensor row = from<double>({1.0, 2.0, 3.0, 4.0, 5.0}, kFloat32, {5});
+  const D bc = values(add(a, row));
+  for (size_t i = 0; i < 15; ++i) EXPECT_EQ(bc[i], double(float(f(xa[i]) + double(i % 5 + 1)))) << "broadcast " << i;
+  // In place, 0-dim and empty.
+  Tensor c = a.clone();
+  c.add_(b);
+  EXPECT_EQ(values(c), values(add(a, b)));
+  EXPECT_EQ(values(add(from<double>({2.5}, kFloat32), from<double>({0.25}, kFloat32))), (D{2.75}));
+  EXPECT_EQ(add(from<double>({}, kFloat32, {0, 3}), from<double>({}, kFloat32, {0, 3})).numel(), 0);
+}
+
 TEST(CpuScalars, RankLimitProtectsTheCpuCopy) {
   std::vector<int64_t> sizes(20, 1);
   sizes[0] = 2;

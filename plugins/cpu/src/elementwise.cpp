@@ -129,10 +129,34 @@ inline int64_t load_operand_int(bool native, const char* p) {
 // from the output's (a wrapped int64/float64/bool number, or any caller's mixed operand) is
 // converted straight into the compute type, never through the output's storage dtype, so
 // float16 * 1e5 stays finite and uint8 ** -1 sees the exponent -1.
+// Note [Small dense binary fast path]: a float32 op on operands of the output's shape, all three
+// contiguous, that the grain rule runs on one thread anyway calls the vector kernel once, without
+// the broadcast strides, the strided-loop set-up and the dtype visit. It is the same kernel call
+// the general path's direct case makes for such operands, so results are identical; it only
+// shortens the per-op latency of small tensors (docs/performance.md, Dispatch).
+bool same_dense_shape(const tessera_tensor_t* t, const TensorView& out) {
+  if (t->ndim != out.ndim()) return false;
+  int64_t expected = 1;
+  for (int i = t->ndim - 1; i >= 0; --i) {
+    const int64_t size = out.size(i);
+    if (t->sizes[i] != size) return false;
+    if (size != 1 && (t->strides[i] != expected || out.stride(i) != expected)) return false;
+    expected *= size;
+  }
+  return true;
+}
+
 void binary_run(const KernelCall& c, BinaryOp op, const tessera_tensor_t* a_in, const tessera_tensor_t* b_in,
                 double alpha_d, int64_t alpha_i) {
   const TensorView out = c.output(0);
   const int32_t od = out.dtype();
+  if (od == TESSERA_DTYPE_FLOAT32 && a_in->dtype == od && b_in->dtype == od && out.numel() > 0 &&
+      threads_for(OpKind::Elementwise, out.numel()) == 1 && same_dense_shape(a_in, out) && same_dense_shape(b_in, out)) {
+    kernels().binary_f32[int(op)](reinterpret_cast<const float*>(static_cast<const char*>(a_in->data) + a_in->byte_offset), 1,
+                                  reinterpret_cast<const float*>(static_cast<const char*>(b_in->data) + b_in->byte_offset), 1,
+                                  out.host_ptr<float>(), out.numel(), float(alpha_d));
+    return;
+  }
   const int32_t cd = compute_dtype_of(od);
   TempList temps;
   const bool native_a = a_in->dtype == od, native_b = b_in->dtype == od;
