@@ -132,6 +132,7 @@ TEST(Streams, TwoStreamsOverlapOnTheReferenceAccelerator) {
 TEST(Streams, WorkOnOneStreamRunsInOrder) {
   // The control for the test above: on one stream the second kernel starts after the first ends.
   Tensor x = tessera::tensor(input_values(), {kN, kN}).to(kMhd);
+  tessera::synchronize(kMhd);  // the copy ran on the default stream; s does not wait for it
   Stream s = Stream::create(kMhd);
   Interval a = launch_matmul(s, x);
   Interval b = launch_matmul(s, x);
