@@ -98,10 +98,8 @@ int lower_conv_patterns(ExportedProgram& ep) {
   }
   if (matches.empty()) return 0;
 
-  std::map<size_t, const ConvMatch*> at_quantize;
   std::set<int32_t> lowered_readers;  // the conv2d and add nodes the matches replace
   for (const ConvMatch& m : matches) {
-    at_quantize[m.quantize_node] = &m;
     lowered_readers.insert(int32_t(m.conv_node));
     if (m.add_node >= 0) lowered_readers.insert(m.add_node);
   }
@@ -117,41 +115,18 @@ int lower_conv_patterns(ExportedProgram& ep) {
     }
     return true;
   };
-  std::vector<Node> placeholders, body;
   std::map<ValueId, ValueId> lowered_float;  // quint8 output of a match -> the kernel's float32 values
   std::map<ValueId, ValueId> lowered_repr;   // quint8 output of a match -> the kernel's uint8 representation
-  auto add_constant = [&](const std::string& base, const Tensor& t) {
-    std::string name = base;
-    for (int n = 1; ep.weights.count(name); ++n) name = base + "_" + std::to_string(n);
-    std::vector<SymSize> sizes;
-    for (int64_t s : t.sizes()) sizes.emplace_back(s);
-    const ValueId v = g.add_value(TensorType{t.dtype(), Device(DeviceType::CPU), std::move(sizes)}, name);
-    ep.weights[name] = t;
-    ep.signature.inputs.push_back({InputKind::Constant, name, v});
-    placeholders.push_back({NodeKind::Placeholder, name, {}, {v}});
-    return v;
-  };
   auto float_of = [&](ValueId q, ValueId source) {
     if (auto r = lowered_repr.find(q); r != lowered_repr.end()) return r->second;
     auto it = lowered_float.find(q);
     return it != lowered_float.end() ? it->second : source;
   };
   int count = 0;
-  for (size_t i = 0; i < g.nodes.size(); ++i) {
-    Node& n = g.nodes[i];
-    if (n.kind == NodeKind::Placeholder) {
-      placeholders.push_back(std::move(n));
-      continue;
-    }
-    auto it = at_quantize.find(i);
-    if (it == at_quantize.end()) {
-      body.push_back(std::move(n));
-      continue;
-    }
-    const ConvMatch& m = *it->second;
+  auto lower_match = [&](const ConvMatch& m, const Node& n, RebuiltNodes& rebuilt) {
     const std::string tag = "conv_int8_" + std::to_string(count++);
-    const ValueId wv = add_constant(tag + "_weight", m.weight_int8);
-    const ValueId sv = add_constant(tag + "_weight_scale", m.weight_scale);
+    const ValueId wv = add_constant(ep, rebuilt.placeholders, tag + "_weight", m.weight_int8);
+    const ValueId sv = add_constant(ep, rebuilt.placeholders, tag + "_weight_scale", m.weight_scale);
     const bool repr_out = only_lowered_readers(n.outputs[0]);
     TensorType out_t = g.type(n.outputs[0]);
     out_t.dtype = repr_out ? kUInt8 : kFloat32;
@@ -167,25 +142,16 @@ int lower_conv_patterns(ExportedProgram& ep) {
     }
     args.push_back(Argument::constant_value(m.relu));
     args.push_back(Argument::constant_value(repr_out ? kUInt8 : kQUInt8));
-    body.push_back({NodeKind::Call, "_quantized_conv2d", std::move(args), {out}});
+    rebuilt.body.push_back({NodeKind::Call, "_quantized_conv2d", std::move(args), {out}});
     (repr_out ? lowered_repr : lowered_float)[n.outputs[0]] = out;
-    body.push_back(std::move(n));  // the float path stays for readers other than dequantize; DCE drops it
-  }
+  };
+  RebuiltNodes nodes = rebuild_at_matches(g, matches, lower_match);
   // Dequantizes of a lowered result read the kernel's float32 values.
   std::map<ValueId, ValueId> replaced;
-  for (const Node& n : body)
+  for (const Node& n : nodes.body)
     if (op_name(n.target) == "dequantize")
       if (auto it = lowered_float.find(tensor_at(n, 0)); it != lowered_float.end()) replaced[n.outputs[0]] = it->second;
-  for (Node& n : body)
-    for (Argument& a : n.args)
-      for (ValueId& v : a.values)
-        if (auto r = replaced.find(v); r != replaced.end()) v = r->second;
-  for (auto& o : ep.signature.outputs)
-    if (auto r = replaced.find(o.value); r != replaced.end()) o.value = r->second;
-  g.nodes = std::move(placeholders);
-  for (Node& n : body) g.nodes.push_back(std::move(n));
-  compiler::eliminate_dead_code(ep);
-  compiler::verify(ep);
+  install_lowered(ep, std::move(nodes), replaced);
   return count;
 }
 

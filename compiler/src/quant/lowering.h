@@ -1,10 +1,13 @@
 // Internal to the quantization passes (compiler/src/quant): the IR names they use and the parts of
 // lower_to_int8.
 #pragma once
+#include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <variant>
+#include <vector>
 
 #include "tessera/compiler/ir.h"
 
@@ -70,6 +73,51 @@ struct GraphUses {
   std::vector<std::vector<int32_t>> users;  // per value: the nodes that read it
   std::vector<bool> returned;               // per value: a program output
 };
+
+// Adds `t` as a constant input named `base` (base_1, base_2, ... when a weight has that name): a
+// weight, a signature entry, and a placeholder appended to `placeholders`. Returns its value.
+ValueId add_constant(compiler::ExportedProgram& ep, std::vector<Node>& placeholders, const std::string& base,
+                     const Tensor& t);
+
+// "packed_weight_<count>" for the first count, from `count` up, that names no weight of `ep`;
+// `count` moves past it.
+std::string next_packed_weight_name(const compiler::ExportedProgram& ep, int& count);
+
+// Makes the node list of `g` the placeholders (old, then new), then the body.
+void set_nodes(Graph& g, std::vector<Node> placeholders, std::vector<Node> body);
+
+// The node list a lowering pass rebuilds: the placeholders first (the constant inputs the pass
+// makes join them), then the other nodes in their order.
+struct RebuiltNodes {
+  std::vector<Node> placeholders, body;
+};
+
+// The walk shared by the lowering passes: moves the nodes of `g` into a RebuiltNodes in order. At the
+// closing quantize of each match (its index in `quantize_node`), lower(match, quantize, nodes) first
+// appends what replaces the match; the quantize node follows it (the float path stays for readers
+// other than dequantize; dead code elimination drops it once nothing reads it).
+template <typename Match, typename Lower>
+RebuiltNodes rebuild_at_matches(Graph& g, const std::vector<Match>& matches, Lower&& lower) {
+  std::map<size_t, const Match*> at_quantize;
+  for (const Match& m : matches) at_quantize[m.quantize_node] = &m;
+  RebuiltNodes nodes;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    Node& n = g.nodes[i];
+    if (n.kind == NodeKind::Placeholder) {
+      nodes.placeholders.push_back(std::move(n));
+      continue;
+    }
+    if (auto m = at_quantize.find(i); m != at_quantize.end()) lower(*m->second, n, nodes);
+    nodes.body.push_back(std::move(n));
+  }
+  return nodes;
+}
+
+// Ends a lowering pass: `nodes` become the graph's nodes, every read of a key of `replaced` (by the
+// nodes, except calls of `unchanged_op`, and by the program's outputs) reads its value instead, then
+// dead code elimination and the verifier run.
+void install_lowered(compiler::ExportedProgram& ep, RebuiltNodes nodes, const std::map<ValueId, ValueId>& replaced,
+                     std::string_view unchanged_op = {});
 
 // Replaces each _quantized_linear_prepack of constant int8 weights and scales (what quantize_dynamic
 // writes) by a constant input holding the packed bytes, computed once here; the int8 weights and
