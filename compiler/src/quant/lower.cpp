@@ -40,27 +40,16 @@ int lower_linear_patterns(ExportedProgram& ep) {
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     const Node& lin = g.nodes[i];
     if (lin.kind != NodeKind::Call || op_name(lin.target) != "linear") continue;
-    const Node* q = uses.quint8_quantize(tensor_at(lin, 0));
-    if (!q) continue;
-    const std::optional<SymmetricWeight> weight = uses.symmetric_weight(tensor_at(lin, 1), 2);
-    if (!weight) continue;
-    const std::optional<ValueId> bias = uses.float32_bias(lin);
-    if (!bias) continue;
-    // Output: (relu ->) quantize_per_tensor(., s, zp, quint8), nothing else reads the float values.
-    ValueId end = lin.outputs[0];
-    bool relu = false;
-    if (int32_t r = uses.sole_user(end, "relu"); r >= 0) {
-      relu = true;
-      end = g.nodes[size_t(r)].outputs[0];
-    }
-    const int32_t qo = uses.sole_user(end, "quantize_per_tensor");
-    if (qo < 0) continue;
-    const std::optional<std::pair<double, int64_t>> out = quint8_params(g.nodes[size_t(qo)]);
-    if (!out) continue;
-    const std::pair<double, int64_t> in = *quint8_params(*q);
-    const auto [w_int8, scales] = weight->quantize();
-    matches.push_back({i, size_t(qo), q->outputs[0], tensor_at(*q, 0), in.first, in.second,
-                       PackedLinearWeight(w_int8, scales).packed(), *bias, out->first, out->second, relu});
+    const std::optional<GraphUses::Int8Operands> operands = uses.int8_operands(lin, 2);
+    if (!operands) continue;
+    const std::optional<GraphUses::QuantizedEnd> end = uses.quantized_end(lin.outputs[0]);
+    if (!end) continue;
+    const Node& q = *operands->input_quantize;
+    const std::pair<double, int64_t> in = *quint8_params(q);
+    const auto [w_int8, scales] = operands->weight.quantize();
+    matches.push_back({i, end->quantize_node, q.outputs[0], tensor_at(q, 0), in.first, in.second,
+                       PackedLinearWeight(w_int8, scales).packed(), operands->bias, end->params.first,
+                       end->params.second, end->relu});
   }
   if (matches.empty()) return 0;
 
@@ -254,6 +243,29 @@ std::optional<ValueId> GraphUses::float32_bias(const Node& n) const {
   const Tensor* b = weight(bias);
   if (!b || b->dtype() != kFloat32 || b->dim() != 1) return std::nullopt;
   return bias;
+}
+
+std::optional<GraphUses::Int8Operands> GraphUses::int8_operands(const Node& n, int64_t weight_rank) const {
+  const Node* q = quint8_quantize(tensor_at(n, 0));
+  if (!q) return std::nullopt;
+  std::optional<SymmetricWeight> weight = symmetric_weight(tensor_at(n, 1), weight_rank);
+  if (!weight) return std::nullopt;
+  const std::optional<ValueId> bias = float32_bias(n);
+  if (!bias) return std::nullopt;
+  return Int8Operands{q, *weight, *bias};
+}
+
+std::optional<GraphUses::QuantizedEnd> GraphUses::quantized_end(ValueId v) const {
+  bool relu = false;
+  if (int32_t r = sole_user(v, "relu"); r >= 0) {
+    relu = true;
+    v = ep.graph.nodes[size_t(r)].outputs[0];
+  }
+  const int32_t qo = sole_user(v, "quantize_per_tensor");
+  if (qo < 0) return std::nullopt;
+  const std::optional<std::pair<double, int64_t>> params = quint8_params(ep.graph.nodes[size_t(qo)]);
+  if (!params) return std::nullopt;
+  return QuantizedEnd{size_t(qo), *params, relu};
 }
 
 int lower_to_int8(ExportedProgram& ep) {

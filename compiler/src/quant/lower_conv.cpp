@@ -49,12 +49,8 @@ int lower_conv_patterns(ExportedProgram& ep) {
     const Node& cv = g.nodes[i];
     if (cv.kind != NodeKind::Call || op_name(cv.target) != "conv2d") continue;
     if (g.type(cv.outputs[0]).sizes.size() != 4) continue;
-    const Node* q = uses.quint8_quantize(tensor_at(cv, 0));
-    if (!q) continue;
-    const std::optional<SymmetricWeight> weight = uses.symmetric_weight(tensor_at(cv, 1), 4);
-    if (!weight) continue;
-    const std::optional<ValueId> bias = uses.float32_bias(cv);
-    if (!bias) continue;
+    const std::optional<GraphUses::Int8Operands> operands = uses.int8_operands(cv, 4);
+    if (!operands) continue;
     // Stride, padding, dilation and groups as integers (a string padding is not taken).
     bool geometry = true;
     for (size_t a = 3; a < cv.args.size(); ++a)
@@ -66,10 +62,11 @@ int lower_conv_patterns(ExportedProgram& ep) {
     for (size_t a = 3; a < 7; ++a)
       m.geometry.push_back(a < cv.args.size() ? cv.args[a]
                                               : Argument::constant_value(a == 4 ? int64_t(0) : int64_t(1)));
-    m.input_q = q->outputs[0];
-    m.input_float = tensor_at(*q, 0);
-    m.input_params = *quint8_params(*q);
-    m.bias = *bias;
+    const Node& q = *operands->input_quantize;
+    m.input_q = q.outputs[0];
+    m.input_float = tensor_at(q, 0);
+    m.input_params = *quint8_params(q);
+    m.bias = operands->bias;
     ValueId end = cv.outputs[0];
     if (int32_t a = uses.sole_user(end, "add"); a >= 0) {
       const Node& an = g.nodes[size_t(a)];
@@ -85,15 +82,12 @@ int lower_conv_patterns(ExportedProgram& ep) {
       m.add_node = a;
       end = an.outputs[0];
     }
-    if (int32_t r = uses.sole_user(end, "relu"); r >= 0) {
-      m.relu = true;
-      end = g.nodes[size_t(r)].outputs[0];
-    }
-    const int32_t qo = uses.sole_user(end, "quantize_per_tensor");
-    if (qo < 0 || !quint8_params(g.nodes[size_t(qo)])) continue;
-    m.quantize_node = size_t(qo);
-    m.output_params = *quint8_params(g.nodes[size_t(qo)]);
-    std::tie(m.weight_int8, m.weight_scale) = weight->quantize();
+    const std::optional<GraphUses::QuantizedEnd> out = uses.quantized_end(end);
+    if (!out) continue;
+    m.quantize_node = out->quantize_node;
+    m.output_params = out->params;
+    m.relu = out->relu;
+    std::tie(m.weight_int8, m.weight_scale) = operands->weight.quantize();
     matches.push_back(std::move(m));
   }
   if (matches.empty()) return 0;

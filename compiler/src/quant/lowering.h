@@ -68,6 +68,24 @@ struct GraphUses {
   // float32 constant, nullopt when it is anything else.
   std::optional<compiler::ValueId> float32_bias(const compiler::Node& n) const;
 
+  // The operands of a linear or conv2d node that lower_to_int8 takes: the input (argument 0) a
+  // quint8_quantize, the weight (argument 1) a symmetric_weight of rank `weight_rank`, the bias a
+  // float32_bias.
+  struct Int8Operands {
+    const compiler::Node* input_quantize;
+    SymmetricWeight weight;
+    compiler::ValueId bias;  // -1: none
+  };
+  std::optional<Int8Operands> int8_operands(const compiler::Node& n, int64_t weight_rank) const;
+  // The end of a lowered pattern whose float32 result is `v`: (relu ->) quantize_per_tensor with
+  // quint8_params, each the only reader of the value before it; nullopt for anything else.
+  struct QuantizedEnd {
+    size_t quantize_node;
+    std::pair<double, int64_t> params;
+    bool relu;
+  };
+  std::optional<QuantizedEnd> quantized_end(compiler::ValueId v) const;
+
   const compiler::ExportedProgram& ep;
   std::vector<int32_t> producer;            // per value: its node, -1 for inputs
   std::vector<std::vector<int32_t>> users;  // per value: the nodes that read it
