@@ -18,16 +18,10 @@ namespace tessera::quant_test {
 // A seed from random_device; the tests print it through SCOPED_TRACE.
 inline uint64_t fresh_seed() { return (uint64_t(std::random_device{}()) << 32) | std::random_device{}(); }
 
-inline int64_t numel_of(const std::vector<int64_t>& sizes) {
-  int64_t n = 1;
-  for (int64_t s : sizes) n *= s;
-  return n;
-}
-
 // float32 values drawn uniformly from [lo, hi).
 inline Tensor uniform_tensor(std::mt19937_64& g, std::vector<int64_t> sizes, float lo = -1, float hi = 1) {
   std::uniform_real_distribution<float> d(lo, hi);
-  std::vector<float> v(static_cast<size_t>(numel_of(sizes)));
+  std::vector<float> v(static_cast<size_t>(compute_numel(sizes)));
   for (float& x : v) x = d(g);
   return tensor(v, sizes);
 }
@@ -35,7 +29,7 @@ inline Tensor uniform_tensor(std::mt19937_64& g, std::vector<int64_t> sizes, flo
 // float32 values drawn from the normal distribution (mean, stddev).
 inline Tensor normal_tensor(std::mt19937_64& g, std::vector<int64_t> sizes, float mean, float stddev) {
   std::normal_distribution<float> d(mean, stddev);
-  std::vector<float> v(static_cast<size_t>(numel_of(sizes)));
+  std::vector<float> v(static_cast<size_t>(compute_numel(sizes)));
   for (float& x : v) x = d(g);
   return tensor(v, sizes);
 }
