@@ -93,7 +93,7 @@ std::string constant_str(const Constant& c) {
       for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
       return s + "]";
     }
-    std::string operator()(const std::string& v) const { return "\"" + json_escape(v) + "\""; }
+    std::string operator()(const std::string& v) const { return '"' + json_escape(v) + '"'; }
     std::string operator()(DType t) const { return dtype_short(t); }
   };
   return std::visit(V{}, c);

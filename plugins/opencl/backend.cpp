@@ -727,6 +727,7 @@ tessera_status_t di_memory_stats(void*, int32_t device, tessera_memory_stats_t* 
 
 const tessera_device_interface_t kDeviceInterface = {
     .struct_size = sizeof(tessera_device_interface_t),
+    .reserved_ = 0,
     .device_count = di_device_count,
     .device_get_current = di_get_current,
     .device_set_current = di_set_current,

@@ -34,9 +34,12 @@ tessera_plugin_t g_plugin = {
     .struct_size = sizeof(tessera_plugin_t),
     .abi_major = TESSERA_ABI_MAJOR,
     .abi_minor = TESSERA_ABI_MINOR,
+    .reserved_ = 0,
     .name = "opencl",
     .version = "0.1.0",
     .features = TESSERA_PLUGIN_FEATURE_STREAMS | TESSERA_PLUGIN_FEATURE_EVENTS | TESSERA_PLUGIN_FEATURE_ASYNC,
+    .self = nullptr,
+    .device = nullptr,  // set at init, once the backend has discovered its devices
     .shutdown = shutdown_plugin,
     .get_proc_address = get_proc_address,
 };

@@ -11,6 +11,7 @@
 #include <limits>
 #include <random>
 
+#include "temp_dir_util.h"
 #include "tessera/compiler/codegen.h"
 #include "tessera/error.h"
 #include "tessera/half.h"
@@ -25,24 +26,8 @@ namespace {
 
 const Device kCpu("cpu:0");
 
-std::string temp_dir() {
-  static std::string root = [] {
-    std::string t = (fs::temp_directory_path() / "tessera_codegen_XXXXXX").string();
-    TESSERA_INTERNAL_ASSERT(mkdtemp(t.data()), "mkdtemp");
-    return t;
-  }();
-  return root;
-}
-
-// Removes the temporary directory (caches of every test) when the program ends.
-class TempDirCleanup : public ::testing::Environment {
- public:
-  void TearDown() override {
-    std::error_code ec;
-    fs::remove_all(temp_dir(), ec);
-  }
-};
-const auto* const kCleanup = ::testing::AddGlobalTestEnvironment(new TempDirCleanup);
+tessera::compiler_test::TempDir* const kTempDir = tessera::compiler_test::add_temp_dir("tessera_codegen_");
+std::string temp_dir() { return kTempDir->path(); }
 
 CompileOptions shared_cache() {
   CompileOptions o;

@@ -3,8 +3,7 @@
 // ops; every other node runs through the dispatcher. Results against the same function run eagerly.
 #include <gtest/gtest.h>
 
-#include <cmath>
-
+#include "compile_plugin_util.h"
 #include "tessera/compiler/compile.h"
 #include "tessera/plugin_loader.h"
 #include "tessera/tessera.h"
@@ -14,6 +13,7 @@ namespace {
 using tessera::CompiledFunction;
 using tessera::CompileOptions;
 using tessera::Tensor;
+using namespace tessera::compile_plugin_test;
 
 using LaunchesFn = uint64_t (*)();
 
@@ -23,35 +23,9 @@ uint64_t launches() {
   return fn ? fn() : 0;
 }
 
-void expect_close(const Tensor& got, const Tensor& want, const std::string& what) {
-  ASSERT_EQ(got.sizes().vec(), want.sizes().vec()) << what;
-  Tensor g = got.to(tessera::Device("cpu")).to(tessera::DType::Float64).contiguous();
-  Tensor w = want.to(tessera::Device("cpu")).to(tessera::DType::Float64).contiguous();
-  for (int64_t i = 0; i < g.numel(); ++i)
-    ASSERT_NEAR(g.data_ptr<double>()[i], w.data_ptr<double>()[i],
-                1e-5 * (1 + std::abs(w.data_ptr<double>()[i])))
-        << what << " at " << i;
-}
-
-// sigmoid(x * y + 0.5), a linear layer, then tanh(g) * 2 - g: two chains around one linear.
-struct Chains {
-  Tensor w = tessera::randn({6, 8}) * 0.3;
-  tessera::ExportFn fn = [this](const std::vector<Tensor>& in) {
-    Tensor h = tessera::sigmoid(in[0] * in[1] + 0.5);
-    Tensor g = tessera::linear(h, w.to(in[0].device()));
-    return std::vector<Tensor>{tessera::tanh(g) * 2.0 - g, h};
-  };
-};
-
-CompileOptions plugin_backend() {
-  CompileOptions o;
-  o.backend = "chain_compiler";
-  return o;
-}
-
 TEST(CompilePlugin, ThePluginRunsEachChainAsOneLaunchAndTheDispatcherTheRest) {
   Chains c;
-  CompiledFunction f = tessera::compile(c.fn, plugin_backend());
+  CompiledFunction f = tessera::compile(c.fn, with_backend("chain_compiler"));
   for (int64_t b : {3, 5, 7}) {
     const std::vector<Tensor> in{tessera::randn({b, 8}), tessera::randn({b, 8})};
     const uint64_t before = launches();
@@ -69,7 +43,7 @@ TEST(CompilePlugin, ThePluginRunsEachChainAsOneLaunchAndTheDispatcherTheRest) {
 
 TEST(CompilePlugin, OnAnotherDeviceThePluginTakesNothing) {
   Chains c;
-  CompiledFunction f = tessera::compile(c.fn, plugin_backend());
+  CompiledFunction f = tessera::compile(c.fn, with_backend("chain_compiler"));
   const tessera::Device dev("my_hardware_device");
   const std::vector<Tensor> in{tessera::randn({4, 8}), tessera::randn({4, 8})};
   const uint64_t before = launches();

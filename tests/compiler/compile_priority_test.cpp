@@ -6,9 +6,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <cmath>
 #include <cstdlib>
 
+#include "compile_plugin_util.h"
 #include "tessera/compiler/compile.h"
 #include "tessera/plugin_loader.h"
 #include "tessera/tessera.h"
@@ -16,36 +16,15 @@
 namespace {
 
 using tessera::CompiledFunction;
-using tessera::CompileOptions;
 using tessera::Device;
 using tessera::Tensor;
+using namespace tessera::compile_plugin_test;
 
-CompileOptions auto_backend() {
-  CompileOptions o;
-  o.backend = "auto";
-  return o;
-}
-
-void expect_close(const Tensor& got, const Tensor& want, const std::string& what) {
-  ASSERT_EQ(got.sizes().vec(), want.sizes().vec()) << what;
+// expect_close, with the result on the device of the eager one.
+void expect_close_on_its_device(const Tensor& got, const Tensor& want, const std::string& what) {
   EXPECT_EQ(got.device(), want.device()) << what;
-  Tensor g = got.to(Device("cpu")).to(tessera::DType::Float64).contiguous();
-  Tensor w = want.to(Device("cpu")).to(tessera::DType::Float64).contiguous();
-  for (int64_t i = 0; i < g.numel(); ++i)
-    ASSERT_NEAR(g.data_ptr<double>()[i], w.data_ptr<double>()[i],
-                1e-5 * (1 + std::abs(w.data_ptr<double>()[i])))
-        << what << " at " << i;
+  expect_close(got, want, what);
 }
-
-// Two chains of elementwise ops around a linear layer.
-struct Chains {
-  Tensor w = tessera::randn({6, 8}) * 0.3;
-  tessera::ExportFn fn = [this](const std::vector<Tensor>& in) {
-    Tensor h = tessera::sigmoid(in[0] * in[1] + 0.5);
-    Tensor g = tessera::linear(h, w.to(in[0].device()));
-    return std::vector<Tensor>{tessera::tanh(g) * 2.0 - g, h};
-  };
-};
 
 // Position of plugin `name` in discovery order; -1 when not listed.
 long discovery_index(const std::string& name) {
@@ -66,10 +45,10 @@ TEST(AutoPriority, TheDiscoveryOrderIsTheOneThisRunAskedFor) {
 
 TEST(AutoPriority, TheHighestPriorityCompilerOfTheCpuWinsAndTheOthersAreReported) {
   Chains c;
-  CompiledFunction f = tessera::compile(c.fn, auto_backend());
+  CompiledFunction f = tessera::compile(c.fn, with_backend("auto"));
   const std::vector<Tensor> in{tessera::randn({3, 8}), tessera::randn({3, 8})};
   const std::vector<Tensor> got = f(in), want = c.fn(in);
-  for (size_t i = 0; i < 2; ++i) expect_close(got[i], want[i], "output " + std::to_string(i));
+  for (size_t i = 0; i < 2; ++i) expect_close_on_its_device(got[i], want[i], "output " + std::to_string(i));
   const tessera::ArtifactInfo a = f.artifacts().at(0);
   EXPECT_EQ(a.backend, "chain_compiler_high") << a.selection;
   EXPECT_EQ(a.partitions, 2u);
@@ -84,12 +63,12 @@ TEST(AutoPriority, TheHighestPriorityCompilerOfTheCpuWinsAndTheOthersAreReported
 #ifdef TESSERA_TEST_ACCELERATOR_COMPILER
 TEST(AutoPriority, EqualPrioritiesGoToTheSmallerNameAboveTheAcceleratorsOwn) {
   Chains c;
-  CompiledFunction f = tessera::compile(c.fn, auto_backend());
+  CompiledFunction f = tessera::compile(c.fn, with_backend("auto"));
   const Device dev("my_hardware_device");
   const std::vector<Tensor> in{tessera::randn({3, 8}), tessera::randn({3, 8})};
   const std::vector<Tensor> got = f({in[0].to(dev), in[1].to(dev)}),
                             want = c.fn({in[0].to(dev), in[1].to(dev)});
-  for (size_t i = 0; i < 2; ++i) expect_close(got[i], want[i], "output " + std::to_string(i));
+  for (size_t i = 0; i < 2; ++i) expect_close_on_its_device(got[i], want[i], "output " + std::to_string(i));
   const tessera::ArtifactInfo a = f.artifacts().at(0);
   EXPECT_EQ(a.backend, "chain_compiler_tie_a") << a.selection;
   EXPECT_EQ(a.partitions, 0u) << "chain_compiler takes nothing off the CPU";
@@ -104,9 +83,9 @@ TEST(AutoInstalled, WithoutACompilerForTheCpuAutoIsCpp) {
   auto fn = [](const std::vector<Tensor>& in) {
     return std::vector<Tensor>{tessera::relu(in[0] * 3.0 - 1.0)};
   };
-  CompiledFunction f = tessera::compile(fn, auto_backend());
+  CompiledFunction f = tessera::compile(fn, with_backend("auto"));
   const Tensor x = tessera::randn({5, 4});
-  expect_close(f({x}).at(0), fn({x}).at(0), "cpu");
+  expect_close_on_its_device(f({x}).at(0), fn({x}).at(0), "cpu");
   const tessera::ArtifactInfo a = f.artifacts().at(0);
   // "interpreter" where the machine has no C++ compiler (compile_test covers that path).
   EXPECT_TRUE(a.backend == "cpp" || a.backend == "interpreter") << a.backend;
@@ -116,12 +95,12 @@ TEST(AutoInstalled, WithoutACompilerForTheCpuAutoIsCpp) {
 #ifdef TESSERA_TEST_ACCELERATOR_COMPILER
 TEST(AutoInstalled, TheAcceleratorsInputsGoToItsCompiler) {
   Chains c;
-  CompiledFunction f = tessera::compile(c.fn, auto_backend());
+  CompiledFunction f = tessera::compile(c.fn, with_backend("auto"));
   const Device dev("my_hardware_device");
   for (int64_t b : {2, 4, 6}) {
     const std::vector<Tensor> in{tessera::randn({b, 8}).to(dev), tessera::randn({b, 8}).to(dev)};
     const std::vector<Tensor> got = f(in), want = c.fn(in);
-    for (size_t i = 0; i < 2; ++i) expect_close(got[i], want[i], "batch " + std::to_string(b));
+    for (size_t i = 0; i < 2; ++i) expect_close_on_its_device(got[i], want[i], "batch " + std::to_string(b));
   }
   for (const tessera::ArtifactInfo& a : f.artifacts()) {
     EXPECT_EQ(a.backend, "my_hardware_device_compiler") << a.selection;
@@ -131,7 +110,7 @@ TEST(AutoInstalled, TheAcceleratorsInputsGoToItsCompiler) {
   // The CPU inputs of the same function still get cpp.
   const std::vector<Tensor> in{tessera::randn({3, 8}), tessera::randn({3, 8})};
   const std::vector<Tensor> got = f(in), want = c.fn(in);
-  for (size_t i = 0; i < 2; ++i) expect_close(got[i], want[i], "cpu");
+  for (size_t i = 0; i < 2; ++i) expect_close_on_its_device(got[i], want[i], "cpu");
   EXPECT_NE(f.artifacts().back().selection.find("cpp (no compiler plugin serves cpu)"), std::string::npos);
 }
 #endif

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <thread>
 
+#include "temp_dir_util.h"
 #include "tessera/compiler/codegen.h"
 #include "tessera/compiler/compile.h"
 #include "tessera/log.h"
@@ -23,23 +24,8 @@ using tessera::DType;
 using tessera::Tensor;
 namespace fs = std::filesystem;
 
-std::string temp_dir() {
-  static std::string root = [] {
-    std::string t = (fs::temp_directory_path() / "tessera_compile_XXXXXX").string();
-    TESSERA_INTERNAL_ASSERT(mkdtemp(t.data()), "mkdtemp");
-    return t;
-  }();
-  return root;
-}
-
-class TempDirCleanup : public ::testing::Environment {
- public:
-  void TearDown() override {
-    std::error_code ec;
-    fs::remove_all(temp_dir(), ec);
-  }
-};
-const auto* const kCleanup = ::testing::AddGlobalTestEnvironment(new TempDirCleanup);
+tessera::compiler_test::TempDir* const kTempDir = tessera::compiler_test::add_temp_dir("tessera_compile_");
+std::string temp_dir() { return kTempDir->path(); }
 
 CompileOptions options(std::optional<bool> dynamic = std::nullopt, std::string backend = "cpp") {
   CompileOptions o;

@@ -10,6 +10,7 @@
 #include <functional>
 #include <string>
 
+#include "temp_dir_util.h"
 #include "tessera/compiler/codegen.h"
 #include "tessera/compiler/compile.h"
 #include "tessera/compiler/export.h"
@@ -23,23 +24,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string cache_dir() {
-  static std::string dir = [] {
-    std::string t = (fs::temp_directory_path() / "tessera_epilogue_XXXXXX").string();
-    TESSERA_INTERNAL_ASSERT(mkdtemp(t.data()), "mkdtemp");
-    return t;
-  }();
-  return dir;
-}
-
-class TempDirCleanup : public ::testing::Environment {
- public:
-  void TearDown() override {
-    std::error_code ec;
-    fs::remove_all(cache_dir(), ec);
-  }
-};
-const auto* const kCleanup = ::testing::AddGlobalTestEnvironment(new TempDirCleanup);
+tessera::compiler_test::TempDir* const kTempDir = tessera::compiler_test::add_temp_dir("tessera_epilogue_");
+std::string cache_dir() { return kTempDir->path(); }
 
 codegen::CompiledGraph compile_fn(const ExportFn& fn, const std::vector<Tensor>& inputs) {
   codegen::CompileOptions o;

@@ -6,12 +6,12 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <cfenv>
 #include <cmath>
 #include <limits>
 #include <random>
 #include <vector>
 
+#include "quant_test_util.h"
 #include "tessera/compiler/export.h"
 #include "tessera/compiler/quantize.h"
 #include "tessera/dispatcher.h"
@@ -24,18 +24,7 @@ namespace {
 using compiler::ExportedProgram;
 using compiler::Node;
 using compiler::NodeKind;
-
-uint64_t fresh_seed() { return (uint64_t(std::random_device{}()) << 32) | std::random_device{}(); }
-
-double round_half_even(double v) {
-  std::fesetround(FE_TONEAREST);
-  return std::nearbyint(v);
-}
-
-int64_t quantize_value(float x, double scale, int64_t zp, int64_t qmin, int64_t qmax) {
-  const float inv = 1.0f / float(scale);
-  return std::clamp(int64_t(round_half_even(double(x * inv))) + zp, qmin, qmax);
-}
+using namespace tessera::quant_test;
 
 struct Geometry {
   int64_t n, c, h, w, oc, kh, kw, stride, pad, dil, groups;
@@ -199,27 +188,6 @@ TEST(QuantizedConv2d, BadInputsGiveOneLineErrors) {
 
 // ---- the lowering
 
-Tensor random_tensor(std::mt19937_64& g, std::vector<int64_t> sizes, float lo, float hi) {
-  std::uniform_real_distribution<float> d(lo, hi);
-  int64_t n = 1;
-  for (int64_t s : sizes) n *= s;
-  std::vector<float> v(static_cast<size_t>(n));
-  for (float& x : v) x = d(g);
-  return tensor(v, sizes);
-}
-
-std::vector<float> values_of(const Tensor& t) {
-  Tensor h = t.cpu().to(kFloat32).contiguous();
-  return std::vector<float>(h.data_ptr<float>(), h.data_ptr<float>() + h.numel());
-}
-
-std::vector<const Node*> calls_of(const ExportedProgram& ep, const std::string& op) {
-  std::vector<const Node*> r;
-  for (const Node& n : ep.graph.nodes)
-    if (n.kind == NodeKind::Call && n.target.substr(0, n.target.find('.')) == op) r.push_back(&n);
-  return r;
-}
-
 // The converted program's quantize_per_tensor parameters for the value `v` it quantizes.
 QParams params_of(const ExportedProgram& c, compiler::ValueId v) {
   for (const Node* q : calls_of(c, "quantize_per_tensor"))
@@ -235,7 +203,7 @@ void check_lowered_conv(const Geometry& g, bool with_bias, bool with_add, bool r
                std::to_string(relu) + " groups " + std::to_string(g.groups));
   const int64_t cg = g.c / g.groups;
   const float r = 1.0f / std::sqrt(float(cg * g.kh * g.kw));
-  Tensor w = random_tensor(rng, {g.oc, cg, g.kh, g.kw}, -r, r), b = random_tensor(rng, {g.oc}, -0.2f, 0.2f);
+  Tensor w = uniform_tensor(rng, {g.oc, cg, g.kh, g.kw}, -r, r), b = uniform_tensor(rng, {g.oc}, -0.2f, 0.2f);
   ExportOptions opts;
   opts.input_names = {"x", "skip"};
   opts.parameters = {{"conv.weight", w}};
@@ -253,7 +221,7 @@ void check_lowered_conv(const Geometry& g, bool with_bias, bool with_add, bool r
   auto quantizer = quantization::x86_quantizer({quantization::ObserverKind::MinMax});
   quantization::PreparedProgram p = quantization::prepare(ep, *quantizer);
   for (int i = 0; i < 3; ++i)
-    quantization::calibrate(p, {random_tensor(rng, {4, g.c, g.h, g.w}, -2, 2), random_tensor(rng, {4, g.oc, g.oh(), g.ow()}, -1, 1)});
+    quantization::calibrate(p, {uniform_tensor(rng, {4, g.c, g.h, g.w}, -2, 2), uniform_tensor(rng, {4, g.oc, g.oh(), g.ow()}, -1, 1)});
   ExportedProgram c = quantization::convert(p);
   ExportedProgram lowered = c;
   ASSERT_EQ(quantization::lower_to_int8(lowered), 1) << c.graph_string();
@@ -282,7 +250,7 @@ void check_lowered_conv(const Geometry& g, bool with_bias, bool with_add, bool r
   for (int64_t batch : {1, 3}) {
     Geometry gb = g;
     gb.n = batch;
-    Tensor x = random_tensor(rng, {batch, g.c, g.h, g.w}, -2, 2), skip = random_tensor(rng, {batch, g.oc, g.oh(), g.ow()}, -1, 1);
+    Tensor x = uniform_tensor(rng, {batch, g.c, g.h, g.w}, -2, 2), skip = uniform_tensor(rng, {batch, g.oc, g.oh(), g.ow()}, -1, 1);
     std::vector<int64_t> xq, sq;
     for (float v : values_of(x)) xq.push_back(quantize_value(v, xp.scale, xp.zp, 0, 255));
     for (float v : values_of(skip)) sq.push_back(quantize_value(v, op.scale, op.zp, 0, 255));
@@ -315,7 +283,7 @@ TEST(QuantLowering, ChainedConvsPassTheirResultAlong) {
   const uint64_t seed = fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937_64 rng(seed);
-  Tensor w1 = random_tensor(rng, {6, 3, 3, 3}, -0.3f, 0.3f), w2 = random_tensor(rng, {4, 6, 3, 3}, -0.2f, 0.2f);
+  Tensor w1 = uniform_tensor(rng, {6, 3, 3, 3}, -0.3f, 0.3f), w2 = uniform_tensor(rng, {4, 6, 3, 3}, -0.2f, 0.2f);
   ExportOptions opts;
   opts.input_names = {"x"};
   opts.parameters = {{"c1.weight", w1}, {"c2.weight", w2}};
@@ -327,7 +295,7 @@ TEST(QuantLowering, ChainedConvsPassTheirResultAlong) {
       {zeros({2, 3, 8, 8})}, opts);
   auto quantizer = quantization::x86_quantizer({quantization::ObserverKind::MinMax});
   quantization::PreparedProgram p = quantization::prepare(ep, *quantizer);
-  quantization::calibrate(p, {random_tensor(rng, {2, 3, 8, 8}, -1, 1)});
+  quantization::calibrate(p, {uniform_tensor(rng, {2, 3, 8, 8}, -1, 1)});
   ExportedProgram c = quantization::convert(p);
   ExportedProgram lowered = c;
   ASSERT_EQ(quantization::lower_to_int8(lowered), 2);
@@ -338,7 +306,7 @@ TEST(QuantLowering, ChainedConvsPassTheirResultAlong) {
   EXPECT_EQ(lowered.graph.type(kernels[0]->outputs[0]).dtype, kUInt8) << lowered.graph_string();
   EXPECT_EQ(kernels[1]->args[0].values[0], kernels[0]->outputs[0]) << lowered.graph_string();
   EXPECT_EQ(lowered.graph.type(kernels[1]->outputs[0]).dtype, kFloat32) << lowered.graph_string();
-  Tensor x = random_tensor(rng, {2, 3, 8, 8}, -1, 1);
+  Tensor x = uniform_tensor(rng, {2, 3, 8, 8}, -1, 1);
   const std::vector<float> want = values_of(c.run({x})[0]), got = values_of(lowered.run({x})[0]);
   const Node* last = calls_of(c, "quantize_per_tensor").back();
   const double step = std::get<double>(last->args[1].constant);

@@ -7,7 +7,6 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <cfenv>
 #include <cmath>
 #include <filesystem>
 #include <limits>
@@ -15,6 +14,7 @@
 #include <unistd.h>
 #include <vector>
 
+#include "quant_test_util.h"
 #include "tessera/compiler/export.h"
 #include "tessera/compiler/program_file.h"
 #include "tessera/compiler/quantize.h"
@@ -27,29 +27,7 @@ using compiler::ExportedProgram;
 using compiler::Node;
 using compiler::NodeKind;
 using namespace tessera::quantization;
-
-uint64_t fresh_seed() { return (uint64_t(std::random_device{}()) << 32) | std::random_device{}(); }
-
-Tensor random_tensor(std::mt19937_64& g, std::vector<int64_t> sizes, float mean, float stddev) {
-  std::normal_distribution<float> d(mean, stddev);
-  int64_t n = 1;
-  for (int64_t s : sizes) n *= s;
-  std::vector<float> v(static_cast<size_t>(n));
-  for (float& x : v) x = d(g);
-  return tensor(v, sizes);
-}
-
-std::vector<float> values_of(const Tensor& t) {
-  Tensor h = t.cpu().to(kFloat32).contiguous();
-  return std::vector<float>(h.data_ptr<float>(), h.data_ptr<float>() + h.numel());
-}
-
-size_t count_calls(const ExportedProgram& ep, const std::string& op) {
-  size_t c = 0;
-  for (const Node& n : ep.graph.nodes)
-    if (n.kind == NodeKind::Call && n.target.substr(0, n.target.find('.')) == op) ++c;
-  return c;
-}
+using namespace tessera::quant_test;
 
 struct Mlp {
   std::vector<Tensor> w, b;
@@ -59,8 +37,8 @@ struct Mlp {
 Mlp random_mlp(std::mt19937_64& g, const std::vector<int64_t>& widths) {
   Mlp m;
   for (size_t l = 0; l + 1 < widths.size(); ++l) {
-    m.w.push_back(random_tensor(g, {widths[l + 1], widths[l]}, 0, 1.0f / std::sqrt(float(widths[l]))));
-    m.b.push_back(l == 1 ? Tensor() : random_tensor(g, {widths[l + 1]}, 0, 0.1f));
+    m.w.push_back(normal_tensor(g, {widths[l + 1], widths[l]}, 0, 1.0f / std::sqrt(float(widths[l]))));
+    m.b.push_back(l == 1 ? Tensor() : normal_tensor(g, {widths[l + 1]}, 0, 0.1f));
   }
   return m;
 }
@@ -83,11 +61,6 @@ ExportedProgram export_mlp(const Mlp& m) {
         return std::vector<Tensor>{h};
       },
       {zeros({4, m.w[0].size(1)})}, opts);
-}
-
-double round_half_even(double v) {
-  std::fesetround(FE_TONEAREST);
-  return std::nearbyint(v);
 }
 
 // One dynamic quantized linear in double on the values `x` [rows, k]; also returns the input's
@@ -149,10 +122,10 @@ TEST(QuantDynamic, SingleLinearMatchesPyTorchsDynamicFormula) {
       DynamicOptions o;
       o.reduce_range = reduce_range;
       ExportedProgram q = quantize_dynamic(ep, o);
-      EXPECT_EQ(count_calls(q, "_quantized_linear_dynamic"), 1u) << q.graph_string();
-      EXPECT_EQ(count_calls(q, "linear") + count_calls(q, "relu"), 0u) << q.graph_string();
+      EXPECT_EQ(calls_of(q, "_quantized_linear_dynamic").size(), 1u) << q.graph_string();
+      EXPECT_EQ(calls_of(q, "linear").size() + calls_of(q, "relu").size(), 0u) << q.graph_string();
       EXPECT_EQ(q.weights.count("w"), 0u) << "the float weight stays in the program";
-      Tensor x = random_tensor(g, {8, 96}, 0.3f, 2.0f);
+      Tensor x = normal_tensor(g, {8, 96}, 0.3f, 2.0f);
       std::vector<float> got = values_of(q.run({x})[0]);
       const std::vector<float> xf = values_of(x);
       double step = 0;
@@ -177,11 +150,11 @@ TEST(QuantDynamic, MlpMatchesTheReferenceAndTheFloatProgram) {
   Mlp m = random_mlp(g, {64, 128, 96, 10});
   ExportedProgram ep = export_mlp(m);
   ExportedProgram q = quantize_dynamic(ep);
-  EXPECT_EQ(count_calls(q, "_quantized_linear_dynamic"), 3u) << q.graph_string();
-  EXPECT_EQ(count_calls(q, "_quantized_linear_prepack"), 3u) << q.graph_string();
-  EXPECT_EQ(count_calls(q, "linear") + count_calls(q, "relu"), 0u) << q.graph_string();
+  EXPECT_EQ(calls_of(q, "_quantized_linear_dynamic").size(), 3u) << q.graph_string();
+  EXPECT_EQ(calls_of(q, "_quantized_linear_prepack").size(), 3u) << q.graph_string();
+  EXPECT_EQ(calls_of(q, "linear").size() + calls_of(q, "relu").size(), 0u) << q.graph_string();
   for (int64_t batch : {1, 7, 50}) {
-    Tensor x = random_tensor(g, {batch, 64}, 0, 1.5f);
+    Tensor x = normal_tensor(g, {batch, 64}, 0, 1.5f);
     std::vector<float> got = values_of(q.run({x})[0]), want_f32 = values_of(ep.run({x})[0]);
     // The same program cut after each layer gives that layer's float32 activations.
     Tensor h = x;
@@ -230,12 +203,12 @@ TEST(QuantDynamic, SavesLoadsAndFoldsThePackingAfterLoading) {
   ExportedProgram back = load_program(path);
   std::filesystem::remove(path);
   EXPECT_EQ(back.graph_string(), q.graph_string());
-  Tensor x = random_tensor(g, {5, 32}, 0, 1);
+  Tensor x = normal_tensor(g, {5, 32}, 0, 1);
   const std::vector<float> want = values_of(q.run({x})[0]);
   ASSERT_EQ(values_of(back.run({x})[0]), want);
   EXPECT_EQ(lower_to_int8(back), 2);
-  EXPECT_EQ(count_calls(back, "_quantized_linear_prepack"), 0u) << back.graph_string();
-  EXPECT_EQ(count_calls(back, "_quantized_linear_dynamic"), 2u) << back.graph_string();
+  EXPECT_EQ(calls_of(back, "_quantized_linear_prepack").size(), 0u) << back.graph_string();
+  EXPECT_EQ(calls_of(back, "_quantized_linear_dynamic").size(), 2u) << back.graph_string();
   for (const auto& [name, t] : back.weights) EXPECT_EQ(name.find("_int8"), std::string::npos) << name;
   EXPECT_EQ(values_of(back.run({x})[0]), want);
 }
@@ -254,7 +227,7 @@ TEST(QuantDynamic, NonFiniteInputIsAOneLineErrorAndTheProgramKeepsWorking) {
     EXPECT_NE(msg.find("non-finite"), std::string::npos) << msg;
     EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
   }
-  Tensor x = random_tensor(g, {2, 16}, 0, 1);
+  Tensor x = normal_tensor(g, {2, 16}, 0, 1);
   EXPECT_EQ(q.run({x})[0].sizes(), (std::vector<int64_t>{2, 8}));
 }
 

@@ -6,7 +6,6 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <cfenv>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -15,6 +14,7 @@
 #include <unistd.h>
 #include <vector>
 
+#include "quant_test_util.h"
 #include "tessera/compiler/export.h"
 #include "tessera/compiler/program_file.h"
 #include "tessera/compiler/quantize.h"
@@ -27,33 +27,7 @@ using compiler::ExportedProgram;
 using compiler::Node;
 using compiler::NodeKind;
 using namespace tessera::quantization;
-
-uint64_t fresh_seed() { return (uint64_t(std::random_device{}()) << 32) | std::random_device{}(); }
-
-std::vector<float> random_values(std::mt19937_64& g, size_t n, float lo, float hi) {
-  std::uniform_real_distribution<float> d(lo, hi);
-  std::vector<float> v(n);
-  for (float& x : v) x = d(g);
-  return v;
-}
-
-Tensor random_tensor(std::mt19937_64& g, std::vector<int64_t> sizes, float lo = -1, float hi = 1) {
-  int64_t n = 1;
-  for (int64_t s : sizes) n *= s;
-  return tensor(random_values(g, size_t(n), lo, hi), sizes);
-}
-
-std::vector<float> values_of(const Tensor& t) {
-  Tensor h = t.cpu().to(kFloat32).contiguous();
-  return std::vector<float>(h.data_ptr<float>(), h.data_ptr<float>() + h.numel());
-}
-
-std::vector<const Node*> calls_of(const ExportedProgram& ep, const std::string& op) {
-  std::vector<const Node*> r;
-  for (const Node& n : ep.graph.nodes)
-    if (n.kind == NodeKind::Call && n.target.substr(0, n.target.find('.')) == op) r.push_back(&n);
-  return r;
-}
+using namespace tessera::quant_test;
 
 double scale_of(const Node& q) { return std::get<double>(q.args.at(1).constant); }
 int64_t zero_point_of(const Node& q) { return std::get<int64_t>(q.args.at(2).constant); }
@@ -67,8 +41,8 @@ Mlp random_mlp(std::mt19937_64& g, const std::vector<int64_t>& widths) {
   Mlp m;
   for (size_t l = 0; l + 1 < widths.size(); ++l) {
     const float r = 1.0f / std::sqrt(float(widths[l]));
-    m.w.push_back(random_tensor(g, {widths[l + 1], widths[l]}, -r, r));
-    m.b.push_back(random_tensor(g, {widths[l + 1]}, -0.1f, 0.1f));
+    m.w.push_back(uniform_tensor(g, {widths[l + 1], widths[l]}, -r, r));
+    m.b.push_back(uniform_tensor(g, {widths[l + 1]}, -0.1f, 0.1f));
   }
   return m;
 }
@@ -91,17 +65,6 @@ ExportedProgram export_mlp(const Mlp& m, int64_t in_features) {
         return std::vector<Tensor>{h};
       },
       {zeros({4, in_features})}, opts);
-}
-
-double round_half_even(double v) {
-  std::fesetround(FE_TONEAREST);
-  return std::nearbyint(v);
-}
-
-// PyTorch's quantize_val: the product by 1/scale and the rounding in float32.
-int64_t quantize_value(float x, double scale, int64_t zp, int64_t qmin, int64_t qmax) {
-  const float inv = 1.0f / float(scale);
-  return std::clamp(int64_t(round_half_even(double(x * inv))) + zp, qmin, qmax);
 }
 
 // The reference integer representation of the quantized MLP: activations quantized with the
@@ -194,7 +157,7 @@ TEST(QuantObserver, MovingAverageFollowsPyTorchsAveragingConstant) {
 
 TEST(QuantObserver, PerChannelMinMaxIsOnePairPerChannelOfTheAxis) {
   std::mt19937_64 g(fresh_seed());
-  Tensor w = random_tensor(g, {3, 5, 2});
+  Tensor w = uniform_tensor(g, {3, 5, 2});
   Observer o({kQInt8, Scheme::PerChannelSymmetric, ObserverKind::PerChannelMinMax, 1});
   o.observe(w);
   const std::vector<float> v = values_of(w);
@@ -221,7 +184,7 @@ TEST(QuantObserver, HistogramMatchesPyTorchsHistogramObserverOnHeavyTails) {
   // Uniform data keep their whole range.
   std::mt19937_64 g(fresh_seed());
   Observer uniform({kQUInt8, Scheme::PerTensorAffine, ObserverKind::Histogram, 0});
-  uniform.observe(random_tensor(g, {20000}, 0.0f, 4.0f));
+  uniform.observe(uniform_tensor(g, {20000}, 0.0f, 4.0f));
   EXPECT_NEAR(uniform.scales()[0] * 255, 4.0, 0.1);
 }
 
@@ -250,7 +213,7 @@ TEST(QuantFlow, X86MlpConvertedAgreesWithTheReferenceIntegerRepresentation) {
   EXPECT_EQ(p.observers.size(), 4u + 3u);  // + one per weight
   std::vector<float> calibration;
   for (int i = 0; i < 3; ++i) {
-    Tensor x = random_tensor(g, {256, 32}, -2, 3);
+    Tensor x = uniform_tensor(g, {256, 32}, -2, 3);
     std::vector<float> v = values_of(x);
     calibration.insert(calibration.end(), v.begin(), v.end());
     calibrate(p, {x});
@@ -267,7 +230,7 @@ TEST(QuantFlow, X86MlpConvertedAgreesWithTheReferenceIntegerRepresentation) {
   EXPECT_FLOAT_EQ(float(scale_of(*qs[0])), expect_scale);
   EXPECT_EQ(zero_point_of(*qs[0]), int64_t(0 - std::nearbyint(float(lo) / expect_scale)));
 
-  Tensor x = random_tensor(g, {64, 32}, -2, 3);
+  Tensor x = uniform_tensor(g, {64, 32}, -2, 3);
   std::vector<float> got = values_of(c.run({x})[0]);
   std::vector<std::pair<double, int64_t>> act;
   for (const Node* n : qs) act.emplace_back(scale_of(*n), zero_point_of(*n));
@@ -287,7 +250,7 @@ TEST(QuantFlow, XnnpackLikeQuantizesActivationsSymmetricSigned) {
   ExportedProgram ep = export_mlp(m, 16);
   auto q = xnnpack_like_quantizer({ObserverKind::MovingAverageMinMax});
   PreparedProgram p = prepare(ep, *q);
-  for (int i = 0; i < 4; ++i) calibrate(p, {random_tensor(g, {256, 16})});
+  for (int i = 0; i < 4; ++i) calibrate(p, {uniform_tensor(g, {256, 16})});
   ExportedProgram c = convert(p);
   std::vector<const Node*> qs = calls_of(c, "quantize_per_tensor");
   ASSERT_EQ(qs.size(), 3u);
@@ -295,7 +258,7 @@ TEST(QuantFlow, XnnpackLikeQuantizesActivationsSymmetricSigned) {
     EXPECT_EQ(zero_point_of(*n), 0);
     EXPECT_EQ(std::get<DType>(n->args.at(3).constant), kQInt8);
   }
-  Tensor x = random_tensor(g, {32, 16});
+  Tensor x = uniform_tensor(g, {32, 16});
   std::vector<float> f = values_of(ep.run({x})[0]), got = values_of(c.run({x})[0]);
   EXPECT_LT(relative_rms(f, got), 0.15);
 }
@@ -325,13 +288,13 @@ TEST(QuantFlow, PoolingFlattenAndCatShareTheirInputsParameters) {
   const uint64_t seed = fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937_64 g(seed);
-  ConvNet n{random_tensor(g, {4, 3, 3, 3}, -0.3f, 0.3f), random_tensor(g, {4}, -0.1f, 0.1f),
-            random_tensor(g, {4, 3, 3, 3}, -0.6f, 0.6f), random_tensor(g, {4}, -0.1f, 0.1f),
-            random_tensor(g, {5, 128}, -0.3f, 0.3f), random_tensor(g, {5}, -0.1f, 0.1f)};
+  ConvNet n{uniform_tensor(g, {4, 3, 3, 3}, -0.3f, 0.3f), uniform_tensor(g, {4}, -0.1f, 0.1f),
+            uniform_tensor(g, {4, 3, 3, 3}, -0.6f, 0.6f), uniform_tensor(g, {4}, -0.1f, 0.1f),
+            uniform_tensor(g, {5, 128}, -0.3f, 0.3f), uniform_tensor(g, {5}, -0.1f, 0.1f)};
   ExportedProgram ep = export_convnet(n);
   auto q = x86_quantizer({ObserverKind::MinMax});
   PreparedProgram p = prepare(ep, *q);
-  for (int i = 0; i < 4; ++i) calibrate(p, {random_tensor(g, {32, 3, 8, 8})});
+  for (int i = 0; i < 4; ++i) calibrate(p, {uniform_tensor(g, {32, 3, 8, 8})});
   ExportedProgram c = convert(p);
   // Both relu outputs, both pools, both flattens, the cat and the linear's input are one class.
   std::vector<const Node*> qs = calls_of(c, "quantize_per_tensor");
@@ -340,7 +303,7 @@ TEST(QuantFlow, PoolingFlattenAndCatShareTheirInputsParameters) {
   for (const Node* q : qs) params.insert({scale_of(*q), zero_point_of(*q)});
   EXPECT_EQ(params.size(), 3u) << c.graph_string();
   EXPECT_EQ(qs.size(), 1u + 2u + 2u + 2u + 1u + 1u) << c.graph_string();
-  Tensor x = random_tensor(g, {16, 3, 8, 8});
+  Tensor x = uniform_tensor(g, {16, 3, 8, 8});
   std::vector<float> f = values_of(ep.run({x})[0]), got = values_of(c.run({x})[0]);
   EXPECT_LT(relative_rms(f, got), 0.15);
 }
@@ -351,20 +314,20 @@ TEST(QuantLowering, ConvNetLowersItsConvolutionsAndLinear) {
   const uint64_t seed = fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937_64 g(seed);
-  ConvNet n{random_tensor(g, {4, 3, 3, 3}, -0.3f, 0.3f), random_tensor(g, {4}, -0.1f, 0.1f),
-            random_tensor(g, {4, 3, 3, 3}, -0.6f, 0.6f), random_tensor(g, {4}, -0.1f, 0.1f),
-            random_tensor(g, {5, 128}, -0.3f, 0.3f), random_tensor(g, {5}, -0.1f, 0.1f)};
+  ConvNet n{uniform_tensor(g, {4, 3, 3, 3}, -0.3f, 0.3f), uniform_tensor(g, {4}, -0.1f, 0.1f),
+            uniform_tensor(g, {4, 3, 3, 3}, -0.6f, 0.6f), uniform_tensor(g, {4}, -0.1f, 0.1f),
+            uniform_tensor(g, {5, 128}, -0.3f, 0.3f), uniform_tensor(g, {5}, -0.1f, 0.1f)};
   ExportedProgram ep = export_convnet(n);
   auto q = x86_quantizer({ObserverKind::MinMax});
   PreparedProgram p = prepare(ep, *q);
-  for (int i = 0; i < 4; ++i) calibrate(p, {random_tensor(g, {32, 3, 8, 8})});
+  for (int i = 0; i < 4; ++i) calibrate(p, {uniform_tensor(g, {32, 3, 8, 8})});
   ExportedProgram c = convert(p);
   ExportedProgram lowered = c;
   EXPECT_EQ(lower_to_int8(lowered), 3) << c.graph_string();
   EXPECT_EQ(calls_of(lowered, "_quantized_conv2d").size(), 2u) << lowered.graph_string();
   EXPECT_EQ(calls_of(lowered, "_quantized_linear").size(), 1u) << lowered.graph_string();
   EXPECT_TRUE(calls_of(lowered, "conv2d").empty()) << lowered.graph_string();
-  Tensor x = random_tensor(g, {6, 3, 8, 8});
+  Tensor x = uniform_tensor(g, {6, 3, 8, 8});
   const std::vector<float> want = values_of(c.run({x})[0]), got = values_of(lowered.run({x})[0]);
   const double step = scale_of(*calls_of(c, "quantize_per_tensor").back());
   std::vector<double> want_d(want.begin(), want.end());
@@ -381,7 +344,7 @@ TEST(QuantLowering, ConvNetLowersItsConvolutionsAndLinear) {
 
 TEST(QuantFlow, ConvAddReluQuantizesTheAddOperandAndTheFusedOutputOnly) {
   std::mt19937_64 g(fresh_seed());
-  Tensor w = random_tensor(g, {3, 3, 3, 3}, -0.3f, 0.3f);
+  Tensor w = uniform_tensor(g, {3, 3, 3, 3}, -0.3f, 0.3f);
   ExportOptions opts;
   opts.input_names = {"x", "skip"};
   opts.parameters = {{"conv.weight", w}};
@@ -390,7 +353,7 @@ TEST(QuantFlow, ConvAddReluQuantizesTheAddOperandAndTheFusedOutputOnly) {
       {zeros({1, 3, 6, 6}), zeros({1, 3, 6, 6})}, opts);
   auto q = x86_quantizer({ObserverKind::MinMax});
   PreparedProgram p = prepare(ep, *q);
-  calibrate(p, {random_tensor(g, {1, 3, 6, 6}), random_tensor(g, {1, 3, 6, 6})});
+  calibrate(p, {uniform_tensor(g, {1, 3, 6, 6}), uniform_tensor(g, {1, 3, 6, 6})});
   ExportedProgram c = convert(p);
   // x, skip and the relu output; the conv and add results stay float.
   EXPECT_EQ(calls_of(c, "quantize_per_tensor").size(), 3u) << c.graph_string();
@@ -434,7 +397,7 @@ TEST(QuantFlow, ComposedQuantizersRespectEarlierAnnotationsAndRefuseChanges) {
   KeepFirstLinearFloat keep;
   auto x86 = x86_quantizer({ObserverKind::MinMax});
   PreparedProgram p = prepare(ep, {&keep, x86.get()});
-  calibrate(p, {random_tensor(g, {4, 8})});
+  calibrate(p, {uniform_tensor(g, {4, 8})});
   ExportedProgram c = convert(p);
   // The first layer stays float: the input is not quantized, the first relu's output is (the
   // second linear reads it), then the last two layers.
@@ -549,7 +512,7 @@ TEST(QuantLowering, LoweredMlpAgreesWithConvertedAndReferenceWithinOneStep) {
   ExportedProgram ep = export_mlp(m, 64);
   auto q = x86_quantizer();  // histogram observers
   PreparedProgram p = prepare(ep, *q);
-  for (int i = 0; i < 2; ++i) calibrate(p, {random_tensor(g, {256, 64}, -2, 2)});
+  for (int i = 0; i < 2; ++i) calibrate(p, {uniform_tensor(g, {256, 64}, -2, 2)});
   ExportedProgram c = convert(p);
   ExportedProgram lowered = c;
   EXPECT_EQ(lower_to_int8(lowered), 3);
@@ -570,7 +533,7 @@ TEST(QuantLowering, LoweredMlpAgreesWithConvertedAndReferenceWithinOneStep) {
   std::vector<std::pair<double, int64_t>> act;
   for (const Node* n : calls_of(c, "quantize_per_tensor")) act.emplace_back(scale_of(*n), zero_point_of(*n));
   for (int64_t batch : {1, 7, 50}) {
-    Tensor x = random_tensor(g, {batch, 64}, -2, 2);
+    Tensor x = uniform_tensor(g, {batch, 64}, -2, 2);
     std::vector<float> low = values_of(lowered.run({x})[0]), conv = values_of(c.run({x})[0]);
     std::vector<double> ref = integer_mlp(m, values_of(x), batch, act);
     EXPECT_LE(count_different(ref, low, act.back().first), int64_t(ref.size()) / 10) << "batch " << batch;
@@ -585,7 +548,7 @@ TEST(QuantLowering, LeavesUnmatchedRegionsToTheReferenceKernels) {
   ExportedProgram ep = export_mlp(m, 8);
   auto q = xnnpack_like_quantizer({ObserverKind::MinMax});  // qint8 activations: no u8s8 kernel
   PreparedProgram p = prepare(ep, *q);
-  calibrate(p, {random_tensor(g, {4, 8})});
+  calibrate(p, {uniform_tensor(g, {4, 8})});
   ExportedProgram c = convert(p);
   ExportedProgram lowered = c;
   EXPECT_EQ(lower_to_int8(lowered), 0);
@@ -602,7 +565,7 @@ TEST(QuantProgramFile, ConvertedProgramSavesLoadsAndLowersAfterLoading) {
   ExportedProgram ep = export_mlp(m, 16);
   auto q = x86_quantizer({ObserverKind::MinMax});
   PreparedProgram p = prepare(ep, *q);
-  calibrate(p, {random_tensor(g, {16, 16})});
+  calibrate(p, {uniform_tensor(g, {16, 16})});
   ExportedProgram c = convert(p);
   const std::string path = (std::filesystem::temp_directory_path() /
                             ("quant_flow_" + std::to_string(getpid()) + ".tsr")).string();
@@ -610,7 +573,7 @@ TEST(QuantProgramFile, ConvertedProgramSavesLoadsAndLowersAfterLoading) {
   ExportedProgram back = load_program(path);
   std::filesystem::remove(path);
   EXPECT_EQ(back.graph_string(), c.graph_string());
-  Tensor x = random_tensor(g, {5, 16});
+  Tensor x = uniform_tensor(g, {5, 16});
   std::vector<float> want = values_of(c.run({x})[0]), got = values_of(back.run({x})[0]);
   ASSERT_EQ(want, got);
   EXPECT_EQ(lower_to_int8(back), 2);

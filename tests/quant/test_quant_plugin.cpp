@@ -7,6 +7,7 @@
 #include <random>
 #include <vector>
 
+#include "quant_test_util.h"
 #include "tessera/compiler/export.h"
 #include "tessera/compiler/quantize.h"
 #include "tessera/plugin_loader.h"
@@ -18,15 +19,7 @@ namespace {
 using compiler::ExportedProgram;
 using compiler::Node;
 using compiler::NodeKind;
-
-Tensor random_tensor(std::mt19937_64& g, std::vector<int64_t> sizes, float bound) {
-  std::uniform_real_distribution<float> d(-bound, bound);
-  int64_t n = 1;
-  for (int64_t s : sizes) n *= s;
-  std::vector<float> v(static_cast<size_t>(n));
-  for (float& x : v) x = d(g);
-  return tensor(v, sizes);
-}
+using quant_test::uniform_tensor;
 
 // Four linear layers with relu between them, 16 wide.
 ExportedProgram export_four_layers(std::mt19937_64& g) {
@@ -34,8 +27,8 @@ ExportedProgram export_four_layers(std::mt19937_64& g) {
   ExportOptions opts;
   opts.input_names = {"x"};
   for (int l = 0; l < 4; ++l) {
-    w.push_back(random_tensor(g, {16, 16}, 0.25f));
-    b.push_back(random_tensor(g, {16}, 0.1f));
+    w.push_back(uniform_tensor(g, {16, 16}, -0.25f, 0.25f));
+    b.push_back(uniform_tensor(g, {16}, -0.1f, 0.1f));
     opts.parameters["fc" + std::to_string(l) + ".weight"] = w.back();
     opts.parameters["fc" + std::to_string(l) + ".bias"] = b.back();
   }
@@ -72,12 +65,12 @@ TEST(QuantPlugin, SampleQuantizerLoadsFromItsManifestAndKeepsTheEndsInFloat) {
   auto q = quantization::plugin_quantizer("keep_ends_quantizer");
   EXPECT_EQ(q->name(), "keep_ends_quantizer");
   quantization::PreparedProgram p = quantization::prepare(ep, *q);
-  for (int i = 0; i < 2; ++i) quantization::calibrate(p, {random_tensor(g, {64, 16}, 1.0f)});
+  for (int i = 0; i < 2; ++i) quantization::calibrate(p, {uniform_tensor(g, {64, 16})});
   ExportedProgram c = quantization::convert(p);
   EXPECT_EQ(quantized_linears(c), (std::vector<bool>{false, true, true, false})) << c.graph_string();
   ExportedProgram lowered = c;
   EXPECT_EQ(quantization::lower_to_int8(lowered), 2) << lowered.graph_string();
-  Tensor x = random_tensor(g, {8, 16}, 1.0f);
+  Tensor x = uniform_tensor(g, {8, 16});
   Tensor want = ep.run({x})[0], got = lowered.run({x})[0];
   EXPECT_TRUE(allclose(want, got, 0.1, 0.05));
 }
@@ -89,12 +82,12 @@ TEST(QuantPlugin, ComposesWithX86WhichQuantizesWhatThePluginLeft) {
   auto x86 = quantization::x86_quantizer({quantization::ObserverKind::MinMax});
   // The plugin first: it takes every linear (the ends stay float); x86 finds nothing left to take.
   quantization::PreparedProgram p = quantization::prepare(ep, {plugin.get(), x86.get()});
-  quantization::calibrate(p, {random_tensor(g, {32, 16}, 1.0f)});
+  quantization::calibrate(p, {uniform_tensor(g, {32, 16})});
   EXPECT_EQ(quantized_linears(quantization::convert(p)), (std::vector<bool>{false, true, true, false}));
   // x86 first: it takes every linear; the plugin skips annotated nodes (is_annotated) and changes
   // nothing, so all four are quantized.
   quantization::PreparedProgram p2 = quantization::prepare(ep, {x86.get(), plugin.get()});
-  quantization::calibrate(p2, {random_tensor(g, {32, 16}, 1.0f)});
+  quantization::calibrate(p2, {uniform_tensor(g, {32, 16})});
   EXPECT_EQ(quantized_linears(quantization::convert(p2)), (std::vector<bool>{true, true, true, true}));
 }
 

@@ -97,12 +97,44 @@ size_t properties(void*, int32_t, char* buffer, size_t capacity) {
 }
 
 const tessera_device_interface_t kInterface = {
-    sizeof(tessera_device_interface_t), 0, device_count, get_current, set_current, allocate, release,
-    copy_from_host, copy_to_host, copy_device, no_stream, no_destroy, sync_stream, no_stream, no_destroy,
-    event_op, event_op, event_sync, device_sync, properties};
+    .struct_size = sizeof(tessera_device_interface_t),
+    .reserved_ = 0,
+    .device_count = device_count,
+    .device_get_current = get_current,
+    .device_set_current = set_current,
+    .memory_allocate = allocate,
+    .memory_free = release,
+    .memory_copy_from_host = copy_from_host,
+    .memory_copy_to_host = copy_to_host,
+    .memory_copy_device = copy_device,
+    .stream_create = no_stream,
+    .stream_destroy = no_destroy,
+    .stream_synchronize = sync_stream,
+    .event_create = no_stream,
+    .event_destroy = no_destroy,
+    .event_record = event_op,
+    .event_wait = event_op,
+    .event_synchronize = event_sync,
+    .device_synchronize = device_sync,
+    .device_properties = properties,
+    .memory_stats = nullptr,
+    .event_elapsed_time = nullptr,
+    .memory_record_stream = nullptr,
+};
 
-const tessera_plugin_t kPlugin = {sizeof(tessera_plugin_t), TESSERA_ABI_MAJOR, TESSERA_ABI_MINOR, 0, "stressdev",
-                                  "0.1.0", 0, nullptr, &kInterface, nullptr};
+const tessera_plugin_t kPlugin = {
+    .struct_size = sizeof(tessera_plugin_t),
+    .abi_major = TESSERA_ABI_MAJOR,
+    .abi_minor = TESSERA_ABI_MINOR,
+    .reserved_ = 0,
+    .name = "stressdev",
+    .version = "0.1.0",
+    .features = 0,
+    .self = nullptr,
+    .device = &kInterface,
+    .shutdown = nullptr,
+    .get_proc_address = nullptr,
+};
 
 // out = a + alpha * b for float32 tensors of one shape, contiguous (else: unimplemented -> fallback).
 void add_kernel(const tessera::sdk::KernelCall& call) {

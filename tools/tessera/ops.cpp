@@ -97,8 +97,13 @@ int tessera_cli_ops(int argc, char** argv) {
       for (const char* way : {"kernel", "composite", "fallback"}) {
         if (!by_way.contains(way)) continue;
         std::string dtypes;
-        for (const auto& t : by_way[way]) dtypes += (dtypes.empty() ? "" : " ") + t.get<std::string>();
-        line += (line.empty() ? "" : "; ") + std::string(way) + ": " + dtypes;
+        for (const auto& t : by_way[way]) {
+          if (!dtypes.empty()) dtypes += ' ';
+          dtypes += t.get<std::string>();
+        }
+        if (!line.empty()) line += "; ";
+        line += way;
+        line += ": " + dtypes;
       }
       std::printf("    %s: %s\n", device.c_str(), line.empty() ? "not implemented" : line.c_str());
     }

@@ -39,10 +39,10 @@ std::string arguments_key(const Node& n) {
   std::string key = n.target + "(";
   for (const Argument& a : n.args) {
     switch (a.kind) {
-      case Argument::Kind::Tensor: key += "%" + std::to_string(a.values.at(0)); break;
+      case Argument::Kind::Tensor: key += '%' + std::to_string(a.values.at(0)); break;
       case Argument::Kind::TensorList:
         key += "[";
-        for (ValueId v : a.values) key += "%" + std::to_string(v) + ",";
+        for (ValueId v : a.values) key += '%' + std::to_string(v) + ',';
         key += "]";
         break;
       case Argument::Kind::None: key += "None"; break;

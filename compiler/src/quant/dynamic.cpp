@@ -21,30 +21,6 @@ const compiler::InputSpec* weight_input(const ExportedProgram& ep, ValueId v) {
   return nullptr;
 }
 
-std::string fresh_weight_name(const ExportedProgram& ep, const std::string& base) {
-  std::string name = base;
-  for (int i = 1; ep.weights.count(name); ++i) name = base + "_" + std::to_string(i);
-  return name;
-}
-
-// Adds `t` as a constant input: its placeholder goes after the existing ones.
-ValueId add_constant(ExportedProgram& ep, std::vector<Node>& placeholders, const std::string& base, const Tensor& t) {
-  const std::string name = fresh_weight_name(ep, base);
-  std::vector<SymSize> sizes;
-  for (int64_t s : t.sizes()) sizes.emplace_back(s);
-  const ValueId v = ep.graph.add_value(TensorType{t.dtype(), Device(DeviceType::CPU), std::move(sizes)}, name);
-  ep.weights[name] = t;
-  ep.signature.inputs.push_back({InputKind::Constant, name, v});
-  placeholders.push_back({NodeKind::Placeholder, name, {}, {v}});
-  return v;
-}
-
-// Rebuilds the node list as placeholders (old, then new), then the body.
-void set_nodes(Graph& g, std::vector<Node> placeholders, std::vector<Node> body) {
-  g.nodes = std::move(placeholders);
-  for (Node& n : body) g.nodes.push_back(std::move(n));
-}
-
 // Drops the weights and constants that no node reads any more (with their placeholders).
 void drop_unread_weights(ExportedProgram& ep) {
   std::set<ValueId> read;
@@ -171,9 +147,7 @@ int fold_packed_weights(ExportedProgram& ep) {
       continue;
     }
     const Tensor packed = PackedLinearWeight(ep.weights.at(w->name), ep.weights.at(s->name)).packed();
-    std::string base;
-    do base = "packed_weight_" + std::to_string(packed_count++); while (ep.weights.count(base));
-    replaced[n.outputs[0]] = add_constant(ep, placeholders, base, packed);
+    replaced[n.outputs[0]] = add_constant(ep, placeholders, next_packed_weight_name(ep, packed_count), packed);
     ++folded;
   }
   if (folded == 0) {

@@ -40,27 +40,16 @@ int lower_linear_patterns(ExportedProgram& ep) {
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     const Node& lin = g.nodes[i];
     if (lin.kind != NodeKind::Call || op_name(lin.target) != "linear") continue;
-    const Node* q = uses.quint8_quantize(tensor_at(lin, 0));
-    if (!q) continue;
-    const std::optional<SymmetricWeight> weight = uses.symmetric_weight(tensor_at(lin, 1), 2);
-    if (!weight) continue;
-    const std::optional<ValueId> bias = uses.float32_bias(lin);
-    if (!bias) continue;
-    // Output: (relu ->) quantize_per_tensor(., s, zp, quint8), nothing else reads the float values.
-    ValueId end = lin.outputs[0];
-    bool relu = false;
-    if (int32_t r = uses.sole_user(end, "relu"); r >= 0) {
-      relu = true;
-      end = g.nodes[size_t(r)].outputs[0];
-    }
-    const int32_t qo = uses.sole_user(end, "quantize_per_tensor");
-    if (qo < 0) continue;
-    const std::optional<std::pair<double, int64_t>> out = quint8_params(g.nodes[size_t(qo)]);
-    if (!out) continue;
-    const std::pair<double, int64_t> in = *quint8_params(*q);
-    const auto [w_int8, scales] = weight->quantize();
-    matches.push_back({i, size_t(qo), q->outputs[0], tensor_at(*q, 0), in.first, in.second,
-                       PackedLinearWeight(w_int8, scales).packed(), *bias, out->first, out->second, relu});
+    const std::optional<GraphUses::Int8Operands> operands = uses.int8_operands(lin, 2);
+    if (!operands) continue;
+    const std::optional<GraphUses::QuantizedEnd> end = uses.quantized_end(lin.outputs[0]);
+    if (!end) continue;
+    const Node& q = *operands->input_quantize;
+    const std::pair<double, int64_t> in = *quint8_params(q);
+    const auto [w_int8, scales] = operands->weight.quantize();
+    matches.push_back({i, end->quantize_node, q.outputs[0], tensor_at(q, 0), in.first, in.second,
+                       PackedLinearWeight(w_int8, scales).packed(), operands->bias, end->params.first,
+                       end->params.second, end->relu});
   }
   if (matches.empty()) return 0;
 
@@ -88,32 +77,12 @@ int lower_linear_patterns(ExportedProgram& ep) {
 
   // Rebuild the node list: packed weights as constant inputs after the placeholders, each
   // _quantized_linear where its closing quantize was, and the uint8 representation passed along.
-  std::vector<Node> placeholders, body;
-  std::map<size_t, const Match*> at_quantize;
-  for (const Match& m : matches) at_quantize[m.quantize_node] = &m;
   std::map<ValueId, ValueId> repr;  // quint8 value -> its uint8 representation
   std::map<ValueId, std::pair<double, int64_t>> repr_params;
   std::map<ValueId, ValueId> dequantized;  // quint8 value -> its float32 values, written by the kernel
   int packed_count = 0;
-  for (size_t i = 0; i < g.nodes.size(); ++i) {
-    Node& n = g.nodes[i];
-    if (n.kind == NodeKind::Placeholder) {
-      placeholders.push_back(std::move(n));
-      continue;
-    }
-    auto m = at_quantize.find(i);
-    if (m == at_quantize.end()) {
-      body.push_back(std::move(n));
-      continue;
-    }
-    const Match& mt = *m->second;
-    std::string name;
-    do name = "packed_weight_" + std::to_string(packed_count++); while (ep.weights.count(name));
-    const ValueId pv = g.add_value(
-        TensorType{kUInt8, Device(DeviceType::CPU), {SymSize(mt.packed.size(0)), SymSize(mt.packed.size(1))}}, name);
-    ep.weights[name] = mt.packed;
-    ep.signature.inputs.push_back({InputKind::Constant, name, pv});
-    placeholders.push_back({NodeKind::Placeholder, name, {}, {pv}});
+  auto lower_match = [&](const Match& mt, const Node& n, RebuiltNodes& rebuilt) {
+    const ValueId pv = add_constant(ep, rebuilt.placeholders, next_packed_weight_name(ep, packed_count), mt.packed);
     auto r = repr.find(mt.input_q);
     const ValueId in = r != repr.end() ? r->second : mt.input_float;
     const ValueId q_out = n.outputs[0];
@@ -121,25 +90,25 @@ int lower_linear_patterns(ExportedProgram& ep) {
     TensorType out_t = g.type(q_out);
     out_t.dtype = float_out ? kFloat32 : kUInt8;
     const ValueId out = g.add_value(out_t);
-    body.push_back({NodeKind::Call, "_quantized_linear",
-                    {Argument::tensor(in), Argument::tensor(pv), mt.bias < 0 ? Argument::none() : Argument::tensor(mt.bias),
-                     Argument::constant_value(mt.input_scale), Argument::constant_value(mt.input_zp),
-                     Argument::constant_value(mt.output_scale), Argument::constant_value(mt.output_zp),
-                     Argument::constant_value(mt.relu), Argument::constant_value(float_out ? kQUInt8 : kUInt8)},
-                    {out}});
+    rebuilt.body.push_back({NodeKind::Call, "_quantized_linear",
+                            {Argument::tensor(in), Argument::tensor(pv), mt.bias < 0 ? Argument::none() : Argument::tensor(mt.bias),
+                             Argument::constant_value(mt.input_scale), Argument::constant_value(mt.input_zp),
+                             Argument::constant_value(mt.output_scale), Argument::constant_value(mt.output_zp),
+                             Argument::constant_value(mt.relu), Argument::constant_value(float_out ? kQUInt8 : kUInt8)},
+                            {out}});
     if (float_out) {
       dequantized[q_out] = out;
     } else {
       repr[q_out] = out;
       repr_params[q_out] = {mt.output_scale, mt.output_zp};
     }
-    body.push_back(std::move(n));  // the float path stays for readers other than dequantize; DCE drops it
-  }
+  };
+  RebuiltNodes nodes = rebuild_at_matches(g, matches, lower_match);
   // A dequantize of a lowered result reads the kernel's float32 values, or the representation:
   // (float(r) - zero_point) * scale.
   std::vector<Node> rewritten;
   std::map<ValueId, ValueId> replaced;
-  for (Node& n : body) {
+  for (Node& n : nodes.body) {
     const ValueId src = op_name(n.target) == "dequantize" ? tensor_at(n, 0) : -1;
     if (auto d = src >= 0 ? dequantized.find(src) : dequantized.end(); d != dequantized.end()) {
       replaced[n.outputs[0]] = d->second;
@@ -161,24 +130,52 @@ int lower_linear_patterns(ExportedProgram& ep) {
     replaced[n.outputs[0]] = scaled;
     rewritten.push_back(std::move(n));
   }
-  // The linears that read a lowered dequantize now read the representation directly.
-  for (Node& n : rewritten)
-    if (op_name(n.target) != "_quantized_linear")
+  nodes.body = std::move(rewritten);
+  // The linears that read a lowered dequantize now read the representation directly. Weights no
+  // node reads any more (the float weights of lowered linears) stay inputs of the signature; the
+  // float computations nothing reads go.
+  install_lowered(ep, std::move(nodes), replaced, "_quantized_linear");
+  return int(matches.size());
+}
+
+}  // namespace
+
+ValueId add_constant(ExportedProgram& ep, std::vector<Node>& placeholders, const std::string& base, const Tensor& t) {
+  std::string name = base;
+  for (int i = 1; ep.weights.count(name); ++i) name = base + "_" + std::to_string(i);
+  std::vector<SymSize> sizes;
+  for (int64_t s : t.sizes()) sizes.emplace_back(s);
+  const ValueId v = ep.graph.add_value(TensorType{t.dtype(), Device(DeviceType::CPU), std::move(sizes)}, name);
+  ep.weights[name] = t;
+  ep.signature.inputs.push_back({InputKind::Constant, name, v});
+  placeholders.push_back({NodeKind::Placeholder, name, {}, {v}});
+  return v;
+}
+
+std::string next_packed_weight_name(const ExportedProgram& ep, int& count) {
+  std::string name;
+  do name = "packed_weight_" + std::to_string(count++); while (ep.weights.count(name));
+  return name;
+}
+
+void set_nodes(Graph& g, std::vector<Node> placeholders, std::vector<Node> body) {
+  g.nodes = std::move(placeholders);
+  for (Node& n : body) g.nodes.push_back(std::move(n));
+}
+
+void install_lowered(ExportedProgram& ep, RebuiltNodes nodes, const std::map<ValueId, ValueId>& replaced,
+                     std::string_view unchanged_op) {
+  for (Node& n : nodes.body)
+    if (unchanged_op.empty() || op_name(n.target) != unchanged_op)
       for (Argument& a : n.args)
         for (ValueId& v : a.values)
           if (auto r = replaced.find(v); r != replaced.end()) v = r->second;
   for (auto& o : ep.signature.outputs)
     if (auto r = replaced.find(o.value); r != replaced.end()) o.value = r->second;
-  g.nodes = std::move(placeholders);
-  for (Node& n : rewritten) g.nodes.push_back(std::move(n));
-  // Weights no node reads any more (the float weights of lowered linears) stay inputs of the
-  // signature; the float computations nothing reads go.
+  set_nodes(ep.graph, std::move(nodes.placeholders), std::move(nodes.body));
   compiler::eliminate_dead_code(ep);
   compiler::verify(ep);
-  return int(matches.size());
 }
-
-}  // namespace
 
 GraphUses::GraphUses(const ExportedProgram& program)
     : ep(program), producer(program.graph.values.size(), -1), users(program.graph.values.size()),
@@ -246,6 +243,29 @@ std::optional<ValueId> GraphUses::float32_bias(const Node& n) const {
   const Tensor* b = weight(bias);
   if (!b || b->dtype() != kFloat32 || b->dim() != 1) return std::nullopt;
   return bias;
+}
+
+std::optional<GraphUses::Int8Operands> GraphUses::int8_operands(const Node& n, int64_t weight_rank) const {
+  const Node* q = quint8_quantize(tensor_at(n, 0));
+  if (!q) return std::nullopt;
+  std::optional<SymmetricWeight> weight = symmetric_weight(tensor_at(n, 1), weight_rank);
+  if (!weight) return std::nullopt;
+  const std::optional<ValueId> bias = float32_bias(n);
+  if (!bias) return std::nullopt;
+  return Int8Operands{q, *weight, *bias};
+}
+
+std::optional<GraphUses::QuantizedEnd> GraphUses::quantized_end(ValueId v) const {
+  bool relu = false;
+  if (int32_t r = sole_user(v, "relu"); r >= 0) {
+    relu = true;
+    v = ep.graph.nodes[size_t(r)].outputs[0];
+  }
+  const int32_t qo = sole_user(v, "quantize_per_tensor");
+  if (qo < 0) return std::nullopt;
+  const std::optional<std::pair<double, int64_t>> params = quint8_params(ep.graph.nodes[size_t(qo)]);
+  if (!params) return std::nullopt;
+  return QuantizedEnd{size_t(qo), *params, relu};
 }
 
 int lower_to_int8(ExportedProgram& ep) {

@@ -49,12 +49,8 @@ int lower_conv_patterns(ExportedProgram& ep) {
     const Node& cv = g.nodes[i];
     if (cv.kind != NodeKind::Call || op_name(cv.target) != "conv2d") continue;
     if (g.type(cv.outputs[0]).sizes.size() != 4) continue;
-    const Node* q = uses.quint8_quantize(tensor_at(cv, 0));
-    if (!q) continue;
-    const std::optional<SymmetricWeight> weight = uses.symmetric_weight(tensor_at(cv, 1), 4);
-    if (!weight) continue;
-    const std::optional<ValueId> bias = uses.float32_bias(cv);
-    if (!bias) continue;
+    const std::optional<GraphUses::Int8Operands> operands = uses.int8_operands(cv, 4);
+    if (!operands) continue;
     // Stride, padding, dilation and groups as integers (a string padding is not taken).
     bool geometry = true;
     for (size_t a = 3; a < cv.args.size(); ++a)
@@ -66,10 +62,11 @@ int lower_conv_patterns(ExportedProgram& ep) {
     for (size_t a = 3; a < 7; ++a)
       m.geometry.push_back(a < cv.args.size() ? cv.args[a]
                                               : Argument::constant_value(a == 4 ? int64_t(0) : int64_t(1)));
-    m.input_q = q->outputs[0];
-    m.input_float = tensor_at(*q, 0);
-    m.input_params = *quint8_params(*q);
-    m.bias = *bias;
+    const Node& q = *operands->input_quantize;
+    m.input_q = q.outputs[0];
+    m.input_float = tensor_at(q, 0);
+    m.input_params = *quint8_params(q);
+    m.bias = operands->bias;
     ValueId end = cv.outputs[0];
     if (int32_t a = uses.sole_user(end, "add"); a >= 0) {
       const Node& an = g.nodes[size_t(a)];
@@ -85,23 +82,18 @@ int lower_conv_patterns(ExportedProgram& ep) {
       m.add_node = a;
       end = an.outputs[0];
     }
-    if (int32_t r = uses.sole_user(end, "relu"); r >= 0) {
-      m.relu = true;
-      end = g.nodes[size_t(r)].outputs[0];
-    }
-    const int32_t qo = uses.sole_user(end, "quantize_per_tensor");
-    if (qo < 0 || !quint8_params(g.nodes[size_t(qo)])) continue;
-    m.quantize_node = size_t(qo);
-    m.output_params = *quint8_params(g.nodes[size_t(qo)]);
-    std::tie(m.weight_int8, m.weight_scale) = weight->quantize();
+    const std::optional<GraphUses::QuantizedEnd> out = uses.quantized_end(end);
+    if (!out) continue;
+    m.quantize_node = out->quantize_node;
+    m.output_params = out->params;
+    m.relu = out->relu;
+    std::tie(m.weight_int8, m.weight_scale) = operands->weight.quantize();
     matches.push_back(std::move(m));
   }
   if (matches.empty()) return 0;
 
-  std::map<size_t, const ConvMatch*> at_quantize;
   std::set<int32_t> lowered_readers;  // the conv2d and add nodes the matches replace
   for (const ConvMatch& m : matches) {
-    at_quantize[m.quantize_node] = &m;
     lowered_readers.insert(int32_t(m.conv_node));
     if (m.add_node >= 0) lowered_readers.insert(m.add_node);
   }
@@ -117,41 +109,18 @@ int lower_conv_patterns(ExportedProgram& ep) {
     }
     return true;
   };
-  std::vector<Node> placeholders, body;
   std::map<ValueId, ValueId> lowered_float;  // quint8 output of a match -> the kernel's float32 values
   std::map<ValueId, ValueId> lowered_repr;   // quint8 output of a match -> the kernel's uint8 representation
-  auto add_constant = [&](const std::string& base, const Tensor& t) {
-    std::string name = base;
-    for (int n = 1; ep.weights.count(name); ++n) name = base + "_" + std::to_string(n);
-    std::vector<SymSize> sizes;
-    for (int64_t s : t.sizes()) sizes.emplace_back(s);
-    const ValueId v = g.add_value(TensorType{t.dtype(), Device(DeviceType::CPU), std::move(sizes)}, name);
-    ep.weights[name] = t;
-    ep.signature.inputs.push_back({InputKind::Constant, name, v});
-    placeholders.push_back({NodeKind::Placeholder, name, {}, {v}});
-    return v;
-  };
   auto float_of = [&](ValueId q, ValueId source) {
     if (auto r = lowered_repr.find(q); r != lowered_repr.end()) return r->second;
     auto it = lowered_float.find(q);
     return it != lowered_float.end() ? it->second : source;
   };
   int count = 0;
-  for (size_t i = 0; i < g.nodes.size(); ++i) {
-    Node& n = g.nodes[i];
-    if (n.kind == NodeKind::Placeholder) {
-      placeholders.push_back(std::move(n));
-      continue;
-    }
-    auto it = at_quantize.find(i);
-    if (it == at_quantize.end()) {
-      body.push_back(std::move(n));
-      continue;
-    }
-    const ConvMatch& m = *it->second;
+  auto lower_match = [&](const ConvMatch& m, const Node& n, RebuiltNodes& rebuilt) {
     const std::string tag = "conv_int8_" + std::to_string(count++);
-    const ValueId wv = add_constant(tag + "_weight", m.weight_int8);
-    const ValueId sv = add_constant(tag + "_weight_scale", m.weight_scale);
+    const ValueId wv = add_constant(ep, rebuilt.placeholders, tag + "_weight", m.weight_int8);
+    const ValueId sv = add_constant(ep, rebuilt.placeholders, tag + "_weight_scale", m.weight_scale);
     const bool repr_out = only_lowered_readers(n.outputs[0]);
     TensorType out_t = g.type(n.outputs[0]);
     out_t.dtype = repr_out ? kUInt8 : kFloat32;
@@ -167,25 +136,16 @@ int lower_conv_patterns(ExportedProgram& ep) {
     }
     args.push_back(Argument::constant_value(m.relu));
     args.push_back(Argument::constant_value(repr_out ? kUInt8 : kQUInt8));
-    body.push_back({NodeKind::Call, "_quantized_conv2d", std::move(args), {out}});
+    rebuilt.body.push_back({NodeKind::Call, "_quantized_conv2d", std::move(args), {out}});
     (repr_out ? lowered_repr : lowered_float)[n.outputs[0]] = out;
-    body.push_back(std::move(n));  // the float path stays for readers other than dequantize; DCE drops it
-  }
+  };
+  RebuiltNodes nodes = rebuild_at_matches(g, matches, lower_match);
   // Dequantizes of a lowered result read the kernel's float32 values.
   std::map<ValueId, ValueId> replaced;
-  for (const Node& n : body)
+  for (const Node& n : nodes.body)
     if (op_name(n.target) == "dequantize")
       if (auto it = lowered_float.find(tensor_at(n, 0)); it != lowered_float.end()) replaced[n.outputs[0]] = it->second;
-  for (Node& n : body)
-    for (Argument& a : n.args)
-      for (ValueId& v : a.values)
-        if (auto r = replaced.find(v); r != replaced.end()) v = r->second;
-  for (auto& o : ep.signature.outputs)
-    if (auto r = replaced.find(o.value); r != replaced.end()) o.value = r->second;
-  g.nodes = std::move(placeholders);
-  for (Node& n : body) g.nodes.push_back(std::move(n));
-  compiler::eliminate_dead_code(ep);
-  compiler::verify(ep);
+  install_lowered(ep, std::move(nodes), replaced);
   return count;
 }
 

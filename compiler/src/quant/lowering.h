@@ -1,10 +1,13 @@
 // Internal to the quantization passes (compiler/src/quant): the IR names they use and the parts of
 // lower_to_int8.
 #pragma once
+#include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <variant>
+#include <vector>
 
 #include "tessera/compiler/ir.h"
 
@@ -65,11 +68,74 @@ struct GraphUses {
   // float32 constant, nullopt when it is anything else.
   std::optional<compiler::ValueId> float32_bias(const compiler::Node& n) const;
 
+  // The operands of a linear or conv2d node that lower_to_int8 takes: the input (argument 0) a
+  // quint8_quantize, the weight (argument 1) a symmetric_weight of rank `weight_rank`, the bias a
+  // float32_bias.
+  struct Int8Operands {
+    const compiler::Node* input_quantize;
+    SymmetricWeight weight;
+    compiler::ValueId bias;  // -1: none
+  };
+  std::optional<Int8Operands> int8_operands(const compiler::Node& n, int64_t weight_rank) const;
+  // The end of a lowered pattern whose float32 result is `v`: (relu ->) quantize_per_tensor with
+  // quint8_params, each the only reader of the value before it; nullopt for anything else.
+  struct QuantizedEnd {
+    size_t quantize_node;
+    std::pair<double, int64_t> params;
+    bool relu;
+  };
+  std::optional<QuantizedEnd> quantized_end(compiler::ValueId v) const;
+
   const compiler::ExportedProgram& ep;
   std::vector<int32_t> producer;            // per value: its node, -1 for inputs
   std::vector<std::vector<int32_t>> users;  // per value: the nodes that read it
   std::vector<bool> returned;               // per value: a program output
 };
+
+// Adds `t` as a constant input named `base` (base_1, base_2, ... when a weight has that name): a
+// weight, a signature entry, and a placeholder appended to `placeholders`. Returns its value.
+ValueId add_constant(compiler::ExportedProgram& ep, std::vector<Node>& placeholders, const std::string& base,
+                     const Tensor& t);
+
+// "packed_weight_<count>" for the first count, from `count` up, that names no weight of `ep`;
+// `count` moves past it.
+std::string next_packed_weight_name(const compiler::ExportedProgram& ep, int& count);
+
+// Makes the node list of `g` the placeholders (old, then new), then the body.
+void set_nodes(Graph& g, std::vector<Node> placeholders, std::vector<Node> body);
+
+// The node list a lowering pass rebuilds: the placeholders first (the constant inputs the pass
+// makes join them), then the other nodes in their order.
+struct RebuiltNodes {
+  std::vector<Node> placeholders, body;
+};
+
+// The walk shared by the lowering passes: moves the nodes of `g` into a RebuiltNodes in order. At the
+// closing quantize of each match (its index in `quantize_node`), lower(match, quantize, nodes) first
+// appends what replaces the match; the quantize node follows it (the float path stays for readers
+// other than dequantize; dead code elimination drops it once nothing reads it).
+template <typename Match, typename Lower>
+RebuiltNodes rebuild_at_matches(Graph& g, const std::vector<Match>& matches, Lower&& lower) {
+  std::map<size_t, const Match*> at_quantize;
+  for (const Match& m : matches) at_quantize[m.quantize_node] = &m;
+  RebuiltNodes nodes;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    Node& n = g.nodes[i];
+    if (n.kind == NodeKind::Placeholder) {
+      nodes.placeholders.push_back(std::move(n));
+      continue;
+    }
+    if (auto m = at_quantize.find(i); m != at_quantize.end()) lower(*m->second, n, nodes);
+    nodes.body.push_back(std::move(n));
+  }
+  return nodes;
+}
+
+// Ends a lowering pass: `nodes` become the graph's nodes, every read of a key of `replaced` (by the
+// nodes, except calls of `unchanged_op`, and by the program's outputs) reads its value instead, then
+// dead code elimination and the verifier run.
+void install_lowered(compiler::ExportedProgram& ep, RebuiltNodes nodes, const std::map<ValueId, ValueId>& replaced,
+                     std::string_view unchanged_op = {});
 
 // Replaces each _quantized_linear_prepack of constant int8 weights and scales (what quantize_dynamic
 // writes) by a constant input holding the packed bytes, computed once here; the int8 weights and

@@ -77,23 +77,13 @@ ValueId emit_quant_dequant(ExportedProgram& out, std::vector<Node>& body, std::v
   qt.dtype = s.dtype;
   const ValueId q = g.add_value(qt);
   if (per_channel(s.scheme)) {
-    auto add_constant = [&](const std::string& stem, const Tensor& value) {
-      std::string name = stem;
-      for (int k = 1; out.weights.count(name); ++k) name = stem + "_" + std::to_string(k);
-      TensorType ct{value.dtype(), Device(DeviceType::CPU), {SymSize(value.size(0))}};
-      const ValueId c = g.add_value(ct, name);
-      out.weights[name] = value;
-      out.signature.inputs.push_back({InputKind::Constant, name, c});
-      new_placeholders.push_back({NodeKind::Placeholder, name, {}, {c}});
-      return c;
-    };
     std::vector<double> scales = obs.scales();
     std::vector<float> scales_f(scales.begin(), scales.end());
     std::vector<int64_t> zps = obs.zero_points();
     const std::string stem = g.values[size_t(v)].name.empty() ? "v" + std::to_string(v) : g.values[size_t(v)].name;
     const int64_t n = int64_t(scales_f.size());
-    const ValueId sv = add_constant(stem + "_scale", tensor(scales_f, {n}));
-    const ValueId zv = add_constant(stem + "_zero_point", tensor(zps, {n}));
+    const ValueId sv = add_constant(out, new_placeholders, stem + "_scale", tensor(scales_f, {n}));
+    const ValueId zv = add_constant(out, new_placeholders, stem + "_zero_point", tensor(zps, {n}));
     body.push_back({NodeKind::Call, "quantize_per_channel",
                     {Argument::tensor(v), Argument::tensor(sv), Argument::tensor(zv),
                      Argument::constant_value(s.ch_axis), Argument::constant_value(s.dtype)},

@@ -164,6 +164,7 @@ tessera_proc_t get_proc_address(void*, const char* name) {
 
 const tessera_device_interface_t kDeviceInterface = {
     .struct_size = sizeof(tessera_device_interface_t),
+    .reserved_ = 0,
     .device_count = device_count,
     .device_get_current = device_get_current,
     .device_set_current = device_set_current,
@@ -183,6 +184,8 @@ const tessera_device_interface_t kDeviceInterface = {
     .device_synchronize = device_synchronize,
     .device_properties = device_properties,
     .memory_stats = memory_stats,
+    .event_elapsed_time = nullptr,
+    .memory_record_stream = nullptr,
 };
 
 tessera_plugin_t g_plugin = {

@@ -656,6 +656,7 @@ size_t iface_properties(void*, int32_t device, char* buffer, size_t capacity) {
 
 const tessera_device_interface_t kInterface = {
     .struct_size = sizeof(tessera_device_interface_t),
+    .reserved_ = 0,
     .device_count = iface_device_count,
     .device_get_current = iface_get_current,
     .device_set_current = iface_set_current,

@@ -91,10 +91,14 @@ tessera_plugin_t plugin_header = {
     .struct_size = sizeof(tessera_plugin_t),
     .abi_major = TESSERA_ABI_MAJOR,
     .abi_minor = TESSERA_ABI_MINOR,
+    .reserved_ = 0,
     .name = "template_device",
     .version = "0.1.0",
+    .features = 0,
     .self = g_device.self(),
     .device = g_device.interface(),
+    .shutdown = nullptr,
+    .get_proc_address = nullptr,
 };
 
 }  // namespace

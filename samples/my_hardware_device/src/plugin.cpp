@@ -258,6 +258,7 @@ void shutdown(void*) {
 
 const tessera_device_interface_t kDeviceInterface = {
     .struct_size = sizeof(tessera_device_interface_t),
+    .reserved_ = 0,
     .device_count = device_count,
     .device_get_current = device_get_current,
     .device_set_current = device_set_current,
@@ -287,11 +288,14 @@ tessera_plugin_t plugin_header = {
     .struct_size = sizeof(tessera_plugin_t),
     .abi_major = TESSERA_ABI_MAJOR,
     .abi_minor = TESSERA_ABI_MINOR,
+    .reserved_ = 0,
     .name = MHD_PLUGIN_NAME,
     .version = MHD_PLUGIN_VERSION,
     .features = TESSERA_PLUGIN_FEATURE_STREAMS | TESSERA_PLUGIN_FEATURE_EVENTS | TESSERA_PLUGIN_FEATURE_ASYNC,
+    .self = nullptr,
     .device = &kDeviceInterface,
     .shutdown = shutdown,
+    .get_proc_address = nullptr,
 };
 
 }  // namespace

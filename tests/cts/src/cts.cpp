@@ -78,7 +78,7 @@ std::vector<XFailEntry> parse_xfail(const std::string& text) {
     std::istringstream ls(line);
     std::string op, dt, extra;
     if (!(ls >> op)) continue;
-    if (!(ls >> dt)) dt = "*";
+    if (!(ls >> dt)) dt.assign(1, '*');
     TESSERA_CHECK(!(ls >> extra), "expected-failure list line ", lineno, ": got '", line,
                   "', expected '<op glob> [<dtype glob>]  # reason'");
     out.push_back({op, dt});

@@ -149,12 +149,31 @@ static void lt_shutdown(void* self) {
   ++lt_shutdown_calls;
 }
 
-#define LT_DEVICE_INTERFACE_INIT                                                                          \
-  {                                                                                                       \
-    sizeof(tessera_device_interface_t), 0, lt_device_count, lt_device_get_current, lt_device_set_current, \
-        lt_memory_allocate, lt_memory_free, lt_copy_from_host, lt_copy_to_host, lt_copy_device,           \
-        lt_stream_create, lt_stream_destroy, lt_stream_synchronize, lt_event_create, lt_event_destroy,    \
-        lt_event_record, lt_event_wait, lt_event_synchronize, lt_device_synchronize, lt_device_properties \
+#define LT_DEVICE_INTERFACE_INIT                       \
+  {                                                    \
+    .struct_size = sizeof(tessera_device_interface_t), \
+    .reserved_ = 0,                                    \
+    .device_count = lt_device_count,                   \
+    .device_get_current = lt_device_get_current,       \
+    .device_set_current = lt_device_set_current,       \
+    .memory_allocate = lt_memory_allocate,             \
+    .memory_free = lt_memory_free,                     \
+    .memory_copy_from_host = lt_copy_from_host,        \
+    .memory_copy_to_host = lt_copy_to_host,            \
+    .memory_copy_device = lt_copy_device,              \
+    .stream_create = lt_stream_create,                 \
+    .stream_destroy = lt_stream_destroy,               \
+    .stream_synchronize = lt_stream_synchronize,       \
+    .event_create = lt_event_create,                   \
+    .event_destroy = lt_event_destroy,                 \
+    .event_record = lt_event_record,                   \
+    .event_wait = lt_event_wait,                       \
+    .event_synchronize = lt_event_synchronize,         \
+    .device_synchronize = lt_device_synchronize,       \
+    .device_properties = lt_device_properties,         \
+    .memory_stats = NULL,                              \
+    .event_elapsed_time = NULL,                        \
+    .memory_record_stream = NULL,                      \
   }
 
 #endif /* TESSERA_TESTS_LOADER_HOST_DEVICE_H_ */

@@ -36,8 +36,19 @@ class HostMemoryDevice final : public tessera::sdk::DeviceBase {
 };
 
 HostMemoryDevice g_device;
-tessera_plugin_t g_plugin = {sizeof(tessera_plugin_t), TESSERA_ABI_MAJOR, TESSERA_ABI_MINOR, 0, "lt_sdk_device",
-                             "1.2.0", 0, nullptr, nullptr, nullptr};
+tessera_plugin_t g_plugin = {
+    .struct_size = sizeof(tessera_plugin_t),
+    .abi_major = TESSERA_ABI_MAJOR,
+    .abi_minor = TESSERA_ABI_MINOR,
+    .reserved_ = 0,
+    .name = "lt_sdk_device",
+    .version = "1.2.0",
+    .features = 0,
+    .self = nullptr,    // set at init
+    .device = nullptr,  // set at init
+    .shutdown = nullptr,
+    .get_proc_address = nullptr,
+};
 
 void fill(const tessera::sdk::KernelCall& call) {
   tessera::sdk::TensorView out = call.output(0);

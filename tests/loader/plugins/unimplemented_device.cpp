@@ -29,8 +29,19 @@ class HostMemoryDevice final : public tessera::sdk::DeviceBase {
 };
 
 HostMemoryDevice g_device;
-tessera_plugin_t g_plugin = {sizeof(tessera_plugin_t), TESSERA_ABI_MAJOR, TESSERA_ABI_MINOR, 0,
-                             "lt_unimplemented_device", "1.0.0", 0, nullptr, nullptr, nullptr};
+tessera_plugin_t g_plugin = {
+    .struct_size = sizeof(tessera_plugin_t),
+    .abi_major = TESSERA_ABI_MAJOR,
+    .abi_minor = TESSERA_ABI_MINOR,
+    .reserved_ = 0,
+    .name = "lt_unimplemented_device",
+    .version = "1.0.0",
+    .features = 0,
+    .self = nullptr,    // set at init
+    .device = nullptr,  // set at init
+    .shutdown = nullptr,
+    .get_proc_address = nullptr,
+};
 
 void add_declines(const tessera::sdk::KernelCall& call) {
   throw tessera::sdk::Error(TESSERA_STATUS_UNIMPLEMENTED, "lt_unimplemented_device declines every add");
