@@ -64,6 +64,9 @@ std::vector<float> inputs() {
       for (int k = 0; k < 64; ++k) v = std::nextafter(v, -INFINITY);
       for (int k = 0; k < 128; ++k, v = std::nextafter(v, INFINITY)) x.push_back(v);
     }
+  // [-16, 16] in steps of 2^-10, where gelu is neither x nor 0: every entry of gelu's 2^(j/16)
+  // table and every branch of its exponent's rounding.
+  for (int i = -16 * 1024; i <= 16 * 1024; ++i) x.push_back(float(i) / 1024);
   return x;
 }
 
