@@ -582,43 +582,43 @@ inline void store_v(float* p, vfloat v) {
 #endif
 }
 
+inline vfloat loadu_v(const float* p) {
+#if defined(__AVX512F__)
+  return _mm512_loadu_ps(p);
+#else
+  return _mm256_loadu_ps(p);
+#endif
+}
+
+// dst[i] = f(src[i]) for i in [0, m), 0 < m < kLanes, touching no memory at or past src + m, dst + m.
+template <typename F>
+inline void unary_vec_tail(const float* src, float* dst, int64_t m, F f) {
+#if defined(__AVX512F__)
+  const __mmask16 k = __mmask16((1u << unsigned(m)) - 1u);
+  _mm512_mask_storeu_ps(dst, k, f(_mm512_maskz_loadu_ps(k, src)));
+#else
+  alignas(32) float tmp[kLanes] = {};
+  for (int64_t j = 0; j < m && j < kLanes; ++j) tmp[j] = src[j];
+  _mm256_store_ps(tmp, f(_mm256_load_ps(tmp)));
+  for (int64_t j = 0; j < m && j < kLanes; ++j) dst[j] = tmp[j];
+#endif
+}
+
 // dst[i] = f(src[i]) for i in [0, m); Stream: dst is vector-aligned and m a multiple of kLanes.
 // Several independent vectors per iteration: each evaluation is one long dependency chain.
 template <bool Stream, typename F>
 inline void unary_vec_range(const float* src, float* dst, int64_t m, F f) {
   int64_t i = 0;
-#if defined(__AVX512F__)
   for (; i + 4 * kLanes <= m; i += 4 * kLanes) {
-    const vfloat a = f(_mm512_loadu_ps(src + i)), b = f(_mm512_loadu_ps(src + i + kLanes));
-    const vfloat c = f(_mm512_loadu_ps(src + i + 2 * kLanes)), d = f(_mm512_loadu_ps(src + i + 3 * kLanes));
+    const vfloat a = f(loadu_v(src + i)), b = f(loadu_v(src + i + kLanes));
+    const vfloat c = f(loadu_v(src + i + 2 * kLanes)), d = f(loadu_v(src + i + 3 * kLanes));
     store_v<Stream>(dst + i, a);
     store_v<Stream>(dst + i + kLanes, b);
     store_v<Stream>(dst + i + 2 * kLanes, c);
     store_v<Stream>(dst + i + 3 * kLanes, d);
   }
-  for (; i + kLanes <= m; i += kLanes) store_v<Stream>(dst + i, f(_mm512_loadu_ps(src + i)));
-  if (i < m) {
-    const __mmask16 k = __mmask16((1u << unsigned(m - i)) - 1u);
-    _mm512_mask_storeu_ps(dst + i, k, f(_mm512_maskz_loadu_ps(k, src + i)));
-  }
-#else
-  for (; i + 4 * kLanes <= m; i += 4 * kLanes) {
-    const vfloat a = f(_mm256_loadu_ps(src + i)), b = f(_mm256_loadu_ps(src + i + kLanes));
-    const vfloat c = f(_mm256_loadu_ps(src + i + 2 * kLanes)), d = f(_mm256_loadu_ps(src + i + 3 * kLanes));
-    store_v<Stream>(dst + i, a);
-    store_v<Stream>(dst + i + kLanes, b);
-    store_v<Stream>(dst + i + 2 * kLanes, c);
-    store_v<Stream>(dst + i + 3 * kLanes, d);
-  }
-  for (; i + kLanes <= m; i += kLanes) store_v<Stream>(dst + i, f(_mm256_loadu_ps(src + i)));
-  if (i < m) {
-    const int64_t rem = m - i;
-    alignas(32) float tmp[kLanes] = {};
-    for (int64_t j = 0; j < rem && j < kLanes; ++j) tmp[j] = src[i + j];
-    _mm256_store_ps(tmp, f(_mm256_load_ps(tmp)));
-    for (int64_t j = 0; j < rem && j < kLanes; ++j) dst[i + j] = tmp[j];
-  }
-#endif
+  for (; i + kLanes <= m; i += kLanes) store_v<Stream>(dst + i, f(loadu_v(src + i)));
+  if (i < m) unary_vec_tail(src + i, dst + i, m - i, f);
 }
 
 // out[i] = f(in[i]) for i in [0, n). A large output that is not the input is written with
