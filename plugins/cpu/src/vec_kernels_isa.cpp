@@ -479,11 +479,9 @@ inline vfloat recip_v(vfloat d) {
 }
 
 inline vfloat gelu_v(vfloat x) {
-#if defined(__AVX512F__)
-  const vfloat ax = _mm512_min_ps(_mm512_abs_ps(x), vset(kGeluCut));
-#else
-  const vfloat ax = _mm256_min_ps(_mm256_andnot_ps(vset(-0.0f), x), vset(kGeluCut));
-#endif
+  // x clamped to [-kGeluCut, kGeluCut]; the second operand of max/min is returned for NaN.
+  const vfloat xm = TESSERA_V(min_ps)(vset(kGeluCut), TESSERA_V(max_ps)(vset(-kGeluCut), x));
+  const vfloat ax = abs_v(xm);
   const vfloat d = TESSERA_V(fmadd_ps)(ax, vset(0.353553390593273762f), vset(1.0f));  // 1 + z/2
   const vfloat t = recip_v(d);
   // 2P (the polynomial of erfc_core_f, doubled: the exponent is evaluated at twice its value, which
@@ -521,19 +519,14 @@ inline vfloat gelu_v(vfloat x) {
 #endif
   q = TESSERA_V(fmadd_ps)(q, r, vset(0.5f));
   const vfloat y = TESSERA_V(fmadd_ps)(TESSERA_V(mul_ps)(tab, r), q, tab);
-  // erfc(|x|/sqrt2)/2 = t y 2^floor(k); for x <= 0 the result m t y 2^floor(k), rounded once, with
-  // m = max(x, -kGeluCut): below -kGeluCut, -kGeluCut erfc(kGeluCut/sqrt2)/2 < 2^-150 rounds to -0.
-  // For x > 0 (m = 1) x (1 - e).
+  // e = xm erfc(|xm|/sqrt2)/2 = xm t y 2^floor(k), rounded once. For x <= 0 that is gelu(x) (below
+  // -kGeluCut, -kGeluCut erfc(kGeluCut/sqrt2)/2 < 2^-150 rounds to -0), for x > 0 gelu(x) = x - e
+  // (above kGeluCut, e is below half an ulp of x).
+  const vfloat e = ldexp_v<kGeluExpBits>(TESSERA_V(mul_ps)(y, TESSERA_V(mul_ps)(xm, t)), {y, sh});
 #if defined(__AVX512F__)
-  const __mmask16 pos = _mm512_cmp_ps_mask(x, vset(0.0f), _CMP_GT_OQ);
-  const vfloat m = _mm512_mask_max_ps(vset(1.0f), _knot_mask16(pos), vset(-kGeluCut), x);
-  const vfloat e = ldexp_v<kGeluExpBits>(_mm512_mul_ps(y, _mm512_mul_ps(m, t)), {y, sh});
-  return _mm512_mask_mul_ps(e, pos, x, _mm512_sub_ps(vset(1.0f), e));
+  return _mm512_mask_sub_ps(e, _mm512_cmp_ps_mask(x, vset(0.0f), _CMP_GT_OQ), x, e);
 #else
-  const vfloat pos = _mm256_cmp_ps(x, vset(0.0f), _CMP_GT_OQ);
-  const vfloat m = _mm256_blendv_ps(_mm256_max_ps(vset(-kGeluCut), x), vset(1.0f), pos);
-  const vfloat e = ldexp_v<kGeluExpBits>(_mm256_mul_ps(y, _mm256_mul_ps(m, t)), {y, sh});
-  return _mm256_blendv_ps(e, _mm256_mul_ps(x, _mm256_sub_ps(vset(1.0f), e)), pos);
+  return _mm256_blendv_ps(e, _mm256_sub_ps(x, e), _mm256_cmp_ps(x, vset(0.0f), _CMP_GT_OQ));
 #endif
 }
 
