@@ -153,9 +153,11 @@ TEST(CpuVecAccuracy, VectorKernelsWriteExactlyTheirRangeAtEveryLength) {
             ASSERT_EQ(std::bit_cast<uint32_t>(dst[i]), std::bit_cast<uint32_t>(whole[size_t(i)]))
                 << "n " << n << " offset " << off << " element " << i;
           for (float* p = out.data(); p < dst; ++p)
-            ASSERT_EQ(std::bit_cast<uint32_t>(*p), std::bit_cast<uint32_t>(sentinel)) << "written before, n " << n;
+            ASSERT_EQ(std::bit_cast<uint32_t>(*p), std::bit_cast<uint32_t>(sentinel))
+                << "written before, n " << n;
           for (float* p = dst + n; p < out.data() + out.size(); ++p)
-            ASSERT_EQ(std::bit_cast<uint32_t>(*p), std::bit_cast<uint32_t>(sentinel)) << "written after, n " << n;
+            ASSERT_EQ(std::bit_cast<uint32_t>(*p), std::bit_cast<uint32_t>(sentinel))
+                << "written after, n " << n;
         }
       }
     }

@@ -358,13 +358,14 @@ void binary_pow(const T* a, int64_t sa, const T* b, int64_t sb, T* out, int64_t 
 // instead of relying on the vectoriser: the same erfc as erfc_pos_f with the ln2 of Phi = erfc/2
 // folded into the exponent polynomial, t = 1/(1 + z/2) by recip_v, z^2 split exactly with an FMA
 // from x, and an exp of its own: the exponent is rounded to a multiple of 2^-kGeluExpBits (1/16 at
-// AVX-512, 1/8 at AVX2), whose fraction selects 2^(j/16) from a table held in one register (one
-// vpermps), which leaves |s| <= ln2/32 (ln2/16) for e^s: a degree-3 (degree-4) Taylor polynomial,
-// against the degree-6 one of exp_v over ln2/2, and 2^floor(k) applied by ldexp_v (one rounding,
-// also into the subnormals): fewer operations than exp_v (docs/performance.md, "Transcendental
-// kernels"), and the worst error over the float range stays below 6.5 ulp at both levels
-// (CpuVecAccuracy.TranscendentalsOverTheWholeFloatRange bounds it at 8; the scalar copy reaches 7.7). |x| is clamped at kGeluCut; below -kGeluCut the result is -0, as in gelu_f. NaN
-// propagates through the arithmetic.
+// AVX-512, 1/8 at AVX2), whose fraction selects 2^(j/16) (2^(j/8)) from a table held in one
+// register (one vpermps); that leaves |s| <= ln2/32 (ln2/16) for e^s, a degree-3 (degree-4)
+// Taylor polynomial against the degree-6 one of exp_v over ln2/2, and 2^floor(k) is applied by
+// ldexp_v (one rounding, also into the subnormals). The worst error over the float range stays
+// below 6.5 ulp at both levels (CpuVecAccuracy.TranscendentalsOverTheWholeFloatRange bounds it
+// at 8; the scalar gelu_f reaches 7.7); docs/performance.md, "Transcendental kernels", has the
+// timings. x is clamped to [-kGeluCut, kGeluCut]; below -kGeluCut the result is -0, as in gelu_f.
+// NaN propagates through the arithmetic.
 #if defined(__AVX2__) && defined(__FMA__)
 // GCC 12 flags the _mm512_undefined_ps() pass-through operand inside its own AVX-512 intrinsic
 // headers as maybe-uninitialized (a false positive).
@@ -423,8 +424,8 @@ inline vfloat ldexp_v(vfloat m, const ExpParts& e) {
 #if defined(__AVX512F__)
   return _mm512_scalef_ps(m, _mm512_sub_ps(e.t, vset(kShifter)));  // scales by 2^floor(n)
 #else
-  const __m256i ni =
-      _mm256_srai_epi32(_mm256_sub_epi32(_mm256_castps_si256(e.t), _mm256_castps_si256(vset(kShifter))), FracBits);
+  const __m256i ni = _mm256_srai_epi32(
+      _mm256_sub_epi32(_mm256_castps_si256(e.t), _mm256_castps_si256(vset(kShifter))), FracBits);
   const __m256i n1 = _mm256_srai_epi32(ni, 1);
   const __m256i n2 = _mm256_sub_epi32(ni, n1);
   const vfloat s1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n1, _mm256_set1_epi32(127)), 23));
@@ -439,16 +440,16 @@ inline vfloat ldexp_v(vfloat m, const ExpParts& e) {
 #if defined(__AVX512F__)
 constexpr int kGeluExpBits = 4;
 inline vfloat gelu_exp_table() {
-  return _mm512_setr_ps(
-    1.000000000e+00f, 1.044273734e+00f, 1.090507746e+00f, 1.138788581e+00f, 1.189207077e+00f, 1.241857767e+00f,
-    1.296839595e+00f, 1.354255557e+00f, 1.414213538e+00f, 1.476826191e+00f, 1.542210817e+00f, 1.610490322e+00f,
-    1.681792855e+00f, 1.756252170e+00f, 1.834008098e+00f, 1.915206552e+00f);
+  return _mm512_setr_ps(1.000000000e+00f, 1.044273734e+00f, 1.090507746e+00f, 1.138788581e+00f,
+                        1.189207077e+00f, 1.241857767e+00f, 1.296839595e+00f, 1.354255557e+00f,
+                        1.414213538e+00f, 1.476826191e+00f, 1.542210817e+00f, 1.610490322e+00f,
+                        1.681792855e+00f, 1.756252170e+00f, 1.834008098e+00f, 1.915206552e+00f);
 }
 #else
 constexpr int kGeluExpBits = 3;
 inline vfloat gelu_exp_table() {
-  return _mm256_setr_ps(1.000000000e+00f, 1.090507746e+00f, 1.189207077e+00f, 1.296839595e+00f, 1.414213538e+00f,
-                        1.542210817e+00f, 1.681792855e+00f, 1.834008098e+00f);
+  return _mm256_setr_ps(1.000000000e+00f, 1.090507746e+00f, 1.189207077e+00f, 1.296839595e+00f,
+                        1.414213538e+00f, 1.542210817e+00f, 1.681792855e+00f, 1.834008098e+00f);
 }
 #endif
 
