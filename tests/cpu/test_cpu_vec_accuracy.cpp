@@ -64,6 +64,9 @@ std::vector<float> inputs() {
       for (int k = 0; k < 64; ++k) v = std::nextafter(v, -INFINITY);
       for (int k = 0; k < 128; ++k, v = std::nextafter(v, INFINITY)) x.push_back(v);
     }
+  // [-16, 16] in steps of 2^-10, where gelu is neither x nor 0: every entry of gelu's 2^(j/16)
+  // table and every branch of its exponent's rounding.
+  for (int i = -16 * 1024; i <= 16 * 1024; ++i) x.push_back(float(i) / 1024);
   return x;
 }
 
@@ -116,6 +119,47 @@ TEST(CpuVecAccuracy, TranscendentalsOverTheWholeFloatRange) {
       EXPECT_LE(worst_over_bound, 1.0)
           << "at x = " << x[at] << " (bits " << std::hex << std::bit_cast<uint32_t>(x[at]) << std::dec
           << "): got " << out[at] << ", want " << c.ref(double(x[at]));
+    }
+  }
+}
+
+// The explicit vector kernels (exp, sigmoid, silu and both gelu forms at AVX2 and AVX-512) write
+// exactly out[0, n) at every length that exercises the unrolled body, the single-vector loop and
+// the partial tail, from unaligned inputs and outputs: each element bit-equal to the same level's
+// result on the whole array (the kernels are elementwise), nothing written outside.
+TEST(CpuVecAccuracy, VectorKernelsWriteExactlyTheirRangeAtEveryLength) {
+  const Capability best = max_capability(detect_cpu_features());
+  constexpr int64_t kMax = 5 * 16 + 15, kGuard = 16;
+  std::vector<float> x(kMax + 4);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = float(int(i % 23) - 11) * 0.37f;
+  const float sentinel = from_bits(0x7fc0beefu);
+  for (Capability level : {Capability::AVX2, Capability::AVX512}) {
+    if (int(level) > int(best)) {
+      std::printf("[ SKIPPED  ] level %s: this CPU supports at most %s\n", capability_name(level),
+                  capability_name(best));
+      continue;
+    }
+    const VecKernels* k = kernels_for(level);
+    for (UnaryOp op : {UnaryOp::Exp, UnaryOp::Sigmoid, UnaryOp::Silu, UnaryOp::Gelu, UnaryOp::GeluTanh}) {
+      SCOPED_TRACE(std::string(k->name) + " op " + std::to_string(int(op)));
+      for (int64_t off = 0; off < 4; ++off) {
+        std::vector<float> whole(kMax);
+        k->unary_f32[int(op)](x.data() + off, whole.data(), kMax);
+        for (int64_t n = 0; n <= kMax; ++n) {
+          std::vector<float> out(size_t(kGuard + kMax + kGuard + 1), sentinel);
+          float* dst = out.data() + kGuard + 1 - off % 2;  // odd and even offsets from the allocation
+          k->unary_f32[int(op)](x.data() + off, dst, n);
+          for (int64_t i = 0; i < n; ++i)
+            ASSERT_EQ(std::bit_cast<uint32_t>(dst[i]), std::bit_cast<uint32_t>(whole[size_t(i)]))
+                << "n " << n << " offset " << off << " element " << i;
+          for (float* p = out.data(); p < dst; ++p)
+            ASSERT_EQ(std::bit_cast<uint32_t>(*p), std::bit_cast<uint32_t>(sentinel))
+                << "written before, n " << n;
+          for (float* p = dst + n; p < out.data() + out.size(); ++p)
+            ASSERT_EQ(std::bit_cast<uint32_t>(*p), std::bit_cast<uint32_t>(sentinel))
+                << "written after, n " << n;
+        }
+      }
     }
   }
 }

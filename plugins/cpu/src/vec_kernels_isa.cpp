@@ -356,11 +356,16 @@ void binary_pow(const T* a, int64_t sa, const T* b, int64_t sb, T* out, int64_t 
 // gelu (erf form) is the one transcendental kernel hot enough to be memory-bound on large
 // tensors only if it is cheap, so the AVX2 and AVX-512 copies spell it out with intrinsics
 // instead of relying on the vectoriser: the same erfc as erfc_pos_f with the ln2 of Phi = erfc/2
-// folded into the exponent polynomial, 1/(1 + z/2) from the hardware reciprocal estimate and one
-// Newton step in the residual form t + t (1 - d t), which rounds once at the end, z^2 split exactly
-// with an FMA from x, and 2^n applied by ldexp_v (one rounding, also into the subnormals). |x| is
-// clamped at kGeluCut; below -kGeluCut the result is -0, as in gelu_f. NaN propagates through the
-// arithmetic.
+// folded into the exponent polynomial, t = 1/(1 + z/2) by recip_v, z^2 split exactly with an FMA
+// from x, and an exp of its own: the exponent is rounded to a multiple of 2^-kGeluExpBits (1/16 at
+// AVX-512, 1/8 at AVX2), whose fraction selects 2^(j/16) (2^(j/8)) from a table held in one
+// register (one vpermps); that leaves |s| <= ln2/32 (ln2/16) for e^s, a degree-3 (degree-4)
+// Taylor polynomial against the degree-6 one of exp_v over ln2/2, and 2^floor(k) is applied by
+// ldexp_v (one rounding, also into the subnormals). The worst error over the float range stays
+// below 6.5 ulp at both levels (CpuVecAccuracy.TranscendentalsOverTheWholeFloatRange bounds it
+// at 8; the scalar gelu_f reaches 7.7); docs/performance.md, "Transcendental kernels", has the
+// timings. x is clamped to [-kGeluCut, kGeluCut]; below -kGeluCut the result is -0, as in gelu_f.
+// NaN propagates through the arithmetic.
 #if defined(__AVX2__) && defined(__FMA__)
 // GCC 12 flags the _mm512_undefined_ps() pass-through operand inside its own AVX-512 intrinsic
 // headers as maybe-uninitialized (a false positive).
@@ -410,12 +415,17 @@ inline ExpParts exp_parts_v(vfloat x) {
 }
 
 // m 2^n for the n of `e`, rounded once, also into the subnormals (at AVX2 as long as m 2^(n/2) is a
-// normal float, which holds for every caller: m is not tiny where n is very negative).
+// normal float, which holds for every caller: m is not tiny where n is very negative). FracBits:
+// e.t = n + 1.5 * 2^(23 - FracBits) carries n in steps of 2^-FracBits, of which 2^floor(n) is
+// applied (gelu_v's table-driven exp).
+template <int FracBits = 0>
 inline vfloat ldexp_v(vfloat m, const ExpParts& e) {
+  constexpr float kShifter = 1.5f * float(1 << (23 - FracBits));
 #if defined(__AVX512F__)
-  return _mm512_scalef_ps(m, _mm512_sub_ps(e.t, vset(12582912.0f)));
+  return _mm512_scalef_ps(m, _mm512_sub_ps(e.t, vset(kShifter)));  // scales by 2^floor(n)
 #else
-  const __m256i ni = _mm256_sub_epi32(_mm256_castps_si256(e.t), _mm256_castps_si256(vset(12582912.0f)));
+  const __m256i ni = _mm256_srai_epi32(
+      _mm256_sub_epi32(_mm256_castps_si256(e.t), _mm256_castps_si256(vset(kShifter))), FracBits);
   const __m256i n1 = _mm256_srai_epi32(ni, 1);
   const __m256i n2 = _mm256_sub_epi32(ni, n1);
   const vfloat s1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n1, _mm256_set1_epi32(127)), 23));
@@ -424,26 +434,59 @@ inline vfloat ldexp_v(vfloat m, const ExpParts& e) {
 #endif
 }
 
+// 2^(j / 2^kGeluExpBits) rounded to float (relative error below 5e-8), j = 0 .. 2^kGeluExpBits - 1:
+// one permute of a register looks it up (vpermps). A function, not a namespace-scope constant, whose
+// initialiser would run these instructions at load time on any CPU.
+#if defined(__AVX512F__)
+constexpr int kGeluExpBits = 4;
+inline vfloat gelu_exp_table() {
+  return _mm512_setr_ps(1.000000000e+00f, 1.044273734e+00f, 1.090507746e+00f, 1.138788581e+00f,
+                        1.189207077e+00f, 1.241857767e+00f, 1.296839595e+00f, 1.354255557e+00f,
+                        1.414213538e+00f, 1.476826191e+00f, 1.542210817e+00f, 1.610490322e+00f,
+                        1.681792855e+00f, 1.756252170e+00f, 1.834008098e+00f, 1.915206552e+00f);
+}
+#else
+constexpr int kGeluExpBits = 3;
+inline vfloat gelu_exp_table() {
+  return _mm256_setr_ps(1.000000000e+00f, 1.090507746e+00f, 1.189207077e+00f, 1.296839595e+00f,
+                        1.414213538e+00f, 1.542210817e+00f, 1.681792855e+00f, 1.834008098e+00f);
+}
+#endif
+
 inline vfloat exp_v(vfloat x) {
   const ExpParts e = exp_parts_v(x);
   return ldexp_v(e.y, e);
 }
 
+inline vfloat abs_v(vfloat x) {
+#if defined(__AVX512F__)
+  return _mm512_abs_ps(x);
+#else
+  return _mm256_andnot_ps(vset(-0.0f), x);
+#endif
+}
+
+// 1/d for d >= 1 (sigmoid's d in [1, 2], gelu's in [1, 6.2]): the reciprocal estimate and one Newton
+// step in the residual form t + t (1 - d t), which rounds once at the end (about 0.5 ulp over the
+// estimate's 2^-14 or 2^-12 squared); AVX2's 12-bit estimate leaves 2^-24 before rounding, so it
+// divides instead.
+inline vfloat recip_v(vfloat d) {
+#if defined(__AVX512F__)
+  const vfloat t = _mm512_rcp14_ps(d);
+  return _mm512_fmadd_ps(t, _mm512_fnmadd_ps(d, t, vset(1.0f)), t);
+#else
+  return _mm256_div_ps(vset(1.0f), d);
+#endif
+}
+
 inline vfloat gelu_v(vfloat x) {
-#if defined(__AVX512F__)
-  const vfloat ax = _mm512_min_ps(_mm512_abs_ps(x), vset(kGeluCut));
-#else
-  const vfloat ax = _mm256_min_ps(_mm256_andnot_ps(vset(-0.0f), x), vset(kGeluCut));
-#endif
+  // x clamped to [-kGeluCut, kGeluCut]; the second operand of max/min is returned for NaN.
+  const vfloat xm = TESSERA_V(min_ps)(vset(kGeluCut), TESSERA_V(max_ps)(vset(-kGeluCut), x));
+  const vfloat ax = abs_v(xm);
   const vfloat d = TESSERA_V(fmadd_ps)(ax, vset(0.353553390593273762f), vset(1.0f));  // 1 + z/2
-#if defined(__AVX512F__)
-  vfloat t = _mm512_rcp14_ps(d);
-#else
-  vfloat t = _mm256_rcp_ps(d);
-#endif
-  t = TESSERA_V(fmadd_ps)(t, TESSERA_V(fnmadd_ps)(d, t, vset(1.0f)), t);  // t + t (1 - d t)
+  const vfloat t = recip_v(d);
   // 2P (the polynomial of erfc_core_f, doubled: the exponent is evaluated at twice its value, which
-  // saves halving x^2 and lets the exp polynomial below end in two FMAs).
+  // saves halving x^2).
   vfloat p = vset(2 * 0.17087277f);
   p = TESSERA_V(fmadd_ps)(p, t, vset(2 * -0.82215223f));
   p = TESSERA_V(fmadd_ps)(p, t, vset(2 * 1.48851587f));
@@ -457,53 +500,34 @@ inline vfloat gelu_v(vfloat x) {
   // 2z^2 = x^2 = hx + lo exactly; the exponent is (b - hx)/2 with b = 2P - lo.
   const vfloat hx = TESSERA_V(mul_ps)(ax, ax);
   const vfloat b = TESSERA_V(sub_ps)(p, TESSERA_V(fmsub_ps)(ax, ax, hx));
-  // e^((b - hx)/2): n = round((b - hx) / 2ln2), r2 = (b - (hx + n 2C1)) - n 2C2 = 2r
+  // e^((b - hx)/2) = 2^k e^s: k = round((b - hx) / 2ln2) in steps of 2^-kGeluExpBits (the shifter's
+  // spacing), 2s = (b - (hx + k 2C1)) - k 2C2, |s| <= ln2 / 2^(kGeluExpBits + 1).
+  constexpr float kShifter = 1.5f * float(1 << (23 - kGeluExpBits));
   const vfloat sh =
-      TESSERA_V(fmadd_ps)(TESSERA_V(sub_ps)(b, hx), vset(0.5f * 1.44269504088896341f), vset(12582912.0f));
-  const vfloat n = TESSERA_V(sub_ps)(sh, vset(12582912.0f));
-  vfloat r = TESSERA_V(sub_ps)(b, TESSERA_V(fmadd_ps)(n, vset(2 * 0.693359375f), hx));
-  r = TESSERA_V(fnmadd_ps)(n, vset(2 * -2.12194440e-4f), r);
-  // e^(r/2) = 1 + r/2 + (r/2)^2 Q(r/2) with exp_f's Q, in Horner form in r.
-  vfloat y = vset(1.9875691500e-4f / 128);
-  y = TESSERA_V(fmadd_ps)(y, r, vset(1.3981999507e-3f / 64));
-  y = TESSERA_V(fmadd_ps)(y, r, vset(8.3334519073e-3f / 32));
-  y = TESSERA_V(fmadd_ps)(y, r, vset(4.1665795894e-2f / 16));
-  y = TESSERA_V(fmadd_ps)(y, r, vset(1.6666665459e-1f / 8));
-  y = TESSERA_V(fmadd_ps)(y, r, vset(5.0000001201e-1f / 4));
-  y = TESSERA_V(fmadd_ps)(y, r, vset(0.5f));
-  y = TESSERA_V(fmadd_ps)(y, r, vset(1.0f));
-  // erfc(|x|/sqrt2)/2 = t y 2^n; for x <= 0 the result m t y 2^n, rounded once, with
-  // m = max(x, -kGeluCut): below -kGeluCut, -kGeluCut erfc(kGeluCut/sqrt2)/2 < 2^-150 rounds to -0.
-  const vfloat ty = TESSERA_V(mul_ps)(t, y);
-  const vfloat xm = TESSERA_V(max_ps)(vset(-kGeluCut), x);
+      TESSERA_V(fmadd_ps)(TESSERA_V(sub_ps)(b, hx), vset(0.5f * 1.44269504088896341f), vset(kShifter));
+  const vfloat k = TESSERA_V(sub_ps)(sh, vset(kShifter));
+  vfloat r = TESSERA_V(sub_ps)(b, TESSERA_V(fmadd_ps)(k, vset(2 * 0.693359375f), hx));
+  r = TESSERA_V(fnmadd_ps)(k, vset(2 * -2.12194440e-4f), r);
+  // e^s = 1 + r Q(r) by Taylor (truncation below 1e-8 relative), times 2^frac(k) from the table
+  // (indexed by the low bits of the shifter sum) with one rounding: T + (T r) Q(r).
 #if defined(__AVX512F__)
-  const __mmask16 pos = _mm512_cmp_ps_mask(x, vset(0.0f), _CMP_GT_OQ);
-  const vfloat e = ldexp_v(_mm512_mask_mov_ps(_mm512_mul_ps(xm, ty), pos, ty), {y, sh});
-  return _mm512_mask_mul_ps(e, pos, x, _mm512_sub_ps(vset(1.0f), e));
+  vfloat q = TESSERA_V(fmadd_ps)(r, vset(1.0f / 48), vset(1.0f / 8));
+  const vfloat tab = _mm512_permutexvar_ps(_mm512_castps_si512(sh), gelu_exp_table());
 #else
-  const vfloat pos = _mm256_cmp_ps(x, vset(0.0f), _CMP_GT_OQ);
-  const vfloat e = ldexp_v(_mm256_blendv_ps(_mm256_mul_ps(xm, ty), ty, pos), {y, sh});
-  return _mm256_blendv_ps(e, _mm256_mul_ps(x, _mm256_sub_ps(vset(1.0f), e)), pos);
+  vfloat q = TESSERA_V(fmadd_ps)(r, vset(1.0f / 384), vset(1.0f / 48));
+  q = TESSERA_V(fmadd_ps)(q, r, vset(1.0f / 8));
+  const vfloat tab = _mm256_permutevar8x32_ps(gelu_exp_table(), _mm256_castps_si256(sh));
 #endif
-}
-
-inline vfloat abs_v(vfloat x) {
+  q = TESSERA_V(fmadd_ps)(q, r, vset(0.5f));
+  const vfloat y = TESSERA_V(fmadd_ps)(TESSERA_V(mul_ps)(tab, r), q, tab);
+  // e = xm erfc(|xm|/sqrt2)/2 = xm t y 2^floor(k), rounded once. For x <= 0 that is gelu(x) (below
+  // -kGeluCut, -kGeluCut erfc(kGeluCut/sqrt2)/2 < 2^-150 rounds to -0), for x > 0 gelu(x) = x - e
+  // (above kGeluCut, e is below half an ulp of x).
+  const vfloat e = ldexp_v<kGeluExpBits>(TESSERA_V(mul_ps)(y, TESSERA_V(mul_ps)(xm, t)), {y, sh});
 #if defined(__AVX512F__)
-  return _mm512_abs_ps(x);
+  return _mm512_mask_sub_ps(e, _mm512_cmp_ps_mask(x, vset(0.0f), _CMP_GT_OQ), x, e);
 #else
-  return _mm256_andnot_ps(vset(-0.0f), x);
-#endif
-}
-
-// 1/d for d in [1, 2]: the reciprocal estimate and one Newton step in the residual form
-// t + t (1 - d t), which rounds once at the end (about 0.5 ulp over the estimate's 2^-14 or 2^-12
-// squared); AVX2's 12-bit estimate leaves 2^-24 before rounding, so it divides instead.
-inline vfloat recip_1_2_v(vfloat d) {
-#if defined(__AVX512F__)
-  const vfloat t = _mm512_rcp14_ps(d);
-  return _mm512_fmadd_ps(t, _mm512_fnmadd_ps(d, t, vset(1.0f)), t);
-#else
-  return _mm256_div_ps(vset(1.0f), d);
+  return _mm256_blendv_ps(e, _mm256_sub_ps(x, e), _mm256_cmp_ps(x, vset(0.0f), _CMP_GT_OQ));
 #endif
 }
 
@@ -513,7 +537,7 @@ inline vfloat recip_1_2_v(vfloat d) {
 // sees [1, 2].
 inline vfloat mul_sigmoid_v(vfloat m, vfloat x) {
   const ExpParts e = exp_parts_v(TESSERA_V(sub_ps)(vset(0.0f), abs_v(x)));
-  const vfloat q = TESSERA_V(mul_ps)(m, recip_1_2_v(TESSERA_V(add_ps)(vset(1.0f), ldexp_v(e.y, e))));
+  const vfloat q = TESSERA_V(mul_ps)(m, recip_v(TESSERA_V(add_ps)(vset(1.0f), ldexp_v(e.y, e))));
   const vfloat neg = ldexp_v(TESSERA_V(mul_ps)(q, e.y), e);
   // Below x = -110 |m sigmoid(x)| < 2^-150 for |m| < e^6: m 0 (NaN for an infinite m, as m e^x gives).
 #if defined(__AVX512F__)
@@ -552,43 +576,43 @@ inline void store_v(float* p, vfloat v) {
 #endif
 }
 
+inline vfloat loadu_v(const float* p) {
+#if defined(__AVX512F__)
+  return _mm512_loadu_ps(p);
+#else
+  return _mm256_loadu_ps(p);
+#endif
+}
+
+// dst[i] = f(src[i]) for i in [0, m), 0 < m < kLanes, touching no memory at or past src + m, dst + m.
+template <typename F>
+inline void unary_vec_tail(const float* src, float* dst, int64_t m, F f) {
+#if defined(__AVX512F__)
+  const __mmask16 k = __mmask16((1u << unsigned(m)) - 1u);
+  _mm512_mask_storeu_ps(dst, k, f(_mm512_maskz_loadu_ps(k, src)));
+#else
+  alignas(32) float tmp[kLanes] = {};
+  for (int64_t j = 0; j < m && j < kLanes; ++j) tmp[j] = src[j];
+  _mm256_store_ps(tmp, f(_mm256_load_ps(tmp)));
+  for (int64_t j = 0; j < m && j < kLanes; ++j) dst[j] = tmp[j];
+#endif
+}
+
 // dst[i] = f(src[i]) for i in [0, m); Stream: dst is vector-aligned and m a multiple of kLanes.
 // Several independent vectors per iteration: each evaluation is one long dependency chain.
 template <bool Stream, typename F>
 inline void unary_vec_range(const float* src, float* dst, int64_t m, F f) {
   int64_t i = 0;
-#if defined(__AVX512F__)
   for (; i + 4 * kLanes <= m; i += 4 * kLanes) {
-    const vfloat a = f(_mm512_loadu_ps(src + i)), b = f(_mm512_loadu_ps(src + i + kLanes));
-    const vfloat c = f(_mm512_loadu_ps(src + i + 2 * kLanes)), d = f(_mm512_loadu_ps(src + i + 3 * kLanes));
+    const vfloat a = f(loadu_v(src + i)), b = f(loadu_v(src + i + kLanes));
+    const vfloat c = f(loadu_v(src + i + 2 * kLanes)), d = f(loadu_v(src + i + 3 * kLanes));
     store_v<Stream>(dst + i, a);
     store_v<Stream>(dst + i + kLanes, b);
     store_v<Stream>(dst + i + 2 * kLanes, c);
     store_v<Stream>(dst + i + 3 * kLanes, d);
   }
-  for (; i + kLanes <= m; i += kLanes) store_v<Stream>(dst + i, f(_mm512_loadu_ps(src + i)));
-  if (i < m) {
-    const __mmask16 k = __mmask16((1u << unsigned(m - i)) - 1u);
-    _mm512_mask_storeu_ps(dst + i, k, f(_mm512_maskz_loadu_ps(k, src + i)));
-  }
-#else
-  for (; i + 4 * kLanes <= m; i += 4 * kLanes) {
-    const vfloat a = f(_mm256_loadu_ps(src + i)), b = f(_mm256_loadu_ps(src + i + kLanes));
-    const vfloat c = f(_mm256_loadu_ps(src + i + 2 * kLanes)), d = f(_mm256_loadu_ps(src + i + 3 * kLanes));
-    store_v<Stream>(dst + i, a);
-    store_v<Stream>(dst + i + kLanes, b);
-    store_v<Stream>(dst + i + 2 * kLanes, c);
-    store_v<Stream>(dst + i + 3 * kLanes, d);
-  }
-  for (; i + kLanes <= m; i += kLanes) store_v<Stream>(dst + i, f(_mm256_loadu_ps(src + i)));
-  if (i < m) {
-    const int64_t rem = m - i;
-    alignas(32) float tmp[kLanes] = {};
-    for (int64_t j = 0; j < rem && j < kLanes; ++j) tmp[j] = src[i + j];
-    _mm256_store_ps(tmp, f(_mm256_load_ps(tmp)));
-    for (int64_t j = 0; j < rem && j < kLanes; ++j) dst[i + j] = tmp[j];
-  }
-#endif
+  for (; i + kLanes <= m; i += kLanes) store_v<Stream>(dst + i, f(loadu_v(src + i)));
+  if (i < m) unary_vec_tail(src + i, dst + i, m - i, f);
 }
 
 // out[i] = f(in[i]) for i in [0, n). A large output that is not the input is written with
