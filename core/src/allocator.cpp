@@ -16,17 +16,7 @@
 
 #include "hook_guard.h"
 #include "tessera/error.h"
-
-#if defined(__SANITIZE_ADDRESS__)
-#define TESSERA_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define TESSERA_ASAN 1
-#endif
-#endif
-#ifndef TESSERA_ASAN
-#define TESSERA_ASAN 0
-#endif
+#include "thread_free_lists.h"
 
 namespace tessera {
 
@@ -78,7 +68,7 @@ class CachingCpuAllocator final : public Allocator {
       // Never null, even for 0 bytes, so that a valid tensor always has a valid data pointer.
       const size_t rounded = nbytes == 0 ? kAlignment : (nbytes + kAlignment - 1) & ~(kAlignment - 1);
       ThreadBlocks* b = thread_blocks();
-      void* p = b ? b->take(rounded) : nullptr;
+      void* p = b ? b->lists.take(rounded) : nullptr;
       if (!p && (posix_memalign(&p, kAlignment, rounded) != 0 || !p))
         throw_cpu_oom(nbytes, allocated_.load(), cached_.load());
       if (b) b->note(int64_t(rounded), 1);
@@ -181,63 +171,33 @@ class CachingCpuAllocator final : public Allocator {
       return;
     }
     b->note(-int64_t(rounded), -1);
-    if (!b->keep(p, rounded)) std::free(p);
+    if (!b->lists.keep(p, rounded)) std::free(p);
   }
 
   // Note [Small CPU blocks]
   // Every operator output is allocated and most die a few calls later. glibc's posix_memalign
   // splits a larger chunk for each 64-byte-aligned block and its free merges the pieces back, and
-  // that took about a quarter of a call on 1-element tensors (docs/performance.md). So each thread
-  // keeps freed blocks of up to kThreadBlockMax bytes in a free list per 64-byte size class (at most
-  // kThreadBlocksPerClass each, the list threaded through the blocks themselves) and hands them out
-  // again without the C heap. A block may be freed on another thread than the one that allocated
-  // it; it then joins that thread's lists, as in tcmalloc. The lists are released when the thread
-  // exits; a block freed after that (by another thread-local destructor) goes straight to free().
-  // Under AddressSanitizer nothing is kept, so that a use after free of tensor data is still found.
+  // that took about a quarter of a call on 1-element tensors (docs/performance.md). So blocks of up
+  // to kThreadBlockMax bytes are kept in per-thread free lists (Note [Per-thread free lists] in
+  // thread_free_lists.h: 64-byte size classes, at most kThreadBlocksPerClass blocks each) and
+  // handed out again without the C heap; a thread's lists go back to free() when it exits.
   //
   // The statistics of small blocks are counted per thread too and added to the shared counters
   // every kStatsFlushOps blocks, when kStatsFlushBytes have accumulated, when the thread reads the
   // statistics and when it exits: the figures a thread reads include all of its own blocks, and
   // other threads' blocks up to those bounds (peak_allocated_bytes is taken at the flushes).
   static constexpr size_t kThreadBlockMax = 512;
-  static constexpr size_t kThreadBlockClasses = kThreadBlockMax / kAlignment;
   static constexpr uint32_t kThreadBlocksPerClass = 32;
   static constexpr int kStatsFlushOps = 64;
   static constexpr int64_t kStatsFlushBytes = int64_t(256) << 10;
-  // Trivially constructed and destroyed, so that the thread-local needs no guard and is read with
-  // one initial-exec load (Note [Hot thread-locals] in dispatch_key.cpp); ThreadExit releases it.
+  static void free_block(void* p) noexcept { std::free(p); }
   struct ThreadBlocks {
-    void* head[kThreadBlockClasses];
-    uint32_t count[kThreadBlockClasses];
+    detail::SizeClassFreeLists<kThreadBlockMax, kThreadBlocksPerClass, free_block> lists;
     int64_t pending_bytes, pending_count;
     int ops;
     void release() {
       flush();
-      for (void*& h : head)
-        while (h) {
-          void* next = *static_cast<void**>(h);
-          std::free(h);
-          h = next;
-        }
-    }
-    void* take(size_t rounded) {
-      if (rounded > kThreadBlockMax) return nullptr;
-      const size_t c = rounded / kAlignment - 1;
-      void* p = head[c];
-      if (p) {
-        head[c] = *static_cast<void**>(p);
-        --count[c];
-      }
-      return p;
-    }
-    bool keep(void* p, size_t rounded) {
-      if (rounded > kThreadBlockMax) return false;
-      const size_t c = rounded / kAlignment - 1;
-      if (count[c] >= kThreadBlocksPerClass) return false;
-      *static_cast<void**>(p) = head[c];
-      head[c] = p;
-      ++count[c];
-      return true;
+      lists.release();
     }
     void note(int64_t bytes, int64_t n) {
       pending_bytes += bytes;
@@ -257,27 +217,7 @@ class CachingCpuAllocator final : public Allocator {
       ops = 0;
     }
   };
-  enum : uint8_t { kBlocksUnused, kBlocksLive, kBlocksGone };
-  __attribute__((tls_model("initial-exec"))) static inline thread_local ThreadBlocks t_blocks{};
-  __attribute__((tls_model("initial-exec"))) static inline thread_local uint8_t t_blocks_state = kBlocksUnused;
-  struct ThreadExit {
-    ~ThreadExit() {
-      t_blocks.release();
-      t_blocks_state = kBlocksGone;
-    }
-  };
-  static ThreadBlocks* thread_blocks() {
-#if TESSERA_ASAN
-    return nullptr;
-#else
-    if (__builtin_expect(t_blocks_state == kBlocksLive, 1)) return &t_blocks;
-    if (t_blocks_state == kBlocksGone) return nullptr;
-    static thread_local ThreadExit at_exit;  // first use on this thread: release at its exit
-    (void)at_exit;
-    t_blocks_state = kBlocksLive;
-    return &t_blocks;
-#endif
-  }
+  static ThreadBlocks* thread_blocks() { return detail::PerThread<ThreadBlocks>::get(); }
 
   static void free_large(void* ctx, void* p) {
     CachingCpuAllocator& a = instance();

@@ -110,17 +110,19 @@ void allocate_outputs(const MetaCall& m, const CallFrame& f, Device dev, Tensor*
       outs[o] = Tensor(IntrusivePtr<TensorImpl>(const_cast<TensorImpl*>(f.tensors[spec.alias_input])));
     } else if (spec.strides) {
       outs[o] = make_tensor_strided(spec.sizes, *spec.strides, spec.dtype, dev);
-    } else {
-      // Contiguous strides on the stack (make_tensor would build them in a std::vector).
-      detail::SmallVector<int64_t, 8> strides;
-      strides.resize(spec.sizes.size());
+    } else if (__builtin_expect(spec.sizes.size() <= size_t(kMaxKernelDims), 1)) {
+      // Contiguous strides on the stack (make_tensor builds them in a std::vector above kInlineDims).
+      const size_t n = spec.sizes.size();
+      int64_t strides[kMaxKernelDims];
       int64_t stride = 1;
-      for (size_t d = spec.sizes.size(); d-- > 0;) {
+      for (size_t d = n; d-- > 0;) {
         strides[d] = stride;
         if (__builtin_mul_overflow(stride, spec.sizes[d] > 1 ? spec.sizes[d] : 1, &stride))
           stride = INT64_MAX;
       }
-      outs[o] = make_tensor_strided(spec.sizes, strides, spec.dtype, dev);
+      outs[o] = make_tensor_strided(spec.sizes, IntArrayRef(strides, n), spec.dtype, dev);
+    } else {
+      outs[o] = make_tensor(spec.sizes, spec.dtype, dev);
     }
   }
 }

@@ -106,10 +106,12 @@ void meta_fill_(MetaCall& m) {
 
 // alpha of add/sub: PyTorch's alpha_check, then the value must fit the result dtype.
 void check_alpha(const MetaCall& m, DType result) {
-  if (m.num_attrs == 0 || attr(m, 0).kind == TESSERA_VALUE_NONE) return;
+  if (m.num_attrs == 0) return;
+  const tessera_value_t& a = m.attrs[0];
+  if (a.kind == TESSERA_VALUE_NONE) return;
   // The default alpha (integer 1) passes every check for a non-bool result.
-  if (attr(m, 0).kind == TESSERA_VALUE_INT && attr(m, 0).u.i == 1 && result != kBool) return;
-  const Scalar alpha = scalar_of(attr(m, 0));
+  if (a.kind == TESSERA_VALUE_INT && a.u.i == 1 && result != kBool) return;
+  const Scalar alpha = scalar_of(a);
   TESSERA_CHECK(result == kBool || !alpha.is_bool(), m.op_name,
                 ": boolean alpha only supported for boolean results; pass an integer alpha");
   TESSERA_CHECK(is_floating(result) || !alpha.is_floating(), m.op_name,

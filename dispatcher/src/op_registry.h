@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <deque>
 #include <mutex>
+#include <new>
 #include <optional>
 #include <string>
 #include <vector>
@@ -44,7 +45,24 @@ struct MetaCall {
     int alias_input = -1;  // >= 0: the output is that input (in-place op), no allocation
   };
   int num_outputs = 0;
-  Output outputs[kMaxOutputs];
+  // The first num_outputs slots hold an Output and the rest are raw storage, so that a call
+  // constructs and destroys only the outputs it has (most have one), not kMaxOutputs.
+  class OutputSlots {
+   public:
+    Output& operator[](int i) { return *std::launder(reinterpret_cast<Output*>(raw_[i])); }
+    const Output& operator[](int i) const { return *std::launder(reinterpret_cast<const Output*>(raw_[i])); }
+    void* raw(int i) { return raw_[i]; }
+
+   private:
+    alignas(Output) unsigned char raw_[kMaxOutputs][sizeof(Output)];
+  } outputs;
+
+  MetaCall() = default;
+  MetaCall(const MetaCall&) = delete;
+  MetaCall& operator=(const MetaCall&) = delete;
+  ~MetaCall() {
+    for (int o = 0; o < num_outputs; ++o) outputs[o].~Output();
+  }
 
   // Note [Compute dtype]: tensor inputs whose bit is set in `cast_mask` are converted to
   // `compute_dtype` by the dispatcher before the kernel runs, so a kernel sees uniform input
@@ -65,19 +83,22 @@ struct MetaCall {
   bool casts(int i) const { return cast_all || (i < 64 && (cast_mask >> i & 1)); }
 
   Output& add_output(ArrayRef<int64_t> sizes, DType dtype) {
-    TESSERA_INTERNAL_ASSERT(num_outputs < kMaxOutputs);
-    Output& o = outputs[num_outputs++];
-    o.sizes.clear();  // in place: a temporary would be built and then copied element by element
-    for (int64_t v : sizes) o.sizes.push_back(v);
+    Output& o = new_output();
+    for (int64_t v : sizes) o.sizes.push_back(v);  // in place: a temporary would be copied again
     o.dtype = dtype;
     return o;
   }
-  void alias_output(int input) {
-    TESSERA_INTERNAL_ASSERT(num_outputs < kMaxOutputs);
-    outputs[num_outputs++].alias_input = input;
-  }
+  void alias_output(int input) { new_output().alias_input = input; }
   const TensorImpl& t(int i) const { return *tensors[i]; }
   bool has(int i) const { return i < num_tensors && tensors[i] != nullptr; }
+
+ private:
+  Output& new_output() {
+    TESSERA_INTERNAL_ASSERT(num_outputs < kMaxOutputs);
+    Output* o = new (outputs.raw(num_outputs)) Output;  // not Output(): that would zero it first
+    ++num_outputs;
+    return *o;
+  }
 };
 using MetaFn = void (*)(MetaCall& call);
 

@@ -3,7 +3,8 @@
 // per-thread paths of tensor creation: small CPU blocks (Note [Small CPU blocks]), storage
 // versions taken in blocks (Note [Storage version]), the refcount fast paths
 // (Note [Refcount fast paths]), pooled TensorImpl/StorageImpl objects (Note [Pooled impls]) and
-// the one-pass geometry check (Note [One-pass geometry check]).
+// the one-pass geometry check (Note [One-pass geometry check]), and the per-thread free lists both
+// of the first and the pool share (Note [Per-thread free lists]).
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -13,6 +14,7 @@
 
 #include "tessera/allocator.h"
 #include "tessera/tensor.h"
+#include "thread_free_lists.h"
 
 namespace {
 
@@ -178,6 +180,76 @@ TEST(CoreStandalone, PooledImplsCrossThreadsAndOutliveTheirThreads) {
       for (int64_t j = 0; j < c.numel(); ++j) ASSERT_EQ(p[j], float(round * 10000 + i * 10 + j)) << i << " " << j;
     }
   }
+}
+
+// Note [Per-thread free lists]: blocks are kept per 64-byte class up to MaxBytes and PerClass
+// blocks each, handed out last in first out, and release() gives back exactly the kept ones.
+std::vector<void*> g_freed_blocks;
+void record_free(void* p) noexcept { g_freed_blocks.push_back(p); }
+
+TEST(CoreStandalone, SizeClassFreeListsKeepWithinTheirBoundsAndReleaseAll) {
+  using Lists = detail::SizeClassFreeLists<256, 2, record_free>;
+  EXPECT_EQ(Lists::round_up(1), 64u);
+  EXPECT_EQ(Lists::round_up(64), 64u);
+  EXPECT_EQ(Lists::round_up(65), 128u);
+  alignas(64) static unsigned char blocks[6][320];
+  Lists l{};
+  g_freed_blocks.clear();
+  EXPECT_EQ(l.take(64), nullptr);
+  EXPECT_TRUE(l.keep(blocks[0], 64));
+  EXPECT_TRUE(l.keep(blocks[1], 64));
+  EXPECT_FALSE(l.keep(blocks[2], 64));   // the class holds PerClass blocks
+  EXPECT_FALSE(l.keep(blocks[3], 320));  // above MaxBytes
+  EXPECT_EQ(l.take(320), nullptr);
+  EXPECT_TRUE(l.keep(blocks[4], 256));
+  EXPECT_EQ(l.take(128), nullptr);  // another class
+  EXPECT_EQ(l.take(64), blocks[1]);
+  EXPECT_TRUE(l.keep(blocks[2], 64));  // room again
+  EXPECT_TRUE(l.keep(blocks[5], 128));
+  EXPECT_TRUE(g_freed_blocks.empty());
+  l.release();
+  const std::set<void*> freed(g_freed_blocks.begin(), g_freed_blocks.end());
+  EXPECT_EQ(g_freed_blocks.size(), 4u);
+  EXPECT_EQ(freed, (std::set<void*>{blocks[0], blocks[2], blocks[4], blocks[5]}));
+  for (size_t bytes = 64; bytes <= 256; bytes += 64) EXPECT_EQ(l.take(bytes), nullptr) << bytes;
+}
+
+// PerThread<T>: one T per thread, released when the thread exits; a thread-local destroyed after
+// that (constructed before the first get()) sees null, so its frees bypass the released lists.
+struct CountedLists {
+  int64_t uses;
+  void release() { released.fetch_add(1); }
+  static inline std::atomic<int> released{0};
+};
+struct LateFree {
+  ~LateFree() { after_exit = detail::PerThread<CountedLists>::get(); }
+  static inline CountedLists* after_exit = reinterpret_cast<CountedLists*>(1);
+};
+
+TEST(CoreStandalone, PerThreadListsAreOnePerThreadAndReleasedAtExit) {
+  CountedLists* here = detail::PerThread<CountedLists>::get();
+  EXPECT_EQ(detail::PerThread<CountedLists>::get(), here);
+  CountedLists* there = nullptr;
+  const int released_before = CountedLists::released.load();
+  std::thread t([&] {
+    static thread_local LateFree late;  // destroyed after PerThread's release
+    (void)late;
+    there = detail::PerThread<CountedLists>::get();
+    if (there) ++there->uses;
+  });
+  t.join();
+  if (!TESSERA_KEEP_FREED_BLOCKS) {  // AddressSanitizer: nothing is kept
+    EXPECT_EQ(here, nullptr);
+    EXPECT_EQ(there, nullptr);
+    EXPECT_EQ(CountedLists::released.load(), released_before);
+  } else {
+    ASSERT_NE(here, nullptr);
+    ASSERT_NE(there, nullptr);
+    EXPECT_NE(here, there);
+    EXPECT_EQ(here->uses, 0);  // the other thread's T is its own
+    EXPECT_EQ(CountedLists::released.load(), released_before + 1);
+  }
+  EXPECT_EQ(LateFree::after_exit, nullptr);
 }
 
 TEST(CoreStandalone, CheckedGeometryAgreesWithTheSlowChecks) {
