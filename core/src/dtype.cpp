@@ -60,9 +60,15 @@ DType dtype_from_name(std::string_view name) {
   for (const auto& a : kDTypeAliases)
     if (a.name == n) return a.dtype;
   std::string valid;
-  for (int i = 0; i < kNumDTypes; ++i) valid += (i ? ", " : "") + std::string(kDTypeNames[i]);
+  for (int i = 0; i < kNumDTypes; ++i) {
+    if (i) valid += ", ";
+    valid += kDTypeNames[i];
+  }
   valid += "; aliases:";
-  for (const auto& a : kDTypeAliases) valid += " " + std::string(a.name);
+  for (const auto& a : kDTypeAliases) {
+    valid += ' ';
+    valid += a.name;
+  }
   TESSERA_CHECK(false, "unknown dtype name '", name, "'; expected one of: ", valid);
   return kFloat32;  // unreachable
 }

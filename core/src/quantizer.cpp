@@ -48,7 +48,7 @@ IntrusivePtr<const Quantizer> Quantizer::per_channel(DType dtype, std::vector<do
                 " scales and ", zero_points.size(), " zero points; expected one of each per channel");
   TESSERA_CHECK(axis >= 0, "quantizer: axis ", axis, " is negative; expected a dimension index >= 0");
   for (size_t c = 0; c < scales.size(); ++c)
-    check_param(dtype, scales[c], zero_points[c], "[" + std::to_string(c) + "]");
+    check_param(dtype, scales[c], zero_points[c], '[' + std::to_string(c) + ']');
   return IntrusivePtr<const Quantizer>(
       new Quantizer(dtype, QScheme::PerChannelAffine, std::move(scales), std::move(zero_points), axis));
 }

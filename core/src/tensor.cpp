@@ -475,13 +475,15 @@ Tensor Tensor::as_strided(IntArrayRef sizes, IntArrayRef strides, std::optional<
   const int64_t offset = storage_offset.value_or(this->storage_offset());
   TESSERA_CHECK(offset >= 0, "as_strided: storage offset ", offset, " is negative; expected >= 0");
   const std::optional<int64_t> needed = storage_extent(sizes, strides, offset);
-  const std::optional<uint64_t> needed_bytes = needed ? checked_nbytes(*needed, itemsize()) : std::nullopt;
+  const std::optional<uint64_t> checked = needed ? checked_nbytes(*needed, itemsize()) : std::nullopt;
+  const uint64_t needed_bytes = checked.value_or(0);
   const size_t storage_bytes = storage() ? storage()->nbytes() : 0;
-  TESSERA_CHECK(needed_bytes.has_value() && *needed_bytes <= storage_bytes, "as_strided: sizes ", sizes,
-                ", strides ", strides, ", storage offset ", offset, " and itemsize ", itemsize(),
-                " require a storage of ",
-                needed_bytes ? std::to_string(*needed_bytes) : std::string("more than 2^64"),
-                " bytes, out of bounds for a storage of ", storage_bytes, " bytes");
+  if (!checked || needed_bytes > storage_bytes) {
+    const std::string need = checked ? std::to_string(needed_bytes) : std::string("more than 2^64");
+    TESSERA_CHECK(false, "as_strided: sizes ", sizes, ", strides ", strides, ", storage offset ", offset,
+                  " and itemsize ", itemsize(), " require a storage of ", need,
+                  " bytes, out of bounds for a storage of ", storage_bytes, " bytes");
+  }
   return make_view(*this, sizes, strides, offset);
 }
 
