@@ -567,14 +567,17 @@ static int dispatch_call(OperatorEntry& op, const CallFrame& f, Tensor* outs) {
     m.list_size = f.num_tensors - op.num_tensor_args;
   }
   op.meta(m);
+  bool writes_an_input = false;
   for (int o = 0; o < m.num_outputs; ++o) {
     if (m.outputs[o].alias_input >= 0) {
-      check_inplace_overlap(op, m, f);
-      bump_written_versions(m, f);
-      break;
-    }
-    if (__builtin_expect(int64_t(m.outputs[o].sizes.size()) > kMaxKernelDims, 0))
+      writes_an_input = true;  // its input's rank was checked above
+    } else if (__builtin_expect(int64_t(m.outputs[o].sizes.size()) > kMaxKernelDims, 0)) {
       rank_error(op, "output", o, int64_t(m.outputs[o].sizes.size()));
+    }
+  }
+  if (writes_an_input) {
+    check_inplace_overlap(op, m, f);
+    bump_written_versions(m, f);
   }
   if (__builtin_expect(ks.has(Functionality::Export), 0))
     if (ExportHook hook = g_export_hook.load(std::memory_order_acquire)) return export_call(hook, op, f, m, dev, outs);

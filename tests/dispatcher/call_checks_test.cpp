@@ -70,6 +70,30 @@ TEST_F(CallChecks, RankAboveTheKernelLimitIsRefusedBeforeAnyKernel) {
   EXPECT_NO_THROW(neg(full(sixteen, 1.0f)));
 }
 
+// An output allocated after an in-place one is rank-checked too: a shape rule of a plugin-defined
+// op may write its first argument and return a new tensor of any rank.
+void meta_write_self_then_17_dims(MetaCall& m) {
+  m.alias_output(0);
+  m.add_output(std::vector<int64_t>(17, 1), m.tensors[0]->dtype());
+}
+tessera_status_t k_not_reached(void*, const tessera_kernel_call_t*) {
+  ADD_FAILURE() << "the kernel ran with an output above the rank limit";
+  return nullptr;
+}
+
+TEST_F(CallChecks, NewOutputAfterAnInPlaceOneIsRankChecked) {
+  Dispatcher& d = Dispatcher::instance();
+  OperatorEntry& op =
+      d.define_op("test_write_self_then_new(Tensor(a!) self) -> (Tensor(a!), Tensor)", "relu", "test");
+  op.meta = &meta_write_self_then_17_dims;
+  [[maybe_unused]] RegistrationHandle h = d.register_kernel(
+      op, DeviceType::CPU, Functionality::Dense, KernelEntry{k_not_reached, nullptr, TESSERA_DTYPE_MASK_ALL, 0, "test"});
+  Tensor x = full({2}, 3.0f);
+  EXPECT_THAT([&] { d.call_boxed(op, {x}); },
+              ThrowsMessage<Error>(AllOf(HasSubstr("output 1"), HasSubstr("has 17 dimensions; kernels take at most 16"))));
+  EXPECT_EQ(as_doubles(x), (std::vector<double>{3, 3}));
+}
+
 TEST_F(CallChecks, SubtractionWithABoolOperandRaisesAsPyTorch) {
   const char* msg = "Subtraction, the `-` operator, with a bool tensor is not supported";
   Tensor b = full({2}, true);
