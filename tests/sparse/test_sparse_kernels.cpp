@@ -8,10 +8,12 @@
 #include <cstdlib>
 #include <memory>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "cpu_kernels_isa.h"
 #include "cpu_layout.h"
+#include "dense_batch_env.h"
 
 namespace {
 
@@ -207,3 +209,24 @@ TEST(SparseKernels, CapabilityRequestsAreChecked) {
 }
 
 }  // namespace
+
+// TESSERA_SPARSE_DENSE_BATCH: a whole number from 1 to 2^31 overrides the thresholds; anything else
+// is ignored with a warning naming the variable (it used to be read with strtoll alone, so "8x"
+// meant 8 and "-1" or "abc" silently meant no override).
+TEST(SparseEnv, DenseBatchTakesWholeNumbersAndWarnsAboutAnythingElse) {
+  using tessera::sparse_env::parse_dense_batch;
+  std::string warning;
+  EXPECT_EQ(parse_dense_batch(nullptr, &warning), 0);
+  EXPECT_EQ(parse_dense_batch("", &warning), 0);
+  EXPECT_TRUE(warning.empty());
+  EXPECT_EQ(parse_dense_batch("8", &warning), 8);
+  EXPECT_EQ(parse_dense_batch("1", &warning), 1);
+  EXPECT_EQ(parse_dense_batch("2147483648", &warning), int64_t(1) << 31);
+  EXPECT_TRUE(warning.empty()) << warning;
+  for (const char* bad : {"abc", "8x", "0", "-1", " ", "2147483649", "99999999999999999999999", "1.5"}) {
+    warning.clear();
+    EXPECT_EQ(parse_dense_batch(bad, &warning), 0) << bad;
+    EXPECT_NE(warning.find("TESSERA_SPARSE_DENSE_BATCH='" + std::string(bad) + "'"), std::string::npos) << warning;
+    EXPECT_NE(warning.find("whole number from 1 to 2^31"), std::string::npos) << warning;
+  }
+}

@@ -16,6 +16,7 @@
 #include <tessera/semi_structured.h>
 #include <tessera/sdk.hpp>
 
+#include "dense_batch_env.h"
 #include "mma_layout.h"
 #include "sparse_cuda_ext.h"
 #include "sparse_linear.cuh"
@@ -146,7 +147,10 @@ void run(const KernelCall& call, const TensorView& w, const void* x, int64_t bat
 // Read at every call (a tuning knob for the first GPU runs, and for the test that sets it).
 void check_threshold(int64_t batch) {
   const char* v = tessera::sdk::Host(tessera::sdk::host_api()).getenv("TESSERA_SPARSE_DENSE_BATCH");
-  const int64_t dense_batch = v && *v ? std::strtoll(v, nullptr, 10) : 0;
+  std::string warning;
+  const int64_t dense_batch = tessera::sparse_env::parse_dense_batch(v, &warning);
+  static std::atomic<bool> warned{false};
+  if (!warning.empty() && !warned.exchange(true)) tessera::sdk::log(TESSERA_LOG_WARNING, "sparse_cuda", warning);
   if (dense_batch > 0 && batch >= dense_batch)
     unimplemented("batch " + std::to_string(batch) + " >= TESSERA_SPARSE_DENSE_BATCH=" + std::to_string(dense_batch));
 }

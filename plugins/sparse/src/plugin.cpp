@@ -15,6 +15,7 @@
 #include <tessera/semi_structured.h>
 
 #include "cpu_layout.h"
+#include "dense_batch_env.h"
 
 namespace {
 
@@ -46,7 +47,10 @@ constexpr int64_t kDenseBatchF32 = 32, kDenseBatchBf16 = 4, kDenseBatchI8 = 16;
 int64_t dense_batch(int32_t dtype) {
   static const int64_t forced = [] {
     const char* v = g_host && g_host->getenv ? g_host->getenv("TESSERA_SPARSE_DENSE_BATCH") : nullptr;
-    return v && *v ? std::strtoll(v, nullptr, 10) : int64_t(0);
+    std::string warning;
+    const int64_t batch = tessera::sparse_env::parse_dense_batch(v, &warning);
+    if (!warning.empty()) tessera::sdk::log(TESSERA_LOG_WARNING, "sparse", warning);
+    return batch;
   }();
   if (forced > 0) return forced;
   return dtype == TESSERA_DTYPE_BFLOAT16 ? kDenseBatchBf16 : dtype == TESSERA_DTYPE_INT8 ? kDenseBatchI8 : kDenseBatchF32;
