@@ -1,9 +1,9 @@
 // What the machine load estimate (Note [Machine load estimate] in plugins/cpu/src/machine_load.h)
 // costs. BM_EstimateQuiet: one MachineLoadEstimate::quiet() call, what an op between the quiet and
 // the loaded cut pays (a refresh every 50 ms included), with ratio_vs_clock = the time of one
-// std::chrono::steady_clock::now() read, measured in the same run, over it (> 1: cheaper). BM_SampleLoad: one refresh's
-// work (read and parse /proc/stat, read two clocks), with its share of one core at one refresh per
-// kLoadRefreshNs.
+// std::chrono::steady_clock::now() read, measured in the same run, over it (> 1: cheaper).
+// BM_SampleLoad: one refresh's work (read and parse /proc/stat, read two clocks), with its share of
+// one core at one refresh per kLoadRefreshNs.
 #include <benchmark/benchmark.h>
 
 #include <chrono>
@@ -39,7 +39,8 @@ void BM_EstimateQuiet(benchmark::State& state) {
 
 void BM_SampleLoad(benchmark::State& state) {
   double sample_ns = 0;
-  for (auto _ : state) sample_ns = ns_per_call(1000, [] { benchmark::DoNotOptimize(tessera::cpu::sample_load()); });
+  for (auto _ : state)
+    sample_ns = ns_per_call(1000, [] { benchmark::DoNotOptimize(tessera::cpu::sample_load()); });
   state.counters["sample_us"] = sample_ns * 1e-3;
   // Time per refresh / time between refreshes: the share of one core the refreshes take.
   state.counters["core_share"] = sample_ns / double(kLoadRefreshNs);

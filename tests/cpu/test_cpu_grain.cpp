@@ -339,9 +339,7 @@ TEST(CpuGrain, WorkBetweenTheCutsFollowsThePinnedTable) {
   SCOPED_TRACE(seed_trace());
   ASSERT_TRUE(grain_env_is("quiet") || grain_env_is("loaded")) << "ctest pins TESSERA_CPU_GRAIN";
   const int want = grain_env_is("quiet") ? 2 : 1;
-  auto between = [](OpKind kind, int64_t work) {
-    return work >= quiet_cut(kind) && work < loaded_cut(kind);
-  };
+  auto between = [](OpKind kind, int64_t work) { return work >= quiet_cut(kind) && work < loaded_cut(kind); };
   for (DType dt : {kFloat32, kBFloat16}) {
     const Tensor a = random_tensor({256, 256}, dt), b = random_tensor({256, 256}, dt);
     ASSERT_TRUE(between(OpKind::Matmul, mm_flops(256, 256, 256)));
@@ -354,7 +352,8 @@ TEST(CpuGrain, WorkBetweenTheCutsFollowsThePinnedTable) {
     }
     EXPECT_TRUE(close(c, matmul_ref(a, b, dt), tol_for(dt, 256), "matmul 256"));
 
-    const Tensor x = random_tensor({64, 512}, dt), w = random_tensor({512, 512}, dt), bias = random_tensor({512}, dt);
+    const Tensor x = random_tensor({64, 512}, dt), w = random_tensor({512, 512}, dt),
+                 bias = random_tensor({512}, dt);
     ASSERT_TRUE(between(OpKind::Matmul, mm_flops(64, 512, 512)));
     Tensor y;
     const int linear_team = team_of([&] { y = linear(x, w, bias); });
@@ -377,8 +376,10 @@ TEST(CpuGrainAuto, OutsideTheBandTheLoadDoesNotMatter) {
     const int64_t n_small = 64, n_large = 512;
     ASSERT_LT(mm_flops(n_small, n_small, n_small), quiet_cut(OpKind::Matmul));
     ASSERT_GE(mm_flops(n_large, n_large, n_large), loaded_cut(OpKind::Matmul));
-    const Tensor a = random_tensor({n_small, n_small}, kFloat32), b = random_tensor({n_small, n_small}, kFloat32);
-    const Tensor x = random_tensor({n_large, n_large}, kFloat32), y = random_tensor({n_large, n_large}, kFloat32);
+    const Tensor a = random_tensor({n_small, n_small}, kFloat32),
+                 b = random_tensor({n_small, n_small}, kFloat32);
+    const Tensor x = random_tensor({n_large, n_large}, kFloat32),
+                 y = random_tensor({n_large, n_large}, kFloat32);
     Tensor small, large, between;
     EXPECT_LE(team_of([&] { small = matmul(a, b); }), 1);
     EXPECT_EQ(team_of([&] { large = matmul(x, y); }), 2);
@@ -404,10 +405,10 @@ TEST(CpuGrainLoadEstimate, ParsesTheAggregateCpuLine) {
   EXPECT_EQ(old_kernel->busy, 6u);
   EXPECT_EQ(old_kernel->total, 10u);
   EXPECT_FALSE(cpu::parse_proc_stat(""));
-  EXPECT_FALSE(cpu::parse_proc_stat("cpu0 1 2 3 4\n"));        // a per-CPU line, not the aggregate
-  EXPECT_FALSE(cpu::parse_proc_stat("cpu 1 2 3\n"));           // too few fields
-  EXPECT_FALSE(cpu::parse_proc_stat("cpu 1 x 3 4\n"));         // not a number
-  EXPECT_FALSE(cpu::parse_proc_stat("cpu 1 -2 3 4\n"));        // negative
+  EXPECT_FALSE(cpu::parse_proc_stat("cpu0 1 2 3 4\n"));  // a per-CPU line, not the aggregate
+  EXPECT_FALSE(cpu::parse_proc_stat("cpu 1 2 3\n"));     // too few fields
+  EXPECT_FALSE(cpu::parse_proc_stat("cpu 1 x 3 4\n"));   // not a number
+  EXPECT_FALSE(cpu::parse_proc_stat("cpu 1 -2 3 4\n"));  // negative
   EXPECT_FALSE(cpu::parse_proc_stat("cpu 18446744073709551615 1 0 0\n"));  // busy overflows
   EXPECT_FALSE(cpu::parse_proc_stat("cpu 99999999999999999999 0 0 0\n"));  // out of range
 }
@@ -461,24 +462,34 @@ TEST(CpuGrainLoadEstimate, TwoBusyChildrenMakeTheMachineLoaded) {
   ASSERT_TRUE(before_children.has_value()) << "/proc/stat is readable on Linux";
   cpu::MachineLoadEstimate estimate;
   EXPECT_FALSE(estimate.quiet()) << "one sample: no estimate yet, the safe side";
-  std::vector<pid_t> children;
-  for (int i = 0; i < 2; ++i) {
-    const pid_t pid = fork();
-    ASSERT_GE(pid, 0) << std::strerror(errno);
-    if (pid == 0) {
-      volatile uint64_t spin = 0;
-      for (;;) spin = spin + 1;
+  // Killed and reaped on every way out of the test, failed assertions included.
+  struct Spinners {
+    std::vector<pid_t> pids;
+    ~Spinners() {
+      for (const pid_t pid : pids) {
+        kill(pid, SIGKILL);
+        waitpid(pid, nullptr, 0);
+      }
     }
-    children.push_back(pid);
-  }
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  const std::optional<cpu::LoadSample> t0 = cpu::sample_load();
-  std::this_thread::sleep_for(std::chrono::milliseconds(400));
-  const std::optional<cpu::LoadSample> t1 = cpu::sample_load();
-  const bool quiet_after = estimate.quiet();  // its second sample, 450 ms after the first
-  for (const pid_t pid : children) {
-    kill(pid, SIGKILL);
-    waitpid(pid, nullptr, 0);
+  };
+  std::optional<cpu::LoadSample> t0, t1;
+  bool quiet_after = true;
+  {
+    Spinners spinners;
+    for (int i = 0; i < 2; ++i) {
+      const pid_t pid = fork();
+      ASSERT_GE(pid, 0) << std::strerror(errno);
+      if (pid == 0) {
+        volatile uint64_t spin = 0;
+        for (;;) spin = spin + 1;
+      }
+      spinners.pids.push_back(pid);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    t0 = cpu::sample_load();
+    std::this_thread::sleep_for(std::chrono::milliseconds(400));
+    t1 = cpu::sample_load();
+    quiet_after = estimate.quiet();  // its second sample, 450 ms after the first
   }
   ASSERT_TRUE(t0 && t1);
   const std::optional<double> others = cpu::others_cpus(*t0, *t1, sysconf(_SC_CLK_TCK));

@@ -51,7 +51,8 @@ std::optional<CpuTicks> parse_proc_stat(std::string_view text) {
   return t;
 }
 
-std::optional<double> others_cpus(const LoadSample& before, const LoadSample& after, int64_t ticks_per_second) {
+std::optional<double> others_cpus(const LoadSample& before, const LoadSample& after,
+                                  int64_t ticks_per_second) {
   if (ticks_per_second < 1 || after.wall_ns <= before.wall_ns || after.cpu.busy < before.cpu.busy ||
       after.cpu.total < before.cpu.total || after.process_cpu_ns < before.process_cpu_ns)
     return std::nullopt;
@@ -93,7 +94,8 @@ void MachineLoadEstimate::refresh(int64_t now_coarse_ns) {
       next_refresh_ns_.store(std::numeric_limits<int64_t>::max(), std::memory_order_relaxed);
     } else {
       if (have_last_)
-        quiet_.store(classify_load(last_, *s, ticks_per_second()) == MachineLoad::Quiet, std::memory_order_relaxed);
+        quiet_.store(classify_load(last_, *s, ticks_per_second()) == MachineLoad::Quiet,
+                     std::memory_order_relaxed);
       last_ = *s;
       have_last_ = true;
       next_refresh_ns_.store(now_coarse_ns + kLoadRefreshNs, std::memory_order_relaxed);

@@ -58,7 +58,8 @@ std::optional<CpuTicks> parse_proc_stat(std::string_view text);
 // CPUs' worth of time that processes other than this one used between two samples (may be slightly
 // negative through tick rounding); nullopt when the samples cannot be compared (time or counters
 // going backwards, no wall time between them, ticks_per_second < 1).
-std::optional<double> others_cpus(const LoadSample& before, const LoadSample& after, int64_t ticks_per_second);
+std::optional<double> others_cpus(const LoadSample& before, const LoadSample& after,
+                                  int64_t ticks_per_second);
 
 // Quiet when others_cpus < kQuietOthersCpus; Loaded otherwise and whenever others_cpus is nullopt.
 MachineLoad classify_load(const LoadSample& before, const LoadSample& after, int64_t ticks_per_second);
