@@ -1,25 +1,37 @@
 // The CPU plugin's grain-size rule (Note [Grain size] in plugins/cpu/src/grain.h): work below
 // 2 * grain(kind) runs on the calling thread alone, work at or above it on every thread, for the
 // plugin's own loops and for oneDNN's primitives alike; results are right on both sides of each cut.
+// Each kind has a quiet and a loaded grain; the automatic mode picks one by the machine load
+// estimate (Note [Machine load estimate] in machine_load.h) for work between the two cuts. The
+// thread-count checks pin the table they test (TESSERA_CPU_GRAIN=loaded for CpuGrain.*, =quiet for
+// CpuGrainQuiet.*) so that they hold whatever the machine's load; CpuGrainAuto.* checks only work
+// outside the band, and CpuGrainLoadEstimate.* tests the estimate on hand-written samples.
 //
 // How the thread count is observed: this executable defines GOMP_parallel, the libgomp entry point
 // through which every `#pragma omp parallel` in the plugin and in oneDNN starts a team (both import
 // only that one; `nm -D`), exported so that it takes precedence over libgomp's for the libraries
 // the runtime loads later. It forwards to libgomp's own and records the size of each team from
 // inside it (omp_get_num_threads). No team, or teams of one thread, means the op ran on one thread.
-// ctest runs the suite with OMP_NUM_THREADS=2; the CpuGrainForce1 / CpuGrainOff cases run in their
-// own ctest entries with TESSERA_CPU_GRAIN set.
+// ctest runs the suite with OMP_NUM_THREADS=2; each test group runs in its own ctest entry with
+// TESSERA_CPU_GRAIN set as its name says.
 #include <dlfcn.h>
 #include <gtest/gtest.h>
 #include <omp.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
+#include <thread>
 #include <vector>
 
 #include "cpu_test_util.h"
 #include "grain.h"
+#include "machine_load.h"
 #include "tessera/tessera.h"
 
 namespace {
@@ -58,8 +70,9 @@ extern "C" __attribute__((visibility("default"))) void GOMP_parallel(void (*fn)(
 namespace tessera {
 namespace {
 
-using cpu::grain;
+using cpu::loaded_grain;
 using cpu::OpKind;
+using cpu::quiet_grain;
 using cpu_test::close;
 using cpu_test::linear_ref;
 using cpu_test::matmul_ref;
@@ -79,8 +92,17 @@ int team_of(F&& op) {
   return g_max_team.load();
 }
 
-// 2 * grain: the least work that gets every thread.
-int64_t cut(OpKind kind) { return 2 * grain(kind); }
+bool grain_env_is(const char* value) {
+  const char* env = std::getenv("TESSERA_CPU_GRAIN");
+  return value ? env && std::strcmp(env, value) == 0 : env == nullptr;
+}
+
+int64_t quiet_cut(OpKind kind) { return 2 * quiet_grain(kind); }
+int64_t loaded_cut(OpKind kind) { return 2 * loaded_grain(kind); }
+
+// 2 * grain: the least work that gets every thread under the table the ctest entry pins
+// (TESSERA_CPU_GRAIN=quiet or loaded; the CpuGrain.* tests run under both).
+int64_t cut(OpKind kind) { return grain_env_is("quiet") ? quiet_cut(kind) : loaded_cut(kind); }
 
 // Sums of `terms` products of values in [-2, 2): f32 rounding grows with the number of terms.
 Tol tol_for(DType dt, int64_t terms) {
@@ -309,6 +331,172 @@ TEST(CpuGrain, SdpaSmallOnOneThreadLargeOnAll) {
       }
     EXPECT_TRUE(close(o, want, Tol{1e-4, 1e-5}, "sdpa l=" + std::to_string(l)));
   }
+}
+
+// Work between the quiet and the loaded cut: a team of two under the quiet table, one thread under
+// the loaded one (the matmul 256 rows of docs/performance.md's PyTorch table).
+TEST(CpuGrain, WorkBetweenTheCutsFollowsThePinnedTable) {
+  SCOPED_TRACE(seed_trace());
+  ASSERT_TRUE(grain_env_is("quiet") || grain_env_is("loaded")) << "ctest pins TESSERA_CPU_GRAIN";
+  const int want = grain_env_is("quiet") ? 2 : 1;
+  auto between = [](OpKind kind, int64_t work) { return work >= quiet_cut(kind) && work < loaded_cut(kind); };
+  for (DType dt : {kFloat32, kBFloat16}) {
+    const Tensor a = random_tensor({256, 256}, dt), b = random_tensor({256, 256}, dt);
+    ASSERT_TRUE(between(OpKind::Matmul, mm_flops(256, 256, 256)));
+    Tensor c;
+    const int team = team_of([&] { c = matmul(a, b); });
+    if (want == 2) {
+      EXPECT_EQ(team, 2) << "matmul 256 " << dtype_name(dt);
+    } else {
+      EXPECT_LE(team, 1) << "matmul 256 " << dtype_name(dt);
+    }
+    EXPECT_TRUE(close(c, matmul_ref(a, b, dt), tol_for(dt, 256), "matmul 256"));
+
+    const Tensor x = random_tensor({64, 512}, dt), w = random_tensor({512, 512}, dt),
+                 bias = random_tensor({512}, dt);
+    ASSERT_TRUE(between(OpKind::Matmul, mm_flops(64, 512, 512)));
+    Tensor y;
+    const int linear_team = team_of([&] { y = linear(x, w, bias); });
+    if (want == 2) {
+      EXPECT_EQ(linear_team, 2) << "linear 64x512x512 " << dtype_name(dt);
+    } else {
+      EXPECT_LE(linear_team, 1) << "linear 64x512x512 " << dtype_name(dt);
+    }
+    EXPECT_TRUE(close(y, linear_ref(x, w, bias), tol_for(dt, 512), "linear 64x512x512"));
+  }
+}
+
+// Unset TESSERA_CPU_GRAIN (its own ctest entry): the automatic choice. Whatever the machine's load,
+// work below the quiet cut runs on one thread and work at the loaded cut on two; work between them
+// may get either (Note [Machine load estimate]) and is right either way.
+TEST(CpuGrainAuto, OutsideTheBandTheLoadDoesNotMatter) {
+  SCOPED_TRACE(seed_trace());
+  ASSERT_TRUE(grain_env_is(nullptr)) << "this entry runs without TESSERA_CPU_GRAIN";
+  for (int round = 0; round < 3; ++round) {
+    const int64_t n_small = 64, n_large = 512;
+    ASSERT_LT(mm_flops(n_small, n_small, n_small), quiet_cut(OpKind::Matmul));
+    ASSERT_GE(mm_flops(n_large, n_large, n_large), loaded_cut(OpKind::Matmul));
+    const Tensor a = random_tensor({n_small, n_small}, kFloat32),
+                 b = random_tensor({n_small, n_small}, kFloat32);
+    const Tensor x = random_tensor({n_large, n_large}, kFloat32),
+                 y = random_tensor({n_large, n_large}, kFloat32);
+    Tensor small, large, between;
+    EXPECT_LE(team_of([&] { small = matmul(a, b); }), 1);
+    EXPECT_EQ(team_of([&] { large = matmul(x, y); }), 2);
+    EXPECT_TRUE(close(small, matmul_ref(a, b, kFloat32), tol_for(kFloat32, n_small), "matmul 64"));
+    EXPECT_TRUE(close(large, matmul_ref(x, y, kFloat32), tol_for(kFloat32, n_large), "matmul 512"));
+    const Tensor p = random_tensor({256, 256}, kFloat32), q = random_tensor({256, 256}, kFloat32);
+    const int team = team_of([&] { between = matmul(p, q); });
+    EXPECT_TRUE(team <= 2) << team;
+    EXPECT_TRUE(close(between, matmul_ref(p, q, kFloat32), tol_for(kFloat32, 256), "matmul 256"));
+    std::this_thread::sleep_for(std::chrono::milliseconds(60));  // past a refresh of the estimate
+  }
+}
+
+// The load estimate (Note [Machine load estimate]) on hand-written /proc/stat lines and samples.
+TEST(CpuGrainLoadEstimate, ParsesTheAggregateCpuLine) {
+  // user nice system idle iowait irq softirq steal guest guest_nice: busy = 100+20+30+6+7+8.
+  const auto t = cpu::parse_proc_stat("cpu  100 20 30 400 50 6 7 8 9 10\ncpu0 50 10 15 200 25 3 3 4 4 5\n");
+  ASSERT_TRUE(t.has_value());
+  EXPECT_EQ(t->busy, 171u);
+  EXPECT_EQ(t->total, 621u);
+  const auto old_kernel = cpu::parse_proc_stat("cpu 1 2 3 4\n");  // four fields only
+  ASSERT_TRUE(old_kernel.has_value());
+  EXPECT_EQ(old_kernel->busy, 6u);
+  EXPECT_EQ(old_kernel->total, 10u);
+  EXPECT_FALSE(cpu::parse_proc_stat(""));
+  EXPECT_FALSE(cpu::parse_proc_stat("cpu0 1 2 3 4\n"));  // a per-CPU line, not the aggregate
+  EXPECT_FALSE(cpu::parse_proc_stat("cpu 1 2 3\n"));     // too few fields
+  EXPECT_FALSE(cpu::parse_proc_stat("cpu 1 x 3 4\n"));   // not a number
+  EXPECT_FALSE(cpu::parse_proc_stat("cpu 1 -2 3 4\n"));  // negative
+  EXPECT_FALSE(cpu::parse_proc_stat("cpu 18446744073709551615 1 0 0\n"));  // busy overflows
+  EXPECT_FALSE(cpu::parse_proc_stat("cpu 99999999999999999999 0 0 0\n"));  // out of range
+}
+
+cpu::LoadSample sample(uint64_t busy, uint64_t total, int64_t process_ms, int64_t wall_ms) {
+  cpu::LoadSample s;
+  s.cpu = {busy, total};
+  s.process_cpu_ns = process_ms * 1'000'000;
+  s.wall_ns = wall_ms * 1'000'000;
+  return s;
+}
+
+TEST(CpuGrainLoadEstimate, OthersAreBusyTimeLessOurOwn) {
+  using cpu::MachineLoad;
+  const int64_t hz = 100;  // one tick = 10 ms
+  const cpu::LoadSample t0 = sample(1000, 5000, 300, 10'000);
+  // 100 ms on 2 CPUs (20 ticks of total); busy 20 ticks = 200 ms; we used all of it: others 0.
+  const cpu::LoadSample ours = sample(1020, 5020, 500, 10'100);
+  ASSERT_TRUE(cpu::others_cpus(t0, ours, hz).has_value());
+  EXPECT_NEAR(*cpu::others_cpus(t0, ours, hz), 0.0, 1e-12);
+  EXPECT_EQ(cpu::classify_load(t0, ours, hz), MachineLoad::Quiet);
+  // The same busy time, none of it ours: two CPUs' worth of other work.
+  const cpu::LoadSample theirs = sample(1020, 5020, 300, 10'100);
+  EXPECT_NEAR(*cpu::others_cpus(t0, theirs, hz), 2.0, 1e-12);
+  EXPECT_EQ(cpu::classify_load(t0, theirs, hz), MachineLoad::Loaded);
+  // 4 ticks of others over 100 ms = 0.4 CPU: quiet; 5 ticks = 0.5: loaded (the bound is exclusive).
+  EXPECT_EQ(cpu::classify_load(t0, sample(1004, 5020, 300, 10'100), hz), MachineLoad::Quiet);
+  EXPECT_NEAR(*cpu::others_cpus(t0, sample(1005, 5020, 300, 10'100), hz), 0.5, 1e-12);
+  EXPECT_EQ(cpu::classify_load(t0, sample(1005, 5020, 300, 10'100), hz), MachineLoad::Loaded);
+  // Our spinning threads show as busy ticks and as our own time: they cancel (2 CPUs busy, 1.9 ours).
+  EXPECT_EQ(cpu::classify_load(t0, sample(1020, 5020, 490, 10'100), hz), MachineLoad::Quiet);
+  // Tick rounding can make others slightly negative: still quiet.
+  EXPECT_NEAR(*cpu::others_cpus(t0, sample(1010, 5020, 410, 10'100), hz), -0.1, 1e-12);
+  EXPECT_EQ(cpu::classify_load(t0, sample(1010, 5020, 410, 10'100), hz), MachineLoad::Quiet);
+  // Samples that cannot be compared give no estimate, and the classification the safe side.
+  for (const cpu::LoadSample& bad : {sample(1010, 5020, 300, 10'000),   // no wall time
+                                     sample(999, 5020, 300, 10'100),    // busy went backwards
+                                     sample(1010, 4999, 300, 10'100),   // total went backwards
+                                     sample(1010, 5020, 299, 10'100)})  // process time went backwards
+  {
+    EXPECT_FALSE(cpu::others_cpus(t0, bad, hz).has_value());
+    EXPECT_EQ(cpu::classify_load(t0, bad, hz), MachineLoad::Loaded);
+  }
+  EXPECT_FALSE(cpu::others_cpus(t0, ours, 0).has_value());
+}
+
+// Two child processes spinning on the two cores make the real estimate say "loaded", whatever else
+// runs on the machine (other work only adds to the children's time).
+TEST(CpuGrainLoadEstimate, TwoBusyChildrenMakeTheMachineLoaded) {
+  const std::optional<cpu::LoadSample> before_children = cpu::sample_load();
+  ASSERT_TRUE(before_children.has_value()) << "/proc/stat is readable on Linux";
+  cpu::MachineLoadEstimate estimate;
+  EXPECT_FALSE(estimate.quiet()) << "one sample: no estimate yet, the safe side";
+  // Killed and reaped on every way out of the test, failed assertions included.
+  struct Spinners {
+    std::vector<pid_t> pids;
+    ~Spinners() {
+      for (const pid_t pid : pids) {
+        kill(pid, SIGKILL);
+        waitpid(pid, nullptr, 0);
+      }
+    }
+  };
+  std::optional<cpu::LoadSample> t0, t1;
+  bool quiet_after = true;
+  {
+    Spinners spinners;
+    for (int i = 0; i < 2; ++i) {
+      const pid_t pid = fork();
+      ASSERT_GE(pid, 0) << std::strerror(errno);
+      if (pid == 0) {
+        volatile uint64_t spin = 0;
+        for (;;) spin = spin + 1;
+      }
+      spinners.pids.push_back(pid);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    t0 = cpu::sample_load();
+    std::this_thread::sleep_for(std::chrono::milliseconds(400));
+    t1 = cpu::sample_load();
+    quiet_after = estimate.quiet();  // its second sample, 450 ms after the first
+  }
+  ASSERT_TRUE(t0 && t1);
+  const std::optional<double> others = cpu::others_cpus(*t0, *t1, sysconf(_SC_CLK_TCK));
+  ASSERT_TRUE(others.has_value());
+  EXPECT_GE(*others, 0.9) << "two spinning children";
+  EXPECT_EQ(cpu::classify_load(*t0, *t1, sysconf(_SC_CLK_TCK)), cpu::MachineLoad::Loaded);
+  EXPECT_FALSE(quiet_after);
 }
 
 // TESSERA_CPU_GRAIN=force1 (its own ctest entry): large work stays on one thread too.

@@ -49,7 +49,7 @@ void for_rows(OpKind kind, const tessera_tensor_t* x, const tessera_tensor_t* y,
   const size_t xs = sdk::dtype_size(x->dtype), ys = sdk::dtype_size(y->dtype);
   const char* xb = static_cast<const char*>(x->data) + x->byte_offset;
   char* yb = static_cast<char*>(y->data) + y->byte_offset;
-  const int64_t grain = grain_items(kind, n);
+  const int64_t grain = grain_items(kind, n, rows);
   const bool f64 = x->dtype == TESSERA_DTYPE_FLOAT64 && y->dtype == TESSERA_DTYPE_FLOAT64;
   const bool f32 = x->dtype == TESSERA_DTYPE_FLOAT32 && y->dtype == TESSERA_DTYPE_FLOAT32 && inner == 1;
   parallel_for(0, rows, grain, [&](int64_t b, int64_t e) {

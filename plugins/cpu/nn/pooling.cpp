@@ -125,7 +125,7 @@ void pool2d(const KernelCall& call, bool is_max) {
   char* yb = static_cast<char*>(y->data) + y->byte_offset;
   const int32_t dt = x->dtype;
   const NnIsaTable& isa = nn_isa();
-  const int64_t grain = grain_items(OpKind::Pooling, out_plane * g.kh * g.kw);
+  const int64_t grain = grain_items(OpKind::Pooling, out_plane * g.kh * g.kw, planes);
   parallel_for(0, planes, grain, [&](int64_t b, int64_t e) {
     const bool via_f32 = dt == TESSERA_DTYPE_FLOAT16 || dt == TESSERA_DTYPE_BFLOAT16;
     Buffer<float> fin(via_f32 ? in_plane : 0);

@@ -204,6 +204,6 @@ void for_each(const StridedLoop& loop, int64_t grain, F inner) {
 }
 template <typename F>
 void for_each(const StridedLoop& loop, OpKind kind, F inner) {
-  for_each(loop, grain(kind), std::move(inner));
+  for_each(loop, grain_for(kind, loop.numel), std::move(inner));
 }
 }  // namespace tessera::cpu

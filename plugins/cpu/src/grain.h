@@ -1,5 +1,5 @@
 // How many threads a piece of CPU work gets: one below a measured grain per op kind, all of them
-// above (Note [Grain size]). Private to the CPU plugin.
+// above, the grain chosen by how busy the machine is (Note [Grain size]). Private to the CPU plugin.
 #pragma once
 
 #include <algorithm>
@@ -8,6 +8,8 @@
 #include <initializer_list>
 #include <limits>
 #include <string_view>
+
+#include "machine_load.h"
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -26,12 +28,23 @@ namespace tessera::cpu {
 // max_threads() threads when its work is at least 2 * grain (two threads with a grain each), and one
 // thread below. Work is the op's natural size: elements for elementwise ops, reductions, softmax and
 // normalisation (and pooling: outputs times the window), multiply-adds times two (flops) for matmul,
-// linear, conv2d and attention. The constants were chosen from bench_cpu_grain (benchmarks/cpu),
-// which times each kind on one thread and on all threads; the table, the date, the load of the
-// machine and the reasoning are in docs/performance.md ("Grain size"). TESSERA_CPU_GRAIN (read
-// at plugin load) overrides the rule for measurements: "force1" runs everything on one thread, "off"
-// splits every loop that can be split and gives oneDNN all threads; unset keeps the rule, and any
-// other value keeps it with a warning under TESSERA_LOG=cpu.
+// linear, conv2d and attention.
+//
+// Where a second thread pays off depends on the machine's load: on a quiet machine two threads win
+// from 2-130x less work (most for matmul, linear and attention) than on a loaded one, where a team
+// member waits for a core. So each kind has two grains, measured with bench_cpu_grain
+// (benchmarks/cpu) on a quiet and on a loaded machine (tables, dates and reasoning in
+// docs/performance.md, "Grain size"): kGrainQuiet <= kGrainLoaded. Work below the quiet cut runs on
+// one thread and work at or above the loaded cut on all, whatever the load; only work between the
+// two cuts asks the machine load estimate (Note [Machine load estimate] in machine_load.h) whether
+// other processes leave this one its cores, and takes the quiet grain if they do (the loaded one
+// when it cannot tell). Small and large work never read the estimate; work between the cuts pays a
+// coarse clock read and two relaxed atomic loads (10-16 ns), and one call in 50 ms the refresh.
+//
+// TESSERA_CPU_GRAIN (read at plugin load) overrides the automatic choice for tests and measurements:
+// "quiet" and "loaded" use that table whatever the load, "force1" runs everything on one thread,
+// "off" splits every loop that can be split and gives oneDNN all threads; unset keeps the automatic
+// choice, and any other value keeps it with a warning under TESSERA_LOG=cpu.
 enum class OpKind : uint8_t {
   Elementwise,     // add, mul, where, comparisons: a few cycles per element
   Transcendental,  // exp, sigmoid, gelu, tanh: tens of cycles per element
@@ -45,8 +58,9 @@ enum class OpKind : uint8_t {
   kCount,
 };
 
-// Work per thread below which a second thread does not pay off, per OpKind (Note [Grain size]).
-inline constexpr int64_t kGrain[size_t(OpKind::kCount)] = {
+// Work per thread below which a second thread does not pay off on a loaded machine, per OpKind
+// (Note [Grain size]).
+inline constexpr int64_t kGrainLoaded[size_t(OpKind::kCount)] = {
     /* Elementwise    */ int64_t(1) << 17,
     /* Transcendental */ int64_t(1) << 16,
     /* Reduction      */ int64_t(1) << 17,
@@ -58,21 +72,51 @@ inline constexpr int64_t kGrain[size_t(OpKind::kCount)] = {
     /* Sdpa           */ int64_t(1) << 24,
 };
 
-enum class GrainMode : int { Rule, Force1, Off };
+// The same on a quiet machine: half the least work from which two threads won at every larger size
+// in the quiet sweep, rounded up to a power of two; the loaded grain where that sweep showed no
+// clear win (add) or was not run (pooling). Matmul serves f32, bf16 and linear, whose quiet
+// break-evens differ (4.2M, 33.5M, 0.5M flops): its cut of 16.8M puts 256^3 on two threads for both
+// dtypes.
+inline constexpr int64_t kGrainQuiet[size_t(OpKind::kCount)] = {
+    /* Elementwise    */ int64_t(1) << 17,
+    /* Transcendental */ int64_t(1) << 15,
+    /* Reduction      */ int64_t(1) << 15,
+    /* Softmax        */ int64_t(1) << 14,
+    /* Normalization  */ int64_t(1) << 14,
+    /* Pooling        */ int64_t(1) << 16,
+    /* Matmul         */ int64_t(1) << 23,
+    /* Conv           */ int64_t(1) << 22,
+    /* Sdpa           */ int64_t(1) << 17,
+};
+
+inline constexpr bool quiet_grains_at_most_loaded() {
+  for (size_t k = 0; k < size_t(OpKind::kCount); ++k)
+    if (kGrainQuiet[k] > kGrainLoaded[k]) return false;
+  return true;
+}
+static_assert(quiet_grains_at_most_loaded(), "work between the two cuts must be an interval");
+
+// Auto: the quiet or the loaded grain by the machine load estimate (unset TESSERA_CPU_GRAIN).
+enum class GrainMode : int { Auto, Quiet, Loaded, Force1, Off };
 
 namespace detail {
-inline std::atomic<int> grain_mode_value{int(GrainMode::Rule)};
+inline std::atomic<int> grain_mode_value{int(GrainMode::Auto)};
 }  // namespace detail
 
 inline GrainMode grain_mode() { return GrainMode(detail::grain_mode_value.load(std::memory_order_relaxed)); }
 
-// Sets the mode from TESSERA_CPU_GRAIN's value ("force1", "off"; anything else or null: the rule).
-// Returns false for a value that is none of those (the rule applies; the caller warns).
+// Sets the mode from TESSERA_CPU_GRAIN's value ("quiet", "loaded", "force1", "off"; anything else
+// or null: automatic). Returns false for a value that is none of those (the automatic choice
+// applies; the caller warns).
 inline bool set_grain_mode(const char* value) {
   const std::string_view v = value ? value : "";
-  const GrainMode m = v == "force1" ? GrainMode::Force1 : v == "off" ? GrainMode::Off : GrainMode::Rule;
+  GrainMode m = GrainMode::Auto;
+  if (v == "quiet") m = GrainMode::Quiet;
+  if (v == "loaded") m = GrainMode::Loaded;
+  if (v == "force1") m = GrainMode::Force1;
+  if (v == "off") m = GrainMode::Off;
   detail::grain_mode_value.store(int(m), std::memory_order_relaxed);
-  return v.empty() || m != GrainMode::Rule;
+  return v.empty() || m != GrainMode::Auto;
 }
 
 inline int max_threads() {
@@ -83,7 +127,8 @@ inline int max_threads() {
 #endif
 }
 
-inline constexpr int64_t grain(OpKind kind) { return kGrain[size_t(kind)]; }
+inline constexpr int64_t loaded_grain(OpKind kind) { return kGrainLoaded[size_t(kind)]; }
+inline constexpr int64_t quiet_grain(OpKind kind) { return kGrainQuiet[size_t(kind)]; }
 
 // The product of non-negative factors of a work count (2 * m * n * k), saturating at INT64_MAX.
 inline int64_t work_product(std::initializer_list<int64_t> factors) {
@@ -93,8 +138,27 @@ inline int64_t work_product(std::initializer_list<int64_t> factors) {
   return w;
 }
 
-// Threads for `work` units of `kind` (Note [Grain size]): 1 below 2 * grain(kind), else every
-// thread the calling thread may start. Inside a parallel region the caller decides (1).
+// The grain that decides a call of `work` units of `kind` under the current mode (Note [Grain
+// size]). In the automatic mode the load estimate is read only for work between the two cuts:
+// outside them both grains give the same thread count.
+inline int64_t grain_for(OpKind kind, int64_t work) {
+  switch (grain_mode()) {
+    case GrainMode::Quiet:
+      return quiet_grain(kind);
+    case GrainMode::Auto:
+      if (work >= 2 * quiet_grain(kind) && work < 2 * loaded_grain(kind) && machine_load().quiet())
+        return quiet_grain(kind);
+      return loaded_grain(kind);
+    case GrainMode::Loaded:
+    case GrainMode::Force1:
+    case GrainMode::Off:
+      break;
+  }
+  return loaded_grain(kind);
+}
+
+// Threads for `work` units of `kind` (Note [Grain size]): 1 below 2 * grain_for(kind, work), else
+// every thread the calling thread may start. Inside a parallel region the caller decides (1).
 inline int threads_for(OpKind kind, int64_t work) {
   const int all = max_threads();
   switch (grain_mode()) {
@@ -102,18 +166,19 @@ inline int threads_for(OpKind kind, int64_t work) {
       return 1;
     case GrainMode::Off:
       return all;
-    case GrainMode::Rule:
+    default:
       break;
   }
-  return work >= 2 * grain(kind) ? all : 1;
+  return work >= 2 * grain_for(kind, work) ? all : 1;
 }
 
-// The grain of a parallel_for over items that each cost `work_per_item` units of `kind`: items per
-// chunk such that a chunk holds at least grain(kind) units (1 under TESSERA_CPU_GRAIN=off).
-inline int64_t grain_items(OpKind kind, int64_t work_per_item) {
+// The grain of a parallel_for over `items` items that each cost `work_per_item` units of `kind`:
+// items per chunk such that a chunk holds at least grain_for(kind, items * work_per_item) units
+// (1 under TESSERA_CPU_GRAIN=off).
+inline int64_t grain_items(OpKind kind, int64_t work_per_item, int64_t items) {
   if (grain_mode() == GrainMode::Off) return 1;
   if (work_per_item < 1) work_per_item = 1;
-  return std::max<int64_t>(1, grain(kind) / work_per_item);
+  return std::max<int64_t>(1, grain_for(kind, work_product({items, work_per_item})) / work_per_item);
 }
 
 // Runs the enclosed code (oneDNN primitive creation and execution) with at most `threads` OpenMP

@@ -229,7 +229,8 @@ void init_grain_mode(const sdk::Host& host) {
   if (!set_grain_mode(env))
     sdk::log(TESSERA_LOG_WARNING, "cpu",
              std::string("TESSERA_CPU_GRAIN='") + env +
-                 "' is not a known mode; expected 'force1' or 'off'; using the grain rule");
+                 "' is not a known mode; expected 'quiet', 'loaded', 'force1' or 'off'; using the automatic "
+                 "grain rule");
   else if (env && *env)
     sdk::log(TESSERA_LOG_INFO, "cpu",
              std::string("TESSERA_CPU_GRAIN=") + env + ": the grain-size rule is overridden");

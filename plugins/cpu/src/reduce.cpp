@@ -119,7 +119,7 @@ void reduce_general(ReduceOp op, const tessera_tensor_t* x, const tessera_tensor
   TESSERA_SDK_CHECK(nred > 0 || op == ReduceOp::Sum || op == ReduceOp::Prod || op == ReduceOp::Mean ||
                         op == ReduceOp::Var,
                     "cannot compute amax/amin over an empty dimension; the reduction has no identity");
-  const int64_t grain = grain_items(OpKind::Reduction, nred);
+  const int64_t grain = grain_items(OpKind::Reduction, nred, nout);
   parallel_for(0, nout, grain, [&](int64_t b, int64_t e) {
     for (int64_t o = b; o < e; ++o) {
       int64_t rem = o, xoff = 0, ooff = 0;
@@ -232,7 +232,7 @@ bool reduce_fast(ReduceOp op, const tessera_tensor_t* x, const tessera_tensor_t*
       // one long row: partial sums per thread
       const int nt = threads_for(OpKind::Reduction, red);
       std::vector<double> partial(size_t(nt) * 8, 0.0);
-      const int64_t chunks = std::max<int64_t>(1, std::min<int64_t>(nt, red / grain_items(OpKind::Reduction, 1)));
+      const int64_t chunks = std::max<int64_t>(1, std::min<int64_t>(nt, red / grain_items(OpKind::Reduction, 1, red)));
       const int64_t step = (red + chunks - 1) / chunks;
       parallel_for(0, chunks, 1, [&](int64_t b, int64_t e) {
         for (int64_t ch = b; ch < e; ++ch) {
@@ -246,7 +246,7 @@ bool reduce_fast(ReduceOp op, const tessera_tensor_t* x, const tessera_tensor_t*
       op_[0] = T(total * scale);
       return true;
     }
-    parallel_for(0, outer, grain_items(OpKind::Reduction, red), [&](int64_t b, int64_t e) {
+    parallel_for(0, outer, grain_items(OpKind::Reduction, red, outer), [&](int64_t b, int64_t e) {
       for (int64_t o = b; o < e; ++o) {
         const T* row = xp + o * red;
         if constexpr (std::is_same_v<T, float>) {
@@ -264,7 +264,8 @@ bool reduce_fast(ReduceOp op, const tessera_tensor_t* x, const tessera_tensor_t*
   // column sums: for each outer block, acc[inner] += rows
   const int64_t ib = 4096;
   const int64_t nblocks = (inner + ib - 1) / ib;
-  parallel_for(0, outer * nblocks, grain_items(OpKind::Reduction, red * std::min(ib, inner)), [&](int64_t b, int64_t e) {
+  const int64_t block_grain = grain_items(OpKind::Reduction, red * std::min(ib, inner), outer * nblocks);
+  parallel_for(0, outer * nblocks, block_grain, [&](int64_t b, int64_t e) {
     std::vector<double> acc(size_t(std::min(ib, inner)));
     for (int64_t t = b; t < e; ++t) {
       const int64_t o = t / nblocks, i0 = (t % nblocks) * ib, n = std::min(ib, inner - i0);
@@ -350,7 +351,7 @@ tessera_status_t argmax_kernel(void*, const tessera_kernel_call_t* call) {
       using T = decltype(tag);
       using A = acc_t<T>;
       const T* xp = reinterpret_cast<const T*>(xbase);
-      parallel_for(0, outer * inner, grain_items(OpKind::Reduction, red), [&](int64_t b, int64_t e) {
+      parallel_for(0, outer * inner, grain_items(OpKind::Reduction, red, outer * inner), [&](int64_t b, int64_t e) {
         for (int64_t t = b; t < e; ++t) {
           const int64_t o = t / inner, i = t % inner;
           const T* p = xp + o * xs_outer + i;
