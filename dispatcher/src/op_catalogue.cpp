@@ -647,8 +647,11 @@ void meta_sdpa(MetaCall& m) {
     Sz scores(q.sizes().begin(), q.sizes().end() - 1);
     scores.push_back(k.sizes()[size_t(k.dim() - 2)]);
     shape::check_broadcast_to<int64_t>(m.op_name, mask.sizes(), scores.ref());
-    TESSERA_CHECK(mask.dtype() == kBool || mask.dtype() == q.dtype(), m.op_name,
-                  ": attn_mask must be bool or have the query's dtype ", q.dtype(), ", got ", mask.dtype());
+    // PyTorch's rule: a float32 mask is added in float32 to the float32 scores of every floating
+    // query dtype, without rounding it to the query's dtype first.
+    TESSERA_CHECK(mask.dtype() == kBool || mask.dtype() == kFloat32 || mask.dtype() == q.dtype(), m.op_name,
+                  ": attn_mask has dtype ", mask.dtype(), "; expected bool, float32 or the query's dtype ", q.dtype(),
+                  " (convert it with .to(", q.dtype(), "))");
     TESSERA_CHECK(!attr_bool(m, 0), m.op_name, ": give either attn_mask or is_causal=true, not both");
   }
   DType r = float_of(q.dtype());

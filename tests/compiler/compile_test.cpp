@@ -105,6 +105,27 @@ TEST(Compile, Bfloat16GraphsMatchEagerWithinBfloat16Tolerance) {
   }
 }
 
+// A float32 attn_mask with bf16 queries (PyTorch accepts it and adds it in float32): captured,
+// compiled and run like eager, symbolic batch included.
+TEST(Compile, AttentionWithAFloat32MaskOnBfloat16Queries) {
+  const auto bf16 = tessera::TensorOptions().dtype(DType::BFloat16);
+  tessera::ExportFn fn = [](const std::vector<Tensor>& in) {
+    return std::vector<Tensor>{tessera::scaled_dot_product_attention(in[0], in[1], in[2], in[3])};
+  };
+  CompiledFunction f = tessera::compile(fn, options());
+  for (int64_t b : {2, 3}) {
+    const Tensor mask = tessera::randn({b, 1, 5, 7}) + 64.0;
+    expect_matches_eager(f, fn,
+                         {tessera::randn({b, 2, 5, 8}, bf16), tessera::randn({b, 2, 7, 8}, bf16),
+                          tessera::randn({b, 2, 7, 8}, bf16), mask},
+                         1e-2, "sdpa bf16, float32 mask");
+  }
+  EXPECT_LE(f.stats().compiles, 2);
+  if (have_compiler()) {
+    for (const auto& a : f.artifacts()) EXPECT_EQ(a.backend, "cpp") << a.inputs;
+  }
+}
+
 TEST(Compile, SoftmaxAndLayerNormMatchEager) {
   Tensor w = tessera::randn({48}) * 0.1 + 1.0, b = tessera::randn({48}) * 0.1;
   tessera::ExportFn fn = [&](const std::vector<Tensor>& in) {

@@ -198,6 +198,69 @@ TEST(CpuSdpa, FloatMaskAndCustomScale) {
   }
 }
 
+// PyTorch accepts a float32 additive mask for every floating query dtype and adds it in float32
+// to the float32 scores (checked with 2.15, math and flash backends): the mask is not rounded to
+// the query's dtype first. The mask 64 + u keeps u exactly in float32 but rounds it away in bf16
+// (steps of 0.5 at 64) and f16 (steps of 1/16): the reference with the rounded mask must not match.
+TEST(CpuSdpa, Float32MaskWithHalfQueries) {
+  for (DType d : {kBFloat16, kFloat16}) {
+    for (const std::vector<int64_t>& ms : {std::vector<int64_t>{37, 83}, std::vector<int64_t>{2, 3, 37, 83}}) {
+      SCOPED_TRACE(seed_trace());
+      const std::string what = std::string(dtype_name(d)) + " query, float32 mask " + (ms.size() == 2 ? "[L, S]" : "[B, H, L, S]");
+      Tensor q = random_tensor({2, 3, 37, 40}, d), k = random_tensor({2, 3, 83, 40}, d),
+             v = random_tensor({2, 3, 83, 24}, d);
+      Tensor mask = random_tensor(ms, kFloat32, 62, 66);
+      Tensor flash = scaled_dot_product_attention(q, k, v, mask);
+      Tensor math = sdpa_math(q, k, v, mask, false, std::nullopt);
+      ASSERT_EQ(flash.dtype(), d);
+      ASSERT_EQ(math.dtype(), d);
+      const std::vector<int64_t> os{2, 3, 37, 24};
+      const auto want = ref_sdpa(q, k, v, mask, false, std::nullopt, os);
+      EXPECT_TRUE(close(flash, want, attn_tol(d), "flash " + what));
+      EXPECT_TRUE(close(math, want, attn_tol(d), "math " + what));
+      const auto rounded = ref_sdpa(q, k, v, cpu_test::cast(mask, d), false, std::nullopt, os);
+      EXPECT_FALSE(close(flash, rounded, attn_tol(d), "flash " + what + " against the mask rounded to the query's dtype"));
+      EXPECT_FALSE(close(math, rounded, attn_tol(d), "math " + what + " against the mask rounded to the query's dtype"));
+    }
+  }
+}
+
+// float64 queries take a float32 mask too (PyTorch: added exactly, in double).
+TEST(CpuSdpa, Float32MaskWithFloat64Query) {
+  SCOPED_TRACE(seed_trace());
+  Tensor q = random_tensor({2, 19, 16}, kFloat64), k = random_tensor({2, 29, 16}, kFloat64),
+         v = random_tensor({2, 29, 8}, kFloat64);
+  Tensor mask = random_tensor({19, 29}, kFloat32, -3, 1);
+  const auto want = ref_sdpa(q, k, v, mask, false, std::nullopt, {2, 19, 8});
+  EXPECT_TRUE(close(scaled_dot_product_attention(q, k, v, mask), want, attn_tol(kFloat64), "flash float64"));
+  EXPECT_TRUE(close(sdpa_math(q, k, v, mask, false, std::nullopt), want, attn_tol(kFloat64), "math float64"));
+}
+
+// The mask dtypes PyTorch refuses: neither bool, nor float32, nor the query's dtype. The message
+// names the given dtype and the accepted ones, and the next call works.
+TEST(CpuSdpa, RefusedMaskDtypesNameWhatIsAccepted) {
+  const std::pair<DType, DType> refused[] = {
+      {kFloat32, kFloat64}, {kBFloat16, kFloat16}, {kFloat16, kBFloat16}, {kFloat32, kBFloat16},
+      {kFloat32, kInt32},   {kBFloat16, kFloat64}, {kFloat32, kUInt8}};
+  for (const auto& [qd, md] : refused) {
+    Tensor q = random_tensor({1, 2, 4, 8}, qd);
+    Tensor mask = random_tensor({4, 4}, md);
+    std::string msg;
+    try {
+      scaled_dot_product_attention(q, q, q, mask);
+    } catch (const Error& e) {
+      msg = e.what();
+    }
+    const std::string want = std::string("attn_mask has dtype ") + std::string(dtype_name(md)) +
+                             "; expected bool, float32 or the query's dtype " + std::string(dtype_name(qd));
+    EXPECT_NE(msg.find(want), std::string::npos) << "query " << dtype_name(qd) << ", mask " << dtype_name(md)
+                                                 << ": got '" << msg << "'";
+    EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+  }
+  Tensor q = random_tensor({1, 2, 4, 8}, kBFloat16);
+  EXPECT_EQ(scaled_dot_product_attention(q, q, q, random_tensor({4, 4}, kFloat32)).dtype(), kBFloat16);
+}
+
 TEST(CpuSdpa, BroadcastKeyValueAndStridedQuery) {
   SCOPED_TRACE(seed_trace());
   // Query in [B, L, H, E] memory viewed as [B, H, L, E] (how a model splits heads); key/value

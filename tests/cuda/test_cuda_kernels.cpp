@@ -300,6 +300,10 @@ TEST_F(CudaKernels, FlashAttention) {
         Tensor mask_add = tessera::randn({3, 77, 101}).to(t);
         check(tessera::scaled_dot_product_attention(dq, dk, dv, mask_add.to("cuda:0")),
               tessera::scaled_dot_product_attention(q32, k32, v32, mask_add.to(tessera::kFloat32)), "sdpa additive mask");
+        // A float32 mask with half queries is added in float32 (PyTorch): 64 + x would lose x in bf16.
+        Tensor mask_f32 = tessera::add(tessera::randn({2, 1, 77, 101}), tessera::full({1}, 64.0));
+        check(tessera::scaled_dot_product_attention(dq, dk, dv, mask_f32.to("cuda:0")),
+              tessera::scaled_dot_product_attention(q32, k32, v32, mask_f32), "sdpa float32 mask");
         // A strided query (heads and sequence swapped in memory).
         auto [qs, dqs] = randn_pair({2, 77, 3, d}, t);
         check(tessera::scaled_dot_product_attention(dqs.transpose(1, 2), dk, dv),

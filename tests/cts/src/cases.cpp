@@ -232,6 +232,14 @@ std::vector<Case> build() {
                            tessera::tensor(keep, {5, 6})};
            },
            [](const Inputs& x, DType) { return tessera::scaled_dot_product_attention(x[0], x[1], x[2], x[3]); }, 16);
+  // A float32 additive mask for every floating query dtype (PyTorch adds it in float32, not
+  // rounded to the query's dtype: 64 + x keeps x only in float32).
+  add_case(v, "sdpa_float32_mask", "scaled_dot_product_attention", kFloating,
+           [](Gen& g, DType t) {
+             return Inputs{g.random({2, 2, 5, 8}, t), g.random({2, 2, 6, 8}, t), g.random({2, 2, 6, 8}, t),
+                           tessera::add(g.random({2, 1, 5, 6}, kFloat32), tessera::full({1}, 64.0))};
+           },
+           [](const Inputs& x, DType) { return tessera::scaled_dot_product_attention(x[0], x[1], x[2], x[3]); }, 16);
   add_case(v, "cat", "cat", kAll, binary_inputs(D::Any, D::Any, {2, 6}, {3, 6}),
            [](const Inputs& x, DType) { return tessera::cat({x[0], x[1]}, 0); });
   add_case(v, "stack", "stack", kAll, binary_inputs(D::Any, D::Any),
