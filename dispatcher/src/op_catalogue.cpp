@@ -641,6 +641,9 @@ void meta_sdpa(MetaCall& m) {
   const TensorImpl& v = need(m, 2, "value");
   check_same_dtype(m, q, k, "query", "key");
   check_same_dtype(m, q, v, "query", "value");
+  // PyTorch refuses integer and bool attention ("expected scalar type Float but found Long").
+  TESSERA_CHECK(is_floating(q.dtype()), m.op_name, ": query, key and value have dtype ", q.dtype(),
+                "; expected a floating dtype (float16, bfloat16, float32 or float64); convert them with .to(float32)");
   Sz out = shape::attention<int64_t>(m.op_name, q.sizes(), k.sizes(), v.sizes());
   if (m.has(3)) {
     const TensorImpl& mask = m.t(3);
@@ -654,10 +657,9 @@ void meta_sdpa(MetaCall& m) {
                   " (convert it with .to(", q.dtype(), "))");
     TESSERA_CHECK(!attr_bool(m, 0), m.op_name, ": give either attn_mask or is_causal=true, not both");
   }
-  DType r = float_of(q.dtype());
-  m.compute_dtype = r;
+  m.compute_dtype = q.dtype();
   m.cast_mask = 0b111;
-  m.add_output(out, r);
+  m.add_output(out, q.dtype());
 }
 
 void list_shapes(const MetaCall& m, shape::Sizes<IntArrayRef>& shapes, DType* common) {

@@ -261,6 +261,24 @@ TEST(CpuSdpa, RefusedMaskDtypesNameWhatIsAccepted) {
   EXPECT_EQ(scaled_dot_product_attention(q, q, q, random_tensor({4, 4}, kFloat32)).dtype(), kBFloat16);
 }
 
+// Integer and bool attention is refused before any kernel, as in PyTorch ("expected scalar type
+// Float but found Long"); it used to be computed in float32.
+TEST(CpuSdpa, IntegerAndBoolQueriesAreRefused) {
+  for (const Tensor& q : {full({1, 2, 4, 8}, int64_t(1)), full({1, 2, 4, 8}, int32_t(2)), full({1, 2, 4, 8}, true)}) {
+    std::string msg;
+    try {
+      scaled_dot_product_attention(q, q, q);
+    } catch (const Error& e) {
+      msg = e.what();
+    }
+    const std::string want = std::string("query, key and value have dtype ") + std::string(dtype_name(q.dtype())) +
+                             "; expected a floating dtype";
+    EXPECT_NE(msg.find(want), std::string::npos) << "got '" << msg << "'";
+  }
+  Tensor q = random_tensor({1, 2, 4, 8}, kFloat16);
+  EXPECT_EQ(scaled_dot_product_attention(q, q, q).dtype(), kFloat16);
+}
+
 TEST(CpuSdpa, BroadcastKeyValueAndStridedQuery) {
   SCOPED_TRACE(seed_trace());
   // Query in [B, L, H, E] memory viewed as [B, H, L, E] (how a model splits heads); key/value
