@@ -110,9 +110,12 @@ void allocate_outputs(const MetaCall& m, const CallFrame& f, Device dev, Tensor*
       outs[o] = Tensor(IntrusivePtr<TensorImpl>(const_cast<TensorImpl*>(f.tensors[spec.alias_input])));
     } else if (spec.strides) {
       outs[o] = make_tensor_strided(spec.sizes, *spec.strides, spec.dtype, dev);
-    } else if (__builtin_expect(spec.sizes.size() <= size_t(kMaxKernelDims), 1)) {
+    } else {
       // Contiguous strides on the stack (make_tensor builds them in a std::vector above kInlineDims).
+      // dispatch_call rank-checked every new output against kMaxKernelDims before any kernel.
       const size_t n = spec.sizes.size();
+      TESSERA_INTERNAL_ASSERT(n <= size_t(kMaxKernelDims), m.op_name, ": output ", o, " has ", n,
+                              " dimensions past the rank check");
       int64_t strides[kMaxKernelDims];
       int64_t stride = 1;
       for (size_t d = n; d-- > 0;) {
@@ -121,8 +124,6 @@ void allocate_outputs(const MetaCall& m, const CallFrame& f, Device dev, Tensor*
           stride = INT64_MAX;
       }
       outs[o] = make_tensor_strided(spec.sizes, IntArrayRef(strides, n), spec.dtype, dev);
-    } else {
-      outs[o] = make_tensor(spec.sizes, spec.dtype, dev);
     }
   }
 }
