@@ -13,12 +13,6 @@ namespace {
 
 bool add_checked(uint64_t* sum, uint64_t v) { return !__builtin_add_overflow(*sum, v, sum); }
 
-int64_t clock_ns(clockid_t clock) {
-  timespec ts{};
-  if (clock_gettime(clock, &ts) != 0) return -1;
-  return int64_t(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
-}
-
 int64_t ticks_per_second() {
   static const int64_t hz = sysconf(_SC_CLK_TCK);
   return hz;

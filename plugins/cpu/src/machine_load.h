@@ -67,15 +67,20 @@ MachineLoad classify_load(const LoadSample& before, const LoadSample& after, int
 // Reads /proc/stat and the clocks now; nullopt if /proc/stat cannot be read or parsed.
 std::optional<LoadSample> sample_load();
 
+// `clock` now in nanoseconds; -1 if it cannot be read.
+inline int64_t clock_ns(clockid_t clock) {
+  timespec ts{};
+  if (clock_gettime(clock, &ts) != 0) return -1;
+  return int64_t(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
+
 // The cached estimate, shared by every thread of the process (Note [Machine load estimate]).
 class MachineLoadEstimate {
  public:
   // Whether the machine was quiet over the last interval; refreshes the estimate first when it is
   // older than kLoadRefreshNs. Thread-safe, never blocks, never throws.
   bool quiet() {
-    timespec ts{};
-    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-    const int64_t now = int64_t(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+    const int64_t now = clock_ns(CLOCK_MONOTONIC_COARSE);
     if (now >= next_refresh_ns_.load(std::memory_order_relaxed)) refresh(now);
     return quiet_.load(std::memory_order_relaxed);
   }
