@@ -23,7 +23,8 @@ using cpu_test::Tol;
 const DType kFloatTypes[] = {kFloat32, kBFloat16, kFloat16, kFloat64};
 
 // Tolerance of a K-term dot product stored in `d`: the storage rounding of the result plus an
-// accumulation term growing with sqrt(K) (inputs are O(1)).
+// accumulation term growing with sqrt(K) (inputs are O(1)). dot_close adds the worst-case
+// accumulation bound on top, so that an unlucky draw never fails a correct kernel.
 Tol dot_tol(DType d, int64_t k) {
   const double sk = std::sqrt(double(std::max<int64_t>(k, 1)));
   switch (d) {
@@ -34,10 +35,54 @@ Tol dot_tol(DType d, int64_t k) {
   }
 }
 
+// A dot-product reference: the exact (double) values and, per element, the sum of the magnitudes
+// of its terms, bias included.
+struct DotRef {
+  std::vector<double> v, mag;
+  void push(double s, double m) {
+    v.push_back(s);
+    mag.push_back(m);
+  }
+};
+
+// Compares against a DotRef. Beyond dot_tol, each element may be off by Higham's bound for a
+// K-term sum in any order, with or without FMA: gamma_K * sum |a_q b_q|, gamma_K = K u / (1 - K u),
+// u the unit roundoff of the accumulation (float for every dtype but float64; the kernels
+// accumulate f16/bf16 in float). An input drawn so that the float32 sum lands 2 sigma off (CI
+// saw 3.6e-5 at K = 300 against a flat 3.5e-5) passes; a dropped term, a wrong index or a
+// low-precision accumulator (errors of order 1e-1 and up at these sizes) still fails.
+// With `winograd`, also a normwise term, 64 u max_j mag_j: a float32 3x3 convolution may run
+// Winograd's F(4x4, 3x3) (Note [Winograd convolution] in plugins/cpu/nn/onednn_ops.cpp), whose
+// transforms mix a whole 6x6 input tile, so an output whose own terms are small can carry the
+// rounding of its neighbours'. Measured against double: at most 13 u max mag with one input
+// channel, where the componentwise bound is tightest.
+::testing::AssertionResult dot_close(const Tensor& got, const DotRef& want, int64_t k, const std::string& what,
+                                     bool winograd = false) {
+  const Tol t = dot_tol(got.dtype(), k);
+  const double u = got.dtype() == kFloat64 ? std::ldexp(1.0, -53) : std::ldexp(1.0, -24);
+  const double ku = double(std::max<int64_t>(k, 1) + 1) * u;  // +1: the bias term
+  const double gamma = ku / (1 - ku);
+  double normwise = 0;
+  if (winograd && got.dtype() == kFloat32)
+    for (double m : want.mag) normwise = std::max(normwise, 64 * u * m);
+  const Ref g = read(got);
+  if (g.v.size() != want.v.size())
+    return ::testing::AssertionFailure() << what << ": numel " << g.v.size() << " != " << want.v.size();
+  for (size_t i = 0; i < want.v.size(); ++i) {
+    const double a = g.v[i], b = want.v[i];
+    const double bound = t.atol + t.rtol * std::fabs(b) + gamma * want.mag[i] + normwise;
+    if (!(std::fabs(a - b) <= bound))
+      return ::testing::AssertionFailure() << what << ": element " << i << " got " << a << " expected " << b
+                                           << " (allowed " << bound << ": rtol " << t.rtol << ", atol " << t.atol
+                                           << ", accumulation bound " << gamma * want.mag[i] << ")";
+  }
+  return ::testing::AssertionSuccess();
+}
+
 // ---------------------------------------------------------------- matmul
 
 // Naive batched matmul with PyTorch's 1-D and broadcasting rules.
-std::vector<double> ref_matmul(const Ref& a, const Ref& b, const std::vector<int64_t>& out_sizes) {
+DotRef ref_matmul(const Ref& a, const Ref& b, const std::vector<int64_t>& out_sizes) {
   std::vector<int64_t> as = a.sizes, bs = b.sizes;
   const bool a1 = as.size() == 1, b1 = bs.size() == 1;
   if (a1) as.insert(as.begin(), 1);
@@ -47,8 +92,7 @@ std::vector<double> ref_matmul(const Ref& a, const Ref& b, const std::vector<int
   const auto batch = cpu_test::broadcast_shape(ab, bb);
   int64_t nb = 1;
   for (auto s : batch) nb *= s;
-  std::vector<double> out;
-  out.reserve(size_t(nb * m * n));
+  DotRef out;
   auto at = [](const Ref& r, const std::vector<int64_t>& sizes, const std::vector<int64_t>& bidx, int64_t i, int64_t j) {
     // r's data has shape `sizes` (with the inserted unit dims): index batch dims right-aligned.
     const size_t rb = sizes.size() - 2, off = bidx.size() - rb;
@@ -61,14 +105,18 @@ std::vector<double> ref_matmul(const Ref& a, const Ref& b, const std::vector<int
     const auto bidx = cpu_test::unravel(bi, batch);
     for (int64_t i = 0; i < m; ++i)
       for (int64_t j = 0; j < n; ++j) {
-        double s = 0;
-        for (int64_t q = 0; q < k; ++q) s += at(a, as, bidx, i, q) * at(b, bs, bidx, q, j);
-        out.push_back(s);
+        double s = 0, mag = 0;
+        for (int64_t q = 0; q < k; ++q) {
+          const double t = at(a, as, bidx, i, q) * at(b, bs, bidx, q, j);
+          s += t;
+          mag += std::fabs(t);
+        }
+        out.push(s, mag);
       }
   }
   int64_t expect = 1;
   for (auto s : out_sizes) expect *= s;
-  EXPECT_EQ(int64_t(out.size()), expect);
+  EXPECT_EQ(int64_t(out.v.size()), expect);
   return out;
 }
 
@@ -77,7 +125,7 @@ void check_matmul(const Tensor& a, const Tensor& b, const std::string& what) {
   Tensor c = matmul(a, b);
   const int64_t k = a.size(-1);
   std::vector<int64_t> cs(c.sizes().begin(), c.sizes().end());
-  EXPECT_TRUE(close(c, ref_matmul(read(a), read(b), cs), dot_tol(a.dtype(), k), what + " " + std::string(dtype_name(a.dtype()))));
+  EXPECT_TRUE(dot_close(c, ref_matmul(read(a), read(b), cs), k, what + " " + std::string(dtype_name(a.dtype()))));
 }
 
 TEST(CpuNnMatmul, TwoDimensional) {
@@ -145,14 +193,18 @@ TEST(CpuNnLinear, WithAndWithoutBias) {
       Tensor y = with_bias ? linear(x, w, b) : linear(x, w);
       ASSERT_EQ(y.sizes(), IntArrayRef({2, 3, 13}));
       const Ref rx = read(x), rw = read(w), rb = read(b);
-      std::vector<double> want;
+      DotRef want;
       for (int64_t i = 0; i < 6; ++i)
         for (int64_t j = 0; j < 13; ++j) {
-          double s = with_bias ? rb.v[size_t(j)] : 0.0;
-          for (int64_t q = 0; q < 21; ++q) s += rx.v[size_t(i * 21 + q)] * rw.v[size_t(j * 21 + q)];
-          want.push_back(s);
+          double s = with_bias ? rb.v[size_t(j)] : 0.0, mag = std::fabs(s);
+          for (int64_t q = 0; q < 21; ++q) {
+            const double t = rx.v[size_t(i * 21 + q)] * rw.v[size_t(j * 21 + q)];
+            s += t;
+            mag += std::fabs(t);
+          }
+          want.push(s, mag);
         }
-      EXPECT_TRUE(close(y, want, dot_tol(d, 21), std::string("linear ") + std::string(dtype_name(d))));
+      EXPECT_TRUE(dot_close(y, want, 21, std::string("linear ") + std::string(dtype_name(d))));
     }
   }
 }
@@ -165,40 +217,47 @@ TEST(CpuNnLinear, TransposedWeightAndVectorInput) {
     Tensor y = linear(x, w, b);
     ASSERT_EQ(y.sizes(), IntArrayRef({11}));
     const Ref rx = read(x), rw = read(w), rb = read(b);
-    std::vector<double> want;
+    DotRef want;
     for (int64_t j = 0; j < 11; ++j) {
-      double s = rb.v[size_t(j)];
-      for (int64_t q = 0; q < 17; ++q) s += rx.v[size_t(q)] * rw.v[size_t(j * 17 + q)];
-      want.push_back(s);
+      double s = rb.v[size_t(j)], mag = std::fabs(s);
+      for (int64_t q = 0; q < 17; ++q) {
+        const double t = rx.v[size_t(q)] * rw.v[size_t(j * 17 + q)];
+        s += t;
+        mag += std::fabs(t);
+      }
+      want.push(s, mag);
     }
-    EXPECT_TRUE(close(y, want, dot_tol(d, 17), "linear with transposed weight"));
+    EXPECT_TRUE(dot_close(y, want, 17, "linear with transposed weight"));
   }
 }
 
 // ---------------------------------------------------------------- conv2d
 
-std::vector<double> ref_conv2d(const Ref& x, const Ref& w, const Ref* b, int64_t sh, int64_t sw, int64_t ph, int64_t pw,
+DotRef ref_conv2d(const Ref& x, const Ref& w, const Ref* b, int64_t sh, int64_t sw, int64_t ph, int64_t pw,
                                int64_t dh, int64_t dw, int64_t g, std::vector<int64_t>* out_sizes) {
   const bool batched = x.sizes.size() == 4;
   const int64_t n = batched ? x.sizes[0] : 1, c = x.sizes[batched], h = x.sizes[batched + 1], wd = x.sizes[batched + 2];
   const int64_t oc = w.sizes[0], cg = w.sizes[1], kh = w.sizes[2], kw = w.sizes[3];
   const int64_t oh = (h + 2 * ph - dh * (kh - 1) - 1) / sh + 1, ow = (wd + 2 * pw - dw * (kw - 1) - 1) / sw + 1;
   *out_sizes = batched ? std::vector<int64_t>{n, oc, oh, ow} : std::vector<int64_t>{oc, oh, ow};
-  std::vector<double> out;
+  DotRef out;
   for (int64_t ni = 0; ni < n; ++ni)
     for (int64_t o = 0; o < oc; ++o)
       for (int64_t y = 0; y < oh; ++y)
         for (int64_t xo = 0; xo < ow; ++xo) {
-          double s = b ? b->v[size_t(o)] : 0.0;
+          double s = b ? b->v[size_t(o)] : 0.0, mag = std::fabs(s);
           const int64_t gi = o / (oc / g);
           for (int64_t ci = 0; ci < cg; ++ci)
             for (int64_t i = 0; i < kh; ++i)
               for (int64_t j = 0; j < kw; ++j) {
                 const int64_t ih = y * sh - ph + i * dh, iw = xo * sw - pw + j * dw;
                 if (ih < 0 || ih >= h || iw < 0 || iw >= wd) continue;
-                s += x.v[size_t(((ni * c + gi * cg + ci) * h + ih) * wd + iw)] * w.v[size_t(((o * cg + ci) * kh + i) * kw + j)];
+                const double t =
+                    x.v[size_t(((ni * c + gi * cg + ci) * h + ih) * wd + iw)] * w.v[size_t(((o * cg + ci) * kh + i) * kw + j)];
+                s += t;
+                mag += std::fabs(t);
               }
-          out.push_back(s);
+          out.push(s, mag);
         }
   return out;
 }
@@ -228,7 +287,8 @@ TEST(CpuNnConv2d, StridePaddingDilationGroups) {
       auto want = ref_conv2d(read(x), read(w), cc.bias ? &rb : nullptr, cc.s, cc.s, cc.p, cc.p, cc.dil, cc.dil, cc.g, &os);
       ASSERT_EQ(std::vector<int64_t>(y.sizes().begin(), y.sizes().end()), os);
       const int64_t k = cc.w[1] * cc.w[2] * cc.w[3];
-      EXPECT_TRUE(close(y, want, dot_tol(d, k), "conv2d " + std::string(dtype_name(d)) + " groups " + std::to_string(cc.g)));
+      EXPECT_TRUE(dot_close(y, want, k, "conv2d " + std::string(dtype_name(d)) + " groups " + std::to_string(cc.g),
+                            /*winograd=*/true));
     }
   }
 }
@@ -240,7 +300,33 @@ TEST(CpuNnConv2d, NonContiguousInput) {
   Tensor y = conv2d(x, w, std::nullopt, {1, 1}, {1, 1});
   std::vector<int64_t> os;
   auto want = ref_conv2d(read(x), read(w), nullptr, 1, 1, 1, 1, 1, 1, 1, &os);
-  EXPECT_TRUE(close(y, want, dot_tol(kFloat32, 27), "conv2d on a permuted input"));
+  EXPECT_TRUE(dot_close(y, want, 27, "conv2d on a permuted input", /*winograd=*/true));
+}
+
+// A layer of the size where TESSERA_CPU_CONV_ALGO=auto computes float32 3x3 convolutions with
+// Winograd's F(4x4, 3x3) (at least 32 channels each way, tiles x C x OC >= 2^16): against double, with
+// and without bias, padded and unpadded, and with a strided (sliced) input.
+TEST(CpuNnConv2d, ThreeByThreeLayersAgainstDouble) {
+  SCOPED_TRACE(seed_trace());
+  for (int64_t pad : {1, 0}) {
+    for (bool with_bias : {true, false}) {
+      Tensor x = random_tensor({4, 32, 18, 17}, kFloat32), w = random_tensor({40, 32, 3, 3}, kFloat32);
+      Tensor b = random_tensor({40}, kFloat32);
+      Tensor y = with_bias ? conv2d(x, w, b, {1, 1}, {pad, pad}) : conv2d(x, w, std::nullopt, {1, 1}, {pad, pad});
+      std::vector<int64_t> os;
+      const Ref rb = read(b);
+      auto want = ref_conv2d(read(x), read(w), with_bias ? &rb : nullptr, 1, 1, pad, pad, 1, 1, 1, &os);
+      ASSERT_EQ(std::vector<int64_t>(y.sizes().begin(), y.sizes().end()), os);
+      EXPECT_TRUE(dot_close(y, want, 32 * 9, "3x3 layer, padding " + std::to_string(pad) + (with_bias ? ", bias" : ""),
+                            /*winograd=*/true));
+    }
+  }
+  Tensor xs = random_tensor({4, 64, 20, 36}, kFloat32).slice(3, 0, 36, 2);  // [4, 64, 20, 18], stride 2 in W
+  Tensor w = random_tensor({32, 64, 3, 3}, kFloat32);
+  Tensor y = conv2d(xs, w, std::nullopt, {1, 1}, {1, 1});
+  std::vector<int64_t> os;
+  auto want = ref_conv2d(read(xs), read(w), nullptr, 1, 1, 1, 1, 1, 1, 1, &os);
+  EXPECT_TRUE(dot_close(y, want, 64 * 9, "3x3 layer on a sliced input", /*winograd=*/true));
 }
 
 // ---------------------------------------------------------------- softmax / log_softmax

@@ -54,6 +54,13 @@ uint64_t weight_cache_clear();
 // The cache's bound (TESSERA_CPU_WEIGHT_CACHE_MB, read at plugin init); 0 turns packing off.
 void set_weight_cache_limit_mb(int64_t mb);
 
+// How f32 3x3 convolutions are computed (TESSERA_CPU_CONV_ALGO, read at plugin init; Note
+// [Winograd convolution] in onednn_ops.cpp): Auto takes Winograd where it pays, Direct never,
+// Winograd wherever oneDNN has it.
+enum class ConvAlgo { Auto, Direct, Winograd };
+void set_conv_algo(ConvAlgo algo);
+ConvAlgo conv_algo();
+
 // The storage version of a kernel argument (0 when the runtime is older than ABI 1.2).
 uint64_t tensor_version(const tessera_tensor_t* t);
 

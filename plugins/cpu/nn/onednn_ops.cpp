@@ -192,6 +192,12 @@ WeightCache& weight_cache() {
 WeightCacheStats weight_cache_stats() { return weight_cache().stats(); }
 uint64_t weight_cache_clear() { return weight_cache().clear(); }
 void set_weight_cache_limit_mb(int64_t mb) { WeightCache::set_limit_bytes(mb <= 0 ? 0 : size_t(mb) << 20); }
+
+namespace {
+std::atomic<ConvAlgo> g_conv_algo{ConvAlgo::Auto};
+}
+void set_conv_algo(ConvAlgo algo) { g_conv_algo.store(algo, std::memory_order_relaxed); }
+ConvAlgo conv_algo() { return g_conv_algo.load(std::memory_order_relaxed); }
 uint64_t tensor_version(const tessera_tensor_t* t) {
   return TESSERA_ABI_HAS_FIELD(t, tessera_tensor_t, version) ? t->version : 0;
 }
@@ -873,6 +879,41 @@ void conv2d_direct(const T* x, const T* w, const T* bias, T* y, int64_t nb, int6
 // conv2d(input [N, C, H, W] or [C, H, W], weight [OC, C/groups, KH, KW], bias [OC]?, stride,
 // padding, dilation, groups). oneDNN convolution on plain NCHW / (G)OIHW memory.
 namespace {
+// Note [Winograd convolution]
+// A 3x3, stride-1, undilated, ungrouped f32 convolution can be computed with Winograd's minimal
+// filtering F(4x4, 3x3): each 6x6 input tile and each filter are transformed, multiplied
+// element-wise (36 GEMMs over the channels), and transformed back into a 4x4 output tile: 36
+// multiplies per 16 outputs per channel pair instead of 144. oneDNN's jit_wino_4x3 kernel runs
+// ResNet-sized layers (32 to 512 channels) 1.2 to 2.7 times faster than its direct kernel, both
+// reorders included (docs/performance.md, "conv2d"). The price is rounding: the transforms mix
+// a whole 6x6 input tile, so errors are bounded normwise (by the tile's magnitudes) rather than
+// per output. Measured against double on random layers, the error stays within the direct
+// summation's worst-case bound gamma_K sum |x w| plus 13 u max sum |x w| (one input channel,
+// the worst case; tests/cpu/test_nn.cpp allows 64 u); on ResNet layers it is below 1e-6 of the
+// output's magnitude and as small as the direct kernel's. PyTorch's CPU conv is direct; cuDNN
+// makes the same trade by default.
+// ConvAlgo::Auto takes Winograd where it pays: f32 (f16 runs through f32), at least
+// kWinogradMinChannels input and output channels (with 24 or fewer the transforms cost more than
+// the GEMMs save: 0.77x at 24, 0.34x at 3 input channels), and tiles x C x OC of at least
+// kWinogradMinWork (4x4 output tiles over the batch; smaller layers lose: 0.6x at 64 channels and
+// 9 tiles). TESSERA_CPU_CONV_ALGO=direct keeps PyTorch's algorithm everywhere; =winograd takes it
+// on every layer oneDNN's kernels accept (F(2x2, 3x3) for some small ones), for tests. A layer
+// oneDNN refuses (a post-op its kernel lacks, a CPU without AVX-512) runs direct.
+constexpr int64_t kWinogradMinChannels = 32;
+constexpr int64_t kWinogradMinWork = int64_t(1) << 16;
+
+bool winograd_applies(int32_t dt, int64_t g, int64_t kh, int64_t kw, const int64_t s[2], const int64_t d[2],
+                      int64_t c, int64_t oc, int64_t nb, int64_t oh, int64_t ow) {
+  const ConvAlgo algo = conv_algo();
+  if (algo == ConvAlgo::Direct || dt != TESSERA_DTYPE_FLOAT32) return false;
+  if (g != 1 || kh != 3 || kw != 3 || s[0] != 1 || s[1] != 1 || d[0] != 1 || d[1] != 1) return false;
+  if (algo == ConvAlgo::Winograd) return true;
+  if (c < kWinogradMinChannels || oc < kWinogradMinChannels) return false;
+  // In double: the product of five sizes can exceed int64.
+  const double tiles = double(nb) * double((oh + 3) / 4) * double((ow + 3) / 4);
+  return tiles * double(c) * double(oc) >= double(kWinogradMinWork);
+}
+
 // conv2d, and _conv2d_epilogue's activation as a oneDNN post-op (f32 / bf16 only: checked by its
 // kernel).
 void conv2d_impl(const KernelCall& call, MatEpilogue::Activation activation) {
@@ -939,7 +980,9 @@ void conv2d_impl(const KernelCall& call, MatEpilogue::Activation activation) {
     // The primitive picks its own layouts (format_tag::any); activations are reordered in and out
     // through thread-local buffers and the weight is packed once per version (Note [Weight cache]).
     std::string key = "conv2d_any";
-    const int64_t geo[] = {nb, c, h, wd, oc, kh, kw, s[0], s[1], p[0], p[1], d[0], d[1], g, bias != nullptr, int64_t(mdt)};
+    const bool winograd = winograd_applies(dt, g, kh, kw, s, d, c, oc, nb, oh, ow);
+    const int64_t geo[] = {nb, c,    h,    wd,   oc, kh, kw, s[0], s[1], p[0], p[1], d[0], d[1], g, bias != nullptr, int64_t(mdt),
+                           winograd};
     key_append(key, geo, sizeof(geo));
     MatEpilogue epilogue;
     epilogue.activation = activation;
@@ -956,13 +999,22 @@ void conv2d_impl(const KernelCall& call, MatEpilogue::Activation activation) {
       const memory::desc dst_any({nb, oc, oh, ow}, mdt, memory::format_tag::any);
       const memory::desc wei_any = g == 1 ? memory::desc({oc, c, kh, kw}, mdt, memory::format_tag::any)
                                           : memory::desc({g, oc / g, c / g, kh, kw}, mdt, memory::format_tag::any);
-      const auto desc = bias ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference,
-                                                               dnnl::algorithm::convolution_direct, src_any, wei_any,
-                                                               bias_md, dst_any, strides, dil, pad, pad)
-                             : dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference,
-                                                               dnnl::algorithm::convolution_direct, src_any, wei_any,
-                                                               dst_any, strides, dil, pad, pad);
-      dnnl::convolution_forward::primitive_desc pd(desc, attr, cpu_engine());
+      auto make_pd = [&](dnnl::algorithm alg) {
+        const auto desc = bias ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference, alg, src_any,
+                                                                 wei_any, bias_md, dst_any, strides, dil, pad, pad)
+                               : dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference, alg, src_any,
+                                                                 wei_any, dst_any, strides, dil, pad, pad);
+        return dnnl::convolution_forward::primitive_desc(desc, attr, cpu_engine());
+      };
+      dnnl::convolution_forward::primitive_desc pd;
+      if (winograd) {
+        // oneDNN has no Winograd kernel for this layer (post-op, ISA): direct (Note [Winograd convolution]).
+        try {
+          pd = make_pd(dnnl::algorithm::convolution_winograd);
+        } catch (const dnnl::error&) {
+        }
+      }
+      if (!pd) pd = make_pd(dnnl::algorithm::convolution_direct);
       return CachedPrimitive{dnnl::convolution_forward(pd), pd.scratchpad_desc(), pd.weights_desc(), pd.src_desc(),
                              pd.dst_desc()};
     });

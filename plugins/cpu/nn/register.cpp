@@ -40,6 +40,16 @@ void register_nn_kernels(const sdk::Host& host) {
     else
       nn::set_weight_cache_limit_mb(v);
   }
+  if (const char* algo = host.getenv("TESSERA_CPU_CONV_ALGO"); algo && *algo) {
+    const std::string a = algo;
+    if (a == "auto" || a == "direct" || a == "winograd") {
+      nn::set_conv_algo(a == "auto" ? nn::ConvAlgo::Auto : a == "direct" ? nn::ConvAlgo::Direct : nn::ConvAlgo::Winograd);
+      if (a != "auto") sdk::log(TESSERA_LOG_INFO, "cpu", "f32 3x3 conv2d algorithm forced to " + a + " (TESSERA_CPU_CONV_ALGO)");
+    } else {
+      sdk::log(TESSERA_LOG_WARNING, "cpu",
+               "TESSERA_CPU_CONV_ALGO='" + a + "' is not a conv2d algorithm; expected 'auto', 'direct' or 'winograd'; using auto");
+    }
+  }
 
   // Integer and bool inputs too: the kernels compute integers exactly and refuse bool with the
   // list of supported dtypes (Note [Integer nn ops] in onednn_ops.cpp).
