@@ -979,10 +979,9 @@ void conv2d_impl(const KernelCall& call, MatEpilogue::Activation activation) {
     const memory::desc bias_md = bias ? memory::desc({oc}, mdt, memory::format_tag::x) : memory::desc();
     // The primitive picks its own layouts (format_tag::any); activations are reordered in and out
     // through thread-local buffers and the weight is packed once per version (Note [Weight cache]).
-    std::string key = "conv2d_any";
     const bool winograd = winograd_applies(dt, g, kh, kw, s, d, c, oc, nb, oh, ow);
-    const int64_t geo[] = {nb, c,    h,    wd,   oc, kh, kw, s[0], s[1], p[0], p[1], d[0], d[1], g, bias != nullptr, int64_t(mdt),
-                           winograd};
+    std::string key = winograd ? "conv2d_wino" : "conv2d_any";
+    const int64_t geo[] = {nb, c, h, wd, oc, kh, kw, s[0], s[1], p[0], p[1], d[0], d[1], g, bias != nullptr, int64_t(mdt)};
     key_append(key, geo, sizeof(geo));
     MatEpilogue epilogue;
     epilogue.activation = activation;
@@ -1033,7 +1032,7 @@ void conv2d_impl(const KernelCall& call, MatEpilogue::Activation activation) {
     Buffer<char> wei_once;
     if (prim->weights != wei_md) {
       const uint64_t version = w == call.input(1).raw() ? tensor_version(w) : 0;
-      std::string wkey = "conv2d";
+      std::string wkey = winograd ? "conv2d_wino" : "conv2d";
       const void* wp = data_of(w);
       key_append(wkey, &wp, sizeof(wp));
       key_append(wkey, geo, sizeof(geo));
