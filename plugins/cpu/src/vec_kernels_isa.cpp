@@ -11,6 +11,7 @@
 // may keep that copy for every caller, including baseline code. So this file defines everything
 // in an anonymous namespace and calls only compiler builtins, intrinsics (which are never emitted
 // out of line) and the SDK's `static inline` float16 conversion (internal linkage: one copy per file).
+#include <cmath>
 #include <cstdint>
 
 #include "tessera/float16.h"
@@ -158,8 +159,7 @@ inline float exp_sum_f(float a, float b, float m = 1.0f) {
 // erfc(z) = t exp(-z^2 + P(t)), t = 1/(1 + z/2), with z^2 = hi + lo given split exactly; the
 // exponent is evaluated by one exp_sum_f(-hi, P - lo), so that the rounding of z^2 does not cost
 // relative accuracy in the tail (Cephes' erfcf splits the same way, with two exp evaluations).
-// `bias` is added to P (-ln2 gives erfc/2); the result is multiplied by m (rounded once).
-inline float erfc_core_f(float z, float hi, float lo, float bias, float m = 1.0f) {
+inline float erfc_core_f(float z, float hi, float lo) {
   const float t = 1.0f / (1.0f + 0.5f * z);
   float p = 0.17087277f;
   p = p * t - 0.82215223f;
@@ -170,8 +170,8 @@ inline float erfc_core_f(float z, float hi, float lo, float bias, float m = 1.0f
   p = p * t + 0.09678418f;
   p = p * t + 0.37409196f;
   p = p * t + 1.00002368f;
-  p = p * t + (-1.26551223f + bias);
-  return exp_sum_f(-hi, p - lo, m * t);
+  p = p * t - 1.26551223f;
+  return exp_sum_f(-hi, p - lo, t);
 }
 
 // x^2 = hi + lo exactly: hi from the top 12 mantissa bits of x, squared.
@@ -186,7 +186,7 @@ inline void square_split_f(float x, float* hi, float* lo) {
 inline float erfc_pos_f(float z) {
   float hi, lo;
   square_split_f(z, &hi, &lo);
-  return erfc_core_f(z, hi, lo, 0.0f);
+  return erfc_core_f(z, hi, lo);
 }
 
 // erf below 0.5: Maclaurin series 2/sqrt(pi) (x - x^3/3 + x^5/10 - ... + x^13/9360).
@@ -211,24 +211,18 @@ inline float erf_f(float x) {
   return x != x ? x : res;
 }
 
-// gelu(x) = x Phi(x), Phi(x) = erfc(z)/2 with z = -x/sqrt2: for z >= 0 (x <= 0) x erfc(z)/2, which
-// keeps relative accuracy in the tail; for z < 0 x (1 - erfc(-z)/2), where erfc(-z)/2 <= 1/2 only
-// needs absolute accuracy. One erfc evaluation (one exp) serves both signs and there is no
-// cancellation near 0 (Phi ~ 1/2). z^2 = x^2/2 is split exactly from x (not from the rounded z),
-// so the tail keeps ~3e-7 relative accuracy; for x <= 0 the product x erfc(z)/2 is formed before
-// the scaling by 2^n, so results in the subnormal range are rounded once. Below x = -14.5
-// (z = 10.25) the result (|gelu| < 2^-150) is -0.
+// gelu(x) = x Phi(x) = x erfc(-x/sqrt2)/2 at the default level, in double with the C library's
+// erfc: within 1 ulp of float everywhere. The float form this replaced (erfc_core_f from an
+// exactly split x^2) reached 8.3 ulp at x = -1.3164 (found by CpuVecAccuracy.
+// GeluOnASeededSliceOfEveryFloat), over the 8-ulp contract of every level. The default level is
+// the fallback for CPUs without AVX2 and FMA, so exactness wins over speed here: about 32 ns of
+// CPU per element on one thread (the float form took 19), against 0.4 ns for the AVX-512 kernel
+// (Note [Explicit gelu at the vector levels]). Below x = -kGeluCut the result (|gelu| < 2^-150) is -0, as at every level;
+// NaN propagates, gelu(inf) = inf.
 constexpr float kGeluCut = 14.5f;
 inline float gelu_f(float x) {
-  float ax = x < 0 ? -x : x;
-  ax = ax > kGeluCut ? kGeluCut : ax;
-  float hi, lo;
-  square_split_f(ax, &hi, &lo);
-  const float e =
-      erfc_core_f(ax * 0.707106781186547524f, 0.5f * hi, 0.5f * lo, -0.693147180559945309f, x > 0 ? 1.0f : x);
-  float res = x > 0 ? x * (1.0f - e) : e;
-  res = x < -kGeluCut ? -0.0f : res;
-  return x != x ? x : res;
+  const double xd = x < -kGeluCut ? -double(kGeluCut) : double(x);
+  return float(0.5 * xd * std::erfc(xd * -0.70710678118654752440));
 }
 
 // 0.5 x (1 + tanh(u)) == x sigmoid(2u): no cancellation for negative x.
@@ -355,17 +349,33 @@ void binary_pow(const T* a, int64_t sa, const T* b, int64_t sb, T* out, int64_t 
 // Note [Explicit gelu at the vector levels]
 // gelu (erf form) is the one transcendental kernel hot enough to be memory-bound on large
 // tensors only if it is cheap, so the AVX2 and AVX-512 copies spell it out with intrinsics
-// instead of relying on the vectoriser: the same erfc as erfc_pos_f with the ln2 of Phi = erfc/2
-// folded into the exponent polynomial, t = 1/(1 + z/2) by recip_v, z^2 split exactly with an FMA
-// from x, and an exp of its own: the exponent is rounded to a multiple of 2^-kGeluExpBits (1/16 at
-// AVX-512, 1/8 at AVX2), whose fraction selects 2^(j/16) (2^(j/8)) from a table held in one
-// register (one vpermps); that leaves |s| <= ln2/32 (ln2/16) for e^s, a degree-3 (degree-4)
-// Taylor polynomial against the degree-6 one of exp_v over ln2/2, and 2^floor(k) is applied by
-// ldexp_v (one rounding, also into the subnormals). The worst error over the float range stays
-// below 6.5 ulp at both levels (CpuVecAccuracy.TranscendentalsOverTheWholeFloatRange bounds it
-// at 8; the scalar gelu_f reaches 7.7); docs/performance.md, "Transcendental kernels", has the
-// timings. x is clamped to [-kGeluCut, kGeluCut]; below -kGeluCut the result is -0, as in gelu_f.
-// NaN propagates through the arithmetic.
+// instead of relying on the vectoriser. gelu(x) = x Phi(x), Phi(-a) = erfc(a/sqrt2)/2. With
+// a = min(|x|, kGeluCut):
+//   m = -a Phi(-a) = g(a) e^(-a^2/2),  g(a) = -a P(a)/Q(a),
+// a minimax rational of type [4/5] in a whose coefficients all have one sign (Horner never
+// cancels; relative error 1.5e-8 with the float coefficients), one division. e^(-a^2/2) =
+// 2^k e^(rho/2): a^2 = hx + lo exactly (an FMA), k is -a^2/(2 ln2) rounded to a multiple of 2^-B
+// by the shifter (B = 5 at AVX-512, 3 at AVX2), rho = -a^2 - k 2L with 2L = float(2 ln2) in one
+// fused step (the error of 2L makes the computed e^(-a^2/2) too large by at most 1 + 2.9e-7, a
+// smooth factor the fit of g divides out), |rho| <= ln2/2^B. 2^frac(k) comes from a table in
+// registers (AVX-512: 32 entries in two registers, one vpermt2ps; AVX2: 8 entries, one vpermd)
+// and e^(rho/2) from a degree-2 (AVX-512) or degree-3 (AVX2) minimax polynomial, T + (T rho) c(rho).
+// 2^floor(k) is applied to e^(-a^2/2) before the product with g: AVX-512 by vscalefps (exact, or
+// one rounding below 2^-126 that the product with |g| < 0.4 shrinks), AVX2 by adding n << 23 to
+// a table holding 2^(j/8) 2^64 (its bits pre-biased by -(j << 20), so that bits(sh) << 20, whose
+// low bits carry j, adds as is; normal for every n the cut allows), then one product by 2^-64.
+// The result is rounded once: gelu(x) = g e + max(-0, x) by one FMA (m for x < 0, x - a Phi(-a)
+// for x >= 0; max(-0, x) keeps the -0 of x = -0 and of the underflowing tail, gives +0 for
+// x = +0, and returns x itself for inf and NaN). Above kGeluCut, a Phi(-a) is far below half an
+// ulp of x; below -kGeluCut the result is -0.
+// Checked over all 2^32 inputs: at most 7.39 ulp at AVX-512 and 6.97 at AVX2 (the kernel this
+// replaced, an erfc from t = 1/(1 + z/2) and a degree-9 polynomial with a table-driven exp,
+// reached 7.93 and 8.22: over its bound at AVX2 at x = -1.3078347, which the sampled test
+// missed). 25 vector instructions per 16 floats at AVX-512 (was 35), 29 per 8 at AVX2 (was 45);
+// CpuVecAccuracy.GeluOnASeededSliceOfEveryFloat checks a different 1/61 of all floats below 16
+// in magnitude on every run. The coefficients come from a minimax fit in double, then a float
+// re-fit of each coefficient in turn against the rounding of the ones before (tools/fit_gelu/fit.py
+// prints them; docs/performance.md, "gelu (erf) as a rational", has the timings).
 #if defined(__AVX2__) && defined(__FMA__)
 // GCC 12 flags the _mm512_undefined_ps() pass-through operand inside its own AVX-512 intrinsic
 // headers as maybe-uninitialized (a false positive).
@@ -415,17 +425,12 @@ inline ExpParts exp_parts_v(vfloat x) {
 }
 
 // m 2^n for the n of `e`, rounded once, also into the subnormals (at AVX2 as long as m 2^(n/2) is a
-// normal float, which holds for every caller: m is not tiny where n is very negative). FracBits:
-// e.t = n + 1.5 * 2^(23 - FracBits) carries n in steps of 2^-FracBits, of which 2^floor(n) is
-// applied (gelu_v's table-driven exp).
-template <int FracBits = 0>
+// normal float, which holds for every caller: m is not tiny where n is very negative).
 inline vfloat ldexp_v(vfloat m, const ExpParts& e) {
-  constexpr float kShifter = 1.5f * float(1 << (23 - FracBits));
 #if defined(__AVX512F__)
-  return _mm512_scalef_ps(m, _mm512_sub_ps(e.t, vset(kShifter)));  // scales by 2^floor(n)
+  return _mm512_scalef_ps(m, _mm512_sub_ps(e.t, vset(12582912.0f)));
 #else
-  const __m256i ni = _mm256_srai_epi32(
-      _mm256_sub_epi32(_mm256_castps_si256(e.t), _mm256_castps_si256(vset(kShifter))), FracBits);
+  const __m256i ni = _mm256_sub_epi32(_mm256_castps_si256(e.t), _mm256_castps_si256(vset(12582912.0f)));
   const __m256i n1 = _mm256_srai_epi32(ni, 1);
   const __m256i n2 = _mm256_sub_epi32(ni, n1);
   const vfloat s1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n1, _mm256_set1_epi32(127)), 23));
@@ -433,25 +438,6 @@ inline vfloat ldexp_v(vfloat m, const ExpParts& e) {
   return _mm256_mul_ps(_mm256_mul_ps(m, s1), s2);
 #endif
 }
-
-// 2^(j / 2^kGeluExpBits) rounded to float (relative error below 5e-8), j = 0 .. 2^kGeluExpBits - 1:
-// one permute of a register looks it up (vpermps). A function, not a namespace-scope constant, whose
-// initialiser would run these instructions at load time on any CPU.
-#if defined(__AVX512F__)
-constexpr int kGeluExpBits = 4;
-inline vfloat gelu_exp_table() {
-  return _mm512_setr_ps(1.000000000e+00f, 1.044273734e+00f, 1.090507746e+00f, 1.138788581e+00f,
-                        1.189207077e+00f, 1.241857767e+00f, 1.296839595e+00f, 1.354255557e+00f,
-                        1.414213538e+00f, 1.476826191e+00f, 1.542210817e+00f, 1.610490322e+00f,
-                        1.681792855e+00f, 1.756252170e+00f, 1.834008098e+00f, 1.915206552e+00f);
-}
-#else
-constexpr int kGeluExpBits = 3;
-inline vfloat gelu_exp_table() {
-  return _mm256_setr_ps(1.000000000e+00f, 1.090507746e+00f, 1.189207077e+00f, 1.296839595e+00f,
-                        1.414213538e+00f, 1.542210817e+00f, 1.681792855e+00f, 1.834008098e+00f);
-}
-#endif
 
 inline vfloat exp_v(vfloat x) {
   const ExpParts e = exp_parts_v(x);
@@ -480,55 +466,58 @@ inline vfloat recip_v(vfloat d) {
 }
 
 inline vfloat gelu_v(vfloat x) {
-  // x clamped to [-kGeluCut, kGeluCut]; the second operand of max/min is returned for NaN.
-  const vfloat xm = TESSERA_V(min_ps)(vset(kGeluCut), TESSERA_V(max_ps)(vset(-kGeluCut), x));
-  const vfloat ax = abs_v(xm);
-  const vfloat d = TESSERA_V(fmadd_ps)(ax, vset(0.353553390593273762f), vset(1.0f));  // 1 + z/2
-  const vfloat t = recip_v(d);
-  // 2P (the polynomial of erfc_core_f, doubled: the exponent is evaluated at twice its value, which
-  // saves halving x^2).
-  vfloat p = vset(2 * 0.17087277f);
-  p = TESSERA_V(fmadd_ps)(p, t, vset(2 * -0.82215223f));
-  p = TESSERA_V(fmadd_ps)(p, t, vset(2 * 1.48851587f));
-  p = TESSERA_V(fmadd_ps)(p, t, vset(2 * -1.13520398f));
-  p = TESSERA_V(fmadd_ps)(p, t, vset(2 * 0.27886807f));
-  p = TESSERA_V(fmadd_ps)(p, t, vset(2 * -0.18628806f));
-  p = TESSERA_V(fmadd_ps)(p, t, vset(2 * 0.09678418f));
-  p = TESSERA_V(fmadd_ps)(p, t, vset(2 * 0.37409196f));
-  p = TESSERA_V(fmadd_ps)(p, t, vset(2 * 1.00002368f));
-  p = TESSERA_V(fmadd_ps)(p, t, vset(2 * (-1.26551223f - 0.693147180559945309f)));  // erfc/2
-  // 2z^2 = x^2 = hx + lo exactly; the exponent is (b - hx)/2 with b = 2P - lo.
-  const vfloat hx = TESSERA_V(mul_ps)(ax, ax);
-  const vfloat b = TESSERA_V(sub_ps)(p, TESSERA_V(fmsub_ps)(ax, ax, hx));
-  // e^((b - hx)/2) = 2^k e^s: k = round((b - hx) / 2ln2) in steps of 2^-kGeluExpBits (the shifter's
-  // spacing), 2s = (b - (hx + k 2C1)) - k 2C2, |s| <= ln2 / 2^(kGeluExpBits + 1).
-  constexpr float kShifter = 1.5f * float(1 << (23 - kGeluExpBits));
-  const vfloat sh =
-      TESSERA_V(fmadd_ps)(TESSERA_V(sub_ps)(b, hx), vset(0.5f * 1.44269504088896341f), vset(kShifter));
+#if defined(__AVX512F__)
+  // min(|x|, kGeluCut): vrangeps, absolute minimum with the sign cleared (a NaN stays a NaN).
+  const vfloat a = _mm512_range_ps(x, vset(kGeluCut), 0x0A);
+#else
+  const vfloat a = TESSERA_V(min_ps)(vset(kGeluCut), abs_v(x));
+#endif
+  vfloat p = TESSERA_V(fmadd_ps)(a, vset(-4.135251045e-03f), vset(-4.078765586e-02f));
+  p = TESSERA_V(fmadd_ps)(p, a, vset(-1.837376952e-01f));
+  p = TESSERA_V(fmadd_ps)(p, a, vset(-4.390516281e-01f));
+  p = TESSERA_V(fmadd_ps)(p, a, vset(-0.5f));
+  p = TESSERA_V(mul_ps)(p, a);
+  vfloat q = TESSERA_V(fmadd_ps)(a, vset(1.036544610e-02f), vset(1.022452116e-01f));
+  q = TESSERA_V(fmadd_ps)(q, a, vset(4.707871079e-01f));
+  q = TESSERA_V(fmadd_ps)(q, a, vset(1.204716325e+00f));
+  q = TESSERA_V(fmadd_ps)(q, a, vset(1.675988078e+00f));
+  q = TESSERA_V(fmadd_ps)(q, a, vset(1.0f));
+  const vfloat g = TESSERA_V(div_ps)(p, q);
+#if defined(__AVX512F__)
+  constexpr int kBits = 5;
+#else
+  constexpr int kBits = 3;
+#endif
+  constexpr float kShifter = 1.5f * float(1 << (23 - kBits));
+  const vfloat hx = TESSERA_V(mul_ps)(a, a);
+  const vfloat lo = TESSERA_V(fmsub_ps)(a, a, hx);
+  const vfloat sh = TESSERA_V(fmadd_ps)(hx, vset(-0.721347520444481703f), vset(kShifter));
   const vfloat k = TESSERA_V(sub_ps)(sh, vset(kShifter));
-  vfloat r = TESSERA_V(sub_ps)(b, TESSERA_V(fmadd_ps)(k, vset(2 * 0.693359375f), hx));
-  r = TESSERA_V(fnmadd_ps)(k, vset(2 * -2.12194440e-4f), r);
-  // e^s = 1 + r Q(r) by Taylor (truncation below 1e-8 relative), times 2^frac(k) from the table
-  // (indexed by the low bits of the shifter sum) with one rounding: T + (T r) Q(r).
+  const vfloat rho = TESSERA_V(sub_ps)(TESSERA_V(fnmsub_ps)(k, vset(1.386294365e+00f), hx), lo);
 #if defined(__AVX512F__)
-  vfloat q = TESSERA_V(fmadd_ps)(r, vset(1.0f / 48), vset(1.0f / 8));
-  const vfloat tab = _mm512_permutexvar_ps(_mm512_castps_si512(sh), gelu_exp_table());
+  const vfloat tab = _mm512_permutex2var_ps(
+      _mm512_setr_ps(1.000000000e+00f, 1.021897197e+00f, 1.044273734e+00f, 1.067140460e+00f,
+                     1.090507746e+00f, 1.114386797e+00f, 1.138788581e+00f, 1.163724899e+00f,
+                     1.189207077e+00f, 1.215247393e+00f, 1.241857767e+00f, 1.269050956e+00f,
+                     1.296839595e+00f, 1.325236678e+00f, 1.354255557e+00f, 1.383909941e+00f),
+      _mm512_castps_si512(sh),
+      _mm512_setr_ps(1.414213538e+00f, 1.445180774e+00f, 1.476826191e+00f, 1.509164453e+00f,
+                     1.542210817e+00f, 1.575980902e+00f, 1.610490322e+00f, 1.645755529e+00f,
+                     1.681792855e+00f, 1.718619347e+00f, 1.756252170e+00f, 1.794709086e+00f,
+                     1.834008098e+00f, 1.874167681e+00f, 1.915206552e+00f, 1.957144141e+00f));
+  const vfloat c = _mm512_fmadd_ps(rho, vset(1.250001341e-01f), vset(5.000073314e-01f));
+  const vfloat e = _mm512_scalef_ps(_mm512_fmadd_ps(_mm512_mul_ps(tab, rho), c, tab), k);
 #else
-  vfloat q = TESSERA_V(fmadd_ps)(r, vset(1.0f / 384), vset(1.0f / 48));
-  q = TESSERA_V(fmadd_ps)(q, r, vset(1.0f / 8));
-  const vfloat tab = _mm256_permutevar8x32_ps(gelu_exp_table(), _mm256_castps_si256(sh));
+  const __m256i tb = _mm256_permutevar8x32_epi32(
+      _mm256_setr_epi32(0x5f800000, 0x5f7b95c2, 0x5f7837f0, 0x5f75fed7, 0x5f7504f3, 0x5f75672a,
+                        0x5f7744fd, 0x5f7ac0c7),
+      _mm256_castps_si256(sh));
+  const vfloat tab = _mm256_castsi256_ps(_mm256_add_epi32(tb, _mm256_slli_epi32(_mm256_castps_si256(sh), 20)));
+  vfloat c = _mm256_fmadd_ps(rho, vset(2.083035931e-02f), vset(1.250162572e-01f));
+  c = _mm256_fmadd_ps(c, rho, vset(0.5f));
+  const vfloat e = _mm256_mul_ps(_mm256_fmadd_ps(_mm256_mul_ps(tab, rho), c, tab), vset(0x1p-64f));
 #endif
-  q = TESSERA_V(fmadd_ps)(q, r, vset(0.5f));
-  const vfloat y = TESSERA_V(fmadd_ps)(TESSERA_V(mul_ps)(tab, r), q, tab);
-  // e = xm erfc(|xm|/sqrt2)/2 = xm t y 2^floor(k), rounded once. For x <= 0 that is gelu(x) (below
-  // -kGeluCut, -kGeluCut erfc(kGeluCut/sqrt2)/2 < 2^-150 rounds to -0), for x > 0 gelu(x) = x - e
-  // (above kGeluCut, e is below half an ulp of x).
-  const vfloat e = ldexp_v<kGeluExpBits>(TESSERA_V(mul_ps)(y, TESSERA_V(mul_ps)(xm, t)), {y, sh});
-#if defined(__AVX512F__)
-  return _mm512_mask_sub_ps(e, _mm512_cmp_ps_mask(x, vset(0.0f), _CMP_GT_OQ), x, e);
-#else
-  return _mm256_blendv_ps(e, _mm256_sub_ps(x, e), _mm256_cmp_ps(x, vset(0.0f), _CMP_GT_OQ));
-#endif
+  return TESSERA_V(fmadd_ps)(g, e, TESSERA_V(max_ps)(vset(-0.0f), x));
 }
 
 // m sigmoid(x): m/(1 + e^-|x|) for x > 0 and m e^-|x|/(1 + e^-|x|) otherwise. e^-|x| never
