@@ -52,6 +52,7 @@ def main():
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
 
     loaded = [r for r in rows if "tessera_slowdown" in r and "torch_slowdown" in r]
     panels = 2 if loaded else 1
@@ -77,6 +78,10 @@ def main():
         ax2.set_yticks(list(y))
         ax2.set_yticklabels(names2)
         ax2.set_xscale("log")
+        # Plain numbers at 1, 2, 5, 10, ... (the default minor labels overlap on a narrow range).
+        ax2.xaxis.set_major_locator(matplotlib.ticker.LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+        ax2.xaxis.set_major_formatter(matplotlib.ticker.FormatStrFormatter("%g"))
+        ax2.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
         ax2.set_xlabel("time next to two busy loops / quiet time (log scale)")
         ax2.legend(loc="lower right", fontsize=8)
     fig.tight_layout()
