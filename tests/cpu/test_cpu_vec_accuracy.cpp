@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <initializer_list>
 #include <random>
 #include <string>
 #include <vector>
@@ -86,6 +87,20 @@ uint64_t slice_seed() {
   return (uint64_t(std::random_device{}()) << 32) | std::random_device{}();
 }
 
+// The kernel tables of `levels` that this CPU runs; the others are named as skipped in the output.
+std::vector<const VecKernels*> supported(std::initializer_list<Capability> levels) {
+  const Capability best = max_capability(detect_cpu_features());
+  std::vector<const VecKernels*> out;
+  for (Capability level : levels) {
+    if (int(level) > int(best))
+      std::printf("[ SKIPPED  ] level %s: this CPU supports at most %s\n", capability_name(level),
+                  capability_name(best));
+    else
+      out.push_back(kernels_for(level));
+  }
+  return out;
+}
+
 struct Case {
   UnaryOp op;
   const char* name;
@@ -110,15 +125,8 @@ TEST(CpuVecAccuracy, TranscendentalsOverTheWholeFloatRange) {
       {UnaryOp::Gelu, "gelu", gelu_ref, [](double) { return 8.0; }},
       {UnaryOp::GeluTanh, "gelu_tanh", gelu_tanh_ref, gelu_tanh_ulp_bound},
   };
-  const Capability best = max_capability(detect_cpu_features());
   std::vector<float> out(x.size());
-  for (Capability level : {Capability::Default, Capability::AVX2, Capability::AVX512}) {
-    if (int(level) > int(best)) {
-      std::printf("[ SKIPPED  ] level %s: this CPU supports at most %s\n", capability_name(level),
-                  capability_name(best));
-      continue;
-    }
-    const VecKernels* k = kernels_for(level);
+  for (const VecKernels* k : supported({Capability::Default, Capability::AVX2, Capability::AVX512})) {
     for (const Case& c : cases) {
       SCOPED_TRACE(std::string(k->name) + " " + c.name);
       k->unary_f32[int(c.op)](x.data(), out.data(), int64_t(x.size()));
@@ -152,15 +160,8 @@ TEST(CpuVecAccuracy, GeluOnASeededSliceOfEveryFloat) {
   for (uint32_t b = r; b < 0x41800000u; b += 61) x.insert(x.end(), {from_bits(b), from_bits(b | 0x80000000u)});
   std::vector<double> want(x.size());
   for (size_t i = 0; i < x.size(); ++i) want[i] = gelu_ref(double(x[i]));
-  const Capability best = max_capability(detect_cpu_features());
   std::vector<float> out(x.size());
-  for (Capability level : {Capability::Default, Capability::AVX2, Capability::AVX512}) {
-    if (int(level) > int(best)) {
-      std::printf("[ SKIPPED  ] level %s: this CPU supports at most %s\n", capability_name(level),
-                  capability_name(best));
-      continue;
-    }
-    const VecKernels* k = kernels_for(level);
+  for (const VecKernels* k : supported({Capability::Default, Capability::AVX2, Capability::AVX512})) {
     k->unary_f32[int(UnaryOp::Gelu)](x.data(), out.data(), int64_t(x.size()));
     double worst = 0;
     size_t at = 0;
@@ -179,18 +180,11 @@ TEST(CpuVecAccuracy, GeluOnASeededSliceOfEveryFloat) {
 // the partial tail, from unaligned inputs and outputs: each element bit-equal to the same level's
 // result on the whole array (the kernels are elementwise), nothing written outside.
 TEST(CpuVecAccuracy, VectorKernelsWriteExactlyTheirRangeAtEveryLength) {
-  const Capability best = max_capability(detect_cpu_features());
   constexpr int64_t kMax = 5 * 16 + 15, kGuard = 16;
   std::vector<float> x(kMax + 4);
   for (size_t i = 0; i < x.size(); ++i) x[i] = float(int(i % 23) - 11) * 0.37f;
   const float sentinel = from_bits(0x7fc0beefu);
-  for (Capability level : {Capability::AVX2, Capability::AVX512}) {
-    if (int(level) > int(best)) {
-      std::printf("[ SKIPPED  ] level %s: this CPU supports at most %s\n", capability_name(level),
-                  capability_name(best));
-      continue;
-    }
-    const VecKernels* k = kernels_for(level);
+  for (const VecKernels* k : supported({Capability::AVX2, Capability::AVX512})) {
     for (UnaryOp op : {UnaryOp::Exp, UnaryOp::Sigmoid, UnaryOp::Silu, UnaryOp::Gelu, UnaryOp::GeluTanh}) {
       SCOPED_TRACE(std::string(k->name) + " op " + std::to_string(int(op)));
       for (int64_t off = 0; off < 4; ++off) {
