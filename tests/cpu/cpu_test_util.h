@@ -11,25 +11,13 @@
 #include <vector>
 
 #include "tessera/tessera.h"
+#include "test_seed.h"
 
 namespace tessera::cpu_test {
 
-// One engine per test binary, seeded from random_device; the seed is printed on failure through
-// SCOPED_TRACE in each test (seed_trace()).
-inline uint64_t test_seed() {
-  static const uint64_t seed = [] {
-    if (const char* s = std::getenv("TESSERA_TEST_SEED")) return uint64_t(std::strtoull(s, nullptr, 10));
-    return uint64_t(std::random_device{}()) << 32 | std::random_device{}();
-  }();
-  return seed;
-}
 inline std::mt19937_64& rng() {
   static std::mt19937_64 g(test_seed());
   return g;
-}
-inline std::string seed_trace() {
-  return "random seed " + std::to_string(test_seed()) + " (rerun with TESSERA_TEST_SEED=" +
-         std::to_string(test_seed()) + ")";
 }
 
 // A dense row-major array of doubles with broadcasting reads.
@@ -204,9 +192,11 @@ inline std::vector<double> linear_ref(const Tensor& x, const Tensor& w, const Te
   return y;
 }
 
-// Compares `got` against reference values `want` (already in output order) with the dtype's tolerance.
+// Compares `got` against reference values `want` (already in output order) with the dtype's
+// tolerance; `extra_atol`, when given, widens each element's absolute tolerance by its own amount
+// (an error bound that depends on the element, such as a dot product's accumulation bound).
 inline ::testing::AssertionResult close(const Tensor& got, const std::vector<double>& want, Tol t,
-                                        const std::string& what) {
+                                        const std::string& what, const std::vector<double>* extra_atol = nullptr) {
   const Ref g = read(got);
   if (g.v.size() != want.size())
     return ::testing::AssertionFailure() << what << ": numel " << g.v.size() << " != " << want.size();
@@ -214,9 +204,10 @@ inline ::testing::AssertionResult close(const Tensor& got, const std::vector<dou
     const double a = g.v[i], b = want[i];
     if (std::isnan(b) && std::isnan(a)) continue;
     if (std::isinf(b) && a == b) continue;
-    if (!(std::fabs(a - b) <= t.atol + t.rtol * std::fabs(b)))
+    const double extra = extra_atol ? (*extra_atol)[i] : 0.0;
+    if (!(std::fabs(a - b) <= t.atol + extra + t.rtol * std::fabs(b)))
       return ::testing::AssertionFailure() << what << ": element " << i << " got " << a << " expected " << b
-                                           << " (rtol " << t.rtol << ", atol " << t.atol << ")";
+                                           << " (rtol " << t.rtol << ", atol " << t.atol << " + " << extra << ")";
   }
   return ::testing::AssertionSuccess();
 }

@@ -9,15 +9,14 @@
 #include <cfloat>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <initializer_list>
-#include <random>
 #include <string>
 #include <vector>
 
 #include "isa.h"
+#include "test_seed.h"
 #include "vec_kernels.h"
 
 namespace tessera::cpu {
@@ -79,12 +78,6 @@ std::vector<float> inputs() {
     for (int k = 0; k < 129; ++k, v = std::nextafter(v, INFINITY)) x.push_back(v);
   }
   return x;
-}
-
-// A seed for the sliced sweep: TESSERA_TEST_SEED when set (to rerun a failure), else fresh.
-uint64_t slice_seed() {
-  if (const char* s = std::getenv("TESSERA_TEST_SEED"); s && *s) return std::strtoull(s, nullptr, 10);
-  return (uint64_t(std::random_device{}()) << 32) | std::random_device{}();
 }
 
 // The kernel tables of `levels` that this CPU runs; the others are named as skipped in the output.
@@ -152,10 +145,9 @@ TEST(CpuVecAccuracy, TranscendentalsOverTheWholeFloatRange) {
 // about 36M inputs per level, a different 1/61 of the range every time, within 8 ulp. A failure
 // prints the seed; TESSERA_TEST_SEED reruns it.
 TEST(CpuVecAccuracy, GeluOnASeededSliceOfEveryFloat) {
-  const uint64_t seed = slice_seed();
+  const uint64_t seed = cpu_test::test_seed();
   const uint32_t r = uint32_t(seed % 61);
-  SCOPED_TRACE("seed " + std::to_string(seed) + " (rerun with TESSERA_TEST_SEED=" + std::to_string(seed) +
-               "): bit patterns = " + std::to_string(r) + " mod 61");
+  SCOPED_TRACE(cpu_test::seed_trace() + ": bit patterns = " + std::to_string(r) + " mod 61");
   std::vector<float> x;
   for (uint32_t b = r; b < 0x41800000u; b += 61) x.insert(x.end(), {from_bits(b), from_bits(b | 0x80000000u)});
   std::vector<double> want(x.size());
