@@ -1,5 +1,8 @@
+#include <algorithm>
 #include <cstdlib>
+#include <iterator>
 #include <string>
+#include <utility>
 
 #include "onednn.h"
 
@@ -42,12 +45,16 @@ void register_nn_kernels(const sdk::Host& host) {
   }
   if (const char* algo = host.getenv("TESSERA_CPU_CONV_ALGO"); algo && *algo) {
     const std::string a = algo;
-    if (a == "auto" || a == "direct" || a == "winograd") {
-      nn::set_conv_algo(a == "auto" ? nn::ConvAlgo::Auto : a == "direct" ? nn::ConvAlgo::Direct : nn::ConvAlgo::Winograd);
-      if (a != "auto") sdk::log(TESSERA_LOG_INFO, "cpu", "f32 3x3 conv2d algorithm forced to " + a + " (TESSERA_CPU_CONV_ALGO)");
-    } else {
+    static constexpr std::pair<const char*, nn::ConvAlgo> kAlgos[] = {
+        {"auto", nn::ConvAlgo::Auto}, {"direct", nn::ConvAlgo::Direct}, {"winograd", nn::ConvAlgo::Winograd}};
+    const auto* found = std::find_if(std::begin(kAlgos), std::end(kAlgos), [&](const auto& e) { return a == e.first; });
+    if (found == std::end(kAlgos)) {
       sdk::log(TESSERA_LOG_WARNING, "cpu",
                "TESSERA_CPU_CONV_ALGO='" + a + "' is not a conv2d algorithm; expected 'auto', 'direct' or 'winograd'; using auto");
+    } else {
+      nn::set_conv_algo(found->second);
+      if (found->second != nn::ConvAlgo::Auto)
+        sdk::log(TESSERA_LOG_INFO, "cpu", "f32 3x3 conv2d algorithm forced to " + a + " (TESSERA_CPU_CONV_ALGO)");
     }
   }
 

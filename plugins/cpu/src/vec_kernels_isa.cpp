@@ -217,8 +217,8 @@ inline float erf_f(float x) {
 // GeluOnASeededSliceOfEveryFloat), over the 8-ulp contract of every level. The default level is
 // the fallback for CPUs without AVX2 and FMA, so exactness wins over speed here: about 32 ns of
 // CPU per element on one thread (the float form took 19), against 0.4 ns for the AVX-512 kernel
-// (Note [Explicit gelu at the vector levels]). Below x = -kGeluCut the result (|gelu| < 2^-150) is -0, as at every level;
-// NaN propagates, gelu(inf) = inf.
+// (Note [Explicit gelu at the vector levels]). Below x = -kGeluCut the result (|gelu| < 2^-150)
+// is -0, as at every level; NaN propagates, gelu(inf) = inf.
 constexpr float kGeluCut = 14.5f;
 inline float gelu_f(float x) {
   const double xd = x < -kGeluCut ? -double(kGeluCut) : double(x);
@@ -452,7 +452,7 @@ inline vfloat abs_v(vfloat x) {
 #endif
 }
 
-// 1/d for d >= 1 (sigmoid's d in [1, 2], gelu's in [1, 6.2]): the reciprocal estimate and one Newton
+// 1/d for d in [1, 2] (sigmoid's 1 + e^-|x|): the reciprocal estimate and one Newton
 // step in the residual form t + t (1 - d t), which rounds once at the end (about 0.5 ulp over the
 // estimate's 2^-14 or 2^-12 squared); AVX2's 12-bit estimate leaves 2^-24 before rounding, so it
 // divides instead.
