@@ -319,6 +319,33 @@ void add_conv_rows(std::vector<Row>& rows) {
 #endif
   rows.push_back({"conv2d 8x64x56x56 3x3 f32", "conv", [=] { (void)conv2d(x, w, b, {1, 1}, {1, 1}); },
                   TORCH_FN((void)at::conv2d(tx, tw, tb, {1, 1}, {1, 1}))});
+  // The same layer and a ResNet bottleneck's three convs (1x1 256->64, 3x3 64->64, 1x1 64->256)
+  // with channels-last activations on both sides (torch.channels_last): consecutive convs keep the
+  // layout, so no activation is reordered between them (Note [Channels-last convolution]).
+  const Tensor xc = contiguous(x, MemoryFormat::ChannelsLast);
+  const Tensor bx = contiguous(rand_t({2, 256, 56, 56}, kFloat32), MemoryFormat::ChannelsLast);
+  const Tensor w1 = rand_t({64, 256, 1, 1}, kFloat32, 1.0 / 16), w2 = rand_t({64, 64, 3, 3}, kFloat32, 1.0 / 24),
+               w3 = rand_t({256, 64, 1, 1}, kFloat32, 1.0 / 8);
+#ifdef TESSERA_HAVE_TORCH
+  const at::Tensor txc = tx.contiguous(at::MemoryFormat::ChannelsLast), tbx = to_torch(bx).contiguous(at::MemoryFormat::ChannelsLast);
+  const at::Tensor tw1 = to_torch(w1), tw2 = to_torch(w2), tw3 = to_torch(w3);
+#endif
+  rows.push_back({"conv2d 8x64x56x56 3x3 f32 channels-last", "conv", [=] { (void)conv2d(xc, w, b, {1, 1}, {1, 1}); },
+                  TORCH_FN((void)at::conv2d(txc, tw, tb, {1, 1}, {1, 1}))});
+  const Tensor bxr = bx.contiguous();
+#ifdef TESSERA_HAVE_TORCH
+  const at::Tensor tbxr = tbx.contiguous();
+#endif
+  rows.push_back({"bottleneck convs 2x256x56x56 f32", "conv",
+                  [=] {
+                    (void)conv2d(conv2d(conv2d(bxr, w1), w2, std::nullopt, {1, 1}, {1, 1}), w3);
+                  },
+                  TORCH_FN((void)at::conv2d(at::conv2d(at::conv2d(tbxr, tw1), tw2, {}, {1, 1}, {1, 1}), tw3))});
+  rows.push_back({"bottleneck convs 2x256x56x56 f32 channels-last", "conv",
+                  [=] {
+                    (void)conv2d(conv2d(conv2d(bx, w1), w2, std::nullopt, {1, 1}, {1, 1}), w3);
+                  },
+                  TORCH_FN((void)at::conv2d(at::conv2d(at::conv2d(tbx, tw1), tw2, {}, {1, 1}, {1, 1}), tw3))});
 }
 
 void add_latency_rows(std::vector<Row>& rows) {

@@ -7,8 +7,10 @@
 #include <optional>
 #include <string>
 
+#include "memory_format_internal.h"
 #include "op_registry.h"
 #include "shape_rules.h"
+#include "tessera/memory_format.h"
 #include "tessera/ops.h"
 
 namespace tessera {
@@ -597,6 +599,14 @@ void meta_conv2d(MetaCall& m) {
     check_same_dtype(m, x, m.t(2), "input", "bias");
   }
   m.add_output(out, x.dtype());
+  // Note [Channels-last activations] (docs/semantics.md): PyTorch's rule, a channels-last input or
+  // weight gives a channels-last output, so that consecutive convs keep the layout their kernels
+  // read without a reorder.
+  auto channels_last = [](const TensorImpl& t) {
+    return detail::suggests_channels_last(t.sizes(), t.strides(), t.is_contiguous());
+  };
+  if (out.size() == 4 && (channels_last(x) || channels_last(w)))
+    m.outputs[0].strides = detail::SmallVector<int64_t, 8>(IntArrayRef(channels_last_strides(out)));
 }
 
 void meta_max_pool2d(MetaCall& m) {

@@ -5,12 +5,14 @@
 #include <vector>
 
 #include "host_api.h"
+#include "memory_format_internal.h"
 #include "small_vector.h"
 #include "op_registry.h"
 #include "shape_rules.h"
 #include "sparse_internal.h"
 #include "stream_state.h"
 #include "tessera/dispatcher.h"
+#include "tessera/memory_format.h"
 #include "tessera/ops.h"
 
 namespace tessera {
@@ -39,7 +41,12 @@ int32_t index_of(Device d) { return d.index() < 0 ? 0 : d.index(); }
 void transfer_bytes(const Tensor& dst, const Tensor& src) {
   uint64_t nbytes = uint64_t(src.nbytes());
   if (nbytes == 0) return;
-  TESSERA_INTERNAL_ASSERT(dst.nbytes() == src.nbytes() && dst.is_contiguous() && src.is_contiguous());
+  // Both row-major contiguous, or both dense with the same strides (channels-last): the bytes from
+  // the storage offset on are the tensor's elements, in the same order on both sides.
+  TESSERA_INTERNAL_ASSERT(dst.nbytes() == src.nbytes() &&
+                          ((dst.is_contiguous() && src.is_contiguous()) ||
+                           (dst.sizes() == src.sizes() && detail::channels_last_dense(dst.sizes(), dst.strides()) &&
+                            detail::channels_last_dense(src.sizes(), src.strides()))));
   Device sd = src.device(), dd = dst.device();
   PluginCallGuard in_flight;  // Note [In-flight plugin calls]
   // Checked under the guard: no shutdown can end either generation until the transfer is done.
@@ -134,7 +141,11 @@ Tensor Tensor::to(Device device) const {
   if (same_device(this->device(), device)) return *this;
   if (key_set().has(Functionality::Sparse))
     if (std::optional<Tensor> moved = detail::sparse_to_device(*this, device)) return *moved;
-  Tensor out = make_tensor(sizes(), dtype(), device);
+  // A channels-last tensor stays channels-last on its new device (PyTorch's memory_format=preserve;
+  // Note [Channels-last activations] in docs/semantics.md), and its bytes move as they are.
+  Tensor out = detail::suggests_channels_last(sizes(), strides(), is_contiguous())
+                   ? make_tensor_strided(sizes(), channels_last_strides(sizes()), dtype(), device)
+                   : make_tensor(sizes(), dtype(), device);
   out.copy_(*this);
   return out;
 }
@@ -205,6 +216,12 @@ Tensor& Tensor::copy_(const Tensor& src) {
   TESSERA_CHECK(!storage() || storage()->live(),
                 "copy_: the destination tensor's storage is unusable because ", storage()->unusable_reason());
   if (src.numel() == 0) return *this;
+  // Two channels-last tensors of one shape and dtype lie alike byte for byte: move them as they are.
+  if (dtype() == src.dtype() && sizes() == src.sizes() && !src.is_contiguous() &&
+      detail::channels_last_dense(src.sizes(), src.strides()) && detail::channels_last_dense(sizes(), strides())) {
+    transfer_bytes(*this, src);
+    return *this;
+  }
   // On the source's device when it can (Note [Non-contiguous transfers]), else on the host.
   Tensor s = src.is_contiguous() || device_copies_itself(src) ? src.contiguous()
                                                               : stage_view_on_host(src).view.contiguous();

@@ -319,6 +319,154 @@ TEST(CpuNnConv2d, ThreeByThreeLayersAgainstDouble) {
   EXPECT_TRUE(dot_close(y, want, 64 * 9, "3x3 layer on a sliced input", /*winograd=*/true));
 }
 
+// ---------------------------------------------------------------- conv2d, channels-last
+// Note [Channels-last activations] (docs/semantics.md): a channels-last input or weight gives a
+// channels-last output; the CPU kernel reads and writes such tensors in place (Note
+// [Channels-last convolution] in plugins/cpu/nn/onednn_ops.cpp).
+
+// Strides worked out by hand for the shape (N, C, H, W): (H W C, 1, W C, C).
+std::vector<int64_t> nhwc_strides(const std::vector<int64_t>& s) { return {s[2] * s[3] * s[1], 1, s[3] * s[1], s[1]}; }
+
+bool has_strides(const Tensor& t, const std::vector<int64_t>& want) {
+  return std::vector<int64_t>(t.strides().begin(), t.strides().end()) == want;
+}
+
+TEST(CpuNnConv2d, ChannelsLastInputOrWeightGivesChannelsLastOutput) {
+  struct Case {
+    std::vector<int64_t> x, w;
+    int64_t s, p, g;
+    bool x_cl, w_cl;
+  };
+  const Case cases[] = {
+      {{2, 16, 9, 11}, {24, 16, 3, 3}, 1, 1, 1, true, false},   // input only
+      {{2, 16, 9, 11}, {24, 16, 3, 3}, 2, 0, 1, false, true},   // weight only
+      {{3, 8, 7, 6}, {12, 8, 1, 1}, 1, 0, 1, true, true},       // 1x1, both
+      {{2, 12, 10, 9}, {16, 3, 3, 3}, 1, 1, 4, true, true},     // grouped: GOHWI weight
+      {{4, 32, 18, 17}, {40, 32, 3, 3}, 1, 1, 1, true, true},   // a layer Winograd takes under auto
+  };
+  for (DType d : kFloatTypes)
+    for (const Case& cc : cases) {
+      SCOPED_TRACE(seed_trace() + " " + std::string(dtype_name(d)) + " groups " + std::to_string(cc.g));
+      Tensor x = random_tensor(cc.x, d), w = random_tensor(cc.w, d), b = random_tensor({cc.w[0]}, d);
+      if (cc.x_cl) x = contiguous(x, MemoryFormat::ChannelsLast);
+      if (cc.w_cl) w = contiguous(w, MemoryFormat::ChannelsLast);
+      ASSERT_EQ(cc.x_cl, has_strides(x, nhwc_strides(cc.x)));
+      ASSERT_EQ(cc.w_cl, is_contiguous(w, MemoryFormat::ChannelsLast));  // a 1x1 weight is both
+      Tensor y = conv2d(x, w, b, {cc.s, cc.s}, {cc.p, cc.p}, {1, 1}, cc.g);
+      std::vector<int64_t> os;
+      const Ref rb = read(b);
+      auto want = ref_conv2d(read(x), read(w), &rb, cc.s, cc.s, cc.p, cc.p, 1, 1, cc.g, &os);
+      ASSERT_EQ(std::vector<int64_t>(y.sizes().begin(), y.sizes().end()), os);
+      EXPECT_TRUE(has_strides(y, nhwc_strides(os))) << "output strides " << y.strides();
+      EXPECT_EQ(suggest_memory_format(y), MemoryFormat::ChannelsLast);
+      EXPECT_TRUE(dot_close(y, want, cc.w[1] * cc.w[2] * cc.w[3], "channels-last conv2d", /*winograd=*/true));
+    }
+}
+
+TEST(CpuNnConv2d, RowMajorOperandsKeepRowMajorOutput) {
+  SCOPED_TRACE(seed_trace());
+  // C == 1: the row-major input is also channels-last dense; it counts as row-major.
+  for (const std::vector<int64_t>& xs : {std::vector<int64_t>{2, 5, 8, 8}, std::vector<int64_t>{2, 1, 8, 8}}) {
+    Tensor x = random_tensor(xs, kFloat32), w = random_tensor({6, xs[1], 3, 3}, kFloat32);
+    Tensor y = conv2d(x, w, std::nullopt, {1, 1}, {1, 1});
+    EXPECT_TRUE(y.is_contiguous()) << "output strides " << y.strides();
+    EXPECT_EQ(suggest_memory_format(y), MemoryFormat::Contiguous);
+  }
+  // A 3-D (C, H, W) input has no channels-last form.
+  Tensor x3 = random_tensor({4, 6, 6}, kFloat32), w = random_tensor({5, 4, 3, 3}, kFloat32);
+  EXPECT_TRUE(conv2d(x3, contiguous(w, MemoryFormat::ChannelsLast)).is_contiguous());
+}
+
+TEST(MemoryFormat, StridesLayoutTestsAndConversions) {
+  SCOPED_TRACE(seed_trace());
+  EXPECT_EQ(channels_last_strides({2, 3, 4, 5}), (std::vector<int64_t>{60, 1, 15, 3}));
+  EXPECT_EQ(channels_last_strides({2, 0, 4, 5}), (std::vector<int64_t>{20, 1, 5, 1}));  // 0 counts as 1
+  EXPECT_THROW(channels_last_strides({3, 4, 5}), Error);
+  EXPECT_THROW(channels_last_strides({2, -1, 4, 5}), Error);
+  EXPECT_STREQ(memory_format_name(MemoryFormat::ChannelsLast), "channels_last");
+
+  Tensor x = random_tensor({2, 3, 4, 5}, kFloat32);
+  EXPECT_TRUE(is_contiguous(x, MemoryFormat::Contiguous));
+  EXPECT_FALSE(is_contiguous(x, MemoryFormat::ChannelsLast));
+  EXPECT_EQ(suggest_memory_format(x), MemoryFormat::Contiguous);
+  Tensor cl = contiguous(x, MemoryFormat::ChannelsLast);
+  EXPECT_TRUE(has_strides(cl, {60, 1, 15, 3}));
+  EXPECT_EQ(read(cl).v, read(x).v);  // same elements at the same (n, c, h, w)
+  EXPECT_TRUE(is_contiguous(cl, MemoryFormat::ChannelsLast));
+  EXPECT_FALSE(is_contiguous(cl, MemoryFormat::Contiguous));
+  EXPECT_EQ(suggest_memory_format(cl), MemoryFormat::ChannelsLast);
+  EXPECT_TRUE(contiguous(cl, MemoryFormat::ChannelsLast).is_same(cl));  // already: no copy
+  Tensor rm = contiguous(cl, MemoryFormat::Contiguous);
+  EXPECT_TRUE(rm.is_contiguous());
+  EXPECT_EQ(read(rm).v, read(x).v);
+  // An NHWC buffer permuted to (N, C, H, W) is channels-last; a slice of one is not dense.
+  Tensor perm = random_tensor({2, 4, 5, 3}, kFloat64).permute({0, 3, 1, 2});
+  EXPECT_EQ(suggest_memory_format(perm), MemoryFormat::ChannelsLast);
+  EXPECT_EQ(suggest_memory_format(perm.slice(2, 0, 4, 2)), MemoryFormat::Contiguous);
+  EXPECT_FALSE(is_contiguous(perm.slice(2, 0, 4, 2), MemoryFormat::ChannelsLast));
+  // Size-1 dims take any stride; an empty tensor is contiguous in every format.
+  EXPECT_TRUE(is_contiguous(random_tensor({1, 6, 1, 1}, kFloat32), MemoryFormat::ChannelsLast));
+  EXPECT_TRUE(is_contiguous(empty({2, 0, 3, 3}), MemoryFormat::ChannelsLast));
+  for (DType d : {kBFloat16, kInt32, kBool}) {
+    Tensor t = random_tensor({3, 2, 2, 3}, kFloat32).to(d);
+    EXPECT_EQ(read(contiguous(t, MemoryFormat::ChannelsLast)).v, read(t).v) << dtype_name(d);
+  }
+  // Wrong rank and undefined tensors are errors that say what to do.
+  try {
+    contiguous(random_tensor({3, 4, 5}, kFloat32), MemoryFormat::ChannelsLast);
+    ADD_FAILURE() << "no error for a 3-D tensor";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("channels_last needs a 4-D (N, C, H, W) tensor, got 3-D"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW(is_contiguous(Tensor(), MemoryFormat::Contiguous), Error);
+  EXPECT_THROW(suggest_memory_format(Tensor()), Error);
+}
+
+// Three layers with the activations channels-last throughout (what a ResNet stem and block do):
+// each layer's output keeps the layout and matches a double reference computed from that layer's
+// actual input.
+TEST(CpuNnConv2d, ChannelsLastChainKeepsLayout) {
+  for (DType d : {kFloat32, kBFloat16}) {
+    SCOPED_TRACE(seed_trace() + " " + std::string(dtype_name(d)));
+    Tensor x = contiguous(random_tensor({2, 24, 20, 20}, d), MemoryFormat::ChannelsLast);
+    const std::vector<std::vector<int64_t>> weights = {{32, 24, 1, 1}, {32, 32, 3, 3}, {48, 32, 3, 3}};
+    const int64_t strides[] = {1, 2, 1};
+    for (size_t l = 0; l < weights.size(); ++l) {
+      Tensor w = random_tensor(weights[l], d, -0.5, 0.5);
+      const int64_t pad = weights[l][2] / 2;
+      Tensor y = conv2d(x, w, std::nullopt, {strides[l], strides[l]}, {pad, pad});
+      std::vector<int64_t> os;
+      auto want = ref_conv2d(read(x), read(w), nullptr, strides[l], strides[l], pad, pad, 1, 1, 1, &os);
+      ASSERT_TRUE(is_contiguous(y, MemoryFormat::ChannelsLast)) << "layer " << l << " strides " << y.strides();
+      ASSERT_FALSE(y.is_contiguous());
+      EXPECT_TRUE(dot_close(y, want, weights[l][1] * weights[l][2] * weights[l][3], "layer " + std::to_string(l),
+                            /*winograd=*/true));
+      x = y;
+    }
+  }
+}
+
+// One storage viewed as an OIHW weight and as an OHWI weight: the same address and shape, other
+// elements. The weight cache (Note [Weight cache]) must not hand the first view's packed copy to
+// the second.
+TEST(CpuNnConv2d, WeightCacheTellsLayoutsOfOneStorageApart) {
+  SCOPED_TRACE(seed_trace());
+  const std::vector<int64_t> ws = {16, 8, 3, 3};
+  Tensor storage = random_tensor({16 * 8 * 9}, kFloat32);
+  Tensor w_oihw = storage.as_strided(ws, {72, 9, 3, 1});
+  Tensor w_ohwi = storage.as_strided(ws, nhwc_strides(ws));
+  ASSERT_EQ(w_oihw.raw_const_data_ptr(), w_ohwi.raw_const_data_ptr());
+  Tensor x = random_tensor({2, 8, 12, 12}, kFloat32);
+  for (const Tensor& w : {w_oihw, w_oihw, w_oihw, w_ohwi, w_ohwi, w_ohwi}) {
+    Tensor y = conv2d(x, w, std::nullopt, {1, 1}, {1, 1});
+    std::vector<int64_t> os;
+    auto want = ref_conv2d(read(x), read(w), nullptr, 1, 1, 1, 1, 1, 1, 1, &os);
+    EXPECT_TRUE(dot_close(y, want, 72, std::string("weight ") + (w.is_contiguous() ? "OIHW" : "OHWI"),
+                          /*winograd=*/true));
+  }
+}
+
 // ---------------------------------------------------------------- softmax / log_softmax
 
 std::vector<double> ref_softmax(const Ref& x, int64_t dim, bool log) {

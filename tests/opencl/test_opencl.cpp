@@ -300,6 +300,24 @@ TEST_F(OpenCL, OpsWithoutKernelFallBackToCpu) {
   expect_close(got, ts::pow(x, 2.0), 2, "pow via fallback");
 }
 
+// A channels-last tensor keeps its layout across .to(device) both ways (its bytes move as they
+// are), and conv2d, which this backend leaves to the CPU fallback, gives a channels-last result on
+// the OpenCL device as it does on the CPU (Note [Channels-last activations] in docs/semantics.md).
+TEST_F(OpenCL, ChannelsLastSurvivesTransfersAndTheFallback) {
+  const std::vector<int64_t> nhwc = {6 * 7 * 5, 1, 7 * 5, 5};  // (N, 5, 6, 7): (H W C, 1, W C, C)
+  ts::Tensor x = ts::contiguous(random({2, 5, 6, 7}, ts::kFloat32), ts::MemoryFormat::ChannelsLast);
+  ts::Tensor xd = x.to("opencl");
+  EXPECT_EQ(xd.strides().vec(), nhwc);
+  ts::Tensor back = xd.cpu();
+  EXPECT_EQ(back.strides().vec(), nhwc);
+  expect_close(back, x, 0, "channels-last round trip");
+  ts::Tensor w = random({4, 5, 3, 3}, ts::kFloat32);
+  ts::Tensor yd = ts::conv2d(xd, w.to("opencl"), std::nullopt, {1, 1}, {1, 1});
+  EXPECT_TRUE(yd.is("opencl"));
+  EXPECT_EQ(ts::suggest_memory_format(yd), ts::MemoryFormat::ChannelsLast) << "strides " << yd.strides();
+  expect_close(yd, ts::conv2d(x.contiguous(), w, std::nullopt, {1, 1}, {1, 1}), 20, "conv2d via fallback");
+}
+
 TEST_F(OpenCL, AllocatorReusesFreedBlocks) {
   const auto before = opencl_properties()["allocator"];
   { ts::Tensor t = ts::empty({1 << 18}, ts::TensorOptions(ts::kFloat32).device("opencl")); }

@@ -877,8 +877,32 @@ void conv2d_direct(const T* x, const T* w, const T* bias, T* y, int64_t nb, int6
 }  // namespace
 
 // conv2d(input [N, C, H, W] or [C, H, W], weight [OC, C/groups, KH, KW], bias [OC]?, stride,
-// padding, dilation, groups). oneDNN convolution on plain NCHW / (G)OIHW memory.
+// padding, dilation, groups). oneDNN convolution on NCHW / (G)OIHW memory, or channels-last.
 namespace {
+// Note [Channels-last convolution]
+// oneDNN's direct convolutions on AVX-512 (brgconv) and AVX2 prefer NHWC activations: handed
+// row-major NCHW, each call reorders its input in and its output back, about a fifth of a 64x56x56
+// 3x3 layer's time. A channels-last input, weight or output (memory_format.h; conv2d's shape rule
+// makes the output channels-last when the input or weight is) is described to oneDNN as NHWC /
+// OHWI as it lies, with no copy, and the primitive (format_tag::any) decides whether it wants
+// another layout; when it asks for what the tensor already is, no reorder runs, so a chain of
+// channels-last convs keeps its activations in place. Winograd layers still reorder into their
+// blocked layout: the transform saves more than the reorder costs (docs/performance.md, "conv2d").
+// Only dense channels-last tensors (not also row-major contiguous) are taken as they are; any
+// other strides are copied row-major first, as before.
+bool channels_last_only(const tessera_tensor_t* t) {
+  if (t->ndim != 4 || TensorView(t).is_contiguous()) return false;
+  for (int d = 0; d < 4; ++d)
+    if (t->sizes[d] == 0) return false;
+  int64_t expected = 1;
+  for (int d : {1, 3, 2, 0}) {
+    if (t->sizes[d] == 1) continue;
+    if (t->strides[d] != expected) return false;
+    expected *= t->sizes[d];
+  }
+  return true;
+}
+
 // Note [Winograd convolution]
 // A 3x3, stride-1, undilated, ungrouped f32 convolution can be computed with Winograd's minimal
 // filtering F(4x4, 3x3): each 6x6 input tile and each filter are transformed, multiplied
@@ -921,11 +945,16 @@ void conv2d_impl(const KernelCall& call, MatEpilogue::Activation activation) {
   const int32_t dt = call.input(0).dtype();
   if (dt == TESSERA_DTYPE_FLOAT16) return run_via_f32(call, &conv2d_kernel);
   TempList holder;
-  const tessera_tensor_t* x = contiguous(call.input(0).raw(), holder);
-  const tessera_tensor_t* w = contiguous(call.input(1).raw(), holder);
+  // oneDNN reads and writes channels-last activations and weights as they are (Note
+  // [Channels-last convolution]); the direct loops of float64 and the integers take row-major.
+  const bool onednn = dt != TESSERA_DTYPE_FLOAT64 && !dtype_is_integral(dt);
+  auto as_is = [&](const tessera_tensor_t* t) { return onednn && channels_last_only(t); };
+  const bool x_cl = as_is(call.input(0).raw()), w_cl = as_is(call.input(1).raw()), y_cl = as_is(call.output(0).raw());
+  const tessera_tensor_t* x = x_cl ? call.input(0).raw() : contiguous(call.input(0).raw(), holder);
+  const tessera_tensor_t* w = w_cl ? call.input(1).raw() : contiguous(call.input(1).raw(), holder);
   const tessera_tensor_t* bias = call.num_inputs() > 2 ? contiguous(call.input(2).raw(), holder) : nullptr;
   const tessera_tensor_t* y_user = call.output(0).raw();
-  const tessera_tensor_t* y = contiguous(y_user, holder);  // a contiguous temporary when strided
+  const tessera_tensor_t* y = y_cl ? y_user : contiguous(y_user, holder);  // a contiguous temporary when strided
   const bool y_temp = y != y_user;
   if (x->ndim != 3 && x->ndim != 4)
     fail("conv2d: input has shape " + shape_str(x) + "; expected 3-D (C, H, W) or 4-D (N, C, H, W)");
@@ -972,16 +1001,17 @@ void conv2d_impl(const KernelCall& call, MatEpilogue::Activation activation) {
     });
   } else {
     const memory::data_type mdt = dnnl_dtype(dt);
-    const memory::desc src_md({nb, c, h, wd}, mdt, memory::format_tag::nchw);
-    const memory::desc dst_md({nb, oc, oh, ow}, mdt, memory::format_tag::nchw);
-    const memory::desc wei_md = g == 1 ? memory::desc({oc, c, kh, kw}, mdt, memory::format_tag::oihw)
-                                       : memory::desc({g, oc / g, c / g, kh, kw}, mdt, memory::format_tag::goihw);
+    using tag = memory::format_tag;
+    const memory::desc src_md({nb, c, h, wd}, mdt, x_cl ? tag::nhwc : tag::nchw);
+    const memory::desc dst_md({nb, oc, oh, ow}, mdt, y_cl ? tag::nhwc : tag::nchw);
+    const memory::desc wei_md = g == 1 ? memory::desc({oc, c, kh, kw}, mdt, w_cl ? tag::ohwi : tag::oihw)
+                                       : memory::desc({g, oc / g, c / g, kh, kw}, mdt, w_cl ? tag::gohwi : tag::goihw);
     const memory::desc bias_md = bias ? memory::desc({oc}, mdt, memory::format_tag::x) : memory::desc();
     // The primitive picks its own layouts (format_tag::any); activations are reordered in and out
     // through thread-local buffers and the weight is packed once per version (Note [Weight cache]).
     const bool winograd = winograd_applies(dt, g, kh, kw, s, d, c, oc, nb, oh, ow);
     std::string key = winograd ? "conv2d_wino" : "conv2d_any";
-    const int64_t geo[] = {nb, c, h, wd, oc, kh, kw, s[0], s[1], p[0], p[1], d[0], d[1], g, bias != nullptr, int64_t(mdt)};
+    const int64_t geo[] = {nb, c, h, wd, oc, kh, kw, s[0], s[1], p[0], p[1], d[0], d[1], g, bias != nullptr, int64_t(mdt), w_cl};
     key_append(key, geo, sizeof(geo));
     MatEpilogue epilogue;
     epilogue.activation = activation;
@@ -1038,7 +1068,17 @@ void conv2d_impl(const KernelCall& call, MatEpilogue::Activation activation) {
       key_append(wkey, geo, sizeof(geo));
       auto pack_into = [&](void* out) {
         memory packed_mem(prim->weights, cpu_engine(), out);
-        dnnl::reorder(wei, packed_mem).execute(strm, wei, packed_mem);
+        if (w_cl && winograd) {
+          // oneDNN reorders into the Winograd weight format from (G)OIHW only: go through it.
+          const memory::desc plain_md = g == 1 ? memory::desc({oc, c, kh, kw}, mdt, tag::oihw)
+                                               : memory::desc({g, oc / g, c / g, kh, kw}, mdt, tag::goihw);
+          Buffer<char> plain_buf(int64_t(plain_md.get_size()));
+          memory plain(plain_md, cpu_engine(), plain_buf.get());
+          dnnl::reorder(wei, plain).execute(strm, wei, plain);
+          dnnl::reorder(plain, packed_mem).execute(strm, plain, packed_mem);
+        } else {
+          dnnl::reorder(wei, packed_mem).execute(strm, wei, packed_mem);
+        }
         strm.wait();
       };
       packed = weight_cache().get(wkey, version, prim->weights, [&](PackedWeight& pw) { pack_into(pw.data.get()); });
