@@ -15,12 +15,14 @@
 
 #include "dispatcher_state.h"
 #include "host_api.h"
+#include "memory_format_internal.h"
 #include "op_registry.h"
 #include "profiler.h"
 #include "sparse_internal.h"
 #include "stream_state.h"
 #include "tessera/env.h"
 #include "tessera/log.h"
+#include "tessera/memory_format.h"
 #include "tessera/plugin_loader.h"
 
 
@@ -100,6 +102,25 @@ void bump_written_versions(const MetaCall& m, const CallFrame& f) {
 [[noreturn]] void unusable_error(const OperatorEntry& op, int index, const StorageImpl& s) {
   detail::throw_error(ErrorCode::InvalidArgument, op.name + ": tensor argument " + std::to_string(index) +
                                                       " has unusable storage because " + s.unusable_reason());
+}
+
+// Note [Channels-last activations] (docs/semantics.md): a fresh 4-D output of a pointwise op,
+// clone or _to_copy takes channels-last strides when the first input of the output's shape is
+// channels-last (PyTorch's TensorIterator gives its operands' order priority in the same way).
+// Broadcast operands and wrapped numbers have another shape and do not decide.
+void keep_channels_last(MetaCall& m, const CallFrame& f) {
+  for (int o = 0; o < m.num_outputs; ++o) {
+    MetaCall::Output& out = m.outputs[o];
+    if (out.alias_input >= 0 || out.strides || out.sizes.size() != 4) continue;
+    const IntArrayRef sizes(out.sizes.data(), out.sizes.size());
+    for (int i = 0; i < f.num_tensors; ++i) {
+      const TensorImpl* t = f.tensors[i];
+      if (!t || t->sizes() != sizes) continue;
+      if (detail::suggests_channels_last(t->sizes(), t->strides(), t->is_contiguous()))
+        out.strides = detail::SmallVector<int64_t, 8>(IntArrayRef(channels_last_strides(sizes)));
+      break;
+    }
+  }
 }
 
 // Allocates the outputs of the shape rule on `dev` (in-place outputs are their input).
@@ -568,6 +589,7 @@ static int dispatch_call(OperatorEntry& op, const CallFrame& f, Tensor* outs) {
     m.list_size = f.num_tensors - op.num_tensor_args;
   }
   op.meta(m);
+  if (op.keeps_layout) keep_channels_last(m, f);
   bool writes_an_input = false;
   for (int o = 0; o < m.num_outputs; ++o) {
     if (m.outputs[o].alias_input >= 0) {

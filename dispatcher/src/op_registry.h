@@ -131,6 +131,9 @@ class OperatorEntry {
   std::string name;  // full name, "add.Tensor"
   std::string provider;
   std::vector<std::string> tags;  // of ops.json; empty for ops defined by plugins
+  // Pointwise ops, clone and _to_copy: a fresh 4-D output follows a channels-last input's layout
+  // (Note [Channels-last activations] in docs/semantics.md).
+  bool keeps_layout = false;
   std::string doc;
   MetaFn meta = nullptr;
   std::vector<ArgInfo> args;

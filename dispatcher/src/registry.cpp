@@ -250,6 +250,8 @@ Dispatcher::Dispatcher() : impl_(std::make_unique<Impl>()) {
       e.tags.emplace_back(tags.substr(0, comma));
       tags.remove_prefix(std::min(comma + 1, tags.size()));
     }
+    e.keeps_layout = std::find(e.tags.begin(), e.tags.end(), "pointwise") != e.tags.end() ||
+                     e.name == "clone" || e.name == "_to_copy";
     e.doc = defs[i].doc;
   }
 }

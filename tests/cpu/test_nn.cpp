@@ -423,6 +423,67 @@ TEST(MemoryFormat, StridesLayoutTestsAndConversions) {
   EXPECT_THROW(suggest_memory_format(Tensor()), Error);
 }
 
+// Pointwise ops, clone and .to(dtype) keep a channels-last input's layout; the first operand of the
+// output's shape decides (PyTorch's rule); broadcast operands and numbers do not.
+TEST(MemoryFormat, PointwiseOpsFollowTheFirstFullSizeOperand) {
+  SCOPED_TRACE(seed_trace());
+  const std::vector<int64_t> shape = {2, 6, 5, 7}, cl_strides = {210, 1, 42, 6};
+  Tensor a = contiguous(random_tensor(shape, kFloat32), MemoryFormat::ChannelsLast);
+  Tensor b = random_tensor(shape, kFloat32);  // row-major
+  Tensor bias = random_tensor({1, 6, 1, 1}, kFloat32);
+  const Ref ra = read(a), rb = read(b), rbias = read(bias);
+  auto expect_cl = [&](const Tensor& t, const char* what) {
+    EXPECT_TRUE(has_strides(t, cl_strides)) << what << ": strides " << t.strides();
+  };
+  auto expect_values = [&](const Tensor& t, double (*f)(double, double), const Ref& other, const char* what) {
+    const Ref got = read(t);
+    ASSERT_EQ(got.v.size(), ra.v.size()) << what;
+    for (size_t i = 0; i < got.v.size(); ++i) {
+      const double want = f(ra.v[i], other.at(cpu_test::unravel(int64_t(i), ra.sizes)));
+      ASSERT_NEAR(got.v[i], want, 1e-6 * (1 + std::fabs(want))) << what << " at " << i;
+    }
+  };
+  Tensor r = relu(a);
+  expect_cl(r, "relu");
+  expect_values(r, [](double x, double) { return x > 0 ? x : 0.0; }, rb, "relu");
+  expect_cl(exp(a), "exp");
+  expect_cl(gelu(a), "gelu");
+  Tensor s1 = a + b;
+  expect_cl(s1, "cl + row-major");
+  expect_values(s1, [](double x, double y) { return x + y; }, rb, "cl + row-major");
+  EXPECT_TRUE((b + a).is_contiguous()) << "row-major + cl: the first operand decides";
+  Tensor s2 = a * bias;
+  expect_cl(s2, "cl * [1, C, 1, 1]");
+  expect_values(s2, [](double x, double y) { return x * y; }, rbias, "cl * bias");
+  expect_cl(a + 2.0, "cl + number");
+  expect_cl(where(gt(a, b), a, b), "where");
+  expect_cl(a.clone(), "clone");
+  Tensor h = a.to(kFloat64);
+  expect_cl(h, "to(float64)");
+  EXPECT_EQ(read(h).v, ra.v);
+  expect_cl(a.to(kInt32) + a, "int32 cl + float32 cl (cast to the compute dtype)");
+  EXPECT_TRUE(a.contiguous().is_contiguous());
+  EXPECT_TRUE(relu(b).is_contiguous());
+  // 3-D and 5-D tensors have no channels-last form: untouched.
+  Tensor p3 = random_tensor({4, 5, 3}, kFloat32).permute({0, 2, 1});
+  EXPECT_TRUE(relu(p3).is_contiguous());
+}
+
+// conv -> relu -> conv -> relu, eager: the activations stay channels-last throughout.
+TEST(MemoryFormat, ConvReluChainStaysChannelsLast) {
+  SCOPED_TRACE(seed_trace());
+  Tensor x = contiguous(random_tensor({2, 16, 12, 12}, kFloat32), MemoryFormat::ChannelsLast);
+  Tensor w1 = random_tensor({32, 16, 3, 3}, kFloat32, -0.3, 0.3), w2 = random_tensor({16, 32, 1, 1}, kFloat32, -0.3, 0.3);
+  Tensor h = relu(conv2d(x, w1, std::nullopt, {1, 1}, {1, 1}));
+  ASSERT_EQ(suggest_memory_format(h), MemoryFormat::ChannelsLast);
+  Tensor y = relu(conv2d(h, w2));
+  ASSERT_EQ(suggest_memory_format(y), MemoryFormat::ChannelsLast);
+  std::vector<int64_t> os;
+  DotRef want = ref_conv2d(read(h), read(w2), nullptr, 1, 1, 0, 0, 1, 1, 1, &os);
+  for (double& v : want.v) v = std::max(v, 0.0);
+  EXPECT_TRUE(dot_close(y, want, 32, "relu(conv2d(relu(conv2d(x_cl))))"));
+}
+
 // Three layers with the activations channels-last throughout (what a ResNet stem and block do):
 // each layer's output keeps the layout and matches a double reference computed from that layer's
 // actual input.
