@@ -583,6 +583,15 @@ void meta_layer_norm(MetaCall& m) {
   m.add_output(x.sizes(), r);
 }
 
+// Note [Channels-last activations] (docs/semantics.md): output 0 of a 4-D result is channels-last
+// when `x` is, as PyTorch's pooling keeps its input's layout.
+void keep_channels_last_of(MetaCall& m, const TensorImpl& x) {
+  const auto& out = m.outputs[0].sizes;
+  if (out.size() == 4 && detail::suggests_channels_last(x.sizes(), x.strides(), x.is_contiguous()))
+    m.outputs[0].strides =
+        detail::SmallVector<int64_t, 8>(IntArrayRef(channels_last_strides(IntArrayRef(out.data(), out.size()))));
+}
+
 void meta_conv2d(MetaCall& m) {
   const TensorImpl& x = need(m, 0, "input");
   const TensorImpl& w = need(m, 1, "weight");
@@ -617,6 +626,7 @@ void meta_max_pool2d(MetaCall& m) {
   attr_pair(m, 2, "padding", padding);
   attr_pair(m, 3, "dilation", dilation);
   m.add_output(shape::pool2d<int64_t>(m.op_name, x.sizes(), kernel, stride, padding, dilation), x.dtype());
+  keep_channels_last_of(m, x);
 }
 
 void meta_avg_pool2d(MetaCall& m) {
@@ -627,6 +637,7 @@ void meta_avg_pool2d(MetaCall& m) {
   attr_pair(m, 1, "stride", stride, kernel);
   attr_pair(m, 2, "padding", padding);
   m.add_output(shape::pool2d<int64_t>(m.op_name, x.sizes(), kernel, stride, padding, dilation), x.dtype());
+  keep_channels_last_of(m, x);
 }
 
 void check_index_dtype(const MetaCall& m, const TensorImpl& idx, const char* name) {

@@ -702,5 +702,50 @@ TEST(CpuNnPool, DefaultStrideAndStridedInput) {
   EXPECT_TRUE(close(mp, ref_pool(read(x), 2, 2, 0, 1, true), {0, 0}, "max_pool2d default stride"));
 }
 
+// Note [Channels-last pooling]: a channels-last input is pooled in place into a channels-last output,
+// with the values of the double reference and, the taps being visited in the same order, the same
+// values as the row-major path, NaN included (it wins a max window in both).
+TEST(CpuNnPool, ChannelsLastKeepsLayoutAndValues) {
+  struct Case {
+    std::vector<int64_t> x;
+    int64_t k, s, p, d;
+  };
+  const Case cases[] = {{{2, 19, 11, 10}, 3, 2, 1, 1}, {{1, 8, 16, 16}, 2, 2, 0, 1}, {{2, 5, 13, 9}, 3, 1, 1, 2}};
+  auto same = [](const Tensor& a, const Tensor& b) {
+    const Ref ra = read(a), rb = read(b);
+    if (ra.v.size() != rb.v.size()) return false;
+    for (size_t i = 0; i < ra.v.size(); ++i)
+      if (!(ra.v[i] == rb.v[i] || (std::isnan(ra.v[i]) && std::isnan(rb.v[i])))) return false;
+    return true;
+  };
+  std::vector<DType> types(std::begin(kFloatTypes), std::end(kFloatTypes));
+  types.push_back(kInt32);
+  for (DType d : types)
+    for (const auto& c : cases) {
+      SCOPED_TRACE(seed_trace() + " " + std::string(dtype_name(d)));
+      Tensor rm = d == kInt32 ? random_tensor(c.x, kFloat32, -100, 100).to(kInt32) : random_tensor(c.x, d);
+      Tensor x = contiguous(rm, MemoryFormat::ChannelsLast);
+      Tensor mp = max_pool2d(x, {c.k, c.k}, {c.s, c.s}, {c.p, c.p}, {c.d, c.d});
+      EXPECT_EQ(suggest_memory_format(mp), MemoryFormat::ChannelsLast) << "strides " << mp.strides();
+      EXPECT_TRUE(close(mp, ref_pool(read(rm), c.k, c.s, c.p, c.d, true), {0, 0}, "channels-last max_pool2d"));
+      EXPECT_TRUE(same(mp, max_pool2d(rm, {c.k, c.k}, {c.s, c.s}, {c.p, c.p}, {c.d, c.d})));
+      if (c.d == 1 && d != kInt32) {
+        Tensor ap = avg_pool2d(x, {c.k, c.k}, {c.s, c.s}, {c.p, c.p});
+        EXPECT_EQ(suggest_memory_format(ap), MemoryFormat::ChannelsLast);
+        EXPECT_TRUE(close(ap, ref_pool(read(rm), c.k, c.s, c.p, 1, false), norm_tol(d), "channels-last avg_pool2d"));
+        EXPECT_TRUE(same(ap, avg_pool2d(rm, {c.k, c.k}, {c.s, c.s}, {c.p, c.p})));
+      }
+      if (d == kFloat32) {  // a NaN wins its windows, in both layouts
+        rm.data_ptr<float>()[7] = std::numeric_limits<float>::quiet_NaN();
+        Tensor xn = contiguous(rm, MemoryFormat::ChannelsLast);
+        Tensor got = max_pool2d(xn, {c.k, c.k}, {c.s, c.s}, {c.p, c.p}, {c.d, c.d});
+        EXPECT_TRUE(same(got, max_pool2d(rm, {c.k, c.k}, {c.s, c.s}, {c.p, c.p}, {c.d, c.d})));
+        bool any_nan = false;
+        for (double v : read(got).v) any_nan |= std::isnan(v);
+        EXPECT_TRUE(any_nan) << "the NaN input reached no output";
+      }
+    }
+}
+
 }  // namespace
 }  // namespace tessera

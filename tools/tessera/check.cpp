@@ -27,7 +27,7 @@ void print_usage(FILE* out) {
       "  --seed N          random seed (default: a fresh one, printed in the summary)\n"
       "  --xfail FILE      expected-failure list (default: <device>.xfail.txt next to the plugin's\n"
       "                    manifest, or TESSERA_CTS_XFAIL)\n"
-      "  --no-strided      skip the runs with non-contiguous inputs\n"
+      "  --no-strided      skip the runs with non-contiguous and channels-last inputs\n"
       "  --json            print the report as JSON\n"
       "Exit status: 0 = no unexpected failure, 1 = failures or unusable device, 2 = bad usage.\n",
       out);

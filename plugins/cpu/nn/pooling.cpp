@@ -64,6 +64,92 @@ void pool_plane(const T* in, T* out, const PoolGeom& g) {
   }
 }
 
+// Note [Channels-last pooling]: a channels-last input (docs/semantics.md, "Memory formats") gets a
+// channels-last output from the shape rule, and is pooled where it lies: for each output pixel the
+// taps are the outer loops and the C channels, adjacent in memory, the inner one. The taps are
+// visited in the same order as the planar loop, so both layouts give the same bits. Floating types
+// below f32 go through f32 one pixel (C values) at a time.
+template <typename T, bool kMax>
+void pool_pixel_nhwc(const T* in, T* out, int64_t c, int64_t oh, int64_t ow, const PoolGeom& g) {
+  const T init = kMax ? (std::is_integral_v<T> ? std::numeric_limits<T>::lowest() : -std::numeric_limits<T>::infinity())
+                      : T(0);
+  for (int64_t q = 0; q < c; ++q) out[q] = init;
+  for (int64_t i = 0; i < g.kh; ++i) {
+    const int64_t ih = oh * g.sh - g.ph + i * g.dh;
+    if (ih < 0 || ih >= g.h) continue;
+    for (int64_t j = 0; j < g.kw; ++j) {
+      const int64_t iw = ow * g.sw - g.pw + j * g.dw;
+      if (iw < 0 || iw >= g.w) continue;
+      const T* src = in + (ih * g.w + iw) * c;
+      for (int64_t q = 0; q < c; ++q) {
+        const T v = src[q];
+        if constexpr (kMax) out[q] = (v > out[q] || v != v) ? v : out[q];
+        else if constexpr (std::is_integral_v<T>) out[q] = T(uint64_t(out[q]) + uint64_t(v));
+        else out[q] = T(out[q] + v);
+      }
+    }
+  }
+  if constexpr (!kMax && std::is_integral_v<T>) {
+    const T count = T(g.kh * g.kw);
+    for (int64_t q = 0; q < c; ++q) out[q] /= count;
+  } else if constexpr (!kMax) {
+    const T inv = T(1) / T(g.kh * g.kw);
+    for (int64_t q = 0; q < c; ++q) out[q] *= inv;
+  }
+}
+
+// Pools a channels-last x (N, C, H, W) into the channels-last y: rows of output pixels in parallel.
+void pool2d_nhwc(const tessera_tensor_t* x, const tessera_tensor_t* y, const PoolGeom& g, bool is_max) {
+  const int64_t nb = x->sizes[0], c = x->sizes[1];
+  const int32_t dt = x->dtype;
+  const int64_t es = int64_t(sdk::dtype_size(dt));
+  const char* xb = static_cast<const char*>(x->data) + x->byte_offset;
+  char* yb = static_cast<char*>(y->data) + y->byte_offset;
+  const int64_t in_image = g.h * g.w * c, rows = nb * g.oh;
+  const int64_t grain = grain_items(OpKind::Pooling, g.ow * c * g.kh * g.kw, rows);
+  parallel_for(0, rows, grain, [&](int64_t b, int64_t e) {
+    const bool via_f32 = dt == TESSERA_DTYPE_FLOAT16 || dt == TESSERA_DTYPE_BFLOAT16;
+    Buffer<float> fin(via_f32 ? g.h * g.w * c : 0), fout(via_f32 ? c : 0);
+    int64_t loaded = -1;  // the image held in fin
+    for (int64_t r = b; r < e; ++r) {
+      const int64_t n = r / g.oh, oh = r % g.oh;
+      for (int64_t ow = 0; ow < g.ow; ++ow) {
+        const int64_t out_off = ((n * g.oh + oh) * g.ow + ow) * c;
+        if (via_f32) {
+          if (loaded != n) {
+            load_f32(xb + n * in_image * es, dt, in_image, 1, fin.get());
+            loaded = n;
+          }
+          is_max ? pool_pixel_nhwc<float, true>(fin.get(), fout.get(), c, oh, ow, g)
+                 : pool_pixel_nhwc<float, false>(fin.get(), fout.get(), c, oh, ow, g);
+          store_f32(fout.get(), yb + out_off * es, dt, c, 1);
+          continue;
+        }
+        visit(dt, [&](auto tag) {
+          using T = decltype(tag);
+          if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double> ||
+                        (std::is_integral_v<T> && !std::is_same_v<T, bool>)) {
+            const T* in = reinterpret_cast<const T*>(xb) + n * in_image;
+            T* out = reinterpret_cast<T*>(yb) + out_off;
+            is_max ? pool_pixel_nhwc<T, true>(in, out, c, oh, ow, g) : pool_pixel_nhwc<T, false>(in, out, c, oh, ow, g);
+          }
+        });
+      }
+    }
+  });
+}
+
+bool channels_last_dense(const tessera_tensor_t* t) {
+  if (t->ndim != 4) return false;
+  int64_t expected = 1;
+  for (int d : {1, 3, 2, 0}) {
+    if (t->sizes[d] == 1) continue;
+    if (t->strides[d] != expected) return false;
+    expected *= t->sizes[d];
+  }
+  return true;
+}
+
 void pool2d(const KernelCall& call, bool is_max) {
   const char* op = call.op_name();
   const TensorView x0 = call.input(0);
@@ -98,8 +184,10 @@ void pool2d(const KernelCall& call, bool is_max) {
       fail(std::string(op) + ": padding " + std::to_string(p[i]) + " is more than half the kernel size " +
            std::to_string(k[i]) + "; expected padding <= kernel_size / 2");
   }
+  const bool nhwc = x0.ndim() == 4 && !x0.is_contiguous() && channels_last_dense(x0.raw()) &&
+                    channels_last_dense(call.output(0).raw());  // Note [Channels-last pooling]
   TempList holder;
-  const tessera_tensor_t* x = contiguous(x0.raw(), holder);
+  const tessera_tensor_t* x = nhwc ? x0.raw() : contiguous(x0.raw(), holder);
   const int nd = x->ndim;
   g.h = x->sizes[nd - 2];
   g.w = x->sizes[nd - 1];
@@ -112,6 +200,10 @@ void pool2d(const KernelCall& call, bool is_max) {
          ", " + std::to_string(g.ow) + "] for input " + shape_str(x));
   if (g.oh <= 0 || g.ow <= 0)
     fail(std::string(op) + ": the output would be empty for input " + shape_str(x) + "; use a smaller kernel");
+  if (nhwc) {
+    if (y0.numel() > 0) pool2d_nhwc(x0.raw(), y0.raw(), g, is_max);
+    return;
+  }
   TempList out_holder;
   const tessera_tensor_t* y = y0.raw();
   if (!y0.is_contiguous()) {

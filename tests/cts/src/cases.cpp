@@ -109,6 +109,14 @@ std::vector<Case> build() {
            [](const Inputs& x, DType) { return tessera::add(x[0], x[1], 2); });
   add_case(v, "add_broadcast", "add", kNumeric, binary_inputs(D::Any, D::Any, {3, 4, 6}, {6}),
            [](const Inputs& x, DType) { return x[0] + x[1]; });
+  // 4-D operands: also run channels-last (Options::strided), where the output is channels-last too
+  // and the kernel must write through its strides (Note [Channels-last activations]).
+  add_case(v, "add_nchw_bias", "add", kNumeric, binary_inputs(D::Any, D::Any, {2, 3, 4, 5}, {1, 3, 1, 1}),
+           [](const Inputs& x, DType) { return tessera::add(x[0], x[1]); });
+  add_case(v, "mul_nchw", "mul", kNumeric, binary_inputs(D::Small, D::Small, {2, 3, 4, 5}, {2, 3, 4, 5}),
+           [](const Inputs& x, DType) { return tessera::mul(x[0], x[1]); });
+  add_case(v, "relu_nchw", "relu", kSigned, unary_inputs(D::Any, {2, 3, 4, 5}),
+           [](const Inputs& x, DType) { return tessera::relu(x[0]); });
   add_case(v, "sub", "sub", kSigned, binary_inputs(D::Any, D::Any),
            [](const Inputs& x, DType) { return tessera::sub(x[0], x[1]); });
   add_case(v, "mul", "mul", kNumeric, binary_inputs(D::Small, D::Small),

@@ -276,10 +276,19 @@ Report run(const Options& o) {
         r.message = std::string("cpu reference: ") + e.what();
         done = true;
       }
-      for (int layout = 0; !done && layout < (o.strided ? 2 : 1); ++layout) {
+      // Layouts: 0 as made (row-major), 1 transposed / sliced, 2 channels-last (4-D inputs only).
+      const bool has_4d = std::any_of(inputs.begin(), inputs.end(), [](const Tensor& x) { return x.dim() == 4; });
+      const int layouts = !o.strided ? 1 : has_4d ? 3 : 2;
+      static const char* const kLayoutNote[] = {"", "strided inputs: ", "channels-last inputs: "};
+      for (int layout = 0; !done && layout < layouts; ++layout) {
         try {
           std::vector<Tensor> dev_inputs;
-          for (const Tensor& x : inputs) dev_inputs.push_back(layout ? non_contiguous(x.to(device)) : x.to(device));
+          for (const Tensor& x : inputs) {
+            Tensor d = x.to(device);
+            if (layout == 1) d = non_contiguous(d);
+            if (layout == 2 && d.dim() == 4) d = contiguous(d, MemoryFormat::ChannelsLast);
+            dev_inputs.push_back(d);
+          }
           const uint64_t fallbacks_before = cpu_fallback_calls_on_this_thread();
           Tensor got = c.run(dev_inputs, t);
           // What ran, not what was registered: a kernel that answered UNIMPLEMENTED fell back.
@@ -295,12 +304,12 @@ Report run(const Options& o) {
           r.max_rel_error = std::max(r.max_rel_error, cmp.max_rel);
           if (!cmp.ok) {
             r.outcome = Outcome::Fail;
-            r.message = std::string(layout ? "strided inputs: " : "") + cmp.message;
+            r.message = kLayoutNote[layout] + cmp.message;
             done = true;
           }
         } catch (const Error& e) {
           r.outcome = is_unsupported_error(e) && r.resolution != "kernel" ? Outcome::Unsupported : Outcome::Fail;
-          r.message = std::string(layout ? "strided inputs: " : "") + e.what();
+          r.message = kLayoutNote[layout] + std::string(e.what());
           done = true;
         } catch (const std::exception& e) {
           r.outcome = Outcome::Fail;

@@ -44,7 +44,7 @@ struct Options {
   // Expected-failure list. Empty: TESSERA_CTS_XFAIL (a file) if set, else "<device>.xfail.txt"
   // next to the plugin's manifest, else tests/cts/xfail/<device>.txt of the source tree.
   std::string xfail_file;
-  bool strided = true;         // also run each case with non-contiguous device inputs
+  bool strided = true;         // also run each case with non-contiguous (and 4-D ones channels-last) device inputs
 };
 
 struct Report {
