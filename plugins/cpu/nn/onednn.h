@@ -11,6 +11,13 @@ namespace tessera::cpu::nn {
 
 dnnl::engine& cpu_engine();
 
+// Note [bf16 without oneDNN support]: oneDNN 2.6 builds bf16 matmul and convolution primitives only
+// on CPUs with AVX-512 (avx512_core and up); on an AVX2-only CPU (or under ONEDNN_MAX_CPU_ISA=AVX2)
+// it refuses them. Probed once with a tiny bf16 matmul; when false, the bf16 kernels of matmul,
+// linear, conv2d and attention run through f32 (run_via_f32: inputs widened exactly, the f32
+// result rounded to bf16 once), which is at least as accurate as the native path.
+bool onednn_has_bf16();
+
 // One operand of a (batched) matmul: `nd` dims (batch..., rows, cols), strides in elements.
 // Batch dims of size 1 broadcast against the other operand (oneDNN's broadcast rule).
 struct MatOperand {

@@ -21,7 +21,23 @@ dnnl::engine& cpu_engine() {
   return engine;
 }
 
+bool onednn_has_bf16() {
+  static const bool has = [] {
+    try {
+      const memory::desc a({2, 2}, memory::data_type::bf16, memory::format_tag::ab);
+      (void)dnnl::matmul::primitive_desc(dnnl::matmul::desc(a, a, a), cpu_engine());
+      return true;
+    } catch (const dnnl::error&) {
+      return false;
+    }
+  }();
+  return has;
+}
+
 namespace {
+
+// bf16 on a CPU where oneDNN has no bf16 kernels (Note [bf16 without oneDNN support] in onednn.h).
+bool bf16_via_f32(int32_t dt) { return dt == TESSERA_DTYPE_BFLOAT16 && !onednn_has_bf16(); }
 
 // Note [Primitive cache]
 // Creating a oneDNN primitive (descriptor, implementation search, JIT) costs from tens of
@@ -645,7 +661,7 @@ void matmul_kernel(const KernelCall& call) {
   // PyTorch answers an empty product (or K == 0: zeros) before its dtype check, bool included.
   const bool nothing_to_multiply = c->numel == 0 || p.k == 0;
   if (!(nothing_to_multiply && dt == TESSERA_DTYPE_BOOL && call.input(1).dtype() == dt)) check_operands(call, 2);
-  if (dt == TESSERA_DTYPE_FLOAT16 && !nothing_to_multiply) return run_via_f32(call, &matmul_kernel);
+  if ((dt == TESSERA_DTYPE_FLOAT16 || bf16_via_f32(dt)) && !nothing_to_multiply) return run_via_f32(call, &matmul_kernel);
   if (c->numel == 0) return;
   if (p.k == 0) return fill_zero(c);
   if (dt == TESSERA_DTYPE_FLOAT64) return naive_batched<double>(p);
@@ -804,7 +820,10 @@ void linear_impl(const KernelCall& call, MatEpilogue::Activation activation, con
 }
 }  // namespace
 
-void linear_kernel(const KernelCall& call) { linear_impl(call, MatEpilogue::Activation::None, nullptr); }
+void linear_kernel(const KernelCall& call) {
+  if (bf16_via_f32(call.input(0).dtype())) return run_via_f32(call, &linear_kernel);
+  linear_impl(call, MatEpilogue::Activation::None, nullptr);
+}
 
 namespace {
 // The activation attribute (at `index`) of an epilogue op, for f32 / bf16 inputs only.
@@ -827,6 +846,7 @@ MatEpilogue::Activation epilogue_activation(const KernelCall& call, int index, c
 // _linear_epilogue(input, weight, bias?, residual?, activation) = residual + activation(linear(input,
 // weight, bias)) as one oneDNN primitive (Note [Linear epilogues]).
 void linear_epilogue_kernel(const KernelCall& call) {
+  if (bf16_via_f32(call.input(0).dtype())) return run_via_f32(call, &linear_epilogue_kernel);
   const MatEpilogue::Activation activation = epilogue_activation(call, 0, "linear");
   const tessera_tensor_t* x = call.input(0).raw();
   const tessera_tensor_t* y = call.output(0).raw();
@@ -1106,10 +1126,16 @@ void conv2d_impl(const KernelCall& call, MatEpilogue::Activation activation) {
 }
 }  // namespace
 
-void conv2d_kernel(const KernelCall& call) { conv2d_impl(call, MatEpilogue::Activation::None); }
+void conv2d_kernel(const KernelCall& call) {
+  if (bf16_via_f32(call.input(0).dtype())) return run_via_f32(call, &conv2d_kernel);
+  conv2d_impl(call, MatEpilogue::Activation::None);
+}
 
 // _conv2d_epilogue(input, weight, bias?, stride, padding, dilation, groups, activation) =
 // activation(conv2d(...)) as one oneDNN primitive (Note [Linear epilogues]).
-void conv2d_epilogue_kernel(const KernelCall& call) { conv2d_impl(call, epilogue_activation(call, 4, "conv2d")); }
+void conv2d_epilogue_kernel(const KernelCall& call) {
+  if (bf16_via_f32(call.input(0).dtype())) return run_via_f32(call, &conv2d_epilogue_kernel);
+  conv2d_impl(call, epilogue_activation(call, 4, "conv2d"));
+}
 
 }  // namespace tessera::cpu::nn

@@ -125,7 +125,9 @@ size_t device_properties(void*, int32_t device, char* buffer, size_t capacity) {
   const std::string json = "{\"name\": \"" + json_escape(cpu_model_name()) + "\", \"capability\": \"" +
                            capability_name(capability()) + "\", \"cores\": " + std::to_string(cores) +
                            ", \"threads\": " + std::to_string(max_threads()) +
-                           ", \"memory\": " + std::to_string(memory) + "}";
+                           ", \"memory\": " + std::to_string(memory) +
+                           // Note [bf16 without oneDNN support] in nn/onednn.h
+                           ", \"onednn_bf16\": " + (nn::onednn_has_bf16() ? "true" : "false") + "}";
   if (buffer && capacity) {
     const size_t n = std::min(capacity - 1, json.size());
     std::memcpy(buffer, json.data(), n);
