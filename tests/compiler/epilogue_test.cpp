@@ -208,6 +208,25 @@ TEST(Epilogue, Conv2dWithActivationIsOneCall) {
   }
 }
 
+// A 1x1 conv with an activation: the fused call runs oneDNN's gemm kernel on NCHW (Note [Row-major
+// 1x1 convolution] in onednn_ops.cpp), the activation as its post-op.
+TEST(Epilogue, OneByOneConv2dWithActivation) {
+  for (DType dt : {kFloat32, kBFloat16}) {
+    manual_seed(dt == kFloat32 ? 23 : 24);
+    const Tensor x = cast(randn({2, 24, 7, 9}), dt), w = cast(randn({40, 24, 1, 1}) * 0.2, dt), b = cast(randn({40}), dt);
+    auto fn = [&](const std::vector<Tensor>& in) {
+      return std::vector<Tensor>{tessera::relu(conv2d(in[0], w, b)), gelu(conv2d(in[0], w, std::nullopt, {2, 2}))};
+    };
+    codegen::CompiledGraph cg = compile_fn(fn, {x});
+    EXPECT_EQ(count(cg.generated().source, "{  // _conv2d_epilogue"), 2) << cg.generated().source;
+    const std::vector<Tensor> out = cg.run({x});
+    ASSERT_EQ(out.size(), 2u);
+    const double tol = dt == kBFloat16 ? 1e-2 : 1e-4;
+    expect_close(out[0], conv_reference(x, w, &b, 1, 0, 1, relu), tol, tol);
+    expect_close(out[1], conv_reference(x, w, nullptr, 2, 0, 1, gelu_erf), tol, tol);
+  }
+}
+
 // A linear whose result has another reader keeps its own node: the activation's input must exist.
 TEST(Epilogue, NotFusedWhenTheLinearResultIsReadTwice) {
   manual_seed(11);

@@ -265,6 +265,8 @@ TEST(CpuNnConv2d, StridePaddingDilationGroups) {
       {{2, 6, 7, 7}, {6, 1, 3, 3}, 1, 1, 1, 6, false},  // depthwise
       {{3, 10, 10}, {4, 3, 5, 2}, 1, 2, 1, 1, true},     // unbatched input, rectangular kernel
       {{1, 2, 6, 9}, {4, 2, 1, 1}, 3, 0, 1, 1, false},   // 1x1, stride 3
+      {{2, 40, 7, 9}, {48, 40, 1, 1}, 1, 0, 1, 1, true},  // 1x1 as one GEMM on NCHW (Note [Row-major 1x1 convolution])
+      {{2, 16, 8, 8}, {24, 16, 1, 1}, 2, 0, 1, 1, true},  // 1x1, stride 2 (a ResNet downsample)
   };
   for (DType d : kFloatTypes) {
     for (const auto& cc : cases) {
