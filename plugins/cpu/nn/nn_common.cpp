@@ -107,6 +107,17 @@ const tessera_tensor_t* contiguous(const tessera_tensor_t* t, TempList& holder) 
   return holder.back().raw();
 }
 
+bool channels_last_dense(const tessera_tensor_t* t) {
+  if (t->ndim != 4) return false;
+  int64_t expected = 1;
+  for (int d : {1, 3, 2, 0}) {
+    if (t->sizes[d] == 1) continue;
+    if (t->strides[d] != expected) return false;
+    expected *= t->sizes[d];
+  }
+  return true;
+}
+
 void run_via_f32(const KernelCall& call, void (*fn)(const KernelCall&)) {
   const tessera_kernel_call_t* raw = call.raw();
   TempList holder;

@@ -53,6 +53,10 @@ void store_f32(const float* src, void* p, int32_t dtype, int64_t n, int64_t stri
 // `t` itself when contiguous, else a contiguous copy kept alive in `holder`.
 const tessera_tensor_t* contiguous(const tessera_tensor_t* t, TempList& holder);
 
+// 4-D and dense in channels-last order (N, C, H, W) with strides (H W C, 1, W C, C), size-1 dims
+// skipped (docs/semantics.md, "Memory formats"). A row-major tensor may be both (C == 1).
+bool channels_last_dense(const tessera_tensor_t* t);
+
 // Runs `fn` with every floating input cast to f32 and f32 temporaries for the outputs, then casts
 // the outputs back: the path of f16 (and of any dtype a kernel computes only in f32).
 void run_via_f32(const KernelCall& call, void (*fn)(const KernelCall&));

@@ -911,16 +911,7 @@ namespace {
 // Only dense channels-last tensors (not also row-major contiguous) are taken as they are; any
 // other strides are copied row-major first, as before.
 bool channels_last_only(const tessera_tensor_t* t) {
-  if (t->ndim != 4 || TensorView(t).is_contiguous()) return false;
-  for (int d = 0; d < 4; ++d)
-    if (t->sizes[d] == 0) return false;
-  int64_t expected = 1;
-  for (int d : {1, 3, 2, 0}) {
-    if (t->sizes[d] == 1) continue;
-    if (t->strides[d] != expected) return false;
-    expected *= t->sizes[d];
-  }
-  return true;
+  return t->ndim == 4 && TensorView(t).numel() > 0 && !TensorView(t).is_contiguous() && channels_last_dense(t);
 }
 
 // Note [Winograd convolution]

@@ -139,17 +139,6 @@ void pool2d_nhwc(const tessera_tensor_t* x, const tessera_tensor_t* y, const Poo
   });
 }
 
-bool channels_last_dense(const tessera_tensor_t* t) {
-  if (t->ndim != 4) return false;
-  int64_t expected = 1;
-  for (int d : {1, 3, 2, 0}) {
-    if (t->sizes[d] == 1) continue;
-    if (t->strides[d] != expected) return false;
-    expected *= t->sizes[d];
-  }
-  return true;
-}
-
 void pool2d(const KernelCall& call, bool is_max) {
   const char* op = call.op_name();
   const TensorView x0 = call.input(0);
