@@ -182,6 +182,23 @@ TEST_F(CudaKernels, UnaryOps) {
   }
 }
 
+// Channels-last tensors on the GPU (docs/semantics.md, "Memory formats"): .to("cuda") keeps the
+// layout, pointwise ops give channels-last outputs written in memory order (the planner orders
+// dims by the output's strides), and the values match the CPU's.
+TEST_F(CudaKernels, ChannelsLastPointwiseOps) {
+  for (DType t : kFloatTypes) {
+    const std::string tn(tessera::dtype_name(t));
+    const Tensor x = tessera::contiguous(tessera::randn({2, 24, 9, 11}).to(t), tessera::MemoryFormat::ChannelsLast);
+    const Tensor bias = tessera::randn({1, 24, 1, 1}).to(t);
+    const Tensor dx = x.to("cuda:0"), dbias = bias.to("cuda:0");
+    ASSERT_EQ(tessera::suggest_memory_format(dx), tessera::MemoryFormat::ChannelsLast) << tn;
+    const Tensor dr = tessera::relu(tessera::add(dx, dbias));
+    EXPECT_EQ(tessera::suggest_memory_format(dr), tessera::MemoryFormat::ChannelsLast) << tn;
+    expect_close(dr, tessera::relu(tessera::add(x, bias)), tol_for(t, 4), "relu(x_cl + bias) " + tn);
+    expect_close(tessera::mul(dx, dx), tessera::mul(x, x), tol_for(t, 4), "x_cl * x_cl " + tn);
+  }
+}
+
 TEST_F(CudaKernels, FillAndCopyWithConversionAndStrides) {
   for (DType t : {tessera::kFloat32, tessera::kFloat16, tessera::kBFloat16, tessera::kInt32, tessera::kInt64,
                   tessera::kUInt8, tessera::kBool}) {

@@ -4,6 +4,7 @@
 // (merged) iteration space must address exactly the elements the naive loops address.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <map>
@@ -90,19 +91,32 @@ TEST(LaunchPlanning, BroadcastingMatchesNaiveIndexing) {
     int64_t planned_numel = 1;
     for (int d = 0; d < shape.ndim; ++d) planned_numel *= shape.sizes[d];
     ASSERT_EQ(planned_numel, numel);
+    // The plan may visit the elements in another order (the output's memory order), but each
+    // output element exactly once, each with the input elements of its logical coordinates. The
+    // output's offsets are distinct (it is dense), so they name the elements.
+    std::map<int64_t, std::array<int64_t, 2>> want;  // output offset -> input offsets
     for (int64_t i = 0; i < numel; ++i) {
       const auto c = coords_of(i, out_sizes);
       int64_t expected_out = 0;
       for (int d = 0; d < ndim; ++d) expected_out += c[size_t(d)] * out.strides[size_t(d)];
-      ASSERT_EQ(planned_offset(shape, ops[0], i), expected_out) << "seed " << seed << " trial " << trial;
+      std::array<int64_t, 2> expected{};
       for (int k = 0; k < 2; ++k) {
         const Layout& in = inputs[size_t(k)];
-        int64_t expected = 0;
         const int shift = ndim - int(in.sizes.size());
         for (size_t d = 0; d < in.sizes.size(); ++d)
-          if (in.sizes[d] != 1) expected += c[d + size_t(shift)] * in.strides[d];
-        ASSERT_EQ(planned_offset(shape, ops[k + 1], i), expected) << "seed " << seed << " trial " << trial;
+          if (in.sizes[d] != 1) expected[size_t(k)] += c[d + size_t(shift)] * in.strides[d];
       }
+      want[expected_out] = expected;
+    }
+    ASSERT_EQ(int64_t(want.size()), numel);
+    std::map<int64_t, int> seen;
+    for (int64_t i = 0; i < numel; ++i) {
+      const int64_t o = planned_offset(shape, ops[0], i);
+      ASSERT_EQ(++seen[o], 1) << "output offset " << o << " visited twice; seed " << seed << " trial " << trial;
+      auto it = want.find(o);
+      ASSERT_NE(it, want.end()) << "output offset " << o << " is no element; seed " << seed << " trial " << trial;
+      for (int k = 0; k < 2; ++k)
+        ASSERT_EQ(planned_offset(shape, ops[k + 1], i), it->second[size_t(k)]) << "seed " << seed << " trial " << trial;
     }
   }
 }
@@ -127,6 +141,30 @@ TEST(LaunchPlanning, DenseOperandsMergeIntoOneDimAndTakeTheVectorPath) {
   const std::vector<int64_t> bad = {7}, bad_stride = {1};
   const Geometry ins3[2] = {g, Geometry{1, bad.data(), bad_stride.data()}};
   EXPECT_FALSE(tessera::cuda::plan_elementwise(g, ins3, 2, &shape, ops));
+}
+
+// Channels-last operands and output (docs/semantics.md, "Memory formats": a pointwise op keeps a
+// channels-last input's layout) are one dense run in memory: the plan must see that and take the
+// vector path, as for row-major tensors. A channels-last bias [1, C, 1, 1] broadcasts.
+TEST(LaunchPlanning, ChannelsLastOperandsMergeIntoOneDim) {
+  const std::vector<int64_t> sizes = {2, 6, 5, 7}, cl = {210, 1, 42, 6};
+  const Geometry g{4, sizes.data(), cl.data()};
+  IterShape shape;
+  Operand ops[3];
+  const Geometry ins[2] = {g, g};
+  ASSERT_TRUE(tessera::cuda::plan_elementwise(g, ins, 2, &shape, ops));
+  EXPECT_EQ(shape.ndim, 1);
+  EXPECT_EQ(shape.sizes[0], 420);
+  EXPECT_TRUE(tessera::cuda::is_dense(shape, ops, 3));
+  const std::vector<int64_t> bias = {1, 6, 1, 1}, bias_strides = {6, 1, 1, 1};
+  const Geometry ins2[2] = {g, Geometry{4, bias.data(), bias_strides.data()}};
+  ASSERT_TRUE(tessera::cuda::plan_elementwise(g, ins2, 2, &shape, ops));
+  // The plan walks the output in memory order: step i writes offset i, the pixel's channel i % 6.
+  for (int64_t i = 0; i < 420; ++i) {
+    ASSERT_EQ(planned_offset(shape, ops[0], i), i);
+    ASSERT_EQ(planned_offset(shape, ops[1], i), i);
+    ASSERT_EQ(planned_offset(shape, ops[2], i), i % 6) << i;
+  }
 }
 
 TEST(LaunchPlanning, TooManyNonMergeableDimsAreRefused) {

@@ -47,11 +47,17 @@ inline bool plan_elementwise(const Geometry& out, const Geometry* inputs, int nu
     if (inputs[k].ndim > ndim) return false;
   shape->numel = numel;
 
-  // Drop size-1 dims, then merge an outer dim into its inner neighbour when every operand's
-  // strides continue across the boundary.
+  // Drop size-1 dims, order the rest by the output's strides (largest outermost, stable: a
+  // row-major output keeps its order) so that neighbouring threads write neighbouring elements of
+  // any dense output, a channels-last one included, then merge an outer dim into its inner
+  // neighbour when every operand's strides continue across the boundary. The planned order of the
+  // elements is then the output's memory order, not its logical one; the kernels planned here
+  // (unary, binary, fill) do not depend on the order.
   std::vector<int> keep;
   for (int d = 0; d < ndim; ++d)
     if (sizes[size_t(d)] != 1) keep.push_back(d);
+  std::stable_sort(keep.begin(), keep.end(),
+                   [&](int a, int b) { return strides[0][size_t(a)] > strides[0][size_t(b)]; });
   std::vector<int64_t> msizes;
   std::vector<std::vector<int64_t>> mstrides(static_cast<size_t>(nops));
   for (int idx = int(keep.size()) - 1; idx >= 0; --idx) {  // innermost first
