@@ -268,7 +268,11 @@ std::vector<int64_t> broadcast_strides(const Operand& op, const std::vector<int6
   return st;
 }
 
-// An elementwise geometry over up to 3 tensors, with dims of size 1 dropped and mergeable dims merged.
+// An elementwise geometry over up to 3 tensors (the output first), with dims of size 1 dropped, the
+// rest ordered by the output's strides (largest outermost, stable), and mergeable dims merged: a
+// dense output in any dim order (channels-last included) is written in memory order, and with
+// operands of its layout becomes one contiguous run (the _c kernels). No kernel planned here
+// depends on the order the elements are visited in.
 struct Elementwise {
   ClGeo geo{};
   bool contiguous = false;
@@ -278,8 +282,11 @@ Elementwise elementwise(const std::vector<int64_t>& sizes, const std::vector<std
   const size_t nt = strides.size();
   std::vector<int64_t> cs;
   std::vector<std::vector<int64_t>> cst(nt);
-  for (size_t d = 0; d < sizes.size(); ++d) {
-    if (sizes[d] == 1) continue;
+  std::vector<size_t> order;
+  for (size_t d = 0; d < sizes.size(); ++d)
+    if (sizes[d] != 1) order.push_back(d);
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return strides[0][a] > strides[0][b]; });
+  for (size_t d : order) {
     bool merge = !cs.empty();
     for (size_t t = 0; merge && t < nt; ++t)
       if (cst[t].back() != strides[t][d] * sizes[d]) merge = false;

@@ -316,6 +316,11 @@ TEST_F(OpenCL, ChannelsLastSurvivesTransfersAndTheFallback) {
   EXPECT_TRUE(yd.is("opencl"));
   EXPECT_EQ(ts::suggest_memory_format(yd), ts::MemoryFormat::ChannelsLast) << "strides " << yd.strides();
   expect_close(yd, ts::conv2d(x.contiguous(), w, std::nullopt, {1, 1}, {1, 1}), 20, "conv2d via fallback");
+  // Pointwise kernels on the device write the channels-last output in memory order.
+  ts::Tensor bias = random({1, 5, 1, 1}, ts::kFloat32);
+  ts::Tensor rd = ts::relu(ts::add(xd, bias.to("opencl")));
+  EXPECT_EQ(rd.strides().vec(), nhwc);
+  expect_close(rd, ts::relu(ts::add(x, bias)), 1, "relu(x_cl + bias) on the device");
 }
 
 TEST_F(OpenCL, AllocatorReusesFreedBlocks) {
