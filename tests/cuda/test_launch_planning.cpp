@@ -121,16 +121,22 @@ TEST(LaunchPlanning, BroadcastingMatchesNaiveIndexing) {
   }
 }
 
+// out = f(a, b) with all three laid out as `g`: planned as one dense dim of `numel` elements (the
+// vector path).
+void expect_one_dense_run(const Geometry& g, int64_t numel, IterShape& shape, Operand* ops) {
+  const Geometry ins[2] = {g, g};
+  ASSERT_TRUE(tessera::cuda::plan_elementwise(g, ins, 2, &shape, ops));
+  EXPECT_EQ(shape.ndim, 1);
+  EXPECT_EQ(shape.sizes[0], numel);
+  EXPECT_TRUE(tessera::cuda::is_dense(shape, ops, 3));
+}
+
 TEST(LaunchPlanning, DenseOperandsMergeIntoOneDimAndTakeTheVectorPath) {
   const std::vector<int64_t> sizes = {4, 5, 6}, strides = {30, 6, 1};
   Geometry g{3, sizes.data(), strides.data()};
   IterShape shape;
   Operand ops[3];
-  const Geometry ins[2] = {g, g};
-  ASSERT_TRUE(tessera::cuda::plan_elementwise(g, ins, 2, &shape, ops));
-  EXPECT_EQ(shape.ndim, 1);
-  EXPECT_EQ(shape.sizes[0], 120);
-  EXPECT_TRUE(tessera::cuda::is_dense(shape, ops, 3));
+  expect_one_dense_run(g, 120, shape, ops);
   // A broadcast row is not dense.
   const std::vector<int64_t> row = {6}, row_stride = {1};
   const Geometry ins2[2] = {g, Geometry{1, row.data(), row_stride.data()}};
@@ -151,11 +157,7 @@ TEST(LaunchPlanning, ChannelsLastOperandsMergeIntoOneDim) {
   const Geometry g{4, sizes.data(), cl.data()};
   IterShape shape;
   Operand ops[3];
-  const Geometry ins[2] = {g, g};
-  ASSERT_TRUE(tessera::cuda::plan_elementwise(g, ins, 2, &shape, ops));
-  EXPECT_EQ(shape.ndim, 1);
-  EXPECT_EQ(shape.sizes[0], 420);
-  EXPECT_TRUE(tessera::cuda::is_dense(shape, ops, 3));
+  expect_one_dense_run(g, 420, shape, ops);
   const std::vector<int64_t> bias = {1, 6, 1, 1}, bias_strides = {6, 1, 1, 1};
   const Geometry ins2[2] = {g, Geometry{4, bias.data(), bias_strides.data()}};
   ASSERT_TRUE(tessera::cuda::plan_elementwise(g, ins2, 2, &shape, ops));
