@@ -22,7 +22,6 @@
 #include "stream_state.h"
 #include "tessera/env.h"
 #include "tessera/log.h"
-#include "tessera/memory_format.h"
 #include "tessera/plugin_loader.h"
 
 
@@ -116,8 +115,7 @@ void keep_channels_last(MetaCall& m, const CallFrame& f) {
     for (int i = 0; i < f.num_tensors; ++i) {
       const TensorImpl* t = f.tensors[i];
       if (!t || t->sizes() != sizes) continue;
-      if (detail::suggests_channels_last(t->sizes(), t->strides(), t->is_contiguous()))
-        out.strides = detail::SmallVector<int64_t, 8>(IntArrayRef(channels_last_strides(sizes)));
+      if (detail::suggests_channels_last(*t)) out.make_channels_last();
       break;
     }
   }

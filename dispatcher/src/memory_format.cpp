@@ -63,8 +63,7 @@ Tensor contiguous(const Tensor& t, MemoryFormat format) {
 
 MemoryFormat suggest_memory_format(const Tensor& t) {
   TESSERA_CHECK(t.defined(), "suggest_memory_format: the tensor is undefined (default-constructed)");
-  return detail::suggests_channels_last(t.sizes(), t.strides(), t.is_contiguous()) ? MemoryFormat::ChannelsLast
-                                                                                   : MemoryFormat::Contiguous;
+  return detail::suggests_channels_last(*t.impl()) ? MemoryFormat::ChannelsLast : MemoryFormat::Contiguous;
 }
 
 }  // namespace tessera

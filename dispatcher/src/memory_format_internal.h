@@ -1,9 +1,11 @@
-// Layout tests on raw sizes and strides, shared by the public memory-format API
-// (tessera/memory_format.h) and the shape rules that choose an output's layout (conv2d).
+// Layout tests on sizes and strides, shared by the public memory-format API
+// (tessera/memory_format.h), the shape rules that choose an output's layout (conv2d, the pools,
+// pointwise ops) and cross-device copies.
 #pragma once
 #include <cstdint>
 
 #include "tessera/array_ref.h"
+#include "tessera/tensor.h"
 
 namespace tessera::detail {
 
@@ -24,8 +26,8 @@ inline bool channels_last_dense(IntArrayRef sizes, IntArrayRef strides) {
 
 // Channels-last and not row-major contiguous: the tensor's layout says "channels last" and nothing
 // else (Note [Channels-last activations] in docs/semantics.md).
-inline bool suggests_channels_last(IntArrayRef sizes, IntArrayRef strides, bool row_major_contiguous) {
-  return !row_major_contiguous && channels_last_dense(sizes, strides);
+inline bool suggests_channels_last(const TensorImpl& t) {
+  return !t.is_contiguous() && channels_last_dense(t.sizes(), t.strides());
 }
 
 }  // namespace tessera::detail

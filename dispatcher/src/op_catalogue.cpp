@@ -10,7 +10,6 @@
 #include "memory_format_internal.h"
 #include "op_registry.h"
 #include "shape_rules.h"
-#include "tessera/memory_format.h"
 #include "tessera/ops.h"
 
 namespace tessera {
@@ -583,15 +582,6 @@ void meta_layer_norm(MetaCall& m) {
   m.add_output(x.sizes(), r);
 }
 
-// Note [Channels-last activations] (docs/semantics.md): output 0 of a 4-D result is channels-last
-// when `x` is, as PyTorch's pooling keeps its input's layout.
-void keep_channels_last_of(MetaCall& m, const TensorImpl& x) {
-  const auto& out = m.outputs[0].sizes;
-  if (out.size() == 4 && detail::suggests_channels_last(x.sizes(), x.strides(), x.is_contiguous()))
-    m.outputs[0].strides =
-        detail::SmallVector<int64_t, 8>(IntArrayRef(channels_last_strides(IntArrayRef(out.data(), out.size()))));
-}
-
 void meta_conv2d(MetaCall& m) {
   const TensorImpl& x = need(m, 0, "input");
   const TensorImpl& w = need(m, 1, "weight");
@@ -611,11 +601,8 @@ void meta_conv2d(MetaCall& m) {
   // Note [Channels-last activations] (docs/semantics.md): PyTorch's rule, a channels-last input or
   // weight gives a channels-last output, so that consecutive convs keep the layout their kernels
   // read without a reorder.
-  auto channels_last = [](const TensorImpl& t) {
-    return detail::suggests_channels_last(t.sizes(), t.strides(), t.is_contiguous());
-  };
-  if (out.size() == 4 && (channels_last(x) || channels_last(w)))
-    m.outputs[0].strides = detail::SmallVector<int64_t, 8>(IntArrayRef(channels_last_strides(out)));
+  if (out.size() == 4 && (detail::suggests_channels_last(x) || detail::suggests_channels_last(w)))
+    m.outputs[0].make_channels_last();
 }
 
 void meta_max_pool2d(MetaCall& m) {
@@ -626,7 +613,9 @@ void meta_max_pool2d(MetaCall& m) {
   attr_pair(m, 2, "padding", padding);
   attr_pair(m, 3, "dilation", dilation);
   m.add_output(shape::pool2d<int64_t>(m.op_name, x.sizes(), kernel, stride, padding, dilation), x.dtype());
-  keep_channels_last_of(m, x);
+  // Note [Channels-last activations] (docs/semantics.md): PyTorch's pools keep their input's layout
+  // (a channels-last x is 4-D, and so is the output).
+  if (detail::suggests_channels_last(x)) m.outputs[0].make_channels_last();
 }
 
 void meta_avg_pool2d(MetaCall& m) {
@@ -637,7 +626,7 @@ void meta_avg_pool2d(MetaCall& m) {
   attr_pair(m, 1, "stride", stride, kernel);
   attr_pair(m, 2, "padding", padding);
   m.add_output(shape::pool2d<int64_t>(m.op_name, x.sizes(), kernel, stride, padding, dilation), x.dtype());
-  keep_channels_last_of(m, x);
+  if (detail::suggests_channels_last(x)) m.outputs[0].make_channels_last();  // as max_pool2d
 }
 
 void check_index_dtype(const MetaCall& m, const TensorImpl& idx, const char* name) {

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "small_vector.h"
+#include "tessera/memory_format.h"
 #include "tessera/dispatcher.h"
 #include "tessera/plugin_abi.h"
 
@@ -43,6 +44,10 @@ struct MetaCall {
     std::optional<detail::SmallVector<int64_t, 8>> strides;  // default: contiguous
     DType dtype = kFloat32;
     int alias_input = -1;  // >= 0: the output is that input (in-place op), no allocation
+    // Channels-last strides for this 4-D output (Note [Channels-last activations] in docs/semantics.md).
+    void make_channels_last() {
+      strides = detail::SmallVector<int64_t, 8>(IntArrayRef(channels_last_strides(IntArrayRef(sizes.data(), sizes.size()))));
+    }
   };
   int num_outputs = 0;
   // The first num_outputs slots hold an Output and the rest are raw storage, so that a call

@@ -143,7 +143,7 @@ Tensor Tensor::to(Device device) const {
     if (std::optional<Tensor> moved = detail::sparse_to_device(*this, device)) return *moved;
   // A channels-last tensor stays channels-last on its new device (PyTorch's memory_format=preserve;
   // Note [Channels-last activations] in docs/semantics.md), and its bytes move as they are.
-  Tensor out = detail::suggests_channels_last(sizes(), strides(), is_contiguous())
+  Tensor out = detail::suggests_channels_last(*impl())
                    ? make_tensor_strided(sizes(), channels_last_strides(sizes()), dtype(), device)
                    : make_tensor(sizes(), dtype(), device);
   out.copy_(*this);
@@ -217,8 +217,8 @@ Tensor& Tensor::copy_(const Tensor& src) {
                 "copy_: the destination tensor's storage is unusable because ", storage()->unusable_reason());
   if (src.numel() == 0) return *this;
   // Two channels-last tensors of one shape and dtype lie alike byte for byte: move them as they are.
-  if (dtype() == src.dtype() && sizes() == src.sizes() && !src.is_contiguous() &&
-      detail::channels_last_dense(src.sizes(), src.strides()) && detail::channels_last_dense(sizes(), strides())) {
+  if (dtype() == src.dtype() && sizes() == src.sizes() && detail::suggests_channels_last(*src.impl()) &&
+      detail::channels_last_dense(sizes(), strides())) {
     transfer_bytes(*this, src);
     return *this;
   }

@@ -524,7 +524,7 @@ void fill_zero(const SdpaProblem& p) {
 }  // namespace
 
 void sdpa_flash_kernel(const KernelCall& call) {
-  if (call.input(0).dtype() == TESSERA_DTYPE_BFLOAT16 && !onednn_has_bf16()) return run_via_f32(call, &sdpa_flash_kernel);
+  if (bf16_via_f32(call.input(0).dtype())) return run_via_f32(call, &sdpa_flash_kernel);
   const SdpaProblem p = make_problem(call);
   if (all_empty(p)) return;
   if (p.s == 0) return fill_zero(p);
@@ -534,8 +534,7 @@ void sdpa_flash_kernel(const KernelCall& call) {
 
 void sdpa_math_kernel(const KernelCall& call) {
   const int32_t dt = call.input(0).dtype();
-  if (dt == TESSERA_DTYPE_FLOAT16 || (dt == TESSERA_DTYPE_BFLOAT16 && !onednn_has_bf16()))
-    return run_via_f32(call, &sdpa_math_kernel);
+  if (dt == TESSERA_DTYPE_FLOAT16 || bf16_via_f32(dt)) return run_via_f32(call, &sdpa_math_kernel);
   const SdpaProblem p = make_problem(call);
   if (all_empty(p)) return;
   if (p.s == 0) return fill_zero(p);

@@ -118,6 +118,10 @@ bool channels_last_dense(const tessera_tensor_t* t) {
   return true;
 }
 
+bool channels_last_only(const tessera_tensor_t* t) {
+  return t->ndim == 4 && TensorView(t).numel() > 0 && !TensorView(t).is_contiguous() && channels_last_dense(t);
+}
+
 void run_via_f32(const KernelCall& call, void (*fn)(const KernelCall&)) {
   const tessera_kernel_call_t* raw = call.raw();
   TempList holder;

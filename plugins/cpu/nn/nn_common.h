@@ -56,6 +56,9 @@ const tessera_tensor_t* contiguous(const tessera_tensor_t* t, TempList& holder);
 // 4-D and dense in channels-last order (N, C, H, W) with strides (H W C, 1, W C, C), size-1 dims
 // skipped (docs/semantics.md, "Memory formats"). A row-major tensor may be both (C == 1).
 bool channels_last_dense(const tessera_tensor_t* t);
+// Non-empty, channels-last dense and not also row-major: a tensor only a channels-last path reads
+// as it lies (Note [Channels-last convolution] in onednn_ops.cpp, [Channels-last pooling]).
+bool channels_last_only(const tessera_tensor_t* t);
 
 // Runs `fn` with every floating input cast to f32 and f32 temporaries for the outputs, then casts
 // the outputs back: the path of f16 (and of any dtype a kernel computes only in f32).

@@ -17,6 +17,8 @@ dnnl::engine& cpu_engine();
 // linear, conv2d and attention run through f32 (run_via_f32: inputs widened exactly, the f32
 // result rounded to bf16 once), which is at least as accurate as the native path.
 bool onednn_has_bf16();
+// `dt` is bf16 and oneDNN has no bf16 kernels here: the kernel runs through f32.
+inline bool bf16_via_f32(int32_t dt) { return dt == TESSERA_DTYPE_BFLOAT16 && !onednn_has_bf16(); }
 
 // One operand of a (batched) matmul: `nd` dims (batch..., rows, cols), strides in elements.
 // Batch dims of size 1 broadcast against the other operand (oneDNN's broadcast rule).

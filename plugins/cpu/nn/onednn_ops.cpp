@@ -36,9 +36,6 @@ bool onednn_has_bf16() {
 
 namespace {
 
-// bf16 on a CPU where oneDNN has no bf16 kernels (Note [bf16 without oneDNN support] in onednn.h).
-bool bf16_via_f32(int32_t dt) { return dt == TESSERA_DTYPE_BFLOAT16 && !onednn_has_bf16(); }
-
 // Note [Primitive cache]
 // Creating a oneDNN primitive (descriptor, implementation search, JIT) costs from tens of
 // microseconds to milliseconds; executing one on a small problem costs a few. Primitives are kept
@@ -908,11 +905,8 @@ namespace {
 // another layout; when it asks for what the tensor already is, no reorder runs, so a chain of
 // channels-last convs keeps its activations in place. Winograd layers still reorder into their
 // blocked layout: the transform saves more than the reorder costs (docs/performance.md, "conv2d").
-// Only dense channels-last tensors (not also row-major contiguous) are taken as they are; any
-// other strides are copied row-major first, as before.
-bool channels_last_only(const tessera_tensor_t* t) {
-  return t->ndim == 4 && TensorView(t).numel() > 0 && !TensorView(t).is_contiguous() && channels_last_dense(t);
-}
+// Only dense channels-last tensors (not also row-major contiguous: channels_last_only) are taken as
+// they are; any other strides are copied row-major first, as before.
 
 // Note [Winograd convolution]
 // A 3x3, stride-1, undilated, ungrouped f32 convolution can be computed with Winograd's minimal

@@ -98,44 +98,47 @@ void pool_pixel_nhwc(const T* in, T* out, int64_t c, int64_t oh, int64_t ow, con
   }
 }
 
+// Output rows [b, e) (one image's output row each) of a channels-last pool, computed in T: the
+// stored type, or float for f16 / bf16 (`dt`), whose images are widened one at a time.
+template <typename T>
+void pool_rows_nhwc(const char* xb, char* yb, int32_t dt, int64_t c, const PoolGeom& g, bool is_max, int64_t b,
+                    int64_t e) {
+  const bool widen = dt == TESSERA_DTYPE_FLOAT16 || dt == TESSERA_DTYPE_BFLOAT16;  // then T is float
+  const int64_t es = int64_t(sdk::dtype_size(dt)), in_image = g.h * g.w * c;
+  Buffer<float> fin(widen ? in_image : 0), fout(widen ? c : 0);
+  int64_t loaded = -1;  // the image held in fin
+  for (int64_t r = b; r < e; ++r) {
+    const int64_t n = r / g.oh, oh = r % g.oh;
+    if (widen && loaded != n) {
+      load_f32(xb + n * in_image * es, dt, in_image, 1, fin.get());
+      loaded = n;
+    }
+    const T* in = widen ? reinterpret_cast<const T*>(fin.get()) : reinterpret_cast<const T*>(xb) + n * in_image;
+    for (int64_t ow = 0; ow < g.ow; ++ow) {
+      const int64_t out_off = ((n * g.oh + oh) * g.ow + ow) * c;
+      T* out = widen ? reinterpret_cast<T*>(fout.get()) : reinterpret_cast<T*>(yb) + out_off;
+      is_max ? pool_pixel_nhwc<T, true>(in, out, c, oh, ow, g) : pool_pixel_nhwc<T, false>(in, out, c, oh, ow, g);
+      if (widen) store_f32(fout.get(), yb + out_off * es, dt, c, 1);
+    }
+  }
+}
+
 // Pools a channels-last x (N, C, H, W) into the channels-last y: rows of output pixels in parallel.
 void pool2d_nhwc(const tessera_tensor_t* x, const tessera_tensor_t* y, const PoolGeom& g, bool is_max) {
-  const int64_t nb = x->sizes[0], c = x->sizes[1];
+  const int64_t c = x->sizes[1], rows = x->sizes[0] * g.oh;
   const int32_t dt = x->dtype;
-  const int64_t es = int64_t(sdk::dtype_size(dt));
   const char* xb = static_cast<const char*>(x->data) + x->byte_offset;
   char* yb = static_cast<char*>(y->data) + y->byte_offset;
-  const int64_t in_image = g.h * g.w * c, rows = nb * g.oh;
   const int64_t grain = grain_items(OpKind::Pooling, g.ow * c * g.kh * g.kw, rows);
   parallel_for(0, rows, grain, [&](int64_t b, int64_t e) {
-    const bool via_f32 = dt == TESSERA_DTYPE_FLOAT16 || dt == TESSERA_DTYPE_BFLOAT16;
-    Buffer<float> fin(via_f32 ? g.h * g.w * c : 0), fout(via_f32 ? c : 0);
-    int64_t loaded = -1;  // the image held in fin
-    for (int64_t r = b; r < e; ++r) {
-      const int64_t n = r / g.oh, oh = r % g.oh;
-      for (int64_t ow = 0; ow < g.ow; ++ow) {
-        const int64_t out_off = ((n * g.oh + oh) * g.ow + ow) * c;
-        if (via_f32) {
-          if (loaded != n) {
-            load_f32(xb + n * in_image * es, dt, in_image, 1, fin.get());
-            loaded = n;
-          }
-          is_max ? pool_pixel_nhwc<float, true>(fin.get(), fout.get(), c, oh, ow, g)
-                 : pool_pixel_nhwc<float, false>(fin.get(), fout.get(), c, oh, ow, g);
-          store_f32(fout.get(), yb + out_off * es, dt, c, 1);
-          continue;
-        }
-        visit(dt, [&](auto tag) {
-          using T = decltype(tag);
-          if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double> ||
-                        (std::is_integral_v<T> && !std::is_same_v<T, bool>)) {
-            const T* in = reinterpret_cast<const T*>(xb) + n * in_image;
-            T* out = reinterpret_cast<T*>(yb) + out_off;
-            is_max ? pool_pixel_nhwc<T, true>(in, out, c, oh, ow, g) : pool_pixel_nhwc<T, false>(in, out, c, oh, ow, g);
-          }
-        });
-      }
-    }
+    if (dt == TESSERA_DTYPE_FLOAT16 || dt == TESSERA_DTYPE_BFLOAT16)
+      return pool_rows_nhwc<float>(xb, yb, dt, c, g, is_max, b, e);
+    visit(dt, [&](auto tag) {
+      using T = decltype(tag);
+      if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double> ||
+                    (std::is_integral_v<T> && !std::is_same_v<T, bool>))
+        pool_rows_nhwc<T>(xb, yb, dt, c, g, is_max, b, e);
+    });
   });
 }
 
@@ -173,8 +176,7 @@ void pool2d(const KernelCall& call, bool is_max) {
       fail(std::string(op) + ": padding " + std::to_string(p[i]) + " is more than half the kernel size " +
            std::to_string(k[i]) + "; expected padding <= kernel_size / 2");
   }
-  const bool nhwc = x0.ndim() == 4 && !x0.is_contiguous() && channels_last_dense(x0.raw()) &&
-                    channels_last_dense(call.output(0).raw());  // Note [Channels-last pooling]
+  const bool nhwc = channels_last_only(x0.raw()) && channels_last_dense(call.output(0).raw());  // Note [Channels-last pooling]
   TempList holder;
   const tessera_tensor_t* x = nhwc ? x0.raw() : contiguous(x0.raw(), holder);
   const int nd = x->ndim;
@@ -189,10 +191,7 @@ void pool2d(const KernelCall& call, bool is_max) {
          ", " + std::to_string(g.ow) + "] for input " + shape_str(x));
   if (g.oh <= 0 || g.ow <= 0)
     fail(std::string(op) + ": the output would be empty for input " + shape_str(x) + "; use a smaller kernel");
-  if (nhwc) {
-    if (y0.numel() > 0) pool2d_nhwc(x0.raw(), y0.raw(), g, is_max);
-    return;
-  }
+  if (nhwc) return pool2d_nhwc(x0.raw(), y0.raw(), g, is_max);
   TempList out_holder;
   const tessera_tensor_t* y = y0.raw();
   if (!y0.is_contiguous()) {
