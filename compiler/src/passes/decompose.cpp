@@ -2,7 +2,7 @@
 // graph. Note [Passes] and Note [Pattern rewrite] in tessera/compiler/passes.h.
 #include <set>
 
-#include "capture_shapes.h"
+#include "capture/capture_shapes.h"
 #include "passes/graph_edit.h"
 #include "tessera/compiler/passes.h"
 #include "tessera/dispatcher.h"

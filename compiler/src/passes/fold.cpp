@@ -2,8 +2,8 @@
 // tessera/compiler/passes.h.
 #include <algorithm>
 
-#include "capture_shapes.h"
-#include "interpret.h"
+#include "capture/capture_shapes.h"
+#include "runtime/interpret.h"
 #include "passes/graph_edit.h"
 #include "tessera/compiler/passes.h"
 

@@ -1,7 +1,7 @@
 // The verifier. Note [Passes] in tessera/compiler/passes.h.
 #include <sstream>
 
-#include "capture_shapes.h"
+#include "capture/capture_shapes.h"
 #include "passes/graph_edit.h"
 #include "tessera/compiler/passes.h"
 #include "tessera/dispatcher.h"

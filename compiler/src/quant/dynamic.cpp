@@ -3,7 +3,7 @@
 #include <limits>
 #include <set>
 
-#include "lowering.h"
+#include "quant/lowering.h"
 #include "tessera/compiler/passes.h"
 #include "tessera/compiler/quantize.h"
 #include "tessera/error.h"

@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <set>
 
-#include "lowering.h"
+#include "quant/lowering.h"
 #include "tessera/compiler/passes.h"
 #include "tessera/compiler/quantize.h"
 #include "tessera/error.h"

@@ -2,7 +2,7 @@
 #include <set>
 #include <tuple>
 
-#include "lowering.h"
+#include "quant/lowering.h"
 #include "tessera/compiler/passes.h"
 #include "tessera/compiler/quantize.h"
 #include "tessera/error.h"

@@ -6,7 +6,7 @@
 #include "tessera/compiler/quantize.h"
 #include "tessera/error.h"
 #include "tessera/ops.h"
-#include "lowering.h"
+#include "quant/lowering.h"
 
 namespace tessera::quantization {
 

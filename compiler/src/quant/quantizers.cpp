@@ -4,7 +4,7 @@
 
 #include "tessera/compiler/quantize.h"
 #include "tessera/error.h"
-#include "lowering.h"
+#include "quant/lowering.h"
 
 namespace tessera::quantization {
 

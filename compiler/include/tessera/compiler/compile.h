@@ -33,7 +33,7 @@
 // compiler plugin: it runs the partitions it takes, the dispatcher the rest (Note [Compiler plugin
 // ABI] in plugin_abi.h). "auto" takes, per artifact, the highest-priority compiler plugin that
 // serves the inputs' device, else "cpp" (Note [Compiler plugin priority] in
-// compiler/src/compile/compiler_choice.cpp). When fn cannot be captured (it reads tensor data), calls with those input
+// compiler/src/runtime/compiler_choice.cpp). When fn cannot be captured (it reads tensor data), calls with those input
 // types run fn eagerly, with one warning.
 #pragma once
 #include <cstdint>

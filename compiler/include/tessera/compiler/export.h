@@ -5,7 +5,7 @@
 // inputs: tensors with the Export dispatch key whose sizes and dtype are the examples' and that hold
 // no data. Every op fn dispatches reaches the export hook (Note [Export hook] in dispatcher.h), which
 // appends a Call node, computes the outputs' symbolic sizes with the op's shape rule on symbolic
-// sizes (Note [Symbolic shape rules] in capture_shapes.cpp) and returns new tracing tensors. Views
+// sizes (Note [Symbolic shape rules] in compiler/src/capture/capture_shapes.cpp) and returns new tracing tensors. Views
 // (metadata-only, in core) are recovered from a tracing tensor's geometry as `view` and `permute`
 // nodes, other views of static tensors as index_select with a constant index (Note [Captured
 // views]). A tensor fn closes over becomes a weight: a placeholder named from options.parameters

@@ -1,5 +1,5 @@
 // Guards of a compiled artifact (Note [Compiled functions] in tessera/compiler/compile.h).
-#include "guards.h"
+#include "runtime/guards.h"
 
 #include <algorithm>
 #include <array>

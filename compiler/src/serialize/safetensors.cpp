@@ -7,7 +7,7 @@
 
 #include "tessera/checked_math.h"
 #include "tessera/error.h"
-#include "untrusted.h"
+#include "serialize/untrusted.h"
 
 namespace tessera::compiler {
 

@@ -16,7 +16,7 @@
 #include <set>
 
 #include "tessera/error.h"
-#include "untrusted.h"
+#include "serialize/untrusted.h"
 
 namespace tessera::compiler {
 

@@ -5,10 +5,10 @@
 #include <set>
 #include <shared_mutex>
 
-#include "codegen/toolchain.h"
-#include "compiler_choice.h"
-#include "guards.h"
-#include "partition.h"
+#include "backends/cpp/toolchain.h"
+#include "runtime/compiler_choice.h"
+#include "runtime/guards.h"
+#include "backends/plugin/partition.h"
 #include "tessera/compiler/codegen.h"
 #include "tessera/compiler/compile.h"
 #include "tessera/env.h"

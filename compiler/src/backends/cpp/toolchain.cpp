@@ -9,7 +9,7 @@
 // entry another process finished meanwhile, compiles into a private temporary name and renames the
 // library, then the meta, into place: the meta is the commit point, so a crash leaves no entry that
 // a reader would load.
-#include "toolchain.h"
+#include "backends/cpp/toolchain.h"
 
 #include <cpuid.h>
 #include <fcntl.h>

@@ -8,8 +8,8 @@
 #include <set>
 #include <sstream>
 
-#include "generated_abi.h"
-#include "prelude.h"
+#include "backends/cpp/generated_abi.h"
+#include "backends/cpp/prelude.h"
 #include "tessera/compiler/codegen.h"
 #include "tessera/error.h"
 

@@ -13,7 +13,7 @@
 //      forced to a constant: make it static; two dims forced equal: use the same Dim).
 // Order comparisons (<=) use the ranges when they decide, else the examples, and then record the
 // answer as a guard ("a <= b" or "a > b").
-#include "capture_shapes.h"
+#include "capture/capture_shapes.h"
 
 #include <algorithm>
 #include <ostream>

@@ -10,7 +10,7 @@
 #include <algorithm>
 #include <mutex>
 
-#include "interpret.h"
+#include "runtime/interpret.h"
 #include "tessera/dispatcher.h"
 #include "tessera/error.h"
 #include "tessera/ops.h"

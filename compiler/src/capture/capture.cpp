@@ -4,7 +4,7 @@
 #include <numeric>
 #include <unordered_map>
 
-#include "capture_shapes.h"
+#include "capture/capture_shapes.h"
 #include "tessera/compiler/export.h"
 #include "tessera/dispatcher.h"
 #include "tessera/ops.h"

@@ -6,15 +6,15 @@
 #include <chrono>
 #include <map>
 
-#include "epilogue.h"
-#include "generated_abi.h"
-#include "interpret.h"
+#include "backends/cpp/epilogue.h"
+#include "backends/cpp/generated_abi.h"
+#include "runtime/interpret.h"
 #include "tessera/checked_math.h"
 #include "tessera/compiler/codegen.h"
 #include "tessera/dispatcher.h"
 #include "tessera/error.h"
 #include "tessera/log.h"
-#include "toolchain.h"
+#include "backends/cpp/toolchain.h"
 
 namespace tessera::compiler::codegen {
 

@@ -1,7 +1,7 @@
 // fuse_linear_epilogues: linear or matmul -> bias add -> relu / gelu -> residual add chains become
 // one call of the CPU backend's _linear_epilogue, conv2d -> relu / gelu one _conv2d_epilogue
 // (Note [Linear epilogues] in plugins/cpu/nn/onednn_ops.cpp).
-#include "epilogue.h"
+#include "backends/cpp/epilogue.h"
 
 #include <map>
 #include <optional>

@@ -1,10 +1,10 @@
 // Choosing a compiler plugin by priority (Note [Compiler plugin priority]).
-#include "compiler_choice.h"
+#include "runtime/compiler_choice.h"
 
 #include <algorithm>
 #include <vector>
 
-#include "partition.h"
+#include "backends/plugin/partition.h"
 #include "tessera/error.h"
 #include "tessera/plugin_loader.h"
 

@@ -4,7 +4,7 @@
 #include <string_view>
 #include <vector>
 
-#include "generated_abi.h"
+#include "backends/cpp/generated_abi.h"
 #include "tessera/compiler/codegen.h"
 
 namespace tessera::compiler::codegen {

@@ -12,7 +12,7 @@
 #include "tessera/sparse.h"
 #include "tessera/sparse_format.h"
 #include "tessera/version.h"
-#include "untrusted.h"
+#include "serialize/untrusted.h"
 
 namespace tessera::compiler {
 

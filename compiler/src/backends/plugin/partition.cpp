@@ -1,12 +1,12 @@
 // Partitions of a program run by a compiler plugin (Note [Compiler plugin ABI] in plugin_abi.h).
-#include "partition.h"
+#include "backends/plugin/partition.h"
 
 #include <algorithm>
 #include <map>
 #include <set>
 #include <utility>
 
-#include "interpret.h"
+#include "runtime/interpret.h"
 #include "tessera/compiler/graph_abi.h"
 #include "tessera/dispatcher.h"
 #include "tessera/error.h"
