@@ -220,6 +220,37 @@ TEST(Compile, HundredBatchSizesCompileAtMostTwice) {
   EXPECT_GT(s.compile_seconds, 0);
 }
 
+// Note [Binding symbols]: the interpreter and generated code bind a program's symbols with one
+// function, so both refuse two sizes for one symbol with the same message.
+TEST(Compile, InterpreterAndGeneratedCodeRefuseOneSymbolWithTwoSizesAlike) {
+  if (!have_compiler()) GTEST_SKIP() << "no C++ compiler";
+  tessera::ExportOptions opts;
+  opts.dynamic_shapes = {{{0, tessera::Dim{"batch", 1, 64}}}, {{0, tessera::Dim{"batch", 1, 64}}}};
+  auto fn = [](const std::vector<Tensor>& in) { return std::vector<Tensor>{in[0] * in[1]}; };
+  const auto ep = tessera::export_program(fn, {tessera::randn({3, 4}), tessera::randn({3, 4})}, opts);
+  tessera::compiler::codegen::CompileOptions co;
+  co.cache_dir = temp_dir() + "/cache";
+  const auto cg = tessera::compiler::codegen::CompiledGraph::compile(ep, co);
+  const std::vector<Tensor> bad = {tessera::ones({5, 4}), tessera::ones({6, 4})};
+  auto message = [&](auto run) -> std::string {
+    try {
+      run();
+    } catch (const tessera::Error& e) {
+      return e.what();
+    }
+    return "(no error)";
+  };
+  const std::string interpreted = message([&] { ep.run(bad); });
+  const std::string generated = message([&] { cg.run(bad); });
+  EXPECT_NE(interpreted.find("input 'x1' has size 6 at dimension 0 but batch is 5 from an earlier input"),
+            std::string::npos) << interpreted;
+  EXPECT_NE(generated.find("input 'x1' has size 6 at dimension 0 but batch is 5 from an earlier input"),
+            std::string::npos) << generated;
+  // Equal sizes run, and both ways give the same values.
+  const std::vector<Tensor> good = {tessera::randn({5, 4}), tessera::randn({5, 4})};
+  expect_close(cg.run(good)[0], ep.run(good)[0], 0, "generated vs interpreted");
+}
+
 TEST(Compile, GuardFailuresOnDtypeRankAndSize) {
   CompiledFunction f = tessera::compile(
       [](const std::vector<Tensor>& in) { return std::vector<Tensor>{tessera::exp(in[0]) * 2.0}; },

@@ -203,6 +203,13 @@ int64_t SymSize::evaluate(const std::map<std::string, int64_t>& bindings) const 
   return total;
 }
 
+std::optional<std::string> SymSize::plain_symbol() const {
+  if (is_constant()) return std::nullopt;
+  std::vector<std::string> names = symbols();
+  if (names.size() == 1 && same_as(SymSize::symbol(names[0]))) return names[0];
+  return std::nullopt;
+}
+
 std::vector<std::string> SymSize::symbols() const {
   std::set<std::string> out;
   if (poly_)

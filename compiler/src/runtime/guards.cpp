@@ -9,18 +9,6 @@
 
 namespace tessera::compiler {
 
-namespace {
-
-// A plain symbol ("s0"), as opposed to a constant or an expression over symbols.
-std::optional<std::string> plain_symbol(const SymSize& s) {
-  if (s.is_constant()) return std::nullopt;
-  std::vector<std::string> names = s.symbols();
-  if (names.size() == 1 && s.same_as(SymSize::symbol(names[0]))) return names[0];
-  return std::nullopt;
-}
-
-}  // namespace
-
 ArtifactGuards::ArtifactGuards(const ExportedProgram& program, const std::vector<Device>& devices) {
   std::map<std::string, int32_t> slot_of;
   size_t k = 0;
@@ -38,7 +26,7 @@ ArtifactGuards::ArtifactGuards(const ExportedProgram& program, const std::vector
       g.symbol.push_back(kStatic);
       if (s.is_constant()) continue;
       ++symbolic_dims_;
-      if (auto name = plain_symbol(s)) {
+      if (auto name = s.plain_symbol()) {
         auto [it, fresh] = slot_of.emplace(*name, int32_t(symbols_.size()));
         if (fresh) {
           auto r = program.ranges.find(*name);

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <mutex>
 
+#include "runtime/bind.h"
 #include "runtime/interpret.h"
 #include "tessera/dispatcher.h"
 #include "tessera/error.h"
@@ -116,8 +117,8 @@ std::vector<Tensor> ExportedProgram::run(const std::vector<Tensor>& inputs) cons
     TESSERA_CHECK(inputs[i].device() == device, "run: inputs are on different devices (", device.str(), " and ",
                   inputs[i].device().str(), " for input '", user[i]->name, "'); move them to one device with .to(...)");
   }
-  // Bind the symbols from the inputs' sizes, then check every size and range.
-  std::map<std::string, int64_t> bindings;
+  // Bind the symbols from the inputs' sizes (Note [Binding symbols]), then check every size and range.
+  Bindings bindings;
   for (size_t i = 0; i < inputs.size(); ++i) {
     const TensorType& t = graph.type(user[i]->value);
     const Tensor& x = inputs[i];
@@ -125,15 +126,7 @@ std::vector<Tensor> ExportedProgram::run(const std::vector<Tensor>& inputs) cons
                   " dimensions, the program expects ", t.sizes.size(), " (", t.str(), ")");
     TESSERA_CHECK(x.dtype() == t.dtype, "run: input '", user[i]->name, "' has dtype ", x.dtype(),
                   ", the program expects ", t.dtype, "; convert it with .to(", t.dtype, ")");
-    for (size_t d = 0; d < t.sizes.size(); ++d) {
-      std::vector<std::string> names = t.sizes[d].symbols();
-      if (names.size() == 1 && t.sizes[d].same_as(SymSize::symbol(names[0]))) {
-        auto [it, fresh] = bindings.emplace(names[0], x.sizes()[d]);
-        TESSERA_CHECK(fresh || it->second == x.sizes()[d], "run: input '", user[i]->name, "' has size ", x.sizes()[d],
-                      " at dimension ", d, " but ", names[0], " is ", it->second,
-                      " from an earlier input; dims of the same Dim must be equal");
-      }
-    }
+    bind_symbols(t, x.sizes(), "run: input '" + user[i]->name + "'", bindings);
   }
   for (const auto& [name, value] : bindings) {
     auto r = ranges.find(name);

@@ -50,6 +50,9 @@ class TESSERA_COMPILER_API SymSize {
   int64_t evaluate(const std::map<std::string, int64_t>& bindings) const;
   // The symbols the size mentions, sorted, each once.
   std::vector<std::string> symbols() const;
+  // The name when the size is one plain symbol ("s0"); nullopt for a constant or an expression
+  // ("2*s0", "s0 + 1"). Such a dim of an input binds its symbol (Note [Binding symbols]).
+  std::optional<std::string> plain_symbol() const;
   // The interval [lo, hi] the size takes when every symbol lies in its range in `ranges` (a symbol
   // not listed is unbounded). Conservative, saturating at the int64 limits.
   std::pair<int64_t, int64_t> bounds(const std::map<std::string, SymbolRange>& ranges) const;

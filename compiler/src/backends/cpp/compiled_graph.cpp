@@ -8,6 +8,7 @@
 
 #include "backends/cpp/epilogue.h"
 #include "backends/cpp/generated_abi.h"
+#include "runtime/bind.h"
 #include "runtime/interpret.h"
 #include "tessera/checked_math.h"
 #include "tessera/compiler/codegen.h"
@@ -34,7 +35,7 @@ namespace {
 // Per call: the tensors behind every pointer the generated code may pass back to call_node.
 struct CallContext {
   const ExportedProgram* program = nullptr;
-  std::map<std::string, int64_t> bindings;
+  Bindings bindings;
   std::map<const void*, Tensor> owners;  // data pointer -> a tensor whose storage holds it
   std::vector<Tensor> slots;
   std::vector<int64_t> slot_bytes;  // what each slot must be, evaluated with overflow checks
@@ -198,14 +199,7 @@ std::vector<Tensor> CompiledGraph::run(const std::vector<Tensor>& inputs) const 
     TESSERA_CHECK(t.dtype() == type.dtype && t.device().is_cpu() && t.dim() == int64_t(type.sizes.size()),
                   "input '", in.name, "' must be ", type.str(), "; got ", dtype_name(t.dtype()), " with ", t.dim(),
                   " dims on ", t.device().str());
-    for (size_t i = 0; i < type.sizes.size(); ++i) {
-      const SymSize& s = type.sizes[i];
-      if (!s.is_constant() && s.symbols().size() == 1 && s.str() == s.symbols()[0]) {
-        auto [it, fresh] = ctx.bindings.emplace(s.str(), t.size(int64_t(i)));
-        TESSERA_CHECK(fresh || it->second == t.size(int64_t(i)), "dimension '", s.str(), "' is ", it->second,
-                      " in an earlier input but ", t.size(int64_t(i)), " in dim ", i, " of input '", in.name, "'");
-      }
-    }
+    bind_symbols(type, t.sizes(), "input '" + in.name + "'", ctx.bindings);
     placeholders.push_back(t.is_contiguous() ? t : t.contiguous());
   }
   for (size_t k = 0; k < placeholders.size(); ++k) {

@@ -6,6 +6,7 @@
 #include <set>
 #include <utility>
 
+#include "runtime/bind.h"
 #include "runtime/interpret.h"
 #include "tessera/compiler/graph_abi.h"
 #include "tessera/dispatcher.h"
@@ -43,22 +44,6 @@ tessera_tensor_t c_tensor(const Tensor& t) {
   c.byte_offset = t.storage_offset() * int64_t(itemsize(t.dtype()));
   c.version = s ? s->version() : 0;
   return c;
-}
-
-std::map<std::string, int64_t> bind_symbols(const ExportedProgram& p, const std::vector<Tensor>& inputs) {
-  std::map<std::string, int64_t> bindings;
-  size_t k = 0;
-  for (const InputSpec& in : p.signature.inputs) {
-    if (in.kind != InputKind::UserInput) continue;
-    const TensorType& t = p.graph.type(in.value);
-    for (size_t d = 0; d < t.sizes.size(); ++d) {
-      const std::vector<std::string> names = t.sizes[d].symbols();
-      if (names.size() == 1 && t.sizes[d].same_as(SymSize::symbol(names[0])))
-        bindings.emplace(names[0], inputs.at(k).size(int64_t(d)));
-    }
-    ++k;
-  }
-  return bindings;
 }
 
 }  // namespace
@@ -172,7 +157,7 @@ PartitionedProgram::~PartitionedProgram() {
 
 std::vector<Tensor> PartitionedProgram::run(const std::vector<Tensor>& inputs) const {
   const Graph& g = program_.graph;
-  const std::map<std::string, int64_t> bindings = bind_symbols(program_, inputs);
+  const Bindings bindings = bind_user_inputs(program_, inputs);
   std::vector<Tensor> env(g.values.size());
   size_t k = 0;
   for (const InputSpec& in : program_.signature.inputs)
