@@ -13,6 +13,7 @@
 #include <set>
 #include <unordered_map>
 
+#include "c_tensor.h"
 #include "dispatcher_state.h"
 #include "host_api.h"
 #include "memory_format_internal.h"
@@ -42,23 +43,6 @@ struct Prepared {
   detail::SmallVector<Tensor, 4> keep;  // converted inputs
   detail::SmallVector<const TensorImpl*, 8> tensors;
 };
-
-inline void fill_c_tensor(tessera_tensor_t& c, const TensorImpl* t) {
-  c.struct_size = sizeof(tessera_tensor_t);
-  c.dtype = int32_t(t->dtype());
-  c.device_type = int32_t(t->device().type());
-  c.device_index = t->device().index() < 0 ? 0 : t->device().index();
-  c.ndim = int32_t(t->dim());
-  c.reserved_ = 0;
-  c.sizes = t->sizes().data();
-  c.strides = t->strides().data();
-  c.numel = t->numel();
-  const Storage& s = t->storage();
-  c.data = s ? s->data() : nullptr;
-  const int64_t offset = t->storage_offset();
-  c.byte_offset = offset == 0 ? 0 : offset * int64_t(itemsize(t->dtype()));  // outputs start at 0
-  c.version = s ? s->version() : 0;
-}
 
 [[noreturn]] void rank_error(const OperatorEntry& op, const char* what, int index, int64_t ndim) {
   detail::throw_error(ErrorCode::InvalidArgument,
@@ -204,7 +188,7 @@ bool run_kernel(const KernelEntry* k, OperatorEntry& op, const MetaCall& m, cons
   }
   for (int i = 0; i < f.num_tensors; ++i) {
     if (tensors[i]) {
-      fill_c_tensor(c_tensors[i], tensors[i]);
+      detail::fill_c_tensor(c_tensors[i], tensors[i]);
       c_ptrs[i] = &c_tensors[i];
     } else {
       c_ptrs[i] = nullptr;
@@ -212,7 +196,7 @@ bool run_kernel(const KernelEntry* k, OperatorEntry& op, const MetaCall& m, cons
   }
   for (int o = 0; o < m.num_outputs; ++o) {
     tessera_tensor_t& c = c_tensors[f.num_tensors + o];
-    fill_c_tensor(c, outs[o].impl());
+    detail::fill_c_tensor(c, outs[o].impl());
     c_ptrs[f.num_tensors + o] = &c;
   }
   tessera_kernel_call_t call;

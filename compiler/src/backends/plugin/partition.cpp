@@ -6,6 +6,7 @@
 #include <set>
 #include <utility>
 
+#include "c_tensor.h"
 #include "runtime/bind.h"
 #include "runtime/interpret.h"
 #include "tessera/compiler/graph_abi.h"
@@ -26,24 +27,6 @@ void check_status(tessera_status_t status, const std::string& plugin, const char
   const std::string message = status_take_message(status);
   detail::throw_error(ErrorCode::Internal,
                       "compiler plugin '" + plugin + "': " + call + " failed: " + message);
-}
-
-// The runtime's view of a tensor for a plugin (the same fields the dispatcher fills for kernels).
-tessera_tensor_t c_tensor(const Tensor& t) {
-  tessera_tensor_t c{};
-  c.struct_size = sizeof(tessera_tensor_t);
-  c.dtype = int32_t(t.dtype());
-  c.device_type = int32_t(t.device().type());
-  c.device_index = t.device().index() < 0 ? 0 : t.device().index();
-  c.ndim = int32_t(t.dim());
-  c.sizes = t.sizes().data();
-  c.strides = t.strides().data();
-  c.numel = t.numel();
-  const Storage& s = t.storage();
-  c.data = s ? s->data() : nullptr;
-  c.byte_offset = t.storage_offset() * int64_t(itemsize(t.dtype()));
-  c.version = s ? s->version() : 0;
-  return c;
 }
 
 }  // namespace
@@ -185,9 +168,9 @@ std::vector<Tensor> PartitionedProgram::run(const std::vector<Tensor>& inputs) c
         for (const SymSize& s : type.sizes) sizes.push_back(s.evaluate(bindings));
         outs.push_back(empty(sizes, TensorOptions().dtype(type.dtype).device(device_)));
       }
-      std::vector<tessera_tensor_t> c_ins, c_outs;
-      for (const Tensor& t : ins) c_ins.push_back(c_tensor(t));
-      for (const Tensor& t : outs) c_outs.push_back(c_tensor(t));
+      std::vector<tessera_tensor_t> c_ins(ins.size()), c_outs(outs.size());
+      for (size_t k = 0; k < ins.size(); ++k) detail::fill_c_tensor(c_ins[k], ins[k].impl());
+      for (size_t k = 0; k < outs.size(); ++k) detail::fill_c_tensor(c_outs[k], outs[k].impl());
       std::vector<const tessera_tensor_t*> in_ptrs, out_ptrs;
       for (const auto& c : c_ins) in_ptrs.push_back(&c);
       for (const auto& c : c_outs) out_ptrs.push_back(&c);
