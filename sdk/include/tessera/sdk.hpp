@@ -199,6 +199,13 @@ class Host {
                        int32_t functionality = TESSERA_FUNCTIONALITY_DENSE) const {
     check(api_->kernel_register(api_->host_ctx, op, functionality, dtype_mask, fn, user_data, flags));
   }
+  // A kernels plugin's registration (Note [Kernels plugins]): `fn` for `op` under the dispatch
+  // functionality `functionality` (TESSERA_FUNCTIONALITY_SPARSE, ...) of the device type its
+  // manifest names.
+  void register_kernel_under(int32_t functionality, const char* op, uint64_t dtype_mask,
+                             tessera_kernel_fn_t fn) const {
+    register_kernel(op, dtype_mask, fn, nullptr, TESSERA_KERNEL_FLAG_NONE, functionality);
+  }
   void define_op(const char* schema, const char* meta_like) const {
     check(api_->op_define(api_->host_ctx, schema, meta_like));
   }
