@@ -56,7 +56,8 @@ struct CpuFeatures {
       f.avx512bw = bit(b, 30), f.avx512vl = bit(b, 31);
       f.avx512vbmi = bit(c, 1), f.avx512vbmi2 = bit(c, 6), f.gfni = bit(c, 8), f.avx512vnni = bit(c, 11);
       f.avx512bitalg = bit(c, 12), f.avx512vpopcntdq = bit(c, 14);
-      f.avx512vp2intersect = bit(d, 8), f.amx_bf16 = bit(d, 22), f.amx_tile = bit(d, 24), f.amx_int8 = bit(d, 25);
+      f.avx512vp2intersect = bit(d, 8), f.amx_bf16 = bit(d, 22), f.amx_tile = bit(d, 24),
+      f.amx_int8 = bit(d, 25);
       __cpuid_count(7, 1, a, b, c, d);
       f.avx_vnni = bit(a, 4), f.avx512bf16 = bit(a, 5);
     }
@@ -114,8 +115,8 @@ struct CpuFeatures {
     };
     for (const Entry& e : kTable) {
       if (n != e.name) continue;
-      const bool state = e.state == 0 || (e.state == 1 && os_ymm) || (e.state == 2 && os_zmm) ||
-                         (e.state == 3 && os_amx);
+      const bool state =
+          e.state == 0 || (e.state == 1 && os_ymm) || (e.state == 2 && os_zmm) || (e.state == 3 && os_amx);
       return state && this->*e.flag;
     }
     return false;
@@ -128,9 +129,12 @@ enum class CpuCapability { Default, AVX2, AVX512 };
 
 inline const char* cpu_capability_name(CpuCapability c) {
   switch (c) {
-    case CpuCapability::AVX512: return "avx512";
-    case CpuCapability::AVX2: return "avx2";
-    default: return "default";
+    case CpuCapability::AVX512:
+      return "avx512";
+    case CpuCapability::AVX2:
+      return "avx2";
+    default:
+      return "default";
   }
 }
 
@@ -179,9 +183,9 @@ inline bool select_cpu_capability(const CpuFeatures& f, std::string_view request
       if (!f.avx512vl) missing += " avx512vl";
       if (!f.avx512dq) missing += " avx512dq";
     }
-    *error = "TESSERA_CPU_CAPABILITY=" + std::string(requested) + " asks for more than this CPU supports (best: " +
-             cpu_capability_name(best) + "; missing:" + missing + "); unset it or set it to " +
-             cpu_capability_name(best);
+    *error = "TESSERA_CPU_CAPABILITY=" + std::string(requested) +
+             " asks for more than this CPU supports (best: " + cpu_capability_name(best) +
+             "; missing:" + missing + "); unset it or set it to " + cpu_capability_name(best);
     return false;
   }
   *out = want;

@@ -60,8 +60,9 @@ tessera_proc_t get_proc_address(void* /*self*/, const char* name) noexcept {
 // The plugin header with labels for every slot (Note [ABI versioning] in plugin_abi.h).
 constexpr tessera_plugin_t plugin_header(const char* name, const char* version,
                                          tessera_proc_t (*get_proc_address)(void*, const char*) = nullptr,
-                                         const tessera_device_interface_t* device = nullptr, void* self = nullptr,
-                                         void (*shutdown)(void*) = nullptr, uint64_t features = 0) {
+                                         const tessera_device_interface_t* device = nullptr,
+                                         void* self = nullptr, void (*shutdown)(void*) = nullptr,
+                                         uint64_t features = 0) {
   return tessera_plugin_t{
       .struct_size = sizeof(tessera_plugin_t),
       .abi_major = TESSERA_ABI_MAJOR,
@@ -118,7 +119,9 @@ class GraphView {
   // The op of a call node ("add.Tensor").
   const char* target(int32_t node) const { return api_->node_target(g_, node); }
   int32_t num_args(int32_t node) const { return api_->node_num_args(g_, node); }
-  int32_t arg_kind(int32_t node, int32_t arg) const { return api_->node_arg_kind(g_, node, arg); }  // tessera_arg_kind_t
+  int32_t arg_kind(int32_t node, int32_t arg) const {
+    return api_->node_arg_kind(g_, node, arg);
+  }  // tessera_arg_kind_t
   int32_t arg_num_values(int32_t node, int32_t arg) const { return api_->node_arg_num_values(g_, node, arg); }
   int32_t arg_value(int32_t node, int32_t arg, int32_t index = 0) const {
     return api_->node_arg_value(g_, node, arg, index);
@@ -246,8 +249,8 @@ class TensorSpan {
           (device_index >= 0 && t.device_index() != device_index))
         throw Error(TESSERA_STATUS_INVALID_ARGUMENT,
                     std::string(what) + " " + std::to_string(i) + " is not a contiguous tensor of dtype " +
-                        std::to_string(dtype) + " with " + std::to_string(numel) + " elements on device index " +
-                        std::to_string(device_index));
+                        std::to_string(dtype) + " with " + std::to_string(numel) +
+                        " elements on device index " + std::to_string(device_index));
     }
   }
 
@@ -331,7 +334,8 @@ Extension compiler_extension() {
 // ------------------------------------------------------------------ quantizers
 
 // A quantization spec with its size filled in.
-constexpr tessera_quant_spec_t quant_spec(int32_t dtype, int32_t qscheme, int32_t observer, int64_t ch_axis = 0) {
+constexpr tessera_quant_spec_t quant_spec(int32_t dtype, int32_t qscheme, int32_t observer,
+                                          int64_t ch_axis = 0) {
   return tessera_quant_spec_t{
       .struct_size = sizeof(tessera_quant_spec_t),
       .dtype = dtype,
@@ -394,14 +398,14 @@ Extension quantizer_extension() {
 // get_proc_address offers TESSERA_EXT_COMPILER (TESSERA_EXT_QUANTIZER_ANNOTATE), and its entry
 // point, which fails init on a runtime without the graph ABI. Use at file scope, once per plugin.
 #define TESSERA_SDK_COMPILER_PLUGIN(COMPILER, NAME, VERSION)                                          \
-  static const tessera_plugin_t tessera_sdk_plugin_header_ = ::tessera::sdk::plugin_header(          \
+  static const tessera_plugin_t tessera_sdk_plugin_header_ = ::tessera::sdk::plugin_header(           \
       NAME, VERSION, ::tessera::sdk::get_proc_address<::tessera::sdk::compiler_extension<COMPILER>>); \
-  TESSERA_PLUGIN_ENTRY(&tessera_sdk_plugin_header_) {                                                   \
-    (void)host;                                                                                         \
-    ::tessera::sdk::require_graph_abi(NAME);                                                            \
+  TESSERA_PLUGIN_ENTRY(&tessera_sdk_plugin_header_) {                                                 \
+    (void)host;                                                                                       \
+    ::tessera::sdk::require_graph_abi(NAME);                                                          \
   }
 #define TESSERA_SDK_QUANTIZER_PLUGIN(QUANTIZER, NAME, VERSION)                                          \
-  static const tessera_plugin_t tessera_sdk_plugin_header_ = ::tessera::sdk::plugin_header(            \
+  static const tessera_plugin_t tessera_sdk_plugin_header_ = ::tessera::sdk::plugin_header(             \
       NAME, VERSION, ::tessera::sdk::get_proc_address<::tessera::sdk::quantizer_extension<QUANTIZER>>); \
   TESSERA_PLUGIN_ENTRY(&tessera_sdk_plugin_header_) {                                                   \
     (void)host;                                                                                         \
