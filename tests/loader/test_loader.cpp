@@ -701,6 +701,30 @@ TEST_F(LoaderTest, UnmetCpuFeatures) {
   EXPECT_EQ(info("lt_sse2").status, PluginStatus::Available) << info("lt_sse2").reason;
 }
 
+// extension_of_kind (Note [Plugin kinds]) gives every caller the same one-line errors: an unknown
+// name lists the plugins of the kind, a plugin of another kind says which kind it is.
+TEST_F(LoaderTest, ExtensionOfKindNamesThePluginAndTheKinds) {
+  dir_.write_manifest("lt_ext_backend", backend_manifest("lt_ext_backend", LT_LIB_GOOD, 2, "lt_npu"));
+  dir_.write_manifest("lt_ext_quant", plain_manifest("lt_ext_quant", LT_LIB_GOOD));
+  rediscover();
+  auto message = [](const std::string& name) {
+    try {
+      tessera::extension_of_kind(tessera::PluginKind::Quantizer, name, {.who = "test"});
+    } catch (const tessera::Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  const std::string unknown = message("lt_no_such");
+  EXPECT_NE(unknown.find("test: unknown plugin 'lt_no_such'; expected a quantizer plugin (found: lt_ext_quant"),
+            std::string::npos)
+      << unknown;
+  const std::string other = message("lt_ext_backend");
+  EXPECT_NE(other.find("test: plugin 'lt_ext_backend' is a backend plugin, not a quantizer"), std::string::npos)
+      << other;
+  EXPECT_EQ(info("lt_ext_backend").status, PluginStatus::Available);  // refused before anything loads
+}
+
 // The manifest's feature names are read by the SDK's probe (Note [CPU feature probe]); GCC's own
 // detection (which also checks the OS's register state) is the independent reference.
 TEST(CpuFeatureNames, AgreeWithTheCompilersDetection) {
