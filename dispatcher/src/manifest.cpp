@@ -271,9 +271,11 @@ bool parse_manifest(const std::string& path, const std::string& text, Manifest* 
     m.name = get_string(require(doc, "", "name", "string"), "name");
     if (!valid_plugin_name(m.name))
       throw ManifestError{"field 'name' is " + in_quotes(m.name) + ", expected letters, digits, '_', '-' or '.' (at most 64)"};
-    m.kind = get_string(require(doc, "", "kind", "string"), "kind");
-    if (m.kind != "backend" && m.kind != "compiler" && m.kind != "quantizer" && m.kind != "kernels")
-      throw ManifestError{"unknown kind " + in_quotes(m.kind) + " (expected backend, compiler, quantizer or kernels)"};
+    const std::string kind = get_string(require(doc, "", "kind", "string"), "kind");
+    const std::optional<PluginKind> known_kind = plugin_kind_from_word(kind);
+    if (!known_kind)
+      throw ManifestError{"unknown kind " + in_quotes(kind) + " (expected " + plugin_kind_words() + ")"};
+    m.kind = *known_kind;
     std::string lib = get_string(require(doc, "", "library", "string"), "library");
     check_no_nul(lib, "library");
     std::filesystem::path manifest_dir = std::filesystem::path(path).parent_path();
@@ -288,14 +290,11 @@ bool parse_manifest(const std::string& path, const std::string& text, Manifest* 
     if (const json* d = find(doc, "description")) m.description = get_string(*d, "description", true);
     if (const json* p = find(doc, "priority")) m.priority = get_int(*p, "priority", -1000000, 1000000);
     if (const json* dev = find(doc, "device")) parse_device(*dev, &m);
-    if (m.kind == "backend" && !m.has_device)
-      throw ManifestError{"missing field 'device' (object) required for kind 'backend': {\"type\": \"cpu\"} or "
-                          "{\"slot\": \"privateuse1\", \"name\": \"npu\"}"};
     // A kernels plugin has no device of its own: 'device' names the existing device type its
     // kernels are for (Note [Kernels plugins] in plugin_loader.cpp).
-    if (m.kind == "kernels" && !m.has_device)
-      throw ManifestError{"missing field 'device' (object) required for kind 'kernels': the device type its kernels "
-                          "are for, such as {\"type\": \"cpu\"}"};
+    if (const char* required = plugin_kind_traits(m.kind).device_required; required && !m.has_device)
+      throw ManifestError{std::string("missing field 'device' (object) required for kind '") + plugin_kind_name(m.kind) +
+                          "': " + required};
     if (const json* req = find(doc, "requires")) {
       if (!req->is_object())
         throw ManifestError{"field 'requires' must be an object, got " + std::string(type_name(*req))};

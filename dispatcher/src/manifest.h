@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "tessera/device.h"
+#include "tessera/plugin_kind.h"
 
 namespace tessera::loader {
 
@@ -17,7 +18,7 @@ struct Manifest {
   std::string path;         // absolute path of the manifest file
   int manifest_version = 0;
   std::string name;
-  std::string kind;         // backend, kernels, compiler, quantizer
+  PluginKind kind = PluginKind::Backend;  // Note [Plugin kinds]
   std::string library;      // absolute: resolved against the manifest's folder
   int abi_major = 0;
   int abi_minor = 0;

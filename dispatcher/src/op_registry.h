@@ -15,6 +15,7 @@
 #include "tessera/memory_format.h"
 #include "tessera/dispatcher.h"
 #include "tessera/plugin_abi.h"
+#include "tessera/plugin_loader.h"
 
 namespace tessera {
 
@@ -227,8 +228,7 @@ inline Scalar scalar_of(const tessera_value_t& v) {
   return Scalar(v.u.i);
 }
 
-// Converts a kernel's status to tessera::Error (frees it). UNIMPLEMENTED is reported through
-// `*unimplemented` (when non-null) instead of throwing.
-void throw_status(tessera_status_t status, const std::string& context, bool* unimplemented = nullptr);
+// throw_status, the one mapping of a plugin's status to tessera::Error: Note [Plugin status to
+// error] in tessera/plugin_loader.h.
 
 }  // namespace tessera

@@ -97,7 +97,7 @@ void first_semi_structured_tensor() {
   static std::once_flag once;
   std::call_once(once, [] {
     set_sparse_dense_form_hook(&dense_form_for_print);
-    load_plugins_of_kind("kernels");
+    load_plugins_of_kind(PluginKind::Kernels);
   });
 }
 
@@ -319,7 +319,7 @@ std::optional<Tensor> sparse_to_device(const Tensor& t, Device device) {
   tessera_ext_semi_structured_device_layout_fn_t fn = nullptr;
   std::string plugin;
   for (const PluginInfo& p : plugins())
-    if (p.kind == "kernels" && p.status == PluginStatus::Loaded && p.has_device && p.device_type == device.type())
+    if (p.kind == PluginKind::Kernels && p.status == PluginStatus::Loaded && p.has_device && p.device_type == device.type())
       if ((fn = plugin_extension<tessera_ext_semi_structured_device_layout_fn_t>(
                p.name, TESSERA_EXT_SEMI_STRUCTURED_DEVICE_LAYOUT))) {
         plugin = p.name;

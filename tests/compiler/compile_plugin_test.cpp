@@ -67,7 +67,7 @@ TEST(CompilePlugin, BackendsThatAreNotCompilerPluginsAreRefused) {
     }
     return std::string();
   };
-  EXPECT_NE(message("cpu").find("backend 'cpu' is a plugin of kind backend, not compiler"), std::string::npos)
+  EXPECT_NE(message("cpu").find("backend 'cpu' is a backend plugin, not a compiler"), std::string::npos)
       << message("cpu");
   const std::string unknown = message("tvm");
   EXPECT_NE(unknown.find("unknown backend 'tvm'"), std::string::npos) << unknown;

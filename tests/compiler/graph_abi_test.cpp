@@ -72,7 +72,7 @@ TEST(GraphAbi, TheCompilerPluginIsListedAndLoadsWithTheHostTable) {
   for (const PluginInfo& p : plugins())
     if (p.name == "graph_printer") {
       found = true;
-      EXPECT_EQ(p.kind, "compiler");
+      EXPECT_EQ(p.kind, tessera::PluginKind::Compiler);
       EXPECT_EQ(p.status, PluginStatus::Loaded) << p.reason;
     }
   EXPECT_TRUE(found);

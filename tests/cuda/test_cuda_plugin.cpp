@@ -39,7 +39,7 @@ TEST(CudaPlugin, IsDiscoveredAsTheCudaBackend) {
   auto all = tessera::plugins();
   const tessera::PluginInfo* p = find_cuda_plugin(all);
   ASSERT_NE(p, nullptr) << "no plugin named 'cuda' among " << all.size() << " discovered plugins";
-  EXPECT_EQ(p->kind, "backend");
+  EXPECT_EQ(p->kind, tessera::PluginKind::Backend);
   EXPECT_TRUE(p->has_device);
   EXPECT_EQ(p->device_type, tessera::DeviceType::CUDA);
   EXPECT_NE(p->status, tessera::PluginStatus::Failed) << p->reason;

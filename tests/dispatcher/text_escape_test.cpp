@@ -1,4 +1,4 @@
-// json_escape and printable_text (core/include/tessera/text_escape.h): the one escaping of untrusted
+// json_escape and printable_text (sdk/include/tessera/text_escape.h): the one escaping of untrusted
 // text for JSON and for a terminal. Expected strings are written out by hand.
 #include <gtest/gtest.h>
 

@@ -10,6 +10,7 @@
 
 #include "loader_test_util.h"
 #include "tessera/allocator.h"
+#include "tessera/cpu_features.h"
 #include "tessera/dispatcher.h"
 #include "tessera/error.h"
 #include "tessera/log.h"
@@ -67,7 +68,7 @@ TEST_F(LoaderTest, GoodPluginLoadsLazilyRegistersAndUnloads) {
 
   tessera::PluginInfo p = info("lt_good");
   EXPECT_EQ(p.status, PluginStatus::Available) << p.reason;
-  EXPECT_EQ(p.kind, "backend");
+  EXPECT_EQ(p.kind, tessera::PluginKind::Backend);
   EXPECT_EQ(p.version, "1.0.0");
   EXPECT_EQ(p.library, lib);
   EXPECT_EQ(p.manifest, dir_.file("lt_good.json"));
@@ -482,6 +483,24 @@ TEST_F(LoaderTest, UnknownKind) {
   expect_failed("lt_gpu_kind", "unknown kind 'gpu' (expected backend, compiler, quantizer or kernels)");
 }
 
+// A misspelt kind is refused by name with the valid words (Note [Plugin kinds]); the words are the
+// traits table's, so a kind added there is listed without another edit.
+TEST_F(LoaderTest, MisspeltKindNamesTheWordAndTheValidKinds) {
+  json m = plain_manifest("lt_compilr_kind", LT_LIB_GOOD);
+  m["kind"] = "compilr";
+  dir_.write_manifest("lt_compilr_kind", m);
+  rediscover();
+  expect_failed("lt_compilr_kind", "unknown kind 'compilr' (expected " + tessera::plugin_kind_words() + ")");
+  for (const tessera::PluginKindTraits& t : tessera::plugin_kinds()) {
+    EXPECT_NE(tessera::plugin_kind_words().find(t.word), std::string::npos) << t.word;
+    EXPECT_EQ(tessera::plugin_kind_from_word(t.word), t.kind) << t.word;
+    EXPECT_STREQ(tessera::plugin_kind_name(t.kind), t.word);
+  }
+  EXPECT_FALSE(tessera::plugin_kind_from_word("compilr").has_value());
+  EXPECT_FALSE(tessera::plugin_kind_from_word("Backend").has_value());  // words are exact
+  EXPECT_THROW(tessera::load_plugins_of_kind("compilr"), tessera::Error);
+}
+
 TEST_F(LoaderTest, UnknownFieldsAreAccepted) {
   json m = backend_manifest("lt_extra", LT_LIB_GOOD, 2, "lt_npu");
   m["x-vendor-note"] = "anything";
@@ -680,6 +699,56 @@ TEST_F(LoaderTest, UnmetCpuFeatures) {
   rediscover();
   expect_failed("lt_avx9000", "unmet requirements: cpu_features not supported by this CPU: avx9000");
   EXPECT_EQ(info("lt_sse2").status, PluginStatus::Available) << info("lt_sse2").reason;
+}
+
+// extension_of_kind (Note [Plugin kinds]) gives every caller the same one-line errors: an unknown
+// name lists the plugins of the kind, a plugin of another kind says which kind it is.
+TEST_F(LoaderTest, ExtensionOfKindNamesThePluginAndTheKinds) {
+  dir_.write_manifest("lt_ext_backend", backend_manifest("lt_ext_backend", LT_LIB_GOOD, 2, "lt_npu"));
+  dir_.write_manifest("lt_ext_quant", plain_manifest("lt_ext_quant", LT_LIB_GOOD));
+  rediscover();
+  auto message = [](const std::string& name) {
+    try {
+      tessera::extension_of_kind(tessera::PluginKind::Quantizer, name, {.who = "test"});
+    } catch (const tessera::Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  const std::string unknown = message("lt_no_such");
+  EXPECT_NE(unknown.find("test: unknown plugin 'lt_no_such'; expected a quantizer plugin (found: lt_ext_quant"),
+            std::string::npos)
+      << unknown;
+  const std::string other = message("lt_ext_backend");
+  EXPECT_NE(other.find("test: plugin 'lt_ext_backend' is a backend plugin, not a quantizer"), std::string::npos)
+      << other;
+  EXPECT_EQ(info("lt_ext_backend").status, PluginStatus::Available);  // refused before anything loads
+}
+
+// The manifest's feature names are read by the SDK's probe (Note [CPU feature probe]); GCC's own
+// detection (which also checks the OS's register state) is the independent reference.
+TEST(CpuFeatureNames, AgreeWithTheCompilersDetection) {
+#if defined(__x86_64__)
+  const tessera::sdk::CpuFeatures f = tessera::sdk::CpuFeatures::detect();
+  __builtin_cpu_init();
+  EXPECT_EQ(f.has("sse4_1"), bool(__builtin_cpu_supports("sse4.1")));
+  EXPECT_EQ(f.has("sse4.2"), bool(__builtin_cpu_supports("sse4.2")));
+  EXPECT_EQ(f.has("AVX2"), bool(__builtin_cpu_supports("avx2")));
+  EXPECT_EQ(f.has("fma"), bool(__builtin_cpu_supports("fma")));
+  EXPECT_EQ(f.has("avx512f"), bool(__builtin_cpu_supports("avx512f")));
+  EXPECT_EQ(f.has("avx512_bw"), bool(__builtin_cpu_supports("avx512bw")));
+  EXPECT_EQ(f.has("avx512-vnni"), bool(__builtin_cpu_supports("avx512vnni")));
+  EXPECT_EQ(f.has("avx512_bf16"), bool(__builtin_cpu_supports("avx512bf16")));
+  EXPECT_TRUE(f.has("sse2"));  // every x86-64 CPU
+#endif
+  EXPECT_FALSE(tessera::sdk::CpuFeatures::detect().has("avx9000"));
+  EXPECT_FALSE(tessera::sdk::CpuFeatures::detect().has(""));
+  tessera::sdk::CpuCapability level{};
+  std::string error;
+  EXPECT_FALSE(tessera::sdk::parse_cpu_capability("AVX2", &level, &error));  // words are exact
+  EXPECT_NE(error.find("TESSERA_CPU_CAPABILITY='AVX2'"), std::string::npos) << error;
+  ASSERT_TRUE(tessera::sdk::parse_cpu_capability("avx2", &level, &error));
+  EXPECT_EQ(level, tessera::sdk::CpuCapability::AVX2);
 }
 
 TEST_F(LoaderTest, UnmetLibraries) {

@@ -51,7 +51,7 @@ TEST(SparseApi, PluginIsListedAsKernels) {
   for (const auto& p : tessera::plugins())
     if (p.name == "sparse") {
       found = true;
-      EXPECT_EQ(p.kind, "kernels");
+      EXPECT_EQ(p.kind, tessera::PluginKind::Kernels);
       EXPECT_EQ(tessera::plugin_status_name(p.status), std::string("loaded")) << p.reason;
     }
   EXPECT_TRUE(found);
@@ -279,7 +279,7 @@ TEST(SparseApi, DisablingThePluginDensifies) {
     if (p.name == "sparse") {
       listed = true;
       EXPECT_EQ(tessera::plugin_status_name(p.status), std::string(disabled ? "disabled" : "loaded")) << p.reason;
-      EXPECT_EQ(p.kind, "kernels");
+      EXPECT_EQ(p.kind, tessera::PluginKind::Kernels);
     }
   EXPECT_TRUE(listed);
   Tensor x = tessera::randn({1, 64});

@@ -203,7 +203,9 @@ TEST(SparseKernels, CapabilityRequestsAreChecked) {
   sc::Isa got;
   std::string error;
   EXPECT_FALSE(sc::select_isa("avx1024", &got, &error));
-  EXPECT_EQ(error, "TESSERA_CPU_CAPABILITY='avx1024' is not a capability; use default, avx2 or avx512");
+  EXPECT_EQ(error,
+            "TESSERA_CPU_CAPABILITY='avx1024' is not a capability level; expected one of default, avx2, avx512 (or "
+            "unset for the best)");
   EXPECT_TRUE(sc::select_isa("default", &got, &error));
   EXPECT_EQ(got, sc::Isa::Scalar);
 }

@@ -53,7 +53,7 @@ if [ -x "$BUILD/bin/test_graph_abi" ]; then
   TESSERA_PLUGIN_PATH="$WORK/build-graph_printer/plugins" "$BUILD/bin/test_graph_abi"
 fi
 
-# A quantizer plugin in C built against the installed SDK: the quantization tests of this build load
+# A quantizer plugin in C++ (QuantizerBase) built against the installed SDK: the quantization tests load
 # it from its manifest and quantize with it (docs/quantization.md, "Writing a quantizer").
 echo "==> out-of-tree build of samples/keep_ends_quantizer"
 cmake -S "$ROOT/samples/keep_ends_quantizer" -B "$WORK/build-keep_ends_quantizer" -G Ninja -DCMAKE_BUILD_TYPE=Release \

@@ -91,7 +91,7 @@ int tessera_cli_devices(int argc, char** argv) {
   // kernel-less built-in CPU device.
   nlohmann::json failed = nlohmann::json::array();
   for (const auto& p : tessera::plugins()) {
-    if (p.status != tessera::PluginStatus::Failed || p.kind != "backend") continue;
+    if (p.status != tessera::PluginStatus::Failed || p.kind != tessera::PluginKind::Backend) continue;
     failed.push_back({{"type", p.has_device ? p.device_name : std::string()},
                       {"plugin", p.name},
                       {"manifest", p.manifest},

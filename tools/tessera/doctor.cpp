@@ -48,7 +48,7 @@ void write_all(int fd, const std::string& s) {
     _exit(1);
   }
   std::string detail = "loads";
-  if (p.has_device && p.kind == "backend") {
+  if (p.has_device && p.kind == tessera::PluginKind::Backend) {
     const tessera::BackendDevice* b = tessera::backend_device_if_loaded(p.device_type);
     if (b && b->iface && b->iface->device_count) {
       char reason[512] = {0};

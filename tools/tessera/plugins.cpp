@@ -34,13 +34,13 @@ int tessera_cli_plugins(int argc, char** argv) {
     }
   }
   if (load)
-    for (const char* kind : {"backend", "kernels", "compiler", "quantizer"}) tessera::load_plugins_of_kind(kind);
+    for (const tessera::PluginKindTraits& t : tessera::plugin_kinds()) tessera::load_plugins_of_kind(t.kind);
   std::vector<tessera::PluginInfo> list = tessera::plugins();
   if (json_out) {
     nlohmann::json out = nlohmann::json::array();
     for (const auto& p : list) {
       nlohmann::json j = {{"name", p.name},
-                          {"kind", p.kind},
+                          {"kind", tessera::plugin_kind_name(p.kind)},
                           {"version", p.version},
                           {"status", tessera::plugin_status_name(p.status)},
                           {"reason", p.reason},
@@ -63,10 +63,10 @@ int tessera_cli_plugins(int argc, char** argv) {
   std::printf("%-20s %-10s %-10s %-10s %s\n", "NAME", "KIND", "VERSION", "STATUS", "DEVICE / REASON");
   for (const auto& p : list) {
     // A backend is a device; any other kind with a device type provides kernels for that device.
-    const std::string device = p.has_device ? (p.kind == "backend" ? "device " : "for device ") + p.device_name : "";
+    const std::string device = p.has_device ? (tessera::plugin_kind_traits(p.kind).provides_device ? "device " : "for device ") + p.device_name : "";
     std::string detail = p.reason.empty() ? device : p.reason;
     std::printf("%-20s %-10s %-10s %-10s %s\n", tessera::printable_text(p.name).c_str(),
-                tessera::printable_text(p.kind).c_str(), tessera::printable_text(p.version).c_str(),
+                tessera::plugin_kind_name(p.kind), tessera::printable_text(p.version).c_str(),
                 tessera::plugin_status_name(p.status), tessera::printable_text(detail).c_str());
     std::printf("%-20s manifest %s\n", "", tessera::printable_text(p.manifest).c_str());
   }

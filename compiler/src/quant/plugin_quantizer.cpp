@@ -107,13 +107,13 @@ tessera_status_t output_shared(tessera_annotations_t* a, int32_t node, int32_t w
 }
 
 const tessera_annotation_api_t kAnnotationApi = {
-    /* .struct_size = */ sizeof(tessera_annotation_api_t),
-    /* .is_annotated = */ is_annotated,
-    /* .keep_float = */ keep_float,
-    /* .input_spec = */ input_spec,
-    /* .input_shared = */ input_shared,
-    /* .output_spec = */ output_spec,
-    /* .output_shared = */ output_shared,
+    .struct_size = sizeof(tessera_annotation_api_t),
+    .is_annotated = is_annotated,
+    .keep_float = keep_float,
+    .input_spec = input_spec,
+    .input_shared = input_shared,
+    .output_spec = output_spec,
+    .output_shared = output_shared,
 };
 
 class PluginQuantizer : public Quantizer {
@@ -126,11 +126,8 @@ class PluginQuantizer : public Quantizer {
     ExportedProgram view = ep;  // the handle takes a mutable program; the plugin sees it read-only
     compiler::GraphHandle handle(view, false);
     tessera_annotations_t table{&ep, &annotations, {}, plugin_};
-    tessera_status_t status = fn_(self_, handle.get(), &kAnnotationApi, &table);
-    if (status) {
-      const std::string message = status_take_message(status);
-      TESSERA_CHECK(false, "quantizer plugin '", plugin_, "' failed to annotate: ", message);
-    }
+    // Note [Plugin status to error] (plugin_loader.h).
+    throw_status(fn_(self_, handle.get(), &kAnnotationApi, &table), "quantizer plugin '" + plugin_ + "' failed to annotate");
     for (auto& [node, a] : table.pending) annotations.set(ep, node, std::move(a), plugin_);
   }
 
@@ -143,21 +140,8 @@ class PluginQuantizer : public Quantizer {
 }  // namespace
 
 std::unique_ptr<Quantizer> plugin_quantizer(const std::string& plugin) {
-  std::vector<PluginInfo> all = plugins();
-  auto it = std::find_if(all.begin(), all.end(), [&](const PluginInfo& p) { return p.name == plugin; });
-  std::string names;
-  for (const PluginInfo& p : all)
-    if (p.kind == "quantizer") names += (names.empty() ? "" : ", ") + p.name;
-  TESSERA_CHECK(it != all.end(), "plugin_quantizer: no plugin named '", plugin, "'; quantizer plugins found: ",
-                names.empty() ? std::string("none") : names,
-                " (add the folder of its manifest to TESSERA_PLUGIN_PATH)");
-  TESSERA_CHECK(it->kind == "quantizer", "plugin_quantizer: plugin '", plugin, "' is a ", it->kind,
-                " plugin, not a quantizer; quantizer plugins found: ", names.empty() ? std::string("none") : names);
-  std::string why;
-  TESSERA_CHECK(load_plugin(plugin, &why), "plugin_quantizer: plugin '", plugin, "' did not load: ", why);
-  auto fn = plugin_extension<tessera_ext_quantizer_annotate_fn_t>(plugin, TESSERA_EXT_QUANTIZER_ANNOTATE);
-  TESSERA_CHECK(fn != nullptr, "plugin_quantizer: plugin '", plugin, "' does not offer the extension '",
-                TESSERA_EXT_QUANTIZER_ANNOTATE, "'; a quantizer plugin returns it from get_proc_address");
+  auto fn = extension_of_kind<tessera_ext_quantizer_annotate_fn_t>(PluginKind::Quantizer, plugin,
+                                                                     {.who = "plugin_quantizer"});
   return std::make_unique<PluginQuantizer>(plugin, fn, nullptr);
 }
 

@@ -27,7 +27,7 @@ CompilerChoice choose_compiler_plugin(const Device& device) {
   std::vector<PluginInfo> candidates;
   std::string failed;  // compiler plugins of this device the loader refused, with their reason
   for (PluginInfo& p : plugins()) {
-    if (p.kind != "compiler" || !p.has_device || p.device_name != type) continue;
+    if (p.kind != PluginKind::Compiler || !p.has_device || p.device_name != type) continue;
     if (p.status == PluginStatus::Available || p.status == PluginStatus::Loaded)
       candidates.push_back(std::move(p));
     else if (p.status == PluginStatus::Failed)

@@ -4,12 +4,14 @@
 // stays loaded until shutdown_plugins().
 #pragma once
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <vector>
 
 #include "tessera/device.h"
 #include "tessera/export.h"
 #include "tessera/plugin_abi.h"
+#include "tessera/plugin_kind.h"
 
 namespace tessera {
 
@@ -18,7 +20,7 @@ TESSERA_API const char* plugin_status_name(PluginStatus s);
 
 struct PluginInfo {
   std::string name;
-  std::string kind;         // backend, kernels, compiler, quantizer
+  PluginKind kind = PluginKind::Backend;  // Note [Plugin kinds] (plugin_kind.h)
   std::string version;
   PluginStatus status = PluginStatus::Available;
   std::string reason;       // non-empty unless Available or Loaded
@@ -39,8 +41,12 @@ TESSERA_API bool ensure_backend_loaded(DeviceType type, std::string* why_not = n
 // Loads the plugin called `name` (the winner among manifests of that name) if it is available.
 // Returns false with `why_not` filled when it is not available or fails to load (`tessera doctor`).
 TESSERA_API bool load_plugin(const std::string& name, std::string* why_not = nullptr);
-// Loads every plugin of `kind` that is available (e.g. "backend" for `tessera devices`).
-TESSERA_API void load_plugins_of_kind(const std::string& kind);
+// Loads every plugin of `kind` that is available (PluginKind::Backend for `tessera devices`: one
+// plugin per device type, the best that loads).
+TESSERA_API void load_plugins_of_kind(PluginKind kind);
+// The same for a manifest word ("backend"); throws naming the word and the valid ones when it is
+// not a kind.
+TESSERA_API void load_plugins_of_kind(std::string_view kind_word);
 // Calls each loaded plugin's shutdown, unregisters its kernels and unloads it. Idempotent.
 TESSERA_API void shutdown_plugins();
 // Forget everything and discover again (tests; the environment may have changed).
@@ -59,5 +65,34 @@ Fn plugin_extension(const std::string& plugin, const char* name) {
                 "plugin_extension takes a tessera_ext_*_fn_t function pointer type");
   return reinterpret_cast<Fn>(plugin_proc_address(plugin, name));
 }
+
+// How a caller names itself and the plugin in extension_of_kind's errors: "<who>: unknown <role>
+// 'x'; expected <alternatives>a compiler plugin (found: a, b)".
+struct ExtensionRequest {
+  std::string_view who;                // "compile", "plugin_quantizer"
+  std::string_view role = "plugin";    // what the caller calls the name: "backend", "plugin"
+  std::string_view alternatives = "";  // other accepted names, ending in " or " ("cpp, eager or ")
+};
+// The one lookup of the extension a kind is for (PluginKindTraits::extension): finds the plugin
+// called `name`, checks that it is of `kind`, loads it and returns the extension. Every failure
+// throws tessera::Error with one line naming the plugin and the fix: no such plugin (listing the
+// plugins of `kind`), a plugin of another kind, a plugin that does not load (with its reason), a
+// plugin without the extension.
+TESSERA_API tessera_proc_t extension_of_kind(PluginKind kind, const std::string& name, const ExtensionRequest& request);
+template <typename Fn>
+Fn extension_of_kind(PluginKind kind, const std::string& name, const ExtensionRequest& request) {
+  static_assert(std::is_pointer_v<Fn> && std::is_function_v<std::remove_pointer_t<Fn>>,
+                "extension_of_kind takes a tessera_ext_*_fn_t function pointer type");
+  return reinterpret_cast<Fn>(extension_of_kind(kind, name, request));
+}
+
+// Note [Plugin status to error]
+// The one mapping of a status object a plugin returned to a tessera::Error: NULL returns; otherwise
+// the status is freed and the error thrown has the code mapped from the status code
+// (OUT_OF_MEMORY -> OutOfMemory, UNIMPLEMENTED -> Unimplemented, ...) and the message
+// "<context>: <the plugin's message>". With `unimplemented` set, an UNIMPLEMENTED status sets it
+// and returns instead (a kernel that declines). The loader, the dispatcher, the compiler partitioner
+// and the quantizer adapter all go through it.
+TESSERA_API void throw_status(tessera_status_t status, const std::string& context, bool* unimplemented = nullptr);
 
 }  // namespace tessera

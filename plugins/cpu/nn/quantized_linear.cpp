@@ -2,7 +2,6 @@
 // (per-channel symmetric) -> int32 accumulation inside a matmul or convolution primitive whose
 // attributes carry the requantisation (output scales per channel, source and destination zero
 // points), the addend of conv2d (a sum post-op) and relu.
-#include <cpuid.h>
 #include <emmintrin.h>
 
 #include <algorithm>
@@ -628,13 +627,9 @@ void qconv_kernel(const KernelCall& call) {
 // correct for 7-bit activations and are slower; a one-time warning says so. The level honours
 // TESSERA_CPU_CAPABILITY: below avx2 the plugin counts as without VNNI.
 bool cpu_has_vnni() {
-  unsigned a = 0, b = 0, c = 0, d = 0;
-  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
-  const bool avx512_vnni = (c >> 11) & 1;
-  unsigned a1 = 0, b1 = 0, c1 = 0, d1 = 0;
-  const bool avx_vnni = a >= 1 && __get_cpuid_count(7, 1, &a1, &b1, &c1, &d1) && ((a1 >> 4) & 1);
+  const CpuFeatures f = detect_cpu_features();  // the SDK's probe (tessera/cpu_features.h)
   const Capability level = capability();
-  return (avx512_vnni && level == Capability::AVX512) || (avx_vnni && level != Capability::Default);
+  return (f.avx512vnni && level == Capability::AVX512) || (f.avx_vnni && level != Capability::Default);
 }
 
 }  // namespace

@@ -12,38 +12,31 @@
 #include <cstdint>
 #include <string>
 
+#include "tessera/cpu_features.h"
+
 namespace tessera::cpu {
 
-enum class Capability { Default, AVX2, AVX512 };
+// The levels and the feature probe are the SDK's (tessera/cpu_features.h), shared with the loader
+// and the code generator: one probe, one parser of TESSERA_CPU_CAPABILITY.
+using Capability = sdk::CpuCapability;
+using CpuFeatures = sdk::CpuFeatures;
 
 // The level the plugin runs at (fixed at plugin init; the detected level before that).
 // Thread-safe; cheap (a load).
 Capability capability();
 // "default", "avx2" or "avx512".
-const char* capability_name(Capability c);
+inline const char* capability_name(Capability c) { return sdk::cpu_capability_name(c); }
 
-// CPU features relevant to the selection, as read from CPUID/XGETBV.
-struct CpuFeatures {
-  bool sse4_2 = false;
-  bool avx2 = false;
-  bool fma = false;
-  bool avx512f = false;
-  bool avx512bw = false;
-  bool avx512vl = false;
-  bool avx512dq = false;
-  bool avx512bf16 = false;
-  bool os_ymm = false;  // XCR0 bits 1,2: the OS saves SSE and AVX state
-  bool os_zmm = false;  // XCR0 bits 5,6,7: the OS saves opmask and ZMM state
-};
-
-CpuFeatures detect_cpu_features();
+inline CpuFeatures detect_cpu_features() { return CpuFeatures::detect(); }
 // Highest level the feature set supports.
-Capability max_capability(const CpuFeatures& f);
+inline Capability max_capability(const CpuFeatures& f) { return sdk::max_cpu_capability(f); }
 
 // Pure selection: given features and the (possibly empty) TESSERA_CPU_CAPABILITY value, return the
 // level to use, or false with *error set (unknown value, or a level the CPU lacks).
-bool select_capability(const CpuFeatures& f, const std::string& requested, Capability* out,
-                       std::string* error);
+inline bool select_capability(const CpuFeatures& f, const std::string& requested, Capability* out,
+                              std::string* error) {
+  return sdk::select_cpu_capability(f, requested, out, error);
+}
 
 // Fixes the level used by capability(); called once by plugin init.
 void set_capability(Capability c);

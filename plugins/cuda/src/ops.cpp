@@ -843,14 +843,6 @@ constexpr uint64_t kHalfTypes = TESSERA_DTYPE_BIT(TESSERA_DTYPE_FLOAT16) | TESSE
 constexpr uint64_t kIntegral = TESSERA_DTYPE_MASK_INTEGRAL;
 constexpr uint64_t kAll = TESSERA_DTYPE_MASK_ALL;
 
-void try_register(const sdk::Host& host, const char* op, uint64_t mask, tessera_kernel_fn_t fn) {
-  try {
-    host.register_kernel(op, mask, fn);
-  } catch (const sdk::Error& e) {
-    if (std::string(e.what()).find("unknown operator") == std::string::npos) throw;
-    sdk::log(TESSERA_LOG_WARNING, "plugins", std::string("cuda: kernel for '") + op + "' not registered: " + e.what());
-  }
-}
 
 }  // namespace
 
@@ -858,50 +850,50 @@ uint64_t g_kernel_launches_total() { return g_kernel_launches.load(std::memory_o
 
 void register_kernels(const sdk::Host& host) {
   // binary
-  try_register(host, "add.Tensor", kFloat | kIntegral, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Add>));
-  try_register(host, "add_.Tensor", kFloat | kIntegral, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Add>));
-  try_register(host, "sub.Tensor", kFloat | kIntegral, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Sub>));
-  try_register(host, "mul.Tensor", kFloat | kIntegral, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Mul>));
-  try_register(host, "mul_.Tensor", kFloat | kIntegral, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Mul>));
-  try_register(host, "div.Tensor", kFloat, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Div>));
-  try_register(host, "maximum", kFloat | kIntegral, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Maximum>));
-  try_register(host, "minimum", kFloat | kIntegral, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Minimum>));
-  try_register(host, "eq.Tensor", kFloat | kIntegral, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Eq>));
-  try_register(host, "ne.Tensor", kFloat | kIntegral, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Ne>));
-  try_register(host, "lt.Tensor", kFloat | kIntegral, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Lt>));
-  try_register(host, "le.Tensor", kFloat | kIntegral, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Le>));
-  try_register(host, "gt.Tensor", kFloat | kIntegral, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Gt>));
-  try_register(host, "ge.Tensor", kFloat | kIntegral, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Ge>));
+  host.register_kernel("add.Tensor", kFloat | kIntegral, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Add>));
+  host.register_kernel("add_.Tensor", kFloat | kIntegral, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Add>));
+  host.register_kernel("sub.Tensor", kFloat | kIntegral, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Sub>));
+  host.register_kernel("mul.Tensor", kFloat | kIntegral, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Mul>));
+  host.register_kernel("mul_.Tensor", kFloat | kIntegral, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Mul>));
+  host.register_kernel("div.Tensor", kFloat, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Div>));
+  host.register_kernel("maximum", kFloat | kIntegral, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Maximum>));
+  host.register_kernel("minimum", kFloat | kIntegral, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Minimum>));
+  host.register_kernel("eq.Tensor", kFloat | kIntegral, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Eq>));
+  host.register_kernel("ne.Tensor", kFloat | kIntegral, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Ne>));
+  host.register_kernel("lt.Tensor", kFloat | kIntegral, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Lt>));
+  host.register_kernel("le.Tensor", kFloat | kIntegral, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Le>));
+  host.register_kernel("gt.Tensor", kFloat | kIntegral, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Gt>));
+  host.register_kernel("ge.Tensor", kFloat | kIntegral, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Ge>));
   // unary
-  try_register(host, "neg", kFloat | kIntegral, TESSERA_SDK_KERNEL(unary_kernel<UnaryOp::Neg>));
-  try_register(host, "abs", kFloat | kIntegral, TESSERA_SDK_KERNEL(unary_kernel<UnaryOp::Abs>));
-  try_register(host, "relu", kFloat | kIntegral, TESSERA_SDK_KERNEL(unary_kernel<UnaryOp::Relu>));
-  try_register(host, "exp", kFloat, TESSERA_SDK_KERNEL(unary_kernel<UnaryOp::Exp>));
-  try_register(host, "log", kFloat, TESSERA_SDK_KERNEL(unary_kernel<UnaryOp::Log>));
-  try_register(host, "sqrt", kFloat, TESSERA_SDK_KERNEL(unary_kernel<UnaryOp::Sqrt>));
-  try_register(host, "rsqrt", kFloat, TESSERA_SDK_KERNEL(unary_kernel<UnaryOp::Rsqrt>));
-  try_register(host, "sin", kFloat, TESSERA_SDK_KERNEL(unary_kernel<UnaryOp::Sin>));
-  try_register(host, "cos", kFloat, TESSERA_SDK_KERNEL(unary_kernel<UnaryOp::Cos>));
-  try_register(host, "tanh", kFloat, TESSERA_SDK_KERNEL(unary_kernel<UnaryOp::Tanh>));
-  try_register(host, "sigmoid", kFloat, TESSERA_SDK_KERNEL(unary_kernel<UnaryOp::Sigmoid>));
-  try_register(host, "gelu", kFloat, TESSERA_SDK_KERNEL(unary_kernel<UnaryOp::Gelu>));
-  try_register(host, "silu", kFloat, TESSERA_SDK_KERNEL(unary_kernel<UnaryOp::Silu>));
-  try_register(host, "erf", kFloat, TESSERA_SDK_KERNEL(unary_kernel<UnaryOp::Erf>));
+  host.register_kernel("neg", kFloat | kIntegral, TESSERA_SDK_KERNEL(unary_kernel<UnaryOp::Neg>));
+  host.register_kernel("abs", kFloat | kIntegral, TESSERA_SDK_KERNEL(unary_kernel<UnaryOp::Abs>));
+  host.register_kernel("relu", kFloat | kIntegral, TESSERA_SDK_KERNEL(unary_kernel<UnaryOp::Relu>));
+  host.register_kernel("exp", kFloat, TESSERA_SDK_KERNEL(unary_kernel<UnaryOp::Exp>));
+  host.register_kernel("log", kFloat, TESSERA_SDK_KERNEL(unary_kernel<UnaryOp::Log>));
+  host.register_kernel("sqrt", kFloat, TESSERA_SDK_KERNEL(unary_kernel<UnaryOp::Sqrt>));
+  host.register_kernel("rsqrt", kFloat, TESSERA_SDK_KERNEL(unary_kernel<UnaryOp::Rsqrt>));
+  host.register_kernel("sin", kFloat, TESSERA_SDK_KERNEL(unary_kernel<UnaryOp::Sin>));
+  host.register_kernel("cos", kFloat, TESSERA_SDK_KERNEL(unary_kernel<UnaryOp::Cos>));
+  host.register_kernel("tanh", kFloat, TESSERA_SDK_KERNEL(unary_kernel<UnaryOp::Tanh>));
+  host.register_kernel("sigmoid", kFloat, TESSERA_SDK_KERNEL(unary_kernel<UnaryOp::Sigmoid>));
+  host.register_kernel("gelu", kFloat, TESSERA_SDK_KERNEL(unary_kernel<UnaryOp::Gelu>));
+  host.register_kernel("silu", kFloat, TESSERA_SDK_KERNEL(unary_kernel<UnaryOp::Silu>));
+  host.register_kernel("erf", kFloat, TESSERA_SDK_KERNEL(unary_kernel<UnaryOp::Erf>));
   // creation and copies
-  try_register(host, "fill_", kAll, TESSERA_SDK_KERNEL(fill_kernel));
-  try_register(host, "copy_", kAll, TESSERA_SDK_KERNEL(copy_kernel));
+  host.register_kernel("fill_", kAll, TESSERA_SDK_KERNEL(fill_kernel));
+  host.register_kernel("copy_", kAll, TESSERA_SDK_KERNEL(copy_kernel));
   // reductions
-  try_register(host, "sum", kFloat, TESSERA_SDK_KERNEL(reduce_kernel<ReduceOp::Sum>));
-  try_register(host, "mean", kFloat, TESSERA_SDK_KERNEL(reduce_kernel<ReduceOp::Mean>));
-  try_register(host, "amax", kFloat, TESSERA_SDK_KERNEL(reduce_kernel<ReduceOp::Max>));
-  try_register(host, "amin", kFloat, TESSERA_SDK_KERNEL(reduce_kernel<ReduceOp::Min>));
+  host.register_kernel("sum", kFloat, TESSERA_SDK_KERNEL(reduce_kernel<ReduceOp::Sum>));
+  host.register_kernel("mean", kFloat, TESSERA_SDK_KERNEL(reduce_kernel<ReduceOp::Mean>));
+  host.register_kernel("amax", kFloat, TESSERA_SDK_KERNEL(reduce_kernel<ReduceOp::Max>));
+  host.register_kernel("amin", kFloat, TESSERA_SDK_KERNEL(reduce_kernel<ReduceOp::Min>));
   // nn
-  try_register(host, "softmax", kFloat, TESSERA_SDK_KERNEL(softmax_kernel<false>));
-  try_register(host, "log_softmax", kFloat, TESSERA_SDK_KERNEL(softmax_kernel<true>));
-  try_register(host, "layer_norm", kFloat, TESSERA_SDK_KERNEL(layer_norm_kernel));
-  try_register(host, "matmul", kFloat, TESSERA_SDK_KERNEL(matmul_kernel));
-  try_register(host, "linear", kFloat, TESSERA_SDK_KERNEL(linear_kernel));
-  try_register(host, "scaled_dot_product_attention", kHalfTypes, TESSERA_SDK_KERNEL(sdpa_kernel));
+  host.register_kernel("softmax", kFloat, TESSERA_SDK_KERNEL(softmax_kernel<false>));
+  host.register_kernel("log_softmax", kFloat, TESSERA_SDK_KERNEL(softmax_kernel<true>));
+  host.register_kernel("layer_norm", kFloat, TESSERA_SDK_KERNEL(layer_norm_kernel));
+  host.register_kernel("matmul", kFloat, TESSERA_SDK_KERNEL(matmul_kernel));
+  host.register_kernel("linear", kFloat, TESSERA_SDK_KERNEL(linear_kernel));
+  host.register_kernel("scaled_dot_product_attention", kHalfTypes, TESSERA_SDK_KERNEL(sdpa_kernel));
 }
 
 }  // namespace tessera::cuda

@@ -196,14 +196,11 @@ void matmul_kernel(const KernelCall& call) {
 }
 
 tessera_proc_t get_proc_address(void*, const char* name) {
-  if (!name) return nullptr;
-  if (std::strcmp(name, TESSERA_EXT_SEMI_STRUCTURED_DEVICE_LAYOUT) == 0)
-    return reinterpret_cast<tessera_proc_t>(
-        static_cast<tessera_ext_semi_structured_device_layout_fn_t>(&device_layout));
-  if (std::strcmp(name, TESSERA_EXT_SPARSE_CUDA_KERNEL_LAUNCHES) == 0)
-    return reinterpret_cast<tessera_proc_t>(
-        static_cast<tessera_ext_sparse_cuda_kernel_launches_fn_t>(&kernel_launches));
-  return nullptr;
+  return tessera::sdk::find_extension(
+      name, {tessera::sdk::extension(TESSERA_EXT_SEMI_STRUCTURED_DEVICE_LAYOUT,
+                                     static_cast<tessera_ext_semi_structured_device_layout_fn_t>(&device_layout)),
+             tessera::sdk::extension(TESSERA_EXT_SPARSE_CUDA_KERNEL_LAUNCHES,
+                                     static_cast<tessera_ext_sparse_cuda_kernel_launches_fn_t>(&kernel_launches))});
 }
 
 tessera_plugin_t plugin_header = {
@@ -236,8 +233,6 @@ TESSERA_PLUGIN_ENTRY(&plugin_header) {
   const uint64_t dtypes = TESSERA_DTYPE_BIT(TESSERA_DTYPE_FLOAT32) |
                           TESSERA_DTYPE_BIT(TESSERA_DTYPE_FLOAT16) |
                           TESSERA_DTYPE_BIT(TESSERA_DTYPE_BFLOAT16);
-  host.register_kernel("linear", dtypes, TESSERA_SDK_KERNEL(linear_kernel), nullptr, TESSERA_KERNEL_FLAG_NONE,
-                       TESSERA_FUNCTIONALITY_SPARSE);
-  host.register_kernel("matmul", dtypes, TESSERA_SDK_KERNEL(matmul_kernel), nullptr, TESSERA_KERNEL_FLAG_NONE,
-                       TESSERA_FUNCTIONALITY_SPARSE);
+  host.register_kernel_under(TESSERA_FUNCTIONALITY_SPARSE, "linear", dtypes, TESSERA_SDK_KERNEL(linear_kernel));
+  host.register_kernel_under(TESSERA_FUNCTIONALITY_SPARSE, "matmul", dtypes, TESSERA_SDK_KERNEL(matmul_kernel));
 }

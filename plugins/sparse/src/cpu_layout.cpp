@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "cpu_kernels_isa.h"
+#include "tessera/cpu_features.h"
 
 namespace tessera::sparse_cpu {
 
@@ -34,14 +35,14 @@ size_t CpuLayout::bytes() const {
 
 namespace {
 
+// The SDK's probe (Note [CPU feature probe] in tessera/cpu_features.h), as the loader and the CPU
+// plugin read it.
 Isa max_isa() {
-  __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bf16") &&
-      __builtin_cpu_supports("avx512vbmi2") && __builtin_cpu_supports("avx512vnni") &&
-      __builtin_cpu_supports("fma"))
+  static const tessera::sdk::CpuFeatures f = tessera::sdk::CpuFeatures::detect();
+  if (f.has("avx512f") && f.has("avx512bw") && f.has("avx512vl") && f.has("avx512bf16") && f.has("avx512vbmi2") &&
+      f.has("avx512vnni") && f.has("fma"))
     return Isa::AVX512;
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return Isa::AVX2;
+  if (f.has("avx2") && f.has("fma")) return Isa::AVX2;
   return Isa::Scalar;
 }
 
@@ -70,14 +71,11 @@ bool select_isa(const std::string& requested, Isa* out, std::string* error) {
     *out = best;
     return true;
   }
-  Isa want;
-  if (requested == "default") want = Isa::Scalar;
-  else if (requested == "avx2") want = Isa::AVX2;
-  else if (requested == "avx512") want = Isa::AVX512;
-  else {
-    *error = "TESSERA_CPU_CAPABILITY='" + requested + "' is not a capability; use default, avx2 or avx512";
-    return false;
-  }
+  tessera::sdk::CpuCapability level{};  // the SDK's one parser of the variable (cpu_features.h)
+  if (!tessera::sdk::parse_cpu_capability(requested, &level, error)) return false;
+  const Isa want = level == tessera::sdk::CpuCapability::AVX512 ? Isa::AVX512
+                   : level == tessera::sdk::CpuCapability::AVX2 ? Isa::AVX2
+                                                                : Isa::Scalar;
   if (int(want) > int(best)) {
     *error = std::string("TESSERA_CPU_CAPABILITY=") + requested + " asks for more than this CPU has (best: " +
              isa_name(best) + ", which for the sparse kernels needs AVX-512 F/BW/VL/BF16/VBMI2/VNNI)";

@@ -178,8 +178,6 @@ TESSERA_PLUGIN_ENTRY(&plugin_header) {
   g_host = host.api();
   const uint64_t dtypes = TESSERA_DTYPE_BIT(TESSERA_DTYPE_FLOAT32) | TESSERA_DTYPE_BIT(TESSERA_DTYPE_BFLOAT16) |
                           TESSERA_DTYPE_BIT(TESSERA_DTYPE_INT8);
-  host.register_kernel("linear", dtypes, TESSERA_SDK_KERNEL(linear_kernel), nullptr, TESSERA_KERNEL_FLAG_NONE,
-                       TESSERA_FUNCTIONALITY_SPARSE);
-  host.register_kernel("matmul", dtypes, TESSERA_SDK_KERNEL(matmul_kernel), nullptr, TESSERA_KERNEL_FLAG_NONE,
-                       TESSERA_FUNCTIONALITY_SPARSE);
+  host.register_kernel_under(TESSERA_FUNCTIONALITY_SPARSE, "linear", dtypes, TESSERA_SDK_KERNEL(linear_kernel));
+  host.register_kernel_under(TESSERA_FUNCTIONALITY_SPARSE, "matmul", dtypes, TESSERA_SDK_KERNEL(matmul_kernel));
 }

@@ -306,20 +306,10 @@ TESSERA_PLUGIN_ENTRY(&mhd::plugin_header) {
   if (!emulator()) emulator() = new Emulator(MHD_NUM_DEVICES, MHD_DEVICE_MEMORY_BYTES, MHD_PLUGIN_NAME);
   int n = 0;
   const KernelSpec* specs = kernel_specs(&n);
-  for (int i = 0; i < n; ++i) {
-    try {
-      host.register_kernel(specs[i].op, specs[i].dtype_mask, specs[i].fn, nullptr);
-    } catch (const tessera::sdk::Error& e) {
-      // An op this runtime does not define (an older 1.x runtime): the rest of the plugin still works.
-      tessera::sdk::log(TESSERA_LOG_WARNING, "plugins",
-                        std::string(MHD_PLUGIN_NAME ": kernel for '") + specs[i].op + "' not registered: " + e.what());
-    }
-  }
+  // A registration the host refuses (an op the contract does not define) fails the load (Note
+  // [Dangling registrations]): nothing to catch here.
+  for (int i = 0; i < n; ++i) host.register_kernel(specs[i].op, specs[i].dtype_mask, specs[i].fn, nullptr);
   // conv2d must never round-trip through the host on this device (Note in docs/plugin-guide.md,
   // "Forbidding the fallback"): a missing kernel is an error, not a silent copy.
-  try {
-    host.forbid_fallback("conv2d");
-  } catch (const tessera::sdk::Error& e) {
-    tessera::sdk::log(TESSERA_LOG_WARNING, "plugins", std::string(MHD_PLUGIN_NAME ": ") + e.what());
-  }
+  host.forbid_fallback("conv2d");
 }

@@ -88,7 +88,7 @@ TEST(MyHardwareDeviceCompiler, LoadsAsACompilerPluginForTheDevice) {
   for (const tessera::PluginInfo& p : tessera::plugins()) {
     if (p.name != kCompiler || p.status == tessera::PluginStatus::Shadowed) continue;
     found = true;
-    EXPECT_EQ(p.kind, "compiler");
+    EXPECT_EQ(p.kind, tessera::PluginKind::Compiler);
     EXPECT_EQ(p.device_name, "my_hardware_device");
     EXPECT_NE(p.status, tessera::PluginStatus::Failed) << p.reason;
   }

@@ -13,12 +13,16 @@
 //     g_plugin.device = g_device.interface();
 //     host.register_kernel("add.Tensor", TESSERA_DTYPE_MASK_FLOATING, TESSERA_SDK_KERNEL(my_add));
 //   }
+//
+// Compiler and quantizer plugins: GraphView, CompilerBase and QuantizerBase in sdk_graph.hpp
+// (included at the end of this file).
 #pragma once
 #include <cstdint>
 #include <cstring>
 #include <new>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 #include "tessera/plugin_abi.h"
 
@@ -51,6 +55,31 @@ inline tessera_status_t unimplemented(const std::string& message) {
 inline void log(tessera_log_level_t level, const char* component, const std::string& message) {
   const tessera_host_api_t* api = host_api();
   if (TESSERA_ABI_HAS_FIELD(api, tessera_host_api_t, log) && api->log) api->log(level, component, message.c_str());
+}
+
+// Throws a status the host returned as sdk::Error (freeing it); does nothing for NULL.
+inline void throw_if_error(tessera_status_t status) {
+  if (!status) return;
+  const tessera_host_api_t* api = host_api();
+  Error e(api->status_code(status), api->status_message(status));
+  api->status_free(status);
+  throw e;
+}
+
+// Runs `f` and returns its failure as a status object: the boundary of every C entry the SDK fills
+// (device interface, compiler table, quantizer extension), so no exception crosses the C ABI.
+template <typename F>
+tessera_status_t status_of(F&& f) noexcept {
+  try {
+    f();
+    return nullptr;
+  } catch (const Error& e) {
+    return make_status(e.code(), e.what());
+  } catch (const std::bad_alloc&) {
+    return make_status(TESSERA_STATUS_OUT_OF_MEMORY, "out of host memory");
+  } catch (const std::exception& e) {
+    return make_status(TESSERA_STATUS_INTERNAL, e.what());
+  }
 }
 
 #define TESSERA_SDK_CHECK(cond, msg)                                                   \
@@ -169,6 +198,13 @@ class Host {
                        uint32_t flags = TESSERA_KERNEL_FLAG_NONE,
                        int32_t functionality = TESSERA_FUNCTIONALITY_DENSE) const {
     check(api_->kernel_register(api_->host_ctx, op, functionality, dtype_mask, fn, user_data, flags));
+  }
+  // A kernels plugin's registration (Note [Kernels plugins]): `fn` for `op` under the dispatch
+  // functionality `functionality` (TESSERA_FUNCTIONALITY_SPARSE, ...) of the device type its
+  // manifest names.
+  void register_kernel_under(int32_t functionality, const char* op, uint64_t dtype_mask,
+                             tessera_kernel_fn_t fn) const {
+    register_kernel(op, dtype_mask, fn, nullptr, TESSERA_KERNEL_FLAG_NONE, functionality);
   }
   void define_op(const char* schema, const char* meta_like) const {
     check(api_->op_define(api_->host_ctx, schema, meta_like));
@@ -296,16 +332,7 @@ class DeviceBase {
   static DeviceBase* me(void* self) { return static_cast<DeviceBase*>(self); }
   template <typename F>
   static tessera_status_t guard(F&& f) noexcept {
-    try {
-      f();
-      return nullptr;
-    } catch (const Error& e) {
-      return make_status(e.code(), e.what());
-    } catch (const std::bad_alloc&) {
-      return make_status(TESSERA_STATUS_OUT_OF_MEMORY, "out of host memory");
-    } catch (const std::exception& e) {
-      return make_status(TESSERA_STATUS_INTERNAL, e.what());
-    }
+    return status_of(std::forward<F>(f));
   }
   static int32_t c_device_count(void* self, char* reason, size_t capacity) noexcept {
     std::string why;
@@ -369,3 +396,6 @@ class DeviceBase {
     return nullptr;                                                                                  \
   }                                                                                                  \
   static void tessera_plugin_register_(const ::tessera::sdk::Host& host)
+
+// Graphs, compiler and quantizer plugins (GraphView, CompilerBase, QuantizerBase; ABI 1.2).
+#include "tessera/sdk_graph.hpp"  // IWYU pragma: export

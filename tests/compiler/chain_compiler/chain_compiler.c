@@ -228,13 +228,13 @@ static void release(void* self, void* executable) {
 }
 
 static const tessera_compiler_interface_t kCompiler = {
-    /* .struct_size = */ sizeof(tessera_compiler_interface_t),
-    /* .reserved_ = */ 0,
-    /* .self = */ NULL,
-    /* .get_capability = */ get_capability,
-    /* .compile = */ compile,
-    /* .run = */ run,
-    /* .release = */ release,
+    .struct_size = sizeof(tessera_compiler_interface_t),
+    .reserved_ = 0,
+    .self = NULL,
+    .get_capability = get_capability,
+    .compile = compile,
+    .run = run,
+    .release = release,
 };
 
 static const tessera_compiler_interface_t* compiler_table(void) { return &kCompiler; }
@@ -250,17 +250,17 @@ static tessera_proc_t get_proc_address(void* self, const char* name) {
 }
 
 static const tessera_plugin_t kPlugin = {
-    /* .struct_size = */ sizeof(tessera_plugin_t),
-    /* .abi_major = */ TESSERA_ABI_MAJOR,
-    /* .abi_minor = */ TESSERA_ABI_MINOR,
-    /* .reserved_ = */ 0,
-    /* .name = */ "chain_compiler",
-    /* .version = */ "0.1.0",
-    /* .features = */ 0,
-    /* .self = */ NULL,
-    /* .device = */ NULL,
-    /* .shutdown = */ NULL,
-    /* .get_proc_address = */ get_proc_address,
+    .struct_size = sizeof(tessera_plugin_t),
+    .abi_major = TESSERA_ABI_MAJOR,
+    .abi_minor = TESSERA_ABI_MINOR,
+    .reserved_ = 0,
+    .name = "chain_compiler",
+    .version = "0.1.0",
+    .features = 0,
+    .self = NULL,
+    .device = NULL,
+    .shutdown = NULL,
+    .get_proc_address = get_proc_address,
 };
 
 TESSERA_PLUGIN_EXPORT tessera_status_t tessera_plugin_init(uint32_t host_abi_major, uint32_t host_abi_minor,

@@ -209,17 +209,17 @@ static tessera_proc_t get_proc_address(void* self, const char* name) {
 }
 
 static const tessera_plugin_t kPlugin = {
-    /* .struct_size = */ sizeof(tessera_plugin_t),
-    /* .abi_major = */ TESSERA_ABI_MAJOR,
-    /* .abi_minor = */ TESSERA_ABI_MINOR,
-    /* .reserved_ = */ 0,
-    /* .name = */ "graph_printer",
-    /* .version = */ "0.1.0",
-    /* .features = */ 0,
-    /* .self = */ NULL,
-    /* .device = */ NULL,
-    /* .shutdown = */ NULL,
-    /* .get_proc_address = */ get_proc_address,
+    .struct_size = sizeof(tessera_plugin_t),
+    .abi_major = TESSERA_ABI_MAJOR,
+    .abi_minor = TESSERA_ABI_MINOR,
+    .reserved_ = 0,
+    .name = "graph_printer",
+    .version = "0.1.0",
+    .features = 0,
+    .self = NULL,
+    .device = NULL,
+    .shutdown = NULL,
+    .get_proc_address = get_proc_address,
 };
 
 TESSERA_PLUGIN_EXPORT tessera_status_t tessera_plugin_init(uint32_t host_abi_major, uint32_t host_abi_minor,

@@ -5,7 +5,6 @@
 // refuses float16 with an error. No kernels: linear on such a tensor takes the dense path on the
 // device.
 #include <cstdlib>
-#include <cstring>
 
 #include <tessera/semi_structured.h>
 #include <tessera/sdk.hpp>
@@ -30,25 +29,14 @@ tessera_status_t device_layout(void*, const tessera_semi_structured_header_t* h,
 }
 
 tessera_proc_t get_proc_address(void*, const char* name) {
-  if (name && std::strcmp(name, TESSERA_EXT_SEMI_STRUCTURED_DEVICE_LAYOUT) == 0)
-    return reinterpret_cast<tessera_proc_t>(
-        static_cast<tessera_ext_semi_structured_device_layout_fn_t>(&device_layout));
-  return nullptr;
+  return tessera::sdk::find_extension(
+      name,
+      {tessera::sdk::extension(TESSERA_EXT_SEMI_STRUCTURED_DEVICE_LAYOUT,
+                               static_cast<tessera_ext_semi_structured_device_layout_fn_t>(&device_layout))});
 }
 
-tessera_plugin_t plugin_header = {
-    .struct_size = sizeof(tessera_plugin_t),
-    .abi_major = TESSERA_ABI_MAJOR,
-    .abi_minor = TESSERA_ABI_MINOR,
-    .reserved_ = 0,
-    .name = "sparse_test_device_layout",
-    .version = "0.1.0",
-    .features = 0,
-    .self = nullptr,
-    .device = nullptr,
-    .shutdown = nullptr,
-    .get_proc_address = &get_proc_address,
-};
+const tessera_plugin_t plugin_header = tessera::sdk::plugin_header(
+    "sparse_test_device_layout", "0.1.0", &get_proc_address);  // no device of its own
 
 }  // namespace
 

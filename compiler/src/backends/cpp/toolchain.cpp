@@ -11,7 +11,6 @@
 // a reader would load.
 #include "backends/cpp/toolchain.h"
 
-#include <cpuid.h>
 #include <fcntl.h>
 #include <sys/file.h>
 #include <sys/stat.h>
@@ -27,6 +26,7 @@
 #include <mutex>
 #include <sstream>
 
+#include "tessera/cpu_features.h"
 #include "tessera/env.h"
 #include "tessera/error.h"
 #include "tessera/log.h"
@@ -35,35 +35,6 @@ namespace tessera::compiler::codegen {
 namespace fs = std::filesystem;
 
 namespace {
-
-struct CpuFeatures {
-  bool avx2 = false, fma = false, avx512 = false, os_ymm = false, os_zmm = false;
-};
-
-CpuFeatures detect() {
-  CpuFeatures f;
-  unsigned eax, ebx, ecx, edx;
-  if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx)) return f;
-  f.fma = (ecx >> 12) & 1;
-  const bool osxsave = (ecx >> 27) & 1;
-  if (osxsave) {
-    uint32_t lo, hi;
-    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
-    f.os_ymm = (lo & 0x6) == 0x6;
-    f.os_zmm = (lo & 0xE6) == 0xE6;
-  }
-  if (__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) {
-    f.avx2 = (ebx >> 5) & 1;
-    f.avx512 = ((ebx >> 16) & 1) && ((ebx >> 17) & 1) && ((ebx >> 30) & 1) && ((ebx >> 31) & 1);
-  }
-  return f;
-}
-
-CpuIsa best_isa(const CpuFeatures& f) {
-  if (f.os_zmm && f.avx2 && f.fma && f.avx512) return CpuIsa::AVX512;
-  if (f.os_ymm && f.avx2 && f.fma) return CpuIsa::AVX2;
-  return CpuIsa::Default;
-}
 
 // Runs argv with stdout/stderr into `output` (both, truncated to 64 KiB); returns the exit status,
 // or -1 when it could not start.
@@ -125,22 +96,17 @@ void write_file(const fs::path& p, const std::string& text) {
 
 }  // namespace
 
+// The SDK's probe and parser (tessera/cpu_features.h), as the CPU plugin uses them.
 CpuIsa select_cpu_isa() {
-  const CpuFeatures f = detect();
-  const CpuIsa best = best_isa(f);
+  static_assert(int(CpuIsa::Default) == int(sdk::CpuCapability::Default) &&
+                int(CpuIsa::AVX2) == int(sdk::CpuCapability::AVX2) &&
+                int(CpuIsa::AVX512) == int(sdk::CpuCapability::AVX512));
+  static const sdk::CpuFeatures features = sdk::CpuFeatures::detect();
   const char* env = env_value("TESSERA_CPU_CAPABILITY");
-  if (!env) return best;
-  const std::string want = env;
-  CpuIsa isa;
-  if (want == "default") isa = CpuIsa::Default;
-  else if (want == "avx2") isa = CpuIsa::AVX2;
-  else if (want == "avx512") isa = CpuIsa::AVX512;
-  else
-    TESSERA_CHECK(false, "TESSERA_CPU_CAPABILITY='", want,
-                  "' is not a capability level; expected one of default, avx2, avx512 (or unset for the best)");
-  TESSERA_CHECK(int(isa) <= int(best), "TESSERA_CPU_CAPABILITY=", want, " asks for more than this CPU supports (best: ",
-                cpu_isa_name(best), "); unset it or set it to ", cpu_isa_name(best));
-  return isa;
+  sdk::CpuCapability level{};
+  std::string error;
+  TESSERA_CHECK(sdk::select_cpu_capability(features, env ? env : "", &level, &error), error);
+  return CpuIsa(int(level));
 }
 
 std::optional<Toolchain> find_toolchain(std::string* why) {

@@ -21,32 +21,16 @@ namespace tessera::compiler {
 
 namespace {
 
-// Throws with the plugin's message when `status` is not OK.
+// Note [Plugin status to error] (plugin_loader.h), naming the plugin and the call.
 void check_status(tessera_status_t status, const std::string& plugin, const char* call) {
-  if (!status) return;
-  const std::string message = status_take_message(status);
-  detail::throw_error(ErrorCode::Internal,
-                      "compiler plugin '" + plugin + "': " + call + " failed: " + message);
+  if (status) throw_status(status, "compiler plugin '" + plugin + "': " + call + " failed");
 }
 
 }  // namespace
 
 const tessera_compiler_interface_t& compiler_plugin(const std::string& name) {
-  std::string kinds;
-  bool listed = false;
-  for (const PluginInfo& p : plugins()) {
-    if (p.kind == "compiler") kinds += (kinds.empty() ? "" : ", ") + p.name;
-    if (p.name != name) continue;
-    listed = true;
-    TESSERA_CHECK(p.kind == "compiler", "compile: backend '", name, "' is a plugin of kind ", p.kind,
-                  ", not compiler; use cpp, interpreter or a compiler plugin (", kinds, ")");
-  }
-  TESSERA_CHECK(listed, "compile: unknown backend '", name,
-                "'; expected cpp, interpreter, eager or a compiler plugin",
-                kinds.empty() ? std::string(" (none is installed)") : " (" + kinds + ")");
-  std::string why;
-  TESSERA_CHECK(load_plugin(name, &why), "compile: compiler plugin '", name, "' does not load: ", why);
-  auto get = plugin_extension<tessera_ext_compiler_fn_t>(name, TESSERA_EXT_COMPILER);
+  auto get = extension_of_kind<tessera_ext_compiler_fn_t>(
+      PluginKind::Compiler, name, {.who = "compile", .role = "backend", .alternatives = "cpp, interpreter, eager or "});
   const tessera_compiler_interface_t* table = get ? get() : nullptr;
   TESSERA_CHECK(table && table->struct_size >= sizeof(tessera_compiler_interface_t) &&
                     table->get_capability && table->compile && table->run && table->release,
