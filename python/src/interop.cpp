@@ -150,7 +150,7 @@ void bind_interop(nb::module_& m) {
                   "'; NumPy only sees CPU memory: call .cpu() first, or numpy(copy=True)");
     return nb::cast(as_ndarray<nb::numpy>(t));
   }, nb::arg("tensor"));
-  m.def("_dlpack_producer", [](const Tensor& t) { return nb::cast(as_ndarray<>(t)); }, nb::arg("tensor"),
+  m.def("_dlpack_producer", [](const Tensor& t) { return nb::cast(as_ndarray<nb::array_api>(t)); }, nb::arg("tensor"),
         "An object with __dlpack__ / __dlpack_device__ over the tensor's memory (any device).");
   m.def("_dlpack_device", [](const Tensor& t) {
     Device d = t.device();

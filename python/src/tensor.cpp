@@ -102,13 +102,15 @@ Tensor index(const Tensor& self, nb::handle idx) {
                            std::to_string(consumed) + ")")
                               .c_str());
   Tensor r = self;
-  int64_t dim = 0;
+  int64_t dim = 0;      // the dim of `r` the next index applies to
+  int64_t src_dim = 0;  // the same dim of `self` (for messages)
   bool gathered = false;
   for (nb::handle h : items) {
     if (h.is_none()) {
       r = r.unsqueeze(dim++);
     } else if (h.ptr() == Py_Ellipsis) {
       dim += ndim - consumed;
+      src_dim += ndim - consumed;
     } else if (PySlice_Check(h.ptr())) {
       Py_ssize_t start, stop, step;
       if (PySlice_Unpack(h.ptr(), &start, &stop, &step) < 0) throw nb::python_error();
@@ -122,6 +124,7 @@ Tensor index(const Tensor& self, nb::handle idx) {
       strides[dim] *= step;
       r = r.as_strided(sizes, strides, offset);
       ++dim;
+      ++src_dim;
     } else if (nb::isinstance<Tensor>(h)) {
       Tensor t = nb::cast<Tensor>(h);
       if (t.dtype() == kBool) throw nb::index_error("boolean mask indexing is not supported yet (docs/python.md)");
@@ -129,10 +132,11 @@ Tensor index(const Tensor& self, nb::handle idx) {
       if (!is_integral(t.dtype()) || t.dim() != 1)
         throw nb::index_error("a tensor index must be a 1-D integer tensor");
       gathered = true;
+      ++src_dim;
       Gil gil;
       r = index_select(r, dim++, t);
     } else if (PyIndex_Check(h.ptr()) && !PyBool_Check(h.ptr())) {
-      r = r.select(dim, checked_index(h, r.size(dim), dim));
+      r = r.select(dim, checked_index(h, r.size(dim), src_dim++));
     } else {
       throw nb::type_error(("only integers, slices (':'), None, Ellipsis ('...') and 1-D integer tensors are valid "
                             "indices, not " + py_type_name(h))
