@@ -337,17 +337,21 @@ void bind_tensor(nb::module_& m) {
         return nb::borrow(self);
       })
       .def("cpu", [](const Tensor& t) { Gil gil; return t.cpu(); })
-      .def("_to", [](const Tensor& t, std::optional<Device> device, nb::handle dtype, bool copy) {
+      .def("_to", [](nb::handle self, std::optional<Device> device, nb::handle dtype, bool copy) -> nb::object {
+        const Tensor& t = nb::cast<const Tensor&>(self);
         std::optional<DType> dt;
         if (!dtype.is_none()) dt = dtype_arg(dtype);
-        Gil gil;
         Device d = device.value_or(t.device());
         DType target = dt.value_or(t.dtype());
         bool same_device = d.type() == t.device().type() &&
                            (!d.has_index() || !t.device().has_index() || d.index() == t.device().index());
-        if (same_device && target == t.dtype()) return copy ? t.clone() : t;
-        if (!device) return t.to(target);
-        return t.to(d, target);
+        if (same_device && target == t.dtype() && !copy) return nb::borrow(self);  // itself, as in PyTorch
+        Tensor r;
+        {
+          Gil gil;
+          r = same_device && target == t.dtype() ? t.clone() : (device ? t.to(d, target) : t.to(target));
+        }
+        return nb::cast(std::move(r));
       }, nb::arg("device").none(), nb::arg("dtype").none(), nb::arg("copy") = false);
 }
 
