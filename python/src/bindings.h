@@ -1,7 +1,7 @@
 // tessera._C: the nanobind extension, thin over the C++ API (docs/python.md). One file per part:
 // module.cpp (dtype and device objects, errors), tensor.cpp (Tensor, operators, indexing),
 // op_call.cpp (boxed calls of contract ops, factories), interop.cpp (NumPy and DLPack),
-// devices.cpp (privateuse names, plugins, streams and events).
+// devices.cpp (privateuse names, plugins, streams and events), compiler.cpp (export, compile, .tsr).
 //
 // Note [GIL and ops]
 // Every call that can run a kernel, copy between devices or wait on a device releases the GIL
@@ -22,6 +22,7 @@ void bind_tensor(nb::module_& m);
 void bind_op_call(nb::module_& m);
 void bind_interop(nb::module_& m);
 void bind_devices(nb::module_& m);
+void bind_compiler(nb::module_& m);
 
 // A dtype given as a tessera.dtype, a name ("float32") or anything whose str() is a name (a NumPy
 // dtype). Throws nb::type_error otherwise.

@@ -205,9 +205,14 @@ void bind_types(nb::module_& m) {
 NB_MODULE(_C, m) {
   namespace tp = tessera::python;
   m.doc() = "Tessera's C++ runtime for Python (see docs/python.md); use the tessera package.";
+  // A compiled function holds its Python function (Note [Python functions as ExportFn]), whose
+  // globals often hold the compiled function again: a cycle through C++ that Python's collector
+  // cannot see, left to the end of the process. nanobind's exit-time leak report would list it.
+  nanobind::set_leak_warnings(false);
   tp::bind_types(m);
   tp::bind_tensor(m);
   tp::bind_op_call(m);
   tp::bind_interop(m);
   tp::bind_devices(m);
+  tp::bind_compiler(m);
 }

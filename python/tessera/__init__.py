@@ -51,3 +51,32 @@ def is_tensor(obj):
 
 
 __version__ = "0.1.0"
+
+
+# ---- export, compile and the program file (libtessera_compiler; docs/python.md)
+from ._C import ExportedProgram, CompiledFunction, load, save  # noqa: E402
+from ._C import export as _export  # noqa: E402
+
+
+def export(fn, args, *, dynamic_shapes=None, parameters=None, input_names=None):
+    """Captures fn(*args) (a function over tessera tensors) as an ExportedProgram: call it, save it
+    (tessera.save / .save), print its graph. dynamic_shapes: one entry per input, None or
+    {dim: "name" | ("name", min, max)}. parameters: {name: tensor} for tensors fn closes over."""
+    return _export(fn, tuple(args), dynamic_shapes=dynamic_shapes, parameters=dict(parameters or {}),
+                   input_names=list(input_names or []))
+
+
+def compile(fn=None, *, dynamic=None, backend="cpp", name=None, recompile_limit=8):  # noqa: A001
+    """tessera::compile over a Python function of tessera tensors, as a decorator or a call:
+    captured on the first call, guarded, recompiled when a guard fails (docs/compile.md). backend:
+    "cpp" (generated C++), "interpreter", a compiler plugin's name, or "auto"."""
+    def wrap(f):
+        import functools
+        compiled = _C._compile(f, dynamic, backend, name or getattr(f, "__name__", "compiled_fn"), recompile_limit)
+
+        @functools.wraps(f)
+        def call(*args):
+            return compiled(*args)
+        call.compiled = compiled
+        return call
+    return wrap(fn) if fn is not None else wrap
