@@ -93,3 +93,12 @@ def test_plugins_and_devices_listing(mhd):
     assert os.path.dirname(ps["cpu"]["manifest"]).endswith(os.path.join("lib", "tessera", "plugins"))
     devs = [d["name"] for d in tessera.devices()]
     assert "cpu:0" in devs and "my_hardware_device:0" in devs
+
+
+def test_python_m_tessera_lists_devices():
+    out = run_python("""
+        import runpy, sys
+        sys.argv = ["tessera", "devices"]
+        runpy.run_module("tessera", run_name="__main__")
+    """, PYTHONPATH=os.path.dirname(os.path.dirname(tessera.__file__)))
+    assert "cpu" in out
