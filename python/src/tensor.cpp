@@ -190,6 +190,7 @@ nb::object item_object(const Tensor& t) {
 
 void bind_tensor(nb::module_& m) {
   nb::class_<Tensor> cls(m, "Tensor", "A tensor on any Tessera device (docs/python.md).");
+  cls.attr("__array_priority__") = 1000;  // numpy_array + tensor calls Tensor.__radd__
   cls.def_prop_ro("shape", [](const Tensor& t) { return int_tuple(t.sizes()); })
       .def("size", [](const Tensor& t, std::optional<int64_t> dim) -> nb::object {
         if (dim) return nb::int_(t.size(*dim));
@@ -337,6 +338,9 @@ void bind_tensor(nb::module_& m) {
         return nb::borrow(self);
       })
       .def("cpu", [](const Tensor& t) { Gil gil; return t.cpu(); })
+      .def_prop_ro("__array_interface__", [](nb::handle self) {  // NumPy's protocol, CPU tensors only
+        return nb::module_::import_("tessera._interop").attr("_array_interface")(self);
+      })
       .def("_to", [](nb::handle self, std::optional<Device> device, nb::handle dtype, bool copy) -> nb::object {
         const Tensor& t = nb::cast<const Tensor&>(self);
         std::optional<DType> dt;

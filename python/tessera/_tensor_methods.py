@@ -56,11 +56,9 @@ def install(Tensor, ops):
     (t.exp(), t.sum(dim=1)) unless the class already has one of that name."""
     own = {"to": to, "tolist": tolist, "type": type_, "__iter__": __iter__, "fill_": fill_, "copy_": copy_,
            "numpy": _interop.numpy, "__array__": _interop.__array__,
-           "__array_interface__": property(_interop._array_interface),
            "__dlpack__": _interop.__dlpack__, "__dlpack_device__": _interop.__dlpack_device__}
     for name, f in own.items():
         setattr(Tensor, name, f)
-    Tensor.__array_priority__ = 1000  # numpy_array + tensor calls Tensor.__radd__
     for name in ops.METHOD_NAMES:
         if not hasattr(Tensor, name):
             setattr(Tensor, name, getattr(ops, name))

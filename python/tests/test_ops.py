@@ -164,3 +164,14 @@ def test_boxed_op_handles():
     op = tessera._C.op("add.Tensor")
     assert op.name == "add.Tensor" and op.schema.startswith("add.Tensor(Tensor self, Tensor other")
     assert "add.Tensor" in tessera._C.op_names()
+
+
+def test_type_stubs_are_generated():
+    import ast
+    import pathlib
+    pkg = pathlib.Path(tessera.__file__).parent
+    for stub in ("_C.pyi", "_ops.pyi"):
+        tree = ast.parse((pkg / stub).read_text())  # valid Python syntax
+        assert tree.body, stub
+    assert "class Tensor" in (pkg / "_C.pyi").read_text() and (pkg / "py.typed").exists()
+    assert "def softmax(self: Tensor" in (pkg / "_ops.pyi").read_text()
