@@ -1,6 +1,7 @@
 """Tensor methods written in Python: .to(), conversions, NumPy/DLPack, and the generated op methods."""
 from . import _C
 from . import _interop
+from . import _numpy_api
 
 
 def to(self, *args, dtype=None, device=None, copy=False, non_blocking=False):
@@ -56,6 +57,7 @@ def install(Tensor, ops):
     (t.exp(), t.sum(dim=1)) unless the class already has one of that name."""
     own = {"to": to, "tolist": tolist, "type": type_, "__iter__": __iter__, "fill_": fill_, "copy_": copy_,
            "numpy": _interop.numpy, "__array__": _interop.__array__,
+           "__array_ufunc__": _numpy_api.array_ufunc, "__array_function__": _numpy_api.array_function,
            "__dlpack__": _interop.__dlpack__, "__dlpack_device__": _interop.__dlpack_device__}
     for name, f in own.items():
         setattr(Tensor, name, f)
