@@ -9,14 +9,19 @@ boxed call (tessera._C.op(name), Dispatcher::call_boxed). Ops with several overl
 pow.Tensor_Scalar) become one function that picks the overload whose argument types match. An
 in-place op (its first argument written, Tensor(a!)) returns that argument itself.
 
-Python 3 standard library only. Exits 1 with a one-line message naming the op and the problem.
+Python 3 standard library only (and tools/codegen/gen_ops.py, for schema splitting). Exits 1 with a one-line message naming the op and the problem.
 """
 import argparse
 import ast
 import json
 import keyword
+import os
 import re
 import sys
+
+# The C++ generator's schema splitting, shared (tools/codegen/gen_ops.py).
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "tools", "codegen"))
+from gen_ops import split_top_level  # noqa: E402
 
 PY_TYPES = {
     "Tensor": "Tensor | float | int | bool", "Tensor?": "Tensor | None", "Tensor[]": "Sequence[Tensor]",
@@ -29,26 +34,6 @@ PY_TYPES = {
 def fail(message):
     sys.stderr.write("gen_ops_py.py: %s\n" % message)
     sys.exit(1)
-
-
-def split_top_level(text):
-    """Splits on commas outside brackets and quotes."""
-    parts, depth, quote, cur = [], 0, False, ""
-    for ch in text:
-        if ch == '"':
-            quote = not quote
-        elif not quote and ch in "[(":
-            depth += 1
-        elif not quote and ch in "])":
-            depth -= 1
-        if ch == "," and depth == 0 and not quote:
-            parts.append(cur.strip())
-            cur = ""
-        else:
-            cur += ch
-    if cur.strip():
-        parts.append(cur.strip())
-    return parts
 
 
 def py_default(text, op):

@@ -101,13 +101,15 @@ bool scalar_arg(nb::handle h, Scalar& out) {
 }
 
 Tensor wrapped_number(const Scalar& s) {
-  Tensor t = make_tensor({}, s.dtype(), Device(DeviceType::CPU));
-  if (s.is_bool())
-    *static_cast<uint8_t*>(t.raw_data_ptr()) = s.to_bool() ? 1 : 0;
-  else if (s.is_integral())
-    *t.data_ptr<int64_t>() = s.to_int();
-  else
-    *t.data_ptr<double>() = s.to_double();
+  // The value is copied into memory, never written by an op (scalar_tensor's fill_): while a graph is
+  // captured every dispatched op is traced (Note [Capture] in compiler/include/tessera/compiler/export.h),
+  // and a wrapped number must hold its value to become a constant of the graph.
+  const int64_t i = s.to_int();
+  const double d = s.to_double();
+  const uint8_t b = s.to_bool() ? 1 : 0;
+  const void* value = s.is_bool() ? static_cast<const void*>(&b)
+                      : s.is_integral() ? static_cast<const void*>(&i) : static_cast<const void*>(&d);
+  Tensor t = tensor_from_buffer(value, s.dtype(), 1, {}, {}).view({});
   t.impl()->set_wrapped_number(true);
   return t;
 }

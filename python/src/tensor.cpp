@@ -48,16 +48,22 @@ Tensor add_fn(const Tensor& a, const Tensor& b) { return add(a, b); }
 Tensor sub_fn(const Tensor& a, const Tensor& b) { return sub(a, b); }
 Tensor pow_fn(const Tensor& a, const Tensor& b) { return pow(a, b); }
 
-// In-place operators: a += b writes into a (and its views), as in PyTorch.
-template <BinaryFn Fn>
+// In-place operators: a += b writes into a (and its views), as in PyTorch. The ops without an
+// in-place form in the contract (sub, div) compute, then copy into a.
+using InPlaceFn = void (*)(Tensor&, const Tensor&);
+void add_into(Tensor& a, const Tensor& b) { a.add_(b); }
+void mul_into(Tensor& a, const Tensor& b) { a.mul_(b); }
+void sub_into(Tensor& a, const Tensor& b) { a.copy_(sub(a, b)); }
+void div_into(Tensor& a, const Tensor& b) { a.copy_(div(a, b)); }
+
+template <InPlaceFn Fn>
 nb::object inplace(nb::handle self_h, nb::handle other) {
   Tensor& self = nb::cast<Tensor&>(self_h);
   Tensor o;
   if (!operand(other, o)) return nb::borrow(Py_NotImplemented);
   {
     Gil gil;
-    Tensor r = Fn(self, o);
-    self.copy_(r);
+    Fn(self, o);
   }
   return nb::borrow(self_h);
 }
@@ -274,28 +280,10 @@ void bind_tensor(nb::module_& m) {
       .def("__ge__", &binary<ge, false>)
       .def("__and__", &binary<logical_and, false>)
       .def("__or__", &binary<logical_or, false>)
-      .def("__iadd__", [](nb::handle self, nb::handle other) -> nb::object {
-        Tensor& t = nb::cast<Tensor&>(self);
-        Tensor o;
-        if (!operand(other, o)) return nb::borrow(Py_NotImplemented);
-        {
-          Gil gil;
-          t.add_(o);
-        }
-        return nb::borrow(self);
-      })
-      .def("__imul__", [](nb::handle self, nb::handle other) -> nb::object {
-        Tensor& t = nb::cast<Tensor&>(self);
-        Tensor o;
-        if (!operand(other, o)) return nb::borrow(Py_NotImplemented);
-        {
-          Gil gil;
-          t.mul_(o);
-        }
-        return nb::borrow(self);
-      })
-      .def("__isub__", &inplace<sub_fn>)
-      .def("__itruediv__", &inplace<div>)
+      .def("__iadd__", &inplace<add_into>)
+      .def("__imul__", &inplace<mul_into>)
+      .def("__isub__", &inplace<sub_into>)
+      .def("__itruediv__", &inplace<div_into>)
       .def("__neg__", [](const Tensor& t) { Gil gil; return -t; })
       .def("__pos__", [](const Tensor& t) { return t; })
       .def("__abs__", [](const Tensor& t) { Gil gil; return abs(t); })
