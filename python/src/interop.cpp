@@ -11,7 +11,10 @@
 // storage lives as long as the array); NumPy for CPU tensors, a plain DLPack producer (__dlpack__,
 // __dlpack_device__) for every device. A renamed or third-party device (privateuse1..3) exports as
 // kDLExtDev with its device index; its data pointer is the plugin's memory handle and the byte
-// offset of the first element.
+// offset of the first element. Exporting moves the storage's version (Note [Storage version]), as
+// data_ptr() does; writes made later through memory shared with NumPy or another framework are not
+// seen by the version, so something a kernel derived from the tensor (a prepacked weight) may be
+// stale after them.
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/string.h>
 
@@ -126,6 +129,8 @@ nb::capsule owner_of(const Tensor& t) {
 template <typename... F>
 nb::ndarray<F...> as_ndarray(const Tensor& t) {
   TESSERA_CHECK(t.storage()->usable(), "the tensor's storage is unusable because ", t.storage()->unusable_reason());
+  // Writable memory handed out, as data_ptr() does in C++ (Note [Storage version]).
+  t.storage()->bump_version();
   Device d = t.device();
   int dev_type = dlpack_device_type(d);
   std::vector<size_t> shape(t.sizes().begin(), t.sizes().end());

@@ -129,3 +129,12 @@ def test_torch_if_present(rng):
     assert t.data_ptr() == x.data_ptr()
     y = torch.from_dlpack(t)
     assert y.data_ptr() == t.data_ptr()
+
+
+def test_exporting_memory_moves_the_storage_version(rng):
+    t = tessera.from_numpy(rng.standard_normal(4).astype(np.float32))
+    v0 = t._storage_version()
+    t.numpy()
+    v1 = t._storage_version()
+    np.from_dlpack(t)
+    assert v0 != v1 != t._storage_version()
