@@ -76,7 +76,7 @@ case "$cmd" in
       exit 1
     fi
     log "python: pip install . into a temporary folder, then import tessera from there"
-    CMAKE_BUILD_PARALLEL_LEVEL=$JOBS python3 -m pytest -q -p no:cacheprovider -m slow python/tests
+    CMAKE_BUILD_PARALLEL_LEVEL=$JOBS python3 -m pytest -q -p no:cacheprovider -m slow python/tests/test_pip_install.py
     if [ "${TESSERA_SKIP_SANITIZERS:-0}" != 1 ]; then
       for stage in tools/ci/*.sh; do
         [ -e "$stage" ] || continue
