@@ -102,3 +102,16 @@ def test_python_m_tessera_lists_devices():
         runpy.run_module("tessera", run_name="__main__")
     """, PYTHONPATH=os.path.dirname(os.path.dirname(tessera.__file__)))
     assert "cpu" in out
+
+
+def test_an_application_rename_replaces_a_manifest_claim():
+    # The reference accelerator's manifest claims privateuse1 as 'my_hardware_device'; the application
+    # names the slot first, so its name wins and the plugin is listed as failed, naming both.
+    out = run_python("""
+        import tessera
+        tessera.rename_privateuse1_backend("npu")
+        tessera.generate_methods_for_privateuse1_backend()
+        p = [p for p in tessera.plugins() if p["name"] == "my_hardware_device"][0]
+        print(tessera.privateuse_backend_name(1), p["status"], "npu" in p["reason"], hasattr(tessera, "npu"))
+    """)
+    assert out.split() == ["npu", "failed", "True", "True"]
