@@ -26,7 +26,9 @@ def test_pip_install_into_a_target_folder(source_dir, tmp_path):
     assert any(n.startswith("libtessera_compiler.so") for n in libs), libs
     plugins = pkg / "lib" / "tessera" / "plugins"
     assert (plugins / "libtessera_cpu.so").exists() and list(plugins.glob("*.json"))
-    assert list(pkg.glob("_C*.so")) and (pkg / "_ops.py").exists() and (pkg / "_ops.pyi").exists()
+    assert list(pkg.glob("_C*.so")) and (pkg / "_ops.py").exists()
+    assert (pkg / "_ops.pyi").exists() and (pkg / "_C.pyi").exists() and (pkg / "py.typed").exists()
+    assert (pkg / "bin" / "tessera").exists()  # the command python -m tessera runs
     code = ("import numpy as np, tessera, os\n"
             "a = np.arange(6, dtype=np.float32)\n"
             "t = tessera.from_numpy(a)\n"
@@ -41,3 +43,6 @@ def test_pip_install_into_a_target_folder(source_dir, tmp_path):
     init, manifest = r.stdout.split("\n")[:2]
     assert pathlib.Path(init).resolve().parent == pkg.resolve()
     assert pathlib.Path(manifest.split()[0]).resolve().parent == plugins.resolve() and manifest.endswith("loaded")
+    r = subprocess.run([sys.executable, "-m", "tessera", "devices"], env=env, capture_output=True, text=True,
+                       cwd=str(tmp_path))
+    assert r.returncode == 0 and "cpu" in r.stdout, r.stdout + r.stderr
