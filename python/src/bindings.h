@@ -1,7 +1,8 @@
 // tessera._C: the nanobind extension, thin over the C++ API (docs/python.md). One file per part:
 // module.cpp (dtype and device objects, errors), tensor.cpp (Tensor, operators, indexing),
 // op_call.cpp (boxed calls of contract ops, factories), interop.cpp (NumPy and DLPack),
-// devices.cpp (privateuse names, plugins, streams and events), compiler.cpp (export, compile, .tsr).
+// devices.cpp (privateuse names, plugins, streams and events), compiler.cpp (export, compile, .tsr), extras.cpp (quantization, 2:4
+// sparsity, the profiler).
 //
 // Note [GIL and ops]
 // Every call that can run a kernel, copy between devices or wait on a device releases the GIL
@@ -23,6 +24,7 @@ void bind_op_call(nb::module_& m);
 void bind_interop(nb::module_& m);
 void bind_devices(nb::module_& m);
 void bind_compiler(nb::module_& m);
+void bind_extras(nb::module_& m);
 
 // A dtype given as a tessera.dtype, a name ("float32") or anything whose str() is a name (a NumPy
 // dtype). Throws nb::type_error otherwise.

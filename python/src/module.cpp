@@ -217,4 +217,5 @@ NB_MODULE(_C, m) {
   tp::bind_interop(m);
   tp::bind_devices(m);
   tp::bind_compiler(m);
+  tp::bind_extras(m);
 }

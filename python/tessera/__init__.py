@@ -55,6 +55,7 @@ __version__ = "0.1.0"
 
 # ---- export, compile and the program file (libtessera_compiler; docs/python.md)
 from ._C import ExportedProgram, CompiledFunction, load, save  # noqa: E402
+from . import quantization, sparse, profiler  # noqa: E402,F401
 from ._C import export as _export  # noqa: E402
 
 
