@@ -43,6 +43,9 @@ bool scalar_arg(nb::handle h, Scalar& out);
 Tensor wrapped_number(const Scalar& s);
 // A list of ints from a sequence or a single int. Throws nb::type_error naming `what`.
 std::vector<int64_t> int_list_arg(nb::handle h, const char* what);
+// A CPU tensor sharing the memory of an array-like (NumPy array, DLPack producer); nested sequences
+// of numbers go through numpy.asarray first. Throws nb::type_error when `h` is none of those.
+Tensor array_like_arg(nb::handle h);
 // Shape arguments given either as f(2, 3) or f((2, 3)).
 std::vector<int64_t> shape_args(const nb::args& args, const char* what);
 

@@ -147,6 +147,18 @@ nb::ndarray<F...> as_ndarray(const Tensor& t) {
 
 }  // namespace
 
+Tensor array_like_arg(nb::handle h) {
+  nb::object obj = nb::borrow(h);
+  if (PySequence_Check(h.ptr()) && !nb::hasattr(h, "__dlpack__") && !PyUnicode_Check(h.ptr()))
+    obj = nb::module_::import_("numpy").attr("ascontiguousarray")(h);
+  AnyArray a;
+  if (!nb::try_cast(obj, a))
+    throw nb::type_error(("expected a Tensor, a number, an array (NumPy, DLPack) or a nested sequence of numbers, not " +
+                          nb::cast<std::string>(nb::str(h.type().attr("__name__"))))
+                             .c_str());
+  return from_array(std::move(a));
+}
+
 void bind_interop(nb::module_& m) {
   m.def("_from_array", [](AnyArray a) { return from_array(std::move(a)); }, nb::arg("array"),
         "A CPU tensor sharing the memory of an object with __dlpack__ or the buffer protocol.");

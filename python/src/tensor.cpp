@@ -168,8 +168,10 @@ void set_index(Tensor& self, nb::handle idx, nb::handle value) {
   } else if (scalar_arg(value, s)) {
     Gil gil;
     view.fill_(s);
-  } else {
-    throw nb::type_error(("can only assign a Tensor or a number to a tensor index, not " + py_type_name(value)).c_str());
+  } else {  // an array or a nested list: shared or converted, then copied in (broadcasting, dtype)
+    Tensor v = array_like_arg(value);
+    Gil gil;
+    view.copy_(v);
   }
 }
 

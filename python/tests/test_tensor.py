@@ -126,6 +126,13 @@ def test_setitem(rng):
     t[1, ::2] = tessera.tensor([1.0, 2.0])
     t[2:, 3] = 0
     assert (a[0] == 7).all() and a[1, 0] == 1 and a[1, 2] == 2 and a[2, 3] == 0
+    row = rng.standard_normal(4)          # float64 array into a float32 row: converted
+    t[2] = row
+    np.testing.assert_allclose(a[2], row.astype(np.float32))
+    t[0, 1:3] = [5, 6]                    # a list
+    assert a[0, 1] == 5 and a[0, 2] == 6
+    with pytest.raises(TypeError, match="not str"):
+        t[0] = "x"
 
 
 def test_to_and_copy(rng):
