@@ -4,10 +4,14 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 import tessera
 
 
 def test_python_md_examples_run(source_dir, tmp_path):
+    if not any(p["name"] == "my_hardware_device" for p in tessera.plugins()):
+        pytest.skip("the examples use the reference accelerator (built with the samples)")
     text = (source_dir / "docs" / "python.md").read_text()
     blocks = re.findall(r"```python\n(.*?)```", text, re.S)
     assert len(blocks) >= 5
