@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Tessera's one entry point.
 #   ./run.sh demo    install missing packages, configure, build, run the demo
-#   ./run.sh test    the same set-up, then every test (release build, sanitizer build, out-of-tree SDK build)
+#   ./run.sh test    the same set-up, then every test (release build with the Python suite, pip install .,
+#                    sanitizer build, out-of-tree SDK build)
 #   ./run.sh bench   the same set-up, then the benchmarks (results under build/bench/)
 # Environment: JOBS (parallel build jobs, default: number of cores), TESSERA_SKIP_SANITIZERS=1 to
 # run the release suite only (local iteration; CI runs everything).
@@ -37,6 +38,10 @@ install_packages() {
   python3 -c 'import numpy' 2>/dev/null || python3 -m pip install --quiet numpy || echo "(numpy not installed: diff.ops will fail)"
   # The program-file test reads saved weights with the safetensors package, as other tools would.
   python3 -c 'import safetensors' 2>/dev/null || python3 -m pip install --quiet safetensors || echo "(safetensors not installed: compiler.program_cli will fail)"
+  # The Python package (python/) builds with nanobind (scikit-build-core for pip install .); its
+  # suite runs with pytest.
+  python3 -c 'import nanobind, scikit_build_core, pytest' 2>/dev/null ||
+    python3 -m pip install --quiet nanobind scikit-build-core pytest || echo "(nanobind/scikit-build-core/pytest not installed: the Python tests will fail)"
 }
 
 build() {  # build <preset> [targets...]
@@ -64,6 +69,14 @@ case "$cmd" in
     build release
     log "tests (release)"
     run_ctest build/release
+    # The pytest suite ran above as the ctest test python.pytest; make its absence loud (a tree
+    # configured before nanobind was installed keeps TESSERA_BUILD_PYTHON=OFF in its cache).
+    if ! (cd build/release && ctest -N | grep -q 'python.pytest'); then
+      echo "python.pytest is not in build/release: reconfigure with -DTESSERA_BUILD_PYTHON=ON" >&2
+      exit 1
+    fi
+    log "python: pip install . into a temporary folder, then import tessera from there"
+    CMAKE_BUILD_PARALLEL_LEVEL=$JOBS python3 -m pytest -q -p no:cacheprovider -m slow python/tests/test_pip_install.py
     if [ "${TESSERA_SKIP_SANITIZERS:-0}" != 1 ]; then
       for stage in tools/ci/*.sh; do
         [ -e "$stage" ] || continue

@@ -1,0 +1,177 @@
+"""The op functions generated from the contract: every public op present, numerics against NumPy."""
+import json
+import math
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import tessera
+
+
+def contract(source_dir):
+    with open(source_dir / "dispatcher" / "ops" / "ops.json") as f:
+        return [op["schema"].split("(")[0] for op in json.load(f)["ops"]]
+
+
+def test_every_public_op_is_a_function(source_dir):
+    names = contract(source_dir)
+    public = {n.split(".")[0] for n in names if not n.startswith("_")}
+    internal = {n.split(".")[0] for n in names if n.startswith("_")}
+    assert public and internal
+    for name in public:
+        assert callable(getattr(tessera.ops, name)), name
+        assert name in tessera.ops.__all__
+    for name in internal:
+        assert not hasattr(tessera.ops, name), name  # internal ops are not generated
+    assert sorted(tessera.ops.OP_NAMES) == sorted(n for n in names if not n.startswith("_"))
+
+
+def test_a_new_op_in_the_contract_appears_without_a_hand_edit(source_dir, tmp_path):
+    with open(source_dir / "dispatcher" / "ops" / "ops.json") as f:
+        c = json.load(f)
+    c["ops"].append({"schema": "frobnicate.Tensor(Tensor self, *, float strength=0.5) -> Tensor",
+                     "shape_rule": "same", "tags": [], "doc": "A new op."})
+    (tmp_path / "ops.json").write_text(json.dumps(c))
+    out = tmp_path / "_ops.py"
+    subprocess.run([sys.executable, str(source_dir / "python" / "gen_ops_py.py"), str(tmp_path / "ops.json"),
+                    "--out", str(out), "--stub", str(tmp_path / "_ops.pyi")], check=True)
+    code = out.read_text()
+    assert "def frobnicate(self, *, strength=0.5):" in code and "_C.op('frobnicate.Tensor')" in code
+    assert "def frobnicate(self: Tensor" in (tmp_path / "_ops.pyi").read_text()
+
+
+def test_generator_rejects_unknown_types(source_dir, tmp_path):
+    (tmp_path / "ops.json").write_text(json.dumps({"ops": [{"schema": "f(Blob x) -> Tensor"}]}))
+    r = subprocess.run([sys.executable, str(source_dir / "python" / "gen_ops_py.py"), str(tmp_path / "ops.json"),
+                        "--out", str(tmp_path / "o.py"), "--stub", str(tmp_path / "o.pyi")], capture_output=True, text=True)
+    assert r.returncode == 1 and "op 'f': argument 'x' has type 'Blob'" in r.stderr
+
+
+UNARY = {
+    "exp": np.exp, "sin": np.sin, "cos": np.cos, "tanh": np.tanh, "abs": np.abs, "neg": np.negative,
+    "relu": lambda x: np.maximum(x, 0), "sigmoid": lambda x: 1 / (1 + np.exp(-x)),
+    "silu": lambda x: x / (1 + np.exp(-x)), "erf": np.vectorize(math.erf),
+    "gelu": lambda x: 0.5 * x * (1 + np.vectorize(math.erf)(x / math.sqrt(2))),
+}
+POSITIVE = {"log": np.log, "sqrt": np.sqrt, "rsqrt": lambda x: 1 / np.sqrt(x)}
+
+
+@pytest.mark.parametrize("name", sorted(UNARY) + sorted(POSITIVE))
+def test_unary(rng, name):
+    x = rng.standard_normal((7, 9)).astype(np.float32)
+    if name in POSITIVE:
+        x = np.abs(x) + 0.1
+    ref = (UNARY.get(name) or POSITIVE[name])(x.astype(np.float64))
+    t = tessera.from_numpy(x)
+    np.testing.assert_allclose(getattr(tessera, name)(t).numpy(), ref, rtol=2e-5, atol=2e-5)
+    np.testing.assert_allclose(getattr(t, name)().numpy(), ref, rtol=2e-5, atol=2e-5)  # and as a method
+
+
+@pytest.mark.parametrize("name,ref", [("sum", np.sum), ("mean", np.mean), ("prod", np.prod), ("amax", np.amax),
+                                      ("amin", np.amin)])
+def test_reductions(rng, name, ref):
+    x = rng.uniform(0.5, 1.5, (3, 4, 5)).astype(np.float32)
+    t = tessera.from_numpy(x)
+    f = getattr(tessera, name)
+    np.testing.assert_allclose(f(t).numpy(), ref(x), rtol=1e-5)
+    np.testing.assert_allclose(f(t, 1).numpy(), ref(x, axis=1), rtol=1e-5)
+    np.testing.assert_allclose(f(t, (0, 2), True).numpy(), ref(x, axis=(0, 2), keepdims=True), rtol=1e-5)
+    np.testing.assert_allclose(getattr(t, name)(dim=[-1]).numpy(), ref(x, axis=-1), rtol=1e-5)
+
+
+def test_var_argmax(rng):
+    x = rng.standard_normal((6, 8)).astype(np.float32)
+    t = tessera.from_numpy(x)
+    np.testing.assert_allclose(tessera.var(t, 1).numpy(), x.var(axis=1, ddof=1), rtol=1e-4)
+    np.testing.assert_allclose(tessera.var(t, [0], correction=0).numpy(), x.var(axis=0), rtol=1e-4)
+    np.testing.assert_array_equal(tessera.argmax(t, 1).numpy(), x.argmax(axis=1))
+    assert tessera.argmax(t).item() == x.argmax()
+
+
+def test_binary_functions_and_keywords(rng):
+    a, b = rng.standard_normal((4, 3)).astype(np.float32), rng.standard_normal((3,)).astype(np.float32)
+    ta, tb = tessera.from_numpy(a), tessera.from_numpy(b)
+    np.testing.assert_allclose(tessera.add(ta, tb, alpha=2).numpy(), a + 2 * b, rtol=1e-6)
+    np.testing.assert_allclose(tessera.sub(ta, tb, alpha=0.5).numpy(), a - 0.5 * b, rtol=1e-6)
+    np.testing.assert_allclose(tessera.maximum(ta, tb).numpy(), np.maximum(a, b))
+    np.testing.assert_allclose(tessera.minimum(ta, tb).numpy(), np.minimum(a, b))
+    np.testing.assert_allclose(tessera.where(ta > 0, ta, tb).numpy(), np.where(a > 0, a, b))
+    np.testing.assert_allclose(tessera.where(ta > 0, ta, 0.0).numpy(), np.where(a > 0, a, 0))  # a number operand
+    np.testing.assert_array_equal(tessera.logical_and(ta > 0, tb > 0).numpy(), (a > 0) & (b > 0))
+    np.testing.assert_allclose(tessera.pow(ta, 3).numpy(), a ** 3, rtol=1e-5)                 # pow.Tensor_Scalar
+    np.testing.assert_allclose(tessera.pow(ta.abs(), tb).numpy(), np.abs(a) ** b, rtol=1e-5)  # pow.Tensor_Tensor
+    np.testing.assert_allclose(tessera.pow(self=ta, exponent=2).numpy(), a ** 2, rtol=1e-5)
+
+
+def test_inplace_ops_return_their_argument(rng):
+    a = rng.standard_normal(5).astype(np.float32)
+    t = tessera.from_numpy(a.copy())
+    assert tessera.add_(t, tessera.ones(5), alpha=2) is t
+    assert t.mul_(tessera.full((5,), 3.0)) is t
+    np.testing.assert_allclose(t.numpy(), (a + 2) * 3, rtol=1e-6)
+    assert t.fill_(1.5) is t and t.tolist() == [1.5] * 5
+    assert t.zero_() is t and t.tolist() == [0.0] * 5
+
+
+def test_nn_ops(rng):
+    x = rng.standard_normal((2, 5, 8)).astype(np.float32)
+    w = rng.standard_normal((4, 8)).astype(np.float32)
+    bias = rng.standard_normal(4).astype(np.float32)
+    tx = tessera.from_numpy(x)
+    np.testing.assert_allclose(tessera.linear(tx, tessera.from_numpy(w), tessera.from_numpy(bias)).numpy(),
+                               x @ w.T + bias, rtol=1e-4, atol=1e-4)
+    e = np.exp(x - x.max(-1, keepdims=True))
+    np.testing.assert_allclose(tessera.softmax(tx, -1).numpy(), e / e.sum(-1, keepdims=True), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(tessera.log_softmax(tx, 2).numpy(), np.log(e / e.sum(-1, keepdims=True)),
+                               rtol=1e-4, atol=1e-5)
+    mu, var = x.mean(-1, keepdims=True), x.var(-1, keepdims=True)
+    np.testing.assert_allclose(tessera.layer_norm(tx, [8]).numpy(), (x - mu) / np.sqrt(var + 1e-5), rtol=1e-4, atol=1e-4)
+    q, k, v = (rng.standard_normal((2, 3, 4, 8)).astype(np.float32) for _ in range(3))
+    s = q @ k.transpose(0, 1, 3, 2) / math.sqrt(8)
+    p = np.exp(s - s.max(-1, keepdims=True))
+    p /= p.sum(-1, keepdims=True)
+    got = tessera.scaled_dot_product_attention(*(tessera.from_numpy(a) for a in (q, k, v)))
+    np.testing.assert_allclose(got.numpy(), p @ v, rtol=1e-4, atol=1e-4)
+
+
+def test_list_and_index_ops(rng):
+    a, b = rng.standard_normal((2, 3)).astype(np.float32), rng.standard_normal((2, 3)).astype(np.float32)
+    ta, tb = tessera.from_numpy(a), tessera.from_numpy(b)
+    np.testing.assert_array_equal(tessera.cat([ta, tb], 1).numpy(), np.concatenate([a, b], 1))
+    np.testing.assert_array_equal(tessera.stack((ta, tb)).numpy(), np.stack([a, b]))
+    idx = np.array([2, 0], dtype=np.int64)
+    np.testing.assert_array_equal(tessera.index_select(ta, 1, tessera.from_numpy(idx)).numpy(), a[:, idx])
+    g = rng.integers(0, 3, size=(2, 3)).astype(np.int64)
+    np.testing.assert_array_equal(tessera.gather(ta, 1, tessera.from_numpy(g)).numpy(), np.take_along_axis(a, g, 1))
+    np.testing.assert_array_equal(tessera.embedding(ta, tessera.tensor([1, 0, 1])).numpy(), a[[1, 0, 1]])
+
+
+def test_pooling_and_conv(rng):
+    x = rng.standard_normal((1, 2, 6, 6)).astype(np.float32)
+    w = rng.standard_normal((3, 2, 3, 3)).astype(np.float32)
+    tx = tessera.from_numpy(x)
+    win = np.lib.stride_tricks.sliding_window_view(x, (3, 3), axis=(2, 3))  # (1, 2, 4, 4, 3, 3)
+    np.testing.assert_allclose(tessera.conv2d(tx, tessera.from_numpy(w)).numpy(),
+                               np.einsum("nchwij,ocij->nohw", win, w), rtol=1e-4, atol=1e-4)
+    pooled = x.reshape(1, 2, 3, 2, 3, 2)
+    np.testing.assert_allclose(tessera.max_pool2d(tx, 2).numpy(), pooled.max(axis=(3, 5)))
+    np.testing.assert_allclose(tessera.avg_pool2d(tx, [2, 2]).numpy(), pooled.mean(axis=(3, 5)), rtol=1e-5, atol=1e-6)
+
+
+def test_boxed_op_handles():
+    op = tessera._C.op("add.Tensor")
+    assert op.name == "add.Tensor" and op.schema.startswith("add.Tensor(Tensor self, Tensor other")
+    assert "add.Tensor" in tessera._C.op_names()
+
+
+def test_type_stubs_are_generated():
+    import ast
+    import pathlib
+    pkg = pathlib.Path(tessera.__file__).parent
+    for stub in ("_C.pyi", "_ops.pyi"):
+        tree = ast.parse((pkg / stub).read_text())  # valid Python syntax
+        assert tree.body, stub
+    assert "class Tensor" in (pkg / "_C.pyi").read_text() and (pkg / "py.typed").exists()
+    assert "def softmax(self: Tensor" in (pkg / "_ops.pyi").read_text()
