@@ -230,6 +230,9 @@ void u_gelu_tanh(const float* in, float* out, int64_t n) {
 void u_silu(const float* in, float* out, int64_t n) {
   unary_vec(in, out, n, [](vfloat x) { return silu_v(x); });
 }
+void u_tanh(const float* in, float* out, int64_t n) {
+  unary_vec(in, out, n, [](vfloat x) { return tanh_v(x); });
+}
 #define TESSERA_CPU_HAS_VECTOR_TRANSCENDENTALS 1
 #pragma GCC diagnostic pop
 #endif  // TESSERA_VECMATH_LEVEL >= 1
@@ -249,7 +252,6 @@ TESSERA_CPU_UNARY(u_abs, __builtin_fabsf(x))
 TESSERA_CPU_UNARY(u_log, log_f(x))
 TESSERA_CPU_UNARY(u_sqrt, sqrt_s(x))
 TESSERA_CPU_UNARY(u_rsqrt, 1.0f / sqrt_s(x))
-TESSERA_CPU_UNARY(u_tanh, tanh_f(x))
 TESSERA_CPU_UNARY(u_relu, (x != x || x > 0.0f) ? x : 0.0f)
 #ifndef TESSERA_CPU_HAS_VECTOR_TRANSCENDENTALS
 TESSERA_CPU_UNARY(u_exp, exp_f(x))
@@ -257,6 +259,7 @@ TESSERA_CPU_UNARY(u_sigmoid, sigmoid_f(x))
 TESSERA_CPU_UNARY(u_gelu, gelu_f(x))
 TESSERA_CPU_UNARY(u_gelu_tanh, gelu_tanh_f(x))
 TESSERA_CPU_UNARY(u_silu, mul_sigmoid_f(x, x))
+TESSERA_CPU_UNARY(u_tanh, tanh_f(x))
 #endif
 TESSERA_CPU_UNARY(u_erf, erf_f(x))
 #undef TESSERA_CPU_UNARY

@@ -18,12 +18,12 @@
 // What each level gives:
 //   - scalar *_f functions (every level): exp, log, tanh, sigmoid, m sigmoid, erf, gelu,
 //     gelu_tanh, branch-free so that `#pragma omp simd` loops over them vectorise;
-//   - vector *_v functions (levels 1, 2): exp, sigmoid, silu, gelu, gelu_tanh in intrinsics
+//   - vector *_v functions (levels 1, 2): exp, tanh, sigmoid, silu, gelu, gelu_tanh in intrinsics
 //     (Note [Explicit exp at the vector levels], Note [Explicit gelu at the vector levels]);
 //   - the `vf` lane interface (every level) that generated loops are written in: vf_load/vf_store
 //     (and _n forms for a tail of m < kVfLanes elements, _bf16 forms for bfloat16 memory),
 //     arithmetic, and one function per pointwise op (vf_exp, vf_gelu, vf_tanh, ...). An op without
-//     an explicit vector form (tanh, erf, log) applies its *_f function to the lanes in a
+//     an explicit vector form (erf, log, sin, cos, pow) applies its *_f function to the lanes in a
 //     `#pragma omp simd` loop, which the compiler vectorises as it does the eager kernel's loop.
 // Every function has internal linkage (static) and the types live in a namespace named after the
 // level: a translation unit compiled with AVX-512 flags never hands an out-of-line copy of a
@@ -455,6 +455,29 @@ TESSERA_VM_INLINE vfloat mul_sigmoid_v(vfloat m, vfloat x) {
 TESSERA_VM_INLINE vfloat sigmoid_v(vfloat x) { return mul_sigmoid_v(vset(1.0f), x); }
 TESSERA_VM_INLINE vfloat silu_v(vfloat x) { return mul_sigmoid_v(x, x); }
 
+// tanh as tanh_f, with exp_v: an odd polynomial in x below |x| = 0.625, 1 - 2/(e^2|x| + 1) with the
+// sign of x above (|x| clamped to 44, where the result is 1); NaN propagates.
+TESSERA_VM_INLINE vfloat tanh_v(vfloat x) {
+  const vfloat ax = abs_v(x);
+  const vfloat z = TESSERA_V(mul_ps)(x, x);
+  vfloat p = TESSERA_V(fmadd_ps)(vset(-5.70498872745e-3f), z, vset(2.06390887954e-2f));
+  p = TESSERA_V(fmadd_ps)(p, z, vset(-5.37397155531e-2f));
+  p = TESSERA_V(fmadd_ps)(p, z, vset(1.33314422036e-1f));
+  p = TESSERA_V(fmadd_ps)(p, z, vset(-3.33332819422e-1f));
+  const vfloat small = TESSERA_V(fmadd_ps)(TESSERA_V(mul_ps)(p, z), x, x);
+  const vfloat e = exp_v(TESSERA_V(mul_ps)(vset(2.0f), TESSERA_V(min_ps)(vset(44.0f), ax)));
+  vfloat big = TESSERA_V(sub_ps)(vset(1.0f), TESSERA_V(div_ps)(vset(2.0f), TESSERA_V(add_ps)(e, vset(1.0f))));
+  big = TESSERA_V(or_ps)(big, TESSERA_V(and_ps)(x, vset(-0.0f)));  // big >= 0: the sign of x
+#if TESSERA_VECMATH_AVX512
+  // |x| < 0.625 (false for NaN): the polynomial; NaN: x itself.
+  const vfloat res = _mm512_mask_mov_ps(big, _mm512_cmp_ps_mask(ax, vset(0.625f), _CMP_LT_OQ), small);
+  return _mm512_mask_mov_ps(res, _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), x);
+#else
+  const vfloat res = _mm256_blendv_ps(big, small, _mm256_cmp_ps(ax, vset(0.625f), _CMP_LT_OQ));
+  return _mm256_blendv_ps(res, x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
+#endif
+}
+
 // 0.5 x (1 + tanh(u)) == x sigmoid(2u), 2u = x (2 sqrt(2/pi) + 2 sqrt(2/pi) 0.044715 x^2): no
 // cancellation for negative x.
 TESSERA_VM_INLINE vfloat gelu_tanh_v(vfloat x) {
@@ -505,6 +528,7 @@ TESSERA_VM_INLINE vf vf_sigmoid(vf a) { return sigmoid_v(a); }
 TESSERA_VM_INLINE vf vf_silu(vf a) { return silu_v(a); }
 TESSERA_VM_INLINE vf vf_gelu(vf a) { return gelu_v(a); }
 TESSERA_VM_INLINE vf vf_gelu_tanh(vf a) { return gelu_tanh_v(a); }
+TESSERA_VM_INLINE vf vf_tanh(vf a) { return tanh_v(a); }
 // (a > b || a is NaN) ? a : b, and (a < b || a is NaN) ? a : b: NaN from either side propagates.
 TESSERA_VM_INLINE vf vf_max(vf a, vf b) {
 #if TESSERA_VECMATH_AVX512
@@ -557,6 +581,10 @@ TESSERA_VM_INLINE vf vf_first_n(vf x, int64_t m, float fill) {
   return vf_load(t);
 }
 TESSERA_VM_INLINE float vf_lane0(vf x) { return TESSERA_V(cvtss_f32)(x); }
+// Non-temporal stores (Note [Streaming stores] in plugins/cpu/src/vec_kernels_isa.cpp): p must be
+// vf-aligned (vf_aligned); each thread calls vf_stream_fence() after its last vf_stream.
+TESSERA_VM_INLINE void vf_stream(float* p, vf v) { store_v<true>(p, v); }
+TESSERA_VM_INLINE void vf_stream_fence() { _mm_sfence(); }
 // Horizontal reductions (sum in a tree of lanes; max/min propagate NaN).
 TESSERA_VM_INLINE float vf_hsum(vf x) {
   alignas(64) float t[kVfLanes];
@@ -628,6 +656,7 @@ TESSERA_VM_INLINE vf vf_sigmoid(vf a) { return sigmoid_f(a); }
 TESSERA_VM_INLINE vf vf_silu(vf a) { return mul_sigmoid_f(a, a); }
 TESSERA_VM_INLINE vf vf_gelu(vf a) { return gelu_f(a); }
 TESSERA_VM_INLINE vf vf_gelu_tanh(vf a) { return gelu_tanh_f(a); }
+TESSERA_VM_INLINE vf vf_tanh(vf a) { return tanh_f(a); }
 TESSERA_VM_INLINE vf vf_max(vf a, vf b) { return (a > b || a != a) ? a : b; }
 TESSERA_VM_INLINE vf vf_min(vf a, vf b) { return (a < b || a != a) ? a : b; }
 TESSERA_VM_INLINE vf vf_relu(vf x) { return (x != x || x > 0.0f) ? x : 0.0f; }
@@ -637,6 +666,8 @@ template <typename F>
 TESSERA_VM_INLINE vf vf_map2(vf a, vf b, F f) { return f(a, b); }
 TESSERA_VM_INLINE vf vf_first_n(vf x, int64_t m, float fill) { return m > 0 ? x : fill; }
 TESSERA_VM_INLINE float vf_lane0(vf x) { return x; }
+TESSERA_VM_INLINE void vf_stream(float* p, vf v) { *p = v; }
+TESSERA_VM_INLINE void vf_stream_fence() {}
 TESSERA_VM_INLINE float vf_hsum(vf x) { return x; }
 TESSERA_VM_INLINE float vf_hmax(vf x) { return x; }
 TESSERA_VM_INLINE float vf_hmin(vf x) { return x; }
@@ -650,13 +681,15 @@ TESSERA_VM_INLINE void vf_store_bf16(uint16_t* p, vf v) {
 #endif  // TESSERA_VECMATH_LEVEL
 
 // ---- Every level ----
-TESSERA_VM_INLINE vf vf_tanh(vf a) { return vf_map(a, [](float x) { return tanh_f(x); }); }
 TESSERA_VM_INLINE vf vf_erf(vf a) { return vf_map(a, [](float x) { return erf_f(x); }); }
 TESSERA_VM_INLINE vf vf_log(vf a) { return vf_map(a, [](float x) { return log_f(x); }); }
 TESSERA_VM_INLINE vf vf_sin(vf a) { return vf_map(a, [](float x) { return __builtin_sinf(x); }); }
 TESSERA_VM_INLINE vf vf_cos(vf a) { return vf_map(a, [](float x) { return __builtin_cosf(x); }); }
 TESSERA_VM_INLINE vf vf_pow(vf a, vf b) { return vf_map2(a, b, [](float x, float y) { return __builtin_powf(x, y); }); }
 TESSERA_VM_INLINE vf vf_rsqrt(vf a) { return vf_div(vf_set(1.0f), vf_sqrt(a)); }
+TESSERA_VM_INLINE bool vf_aligned(const void* p) {
+  return reinterpret_cast<uintptr_t>(p) % (kVfLanes * sizeof(float)) == 0;
+}
 // The first m (0 < m <= kVfLanes) elements; the other lanes read as 0 and are not written.
 TESSERA_VM_INLINE vf vf_load_n(const float* p, int64_t m) {
   alignas(64) float t[kVfLanes] = {};
