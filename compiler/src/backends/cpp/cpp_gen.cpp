@@ -48,14 +48,8 @@ GeneratedSource generate_cpp(const ExportedProgram& program, CpuIsa isa) {
   out.symbols = collect_symbols(program);
   const cppgen::FusionPlan fusion = cppgen::plan_fusion(program.graph);
   const cppgen::MemoryPlan memory = cppgen::plan_memory(program, fusion);
-  cppgen::Emitted e = cppgen::emit_source(program, fusion, memory, out.symbols, isa);
-  out.source = std::move(e.source);
-  out.fused_groups = e.fused_groups;
-  out.extern_nodes = e.extern_nodes;
-  out.outputs = memory.outputs;
-  out.extern_outputs = memory.extern_outputs;
-  out.strided_values = memory.strided_values;
-  out.slot_bytes = memory.slot_bytes;
+  memory.describe(out);
+  cppgen::emit_source(program, fusion, memory, out);
   return out;
 }
 

@@ -13,13 +13,7 @@
 
 namespace tessera::compiler::codegen::cppgen {
 
-struct Emitted {
-  std::string source;
-  int fused_groups = 0;
-  int extern_nodes = 0;
-};
-
-Emitted emit_source(const ExportedProgram& p, const FusionPlan& fusion, const MemoryPlan& memory,
-                    const std::vector<std::string>& symbols, CpuIsa isa);
+// Sets out.source, out.fused_groups and out.extern_nodes; reads out.isa and out.symbols.
+void emit_source(const ExportedProgram& p, const FusionPlan& fusion, const MemoryPlan& memory, GeneratedSource& out);
 
 }  // namespace tessera::compiler::codegen::cppgen

@@ -108,4 +108,11 @@ MemoryPlan plan_memory(const ExportedProgram& p, const FusionPlan& plan) {
   return m;
 }
 
+void MemoryPlan::describe(GeneratedSource& out) const {
+  out.outputs = outputs;
+  out.extern_outputs = extern_outputs;
+  out.strided_values = strided_values;
+  out.slot_bytes = slot_bytes;
+}
+
 }  // namespace tessera::compiler::codegen::cppgen

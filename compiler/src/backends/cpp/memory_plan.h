@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "backends/cpp/fusion_plan.h"
+#include "tessera/compiler/codegen.h"
 #include "tessera/compiler/ir.h"
 
 namespace tessera::compiler::codegen::cppgen {
@@ -24,6 +25,8 @@ struct MemoryPlan {
   std::vector<ValueId> strided_values;  // extern results only extern steps read, of host tensors
   // A value is written to memory when a later step or the output reads it.
   bool materialised(ValueId v) const { return last_use.count(v) > 0; }
+  // What the host needs of the plan: out.outputs, extern_outputs, strided_values, slot_bytes.
+  void describe(GeneratedSource& out) const;
 };
 
 MemoryPlan plan_memory(const ExportedProgram& p, const FusionPlan& plan);

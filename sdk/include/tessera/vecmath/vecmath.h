@@ -529,25 +529,20 @@ TESSERA_VM_INLINE vf vf_silu(vf a) { return silu_v(a); }
 TESSERA_VM_INLINE vf vf_gelu(vf a) { return gelu_v(a); }
 TESSERA_VM_INLINE vf vf_gelu_tanh(vf a) { return gelu_tanh_v(a); }
 TESSERA_VM_INLINE vf vf_tanh(vf a) { return tanh_v(a); }
-// (a > b || a is NaN) ? a : b, and (a < b || a is NaN) ? a : b: NaN from either side propagates.
-TESSERA_VM_INLINE vf vf_max(vf a, vf b) {
+// (a `Cmp` b || a is NaN) ? a : b: vf_max with _CMP_GT_OQ, vf_min with _CMP_LT_OQ; NaN from either
+// side propagates.
+template <int Cmp>
+TESSERA_VM_INLINE vf vf_pick(vf a, vf b) {
 #if TESSERA_VECMATH_AVX512
-  const __mmask16 k = _mm512_cmp_ps_mask(a, b, _CMP_GT_OQ) | _mm512_cmp_ps_mask(a, a, _CMP_UNORD_Q);
+  const __mmask16 k = _mm512_cmp_ps_mask(a, b, Cmp) | _mm512_cmp_ps_mask(a, a, _CMP_UNORD_Q);
   return _mm512_mask_blend_ps(k, b, a);
 #else
-  const vf k = _mm256_or_ps(_mm256_cmp_ps(a, b, _CMP_GT_OQ), _mm256_cmp_ps(a, a, _CMP_UNORD_Q));
+  const vf k = _mm256_or_ps(_mm256_cmp_ps(a, b, Cmp), _mm256_cmp_ps(a, a, _CMP_UNORD_Q));
   return _mm256_blendv_ps(b, a, k);
 #endif
 }
-TESSERA_VM_INLINE vf vf_min(vf a, vf b) {
-#if TESSERA_VECMATH_AVX512
-  const __mmask16 k = _mm512_cmp_ps_mask(a, b, _CMP_LT_OQ) | _mm512_cmp_ps_mask(a, a, _CMP_UNORD_Q);
-  return _mm512_mask_blend_ps(k, b, a);
-#else
-  const vf k = _mm256_or_ps(_mm256_cmp_ps(a, b, _CMP_LT_OQ), _mm256_cmp_ps(a, a, _CMP_UNORD_Q));
-  return _mm256_blendv_ps(b, a, k);
-#endif
-}
+TESSERA_VM_INLINE vf vf_max(vf a, vf b) { return vf_pick<_CMP_GT_OQ>(a, b); }
+TESSERA_VM_INLINE vf vf_min(vf a, vf b) { return vf_pick<_CMP_LT_OQ>(a, b); }
 // (x is NaN || x > 0) ? x : 0, as the eager kernel.
 TESSERA_VM_INLINE vf vf_relu(vf x) {
 #if TESSERA_VECMATH_AVX512
@@ -690,27 +685,28 @@ TESSERA_VM_INLINE vf vf_rsqrt(vf a) { return vf_div(vf_set(1.0f), vf_sqrt(a)); }
 TESSERA_VM_INLINE bool vf_aligned(const void* p) {
   return reinterpret_cast<uintptr_t>(p) % (kVfLanes * sizeof(float)) == 0;
 }
-// The first m (0 < m <= kVfLanes) elements; the other lanes read as 0 and are not written.
-TESSERA_VM_INLINE vf vf_load_n(const float* p, int64_t m) {
-  alignas(64) float t[kVfLanes] = {};
+// The first m (0 < m <= kVfLanes) elements, through a copy; the other lanes read as 0 and are not
+// written.
+TESSERA_VM_INLINE vf vf_load_as(const float* p) { return vf_load(p); }
+TESSERA_VM_INLINE vf vf_load_as(const uint16_t* p) { return vf_load_bf16(p); }
+TESSERA_VM_INLINE void vf_store_as(float* p, vf v) { vf_store(p, v); }
+TESSERA_VM_INLINE void vf_store_as(uint16_t* p, vf v) { vf_store_bf16(p, v); }
+template <typename T>
+TESSERA_VM_INLINE vf vf_load_part(const T* p, int64_t m) {
+  alignas(64) T t[kVfLanes] = {};
   for (int64_t i = 0; i < m && i < kVfLanes; ++i) t[i] = p[i];
-  return vf_load(t);
+  return vf_load_as(t);
 }
-TESSERA_VM_INLINE void vf_store_n(float* p, vf v, int64_t m) {
-  alignas(64) float t[kVfLanes];
-  vf_store(t, v);
+template <typename T>
+TESSERA_VM_INLINE void vf_store_part(T* p, vf v, int64_t m) {
+  alignas(64) T t[kVfLanes];
+  vf_store_as(t, v);
   for (int64_t i = 0; i < m && i < kVfLanes; ++i) p[i] = t[i];
 }
-TESSERA_VM_INLINE vf vf_load_bf16_n(const uint16_t* p, int64_t m) {
-  alignas(64) uint16_t t[kVfLanes] = {};
-  for (int64_t i = 0; i < m && i < kVfLanes; ++i) t[i] = p[i];
-  return vf_load_bf16(t);
-}
-TESSERA_VM_INLINE void vf_store_bf16_n(uint16_t* p, vf v, int64_t m) {
-  alignas(64) uint16_t t[kVfLanes];
-  vf_store_bf16(t, v);
-  for (int64_t i = 0; i < m && i < kVfLanes; ++i) p[i] = t[i];
-}
+TESSERA_VM_INLINE vf vf_load_n(const float* p, int64_t m) { return vf_load_part(p, m); }
+TESSERA_VM_INLINE void vf_store_n(float* p, vf v, int64_t m) { vf_store_part(p, v, m); }
+TESSERA_VM_INLINE vf vf_load_bf16_n(const uint16_t* p, int64_t m) { return vf_load_part(p, m); }
+TESSERA_VM_INLINE void vf_store_bf16_n(uint16_t* p, vf v, int64_t m) { vf_store_part(p, v, m); }
 
 }  // namespace (the level's)
 }  // namespace tessera::vecmath
