@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <bit>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -142,9 +143,9 @@ struct Chain {
     x = b.input("x", dt, sizes);
     y = b.input("y", dt, sizes);
     ValueId a = b.pw("mul.Tensor", {Builder::T(x), Builder::T(y)}, x);
-    ValueId c = b.pw("add.Scalar", {Builder::T(a), Builder::C(0.5)}, x);
+    ValueId c = b.pw("add.Tensor", {Builder::T(a), Builder::C(0.5)}, x);
     ValueId d = b.pw("tanh", {Builder::T(c)}, x);
-    ValueId e = b.pw("mul.Scalar", {Builder::T(d), Builder::C(int64_t(2))}, x);
+    ValueId e = b.pw("mul.Tensor", {Builder::T(d), Builder::C(int64_t(2))}, x);
     ValueId f = b.pw("sub.Tensor", {Builder::T(e), Builder::T(x)}, x);
     ValueId g = b.pw("sigmoid", {Builder::T(f)}, x);
     ValueId h = b.pw("abs", {Builder::T(x)}, x);
@@ -198,7 +199,7 @@ ExportedProgram norm_program(DType dt, std::vector<SymSize> sizes, bool rms) {
   }
   ValueId sq = b.pw("mul.Tensor", {Builder::T(centered), Builder::T(centered)}, x);
   ValueId var = b.reduce_last("mean", sq);
-  ValueId ve = b.pw("add.Scalar", {Builder::T(var), Builder::C(1e-5)}, var);
+  ValueId ve = b.pw("add.Tensor", {Builder::T(var), Builder::C(1e-5)}, var);
   ValueId rstd = b.pw("rsqrt", {Builder::T(ve)}, var);
   ValueId normed = b.pw("mul.Tensor", {Builder::T(centered), Builder::T(rstd)}, x);
   ValueId scaled = b.pw("mul.Tensor", {Builder::T(normed), Builder::T(w)}, x);
@@ -330,6 +331,67 @@ TEST(Codegen, ExpAndTanhCoverTheFloatRange) {
   }
   expect_close(out[1], wt, "tanh");
   expect_close(out[2], ws, "sigmoid");
+}
+
+// Note [One vector math]: generated loops call the functions of the CPU plugin's kernels at the same
+// ISA level (TESSERA_CPU_CAPABILITY selects both; ctest runs this at every level), so compiled and
+// eager results are the same bits. Fresh random inputs over several ranges (the seed is printed;
+// TESSERA_TEST_SEED reruns it), the special values, and the points where the kernels change
+// branch; 100003 elements so that the loops' tails run too.
+TEST(Codegen, TranscendentalsEqualEagerBitwise) {
+  REQUIRE_COMPILER();
+  try {
+    select_cpu_isa();
+  } catch (const Error& e) {
+    GTEST_SKIP() << e.what();
+  }
+  uint64_t seed = uint64_t(std::random_device{}()) << 32 | std::random_device{}();
+  if (const char* env = std::getenv("TESSERA_TEST_SEED")) seed = std::strtoull(env, nullptr, 10);
+  SCOPED_TRACE("random seed " + std::to_string(seed) + " (rerun with TESSERA_TEST_SEED=" + std::to_string(seed) +
+               ")");
+  std::vector<float> v = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, -NAN, std::numeric_limits<float>::min(),
+                          -std::numeric_limits<float>::min(), std::numeric_limits<float>::denorm_min(),
+                          std::numeric_limits<float>::max(), -std::numeric_limits<float>::max(), 0.5f, -0.5f,
+                          0.625f, -0.625f, 14.5f, -14.5f, 44.0f, 88.72f, 88.73f, -87.34f, -103.28f, -103.98f,
+                          -110.5f, 10.0f, -10.0f};
+  std::mt19937_64 rng(seed);
+  for (float range : {1.0f, 6.0f, 20.0f, 120.0f}) {
+    std::uniform_real_distribution<float> d(-range, range);
+    const size_t until = range == 120.0f ? 100003 : v.size() + 25000;
+    while (v.size() < until) v.push_back(d(rng));
+  }
+  const int64_t n = int64_t(v.size());
+  Builder b;
+  ValueId x = b.input("x", DType::Float32, {SymSize::symbol("n")});
+  const char* names[] = {"gelu", "gelu(tanh)", "exp", "tanh", "sigmoid", "silu", "erf", "log"};
+  std::vector<ValueId> outs = {b.pw("gelu", {Builder::T(x)}, x),
+                               b.pw("gelu", {Builder::T(x), Builder::C(std::string("tanh"))}, x),
+                               b.pw("exp", {Builder::T(x)}, x),
+                               b.pw("tanh", {Builder::T(x)}, x),
+                               b.pw("sigmoid", {Builder::T(x)}, x),
+                               b.pw("silu", {Builder::T(x)}, x),
+                               b.pw("erf", {Builder::T(x)}, x),
+                               b.pw("log", {Builder::T(x)}, x)};
+  b.output(outs);
+  CompiledGraph cg = CompiledGraph::compile(b.ep, shared_cache());
+  EXPECT_EQ(cg.generated().fused_groups, 1);
+  EXPECT_EQ(cg.generated().isa, select_cpu_isa());
+  const Tensor in = tensor(v, {n});
+  const auto got = cg.run({in});
+  const Tensor want[] = {gelu(in), gelu(in, "tanh"), exp(in), tanh(in), sigmoid(in), silu(in), erf(in), log(in)};
+  for (size_t k = 0; k < outs.size(); ++k) {
+    const float* g = got[k].data_ptr<float>();
+    const float* e = want[k].data_ptr<float>();
+    int bad = 0;
+    for (int64_t i = 0; i < n && bad < 5; ++i) {
+      const bool same = std::isnan(g[i]) ? std::isnan(e[i]) : std::bit_cast<uint32_t>(g[i]) == std::bit_cast<uint32_t>(e[i]);
+      if (!same) {
+        ADD_FAILURE() << names[k] << "(" << v[size_t(i)] << ") at ISA " << cpu_isa_name(cg.generated().isa)
+                      << ": compiled " << g[i] << ", eager " << e[i];
+        ++bad;
+      }
+    }
+  }
 }
 
 TEST_P(CodegenDtype, SoftmaxPatternWithSymbolicBatch) {
@@ -495,6 +557,9 @@ TEST(Codegen, RowReductionsAreOutputsToo) {
     }
     mean[size_t(r)] = sum[size_t(r)] / 45;
   }
+  // sum and mean over a dim are the contract's `sum` and `mean` (with dim, keepdim): one group.
+  EXPECT_EQ(cg.generated().fused_groups, 1);
+  EXPECT_EQ(cg.generated().extern_nodes, 0);
   EXPECT_EQ(out[0].dim(), 1);
   expect_close(out[0], sum, "sum");
   expect_close(out[1], mean, "mean");
@@ -530,9 +595,9 @@ TEST(Codegen, ViewOfASlotValueKeepsTheSlot) {
   Builder b;
   ValueId x = b.input("x", DType::Float32, {4, 8});
   ValueId y = b.input("y", DType::Float32, {4, 8});
-  ValueId a = b.pw("mul.Scalar", {Builder::T(x), Builder::C(2.0)}, x);
+  ValueId a = b.pw("mul.Tensor", {Builder::T(x), Builder::C(2.0)}, x);
   ValueId av = b.call("view", {Builder::T(a), Builder::C(std::vector<int64_t>{32})}, DType::Float32, {32});
-  ValueId c = b.pw("mul.Scalar", {Builder::T(y), Builder::C(3.0)}, y);
+  ValueId c = b.pw("mul.Tensor", {Builder::T(y), Builder::C(3.0)}, y);
   ValueId cv = b.call("view", {Builder::T(c), Builder::C(std::vector<int64_t>{32})}, DType::Float32, {32});
   b.output({b.pw("add.Tensor", {Builder::T(av), Builder::T(cv)}, av)});
   CompiledGraph cg = CompiledGraph::compile(b.ep, shared_cache());

@@ -103,7 +103,7 @@ class Decomposer {
     if (layer_norm) c = emit("sub.Tensor", {T(x), T(reduce("mean", x))}, t);
     const ValueId sq = emit("mul.Tensor", {T(c), T(c)}, t);
     const ValueId var = reduce("mean", sq);
-    const ValueId ve = emit("add.Scalar", {T(var), C(*eps)}, row_type(t));
+    const ValueId ve = emit("add.Tensor", {T(var), C(*eps)}, row_type(t));
     const ValueId rstd = emit("rsqrt", {T(ve)}, row_type(t));
     const bool last_is_norm = *weight < 0 && *bias < 0;
     ValueId y = emit("mul.Tensor", {T(c), T(rstd)}, t, last_is_norm ? out : -1);

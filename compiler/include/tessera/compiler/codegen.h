@@ -13,9 +13,11 @@
 // softmax pattern reads its input three times from cache instead of storing two temporaries); Row
 // values are computed once per row as soon as their reductions are done; a last pass stores the
 // Full outputs. A group without reductions and without Row/Col operands is one flat loop. Loops
-// are `#pragma omp simd` over the columns (the vectoriser handles tails; transcendental functions
-// are branch-free polynomials so they vectorise) compiled with -march flags for the ISA, and
-// `omp parallel for` over rows (or blocks of the flat loop) when the work is large enough. Sizes
+// step over the lanes of one vector (`vf`, 16 floats at AVX-512, 8 at AVX2, 1 at the scalar level)
+// and end with a tail of fewer; every op is a function of the shared vector math
+// (tessera/vecmath/vecmath.h, Note [One vector math]), the one the CPU plugin's kernels call, so
+// compiled and eager results are the same. Work is shared by `omp parallel for` over pieces of
+// rows (or of the flat loop) handed to whichever thread is free, when it is large enough. Sizes
 // are runtime values computed from the bound symbols, so one artifact serves every batch size.
 // Values that cross steps live in scratch slots planned by liveness: a slot whose last reader has
 // run is reused by a later value of the same byte size. An extern node's outputs stay in the

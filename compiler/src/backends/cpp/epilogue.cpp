@@ -11,11 +11,14 @@
 #include "tessera/dispatcher.h"
 #include "tessera/env.h"
 #include "tessera/log.h"
+#include "tessera/op_names.h"
 #include "tessera/plugin_loader.h"
 
 namespace tessera::compiler::codegen {
 namespace {
 
+// Plugin-internal ops of the CPU backend; not in the contract yet (TODO(#26): declare them in
+// ops.json with "provider": "cpu" and use op::X::name here).
 constexpr const char* kEpilogueOp = "_linear_epilogue";
 constexpr const char* kConvEpilogueOp = "_conv2d_epilogue";
 
@@ -45,11 +48,11 @@ class EpilogueFuser {
     std::map<size_t, std::vector<Node>> fused_at;
     for (size_t i = 0; i < g_.nodes.size(); ++i) {
       const Node& n = g_.nodes[i];
-      if (!removed[i] && n.kind == NodeKind::Call && n.target == "conv2d") {
+      if (!removed[i] && n.kind == NodeKind::Call && n.target == op::conv2d::name) {
         fuse_conv(i, removed, fused_at);
         continue;
       }
-      const bool is_linear = n.target == "linear", is_matmul = n.target == "matmul";
+      const bool is_linear = n.target == op::linear::name, is_matmul = n.target == op::matmul::name;
       if (removed[i] || n.kind != NodeKind::Call || !(is_linear || is_matmul) || n.outputs.size() != 1 ||
           n.args.size() < 2 || n.args[0].kind != Argument::Kind::Tensor || n.args[1].kind != Argument::Kind::Tensor)
         continue;
@@ -176,7 +179,7 @@ class EpilogueFuser {
   // The other operand when `n` is add.Tensor(v, other) or add.Tensor(other, v) with alpha 1 and the
   // type of v.
   std::optional<ValueId> added_to(const Node& n, ValueId v) const {
-    if (n.target != "add.Tensor" || n.outputs.size() != 1 || n.args.size() < 2 ||
+    if (n.target != op::add_Tensor::name || n.outputs.size() != 1 || n.args.size() < 2 ||
         (n.args.size() > 2 && !is_one(n.args[2])) || n.args[0].kind != Argument::Kind::Tensor ||
         n.args[1].kind != Argument::Kind::Tensor || !g_.type(n.outputs[0]).same_as(g_.type(v)))
       return std::nullopt;
@@ -189,8 +192,8 @@ class EpilogueFuser {
   static std::optional<std::string> activation_of(const Node& n) {
     if (n.kind != NodeKind::Call || n.outputs.size() != 1 || n.args.empty() || n.args[0].kind != Argument::Kind::Tensor)
       return std::nullopt;
-    if (n.target == "relu" && n.args.size() == 1) return std::string("relu");
-    if (n.target != "gelu" || n.args.size() > 2) return std::nullopt;
+    if (n.target == op::relu::name && n.args.size() == 1) return std::string("relu");
+    if (n.target != op::gelu::name || n.args.size() > 2) return std::nullopt;
     if (n.args.size() == 1 || n.args[1].kind == Argument::Kind::None) return std::string("gelu");
     auto* s = std::get_if<std::string>(&n.args[1].constant);
     if (!s) return std::nullopt;

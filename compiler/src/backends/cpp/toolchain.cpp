@@ -164,7 +164,7 @@ std::string hash_hex(std::string_view bytes) {
 
 std::vector<std::string> compile_flags(CpuIsa isa) {
   std::vector<std::string> f = {"-std=c++20", "-O3", "-shared", "-fPIC", "-fopenmp", "-fno-math-errno",
-                                "-fno-trapping-math", "-fvisibility=hidden", "-w"};
+                                "-fno-trapping-math", "-ffp-contract=fast", "-fvisibility=hidden", "-w"};
   switch (isa) {
     case CpuIsa::AVX512:
       for (const char* x : {"-mavx2", "-mfma", "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq",
