@@ -47,9 +47,9 @@ ExportedProgram six_op_chain(SymSize n) {
   Builder b;
   ValueId x = b.input("x", {n}), y = b.input("y", {n});
   ValueId a = b.pw("mul.Tensor", {Argument::tensor(x), Argument::tensor(y)}, x);
-  ValueId c = b.pw("add.Scalar", {Argument::tensor(a), Argument::constant_value(0.5)}, x);
+  ValueId c = b.pw("add.Tensor", {Argument::tensor(a), Argument::constant_value(0.5)}, x);
   ValueId d = b.pw("tanh", {Argument::tensor(c)}, x);
-  ValueId e = b.pw("mul.Scalar", {Argument::tensor(d), Argument::constant_value(2.0)}, x);
+  ValueId e = b.pw("mul.Tensor", {Argument::tensor(d), Argument::constant_value(2.0)}, x);
   ValueId f = b.pw("sub.Tensor", {Argument::tensor(e), Argument::tensor(x)}, x);
   b.output(b.pw("sigmoid", {Argument::tensor(f)}, x));
   return b.ep;
@@ -65,7 +65,7 @@ ExportedProgram hundred_ops(int64_t n) {
   ValueId x = b.input("x", {n});
   ValueId v = x;
   for (int i = 0; i < 100; ++i)
-    v = i % 2 ? b.pw("mul.Scalar", {Argument::tensor(v), Argument::constant_value(0.999)}, x)
+    v = i % 2 ? b.pw("mul.Tensor", {Argument::tensor(v), Argument::constant_value(0.999)}, x)
               : b.pw("add.Tensor", {Argument::tensor(v), Argument::tensor(x)}, x);
   b.output(v);
   return b.ep;

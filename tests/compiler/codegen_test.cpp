@@ -13,6 +13,7 @@
 
 #include "temp_dir_util.h"
 #include "tessera/compiler/codegen.h"
+#include "tessera/compiler/passes.h"
 #include "tessera/error.h"
 #include "tessera/half.h"
 #include "tessera/tessera.h"
@@ -142,9 +143,9 @@ struct Chain {
     x = b.input("x", dt, sizes);
     y = b.input("y", dt, sizes);
     ValueId a = b.pw("mul.Tensor", {Builder::T(x), Builder::T(y)}, x);
-    ValueId c = b.pw("add.Scalar", {Builder::T(a), Builder::C(0.5)}, x);
+    ValueId c = b.pw("add.Tensor", {Builder::T(a), Builder::C(0.5)}, x);
     ValueId d = b.pw("tanh", {Builder::T(c)}, x);
-    ValueId e = b.pw("mul.Scalar", {Builder::T(d), Builder::C(int64_t(2))}, x);
+    ValueId e = b.pw("mul.Tensor", {Builder::T(d), Builder::C(int64_t(2))}, x);
     ValueId f = b.pw("sub.Tensor", {Builder::T(e), Builder::T(x)}, x);
     ValueId g = b.pw("sigmoid", {Builder::T(f)}, x);
     ValueId h = b.pw("abs", {Builder::T(x)}, x);
@@ -198,7 +199,7 @@ ExportedProgram norm_program(DType dt, std::vector<SymSize> sizes, bool rms) {
   }
   ValueId sq = b.pw("mul.Tensor", {Builder::T(centered), Builder::T(centered)}, x);
   ValueId var = b.reduce_last("mean", sq);
-  ValueId ve = b.pw("add.Scalar", {Builder::T(var), Builder::C(1e-5)}, var);
+  ValueId ve = b.pw("add.Tensor", {Builder::T(var), Builder::C(1e-5)}, var);
   ValueId rstd = b.pw("rsqrt", {Builder::T(ve)}, var);
   ValueId normed = b.pw("mul.Tensor", {Builder::T(centered), Builder::T(rstd)}, x);
   ValueId scaled = b.pw("mul.Tensor", {Builder::T(normed), Builder::T(w)}, x);
@@ -530,9 +531,9 @@ TEST(Codegen, ViewOfASlotValueKeepsTheSlot) {
   Builder b;
   ValueId x = b.input("x", DType::Float32, {4, 8});
   ValueId y = b.input("y", DType::Float32, {4, 8});
-  ValueId a = b.pw("mul.Scalar", {Builder::T(x), Builder::C(2.0)}, x);
+  ValueId a = b.pw("mul.Tensor", {Builder::T(x), Builder::C(2.0)}, x);
   ValueId av = b.call("view", {Builder::T(a), Builder::C(std::vector<int64_t>{32})}, DType::Float32, {32});
-  ValueId c = b.pw("mul.Scalar", {Builder::T(y), Builder::C(3.0)}, y);
+  ValueId c = b.pw("mul.Tensor", {Builder::T(y), Builder::C(3.0)}, y);
   ValueId cv = b.call("view", {Builder::T(c), Builder::C(std::vector<int64_t>{32})}, DType::Float32, {32});
   b.output({b.pw("add.Tensor", {Builder::T(av), Builder::T(cv)}, av)});
   CompiledGraph cg = CompiledGraph::compile(b.ep, shared_cache());
@@ -777,6 +778,34 @@ TEST(Codegen, RefusesGraphsItCannotBind) {
   d.ep.graph.values[size_t(y)].type.device = Device("meta");
   d.output({y});
   EXPECT_THROW(generate_cpp(d.ep, CpuIsa::Default), Error);
+}
+
+// Every compile verifies what codegen's rewrites leave (Note [Passes]): a node the op contract does
+// not have (add.Scalar, which decompose_for_codegen once emitted) is refused before any C++ is
+// generated, naming the rewrite; the norms' decomposition itself passes the verifier.
+TEST(Codegen, RewrittenGraphsAreVerifiedInEveryCompile) {
+  Builder b;
+  ValueId x = b.input("x", DType::Float32, {SymSize::symbol("rows"), 8});
+  ValueId y = b.pw("add.Scalar", {Builder::T(x), Builder::C(1.0)}, x);
+  b.output({y});
+  try {
+    CompiledGraph::compile(b.ep, shared_cache());
+    ADD_FAILURE() << "compiled a graph with an op the contract does not have";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("pass 'decompose_for_codegen' left a broken program: verify: node 1 "
+                                         "('add.Scalar'): the op is not in this runtime's op contract"),
+              std::string::npos)
+        << e.what();
+  }
+  for (const char* target : {"layer_norm", "rms_norm"}) {
+    Builder n;
+    ValueId in = n.input("x", DType::Float32, {SymSize::symbol("rows"), 16});
+    n.output({n.pw(target, {Builder::T(in), Builder::C(std::vector<int64_t>{16})}, in)});
+    const ExportedProgram p = decompose_for_codegen(n.ep);
+    EXPECT_GT(p.graph.nodes.size(), n.ep.graph.nodes.size()) << target;
+    EXPECT_NO_THROW(verify(p)) << target << "\n" << p.graph_string();
+    EXPECT_EQ(p.graph_string().find(".Scalar"), std::string::npos) << p.graph_string();
+  }
 }
 
 TEST(CodegenCache, NoCompilerIsReportedAsUnavailable) {

@@ -249,9 +249,9 @@ tessera_status_t binary_kernel(void* user_data, const tessera_kernel_call_t* cal
       // PyTorch computes x ** 0.5 and x ** -0.5 as sqrt and rsqrt (pow(-inf, 0.5) is NaN, not inf;
       // pow(-0.0, -0.5) is -inf) for float32, float64 and bfloat16; float16 calls pow.
       if (op == BinaryOp::Pow && dtype_is_floating(od) && od != TESSERA_DTYPE_FLOAT16 &&
-          c.attr(0).kind == TESSERA_VALUE_DOUBLE &&
-          (c.attr_double(0) == 0.5 || c.attr_double(0) == -0.5)) {
-        unary_run(c, c.attr_double(0) == 0.5 ? UnaryOp::Sqrt : UnaryOp::Rsqrt);
+          c.attr(op::pow_Tensor_Scalar::attr::exponent).kind == TESSERA_VALUE_DOUBLE &&
+          std::abs(c.attr_double(op::pow_Tensor_Scalar::attr::exponent)) == 0.5) {
+        unary_run(c, c.attr_double(op::pow_Tensor_Scalar::attr::exponent) == 0.5 ? UnaryOp::Sqrt : UnaryOp::Rsqrt);
         return;
       }
       temps.push_back(scalar_tensor(c, next_attr++, compute_dtype_of(od)));
@@ -452,11 +452,10 @@ int64_t unary_int(UnaryOp op, int64_t x) {
   }
 }
 
-void unary_run(const KernelCall& c, UnaryOp op) {
+// The loop of a one-input op over (output, input 0 converted to the output's dtype and broadcast).
+StridedLoop unary_loop(const KernelCall& c, TempList& temps) {
   const TensorView out = c.output(0);
-  const int32_t od = out.dtype();
-  TempList temps;
-  const tessera_tensor_t* x = cast_if_needed(c.raw()->inputs[0], od, temps);
+  const tessera_tensor_t* x = cast_if_needed(c.raw()->inputs[0], out.dtype(), temps);
   const int nd = out.ndim();
   int64_t sx[kMaxDims];
   broadcast_strides(x, nd, out.sizes(), sx);
@@ -466,6 +465,13 @@ void unary_run(const KernelCall& c, UnaryOp op) {
   const int64_t* strides[2] = {out.strides(), sx};
   StridedLoop loop;
   loop.setup(nd, out.sizes(), 2, ptrs, strides, esz);
+  return loop;
+}
+
+void unary_run(const KernelCall& c, UnaryOp op) {
+  const int32_t od = c.output(0).dtype();
+  TempList temps;
+  const StridedLoop loop = unary_loop(c, temps);
   if (loop.numel == 0) return;
   const VecKernels& vk = kernels();
   visit(od, [&](auto tag) {
@@ -512,7 +518,8 @@ tessera_status_t unary_kernel(void* user_data, const tessera_kernel_call_t* call
 
 tessera_status_t gelu_kernel(void*, const tessera_kernel_call_t* call) {
   return guarded(call, [&](const KernelCall& c) {
-    std::string approx = c.num_attrs() > 0 ? c.attr_string(0) : std::string("none");
+    std::string approx = c.num_attrs() > op::gelu::attr::approximate ? c.attr_string(op::gelu::attr::approximate)
+                                                                     : std::string("none");
     if (approx.empty()) approx = "none";
     TESSERA_SDK_CHECK(approx == "none" || approx == "tanh",
                       "gelu: approximate='" + approx + "' is not supported; expected 'none' or 'tanh'");
