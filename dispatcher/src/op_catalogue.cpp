@@ -204,6 +204,30 @@ void meta_gelu(MetaCall& m) {
   meta_unary_float_only(m);
 }
 
+// clamp(self, Scalar? min, Scalar? max): PyTorch's rule, a floating self keeps its dtype, any other
+// promotes with the bounds as wrapped numbers (int8 with a float bound computes in float32); bool is
+// refused, and each bound must fit the result dtype.
+void meta_clamp(MetaCall& m) {
+  const TensorImpl& x = need(m, op::clamp::tensor::self, "self");
+  const int bounds[] = {op::clamp::attr::min, op::clamp::attr::max};
+  TESSERA_CHECK(!attr_none(m, bounds[0]) || !attr_none(m, bounds[1]), m.op_name,
+                ": at least one of 'min' or 'max' must not be None");
+  DType r = x.dtype();
+  if (!is_floating(r)) {
+    ResultTypeState s;
+    add_rt(s, x);
+    for (int b : bounds)
+      if (!attr_none(m, b)) s.add_tensor(scalar_of(attr(m, b)).dtype(), true, true);
+    r = s.result();
+  }
+  TESSERA_CHECK(r != kBool, m.op_name, ": not implemented for bool tensors; convert with .to(kInt64)");
+  for (int b : bounds)
+    if (!attr_none(m, b)) check_scalar_fits(scalar_of(attr(m, b)), r, b == bounds[0] ? "clamp min" : "clamp max");
+  m.compute_dtype = r;
+  m.cast_mask = 0b1;
+  m.add_output(x.sizes(), r);
+}
+
 // ---- reductions
 
 void meta_sum_prod(MetaCall& m) {

@@ -527,6 +527,56 @@ tessera_status_t gelu_kernel(void*, const tessera_kernel_call_t* call) {
   });
 }
 
+// --------------------------------------------------------------------------- clamp
+
+// clamp(self, Scalar? min, Scalar? max) in the output dtype (self arrives converted to it, Note
+// [Compute dtype]), as PyTorch: min(max(x, lo), hi) with the bounds rounded to the dtype, so a NaN
+// element stays NaN and min > max gives max; both bounds given and either NaN gives NaN; a lone NaN
+// bound changes nothing.
+tessera_status_t clamp_kernel(void*, const tessera_kernel_call_t* call) {
+  return guarded(call, [&](const KernelCall& c) {
+    using A = op::clamp::attr;
+    const int32_t od = c.output(0).dtype();
+    bool has_lo = !c.attr_is_none(A::min), has_hi = !c.attr_is_none(A::max);
+    TESSERA_SDK_CHECK(has_lo || has_hi, "clamp: at least one of 'min' or 'max' must not be None");
+    const double lo_d = has_lo ? c.attr_double(A::min) : 0, hi_d = has_hi ? c.attr_double(A::max) : 0;
+    const bool nan_bound = (has_lo && std::isnan(lo_d)) || (has_hi && std::isnan(hi_d));
+    const bool all_nan = has_lo && has_hi && nan_bound;
+    if (!all_nan && nan_bound) has_lo = has_hi = false;  // the only bound is NaN
+    TempList temps;
+    const StridedLoop loop = unary_loop(c, temps);
+    if (loop.numel == 0) return;
+    visit(od, [&](auto tag) {
+      using T = decltype(tag);
+      if constexpr (std::is_same_v<T, bool>) {  // the shape rule refuses bool; the mask excludes it
+        throw sdk::Error(TESSERA_STATUS_INVALID_ARGUMENT, "clamp: not implemented for bool tensors");
+      } else {
+        // The bounds as the dtype holds them.
+        T lo_t, hi_t;
+        if constexpr (is_float_v<T>) {
+          Elem<T>::store(&lo_t, acc_t<T>(lo_d));
+          Elem<T>::store(&hi_t, acc_t<T>(hi_d));
+        } else {
+          Elem<T>::store(&lo_t, has_lo ? c.attr_int(A::min) : 0);
+          Elem<T>::store(&hi_t, has_hi ? c.attr_int(A::max) : 0);
+        }
+        const acc_t<T> lo = Elem<T>::load(&lo_t), hi = Elem<T>::load(&hi_t);
+        for_each(loop, OpKind::Elementwise, [&](char** p, const int64_t* st, int64_t n) {
+          for (int64_t i = 0; i < n; ++i) {
+            acc_t<T> v = Elem<T>::load(reinterpret_cast<const T*>(p[1] + i * st[1]));
+            if constexpr (is_float_v<T>) {
+              if (all_nan) v = acc_t<T>(NAN);
+            }
+            if (has_lo && v < lo) v = lo;  // std::max(v, lo): a NaN v stays
+            if (has_hi && hi < v) v = hi;  // std::min(v, hi)
+            Elem<T>::store(reinterpret_cast<T*>(p[0] + i * st[0]), v);
+          }
+        });
+      }
+    });
+  });
+}
+
 void* tag(int v) { return reinterpret_cast<void*>(intptr_t(v)); }
 
 }  // namespace
@@ -577,6 +627,7 @@ void register_elementwise_kernels(Registrar& r) {
   };
   for (const U& u : unaries) r.add(u.name, kMaskAll, &unary_kernel, tag(int(u.op)));
   r.add(op::gelu::name, kMaskAll, &gelu_kernel);
+  r.add(op::clamp::name, kMaskNumeric, &clamp_kernel);
 }
 
 }  // namespace tessera::cpu
