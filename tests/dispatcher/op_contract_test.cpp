@@ -164,4 +164,29 @@ TEST(OpContract, SizesRulesReadTheCallsArguments) {
   EXPECT_FALSE(tessera::shape::output_sizes(tessera::op::find_op_info("arange")->sizes, a, &out));
 }
 
+// The public functions of plain ops are generated from ops.json: clamp's checks run in its shape
+// rule before any kernel (no plugin is loaded here).
+TEST(OpContract, GeneratedFunctionsCallTheirOps) {
+  tessera::Tensor x = tessera::empty({3}, tessera::dtype(tessera::kFloat32).device(tessera::Device("meta")));
+  tessera::Tensor y = tessera::clamp(x, -1, 1);
+  EXPECT_EQ(y.sizes().vec(), (std::vector<int64_t>{3}));
+  EXPECT_EQ(y.dtype(), tessera::kFloat32);
+  auto message = [](auto&& f) {
+    try {
+      f();
+    } catch (const tessera::Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_NE(message([&] { tessera::clamp(x); }).find("clamp: at least one of 'min' or 'max' must not be None"),
+            std::string::npos);
+  tessera::Tensor b = tessera::empty({3}, tessera::dtype(tessera::kBool).device(tessera::Device("meta")));
+  EXPECT_NE(message([&] { tessera::clamp(b, true); }).find("not implemented for bool"), std::string::npos);
+  tessera::Tensor i = tessera::empty({3}, tessera::dtype(tessera::kInt8).device(tessera::Device("meta")));
+  EXPECT_EQ(tessera::clamp(i, 0.5).dtype(), tessera::kFloat32);  // int8 with a float bound: float32
+  EXPECT_EQ(tessera::clamp(i, 1, 2).dtype(), tessera::kInt8);
+  EXPECT_NE(message([&] { tessera::clamp(i, 300); }).find("without overflow"), std::string::npos);
+}
+
 }  // namespace
