@@ -46,7 +46,8 @@ Stack Dispatcher::call_boxed(OperatorEntry& op, Stack args) {
     bool given = i < args.size() && !std::holds_alternative<std::monostate>(args[i]);
     bool optional = a.type == ArgType::OptionalTensor || a.type == ArgType::OptionalInt ||
                     a.type == ArgType::OptionalFloat || a.type == ArgType::OptionalString ||
-                    a.type == ArgType::OptionalDType || a.type == ArgType::OptionalIntList;
+                    a.type == ArgType::OptionalDType || a.type == ArgType::OptionalIntList ||
+                    a.type == ArgType::OptionalScalar;
     if (!given && !a.has_default && !optional)
       bad(i, (std::string("given (it has no default); a ") + arg_type_name(a.type)).c_str());
     if (a.is_tensor) {
@@ -108,6 +109,7 @@ Stack Dispatcher::call_boxed(OperatorEntry& op, Stack args) {
           bad(i, "a bool");
         break;
       case ArgType::Scalar:
+      case ArgType::OptionalScalar:  // None is handled above (not given)
         if (auto* p = std::get_if<int64_t>(&val))
           v = value_int(*p);
         else if (auto* q = std::get_if<double>(&val))

@@ -108,14 +108,8 @@ struct MetaCall {
 };
 using MetaFn = void (*)(MetaCall& call);
 
-// One entry of the built-in catalogue (op_catalogue.cpp, generated from ops.json: Note [Op contract]).
-struct CoreOpDef {
-  const char* schema;
-  MetaFn meta;
-  const char* tags;  // comma-separated, "" for none
-  const char* doc;   // one line
-};
-const CoreOpDef* core_op_defs(size_t* count);
+// The shape rule of op i of the contract (tessera::op::kOpInfos[i], Note [OpInfo]); op_catalogue.cpp.
+MetaFn core_meta(int index);
 // Composite (decomposition) kernels of the built-in catalogue, registered after the schemas.
 void register_core_composites(Dispatcher& d);
 // The reference kernels of quantize_per_tensor, quantize_per_channel, dequantize and int_repr

@@ -57,12 +57,6 @@ void normalize_pair(IntArrayRef in, int64_t out[2], const char* op, const char* 
   out[1] = in.size() == 2 ? in[1] : in[0];
 }
 
-Tensor unary(OperatorEntry& op, const Tensor& x) {
-  return call1(op, {impl_of(x, op.name.c_str(), "self")}, {});
-}
-Tensor binary(OperatorEntry& op, const Tensor& a, const Tensor& b) {
-  return call1(op, {impl_of(a, op.name.c_str(), "self"), impl_of(b, op.name.c_str(), "other")}, {});
-}
 
 }  // namespace
 
@@ -261,170 +255,12 @@ void synchronize(Device device) {
                "synchronize(" + device.str() + ")");
 }
 
-// ---- elementwise binary
+// ---- the plain ops of the contract (tessera/ops_generated.h)
 
-Tensor add(const Tensor& a, const Tensor& b, const Scalar& alpha) {
-  TESSERA_OP(op, "add.Tensor");
-  return call1(op, {impl_of(a, "add", "self"), impl_of(b, "add", "other")}, {value_scalar(alpha)});
-}
-Tensor sub(const Tensor& a, const Tensor& b, const Scalar& alpha) {
-  TESSERA_OP(op, "sub.Tensor");
-  return call1(op, {impl_of(a, "sub", "self"), impl_of(b, "sub", "other")}, {value_scalar(alpha)});
-}
-Tensor mul(const Tensor& a, const Tensor& b) {
-  TESSERA_OP(op, "mul.Tensor");
-  return binary(op, a, b);
-}
-Tensor div(const Tensor& a, const Tensor& b) {
-  TESSERA_OP(op, "div.Tensor");
-  return binary(op, a, b);
-}
-Tensor pow(const Tensor& a, const Tensor& b) {
-  TESSERA_OP(op, "pow.Tensor_Tensor");
-  return binary(op, a, b);
-}
-Tensor pow(const Tensor& a, const Scalar& exponent) {
-  TESSERA_OP(op, "pow.Tensor_Scalar");
-  return call1(op, {impl_of(a, "pow", "self")}, {value_scalar(exponent)});
-}
-Tensor maximum(const Tensor& a, const Tensor& b) {
-  TESSERA_OP(op, "maximum");
-  return binary(op, a, b);
-}
-Tensor minimum(const Tensor& a, const Tensor& b) {
-  TESSERA_OP(op, "minimum");
-  return binary(op, a, b);
-}
-Tensor eq(const Tensor& a, const Tensor& b) {
-  TESSERA_OP(op, "eq.Tensor");
-  return binary(op, a, b);
-}
-Tensor ne(const Tensor& a, const Tensor& b) {
-  TESSERA_OP(op, "ne.Tensor");
-  return binary(op, a, b);
-}
-Tensor lt(const Tensor& a, const Tensor& b) {
-  TESSERA_OP(op, "lt.Tensor");
-  return binary(op, a, b);
-}
-Tensor le(const Tensor& a, const Tensor& b) {
-  TESSERA_OP(op, "le.Tensor");
-  return binary(op, a, b);
-}
-Tensor gt(const Tensor& a, const Tensor& b) {
-  TESSERA_OP(op, "gt.Tensor");
-  return binary(op, a, b);
-}
-Tensor ge(const Tensor& a, const Tensor& b) {
-  TESSERA_OP(op, "ge.Tensor");
-  return binary(op, a, b);
-}
-Tensor logical_and(const Tensor& a, const Tensor& b) {
-  TESSERA_OP(op, "logical_and");
-  return binary(op, a, b);
-}
-Tensor logical_or(const Tensor& a, const Tensor& b) {
-  TESSERA_OP(op, "logical_or");
-  return binary(op, a, b);
-}
-Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
-  TESSERA_OP(op, "where.self");
-  return call1(
-      op, {impl_of(cond, "where", "condition"), impl_of(a, "where", "self"), impl_of(b, "where", "other")},
-      {});
-}
-
-// ---- unary
-
-Tensor neg(const Tensor& x) {
-  TESSERA_OP(op, "neg");
-  return unary(op, x);
-}
-Tensor abs(const Tensor& x) {
-  TESSERA_OP(op, "abs");
-  return unary(op, x);
-}
-Tensor exp(const Tensor& x) {
-  TESSERA_OP(op, "exp");
-  return unary(op, x);
-}
-Tensor log(const Tensor& x) {
-  TESSERA_OP(op, "log");
-  return unary(op, x);
-}
-Tensor sqrt(const Tensor& x) {
-  TESSERA_OP(op, "sqrt");
-  return unary(op, x);
-}
-Tensor rsqrt(const Tensor& x) {
-  TESSERA_OP(op, "rsqrt");
-  return unary(op, x);
-}
-Tensor sin(const Tensor& x) {
-  TESSERA_OP(op, "sin");
-  return unary(op, x);
-}
-Tensor cos(const Tensor& x) {
-  TESSERA_OP(op, "cos");
-  return unary(op, x);
-}
-Tensor tanh(const Tensor& x) {
-  TESSERA_OP(op, "tanh");
-  return unary(op, x);
-}
-Tensor sigmoid(const Tensor& x) {
-  TESSERA_OP(op, "sigmoid");
-  return unary(op, x);
-}
-Tensor relu(const Tensor& x) {
-  TESSERA_OP(op, "relu");
-  return unary(op, x);
-}
-Tensor gelu(const Tensor& x, const std::string& approximate) {
-  TESSERA_OP(op, "gelu");
-  return call1(op, {impl_of(x, "gelu", "self")}, {value_string(approximate.c_str())});
-}
-Tensor silu(const Tensor& x) {
-  TESSERA_OP(op, "silu");
-  return unary(op, x);
-}
-Tensor erf(const Tensor& x) {
-  TESSERA_OP(op, "erf");
-  return unary(op, x);
-}
+#include "ops_generated.inc"
 
 // ---- reductions
 
-namespace {
-Tensor reduction(OperatorEntry& op, const Tensor& x, IntArrayRef dims, bool keepdim) {
-  return call1(op, {impl_of(x, op.name.c_str(), "self")}, {value_ints(dims), value_bool(keepdim)});
-}
-}  // namespace
-Tensor sum(const Tensor& x, IntArrayRef dims, bool keepdim) {
-  TESSERA_OP(op, "sum");
-  return reduction(op, x, dims, keepdim);
-}
-Tensor mean(const Tensor& x, IntArrayRef dims, bool keepdim) {
-  TESSERA_OP(op, "mean");
-  return reduction(op, x, dims, keepdim);
-}
-Tensor amax(const Tensor& x, IntArrayRef dims, bool keepdim) {
-  TESSERA_OP(op, "amax");
-  return reduction(op, x, dims, keepdim);
-}
-Tensor amin(const Tensor& x, IntArrayRef dims, bool keepdim) {
-  TESSERA_OP(op, "amin");
-  return reduction(op, x, dims, keepdim);
-}
-Tensor prod(const Tensor& x, IntArrayRef dims, bool keepdim) {
-  TESSERA_OP(op, "prod");
-  return reduction(op, x, dims, keepdim);
-}
-Tensor var(const Tensor& x, IntArrayRef dims, int64_t correction, bool keepdim) {
-  TESSERA_OP(op, "var");
-  return call1(op, {impl_of(x, "var", "self")},
-               {value_ints(dims), value_int(correction), value_bool(keepdim)});
-}
 Tensor argmax(const Tensor& x, std::optional<int64_t> dim, bool keepdim) {
   TESSERA_OP(op, "argmax");
   const TensorImpl* self = impl_of(x, "argmax", "self");
@@ -440,10 +276,6 @@ Tensor argmax(const Tensor& x, std::optional<int64_t> dim, bool keepdim) {
 
 // ---- nn
 
-Tensor matmul(const Tensor& a, const Tensor& b) {
-  TESSERA_OP(op, "matmul");
-  return binary(op, a, b);
-}
 Tensor linear(const Tensor& x, const Tensor& weight, const std::optional<Tensor>& bias) {
   TESSERA_OP(op, "linear");
   impl_of(x, "linear", "input");
@@ -485,12 +317,6 @@ Tensor log_softmax(const Tensor& x, int64_t dim) {
   TESSERA_OP(op, "log_softmax");
   if (Tensor e = empty_integral_passthrough(x, dim, "log_softmax"); e.defined()) return e;
   return call1(op, {impl_of(x, "log_softmax", "self")}, {value_int(dim)});
-}
-Tensor layer_norm(const Tensor& x, IntArrayRef normalized_shape, const std::optional<Tensor>& weight,
-                  const std::optional<Tensor>& bias, double eps) {
-  TESSERA_OP(op, "layer_norm");
-  return call1(op, {impl_of(x, "layer_norm", "input"), opt_impl(weight), opt_impl(bias)},
-               {value_ints(normalized_shape), value_double(eps)});
 }
 Tensor rms_norm(const Tensor& x, IntArrayRef normalized_shape, const std::optional<Tensor>& weight,
                 std::optional<double> eps) {
@@ -540,20 +366,6 @@ Tensor avg_pool2d(const Tensor& x, IntArrayRef kernel_size, IntArrayRef stride, 
   return call1(op, {impl_of(x, "avg_pool2d", "self")},
                {value_ints(IntArrayRef(k, 2)), value_ints(IntArrayRef(s, 2)), value_ints(IntArrayRef(p, 2))});
 }
-Tensor embedding(const Tensor& weight, const Tensor& indices) {
-  TESSERA_OP(op, "embedding");
-  return call1(op, {impl_of(weight, "embedding", "weight"), impl_of(indices, "embedding", "indices")}, {});
-}
-Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
-                                    const std::optional<Tensor>& attn_mask, bool is_causal,
-                                    std::optional<double> scale) {
-  TESSERA_OP(op, "scaled_dot_product_attention");
-  return call1(
-      op,
-      {impl_of(q, "scaled_dot_product_attention", "query"), impl_of(k, "scaled_dot_product_attention", "key"),
-       impl_of(v, "scaled_dot_product_attention", "value"), opt_impl(attn_mask)},
-      {value_bool(is_causal), scale ? value_double(*scale) : value_none()});
-}
 namespace {
 Tensor list_op(OperatorEntry& op, const std::vector<Tensor>& tensors, int64_t dim) {
   detail::SmallVector<const TensorImpl*, 8> impls;
@@ -589,15 +401,6 @@ Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) {
 Tensor stack(const std::vector<Tensor>& tensors, int64_t dim) {
   TESSERA_OP(op, "stack");
   return list_op(op, tensors, dim);
-}
-Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
-  TESSERA_OP(op, "index_select");
-  return call1(op, {impl_of(x, "index_select", "self"), impl_of(index, "index_select", "index")},
-               {value_int(dim)});
-}
-Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
-  TESSERA_OP(op, "gather");
-  return call1(op, {impl_of(x, "gather", "self"), impl_of(index, "gather", "index")}, {value_int(dim)});
 }
 
 // ---- comparison helpers: computed on the CPU with plain loops, so they work with no plugin loaded.

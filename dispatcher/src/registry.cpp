@@ -21,6 +21,8 @@
 #include "stream_state.h"
 #include "tessera/env.h"
 #include "tessera/log.h"
+#include "tessera/op_info.h"
+#include "tessera/op_names.h"
 #include "tessera/plugin_loader.h"
 
 namespace tessera {
@@ -240,19 +242,17 @@ void Dispatcher::Impl::republish(Registration::Kind kind, OperatorEntry* op, int
   }
 }
 
+// The operators of the contract (Note [OpInfo]): an op a plugin provides ("provider" in ops.json)
+// is defined here too, so that graphs and registrations are checked against it before that plugin
+// loads; the plugin's own define_op of the same schema is then a no-op.
 Dispatcher::Dispatcher() : impl_(std::make_unique<Impl>()) {
-  size_t count = 0;
-  const CoreOpDef* defs = core_op_defs(&count);
-  for (size_t i = 0; i < count; ++i) {
-    OperatorEntry& e = impl_->define_locked(parse_schema(defs[i].schema), defs[i].meta, "builtin");
-    for (std::string_view tags = defs[i].tags; !tags.empty();) {
-      const size_t comma = std::min(tags.find(','), tags.size());
-      e.tags.emplace_back(tags.substr(0, comma));
-      tags.remove_prefix(std::min(comma + 1, tags.size()));
-    }
-    e.keeps_layout = std::find(e.tags.begin(), e.tags.end(), "pointwise") != e.tags.end() ||
-                     e.name == "clone" || e.name == "_to_copy";
-    e.doc = defs[i].doc;
+  for (int i = 0; i < op::kNumOpInfos; ++i) {
+    const op::OpInfo& info = op::kOpInfos[i];
+    OperatorEntry& e = impl_->define_locked(parse_schema(info.schema), core_meta(i), info.provider);
+    for (int t = 0; t < op::kNumTags; ++t)
+      if (info.tags >> t & 1) e.tags.emplace_back(op::kTagNames[t]);
+    e.keeps_layout = info.has(op::kTagPointwise) || e.name == op::clone::name || e.name == op::_to_copy::name;
+    e.doc = info.doc;
   }
 }
 

@@ -200,7 +200,7 @@ class SchemaParser {
       fail_at(pos,
               "unsupported type '" + t +
                   "' (known: Tensor, Tensor?, Tensor[], int, int?, int[], int[N], int[]?, float, float?, "
-                  "bool, Scalar, str, str?, ScalarType, ScalarType?)");
+                  "bool, Scalar, Scalar?, str, str?, ScalarType, ScalarType?)");
     };
     if (base == "Tensor") {
       if (list) return optional || sized ? bad() : ArgType::TensorList;
@@ -213,7 +213,7 @@ class SchemaParser {
     if (list) return bad();
     if (base == "float") return optional ? ArgType::OptionalFloat : ArgType::Float;
     if (base == "bool") return optional ? bad() : ArgType::Bool;
-    if (base == "Scalar") return optional ? bad() : ArgType::Scalar;
+    if (base == "Scalar") return optional ? ArgType::OptionalScalar : ArgType::Scalar;
     if (base == "str") return optional ? ArgType::OptionalString : ArgType::String;
     if (base == "ScalarType") return optional ? ArgType::OptionalDType : ArgType::DType;
     return bad();
@@ -221,7 +221,8 @@ class SchemaParser {
 
   static bool is_optional(ArgType t) {
     return t == ArgType::OptionalTensor || t == ArgType::OptionalInt || t == ArgType::OptionalFloat ||
-           t == ArgType::OptionalString || t == ArgType::OptionalDType || t == ArgType::OptionalIntList;
+           t == ArgType::OptionalString || t == ArgType::OptionalDType || t == ArgType::OptionalIntList ||
+           t == ArgType::OptionalScalar;
   }
 
   // Parses one number; returns its text. `is_float` says whether it has a '.' or exponent.
@@ -260,7 +261,8 @@ class SchemaParser {
         return word;
       }
       if (word == "True" || word == "False") {
-        if (a.type != ArgType::Bool && a.type != ArgType::Scalar) type_error(word.c_str());
+        if (a.type != ArgType::Bool && a.type != ArgType::Scalar && a.type != ArgType::OptionalScalar)
+          type_error(word.c_str());
         return word;
       }
       if (a.type == ArgType::DType || a.type == ArgType::OptionalDType) return word;  // e.g. float32
@@ -316,6 +318,7 @@ class SchemaParser {
       case ArgType::Float:
       case ArgType::OptionalFloat:
       case ArgType::Scalar:
+      case ArgType::OptionalScalar:
         break;
       default:
         type_error("number");
@@ -378,6 +381,8 @@ const char* arg_type_name(ArgType t) {
       return "ScalarType?";
     case ArgType::OptionalIntList:
       return "int[]?";
+    case ArgType::OptionalScalar:
+      return "Scalar?";
   }
   return "?";
 }

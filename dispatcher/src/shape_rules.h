@@ -9,6 +9,12 @@
 // decides), and streaming to std::ostream for error messages. Rules never branch on anything but
 // such comparisons, and never read tensor data. Every rule checks its inputs and throws
 // tessera::Error naming the op, the sizes it got and what it expected.
+//
+// Each op of dispatcher/ops/ops.json names its rule ("sizes": one of shape::rules below, reached
+// through OpInfo::sizes and output_sizes()). The rule reads the op's arguments from SizeArgs, so the
+// same function sizes an eager call (the op's meta function in the dispatcher, on int64_t) and a
+// captured one (capture_shapes.cpp, on symbolic sizes). Adding a rule: a template here, its name in
+// ops.json (docs/adding-an-op.md).
 #pragma once
 #include <cstdint>
 #include <sstream>
@@ -17,7 +23,11 @@
 #include "small_vector.h"
 #include "tessera/array_ref.h"
 #include "tessera/checked_math.h"
+#include "tessera/dtype.h"
 #include "tessera/error.h"
+#include "tessera/op_info.h"
+#include "tessera/op_names.h"
+#include "tessera/plugin_abi.h"
 
 namespace tessera::shape {
 
@@ -273,6 +283,238 @@ Sizes<S> attention(const char* op, ArrayRef<S> q, ArrayRef<S> k, ArrayRef<S> v) 
   batch.push_back(q[q.size() - 2]);
   batch.push_back(v[v.size() - 1]);
   return batch;
+}
+
+// ---- the arguments of a rule
+
+// The non-tensor arguments of a call in schema order (defaults filled), with checked access. The
+// messages name the op and the attribute's position.
+struct AttrView {
+  const char* op = "";
+  const tessera_value_t* attrs = nullptr;
+  int num_attrs = 0;
+
+  const tessera_value_t& attr(int i) const {
+    TESSERA_CHECK(i < num_attrs, op, ": missing attribute ", i, " (got ", num_attrs, ")");
+    return attrs[i];
+  }
+  bool attr_none(int i) const { return attr(i).kind == TESSERA_VALUE_NONE; }
+  int64_t attr_int(int i) const {
+    const tessera_value_t& v = attr(i);
+    TESSERA_CHECK(v.kind == TESSERA_VALUE_INT || v.kind == TESSERA_VALUE_BOOL, op, ": attribute ", i,
+                  " must be an int");
+    return v.kind == TESSERA_VALUE_BOOL ? v.u.b : v.u.i;
+  }
+  bool attr_bool(int i) const { return attr_int(i) != 0; }
+  double attr_double(int i) const {
+    const tessera_value_t& v = attr(i);
+    if (v.kind == TESSERA_VALUE_DOUBLE) return v.u.d;
+    if (v.kind == TESSERA_VALUE_INT) return double(v.u.i);
+    if (v.kind == TESSERA_VALUE_BOOL) return double(v.u.b);
+    detail::throw_error(ErrorCode::InvalidArgument,
+                        std::string(op) + ": attribute " + std::to_string(i) + " must be a number");
+  }
+  DType attr_dtype(int i) const {
+    const tessera_value_t& v = attr(i);
+    TESSERA_CHECK(
+        (v.kind == TESSERA_VALUE_DTYPE || v.kind == TESSERA_VALUE_INT) && v.u.i >= 0 && v.u.i < kNumDTypes, op,
+        ": attribute ", i, " must be a dtype");
+    return DType(v.u.i);
+  }
+  IntArrayRef attr_ints(int i) const {
+    const tessera_value_t& v = attr(i);
+    if (v.kind == TESSERA_VALUE_NONE) return {};
+    TESSERA_CHECK(v.kind == TESSERA_VALUE_INT_LIST, op, ": attribute ", i, " must be an int list");
+    return IntArrayRef(v.u.ints, size_t(v.count));
+  }
+  // int[2] argument: [a, b], or [a] meaning [a, a]; `if_empty` (when given) for [].
+  void attr_pair(int i, const char* name, int64_t out[2], const int64_t* if_empty = nullptr) const {
+    IntArrayRef l = attr_ints(i);
+    if (l.empty() && if_empty) {
+      out[0] = if_empty[0];
+      out[1] = if_empty[1];
+      return;
+    }
+    TESSERA_CHECK(l.size() == 1 || l.size() == 2, op, ": ", name, " must have 1 or 2 values, got ", l);
+    out[0] = l[0];
+    out[1] = l.size() == 2 ? l[1] : l[0];
+  }
+};
+
+// What a sizes rule sees: the sizes of the tensor arguments, flattened as MetaCall's (Tensor and
+// Tensor? arguments in schema order, a Tensor[] contributing its elements at list_begin; an absent
+// Tensor? or a wrapped number is 0-dim), and the other arguments.
+template <typename S>
+struct SizeArgs : AttrView {
+  const ArrayRef<S>* tensors = nullptr;
+  int num_tensors = 0;
+  int list_begin = -1, list_size = 0;
+
+  ArrayRef<S> in(int i) const {
+    TESSERA_CHECK(i < num_tensors, op, ": tensor argument ", i, " is missing (got ", num_tensors, ")");
+    return tensors[i];
+  }
+};
+
+// The sizes rules ops.json names, by name (Note [Shape rules]). A rule several ops share reads their
+// arguments through one op's indices (op_names.h); the ops that name it have the same layout.
+namespace rules {
+
+template <typename S>
+Sizes<S> same(const SizeArgs<S>& a) {
+  return Sizes<S>(a.in(0));
+}
+
+// copy_(self, src): src broadcasts to self.
+template <typename S>
+Sizes<S> copy_(const SizeArgs<S>& a) {
+  check_broadcast_to<S>(a.op, a.in(1), a.in(0));
+  return Sizes<S>(a.in(0));
+}
+
+template <typename S>
+Sizes<S> broadcast(const SizeArgs<S>& a) {
+  return shape::broadcast<S>(a.op, a.in(0), a.in(1));
+}
+
+// where(condition, self, other).
+template <typename S>
+Sizes<S> where(const SizeArgs<S>& a) {
+  Sizes<S> ab = shape::broadcast<S>(a.op, a.in(1), a.in(2));
+  return shape::broadcast<S>(a.op, a.in(0), ab.ref());
+}
+
+// self op= other: the broadcast shape must be self's.
+template <typename S>
+Sizes<S> binary_inplace(const SizeArgs<S>& a) {
+  Sizes<S> out = shape::broadcast<S>(a.op, a.in(0), a.in(1));
+  TESSERA_CHECK(out.ref() == a.in(0), a.op, ": output with shape ", a.in(0), " doesn't match the broadcast shape ",
+                out.ref(), "; use the out-of-place op");
+  return out;
+}
+
+// (self, int[] dim, bool keepdim): sum, prod, mean, amax, amin.
+template <typename S>
+Sizes<S> reduce(const SizeArgs<S>& a) {
+  return shape::reduce<S>(a.op, a.in(0), a.attr_ints(op::sum::attr::dim), a.attr_bool(op::sum::attr::keepdim));
+}
+
+// var(self, int[] dim, int correction, bool keepdim).
+template <typename S>
+Sizes<S> reduce_var(const SizeArgs<S>& a) {
+  return shape::reduce<S>(a.op, a.in(0), a.attr_ints(op::var::attr::dim), a.attr_bool(op::var::attr::keepdim));
+}
+
+// argmax(self, int? dim, bool keepdim): over every dim when dim is None.
+template <typename S>
+Sizes<S> reduce_argmax(const SizeArgs<S>& a) {
+  using A = op::argmax::attr;
+  if (a.attr_none(A::dim)) return shape::reduce<S>(a.op, a.in(0), IntArrayRef(), a.attr_bool(A::keepdim));
+  const int64_t d = a.attr_int(A::dim);
+  return shape::reduce<S>(a.op, a.in(0), IntArrayRef(d), a.attr_bool(A::keepdim));
+}
+
+template <typename S>
+Sizes<S> matmul(const SizeArgs<S>& a) {
+  return shape::matmul<S>(a.op, a.in(0), a.in(1));
+}
+
+template <typename S>
+Sizes<S> linear(const SizeArgs<S>& a) {
+  return shape::linear<S>(a.op, a.in(0), a.in(1));
+}
+
+template <typename S>
+Sizes<S> attention(const SizeArgs<S>& a) {
+  return shape::attention<S>(a.op, a.in(0), a.in(1), a.in(2));
+}
+
+// conv2d(input, weight, bias?, int[2] stride, int[2] padding, int[2] dilation, int groups).
+template <typename S>
+Sizes<S> conv2d(const SizeArgs<S>& a) {
+  int64_t stride[2], padding[2], dilation[2];
+  using A = op::conv2d::attr;
+  a.attr_pair(A::stride, "stride", stride);
+  a.attr_pair(A::padding, "padding", padding);
+  a.attr_pair(A::dilation, "dilation", dilation);
+  return shape::conv2d<S>(a.op, a.in(0), a.in(1), stride, padding, dilation, a.attr_int(A::groups));
+}
+
+// max_pool2d(self, int[2] kernel_size, int[2] stride=[] (= kernel_size), int[2] padding, int[2] dilation).
+template <typename S>
+Sizes<S> max_pool2d(const SizeArgs<S>& a) {
+  int64_t kernel[2], stride[2], padding[2], dilation[2];
+  using A = op::max_pool2d::attr;
+  a.attr_pair(A::kernel_size, "kernel_size", kernel);
+  a.attr_pair(A::stride, "stride", stride, kernel);
+  a.attr_pair(A::padding, "padding", padding);
+  a.attr_pair(A::dilation, "dilation", dilation);
+  return shape::pool2d<S>(a.op, a.in(0), kernel, stride, padding, dilation);
+}
+
+// avg_pool2d(self, int[2] kernel_size, int[2] stride=[] (= kernel_size), int[2] padding).
+template <typename S>
+Sizes<S> avg_pool2d(const SizeArgs<S>& a) {
+  int64_t kernel[2], stride[2], padding[2], dilation[2] = {1, 1};
+  using A = op::avg_pool2d::attr;
+  a.attr_pair(A::kernel_size, "kernel_size", kernel);
+  a.attr_pair(A::stride, "stride", stride, kernel);
+  a.attr_pair(A::padding, "padding", padding);
+  return shape::pool2d<S>(a.op, a.in(0), kernel, stride, padding, dilation);
+}
+
+// embedding(weight [num, dim], indices) -> indices' sizes + [dim].
+template <typename S>
+Sizes<S> embedding(const SizeArgs<S>& a) {
+  ArrayRef<S> w = a.in(0);
+  TESSERA_CHECK(w.size() == 2, a.op, ": weight must be 2-D (num_embeddings, embedding_dim), got ", w);
+  Sizes<S> out(a.in(1));
+  out.push_back(w[1]);
+  return out;
+}
+
+// index_select(self, int dim, index): self's sizes with dim replaced by the index's length.
+template <typename S>
+Sizes<S> index_select(const SizeArgs<S>& a) {
+  ArrayRef<S> index = a.in(1);
+  TESSERA_CHECK(index.size() <= 1, a.op, ": index must be 0-D or 1-D, got shape ", index);
+  Sizes<S> out(a.in(0));
+  const int64_t d = wrap(a.op, a.attr_int(op::index_select::attr::dim), int64_t(out.size()));
+  if (!out.empty()) out[size_t(d)] = index.empty() ? S(1) : index[0];
+  return out;
+}
+
+// gather(self, int dim, index): the index's sizes.
+template <typename S>
+Sizes<S> gather(const SizeArgs<S>& a) {
+  return Sizes<S>(a.in(1));
+}
+
+template <typename S>
+Sizes<S> cat(const SizeArgs<S>& a) {
+  return shape::cat<S>(a.op, a.tensors + a.list_begin, size_t(a.list_size), a.attr_int(op::cat::attr::dim));
+}
+
+template <typename S>
+Sizes<S> stack(const SizeArgs<S>& a) {
+  return shape::stack<S>(a.op, a.tensors + a.list_begin, size_t(a.list_size), a.attr_int(op::stack::attr::dim));
+}
+
+}  // namespace rules
+
+// The sizes of the one output of an op whose contract names `rule`; false for SizesRule::None.
+template <typename S>
+bool output_sizes(op::SizesRule rule, const SizeArgs<S>& args, Sizes<S>* out) {
+  switch (rule) {
+#define TESSERA_SIZES_RULE_CASE(name)   \
+  case op::SizesRule::name:             \
+    *out = rules::name<S>(args);        \
+    return true;
+    TESSERA_OP_SIZES_RULES(TESSERA_SIZES_RULE_CASE)
+#undef TESSERA_SIZES_RULE_CASE
+    case op::SizesRule::None: break;
+  }
+  return false;
 }
 
 }  // namespace tessera::shape

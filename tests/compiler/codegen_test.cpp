@@ -14,6 +14,7 @@
 
 #include "temp_dir_util.h"
 #include "tessera/compiler/codegen.h"
+#include "tessera/compiler/passes.h"
 #include "tessera/error.h"
 #include "tessera/half.h"
 #include "tessera/tessera.h"
@@ -842,6 +843,34 @@ TEST(Codegen, RefusesGraphsItCannotBind) {
   d.ep.graph.values[size_t(y)].type.device = Device("meta");
   d.output({y});
   EXPECT_THROW(generate_cpp(d.ep, CpuIsa::Default), Error);
+}
+
+// Every compile verifies what codegen's rewrites leave (Note [Passes]): a node the op contract does
+// not have (add.Scalar, which decompose_for_codegen once emitted) is refused before any C++ is
+// generated, naming the rewrite; the norms' decomposition itself passes the verifier.
+TEST(Codegen, RewrittenGraphsAreVerifiedInEveryCompile) {
+  Builder b;
+  ValueId x = b.input("x", DType::Float32, {SymSize::symbol("rows"), 8});
+  ValueId y = b.pw("add.Scalar", {Builder::T(x), Builder::C(1.0)}, x);
+  b.output({y});
+  try {
+    CompiledGraph::compile(b.ep, shared_cache());
+    ADD_FAILURE() << "compiled a graph with an op the contract does not have";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("pass 'decompose_for_codegen' left a broken program: verify: node 1 "
+                                         "('add.Scalar'): the op is not in this runtime's op contract"),
+              std::string::npos)
+        << e.what();
+  }
+  for (const char* target : {"layer_norm", "rms_norm"}) {
+    Builder n;
+    ValueId in = n.input("x", DType::Float32, {SymSize::symbol("rows"), 16});
+    n.output({n.pw(target, {Builder::T(in), Builder::C(std::vector<int64_t>{16})}, in)});
+    const ExportedProgram p = decompose_for_codegen(n.ep);
+    EXPECT_GT(p.graph.nodes.size(), n.ep.graph.nodes.size()) << target;
+    EXPECT_NO_THROW(verify(p)) << target << "\n" << p.graph_string();
+    EXPECT_EQ(p.graph_string().find(".Scalar"), std::string::npos) << p.graph_string();
+  }
 }
 
 TEST(CodegenCache, NoCompilerIsReportedAsUnavailable) {

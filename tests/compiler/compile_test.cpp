@@ -503,3 +503,66 @@ TEST(Compile, ReferenceAcceleratorInputsRunThroughTheInterpreter) {
 }
 
 }  // namespace
+
+namespace {
+
+// clamp against hand-worked values, NaN compared as NaN.
+void expect_values(const Tensor& got, const std::vector<double>& want, const std::string& what) {
+  const std::vector<double> g = values(got);
+  ASSERT_EQ(g.size(), want.size()) << what;
+  for (size_t i = 0; i < g.size(); ++i) {
+    if (std::isnan(want[i])) {
+      EXPECT_TRUE(std::isnan(g[i])) << what << " at " << i << ": " << g[i];
+    } else {
+      EXPECT_EQ(g[i], want[i]) << what << " at " << i;
+    }
+  }
+}
+
+}  // namespace
+
+// clamp was added by an entry in ops.json, its shape rule, a CPU kernel and CTS cases
+// (docs/adding-an-op.md): it runs eagerly, exports with a dynamic batch, and runs interpreted and
+// compiled, with PyTorch's results (NaN stays NaN; min(max(x, -1), 1.5)).
+TEST(Compile, ClampRunsEagerlyExportedInterpretedAndCompiled) {
+  tessera::ExportFn fn = [](const std::vector<Tensor>& in) {
+    return std::vector<Tensor>{tessera::clamp(in[0], -1, 1.5) * 2.0};
+  };
+  auto input = [](int64_t batch) {
+    std::vector<float> v;
+    for (int64_t b = 0; b < batch; ++b)
+      for (float x : {-3.0f, -0.5f, NAN, 0.25f, 2.0f, float(b)}) v.push_back(x);
+    return tessera::tensor(v, {batch, 6});
+  };
+  auto want = [](int64_t batch) {
+    std::vector<double> v;
+    for (int64_t b = 0; b < batch; ++b)
+      for (double x : {-2.0, -1.0, double(NAN), 0.5, 3.0, 2.0 * std::min(double(b), 1.5)}) v.push_back(x);
+    return v;
+  };
+  expect_values(fn({input(3)})[0], want(3), "eager");
+
+  tessera::ExportOptions opts;
+  opts.dynamic_shapes = {{{0, tessera::Dim{"batch", 1, 64}}}};
+  opts.input_names = {"x"};
+  const tessera::compiler::ExportedProgram ep = tessera::export_program(fn, {input(3)}, opts);
+  EXPECT_NE(ep.graph_string().find("%1: f32[batch, 6] cpu = clamp(%x, -1, 1.5)"), std::string::npos)
+      << ep.graph_string();
+  for (int64_t b : {1, 4}) expect_values(ep.run({input(b)})[0], want(b), "exported, batch " + std::to_string(b));
+
+  CompiledFunction interpreted = tessera::compile(fn, options(true, "interpreter"));
+  CompiledFunction compiled = tessera::compile(fn, options(true));
+  for (int64_t b : {2, 5}) {
+    expect_values(interpreted({input(b)})[0], want(b), "interpreted, batch " + std::to_string(b));
+    expect_values(compiled({input(b)})[0], want(b), "compiled, batch " + std::to_string(b));
+  }
+  EXPECT_EQ(compiled.stats().compiles, 1);
+  // An int32 tensor with float bounds computes in float32, as PyTorch's promotion says.
+  Tensor r = tessera::clamp(tessera::tensor(std::vector<int32_t>{-5, 0, 9}), -1.5, 2.5);
+  EXPECT_EQ(r.dtype(), DType::Float32);
+  expect_values(r, {-1.5, 0, 2.5}, "int32 with float bounds");
+  // min > max gives max; one bound alone.
+  expect_values(tessera::clamp(tessera::tensor(std::vector<float>{-1, 0, 3}), 2, 1), {1, 1, 1}, "min > max");
+  expect_values(tessera::clamp(tessera::tensor(std::vector<float>{-1, 0, 3}), std::nullopt, 0.5), {-1, 0, 0.5},
+                "max only");
+}

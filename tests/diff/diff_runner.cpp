@@ -183,6 +183,13 @@ ts::Tensor run_case(const json& c, ts::Device device) {
     need(1);
     return with_scalar(op, in[0], make_scalar(c["scalar"]), attrs.value("side", std::string("right")));
   }
+  if (op == "clamp") {
+    auto bound = [&](const char* key) -> std::optional<ts::Scalar> {
+      if (!attrs.contains(key) || attrs[key].is_null()) return std::nullopt;
+      return make_scalar(attrs[key]);
+    };
+    return ts::clamp(in.at(0), bound("min"), bound("max"));
+  }
   if (op == "where") {
     need(3);
     return ts::where(in[0], in[1], in[2]);

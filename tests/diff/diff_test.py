@@ -655,6 +655,41 @@ def ref_allclose(inputs, attrs):
     return BOOL, np.array(bool(np.all(close)))
 
 
+def ref_clamp(ins, case):
+    """clamp(x, min?, max?): PyTorch's promotion (a floating x keeps its dtype), checked bounds,
+    min(max(x, lo), hi) with NaN x staying NaN, min > max giving max; both bounds given and either NaN
+    gives NaN, a lone NaN bound changes nothing."""
+    dt, x = ins[0]
+    lo, hi = case.get("_min"), case.get("_max")
+    if lo is None and hi is None:
+        raise Raise("clamp with neither min nor max")
+    rt = dt
+    if not is_float(dt):
+        rt = result_type([Operand(dt, x, "zero" if np.ndim(x) == 0 else "dim")] +
+                         [Operand(wrapped_dtype(s), s["value"], "wrapped") for s in (lo, hi) if s is not None])
+    if rt == BOOL:
+        raise Raise("clamp of a bool tensor")
+    bounds = [None if s is None else checked_convert(s, rt) for s in (lo, hi)]
+    v = cast(x, dt, rt)
+    if is_float(rt):
+        f = as_f64(v, rt)
+        lo_v, hi_v = [None if b is None else float(b) for b in bounds]
+        if lo_v is not None and hi_v is not None and (math.isnan(lo_v) or math.isnan(hi_v)):
+            return rt, round_to(rt, np.full(np.shape(f), np.nan))
+        with np.errstate(all="ignore"):
+            if lo_v is not None and not math.isnan(lo_v):
+                f = np.where(f < lo_v, lo_v, f)
+            if hi_v is not None and not math.isnan(hi_v):
+                f = np.where(hi_v < f, hi_v, f)
+        return rt, round_to(rt, f)
+    iv = np.asarray(v).astype(np.int64)
+    if bounds[0] is not None:
+        iv = np.where(iv < int(bounds[0]), int(bounds[0]), iv)
+    if bounds[1] is not None:
+        iv = np.where(int(bounds[1]) < iv, int(bounds[1]), iv)
+    return rt, iv.astype(NP[rt])
+
+
 def reference(case):
     """(dtype, values[, scale]) the case must produce, or raises Raise."""
     op, attrs = case["op"], case.get("attrs", {})
@@ -678,6 +713,8 @@ def reference(case):
         rt = result_type(ops[1:])
         a, b = [operand_values(o, rt, False) for o in ops[1:]]
         return rt, np.where(ins[0][1], a, b).astype(NP[rt])
+    if op == "clamp":
+        return ref_clamp(ins, case)
     if op in ("sum", "mean", "amax", "amin", "prod", "var", "argmax"):
         return ref_reduction(op, ins[0][0], ins[0][1], attrs)
     if op in ("softmax", "log_softmax"):
@@ -717,7 +754,8 @@ UNARY = ["neg", "abs", "exp", "log", "sqrt", "rsqrt", "sin", "cos", "tanh", "sig
 REDUCTIONS = ["sum", "mean", "amax", "amin", "prod", "var", "argmax"]
 # Relative weights of the case families.
 FAMILIES = [("binary", 20), ("scalar", 16), ("unary", 16), ("reduction", 12), ("where", 3),
-            ("softmax", 5), ("norm", 5), ("matmul", 6), ("cat", 4), ("fill", 5), ("allclose", 4), ("to", 8)]
+            ("softmax", 5), ("norm", 5), ("matmul", 6), ("cat", 4), ("fill", 5), ("allclose", 4), ("to", 8),
+            ("clamp", 5)]
 
 
 def pick_dtypes(g, n, same_p=0.5, pool=ALL):
@@ -774,6 +812,14 @@ def make_case(g):
                 # (a documented difference, docs/semantics.md).
                 v = np.where(np.isinf(v), np.asarray(1e3, dtype=v.dtype) * np.sign(v), v)
         c.update(op=op, _inputs=[(dt, v)])
+    elif fam == "clamp":
+        dt = g.choice(ALL + FLOATS)
+        v = g.values(dt, g.shape(), special)
+        lo = g.scalar() if g.chance(0.75) else None
+        hi = g.scalar() if g.chance(0.75) else None
+        c["attrs"]["min"] = scalar_json(lo) if lo is not None else None
+        c["attrs"]["max"] = scalar_json(hi) if hi is not None else None
+        c.update(op="clamp", _inputs=[(dt, v)], _min=lo, _max=hi)
     elif fam == "reduction":
         op = g.choice(REDUCTIONS)
         dt = g.choice(ALL + FLOATS)

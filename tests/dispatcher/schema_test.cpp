@@ -97,6 +97,17 @@ TEST(Schema, StrRoundTrips) {
             "f(int[] i=[1, 2, 3], str s=\"x\") -> Tensor");
 }
 
+// Scalar? (clamp's bounds): None, a number or a bool as its default.
+TEST(Schema, OptionalScalar) {
+  FunctionSchema s = parse_schema("clamp(Tensor self, Scalar? min=None, Scalar? max=2.5, Scalar? c=True) -> Tensor");
+  EXPECT_EQ(s.arguments[1].type, ArgType::OptionalScalar);
+  EXPECT_EQ(s.arguments[1].default_value, "None");
+  EXPECT_EQ(s.arguments[2].default_value, "2.5");
+  EXPECT_EQ(s.str(), "clamp(Tensor self, Scalar? min=None, Scalar? max=2.5, Scalar? c=True) -> Tensor");
+  EXPECT_NE(parse_error("f(Scalar a=None) -> Tensor").find("default None does not fit type 'Scalar'"),
+            std::string::npos);
+}
+
 TEST(Schema, EveryCatalogueSchemaRoundTrips) {
   Dispatcher& d = Dispatcher::instance();
   std::vector<std::string> names = d.op_names();

@@ -6,6 +6,7 @@
 
 #include "commands.h"
 #include "tessera/dispatcher.h"
+#include "tessera/op_info.h"
 #include "tessera/plugin_loader.h"
 
 namespace {
@@ -17,6 +18,7 @@ const char* kOpsUsage =
     "for each loaded device how a call resolves per dtype: kernel, composite or fallback.\n"
     "  NAME     only these ops (\"add.Tensor\", or \"add\" for its overloads)\n"
     "  --json   one JSON object: {\"ops\": [{\"name\", \"schema\", \"tags\", \"doc\", \"provider\",\n"
+    "           \"shape_rule\", \"sizes_rule\" (ops of the contract),\n"
     "           \"devices\": {\"cpu\": {\"kernel\": [dtypes], \"composite\": [...], \"fallback\": [...]}}}]}\n";
 
 struct Backend {
@@ -70,12 +72,18 @@ int tessera_cli_ops(int argc, char** argv) {
       }
       devices[b.name] = by_way;
     }
-    ops.push_back({{"name", name},
-                   {"schema", d.schema(op).str()},
-                   {"tags", d.tags(op)},
-                   {"doc", d.doc(op)},
-                   {"provider", d.provider(op)},
-                   {"devices", devices}});
+    nlohmann::json entry = {{"name", name},
+                            {"schema", d.schema(op).str()},
+                            {"tags", d.tags(op)},
+                            {"doc", d.doc(op)},
+                            {"provider", d.provider(op)},
+                            {"devices", devices}};
+    // Ops of the contract (Note [OpInfo]): their shape rule and sizes rule; a plugin's own ops have neither.
+    if (const tessera::op::OpInfo* info = tessera::op::find_op_info(name)) {
+      entry["shape_rule"] = info->shape_rule;
+      entry["sizes_rule"] = tessera::op::kSizesRuleNames[int(info->sizes)];
+    }
+    ops.push_back(std::move(entry));
   }
   if (!names.empty() && ops.empty()) {
     std::fprintf(stderr, "tessera ops: no operator matches; `tessera ops` lists them all\n");
@@ -91,7 +99,10 @@ int tessera_cli_ops(int argc, char** argv) {
     std::printf("%s%s\n", o["schema"].get<std::string>().c_str(), tags.empty() ? "" : ("  [" + tags + "]").c_str());
     const std::string doc = o["doc"].get<std::string>();
     if (!doc.empty()) std::printf("    %s\n", doc.c_str());
-    if (o["provider"] != "builtin") std::printf("    defined by plugin '%s'\n", o["provider"].get<std::string>().c_str());
+    if (o["provider"] != "builtin")
+      std::printf(o.contains("shape_rule") ? "    declared in the contract, implemented by plugin '%s'\n"
+                                           : "    defined by plugin '%s'\n",
+                  o["provider"].get<std::string>().c_str());
     for (const auto& [device, by_way] : o["devices"].items()) {
       std::string line;
       for (const char* way : {"kernel", "composite", "fallback"}) {

@@ -157,8 +157,8 @@ struct Tracer final : ShapeContext {
       std::vector<int64_t> list(sorted_sizes);
       for (size_t i = 0; i < n; ++i)
         if (!sym[i].is_constant()) list[i] = -1;
-      base = add_value({t.dtype(), t.device(), sym}, "", "view");
-      calls.push_back({NodeKind::Call, "view", {compiler::Argument::tensor(root_value), compiler::Argument::constant_value(list)}, {base}});
+      base = add_value({t.dtype(), t.device(), sym}, "", compiler::kViewTarget);
+      calls.push_back({NodeKind::Call, compiler::kViewTarget, {compiler::Argument::tensor(root_value), compiler::Argument::constant_value(list)}, {base}});
     }
     bool identity = true;
     for (size_t i = 0; i < n; ++i) identity = identity && order[i] == i;
@@ -171,8 +171,8 @@ struct Tracer final : ShapeContext {
       perm[i] = int64_t(pos);
       sym[i] = base_sizes[pos];
     }
-    ValueId v = add_value({t.dtype(), t.device(), sym}, "", "permute");
-    calls.push_back({NodeKind::Call, "permute", {compiler::Argument::tensor(base), compiler::Argument::constant_value(perm)}, {v}});
+    ValueId v = add_value({t.dtype(), t.device(), sym}, "", compiler::kPermuteTarget);
+    calls.push_back({NodeKind::Call, compiler::kPermuteTarget, {compiler::Argument::tensor(base), compiler::Argument::constant_value(perm)}, {v}});
     return v;
   }
 
@@ -203,8 +203,8 @@ struct Tracer final : ShapeContext {
 
     ValueId flat = root_value;
     if (root->dim() != 1) {
-      flat = add_value({t.dtype(), t.device(), {SymSize(root->numel())}}, "", "view");
-      calls.push_back({NodeKind::Call, "view", {compiler::Argument::tensor(root_value),
+      flat = add_value({t.dtype(), t.device(), {SymSize(root->numel())}}, "", compiler::kViewTarget);
+      calls.push_back({NodeKind::Call, compiler::kViewTarget, {compiler::Argument::tensor(root_value),
                                                 compiler::Argument::constant_value(std::vector<int64_t>{root->numel()})},
                        {flat}});
     }
@@ -214,8 +214,8 @@ struct Tracer final : ShapeContext {
                       compiler::Argument::tensor(index_value)},
                      {gathered}});
     if (rank == 1) return gathered;
-    ValueId v = add_value({t.dtype(), t.device(), std::vector<SymSize>(t.sizes().begin(), t.sizes().end())}, "", "view");
-    calls.push_back({NodeKind::Call, "view", {compiler::Argument::tensor(gathered),
+    ValueId v = add_value({t.dtype(), t.device(), std::vector<SymSize>(t.sizes().begin(), t.sizes().end())}, "", compiler::kViewTarget);
+    calls.push_back({NodeKind::Call, compiler::kViewTarget, {compiler::Argument::tensor(gathered),
                                               compiler::Argument::constant_value(t.sizes().vec())},
                      {v}});
     return v;

@@ -1,6 +1,7 @@
 // Note [Symbolic shape rules]
-// Capture runs the op catalogue's shape-rule templates (dispatcher/src/shape_rules.h, Note [Shape
-// rules]) on SymDim, a size type over SymSize. The rules branch only on comparisons, and SymDim
+// Capture runs the sizes rule each op's contract names (OpInfo::sizes, Note [OpInfo]) -- the
+// template of dispatcher/src/shape_rules.h (Note [Shape rules]) that the op's eager shape rule runs
+// on concrete sizes -- on SymDim, a size type over SymSize. The rules branch only on comparisons, and SymDim
 // decides each one without specialising a dynamic dim:
 //   1. the difference is a constant: exact;
 //   2. the declared ranges exclude equality (batch in [2, 512] vs 1): not equal;
@@ -16,9 +17,13 @@
 #include "capture/capture_shapes.h"
 
 #include <algorithm>
+#include <cstring>
+#include <deque>
 #include <ostream>
 
+#include "op_registry.h"
 #include "shape_rules.h"
+#include "tessera/op_info.h"
 
 namespace tessera::compiler {
 
@@ -166,118 +171,85 @@ std::vector<SymSize> to_sizes(const Dims& d) {
   return out;
 }
 
-const Constant& constant_arg(const Node& n, size_t i) {
-  static const Constant kNone;
-  return i < n.args.size() && n.args[i].kind == Argument::Kind::Constant ? n.args[i].constant : kNone;
-}
-std::vector<int64_t> ints_arg(const Node& n, size_t i) {
-  const Constant& c = constant_arg(n, i);
-  if (auto* v = std::get_if<std::vector<int64_t>>(&c)) return *v;
-  if (auto* v = std::get_if<int64_t>(&c)) return {*v};
-  return {};
-}
-bool bool_arg(const Node& n, size_t i) {
-  const Constant& c = constant_arg(n, i);
-  auto* v = std::get_if<bool>(&c);
-  return v && *v;
-}
-int64_t int_arg(const Node& n, size_t i) {
-  const Constant& c = constant_arg(n, i);
-  auto* v = std::get_if<int64_t>(&c);
-  return v ? *v : 0;
-}
-bool is_tensor(const Node& n, size_t i) { return i < n.args.size() && n.args[i].kind == Argument::Kind::Tensor; }
-// A wrapped number argument is a 0-dim tensor.
-Dims tensor_or_scalar(const Graph& g, const Node& n, size_t i) { return is_tensor(n, i) ? dims_of(g, n.args[i]) : Dims(); }
-
-int64_t pair_at(const std::vector<int64_t>& v, size_t i, int64_t dflt) {
-  if (v.empty()) return dflt;
-  return v.size() == 1 ? v[0] : v.at(i);
-}
-
-std::vector<SymSize> rule(const Node& n, const Graph& g) {
-  const std::string& name = Dispatcher::instance().schema(Dispatcher::instance().op(n.target)).name;
-  const char* op = n.target.c_str();
-  using shape::broadcast;
-  static const std::vector<std::string> same = {
-      "fill_", "copy_", "_to_copy", "clone", "contiguous", "uniform_", "normal_", "pow", "neg", "abs", "relu", "exp",
-      "log", "sqrt", "rsqrt", "sin", "cos", "tanh", "sigmoid", "gelu", "silu", "erf", "softmax", "log_softmax",
-      "layer_norm", "rms_norm", "add_", "mul_"};
-  static const std::vector<std::string> binary = {"add", "sub", "mul", "div", "maximum", "minimum", "eq", "ne",
-                                                  "lt", "le", "gt", "ge", "logical_and", "logical_or"};
-  auto in = [&](const std::vector<std::string>& list) { return std::find(list.begin(), list.end(), name) != list.end(); };
-  if ((name == "pow" && n.target == "pow.Tensor_Tensor") || in(binary)) {
-    Dims a = tensor_or_scalar(g, n, 0), b = tensor_or_scalar(g, n, 1);
-    return to_sizes(broadcast<SymDim>(op, a.ref(), b.ref()));
-  }
-  if (in(same)) {
-    if (name == "copy_") {
-      Dims dst = dims_of(g, n.args[0]), src = tensor_or_scalar(g, n, 1);
-      shape::check_broadcast_to<SymDim>(op, src.ref(), dst.ref());
+// The attribute value of a constant argument of type `type` (an int given for an int[] is a list of one).
+tessera_value_t attr_value(const Argument& a, const char* type, std::deque<std::vector<int64_t>>& lists) {
+  tessera_value_t v{};
+  v.kind = TESSERA_VALUE_NONE;
+  if (a.kind != Argument::Kind::Constant) return v;
+  const Constant& c = a.constant;
+  if (auto* i = std::get_if<int64_t>(&c)) {
+    if (std::strchr(type, '[')) {
+      lists.push_back({*i});
+      return attr_value(Argument::constant_value(lists.back()), type, lists);
     }
-    return to_sizes(dims_of(g, n.args[0]));
+    v.kind = TESSERA_VALUE_INT;
+    v.u.i = *i;
+  } else if (auto* d = std::get_if<double>(&c)) {
+    v.kind = TESSERA_VALUE_DOUBLE;
+    v.u.d = *d;
+  } else if (auto* b = std::get_if<bool>(&c)) {
+    v.kind = TESSERA_VALUE_BOOL;
+    v.u.b = *b ? 1 : 0;
+  } else if (auto* l = std::get_if<std::vector<int64_t>>(&c)) {
+    lists.push_back(*l);
+    v.kind = TESSERA_VALUE_INT_LIST;
+    v.count = int32_t(lists.back().size());
+    v.u.ints = lists.back().data();
+  } else if (auto* s = std::get_if<std::string>(&c)) {
+    v.kind = TESSERA_VALUE_STRING;
+    v.u.s = s->c_str();
+  } else if (auto* t = std::get_if<DType>(&c)) {
+    v.kind = TESSERA_VALUE_DTYPE;
+    v.u.i = int64_t(*t);
   }
-  if (name == "where") {
-    Dims c = tensor_or_scalar(g, n, 0), a = tensor_or_scalar(g, n, 1), b = tensor_or_scalar(g, n, 2);
-    Dims ab = broadcast<SymDim>(op, a.ref(), b.ref());
-    return to_sizes(broadcast<SymDim>(op, c.ref(), ab.ref()));
+  return v;
+}
+
+// The sizes of the one output of `n` by the sizes rule its op's contract names (Note [OpInfo]), on
+// symbolic sizes; nullopt when the contract names none.
+std::optional<std::vector<SymSize>> rule(const Node& n, const Graph& g) {
+  const op::OpInfo* info = op::find_op_info(n.target);
+  if (!info || info->sizes == op::SizesRule::None) return std::nullopt;
+  const OperatorEntry* entry = Dispatcher::instance().find_op(n.target);
+  std::vector<Dims> dims;  // per tensor, flattened as shape::SizeArgs says
+  std::vector<tessera_value_t> attrs;
+  std::deque<std::vector<int64_t>> lists;
+  int list_begin = -1, list_size = 0;
+  for (int i = 0; i < info->num_args; ++i) {
+    const op::OpArg& arg = info->args[i];
+    const bool given = size_t(i) < n.args.size();
+    if (arg.is_list) {
+      list_begin = int(dims.size());
+      if (given)
+        for (size_t k = 0; k < n.args[size_t(i)].values.size(); ++k) dims.push_back(dims_of(g, n.args[size_t(i)], k));
+      list_size = int(dims.size()) - list_begin;
+    } else if (arg.is_tensor) {
+      // An absent Tensor? and a wrapped number (a constant) are 0-dim.
+      dims.push_back(given && n.args[size_t(i)].kind == Argument::Kind::Tensor ? dims_of(g, n.args[size_t(i)]) : Dims());
+    } else if (given) {
+      attrs.push_back(attr_value(n.args[size_t(i)], arg.type, lists));
+    } else {
+      TESSERA_INTERNAL_ASSERT(entry && size_t(i) < entry->args.size());
+      const ArgInfo& arg_info = entry->args[size_t(i)];  // a default, as the boxed call fills it
+      tessera_value_t v = arg_info.has_default ? arg_info.default_value : value_none();
+      if (v.kind == TESSERA_VALUE_INT_LIST) v = value_ints(arg_info.default_ints);
+      if (v.kind == TESSERA_VALUE_STRING) v = value_string(arg_info.default_string.c_str());
+      attrs.push_back(v);
+    }
   }
-  if (name == "sum" || name == "prod" || name == "mean" || name == "amax" || name == "amin") {
-    std::vector<int64_t> dims = ints_arg(n, 1);
-    return to_sizes(shape::reduce<SymDim>(op, dims_of(g, n.args[0]).ref(), dims, bool_arg(n, 2)));
-  }
-  if (name == "var") {
-    std::vector<int64_t> dims = ints_arg(n, 1);
-    return to_sizes(shape::reduce<SymDim>(op, dims_of(g, n.args[0]).ref(), dims, bool_arg(n, 3)));
-  }
-  if (name == "argmax") {
-    const bool has_dim = std::holds_alternative<int64_t>(constant_arg(n, 1));
-    std::vector<int64_t> dims = ints_arg(n, 1);
-    return to_sizes(shape::reduce<SymDim>(op, dims_of(g, n.args[0]).ref(), dims, has_dim && bool_arg(n, 2)));
-  }
-  if (name == "matmul") return to_sizes(shape::matmul<SymDim>(op, dims_of(g, n.args[0]).ref(), dims_of(g, n.args[1]).ref()));
-  if (name == "linear") return to_sizes(shape::linear<SymDim>(op, dims_of(g, n.args[0]).ref(), dims_of(g, n.args[1]).ref()));
-  if (name == "scaled_dot_product_attention")
-    return to_sizes(shape::attention<SymDim>(op, dims_of(g, n.args[0]).ref(), dims_of(g, n.args[1]).ref(),
-                                             dims_of(g, n.args[2]).ref()));
-  if (name == "cat" || name == "stack") {
-    std::vector<Dims> shapes;
-    for (size_t i = 0; i < n.args[0].values.size(); ++i) shapes.push_back(dims_of(g, n.args[0], i));
-    std::vector<ArrayRef<SymDim>> refs;
-    for (const Dims& d : shapes) refs.push_back(d.ref());
-    return to_sizes(name == "cat" ? shape::cat<SymDim>(op, refs.data(), refs.size(), int_arg(n, 1))
-                                  : shape::stack<SymDim>(op, refs.data(), refs.size(), int_arg(n, 1)));
-  }
-  if (name == "conv2d") {
-    std::vector<int64_t> s = ints_arg(n, 3), p = ints_arg(n, 4), d = ints_arg(n, 5);
-    int64_t stride[2] = {pair_at(s, 0, 1), pair_at(s, 1, 1)}, pad[2] = {pair_at(p, 0, 0), pair_at(p, 1, 0)},
-            dil[2] = {pair_at(d, 0, 1), pair_at(d, 1, 1)};
-    return to_sizes(shape::conv2d<SymDim>(op, dims_of(g, n.args[0]).ref(), dims_of(g, n.args[1]).ref(), stride, pad, dil,
-                                          int_arg(n, 6)));
-  }
-  if (name == "max_pool2d" || name == "avg_pool2d") {
-    std::vector<int64_t> k = ints_arg(n, 1), s = ints_arg(n, 2), p = ints_arg(n, 3);
-    std::vector<int64_t> d = name == "max_pool2d" ? ints_arg(n, 4) : std::vector<int64_t>{1};
-    int64_t kernel[2] = {pair_at(k, 0, 1), pair_at(k, 1, 1)};
-    int64_t stride[2] = {pair_at(s, 0, kernel[0]), pair_at(s, 1, kernel[1])};
-    int64_t pad[2] = {pair_at(p, 0, 0), pair_at(p, 1, 0)}, dil[2] = {pair_at(d, 0, 1), pair_at(d, 1, 1)};
-    return to_sizes(shape::pool2d<SymDim>(op, dims_of(g, n.args[0]).ref(), kernel, stride, pad, dil));
-  }
-  if (name == "embedding") {
-    Dims out = dims_of(g, n.args[1]);
-    Dims w = dims_of(g, n.args[0]);
-    out.push_back(w[w.size() - 1]);
-    return to_sizes(out);
-  }
-  if (name == "index_select") {
-    Dims out = dims_of(g, n.args[0]);
-    Dims index = dims_of(g, n.args[2]);
-    const int64_t d = shape::wrap(op, int_arg(n, 1), int64_t(out.size()));
-    if (!out.empty()) out[size_t(d)] = index.size() ? index[0] : SymDim(1);
-    return to_sizes(out);
-  }
-  if (name == "gather") return to_sizes(dims_of(g, n.args[2]));
-  return {};
+  std::vector<ArrayRef<SymDim>> refs;
+  for (const Dims& d : dims) refs.push_back(d.ref());
+  shape::SizeArgs<SymDim> args;
+  args.op = n.target.c_str();
+  args.attrs = attrs.data();
+  args.num_attrs = int(attrs.size());
+  args.tensors = refs.data();
+  args.num_tensors = int(refs.size());
+  args.list_begin = list_begin;
+  args.list_size = list_size;
+  Dims out;
+  if (!shape::output_sizes<SymDim>(info->sizes, args, &out)) return std::nullopt;
+  return to_sizes(out);
 }
 
 }  // namespace
@@ -291,9 +263,8 @@ std::vector<std::vector<SymSize>> symbolic_output_sizes(const ExportCall& call, 
       for (const SymSize& s : g.type(v).sizes) symbolic_input = symbolic_input || !s.is_constant();
   std::vector<std::vector<SymSize>> out;
   if (call.outputs.size() == 1) {
-    std::vector<SymSize> sizes = rule(node, g);
-    if (!sizes.empty() || call.outputs[0].sizes.empty()) {
-      out.push_back(std::move(sizes));
+    if (std::optional<std::vector<SymSize>> sizes = rule(node, g)) {
+      out.push_back(std::move(*sizes));
       return out;
     }
   }
@@ -358,16 +329,14 @@ std::vector<SymSize> symbolic_view_sizes(const std::vector<SymSize>& in, IntArra
 
 std::optional<std::vector<SymSize>> infer_sizes(const Node& node, const Graph& g, const ShapeContext& ctx) {
   ContextScope scope(ctx);
-  if (node.target == "permute") {
+  if (node.target == kPermuteTarget) {
     const std::vector<SymSize>& in = g.type(node.args.at(0).values.at(0)).sizes;
     std::vector<SymSize> out;
     for (int64_t d : std::get<std::vector<int64_t>>(node.args.at(1).constant)) out.push_back(in.at(size_t(d)));
     return out;
   }
-  if (node.target == "view" || node.outputs.size() != 1) return std::nullopt;
-  std::vector<SymSize> sizes = rule(node, g);
-  if (sizes.empty() && !g.type(node.outputs[0]).sizes.empty()) return std::nullopt;
-  return sizes;
+  if (node.target == kViewTarget || node.outputs.size() != 1) return std::nullopt;
+  return rule(node, g);
 }
 
 }  // namespace tessera::compiler

@@ -67,7 +67,7 @@ bool decompose(ExportedProgram& ep) {
   bool changed = false;
   for (size_t i = first_non_placeholder(ep.graph); i < ep.graph.nodes.size(); ++i) {
     const Node node = ep.graph.nodes[i];
-    if (node.kind != NodeKind::Call || node.target == "view" || node.target == "permute") continue;
+    if (node.kind != NodeKind::Call || is_view_target(node.target)) continue;
     OperatorEntry* op = dispatcher.find_op(node.target);
     const CompositeFn* composite = op ? dispatcher.composite(*op) : nullptr;
     if (!composite) continue;

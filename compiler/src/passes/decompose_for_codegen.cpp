@@ -1,8 +1,10 @@
 // decompose_for_codegen: softmax, log_softmax, layer_norm and rms_norm over the last dim become the
-// pointwise ops and reductions the generator fuses (Note [Generated loops]).
+// pointwise ops and reductions the generator fuses (Note [Generated loops]). It emits only ops of the
+// contract (tessera/op_names.h), and CompiledGraph::compile verifies its output.
 #include <limits>
 
 #include "tessera/compiler/codegen.h"
+#include "tessera/op_names.h"
 
 namespace tessera::compiler::codegen {
 namespace {
@@ -63,10 +65,10 @@ class Decomposer {
   }
 
   bool expand(const Node& n) {
-    const bool softmax = n.target == "softmax" || n.target == "softmax.int";
-    const bool log_softmax = n.target == "log_softmax" || n.target == "log_softmax.int";
-    const bool layer_norm = n.target == "layer_norm";
-    const bool rms_norm = n.target == "rms_norm";
+    const bool softmax = n.target == op::softmax::name;
+    const bool log_softmax = n.target == op::log_softmax::name;
+    const bool layer_norm = n.target == op::layer_norm::name;
+    const bool rms_norm = n.target == op::rms_norm::name;
     if (!(softmax || log_softmax || layer_norm || rms_norm)) return false;
     if (n.args.empty() || n.args[0].kind != Argument::Kind::Tensor) return false;
     const ValueId x = n.args[0].values[0];
@@ -77,15 +79,15 @@ class Decomposer {
     if (!g_.type(out).same_as(t)) return false;
     if (softmax || log_softmax) {
       if (n.args.size() < 2 || !last_dim(n.args[1], t.sizes.size()) || n.args.size() > 2) return false;
-      const ValueId m = reduce("amax", x);
-      const ValueId s = emit("sub.Tensor", {T(x), T(m)}, t);
-      const ValueId e = emit("exp", {T(s)}, t);
-      const ValueId z = reduce("sum", e);
+      const ValueId m = reduce(op::amax::name, x);
+      const ValueId s = emit(op::sub_Tensor::name, {T(x), T(m)}, t);
+      const ValueId e = emit(op::exp::name, {T(s)}, t);
+      const ValueId z = reduce(op::sum::name, e);
       if (softmax) {
-        emit("div.Tensor", {T(e), T(z)}, t, out);
+        emit(op::div_Tensor::name, {T(e), T(z)}, t, out);
       } else {
-        const ValueId lz = emit("log", {T(z)}, row_type(t));
-        emit("sub.Tensor", {T(s), T(lz)}, t, out);
+        const ValueId lz = emit(op::log::name, {T(z)}, row_type(t));
+        emit(op::sub_Tensor::name, {T(s), T(lz)}, t, out);
       }
       return true;
     }
@@ -100,15 +102,15 @@ class Decomposer {
                             layer_norm ? 1e-5 : double(std::numeric_limits<float>::epsilon()));
     if (!weight || !bias || !eps) return false;
     ValueId c = x;
-    if (layer_norm) c = emit("sub.Tensor", {T(x), T(reduce("mean", x))}, t);
-    const ValueId sq = emit("mul.Tensor", {T(c), T(c)}, t);
-    const ValueId var = reduce("mean", sq);
-    const ValueId ve = emit("add.Tensor", {T(var), C(*eps)}, row_type(t));
-    const ValueId rstd = emit("rsqrt", {T(ve)}, row_type(t));
+    if (layer_norm) c = emit(op::sub_Tensor::name, {T(x), T(reduce(op::mean::name, x))}, t);
+    const ValueId sq = emit(op::mul_Tensor::name, {T(c), T(c)}, t);
+    const ValueId var = reduce(op::mean::name, sq);
+    const ValueId ve = emit(op::add_Tensor::name, {T(var), C(*eps)}, row_type(t));
+    const ValueId rstd = emit(op::rsqrt::name, {T(ve)}, row_type(t));
     const bool last_is_norm = *weight < 0 && *bias < 0;
-    ValueId y = emit("mul.Tensor", {T(c), T(rstd)}, t, last_is_norm ? out : -1);
-    if (*weight >= 0) y = emit("mul.Tensor", {T(y), T(*weight)}, t, *bias < 0 ? out : -1);
-    if (*bias >= 0) emit("add.Tensor", {T(y), T(*bias)}, t, out);
+    ValueId y = emit(op::mul_Tensor::name, {T(c), T(rstd)}, t, last_is_norm ? out : -1);
+    if (*weight >= 0) y = emit(op::mul_Tensor::name, {T(y), T(*weight)}, t, *bias < 0 ? out : -1);
+    if (*bias >= 0) emit(op::add_Tensor::name, {T(y), T(*bias)}, t, out);
     return true;
   }
 

@@ -1,6 +1,7 @@
 #include "passes/graph_edit.h"
 
 #include "tessera/dispatcher.h"
+#include "tessera/op_info.h"
 
 namespace tessera::compiler {
 
@@ -28,11 +29,14 @@ size_t first_non_placeholder(const Graph& g) {
 }
 
 bool writes_in_place(const std::string& target) {
-  if (target == "view" || target == "permute") return false;
+  if (is_view_target(target)) return false;
+  if (const op::OpInfo* info = op::find_op_info(target)) return info->has(op::kTagInplace) || info->has(op::kTagRandom);
+  // An op a plugin defined outside the contract: in place when a return aliases an input (Tensor(a!)).
   OperatorEntry* op = Dispatcher::instance().find_op(target);
   if (!op) return true;  // unknown: assume the worst
-  const std::string& name = Dispatcher::instance().schema(*op).name;
-  return !name.empty() && name.back() == '_';
+  for (const auto& r : Dispatcher::instance().schema(*op).returns)
+    if (r.alias && r.is_write) return true;
+  return false;
 }
 
 std::string arguments_key(const Node& n) {

@@ -62,7 +62,7 @@ void verify(const ExportedProgram& ep) {
         if (!produced[size_t(v)]) fail(where + " uses " + g.value_name(v) + " before it is produced");
       }
     size_t expected_outputs = 1;
-    if (n.target == "view" || n.target == "permute") {
+    if (is_view_target(n.target)) {
       if (n.args.size() != 2 || n.args[0].kind != Argument::Kind::Tensor || n.args[1].kind != Argument::Kind::Constant ||
           !std::holds_alternative<std::vector<int64_t>>(n.args[1].constant))
         fail(where + " must take a tensor and an int list");

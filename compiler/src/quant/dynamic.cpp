@@ -68,7 +68,7 @@ ExportedProgram quantize_dynamic(const ExportedProgram& ep, DynamicOptions optio
     }
     if (fused_relus.count(i)) continue;
     const ValueId w = tensor_at(n, 1);
-    const compiler::InputSpec* win = n.kind == NodeKind::Call && op_name(n.target) == "linear" ? weight_input(out, w) : nullptr;
+    const compiler::InputSpec* win = n.kind == NodeKind::Call && is_op(n.target, op::linear::name) ? weight_input(out, w) : nullptr;
     const Tensor* weight = win ? &out.weights.at(win->name) : nullptr;
     const ValueId b = tensor_at(n, 2);
     const Tensor* bias = b >= 0 && weight_input(out, b) ? &out.weights.at(weight_input(out, b)->name) : nullptr;
@@ -97,13 +97,13 @@ ExportedProgram quantize_dynamic(const ExportedProgram& ep, DynamicOptions optio
     const Tensor packed = PackedLinearWeight(w_int8, scale_t).packed();
     const ValueId pv = g.add_value(TensorType{kUInt8, Device(DeviceType::CPU),
                                               {SymSize(packed.size(0)), SymSize(packed.size(1))}});
-    body.push_back({NodeKind::Call, "_quantized_linear_prepack", {Argument::tensor(wq), Argument::tensor(ws)}, {pv}});
+    body.push_back({NodeKind::Call, op::_quantized_linear_prepack::name, {Argument::tensor(wq), Argument::tensor(ws)}, {pv}});
     // A relu that only reads the linear's output runs inside the kernel.
     ValueId end = n.outputs[0];
     bool relu = false;
     if (!returned[size_t(end)] && users[size_t(end)].size() == 1) {
       const size_t r = size_t(users[size_t(end)][0]);
-      if (op_name(g.nodes[r].target) == "relu") {
+      if (is_op(g.nodes[r].target, op::relu::name)) {
         relu = true;
         fused_relus.insert(r);
         replaced[g.nodes[r].outputs[0]] = end;
@@ -111,7 +111,7 @@ ExportedProgram quantize_dynamic(const ExportedProgram& ep, DynamicOptions optio
     }
     ValueId x = tensor_at(n, 0);
     if (auto r = replaced.find(x); r != replaced.end()) x = r->second;
-    body.push_back({NodeKind::Call, "_quantized_linear_dynamic",
+    body.push_back({NodeKind::Call, op::_quantized_linear_dynamic::name,
                     {Argument::tensor(x), Argument::tensor(pv), b < 0 ? Argument::none() : Argument::tensor(b),
                      Argument::constant_value(options.reduce_range), Argument::constant_value(relu)},
                     {end}});
@@ -135,7 +135,7 @@ int fold_packed_weights(ExportedProgram& ep) {
       continue;
     }
     const compiler::InputSpec *w = nullptr, *s = nullptr;
-    if (n.kind == NodeKind::Call && op_name(n.target) == "_quantized_linear_prepack") {
+    if (n.kind == NodeKind::Call && is_op(n.target, op::_quantized_linear_prepack::name)) {
       w = weight_input(ep, tensor_at(n, 0));
       s = weight_input(ep, tensor_at(n, 1));
     }

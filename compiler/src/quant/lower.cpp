@@ -39,7 +39,7 @@ int lower_linear_patterns(ExportedProgram& ep) {
   std::vector<Match> matches;
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     const Node& lin = g.nodes[i];
-    if (lin.kind != NodeKind::Call || op_name(lin.target) != "linear") continue;
+    if (lin.kind != NodeKind::Call || !is_op(lin.target, op::linear::name)) continue;
     const std::optional<GraphUses::Int8Operands> operands = uses.int8_operands(lin, 2);
     if (!operands) continue;
     const std::optional<GraphUses::QuantizedEnd> end = uses.quantized_end(lin.outputs[0]);
@@ -66,7 +66,7 @@ int lower_linear_patterns(ExportedProgram& ep) {
   }
   auto read_as_float = [&](ValueId q_out) {
     for (int32_t d : users[size_t(q_out)]) {
-      if (op_name(g.nodes[size_t(d)].target) != "dequantize") continue;
+      if (!is_op(g.nodes[size_t(d)].target, op::dequantize::name)) continue;
       const ValueId dv = g.nodes[size_t(d)].outputs[0];
       if (returned[size_t(dv)]) return true;
       for (int32_t u : users[size_t(dv)])
@@ -90,7 +90,7 @@ int lower_linear_patterns(ExportedProgram& ep) {
     TensorType out_t = g.type(q_out);
     out_t.dtype = float_out ? kFloat32 : kUInt8;
     const ValueId out = g.add_value(out_t);
-    rebuilt.body.push_back({NodeKind::Call, "_quantized_linear",
+    rebuilt.body.push_back({NodeKind::Call, op::_quantized_linear::name,
                             {Argument::tensor(in), Argument::tensor(pv), mt.bias < 0 ? Argument::none() : Argument::tensor(mt.bias),
                              Argument::constant_value(mt.input_scale), Argument::constant_value(mt.input_zp),
                              Argument::constant_value(mt.output_scale), Argument::constant_value(mt.output_zp),
@@ -109,7 +109,7 @@ int lower_linear_patterns(ExportedProgram& ep) {
   std::vector<Node> rewritten;
   std::map<ValueId, ValueId> replaced;
   for (Node& n : nodes.body) {
-    const ValueId src = op_name(n.target) == "dequantize" ? tensor_at(n, 0) : -1;
+    const ValueId src = is_op(n.target, op::dequantize::name) ? tensor_at(n, 0) : -1;
     if (auto d = src >= 0 ? dequantized.find(src) : dequantized.end(); d != dequantized.end()) {
       replaced[n.outputs[0]] = d->second;
       rewritten.push_back(std::move(n));
@@ -122,11 +122,11 @@ int lower_linear_patterns(ExportedProgram& ep) {
     }
     const TensorType t = g.type(n.outputs[0]);
     const ValueId f = g.add_value(t), shifted = g.add_value(t), scaled = g.add_value(t);
-    rewritten.push_back({NodeKind::Call, "_to_copy", {Argument::tensor(repr.at(src)), Argument::constant_value(kFloat32)}, {f}});
-    rewritten.push_back({NodeKind::Call, "sub.Tensor",
+    rewritten.push_back({NodeKind::Call, op::_to_copy::name, {Argument::tensor(repr.at(src)), Argument::constant_value(kFloat32)}, {f}});
+    rewritten.push_back({NodeKind::Call, op::sub_Tensor::name,
                          {Argument::tensor(f), Argument::constant_value(double(p->second.second)), Argument::constant_value(int64_t(1))},
                          {shifted}});
-    rewritten.push_back({NodeKind::Call, "mul.Tensor", {Argument::tensor(shifted), Argument::constant_value(p->second.first)}, {scaled}});
+    rewritten.push_back({NodeKind::Call, op::mul_Tensor::name, {Argument::tensor(shifted), Argument::constant_value(p->second.first)}, {scaled}});
     replaced[n.outputs[0]] = scaled;
     rewritten.push_back(std::move(n));
   }
@@ -134,7 +134,7 @@ int lower_linear_patterns(ExportedProgram& ep) {
   // The linears that read a lowered dequantize now read the representation directly. Weights no
   // node reads any more (the float weights of lowered linears) stay inputs of the signature; the
   // float computations nothing reads go.
-  install_lowered(ep, std::move(nodes), replaced, "_quantized_linear");
+  install_lowered(ep, std::move(nodes), replaced, op::_quantized_linear::name);
   return int(matches.size());
 }
 
@@ -166,7 +166,7 @@ void set_nodes(Graph& g, std::vector<Node> placeholders, std::vector<Node> body)
 void install_lowered(ExportedProgram& ep, RebuiltNodes nodes, const std::map<ValueId, ValueId>& replaced,
                      std::string_view unchanged_op) {
   for (Node& n : nodes.body)
-    if (unchanged_op.empty() || op_name(n.target) != unchanged_op)
+    if (unchanged_op.empty() || !is_op(n.target, unchanged_op))
       for (Argument& a : n.args)
         for (ValueId& v : a.values)
           if (auto r = replaced.find(v); r != replaced.end()) v = r->second;
@@ -198,13 +198,13 @@ const Tensor* GraphUses::weight(ValueId v) const {
 const Node* GraphUses::call(ValueId v, const char* op) const {
   if (v < 0 || producer[size_t(v)] < 0) return nullptr;
   const Node& n = ep.graph.nodes[size_t(producer[size_t(v)])];
-  return n.kind == NodeKind::Call && op_name(n.target) == op ? &n : nullptr;
+  return n.kind == NodeKind::Call && is_op(n.target, op) ? &n : nullptr;
 }
 
 int32_t GraphUses::sole_user(ValueId v, const char* op) const {
   if (returned[size_t(v)] || users[size_t(v)].size() != 1) return -1;
   const int32_t u = users[size_t(v)][0];
-  return op_name(ep.graph.nodes[size_t(u)].target) == op ? u : -1;
+  return is_op(ep.graph.nodes[size_t(u)].target, op) ? u : -1;
 }
 
 std::optional<std::pair<double, int64_t>> quint8_params(const Node& q) {
@@ -220,14 +220,14 @@ std::pair<Tensor, Tensor> SymmetricWeight::quantize() const {
 }
 
 const Node* GraphUses::quint8_quantize(ValueId v) const {
-  const Node* dq = call(v, "dequantize");
-  const Node* q = dq ? call(tensor_at(*dq, 0), "quantize_per_tensor") : nullptr;
+  const Node* dq = call(v, op::dequantize::name);
+  const Node* q = dq ? call(tensor_at(*dq, 0), op::quantize_per_tensor::name) : nullptr;
   return q && quint8_params(*q) ? q : nullptr;
 }
 
 std::optional<SymmetricWeight> GraphUses::symmetric_weight(ValueId v, int64_t rank) const {
-  const Node* wdq = call(v, "dequantize");
-  const Node* wq = wdq ? call(tensor_at(*wdq, 0), "quantize_per_channel") : nullptr;
+  const Node* wdq = call(v, op::dequantize::name);
+  const Node* wq = wdq ? call(tensor_at(*wdq, 0), op::quantize_per_channel::name) : nullptr;
   if (!wq || !constant_at<int64_t>(*wq, 3) || *constant_at<int64_t>(*wq, 3) != 0 || !constant_at<DType>(*wq, 4) ||
       *constant_at<DType>(*wq, 4) != kQInt8)
     return std::nullopt;
@@ -257,11 +257,11 @@ std::optional<GraphUses::Int8Operands> GraphUses::int8_operands(const Node& n, i
 
 std::optional<GraphUses::QuantizedEnd> GraphUses::quantized_end(ValueId v) const {
   bool relu = false;
-  if (int32_t r = sole_user(v, "relu"); r >= 0) {
+  if (int32_t r = sole_user(v, op::relu::name); r >= 0) {
     relu = true;
     v = ep.graph.nodes[size_t(r)].outputs[0];
   }
-  const int32_t qo = sole_user(v, "quantize_per_tensor");
+  const int32_t qo = sole_user(v, op::quantize_per_tensor::name);
   if (qo < 0) return std::nullopt;
   const std::optional<std::pair<double, int64_t>> params = quint8_params(ep.graph.nodes[size_t(qo)]);
   if (!params) return std::nullopt;

@@ -47,7 +47,7 @@ int lower_conv_patterns(ExportedProgram& ep) {
   std::vector<ConvMatch> matches;
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     const Node& cv = g.nodes[i];
-    if (cv.kind != NodeKind::Call || op_name(cv.target) != "conv2d") continue;
+    if (cv.kind != NodeKind::Call || !is_op(cv.target, op::conv2d::name)) continue;
     if (g.type(cv.outputs[0]).sizes.size() != 4) continue;
     const std::optional<GraphUses::Int8Operands> operands = uses.int8_operands(cv, 4);
     if (!operands) continue;
@@ -68,7 +68,7 @@ int lower_conv_patterns(ExportedProgram& ep) {
     m.input_params = *quint8_params(q);
     m.bias = operands->bias;
     ValueId end = cv.outputs[0];
-    if (int32_t a = uses.sole_user(end, "add"); a >= 0) {
+    if (int32_t a = uses.sole_user(end, op::add_Tensor::name); a >= 0) {
       const Node& an = g.nodes[size_t(a)];
       const ValueId other = tensor_at(an, 0) == end ? tensor_at(an, 1) : tensor_at(an, 0);
       const Node* oq = other >= 0 ? uses.quint8_quantize(other) : nullptr;
@@ -101,7 +101,7 @@ int lower_conv_patterns(ExportedProgram& ep) {
   auto only_lowered_readers = [&](ValueId q_out) {
     if (returned[size_t(q_out)] || users[size_t(q_out)].empty()) return false;
     for (int32_t d : users[size_t(q_out)]) {
-      if (op_name(g.nodes[size_t(d)].target) != "dequantize") return false;
+      if (!is_op(g.nodes[size_t(d)].target, op::dequantize::name)) return false;
       const ValueId dv = g.nodes[size_t(d)].outputs[0];
       if (returned[size_t(dv)]) return false;
       for (int32_t u : users[size_t(dv)])
@@ -136,14 +136,14 @@ int lower_conv_patterns(ExportedProgram& ep) {
     }
     args.push_back(Argument::constant_value(m.relu));
     args.push_back(Argument::constant_value(repr_out ? kUInt8 : kQUInt8));
-    rebuilt.body.push_back({NodeKind::Call, "_quantized_conv2d", std::move(args), {out}});
+    rebuilt.body.push_back({NodeKind::Call, op::_quantized_conv2d::name, std::move(args), {out}});
     (repr_out ? lowered_repr : lowered_float)[n.outputs[0]] = out;
   };
   RebuiltNodes nodes = rebuild_at_matches(g, matches, lower_match);
   // Dequantizes of a lowered result read the kernel's float32 values.
   std::map<ValueId, ValueId> replaced;
   for (const Node& n : nodes.body)
-    if (op_name(n.target) == "dequantize")
+    if (is_op(n.target, op::dequantize::name))
       if (auto it = lowered_float.find(tensor_at(n, 0)); it != lowered_float.end()) replaced[n.outputs[0]] = it->second;
   install_lowered(ep, std::move(nodes), replaced);
   return count;

@@ -10,6 +10,8 @@
 #include <vector>
 
 #include "tessera/compiler/ir.h"
+#include "tessera/op_info.h"
+#include "tessera/op_names.h"
 
 namespace tessera::quantization {
 
@@ -22,8 +24,12 @@ using compiler::SymSize;
 using compiler::TensorType;
 using compiler::ValueId;
 
-// The op's name without its overload: "add.Tensor" -> "add".
-inline std::string op_name(const std::string& target) { return target.substr(0, target.find('.')); }
+// True when `target` names the op `name` of the contract (op::<op>::name of tessera/op_names.h), by
+// its full name or by a base name that names it (Note [OpInfo]).
+inline bool is_op(std::string_view target, std::string_view name) {
+  const op::OpInfo* info = op::find_op_info(target);
+  return info && name == info->name;
+}
 
 // Argument i of `n` when it is a constant of type T; null otherwise.
 template <typename T>

@@ -84,18 +84,18 @@ ValueId emit_quant_dequant(ExportedProgram& out, std::vector<Node>& body, std::v
     const int64_t n = int64_t(scales_f.size());
     const ValueId sv = add_constant(out, new_placeholders, stem + "_scale", tensor(scales_f, {n}));
     const ValueId zv = add_constant(out, new_placeholders, stem + "_zero_point", tensor(zps, {n}));
-    body.push_back({NodeKind::Call, "quantize_per_channel",
+    body.push_back({NodeKind::Call, op::quantize_per_channel::name,
                     {Argument::tensor(v), Argument::tensor(sv), Argument::tensor(zv),
                      Argument::constant_value(s.ch_axis), Argument::constant_value(s.dtype)},
                     {q}});
   } else {
-    body.push_back({NodeKind::Call, "quantize_per_tensor",
+    body.push_back({NodeKind::Call, op::quantize_per_tensor::name,
                     {Argument::tensor(v), Argument::constant_value(obs.scales()[0]),
                      Argument::constant_value(obs.zero_points()[0]), Argument::constant_value(s.dtype)},
                     {q}});
   }
   const ValueId dq = g.add_value(t);
-  body.push_back({NodeKind::Call, "dequantize", {Argument::tensor(q)}, {dq}});
+  body.push_back({NodeKind::Call, op::dequantize::name, {Argument::tensor(q)}, {dq}});
   return dq;
 }
 

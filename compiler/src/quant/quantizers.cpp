@@ -30,7 +30,7 @@ class PatternQuantizer : public Quantizer {
       if (returned[size_t(v)] || users[size_t(v)].size() != 1) return -1;
       const int32_t u = users[size_t(v)][0];
       const Node& n = g.nodes[size_t(u)];
-      return n.kind == NodeKind::Call && op_name(n.target) == op && !annotations.annotated(u) ? u : -1;
+      return n.kind == NodeKind::Call && is_op(n.target, op) && !annotations.annotated(u) ? u : -1;
     };
     auto tensor_arg = [](const Node& n, size_t i) -> ValueId {
       return i < n.args.size() && n.args[i].kind == Argument::Kind::Tensor ? n.args[i].values[0] : -1;
@@ -46,18 +46,18 @@ class PatternQuantizer : public Quantizer {
       const Node& n = g.nodes[i];
       const int32_t node = int32_t(i);
       if (n.kind != NodeKind::Call || annotations.annotated(node)) continue;
-      const std::string op = op_name(n.target);
-      if (op == "linear" || op == "conv2d") {
+      const bool linear = is_op(n.target, op::linear::name);
+      if (linear || is_op(n.target, op::conv2d::name)) {
         const ValueId x = tensor_arg(n, 0), w = tensor_arg(n, 1);
-        const size_t rank = op == "linear" ? 2 : 4;
+        const size_t rank = linear ? 2 : 4;
         if (x < 0 || w < 0 || !weight[size_t(w)] || g.type(w).sizes.size() != rank) continue;
         NodeAnnotation a;
         a.inputs[x] = activation_;
         a.inputs[w] = weight_spec;
         ValueId end = n.outputs[0];
         std::vector<std::pair<int32_t, NodeAnnotation>> chain;
-        if (op == "conv2d") {
-          if (int32_t add = sole_user(end, "add"); add >= 0) {
+        if (!linear) {
+          if (int32_t add = sole_user(end, op::add_Tensor::name); add >= 0) {
             const Node& an = g.nodes[size_t(add)];
             const ValueId other = tensor_arg(an, 0) == end ? tensor_arg(an, 1) : tensor_arg(an, 0);
             if (other >= 0 && other != end && g.type(other).dtype == kFloat32) {
@@ -68,7 +68,7 @@ class PatternQuantizer : public Quantizer {
             }
           }
         }
-        if (int32_t relu = sole_user(end, "relu"); relu >= 0) {
+        if (int32_t relu = sole_user(end, op::relu::name); relu >= 0) {
           chain.emplace_back(relu, NodeAnnotation{});
           end = g.nodes[size_t(relu)].outputs[0];
         }
@@ -79,7 +79,7 @@ class PatternQuantizer : public Quantizer {
         continue;
       }
       // Ops that move values without computing new ones take their input's parameters.
-      if (op == "max_pool2d" || op == "view") {
+      if (is_op(n.target, op::max_pool2d::name) || n.target == compiler::kViewTarget) {
         const ValueId x = tensor_arg(n, 0);
         if (x < 0 || !quantized_output[size_t(x)] || n.outputs.size() != 1) continue;
         NodeAnnotation a;
@@ -89,7 +89,7 @@ class PatternQuantizer : public Quantizer {
         annotations.set(ep, node, a, name_);
         continue;
       }
-      if (op == "cat" && !n.args.empty() && n.args[0].kind == Argument::Kind::TensorList) {
+      if (is_op(n.target, op::cat::name) && !n.args.empty() && n.args[0].kind == Argument::Kind::TensorList) {
         const std::vector<ValueId>& xs = n.args[0].values;
         if (xs.empty() || !std::all_of(xs.begin(), xs.end(), [&](ValueId v) { return quantized_output[size_t(v)]; }))
           continue;

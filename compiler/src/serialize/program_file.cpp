@@ -222,7 +222,7 @@ void check_program(const ExportedProgram& ep, const json& root, const std::strin
         break;
       }
       case NodeKind::Call: {
-        if (n.target == "view" || n.target == "permute") {  // core views (Note [Captured views])
+        if (is_view_target(n.target)) {  // core views (Note [Captured views])
           if (n.args.size() != 2 || n.args[0].kind != Argument::Kind::Tensor ||
               n.args[1].kind != Argument::Kind::Constant ||
               !std::holds_alternative<std::vector<int64_t>>(n.args[1].constant))

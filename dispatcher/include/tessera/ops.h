@@ -1,4 +1,5 @@
 // The application API: factories and the core op set as free functions (libtorch's C++ frontend).
+// The functions of the plain ops are generated from the contract (tessera/ops_generated.h).
 // Every function dispatches through the operator catalogue (dispatcher.h) to the kernel of the
 // inputs' device. Errors throw tessera::Error with a message that says what to fix.
 #pragma once
@@ -59,58 +60,18 @@ TESSERA_API int64_t device_count(DeviceType type);
 TESSERA_API int64_t device_count(std::string_view type_name);
 TESSERA_API void synchronize(Device device);
 
-// ---- elementwise binary (broadcasting, type promotion)
-TESSERA_API Tensor add(const Tensor& a, const Tensor& b, const Scalar& alpha = 1);
-TESSERA_API Tensor sub(const Tensor& a, const Tensor& b, const Scalar& alpha = 1);
-TESSERA_API Tensor mul(const Tensor& a, const Tensor& b);
-TESSERA_API Tensor div(const Tensor& a, const Tensor& b);
-TESSERA_API Tensor pow(const Tensor& a, const Tensor& b);
-TESSERA_API Tensor pow(const Tensor& a, const Scalar& exponent);
-TESSERA_API Tensor maximum(const Tensor& a, const Tensor& b);
-TESSERA_API Tensor minimum(const Tensor& a, const Tensor& b);
-TESSERA_API Tensor eq(const Tensor& a, const Tensor& b);
-TESSERA_API Tensor ne(const Tensor& a, const Tensor& b);
-TESSERA_API Tensor lt(const Tensor& a, const Tensor& b);
-TESSERA_API Tensor le(const Tensor& a, const Tensor& b);
-TESSERA_API Tensor gt(const Tensor& a, const Tensor& b);
-TESSERA_API Tensor ge(const Tensor& a, const Tensor& b);
-TESSERA_API Tensor logical_and(const Tensor& a, const Tensor& b);
-TESSERA_API Tensor logical_or(const Tensor& a, const Tensor& b);
-TESSERA_API Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
+// ---- the plain ops of the contract, generated from dispatcher/ops/ops.json (one function per op
+// marked "api": "generated" or eligible by default: docs/adding-an-op.md). Elementwise binary ops
+// broadcast and promote types; reductions over empty dims reduce all dims.
+}  // namespace tessera
+#include "tessera/ops_generated.h"
+namespace tessera {
 
-// ---- unary
-TESSERA_API Tensor neg(const Tensor& x);
-TESSERA_API Tensor abs(const Tensor& x);
-TESSERA_API Tensor exp(const Tensor& x);
-TESSERA_API Tensor log(const Tensor& x);
-TESSERA_API Tensor sqrt(const Tensor& x);
-TESSERA_API Tensor rsqrt(const Tensor& x);
-TESSERA_API Tensor sin(const Tensor& x);
-TESSERA_API Tensor cos(const Tensor& x);
-TESSERA_API Tensor tanh(const Tensor& x);
-TESSERA_API Tensor sigmoid(const Tensor& x);
-TESSERA_API Tensor relu(const Tensor& x);
-TESSERA_API Tensor gelu(const Tensor& x, const std::string& approximate = "none");  // or "tanh"
-TESSERA_API Tensor silu(const Tensor& x);
-TESSERA_API Tensor erf(const Tensor& x);
-
-// ---- reductions (empty dims = all dims)
-TESSERA_API Tensor sum(const Tensor& x, IntArrayRef dims = {}, bool keepdim = false);
-TESSERA_API Tensor mean(const Tensor& x, IntArrayRef dims = {}, bool keepdim = false);
-TESSERA_API Tensor amax(const Tensor& x, IntArrayRef dims = {}, bool keepdim = false);
-TESSERA_API Tensor amin(const Tensor& x, IntArrayRef dims = {}, bool keepdim = false);
-TESSERA_API Tensor prod(const Tensor& x, IntArrayRef dims = {}, bool keepdim = false);
-TESSERA_API Tensor var(const Tensor& x, IntArrayRef dims = {}, int64_t correction = 1, bool keepdim = false);
+// ---- ops written by hand (they do more than box their arguments: "api": "manual" in ops.json)
 TESSERA_API Tensor argmax(const Tensor& x, std::optional<int64_t> dim = std::nullopt, bool keepdim = false);
-
-// ---- nn
-TESSERA_API Tensor matmul(const Tensor& a, const Tensor& b);
 TESSERA_API Tensor linear(const Tensor& x, const Tensor& weight, const std::optional<Tensor>& bias = std::nullopt);
 TESSERA_API Tensor softmax(const Tensor& x, int64_t dim);
 TESSERA_API Tensor log_softmax(const Tensor& x, int64_t dim);
-TESSERA_API Tensor layer_norm(const Tensor& x, IntArrayRef normalized_shape,
-                              const std::optional<Tensor>& weight = std::nullopt,
-                              const std::optional<Tensor>& bias = std::nullopt, double eps = 1e-5);
 TESSERA_API Tensor rms_norm(const Tensor& x, IntArrayRef normalized_shape,
                             const std::optional<Tensor>& weight = std::nullopt,
                             std::optional<double> eps = std::nullopt);
@@ -121,15 +82,8 @@ TESSERA_API Tensor max_pool2d(const Tensor& x, IntArrayRef kernel_size, IntArray
                               IntArrayRef padding = {0, 0}, IntArrayRef dilation = {1, 1});
 TESSERA_API Tensor avg_pool2d(const Tensor& x, IntArrayRef kernel_size, IntArrayRef stride = {},
                               IntArrayRef padding = {0, 0});
-TESSERA_API Tensor embedding(const Tensor& weight, const Tensor& indices);
-TESSERA_API Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
-                                                const std::optional<Tensor>& attn_mask = std::nullopt,
-                                                bool is_causal = false,
-                                                std::optional<double> scale = std::nullopt);
 TESSERA_API Tensor cat(const std::vector<Tensor>& tensors, int64_t dim = 0);
 TESSERA_API Tensor stack(const std::vector<Tensor>& tensors, int64_t dim = 0);
-TESSERA_API Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index);
-TESSERA_API Tensor gather(const Tensor& x, int64_t dim, const Tensor& index);
 
 // ---- comparison helpers (computed on the CPU)
 TESSERA_API bool allclose(const Tensor& a, const Tensor& b, double rtol = 1e-5, double atol = 1e-8);

@@ -15,7 +15,8 @@ namespace tessera {
 
 enum class ArgType { Tensor, OptionalTensor, TensorList, Int, OptionalInt, Float, OptionalFloat, Bool,
                      Scalar, IntList, String, OptionalString, DType, OptionalDType,
-                     OptionalIntList };  // int[]?
+                     OptionalIntList,  // int[]?
+                     OptionalScalar };  // Scalar?
 
 struct Argument {
   std::string name;

@@ -9,6 +9,7 @@
 #include "../src/common.h"
 #include "../src/parallel.h"
 #include "nn_isa.h"
+#include "tessera/op_names.h"
 
 namespace tessera::cpu::nn {
 

@@ -109,7 +109,7 @@ void softmax_common(const KernelCall& call, bool log) {
   const tessera_tensor_t* x = contiguous(x0.raw(), holder);
   OutputSlot out(call.output(0).raw());
   const int ndim = x->ndim;
-  int64_t dim = call.attr_int(0);
+  int64_t dim = call.attr_int(op::softmax::attr::dim);  // log_softmax's too
   if (ndim == 0) {
     if (dim != 0 && dim != -1)
       fail(std::string(call.op_name()) + ": dim " + std::to_string(dim) + " is out of range for a 0-d tensor; expected 0 or -1");
@@ -196,7 +196,7 @@ void layer_norm_kernel(const KernelCall& call) {
   const tessera_tensor_t* x = contiguous(x0.raw(), holder);
   OutputSlot out(call.output(0).raw());
   const int64_t n = normalized_size(call, x, 0);
-  const double eps = call.attr_is_none(1) ? 1e-5 : call.attr_double(1);
+  const double eps = call.attr_is_none(op::layer_norm::attr::eps) ? 1e-5 : call.attr_double(op::layer_norm::attr::eps);
   const int64_t rows = n == 0 ? 0 : x->numel / n;
   if (x->dtype == TESSERA_DTYPE_FLOAT64 && out.target->dtype == TESSERA_DTYPE_FLOAT64) {
     Buffer<double> wb, bb;
@@ -232,7 +232,8 @@ void rms_norm_kernel(const KernelCall& call) {
   const tessera_tensor_t* x = contiguous(x0.raw(), holder);
   OutputSlot out(call.output(0).raw());
   const int64_t n = normalized_size(call, x, 0);
-  const double eps = call.num_attrs() < 2 || call.attr_is_none(1) ? finfo_eps(x->dtype) : call.attr_double(1);
+  using A = op::rms_norm::attr;
+  const double eps = call.num_attrs() <= A::eps || call.attr_is_none(A::eps) ? finfo_eps(x->dtype) : call.attr_double(A::eps);
   const int64_t rows = n == 0 ? 0 : x->numel / n;
   if (x->dtype == TESSERA_DTYPE_FLOAT64 && out.target->dtype == TESSERA_DTYPE_FLOAT64) {
     Buffer<double> wb;

@@ -966,12 +966,14 @@ void conv2d_impl(const KernelCall& call, MatEpilogue::Activation activation) {
   if (w->ndim != 4) fail("conv2d: weight has shape " + shape_str(w) + "; expected 4-D [out_channels, in_channels/groups, kH, kW]");
   int64_t s[2], p[2], d[2];
   const int64_t one[2] = {1, 1}, zero[2] = {0, 0};
-  attr_pair(call, 0, "stride", s, one);
-  if (call.attr(1).kind == TESSERA_VALUE_STRING)
-    fail_unimplemented("conv2d: string padding ('" + call.attr_string(1) + "') is not implemented by the CPU plugin; pass integers");
-  attr_pair(call, 1, "padding", p, zero);
-  attr_pair(call, 2, "dilation", d, one);
-  const int64_t g = call.attr_int(3);
+  using A = op::conv2d::attr;  // _conv2d_epilogue's too
+  attr_pair(call, A::stride, "stride", s, one);
+  if (call.attr(A::padding).kind == TESSERA_VALUE_STRING)
+    fail_unimplemented("conv2d: string padding ('" + call.attr_string(A::padding) +
+                       "') is not implemented by the CPU plugin; pass integers");
+  attr_pair(call, A::padding, "padding", p, zero);
+  attr_pair(call, A::dilation, "dilation", d, one);
+  const int64_t g = call.attr_int(A::groups);
   const int off = x->ndim == 4 ? 1 : 0;
   const int64_t nb = off ? x->sizes[0] : 1, c = x->sizes[off], h = x->sizes[off + 1], wd = x->sizes[off + 2];
   const int64_t oc = w->sizes[0], kh = w->sizes[2], kw = w->sizes[3];

@@ -368,9 +368,10 @@ QLinearOperands qlinear_operands(const KernelCall& call, TempList& holder) {
 void qlinear_kernel(const KernelCall& call) {
   TempList holder;
   const auto [x, pw, bias, y_user, k, h] = qlinear_operands(call, holder);
-  const double in_scale = call.attr_double(0);
-  const int32_t in_zp = int32_t(call.attr_int(1));
-  const int64_t out_dtype = call.attr_int(5);
+  using A = op::_quantized_linear::attr;
+  const double in_scale = call.attr_double(A::input_scale);
+  const int32_t in_zp = int32_t(call.attr_int(A::input_zero_point));
+  const int64_t out_dtype = call.attr_int(A::out_dtype);
   const OutKind kind = out_dtype == TESSERA_DTYPE_UINT8    ? OutKind::U8
                        : out_dtype == TESSERA_DTYPE_QUINT8 ? OutKind::Dequantized
                                                             : OutKind::Float;
@@ -380,7 +381,7 @@ void qlinear_kernel(const KernelCall& call) {
   const tessera_tensor_t* xu = quantized_input(x, float(in_scale), in_zp, qx);
   const tessera_tensor_t* y = contiguous_output(y_user, holder);
   run_qlinear(xu, h, bytes_of(pw), bias ? reinterpret_cast<const float*>(bytes_of(bias)) : nullptr, in_scale, in_zp,
-              call.attr_double(2), int32_t(call.attr_int(3)), call.attr_bool(4), kind, m,
+              call.attr_double(A::output_scale), int32_t(call.attr_int(A::output_zero_point)), call.attr_bool(A::relu), kind, m,
               reinterpret_cast<float*>(bytes_of(y)), reinterpret_cast<uint8_t*>(bytes_of(y)));
   if (y != y_user) copy_tensor(y_user, y);
 }
@@ -417,12 +418,12 @@ void qlinear_dynamic_kernel(const KernelCall& call) {
          " holds non-finite values (inf or NaN); dynamic quantisation needs a finite range");
   float scale = 1;
   int32_t zp = 0;
-  choose_u8_qparams(l, u, call.attr_bool(0) ? 127 : 255, &scale, &zp);
+  choose_u8_qparams(l, u, call.attr_bool(op::_quantized_linear_dynamic::attr::reduce_range) ? 127 : 255, &scale, &zp);
   QuantizedInput qx;
   const tessera_tensor_t* xu = quantized_input(x, scale, zp, qx);
   const tessera_tensor_t* y = contiguous_output(y_user, holder);
   run_qlinear(xu, h, bytes_of(pw), bias ? reinterpret_cast<const float*>(bytes_of(bias)) : nullptr, scale, zp, 1.0, 0,
-              call.attr_bool(1), OutKind::Float, m, reinterpret_cast<float*>(bytes_of(y)), nullptr);
+              call.attr_bool(op::_quantized_linear_dynamic::attr::relu), OutKind::Float, m, reinterpret_cast<float*>(bytes_of(y)), nullptr);
   if (y != y_user) copy_tensor(y_user, y);
 }
 
@@ -495,14 +496,17 @@ void qconv_kernel(const KernelCall& call) {
   const tessera_tensor_t* y_user = call.output(0).raw();
   int64_t s[2], p[2], d[2];
   const int64_t one[2] = {1, 1}, zero[2] = {0, 0};
-  nn::attr_pair(call, 0, "stride", s, one);
-  nn::attr_pair(call, 1, "padding", p, zero);
-  nn::attr_pair(call, 2, "dilation", d, one);
-  const int64_t g = call.attr_int(3);
-  const double in_scale = call.attr_double(4), other_scale = call.attr_double(6), out_scale = call.attr_double(8);
-  const int32_t in_zp = int32_t(call.attr_int(5)), other_zp = int32_t(call.attr_int(7)), out_zp = int32_t(call.attr_int(9));
-  const bool relu = call.attr_bool(10);
-  const bool dequantized = call.attr_int(11) == TESSERA_DTYPE_QUINT8;
+  using A = op::_quantized_conv2d::attr;
+  nn::attr_pair(call, A::stride, "stride", s, one);
+  nn::attr_pair(call, A::padding, "padding", p, zero);
+  nn::attr_pair(call, A::dilation, "dilation", d, one);
+  const int64_t g = call.attr_int(A::groups);
+  const double in_scale = call.attr_double(A::input_scale), other_scale = call.attr_double(A::other_scale),
+               out_scale = call.attr_double(A::output_scale);
+  const int32_t in_zp = int32_t(call.attr_int(A::input_zero_point)), other_zp = int32_t(call.attr_int(A::other_zero_point)),
+                out_zp = int32_t(call.attr_int(A::output_zero_point));
+  const bool relu = call.attr_bool(A::relu);
+  const bool dequantized = call.attr_int(A::out_dtype) == TESSERA_DTYPE_QUINT8;
   const int64_t nb = x->sizes[0], c = x->sizes[1], h = x->sizes[2], wd = x->sizes[3];
   const int64_t oc = w->sizes[0], kh = w->sizes[2], kw = w->sizes[3];
   const int64_t oh = y_user->sizes[2], ow = y_user->sizes[3];

@@ -249,9 +249,9 @@ tessera_status_t binary_kernel(void* user_data, const tessera_kernel_call_t* cal
       // PyTorch computes x ** 0.5 and x ** -0.5 as sqrt and rsqrt (pow(-inf, 0.5) is NaN, not inf;
       // pow(-0.0, -0.5) is -inf) for float32, float64 and bfloat16; float16 calls pow.
       if (op == BinaryOp::Pow && dtype_is_floating(od) && od != TESSERA_DTYPE_FLOAT16 &&
-          c.attr(0).kind == TESSERA_VALUE_DOUBLE &&
-          (c.attr_double(0) == 0.5 || c.attr_double(0) == -0.5)) {
-        unary_run(c, c.attr_double(0) == 0.5 ? UnaryOp::Sqrt : UnaryOp::Rsqrt);
+          c.attr(op::pow_Tensor_Scalar::attr::exponent).kind == TESSERA_VALUE_DOUBLE &&
+          std::abs(c.attr_double(op::pow_Tensor_Scalar::attr::exponent)) == 0.5) {
+        unary_run(c, c.attr_double(op::pow_Tensor_Scalar::attr::exponent) == 0.5 ? UnaryOp::Sqrt : UnaryOp::Rsqrt);
         return;
       }
       temps.push_back(scalar_tensor(c, next_attr++, compute_dtype_of(od)));
@@ -452,11 +452,10 @@ int64_t unary_int(UnaryOp op, int64_t x) {
   }
 }
 
-void unary_run(const KernelCall& c, UnaryOp op) {
+// The loop of a one-input op over (output, input 0 converted to the output's dtype and broadcast).
+StridedLoop unary_loop(const KernelCall& c, TempList& temps) {
   const TensorView out = c.output(0);
-  const int32_t od = out.dtype();
-  TempList temps;
-  const tessera_tensor_t* x = cast_if_needed(c.raw()->inputs[0], od, temps);
+  const tessera_tensor_t* x = cast_if_needed(c.raw()->inputs[0], out.dtype(), temps);
   const int nd = out.ndim();
   int64_t sx[kMaxDims];
   broadcast_strides(x, nd, out.sizes(), sx);
@@ -466,6 +465,13 @@ void unary_run(const KernelCall& c, UnaryOp op) {
   const int64_t* strides[2] = {out.strides(), sx};
   StridedLoop loop;
   loop.setup(nd, out.sizes(), 2, ptrs, strides, esz);
+  return loop;
+}
+
+void unary_run(const KernelCall& c, UnaryOp op) {
+  const int32_t od = c.output(0).dtype();
+  TempList temps;
+  const StridedLoop loop = unary_loop(c, temps);
   if (loop.numel == 0) return;
   const VecKernels& vk = kernels();
   visit(od, [&](auto tag) {
@@ -512,11 +518,62 @@ tessera_status_t unary_kernel(void* user_data, const tessera_kernel_call_t* call
 
 tessera_status_t gelu_kernel(void*, const tessera_kernel_call_t* call) {
   return guarded(call, [&](const KernelCall& c) {
-    std::string approx = c.num_attrs() > 0 ? c.attr_string(0) : std::string("none");
+    std::string approx = c.num_attrs() > op::gelu::attr::approximate ? c.attr_string(op::gelu::attr::approximate)
+                                                                     : std::string("none");
     if (approx.empty()) approx = "none";
     TESSERA_SDK_CHECK(approx == "none" || approx == "tanh",
                       "gelu: approximate='" + approx + "' is not supported; expected 'none' or 'tanh'");
     unary_run(c, approx == "tanh" ? UnaryOp::GeluTanh : UnaryOp::Gelu);
+  });
+}
+
+// --------------------------------------------------------------------------- clamp
+
+// clamp(self, Scalar? min, Scalar? max) in the output dtype (self arrives converted to it, Note
+// [Compute dtype]), as PyTorch: min(max(x, lo), hi) with the bounds rounded to the dtype, so a NaN
+// element stays NaN and min > max gives max; both bounds given and either NaN gives NaN; a lone NaN
+// bound changes nothing.
+tessera_status_t clamp_kernel(void*, const tessera_kernel_call_t* call) {
+  return guarded(call, [&](const KernelCall& c) {
+    using A = op::clamp::attr;
+    const int32_t od = c.output(0).dtype();
+    bool has_lo = !c.attr_is_none(A::min), has_hi = !c.attr_is_none(A::max);
+    TESSERA_SDK_CHECK(has_lo || has_hi, "clamp: at least one of 'min' or 'max' must not be None");
+    const double lo_d = has_lo ? c.attr_double(A::min) : 0, hi_d = has_hi ? c.attr_double(A::max) : 0;
+    const bool nan_bound = (has_lo && std::isnan(lo_d)) || (has_hi && std::isnan(hi_d));
+    const bool all_nan = has_lo && has_hi && nan_bound;
+    if (!all_nan && nan_bound) has_lo = has_hi = false;  // the only bound is NaN
+    TempList temps;
+    const StridedLoop loop = unary_loop(c, temps);
+    if (loop.numel == 0) return;
+    visit(od, [&](auto tag) {
+      using T = decltype(tag);
+      if constexpr (std::is_same_v<T, bool>) {  // the shape rule refuses bool; the mask excludes it
+        throw sdk::Error(TESSERA_STATUS_INVALID_ARGUMENT, "clamp: not implemented for bool tensors");
+      } else {
+        // The bounds as the dtype holds them.
+        T lo_t, hi_t;
+        if constexpr (is_float_v<T>) {
+          Elem<T>::store(&lo_t, acc_t<T>(lo_d));
+          Elem<T>::store(&hi_t, acc_t<T>(hi_d));
+        } else {
+          Elem<T>::store(&lo_t, has_lo ? c.attr_int(A::min) : 0);
+          Elem<T>::store(&hi_t, has_hi ? c.attr_int(A::max) : 0);
+        }
+        const acc_t<T> lo = Elem<T>::load(&lo_t), hi = Elem<T>::load(&hi_t);
+        for_each(loop, OpKind::Elementwise, [&](char** p, const int64_t* st, int64_t n) {
+          for (int64_t i = 0; i < n; ++i) {
+            acc_t<T> v = Elem<T>::load(reinterpret_cast<const T*>(p[1] + i * st[1]));
+            if constexpr (is_float_v<T>) {
+              if (all_nan) v = acc_t<T>(NAN);
+            }
+            if (has_lo && v < lo) v = lo;  // std::max(v, lo): a NaN v stays
+            if (has_hi && hi < v) v = hi;  // std::min(v, hi)
+            Elem<T>::store(reinterpret_cast<T*>(p[0] + i * st[0]), v);
+          }
+        });
+      }
+    });
   });
 }
 
@@ -570,6 +627,7 @@ void register_elementwise_kernels(Registrar& r) {
   };
   for (const U& u : unaries) r.add(u.name, kMaskAll, &unary_kernel, tag(int(u.op)));
   r.add(op::gelu::name, kMaskAll, &gelu_kernel);
+  r.add(op::clamp::name, kMaskNumeric, &clamp_kernel);
 }
 
 }  // namespace tessera::cpu

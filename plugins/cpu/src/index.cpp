@@ -58,7 +58,7 @@ int64_t wrap_dim(int64_t d, int64_t nd) {
 tessera_status_t cat_kernel(void*, const tessera_kernel_call_t* call) {
   return guarded(call, [&](const KernelCall& c) {
     const tessera_tensor_t* out = c.raw()->outputs[0];
-    const int64_t dim = wrap_dim(c.num_attrs() > 0 ? c.attr_int(0) : 0, out->ndim);
+    const int64_t dim = wrap_dim(c.num_attrs() > op::cat::attr::dim ? c.attr_int(op::cat::attr::dim) : 0, out->ndim);
     const int64_t es = int64_t(sdk::dtype_size(out->dtype));
     int64_t offset = 0;
     for (int i = 0; i < c.num_inputs(); ++i) {
@@ -79,7 +79,7 @@ tessera_status_t cat_kernel(void*, const tessera_kernel_call_t* call) {
 tessera_status_t stack_kernel(void*, const tessera_kernel_call_t* call) {
   return guarded(call, [&](const KernelCall& c) {
     const tessera_tensor_t* out = c.raw()->outputs[0];
-    const int64_t dim = wrap_dim(c.num_attrs() > 0 ? c.attr_int(0) : 0, out->ndim);
+    const int64_t dim = wrap_dim(c.num_attrs() > op::stack::attr::dim ? c.attr_int(op::stack::attr::dim) : 0, out->ndim);
     const int64_t es = int64_t(sdk::dtype_size(out->dtype));
     check_rank(out->ndim, "the stack output");
     int64_t st[kMaxDims];
@@ -102,7 +102,7 @@ tessera_status_t index_select_kernel(void*, const tessera_kernel_call_t* call) {
     const tessera_tensor_t* x = c.raw()->inputs[0];
     const tessera_tensor_t* idx = c.raw()->inputs[1];
     const tessera_tensor_t* out = c.raw()->outputs[0];
-    const int64_t dim = wrap_dim(c.attr_int(0), x->ndim);
+    const int64_t dim = wrap_dim(c.attr_int(op::index_select::attr::dim), x->ndim);
     TESSERA_SDK_CHECK(idx->ndim <= 1, "index_select: index must be 0-D or 1-D, got rank " + std::to_string(idx->ndim));
     const int64_t n = idx->numel;
     const int64_t xes = int64_t(sdk::dtype_size(x->dtype)), oes = int64_t(sdk::dtype_size(out->dtype));
@@ -140,7 +140,7 @@ tessera_status_t gather_kernel(void*, const tessera_kernel_call_t* call) {
     const tessera_tensor_t* x = c.raw()->inputs[0];
     const tessera_tensor_t* idx = c.raw()->inputs[1];
     const tessera_tensor_t* out = c.raw()->outputs[0];
-    const int64_t dim = wrap_dim(c.attr_int(0), x->ndim);
+    const int64_t dim = wrap_dim(c.attr_int(op::gather::attr::dim), x->ndim);
     TempList temps;
     const tessera_tensor_t* xin = cast_if_needed(x, out->dtype, temps);
     const int nd = out->ndim;

@@ -313,7 +313,8 @@ tessera_status_t argmax_kernel(void*, const tessera_kernel_call_t* call) {
   return guarded(call, [&](const KernelCall& c) {
     const tessera_tensor_t* x = c.raw()->inputs[0];
     const tessera_tensor_t* out = c.raw()->outputs[0];
-    const bool has_dim = c.num_attrs() > 0 && c.attr(0).kind == TESSERA_VALUE_INT;
+    using A = op::argmax::attr;
+    const bool has_dim = c.num_attrs() > A::dim && c.attr(A::dim).kind == TESSERA_VALUE_INT;
     TESSERA_SDK_CHECK(has_dim || x->numel > 0,
                       "argmax: Expected reduction dim to be specified for an empty input (numel 0); pass dim=");
     TempList temps;
@@ -327,7 +328,7 @@ tessera_status_t argmax_kernel(void*, const tessera_kernel_call_t* call) {
       x = temps.back().raw();
       red = x->numel;
     } else {
-      int64_t d = c.attr_int(0);
+      int64_t d = c.attr_int(A::dim);
       if (d < 0) d += x->ndim;
       TESSERA_SDK_CHECK(d >= 0 && d < x->ndim, "argmax: dim out of range");
       // make it contiguous to keep the index arithmetic simple

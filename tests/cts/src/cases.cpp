@@ -287,6 +287,18 @@ std::vector<Case> build() {
              return tessera::full({3, 5}, t == kBool ? Scalar(true) : Scalar(int64_t(2)),
                                   tessera::dtype(t).device(x[0].device()));
            });
+  // clamp: both bounds, one bound, min > max (gives max), NaN elements (stay NaN); an int tensor with a
+  // float bound computes in float32.
+  add_case(v, "clamp", "clamp", kSigned, unary_inputs(D::Any),
+           [](const Inputs& x, DType) { return tessera::clamp(x[0], -2, 3); });
+  add_case(v, "clamp_min", "clamp", kFloating, unary_inputs(D::Any),
+           [](const Inputs& x, DType) { return tessera::clamp(x[0], 0.25); });
+  add_case(v, "clamp_max", "clamp", kNumeric, unary_inputs(D::Small),
+           [](const Inputs& x, DType) { return tessera::clamp(x[0], std::nullopt, 2); });
+  add_case(v, "clamp_inverted", "clamp", kFloating, unary_inputs(D::Any),
+           [](const Inputs& x, DType) { return tessera::clamp(x[0], 1.5, -1.5); });
+  add_case(v, "clamp_float_bound", "clamp", {kInt32, kInt64}, unary_inputs(D::Any),
+           [](const Inputs& x, DType) { return tessera::clamp(x[0], -1.5, 2.5); });
   add_case(v, "arange", "arange", {kInt32, kInt64, kFloat32, kFloat64}, unary_inputs(D::Any),
            [](const Inputs& x, DType t) { return tessera::arange(0, 12, 1, tessera::dtype(t).device(x[0].device())); });
 
@@ -308,6 +320,8 @@ std::vector<Case> build() {
            [](const Inputs& x, DType) { return x[0].to(kBool); });
   add_case(v, "to_int64_nonfinite", "copy_", kFloating, special_inputs(nonfinite, {3, 4}),
            [](const Inputs& x, DType) { return x[0].to(kInt64); });
+  add_case(v, "clamp_nonfinite", "clamp", kFloating, special_inputs(nonfinite, {3, 4}),
+           [](const Inputs& x, DType) { return tessera::clamp(x[0], -1, 1); });
   // Tails where 1 + tanh(u) or 1 + erf(u) cancel, exp overflows, or x^3 overflows.
   const std::vector<double> tails = {-1e10, -100, -30, -10, -5, 5, 10, 30, 100, 1e10};
   const std::vector<DType> wide = {kFloat32, kFloat64};

@@ -48,6 +48,12 @@ std::vector<std::string> case_labels() {
   return v;
 }
 
+std::vector<std::string> case_ops() {
+  std::vector<std::string> v;
+  for (const Case& c : cases()) v.push_back(c.op);
+  return v;
+}
+
 // ---------------------------------------------------------------- globs and expected failures
 
 bool glob_match(const std::string& p, const std::string& t) {

@@ -58,6 +58,12 @@ struct Argument {
 
 enum class NodeKind : uint8_t { Placeholder, Call, Output };
 
+// The targets of the core view nodes (Note [Captured views]): views of the graph, not ops of the op
+// contract. Every other Call target is an op of tessera/op_info.h.
+inline constexpr const char kViewTarget[] = "view";
+inline constexpr const char kPermuteTarget[] = "permute";
+inline bool is_view_target(const std::string& target) { return target == kViewTarget || target == kPermuteTarget; }
+
 struct Node {
   NodeKind kind = NodeKind::Call;
   std::string target;               // Call: "add.Tensor"; Placeholder: the input's name; Output: ""

@@ -12,6 +12,7 @@
 #include "runtime/interpret.h"
 #include "tessera/checked_math.h"
 #include "tessera/compiler/codegen.h"
+#include "tessera/compiler/passes.h"
 #include "tessera/dispatcher.h"
 #include "tessera/error.h"
 #include "tessera/log.h"
@@ -146,7 +147,13 @@ const GeneratedSource& CompiledGraph::generated() const { return impl_->generate
 CompiledGraph CompiledGraph::compile(const ExportedProgram& program, const CompileOptions& options) {
   const auto t0 = std::chrono::steady_clock::now();
   auto impl = std::make_unique<Impl>();
-  impl->program = fuse_linear_epilogues(decompose_for_codegen(program));
+  // Codegen's rewrites run through the pass manager, so the verifier checks what each emits against
+  // the op contract (Note [Passes]); a broken rewrite fails here, naming itself.
+  impl->program = program;
+  PassManager()
+      .add("decompose_for_codegen", [](ExportedProgram& p) { p = decompose_for_codegen(p); return true; })
+      .add("fuse_linear_epilogues", [](ExportedProgram& p) { p = fuse_linear_epilogues(p); return true; })
+      .run(impl->program);
   impl->generated = generate_cpp(impl->program, options.isa ? *options.isa : select_cpu_isa());
   const std::string graph_text = impl->program.graph_string();
   CacheResult r = compile_cached(impl->generated.source, impl->generated.isa, options, graph_text);

@@ -62,6 +62,8 @@ Report run(const Options& options);
 
 // Labels of every case, in suite order.
 std::vector<std::string> case_labels();
+// The op (base name, "add") each case runs, in suite order.
+std::vector<std::string> case_ops();
 
 // An op x dtype table plus a summary line, for terminals.
 std::string format_table(const Report& report);

@@ -1,0 +1,201 @@
+// Shape rules of the nn, indexing and list ops of the catalogue (meta_rules.h).
+#include "memory_format_internal.h"
+#include "meta_rules.h"
+
+namespace tessera::meta {
+
+// ---- nn
+
+void check_same_dtype(const MetaCall& m, const TensorImpl& a, const TensorImpl& b, const char* an,
+                      const char* bn) {
+  TESSERA_CHECK(a.dtype() == b.dtype(), m.op_name, ": expected ", an, " and ", bn,
+                " to have the same dtype, got ", a.dtype(), " and ", b.dtype(), "; convert one with .to(",
+                a.dtype(), ")");
+}
+
+void meta_matmul(MetaCall& m) {
+  const TensorImpl& a = need(m, 0, "self");
+  const TensorImpl& b = need(m, 1, "other");
+  check_same_dtype(m, a, b, "self", "other");
+  m.add_output(sizes_by<shape::rules::matmul<int64_t>>(m), a.dtype());
+}
+
+void meta_linear(MetaCall& m) {
+  const TensorImpl& x = need(m, 0, "input");
+  const TensorImpl& w = need(m, 1, "weight");
+  check_same_dtype(m, x, w, "input", "weight");
+  Sz out = sizes_by<shape::rules::linear<int64_t>>(m);
+  if (m.has(2)) {
+    const TensorImpl& bias = *m.tensors[2];
+    check_same_dtype(m, x, bias, "input", "bias");
+    shape::check_broadcast_to<int64_t>(m.op_name, bias.sizes(), out.ref());
+  }
+  m.add_output(out, x.dtype());
+}
+
+void meta_softmax(MetaCall& m) {
+  const TensorImpl& x = need(m, 0, "self");
+  shape::wrap(m.op_name, attr_int(m, op::softmax::attr::dim), x.dim());
+  if (x.numel() == 0 && !is_floating(x.dtype())) {  // PyTorch returns an empty input before its dtype check
+    m.add_output(x.sizes(), x.dtype());
+    return;
+  }
+  meta_unary_float_only(m);
+}
+
+void check_normalized(const MetaCall& m, const TensorImpl& x, IntArrayRef ns) {
+  TESSERA_CHECK(!ns.empty(), m.op_name, ": normalized_shape must not be empty");
+  bool ok = int64_t(ns.size()) <= x.dim();
+  for (size_t i = 0; ok && i < ns.size(); ++i) ok = x.sizes()[size_t(x.dim()) - ns.size() + i] == ns[i];
+  TESSERA_CHECK(ok, m.op_name, ": given normalized_shape=", ns, ", expected input with shape [*, ",
+                shape::sizes_str(ns).substr(1), ", but got input of size ", x.sizes());
+}
+
+void meta_layer_norm(MetaCall& m) {
+  const TensorImpl& x = need(m, 0, "input");
+  IntArrayRef ns = attr_ints(m, op::layer_norm::attr::normalized_shape);
+  check_floating_input(m, x);
+  check_normalized(m, x, ns);
+  for (int i = 1; i <= 2; ++i)
+    if (m.has(i))
+      TESSERA_CHECK(m.t(i).sizes() == ns, m.op_name, ": ", i == 1 ? "weight" : "bias", " must have shape ",
+                    ns, ", got ", m.t(i).sizes());
+  DType r = float_of(x.dtype());
+  m.compute_dtype = r;
+  m.cast_mask = 0b111;
+  m.add_output(x.sizes(), r);
+}
+
+void meta_conv2d(MetaCall& m) {
+  const TensorImpl& x = need(m, 0, "input");
+  const TensorImpl& w = need(m, 1, "weight");
+  check_same_dtype(m, x, w, "input", "weight");
+  Sz out = sizes_by<shape::rules::conv2d<int64_t>>(m);
+  if (m.has(2)) {
+    TESSERA_CHECK(m.t(2).dim() == 1 && m.t(2).sizes()[0] == w.sizes()[0], m.op_name,
+                  ": bias must have shape [", w.sizes()[0], "], got ", m.t(2).sizes());
+    check_same_dtype(m, x, m.t(2), "input", "bias");
+  }
+  m.add_output(out, x.dtype());
+  // Note [Channels-last activations] (docs/semantics.md): PyTorch's rule, a channels-last input or
+  // weight gives a channels-last output, so that consecutive convs keep the layout their kernels
+  // read without a reorder.
+  if (out.size() == 4 && (detail::suggests_channels_last(x) || detail::suggests_channels_last(w)))
+    m.outputs[0].make_channels_last();
+}
+
+void meta_max_pool2d(MetaCall& m) {
+  const TensorImpl& x = need(m, 0, "self");
+  m.add_output(sizes_by<shape::rules::max_pool2d<int64_t>>(m), x.dtype());
+  // Note [Channels-last activations] (docs/semantics.md): PyTorch's pools keep their input's layout
+  // (a channels-last x is 4-D, and so is the output).
+  if (detail::suggests_channels_last(x)) m.outputs[0].make_channels_last();
+}
+
+void meta_avg_pool2d(MetaCall& m) {
+  const TensorImpl& x = need(m, 0, "self");
+  TESSERA_CHECK(x.dtype() != kBool, m.op_name, ": not supported for bool tensors");
+  m.add_output(sizes_by<shape::rules::avg_pool2d<int64_t>>(m), x.dtype());
+  if (detail::suggests_channels_last(x)) m.outputs[0].make_channels_last();  // as max_pool2d
+}
+
+void check_index_dtype(const MetaCall& m, const TensorImpl& idx, const char* name) {
+  TESSERA_CHECK(idx.dtype() == kInt64 || idx.dtype() == kInt32, m.op_name, ": ", name,
+                " must be an int64 or int32 tensor, got ", idx.dtype(), "; convert with .to(kInt64)");
+}
+
+void meta_embedding(MetaCall& m) {
+  const TensorImpl& w = need(m, 0, "weight");
+  const TensorImpl& idx = need(m, 1, "indices");
+  Sz out = sizes_by<shape::rules::embedding<int64_t>>(m);
+  check_index_dtype(m, idx, "indices");
+  m.add_output(out, w.dtype());
+}
+
+void meta_sdpa(MetaCall& m) {
+  const TensorImpl& q = need(m, 0, "query");
+  const TensorImpl& k = need(m, 1, "key");
+  const TensorImpl& v = need(m, 2, "value");
+  check_same_dtype(m, q, k, "query", "key");
+  check_same_dtype(m, q, v, "query", "value");
+  // PyTorch refuses integer and bool attention ("expected scalar type Float but found Long").
+  TESSERA_CHECK(is_floating(q.dtype()), m.op_name, ": query, key and value have dtype ", q.dtype(),
+                "; expected a floating dtype (float16, bfloat16, float32 or float64); convert them with .to(float32)");
+  Sz out = sizes_by<shape::rules::attention<int64_t>>(m);
+  if (m.has(3)) {
+    const TensorImpl& mask = m.t(3);
+    Sz scores(q.sizes().begin(), q.sizes().end() - 1);
+    scores.push_back(k.sizes()[size_t(k.dim() - 2)]);
+    shape::check_broadcast_to<int64_t>(m.op_name, mask.sizes(), scores.ref());
+    // PyTorch's rule: a float32 mask is added in float32 to the float32 scores of every floating
+    // query dtype, without rounding it to the query's dtype first.
+    TESSERA_CHECK(mask.dtype() == kBool || mask.dtype() == kFloat32 || mask.dtype() == q.dtype(), m.op_name,
+                  ": attn_mask has dtype ", mask.dtype(), "; expected bool, float32 or the query's dtype ", q.dtype(),
+                  " (convert it with .to(", q.dtype(), "))");
+    TESSERA_CHECK(!attr_bool(m, op::scaled_dot_product_attention::attr::is_causal), m.op_name,
+                  ": give either attn_mask or is_causal=true, not both");
+  }
+  m.compute_dtype = q.dtype();
+  m.cast_mask = 0b111;
+  m.add_output(out, q.dtype());
+}
+
+// The common dtype of a Tensor[] argument (each element defined).
+DType list_dtype(const MetaCall& m) {
+  TESSERA_CHECK(m.list_size > 0, m.op_name, ": expected a non-empty list of tensors");
+  ResultTypeState s;
+  for (int i = 0; i < m.list_size; ++i) {
+    const TensorImpl* t = m.tensors[m.list_begin + i];
+    TESSERA_CHECK(t, m.op_name, ": tensor ", i, " of the list is undefined");
+    s.add_tensor(t->dtype(), false, false);
+  }
+  return s.result();
+}
+
+// cat and stack: every element converted to the common dtype, sizes by the op's rule.
+template <Sz (*Rule)(const shape::SizeArgs<int64_t>&)>
+void meta_list_op(MetaCall& m) {
+  const DType common = list_dtype(m);
+  Sz out = sizes_by<Rule>(m);
+  m.compute_dtype = common;
+  m.cast_all = true;
+  m.add_output(out, common);
+}
+
+void meta_cat(MetaCall& m) { meta_list_op<shape::rules::cat<int64_t>>(m); }
+void meta_stack(MetaCall& m) { meta_list_op<shape::rules::stack<int64_t>>(m); }
+
+void meta_index_select(MetaCall& m) {
+  const TensorImpl& x = need(m, 0, "self");
+  const TensorImpl& idx = need(m, 1, "index");
+  check_index_dtype(m, idx, "index");
+  m.add_output(sizes_by<shape::rules::index_select<int64_t>>(m), x.dtype());
+}
+
+void meta_gather(MetaCall& m) {
+  const TensorImpl& x = need(m, 0, "self");
+  const TensorImpl& idx = need(m, 1, "index");
+  check_index_dtype(m, idx, "index");
+  int64_t d = shape::wrap(m.op_name, attr_int(m, op::gather::attr::dim), x.dim());
+  TESSERA_CHECK(idx.dim() == x.dim() || (x.dim() == 0 && idx.dim() <= 1), m.op_name,
+                ": index must have as many dimensions as self (", x.dim(), "), got ", idx.dim());
+  for (int64_t i = 0; i < x.dim(); ++i)
+    TESSERA_CHECK(i == d || idx.sizes()[size_t(i)] <= x.sizes()[size_t(i)], m.op_name, ": size of index ",
+                  idx.sizes(), " must not exceed self ", x.sizes(), " except at dimension ", d);
+  m.add_output(sizes_by<shape::rules::gather<int64_t>>(m), x.dtype());
+}
+
+void meta_rms_norm(MetaCall& m) {
+  const TensorImpl& x = need(m, 0, "input");
+  IntArrayRef ns = attr_ints(m, op::rms_norm::attr::normalized_shape);
+  check_floating_input(m, x);
+  check_normalized(m, x, ns);
+  if (m.has(1))
+    TESSERA_CHECK(m.t(1).sizes() == ns, m.op_name, ": weight must have shape ", ns, ", got ", m.t(1).sizes());
+  DType r = float_of(x.dtype());
+  m.compute_dtype = r;
+  m.cast_mask = 0b11;
+  m.add_output(x.sizes(), r);
+}
+
+}  // namespace tessera::meta
