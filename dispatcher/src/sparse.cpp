@@ -89,16 +89,10 @@ Tensor densify(const TensorImpl& t) {
   return out;
 }
 
-Tensor dense_form_for_print(const Tensor& t) { return to_dense(t).to(Device(DeviceType::CPU)); }
-
-// At the first semi-structured tensor: the kernels plugins, and the hook through which the core
-// prints such a tensor's values.
+// At the first semi-structured tensor: the kernels plugins.
 void first_semi_structured_tensor() {
   static std::once_flag once;
-  std::call_once(once, [] {
-    set_sparse_dense_form_hook(&dense_form_for_print);
-    load_plugins_of_kind(PluginKind::Kernels);
-  });
+  std::call_once(once, [] { load_plugins_of_kind(PluginKind::Kernels); });
 }
 
 bool is_semi_structured_dtype(DType dt) { return dt == kFloat32 || dt == kBFloat16 || dt == kFloat16 || dt == kInt8; }

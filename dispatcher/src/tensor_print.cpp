@@ -1,11 +1,11 @@
 // Printing tensors exactly like PyTorch's repr (torch/_tensor_str.py, default print options:
 // precision 4, threshold 1000, edgeitems 3, linewidth 80).
-#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <sstream>
 
+#include "tessera/sparse.h"
 #include "tessera/tensor.h"
 
 namespace tessera {
@@ -213,8 +213,6 @@ std::string size_tuple(IntArrayRef sizes) {
   return s + ")";
 }
 
-std::atomic<DenseFormHook> g_sparse_dense_form{nullptr};
-
 std::string add_suffixes(const std::string& tensor_str, const std::vector<std::string>& suffixes, int64_t indent) {
   std::string out = tensor_str;
   const size_t nl = tensor_str.rfind('\n');
@@ -244,8 +242,6 @@ std::string format_values(const Tensor& host, DType dt, int64_t indent) {
 
 }  // namespace
 
-void set_sparse_dense_form_hook(DenseFormHook hook) { g_sparse_dense_form.store(hook, std::memory_order_release); }
-
 std::string to_string(const Tensor& t) {
   if (!t.defined()) return "tensor(undefined)";
   const std::string prefix = "tensor(";
@@ -266,15 +262,10 @@ std::string to_string(const Tensor& t) {
   } else if (t.key_set().has(Functionality::Sparse)) {
     // A 2:4 semi-structured tensor: its dense values, then size, dtype and layout, the way PyTorch
     // prints a tensor of a sparse layout.
-    const DenseFormHook hook = g_sparse_dense_form.load(std::memory_order_acquire);
     suffixes.push_back("size=" + size_tuple(t.sizes()));
     suffixes.push_back("dtype=" + std::string(dtype_name(dt)));
     suffixes.push_back("layout=sparse_semi_structured(2:4)");
-    if (hook) {
-      body = format_values(hook(t), dt, indent);
-    } else {
-      body = "...";
-    }
+    body = format_values(sparse::to_dense(t).to(Device(DeviceType::CPU)), dt, indent);
   } else if (const Quantizer* q = t.impl()->quantizer()) {
     // As PyTorch: the dequantized values, then the representation and its parameters.
     body = format_values(detail::dequantize_reference(t), kFloat32, indent);

@@ -305,12 +305,6 @@ TESSERA_API MemOverlapStatus get_overlap_status(const TensorImpl& a, const Tenso
 TESSERA_API std::ostream& operator<<(std::ostream& os, const Tensor& t);
 TESSERA_API std::string to_string(const Tensor& t);
 
-// A tensor whose storage is not its values (a 2:4 semi-structured tensor, Sparse key) prints its
-// dense form, which only the layer that made it can compute: that layer installs this hook
-// (dispatcher/src/sparse.cpp). Without one, printing such a tensor shows its shape only.
-using DenseFormHook = Tensor (*)(const Tensor& t);
-TESSERA_API void set_sparse_dense_form_hook(DenseFormHook hook);
-
 // Free-function operators (dispatcher).
 TESSERA_API Tensor operator+(const Tensor& a, const Tensor& b);
 TESSERA_API Tensor operator-(const Tensor& a, const Tensor& b);
