@@ -26,7 +26,7 @@ from gen_ops import split_top_level  # noqa: E402
 PY_TYPES = {
     "Tensor": "Tensor | float | int | bool", "Tensor?": "Tensor | None", "Tensor[]": "Sequence[Tensor]",
     "int": "int", "int?": "int | None", "float": "float", "float?": "float | None", "bool": "bool",
-    "Scalar": "float | int | bool", "int[]": "Sequence[int] | int", "int[]?": "Sequence[int] | int | None",
+    "Scalar": "float | int | bool", "Scalar?": "float | int | bool | None", "int[]": "Sequence[int] | int", "int[]?": "Sequence[int] | int | None",
     "str": "str", "str?": "str | None", "ScalarType": "dtype", "ScalarType?": "dtype | None",
 }
 

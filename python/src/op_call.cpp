@@ -61,6 +61,8 @@ class PyOp {
           if (!h.is_none() && !nb::isinstance<Tensor>(h)) return false;
           break;
         case ArgType::Scalar:
+        case ArgType::OptionalScalar:
+          if (h.is_none() && params[i].type == ArgType::OptionalScalar) break;
           if (nb::isinstance<Tensor>(h) || !scalar_arg(h, s)) return false;
           break;
         default:
@@ -107,6 +109,7 @@ class PyOp {
         if (!scalar_arg(h, s) || !s.is_bool()) bad(h, a, i, "a bool");
         return s.to_bool();
       case ArgType::Scalar:
+      case ArgType::OptionalScalar:
         if (nb::isinstance<Tensor>(h) || !scalar_arg(h, s)) bad(h, a, i, "a number (bool, int or float)");
         if (s.is_bool()) return s.to_bool();
         if (s.is_integral()) return s.to_int();
