@@ -81,7 +81,7 @@ void BM_SixOpChain_Eager(benchmark::State& state) {
 }
 
 void BM_SixOpChain_Generated(benchmark::State& state) {
-  CompileOptions o;
+  CodegenOptions o;
   o.cache_dir = bench_cache();
   CompiledGraph cg = CompiledGraph::compile(six_op_chain(SymSize::symbol("n")), o);
   Tensor x = randn({k16M}), y = randn({k16M});
@@ -91,7 +91,7 @@ void BM_SixOpChain_Generated(benchmark::State& state) {
 
 // The same artifact specialised to the size: a dynamic one should cost no more.
 void BM_SixOpChain_GeneratedStatic(benchmark::State& state) {
-  CompileOptions o;
+  CodegenOptions o;
   o.cache_dir = bench_cache();
   CompiledGraph cg = CompiledGraph::compile(six_op_chain(k16M), o);
   Tensor x = randn({k16M}), y = randn({k16M});
@@ -110,7 +110,7 @@ void BM_HundredTinyOps_Eager(benchmark::State& state) {
 }
 
 void BM_HundredTinyOps_Generated(benchmark::State& state) {
-  CompileOptions o;
+  CodegenOptions o;
   o.cache_dir = bench_cache();
   CompiledGraph cg = CompiledGraph::compile(hundred_ops(16), o);
   Tensor x = randn({16});
@@ -121,7 +121,7 @@ void BM_HundredTinyOps_Generated(benchmark::State& state) {
 void BM_Compile_Cold(benchmark::State& state) {
   static int fresh = 0;
   for (auto _ : state) {
-    CompileOptions o;
+    CodegenOptions o;
     o.cache_dir = bench_cache() + "/cold" + std::to_string(fresh++);
     benchmark::DoNotOptimize(CompiledGraph::compile(six_op_chain(SymSize::symbol("n")), o));
   }
@@ -129,7 +129,7 @@ void BM_Compile_Cold(benchmark::State& state) {
 
 // Warm: the entry is in the cache (generate + check the entry's hash + dlopen).
 void BM_Compile_Warm(benchmark::State& state) {
-  CompileOptions o;
+  CodegenOptions o;
   o.cache_dir = bench_cache() + "/warm";
   CompiledGraph::compile(six_op_chain(SymSize::symbol("n")), o);
   for (auto _ : state) {

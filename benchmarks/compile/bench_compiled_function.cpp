@@ -45,7 +45,7 @@ void BM_TinyChain_Eager(benchmark::State& state) {
 
 // The generated function called directly: what a compiled call costs without its guards.
 void BM_TinyChain_GeneratedNoGuards(benchmark::State& state) {
-  compiler::codegen::CompileOptions o;
+  compiler::codegen::CodegenOptions o;
   o.cache_dir = bench_cache();
   auto cg = compiler::codegen::CompiledGraph::compile(export_program(chain, tiny_inputs()), o);
   for (auto _ : state) benchmark::DoNotOptimize(cg.run(tiny_inputs()));

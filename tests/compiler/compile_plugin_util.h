@@ -1,5 +1,5 @@
-// Helpers of the tests of tessera::compile through compiler plugins (compile_plugin_test.cpp,
-// compile_priority_test.cpp): the function they compile, options that name the backend, and the
+// Helpers of the tests of tessera::compile through compiler plugins (test_compile_plugin.cpp,
+// test_compile_priority.cpp): the function they compile, options that name the backend, and the
 // comparison of a result with the eager one.
 #pragma once
 

@@ -13,11 +13,18 @@ class Decomposer {
  public:
   explicit Decomposer(ExportedProgram& p) : p_(p), g_(p.graph) {}
 
-  void run() {
+  bool run() {
     std::vector<Node> old = std::move(g_.nodes);
     g_.nodes.clear();
-    for (Node& n : old)
-      if (!(n.kind == NodeKind::Call && n.outputs.size() == 1 && expand(n))) g_.nodes.push_back(std::move(n));
+    bool changed = false;
+    for (Node& n : old) {
+      if (n.kind == NodeKind::Call && n.outputs.size() == 1 && expand(n)) {
+        changed = true;
+        continue;
+      }
+      g_.nodes.push_back(std::move(n));
+    }
+    return changed;
   }
 
  private:
@@ -120,10 +127,6 @@ class Decomposer {
 
 }  // namespace
 
-ExportedProgram decompose_for_codegen(const ExportedProgram& program) {
-  ExportedProgram p = program;
-  Decomposer(p).run();
-  return p;
-}
+bool decompose_for_codegen(ExportedProgram& program) { return Decomposer(program).run(); }
 
 }  // namespace tessera::compiler::codegen

@@ -19,4 +19,19 @@ bool writes_in_place(const std::string& target);
 // The printed form of a node's arguments, a key for comparing nodes.
 std::string arguments_key(const Node& n);
 
+// Note [Verifier problems]
+// verify() and the program file's loader run the same checks (check_program). The first problem is
+// thrown as a VerifyProblem that says where it lies: the index of the node in graph.nodes (-1: the
+// signature or the graph as a whole) and the part of the node ("args", "outputs", "target", or ""
+// for the node itself). verify() turns it into "verify: <message>"; the loader into the JSON path of
+// the file it read ("model.tsr: program.json: nodes[4].target: <message>").
+struct VerifyProblem {
+  int64_t node = -1;
+  std::string field;
+  std::string message;
+};
+// Throws VerifyProblem on the first problem. `weights`: also check that every parameter and
+// constant has its weight, of the placeholder's type (the loader checks weights as it reads them).
+void check_program(const ExportedProgram& ep, bool weights);
+
 }  // namespace tessera::compiler

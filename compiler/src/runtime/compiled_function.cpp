@@ -236,7 +236,7 @@ struct CompiledFunction::State {
                         a->guards.str() + " run through the interpreter");
       if (!interpreter_backend && plugin.empty() && all_cpu) {
         try {
-          compiler::codegen::CompileOptions co;
+          compiler::codegen::CodegenOptions co;
           co.cache_dir = options.cache_dir;
           a->generated.emplace(compiler::codegen::CompiledGraph::compile(*program, co));
           a->backend = "cpp";

@@ -12,6 +12,7 @@
 #include "tessera/sparse.h"
 #include "tessera/sparse_format.h"
 #include "tessera/version.h"
+#include "passes/graph_edit.h"
 #include "serialize/untrusted.h"
 
 namespace tessera::compiler {
@@ -189,87 +190,18 @@ Argument parse_argument(const Field& a, size_t num_values) {
   a["kind"].fail("unknown argument kind '" + kind + "' (known: tensor, tensor_list, none, constant)");
 }
 
-// The graph's rules (Note [Export IR]) on a program read from a file.
-void check_program(const ExportedProgram& ep, const json& root, const std::string& what) {
-  const Graph& g = ep.graph;
-  Field nodes{root.at("nodes"), "nodes", what};
-  std::vector<int> defined(g.values.size(), -1);
-  size_t placeholders = 0, outputs = 0;
-  for (size_t i = 0; i < g.nodes.size(); ++i) {
-    const Node& n = g.nodes[i];
-    Field f = nodes.at(i);
-    auto use = [&](ValueId v, const std::string& where) {
-      if (defined[size_t(v)] < 0)
-        f.fail(where + " uses value " + std::to_string(v) + " before any node defines it");
-    };
-    for (size_t a = 0; a < n.args.size(); ++a)
-      for (ValueId v : n.args[a].values) use(v, "args[" + std::to_string(a) + "]");
-    for (ValueId v : n.outputs) {
-      if (defined[size_t(v)] >= 0)
-        f.fail("value " + std::to_string(v) + " is defined twice (also by nodes[" +
-               std::to_string(defined[size_t(v)]) + "])");
-      defined[size_t(v)] = int(i);
-    }
-    switch (n.kind) {
-      case NodeKind::Placeholder: {
-        if (n.outputs.size() != 1 || !n.args.empty())
-          f.fail("a placeholder has no args and exactly one output");
-        if (placeholders >= ep.signature.inputs.size() ||
-            ep.signature.inputs[placeholders].value != n.outputs[0])
-          f.fail("placeholder " + std::to_string(placeholders) + " does not match signature.inputs[" +
-                 std::to_string(placeholders) + "]");
-        ++placeholders;
-        break;
-      }
-      case NodeKind::Call: {
-        if (is_view_target(n.target)) {  // core views (Note [Captured views])
-          if (n.args.size() != 2 || n.args[0].kind != Argument::Kind::Tensor ||
-              n.args[1].kind != Argument::Kind::Constant ||
-              !std::holds_alternative<std::vector<int64_t>>(n.args[1].constant))
-            f["args"].fail(n.target + " takes a tensor and a list of integers");
-          if (n.outputs.size() != 1) f["outputs"].fail(n.target + " has exactly one output");
-          break;
-        }
-        OperatorEntry* op = Dispatcher::instance().find_op(n.target);
-        if (!op)
-          f["target"].fail("op '" + n.target + "' is not in this runtime's op contract (tessera " +
-                           TESSERA_VERSION_STRING + ", op contract '" + ep.op_contract_version +
-                           "' in the file); load the plugin that defines it or re-export with this runtime");
-        const FunctionSchema& s = Dispatcher::instance().schema(*op);
-        if (n.args.size() > s.arguments.size())
-          f["args"].fail(std::to_string(n.args.size()) + " arguments but " + s.full_name() + " takes " +
-                         std::to_string(s.arguments.size()));
-        if (n.outputs.size() != s.returns.size())
-          f["outputs"].fail(std::to_string(n.outputs.size()) + " outputs but " + s.full_name() + " returns " +
-                            std::to_string(s.returns.size()));
-        break;
-      }
-      case NodeKind::Output: {
-        if (i + 1 != g.nodes.size()) f.fail("the output node must be the last node");
-        for (const Argument& a : n.args)
-          if (a.kind != Argument::Kind::Tensor) f["args"].fail("the output node returns tensors only");
-        if (n.args.size() != ep.signature.outputs.size())
-          f["args"].fail(std::to_string(n.args.size()) + " returned values but signature.outputs has " +
-                         std::to_string(ep.signature.outputs.size()));
-        for (size_t k = 0; k < n.args.size(); ++k)
-          if (n.args[k].values[0] != ep.signature.outputs[k].value)
-            f["args"].fail("returned value " + std::to_string(k) + " does not match signature.outputs[" +
-                           std::to_string(k) + "]");
-        ++outputs;
-        break;
-      }
-    }
+// The graph's rules (Note [Export IR]) on a program read from a file: the verifier's checks, its
+// problem reported at the JSON path of the node (Note [Verifier problems] in passes/graph_edit.h).
+void check_parsed_program(const ExportedProgram& ep, const json& root, const std::string& what) {
+  try {
+    check_program(ep, /*weights=*/false);
+  } catch (const VerifyProblem& p) {
+    const Field top{root, "", what};
+    if (p.node < 0) top.fail(p.message);
+    const Field node = top["nodes"].at(size_t(p.node));
+    if (p.field.empty()) node.fail(p.message);
+    node[p.field.c_str()].fail(p.message);
   }
-  Field top{root, "", what};
-  if (outputs != 1) top.fail("nodes: expected one output node, found " + std::to_string(outputs));
-  if (placeholders != ep.signature.inputs.size())
-    top.fail("signature.inputs: " + std::to_string(ep.signature.inputs.size()) + " inputs but " +
-             std::to_string(placeholders) + " placeholders");
-  for (size_t v = 0; v < g.values.size(); ++v)
-    for (const SymSize& s : g.values[v].type.sizes)
-      for (const std::string& sym : s.symbols())
-        if (!ep.ranges.count(sym))
-          top.fail("values[" + std::to_string(v) + "].sizes: symbol '" + sym + "' has no entry in ranges");
 }
 
 }  // namespace
@@ -459,7 +391,7 @@ ExportedProgram parse_program_json_unescaped(std::string_view text, const std::s
     for (size_t o = 0; o < nout; ++o) node.outputs.push_back(outs.at(o).value_id(nv));
     ep.graph.nodes.push_back(std::move(node));
   }
-  check_program(ep, root, what);
+  check_parsed_program(ep, root, what);
   return ep;
 }
 

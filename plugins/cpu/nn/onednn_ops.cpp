@@ -241,7 +241,7 @@ memory::desc md_of(const MatOperand& op) {
 // The code generator rewrites linear (or matmul) -> bias add -> relu / gelu -> add(residual)
 // chains, and conv2d -> relu / gelu, into one call of the private op _linear_epilogue or
 // _conv2d_epilogue (defined by this plugin in register.cpp; the rewrite is
-// compiler/src/backends/cpp/epilogue.cpp). Each runs as one oneDNN primitive whose post-ops apply the
+// compiler/src/passes/fuse_linear_epilogues.cpp). Each runs as one oneDNN primitive whose post-ops apply the
 // activation and add the residual while the output tile is still in registers: no extra pass over
 // the output, and bf16 is rounded once (eager mode rounds after each op; the difference is within
 // bf16's tolerance).

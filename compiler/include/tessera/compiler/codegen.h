@@ -64,9 +64,21 @@ TESSERA_COMPILER_API GeneratedSource generate_cpp(const ExportedProgram& program
 // softmax and log_softmax over the last dim, and layer_norm and rms_norm over exactly the last
 // dim, on f32/bf16 CPU values, rewritten into the pointwise ops and last-dim reductions that
 // generate_cpp fuses (eps=None of rms_norm is float32's machine epsilon, as in eager mode). Each
-// rewritten node's output keeps its value id; other nodes are copied unchanged.
-// CompiledGraph::compile runs it before generate_cpp.
-TESSERA_COMPILER_API ExportedProgram decompose_for_codegen(const ExportedProgram& program);
+// rewritten node's output keeps its value id; other nodes are left as they are. A pass (Note
+// [Passes]): edits `program` in place and returns whether it changed anything.
+TESSERA_COMPILER_API bool decompose_for_codegen(ExportedProgram& program);
+
+// Rewrites each f32/bf16 CPU `linear` (or 2-D-weight `matmul`, through a permute of its weight)
+// followed by any of, in this order and each the only reader of what precedes it: add.Tensor of a
+// bias [N] (when the product has none), relu or gelu, add.Tensor of a residual of the result's type
+// (alpha 1), into one `_linear_epilogue(input, weight, bias, residual, activation)` node placed
+// where the last rewritten node was; the final value keeps its id. Likewise `conv2d` whose only
+// reader is relu or gelu becomes `_conv2d_epilogue(conv2d's arguments, activation)` (both ops are
+// the CPU backend's, declared in the contract; Note [Linear epilogues] in
+// plugins/cpu/nn/onednn_ops.cpp). Nothing is rewritten when the CPU backend does not implement the
+// op for the dtype, or when TESSERA_COMPILE_EPILOGUES (a boolean, default on) is off. A pass, like
+// decompose_for_codegen; CompiledGraph::compile runs both, in that order, through a PassManager.
+TESSERA_COMPILER_API bool fuse_linear_epilogues(ExportedProgram& program);
 
 // The system C++ compiler: $CXX when set, else `c++` on PATH.
 struct Toolchain {
@@ -76,14 +88,14 @@ struct Toolchain {
 // The compiler, or nullopt with `*why` saying what was looked for and how to fix it.
 TESSERA_COMPILER_API std::optional<Toolchain> find_toolchain(std::string* why = nullptr);
 
-struct CompileOptions {
+struct CodegenOptions {
   std::optional<CpuIsa> isa;  // (optional) defaults to select_cpu_isa()
   std::string cache_dir;      // (optional) defaults to TESSERA_CACHE_DIR, $XDG_CACHE_HOME/tessera/compile
                               // or ~/.cache/tessera/compile
 };
 
 // Where the disk cache lives for `options`.
-TESSERA_COMPILER_API std::string cache_directory(const CompileOptions& options = {});
+TESSERA_COMPILER_API std::string cache_directory(const CodegenOptions& options = {});
 
 struct CompileInfo {
   bool cache_hit = false;      // loaded from the disk cache without running the compiler
@@ -101,7 +113,7 @@ class TESSERA_COMPILER_API CompiledGraph {
   // find_toolchain), and InvalidArgument for a graph generate_cpp refuses. A corrupt or truncated
   // cache entry is compiled again, never loaded. TESSERA_COMPILE_DEBUG=dir keeps the graph text,
   // the source and the command line there.
-  static CompiledGraph compile(const ExportedProgram& program, const CompileOptions& options = {});
+  static CompiledGraph compile(const ExportedProgram& program, const CodegenOptions& options = {});
 
   // Runs on the user inputs (signature order; parameters and constants come from the program's
   // weights). Checks dtypes, devices, ranks and sizes against the graph and binds the symbols.

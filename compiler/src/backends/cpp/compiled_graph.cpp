@@ -6,7 +6,6 @@
 #include <chrono>
 #include <map>
 
-#include "backends/cpp/epilogue.h"
 #include "backends/cpp/generated_abi.h"
 #include "runtime/bind.h"
 #include "runtime/interpret.h"
@@ -144,15 +143,15 @@ CompiledGraph::~CompiledGraph() = default;
 const CompileInfo& CompiledGraph::info() const { return impl_->info; }
 const GeneratedSource& CompiledGraph::generated() const { return impl_->generated; }
 
-CompiledGraph CompiledGraph::compile(const ExportedProgram& program, const CompileOptions& options) {
+CompiledGraph CompiledGraph::compile(const ExportedProgram& program, const CodegenOptions& options) {
   const auto t0 = std::chrono::steady_clock::now();
   auto impl = std::make_unique<Impl>();
   // Codegen's rewrites run through the pass manager, so the verifier checks what each emits against
   // the op contract (Note [Passes]); a broken rewrite fails here, naming itself.
   impl->program = program;
   PassManager()
-      .add("decompose_for_codegen", [](ExportedProgram& p) { p = decompose_for_codegen(p); return true; })
-      .add("fuse_linear_epilogues", [](ExportedProgram& p) { p = fuse_linear_epilogues(p); return true; })
+      .add("decompose_for_codegen", decompose_for_codegen)
+      .add("fuse_linear_epilogues", fuse_linear_epilogues)
       .run(impl->program);
   impl->generated = generate_cpp(impl->program, options.isa ? *options.isa : select_cpu_isa());
   const std::string graph_text = impl->program.graph_string();

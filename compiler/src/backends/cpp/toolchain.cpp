@@ -133,7 +133,7 @@ std::optional<Toolchain> find_toolchain(std::string* why) {
   return it->second;
 }
 
-std::string cache_directory(const CompileOptions& options) {
+std::string cache_directory(const CodegenOptions& options) {
   if (!options.cache_dir.empty()) return options.cache_dir;
   if (const char* d = env_value("TESSERA_CACHE_DIR"); d && *d) return d;
   if (const char* x = env_value("XDG_CACHE_HOME"); x && *x) return (fs::path(x) / "tessera" / "compile").string();
@@ -200,7 +200,7 @@ void compile_warning(const std::string& message) {
   std::fwrite(line.data(), 1, line.size(), stderr);
 }
 
-CacheResult compile_cached(const std::string& source, CpuIsa isa, const CompileOptions& options,
+CacheResult compile_cached(const std::string& source, CpuIsa isa, const CodegenOptions& options,
                            const std::string& graph_text) {
   std::string why;
   auto tc = find_toolchain(&why);

@@ -25,7 +25,7 @@ std::string hash_hex(std::string_view bytes);
 std::vector<std::string> compile_flags(CpuIsa isa);
 // Finds `source` in the cache or compiles it into the cache. Throws Unavailable without a compiler
 // (after one warning under TESSERA_LOG=compile), Internal when the compiler rejects the source.
-CacheResult compile_cached(const std::string& source, CpuIsa isa, const CompileOptions& options,
+CacheResult compile_cached(const std::string& source, CpuIsa isa, const CodegenOptions& options,
                            const std::string& graph_text);
 
 }  // namespace tessera::compiler::codegen

@@ -1,7 +1,7 @@
 // fuse_linear_epilogues: linear or matmul -> bias add -> relu / gelu -> residual add chains become
 // one call of the CPU backend's _linear_epilogue, conv2d -> relu / gelu one _conv2d_epilogue
 // (Note [Linear epilogues] in plugins/cpu/nn/onednn_ops.cpp).
-#include "backends/cpp/epilogue.h"
+#include "tessera/compiler/codegen.h"
 
 #include <map>
 #include <optional>
@@ -17,10 +17,9 @@
 namespace tessera::compiler::codegen {
 namespace {
 
-// Plugin-internal ops of the CPU backend; not in the contract yet (TODO(#26): declare them in
-// ops.json with "provider": "cpu" and use op::X::name here).
-constexpr const char* kEpilogueOp = "_linear_epilogue";
-constexpr const char* kConvEpilogueOp = "_conv2d_epilogue";
+// Ops the CPU backend provides (declared in ops.json with "provider": "cpu").
+constexpr const char* kEpilogueOp = op::_linear_epilogue::name;
+constexpr const char* kConvEpilogueOp = op::_conv2d_epilogue::name;
 
 bool epilogue_op_available(DType dtype, const char* name = kEpilogueOp) {
   if (!ensure_backend_loaded(DeviceType::CPU)) return false;
@@ -40,7 +39,7 @@ class EpilogueFuser {
  public:
   explicit EpilogueFuser(ExportedProgram& p) : g_(p.graph) {}
 
-  void run() {
+  bool run() {
     for (const Node& n : g_.nodes)
       for (const Argument& a : n.args)
         for (ValueId v : a.values) ++reads_[v];
@@ -120,7 +119,7 @@ class EpilogueFuser {
       nodes.push_back(Node{NodeKind::Call, kEpilogueOp,
                            {n.args[0], weight, bias, residual, Argument::constant_value(activation)}, {v}});
     }
-    if (fused_at.empty()) return;
+    if (fused_at.empty()) return false;
     std::vector<Node> old = std::move(g_.nodes);
     g_.nodes.clear();
     for (size_t i = 0; i < old.size(); ++i) {
@@ -133,6 +132,7 @@ class EpilogueFuser {
       log_message(LogLevel::Info, "compile",
                   "fused " + std::to_string(fused_at.size()) + " linear/matmul/conv2d epilogue(s) into " +
                       kEpilogueOp + " / " + kConvEpilogueOp);
+    return true;
   }
 
   // conv2d -> relu / gelu: one _conv2d_epilogue with conv2d's arguments (defaults written out).
@@ -208,12 +208,10 @@ class EpilogueFuser {
 
 }  // namespace
 
-ExportedProgram fuse_linear_epilogues(const ExportedProgram& program) {
-  ExportedProgram p = program;
+bool fuse_linear_epilogues(ExportedProgram& program) {
   const char* flag = env_value("TESSERA_COMPILE_EPILOGUES");
-  if (flag && !parse_env_bool("TESSERA_COMPILE_EPILOGUES", flag)) return p;
-  EpilogueFuser(p).run();
-  return p;
+  if (flag && !parse_env_bool("TESSERA_COMPILE_EPILOGUES", flag)) return false;
+  return EpilogueFuser(program).run();
 }
 
 }  // namespace tessera::compiler::codegen

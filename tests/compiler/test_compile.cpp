@@ -228,7 +228,7 @@ TEST(Compile, InterpreterAndGeneratedCodeRefuseOneSymbolWithTwoSizesAlike) {
   opts.dynamic_shapes = {{{0, tessera::Dim{"batch", 1, 64}}}, {{0, tessera::Dim{"batch", 1, 64}}}};
   auto fn = [](const std::vector<Tensor>& in) { return std::vector<Tensor>{in[0] * in[1]}; };
   const auto ep = tessera::export_program(fn, {tessera::randn({3, 4}), tessera::randn({3, 4})}, opts);
-  tessera::compiler::codegen::CompileOptions co;
+  tessera::compiler::codegen::CodegenOptions co;
   co.cache_dir = temp_dir() + "/cache";
   const auto cg = tessera::compiler::codegen::CompiledGraph::compile(ep, co);
   const std::vector<Tensor> bad = {tessera::ones({5, 4}), tessera::ones({6, 4})};

@@ -266,10 +266,10 @@ TEST(ProgramFile, MissingOrMistypedFieldsNameTheEntryAndField) {
       {[](json& j) { j["values"][1]["dtype"] = "f33"; }, "values[1].dtype: unknown dtype 'f33'"},
       {[](json& j) { j["nodes"][5]["args"][2]["type"] = "complex"; },
        "nodes[5].args[2].type: unknown constant type"},
-      {[](json& j) { j["ranges"].erase("batch"); }, "symbol 'batch' has no entry in ranges"},
+      {[](json& j) { j["ranges"].erase("batch"); }, "nodes[0].outputs: placeholder 'x': symbol 'batch' of "},
       {[](json& j) { j["nodes"][4]["args"][0]["value"] = 5; },
-       "nodes[4]: args[0] uses value 5 before any node defines it"},
-      {[](json& j) { j["signature"]["outputs"][0]["value"] = 4; }, "does not match signature.outputs[0]"},
+       "nodes[4].args: node 4 ('relu') uses %5 before it is produced"},
+      {[](json& j) { j["signature"]["outputs"][0]["value"] = 4; }, ".args: output 0 is %5 but signature output "},
   };
   for (size_t i = 0; i < cases.size(); ++i) {
     std::string path = with_program_json(ep, "field" + std::to_string(i) + ".tsr", cases[i].edit);
@@ -284,7 +284,8 @@ TEST(ProgramFile, AnOpMissingFromThisRuntimeIsRefused) {
   std::string path =
       with_program_json(ep, "unknown_op.tsr", [](json& j) { j["nodes"][4]["target"] = "fancy_relu.vendor"; });
   std::string m = error_of([&] { load_program(path); });
-  EXPECT_CONTAINS(m, "nodes[4].target: op 'fancy_relu.vendor' is not in this runtime's op contract");
+  EXPECT_CONTAINS(m, "nodes[4].target: node 4 ('fancy_relu.vendor'): the op is not in this runtime's op contract");
+  EXPECT_CONTAINS(m, "load the plugin that defines it");
 }
 
 TEST(ProgramFile, AWeightOfTheWrongSizeIsRefused) {

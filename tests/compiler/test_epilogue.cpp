@@ -28,7 +28,7 @@ tessera::compiler_test::TempDir* const kTempDir = tessera::compiler_test::add_te
 std::string cache_dir() { return kTempDir->path(); }
 
 codegen::CompiledGraph compile_fn(const ExportFn& fn, const std::vector<Tensor>& inputs) {
-  codegen::CompileOptions o;
+  codegen::CodegenOptions o;
   o.cache_dir = cache_dir();
   return codegen::CompiledGraph::compile(export_program(fn, inputs), o);
 }

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "tessera/compiler/passes.h"
+#include "tessera/version.h"
 #include "tessera/tessera.h"
 
 namespace {
@@ -193,7 +194,10 @@ TEST(Passes, VerifierNamesWhatIsBroken) {
   {
     ExportedProgram bad = ep;
     bad.graph.nodes[2].target = "no_such_op";
-    EXPECT_EQ(error_of([&] { verify(bad); }), "verify: node 2 ('no_such_op'): the op is not in this runtime's op contract");
+    EXPECT_EQ(error_of([&] { verify(bad); }),
+              "verify: node 2 ('no_such_op'): the op is not in this runtime's op contract (tessera " +
+                  std::string(TESSERA_VERSION_STRING) + ", op contract '" + bad.op_contract_version +
+                  "' of the program); load the plugin that defines it or export again with this runtime");
   }
   {
     ExportedProgram bad = ep;
