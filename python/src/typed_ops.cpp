@@ -1,7 +1,11 @@
 // Typed fast paths of the boxed op calls (Note [Typed fast path]).
 #include <nanobind/stl/string.h>
 
+#include <deque>
+#include <string>
 #include <string_view>
+
+#include "tessera/dispatcher.h"
 
 #include "bindings.h"
 
@@ -17,6 +21,12 @@ namespace tessera::python {
 // keywords already bound by the Python wrapper to the same positions, a wrong type) returns false
 // and the boxed call runs, so its conversions and error messages stay the only ones. Both paths
 // dispatch the same operator, so kernels, export capture and errors raised by the op are the same.
+//
+// The same ops are also bound straight as functions of the extension (_C._typed_<name>, which
+// tessera/_ops.py takes instead of its Python wrapper) and as Tensor methods (t.exp()), with the
+// schema's argument names and defaults: this skips the Python wrapper and the op object's call,
+// about 0.25 µs of a 0.5 µs call. When the typed path declines, they make the boxed call through
+// _C.op(name, typed=False), so its messages stay the only ones.
 
 namespace {
 
@@ -101,46 +111,119 @@ bool reduce(const nb::args& args, nb::object& out) {
   return true;
 }
 
+// The argument names and defaults of each kind of entry (the schemas' of the ops below).
+enum class Kind { Unary, Binary, BinaryAlpha, Reduce };
+
 struct Entry {
   std::string_view name;
   TypedFastPath fn;
+  Kind kind;
 };
 
 // Ops of the contract whose ops.h function takes exactly the schema's arguments.
 constexpr Entry kTyped[] = {
-    {"add.Tensor", &binary_alpha<+[](const Tensor& a, const Tensor& b, const Scalar& s) { return add(a, b, s); }>},
-    {"sub.Tensor", &binary_alpha<+[](const Tensor& a, const Tensor& b, const Scalar& s) { return sub(a, b, s); }>},
-    {"mul.Tensor", &binary<+[](const Tensor& a, const Tensor& b) { return mul(a, b); }>},
-    {"div.Tensor", &binary<+[](const Tensor& a, const Tensor& b) { return div(a, b); }>},
-    {"maximum", &binary<+[](const Tensor& a, const Tensor& b) { return maximum(a, b); }>},
-    {"minimum", &binary<+[](const Tensor& a, const Tensor& b) { return minimum(a, b); }>},
-    {"eq.Tensor", &binary<+[](const Tensor& a, const Tensor& b) { return eq(a, b); }>},
-    {"ne.Tensor", &binary<+[](const Tensor& a, const Tensor& b) { return ne(a, b); }>},
-    {"lt.Tensor", &binary<+[](const Tensor& a, const Tensor& b) { return lt(a, b); }>},
-    {"le.Tensor", &binary<+[](const Tensor& a, const Tensor& b) { return le(a, b); }>},
-    {"gt.Tensor", &binary<+[](const Tensor& a, const Tensor& b) { return gt(a, b); }>},
-    {"ge.Tensor", &binary<+[](const Tensor& a, const Tensor& b) { return ge(a, b); }>},
-    {"logical_and", &binary<+[](const Tensor& a, const Tensor& b) { return logical_and(a, b); }>},
-    {"logical_or", &binary<+[](const Tensor& a, const Tensor& b) { return logical_or(a, b); }>},
-    {"matmul", &binary<+[](const Tensor& a, const Tensor& b) { return matmul(a, b); }>},
-    {"neg", &unary<+[](const Tensor& x) { return neg(x); }>},
-    {"abs", &unary<+[](const Tensor& x) { return abs(x); }>},
-    {"exp", &unary<+[](const Tensor& x) { return exp(x); }>},
-    {"log", &unary<+[](const Tensor& x) { return log(x); }>},
-    {"sqrt", &unary<+[](const Tensor& x) { return sqrt(x); }>},
-    {"rsqrt", &unary<+[](const Tensor& x) { return rsqrt(x); }>},
-    {"sin", &unary<+[](const Tensor& x) { return sin(x); }>},
-    {"cos", &unary<+[](const Tensor& x) { return cos(x); }>},
-    {"tanh", &unary<+[](const Tensor& x) { return tanh(x); }>},
-    {"sigmoid", &unary<+[](const Tensor& x) { return sigmoid(x); }>},
-    {"relu", &unary<+[](const Tensor& x) { return relu(x); }>},
-    {"silu", &unary<+[](const Tensor& x) { return silu(x); }>},
-    {"erf", &unary<+[](const Tensor& x) { return erf(x); }>},
-    {"sum", &reduce<+[](const Tensor& x, IntArrayRef d, bool k) { return sum(x, d, k); }>},
-    {"mean", &reduce<+[](const Tensor& x, IntArrayRef d, bool k) { return mean(x, d, k); }>},
+    {"add.Tensor", &binary_alpha<+[](const Tensor& a, const Tensor& b, const Scalar& s) { return add(a, b, s); }>, Kind::BinaryAlpha},
+    {"sub.Tensor", &binary_alpha<+[](const Tensor& a, const Tensor& b, const Scalar& s) { return sub(a, b, s); }>, Kind::BinaryAlpha},
+    {"mul.Tensor", &binary<+[](const Tensor& a, const Tensor& b) { return mul(a, b); }>, Kind::Binary},
+    {"div.Tensor", &binary<+[](const Tensor& a, const Tensor& b) { return div(a, b); }>, Kind::Binary},
+    {"maximum", &binary<+[](const Tensor& a, const Tensor& b) { return maximum(a, b); }>, Kind::Binary},
+    {"minimum", &binary<+[](const Tensor& a, const Tensor& b) { return minimum(a, b); }>, Kind::Binary},
+    {"eq.Tensor", &binary<+[](const Tensor& a, const Tensor& b) { return eq(a, b); }>, Kind::Binary},
+    {"ne.Tensor", &binary<+[](const Tensor& a, const Tensor& b) { return ne(a, b); }>, Kind::Binary},
+    {"lt.Tensor", &binary<+[](const Tensor& a, const Tensor& b) { return lt(a, b); }>, Kind::Binary},
+    {"le.Tensor", &binary<+[](const Tensor& a, const Tensor& b) { return le(a, b); }>, Kind::Binary},
+    {"gt.Tensor", &binary<+[](const Tensor& a, const Tensor& b) { return gt(a, b); }>, Kind::Binary},
+    {"ge.Tensor", &binary<+[](const Tensor& a, const Tensor& b) { return ge(a, b); }>, Kind::Binary},
+    {"logical_and", &binary<+[](const Tensor& a, const Tensor& b) { return logical_and(a, b); }>, Kind::Binary},
+    {"logical_or", &binary<+[](const Tensor& a, const Tensor& b) { return logical_or(a, b); }>, Kind::Binary},
+    {"matmul", &binary<+[](const Tensor& a, const Tensor& b) { return matmul(a, b); }>, Kind::Binary},
+    {"neg", &unary<+[](const Tensor& x) { return neg(x); }>, Kind::Unary},
+    {"abs", &unary<+[](const Tensor& x) { return abs(x); }>, Kind::Unary},
+    {"exp", &unary<+[](const Tensor& x) { return exp(x); }>, Kind::Unary},
+    {"log", &unary<+[](const Tensor& x) { return log(x); }>, Kind::Unary},
+    {"sqrt", &unary<+[](const Tensor& x) { return sqrt(x); }>, Kind::Unary},
+    {"rsqrt", &unary<+[](const Tensor& x) { return rsqrt(x); }>, Kind::Unary},
+    {"sin", &unary<+[](const Tensor& x) { return sin(x); }>, Kind::Unary},
+    {"cos", &unary<+[](const Tensor& x) { return cos(x); }>, Kind::Unary},
+    {"tanh", &unary<+[](const Tensor& x) { return tanh(x); }>, Kind::Unary},
+    {"sigmoid", &unary<+[](const Tensor& x) { return sigmoid(x); }>, Kind::Unary},
+    {"relu", &unary<+[](const Tensor& x) { return relu(x); }>, Kind::Unary},
+    {"silu", &unary<+[](const Tensor& x) { return silu(x); }>, Kind::Unary},
+    {"erf", &unary<+[](const Tensor& x) { return erf(x); }>, Kind::Unary},
+    {"sum", &reduce<+[](const Tensor& x, IntArrayRef d, bool k) { return sum(x, d, k); }>, Kind::Reduce},
+    {"mean", &reduce<+[](const Tensor& x, IntArrayRef d, bool k) { return mean(x, d, k); }>, Kind::Reduce},
 };
 
+// The boxed call of `full_name` (an _C.op object, created once and kept for the process).
+nb::object boxed_call(std::string_view full_name, const nb::args& args) {
+  static std::deque<std::pair<std::string, nb::handle>> ops;  // leaked: alive until exit
+  nb::handle op;
+  for (auto& [name, h] : ops)
+    if (name == full_name) op = h;
+  if (!op.is_valid()) {
+    op = nb::module_::import_("tessera._C").attr("op")(std::string(full_name), false).release();
+    ops.emplace_back(std::string(full_name), op);
+  }
+  return op(*args);
+}
+
+template <size_t I>
+nb::object call_typed(nb::tuple t) {
+  nb::args args = nb::steal<nb::args>(t.release());
+  nb::object out;
+  if (kTyped[I].fn(args, out)) return out;
+  return boxed_call(kTyped[I].name, args);
+}
+
+template <size_t I>
+void bind_one(nb::module_& m, nb::handle tensor_class) {
+  const auto& d = Dispatcher::instance();
+  OperatorEntry& op = Dispatcher::instance().op(kTyped[I].name);
+  static std::deque<std::string> docs;  // nanobind keeps the pointer
+  docs.push_back(d.doc(op) + "\n\nSchema: " + d.schema(op).str());
+  const char* doc = docs.back().c_str();
+  std::string base(kTyped[I].name.substr(0, kTyped[I].name.find('.')));
+  std::string fn_name = "_typed_" + base;
+  nb::class_<Tensor> cls = nb::borrow<nb::class_<Tensor>>(tensor_class);
+  using H = nb::handle;
+  switch (kTyped[I].kind) {
+    case Kind::Unary: {
+      auto f = [](H self) { return call_typed<I>(nb::make_tuple(self)); };
+      m.def(fn_name.c_str(), f, nb::arg("self"), doc);
+      cls.def(base.c_str(), f, doc);
+      break;
+    }
+    case Kind::Binary: {
+      auto f = [](H self, H other) { return call_typed<I>(nb::make_tuple(self, other)); };
+      m.def(fn_name.c_str(), f, nb::arg("self"), nb::arg("other"), doc);
+      cls.def(base.c_str(), f, nb::arg("other"), doc);
+      break;
+    }
+    case Kind::BinaryAlpha: {
+      auto f = [](H self, H other, H alpha) { return call_typed<I>(nb::make_tuple(self, other, alpha)); };
+      m.def(fn_name.c_str(), f, nb::arg("self"), nb::arg("other"), nb::kw_only(), nb::arg("alpha") = 1, doc);
+      cls.def(base.c_str(), f, nb::arg("other"), nb::kw_only(), nb::arg("alpha") = 1, doc);
+      break;
+    }
+    case Kind::Reduce: {
+      auto f = [](H self, H dim, H keepdim) { return call_typed<I>(nb::make_tuple(self, dim, keepdim)); };
+      m.def(fn_name.c_str(), f, nb::arg("self"), nb::arg("dim") = nb::tuple(), nb::arg("keepdim") = false, doc);
+      cls.def(base.c_str(), f, nb::arg("dim") = nb::tuple(), nb::arg("keepdim") = false, doc);
+      break;
+    }
+  }
+}
+
+template <size_t... I>
+void bind_all(nb::module_& m, nb::handle tensor_class, std::index_sequence<I...>) {
+  (bind_one<I>(m, tensor_class), ...);
+}
+
 }  // namespace
+
+void bind_typed_ops(nb::module_& m) {
+  bind_all(m, m.attr("Tensor"), std::make_index_sequence<std::size(kTyped)>());
+}
 
 TypedFastPath typed_fast_path(std::string_view full_name) {
   for (const Entry& e : kTyped)
