@@ -152,9 +152,10 @@ def generate(ops):
         out.append("")
     out += ["# Ops the extension binds straight to their typed C++ functions (Note [Typed fast path] in",
             "# python/src/typed_ops.cpp) replace their wrapper: the same names, defaults and errors, without",
-            "# the Python call. Only ops of one overload are bound there.",
-            "for _name in __all__:",
-            "    if hasattr(_C, '_typed_' + _name):",
+            "# the Python call; only an op of one overload whose full name is the binding's.",
+            "_ONE_OVERLOAD = %r" % {b: g[0][0] for b, g in sorted(groups.items()) if len(g) == 1},
+            "for _name, _full in getattr(_C, '_typed_names', {}).items():",
+            "    if _ONE_OVERLOAD.get(_name) == _full:",
             "        globals()[_name] = getattr(_C, '_typed_' + _name)",
             ""]
     if any(len(g) > 1 for g in groups.values()):

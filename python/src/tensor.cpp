@@ -93,7 +93,8 @@ int64_t checked_index(nb::handle h, int64_t size, int64_t dim) {
 Tensor mask_select(const Tensor& r, int64_t dim, const Tensor& mask, int64_t src_dim) {
   const int64_t k = mask.dim();
   if (k == 0) throw nb::index_error("a 0-dim boolean mask as an index is not supported yet; use a 1-D mask");
-  if (dim + k > r.dim()) throw nb::index_error("too many indices for the tensor: the mask has more dims than remain");
+  if (dim + k > r.dim())
+    throw nb::index_error("too many indices for the tensor: the mask has more dims than remain");
   for (int64_t i = 0; i < k; ++i) {
     if (mask.size(i) == r.size(dim + i)) continue;
     std::string mask_shape, shape;  // PyTorch's message: "[3] ... [3, 2]"

@@ -17,16 +17,19 @@ namespace tessera::python {
 // operators use (the Stack of variants in and out, the argument checks). For the common ops of the
 // contract whose ops.h function has the schema's arguments exactly, the call goes to that function
 // instead when every argument already has its plain type (a Tensor or a Python number for a Tensor,
-// a number for a Scalar, a tuple/list of ints for int[], a bool for bool). Anything else (None,
-// keywords already bound by the Python wrapper to the same positions, a wrong type) returns false
-// and the boxed call runs, so its conversions and error messages stay the only ones. Both paths
-// dispatch the same operator, so kernels, export capture and errors raised by the op are the same.
+// a number for a Scalar, a tuple/list of ints for int[], a bool for bool). Anything else (None, a
+// single int for int[], a wrong type) returns false and the boxed call runs, so its conversions and error
+// messages stay the only ones. Both paths dispatch the same operator, so kernels, export capture and errors
+// raised by the op are the same.
 //
-// The same ops are also bound straight as functions of the extension (_C._typed_<name>, which
-// tessera/_ops.py takes instead of its Python wrapper) and as Tensor methods (t.exp()), with the
-// schema's argument names and defaults: this skips the Python wrapper and the op object's call,
-// about 0.25 µs of a 0.5 µs call. When the typed path declines, they make the boxed call through
-// _C.op(name, typed=False), so its messages stay the only ones.
+// The same ops are also bound straight as functions of the extension (_C._typed_<name>) and as
+// Tensor methods (Tensor._typed_<name>), with the schema's argument names and defaults;
+// tessera/_ops.py takes the function instead of its Python wrapper, and tessera/_tensor_methods.py
+// the method as t.<name>(), which skips the wrapper and the op object's call (about 0.25 µs of a
+// 0.5 µs call). When the typed path declines they make the boxed call through
+// _C.op(name, typed=False), so its messages stay the only ones. _C._typed_names maps each bound
+// name to the op's full name: _ops.py takes a binding only for an op of that one overload, so an
+// overload added to the contract later keeps the generated function that picks among them.
 
 namespace {
 
@@ -122,8 +125,12 @@ struct Entry {
 
 // Ops of the contract whose ops.h function takes exactly the schema's arguments.
 constexpr Entry kTyped[] = {
-    {"add.Tensor", &binary_alpha<+[](const Tensor& a, const Tensor& b, const Scalar& s) { return add(a, b, s); }>, Kind::BinaryAlpha},
-    {"sub.Tensor", &binary_alpha<+[](const Tensor& a, const Tensor& b, const Scalar& s) { return sub(a, b, s); }>, Kind::BinaryAlpha},
+    {"add.Tensor",
+     &binary_alpha<+[](const Tensor& a, const Tensor& b, const Scalar& s) { return add(a, b, s); }>,
+     Kind::BinaryAlpha},
+    {"sub.Tensor",
+     &binary_alpha<+[](const Tensor& a, const Tensor& b, const Scalar& s) { return sub(a, b, s); }>,
+     Kind::BinaryAlpha},
     {"mul.Tensor", &binary<+[](const Tensor& a, const Tensor& b) { return mul(a, b); }>, Kind::Binary},
     {"div.Tensor", &binary<+[](const Tensor& a, const Tensor& b) { return div(a, b); }>, Kind::Binary},
     {"maximum", &binary<+[](const Tensor& a, const Tensor& b) { return maximum(a, b); }>, Kind::Binary},
@@ -134,7 +141,8 @@ constexpr Entry kTyped[] = {
     {"le.Tensor", &binary<+[](const Tensor& a, const Tensor& b) { return le(a, b); }>, Kind::Binary},
     {"gt.Tensor", &binary<+[](const Tensor& a, const Tensor& b) { return gt(a, b); }>, Kind::Binary},
     {"ge.Tensor", &binary<+[](const Tensor& a, const Tensor& b) { return ge(a, b); }>, Kind::Binary},
-    {"logical_and", &binary<+[](const Tensor& a, const Tensor& b) { return logical_and(a, b); }>, Kind::Binary},
+    {"logical_and", &binary<+[](const Tensor& a, const Tensor& b) { return logical_and(a, b); }>,
+     Kind::Binary},
     {"logical_or", &binary<+[](const Tensor& a, const Tensor& b) { return logical_or(a, b); }>, Kind::Binary},
     {"matmul", &binary<+[](const Tensor& a, const Tensor& b) { return matmul(a, b); }>, Kind::Binary},
     {"neg", &unary<+[](const Tensor& x) { return neg(x); }>, Kind::Unary},
@@ -176,39 +184,43 @@ nb::object call_typed(nb::tuple t) {
 }
 
 template <size_t I>
-void bind_one(nb::module_& m, nb::handle tensor_class) {
-  const auto& d = Dispatcher::instance();
-  OperatorEntry& op = Dispatcher::instance().op(kTyped[I].name);
+void bind_one(nb::module_& m, nb::handle tensor_class, nb::dict& names) {
+  auto& d = Dispatcher::instance();
+  OperatorEntry* found = d.find_op(kTyped[I].name);
+  if (!found) return;  // not in the catalogue (any more): the generated function stays
+  OperatorEntry& op = *found;
   static std::deque<std::string> docs;  // nanobind keeps the pointer
   docs.push_back(d.doc(op) + "\n\nSchema: " + d.schema(op).str());
   const char* doc = docs.back().c_str();
   std::string base(kTyped[I].name.substr(0, kTyped[I].name.find('.')));
   std::string fn_name = "_typed_" + base;
+  names[base.c_str()] = std::string(kTyped[I].name);
   nb::class_<Tensor> cls = nb::borrow<nb::class_<Tensor>>(tensor_class);
   using H = nb::handle;
   switch (kTyped[I].kind) {
     case Kind::Unary: {
       auto f = [](H self) { return call_typed<I>(nb::make_tuple(self)); };
       m.def(fn_name.c_str(), f, nb::arg("self"), doc);
-      cls.def(base.c_str(), f, doc);
+      cls.def(fn_name.c_str(), f, doc);
       break;
     }
     case Kind::Binary: {
       auto f = [](H self, H other) { return call_typed<I>(nb::make_tuple(self, other)); };
       m.def(fn_name.c_str(), f, nb::arg("self"), nb::arg("other"), doc);
-      cls.def(base.c_str(), f, nb::arg("other"), doc);
+      cls.def(fn_name.c_str(), f, nb::arg("other"), doc);
       break;
     }
     case Kind::BinaryAlpha: {
       auto f = [](H self, H other, H alpha) { return call_typed<I>(nb::make_tuple(self, other, alpha)); };
       m.def(fn_name.c_str(), f, nb::arg("self"), nb::arg("other"), nb::kw_only(), nb::arg("alpha") = 1, doc);
-      cls.def(base.c_str(), f, nb::arg("other"), nb::kw_only(), nb::arg("alpha") = 1, doc);
+      cls.def(fn_name.c_str(), f, nb::arg("other"), nb::kw_only(), nb::arg("alpha") = 1, doc);
       break;
     }
     case Kind::Reduce: {
       auto f = [](H self, H dim, H keepdim) { return call_typed<I>(nb::make_tuple(self, dim, keepdim)); };
-      m.def(fn_name.c_str(), f, nb::arg("self"), nb::arg("dim") = nb::tuple(), nb::arg("keepdim") = false, doc);
-      cls.def(base.c_str(), f, nb::arg("dim") = nb::tuple(), nb::arg("keepdim") = false, doc);
+      m.def(fn_name.c_str(), f, nb::arg("self"), nb::arg("dim") = nb::tuple(), nb::arg("keepdim") = false,
+            doc);
+      cls.def(fn_name.c_str(), f, nb::arg("dim") = nb::tuple(), nb::arg("keepdim") = false, doc);
       break;
     }
   }
@@ -216,7 +228,9 @@ void bind_one(nb::module_& m, nb::handle tensor_class) {
 
 template <size_t... I>
 void bind_all(nb::module_& m, nb::handle tensor_class, std::index_sequence<I...>) {
-  (bind_one<I>(m, tensor_class), ...);
+  nb::dict names;
+  (bind_one<I>(m, tensor_class, names), ...);
+  m.attr("_typed_names") = names;
 }
 
 }  // namespace
