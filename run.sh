@@ -106,6 +106,11 @@ case "$cmd" in
     ./build/release/bin/bench_torch_compare --contention --json build/bench/torch_compare.json
     python3 benchmarks/torch_compare/plot.py build/bench/torch_compare.json build/bench/torch_compare.png ||
       echo "(no plot: pip install matplotlib, then python3 benchmarks/torch_compare/plot.py)"
+    if [ -f build/release/python/tessera/__init__.py ]; then  # built unless TESSERA_BUILD_PYTHON=OFF
+      log "python: per-op overhead against PyTorch (when installed) and NumPy; a compiled NumPy function"
+      PYTHONPATH=build/release/python python3 python/bench/bench_overhead.py | tee build/bench/python_overhead.md
+      PYTHONPATH=build/release/python python3 python/bench/bench_numpy_compile.py | tee build/bench/python_numpy_compile.md
+    fi
     ;;
   *)
     echo "usage: ./run.sh demo | test | bench" >&2

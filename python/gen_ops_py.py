@@ -5,7 +5,8 @@
 
 One Python function per public op (ops whose name starts with "_" are internal and skipped), with the
 schema's argument names, defaults and keyword-only markers, calling the op through the dispatcher's
-boxed call (tessera._C.op(name), Dispatcher::call_boxed). Ops with several overloads (pow.Tensor_Tensor,
+boxed call (tessera._C.op(name), Dispatcher::call_boxed), or the extension's typed binding where it has one
+(python/src/typed_ops.cpp). Ops with several overloads (pow.Tensor_Tensor,
 pow.Tensor_Scalar) become one function that picks the overload whose argument types match. An
 in-place op (its first argument written, Tensor(a!)) returns that argument itself.
 
@@ -149,6 +150,14 @@ def generate(ops):
             out.append("    %r" % ("One of the overloads:\n\n%s\n    " % docs))
             out.append("    return resolve_overload(%r, _candidates_%s, args, kwargs)" % (base, base))
         out.append("")
+    out += ["# Ops the extension binds straight to their typed C++ functions (Note [Typed fast path] in",
+            "# python/src/typed_ops.cpp) replace their wrapper: the same names, defaults and errors, without",
+            "# the Python call; only an op of one overload whose full name is the binding's.",
+            "_ONE_OVERLOAD = %r" % {b: g[0][0] for b, g in sorted(groups.items()) if len(g) == 1},
+            "for _name, _full in getattr(_C, '_typed_names', {}).items():",
+            "    if _ONE_OVERLOAD.get(_name) == _full:",
+            "        globals()[_name] = getattr(_C, '_typed_' + _name)",
+            ""]
     if any(len(g) > 1 for g in groups.values()):
         stub.insert(1, "from typing import overload")
     return "\n".join(out) + "\n", "\n".join(stub) + "\n"

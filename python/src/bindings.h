@@ -1,6 +1,6 @@
 // tessera._C: the nanobind extension, thin over the C++ API (docs/python.md). One file per part:
 // module.cpp (dtype and device objects, errors), tensor.cpp (Tensor, operators, indexing),
-// op_call.cpp (boxed calls of contract ops, factories), interop.cpp (NumPy and DLPack),
+// op_call.cpp (boxed calls of contract ops, factories), typed_ops.cpp (their typed fast path), interop.cpp (NumPy and DLPack),
 // devices.cpp (privateuse names, plugins, streams and events), compiler.cpp (export, compile, .tsr), extras.cpp (quantization, 2:4
 // sparsity, the profiler).
 //
@@ -11,6 +11,8 @@
 // memory (from_numpy, from_dlpack) takes the GIL again in its deleter.
 #pragma once
 #include <nanobind/nanobind.h>
+
+#include <string_view>
 
 #include "tessera/tessera.h"
 
@@ -25,6 +27,7 @@ void bind_interop(nb::module_& m);
 void bind_devices(nb::module_& m);
 void bind_compiler(nb::module_& m);
 void bind_extras(nb::module_& m);
+void bind_typed_ops(nb::module_& m);  // after bind_tensor and bind_op_call
 
 // A dtype given as a tessera.dtype, a name ("float32") or anything whose str() is a name (a NumPy
 // dtype). Throws nb::type_error otherwise.
@@ -46,6 +49,11 @@ std::vector<int64_t> int_list_arg(nb::handle h, const char* what);
 // A CPU tensor sharing the memory of an array-like (NumPy array, DLPack producer); nested sequences
 // of numbers go through numpy.asarray first. Throws nb::type_error when `h` is none of those.
 Tensor array_like_arg(nb::handle h);
+// The typed call of a contract op by its full name ("add.Tensor"), or nullptr (Note [Typed fast
+// path] in typed_ops.cpp): true with the result in `out`, or false, leaving `out` alone and having
+// run nothing, when an argument is not of its plain type (the caller then makes the boxed call).
+using TypedFastPath = bool (*)(const nb::args& args, nb::object& out);
+TypedFastPath typed_fast_path(std::string_view full_name);
 // Shape arguments given either as f(2, 3) or f((2, 3)).
 std::vector<int64_t> shape_args(const nb::args& args, const char* what);
 

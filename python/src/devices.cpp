@@ -17,7 +17,7 @@ using Gil = nb::gil_scoped_release;
 nb::dict plugin_dict(const PluginInfo& p) {
   nb::dict d;
   d["name"] = p.name;
-  d["kind"] = p.kind;
+  d["kind"] = std::string(plugin_kind_name(p.kind));  // the manifest word: "backend", "compiler", ...
   d["version"] = p.version;
   d["status"] = std::string(plugin_status_name(p.status));
   d["reason"] = p.reason;

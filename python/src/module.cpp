@@ -214,6 +214,7 @@ NB_MODULE(_C, m) {
   tp::bind_types(m);
   tp::bind_tensor(m);
   tp::bind_op_call(m);
+  tp::bind_typed_ops(m);
   tp::bind_interop(m);
   tp::bind_devices(m);
   tp::bind_compiler(m);

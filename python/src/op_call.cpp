@@ -18,14 +18,20 @@ using Gil = nb::gil_scoped_release;
 // functions]: the generated functions of tessera/_ops.py bind keywords and defaults, then call this).
 class PyOp {
  public:
-  explicit PyOp(const std::string& name) : op_(&Dispatcher::instance().op(name)) {
+  // typed: take the typed fast path when the op has one (Note [Typed fast path]); false measures
+  // or tests the boxed call alone.
+  PyOp(const std::string& name, bool typed) : op_(&Dispatcher::instance().op(name)) {
     schema_ = &Dispatcher::instance().schema(*op_);
+    if (typed) typed_ = typed_fast_path(schema_->full_name());
   }
   std::string name() const { return schema_->full_name(); }
   std::string schema() const { return schema_->str(); }
+  bool typed() const { return typed_ != nullptr; }
 
   // Converts each argument to the boxed value of its schema type, then calls with the GIL released.
   nb::object call(const nb::args& args) const {
+    nb::object fast;
+    if (typed_ && typed_(args, fast)) return fast;
     const auto& params = schema_->arguments;
     if (args.size() > params.size())
       throw nb::type_error((name() + "() takes at most " + std::to_string(params.size()) + " arguments (" +
@@ -130,6 +136,7 @@ class PyOp {
 
   OperatorEntry* op_;
   const FunctionSchema* schema_;
+  TypedFastPath typed_ = nullptr;
 };
 
 TensorOptions options(nb::handle dtype, nb::handle device) {
@@ -151,8 +158,10 @@ Scalar scalar_or_throw(nb::handle h, const char* what) {
 void bind_op_call(nb::module_& m) {
   nb::class_<PyOp>(m, "op", "An operator of the catalogue by name (\"add.Tensor\"); call it with its "
                             "arguments in schema order (None: the default).")
-      .def(nb::init<const std::string&>(), nb::arg("name"))
+      .def(nb::init<const std::string&, bool>(), nb::arg("name"), nb::arg("typed") = true)
       .def_prop_ro("name", &PyOp::name)
+      .def_prop_ro("typed", &PyOp::typed, "True when calls take the typed fast path of ops.h "
+                                          "(Note [Typed fast path]); otherwise the boxed call.")
       .def_prop_ro("schema", &PyOp::schema)
       .def("accepts", &PyOp::accepts)
       .def("__call__", &PyOp::call)

@@ -80,9 +80,44 @@ int64_t checked_index(nb::handle h, int64_t size, int64_t dim) {
 // Note [Python indexing]
 // Basic indexing gives views, as in NumPy and PyTorch: an int selects (drops the dim), a slice
 // (any positive step) narrows with a stride, None inserts a dim of size 1, Ellipsis stands for the
-// dims not named. One integer tensor (1-D, int32/int64) gathers along its dim through index_select
-// and so copies, as advanced indexing does. Boolean masks and several tensor indices are not yet
-// supported and say so.
+// dims not named. Negative and zero steps are refused with PyTorch's message ("step must be greater
+// than zero"). One integer tensor (1-D, int32/int64) gathers along its dim through index_select and
+// so copies, as advanced indexing does; so does one boolean mask (Note [Boolean masks]). Several
+// tensor indices are not yet supported and say so.
+// Note [Boolean masks]
+// t[mask], as in PyTorch and NumPy: a bool mask of k >= 1 dims covers the k dims of `t` it starts at,
+// whose sizes it must match (IndexError naming the first that differs); the result holds, in row-major
+// order, the elements (or sub-tensors) where the mask is true, in one dim replacing the k: a copy.
+// The mask is read on the CPU (copied there from another device), the positions of its true
+// elements gathered through index_select on the k dims flattened.
+Tensor mask_select(const Tensor& r, int64_t dim, const Tensor& mask, int64_t src_dim) {
+  const int64_t k = mask.dim();
+  if (k == 0) throw nb::index_error("a 0-dim boolean mask as an index is not supported yet; use a 1-D mask");
+  if (dim + k > r.dim())
+    throw nb::index_error("too many indices for the tensor: the mask has more dims than remain");
+  for (int64_t i = 0; i < k; ++i) {
+    if (mask.size(i) == r.size(dim + i)) continue;
+    std::string mask_shape, shape;  // PyTorch's message: "[3] ... [3, 2]"
+    for (int64_t s : mask.sizes()) mask_shape += (mask_shape.empty() ? "" : ", ") + std::to_string(s);
+    for (int64_t s : r.sizes()) shape += (shape.empty() ? "" : ", ") + std::to_string(s);
+    throw nb::index_error(("The shape of the mask [" + mask_shape + "] at index " + std::to_string(i) +
+                           " does not match the shape of the indexed tensor [" + shape + "] at index " +
+                           std::to_string(src_dim + i))
+                              .c_str());
+  }
+  Gil gil;
+  Tensor m = mask.cpu().contiguous();
+  const bool* bits = m.const_data_ptr<bool>();
+  std::vector<int64_t> positions;
+  for (int64_t i = 0, n = m.numel(); i < n; ++i)
+    if (bits[i]) positions.push_back(i);
+  std::vector<int64_t> sizes(r.sizes().begin(), r.sizes().begin() + dim);
+  sizes.push_back(m.numel());
+  sizes.insert(sizes.end(), r.sizes().begin() + dim + k, r.sizes().end());
+  Tensor where = tensor<int64_t>(positions, {int64_t(positions.size())}, TensorOptions().device(r.device()));
+  return index_select(r.reshape(sizes), dim, where);
+}
+
 Tensor index(const Tensor& self, nb::handle idx) {
   std::vector<nb::handle> items;
   nb::object keep;  // owns the tuple while `items` borrows from it
@@ -98,6 +133,13 @@ Tensor index(const Tensor& self, nb::handle idx) {
     if (h.ptr() == Py_Ellipsis) {
       ++ellipses;
       continue;
+    }
+    if (nb::isinstance<Tensor>(h)) {
+      const Tensor& t = nb::cast<const Tensor&>(h);
+      if (t.dtype() == kBool) {  // a mask covers as many dims as it has
+        consumed += t.dim();
+        continue;
+      }
     }
     ++consumed;
   }
@@ -120,7 +162,7 @@ Tensor index(const Tensor& self, nb::handle idx) {
     } else if (PySlice_Check(h.ptr())) {
       Py_ssize_t start, stop, step;
       if (PySlice_Unpack(h.ptr(), &start, &stop, &step) < 0) throw nb::python_error();
-      if (step <= 0) throw nb::value_error("slice step must be positive (negative steps are not supported, as in PyTorch)");
+      if (step <= 0) throw nb::value_error("step must be greater than zero");  // PyTorch's words
       int64_t size = r.size(dim);
       Py_ssize_t len = PySlice_AdjustIndices(Py_ssize_t(size), &start, &stop, step);
       std::vector<int64_t> sizes(r.sizes().begin(), r.sizes().end());
@@ -133,8 +175,13 @@ Tensor index(const Tensor& self, nb::handle idx) {
       ++src_dim;
     } else if (nb::isinstance<Tensor>(h)) {
       Tensor t = nb::cast<Tensor>(h);
-      if (t.dtype() == kBool) throw nb::index_error("boolean mask indexing is not supported yet (docs/python.md)");
       if (gathered) throw nb::index_error("only one tensor index per indexing expression is supported yet");
+      if (t.dtype() == kBool) {
+        gathered = true;
+        r = mask_select(r, dim++, t, src_dim);
+        src_dim += t.dim();
+        continue;
+      }
       if (!is_integral(t.dtype()) || t.dim() != 1)
         throw nb::index_error("a tensor index must be a 1-D integer tensor");
       gathered = true;

@@ -63,4 +63,8 @@ def install(Tensor, ops):
         setattr(Tensor, name, f)
     for name in ops.METHOD_NAMES:
         if not hasattr(Tensor, name):
-            setattr(Tensor, name, getattr(ops, name))
+            f = getattr(ops, name)
+            # An op bound to its typed function (python/src/typed_ops.cpp) has its method form too.
+            if f is getattr(_C, "_typed_" + name, None):
+                f = getattr(Tensor, "_typed_" + name)
+            setattr(Tensor, name, f)

@@ -43,8 +43,13 @@ def test_index_errors():
         t[0, 0, 0]
     with pytest.raises(IndexError, match="single ellipsis"):
         t[..., ...]
-    with pytest.raises(IndexError, match="boolean mask"):
-        t[t > 0]
+    with pytest.raises(IndexError, match=r"The shape of the mask \[4\] at index 0 does not match the shape of the "
+                                         r"indexed tensor \[3, 4\] at index 0"):  # PyTorch's words
+        t[tessera.ones(4) > 0]
+    with pytest.raises(ValueError, match="^step must be greater than zero$"):  # PyTorch's words
+        t[::-1]
+    with pytest.raises(ValueError, match="slice step cannot be zero"):  # Python's, as in PyTorch
+        t[:, ::0]
 
 
 def test_runtime_errors():

@@ -175,3 +175,31 @@ def test_type_stubs_are_generated():
         assert tree.body, stub
     assert "class Tensor" in (pkg / "_C.pyi").read_text() and (pkg / "py.typed").exists()
     assert "def softmax(self: Tensor" in (pkg / "_ops.pyi").read_text()
+
+
+def test_typed_bindings_match_the_boxed_call(rng):
+    """The common ops bound to their typed C++ functions (python/src/typed_ops.cpp) are what tessera.<op>
+    and t.<op>() are, and give what the boxed call gives, with its argument errors."""
+    names = tessera._C._typed_names
+    assert {"add", "mul", "relu", "exp", "sum"} <= set(names)
+    a = tessera.from_numpy(rng.random((3, 4), dtype=np.float32) + 0.5)
+    b = tessera.from_numpy(rng.random((3, 4), dtype=np.float32) + 0.5)
+    for name, full in names.items():
+        f = getattr(tessera, name)
+        assert f is getattr(tessera._C, "_typed_" + name), name
+        assert getattr(tessera.Tensor, name) is getattr(tessera.Tensor, "_typed_" + name), name
+        boxed = tessera._C.op(full, typed=False)
+        assert not boxed.typed and tessera._C.op(full).typed
+        nargs = 2 if "other" in boxed.schema else 1
+        args = (a, b.T if name == "matmul" else b)[:nargs]
+        want = boxed(*args).numpy()
+        np.testing.assert_array_equal(f(*args).numpy(), want, err_msg=name)
+        np.testing.assert_array_equal(getattr(a, name)(*args[1:]).numpy(), want, err_msg=name)
+    # Numbers for tensors, keywords, defaults and the boxed fallback (an int for int[]).
+    np.testing.assert_allclose(tessera.add(a, 2.0, alpha=3).numpy(), a.numpy() + 6.0, rtol=1e-6)
+    np.testing.assert_allclose(a.sum(1, keepdim=True).numpy(), a.numpy().sum(1, keepdims=True), rtol=1e-6)
+    np.testing.assert_allclose(tessera.sum(a, dim=(0,)).numpy(), a.numpy().sum(0), rtol=1e-6)
+    with pytest.raises(TypeError, match=r"add.Tensor\(\): argument 'other' \(position 2\) must be a Tensor or a number"):
+        tessera.add(a, "x")
+    with pytest.raises(TypeError, match=r"sum\(\): argument 'keepdim' \(position 3\) must be a bool"):
+        tessera.sum(a, (0,), 1)

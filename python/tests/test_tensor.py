@@ -119,6 +119,24 @@ def test_tensor_index_gathers(rng):
     np.testing.assert_array_equal(got.numpy(), a[:, [2, 1]])
 
 
+def test_boolean_mask_copies_as_numpy(rng):
+    a = rand(rng, 4, 5, 3)
+    t = tessera.from_numpy(a)
+    masks = [(a > 0), (a[:, :, 0] > 0), (a[:, 0, 0] > 0), np.zeros(4, bool), np.ones((4, 5), bool)]
+    for m in masks:
+        got = t[tessera.from_numpy(m)]
+        want = a[m]
+        assert got.shape == want.shape, m.shape
+        np.testing.assert_array_equal(got.numpy(), want)
+        if got.numel():
+            assert not np.shares_memory(got.numpy(), a)  # a copy, as in PyTorch and NumPy
+    m = a[0, :, 0] > 0  # a mask after other indices: t[1:, mask] and t[..., mask-over-the-last-dim]
+    np.testing.assert_array_equal(t[1:, tessera.from_numpy(m)].numpy(), a[1:, m])
+    m2 = a[0, 0, :] > 0
+    np.testing.assert_array_equal(t[..., tessera.from_numpy(m2)].numpy(), a[..., m2])
+    np.testing.assert_array_equal(t[t > 0].numpy(), a[a > 0])  # a mask made by a tessera op
+
+
 def test_setitem(rng):
     a = rand(rng, 3, 4)
     t = tessera.from_numpy(a)  # shares: writes land in `a`
