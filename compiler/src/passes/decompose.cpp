@@ -4,6 +4,7 @@
 
 #include "capture/capture_shapes.h"
 #include "passes/graph_edit.h"
+#include "runtime/interpret.h"
 #include "tessera/compiler/passes.h"
 #include "tessera/dispatcher.h"
 #include "tessera/ops.h"
@@ -11,14 +12,6 @@
 namespace tessera::compiler {
 
 namespace {
-
-Value constant_value(const Constant& c) {
-  return std::visit([](const auto& v) -> Value {
-    using T = std::decay_t<decltype(v)>;
-    if constexpr (std::is_same_v<T, std::monostate>) return std::monostate{};
-    else return v;
-  }, c);
-}
 
 // Copies the Call nodes of `sub` into `ep` before node `at`: sub's user inputs stand for `inputs`;
 // new values take sub's types on `device`. Returns ep's value for each sub value (-1: none).

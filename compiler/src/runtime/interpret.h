@@ -5,8 +5,12 @@
 #include <vector>
 
 #include "tessera/compiler/ir.h"
+#include "tessera/dispatcher.h"
 
 namespace tessera::compiler {
+
+// A node's constant argument as a boxed operator argument (None stays None).
+Value constant_value(const Constant& c);
 
 // Runs Call node `n` on the tensors of `env` (indexed by value id) with the symbols bound to
 // `bindings`; returns its outputs (unchecked against the graph's types).

@@ -45,6 +45,8 @@ Tensor wrapped_number(const Constant& c) {
   return t;
 }
 
+}  // namespace
+
 Value constant_value(const Constant& c) {
   return std::visit([](const auto& v) -> Value {
     using T = std::decay_t<decltype(v)>;
@@ -52,8 +54,6 @@ Value constant_value(const Constant& c) {
     else return v;
   }, c);
 }
-
-}  // namespace
 
 std::vector<Tensor> execute_node(const Graph& graph, const Node& n, const std::vector<Tensor>& env,
                                  const std::map<std::string, int64_t>& bindings) {
