@@ -32,7 +32,14 @@ tessera_status_t clone_kernel(void*, const tessera_kernel_call_t* call) {
 
 enum class RandomKind { Uniform, Normal };
 
-// Attributes: (a, b, seed, offset) with (a, b) = (from, to) or (mean, std); a and b may be absent.
+// Attributes: (a, b, seed, offset) with (a, b) = (from, to) for uniform_, (mean, std) for normal_:
+// one layout, read through normal_'s indices (tessera/op_names.h).
+using RandomAttr = op::normal_::attr;
+static_assert(op::uniform_::attr::from == int(RandomAttr::mean) &&
+              op::uniform_::attr::to == int(RandomAttr::std) &&
+              op::uniform_::attr::seed == int(RandomAttr::seed) &&
+              op::uniform_::attr::offset == int(RandomAttr::offset));
+
 tessera_status_t random_kernel(void* user_data, const tessera_kernel_call_t* call) {
   return guarded(call, [&](const KernelCall& c) {
     const RandomKind kind = RandomKind(reinterpret_cast<intptr_t>(user_data));
@@ -40,12 +47,16 @@ tessera_status_t random_kernel(void* user_data, const tessera_kernel_call_t* cal
     TESSERA_SDK_CHECK(dtype_is_floating(self->dtype), std::string(kind == RandomKind::Uniform ? "uniform_" : "normal_") +
                                                           ": tensor has dtype " + dtype_name(self->dtype) +
                                                           "; expected a floating dtype");
+    using A = RandomAttr;
     const int na = c.num_attrs();
-    TESSERA_SDK_CHECK(na >= 2, "random op needs the seed and offset attributes, got " + std::to_string(na) + " attributes");
-    const double a = na >= 4 ? c.attr_double(0) : (kind == RandomKind::Uniform ? 0.0 : 0.0);
-    const double b = na >= 4 ? c.attr_double(1) : 1.0;
-    const uint64_t seed = uint64_t(c.attr_int(na - 2));
-    const uint64_t offset = uint64_t(c.attr_int(na - 1));
+    TESSERA_SDK_CHECK(na > A::offset, std::string(c.op_name()) + " needs its " +
+                                          std::to_string(A::offset + 1) + " attributes (" +
+                                          (kind == RandomKind::Uniform ? "from, to" : "mean, std") +
+                                          ", seed, offset), got " + std::to_string(na));
+    const double a = c.attr_double(A::mean);
+    const double b = c.attr_double(A::std);
+    const uint64_t seed = uint64_t(c.attr_int(A::seed));
+    const uint64_t offset = uint64_t(c.attr_int(A::offset));
     TempList temps;
     const bool contig = TensorView(self).is_contiguous();
     const tessera_tensor_t* target = self;
@@ -75,23 +86,13 @@ tessera_status_t random_kernel(void* user_data, const tessera_kernel_call_t* cal
 tessera_status_t arange_kernel(void*, const tessera_kernel_call_t* call) {
   return guarded(call, [&](const KernelCall& c) {
     const tessera_tensor_t* out = c.raw()->outputs[0];
-    // (end) | (start, end) | (start, end, step), followed by optional dtype/... attributes
-    int nums = 0;
-    for (int i = 0; i < c.num_attrs() && nums < 3; ++i) {
-      const int k = c.attr(i).kind;
-      if (k == TESSERA_VALUE_INT || k == TESSERA_VALUE_DOUBLE || k == TESSERA_VALUE_BOOL) ++nums;
-      else break;
-    }
-    double start = 0, step = 1;
-    int64_t istart = 0, istep = 1;
-    if (nums >= 2) {
-      start = c.attr_double(0);
-      istart = c.attr_int(0);
-    }
-    if (nums >= 3) {
-      step = c.attr_double(2);
-      istep = c.attr_int(2);
-    }
+    // arange(start, end, step, dtype): the shape rule has sized the output from them; end is not read.
+    using A = op::arange::attr;
+    TESSERA_SDK_CHECK(c.num_attrs() > A::step, std::string(c.op_name()) +
+                                                   " needs start, end and step attributes, got " +
+                                                   std::to_string(c.num_attrs()));
+    const double start = c.attr_double(A::start), step = c.attr_double(A::step);
+    const int64_t istart = c.attr_int(A::start), istep = c.attr_int(A::step);
     char* base = static_cast<char*>(out->data) + out->byte_offset;
     const int64_t st = out->ndim == 1 ? out->strides[0] : 1;
     visit(out->dtype, [&](auto tag) {
