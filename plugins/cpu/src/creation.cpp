@@ -7,10 +7,14 @@ namespace {
 
 tessera_status_t fill_kernel(void*, const tessera_kernel_call_t* call) {
   return guarded(call, [&](const KernelCall& c) {
-    const tessera_tensor_t* self = c.num_outputs() > 0 ? c.raw()->outputs[0] : c.raw()->inputs[0];
-    OwnedTensor v = c.num_inputs() > 1 && c.raw()->inputs[1] ? OwnedTensor(nullptr, 0, self->dtype)
-                                                               : scalar_tensor(c, 0, self->dtype);
-    if (c.num_inputs() > 1 && c.raw()->inputs[1]) {  // fill_.Tensor: a 0-dim value tensor
+    const tessera_tensor_t* self =
+        c.num_outputs() > 0 ? c.raw()->outputs[0] : c.raw()->inputs[op::fill_::tensor::self];
+    OwnedTensor v = c.num_inputs() > 1 && c.raw()->inputs[1]
+                        ? OwnedTensor(nullptr, 0, self->dtype)
+                        : scalar_tensor(c, op::fill_::attr::value, self->dtype);
+    // A 0-dim value tensor (PyTorch's fill_.Tensor): not in the contract's fill_ schema, so inputs[1]
+    // has no op_names.h constant; kept for a caller that defines such an op.
+    if (c.num_inputs() > 1 && c.raw()->inputs[1]) {
       copy_tensor(v.raw(), c.raw()->inputs[1]);
     }
     copy_tensor(self, v.raw());
@@ -19,15 +23,20 @@ tessera_status_t fill_kernel(void*, const tessera_kernel_call_t* call) {
 
 tessera_status_t copy_kernel(void*, const tessera_kernel_call_t* call) {
   return guarded(call, [&](const KernelCall& c) {
-    const tessera_tensor_t* dst = c.num_outputs() > 0 ? c.raw()->outputs[0] : c.raw()->inputs[0];
-    const tessera_tensor_t* src = c.raw()->inputs[c.num_inputs() > 1 ? 1 : 0];
+    using T = op::copy_::tensor;
+    const tessera_tensor_t* dst = c.num_outputs() > 0 ? c.raw()->outputs[0] : c.raw()->inputs[T::self];
+    const tessera_tensor_t* src = c.raw()->inputs[c.num_inputs() > T::src ? T::src : T::self];
     copy_tensor(dst, src);
   });
 }
 
-// clone / contiguous / _to_copy: the output is a fresh tensor; the input is inputs[0].
+// clone / contiguous / _to_copy: the output is a fresh tensor; the input is self.
+static_assert(op::contiguous::tensor::self == int(op::clone::tensor::self) &&
+              op::_to_copy::tensor::self == int(op::clone::tensor::self));
 tessera_status_t clone_kernel(void*, const tessera_kernel_call_t* call) {
-  return guarded(call, [&](const KernelCall& c) { copy_tensor(c.raw()->outputs[0], c.raw()->inputs[0]); });
+  return guarded(call, [&](const KernelCall& c) {
+    copy_tensor(c.raw()->outputs[0], c.raw()->inputs[op::clone::tensor::self]);
+  });
 }
 
 enum class RandomKind { Uniform, Normal };
@@ -43,7 +52,9 @@ static_assert(op::uniform_::attr::from == int(RandomAttr::mean) &&
 tessera_status_t random_kernel(void* user_data, const tessera_kernel_call_t* call) {
   return guarded(call, [&](const KernelCall& c) {
     const RandomKind kind = RandomKind(reinterpret_cast<intptr_t>(user_data));
-    const tessera_tensor_t* self = c.num_outputs() > 0 ? c.raw()->outputs[0] : c.raw()->inputs[0];
+    static_assert(op::uniform_::tensor::self == int(op::normal_::tensor::self));
+    const tessera_tensor_t* self =
+        c.num_outputs() > 0 ? c.raw()->outputs[0] : c.raw()->inputs[op::normal_::tensor::self];
     TESSERA_SDK_CHECK(dtype_is_floating(self->dtype), std::string(kind == RandomKind::Uniform ? "uniform_" : "normal_") +
                                                           ": tensor has dtype " + dtype_name(self->dtype) +
                                                           "; expected a floating dtype");

@@ -9,7 +9,6 @@
 #include <atomic>
 #include <cmath>
 #include <cstring>
-#include <initializer_list>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -208,27 +207,13 @@ HostNumber attr_number(const KernelCall& call, int attr) {
 }
 
 // Argument positions come from the contract (tessera/op_names.h). A kernel serving several ops reads
-// through one op's indices; the asserts say the others have the same layout.
-constexpr bool same_layout(std::initializer_list<int> positions) {
-  for (int p : positions)
-    if (p != *positions.begin()) return false;
-  return true;
-}
+// through one op's indices; the static_assert above it says the others have the same layout.
 using Binary = op::add_Tensor;
-static_assert(same_layout({Binary::attr::alpha, op::sub_Tensor::attr::alpha, op::add__Tensor::attr::alpha}));
-static_assert(same_layout({Binary::tensor::other, op::mul_Tensor::tensor::other, op::eq_Tensor::tensor::other,
-                           op::add__Tensor::tensor::other, op::maximum::tensor::other}));
-using Unary = op::neg;
-static_assert(same_layout({Unary::tensor::self, op::gelu::tensor::self, op::exp::tensor::self}));
-using Reduce = op::sum;
-static_assert(same_layout({Reduce::tensor::self, op::mean::tensor::self, op::amax::tensor::self}));
-static_assert(same_layout({Reduce::attr::dim, op::mean::attr::dim, op::amax::attr::dim,
-                           op::amin::attr::dim}));
-static_assert(same_layout({Reduce::attr::keepdim, op::mean::attr::keepdim, op::amax::attr::keepdim,
-                           op::amin::attr::keepdim}));
-using Softmax = op::softmax;
-static_assert(same_layout({Softmax::attr::dim, op::log_softmax::attr::dim}));
-
+static_assert(op::sub_Tensor::attr::alpha == int(Binary::attr::alpha) &&
+              op::add__Tensor::attr::alpha == int(Binary::attr::alpha) &&
+              op::mul_Tensor::tensor::other == int(Binary::tensor::other) &&
+              op::eq_Tensor::tensor::other == int(Binary::tensor::other) &&
+              op::maximum::tensor::other == int(Binary::tensor::other));
 template <BinaryOp kOp>
 void binary_kernel(const KernelCall& call) {
   Launch l(call);
@@ -266,6 +251,10 @@ void binary_kernel(const KernelCall& call) {
   check_launch(call, launch_binary(kOp, compute, shape, ops[0], ops[1], ops[2], scalar_operand, scalar, alpha,
                                    is_dense(shape, ops, 3, skip), l.stream));
 }
+
+using Unary = op::neg;
+static_assert(op::gelu::tensor::self == int(Unary::tensor::self) &&
+              op::exp::tensor::self == int(Unary::tensor::self));
 
 template <UnaryOp kOp>
 void unary_kernel(const KernelCall& call) {
@@ -347,6 +336,15 @@ void copy_kernel(const KernelCall& call) {
 
 // ---------------------------------------------------------------- reductions
 
+using Reduce = op::sum;
+static_assert(op::mean::tensor::self == int(Reduce::tensor::self) &&
+              op::amax::attr::dim == int(Reduce::attr::dim) &&
+              op::mean::attr::dim == int(Reduce::attr::dim) &&
+              op::amin::attr::dim == int(Reduce::attr::dim) &&
+              op::mean::attr::keepdim == int(Reduce::attr::keepdim) &&
+              op::amax::attr::keepdim == int(Reduce::attr::keepdim) &&
+              op::amin::attr::keepdim == int(Reduce::attr::keepdim));
+
 template <ReduceOp kOp>
 void reduce_kernel(const KernelCall& call) {
   Launch l(call);
@@ -387,6 +385,9 @@ void reduce_kernel(const KernelCall& call) {
 }
 
 // ---------------------------------------------------------------- softmax, layer_norm
+
+using Softmax = op::softmax;
+static_assert(op::log_softmax::attr::dim == int(Softmax::attr::dim));
 
 template <bool kLog>
 void softmax_kernel(const KernelCall& call) {
@@ -865,6 +866,7 @@ constexpr uint64_t kFloat = TESSERA_DTYPE_BIT(TESSERA_DTYPE_FLOAT32) | TESSERA_D
 constexpr uint64_t kHalfTypes = TESSERA_DTYPE_BIT(TESSERA_DTYPE_FLOAT16) | TESSERA_DTYPE_BIT(TESSERA_DTYPE_BFLOAT16);
 constexpr uint64_t kIntegral = TESSERA_DTYPE_MASK_INTEGRAL;
 constexpr uint64_t kAll = TESSERA_DTYPE_MASK_ALL;
+constexpr uint64_t kNumeric = kFloat | kIntegral;
 
 
 }  // namespace
@@ -873,37 +875,24 @@ uint64_t g_kernel_launches_total() { return g_kernel_launches.load(std::memory_o
 
 void register_kernels(const sdk::Host& host) {
   // binary
-  host.register_kernel(op::add_Tensor::name, kFloat | kIntegral,
-                       TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Add>));
-  host.register_kernel(op::add__Tensor::name, kFloat | kIntegral,
-                       TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Add>));
-  host.register_kernel(op::sub_Tensor::name, kFloat | kIntegral,
-                       TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Sub>));
-  host.register_kernel(op::mul_Tensor::name, kFloat | kIntegral,
-                       TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Mul>));
-  host.register_kernel(op::mul__Tensor::name, kFloat | kIntegral,
-                       TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Mul>));
+  host.register_kernel(op::add_Tensor::name, kNumeric, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Add>));
+  host.register_kernel(op::add__Tensor::name, kNumeric, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Add>));
+  host.register_kernel(op::sub_Tensor::name, kNumeric, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Sub>));
+  host.register_kernel(op::mul_Tensor::name, kNumeric, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Mul>));
+  host.register_kernel(op::mul__Tensor::name, kNumeric, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Mul>));
   host.register_kernel(op::div_Tensor::name, kFloat, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Div>));
-  host.register_kernel(op::maximum::name, kFloat | kIntegral,
-                       TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Maximum>));
-  host.register_kernel(op::minimum::name, kFloat | kIntegral,
-                       TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Minimum>));
-  host.register_kernel(op::eq_Tensor::name, kFloat | kIntegral,
-                       TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Eq>));
-  host.register_kernel(op::ne_Tensor::name, kFloat | kIntegral,
-                       TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Ne>));
-  host.register_kernel(op::lt_Tensor::name, kFloat | kIntegral,
-                       TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Lt>));
-  host.register_kernel(op::le_Tensor::name, kFloat | kIntegral,
-                       TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Le>));
-  host.register_kernel(op::gt_Tensor::name, kFloat | kIntegral,
-                       TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Gt>));
-  host.register_kernel(op::ge_Tensor::name, kFloat | kIntegral,
-                       TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Ge>));
+  host.register_kernel(op::maximum::name, kNumeric, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Maximum>));
+  host.register_kernel(op::minimum::name, kNumeric, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Minimum>));
+  host.register_kernel(op::eq_Tensor::name, kNumeric, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Eq>));
+  host.register_kernel(op::ne_Tensor::name, kNumeric, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Ne>));
+  host.register_kernel(op::lt_Tensor::name, kNumeric, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Lt>));
+  host.register_kernel(op::le_Tensor::name, kNumeric, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Le>));
+  host.register_kernel(op::gt_Tensor::name, kNumeric, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Gt>));
+  host.register_kernel(op::ge_Tensor::name, kNumeric, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Ge>));
   // unary
-  host.register_kernel(op::neg::name, kFloat | kIntegral, TESSERA_SDK_KERNEL(unary_kernel<UnaryOp::Neg>));
-  host.register_kernel(op::abs::name, kFloat | kIntegral, TESSERA_SDK_KERNEL(unary_kernel<UnaryOp::Abs>));
-  host.register_kernel(op::relu::name, kFloat | kIntegral, TESSERA_SDK_KERNEL(unary_kernel<UnaryOp::Relu>));
+  host.register_kernel(op::neg::name, kNumeric, TESSERA_SDK_KERNEL(unary_kernel<UnaryOp::Neg>));
+  host.register_kernel(op::abs::name, kNumeric, TESSERA_SDK_KERNEL(unary_kernel<UnaryOp::Abs>));
+  host.register_kernel(op::relu::name, kNumeric, TESSERA_SDK_KERNEL(unary_kernel<UnaryOp::Relu>));
   host.register_kernel(op::exp::name, kFloat, TESSERA_SDK_KERNEL(unary_kernel<UnaryOp::Exp>));
   host.register_kernel(op::log::name, kFloat, TESSERA_SDK_KERNEL(unary_kernel<UnaryOp::Log>));
   host.register_kernel(op::sqrt::name, kFloat, TESSERA_SDK_KERNEL(unary_kernel<UnaryOp::Sqrt>));
