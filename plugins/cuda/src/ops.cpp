@@ -868,7 +868,6 @@ constexpr uint64_t kIntegral = TESSERA_DTYPE_MASK_INTEGRAL;
 constexpr uint64_t kAll = TESSERA_DTYPE_MASK_ALL;
 constexpr uint64_t kNumeric = kFloat | kIntegral;
 
-
 }  // namespace
 
 uint64_t g_kernel_launches_total() { return g_kernel_launches.load(std::memory_order_relaxed); }
