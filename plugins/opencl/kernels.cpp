@@ -3,12 +3,14 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <initializer_list>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "backend.h"
 #include "kernel_sources.h"
+#include "tessera/op_names.h"
 
 namespace tessera::opencl {
 
@@ -316,13 +318,50 @@ Elementwise elementwise(const std::vector<int64_t>& sizes, const std::vector<std
   return e;
 }
 
+// Note [Kernel traits]: what a kernel does beyond its OpenCL name is bound when it is registered
+// (register_kernels), so no kernel compares an op name at run time; `name` only picks the OpenCL
+// kernel (kernel_sources.cpp) and keys the program cache.
+enum Trait : unsigned {
+  kPlain = 0,
+  kAlpha = 1u << 0,         // add/sub: self + alpha * other, alpha the op's attr::alpha
+  kCompare = 1u << 1,       // eq ... ge, logical_and/or: computed in the promoted input type, bool out
+  kTrueDivide = 1u << 2,    // div: refused for integral outputs
+  kFloatingOnly = 1u << 3,  // refused for non-floating outputs
+  kApproximate = 1u << 4,   // gelu: attr::approximate picks the tanh form
+  kNoIdentity = 1u << 5,    // amax/amin: an empty reduction is an error
+};
+struct KernelDef {
+  const char* name;
+  unsigned traits;
+  bool has(Trait t) const { return (traits & t) != 0; }
+};
 
-using OpFn = void (*)(const sdk::KernelCall&, const char*);
+// Argument positions, read through the contract (tessera/op_names.h). A kernel serving several ops
+// reads through one op's indices; the asserts say the others have the same layout.
+constexpr bool same_layout(std::initializer_list<int> positions) {
+  for (int p : positions)
+    if (p != *positions.begin()) return false;
+  return true;
+}
+using Binary = op::add_Tensor;
+static_assert(same_layout({Binary::attr::alpha, op::sub_Tensor::attr::alpha, op::add__Tensor::attr::alpha}));
+static_assert(same_layout({Binary::tensor::other, op::mul_Tensor::tensor::other, op::eq_Tensor::tensor::other,
+                           op::logical_and::tensor::other, op::add__Tensor::tensor::other}));
+using Reduce = op::sum;
+static_assert(same_layout({Reduce::attr::dim, op::mean::attr::dim, op::amax::attr::dim,
+                           op::amin::attr::dim}));
+static_assert(same_layout({Reduce::tensor::self, op::mean::tensor::self, op::amax::tensor::self}));
+using Softmax = op::softmax;
+static_assert(same_layout({Softmax::attr::dim, op::log_softmax::attr::dim}));
+using Unary = op::neg;
+static_assert(same_layout({Unary::tensor::self, op::gelu::tensor::self, op::exp::tensor::self}));
+
+using OpFn = void (*)(const sdk::KernelCall&, const KernelDef&);
 
 template <OpFn Fn>
 tessera_status_t adapt(void* user_data, const tessera_kernel_call_t* raw) noexcept {
   try {
-    Fn(sdk::KernelCall(raw), static_cast<const char*>(user_data));
+    Fn(sdk::KernelCall(raw), *static_cast<const KernelDef*>(user_data));
     return nullptr;
   } catch (const sdk::Error& e) {
     return sdk::make_status(e.code(), e.what());
@@ -344,17 +383,21 @@ int32_t compare_scalar_compute_dtype(int32_t d, int32_t s) {
   return dtype_is_floating(s) ? TESSERA_DTYPE_FLOAT32 : TESSERA_DTYPE_INT64;
 }
 
-void run_binary(const sdk::KernelCall& call, const char* op) {
+void run_binary(const sdk::KernelCall& call, const KernelDef& def) {
+  const char* op = def.name;
   CallContext cc(call);
-  const sdk::TensorView out = call.output(0), av = call.input(0), bv = call.input(1);
+  const sdk::TensorView out = call.output(0), av = call.input(Binary::tensor::self),
+                        bv = call.input(Binary::tensor::other);
   Operand o = cc.operand(out);
-  // eq, ne, lt, le, gt, ge, logical_and, logical_or: computed in the promoted input type, bool out.
-  const bool compare = std::strlen(op) == 2 || std::strncmp(op, "logical_", 8) == 0;
-  if (!compare && (std::strcmp(op, "add") == 0 || std::strcmp(op, "sub") == 0) && call.num_attrs() > 0 &&
-      !call.attr_is_none(0) && call.attr_is_floating(0) && !dtype_is_floating(o.dtype))
+  const bool compare = def.has(kCompare);
+  constexpr int kAlphaAt = Binary::attr::alpha;
+  const bool has_alpha = def.has(kAlpha) && call.num_attrs() > kAlphaAt && !call.attr_is_none(kAlphaAt);
+  if (has_alpha && call.attr_is_floating(kAlphaAt) && !dtype_is_floating(o.dtype))
     throw sdk::Error(TESSERA_STATUS_INVALID_ARGUMENT,
-                     std::string(call.op_name()) + ": for integral input tensors, argument alpha must not be a "
-                         "floating point number (got " + std::to_string(call.attr_double(0)) +
+                     std::string(call.op_name()) +
+                         ": for integral input tensors, argument alpha must not be a "
+                         "floating point number (got " +
+                         std::to_string(call.attr_double(kAlphaAt)) +
                          "); pass an integral alpha or use floating tensors");
   // Note [Wrapped numbers on the device]
   int32_t a_ct = compute_dtype(o.dtype), b_ct = a_ct;
@@ -364,7 +407,7 @@ void run_binary(const sdk::KernelCall& call, const char* op) {
   }
   Operand a = cc.operand(av, a_ct), b = cc.operand(bv, b_ct);
   if (o.numel == 0) return;
-  if (!compare && std::strcmp(op, "div") == 0 && !dtype_is_floating(o.dtype))
+  if (def.has(kTrueDivide) && !dtype_is_floating(o.dtype))
     unimplemented(std::string(call.op_name()) + ": integer division (output " + dtype_tag(o.dtype) + ")");
   const Elementwise e = elementwise(
       o.sizes, {o.strides, broadcast_strides(a, o.sizes, call.op_name()), broadcast_strides(b, o.sizes, call.op_name())},
@@ -380,13 +423,13 @@ void run_binary(const sdk::KernelCall& call, const char* op) {
     return;
   }
   ScalarArg alpha = scalar_arg(compute_dtype(o.dtype), 1.0, 1, false);
-  if ((std::strcmp(op, "add") == 0 || std::strcmp(op, "sub") == 0) && call.num_attrs() > 0 && !call.attr_is_none(0))
-  {
+  if (has_alpha) {
     // A bool result takes alpha as a bool (nonzero is true) before it is narrowed to the compute
     // type: 2**40 must not truncate to 0.
-    const bool to_bool = o.dtype == TESSERA_DTYPE_BOOL && !call.attr_is_floating(0);
-    alpha = scalar_arg(compute_dtype(o.dtype), call.attr_double(0), to_bool ? int64_t(call.attr_int(0) != 0) : call.attr_int(0),
-                       call.attr_is_floating(0));
+    const bool to_bool = o.dtype == TESSERA_DTYPE_BOOL && !call.attr_is_floating(kAlphaAt);
+    const int64_t ialpha = call.attr_int(kAlphaAt);
+    alpha = scalar_arg(compute_dtype(o.dtype), call.attr_double(kAlphaAt),
+                       to_bool ? int64_t(ialpha != 0) : ialpha, call.attr_is_floating(kAlphaAt));
   }
   const std::string key =
       std::string(op) + "_" + dtype_tag(a.dtype) + "_" + dtype_tag(b.dtype) + "_" + dtype_tag(o.dtype);
@@ -397,15 +440,17 @@ void run_binary(const sdk::KernelCall& call, const char* op) {
             1, &global, nullptr);
 }
 
-void run_unary(const sdk::KernelCall& call, const char* op) {
+void run_unary(const sdk::KernelCall& call, const KernelDef& def) {
   CallContext cc(call);
-  Operand o = cc.operand(call.output(0)), a = cc.operand(call.input(0));
+  Operand o = cc.operand(call.output(0)), a = cc.operand(call.input(Unary::tensor::self));
   if (o.numel == 0) return;
-  std::string name = op;
-  const bool float_only = name != "neg" && name != "abs" && name != "relu";
-  if (float_only && !dtype_is_floating(o.dtype))
+  std::string name = def.name;
+  if (def.has(kFloatingOnly) && !dtype_is_floating(o.dtype))
     unimplemented(std::string(call.op_name()) + ": output dtype " + dtype_tag(o.dtype) + " (floating only)");
-  if (name == "gelu" && call.num_attrs() > 0 && call.attr_string(0) == "tanh") name = "gelu_tanh";
+  constexpr int kApproximateAt = op::gelu::attr::approximate;
+  if (def.has(kApproximate) && call.num_attrs() > kApproximateAt &&
+      call.attr_string(kApproximateAt) == "tanh")
+    name += "_tanh";
   const Elementwise e = elementwise(o.sizes, {o.strides, broadcast_strides(a, o.sizes, call.op_name())},
                                     {o.offset, a.offset}, call.op_name());
   const std::string kname = name + (e.contiguous ? "_c" : "_s");
@@ -416,11 +461,13 @@ void run_unary(const sdk::KernelCall& call, const char* op) {
 }
 
 // where.self(Tensor condition, Tensor self, Tensor other)
-void run_where(const sdk::KernelCall& call, const char*) {
+void run_where(const sdk::KernelCall& call, const KernelDef&) {
+  using T = op::where_self::tensor;
   CallContext cc(call);
-  Operand o = cc.operand(call.output(0)), c = cc.operand(call.input(0));
+  Operand o = cc.operand(call.output(0)), c = cc.operand(call.input(T::condition));
   // Note [Wrapped numbers on the device]
-  Operand a = cc.operand(call.input(1), compute_dtype(o.dtype)), b = cc.operand(call.input(2), compute_dtype(o.dtype));
+  Operand a = cc.operand(call.input(T::self), compute_dtype(o.dtype)),
+          b = cc.operand(call.input(T::other), compute_dtype(o.dtype));
   if (o.numel == 0) return;
   const Elementwise e = elementwise(o.sizes,
                                     {o.strides, broadcast_strides(c, o.sizes, call.op_name()),
@@ -440,16 +487,17 @@ void run_where(const sdk::KernelCall& call, const char*) {
 // copy_(Tensor(a!) self, Tensor src, ...): inputs[0] is self (also outputs[0]), inputs[1] the source.
 void copy_to_cpu(CallContext& cc, const sdk::TensorView& dst, const sdk::TensorView& src_view);
 
-void run_copy(const sdk::KernelCall& call, const char*) {
-  const sdk::TensorView dst_view = call.num_outputs() > 0 ? call.output(0) : call.input(0);
+void run_copy(const sdk::KernelCall& call, const KernelDef&) {
+  using T = op::copy_::tensor;
+  const sdk::TensorView dst_view = call.num_outputs() > 0 ? call.output(0) : call.input(T::self);
   if (dst_view.device_type() == TESSERA_DEVICE_CPU) {
     // cpu_tensor.copy_(opencl_tensor): convert on the device into a packed temporary, then scatter.
     CallContext cc(call);
-    copy_to_cpu(cc, dst_view, call.input(1));
+    copy_to_cpu(cc, dst_view, call.input(T::src));
     return;
   }
   CallContext cc(call);
-  Operand o = cc.operand(dst_view), s = cc.operand(call.input(1));
+  Operand o = cc.operand(dst_view), s = cc.operand(call.input(T::src));
   if (o.numel == 0) return;
   const Elementwise e = elementwise(o.sizes, {o.strides, broadcast_strides(s, o.sizes, call.op_name())},
                                     {o.offset, s.offset}, call.op_name());
@@ -503,18 +551,21 @@ void copy_to_cpu(CallContext& cc, const sdk::TensorView& dst, const sdk::TensorV
   }
 }
 
-void run_fill(const sdk::KernelCall& call, const char*) {
+void run_fill(const sdk::KernelCall& call, const KernelDef&) {
   CallContext cc(call);
-  const sdk::TensorView dst_view = call.num_outputs() > 0 ? call.output(0) : call.input(0);
+  const sdk::TensorView dst_view =
+      call.num_outputs() > 0 ? call.output(0) : call.input(op::fill_::tensor::self);
   Operand o = cc.operand(dst_view);
   if (o.numel == 0) return;
   ScalarArg value;
-  if (call.num_attrs() > 0) {
+  constexpr int kValueAt = op::fill_::attr::value;
+  if (call.num_attrs() > kValueAt) {
     if (o.dtype == TESSERA_DTYPE_BOOL)  // fill_(0.5) on bool is true: test against zero before any cast
-      value = scalar_arg(TESSERA_DTYPE_INT32, 0, call.attr_double(0) != 0 ? 1 : 0, false);
+      value = scalar_arg(TESSERA_DTYPE_INT32, 0, call.attr_double(kValueAt) != 0 ? 1 : 0, false);
     else
-      value = scalar_arg(compute_dtype(o.dtype), call.attr_double(0), call.attr_int(0), call.attr_is_floating(0));
-  } else if (call.num_inputs() > 1 && call.input(1).defined()) {
+      value = scalar_arg(compute_dtype(o.dtype), call.attr_double(kValueAt), call.attr_int(kValueAt),
+                         call.attr_is_floating(kValueAt));
+  } else if (call.num_inputs() > 1 && call.input(1).defined()) {  // a tensor value: not in fill_'s schema
     unimplemented("fill_ with a tensor value");
   } else {
     throw sdk::Error(TESSERA_STATUS_INVALID_ARGUMENT, "fill_: no value attribute");
@@ -563,15 +614,18 @@ ClRGeo row_geometry(const Operand& a, const Operand& o, const std::vector<bool>&
   return g;
 }
 
-void run_reduce(const sdk::KernelCall& call, const char* op) {
+void run_reduce(const sdk::KernelCall& call, const KernelDef& def) {
+  const char* op = def.name;
   CallContext cc(call);
-  Operand o = cc.operand(call.output(0)), a = cc.operand(call.input(0));
-  if (std::strcmp(op, "mean") == 0 && !dtype_is_floating(o.dtype))
-    unimplemented(std::string(call.op_name()) + ": mean of " + dtype_tag(o.dtype));
+  Operand o = cc.operand(call.output(0)), a = cc.operand(call.input(Reduce::tensor::self));
+  if (def.has(kFloatingOnly) && !dtype_is_floating(o.dtype))
+    unimplemented(std::string(call.op_name()) + ": " + op + " of " + dtype_tag(o.dtype));
   std::vector<bool> reduced(size_t(a.ndim()), true);
-  if (call.num_attrs() > 0 && call.raw()->attrs[0].kind == TESSERA_VALUE_INT_LIST && call.raw()->attrs[0].count > 0) {
+  constexpr int kDimAt = Reduce::attr::dim;
+  if (call.num_attrs() > kDimAt && call.raw()->attrs[kDimAt].kind == TESSERA_VALUE_INT_LIST &&
+      call.raw()->attrs[kDimAt].count > 0) {
     int count = 0;
-    const int64_t* dims = call.attr_ints(0, &count);
+    const int64_t* dims = call.attr_ints(kDimAt, &count);
     std::fill(reduced.begin(), reduced.end(), false);
     for (int i = 0; i < count; ++i) {
       int64_t d = dims[i] < 0 ? dims[i] + std::max<int64_t>(a.ndim(), 1) : dims[i];
@@ -585,7 +639,7 @@ void run_reduce(const sdk::KernelCall& call, const char* op) {
   }
   ClRGeo g = row_geometry(a, o, reduced, call.op_name());
   if (g.n_out == 0) return;
-  if (g.n_in == 0 && (std::strcmp(op, "amax") == 0 || std::strcmp(op, "amin") == 0))
+  if (g.n_in == 0 && def.has(kNoIdentity))
     throw sdk::Error(TESSERA_STATUS_INVALID_ARGUMENT, std::string(call.op_name()) +
                                                           ": cannot reduce over a zero-size dimension; "
                                                           "the operation has no identity");
@@ -602,9 +656,10 @@ void run_reduce(const sdk::KernelCall& call, const char* op) {
   }
 }
 
-void run_softmax(const sdk::KernelCall& call, const char* op) {
+void run_softmax(const sdk::KernelCall& call, const KernelDef& def) {
+  const char* op = def.name;
   CallContext cc(call);
-  Operand o = cc.operand(call.output(0)), a = cc.operand(call.input(0));
+  Operand o = cc.operand(call.output(0)), a = cc.operand(call.input(Softmax::tensor::self));
   if (!dtype_is_floating(o.dtype) || !dtype_is_floating(a.dtype))
     unimplemented(std::string(call.op_name()) + ": " + dtype_tag(a.dtype) + " -> " + dtype_tag(o.dtype));
   if (o.numel == 0) return;
@@ -612,11 +667,12 @@ void run_softmax(const sdk::KernelCall& call, const char* op) {
     a.sizes = o.sizes = {1};
     a.strides = o.strides = {1};
   }
-  int64_t dim = call.num_attrs() > 0 ? call.attr_int(0) : -1;
-  if (dim < 0) dim += a.ndim();
+  constexpr int kDimAt = Softmax::attr::dim;
+  const int64_t given = call.num_attrs() > kDimAt ? call.attr_int(kDimAt) : -1;
+  int64_t dim = given < 0 ? given + a.ndim() : given;
   if (dim < 0 || dim >= a.ndim())
-    throw sdk::Error(TESSERA_STATUS_INVALID_ARGUMENT, std::string(call.op_name()) + ": dim " +
-                                                          std::to_string(call.attr_int(0)) + " out of range");
+    throw sdk::Error(TESSERA_STATUS_INVALID_ARGUMENT,
+                     std::string(call.op_name()) + ": dim " + std::to_string(given) + " out of range");
   std::vector<bool> reduced(size_t(a.ndim()), false);
   reduced[size_t(dim)] = true;
   // Same shape in and out: keepdim geometry.
@@ -628,14 +684,17 @@ void run_softmax(const sdk::KernelCall& call, const char* op) {
 }
 
 // layer_norm(Tensor input, int[] normalized_shape, Tensor? weight, Tensor? bias, float eps, ...)
-void run_layer_norm(const sdk::KernelCall& call, const char*) {
+void run_layer_norm(const sdk::KernelCall& call, const KernelDef&) {
+  using T = op::layer_norm::tensor;
+  using A = op::layer_norm::attr;
   if (call.num_outputs() != 1) unimplemented(std::string(call.op_name()) + ": more than one output");
   CallContext cc(call);
-  Operand o = cc.operand(call.output(0)), a = cc.operand(call.input(0));
+  Operand o = cc.operand(call.output(0)), a = cc.operand(call.input(T::input));
   if (!dtype_is_floating(a.dtype)) unimplemented(std::string(call.op_name()) + ": dtype " + dtype_tag(a.dtype));
   int count = 0;
-  const int64_t* shape = call.attr_ints(0, &count);
-  const double eps = call.num_attrs() > 1 && !call.attr_is_none(1) ? call.attr_double(1) : 1e-5;
+  const int64_t* shape = call.attr_ints(A::normalized_shape, &count);
+  const double eps =
+      call.num_attrs() > A::eps && !call.attr_is_none(A::eps) ? call.attr_double(A::eps) : 1e-5;
   TESSERA_SDK_CHECK(count <= a.ndim(), std::string(call.op_name()) + ": normalized_shape has more dims than the input");
   for (int i = 0; i < count; ++i)
     TESSERA_SDK_CHECK(shape[i] == a.sizes[size_t(a.ndim() - count + i)],
@@ -645,8 +704,8 @@ void run_layer_norm(const sdk::KernelCall& call, const char*) {
   for (int i = 0; i < count; ++i) reduced[size_t(a.ndim() - count + i)] = true;
   ClRGeo g = row_geometry(a, o, reduced, call.op_name());
   Operand w, b;
-  const bool has_w = call.num_inputs() > 1 && call.input(1).defined();
-  const bool has_b = call.num_inputs() > 2 && call.input(2).defined();
+  const bool has_w = call.num_inputs() > T::weight && call.input(T::weight).defined();
+  const bool has_b = call.num_inputs() > T::bias && call.input(T::bias).defined();
   w.mem = b.mem = a.mem;
   w.dtype = b.dtype = a.dtype;
   auto inner = [&](const Operand& p, int64_t* st, int64_t* off) {
@@ -655,11 +714,11 @@ void run_layer_norm(const sdk::KernelCall& call, const char*) {
     *off = p.offset;
   };
   if (has_w) {
-    w = cc.operand(call.input(1));
+    w = cc.operand(call.input(T::weight));
     inner(w, g.ist_w, &g.off_w);
   }
   if (has_b) {
-    b = cc.operand(call.input(2));
+    b = cc.operand(call.input(T::bias));
     inner(b, g.ist_b, &g.off_b);
   }
   const int32_t ct = a.dtype == TESSERA_DTYPE_FLOAT64 ? TESSERA_DTYPE_FLOAT64 : TESSERA_DTYPE_FLOAT32;
@@ -678,9 +737,11 @@ void run_layer_norm(const sdk::KernelCall& call, const char*) {
 // ---------------------------------------------------------------- matmul
 
 // matmul / mm / bmm with NumPy semantics: 1-D operands, broadcast batch dims, any strides.
-void run_matmul(const sdk::KernelCall& call, const char*) {
+void run_matmul(const sdk::KernelCall& call, const KernelDef&) {
+  using T = op::matmul::tensor;
   CallContext cc(call);
-  Operand o = cc.operand(call.output(0)), a = cc.operand(call.input(0)), b = cc.operand(call.input(1));
+  Operand o = cc.operand(call.output(0)), a = cc.operand(call.input(T::self)),
+          b = cc.operand(call.input(T::other));
   if (!dtype_is_floating(o.dtype) || a.dtype != o.dtype || b.dtype != o.dtype)
     unimplemented(std::string(call.op_name()) + ": dtypes " + dtype_tag(a.dtype) + " x " + dtype_tag(b.dtype) +
                   " -> " + dtype_tag(o.dtype) + " (floating, all equal)");
@@ -754,32 +815,71 @@ void register_kernels(const sdk::Host& host) {
   const uint64_t floating = TESSERA_DTYPE_MASK_FLOATING & no_f64;
 
   // A refused registration (an op the contract does not define) fails plugin init: it is not caught.
-  int registered = 0;
-  auto reg = [&](const char* op, uint64_t mask, tessera_kernel_fn_t fn, const char* name) {
-    host.register_kernel(op, mask, fn, const_cast<char*>(name));
-    ++registered;
+  // Names come from the contract (tessera/op_names.h); each kernel's KernelDef has static storage
+  // (it is the kernel's user data) and says what the kernel does beyond its OpenCL name.
+  struct Entry {
+    const char* op;
+    KernelDef def;
   };
-  reg("fill_", all, &adapt<run_fill>, "fill");
-  reg("copy_", all, &adapt<run_copy>, "copy");
-
-  struct Named { const char* op; const char* kernel; };
-  for (Named n : {Named{"add.Tensor", "add"}, {"sub.Tensor", "sub"}, {"mul.Tensor", "mul"}, {"div.Tensor", "div"},
-                  {"maximum", "maximum"}, {"minimum", "minimum"}, {"add_.Tensor", "add"}, {"mul_.Tensor", "mul"},
-                  {"eq.Tensor", "eq"}, {"ne.Tensor", "ne"}, {"lt.Tensor", "lt"}, {"le.Tensor", "le"},
-                  {"gt.Tensor", "gt"}, {"ge.Tensor", "ge"}, {"logical_and", "logical_and"},
-                  {"logical_or", "logical_or"}})
-    reg(n.op, all, &adapt<run_binary>, n.kernel);
-  reg("where.self", all, &adapt<run_where>, "where");
-
-  for (const char* op : {"neg", "abs", "relu"}) reg(op, numeric, &adapt<run_unary>, op);
-  for (const char* op : {"exp", "log", "sqrt", "rsqrt", "sin", "cos", "tanh", "sigmoid", "gelu", "silu", "erf"})
-    reg(op, floating, &adapt<run_unary>, op);
-
-  for (const char* op : {"sum", "amax", "amin"}) reg(op, numeric, &adapt<run_reduce>, op);
-  reg("mean", floating, &adapt<run_reduce>, "mean");
-  for (const char* op : {"softmax", "log_softmax"}) reg(op, floating, &adapt<run_softmax>, op);
-  reg("layer_norm", floating, &adapt<run_layer_norm>, "layer_norm");
-  reg("matmul", floating, &adapt<run_matmul>, "matmul");
+  int registered = 0;
+  auto reg = [&](uint64_t mask, tessera_kernel_fn_t fn, const auto& entries) {
+    for (const Entry& e : entries) {
+      host.register_kernel(e.op, mask, fn, const_cast<KernelDef*>(&e.def));
+      ++registered;
+    }
+  };
+  // The lists are static: the host keeps the KernelDef pointers for the plugin's lifetime.
+  static const Entry fill[] = {{op::fill_::name, {"fill", kPlain}}};
+  static const Entry copy[] = {{op::copy_::name, {"copy", kPlain}}};
+  static const Entry binary_ops[] = {{op::add_Tensor::name, {"add", kAlpha}},
+                                     {op::sub_Tensor::name, {"sub", kAlpha}},
+                                     {op::mul_Tensor::name, {"mul", kPlain}},
+                                     {op::div_Tensor::name, {"div", kTrueDivide}},
+                                     {op::maximum::name, {"maximum", kPlain}},
+                                     {op::minimum::name, {"minimum", kPlain}},
+                                     {op::add__Tensor::name, {"add", kAlpha}},
+                                     {op::mul__Tensor::name, {"mul", kPlain}},
+                                     {op::eq_Tensor::name, {"eq", kCompare}},
+                                     {op::ne_Tensor::name, {"ne", kCompare}},
+                                     {op::lt_Tensor::name, {"lt", kCompare}},
+                                     {op::le_Tensor::name, {"le", kCompare}},
+                                     {op::gt_Tensor::name, {"gt", kCompare}},
+                                     {op::ge_Tensor::name, {"ge", kCompare}},
+                                     {op::logical_and::name, {"logical_and", kCompare}},
+                                     {op::logical_or::name, {"logical_or", kCompare}}};
+  static const Entry where[] = {{op::where_self::name, {"where", kPlain}}};
+  static const Entry unary_any[] = {
+      {op::neg::name, {"neg", kPlain}}, {op::abs::name, {"abs", kPlain}}, {op::relu::name, {"relu", kPlain}}};
+  static const Entry unary_floating[] = {{op::exp::name, {"exp", kFloatingOnly}},
+                                         {op::log::name, {"log", kFloatingOnly}},
+                                         {op::sqrt::name, {"sqrt", kFloatingOnly}},
+                                         {op::rsqrt::name, {"rsqrt", kFloatingOnly}},
+                                         {op::sin::name, {"sin", kFloatingOnly}},
+                                         {op::cos::name, {"cos", kFloatingOnly}},
+                                         {op::tanh::name, {"tanh", kFloatingOnly}},
+                                         {op::sigmoid::name, {"sigmoid", kFloatingOnly}},
+                                         {op::gelu::name, {"gelu", kFloatingOnly | kApproximate}},
+                                         {op::silu::name, {"silu", kFloatingOnly}},
+                                         {op::erf::name, {"erf", kFloatingOnly}}};
+  static const Entry reduce_numeric[] = {{op::sum::name, {"sum", kPlain}},
+                                         {op::amax::name, {"amax", kNoIdentity}},
+                                         {op::amin::name, {"amin", kNoIdentity}}};
+  static const Entry reduce_floating[] = {{op::mean::name, {"mean", kFloatingOnly}}};
+  static const Entry softmax_ops[] = {{op::softmax::name, {"softmax", kPlain}},
+                                      {op::log_softmax::name, {"log_softmax", kPlain}}};
+  static const Entry layer_norm[] = {{op::layer_norm::name, {"layer_norm", kPlain}}};
+  static const Entry matmul[] = {{op::matmul::name, {"matmul", kPlain}}};
+  reg(all, &adapt<run_fill>, fill);
+  reg(all, &adapt<run_copy>, copy);
+  reg(all, &adapt<run_binary>, binary_ops);
+  reg(all, &adapt<run_where>, where);
+  reg(numeric, &adapt<run_unary>, unary_any);
+  reg(floating, &adapt<run_unary>, unary_floating);
+  reg(numeric, &adapt<run_reduce>, reduce_numeric);
+  reg(floating, &adapt<run_reduce>, reduce_floating);
+  reg(floating, &adapt<run_softmax>, softmax_ops);
+  reg(floating, &adapt<run_layer_norm>, layer_norm);
+  reg(floating, &adapt<run_matmul>, matmul);
 
   log_info("registered " + std::to_string(registered) + " kernels");
 }

@@ -108,11 +108,15 @@ void batch_strides(const char* what, const tessera_tensor_t* t, int r, const int
   }
 }
 
+// scaled_dot_product_attention and _sdpa_math (register.cpp) share one schema layout: arguments are
+// read through the contract's indices (tessera/op_names.h).
 SdpaProblem make_problem(const KernelCall& call) {
-  const tessera_tensor_t* q = call.input(0).raw();
-  const tessera_tensor_t* k = call.input(1).raw();
-  const tessera_tensor_t* v = call.input(2).raw();
-  const tessera_tensor_t* mask = call.num_inputs() > 3 ? call.input(3).raw() : nullptr;
+  using T = op::scaled_dot_product_attention::tensor;
+  using A = op::scaled_dot_product_attention::attr;
+  const tessera_tensor_t* q = call.input(T::query).raw();
+  const tessera_tensor_t* k = call.input(T::key).raw();
+  const tessera_tensor_t* v = call.input(T::value).raw();
+  const tessera_tensor_t* mask = call.num_inputs() > T::attn_mask ? call.input(T::attn_mask).raw() : nullptr;
   const tessera_tensor_t* o = call.output(0).raw();
   const std::string op = "scaled_dot_product_attention";
   for (const tessera_tensor_t* t : {q, k, v}) {
@@ -154,15 +158,9 @@ SdpaProblem make_problem(const KernelCall& call) {
   p.o = static_cast<char*>(o->data) + o->byte_offset;
   p.dt = q->dtype;
   p.o_dt = o->dtype;
-  // Attributes: is_causal then scale (a dropout_p before them, if the schema has one, must be 0).
-  int ai = 0;
-  if (call.num_attrs() > 2 && call.attr(0).kind == TESSERA_VALUE_DOUBLE) {
-    if (call.attr_double(0) != 0.0)
-      fail_unimplemented(op + ": dropout_p=" + std::to_string(call.attr_double(0)) + " is not implemented on the CPU; pass 0");
-    ai = 1;
-  }
-  p.causal = call.num_attrs() > ai && call.attr_bool(ai);
-  p.scale_d = call.num_attrs() > ai + 1 && !call.attr_is_none(ai + 1) ? call.attr_double(ai + 1) : 1.0 / std::sqrt(double(p.e));
+  p.causal = call.num_attrs() > A::is_causal && call.attr_bool(A::is_causal);
+  p.scale_d = call.num_attrs() > A::scale && !call.attr_is_none(A::scale) ? call.attr_double(A::scale)
+                                                                          : 1.0 / std::sqrt(double(p.e));
   p.scale = float(p.scale_d);
   if (mask) {
     if (p.causal)
@@ -524,7 +522,8 @@ void fill_zero(const SdpaProblem& p) {
 }  // namespace
 
 void sdpa_flash_kernel(const KernelCall& call) {
-  if (bf16_via_f32(call.input(0).dtype())) return run_via_f32(call, &sdpa_flash_kernel);
+  if (bf16_via_f32(call.input(op::scaled_dot_product_attention::tensor::query).dtype()))
+    return run_via_f32(call, &sdpa_flash_kernel);
   const SdpaProblem p = make_problem(call);
   if (all_empty(p)) return;
   if (p.s == 0) return fill_zero(p);
@@ -533,7 +532,7 @@ void sdpa_flash_kernel(const KernelCall& call) {
 }
 
 void sdpa_math_kernel(const KernelCall& call) {
-  const int32_t dt = call.input(0).dtype();
+  const int32_t dt = call.input(op::scaled_dot_product_attention::tensor::query).dtype();
   if (dt == TESSERA_DTYPE_FLOAT16 || bf16_via_f32(dt)) return run_via_f32(call, &sdpa_math_kernel);
   const SdpaProblem p = make_problem(call);
   if (all_empty(p)) return;

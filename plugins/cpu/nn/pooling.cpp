@@ -144,7 +144,14 @@ void pool2d_nhwc(const tessera_tensor_t* x, const tessera_tensor_t* y, const Poo
 
 void pool2d(const KernelCall& call, bool is_max) {
   const char* op = call.op_name();
-  const TensorView x0 = call.input(0);
+  // max_pool2d and avg_pool2d share the leading layout (self; kernel_size, stride, padding), read
+  // through max_pool2d's indices (tessera/op_names.h); dilation is max_pool2d's alone.
+  using A = op::max_pool2d::attr;
+  static_assert(op::avg_pool2d::attr::kernel_size == int(A::kernel_size) &&
+                op::avg_pool2d::attr::stride == int(A::stride) &&
+                op::avg_pool2d::attr::padding == int(A::padding) &&
+                op::avg_pool2d::tensor::self == int(op::max_pool2d::tensor::self));
+  const TensorView x0 = call.input(op::max_pool2d::tensor::self);
   const int32_t xdt = x0.dtype();
   const bool supported = dtype_is_floating(xdt) || (is_max ? dtype_is_integral(xdt) : xdt == TESSERA_DTYPE_INT64);
   if (!supported)
@@ -154,12 +161,14 @@ void pool2d(const KernelCall& call, bool is_max) {
     fail(std::string(op) + ": input has shape " + shape_str(x0) + "; expected 3-D (C, H, W) or 4-D (N, C, H, W)");
   PoolGeom g{};
   int64_t k[2], s[2], p[2], d[2] = {1, 1};
-  attr_pair(call, 0, "kernel_size", k, nullptr);
-  attr_pair(call, 1, "stride", s, k);  // empty stride = kernel_size
+  attr_pair(call, A::kernel_size, "kernel_size", k, nullptr);
+  attr_pair(call, A::stride, "stride", s, k);  // empty stride = kernel_size
   const int64_t zero[2] = {0, 0}, one[2] = {1, 1};
-  attr_pair(call, 2, "padding", p, zero);
-  if (is_max && call.num_attrs() > 3) attr_pair(call, 3, "dilation", d, one);
-  // ceil_mode / count_include_pad / divisor_override, when the schema carries them.
+  attr_pair(call, A::padding, "padding", p, zero);
+  if (is_max && call.num_attrs() > A::dilation) attr_pair(call, A::dilation, "dilation", d, one);
+  // ceil_mode / count_include_pad / divisor_override, when the schema carries them: the contract's
+  // max_pool2d / avg_pool2d do not (they end at dilation / padding), so these positions are PyTorch's
+  // and have no op_names.h constant; the guards only fire for a schema that declares them.
   const int ceil_index = is_max ? 4 : 3;
   if (call.num_attrs() > ceil_index && call.attr(ceil_index).kind == TESSERA_VALUE_BOOL && call.attr_bool(ceil_index))
     fail_unimplemented(std::string(op) + ": ceil_mode=True is not implemented by the CPU plugin; use ceil_mode=False");

@@ -23,6 +23,7 @@
 #include "matmul_layout.h"
 #include "scalar_convert.h"
 #include "tensor_iter.h"
+#include "tessera/op_names.h"
 
 namespace tessera::cuda {
 namespace {
@@ -205,10 +206,18 @@ HostNumber attr_number(const KernelCall& call, int attr) {
   return call.attr_is_floating(attr) ? floating_number(call.attr_double(attr)) : integral_number(call.attr_int(attr));
 }
 
+// Argument positions come from the contract (tessera/op_names.h). A kernel serving several ops reads
+// through one op's indices; the static_assert above it says the others have the same layout.
+using Binary = op::add_Tensor;
+static_assert(op::sub_Tensor::attr::alpha == int(Binary::attr::alpha) &&
+              op::add__Tensor::attr::alpha == int(Binary::attr::alpha) &&
+              op::mul_Tensor::tensor::other == int(Binary::tensor::other) &&
+              op::eq_Tensor::tensor::other == int(Binary::tensor::other) &&
+              op::maximum::tensor::other == int(Binary::tensor::other));
 template <BinaryOp kOp>
 void binary_kernel(const KernelCall& call) {
   Launch l(call);
-  const TensorView av = call.input(0), bv = call.input(1);
+  const TensorView av = call.input(Binary::tensor::self), bv = call.input(Binary::tensor::other);
   const bool a_scalar = is_host_scalar(av), b_scalar = is_host_scalar(bv);
   if (a_scalar && b_scalar) unimplemented(call, "both operands are CPU scalars");
   DeviceTensor out = view_of(call, call.output(0), "output");
@@ -230,8 +239,10 @@ void binary_kernel(const KernelCall& call) {
   if (!a_scalar) a = materialize(call, a, compute, false, l);
   if (!b_scalar) b = materialize(call, b, compute, false, l);
   ComputeScalar alpha = to_compute_scalar(integral_number(1), compute);
-  if ((kOp == BinaryOp::Add || kOp == BinaryOp::Sub) && call.num_attrs() > 0 && !call.attr_is_none(0))
-    alpha = to_compute_scalar(attr_number(call, 0), compute);
+  constexpr int kAlphaAt = Binary::attr::alpha;
+  if ((kOp == BinaryOp::Add || kOp == BinaryOp::Sub) && call.num_attrs() > kAlphaAt &&
+      !call.attr_is_none(kAlphaAt))
+    alpha = to_compute_scalar(attr_number(call, kAlphaAt), compute);
   IterShape shape;
   Operand ops[3] = {out.operand(), a.operand(), b.operand()};
   const Geometry ins[2] = {a.geometry(), b.geometry()};
@@ -241,14 +252,20 @@ void binary_kernel(const KernelCall& call) {
                                    is_dense(shape, ops, 3, skip), l.stream));
 }
 
+using Unary = op::neg;
+static_assert(op::gelu::tensor::self == int(Unary::tensor::self) &&
+              op::exp::tensor::self == int(Unary::tensor::self));
+
 template <UnaryOp kOp>
 void unary_kernel(const KernelCall& call) {
   Launch l(call);
-  DeviceTensor x = view_of(call, call.input(0), "self");
+  DeviceTensor x = view_of(call, call.input(Unary::tensor::self), "self");
   DeviceTensor out = view_of(call, call.output(0), "output");
   if (!kernel_dtype(out.dtype)) unimplemented(call, std::string("dtype ") + dtype_str(out.dtype));
   UnaryOp op = kOp;
-  if (op == UnaryOp::Gelu && call.num_attrs() > 0 && call.attr_string(0) == "tanh") op = UnaryOp::GeluTanh;
+  constexpr int kApproximateAt = op::gelu::attr::approximate;
+  if (op == UnaryOp::Gelu && call.num_attrs() > kApproximateAt && call.attr_string(kApproximateAt) == "tanh")
+    op = UnaryOp::GeluTanh;
   const bool integer_ok = op == UnaryOp::Neg || op == UnaryOp::Abs || op == UnaryOp::Relu;
   if (!kernel_float(out.dtype) && !integer_ok) unimplemented(call, std::string("dtype ") + dtype_str(out.dtype));
   x = materialize(call, x, out.dtype, false, l);
@@ -289,13 +306,13 @@ void fill_kernel(const KernelCall& call) {
   IterShape shape;
   Operand op = out.operand();
   if (!plan_elementwise(out.geometry(), nullptr, 0, &shape, &op)) unimplemented(call, "operand layout");
-  check_launch(call, launch_fill(shape, op, scalar_bits(call, 0, out.dtype), l.stream));
+  check_launch(call, launch_fill(shape, op, scalar_bits(call, op::fill_::attr::value, out.dtype), l.stream));
 }
 
 void copy_kernel(const KernelCall& call) {
   Launch l(call);
   DeviceTensor dst = view_of(call, call.output(0), "self");
-  const TensorView src_view = call.input(1);
+  const TensorView src_view = call.input(op::copy_::tensor::src);
   if (src_view.device_type() == TESSERA_DEVICE_CUDA && src_view.device_index() != l.device) {
     // Another GPU: peer copy of the bytes, then convert here when needed.
     if (!src_view.is_contiguous()) unimplemented(call, "non-contiguous source on another device");
@@ -319,17 +336,28 @@ void copy_kernel(const KernelCall& call) {
 
 // ---------------------------------------------------------------- reductions
 
+using Reduce = op::sum;
+static_assert(op::mean::tensor::self == int(Reduce::tensor::self) &&
+              op::amax::attr::dim == int(Reduce::attr::dim) &&
+              op::mean::attr::dim == int(Reduce::attr::dim) &&
+              op::amin::attr::dim == int(Reduce::attr::dim) &&
+              op::mean::attr::keepdim == int(Reduce::attr::keepdim) &&
+              op::amax::attr::keepdim == int(Reduce::attr::keepdim) &&
+              op::amin::attr::keepdim == int(Reduce::attr::keepdim));
+
 template <ReduceOp kOp>
 void reduce_kernel(const KernelCall& call) {
   Launch l(call);
-  DeviceTensor x = view_of(call, call.input(0), "self");
+  DeviceTensor x = view_of(call, call.input(Reduce::tensor::self), "self");
   DeviceTensor out = view_of(call, call.output(0), "output");
   if (!kernel_float(x.dtype)) unimplemented(call, std::string("dtype ") + dtype_str(x.dtype));
   if (x.ndim() > 64) unimplemented(call, "more than 64 dims");
+  using A = Reduce::attr;
   uint64_t mask = 0;
-  bool keepdim = false;
-  for (int i = 0; i < call.num_attrs(); ++i) {
-    const tessera_value_t& a = call.attr(i);
+  bool keepdim = call.num_attrs() > A::keepdim && call.attr(A::keepdim).kind == TESSERA_VALUE_BOOL &&
+                 call.attr_bool(A::keepdim);
+  if (call.num_attrs() > A::dim) {
+    const tessera_value_t& a = call.attr(A::dim);
     if (a.kind == TESSERA_VALUE_INT_LIST) {
       for (int j = 0; j < a.count; ++j) {
         int64_t d = a.u.ints[j];
@@ -341,8 +369,6 @@ void reduce_kernel(const KernelCall& call) {
       int64_t d = a.u.i < 0 ? a.u.i + x.ndim() : a.u.i;
       if (d < 0 || d >= x.ndim()) unimplemented(call, "dim out of range");
       mask |= uint64_t(1) << d;
-    } else if (a.kind == TESSERA_VALUE_BOOL) {
-      keepdim = a.u.b != 0;
     }
   }
   if (mask == 0) mask = x.ndim() >= 64 ? ~uint64_t(0) : (uint64_t(1) << x.ndim()) - 1;  // empty dim list = all
@@ -360,16 +386,19 @@ void reduce_kernel(const KernelCall& call) {
 
 // ---------------------------------------------------------------- softmax, layer_norm
 
+using Softmax = op::softmax;
+static_assert(op::log_softmax::attr::dim == int(Softmax::attr::dim));
+
 template <bool kLog>
 void softmax_kernel(const KernelCall& call) {
   Launch l(call);
-  DeviceTensor x = view_of(call, call.input(0), "self");
+  DeviceTensor x = view_of(call, call.input(Softmax::tensor::self), "self");
   DeviceTensor out = view_of(call, call.output(0), "output");
   if (!kernel_float(out.dtype)) unimplemented(call, std::string("dtype ") + dtype_str(out.dtype));
   if (x.numel() > 0 && x.numel() / std::max<int64_t>(x.ndim() ? x.sizes.back() : 1, 1) > 0x7fffffff)
     unimplemented(call, "more than 2^31 - 1 rows");
   x = materialize(call, x, out.dtype, true, l);
-  int64_t dim = call.attr_int(0);
+  int64_t dim = call.attr_int(Softmax::attr::dim);
   const int nd = x.ndim();
   if (nd == 0) {
     dim = 0;
@@ -389,26 +418,28 @@ void softmax_kernel(const KernelCall& call) {
 }
 
 void layer_norm_kernel(const KernelCall& call) {
+  using T = op::layer_norm::tensor;
+  using A = op::layer_norm::attr;
   Launch l(call);
-  DeviceTensor x = view_of(call, call.input(0), "input");
+  DeviceTensor x = view_of(call, call.input(T::input), "input");
   DeviceTensor out = view_of(call, call.output(0), "output");
   if (!kernel_float(out.dtype)) unimplemented(call, std::string("dtype ") + dtype_str(out.dtype));
   if (call.num_outputs() != 1) unimplemented(call, "only the normalised output is produced");
   int count = 0;
-  const int64_t* ns = call.attr_ints(0, &count);
+  const int64_t* ns = call.attr_ints(A::normalized_shape, &count);
   double eps = 1e-5;
-  for (int i = 1; i < call.num_attrs(); ++i)
-    if (call.attr(i).kind == TESSERA_VALUE_DOUBLE) eps = call.attr(i).u.d;
+  if (call.num_attrs() > A::eps && call.attr(A::eps).kind == TESSERA_VALUE_DOUBLE)
+    eps = call.attr_double(A::eps);
   int64_t n = 1;
   for (int i = 0; i < count; ++i) n *= ns[i];
   const int64_t rows = n == 0 ? 0 : x.numel() / n;
   if (rows > 0x7fffffff) unimplemented(call, "more than 2^31 - 1 rows");
   x = materialize(call, x, out.dtype, true, l);
   std::optional<DeviceTensor> w, b;
-  if (call.num_inputs() > 1 && call.input(1).defined())
-    w = materialize(call, view_of(call, call.input(1), "weight"), out.dtype, true, l);
-  if (call.num_inputs() > 2 && call.input(2).defined())
-    b = materialize(call, view_of(call, call.input(2), "bias"), out.dtype, true, l);
+  if (call.num_inputs() > T::weight && call.input(T::weight).defined())
+    w = materialize(call, view_of(call, call.input(T::weight), "weight"), out.dtype, true, l);
+  if (call.num_inputs() > T::bias && call.input(T::bias).defined())
+    b = materialize(call, view_of(call, call.input(T::bias), "bias"), out.dtype, true, l);
   DeviceTensor target = out.contiguous() ? out : materialize(call, out, out.dtype, true, l);
   check_launch(call, launch_layer_norm(x.data, w ? w->data : nullptr, b ? b->data : nullptr, target.data, out.dtype,
                                        rows, n, eps, l.stream));
@@ -698,14 +729,16 @@ void matmul_impl(const KernelCall& call, const Launch& l, DeviceTensor a, Device
 
 void matmul_kernel(const KernelCall& call) {
   Launch l(call);
-  matmul_impl(call, l, view_of(call, call.input(0), "self"), view_of(call, call.input(1), "other"),
+  matmul_impl(call, l, view_of(call, call.input(op::matmul::tensor::self), "self"),
+              view_of(call, call.input(op::matmul::tensor::other), "other"),
               view_of(call, call.output(0), "output"), nullptr);
 }
 
 void linear_kernel(const KernelCall& call) {
   Launch l(call);
-  DeviceTensor x = view_of(call, call.input(0), "input");
-  DeviceTensor w = view_of(call, call.input(1), "weight");
+  using T = op::linear::tensor;
+  DeviceTensor x = view_of(call, call.input(T::input), "input");
+  DeviceTensor w = view_of(call, call.input(T::weight), "weight");
   DeviceTensor out = view_of(call, call.output(0), "output");
   if (w.ndim() != 2) unimplemented(call, "weight must be 2-D");
   // weight^T as a view: [in, out] with swapped strides.
@@ -713,8 +746,8 @@ void linear_kernel(const KernelCall& call) {
   std::swap(wt.sizes[0], wt.sizes[1]);
   std::swap(wt.strides[0], wt.strides[1]);
   std::optional<DeviceTensor> bias;
-  if (call.num_inputs() > 2 && call.input(2).defined()) {
-    DeviceTensor b = view_of(call, call.input(2), "bias");
+  if (call.num_inputs() > T::bias && call.input(T::bias).defined()) {
+    DeviceTensor b = view_of(call, call.input(T::bias), "bias");
     if (b.ndim() != 1 || b.sizes[0] != w.sizes[0]) unimplemented(call, "bias that is not [out_features]");
     bias = materialize(call, b, out.dtype, true, l);
     if (lt_bias_needs_copy(bias->data)) {  // Note [cuBLASLt alignment]: a fresh block is 512-byte aligned
@@ -732,26 +765,17 @@ void linear_kernel(const KernelCall& call) {
 
 void sdpa_kernel(const KernelCall& call) {
   Launch l(call);
-  DeviceTensor q = view_of(call, call.input(0), "query");
-  DeviceTensor k = view_of(call, call.input(1), "key");
-  DeviceTensor v = view_of(call, call.input(2), "value");
+  using T = op::scaled_dot_product_attention::tensor;
+  DeviceTensor q = view_of(call, call.input(T::query), "query");
+  DeviceTensor k = view_of(call, call.input(T::key), "key");
+  DeviceTensor v = view_of(call, call.input(T::value), "value");
   DeviceTensor out = view_of(call, call.output(0), "output");
-  bool causal = false;
+  using A = op::scaled_dot_product_attention::attr;
+  const bool causal = call.num_attrs() > A::is_causal && call.attr(A::is_causal).kind == TESSERA_VALUE_BOOL &&
+                      call.attr_bool(A::is_causal);
   std::optional<double> scale;
-  bool seen_bool = false;
-  for (int i = 0; i < call.num_attrs(); ++i) {
-    const tessera_value_t& a = call.attr(i);
-    if (a.kind == TESSERA_VALUE_BOOL) {
-      causal = a.u.b != 0;
-      seen_bool = true;
-    } else if (a.kind == TESSERA_VALUE_DOUBLE) {
-      if (!seen_bool) {  // dropout_p precedes is_causal where a schema has it
-        if (a.u.d != 0.0) unimplemented(call, "dropout");
-      } else {
-        scale = a.u.d;
-      }
-    }
-  }
+  if (call.num_attrs() > A::scale && call.attr(A::scale).kind == TESSERA_VALUE_DOUBLE)
+    scale = call.attr_double(A::scale);
   const int nd = q.ndim();
   if (nd < 3 || nd > 4 || k.ndim() != nd || v.ndim() != nd || out.ndim() != nd) unimplemented(call, "rank other than 3 or 4");
   auto as4 = [](DeviceTensor& t) {
@@ -809,8 +833,8 @@ void sdpa_kernel(const KernelCall& call) {
     check_launch(call, launch_fill(shape, o, 0, l.stream));
     return;
   }
-  if (call.num_inputs() > 3 && call.input(3).defined()) {
-    DeviceTensor mask = view_of(call, call.input(3), "attn_mask");
+  if (call.num_inputs() > T::attn_mask && call.input(T::attn_mask).defined()) {
+    DeviceTensor mask = view_of(call, call.input(T::attn_mask), "attn_mask");
     if (mask.dtype != kDtBool && mask.dtype != dtype && mask.dtype != kDtF32) unimplemented(call, "mask dtype");
     if (mask.ndim() > nd) unimplemented(call, "mask rank");
     if (nd == 3 && mask.ndim() == 3) {  // [B, Lq, Lk] against the 4-D view [B, 1, Lq, Lk]
@@ -842,7 +866,7 @@ constexpr uint64_t kFloat = TESSERA_DTYPE_BIT(TESSERA_DTYPE_FLOAT32) | TESSERA_D
 constexpr uint64_t kHalfTypes = TESSERA_DTYPE_BIT(TESSERA_DTYPE_FLOAT16) | TESSERA_DTYPE_BIT(TESSERA_DTYPE_BFLOAT16);
 constexpr uint64_t kIntegral = TESSERA_DTYPE_MASK_INTEGRAL;
 constexpr uint64_t kAll = TESSERA_DTYPE_MASK_ALL;
-
+constexpr uint64_t kNumeric = kFloat | kIntegral;
 
 }  // namespace
 
@@ -850,50 +874,50 @@ uint64_t g_kernel_launches_total() { return g_kernel_launches.load(std::memory_o
 
 void register_kernels(const sdk::Host& host) {
   // binary
-  host.register_kernel("add.Tensor", kFloat | kIntegral, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Add>));
-  host.register_kernel("add_.Tensor", kFloat | kIntegral, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Add>));
-  host.register_kernel("sub.Tensor", kFloat | kIntegral, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Sub>));
-  host.register_kernel("mul.Tensor", kFloat | kIntegral, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Mul>));
-  host.register_kernel("mul_.Tensor", kFloat | kIntegral, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Mul>));
-  host.register_kernel("div.Tensor", kFloat, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Div>));
-  host.register_kernel("maximum", kFloat | kIntegral, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Maximum>));
-  host.register_kernel("minimum", kFloat | kIntegral, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Minimum>));
-  host.register_kernel("eq.Tensor", kFloat | kIntegral, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Eq>));
-  host.register_kernel("ne.Tensor", kFloat | kIntegral, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Ne>));
-  host.register_kernel("lt.Tensor", kFloat | kIntegral, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Lt>));
-  host.register_kernel("le.Tensor", kFloat | kIntegral, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Le>));
-  host.register_kernel("gt.Tensor", kFloat | kIntegral, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Gt>));
-  host.register_kernel("ge.Tensor", kFloat | kIntegral, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Ge>));
+  host.register_kernel(op::add_Tensor::name, kNumeric, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Add>));
+  host.register_kernel(op::add__Tensor::name, kNumeric, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Add>));
+  host.register_kernel(op::sub_Tensor::name, kNumeric, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Sub>));
+  host.register_kernel(op::mul_Tensor::name, kNumeric, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Mul>));
+  host.register_kernel(op::mul__Tensor::name, kNumeric, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Mul>));
+  host.register_kernel(op::div_Tensor::name, kFloat, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Div>));
+  host.register_kernel(op::maximum::name, kNumeric, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Maximum>));
+  host.register_kernel(op::minimum::name, kNumeric, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Minimum>));
+  host.register_kernel(op::eq_Tensor::name, kNumeric, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Eq>));
+  host.register_kernel(op::ne_Tensor::name, kNumeric, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Ne>));
+  host.register_kernel(op::lt_Tensor::name, kNumeric, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Lt>));
+  host.register_kernel(op::le_Tensor::name, kNumeric, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Le>));
+  host.register_kernel(op::gt_Tensor::name, kNumeric, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Gt>));
+  host.register_kernel(op::ge_Tensor::name, kNumeric, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Ge>));
   // unary
-  host.register_kernel("neg", kFloat | kIntegral, TESSERA_SDK_KERNEL(unary_kernel<UnaryOp::Neg>));
-  host.register_kernel("abs", kFloat | kIntegral, TESSERA_SDK_KERNEL(unary_kernel<UnaryOp::Abs>));
-  host.register_kernel("relu", kFloat | kIntegral, TESSERA_SDK_KERNEL(unary_kernel<UnaryOp::Relu>));
-  host.register_kernel("exp", kFloat, TESSERA_SDK_KERNEL(unary_kernel<UnaryOp::Exp>));
-  host.register_kernel("log", kFloat, TESSERA_SDK_KERNEL(unary_kernel<UnaryOp::Log>));
-  host.register_kernel("sqrt", kFloat, TESSERA_SDK_KERNEL(unary_kernel<UnaryOp::Sqrt>));
-  host.register_kernel("rsqrt", kFloat, TESSERA_SDK_KERNEL(unary_kernel<UnaryOp::Rsqrt>));
-  host.register_kernel("sin", kFloat, TESSERA_SDK_KERNEL(unary_kernel<UnaryOp::Sin>));
-  host.register_kernel("cos", kFloat, TESSERA_SDK_KERNEL(unary_kernel<UnaryOp::Cos>));
-  host.register_kernel("tanh", kFloat, TESSERA_SDK_KERNEL(unary_kernel<UnaryOp::Tanh>));
-  host.register_kernel("sigmoid", kFloat, TESSERA_SDK_KERNEL(unary_kernel<UnaryOp::Sigmoid>));
-  host.register_kernel("gelu", kFloat, TESSERA_SDK_KERNEL(unary_kernel<UnaryOp::Gelu>));
-  host.register_kernel("silu", kFloat, TESSERA_SDK_KERNEL(unary_kernel<UnaryOp::Silu>));
-  host.register_kernel("erf", kFloat, TESSERA_SDK_KERNEL(unary_kernel<UnaryOp::Erf>));
+  host.register_kernel(op::neg::name, kNumeric, TESSERA_SDK_KERNEL(unary_kernel<UnaryOp::Neg>));
+  host.register_kernel(op::abs::name, kNumeric, TESSERA_SDK_KERNEL(unary_kernel<UnaryOp::Abs>));
+  host.register_kernel(op::relu::name, kNumeric, TESSERA_SDK_KERNEL(unary_kernel<UnaryOp::Relu>));
+  host.register_kernel(op::exp::name, kFloat, TESSERA_SDK_KERNEL(unary_kernel<UnaryOp::Exp>));
+  host.register_kernel(op::log::name, kFloat, TESSERA_SDK_KERNEL(unary_kernel<UnaryOp::Log>));
+  host.register_kernel(op::sqrt::name, kFloat, TESSERA_SDK_KERNEL(unary_kernel<UnaryOp::Sqrt>));
+  host.register_kernel(op::rsqrt::name, kFloat, TESSERA_SDK_KERNEL(unary_kernel<UnaryOp::Rsqrt>));
+  host.register_kernel(op::sin::name, kFloat, TESSERA_SDK_KERNEL(unary_kernel<UnaryOp::Sin>));
+  host.register_kernel(op::cos::name, kFloat, TESSERA_SDK_KERNEL(unary_kernel<UnaryOp::Cos>));
+  host.register_kernel(op::tanh::name, kFloat, TESSERA_SDK_KERNEL(unary_kernel<UnaryOp::Tanh>));
+  host.register_kernel(op::sigmoid::name, kFloat, TESSERA_SDK_KERNEL(unary_kernel<UnaryOp::Sigmoid>));
+  host.register_kernel(op::gelu::name, kFloat, TESSERA_SDK_KERNEL(unary_kernel<UnaryOp::Gelu>));
+  host.register_kernel(op::silu::name, kFloat, TESSERA_SDK_KERNEL(unary_kernel<UnaryOp::Silu>));
+  host.register_kernel(op::erf::name, kFloat, TESSERA_SDK_KERNEL(unary_kernel<UnaryOp::Erf>));
   // creation and copies
-  host.register_kernel("fill_", kAll, TESSERA_SDK_KERNEL(fill_kernel));
-  host.register_kernel("copy_", kAll, TESSERA_SDK_KERNEL(copy_kernel));
+  host.register_kernel(op::fill_::name, kAll, TESSERA_SDK_KERNEL(fill_kernel));
+  host.register_kernel(op::copy_::name, kAll, TESSERA_SDK_KERNEL(copy_kernel));
   // reductions
-  host.register_kernel("sum", kFloat, TESSERA_SDK_KERNEL(reduce_kernel<ReduceOp::Sum>));
-  host.register_kernel("mean", kFloat, TESSERA_SDK_KERNEL(reduce_kernel<ReduceOp::Mean>));
-  host.register_kernel("amax", kFloat, TESSERA_SDK_KERNEL(reduce_kernel<ReduceOp::Max>));
-  host.register_kernel("amin", kFloat, TESSERA_SDK_KERNEL(reduce_kernel<ReduceOp::Min>));
+  host.register_kernel(op::sum::name, kFloat, TESSERA_SDK_KERNEL(reduce_kernel<ReduceOp::Sum>));
+  host.register_kernel(op::mean::name, kFloat, TESSERA_SDK_KERNEL(reduce_kernel<ReduceOp::Mean>));
+  host.register_kernel(op::amax::name, kFloat, TESSERA_SDK_KERNEL(reduce_kernel<ReduceOp::Max>));
+  host.register_kernel(op::amin::name, kFloat, TESSERA_SDK_KERNEL(reduce_kernel<ReduceOp::Min>));
   // nn
-  host.register_kernel("softmax", kFloat, TESSERA_SDK_KERNEL(softmax_kernel<false>));
-  host.register_kernel("log_softmax", kFloat, TESSERA_SDK_KERNEL(softmax_kernel<true>));
-  host.register_kernel("layer_norm", kFloat, TESSERA_SDK_KERNEL(layer_norm_kernel));
-  host.register_kernel("matmul", kFloat, TESSERA_SDK_KERNEL(matmul_kernel));
-  host.register_kernel("linear", kFloat, TESSERA_SDK_KERNEL(linear_kernel));
-  host.register_kernel("scaled_dot_product_attention", kHalfTypes, TESSERA_SDK_KERNEL(sdpa_kernel));
+  host.register_kernel(op::softmax::name, kFloat, TESSERA_SDK_KERNEL(softmax_kernel<false>));
+  host.register_kernel(op::log_softmax::name, kFloat, TESSERA_SDK_KERNEL(softmax_kernel<true>));
+  host.register_kernel(op::layer_norm::name, kFloat, TESSERA_SDK_KERNEL(layer_norm_kernel));
+  host.register_kernel(op::matmul::name, kFloat, TESSERA_SDK_KERNEL(matmul_kernel));
+  host.register_kernel(op::linear::name, kFloat, TESSERA_SDK_KERNEL(linear_kernel));
+  host.register_kernel(op::scaled_dot_product_attention::name, kHalfTypes, TESSERA_SDK_KERNEL(sdpa_kernel));
 }
 
 }  // namespace tessera::cuda

@@ -9,10 +9,14 @@
 //   - one kernel ("add.Tensor", float32) registered with the dtypes it supports; every other op and
 //     dtype reaches the runtime's CPU fallback.
 //   - the entry point (TESSERA_PLUGIN_ENTRY) and error reporting through status objects.
+//   - op names and argument positions from the op contract (tessera/op_names.h, installed with the
+//     SDK): tessera::op::add_Tensor::name, ::tensor::self, ::attr::alpha. A misspelt op or argument
+//     does not compile.
 #include <cstdlib>
 #include <cstring>
 #include <string>
 
+#include <tessera/op_names.h>
 #include <tessera/sdk.hpp>
 
 namespace {
@@ -72,7 +76,8 @@ TemplateDevice g_device;
 // out = self + alpha * other, float32, same shape, contiguous. Anything else answers UNIMPLEMENTED,
 // which sends the call to the CPU fallback. TODO: launch your device's kernel instead.
 void add_f32(const tessera::sdk::KernelCall& call) {
-  const auto a = call.input(0), b = call.input(1), out = call.output(0);
+  using Add = tessera::op::add_Tensor;
+  const auto a = call.input(Add::tensor::self), b = call.input(Add::tensor::other), out = call.output(0);
   bool same_shape = a.ndim() == out.ndim() && b.ndim() == out.ndim();
   for (int i = 0; same_shape && i < out.ndim(); ++i) same_shape = a.size(i) == out.size(i) && b.size(i) == out.size(i);
   if (!same_shape || !a.is_contiguous() || !b.is_contiguous() || !out.is_contiguous() ||
@@ -80,7 +85,7 @@ void add_f32(const tessera::sdk::KernelCall& call) {
     throw tessera::sdk::Error(TESSERA_STATUS_UNIMPLEMENTED,
                               std::string(kPluginName) + ": add.Tensor takes same-shape contiguous float32 only");
   }
-  const float alpha = float(call.attr_double(0));
+  const float alpha = float(call.attr_double(Add::attr::alpha));
   const float* pa = a.host_ptr<const float>();
   const float* pb = b.host_ptr<const float>();
   float* po = out.host_ptr<float>();
@@ -104,5 +109,6 @@ tessera_plugin_t plugin_header = {
 }  // namespace
 
 TESSERA_PLUGIN_ENTRY(&plugin_header) {
-  host.register_kernel("add.Tensor", TESSERA_DTYPE_BIT(TESSERA_DTYPE_FLOAT32), TESSERA_SDK_KERNEL(add_f32));
+  host.register_kernel(tessera::op::add_Tensor::name, TESSERA_DTYPE_BIT(TESSERA_DTYPE_FLOAT32),
+                       TESSERA_SDK_KERNEL(add_f32));
 }

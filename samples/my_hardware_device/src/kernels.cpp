@@ -9,6 +9,7 @@
 #include <vector>
 
 #include <tessera/float16.h>
+#include <tessera/op_names.h>
 #include <tessera/random.h>
 #include <tessera/sdk.hpp>
 
@@ -228,11 +229,15 @@ enum OpId { kFill = 0, kCopy, kAdd, kMul, kRelu, kMatmul, kSum, kNormal, kUnifor
 
 // ---------------------------------------------------------------- kernels
 
+// Argument positions come from the op contract (tessera/op_names.h, installed with the SDK).
+namespace op = tessera::op;
+
 void fill_kernel(const KernelCall& call) {
+  constexpr int kValue = op::fill_::attr::value;
   DevTensor out = capture(call.output(0));
-  const bool floating_value = call.attr_is_floating(0);
-  const double vf = call.attr_double(0);
-  const int64_t vi = call.attr_int(0);
+  const bool floating_value = call.attr_is_floating(kValue);
+  const double vf = call.attr_double(kValue);
+  const int64_t vi = call.attr_int(kValue);
   launch(call, kFill, [out, floating_value, vf, vi] {
     std::array<std::vector<int64_t>, 1> st{out.strides};
     std::byte* base = out.base();
@@ -245,7 +250,7 @@ void fill_kernel(const KernelCall& call) {
 
 void copy_kernel(const KernelCall& call) {
   DevTensor dst = capture(call.output(0));
-  DevTensor src = capture(call.input(1));
+  DevTensor src = capture(call.input(op::copy_::tensor::src));
   std::array<std::vector<int64_t>, 2> st{dst.strides, broadcast_strides(src, dst.sizes, call.op_name(), "src")};
   launch(call, kCopy, [dst, src, st] {
     std::byte* db = dst.base();
@@ -266,15 +271,18 @@ void copy_kernel(const KernelCall& call) {
 template <int Op>
 void binary_kernel(const KernelCall& call) {
   DevTensor out = capture(call.output(0));
-  DevTensor a = capture(call.input(0));
-  DevTensor b = capture(call.input(1));
+  static_assert(op::mul_Tensor::tensor::self == int(op::add_Tensor::tensor::self) &&
+                op::mul_Tensor::tensor::other == int(op::add_Tensor::tensor::other));
+  using Add = op::add_Tensor;
+  DevTensor a = capture(call.input(Add::tensor::self));
+  DevTensor b = capture(call.input(Add::tensor::other));
   double alpha_f = 1.0;
   int64_t alpha_i = 1;
-  if (Op == kAdd && call.num_attrs() > 0 && !call.attr_is_none(0)) {
-    alpha_f = call.attr_double(0);
-    alpha_i = call.attr_int(0);
+  if (Op == kAdd && call.num_attrs() > Add::attr::alpha && !call.attr_is_none(Add::attr::alpha)) {
+    alpha_f = call.attr_double(Add::attr::alpha);
+    alpha_i = call.attr_int(Add::attr::alpha);
     if (out.dtype == TESSERA_DTYPE_BOOL) alpha_i = alpha_i != 0;  // alpha becomes a bool first, as in PyTorch
-    if (call.attr_is_floating(0) && !is_floating(out.dtype)) {
+    if (call.attr_is_floating(Add::attr::alpha) && !is_floating(out.dtype)) {
       throw Error(TESSERA_STATUS_INVALID_ARGUMENT,
                   std::string(call.op_name()) + ": for integral input tensors, argument alpha must not be a floating "
                       "point number (got " + std::to_string(alpha_f) + "); pass an integral alpha or use floating tensors");
@@ -310,7 +318,7 @@ void binary_kernel(const KernelCall& call) {
 
 void relu_kernel(const KernelCall& call) {
   DevTensor out = capture(call.output(0));
-  DevTensor x = capture(call.input(0));
+  DevTensor x = capture(call.input(op::relu::tensor::self));
   std::array<std::vector<int64_t>, 2> st{out.strides, broadcast_strides(x, out.sizes, call.op_name(), "self")};
   launch(call, kRelu, [out, x, st] {
     const bool floating = is_floating(out.dtype);
@@ -332,7 +340,8 @@ void relu_kernel(const KernelCall& call) {
 // (a 2-D operand is shared by every batch). Vectors and deeper batches answer UNIMPLEMENTED, which
 // the runtime resolves like a missing kernel (CPU fallback).
 void matmul_kernel(const KernelCall& call) {
-  const TensorView av = call.input(0), bv = call.input(1), ov = call.output(0);
+  const TensorView av = call.input(op::matmul::tensor::self), bv = call.input(op::matmul::tensor::other),
+                   ov = call.output(0);
   if (av.ndim() < 2 || av.ndim() > 3 || bv.ndim() < 2 || bv.ndim() > 3 || ov.ndim() != std::max(av.ndim(), bv.ndim())) {
     throw Error(TESSERA_STATUS_UNIMPLEMENTED, std::string(call.op_name()) + ": the emulated device implements 2-D and 3-D "
                                                   "operands only (got " + std::to_string(av.ndim()) + "-D x " +
@@ -376,15 +385,16 @@ void matmul_kernel(const KernelCall& call) {
   });
 }
 
-// sum over `dims` (attr 0: int list; None or empty = every dim); keepdim is read off the output rank.
+// sum over `dims` (attr dim: int list; None or empty = every dim); keepdim is read off the output rank.
 void sum_kernel(const KernelCall& call) {
   DevTensor out = capture(call.output(0));
-  DevTensor x = capture(call.input(0));
+  constexpr int kDim = op::sum::attr::dim;
+  DevTensor x = capture(call.input(op::sum::tensor::self));
   const int nd = int(x.sizes.size());
   std::vector<bool> reduced(size_t(nd), true);
-  if (call.num_attrs() > 0 && call.attr(0).kind == TESSERA_VALUE_INT_LIST) {
+  if (call.num_attrs() > kDim && call.attr(kDim).kind == TESSERA_VALUE_INT_LIST) {
     int count = 0;
-    const int64_t* dims = call.attr_ints(0, &count);
+    const int64_t* dims = call.attr_ints(kDim, &count);
     if (count > 0) {
       reduced.assign(size_t(nd), false);
       for (int i = 0; i < count; ++i) {
@@ -441,8 +451,12 @@ void sum_kernel(const KernelCall& call) {
 template <int Op>
 void random_kernel(const KernelCall& call) {
   DevTensor out = capture(call.output(0));
-  const double a = call.attr_double(0), b = call.attr_double(1);
-  const uint64_t seed = uint64_t(call.attr_int(2)), offset = uint64_t(call.attr_int(3));
+  // normal_ (mean, std) and uniform_ (from, to) have one layout: (a, b, seed, offset).
+  using A = op::normal_::attr;
+  static_assert(op::uniform_::attr::from == int(A::mean) && op::uniform_::attr::to == int(A::std) &&
+                op::uniform_::attr::seed == int(A::seed) && op::uniform_::attr::offset == int(A::offset));
+  const double a = call.attr_double(A::mean), b = call.attr_double(A::std);
+  const uint64_t seed = uint64_t(call.attr_int(A::seed)), offset = uint64_t(call.attr_int(A::offset));
   launch(call, Op, [out, a, b, seed, offset] {
     std::array<std::vector<int64_t>, 1> st{out.strides};
     uint64_t i = 0;
@@ -465,15 +479,15 @@ constexpr uint64_t kMaskFI = kMaskF | bit(TESSERA_DTYPE_INT32) | bit(TESSERA_DTY
 constexpr uint64_t kMaskCopy = TESSERA_DTYPE_MASK_ALL;
 
 const KernelSpec kSpecs[] = {
-    {"fill_", kMaskCopy, TESSERA_SDK_KERNEL(fill_kernel)},
-    {"copy_", kMaskCopy, TESSERA_SDK_KERNEL(copy_kernel)},
-    {"add.Tensor", kMaskFI, TESSERA_SDK_KERNEL(binary_kernel<kAdd>)},
-    {"mul.Tensor", kMaskFI, TESSERA_SDK_KERNEL(binary_kernel<kMul>)},
-    {"relu", kMaskFI, TESSERA_SDK_KERNEL(relu_kernel)},
-    {"matmul", kMaskFI, TESSERA_SDK_KERNEL(matmul_kernel)},
-    {"sum", kMaskFI, TESSERA_SDK_KERNEL(sum_kernel)},
-    {"normal_", kMaskF, TESSERA_SDK_KERNEL(random_kernel<kNormal>)},
-    {"uniform_", kMaskF, TESSERA_SDK_KERNEL(random_kernel<kUniform>)},
+    {op::fill_::name, kMaskCopy, TESSERA_SDK_KERNEL(fill_kernel)},
+    {op::copy_::name, kMaskCopy, TESSERA_SDK_KERNEL(copy_kernel)},
+    {op::add_Tensor::name, kMaskFI, TESSERA_SDK_KERNEL(binary_kernel<kAdd>)},
+    {op::mul_Tensor::name, kMaskFI, TESSERA_SDK_KERNEL(binary_kernel<kMul>)},
+    {op::relu::name, kMaskFI, TESSERA_SDK_KERNEL(relu_kernel)},
+    {op::matmul::name, kMaskFI, TESSERA_SDK_KERNEL(matmul_kernel)},
+    {op::sum::name, kMaskFI, TESSERA_SDK_KERNEL(sum_kernel)},
+    {op::normal_::name, kMaskF, TESSERA_SDK_KERNEL(random_kernel<kNormal>)},
+    {op::uniform_::name, kMaskF, TESSERA_SDK_KERNEL(random_kernel<kUniform>)},
 };
 static_assert(sizeof(kSpecs) / sizeof(kSpecs[0]) == kNumOps, "one spec per OpId, in order");
 static_assert(kNumOps <= kMaxCountedOps, "raise kMaxCountedOps");
