@@ -110,6 +110,7 @@ case "$cmd" in
       log "python: per-op overhead against PyTorch (when installed) and NumPy; a compiled NumPy function"
       PYTHONPATH=build/release/python python3 python/bench/bench_overhead.py | tee build/bench/python_overhead.md
       PYTHONPATH=build/release/python python3 python/bench/bench_numpy_compile.py | tee build/bench/python_numpy_compile.md
+      OMP_NUM_THREADS=1 PYTHONPATH=build/release/python python3 python/bench/bench_threads.py | tee build/bench/python_threads.md
     fi
     ;;
   *)
