@@ -70,6 +70,20 @@ constexpr float kNaN = __builtin_nanf("");
 TESSERA_VM_INLINE float as_float(int32_t i) { return __builtin_bit_cast(float, i); }
 TESSERA_VM_INLINE int32_t as_int(float f) { return __builtin_bit_cast(int32_t, f); }
 
+// Note [Explicit multiply-adds]
+// a * b + c, fused where the target has FMA and not where it has none, whatever the optimisation
+// level and instrumentation of the including file. Left to the compiler's contraction, the same
+// polynomial was fused in the release plugin and in generated code but not in a sanitizer build's
+// plugin, and eager and compiled erf then differed by an ulp. The scalar *_f polynomials that
+// generated code and eager kernels both evaluate (through vf_map) are written with it.
+TESSERA_VM_INLINE float mul_add_f(float a, float b, float c) {
+#if defined(__FMA__)
+  return __builtin_fmaf(a, b, c);
+#else
+  return a * b + c;
+#endif
+}
+
 // e^r for |r| <= ln2/2 (the reduced argument of exp_f, mul_sigmoid_f and exp_sum_f): Cephes'
 // degree-6 polynomial.
 TESSERA_VM_INLINE float exp_poly_f(float r) {
@@ -190,15 +204,15 @@ TESSERA_VM_INLINE float exp_sum_f(float a, float b, float m = 1.0f) {
 TESSERA_VM_INLINE float erfc_core_f(float z, float hi, float lo) {
   const float t = 1.0f / (1.0f + 0.5f * z);
   float p = 0.17087277f;
-  p = p * t - 0.82215223f;
-  p = p * t + 1.48851587f;
-  p = p * t - 1.13520398f;
-  p = p * t + 0.27886807f;
-  p = p * t - 0.18628806f;
-  p = p * t + 0.09678418f;
-  p = p * t + 0.37409196f;
-  p = p * t + 1.00002368f;
-  p = p * t - 1.26551223f;
+  p = mul_add_f(p, t, -0.82215223f);
+  p = mul_add_f(p, t, 1.48851587f);
+  p = mul_add_f(p, t, -1.13520398f);
+  p = mul_add_f(p, t, 0.27886807f);
+  p = mul_add_f(p, t, -0.18628806f);
+  p = mul_add_f(p, t, 0.09678418f);
+  p = mul_add_f(p, t, 0.37409196f);
+  p = mul_add_f(p, t, 1.00002368f);
+  p = mul_add_f(p, t, -1.26551223f);
   return exp_sum_f(-hi, p - lo, t);
 }
 
@@ -221,12 +235,12 @@ TESSERA_VM_INLINE float erfc_pos_f(float z) {
 TESSERA_VM_INLINE float erf_small_f(float x) {
   const float z = x * x;
   float s = 1.0f / 9360.0f;
-  s = s * -z + 1.0f / 1320.0f;
-  s = s * -z + 1.0f / 216.0f;
-  s = s * -z + 1.0f / 42.0f;
-  s = s * -z + 1.0f / 10.0f;
-  s = s * -z + 1.0f / 3.0f;
-  s = s * -z + 1.0f;
+  s = mul_add_f(s, -z, 1.0f / 1320.0f);
+  s = mul_add_f(s, -z, 1.0f / 216.0f);
+  s = mul_add_f(s, -z, 1.0f / 42.0f);
+  s = mul_add_f(s, -z, 1.0f / 10.0f);
+  s = mul_add_f(s, -z, 1.0f / 3.0f);
+  s = mul_add_f(s, -z, 1.0f);
   return 1.12837916709551257f * x * s;
 }
 
