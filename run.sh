@@ -71,7 +71,8 @@ case "$cmd" in
     run_ctest build/release
     # The pytest suite ran above as the ctest test python.pytest; make its absence loud (a tree
     # configured before nanobind was installed keeps TESSERA_BUILD_PYTHON=OFF in its cache).
-    if ! (cd build/release && ctest -N | grep -q 'python.pytest'); then
+    # (grep reads the whole listing: with -q it could stop early and fail ctest with SIGPIPE under pipefail)
+    if ! (cd build/release && ctest -N | grep 'python.pytest' >/dev/null); then
       echo "python.pytest is not in build/release: reconfigure with -DTESSERA_BUILD_PYTHON=ON" >&2
       exit 1
     fi
