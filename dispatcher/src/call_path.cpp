@@ -484,6 +484,7 @@ std::atomic<ExportHook> g_export_hook{nullptr};
 // Note [Export hook] (dispatcher.h).
 [[gnu::noinline]] int export_call(ExportHook hook, OperatorEntry& op, const CallFrame& f, const MetaCall& m, Device dev,
                                   Tensor* outs) {
+  profile_resolution("capture");  // traced, not run: the summary must not count it as a kernel run
   ExportCall call;
   call.op = &op;
   call.name = &op.name;

@@ -132,6 +132,16 @@ bool load_locked(Registry& reg, PluginRecord& r) {
                      true);
   }
 
+  // A compiler or quantizer plugin is its extension: one that does not offer it fails here, so
+  // `tessera plugins --load` and `tessera doctor` say so instead of "loaded" (Note [Plugin kinds]).
+  if (const PluginKindTraits& traits = plugin_kind_traits(r.info.kind); traits.extension) {
+    const bool has_lookup = TESSERA_ABI_HAS_FIELD(hdr, tessera_plugin_t, get_proc_address) && r.header.get_proc_address;
+    if (!has_lookup || !r.header.get_proc_address(r.header.self, traits.extension))
+      return abandon(std::string(traits.word) + " plugin offers no extension '" + traits.extension + "' (" +
+                         (has_lookup ? "get_proc_address returns NULL for it" : "its header has no get_proc_address") +
+                         "); a " + traits.word + " plugin returns it from get_proc_address (Note [Plugin kinds])",
+                     true);
+  }
   if (r.privateuse_slot > 0) {  // Note [Manifest claims on privateuse slots]: the claim becomes a name
     try {
       rename_privateuse_backend(r.privateuse_slot, r.info.device_name);
@@ -408,6 +418,10 @@ tessera_proc_t extension_of_kind(PluginKind kind, const std::string& name, const
   const std::string listed = of_kind.empty() ? std::string("none is installed") : "found: " + of_kind;
   TESSERA_CHECK(found, request.who, ": unknown ", request.role, " '", name, "'; expected ", request.alternatives, "a ",
                 traits.word, " plugin (", listed, "; add the folder of its manifest to TESSERA_PLUGIN_PATH)");
+  // A manifest that failed to read has no trustworthy kind: its reason is the news (a misspelled kind,
+  // broken JSON), not "is a backend plugin".
+  TESSERA_CHECK(found->kind == kind || found->status != PluginStatus::Failed, request.who, ": ", request.role, " '",
+                name, "' cannot be used: ", found->reason);
   TESSERA_CHECK(found->kind == kind, request.who, ": ", request.role, " '", name, "' is a ", plugin_kind_name(found->kind),
                 " plugin, not a ", traits.word, "; expected ", request.alternatives, "a ", traits.word, " plugin (",
                 listed, ")");

@@ -63,6 +63,29 @@ std::string error_of(F&& f) {
   return "";
 }
 
+// The profiler's summary shows the ops export traced as "capture", not as kernel runs on the CPU.
+TEST(Capture, TheProfilerCountsTracedOpsAsCaptureNotAsKernelRuns) {
+  tessera::profiler_enable("summary");
+  tessera::profiler_clear();
+  tessera::export_program([](const std::vector<Tensor>& in) { return std::vector<Tensor>{tessera::exp(in[0]) * 3.0}; },
+                          {tessera::randn({4, 5})});
+  tessera::exp(tessera::randn({2, 2}));  // one real run, for contrast
+  const std::string summary = tessera::profiler_summary();
+  tessera::profiler_enable("");
+  auto row = [&](const std::string& op, const std::string& resolution) {
+    for (size_t at = summary.find(op); at != std::string::npos; at = summary.find(op, at + 1)) {
+      const size_t end = summary.find('\n', at);
+      const std::string line = summary.substr(at, end - at);
+      if (line.rfind(op + " ", 0) == 0 && line.find(" " + resolution + " ") != std::string::npos) return true;
+    }
+    return false;
+  };
+  EXPECT_TRUE(row("exp", "capture")) << summary;
+  EXPECT_TRUE(row("mul.Tensor", "capture")) << summary;
+  EXPECT_TRUE(row("exp", "kernel")) << summary;
+  EXPECT_FALSE(row("mul.Tensor", "kernel")) << summary;
+}
+
 TEST(Capture, ReadingATensorValueFailsNamingTheCallAndTheOp) {
   auto fn = [](const std::vector<Tensor>& in) {
     Tensor s = in[0].sum();

@@ -725,6 +725,37 @@ TEST_F(LoaderTest, ExtensionOfKindNamesThePluginAndTheKinds) {
   EXPECT_EQ(info("lt_ext_backend").status, PluginStatus::Available);  // refused before anything loads
 }
 
+// A compiler or quantizer plugin whose library offers no extension fails at load (so `tessera plugins
+// --load` and `doctor` do not call it loaded), and a manifest that failed to read is named with its
+// reason, not as a plugin of the default kind.
+TEST_F(LoaderTest, APluginWithoutItsKindsExtensionFailsToLoad) {
+  json m = plain_manifest("lt_no_ext_compiler", LT_LIB_GOOD);
+  m["kind"] = "compiler";
+  dir_.write_manifest("lt_no_ext_compiler", m);
+  json typo = plain_manifest("lt_typo_compiler", LT_LIB_GOOD);
+  typo["kind"] = "compilr";
+  dir_.write_manifest("lt_typo_compiler", typo);
+  rediscover();
+  std::string why;
+  EXPECT_FALSE(tessera::load_plugin("lt_no_ext_compiler", &why));
+  expect_failed("lt_no_ext_compiler", std::string("compiler plugin offers no extension '") + TESSERA_EXT_COMPILER + "'");
+  auto message = [](const std::string& name) {
+    try {
+      tessera::extension_of_kind(tessera::PluginKind::Compiler, name, {.who = "compile", .role = "backend"});
+    } catch (const tessera::Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  const std::string typo_message = message("lt_typo_compiler");
+  EXPECT_NE(typo_message.find("compile: backend 'lt_typo_compiler' cannot be used: "), std::string::npos) << typo_message;
+  EXPECT_NE(typo_message.find("lt_typo_compiler.json: unknown kind 'compilr' (expected backend, compiler, quantizer or "
+                              "kernels)"),
+            std::string::npos)
+      << typo_message;
+  EXPECT_EQ(typo_message.find("is a backend plugin"), std::string::npos) << typo_message;
+}
+
 // The manifest's feature names are read by the SDK's probe (Note [CPU feature probe]); GCC's own
 // detection (which also checks the OS's register state) is the independent reference.
 TEST(CpuFeatureNames, AgreeWithTheCompilersDetection) {

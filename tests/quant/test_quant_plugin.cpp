@@ -91,6 +91,24 @@ TEST(QuantPlugin, ComposesWithX86WhichQuantizesWhatThePluginLeft) {
   EXPECT_EQ(quantized_linears(quantization::convert(p2)), (std::vector<bool>{true, true, true, true}));
 }
 
+// A plugin that gives one edge a second, different spec is refused, naming the edge and both specs
+// (it used to replace the first silently, and nothing was lowered).
+TEST(QuantPlugin, TwoDifferentSpecsForOneEdgeAreRefused) {
+  std::mt19937_64 g(11);
+  ExportedProgram ep = export_four_layers(g);
+  try {
+    quantization::prepare(ep, *quantization::plugin_quantizer("two_specs_quantizer"));
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("quantizer plugin 'two_specs_quantizer' failed to annotate"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("already has the spec qu8 per_tensor_affine min_max; a second, different spec (qi8 "
+                       "per_tensor_symmetric min_max) is refused"),
+              std::string::npos)
+        << msg;
+  }
+}
+
 TEST(QuantPlugin, MissingPluginOrOtherKindIsAOneLineErrorNamingIt) {
   try {
     quantization::plugin_quantizer("no_such_quantizer");

@@ -77,33 +77,59 @@ tessera_status_t keep_float(tessera_annotations_t* a, int32_t node) {
   return nullptr;
 }
 
+std::string spec_str(const SpecOrShared& s) {
+  if (const auto* q = std::get_if<QuantizationSpec>(&s)) return q->str();
+  const QuantPoint& w = std::get<SharedSpec>(s).with;
+  return "shared with value " + std::to_string(w.value) +
+         (w.consumer < 0 ? std::string() : " at node " + std::to_string(w.consumer));
+}
+
+// Sets one edge's spec. An edge takes one spec: giving it the same one again is harmless, a
+// different one is the plugin's mistake (it would silently replace the first), so it is refused.
+tessera_status_t set_edge(tessera_annotations_t* a, std::optional<SpecOrShared>& slot, SpecOrShared spec,
+                          const std::string& edge) {
+  if (slot && !(*slot == spec))
+    return invalid(a, edge + " already has the spec " + spec_str(*slot) + "; a second, different spec (" +
+                          spec_str(spec) + ") is refused: give each edge one spec");
+  slot = std::move(spec);
+  return nullptr;
+}
+
+tessera_status_t set_input(tessera_annotations_t* a, int32_t node, int32_t value, SpecOrShared spec) {
+  std::map<ValueId, SpecOrShared>& inputs = a->pending[node].inputs;
+  std::optional<SpecOrShared> slot;
+  if (auto it = inputs.find(value); it != inputs.end()) slot = it->second;
+  if (tessera_status_t s = set_edge(a, slot, std::move(spec),
+                                    "the input edge of value " + std::to_string(value) + " into node " + std::to_string(node)))
+    return s;
+  inputs.insert_or_assign(value, std::move(*slot));
+  return nullptr;
+}
+
 tessera_status_t input_spec(tessera_annotations_t* a, int32_t node, int32_t value, const tessera_quant_spec_t* spec) {
   if (tessera_status_t s = check_input(a, node, value)) return s;
   QuantizationSpec q;
   if (tessera_status_t s = to_spec(a, spec, &q)) return s;
-  a->pending[node].inputs[value] = q;
-  return nullptr;
+  return set_input(a, node, value, q);
 }
 
 tessera_status_t input_shared(tessera_annotations_t* a, int32_t node, int32_t value, int32_t with_value,
                               int32_t with_consumer) {
   if (tessera_status_t s = check_input(a, node, value)) return s;
-  a->pending[node].inputs[value] = SharedSpec{{with_value, with_consumer < 0 ? -1 : with_consumer}};
-  return nullptr;
+  return set_input(a, node, value, SharedSpec{{with_value, with_consumer < 0 ? -1 : with_consumer}});
 }
 
 tessera_status_t output_spec(tessera_annotations_t* a, int32_t node, const tessera_quant_spec_t* spec) {
   if (tessera_status_t s = check_node(a, node)) return s;
   QuantizationSpec q;
   if (tessera_status_t s = to_spec(a, spec, &q)) return s;
-  a->pending[node].output = q;
-  return nullptr;
+  return set_edge(a, a->pending[node].output, q, "the output of node " + std::to_string(node));
 }
 
 tessera_status_t output_shared(tessera_annotations_t* a, int32_t node, int32_t with_value, int32_t with_consumer) {
   if (tessera_status_t s = check_node(a, node)) return s;
-  a->pending[node].output = SharedSpec{{with_value, with_consumer < 0 ? -1 : with_consumer}};
-  return nullptr;
+  return set_edge(a, a->pending[node].output, SharedSpec{{with_value, with_consumer < 0 ? -1 : with_consumer}},
+                  "the output of node " + std::to_string(node));
 }
 
 const tessera_annotation_api_t kAnnotationApi = {

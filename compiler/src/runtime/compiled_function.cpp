@@ -1,6 +1,7 @@
 // tessera::compile (Note [Compiled functions] in tessera/compiler/compile.h).
 #include <atomic>
 #include <chrono>
+#include <map>
 #include <mutex>
 #include <set>
 #include <shared_mutex>
@@ -68,6 +69,9 @@ struct CompiledFunction::State {
   // Everything below is guarded by compile_mutex, which serialises misses.
   mutable std::mutex compile_mutex;
   CompileStats stats;
+  // backend "auto": compiler plugins whose get_capability or compile failed for this function, with
+  // the error; passed over from then on.
+  std::map<std::string, std::string> failed_plugins;
   // Note [Automatic dynamic]
   // Per input, the sizes of the first call that had its rank. A later miss where a dim's size
   // differs marks that dim dynamic for every later capture (the "frame state" of automatic dynamic
@@ -193,6 +197,27 @@ struct CompiledFunction::State {
     return dims;
   }
 
+  // backend "auto": the best compiler plugin for `device` that compiles the program (Note [Compiler
+  // plugin priority]); sets a.partitioned, a.backend and a.selection. A plugin that fails is
+  // remembered in failed_plugins and passed over with a warning. Empty when none took it: cpp.
+  std::string partition_auto(const ExportedProgram& program, const Device& device, Artifact& a) {
+    for (;;) {
+      compiler::CompilerChoice choice = compiler::choose_compiler_plugin(device, failed_plugins);
+      a.selection = std::move(choice.report);
+      if (log_enabled("compile")) log_message(LogLevel::Info, "compile", "'" + options.name + "': " + a.selection);
+      if (choice.plugin.empty()) return {};
+      try {
+        a.partitioned = std::make_unique<compiler::PartitionedProgram>(program, choice.plugin, device);
+        a.backend = choice.plugin;
+        return choice.plugin;
+      } catch (const Error& e) {
+        compiler::codegen::compile_warning("'" + options.name + "': compiler plugin '" + choice.plugin +
+                                           "' failed (" + e.what() + "); the next candidate compiles it instead");
+        failed_plugins[choice.plugin] = e.what();
+      }
+    }
+  }
+
   std::shared_ptr<const Artifact> build(const std::vector<Tensor>& inputs, const DimSet& dynamic,
                                         bool declared) {
     const auto t0 = std::chrono::steady_clock::now();
@@ -219,16 +244,12 @@ struct CompiledFunction::State {
       a->guards = ArtifactGuards(*program, devices);
       const Device device = devices.empty() ? Device(DeviceType::CPU) : devices[0];
       std::string plugin = plugin_backend ? options.backend : std::string();
-      if (auto_backend) {
-        compiler::CompilerChoice choice = compiler::choose_compiler_plugin(device);
-        plugin = std::move(choice.plugin);
-        a->selection = std::move(choice.report);
-        if (log_enabled("compile"))
-          log_message(LogLevel::Info, "compile", "'" + options.name + "': " + a->selection);
-      }
-      if (!plugin.empty()) {
+      if (auto_backend) plugin = partition_auto(*program, device, *a);
+      if (!plugin.empty() && !a->partitioned) {
         a->partitioned = std::make_unique<compiler::PartitionedProgram>(std::move(*program), plugin, device);
         a->backend = plugin;
+      }
+      if (a->partitioned) {
         program.reset();
       } else if (!interpreter_backend && !all_cpu && log_enabled("compile"))
         log_message(LogLevel::Info, "compile",

@@ -18,11 +18,13 @@ namespace tessera::compiler {
 // never depends on the order of discovery (TESSERA_PLUGIN_PATH, folder listing). A candidate that
 // fails to load (or offers no compiler table) is passed over for the next one. When no plugin
 // serves the device the artifact falls back to "cpp": generated code on the CPU, the interpreter
-// elsewhere. The plugins passed over are named in ArtifactInfo::selection and under
+// elsewhere. A chosen plugin whose get_capability or compile fails is passed over the same way, with
+// a warning, for the next candidate (or cpp); the compiled function remembers the failure, so later
+// artifacts do not capture and fail on it again (compiled_function.cpp). The plugins passed over are named in ArtifactInfo::selection and under
 // TESSERA_LOG=compile. A compiler plugin without "device" serves nothing automatically; it runs only
 // when named. "auto" is not the default: "cpp" stays the default so that installing a compiler
 // plugin never changes what existing code runs.
-CompilerChoice choose_compiler_plugin(const Device& device) {
+CompilerChoice choose_compiler_plugin(const Device& device, const std::map<std::string, std::string>& failed_before) {
   const std::string type = device_type_name(device.type());
   std::vector<PluginInfo> candidates;
   std::string failed;  // compiler plugins of this device the loader refused, with their reason
@@ -43,6 +45,10 @@ CompilerChoice choose_compiler_plugin(const Device& device) {
     const std::string ranked = p.name + " (priority " + std::to_string(p.priority) + ")";
     if (!choice.plugin.empty()) {
       note(ranked);
+      continue;
+    }
+    if (auto f = failed_before.find(p.name); f != failed_before.end()) {
+      note(ranked + " failed to compile earlier: " + f->second);
       continue;
     }
     try {

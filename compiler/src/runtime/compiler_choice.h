@@ -1,6 +1,7 @@
 // Internal: which compiler plugin serves a device when CompileOptions::backend is "auto" (Note
 // [Compiler plugin priority]).
 #pragma once
+#include <map>
 #include <string>
 
 #include "tessera/device.h"
@@ -16,7 +17,8 @@ struct CompilerChoice {
 
 // The highest-priority compiler plugin whose manifest names `device`'s type and that loads; ties go
 // to the smaller name. Never throws for a plugin that fails to load: it is passed over and named in
-// the report. Thread-safe.
-CompilerChoice choose_compiler_plugin(const Device& device);
+// the report. `failed` (plugin -> why) lists plugins whose compile failed earlier for the caller:
+// they are passed over too, with that reason. Thread-safe.
+CompilerChoice choose_compiler_plugin(const Device& device, const std::map<std::string, std::string>& failed = {});
 
 }  // namespace tessera::compiler

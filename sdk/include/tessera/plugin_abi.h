@@ -525,8 +525,9 @@ typedef struct tessera_annotations_s tessera_annotations_t;
 /* The table a quantizer records its decisions through. Nodes and values are the graph's indices. A
  * quantization point is an input edge (value, consumer node) or an output (consumer -1). Each
  * function returns NULL or a status naming what was wrong (a node that is not a call, a value that is
- * not an input of the node, a node another quantizer annotated). The host checks the specs
- * themselves after annotate returns (prepare's validation). */
+ * not an input of the node, a spec with an unknown enum value, a point given a second, different
+ * spec). A node another quantizer annotated, and prepare's validation of the specs together, are
+ * refused when annotate returns and the decisions are committed. */
 typedef struct tessera_annotation_api_t {
   uint32_t struct_size;
   /* 1 when an earlier quantizer (or this one) annotated `node`; a quantizer skips those nodes. */

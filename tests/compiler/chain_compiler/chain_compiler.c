@@ -1,7 +1,13 @@
 /* A compiler plugin in plain C (Note [Compiler plugin ABI]): it takes chains of elementwise float32
  * ops of one shape on the CPU and runs each chain as one loop over the elements ("one launch"),
  * computing every op in float like the eager kernels. Its extension "test.chain_launches" counts
- * the launches, so a test sees one launch per chain per call. */
+ * the launches, so a test sees one launch per chain per call.
+ *
+ * Built a second time as chain_compiler_faulty (CHAIN_COMPILER_FAULTS defined), it misbehaves as the
+ * environment variable TESSERA_TEST_CHAIN_FAULT says, read at each call, so tests see the host
+ * refuse what a broken plugin does: "claim_placeholder" (get_capability puts node 0, a placeholder,
+ * in a group), "null_executable" (compile returns no executable and an OK status), "fail_compile"
+ * (compile fails). Its extension "test.chain_compiles" counts the calls of compile. */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -11,6 +17,17 @@
 
 static const tessera_host_api_t* g_host;
 static uint64_t g_launches;
+static uint64_t g_compiles;
+
+static int fault(const char* which) {
+#ifdef CHAIN_COMPILER_FAULTS
+  const char* f = getenv("TESSERA_TEST_CHAIN_FAULT");
+  return f && strcmp(f, which) == 0;
+#else
+  (void)which;
+  return 0;
+#endif
+}
 
 enum { OP_ADD, OP_SUB, OP_MUL, OP_DIV, OP_RELU, OP_NEG, OP_EXP, OP_TANH, OP_SIGMOID, OP_NONE };
 static const char* const kTargets[] = {"add.Tensor", "sub.Tensor", "mul.Tensor", "div.Tensor", "relu",
@@ -102,6 +119,7 @@ static tessera_status_t get_capability(void* self, const tessera_graph_t* g, con
       in_chain = 0;
     }
   }
+  if (fault("claim_placeholder") && n > 0) out_group[0] = 0;
   return NULL;
 }
 
@@ -126,6 +144,13 @@ static tessera_status_t compile(void* self, const tessera_graph_t* g, const char
   chain_t* c = (chain_t*)calloc(1, sizeof(chain_t));
   (void)self;
   (void)device;
+  __atomic_add_fetch(&g_compiles, 1, __ATOMIC_RELAXED);
+  if (fault("fail_compile") || fault("null_executable")) {
+    free(reg);
+    free(c);
+    if (fault("null_executable")) return NULL;
+    return g_host->status_make(TESSERA_STATUS_INVALID_ARGUMENT, "chain_compiler: compile fails on request");
+  }
   if (!reg || !c) {
     free(reg);
     free(c);
@@ -241,11 +266,13 @@ static const tessera_compiler_interface_t* compiler_table(void) { return &kCompi
 
 typedef uint64_t (*launches_fn_t)(void);
 static uint64_t launches(void) { return __atomic_load_n(&g_launches, __ATOMIC_RELAXED); }
+static uint64_t compiles(void) { return __atomic_load_n(&g_compiles, __ATOMIC_RELAXED); }
 
 static tessera_proc_t get_proc_address(void* self, const char* name) {
   (void)self;
   if (strcmp(name, TESSERA_EXT_COMPILER) == 0) return (tessera_proc_t)(tessera_ext_compiler_fn_t)compiler_table;
   if (strcmp(name, "test.chain_launches") == 0) return (tessera_proc_t)(launches_fn_t)launches;
+  if (strcmp(name, "test.chain_compiles") == 0) return (tessera_proc_t)(launches_fn_t)compiles;
   return NULL;
 }
 

@@ -1,8 +1,10 @@
 /* A compiler plugin in plain C that walks a graph through the graph ABI (Note [Graph ABI]) and
  * prints it in the text of ExportedProgram::graph_string() (Note [Graph text]). It is built out of
  * tree against the installed SDK (tools/ci/10_out_of_tree.sh) and in the test suite; the test
- * compares its text with graph_string(). Its one extension, "test.graph_print", writes the text
- * into a buffer like snprintf and returns its length. */
+ * compares its text with graph_string(). Its extension "test.graph_print" writes the text into a
+ * buffer like snprintf and returns its length. As a compiler it takes no node (every group -1), so
+ * compile, run and release are never called; a compiler plugin must offer its table all the same,
+ * or it fails to load. */
 #include <float.h>
 #include <math.h>
 #include <stdarg.h>
@@ -202,9 +204,55 @@ static size_t graph_print(void* self, const tessera_graph_t* g, char* buffer, si
 
 typedef size_t (*graph_print_fn_t)(void* self, const tessera_graph_t* g, char* buffer, size_t capacity);
 
+static tessera_status_t get_capability(void* self, const tessera_graph_t* g, const char* device, int32_t* out_group) {
+  int32_t i, n = g_host->graph->node_count(g);
+  (void)self;
+  (void)device;
+  for (i = 0; i < n; ++i) out_group[i] = -1;
+  return NULL;
+}
+
+static tessera_status_t compile(void* self, const tessera_graph_t* g, const char* device, void** out_executable) {
+  (void)self;
+  (void)g;
+  (void)device;
+  *out_executable = NULL;
+  return g_host->status_make(TESSERA_STATUS_UNIMPLEMENTED, "graph_printer: takes no node, compiles nothing");
+}
+
+static tessera_status_t run(void* self, void* executable, const tessera_tensor_t* const* inputs, int32_t num_inputs,
+                            const tessera_tensor_t* const* outputs, int32_t num_outputs, void* stream) {
+  (void)self;
+  (void)executable;
+  (void)inputs;
+  (void)num_inputs;
+  (void)outputs;
+  (void)num_outputs;
+  (void)stream;
+  return g_host->status_make(TESSERA_STATUS_UNIMPLEMENTED, "graph_printer: has no executables");
+}
+
+static void release(void* self, void* executable) {
+  (void)self;
+  (void)executable;
+}
+
+static const tessera_compiler_interface_t kCompiler = {
+    .struct_size = sizeof(tessera_compiler_interface_t),
+    .reserved_ = 0,
+    .self = NULL,
+    .get_capability = get_capability,
+    .compile = compile,
+    .run = run,
+    .release = release,
+};
+
+static const tessera_compiler_interface_t* compiler_table(void) { return &kCompiler; }
+
 static tessera_proc_t get_proc_address(void* self, const char* name) {
   (void)self;
   if (strcmp(name, "test.graph_print") == 0) return (tessera_proc_t)(graph_print_fn_t)graph_print;
+  if (strcmp(name, TESSERA_EXT_COMPILER) == 0) return (tessera_proc_t)(tessera_ext_compiler_fn_t)compiler_table;
   return NULL;
 }
 

@@ -56,6 +56,13 @@ PartitionedProgram::PartitionedProgram(ExportedProgram program, const std::strin
     check_status(plugin_->get_capability(plugin_->self, h.get(), device_.str().c_str(), group.data()),
                  plugin_name_, "get_capability");
   }
+  // Only call nodes can be claimed: a placeholder or the output in a group is the plugin's bug, not
+  // something to skip quietly (Note [Compiler plugin ABI]).
+  for (int32_t i = 0; i < n; ++i)
+    TESSERA_CHECK(group[size_t(i)] < 0 || g.nodes[size_t(i)].kind == NodeKind::Call, "compiler plugin '",
+                  plugin_name_, "': get_capability put node ", i, " (",
+                  g.nodes[size_t(i)].kind == NodeKind::Placeholder ? "a placeholder" : "the output",
+                  ") in group ", group[size_t(i)], "; only call nodes can be claimed, others must be -1");
   // Runs of consecutive call nodes with one group id are the partitions.
   partition_at_node_.assign(g.nodes.size(), -1);
   for (int32_t i = 0; i < n;) {
@@ -104,11 +111,14 @@ PartitionedProgram::PartitionedProgram(ExportedProgram program, const std::strin
     sub.graph.nodes.push_back(std::move(out));
     GraphHandle h(sub, false);
     tessera_status_t status = plugin_->compile(plugin_->self, h.get(), device_.str().c_str(), &p.executable);
-    if (status) {
+    if (status || !p.executable) {
       p.executable = nullptr;
       for (Partition& done : partitions_)
         if (done.executable) plugin_->release(plugin_->self, std::exchange(done.executable, nullptr));
       check_status(status, plugin_name_, "compile");
+      TESSERA_CHECK(false, "compiler plugin '", plugin_name_, "': compile returned an OK status but no executable for a ",
+                    "partition of ", p.end_node - p.first_node, " nodes; a plugin that cannot compile a partition ",
+                    "returns an error status (its get_capability should not have claimed it)");
     }
   }
   if (log_enabled("compile"))
