@@ -11,6 +11,7 @@
 #include <memory>
 #include <mutex>
 #include <set>
+#include <tuple>
 #include <unordered_map>
 
 #include "c_tensor.h"
@@ -292,7 +293,7 @@ void warn_fallback_once(const OperatorEntry& op, DeviceType type, bool answered_
       LogLevel::Warning, "fallback",
       "'" + op.name + (answered_unimplemented ? "' answered UNIMPLEMENTED on device '" : "' has no kernel on device '") +
           device_type_name(type) + "'; running it on the CPU (inputs copied to the CPU and outputs back). Register a kernel for "
-          "speed, or set TESSERA_CPU_FALLBACK=0 to make this an error");
+          "speed (tessera::fallback_report() counts these calls), or set TESSERA_FALLBACK=error to make this an error");
 }
 
 // "cpu, cuda", where a device whose kernel does not take `dtype` lists the dtypes it does take:
@@ -312,8 +313,23 @@ std::string implemented_on(const OperatorEntry& op, DType dtype) {
   return s.empty() ? std::string("no device") : s;
 }
 
-int cpu_fallback(OperatorEntry& op, const CallFrame& f, Device dev, Tensor* outs, bool answered_unimplemented) {
+struct FallbackCounts {
+  std::mutex mutex;
+  std::map<std::tuple<std::string, int, int>, int64_t> calls;  // (op, device type, dtype)
+};
+FallbackCounts& fallback_counts() {
+  static auto* c = new FallbackCounts;  // never destroyed: fallbacks may run during static destruction
+  return *c;
+}
+
+int cpu_fallback(OperatorEntry& op, const CallFrame& f, Device dev, DType dtype, Tensor* outs,
+                 bool answered_unimplemented) {
   ++t_cpu_fallback_calls;
+  {
+    FallbackCounts& c = fallback_counts();
+    std::lock_guard lock(c.mutex);
+    ++c.calls[{op.name, int(dev.type()), int(dtype)}];
+  }
   warn_fallback_once(op, dev.type(), answered_unimplemented);
   detail::SmallVector<Tensor, 6> cpu_inputs;
   detail::SmallVector<const TensorImpl*, 8> impls;
@@ -441,7 +457,7 @@ static int resolve(OperatorEntry& op, const CallFrame& f, MetaCall& m, DispatchK
                   fallback_for(int(cpu_slot)) != nullptr;
     if (cpu_runs_it) {
       profile_resolution("fallback");
-      return cpu_fallback(op, f, dev, outs, !why_unimpl.empty());
+      return cpu_fallback(op, f, dev, kdtype, outs, !why_unimpl.empty());
     }
   }
   // Note [Quantized reference kernels] (quantization.cpp): ops without a Quantized kernel refuse.
@@ -462,7 +478,9 @@ static int resolve(OperatorEntry& op, const CallFrame& f, MetaCall& m, DispatchK
     clause = "the CPU fallback is forbidden for '" + op.name + "' on '" + device_type_name(backend) +
              "' by its plugin; move the inputs to a device that implements it";
   else
-    clause = "set TESSERA_CPU_FALLBACK=1 to run it on the CPU";
+    clause = std::string("the CPU fallback is off for this run (") +
+             (secure_env("TESSERA_FALLBACK") ? "TESSERA_FALLBACK=error" : "TESSERA_CPU_FALLBACK=0") +
+             "); register a kernel for it, or allow the fallback (TESSERA_FALLBACK=allow) to run it on the CPU";
   detail::throw_error(ErrorCode::Unimplemented,
                       "no kernel for '" + op.name + "' on device '" + device_type_name(backend) +
                           "' (dtype " + std::string(dtype_name(kdtype)) +
@@ -619,8 +637,41 @@ Tensor call_unboxed_one(OperatorEntry& op, const CallFrame& frame) {
 
 
 bool cpu_fallback_enabled() {
+  if (const char* v = secure_env("TESSERA_FALLBACK")) {
+    const std::string_view s(v);
+    if (s == "allow" || s == "warn") return true;
+    if (s == "error") return false;
+    detail::throw_error(ErrorCode::InvalidArgument,
+                        "TESSERA_FALLBACK='" + std::string(s) + "' is not a fallback policy; use allow or error");
+  }
   const char* v = secure_env("TESSERA_CPU_FALLBACK");
   return v ? parse_env_bool("TESSERA_CPU_FALLBACK", v) : true;  // Note [Environment variables]
+}
+
+std::vector<FallbackCount> fallback_report() {
+  std::vector<FallbackCount> r;
+  {
+    FallbackCounts& c = fallback_counts();
+    std::lock_guard lock(c.mutex);
+    for (const auto& [key, calls] : c.calls)
+      r.push_back({std::get<0>(key), device_type_name(DeviceType(std::get<1>(key))), DType(std::get<2>(key)), calls});
+  }
+  std::stable_sort(r.begin(), r.end(), [](const FallbackCount& a, const FallbackCount& b) { return a.calls > b.calls; });
+  return r;
+}
+
+std::string fallback_report_string() {
+  std::string s;
+  for (const FallbackCount& c : fallback_report())
+    s += c.op + " on " + c.device + " (" + std::string(dtype_name(c.dtype)) + "): " + std::to_string(c.calls) +
+         (c.calls == 1 ? " call\n" : " calls\n");
+  return s.empty() ? "no CPU fallback ran\n" : s;
+}
+
+void clear_fallback_report() {
+  FallbackCounts& c = fallback_counts();
+  std::lock_guard lock(c.mutex);
+  c.calls.clear();
 }
 
 uint64_t cpu_fallback_calls_on_this_thread() { return t_cpu_fallback_calls; }

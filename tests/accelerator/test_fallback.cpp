@@ -92,10 +92,64 @@ TEST(CpuFallback, DisabledFallbackNamesWhereTheOpIsImplemented) {
     EXPECT_NE(m.find("erf"), std::string::npos) << m;
     EXPECT_NE(m.find(kAccel), std::string::npos) << m;
     EXPECT_NE(m.find("implemented on: cpu"), std::string::npos) << m;
-    EXPECT_NE(m.find("TESSERA_CPU_FALLBACK"), std::string::npos) << m;
+    EXPECT_NE(m.find("TESSERA_CPU_FALLBACK=0"), std::string::npos) << m;
   }
   // The accelerator's own kernels still run.
   accel_test::expect_near_all(values(d + d), values(d.to("cpu") + d.to("cpu")), 0, "add with fallback off");
+}
+
+// Note [Fallback report]: every fallback is counted per op, device and dtype.
+TEST(CpuFallback, TheReportCountsEveryFallbackByOpDeviceAndDtype) {
+  clear_fallback_report();
+  Tensor d = randn({6}).to(kAccel);
+  Tensor h = randn({6}, tessera::dtype(kFloat64)).to(kAccel);
+  for (int i = 0; i < 3; ++i) (void)erf(d);
+  (void)erf(h);
+  (void)(d + d);  // the accelerator's own kernel: not counted
+  const std::vector<FallbackCount> r = fallback_report();
+  ASSERT_EQ(r.size(), 2u) << fallback_report_string();
+  EXPECT_EQ(r[0].op, "erf");
+  EXPECT_EQ(r[0].device, kAccel);
+  EXPECT_EQ(r[0].dtype, kFloat32);
+  EXPECT_EQ(r[0].calls, 3);
+  EXPECT_EQ(r[1].dtype, kFloat64);
+  EXPECT_EQ(r[1].calls, 1);
+  EXPECT_NE(fallback_report_string().find(std::string("erf on ") + kAccel + " (float32): 3 calls"), std::string::npos)
+      << fallback_report_string();
+  clear_fallback_report();
+  EXPECT_TRUE(fallback_report().empty());
+  EXPECT_EQ(fallback_report_string(), "no CPU fallback ran\n");
+}
+
+TEST(CpuFallback, TesseraFallbackErrorForbidsItForTheRun) {
+  Tensor d = randn({5}).to(kAccel);
+  {
+    EnvGuard strict("TESSERA_FALLBACK", "error");
+    clear_fallback_report();
+    try {
+      (void)erf(d);
+      FAIL() << "erf must not fall back with TESSERA_FALLBACK=error";
+    } catch (const Error& e) {
+      const std::string m = e.what();
+      EXPECT_NE(m.find("no kernel for 'erf' on device"), std::string::npos) << m;
+      EXPECT_NE(m.find("the CPU fallback is off for this run (TESSERA_FALLBACK=error)"), std::string::npos) << m;
+    }
+    EXPECT_TRUE(fallback_report().empty());
+    accel_test::expect_near_all(values(d + d), values(d.to("cpu") + d.to("cpu")), 0, "own kernels still run");
+  }
+  {
+    EnvGuard typo("TESSERA_FALLBACK", "sometimes");
+    try {
+      (void)erf(d);
+      FAIL() << "an unknown policy must be refused";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("TESSERA_FALLBACK='sometimes' is not a fallback policy; use allow or error"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+  EnvGuard allow("TESSERA_FALLBACK", "allow");
+  accel_test::expect_near_all(values(erf(d)), values(erf(d.to("cpu"))), 0, "erf through the fallback");
 }
 
 TEST(CpuFallback, AnOpThePluginForbidsNeverFallsBack) {

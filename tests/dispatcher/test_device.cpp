@@ -121,8 +121,8 @@ TEST_F(Devices, CpuFallbackSwitchedOff) {
   std::string e = error_of([&] { matmul(a, a); });
   ::unsetenv("TESSERA_CPU_FALLBACK");
   EXPECT_EQ(e,
-            "no kernel for 'matmul' on device 'fake_device' (dtype float32); implemented on: cpu; set "
-            "TESSERA_CPU_FALLBACK=1 to run it on the CPU");
+            "no kernel for 'matmul' on device 'fake_device' (dtype float32); implemented on: cpu; "
+            "the CPU fallback is off for this run (TESSERA_CPU_FALLBACK=0); register a kernel for it, or allow the fallback (TESSERA_FALLBACK=allow) to run it on the CPU");
   EXPECT_EQ(values(matmul(a, a)), (std::vector<float>{2, 2, 2, 2}));
 }
 

@@ -71,8 +71,7 @@ TEST_F(Dispatch, ResolutionOrderKernelCompositeFallbackError) {
     EXPECT_EQ(d.resolution(op, kPrivateUse1, kFloat32), Resolution::None);
     EXPECT_EQ(error_of(call),
               "no kernel for 'test_resolve' on device 'fake_device' (dtype float32); implemented on: no "
-              "device; set "
-              "TESSERA_CPU_FALLBACK=1 to run it on the CPU");
+              "device; the CPU fallback is off for this run (TESSERA_CPU_FALLBACK=0); register a kernel for it, or allow the fallback (TESSERA_FALLBACK=allow) to run it on the CPU");
     EXPECT_EQ(error_of([&] { d.call_boxed(op, {full({3}, 1.0f)}); }),
               "no kernel for 'test_resolve' on device 'cpu' (dtype float32); implemented on: no device; the "
               "CPU has "
@@ -96,8 +95,8 @@ TEST_F(Dispatch, ResolutionOrderKernelCompositeFallbackError) {
     EnvGuard off("TESSERA_CPU_FALLBACK", "0");
     EXPECT_EQ(
         error_of(call),
-        "no kernel for 'test_resolve' on device 'fake_device' (dtype float32); implemented on: cpu; set "
-        "TESSERA_CPU_FALLBACK=1 to run it on the CPU");
+        "no kernel for 'test_resolve' on device 'fake_device' (dtype float32); implemented on: cpu; "
+        "the CPU fallback is off for this run (TESSERA_CPU_FALLBACK=0); register a kernel for it, or allow the fallback (TESSERA_FALLBACK=allow) to run it on the CPU");
   }
   // The backend's own fallback beats the CPU fallback.
   Counter fb{{0}, 3.0};

@@ -149,8 +149,27 @@ TESSERA_API const BackendDevice* backend_device_if_loaded(DeviceType type);
 // plugin_abi.h). The compiler library sets them once when it loads; not for other callers.
 TESSERA_API void set_graph_api(const tessera_graph_api_t& api);
 
-// CPU fallback switch: TESSERA_CPU_FALLBACK=0 turns the fallback into an error.
+// CPU fallback switch (Note [Fallback report]): TESSERA_FALLBACK=error (or the older
+// TESSERA_CPU_FALLBACK=0) turns the fallback into an error for the whole run; TESSERA_FALLBACK=allow
+// (the default) runs it, warning once per op and device under TESSERA_LOG=fallback. Another value
+// of TESSERA_FALLBACK throws naming the accepted ones.
 TESSERA_API bool cpu_fallback_enabled();
+
+// Note [Fallback report]
+// Every call that ran on the CPU because its device had no kernel for it (or the kernel answered
+// UNIMPLEMENTED) is counted per op, device type and dtype, for the whole process and every thread:
+// the silent slowdown of a model that bounces through the host shows up here, and in the profiler
+// trace as resolution "fallback". Sorted by calls, most first; then by op, device and dtype.
+struct FallbackCount {
+  std::string op;      // "erf"
+  std::string device;  // the device type: "my_hardware_device"
+  DType dtype = kFloat32;
+  int64_t calls = 0;
+};
+TESSERA_API std::vector<FallbackCount> fallback_report();
+// "erf on my_hardware_device (float32): 3 calls", one line each; "no CPU fallback ran" when empty.
+TESSERA_API std::string fallback_report_string();
+TESSERA_API void clear_fallback_report();
 // How many calls this thread ran through the CPU fallback so far, whatever led there (no kernel,
 // or a kernel that answered UNIMPLEMENTED). The conformance kit reports what actually ran from it.
 TESSERA_API uint64_t cpu_fallback_calls_on_this_thread();
