@@ -1,6 +1,6 @@
 // Shape rules of the pointwise ops added for ONNX models (meta_rules.h): activations with
 // parameters, predicates, bitwise and shift ops, and the integer-division family. The dtype rules
-// are PyTorch's (docs/ops.md lists the ops; docs/semantics.md the differences).
+// are PyTorch's (docs/pointwise-ops.md lists the ops; docs/semantics.md the differences).
 #include "meta_rules.h"
 
 namespace tessera::meta {

@@ -1,4 +1,4 @@
-// The pointwise ops added for ONNX models (docs/ops.md) on the CPU plugin, against values worked out
+// The pointwise ops added for ONNX models (docs/pointwise-ops.md) on the CPU plugin, against values worked out
 // by hand from PyTorch 2.x's definitions and against double-precision formulas written here, never
 // against the code under test: rounding ties, signs of remainders, integer division by zero, shift
 // widths, NaN and infinities, dtype rules and their errors, strided and empty inputs.

@@ -691,7 +691,7 @@ def ref_clamp(ins, case):
 
 
 # ---------------------------------------------------------------------------------------------------
-# the pointwise ops added for ONNX models (docs/ops.md), PyTorch's formulas in float64
+# the pointwise ops added for ONNX models (docs/pointwise-ops.md), PyTorch's formulas in float64
 
 SELU_ALPHA, SELU_SCALE = 1.6732632423543772848170429916717, 1.0507009873554804934193349852946
 

@@ -1,6 +1,6 @@
 // Pointwise kernels of the ops added for ONNX models: parameterised activations, rounding,
 // inverse trigonometric and hyperbolic functions, predicates, bitwise and shift ops, and the
-// integer-division family, with PyTorch's formulas (docs/ops.md). Floating results of f32/f16/bf16
+// integer-division family, with PyTorch's formulas (docs/pointwise-ops.md). Floating results of f32/f16/bf16
 // compute in float, f64 in double, integers in int64 (stored back with wrap-around). A contiguous
 // run is a plain loop over typed pointers, which the compiler vectorises for the branch-free
 // functions (leaky_relu, hardsigmoid, floor, ...); the transcendental ones call the C library per
