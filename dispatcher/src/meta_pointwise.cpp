@@ -43,6 +43,10 @@ void meta_hardtanh(MetaCall& m) {
   const TensorImpl& x = need(m, 0, "self");
   refuse_quantized(m, x);
   TESSERA_CHECK(x.dtype() != kBool, m.op_name, ": bool inputs are not supported; convert with .to(kFloat32)");
+  if (is_integral(x.dtype(), false)) {  // PyTorch's Scalar::toLong, a checked conversion (NaN refused)
+    check_scalar_fits(scalar_of(attr(m, A::min_val)), kInt64, "hardtanh min_val");
+    check_scalar_fits(scalar_of(attr(m, A::max_val)), kInt64, "hardtanh max_val");
+  }
   if (x.dtype() == kUInt8) {
     const double lo = attr_double(m, A::min_val), hi = attr_double(m, A::max_val);
     TESSERA_CHECK(lo > -1 && hi > -1, m.op_name,

@@ -278,6 +278,7 @@ TEST(CpuOnnxPointwise, ActivationDtypeRules) {
   EXPECT_EQ(ints(h), (I{-2, 0, 3}));
   EXPECT_THAT(error_of([] { hardtanh(i({1}, kUInt8)); }), HasSubstr("negative limits"));
   EXPECT_THAT(error_of([] { hardtanh(b({true})); }), HasSubstr("bool"));
+  EXPECT_THAT(error_of([] { hardtanh(i({1}, kInt32), std::nan("")); }), HasSubstr("without overflow"));
 }
 
 // ---------------------------------------------------------------- unary math against std:: in double
