@@ -1,6 +1,7 @@
 // Binary, comparison, logical, where and unary kernels with broadcasting, type promotion and
 // arbitrary strides. Floating outputs of f32/f16/bf16 compute in float through the per-ISA tables
 // (vec_kernels.h); f64 computes in double; integers in int64.
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 
@@ -439,6 +440,10 @@ double unary_double(UnaryOp op, double x) {
     }
     case UnaryOp::Silu: return x / (1.0 + std::exp(-x));
     case UnaryOp::Erf: return erf_d(x);
+    case UnaryOp::Mish: return x * std::tanh(std::log1p(std::exp(x)));
+    case UnaryOp::Hardsigmoid: return std::min(std::max(x + 3, 0.0), 6.0) / 6;
+    case UnaryOp::Hardswish: return x * std::min(std::max(x + 3, 0.0), 6.0) / 6;
+    case UnaryOp::Softsign: return x / (1 + std::fabs(x));
     default: return x;
   }
 }
@@ -626,6 +631,9 @@ void register_elementwise_kernels(Registrar& r) {
       {op::sin::name, UnaryOp::Sin},         {op::cos::name, UnaryOp::Cos},   {op::tanh::name, UnaryOp::Tanh},
       {op::sigmoid::name, UnaryOp::Sigmoid}, {op::relu::name, UnaryOp::Relu}, {op::silu::name, UnaryOp::Silu},
       {op::erf::name, UnaryOp::Erf},
+      // ONNX pointwise ops without parameters (docs/pointwise-ops.md); the rest: elementwise_onnx.cpp.
+      {op::mish::name, UnaryOp::Mish},       {op::hardsigmoid::name, UnaryOp::Hardsigmoid},
+      {op::hardswish::name, UnaryOp::Hardswish}, {op::softsign::name, UnaryOp::Softsign},
   };
   for (const U& u : unaries) r.add(u.name, kMaskAll, &unary_kernel, tag(int(u.op)));
   r.add(op::gelu::name, kMaskAll, &gelu_kernel);

@@ -1,10 +1,12 @@
-// Pointwise kernels of the ops added for ONNX models: parameterised activations, rounding,
+// Pointwise kernels of the ops added for ONNX models: activations with parameters, rounding,
 // inverse trigonometric and hyperbolic functions, predicates, bitwise and shift ops, and the
-// integer-division family, with PyTorch's formulas (docs/pointwise-ops.md). Floating results of f32/f16/bf16
-// compute in float, f64 in double, integers in int64 (stored back with wrap-around). A contiguous
-// run is a plain loop over typed pointers, which the compiler vectorises for the branch-free
-// functions (leaky_relu, hardsigmoid, floor, ...); the transcendental ones call the C library per
-// element. The shape rules are in dispatcher/src/meta_pointwise.cpp.
+// integer-division family, with PyTorch's formulas (docs/pointwise-ops.md). Floating results of
+// f32/f16/bf16 compute in float, f64 in double, integers in int64 (stored back with wrap-around). A
+// contiguous run is a plain loop over typed pointers, which the compiler vectorises for the
+// branch-free functions (leaky_relu, hardtanh, floor, ...); the transcendental ones call the C
+// library per element. mish, hardsigmoid, hardswish and softsign have no parameters and run
+// through the per-ISA unary tables instead (elementwise.cpp, vec_kernels_isa.cpp). The shape rules
+// are in dispatcher/src/meta_pointwise.cpp.
 #include <algorithm>
 #include <cmath>
 
@@ -57,15 +59,18 @@ StridedLoop binary_loop(const KernelCall& c, const tessera_tensor_t* a, const te
 template <typename O, typename I, typename F>
 void map1(const StridedLoop& loop, OpKind kind, F f) {
   for_each(loop, kind, [&](char** p, const int64_t* st, int64_t n) {
+    // A local copy: parameters read through a reference could alias the output and keep the loop
+    // from vectorising.
+    const F fn = f;
     if (st[0] == int64_t(sizeof(O)) && st[1] == int64_t(sizeof(I))) {  // contiguous: vectorisable
       O* o = reinterpret_cast<O*>(p[0]);
       const I* x = reinterpret_cast<const I*>(p[1]);
-      for (int64_t i = 0; i < n; ++i) Elem<O>::store(o + i, acc_t<O>(f(Elem<I>::load(x + i))));
+      for (int64_t i = 0; i < n; ++i) Elem<O>::store(o + i, acc_t<O>(fn(Elem<I>::load(x + i))));
       return;
     }
     for (int64_t i = 0; i < n; ++i)
       Elem<O>::store(reinterpret_cast<O*>(p[0] + i * st[0]),
-                     acc_t<O>(f(Elem<I>::load(reinterpret_cast<const I*>(p[1] + i * st[1])))));
+                     acc_t<O>(fn(Elem<I>::load(reinterpret_cast<const I*>(p[1] + i * st[1])))));
   });
 }
 
@@ -85,7 +90,7 @@ template <typename T> constexpr bool is_half_v = std::is_same_v<T, bf16_t> || st
 // ------------------------------------------------------------------ floating unary functions
 
 enum class FloatFn : int {
-  LeakyRelu, Elu, Hardsigmoid, Hardswish, Softplus, Mish, Softsign, Reciprocal,
+  LeakyRelu, Elu, Softplus, Reciprocal,
   Tan, Asin, Acos, Atan, Sinh, Cosh, Asinh, Acosh, Atanh, Log1p, Expm1,
 };
 
@@ -126,15 +131,12 @@ template <typename A, typename G>
 void with_float_fn(FloatFn fn, const FloatParams& q, G&& g) {
   const A pa = A(q.a), pb = A(q.b), pc = A(q.c);
   switch (fn) {
+    // This file is compiled with -fno-trapping-math so that such selects vectorise (CMakeLists.txt).
     case FloatFn::LeakyRelu: return g([pa](A x) { return x > A(0) ? x : x * pa; });
     case FloatFn::Elu:  // pa = alpha * scale, pb = scale, pc = input_scale
       return g([pa, pb, pc](A x) { return x <= A(0) ? std::expm1(x * pc) * pa : x * pb; });
-    case FloatFn::Hardsigmoid: return g([](A x) { return std::min(std::max(x + A(3), A(0)), A(6)) / A(6); });
-    case FloatFn::Hardswish: return g([](A x) { return x * std::min(std::max(x + A(3), A(0)), A(6)) / A(6); });
     case FloatFn::Softplus:  // pa = beta, pb = threshold
       return g([pa, pb](A x) { return x * pa > pb ? x : std::log1p(std::exp(x * pa)) / pa; });
-    case FloatFn::Mish: return g([](A x) { return x * std::tanh(std::log1p(std::exp(x))); });
-    case FloatFn::Softsign: return g([](A x) { return x / (A(1) + std::fabs(x)); });
     case FloatFn::Reciprocal: return g([](A x) { return A(1) / x; });
     case FloatFn::Tan: return g([](A x) { return std::tan(x); });
     case FloatFn::Asin: return g([](A x) { return std::asin(x); });
@@ -361,7 +363,8 @@ void run_float_binary(BinFn fn, const StridedLoop& loop) {
     case BinFn::Fmod: return map2<T, C>(loop, [](C a, C b) { return std::fmod(a, b); });
     case BinFn::FloorDivide: return map2<T, C>(loop, [](C a, C b) { return floor_divide_float(a, b); });
     case BinFn::Atan2: return map2<T, C>(loop, [](C a, C b) { return std::atan2(a, b); });
-    case BinFn::Prelu: return map2<T, C>(loop, [](C a, C w) { return a > C(0) ? a : w * a; });
+    case BinFn::Prelu:
+      return map2<T, C>(loop, [](C a, C w) { return a > C(0) ? a : w * a; });
     default:
       throw sdk::Error(TESSERA_STATUS_INVALID_ARGUMENT, std::string("not implemented for floating tensors"));
   }
@@ -436,9 +439,7 @@ void register_onnx_elementwise_kernels(Registrar& r) {
   const F floats[] = {
       {op::leaky_relu::name, FloatFn::LeakyRelu}, {op::elu::name, FloatFn::Elu},
       {op::selu::name, FloatFn::Elu},             {op::celu::name, FloatFn::Elu},
-      {op::hardsigmoid::name, FloatFn::Hardsigmoid}, {op::hardswish::name, FloatFn::Hardswish},
-      {op::softplus::name, FloatFn::Softplus},    {op::mish::name, FloatFn::Mish},
-      {op::softsign::name, FloatFn::Softsign},    {op::reciprocal::name, FloatFn::Reciprocal},
+      {op::softplus::name, FloatFn::Softplus},    {op::reciprocal::name, FloatFn::Reciprocal},
       {op::tan::name, FloatFn::Tan},              {op::asin::name, FloatFn::Asin},
       {op::acos::name, FloatFn::Acos},            {op::atan::name, FloatFn::Atan},
       {op::sinh::name, FloatFn::Sinh},            {op::cosh::name, FloatFn::Cosh},
