@@ -50,23 +50,29 @@ void meta_hardtanh(MetaCall& m) {
   if (x.dtype() == kUInt8) {
     const double lo = attr_double(m, A::min_val), hi = attr_double(m, A::max_val);
     TESSERA_CHECK(lo > -1 && hi > -1, m.op_name,
-                  ": cannot do hardtanh on an unsigned type with negative limits (min_val ", lo, ", max_val ", hi,
-                  "); pass limits >= 0 or convert self to a signed dtype");
+                  ": cannot do hardtanh on an unsigned type with negative limits (min_val ", lo, ", max_val ",
+                  hi, "); pass limits >= 0 or convert self to a signed dtype");
   }
   m.add_output(x.sizes(), x.dtype());
 }
 
-// prelu(self, weight): PyTorch's checks; weight holds one value, or one per channel (dim 1 of self),
-// and must have self's floating dtype.
-void meta_prelu(MetaCall& m) {
-  const TensorImpl& x = need(m, 0, "self");
-  const TensorImpl& w = need(m, 1, "weight");
+// prelu and _prelu_kernel: a floating self and a weight of its dtype (PyTorch does not promote).
+void check_prelu_dtypes(const MetaCall& m, const TensorImpl& x, const TensorImpl& w) {
   check_floating_input(m, x);
   TESSERA_CHECK(x.dtype() == w.dtype(), m.op_name, ": type promoting is not supported, got self ", x.dtype(),
                 " and weight ", w.dtype(), "; convert weight with .to(", x.dtype(), ")");
-  TESSERA_CHECK(w.dim() <= 1, m.op_name, ": expected weight to be a scalar or 1-D tensor, got shape ", w.sizes());
+}
+
+// prelu(self, weight): PyTorch's checks; weight holds one value, or one per channel (dim 1 of self).
+void meta_prelu(MetaCall& m) {
+  const TensorImpl& x = need(m, 0, "self");
+  const TensorImpl& w = need(m, 1, "weight");
+  check_prelu_dtypes(m, x, w);
+  TESSERA_CHECK(w.dim() <= 1, m.op_name, ": expected weight to be a scalar or 1-D tensor, got shape ",
+                w.sizes());
   if (w.numel() != 1) {
-    TESSERA_CHECK(x.dim() > 0, m.op_name, ": a 0-dim self takes a weight of one element, got shape ", w.sizes());
+    TESSERA_CHECK(x.dim() > 0, m.op_name, ": a 0-dim self takes a weight of one element, got shape ",
+                  w.sizes());
     const int64_t channels = x.dim() > 1 ? x.sizes()[1] : 1;
     TESSERA_CHECK(w.numel() == channels, m.op_name, ": weight has ", w.numel(),
                   " elements but self has channel size ", channels, " (dim 1 of shape ", x.sizes(),
@@ -78,10 +84,7 @@ void meta_prelu(MetaCall& m) {
 // _prelu_kernel(self, weight): weight broadcast against self (ONNX PRelu's slope), same floating dtype.
 void meta_prelu_kernel(MetaCall& m) {
   const TensorImpl& x = need(m, 0, "self");
-  const TensorImpl& w = need(m, 1, "weight");
-  check_floating_input(m, x);
-  TESSERA_CHECK(x.dtype() == w.dtype(), m.op_name, ": type promoting is not supported, got self ", x.dtype(),
-                " and weight ", w.dtype(), "; convert weight with .to(", x.dtype(), ")");
+  check_prelu_dtypes(m, x, need(m, 1, "weight"));
   binary_promoted(m, x.dtype());
 }
 

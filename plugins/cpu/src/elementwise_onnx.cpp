@@ -85,13 +85,37 @@ void map2(const StridedLoop& loop, F f) {
   });
 }
 
-template <typename T> constexpr bool is_half_v = std::is_same_v<T, bf16_t> || std::is_same_v<T, f16_t>;
+// The frame of a one-input kernel: self converted to the output's dtype (or kept in its own with
+// `own_dtype`), the loop, and body(c, loop, T{}) under the visit of that dtype; nothing for no elements.
+template <typename Body>
+tessera_status_t unary_frame(const tessera_kernel_call_t* call, bool own_dtype, Body body) {
+  return guarded(call, [&](const KernelCall& c) {
+    const int32_t d = own_dtype ? c.raw()->inputs[0]->dtype : c.output(0).dtype();
+    TempList temps;
+    const StridedLoop loop = unary_loop_as(c, d, temps);
+    if (loop.numel == 0) return;
+    visit(d, [&](auto tag) { body(c, loop, tag); });
+  });
+}
 
 // ------------------------------------------------------------------ floating unary functions
 
 enum class FloatFn : int {
-  LeakyRelu, Elu, Softplus, Reciprocal,
-  Tan, Asin, Acos, Atan, Sinh, Cosh, Asinh, Acosh, Atanh, Log1p, Expm1,
+  LeakyRelu,
+  Elu,
+  Softplus,
+  Reciprocal,
+  Tan,
+  Asin,
+  Acos,
+  Atan,
+  Sinh,
+  Cosh,
+  Asinh,
+  Acosh,
+  Atanh,
+  Log1p,
+  Expm1,
 };
 
 // The parameters of the activations, read from the call's attributes.
@@ -108,8 +132,8 @@ FloatParams params_of(const KernelCall& c, FloatFn fn, const char* op_name) {
     if (op == op::selu::name) {
       // PyTorch's selu constants.
       p.a = 1.6732632423543772848170429916717 * 1.0507009873554804934193349852946;  // alpha * scale
-      p.b = 1.0507009873554804934193349852946;                                       // scale
-      p.c = 1;                                                                       // input_scale
+      p.b = 1.0507009873554804934193349852946;                                      // scale
+      p.c = 1;                                                                      // input_scale
     } else if (op == op::celu::name) {
       const double alpha = c.attr_double(op::celu::attr::alpha);
       p.a = alpha, p.b = 1, p.c = 1 / alpha;
@@ -132,43 +156,51 @@ void with_float_fn(FloatFn fn, const FloatParams& q, G&& g) {
   const A pa = A(q.a), pb = A(q.b), pc = A(q.c);
   switch (fn) {
     // This file is compiled with -fno-trapping-math so that such selects vectorise (CMakeLists.txt).
-    case FloatFn::LeakyRelu: return g([pa](A x) { return x > A(0) ? x : x * pa; });
+    case FloatFn::LeakyRelu:
+      return g([pa](A x) { return x > A(0) ? x : x * pa; });
     case FloatFn::Elu:  // pa = alpha * scale, pb = scale, pc = input_scale
       return g([pa, pb, pc](A x) { return x <= A(0) ? std::expm1(x * pc) * pa : x * pb; });
     case FloatFn::Softplus:  // pa = beta, pb = threshold
       return g([pa, pb](A x) { return x * pa > pb ? x : std::log1p(std::exp(x * pa)) / pa; });
-    case FloatFn::Reciprocal: return g([](A x) { return A(1) / x; });
-    case FloatFn::Tan: return g([](A x) { return std::tan(x); });
-    case FloatFn::Asin: return g([](A x) { return std::asin(x); });
-    case FloatFn::Acos: return g([](A x) { return std::acos(x); });
-    case FloatFn::Atan: return g([](A x) { return std::atan(x); });
-    case FloatFn::Sinh: return g([](A x) { return std::sinh(x); });
-    case FloatFn::Cosh: return g([](A x) { return std::cosh(x); });
-    case FloatFn::Asinh: return g([](A x) { return std::asinh(x); });
-    case FloatFn::Acosh: return g([](A x) { return std::acosh(x); });
-    case FloatFn::Atanh: return g([](A x) { return std::atanh(x); });
-    case FloatFn::Log1p: return g([](A x) { return std::log1p(x); });
-    case FloatFn::Expm1: return g([](A x) { return std::expm1(x); });
+    case FloatFn::Reciprocal:
+      return g([](A x) { return A(1) / x; });
+    case FloatFn::Tan:
+      return g([](A x) { return std::tan(x); });
+    case FloatFn::Asin:
+      return g([](A x) { return std::asin(x); });
+    case FloatFn::Acos:
+      return g([](A x) { return std::acos(x); });
+    case FloatFn::Atan:
+      return g([](A x) { return std::atan(x); });
+    case FloatFn::Sinh:
+      return g([](A x) { return std::sinh(x); });
+    case FloatFn::Cosh:
+      return g([](A x) { return std::cosh(x); });
+    case FloatFn::Asinh:
+      return g([](A x) { return std::asinh(x); });
+    case FloatFn::Acosh:
+      return g([](A x) { return std::acosh(x); });
+    case FloatFn::Atanh:
+      return g([](A x) { return std::atanh(x); });
+    case FloatFn::Log1p:
+      return g([](A x) { return std::log1p(x); });
+    case FloatFn::Expm1:
+      return g([](A x) { return std::expm1(x); });
   }
 }
 
 // Floating-only unary ops: the shape rule converted self to the (floating) output dtype.
 tessera_status_t float_unary_kernel(void* user_data, const tessera_kernel_call_t* call) {
-  return guarded(call, [&](const KernelCall& c) {
-    const FloatFn fn = FloatFn(reinterpret_cast<intptr_t>(user_data));
-    const int32_t od = c.output(0).dtype();
-    TESSERA_SDK_CHECK(dtype_is_floating(od), std::string("expected a floating output, got ") + dtype_name(od) +
-                                                 "; the shape rule promotes integer inputs");
-    const FloatParams q = params_of(c, fn, c.op_name());
-    TempList temps;
-    const StridedLoop loop = unary_loop_as(c, od, temps);
-    if (loop.numel == 0) return;
-    visit(od, [&](auto tag) {
-      using T = decltype(tag);
-      if constexpr (is_float_v<T>) {
-        with_float_fn<acc_t<T>>(fn, q, [&](auto f) { map1<T, T>(loop, OpKind::Transcendental, f); });
-      }
-    });
+  const FloatFn fn = FloatFn(reinterpret_cast<intptr_t>(user_data));
+  return unary_frame(call, false, [&](const KernelCall& c, const StridedLoop& loop, auto tag) {
+    using T = decltype(tag);
+    if constexpr (is_float_v<T>) {
+      const FloatParams q = params_of(c, fn, c.op_name());
+      with_float_fn<acc_t<T>>(fn, q, [&](auto f) { map1<T, T>(loop, OpKind::Transcendental, f); });
+    } else {  // the shape rules give these ops floating outputs only
+      throw sdk::Error(TESSERA_STATUS_INVALID_ARGUMENT,
+                       std::string("expected a floating output, got ") + dtype_name(c.output(0).dtype()));
+    }
   });
 }
 
@@ -178,76 +210,81 @@ enum class KeepFn : int { Floor, Ceil, Round, Trunc, Sign, BitwiseNot };
 
 // floor, ceil, round, trunc (integers unchanged), sign (bool unchanged), bitwise_not.
 tessera_status_t keep_unary_kernel(void* user_data, const tessera_kernel_call_t* call) {
-  return guarded(call, [&](const KernelCall& c) {
-    const KeepFn fn = KeepFn(reinterpret_cast<intptr_t>(user_data));
-    const int32_t od = c.output(0).dtype();
-    TempList temps;
-    const StridedLoop loop = unary_loop_as(c, od, temps);
-    if (loop.numel == 0) return;
-    visit(od, [&](auto tag) {
-      using T = decltype(tag);
-      using A = acc_t<T>;
-      if constexpr (std::is_same_v<T, bool>) {
-        TESSERA_SDK_CHECK(fn == KeepFn::Sign || fn == KeepFn::BitwiseNot,
-                          "not implemented for bool tensors; convert with .to(kInt64)");
-        if (fn == KeepFn::Sign)
-          map1<T, T>(loop, OpKind::Elementwise, [](A x) { return x; });
-        else
-          map1<T, T>(loop, OpKind::Elementwise, [](A x) { return A(x == 0); });
-      } else if constexpr (is_float_v<T>) {
-        switch (fn) {
-          case KeepFn::Floor: map1<T, T>(loop, OpKind::Elementwise, [](A x) { return std::floor(x); }); break;
-          case KeepFn::Ceil: map1<T, T>(loop, OpKind::Elementwise, [](A x) { return std::ceil(x); }); break;
-          // nearbyint rounds halves to even in the default rounding mode (FE_TONEAREST).
-          case KeepFn::Round: map1<T, T>(loop, OpKind::Elementwise, [](A x) { return std::nearbyint(x); }); break;
-          case KeepFn::Trunc: map1<T, T>(loop, OpKind::Elementwise, [](A x) { return std::trunc(x); }); break;
-          // PyTorch: (0 < x) - (x < 0), so NaN gives 0 and -0.0 gives +0.
-          case KeepFn::Sign: map1<T, T>(loop, OpKind::Elementwise, [](A x) { return A(int(A(0) < x) - int(x < A(0))); }); break;
-          case KeepFn::BitwiseNot:
-            throw sdk::Error(TESSERA_STATUS_INVALID_ARGUMENT,
-                             std::string("not implemented for ") + dtype_name(od) + " tensors; convert with .to(kInt64)");
-        }
-      } else {
-        switch (fn) {
-          case KeepFn::Sign: map1<T, T>(loop, OpKind::Elementwise, [](A x) { return A(int(A(0) < x) - int(x < A(0))); }); break;
-          case KeepFn::BitwiseNot: map1<T, T>(loop, OpKind::Elementwise, [](A x) { return ~x; }); break;
-          default: map1<T, T>(loop, OpKind::Elementwise, [](A x) { return x; }); break;  // integers are integral already
-        }
+  const KeepFn fn = KeepFn(reinterpret_cast<intptr_t>(user_data));
+  return unary_frame(call, false, [&](const KernelCall& c, const StridedLoop& loop, auto tag) {
+    using T = decltype(tag);
+    using A = acc_t<T>;
+    if constexpr (std::is_same_v<T, bool>) {
+      TESSERA_SDK_CHECK(fn == KeepFn::Sign || fn == KeepFn::BitwiseNot,
+                        "not implemented for bool tensors; convert with .to(kInt64)");
+      if (fn == KeepFn::Sign)
+        map1<T, T>(loop, OpKind::Elementwise, [](A x) { return x; });
+      else
+        map1<T, T>(loop, OpKind::Elementwise, [](A x) { return A(x == 0); });
+    } else if constexpr (is_float_v<T>) {
+      switch (fn) {
+        case KeepFn::Floor:
+          map1<T, T>(loop, OpKind::Elementwise, [](A x) { return std::floor(x); });
+          break;
+        case KeepFn::Ceil:
+          map1<T, T>(loop, OpKind::Elementwise, [](A x) { return std::ceil(x); });
+          break;
+        // nearbyint rounds halves to even in the default rounding mode (FE_TONEAREST).
+        case KeepFn::Round:
+          map1<T, T>(loop, OpKind::Elementwise, [](A x) { return std::nearbyint(x); });
+          break;
+        case KeepFn::Trunc:
+          map1<T, T>(loop, OpKind::Elementwise, [](A x) { return std::trunc(x); });
+          break;
+        // PyTorch: (0 < x) - (x < 0), so NaN gives 0 and -0.0 gives +0.
+        case KeepFn::Sign:
+          map1<T, T>(loop, OpKind::Elementwise, [](A x) { return A(int(A(0) < x) - int(x < A(0))); });
+          break;
+        case KeepFn::BitwiseNot:
+          throw sdk::Error(TESSERA_STATUS_INVALID_ARGUMENT, std::string("not implemented for ") +
+                                                                dtype_name(c.output(0).dtype()) +
+                                                                " tensors; convert with .to(kInt64)");
       }
-    });
+    } else {
+      switch (fn) {
+        case KeepFn::Sign:
+          map1<T, T>(loop, OpKind::Elementwise, [](A x) { return A(int(A(0) < x) - int(x < A(0))); });
+          break;
+        case KeepFn::BitwiseNot:
+          map1<T, T>(loop, OpKind::Elementwise, [](A x) { return ~x; });
+          break;
+        default:
+          map1<T, T>(loop, OpKind::Elementwise, [](A x) { return x; });
+          break;  // integers are integral already
+      }
+    }
   });
 }
 
 // hardtanh(self, min_val, max_val) in self's dtype: PyTorch's hardtanh_out, an integral self takes the
 // bounds truncated to integers; a NaN element stays NaN.
 tessera_status_t hardtanh_kernel(void*, const tessera_kernel_call_t* call) {
-  return guarded(call, [&](const KernelCall& c) {
+  return unary_frame(call, false, [&](const KernelCall& c, const StridedLoop& loop, auto tag) {
     using Attr = op::hardtanh::attr;
-    const int32_t od = c.output(0).dtype();
-    TempList temps;
-    const StridedLoop loop = unary_loop_as(c, od, temps);
-    if (loop.numel == 0) return;
-    visit(od, [&](auto tag) {
-      using T = decltype(tag);
-      using A = acc_t<T>;
-      if constexpr (std::is_same_v<T, bool>) {
-        throw sdk::Error(TESSERA_STATUS_INVALID_ARGUMENT, "bool inputs are not supported");
+    using T = decltype(tag);
+    using A = acc_t<T>;
+    if constexpr (std::is_same_v<T, bool>) {
+      throw sdk::Error(TESSERA_STATUS_INVALID_ARGUMENT, "bool inputs are not supported");
+    } else {
+      A lo, hi;
+      if constexpr (is_float_v<T>) {  // the bounds as the dtype holds them
+        T lt, ht;
+        Elem<T>::store(&lt, A(c.attr_double(Attr::min_val)));
+        Elem<T>::store(&ht, A(c.attr_double(Attr::max_val)));
+        lo = Elem<T>::load(&lt), hi = Elem<T>::load(&ht);
       } else {
-        A lo, hi;
-        if constexpr (is_float_v<T>) {  // the bounds as the dtype holds them
-          T lt, ht;
-          Elem<T>::store(&lt, A(c.attr_double(Attr::min_val)));
-          Elem<T>::store(&ht, A(c.attr_double(Attr::max_val)));
-          lo = Elem<T>::load(&lt), hi = Elem<T>::load(&ht);
-        } else {
-          lo = c.attr_int(Attr::min_val), hi = c.attr_int(Attr::max_val);
-        }
-        map1<T, T>(loop, OpKind::Elementwise, [lo, hi](A x) {
-          A v = x < lo ? lo : x;  // max(x, lo): NaN stays
-          return hi < v ? hi : v;
-        });
+        lo = c.attr_int(Attr::min_val), hi = c.attr_int(Attr::max_val);
       }
-    });
+      map1<T, T>(loop, OpKind::Elementwise, [lo, hi](A x) {
+        A v = x < lo ? lo : x;  // max(x, lo): NaN stays
+        return hi < v ? hi : v;
+      });
+    }
   });
 }
 
@@ -256,33 +293,42 @@ tessera_status_t hardtanh_kernel(void*, const tessera_kernel_call_t* call) {
 enum class PredFn : int { IsNan, IsInf, LogicalNot };
 
 tessera_status_t predicate_kernel(void* user_data, const tessera_kernel_call_t* call) {
-  return guarded(call, [&](const KernelCall& c) {
-    const PredFn fn = PredFn(reinterpret_cast<intptr_t>(user_data));
-    const int32_t in = c.raw()->inputs[0]->dtype;
-    TempList temps;
-    const StridedLoop loop = unary_loop_as(c, in, temps);
-    if (loop.numel == 0) return;
-    visit(in, [&](auto tag) {
-      using T = decltype(tag);
-      using A = acc_t<T>;
-      switch (fn) {
-        case PredFn::IsNan: map1<bool, T>(loop, OpKind::Elementwise, [](A x) { return x != x; }); break;
-        case PredFn::IsInf:
-          map1<bool, T>(loop, OpKind::Elementwise, [](A x) {
-            if constexpr (std::is_floating_point_v<A>) return std::isinf(x);
-            else return false;
-          });
-          break;
-        case PredFn::LogicalNot: map1<bool, T>(loop, OpKind::Elementwise, [](A x) { return x == A(0); }); break;
-      }
-    });
+  const PredFn fn = PredFn(reinterpret_cast<intptr_t>(user_data));
+  return unary_frame(call, true, [&](const KernelCall&, const StridedLoop& loop, auto tag) {
+    using T = decltype(tag);
+    using A = acc_t<T>;
+    switch (fn) {
+      case PredFn::IsNan:
+        map1<bool, T>(loop, OpKind::Elementwise, [](A x) { return x != x; });
+        break;
+      case PredFn::IsInf:
+        map1<bool, T>(loop, OpKind::Elementwise, [](A x) {
+          if constexpr (std::is_floating_point_v<A>)
+            return std::isinf(x);
+          else
+            return false;
+        });
+        break;
+      case PredFn::LogicalNot:
+        map1<bool, T>(loop, OpKind::Elementwise, [](A x) { return x == A(0); });
+        break;
+    }
   });
 }
 
 // ------------------------------------------------------------------ binary ops
 
 enum class BinFn : int {
-  Remainder, Fmod, FloorDivide, BitAnd, BitOr, BitXor, LeftShift, RightShift, Atan2, Prelu,
+  Remainder,
+  Fmod,
+  FloorDivide,
+  BitAnd,
+  BitOr,
+  BitXor,
+  LeftShift,
+  RightShift,
+  Atan2,
+  Prelu,
 };
 
 // PyTorch's floor division of floats (div_floor_floating): exact for representable quotients,
@@ -300,9 +346,10 @@ A floor_divide_float(A a, A b) {
 }
 
 [[noreturn]] void integer_division_by_zero() {
-  throw sdk::Error(TESSERA_STATUS_INVALID_ARGUMENT,
-                   "ZeroDivisionError: integer division by zero (PyTorch raises the same); use floating tensors "
-                   "to get inf or NaN instead");
+  throw sdk::Error(
+      TESSERA_STATUS_INVALID_ARGUMENT,
+      "ZeroDivisionError: integer division by zero (PyTorch raises the same); use floating tensors "
+      "to get inf or NaN instead");
 }
 
 // x / y and x % y in int64 without the INT64_MIN / -1 overflow (which wraps, as in PyTorch).
@@ -333,9 +380,12 @@ void run_integer_binary(BinFn fn, const StridedLoop& loop) {
         const A q = idiv(a, b);
         return ((a < 0) != (b < 0) && imod(a, b) != 0) ? q - 1 : q;
       });
-    case BinFn::BitAnd: return map2<T, T>(loop, [](A a, A b) { return a & b; });
-    case BinFn::BitOr: return map2<T, T>(loop, [](A a, A b) { return a | b; });
-    case BinFn::BitXor: return map2<T, T>(loop, [](A a, A b) { return a ^ b; });
+    case BinFn::BitAnd:
+      return map2<T, T>(loop, [](A a, A b) { return a & b; });
+    case BinFn::BitOr:
+      return map2<T, T>(loop, [](A a, A b) { return a | b; });
+    case BinFn::BitXor:
+      return map2<T, T>(loop, [](A a, A b) { return a ^ b; });
     // PyTorch's lshift/rshift kernels: a shift below 0 or at least the width gives 0 (left) or the
     // sign fill (right: a >> (width - 1) for signed types, 0 for unsigned ones).
     case BinFn::LeftShift:
@@ -360,9 +410,12 @@ void run_float_binary(BinFn fn, const StridedLoop& loop) {
         if (mod != C(0) && (b < C(0)) != (mod < C(0))) mod += b;
         return mod;
       });
-    case BinFn::Fmod: return map2<T, C>(loop, [](C a, C b) { return std::fmod(a, b); });
-    case BinFn::FloorDivide: return map2<T, C>(loop, [](C a, C b) { return floor_divide_float(a, b); });
-    case BinFn::Atan2: return map2<T, C>(loop, [](C a, C b) { return std::atan2(a, b); });
+    case BinFn::Fmod:
+      return map2<T, C>(loop, [](C a, C b) { return std::fmod(a, b); });
+    case BinFn::FloorDivide:
+      return map2<T, C>(loop, [](C a, C b) { return floor_divide_float(a, b); });
+    case BinFn::Atan2:
+      return map2<T, C>(loop, [](C a, C b) { return std::atan2(a, b); });
     case BinFn::Prelu:
       return map2<T, C>(loop, [](C a, C w) { return a > C(0) ? a : w * a; });
     default:
@@ -385,10 +438,14 @@ void binary_run(const KernelCall& c, BinFn fn, const tessera_tensor_t* a_in, con
     } else if constexpr (std::is_same_v<T, bool>) {
       using A = int64_t;
       switch (fn) {
-        case BinFn::BitAnd: return map2<bool, bool>(loop, [](A x, A y) { return x & y; });
-        case BinFn::BitOr: return map2<bool, bool>(loop, [](A x, A y) { return x | y; });
-        case BinFn::BitXor: return map2<bool, bool>(loop, [](A x, A y) { return x ^ y; });
-        default: throw sdk::Error(TESSERA_STATUS_INVALID_ARGUMENT, "not implemented for bool tensors");
+        case BinFn::BitAnd:
+          return map2<bool, bool>(loop, [](A x, A y) { return x & y; });
+        case BinFn::BitOr:
+          return map2<bool, bool>(loop, [](A x, A y) { return x | y; });
+        case BinFn::BitXor:
+          return map2<bool, bool>(loop, [](A x, A y) { return x ^ y; });
+        default:
+          throw sdk::Error(TESSERA_STATUS_INVALID_ARGUMENT, "not implemented for bool tensors");
       }
     } else {
       run_integer_binary<T>(fn, loop);
@@ -435,33 +492,58 @@ void* tag(int v) { return reinterpret_cast<void*>(intptr_t(v)); }
 }  // namespace
 
 void register_onnx_elementwise_kernels(Registrar& r) {
-  struct F { const char* name; FloatFn fn; };
+  struct F {
+    const char* name;
+    FloatFn fn;
+  };
   const F floats[] = {
-      {op::leaky_relu::name, FloatFn::LeakyRelu}, {op::elu::name, FloatFn::Elu},
-      {op::selu::name, FloatFn::Elu},             {op::celu::name, FloatFn::Elu},
-      {op::softplus::name, FloatFn::Softplus},    {op::reciprocal::name, FloatFn::Reciprocal},
-      {op::tan::name, FloatFn::Tan},              {op::asin::name, FloatFn::Asin},
-      {op::acos::name, FloatFn::Acos},            {op::atan::name, FloatFn::Atan},
-      {op::sinh::name, FloatFn::Sinh},            {op::cosh::name, FloatFn::Cosh},
-      {op::asinh::name, FloatFn::Asinh},          {op::acosh::name, FloatFn::Acosh},
-      {op::atanh::name, FloatFn::Atanh},          {op::log1p::name, FloatFn::Log1p},
+      {op::leaky_relu::name, FloatFn::LeakyRelu},
+      {op::elu::name, FloatFn::Elu},
+      {op::selu::name, FloatFn::Elu},
+      {op::celu::name, FloatFn::Elu},
+      {op::softplus::name, FloatFn::Softplus},
+      {op::reciprocal::name, FloatFn::Reciprocal},
+      {op::tan::name, FloatFn::Tan},
+      {op::asin::name, FloatFn::Asin},
+      {op::acos::name, FloatFn::Acos},
+      {op::atan::name, FloatFn::Atan},
+      {op::sinh::name, FloatFn::Sinh},
+      {op::cosh::name, FloatFn::Cosh},
+      {op::asinh::name, FloatFn::Asinh},
+      {op::acosh::name, FloatFn::Acosh},
+      {op::atanh::name, FloatFn::Atanh},
+      {op::log1p::name, FloatFn::Log1p},
       {op::expm1::name, FloatFn::Expm1},
   };
   for (const F& f : floats) r.add(f.name, kMaskFloat, &float_unary_kernel, tag(int(f.fn)));
-  struct K { const char* name; uint64_t mask; KeepFn fn; };
+  struct K {
+    const char* name;
+    uint64_t mask;
+    KeepFn fn;
+  };
   const K keeps[] = {
-      {op::floor::name, kMaskNumeric, KeepFn::Floor}, {op::ceil::name, kMaskNumeric, KeepFn::Ceil},
-      {op::round::name, kMaskNumeric, KeepFn::Round}, {op::trunc::name, kMaskNumeric, KeepFn::Trunc},
+      {op::floor::name, kMaskNumeric, KeepFn::Floor},
+      {op::ceil::name, kMaskNumeric, KeepFn::Ceil},
+      {op::round::name, kMaskNumeric, KeepFn::Round},
+      {op::trunc::name, kMaskNumeric, KeepFn::Trunc},
       {op::sign::name, kMaskAll, KeepFn::Sign},
       {op::bitwise_not::name, kMaskIntegralBool, KeepFn::BitwiseNot},
   };
   for (const K& k : keeps) r.add(k.name, k.mask, &keep_unary_kernel, tag(int(k.fn)));
   r.add(op::hardtanh::name, kMaskNumeric, &hardtanh_kernel);
-  struct P { const char* name; PredFn fn; };
-  const P preds[] = {
-      {op::isnan::name, PredFn::IsNan}, {op::isinf::name, PredFn::IsInf}, {op::logical_not::name, PredFn::LogicalNot}};
+  struct P {
+    const char* name;
+    PredFn fn;
+  };
+  const P preds[] = {{op::isnan::name, PredFn::IsNan},
+                     {op::isinf::name, PredFn::IsInf},
+                     {op::logical_not::name, PredFn::LogicalNot}};
   for (const P& p : preds) r.add(p.name, kMaskAll, &predicate_kernel, tag(int(p.fn)));
-  struct B { const char* name; uint64_t mask; BinFn fn; };
+  struct B {
+    const char* name;
+    uint64_t mask;
+    BinFn fn;
+  };
   const B binaries[] = {
       {op::remainder_Tensor::name, kMaskNumeric, BinFn::Remainder},
       {op::fmod_Tensor::name, kMaskNumeric, BinFn::Fmod},
