@@ -254,6 +254,18 @@ TEST(CpuOnnxPointwise, ActivationsMatchDoubleFormulas) {
   }
 }
 
+// elu's float e^x - 1 switches from a polynomial to exp - 1 at |x| = ln2 / 2: dense inputs on both
+// sides and near 0, within 8 float32 ulp of double.
+TEST(CpuOnnxPointwise, EluIsAccurateAcrossItsExpm1) {
+  D x;
+  for (double v = -1.5; v <= 0; v += 1.0 / 4096) x.push_back(v);
+  for (double v : {-1e-3, -1e-5, -1e-7, -1e-20, -0.3465, -0.3466, -0.3467, -20.0, -90.0, -200.0}) x.push_back(v);
+  Tensor t = f(x, kFloat32);
+  D want;
+  for (double v : values(t)) want.push_back(std::expm1(v));
+  expect_close(values(elu(t)), want, 1e-6, 1e-30);
+}
+
 TEST(CpuOnnxPointwise, ActivationsPropagateNan) {
   for (const Act& a : activations()) {
     SCOPED_TRACE(a.name);
