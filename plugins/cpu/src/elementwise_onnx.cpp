@@ -4,9 +4,10 @@
 // f32/f16/bf16 compute in float, f64 in double, integers in int64 (stored back with wrap-around). A
 // contiguous run is a plain loop over typed pointers, which the compiler vectorises for the
 // branch-free functions (leaky_relu, hardtanh, floor, ...); elu's family takes a branch-free float
-// expm1 (expm1_of), the other transcendental ones call the C library per element. mish, hardsigmoid, hardswish and softsign have no parameters and run
-// through the per-ISA unary tables instead (elementwise.cpp, vec_kernels_isa.cpp). The shape rules
-// are in dispatcher/src/meta_pointwise.cpp.
+// expm1 (expm1_of); the other transcendental ones call the C library per element. mish,
+// hardsigmoid, hardswish and softsign have no parameters and run through the per-ISA unary tables
+// instead (elementwise.cpp, vec_kernels_isa.cpp). The shape rules are in
+// dispatcher/src/meta_pointwise.cpp.
 #include <algorithm>
 #include <cmath>
 
