@@ -203,3 +203,77 @@ def test_typed_bindings_match_the_boxed_call(rng):
         tessera.add(a, "x")
     with pytest.raises(TypeError, match=r"sum\(\): argument 'keepdim' \(position 3\) must be a bool"):
         tessera.sum(a, (0,), 1)
+
+
+# The pointwise ops for ONNX models (docs/pointwise-ops.md), against NumPy in float64.
+def _hard(x):
+    return np.clip(x + 3, 0, 6) / 6
+
+
+ONNX_UNARY = {
+    "floor": np.floor, "ceil": np.ceil, "round": np.round, "trunc": np.trunc, "sign": np.sign,
+    "reciprocal": lambda x: 1 / x, "tan": np.tan, "atan": np.arctan, "sinh": np.sinh, "cosh": np.cosh,
+    "asinh": np.arcsinh, "expm1": np.expm1, "softsign": lambda x: x / (1 + np.abs(x)),
+    "mish": lambda x: x * np.tanh(np.log1p(np.exp(x))), "hardsigmoid": _hard, "hardswish": lambda x: x * _hard(x),
+    "selu": lambda x: 1.0507009873554805 * np.where(x > 0, x, 1.6732632423543772 * np.expm1(x)),
+}
+ONNX_UNIT = {"asin": np.arcsin, "acos": np.arccos, "atanh": np.arctanh, "log1p": np.log1p}
+
+
+@pytest.mark.parametrize("name", sorted(ONNX_UNARY) + sorted(ONNX_UNIT))
+def test_onnx_pointwise_unary(rng, name):
+    x = (rng.standard_normal((7, 9)) * 2).astype(np.float32)
+    if name in ONNX_UNIT:
+        x = rng.uniform(-0.9, 0.9, (7, 9)).astype(np.float32)
+    if name == "round":
+        x[0] = [-2.5, -1.5, -0.5, 0.5, 1.5, 2.5, 3.5, 4.5, -4.5]  # ties go to even, as np.round
+    ref = (ONNX_UNARY.get(name) or ONNX_UNIT[name])(x.astype(np.float64))
+    np.testing.assert_allclose(getattr(tessera, name)(tessera.from_numpy(x)).numpy(), ref, rtol=2e-5, atol=2e-6)
+
+
+def test_onnx_pointwise_parameters_and_predicates(rng):
+    x = (rng.standard_normal((5, 6)) * 3).astype(np.float32)
+    t, d = tessera.from_numpy(x), x.astype(np.float64)
+    check = lambda got, want: np.testing.assert_allclose(got.numpy(), want, rtol=2e-5, atol=2e-6)  # noqa: E731
+    check(tessera.leaky_relu(t, 0.2), np.where(d > 0, d, 0.2 * d))
+    check(tessera.elu(t, alpha=0.5, scale=2.0), np.where(d > 0, 2 * d, np.expm1(d)))
+    check(tessera.celu(t, 2.0), np.maximum(d, 0) + np.minimum(0, 2 * np.expm1(d / 2)))
+    check(tessera.softplus(t, beta=2, threshold=1), np.where(2 * d > 1, d, np.log1p(np.exp(2 * d)) / 2))
+    check(tessera.hardtanh(t, -0.5, 0.5), np.clip(d, -0.5, 0.5))
+    y = np.array([np.nan, np.inf, -np.inf, 0.0, 1.0], dtype=np.float32)
+    ty = tessera.from_numpy(y)
+    np.testing.assert_array_equal(tessera.isnan(ty).numpy(), np.isnan(y))
+    np.testing.assert_array_equal(tessera.isinf(ty).numpy(), np.isinf(y))
+    np.testing.assert_array_equal(tessera.logical_not(ty).numpy(), np.logical_not(y))
+    with pytest.raises(ValueError, match="takes floating tensors only"):
+        tessera.leaky_relu(tessera.tensor([1, 2]))
+
+
+def test_onnx_pointwise_binary(rng):
+    a = rng.integers(-50, 50, (4, 6)).astype(np.int32)
+    b = rng.choice([-7, -3, -1, 1, 2, 5], (6,)).astype(np.int32)
+    ta, tb = tessera.from_numpy(a), tessera.from_numpy(b)
+    np.testing.assert_array_equal(tessera.remainder(ta, tb).numpy(), np.remainder(a, b))   # the sign of b
+    np.testing.assert_array_equal(tessera.fmod(ta, tb).numpy(), np.fmod(a, b))             # the sign of a
+    np.testing.assert_array_equal(tessera.floor_divide(ta, tb).numpy(), np.floor_divide(a, b))
+    np.testing.assert_array_equal(tessera.remainder(ta, 3).numpy(), np.remainder(a, 3))    # a number operand
+    for name in ("bitwise_and", "bitwise_or", "bitwise_xor"):
+        np.testing.assert_array_equal(getattr(tessera, name)(ta, tb).numpy(), getattr(np, name)(a, b))
+    np.testing.assert_array_equal(tessera.bitwise_not(ta).numpy(), np.invert(a))
+    u = rng.integers(0, 256, (8,)).astype(np.uint8)
+    s = np.arange(8, dtype=np.uint8)
+    tu, ts = tessera.from_numpy(u), tessera.from_numpy(s)
+    np.testing.assert_array_equal(tessera.bitwise_left_shift(tu, ts).numpy(), np.left_shift(u, s))
+    np.testing.assert_array_equal(tessera.bitwise_right_shift(tu, ts).numpy(), np.right_shift(u, s))
+    np.testing.assert_array_equal(tessera.logical_xor(ta > 0, tb > 0).numpy(), np.logical_xor(a > 0, b > 0))
+    f, g = rng.standard_normal((3, 4)).astype(np.float32), rng.standard_normal((3, 4)).astype(np.float32)
+    tf, tg = tessera.from_numpy(f), tessera.from_numpy(g)
+    np.testing.assert_allclose(tessera.atan2(tf, tg).numpy(), np.arctan2(f, g), rtol=2e-6, atol=1e-7)
+    np.testing.assert_allclose(tessera.remainder(tf, tg).numpy(), np.remainder(f, g), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(tessera.fmod(tf, tg).numpy(), np.fmod(f, g), rtol=1e-5, atol=1e-6)
+    x = rng.standard_normal((2, 3, 4)).astype(np.float32)
+    w = np.array([0.1, -2.0, 0.5], dtype=np.float32)
+    np.testing.assert_allclose(tessera.prelu(tessera.from_numpy(x), tessera.from_numpy(w)).numpy(),
+                               np.where(x > 0, x, w[:, None] * x), rtol=1e-6)
+    with pytest.raises((ValueError, RuntimeError), match="ZeroDivisionError"):
+        tessera.remainder(ta, tessera.tensor([0], dtype=tessera.int32))

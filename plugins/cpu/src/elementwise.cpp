@@ -1,6 +1,7 @@
 // Binary, comparison, logical, where and unary kernels with broadcasting, type promotion and
 // arbitrary strides. Floating outputs of f32/f16/bf16 compute in float through the per-ISA tables
 // (vec_kernels.h); f64 computes in double; integers in int64.
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 
@@ -275,7 +276,7 @@ tessera_status_t binary_kernel(void* user_data, const tessera_kernel_call_t* cal
 
 // --------------------------------------------------------------------------- comparisons, logical
 
-enum class CompareOp : int { Eq, Ne, Lt, Le, Gt, Ge, And, Or };
+enum class CompareOp : int { Eq, Ne, Lt, Le, Gt, Ge, And, Or, Xor };
 
 template <typename A>
 inline bool compare(CompareOp op, A x, A y) {
@@ -288,6 +289,7 @@ inline bool compare(CompareOp op, A x, A y) {
     case CompareOp::Ge: return x >= y;
     case CompareOp::And: return x != 0 && y != 0;
     case CompareOp::Or: return x != 0 || y != 0;
+    case CompareOp::Xor: return (x != 0) != (y != 0);
   }
   return false;
 }
@@ -319,7 +321,7 @@ tessera_status_t compare_kernel(void* user_data, const tessera_kernel_call_t* ca
       temps.push_back(scalar_tensor(c, 0, cd));
       b = temps.back().raw();
     }
-    if (op == CompareOp::And || op == CompareOp::Or) cd = TESSERA_DTYPE_BOOL;
+    if (op == CompareOp::And || op == CompareOp::Or || op == CompareOp::Xor) cd = TESSERA_DTYPE_BOOL;
     a = cast_if_needed(a, cd, temps);
     b = cast_if_needed(b, cd, temps);
     const int nd = out.ndim();
@@ -438,6 +440,10 @@ double unary_double(UnaryOp op, double x) {
     }
     case UnaryOp::Silu: return x / (1.0 + std::exp(-x));
     case UnaryOp::Erf: return erf_d(x);
+    case UnaryOp::Mish: return x * std::tanh(std::log1p(std::exp(x)));
+    case UnaryOp::Hardsigmoid: return std::min(std::max(x + 3, 0.0), 6.0) / 6;
+    case UnaryOp::Hardswish: return x * std::min(std::max(x + 3, 0.0), 6.0) / 6;
+    case UnaryOp::Softsign: return x / (1 + std::fabs(x));
     default: return x;
   }
 }
@@ -614,6 +620,7 @@ void register_elementwise_kernels(Registrar& r) {
       {op::lt_Tensor::name, CompareOp::Lt}, {op::le_Tensor::name, CompareOp::Le},
       {op::gt_Tensor::name, CompareOp::Gt}, {op::ge_Tensor::name, CompareOp::Ge},
       {op::logical_and::name, CompareOp::And}, {op::logical_or::name, CompareOp::Or},
+      {op::logical_xor::name, CompareOp::Xor},
   };
   for (const C& cc : compares) r.add(cc.name, kMaskAll, &compare_kernel, tag(int(cc.op)));
   r.add(op::where_self::name, kMaskAll, &where_kernel);
@@ -624,6 +631,9 @@ void register_elementwise_kernels(Registrar& r) {
       {op::sin::name, UnaryOp::Sin},         {op::cos::name, UnaryOp::Cos},   {op::tanh::name, UnaryOp::Tanh},
       {op::sigmoid::name, UnaryOp::Sigmoid}, {op::relu::name, UnaryOp::Relu}, {op::silu::name, UnaryOp::Silu},
       {op::erf::name, UnaryOp::Erf},
+      // ONNX pointwise ops without parameters (docs/pointwise-ops.md); the rest: elementwise_onnx.cpp.
+      {op::mish::name, UnaryOp::Mish},       {op::hardsigmoid::name, UnaryOp::Hardsigmoid},
+      {op::hardswish::name, UnaryOp::Hardswish}, {op::softsign::name, UnaryOp::Softsign},
   };
   for (const U& u : unaries) r.add(u.name, kMaskAll, &unary_kernel, tag(int(u.op)));
   r.add(op::gelu::name, kMaskAll, &gelu_kernel);

@@ -11,7 +11,8 @@ namespace tessera::cpu {
 
 enum class BinaryOp : int { Add, Sub, Mul, Div, Maximum, Minimum, Pow, Count };
 enum class UnaryOp : int {
-  Neg, Abs, Exp, Log, Sqrt, Rsqrt, Sin, Cos, Tanh, Sigmoid, Relu, Gelu, GeluTanh, Silu, Erf, Count
+  Neg, Abs, Exp, Log, Sqrt, Rsqrt, Sin, Cos, Tanh, Sigmoid, Relu, Gelu, GeluTanh, Silu, Erf,
+  Mish, Hardsigmoid, Hardswish, Softsign, Count
 };
 constexpr int kNumBinary = int(BinaryOp::Count);
 constexpr int kNumUnary = int(UnaryOp::Count);

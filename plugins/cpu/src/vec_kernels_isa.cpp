@@ -40,6 +40,20 @@ inline float sqrt_s(float x) { return __builtin_sqrtf(x); }
 inline double sqrt_s(double x) { return __builtin_sqrt(x); }
 inline float pow_s(float a, float b) { return __builtin_powf(a, b); }
 inline double pow_s(double a, double b) { return __builtin_pow(a, b); }
+// mish(x) = x tanh(log1p(e^x)) = x n / (n + 2) with n = e^x (e^x + 2): one exp, no cancellation
+// (x n underflows gracefully to x e^x in the negative tail); above 20, tanh(softplus(x)) rounds to
+// 1. mish(-inf) is NaN (-inf * 0), as PyTorch's formula gives.
+inline float mish_s(float x) {
+  const float e = exp_f(x);
+  const float n = e * (e + 2.0f);
+  const float r = x * n / (n + 2.0f);
+  return x > 20.0f ? x : r;
+}
+// min(max(x + 3, 0), 6) with std::min/std::max's NaN behaviour (a NaN stays).
+inline float hard_six_s(float x) {
+  const float t = x + 3.0f;
+  return t < 0.0f ? 0.0f : (t > 6.0f ? 6.0f : t);
+}
 
 
 // Note [Streaming stores]
@@ -262,6 +276,10 @@ TESSERA_CPU_UNARY(u_silu, mul_sigmoid_f(x, x))
 TESSERA_CPU_UNARY(u_tanh, tanh_f(x))
 #endif
 TESSERA_CPU_UNARY(u_erf, erf_f(x))
+TESSERA_CPU_UNARY(u_mish, mish_s(x))
+TESSERA_CPU_UNARY(u_hardsigmoid, hard_six_s(x) / 6.0f)
+TESSERA_CPU_UNARY(u_hardswish, x * hard_six_s(x) / 6.0f)
+TESSERA_CPU_UNARY(u_softsign, x / (1.0f + __builtin_fabsf(x)))
 #undef TESSERA_CPU_UNARY
 // sin/cos are not hot: the C library's scalar functions.
 void u_sin(const float* in, float* out, int64_t n) {
@@ -353,7 +371,7 @@ const VecKernels kTable = {
     {binary_add<double>, binary_sub<double>, binary_mul<double>, binary_div<double>, binary_max<double>,
      binary_min<double>, binary_pow<double>},
     {u_neg, u_abs, u_exp, u_log, u_sqrt, u_rsqrt, u_sin, u_cos, u_tanh, u_sigmoid, u_relu, u_gelu,
-     u_gelu_tanh, u_silu, u_erf},
+     u_gelu_tanh, u_silu, u_erf, u_mish, u_hardsigmoid, u_hardswish, u_softsign},
     bf16_to_f32, f32_to_bf16, f16_to_f32, f32_to_f16,
     sum_f32, sum_f64, max_f32, min_f32, accumulate_f32, accumulate_f64,
 };
