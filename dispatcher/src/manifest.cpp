@@ -286,6 +286,13 @@ bool parse_manifest(const std::string& path, const std::string& text, Manifest* 
                           std::string(type_name(abi))};
     m.abi_major = get_int(require(abi, "abi.", "major", "integer"), "abi.major", 0, 1 << 20);
     if (const json* minor = find(abi, "minor")) m.abi_minor = get_int(*minor, "abi.minor", 0, 1 << 20);
+    if (const json* oldest = find(abi, "min_host_minor")) {
+      m.min_host_minor = get_int(*oldest, "abi.min_host_minor", 0, 1 << 20);
+      if (m.min_host_minor > m.abi_minor)
+        throw ManifestError{"abi.min_host_minor (" + std::to_string(m.min_host_minor) + ") is newer than abi.minor (" +
+                            std::to_string(m.abi_minor) + "), the ABI the library was built against; it can be at most " +
+                            std::to_string(m.abi_minor)};
+    }
     m.version = get_string(require(doc, "", "version", "string"), "version");
     if (const json* d = find(doc, "description")) m.description = get_string(*d, "description", true);
     if (const json* p = find(doc, "priority")) m.priority = get_int(*p, "priority", -1000000, 1000000);

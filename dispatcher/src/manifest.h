@@ -22,6 +22,9 @@ struct Manifest {
   std::string library;      // absolute: resolved against the manifest's folder
   int abi_major = 0;
   int abi_minor = 0;
+  // abi.min_host_minor: the oldest runtime minor the plugin works with (Note [ABI range]); -1 when
+  // the manifest does not say, and then it is abi_minor.
+  int min_host_minor = -1;
   std::string version;
   std::string description;
   int priority = 0;

@@ -100,6 +100,13 @@ bool load_locked(Registry& reg, PluginRecord& r) {
                        ", runtime: " + std::to_string(TESSERA_ABI_MAJOR) + "); rebuild the plugin against Tessera SDK " +
                        std::to_string(TESSERA_ABI_MAJOR) + ".x",
                    false);
+  if (hdr->abi_minor > uint32_t(r.manifest.abi_minor))
+    return abandon("the library was built against plugin ABI " + std::to_string(hdr->abi_major) + "." +
+                       std::to_string(hdr->abi_minor) + " but its manifest says " + std::to_string(r.manifest.abi_major) +
+                       "." + std::to_string(r.manifest.abi_minor) +
+                       " (abi.minor): the manifest and the library come from different builds; reinstall the plugin "
+                       "or correct abi.minor (Note [ABI range])",
+                   true);
   // Note [ABI versioning]: read only the common prefix; fields the plugin does not have stay zero.
   r.header = tessera_plugin_t{};
   std::memcpy(&r.header, hdr, std::min<size_t>(hdr->struct_size, sizeof(tessera_plugin_t)));

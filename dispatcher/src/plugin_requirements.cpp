@@ -132,6 +132,23 @@ void check_requirements(PluginRecord& r) {
                       std::to_string(TESSERA_ABI_MAJOR) + ".x");
     return;
   }
+  // Note [ABI range]
+  // A plugin built against ABI 1.m works with runtimes of 1.m and newer (every newer minor only
+  // appends). It may declare in its manifest that it also works with older ones, down to
+  // abi.min_host_minor: it then reads host_abi_minor in tessera_plugin_init and uses a slot newer than
+  // the runtime's only when the runtime has it (TESSERA_ABI_HAS_FIELD). Outside that range the
+  // plugin is refused before its library is opened, with the side to upgrade; after init, a library
+  // whose header says a newer minor than its manifest is refused too (the manifest would understate
+  // what the library needs: they come from different builds).
+  const int oldest = m.min_host_minor >= 0 ? m.min_host_minor : m.abi_minor;
+  if (oldest > TESSERA_ABI_MINOR) {
+    set_failed(r, "needs a runtime of plugin ABI " + std::to_string(TESSERA_ABI_MAJOR) + "." + std::to_string(oldest) +
+                      " or newer (built against " + std::to_string(m.abi_major) + "." + std::to_string(m.abi_minor) +
+                      "), this runtime has " + std::to_string(TESSERA_ABI_MAJOR) + "." + std::to_string(TESSERA_ABI_MINOR) +
+                      ": upgrade Tessera, or use a build of the plugin that declares \"min_host_minor\": " +
+                      std::to_string(TESSERA_ABI_MINOR) + " in its manifest's abi (Note [ABI range])");
+    return;
+  }
   std::error_code ec;
   if (!fs::exists(m.library, ec)) {
     set_failed(r, "library file '" + m.library + "' not found (\"library\" in the manifest is resolved against the "

@@ -91,7 +91,7 @@ TEST_F(AbiCompatTest, PluginBuiltFromFrozen_1_0_HeaderRunsOpsIn_1_1_Runtime) {
 }
 
 TEST_F(AbiCompatTest, PluginBuiltFromLiveHeaderReportsMemoryStats) {
-  install("abi_v1_1", ABI_LIB_V1_1, 1, "abi11");
+  install("abi_v1_1", ABI_LIB_V1_1, TESSERA_ABI_MINOR, "abi11");
   const Device dev("abi11:0");
   tessera::Tensor a = tessera::tensor(std::vector<float>{1, 2, 3, 4}, {4}).to(dev);  // 16 bytes
   tessera::MemoryStats s = tessera::memory_stats(dev);
@@ -115,7 +115,7 @@ TEST_F(AbiCompatTest, PluginBuiltFromLiveHeaderReportsMemoryStats) {
 }
 
 TEST_F(AbiCompatTest, ExtensionLookupIsTypedAndReachesThePlugin) {
-  install("abi_v1_1", ABI_LIB_V1_1, 1, "abi11");
+  install("abi_v1_1", ABI_LIB_V1_1, TESSERA_ABI_MINOR, "abi11");
   const Device dev("abi11:0");
   { tessera::Tensor b = tessera::tensor(std::vector<float>(10, 2.0f), {10}).to(dev); }  // 40 bytes, cached
   auto fn = tessera::plugin_extension<tessera_ext_empty_cache_fn_t>("abi_v1_1", TESSERA_EXT_EMPTY_CACHE);

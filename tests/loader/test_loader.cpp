@@ -671,8 +671,13 @@ TEST_F(LoaderTest, OlderMinorPluginLoadsReadingOnlyItsPrefix) {
   EXPECT_EQ(info("lt_old_minor").status, PluginStatus::Available);
 }
 
+// Note [ABI range]: lt_newer_minor is built against the next minor (its structs grew) and reads
+// host_abi_minor; its manifest says so and declares that it works with this runtime's minor too.
 TEST_F(LoaderTest, NewerMinorPluginLoads) {
-  dir_.write_manifest("lt_newer_minor", backend_manifest("lt_newer_minor", LT_LIB_NEWER_MINOR, 1, "lt_new"));
+  json m = backend_manifest("lt_newer_minor", LT_LIB_NEWER_MINOR, 1, "lt_new");
+  m["abi"]["minor"] = TESSERA_ABI_MINOR + 1;
+  m["abi"]["min_host_minor"] = TESSERA_ABI_MINOR;
+  dir_.write_manifest("lt_newer_minor", m);
   rediscover();
   std::string why;
   ASSERT_TRUE(tessera::ensure_backend_loaded(DeviceType::PrivateUse1, &why)) << why;
@@ -683,6 +688,31 @@ TEST_F(LoaderTest, NewerMinorPluginLoads) {
   char props[256];
   b->iface->device_properties(b->self, 0, props, sizeof(props));
   EXPECT_NE(std::string(props).find("host test device 0"), std::string::npos);
+}
+
+// Without the declaration a plugin of a newer minor is refused before its library is opened, saying
+// which side to upgrade; a manifest that understates the library's minor is refused after init.
+TEST_F(LoaderTest, APluginOutsideItsAbiRangeIsRefusedNamingTheSideToUpgrade) {
+  const std::string runtime = std::to_string(TESSERA_ABI_MAJOR) + "." + std::to_string(TESSERA_ABI_MINOR);
+  const std::string next = std::to_string(TESSERA_ABI_MAJOR) + "." + std::to_string(TESSERA_ABI_MINOR + 1);
+  json newer = backend_manifest("lt_newer_minor", LT_LIB_NEWER_MINOR, 1, "lt_new");
+  newer["abi"]["minor"] = TESSERA_ABI_MINOR + 1;
+  dir_.write_manifest("lt_newer_minor", newer);
+  json understated = backend_manifest("lt_understated", LT_LIB_NEWER_MINOR, 2, "lt_under");
+  dir_.write_manifest("lt_understated", understated);  // says this runtime's minor; the library is newer
+  json too_old = backend_manifest("lt_range_typo", LT_LIB_GOOD, 3, "lt_typo");
+  too_old["abi"]["min_host_minor"] = TESSERA_ABI_MINOR + 1;
+  dir_.write_manifest("lt_range_typo", too_old);
+  rediscover();
+  expect_failed("lt_newer_minor", "needs a runtime of plugin ABI " + next + " or newer (built against " + next +
+                                      "), this runtime has " + runtime + ": upgrade Tessera");
+  EXPECT_FALSE(library_is_loaded(LT_LIB_NEWER_MINOR));
+  std::string why;
+  EXPECT_FALSE(tessera::ensure_backend_loaded(DeviceType::PrivateUse2, &why));
+  expect_failed("lt_understated", "the library was built against plugin ABI " + next + " but its manifest says " +
+                                      runtime + " (abi.minor): the manifest and the library come from different builds");
+  expect_failed("lt_range_typo", "abi.min_host_minor (" + std::to_string(TESSERA_ABI_MINOR + 1) +
+                                     ") is newer than abi.minor (" + std::to_string(TESSERA_ABI_MINOR) + ")");
 }
 
 // ------------------------------------------------------------------ requirements
@@ -731,6 +761,7 @@ TEST_F(LoaderTest, ExtensionOfKindNamesThePluginAndTheKinds) {
 TEST_F(LoaderTest, APluginWithoutItsKindsExtensionFailsToLoad) {
   json m = plain_manifest("lt_no_ext_compiler", LT_LIB_GOOD);
   m["kind"] = "compiler";
+  m["abi"]["minor"] = TESSERA_ABI_MINOR;
   dir_.write_manifest("lt_no_ext_compiler", m);
   json typo = plain_manifest("lt_typo_compiler", LT_LIB_GOOD);
   typo["kind"] = "compilr";
