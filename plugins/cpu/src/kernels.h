@@ -47,6 +47,12 @@ tessera_status_t guarded(const tessera_kernel_call_t* call, F&& body) noexcept {
   }
 }
 
+// A kernel written as `void fn(const KernelCall&)`, behind guarded().
+template <void (*Fn)(const KernelCall&)>
+tessera_status_t guarded_kernel(void*, const tessera_kernel_call_t* call) noexcept {
+  return guarded(call, [](const KernelCall& c) { Fn(c); });
+}
+
 // Scalar attribute i as a 0-dim tensor of `dtype` (for the .Scalar overloads).
 OwnedTensor scalar_tensor(const KernelCall& c, int attr, int32_t dtype);
 

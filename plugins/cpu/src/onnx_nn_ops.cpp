@@ -1,24 +1,20 @@
 // nn kernels that ONNX models need: batch_norm (inference), group_norm, conv_transpose2d, _resize
 // (nearest / N-linear), logsumexp and linalg_vector_norm. Plain loops, accumulating in double (the
-// normalisations and reductions) or the dtype's compute type; outputs are contiguous.
+// normalisations and reductions) or the dtype's compute type; float32 conv_transpose2d runs on
+// oneDNN's deconvolution where it accepts the geometry. Outputs are contiguous.
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <unordered_map>
 #include <vector>
 
+#include "../nn/onednn.h"
 #include "kernels.h"
 
 namespace tessera::cpu {
 namespace {
 
 char* bytes(const tessera_tensor_t* t) { return static_cast<char*>(t->data) + t->byte_offset; }
-
-const tessera_tensor_t* contiguous(const tessera_tensor_t* t, TempList& temps) {
-  if (!t || TensorView(t).is_contiguous()) return t;
-  temps.emplace_back(t->sizes, t->ndim, t->dtype);
-  copy_tensor(temps.back().raw(), t);
-  return temps.back().raw();
-}
 
 // The values of an optional 1-D tensor as doubles; `fill` for every element when absent.
 std::vector<double> doubles(const tessera_tensor_t* t, int64_t n, double fill) {
@@ -43,8 +39,9 @@ void batch_norm_kernel(const KernelCall& c) {
   using A = op::batch_norm::attr;
   TESSERA_SDK_CHECK(!c.attr_bool(A::training), "batch_norm: training=True is not supported; pass training=False");
   TempList temps;
-  const tessera_tensor_t* x = contiguous(c.raw()->inputs[0], temps);
+  const tessera_tensor_t* x = contiguous_or_copy(c.raw()->inputs[0], temps);
   const tessera_tensor_t* out = c.raw()->outputs[0];
+  TESSERA_SDK_CHECK(TensorView(out).is_contiguous(), std::string(c.op_name()) + ": output must be contiguous");
   if (out->numel == 0) return;
   const int64_t ch = x->sizes[1], inner = x->numel / (x->sizes[0] * ch);
   const double eps = c.attr_double(A::eps);
@@ -76,8 +73,9 @@ void batch_norm_kernel(const KernelCall& c) {
 void group_norm_kernel(const KernelCall& c) {
   using A = op::group_norm::attr;
   TempList temps;
-  const tessera_tensor_t* x = contiguous(c.raw()->inputs[0], temps);
+  const tessera_tensor_t* x = contiguous_or_copy(c.raw()->inputs[0], temps);
   const tessera_tensor_t* out = c.raw()->outputs[0];
+  TESSERA_SDK_CHECK(TensorView(out).is_contiguous(), std::string(c.op_name()) + ": output must be contiguous");
   if (out->numel == 0) return;
   const int64_t n = x->sizes[0], ch = x->sizes[1], groups = c.attr_int(A::num_groups);
   const int64_t inner = x->numel / (n * ch), per_group = ch / groups * inner;
@@ -121,13 +119,58 @@ void pair_attr(const KernelCall& c, int i, int64_t out[2]) {
   out[1] = count == 2 ? v[1] : v[0];
 }
 
+// float32 transposed convolution as oneDNN's deconvolution on plain layouts (NCHW activations, the
+// weight [C_in, C_out/groups, kH, kW] as it lies: iohw / giohw). False when oneDNN refuses the
+// geometry (the caller runs the direct loop). One primitive per call: no cache yet.
+bool conv_transpose2d_onednn(const tessera_tensor_t* x, const tessera_tensor_t* w, const tessera_tensor_t* bias,
+                             const tessera_tensor_t* out, int64_t nb, const int64_t stride[2], const int64_t pad[2],
+                             const int64_t dil[2], int64_t groups) {
+  using dnnl::memory;
+  using tag = memory::format_tag;
+  const memory::data_type f32 = memory::data_type::f32;
+  const int b3 = x->ndim == 4 ? 1 : 0;
+  const int64_t ci = x->sizes[b3], ih = x->sizes[b3 + 1], iw = x->sizes[b3 + 2];
+  const int64_t co = out->sizes[b3], oh = out->sizes[b3 + 1], ow = out->sizes[b3 + 2];
+  const int64_t kh = w->sizes[2], kw = w->sizes[3], g = groups;
+  // output_padding extends the far side: padding_r = padding - output_padding (may be negative).
+  const int64_t pr0 = (ih - 1) * stride[0] + dil[0] * (kh - 1) + 1 - pad[0] - oh;
+  const int64_t pr1 = (iw - 1) * stride[1] + dil[1] * (kw - 1) + 1 - pad[1] - ow;
+  try {
+    const memory::desc src({nb, ci, ih, iw}, f32, tag::nchw), dst({nb, co, oh, ow}, f32, tag::nchw);
+    const memory::desc wei = g == 1 ? memory::desc({co, ci, kh, kw}, f32, tag::iohw)
+                                    : memory::desc({g, co / g, ci / g, kh, kw}, f32, tag::giohw);
+    const memory::desc bmd = bias ? memory::desc({co}, f32, tag::x) : memory::desc();
+    const memory::dims strides = {stride[0], stride[1]}, dilates = {dil[0] - 1, dil[1] - 1};
+    const memory::dims pl = {pad[0], pad[1]}, pr = {pr0, pr1};
+    const auto desc = bias ? dnnl::deconvolution_forward::desc(dnnl::prop_kind::forward_inference,
+                                                               dnnl::algorithm::deconvolution_direct, src, wei, bmd, dst,
+                                                               strides, dilates, pl, pr)
+                           : dnnl::deconvolution_forward::desc(dnnl::prop_kind::forward_inference,
+                                                               dnnl::algorithm::deconvolution_direct, src, wei, dst,
+                                                               strides, dilates, pl, pr);
+    const dnnl::deconvolution_forward::primitive_desc pd(desc, nn::cpu_engine());
+    if (pd.src_desc() != src || pd.dst_desc() != dst || pd.weights_desc() != wei) return false;
+    dnnl::engine& eng = nn::cpu_engine();
+    memory sm(src, eng, bytes(x)), wm(wei, eng, bytes(w)), dm(dst, eng, bytes(out));
+    std::unordered_map<int, memory> args = {{DNNL_ARG_SRC, sm}, {DNNL_ARG_WEIGHTS, wm}, {DNNL_ARG_DST, dm}};
+    if (bias) args.emplace(DNNL_ARG_BIAS, memory(bmd, eng, bytes(bias)));
+    dnnl::stream st(eng);
+    dnnl::deconvolution_forward(pd).execute(st, args);
+    st.wait();
+    return true;
+  } catch (const dnnl::error&) {
+    return false;
+  }
+}
+
 void conv_transpose2d_kernel(const KernelCall& c) {
   using A = op::conv_transpose2d_input::attr;
   TempList temps;
-  const tessera_tensor_t* x = contiguous(c.raw()->inputs[0], temps);
-  const tessera_tensor_t* w = contiguous(c.raw()->inputs[1], temps);
+  const tessera_tensor_t* x = contiguous_or_copy(c.raw()->inputs[0], temps);
+  const tessera_tensor_t* w = contiguous_or_copy(c.raw()->inputs[1], temps);
   const tessera_tensor_t* bias = input_or_null(c, 2);
   const tessera_tensor_t* out = c.raw()->outputs[0];
+  TESSERA_SDK_CHECK(TensorView(out).is_contiguous(), std::string(c.op_name()) + ": output must be contiguous");
   if (out->numel == 0) return;
   int64_t stride[2], pad[2], dil[2];
   pair_attr(c, A::stride, stride);
@@ -138,6 +181,10 @@ void conv_transpose2d_kernel(const KernelCall& c) {
   const int64_t batch = b3 ? x->sizes[0] : 1, cin = x->sizes[b3], ih = x->sizes[b3 + 1], iw = x->sizes[b3 + 2];
   const int64_t cout = out->sizes[b3], oh = out->sizes[b3 + 1], ow = out->sizes[b3 + 2];
   const int64_t kh = w->sizes[2], kw = w->sizes[3], cin_g = cin / groups, cout_g = cout / groups;
+  if (x->dtype == TESSERA_DTYPE_FLOAT32) {
+    const tessera_tensor_t* b = contiguous_or_copy(bias, temps);
+    if (conv_transpose2d_onednn(x, w, b, out, batch, stride, pad, dil, groups)) return;
+  }
   const std::vector<double> bv = doubles(bias, cout, 0.0);
   visit(x->dtype, [&](auto tag) {
     using T = decltype(tag);
@@ -215,8 +262,9 @@ struct Taps {
 void resize_kernel(const KernelCall& c) {
   using A = op::_resize::attr;
   TempList temps;
-  const tessera_tensor_t* x = contiguous(c.raw()->inputs[0], temps);
+  const tessera_tensor_t* x = contiguous_or_copy(c.raw()->inputs[0], temps);
   const tessera_tensor_t* out = c.raw()->outputs[0];
+  TESSERA_SDK_CHECK(TensorView(out).is_contiguous(), std::string(c.op_name()) + ": output must be contiguous");
   if (out->numel == 0) return;
   int k = 0;
   c.attr_ints(A::size, &k);
@@ -384,20 +432,15 @@ void vector_norm_kernel(const KernelCall& c) {
   });
 }
 
-template <void (*Fn)(const KernelCall&)>
-tessera_status_t kernel(void*, const tessera_kernel_call_t* call) {
-  return guarded(call, [&](const KernelCall& c) { Fn(c); });
-}
-
 }  // namespace
 
 void register_onnx_nn_kernels(Registrar& r) {
-  r.add(op::batch_norm::name, kMaskFloat, &kernel<batch_norm_kernel>);
-  r.add(op::group_norm::name, kMaskFloat, &kernel<group_norm_kernel>);
-  r.add(op::conv_transpose2d_input::name, kMaskFloat, &kernel<conv_transpose2d_kernel>);
-  r.add(op::_resize::name, kMaskAll, &kernel<resize_kernel>);
-  r.add(op::logsumexp::name, kMaskFloat, &kernel<logsumexp_kernel>);
-  r.add(op::linalg_vector_norm::name, kMaskFloat, &kernel<vector_norm_kernel>);
+  r.add(op::batch_norm::name, kMaskFloat, &guarded_kernel<batch_norm_kernel>);
+  r.add(op::group_norm::name, kMaskFloat, &guarded_kernel<group_norm_kernel>);
+  r.add(op::conv_transpose2d_input::name, kMaskFloat, &guarded_kernel<conv_transpose2d_kernel>);
+  r.add(op::_resize::name, kMaskAll, &guarded_kernel<resize_kernel>);
+  r.add(op::logsumexp::name, kMaskFloat, &guarded_kernel<logsumexp_kernel>);
+  r.add(op::linalg_vector_norm::name, kMaskFloat, &guarded_kernel<vector_norm_kernel>);
 }
 
 }  // namespace tessera::cpu

@@ -1,5 +1,5 @@
 // Structural kernels: slice_copy, expand_copy, flip, repeat, pad, tril/triu, scatter,
-// scatter_reduce, topk, cumsum, argmin's sibling lives in reduce.cpp. Copies run through strided
+// scatter_reduce, topk, cumsum (argmin lives next to argmax in reduce.cpp). Copies run through strided
 // views and copy_tensor (every dtype, any input strides); outputs are contiguous (the dispatcher
 // allocates them so for these ops).
 #include <algorithm>
@@ -11,27 +11,6 @@
 namespace tessera::cpu {
 namespace {
 
-// A view over `base`'s storage with its own sizes and element strides and an extra byte offset.
-struct StridedView {
-  int64_t sizes[kMaxDims], strides[kMaxDims];
-  tessera_tensor_t t;
-  StridedView(const tessera_tensor_t* base, int ndim, const int64_t* s, const int64_t* st, int64_t extra_bytes) {
-    check_rank(ndim, "a view");
-    t = *base;
-    t.ndim = ndim;
-    int64_t n = 1;
-    for (int i = 0; i < ndim; ++i) {
-      sizes[i] = s[i];
-      strides[i] = st[i];
-      n *= s[i];
-    }
-    t.sizes = sizes;
-    t.strides = strides;
-    t.numel = n;
-    t.byte_offset = base->byte_offset + extra_bytes;
-  }
-};
-
 int64_t esize(const tessera_tensor_t* t) { return int64_t(sdk::dtype_size(t->dtype)); }
 char* bytes(const tessera_tensor_t* t) { return static_cast<char*>(t->data) + t->byte_offset; }
 
@@ -40,13 +19,6 @@ int64_t wrap_dim(const char* op, int64_t d, int64_t nd) {
   TESSERA_SDK_CHECK(d >= -n && d < n, std::string(op) + ": dimension " + std::to_string(d) +
                                           " out of range for a tensor of rank " + std::to_string(nd));
   return d < 0 ? d + n : d;
-}
-
-const tessera_tensor_t* contiguous(const tessera_tensor_t* t, TempList& temps) {
-  if (TensorView(t).is_contiguous()) return t;
-  temps.emplace_back(t->sizes, t->ndim, t->dtype);
-  copy_tensor(temps.back().raw(), t);
-  return temps.back().raw();
 }
 
 void check_contiguous_output(const tessera_tensor_t* out, const char* op) {
@@ -408,7 +380,7 @@ bool greater_nan_max(A a, A b) {
 void topk_kernel(const KernelCall& c) {
   using At = op::topk::attr;
   TempList temps;
-  const tessera_tensor_t* x = contiguous(c.raw()->inputs[0], temps);
+  const tessera_tensor_t* x = contiguous_or_copy(c.raw()->inputs[0], temps);
   const tessera_tensor_t* values = c.raw()->outputs[0];
   const tessera_tensor_t* indices = c.raw()->outputs[1];
   check_contiguous_output(values, "topk");
@@ -450,7 +422,7 @@ void topk_kernel(const KernelCall& c) {
 void cumsum_kernel(const KernelCall& c) {
   TempList temps;
   const tessera_tensor_t* out = c.raw()->outputs[0];
-  const tessera_tensor_t* x = contiguous(cast_if_needed(c.raw()->inputs[0], out->dtype, temps), temps);
+  const tessera_tensor_t* x = contiguous_or_copy(cast_if_needed(c.raw()->inputs[0], out->dtype, temps), temps);
   check_contiguous_output(out, "cumsum");
   if (out->numel == 0) return;
   const int64_t dim = wrap_dim("cumsum", c.attr_int(op::cumsum::attr::dim), x->ndim);
@@ -475,25 +447,20 @@ void cumsum_kernel(const KernelCall& c) {
   });
 }
 
-template <void (*Fn)(const KernelCall&)>
-tessera_status_t kernel(void*, const tessera_kernel_call_t* call) {
-  return guarded(call, [&](const KernelCall& c) { Fn(c); });
-}
-
 }  // namespace
 
 void register_shape_kernels(Registrar& r) {
-  r.add(op::slice_copy_Tensor::name, kMaskAll, &kernel<slice_copy_kernel>);
-  r.add(op::expand_copy::name, kMaskAll, &kernel<expand_copy_kernel>);
-  r.add(op::flip::name, kMaskAll, &kernel<flip_kernel>);
-  r.add(op::repeat::name, kMaskAll, &kernel<repeat_kernel>);
-  r.add(op::pad::name, kMaskAll, &kernel<pad_kernel>);
+  r.add(op::slice_copy_Tensor::name, kMaskAll, &guarded_kernel<slice_copy_kernel>);
+  r.add(op::expand_copy::name, kMaskAll, &guarded_kernel<expand_copy_kernel>);
+  r.add(op::flip::name, kMaskAll, &guarded_kernel<flip_kernel>);
+  r.add(op::repeat::name, kMaskAll, &guarded_kernel<repeat_kernel>);
+  r.add(op::pad::name, kMaskAll, &guarded_kernel<pad_kernel>);
   r.add(op::tril::name, kMaskAll, &tril_kernel);
   r.add(op::triu::name, kMaskAll, &triu_kernel);
   r.add(op::scatter_src::name, kMaskAll, &scatter_src_kernel);
   r.add(op::scatter_reduce_two::name, kMaskAll, &scatter_reduce_kernel);
-  r.add(op::topk::name, kMaskAll, &kernel<topk_kernel>);
-  r.add(op::cumsum::name, kMaskAll, &kernel<cumsum_kernel>);
+  r.add(op::topk::name, kMaskAll, &guarded_kernel<topk_kernel>);
+  r.add(op::cumsum::name, kMaskAll, &guarded_kernel<cumsum_kernel>);
 }
 
 }  // namespace tessera::cpu
