@@ -48,8 +48,9 @@ void meta_pad(MetaCall& m) {
   using A = op::pad::attr;
   const TensorImpl& x = need(m, 0, "self");
   const std::string mode = string_attr(m, A::mode, "constant");
-  TESSERA_CHECK(mode == "constant" || mode == "reflect" || mode == "replicate", m.op_name, ": mode must be ",
-                "\"constant\", \"reflect\" or \"replicate\", got \"", mode, "\" (ONNX's \"edge\" is \"replicate\")");
+  TESSERA_CHECK(mode == "constant" || mode == "reflect" || mode == "replicate" || mode == "circular", m.op_name,
+                ": mode must be \"constant\", \"reflect\", \"replicate\" or \"circular\", got \"", mode,
+                "\" (ONNX's \"edge\" is \"replicate\", its \"wrap\" \"circular\")");
   TESSERA_CHECK(mode == "constant" || attr_none(m, A::value), m.op_name, ": padding mode \"", mode,
                 "\" doesn't take in value argument; pass value=None");
   Sz out = sizes_by<shape::rules::pad<int64_t>>(m);
@@ -63,6 +64,9 @@ void meta_pad(MetaCall& m) {
       if (mode == "reflect")
         TESSERA_CHECK(amount < n, m.op_name, ": reflect padding ", amount, " of dimension ", d,
                       " must be smaller than its size ", n, "; pad less or use \"replicate\"");
+      else if (mode == "circular")
+        TESSERA_CHECK(amount <= n, m.op_name, ": circular padding ", amount, " of dimension ", d,
+                      " wraps around more than once (size ", n, "); pad at most the size");
       else
         TESSERA_CHECK(n > 0, m.op_name, ": cannot replicate-pad dimension ", d, " of size 0");
     }
@@ -207,24 +211,30 @@ void meta_resize(MetaCall& m) {
   const std::string mode = string_attr(m, A::mode, "nearest");
   const std::string coord = string_attr(m, A::coordinate_transformation_mode, "half_pixel");
   const std::string nearest = string_attr(m, A::nearest_mode, "round_prefer_floor");
-  TESSERA_CHECK(mode == "nearest" || mode == "linear", m.op_name, ": mode must be \"nearest\" or \"linear\", got \"",
-                mode, "\" (cubic is not implemented)");
-  TESSERA_CHECK(coord == "half_pixel" || coord == "pytorch_half_pixel" || coord == "align_corners" ||
-                    coord == "asymmetric" || coord == "tf_half_pixel_for_nearest",
+  TESSERA_CHECK(mode == "nearest" || mode == "linear" || mode == "cubic", m.op_name,
+                ": mode must be \"nearest\", \"linear\" or \"cubic\", got \"", mode, "\"");
+  TESSERA_CHECK(coord == "half_pixel" || coord == "half_pixel_symmetric" || coord == "pytorch_half_pixel" ||
+                    coord == "align_corners" || coord == "asymmetric" || coord == "tf_half_pixel_for_nearest",
                 m.op_name, ": coordinate_transformation_mode \"", coord,
-                "\" is not one of half_pixel, pytorch_half_pixel, align_corners, asymmetric, tf_half_pixel_for_nearest "
-                "(half_pixel_symmetric and tf_crop_and_resize are not implemented)");
+                "\" is not one of half_pixel, half_pixel_symmetric, pytorch_half_pixel, align_corners, asymmetric, "
+                "tf_half_pixel_for_nearest (tf_crop_and_resize is not implemented)");
   TESSERA_CHECK(nearest == "round_prefer_floor" || nearest == "round_prefer_ceil" || nearest == "floor" ||
                     nearest == "ceil",
                 m.op_name, ": nearest_mode must be round_prefer_floor, round_prefer_ceil, floor or ceil, got \"",
                 nearest, "\"");
-  TESSERA_CHECK(mode == "nearest" || is_floating(x.dtype()), m.op_name, ": mode \"linear\" takes floating tensors, got ",
-                x.dtype(), "; convert with .to(kFloat32)");
+  TESSERA_CHECK(mode == "nearest" || is_floating(x.dtype()), m.op_name, ": mode \"", mode,
+                "\" takes floating tensors, got ", x.dtype(), "; convert with .to(kFloat32)");
   Sz out = sizes_by<shape::rules::resize<int64_t>>(m);
   IntArrayRef size = attr_ints(m, A::size);
   for (size_t i = 0; i < size.size(); ++i)
     TESSERA_CHECK(size[i] == 0 || x.sizes()[size_t(x.dim()) - size.size() + i] > 0, m.op_name,
                   ": cannot resize an empty dimension to ", size[i]);
+  if (m.has(op::_resize::tensor::scales)) {
+    const TensorImpl& s = m.t(op::_resize::tensor::scales);
+    TESSERA_CHECK(is_floating(s.dtype()) && s.dim() == 1 && s.numel() == int64_t(size.size()), m.op_name,
+                  ": scales must be a 1-D floating tensor of ", size.size(), " values (one per resized dim), got ",
+                  s.dtype(), " of shape ", s.sizes());
+  }
   m.add_output(out, x.dtype());
 }
 

@@ -18,7 +18,8 @@ def test_slice_copy_is_numpy_slicing(rng, start, end, step):
     np.testing.assert_array_equal(got, x[:, slice(start, end, step)])
 
 
-@pytest.mark.parametrize("mode,np_mode", [("constant", "constant"), ("reflect", "reflect"), ("replicate", "edge")])
+@pytest.mark.parametrize("mode,np_mode", [("constant", "constant"), ("reflect", "reflect"), ("replicate", "edge"),
+                                          ("circular", "wrap")])
 def test_pad_modes_match_numpy(rng, mode, np_mode):
     x = rng.integers(-50, 50, size=(2, 3, 5)).astype(np.int32)
     kw = {"value": 4.0} if mode == "constant" else {}
@@ -81,3 +82,42 @@ def test_logsumexp_and_vector_norm(rng):
     for ord_ in (1, 2, 3, float("inf")):
         np.testing.assert_allclose(tessera.linalg_vector_norm(T(x), ord_, [1]).numpy(),
                                    np.linalg.norm(x, ord=ord_, axis=1), rtol=1e-12)
+
+
+RESIZE_CASES = [  # (mode, coordinate_transformation_mode, nearest_mode, scales, exclude_outside, cubic_coeff_a)
+    ("nearest", "half_pixel", "round_prefer_floor", (2.0, 3.0), 0, -0.75),
+    ("nearest", "asymmetric", "floor", (0.6, 1.5), 0, -0.75),
+    ("nearest", "pytorch_half_pixel", "round_prefer_ceil", (1.7, 0.8), 0, -0.75),  # (tf_half_pixel_for_nearest: opset 11 only, not in onnx.reference)
+    ("nearest", "align_corners", "ceil", (2.0, 0.5), 0, -0.75),
+    ("linear", "half_pixel", "round_prefer_floor", (0.6, 1.7), 0, -0.75),
+    ("linear", "pytorch_half_pixel", "round_prefer_floor", (2.0, 0.25), 0, -0.75),
+    ("linear", "align_corners", "round_prefer_floor", (1.5, 2.5), 0, -0.75),
+    ("linear", "asymmetric", "round_prefer_floor", (0.8, 3.0), 0, -0.75),
+    ("linear", "half_pixel_symmetric", "round_prefer_floor", (0.7, 1.3), 0, -0.75),
+    ("cubic", "half_pixel", "round_prefer_floor", (1.6, 0.6), 0, -0.75),
+    ("cubic", "align_corners", "round_prefer_floor", (2.0, 1.5), 1, -0.5),
+    ("cubic", "asymmetric", "round_prefer_floor", (0.8, 2.0), 1, -0.75),
+]
+
+
+@pytest.mark.parametrize("case", RESIZE_CASES, ids=lambda c: "%s-%s" % (c[0], c[1]))
+def test_resize_matches_onnx_reference(rng, case):
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper
+    from onnx.reference import ReferenceEvaluator
+    mode, coord, nearest, scales, exclude, a = case
+    x = rng.standard_normal((1, 2, 5, 4)).astype(np.float32)
+    full_scales = np.array([1.0, 1.0, *scales], dtype=np.float32)
+    node = helper.make_node("Resize", ["x", "", "scales"], ["y"], mode=mode, coordinate_transformation_mode=coord,
+                            nearest_mode=nearest, exclude_outside=exclude, cubic_coeff_a=a)
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, None),
+                                            helper.make_tensor_value_info("scales", TensorProto.FLOAT, None)],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)])
+    want = ReferenceEvaluator(model).run(None, {"x": x, "scales": full_scales})[0]
+    size = [int(np.floor(n * s)) for n, s in zip(x.shape[2:], full_scales[2:])]
+    resize = tessera._C.op("_resize")
+    got = resize(T(x.astype(np.float64)), size, mode, coord, nearest, a, bool(exclude),
+                 T(full_scales[2:].astype(np.float64))).numpy()
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)

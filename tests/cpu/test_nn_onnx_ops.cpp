@@ -161,7 +161,7 @@ TEST(OnnxOpsRepeat, TilesLikeTensorRepeat) {
 
 TEST(OnnxOpsPad, ConstantReflectReplicateAndNegativeCrops) {
   const std::vector<int64_t> pads = {2, 1, -1, 3};  // last dim: 2 before, 1 after; dim 1: crop 1, 3 after
-  for (const char* mode : {"constant", "reflect", "replicate"}) {
+  for (const char* mode : {"constant", "reflect", "replicate", "circular"}) {
     for (DType dt : kAllTypes) {
       Tensor x = random_tensor({2, 4, 5}, dt, -9, 9);
       const auto X = read(x);
@@ -179,6 +179,10 @@ TEST(OnnxOpsPad, ConstantReflectReplicateAndNegativeCrops) {
           r = r < 0 ? -r : (r > 3 ? 6 - r : r);
           c = c < 0 ? -c : (c > 4 ? 8 - c : c);
           inside = true;
+        } else if (std::string(mode) == "circular") {
+          r = (r + 4) % 4;
+          c = (c + 5) % 5;
+          inside = true;
         } else if (std::string(mode) == "replicate") {
           r = std::min<int64_t>(std::max<int64_t>(r, 0), 3);
           c = std::min<int64_t>(std::max<int64_t>(c, 0), 4);
@@ -191,7 +195,8 @@ TEST(OnnxOpsPad, ConstantReflectReplicateAndNegativeCrops) {
   }
   Tensor x = random_tensor({3, 3}, kFloat32);
   EXPECT_THROW(pad(x, {3, 0}, "reflect"), Error);        // reflect pad must be < size
-  EXPECT_THROW(pad(x, {1, 1}, "circular"), Error);        // unknown mode
+  EXPECT_THROW(pad(x, {1, 1}, "wrap"), Error);            // unknown mode (ONNX's wrap is "circular")
+  EXPECT_THROW(pad(x, {4, 0}, "circular"), Error);        // wraps more than once
   EXPECT_THROW(pad(x, {1}), Error);                       // odd length
   EXPECT_THROW(pad(x, {1, 1, 1, 1, 1, 1}), Error);        // more pairs than dims
   EXPECT_THROW(pad(x, {-2, -2}), Error);                  // negative size
@@ -438,10 +443,67 @@ TEST(OnnxOpsResize, NearestAndLinearByHand) {
     for (double& v : want) v = round_to(v, dt);
     EXPECT_TRUE(same(resize_op(sq.to(dt), {2, 4}, "nearest", "asymmetric", "floor"), want, "nearest")) << dt;
   }
-  EXPECT_THROW(resize_op(x, {8}, "cubic", "half_pixel"), Error);
+  EXPECT_THROW(resize_op(x, {8}, "bicubic", "half_pixel"), Error);
   EXPECT_THROW(resize_op(x, {8}, "linear", "tf_crop_and_resize"), Error);
   EXPECT_THROW(resize_op(x.to(kInt32), {8}, "linear", "half_pixel"), Error);
   EXPECT_THROW(resize_op(x, {1, 1, 1, 8}, "nearest", "half_pixel"), Error);
+}
+
+// onnx.reference's Resize in one dim, written out from its definition: the n neighbours of x in the
+// edge-padded input (ties to the smaller index), weights by mode, exclude_outside renormalising.
+double onnx_resize_1d(const std::vector<double>& data, double x, const std::string& mode, double a, bool exclude) {
+  const int64_t in = int64_t(data.size());
+  const double ratio = x == std::floor(x) ? 1.0 : x - std::floor(x);
+  const int64_t base = int64_t(std::floor(x)) - (x == std::floor(x) ? 1 : 0);  // ratio in (0, 1]
+  std::vector<double> w;
+  std::vector<int64_t> at;
+  if (mode == "linear") {
+    w = {1 - ratio, ratio};
+    at = {base, base + 1};
+  } else {
+    auto k = [a](double t) {
+      t = std::fabs(t);
+      return t <= 1 ? (a + 2) * t * t * t - (a + 3) * t * t + 1 : t < 2 ? a * t * t * t - 5 * a * t * t + 8 * a * t - 4 * a : 0;
+    };
+    for (int64_t i = -1; i <= 2; ++i) {
+      at.push_back(base + i);
+      w.push_back(k(double(i) - ratio));
+    }
+  }
+  double sum = 0, v = 0;
+  for (size_t i = 0; i < w.size(); ++i) {
+    if (exclude && (at[i] < 0 || at[i] >= in)) w[i] = 0;
+    sum += w[i];
+  }
+  for (size_t i = 0; i < w.size(); ++i)
+    v += (exclude ? w[i] / sum : w[i]) * data[size_t(std::clamp<int64_t>(at[i], 0, in - 1))];
+  return v;
+}
+
+TEST(OnnxOpsResize, CubicAndScalesAgainstTheOnnxDefinition) {
+  Dispatcher& d = Dispatcher::instance();
+  const std::vector<double> data = {1, 4, 2, 8, 5, 7, 3};
+  Tensor x = tensor(data, {1, 7});
+  for (const char* mode : {"linear", "cubic"})
+    for (bool exclude : {false, true})
+      for (double scale : {0.6, 1.7, 2.0}) {
+        const int64_t out = int64_t(std::floor(7 * scale));
+        Tensor scales = tensor(std::vector<double>{scale}, {1});
+        Stack r = d.call_boxed(d.op("_resize"), Stack{x, std::vector<int64_t>{out}, std::string(mode),
+                                                      std::string("half_pixel"), std::string("round_prefer_floor"),
+                                                      -0.5, exclude, std::optional<Tensor>(scales)});
+        std::vector<double> want;
+        for (int64_t o = 0; o < out; ++o) want.push_back(onnx_resize_1d(data, (double(o) + 0.5) / scale - 0.5, mode, -0.5, exclude));
+        EXPECT_TRUE(close(std::get<Tensor>(r[0]), want, {1e-12, 1e-12}, "resize")) << mode << " " << scale << " " << exclude;
+      }
+  // Bicubic over two dims is the product of the 1-D weights: a constant image stays constant.
+  Stack r = d.call_boxed(d.op("_resize"), Stack{tessera::full({1, 1, 3, 3}, 2.5), std::vector<int64_t>{5, 7},
+                                                std::string("cubic"), std::string("align_corners")});
+  EXPECT_TRUE(close(std::get<Tensor>(r[0]), std::vector<double>(35, 2.5), {1e-12, 1e-12}, "cubic constant"));
+  EXPECT_THROW(d.call_boxed(d.op("_resize"), Stack{x, std::vector<int64_t>{3}, std::string("linear"),
+                                                   std::string("half_pixel"), std::string("floor"), -0.75, false,
+                                                   std::optional<Tensor>(tensor(std::vector<double>{1, 2}, {2}))}),
+               Error);
 }
 
 // ---- logsumexp, linalg_vector_norm

@@ -128,13 +128,18 @@ void repeat_kernel(const KernelCall& c) {
 
 // ---- pad
 
+enum class PadMode { Reflect, Replicate, Circular };
+
 // Output index o of a padded dim of input size n with `lo` elements before: the input index.
-int64_t pad_source(int64_t o, int64_t lo, int64_t n, bool reflect) {
+int64_t pad_source(int64_t o, int64_t lo, int64_t n, PadMode mode) {
   int64_t i = o - lo;
-  if (reflect) {
-    if (i < 0) i = -i;
-    if (i >= n) i = 2 * (n - 1) - i;
-    return i;
+  switch (mode) {
+    case PadMode::Reflect:
+      if (i < 0) i = -i;
+      if (i >= n) i = 2 * (n - 1) - i;
+      return i;
+    case PadMode::Circular: return ((i % n) + n) % n;
+    case PadMode::Replicate: break;
   }
   return std::clamp<int64_t>(i, 0, n - 1);
 }
@@ -179,14 +184,14 @@ void pad_kernel(const KernelCall& c) {
     copy_tensor(&vo.t, &vx.t);
     return;
   }
-  const bool reflect = mode == "reflect";
-  TESSERA_SDK_CHECK(reflect || mode == "replicate", "pad: unknown mode '" + mode + "'");
+  const PadMode pm = mode == "reflect" ? PadMode::Reflect : mode == "circular" ? PadMode::Circular : PadMode::Replicate;
+  TESSERA_SDK_CHECK(pm != PadMode::Replicate || mode == "replicate", "pad: unknown mode '" + mode + "'");
   // Byte offsets into x of every output index, per dim.
   std::vector<std::vector<int64_t>> offsets(static_cast<size_t>(nd));
   for (int d = 0; d < nd; ++d) {
     offsets[size_t(d)].resize(size_t(out->sizes[d]));
     for (int64_t o = 0; o < out->sizes[d]; ++o) {
-      const int64_t i = pad_source(o, lo[d], x->sizes[d], reflect);
+      const int64_t i = pad_source(o, lo[d], x->sizes[d], pm);
       TESSERA_SDK_CHECK(i >= 0 && i < x->sizes[d], "pad: padding too large for dimension " + std::to_string(d));
       offsets[size_t(d)][size_t(o)] = i * x->strides[d] * esize(x);
     }

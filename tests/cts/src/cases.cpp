@@ -378,6 +378,8 @@ std::vector<Case> build() {
            [](const Inputs& x, DType) { return tessera::pad(x[0], {3, 2, 2, 0}, "reflect"); });
   add_case(v, "pad_replicate", "pad", kAll, unary_inputs(D::Any, {2, 3, 4}),
            [](const Inputs& x, DType) { return tessera::pad(x[0], {2, 5, 1, 1, 1, 0}, "replicate"); });
+  add_case(v, "pad_circular", "pad", kAll, unary_inputs(D::Any, {2, 3, 4}),
+           [](const Inputs& x, DType) { return tessera::pad(x[0], {4, 1, -1, 2}, "circular"); });
   add_case(v, "batch_norm", "batch_norm", kFloating,
            [](Gen& g, DType t) {
              return Inputs{g.random({2, 3, 4, 5}, t), g.random({3}, t), g.random({3}, t), g.random({3}, t),
@@ -438,6 +440,15 @@ std::vector<Case> build() {
                                                           std::string("half_pixel"), std::string("round_prefer_floor")});
              return std::get<Tensor>(r[0]);
            }, 2);
+  add_case(v, "resize_cubic_scales", "_resize", kFloating,
+           [](Gen& g, DType t) { return Inputs{g.random({1, 2, 4, 5}, t), tessera::tensor(std::vector<double>{1.5, 0.8}, {2})}; },
+           [](const Inputs& x, DType) {
+             Dispatcher& d = Dispatcher::instance();
+             Stack r = d.call_boxed(d.op("_resize"), Stack{x[0], std::vector<int64_t>{6, 4}, std::string("cubic"),
+                                                          std::string("half_pixel"), std::string("round_prefer_floor"),
+                                                          -0.75, true, std::optional<Tensor>(x[1])});
+             return std::get<Tensor>(r[0]);
+           }, 4);
   add_case(v, "logsumexp", "logsumexp", kFloating, unary_inputs(D::Any, {3, 4, 5}),
            [](const Inputs& x, DType) { return tessera::logsumexp(x[0], {0, 2}, true); }, 2);
   add_case(v, "linalg_vector_norm", "linalg_vector_norm", kFloating, unary_inputs(D::Any, {3, 4, 5}),
