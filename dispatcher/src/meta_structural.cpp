@@ -53,8 +53,13 @@ void meta_pad(MetaCall& m) {
                 "\" (ONNX's \"edge\" is \"replicate\", its \"wrap\" \"circular\")");
   TESSERA_CHECK(mode == "constant" || attr_none(m, A::value), m.op_name, ": padding mode \"", mode,
                 "\" doesn't take in value argument; pass value=None");
-  Sz out = sizes_by<shape::rules::pad<int64_t>>(m);
   IntArrayRef p = attr_ints(m, A::pad);
+  for (size_t k = 0; k < p.size() / 2 && k < size_t(x.dim()); ++k) {  // before the rule adds
+    const std::optional<int64_t> both = checked_add(p[2 * k], p[2 * k + 1]);
+    TESSERA_CHECK(both && checked_add(x.sizes()[size_t(x.dim()) - 1 - k], *both), m.op_name, ": padding ", p,
+                  " overflows int64");
+  }
+  Sz out = sizes_by<shape::rules::pad<int64_t>>(m);
   for (size_t k = 0; mode != "constant" && k < p.size() / 2; ++k) {
     const size_t d = size_t(x.dim()) - 1 - k;
     const int64_t n = x.sizes()[d];
@@ -179,6 +184,12 @@ void meta_flip(MetaCall& m) {
 
 void meta_repeat(MetaCall& m) {
   const TensorImpl& x = need(m, 0, "self");
+  IntArrayRef reps = attr_ints(m, op::repeat::attr::repeats);
+  for (size_t i = 0; i < reps.size() && reps.size() >= size_t(x.dim()); ++i) {  // before the rule multiplies
+    const size_t lead = reps.size() - size_t(x.dim());
+    TESSERA_CHECK(i < lead || checked_mul(x.sizes()[i - lead], reps[i]), m.op_name, ": repeating size ",
+                  x.sizes()[i - lead], " ", reps[i], " times overflows int64");
+  }
   Sz out = sizes_by<shape::rules::repeat<int64_t>>(m);
   int64_t n = 1;
   for (int64_t s : out) {
@@ -196,6 +207,8 @@ void meta_conv_transpose2d(MetaCall& m) {
   const TensorImpl& w = need(m, 1, "weight");
   check_floating_input(m, x);
   check_same_dtype(m, x, w, "input", "weight");
+  for (int64_t s : x.sizes())  // Note [Checked extents] in shape_rules_structural.h
+    TESSERA_CHECK(s < (int64_t(1) << 40), m.op_name, ": input size ", s, " is too large (at most 2^40 per dim)");
   Sz out = sizes_by<shape::rules::conv_transpose2d<int64_t>>(m);
   const int64_t c_out = out[out.size() - 3];
   if (m.has(2)) {

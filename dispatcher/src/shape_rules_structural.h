@@ -164,9 +164,11 @@ Sizes<S> conv_transpose2d(const SizeArgs<S>& a) {
     TESSERA_CHECK(out_pad[i] < stride[i] || out_pad[i] < dilation[i], a.op, ": output padding (", out_pad[i],
                   ") must be smaller than either stride (", stride[i], ") or dilation (", dilation[i], ")");
     const int64_t k = int64_t(w[2 + size_t(i)]);
-    TESSERA_CHECK(stride[i] < (int64_t(1) << 31) && dilation[i] < (int64_t(1) << 31) && k < (int64_t(1) << 31) &&
-                      padding[i] < (int64_t(1) << 31) && out_pad[i] < (int64_t(1) << 31),
-                  a.op, ": stride, dilation, padding and kernel sizes must be below 2^31");
+    // Note [Checked extents]: with attributes below 2^20 and input sizes below 2^40 (meta_conv_transpose2d)
+    // nothing here overflows.
+    TESSERA_CHECK(stride[i] < (int64_t(1) << 20) && dilation[i] < (int64_t(1) << 20) && k < (int64_t(1) << 20) &&
+                      padding[i] < (int64_t(1) << 20) && out_pad[i] < (int64_t(1) << 20),
+                  a.op, ": stride, dilation, padding and kernel sizes must be below 2^20");
     const S o = (x[c + 1 + size_t(i)] - S(1)) * S(stride[i]) - S(2 * padding[i]) + S(dilation[i] * (k - 1)) +
                 S(out_pad[i] + 1);
     TESSERA_CHECK(!(o <= S(0)), a.op, ": the output size ", o, " of spatial dimension ", i,

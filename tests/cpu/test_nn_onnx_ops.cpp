@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <optional>
 #include <string>
@@ -155,6 +156,7 @@ TEST(OnnxOpsRepeat, TilesLikeTensorRepeat) {
   EXPECT_EQ(repeat(random_tensor({2}, kFloat32), {0, 2}).numel(), 0);
   EXPECT_THROW(repeat(random_tensor({2, 2}, kFloat32), {2}), Error);
   EXPECT_THROW(repeat(random_tensor({2}, kFloat32), {-1}), Error);
+  EXPECT_THROW(repeat(random_tensor({3}, kFloat32), {int64_t(1) << 62}), Error);  // overflows int64
 }
 
 // ---- pad
@@ -202,6 +204,8 @@ TEST(OnnxOpsPad, ConstantReflectReplicateAndNegativeCrops) {
   EXPECT_THROW(pad(x, {-2, -2}), Error);                  // negative size
   EXPECT_THROW(pad(x, {1, 1}, "reflect", 1.0), Error);    // value only for constant
   EXPECT_EQ(pad(x, {-3, 0}).numel(), 0);
+  EXPECT_THROW(pad(x, {INT64_MAX, 1}), Error);      // overflows int64
+  EXPECT_THROW(pad(x, {INT64_MAX - 1, 0}), Error);  // size + pad overflows int64
 }
 
 // ---- batch_norm, group_norm
@@ -414,6 +418,7 @@ TEST(OnnxOpsConvTranspose, StridePaddingOutputPaddingGroupsDilation) {
   EXPECT_THROW(conv_transpose2d(x, w, std::nullopt, {1}, {0}, {1}), Error);  // output_padding >= stride
   EXPECT_THROW(conv_transpose2d(x, random_tensor({3, 2, 3, 3}, kFloat32)), Error);
   EXPECT_THROW(conv_transpose2d(x, w, std::nullopt, {1}, {0}, {0}, 3), Error);
+  EXPECT_THROW(conv_transpose2d(x, w, std::nullopt, {int64_t(1) << 40}), Error);  // attributes below 2^20
 }
 
 // ---- _resize
