@@ -13,10 +13,12 @@
 // Each op of dispatcher/ops/ops.json names its rule ("sizes": one of shape::rules below, reached
 // through OpInfo::sizes and output_sizes()). The rule reads the op's arguments from SizeArgs, so the
 // same function sizes an eager call (the op's meta function in the dispatcher, on int64_t) and a
-// captured one (capture_shapes.cpp, on symbolic sizes). Adding a rule: a template here, its name in
-// ops.json (docs/adding-an-op.md).
+// captured one (capture_shapes.cpp, on symbolic sizes). An op with several outputs (topk) has one
+// rule for all of them: their sizes must agree. Adding a rule: a template here, its name in ops.json
+// (docs/adding-an-op.md).
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <sstream>
 #include <string>
 
@@ -501,6 +503,11 @@ Sizes<S> stack(const SizeArgs<S>& a) {
 }
 
 }  // namespace rules
+}  // namespace tessera::shape
+
+#include "shape_rules_structural.h"  // IWYU pragma: export
+
+namespace tessera::shape {
 
 // The sizes of the one output of an op whose contract names `rule`; false for SizesRule::None.
 template <typename S>

@@ -262,11 +262,10 @@ std::vector<std::vector<SymSize>> symbolic_output_sizes(const ExportCall& call, 
     for (ValueId v : a.values)
       for (const SymSize& s : g.type(v).sizes) symbolic_input = symbolic_input || !s.is_constant();
   std::vector<std::vector<SymSize>> out;
-  if (call.outputs.size() == 1) {
-    if (std::optional<std::vector<SymSize>> sizes = rule(node, g)) {
-      out.push_back(std::move(*sizes));
-      return out;
-    }
+  if (std::optional<std::vector<SymSize>> sizes = rule(node, g)) {
+    // A sizes rule sizes every output of its op (topk's values and indices share their sizes).
+    out.assign(call.outputs.size(), *sizes);
+    return out;
   }
   // No symbolic rule: fine while every input is static (the concrete sizes are exact).
   TESSERA_CHECK(!symbolic_input, "export: '", *call.name,

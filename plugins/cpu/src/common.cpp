@@ -184,4 +184,11 @@ const tessera_tensor_t* cast_if_needed(const tessera_tensor_t* src, int32_t dtyp
   return holder.back().raw();
 }
 
+const tessera_tensor_t* contiguous_or_copy(const tessera_tensor_t* src, TempList& holder) {
+  if (!src || TensorView(src).is_contiguous()) return src;
+  holder.emplace_back(src->sizes, src->ndim, src->dtype);
+  copy_tensor(holder.back().raw(), src);
+  return holder.back().raw();
+}
+
 }  // namespace tessera::cpu

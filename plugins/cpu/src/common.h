@@ -127,6 +127,32 @@ void copy_tensor(const tessera_tensor_t* dst, const tessera_tensor_t* src);
 const tessera_tensor_t* cast_if_needed(const tessera_tensor_t* src, int32_t dtype,
                                        TempList& holder);
 
+// `src` as a contiguous tensor of its dtype: itself when already contiguous, else a copy kept alive in
+// `holder`.
+const tessera_tensor_t* contiguous_or_copy(const tessera_tensor_t* src, TempList& holder);
+
+// A view over `base`'s storage with its own sizes and element strides (negative ones walk backwards)
+// and an extra byte offset: the geometry the copy kernels give copy_tensor.
+struct StridedView {
+  int64_t sizes[kMaxDims], strides[kMaxDims];
+  tessera_tensor_t t;
+  StridedView(const tessera_tensor_t* base, int ndim, const int64_t* s, const int64_t* st, int64_t extra_bytes) {
+    check_rank(ndim, "a view");
+    t = *base;
+    t.ndim = ndim;
+    int64_t n = 1;
+    for (int i = 0; i < ndim; ++i) {
+      sizes[i] = s[i];
+      strides[i] = st[i];
+      n *= s[i];
+    }
+    t.sizes = sizes;
+    t.strides = strides;
+    t.numel = n;
+    t.byte_offset = base->byte_offset + extra_bytes;
+  }
+};
+
 // Strides (in elements) of `t` broadcast to `ndim` dims of `sizes` (stride 0 where broadcast).
 void broadcast_strides(const tessera_tensor_t* t, int ndim, const int64_t* sizes, int64_t* out);
 

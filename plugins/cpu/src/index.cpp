@@ -4,26 +4,7 @@
 namespace tessera::cpu {
 namespace {
 
-// A view over `t` with given sizes/strides and an extra byte offset.
-struct View {
-  int64_t sizes[kMaxDims], strides[kMaxDims];
-  tessera_tensor_t t;
-  View(const tessera_tensor_t* base, int ndim, const int64_t* s, const int64_t* st, int64_t extra_bytes) {
-    check_rank(ndim, "a view");
-    t = *base;
-    t.ndim = ndim;
-    int64_t n = 1;
-    for (int i = 0; i < ndim; ++i) {
-      sizes[i] = s[i];
-      strides[i] = st[i];
-      n *= s[i];
-    }
-    t.sizes = sizes;
-    t.strides = strides;
-    t.numel = n;
-    t.byte_offset = base->byte_offset + extra_bytes;
-  }
-};
+using View = StridedView;
 
 // The index at byte address `p` of an index tensor of dtype `dtype`.
 int64_t load_index_at(const char* p, int32_t dtype) {

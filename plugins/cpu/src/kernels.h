@@ -29,6 +29,8 @@ void register_onnx_elementwise_kernels(Registrar& r);
 void register_reduction_kernels(Registrar& r);
 void register_index_kernels(Registrar& r);
 void register_creation_kernels(Registrar& r);
+void register_shape_kernels(Registrar& r);      // shape_ops.cpp
+void register_onnx_nn_kernels(Registrar& r);    // onnx_nn_ops.cpp
 
 // Runs `body`, turning exceptions into a status (the C ABI boundary of every kernel).
 template <typename F>
@@ -44,6 +46,12 @@ tessera_status_t guarded(const tessera_kernel_call_t* call, F&& body) noexcept {
   } catch (const std::exception& e) {
     return sdk::make_status(TESSERA_STATUS_INTERNAL, std::string(call->op_name ? call->op_name : "?") + ": " + e.what());
   }
+}
+
+// A kernel written as `void fn(const KernelCall&)`, behind guarded().
+template <void (*Fn)(const KernelCall&)>
+tessera_status_t guarded_kernel(void*, const tessera_kernel_call_t* call) noexcept {
+  return guarded(call, [](const KernelCall& c) { Fn(c); });
 }
 
 // Scalar attribute i as a 0-dim tensor of `dtype` (for the .Scalar overloads).
