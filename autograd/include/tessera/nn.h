@@ -1,0 +1,159 @@
+// Modules, a state dict in safetensors, optimizers and gradient clipping (libtessera_nn), small and
+// device-neutral: parameters are leaf tensors that require grad; modules call contract ops only, so
+// they train on every device (docs/training.md).
+#pragma once
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "tessera/autograd.h"
+
+#if defined(TESSERA_BUILDING_NN)
+#define TESSERA_NN_API __attribute__((visibility("default")))
+#else
+#define TESSERA_NN_API
+#endif
+
+namespace tessera::nn {
+
+// A leaf tensor that requires grad (PyTorch's Parameter).
+TESSERA_NN_API Tensor parameter(const Tensor& data);
+
+// A module holds named parameters and sub-modules. Not copyable (it keeps pointers to its own
+// tensor members). Thread-safety: none; train from one thread or guard it.
+class TESSERA_NN_API Module {
+ public:
+  Module() = default;
+  virtual ~Module();
+  Module(const Module&) = delete;
+  Module& operator=(const Module&) = delete;
+
+  // "weight", "layers.0.bias", ... in registration order (sub-modules after the module's own).
+  std::vector<std::pair<std::string, Tensor>> named_parameters() const;
+  std::vector<Tensor> parameters() const;
+  // Moves every parameter to `device` (new leaves that require grad; gradients are dropped).
+  void to(Device device);
+  void zero_grad();
+  // The parameters by name; load_state_dict copies values in (names and sizes must match).
+  std::map<std::string, Tensor> state_dict() const;
+  void load_state_dict(const std::map<std::string, Tensor>& state);
+  // A safetensors file of the state dict (CPU copies) and back.
+  void save(const std::string& path) const;
+  void load(const std::string& path);
+
+ protected:
+  Tensor& register_parameter(std::string name, Tensor& slot, const Tensor& value);
+  template <typename M>
+  std::shared_ptr<M> register_module(std::string name, std::shared_ptr<M> m) {
+    modules_.emplace_back(std::move(name), m);
+    return m;
+  }
+
+ private:
+  void collect(const std::string& prefix, std::vector<std::pair<std::string, Tensor*>>& out) const;
+  std::vector<std::pair<std::string, Tensor*>> params_;
+  std::vector<std::pair<std::string, std::shared_ptr<Module>>> modules_;
+};
+
+struct Options {
+  Device device{DeviceType::CPU};
+  DType dtype = kFloat32;
+};
+
+// y = x W^T + b; W and b drawn from U(-1/sqrt(in), 1/sqrt(in)) (PyTorch's default), from the global
+// counter-based generator, so the same seed gives the same values on every device.
+class TESSERA_NN_API Linear : public Module {
+ public:
+  Linear(int64_t in_features, int64_t out_features, bool bias = true, Options options = {});
+  Tensor forward(const Tensor& x) const;
+  Tensor weight, bias;
+};
+
+class TESSERA_NN_API LayerNorm : public Module {
+ public:
+  explicit LayerNorm(std::vector<int64_t> normalized_shape, double eps = 1e-5, bool elementwise_affine = true,
+                     Options options = {});
+  Tensor forward(const Tensor& x) const;
+  Tensor weight, bias;
+  std::vector<int64_t> normalized_shape;
+  double eps;
+};
+
+// Rows of N(0, 1) values looked up by index.
+class TESSERA_NN_API Embedding : public Module {
+ public:
+  Embedding(int64_t num_embeddings, int64_t embedding_dim, Options options = {});
+  Tensor forward(const Tensor& indices) const;
+  Tensor weight;
+};
+
+// Mean cross entropy of `logits` [N, C] against integer `targets` [N] (log_softmax + a one-hot
+// select written with contract ops).
+TESSERA_NN_API Tensor cross_entropy(const Tensor& logits, const Tensor& targets);
+TESSERA_NN_API Tensor mse_loss(const Tensor& input, const Tensor& target);
+
+// Scales every gradient so that their joint 2-norm is at most `max_norm`; returns the norm before.
+TESSERA_NN_API double clip_grad_norm_(const std::vector<Tensor>& parameters, double max_norm);
+
+namespace optim {
+
+// Optimizers update parameters in place under NoGradGuard, one tensor at a time (a loop over the
+// list; a fused per-list kernel a plugin may provide is TODO(#31)). Gradients that are undefined
+// are skipped. Not thread-safe.
+class TESSERA_NN_API Optimizer {
+ public:
+  explicit Optimizer(std::vector<Tensor> params) : params_(std::move(params)) {}
+  virtual ~Optimizer();
+  virtual void step() = 0;
+  void zero_grad();
+  const std::vector<Tensor>& params() const { return params_; }
+
+ protected:
+  std::vector<Tensor> params_;
+};
+
+struct SGDOptions {
+  double lr = 0.01;
+  double momentum = 0;
+  double dampening = 0;
+  double weight_decay = 0;
+  bool nesterov = false;
+};
+class TESSERA_NN_API SGD : public Optimizer {
+ public:
+  SGD(std::vector<Tensor> params, SGDOptions options);
+  void step() override;
+
+ private:
+  SGDOptions o_;
+  std::vector<Tensor> momentum_;
+};
+
+struct AdamOptions {
+  double lr = 1e-3;
+  double beta1 = 0.9, beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 0;
+  bool decoupled_weight_decay = false;  // AdamW
+};
+class TESSERA_NN_API Adam : public Optimizer {
+ public:
+  Adam(std::vector<Tensor> params, AdamOptions options);
+  void step() override;
+
+ private:
+  AdamOptions o_;
+  int64_t t_ = 0;
+  std::vector<Tensor> m_, v_;
+};
+// Adam with decoupled weight decay (default 1e-2, as PyTorch's AdamW).
+class TESSERA_NN_API AdamW : public Adam {
+ public:
+  AdamW(std::vector<Tensor> params, AdamOptions options);
+};
+
+}  // namespace optim
+}  // namespace tessera::nn
