@@ -3,7 +3,6 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
-#include <random>
 
 #include "tessera/nn.h"
 
@@ -11,29 +10,6 @@ namespace tessera {
 namespace {
 
 namespace ag = autograd;
-
-// 256 points in 8 dims, 4 classes: the class is the argmax of a fixed random linear map.
-struct Task {
-  Tensor x, y;
-};
-Task make_task() {
-  std::mt19937 rng(42);
-  std::normal_distribution<float> n(0, 1);
-  constexpr int N = 256, D = 8, C = 4;
-  std::vector<float> w(D * C), x(N * D);
-  std::vector<int64_t> y(N);
-  for (float& v : w) v = n(rng);
-  for (int i = 0; i < N; ++i) {
-    float best = -1e30f;
-    for (int d = 0; d < D; ++d) x[size_t(i * D + d)] = n(rng);
-    for (int c = 0; c < C; ++c) {
-      float s = 0;
-      for (int d = 0; d < D; ++d) s += x[size_t(i * D + d)] * w[size_t(d * C + c)];
-      if (s > best) best = s, y[size_t(i)] = c;
-    }
-  }
-  return {tensor(x, {N, D}), tensor(y)};
-}
 
 struct Mlp : nn::Module {
   explicit Mlp(nn::Options o)
@@ -48,7 +24,8 @@ std::vector<double> train(const std::string& device, int steps) {
   manual_seed(7);
   Mlp model(nn::Options{Device(DeviceType::CPU)});
   model.to(Device(device));
-  Task t = make_task();
+  // 256 points in 8 dims, 4 classes: the class is the argmax of a fixed random linear map.
+  nn::Dataset t = nn::make_classification(256, 8, 4);
   Tensor x = t.x.to(device), y = t.y.to(device);
   nn::optim::Adam opt(model.parameters(), {.lr = 0.02});
   std::vector<double> losses;

@@ -90,6 +90,14 @@ class TESSERA_NN_API Embedding : public Module {
   Tensor weight;
 };
 
+// A synthetic classification task: `n` points of `features` N(0, 1) values (float32) and their
+// class (int64) in [0, classes), the argmax of a fixed random linear map, all from std::mt19937
+// seeded with `seed` (the same data on every machine and device). For tests, samples, benchmarks.
+struct Dataset {
+  Tensor x, y;
+};
+TESSERA_NN_API Dataset make_classification(int64_t n, int64_t features, int64_t classes, uint32_t seed = 42);
+
 // Mean cross entropy of `logits` [N, C] against integer `targets` [N] (log_softmax + a one-hot
 // select written with contract ops).
 TESSERA_NN_API Tensor cross_entropy(const Tensor& logits, const Tensor& targets);

@@ -1,6 +1,8 @@
 // Modules, their state dict in safetensors, losses and gradient clipping (nn.h).
 #include <cmath>
 #include <fstream>
+#include <limits>
+#include <random>
 
 #include "tessera/compiler/safetensors.h"
 #include "tessera/nn.h"
@@ -133,6 +135,28 @@ Embedding::Embedding(int64_t num_embeddings, int64_t embedding_dim, Options opti
 }
 
 Tensor Embedding::forward(const Tensor& indices) const { return embedding(weight, indices); }
+
+Dataset make_classification(int64_t n, int64_t features, int64_t classes, uint32_t seed) {
+  TESSERA_CHECK(n > 0 && features > 0 && classes > 1, "make_classification(): need n > 0, features > 0 and "
+                "classes > 1, got ", n, ", ", features, ", ", classes);
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0, 1);
+  const std::optional<int64_t> nx = checked_mul(n, features), nw = checked_mul(features, classes);
+  TESSERA_CHECK(nx && nw, "make_classification(): ", n, " x ", features, " x ", classes, " overflows");
+  std::vector<float> w(static_cast<size_t>(*nw)), x(static_cast<size_t>(*nx));
+  std::vector<int64_t> y(static_cast<size_t>(n));
+  for (float& v : w) v = normal(rng);
+  for (int64_t i = 0; i < n; ++i) {
+    float best = -std::numeric_limits<float>::infinity();
+    for (int64_t d = 0; d < features; ++d) x[size_t(i * features + d)] = normal(rng);
+    for (int64_t c = 0; c < classes; ++c) {
+      float s = 0;
+      for (int64_t d = 0; d < features; ++d) s += x[size_t(i * features + d)] * w[size_t(d * classes + c)];
+      if (s > best) best = s, y[size_t(i)] = c;
+    }
+  }
+  return {tensor(x, {n, features}), tensor(y)};
+}
 
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets) {
   TESSERA_CHECK(logits.dim() == 2 && targets.dim() == 1 && targets.size(0) == logits.size(0),
