@@ -209,16 +209,34 @@ std::vector<Tensor> on_autograd_call(AutogradCall& call) {
     edges[i] = gradient_edge(flat[i]);
     any = any || edges[i].valid();
   }
+  const DerivativeInfo* info = any ? find_derivative(name) : nullptr;
+  // Note [In-place ops in the graph]: an in-place op that writes its first argument (add_, mul_)
+  // runs the formulas of its out-of-place form (derivatives.json "inplace"); the written tensor's
+  // value before the op is saved as a copy where a formula reads it, and the tensor's history is
+  // rebased onto the new node (PyTorch's rebase_history for tensors that are not views). Leaves
+  // that require grad, and views of tensors in a graph, are refused.
+  Tensor written_before;
   if (any && writes_an_argument(schema)) {
-    for (size_t i = 0; i < flat.size(); ++i) {
-      auto m = flat[i].defined() ? find_meta(flat[i].impl()) : nullptr;
-      TESSERA_CHECK(!(i == 0 && m && m->requires_grad && !m->grad_fn),
-                    "a leaf Variable that requires grad is being used in an in-place operation ('", name,
-                    "'); do it under NoGradGuard (an optimizer step) or use the out-of-place op");
-    }
-    tessera::detail::throw_error(ErrorCode::Unimplemented,
-                        "'" + name + "': in-place ops on tensors that require grad are not supported by autograd yet "
-                                     "(TODO(#31)); use the out-of-place op, or run it under NoGradGuard");
+    auto m = flat[0].defined() ? find_meta(flat[0].impl()) : nullptr;
+    TESSERA_CHECK(!(m && m->requires_grad && !m->grad_fn),
+                  "a leaf Variable that requires grad is being used in an in-place operation ('", name,
+                  "'); do it under NoGradGuard (an optimizer step) or use the out-of-place op");
+    if (!info || info->kind != DerivativeKind::Formula || !schema.arguments[0].is_write)
+      tessera::detail::throw_error(ErrorCode::Unimplemented,
+                                   "'" + name + "': this in-place op is not supported by autograd yet on tensors that "
+                                   "require grad (TODO(#31)); use the out-of-place op, or run it under NoGradGuard");
+    TESSERA_CHECK(!(m && m->grad_fn && dynamic_cast<ViewNode*>(m->grad_fn.get())), "'", name,
+                  "': an in-place op on a view of a tensor that requires grad is not supported yet (TODO(#31)); "
+                  "write the out-of-place result instead, or clone() the view first");
+    bool reads_written = false;
+    for (size_t a = 0; a < flat_begin.size() && a < 64; ++a)
+      if ((info->saved_args >> a & 1) && flat_begin[a] >= 0)
+        for (int j = 0; j < flat_count[a]; ++j) {
+          const Tensor& t = flat[size_t(flat_begin[a] + j)];
+          reads_written = reads_written || (t.defined() && t.storage().get() == flat[0].storage().get());
+        }
+    ExcludeDispatchKeyGuard below(kAutogradKey);
+    if (reads_written) written_before = flat[0].clone();
   }
   std::vector<Tensor> outs;
   {
@@ -227,7 +245,6 @@ std::vector<Tensor> on_autograd_call(AutogradCall& call) {
     for (Value& v : r) outs.push_back(std::get<Tensor>(std::move(v)));
   }
   if (!any) return outs;
-  const DerivativeInfo* info = find_derivative(name);
   if (info && info->kind == DerivativeKind::NonDifferentiable) return outs;
   // Inputs marked non-differentiable (indices) get no edge.
   if (info)
@@ -265,7 +282,10 @@ std::vector<Tensor> on_autograd_call(AutogradCall& call) {
         n->inputs_[i] = {std::vector<int64_t>(flat[i].sizes().begin(), flat[i].sizes().end()), flat[i].dtype(),
                          flat[i].device(), true};
         n->input_sizes_[i] = n->inputs_[i].sizes;
-        if (save) n->saved_[i] = SavedTensor(flat[i], false);
+        if (!save) continue;
+        // The written tensor, and any input on its storage, as it was before an in-place op.
+        const bool overwritten = written_before.defined() && flat[i].storage().get() == flat[0].storage().get();
+        n->saved_[i] = SavedTensor(overwritten ? written_before : flat[i], false);
       }
     }
     if (info->saves_result)

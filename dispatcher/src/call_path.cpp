@@ -534,6 +534,7 @@ static int dispatch_call(OperatorEntry& op, const CallFrame& f, Tensor* outs) {
   DispatchKeySet ks;
   const TensorImpl* lead = nullptr;  // first tensor that fixes the device
   const TensorImpl* any = nullptr;   // first tensor at all
+  DispatchKeySet scalar_keys;        // of the scalar-like tensors (their Autograd key counts)
   for (int i = 0; i < f.num_tensors; ++i) {
     const TensorImpl* t = f.tensors[i];
     if (!t) continue;
@@ -543,7 +544,10 @@ static int dispatch_call(OperatorEntry& op, const CallFrame& f, Tensor* outs) {
     if (!any) any = t;
     // A 0-dim CPU tensor or a wrapped number may join tensors of any device (PyTorch's rule).
     bool scalar_like = t->dim() == 0 && (t->is_wrapped_number() || t->device().is_cpu());
-    if (scalar_like) continue;
+    if (scalar_like) {
+      scalar_keys = scalar_keys | t->key_set();
+      continue;
+    }
     if (!lead) {
       lead = t;
       ks = t->key_set();
@@ -573,6 +577,9 @@ static int dispatch_call(OperatorEntry& op, const CallFrame& f, Tensor* outs) {
     if (f.device) dev = *f.device;
     ks = DispatchKeySet::dense(dev.type());
   }
+  // A 0-dim CPU tensor that requires grad follows the device of the others but keeps its Autograd
+  // key (Note [Autograd dispatch]).
+  ks = ks | (scalar_keys & DispatchKeySet::functionality(Functionality::Autograd));
   const LocalDispatchKeySet& tls = tls_local_dispatch_key_set();
   ks = (ks | tls.included) - tls.excluded;
   if (__builtin_expect(ks.has(Functionality::Autograd), 0))

@@ -63,6 +63,16 @@ TEST(Training, MlpOnTheReferenceAcceleratorMatchesTheCpu) {
   EXPECT_GT(ag::backward_stats().device_kernels_run, 0u);  // relu's fused backward ran
 }
 
+TEST(Training, MlpOnOpenclMatchesTheCpu) {
+  if (device_count("opencl") == 0) GTEST_SKIP() << "no OpenCL device here";
+  std::vector<double> dev = train("opencl", kSteps);
+  std::printf("opencl: loss %.4f -> %.4f in %d steps\n", dev.front(), dev.back(), kSteps);
+  EXPECT_LT(dev.back(), kTargetLoss);
+  EXPECT_EQ(dev, train("opencl", kSteps));
+  std::vector<double> cpu = train("cpu", kSteps);
+  for (size_t i = 0; i < cpu.size(); ++i) EXPECT_NEAR(dev[i], cpu[i], 1e-3 + 1e-3 * cpu[i]) << "step " << i;
+}
+
 int64_t device_relu_backward_count() {
   for (const DeviceInfo& d : devices()) {
     if (d.name != "my_hardware_device:0") continue;

@@ -2,8 +2,9 @@
 """Turns dispatcher/ops/derivatives.json into the autograd library's table of backward formulas.
 
 Checks, each failing with one line that names the culprit:
-  - every op of ops.json is listed exactly once: with formulas, as non-differentiable, or as not
-    implemented (with the reason), and every name listed is an op of ops.json;
+  - every op of ops.json is listed exactly once: with formulas, as an in-place op using another op's
+    formulas, as non-differentiable, or as not implemented (with the reason), and every name listed
+    is an op of ops.json;
   - every formula key names tensor arguments of its op's schema, and every tensor argument of an op
     with formulas has a formula or is marked "non_differentiable";
   - a formula calls only ops of the contract (by their C++ name), the declared helpers and factories,
@@ -105,6 +106,7 @@ def main():
     for name in d.get("not_implemented", {}):
         mark(name, "not_implemented")
     rows, bodies = [], []
+    row_of = {}
     for entry in d.get("derivatives", []):
         name = entry.get("name")
         if not name:
@@ -179,6 +181,17 @@ def main():
         fn = "backward_" + re.sub(r"\W", "_", name)
         bodies.append("// %s\nvoid %s(FormulaContext& c) {\n  const Tensor& grad = c.grad(0);\n%s}\n" %
                       (by_name[name][1]["schema"], fn, "".join(blocks)))
+        row_of[name] = (fn, saved_mask, saves_result, nondiff_mask)
+        rows.append('  {"%s", DerivativeKind::Formula, &%s, 0x%xull, %s, 0x%xull, ""},' %
+                    (name, fn, saved_mask, "true" if saves_result else "false", nondiff_mask))
+    for name, functional in d.get("inplace", {}).items():
+        mark(name, "inplace")
+        if functional not in row_of:
+            fail("inplace: '%s' maps to '%s', which has no formulas in derivatives" % (name, functional))
+        names = [arg.name for arg in by_name[name][0]]
+        if names != [arg.name for arg in by_name[functional][0]]:
+            fail("inplace: '%s' and '%s' have different arguments" % (name, functional))
+        fn, saved_mask, saves_result, nondiff_mask = row_of[functional]
         rows.append('  {"%s", DerivativeKind::Formula, &%s, 0x%xull, %s, 0x%xull, ""},' %
                     (name, fn, saved_mask, "true" if saves_result else "false", nondiff_mask))
     why_nd = nondiff.get("why", "")

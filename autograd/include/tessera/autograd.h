@@ -13,8 +13,9 @@
 // of a tensor that requires grad record their own backward (Note [Autograd meta outside TensorImpl]).
 // Thread-safety: recording is per calling thread; the graph is shared and immutable once recorded;
 // a leaf's grad is accumulated under a lock, so backward() may run on several threads at once over
-// graphs that share leaves. Not yet: in-place ops on tensors that require grad, higher-order
-// gradients (create_graph), backward through cross-device to(): docs/training.md lists what exists.
+// graphs that share leaves. In-place add_ / mul_ on non-leaves rebase the history (Note [In-place
+// ops in the graph]). Not yet: other in-place ops and in-place ops on views of tensors in a graph,
+// higher-order gradients (create_graph), backward through cross-device to(): docs/training.md.
 #pragma once
 #include <functional>
 #include <memory>
