@@ -110,6 +110,25 @@ TEST(Optimizers, AdamAndAdamW) {
   }
 }
 
+TEST(Optimizers, LearningRateSchedules) {
+  Tensor p = nn::parameter(tensor(std::vector<double>{1.0}));
+  nn::optim::SGD opt({p}, {.lr = 0.8});
+  nn::optim::StepLR step(opt, 2, 0.5);
+  std::vector<double> lrs;
+  for (int e = 0; e < 5; ++e) {
+    step.step();
+    lrs.push_back(opt.lr());
+  }
+  EXPECT_EQ(lrs, (std::vector<double>{0.8, 0.4, 0.4, 0.2, 0.2}));
+  nn::optim::Adam adam({p}, {.lr = 1.0});
+  nn::optim::CosineAnnealingLR cos(adam, 4, 0.1);
+  cos.step();
+  EXPECT_NEAR(adam.lr(), 0.1 + 0.9 * (1 + std::cos(M_PI / 4)) / 2, 1e-15);
+  for (int e = 0; e < 3; ++e) cos.step();
+  EXPECT_NEAR(adam.lr(), 0.1, 1e-15);
+  EXPECT_ANY_THROW(nn::optim::StepLR(opt, 0));
+}
+
 TEST(Optimizers, ClipGradNorm) {
   Tensor a = nn::parameter(tensor(std::vector<double>{1, 1}));
   Tensor b = nn::parameter(tensor(std::vector<double>{1}));

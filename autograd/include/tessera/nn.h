@@ -117,6 +117,9 @@ class TESSERA_NN_API Optimizer {
   virtual ~Optimizer();
   virtual void step() = 0;
   void zero_grad();
+  // The learning rate the next step uses (schedules set it).
+  virtual double lr() const = 0;
+  virtual void set_lr(double lr) = 0;
   const std::vector<Tensor>& params() const { return params_; }
 
  protected:
@@ -134,6 +137,8 @@ class TESSERA_NN_API SGD : public Optimizer {
  public:
   SGD(std::vector<Tensor> params, SGDOptions options);
   void step() override;
+  double lr() const override { return o_.lr; }
+  void set_lr(double lr) override { o_.lr = lr; }
 
  private:
   SGDOptions o_;
@@ -151,6 +156,8 @@ class TESSERA_NN_API Adam : public Optimizer {
  public:
   Adam(std::vector<Tensor> params, AdamOptions options);
   void step() override;
+  double lr() const override { return o_.lr; }
+  void set_lr(double lr) override { o_.lr = lr; }
 
  private:
   AdamOptions o_;
@@ -161,6 +168,46 @@ class TESSERA_NN_API Adam : public Optimizer {
 class TESSERA_NN_API AdamW : public Adam {
  public:
   AdamW(std::vector<Tensor> params, AdamOptions options);
+};
+
+// Learning-rate schedules (PyTorch's, stepped once per epoch or step by the caller): each sets the
+// optimizer's lr from the lr it had when the schedule was made.
+class TESSERA_NN_API LRScheduler {
+ public:
+  explicit LRScheduler(Optimizer& opt) : opt_(opt), base_lr_(opt.lr()) {}
+  virtual ~LRScheduler();
+  void step() { opt_.set_lr(lr_at(++epoch_)); }
+  int64_t epoch() const { return epoch_; }
+
+ protected:
+  virtual double lr_at(int64_t epoch) const = 0;
+  Optimizer& opt_;
+  double base_lr_;
+  int64_t epoch_ = 0;
+};
+// lr = base * gamma^(epoch / step_size)
+class TESSERA_NN_API StepLR : public LRScheduler {
+ public:
+  StepLR(Optimizer& opt, int64_t step_size, double gamma = 0.1);
+
+ protected:
+  double lr_at(int64_t epoch) const override;
+
+ private:
+  int64_t step_size_;
+  double gamma_;
+};
+// lr = eta_min + (base - eta_min) * (1 + cos(pi * epoch / t_max)) / 2
+class TESSERA_NN_API CosineAnnealingLR : public LRScheduler {
+ public:
+  CosineAnnealingLR(Optimizer& opt, int64_t t_max, double eta_min = 0);
+
+ protected:
+  double lr_at(int64_t epoch) const override;
+
+ private:
+  int64_t t_max_;
+  double eta_min_;
 };
 
 }  // namespace optim

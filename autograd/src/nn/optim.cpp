@@ -84,4 +84,19 @@ AdamW::AdamW(std::vector<Tensor> params, AdamOptions options)
         return o;
       }()) {}
 
+LRScheduler::~LRScheduler() = default;
+
+StepLR::StepLR(Optimizer& opt, int64_t step_size, double gamma) : LRScheduler(opt), step_size_(step_size), gamma_(gamma) {
+  TESSERA_CHECK(step_size > 0, "StepLR: step_size must be positive, got ", step_size);
+}
+double StepLR::lr_at(int64_t epoch) const { return base_lr_ * std::pow(gamma_, double(epoch / step_size_)); }
+
+CosineAnnealingLR::CosineAnnealingLR(Optimizer& opt, int64_t t_max, double eta_min)
+    : LRScheduler(opt), t_max_(t_max), eta_min_(eta_min) {
+  TESSERA_CHECK(t_max > 0, "CosineAnnealingLR: t_max must be positive, got ", t_max);
+}
+double CosineAnnealingLR::lr_at(int64_t epoch) const {
+  return eta_min_ + (base_lr_ - eta_min_) * (1 + std::cos(M_PI * double(epoch) / double(t_max_))) / 2;
+}
+
 }  // namespace tessera::nn::optim

@@ -4,8 +4,10 @@
 // (an input requires grad or was produced by a recorded op, and grad mode is on, i.e. the key is not
 // excluded on the thread) goes, before its shape rule, to the autograd hook that libtessera_autograd
 // sets when it loads; the hook redispatches below the Autograd key and records the backward. A call
-// without the key pays one bit test, the same as the Export key's (Note [Export hook]). Without a
-// hook the key falls through as before (its slots, then the backends).
+// without the key pays one bit test, the same as the Export key's (Note [Export hook]). The Autograd
+// key of a 0-dim CPU tensor (which otherwise follows the other tensors' device and keys) joins the
+// call's key set, so a scalar parameter is recorded too. Without a hook the key falls through as
+// before (its slots, then the backends).
 // The kernel slots {Autograd, backend} of an op hold a plugin's *backward* kernel for that op on its
 // device (PyTorch's AutogradPrivateUse1 slot): the engine runs it instead of the op's generic
 // formula from dispatcher/ops/derivatives.json. Its calling convention, in the C ABI:
