@@ -171,5 +171,24 @@ TEST_F(GradCheck, Composite) {
       {u({3, 4}), u({4, 4}), u({4})}, {0, 1, 2});
 }
 
+TEST_F(GradCheck, TransformerBlock) {
+  // Pre-norm attention and MLP with residuals: every input, weight and bias gets its gradient.
+  gradcheck(
+      [](const V& p) {
+        const Tensor& x = p[0];
+        Tensor h = layer_norm(x, {4}, p[1], p[2]);
+        Tensor q = linear(h, p[3]).view({2, 3, 2, 2}).transpose(1, 2);
+        Tensor k = linear(h, p[4]).view({2, 3, 2, 2}).transpose(1, 2);
+        Tensor v = linear(h, p[5]).view({2, 3, 2, 2}).transpose(1, 2);
+        Tensor a = scaled_dot_product_attention(q, k, v, std::nullopt, true).transpose(1, 2).reshape({2, 3, 4});
+        Tensor r = x + linear(a, p[6], p[7]);
+        Tensor m = linear(gelu(linear(rms_norm(r, {4}, p[8], 1e-6), p[9])), p[10]);
+        return r + m;
+      },
+      {u({2, 3, 4}), u({4}), u({4}), u({4, 4}), u({4, 4}), u({4, 4}), u({4, 4}), u({4}), u({4}), u({8, 4}),
+       u({4, 8})},
+      {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10}, 1e-6, 1e-4, 1e-3);
+}
+
 }  // namespace
 }  // namespace tessera
