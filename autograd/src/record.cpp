@@ -169,6 +169,25 @@ class ViewNode final : public Node {
 };
 
 // An op that writes one of its arguments (Tensor(a!)).
+// The backward of a cross-device to(): the gradient moves back.
+class ToDeviceNode final : public Node {
+ public:
+  ToDeviceNode(Edge edge, Device from) : Node(1, {std::move(edge)}), from_(from) {}
+  std::string name() const override { return "ToCopyBackward"; }
+  std::vector<Tensor> apply(std::vector<Tensor>&& grads) override { return {grads[0].to(from_)}; }
+
+ private:
+  Device from_;
+};
+
+Tensor on_to_device(const Tensor& self, Device device) {
+  Tensor moved = detach(self).to(device);
+  auto m = find_meta(self.impl());
+  if (is_grad_enabled() && tracked(m.get()))
+    set_history(moved, std::make_shared<ToDeviceNode>(gradient_edge(self), self.device()), 0);
+  return moved;
+}
+
 bool writes_an_argument(const FunctionSchema& schema) {
   for (const Argument& a : schema.arguments)
     if (a.is_write) return true;
@@ -317,6 +336,7 @@ void on_impl_released(const TensorImpl* impl) noexcept { erase_meta(impl); }
 void install_hooks() {
   tessera::detail::set_autograd_core_hooks(&on_view_created, &on_impl_released);
   set_autograd_hook(&on_autograd_call);
+  set_autograd_to_device_hook(&on_to_device);
 }
 
 }  // namespace tessera::autograd::detail

@@ -2,6 +2,7 @@
 // backward kernel for an op and calling it through the C ABI.
 #include "tessera/autograd_dispatch.h"
 
+#include <atomic>
 #include <deque>
 #include <memory>
 
@@ -11,6 +12,15 @@
 #include "tessera/plugin_loader.h"
 
 namespace tessera {
+
+namespace {
+std::atomic<AutogradToDeviceHook> g_to_device_hook{nullptr};
+}  // namespace
+
+AutogradToDeviceHook set_autograd_to_device_hook(AutogradToDeviceHook hook) {
+  return g_to_device_hook.exchange(hook, std::memory_order_acq_rel);
+}
+AutogradToDeviceHook detail::autograd_to_device_hook() { return g_to_device_hook.load(std::memory_order_acquire); }
 
 const KernelEntry* device_backward_kernel(const OperatorEntry& op, DeviceType backend) {
   const int slot = int(Functionality::Autograd) * kNumBackendSlots + int(backend);

@@ -73,6 +73,25 @@ TEST(Training, MlpOnOpenclMatchesTheCpu) {
   for (size_t i = 0; i < cpu.size(); ++i) EXPECT_NEAR(dev[i], cpu[i], 1e-3 + 1e-3 * cpu[i]) << "step " << i;
 }
 
+TEST(Training, CrossDeviceToIsDifferentiable) {
+  if (device_count("my_hardware_device") == 0) GTEST_SKIP() << "the reference accelerator is not built";
+  Tensor x = ag::set_requires_grad(tensor(std::vector<float>{1, -2, 3}));
+  Tensor on_device = x.to("my_hardware_device");
+  ASSERT_TRUE(ag::requires_grad(on_device));
+  Tensor loss = (on_device * on_device).to("cpu").sum();  // there and back
+  ag::backward(loss);
+  EXPECT_TRUE(equal(ag::grad(x), tensor(std::vector<float>{2, -4, 6})));
+  {
+    ag::NoGradGuard g;
+    EXPECT_FALSE(ag::requires_grad(x.to("my_hardware_device")));
+  }
+  // A leaf on the device gets its gradient on the device.
+  Tensor w = ag::set_requires_grad(tensor(std::vector<float>{0.5f, 2}).to("my_hardware_device"));
+  ag::backward((w.to("cpu") * 3.0).sum());
+  EXPECT_EQ(ag::grad(w).device().type(), w.device().type());
+  EXPECT_TRUE(equal(ag::grad(w).cpu(), tensor(std::vector<float>{3, 3})));
+}
+
 int64_t device_relu_backward_count() {
   for (const DeviceInfo& d : devices()) {
     if (d.name != "my_hardware_device:0") continue;

@@ -15,7 +15,7 @@
 // a leaf's grad is accumulated under a lock, so backward() may run on several threads at once over
 // graphs that share leaves. In-place add_ / mul_ on non-leaves rebase the history (Note [In-place
 // ops in the graph]). Not yet: other in-place ops and in-place ops on views of tensors in a graph,
-// higher-order gradients (create_graph), backward through cross-device to(): docs/training.md.
+// higher-order gradients (create_graph): docs/training.md.
 #pragma once
 #include <functional>
 #include <memory>

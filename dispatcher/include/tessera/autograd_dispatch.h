@@ -36,6 +36,15 @@ using AutogradHook = std::vector<Tensor> (*)(AutogradCall& call);
 // Replaces the hook (nullptr: none) and returns the previous one.
 TESSERA_API AutogradHook set_autograd_hook(AutogradHook hook);
 
+// Cross-device Tensor::to(device) is not an op (the bytes move through the device interfaces), so
+// it has a hook of its own: called instead of the copy when the source has the Autograd key; it
+// returns the moved tensor (recorded when grad mode is on). nullptr: none.
+using AutogradToDeviceHook = Tensor (*)(const Tensor& self, Device device);
+TESSERA_API AutogradToDeviceHook set_autograd_to_device_hook(AutogradToDeviceHook hook);
+namespace detail {
+TESSERA_API AutogradToDeviceHook autograd_to_device_hook();
+}  // namespace detail
+
 // The backward kernel registered for `op` under {Autograd, backend}, or nullptr.
 TESSERA_API const KernelEntry* device_backward_kernel(const OperatorEntry& op, DeviceType backend);
 // Runs backward kernel `k` as Note [Autograd dispatch] describes. `grad` and the tensors of
