@@ -1,8 +1,10 @@
 // The helpers of the backward formulas (formula_helpers.h): contract ops only.
 #include "formula_helpers.h"
 
+#include <array>
 #include <cmath>
 #include <limits>
+#include <sstream>
 
 #include "tessera/autograd.h"
 
@@ -217,6 +219,41 @@ std::vector<Tensor> stack_backward(const Tensor& grad, int64_t dim, const std::v
   for (size_t i = 0; i < sizes.size(); ++i) r.push_back(grad.select(d, int64_t(i)));
   return r;
 }
+std::vector<Tensor> conv2d_backward(const Tensor& grad, const Tensor& input, const Tensor& weight,
+                                    const std::optional<Tensor>& bias, const Sizes& stride, const Sizes& padding,
+                                    const Sizes& dilation, int64_t groups) {
+  auto pair = [](const Sizes& v, int64_t def) {
+    return v.empty() ? std::array<int64_t, 2>{def, def} : std::array<int64_t, 2>{v[0], v.size() > 1 ? v[1] : v[0]};
+  };
+  const auto s = pair(stride, 1), p = pair(padding, 0), d = pair(dilation, 1);
+  const int64_t kh = weight.size(2), kw = weight.size(3);
+  if (s[0] != 1 || s[1] != 1 || d[0] != 1 || d[1] != 1 || groups != 1 || p[0] > kh - 1 || p[1] > kw - 1) {
+    std::ostringstream os;
+    os << "the derivative for 'conv2d' is implemented for stride 1, dilation 1, groups 1 and padding below the "
+          "kernel size only (got stride "
+       << IntArrayRef(stride) << ", padding " << IntArrayRef(padding) << ", dilation " << IntArrayRef(dilation)
+       << ", groups " << groups << "; TODO(#31))";
+    tessera::detail::throw_error(ErrorCode::Unimplemented, os.str());
+  }
+  auto reversed = [&](int64_t n) {
+    std::vector<int64_t> idx;
+    for (int64_t i = n - 1; i >= 0; --i) idx.push_back(i);
+    return tensor(idx).to(weight.device());
+  };
+  // The input's gradient: the gradient convolved with the kernel flipped in space, in and out
+  // channels swapped, padded to a "full" convolution.
+  Tensor flipped = index_select(index_select(weight, 2, reversed(kh)), 3, reversed(kw)).transpose(0, 1).contiguous();
+  Tensor gx = conv2d(grad, flipped, std::nullopt, {1, 1}, {kh - 1 - p[0], kw - 1 - p[1]});
+  // The kernel's gradient: the input (channels as the batch) convolved with the gradient (batch as
+  // the channels).
+  Tensor gw = conv2d(input.transpose(0, 1).contiguous(), grad.transpose(0, 1).contiguous(), std::nullopt, {1, 1},
+                     {p[0], p[1]})
+                  .transpose(0, 1);
+  Tensor gb;
+  if (bias) gb = sum(grad, {0, 2, 3});
+  return {gx, gw, gb};
+}
+
 std::vector<Tensor> sdpa_backward(const Tensor& grad, const Tensor& query, const Tensor& key, const Tensor& value,
                                   const std::optional<Tensor>& attn_mask, bool is_causal, std::optional<double> scale) {
   const double sc = scale.value_or(1.0 / std::sqrt(double(query.size(-1))));

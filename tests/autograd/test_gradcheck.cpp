@@ -171,6 +171,22 @@ TEST_F(GradCheck, Composite) {
       {u({3, 4}), u({4, 4}), u({4})}, {0, 1, 2});
 }
 
+TEST_F(GradCheck, Conv2d) {
+  gradcheck([](const V& x) { return conv2d(x[0], x[1], x[2]); }, {u({2, 2, 5, 4}), u({3, 2, 3, 2}), u({3})},
+            {0, 1, 2});
+  gradcheck([](const V& x) { return conv2d(x[0], x[1], std::nullopt, {1, 1}, {1, 1}); },
+            {noncontiguous(u({1, 2, 4, 4})), u({2, 2, 3, 3})}, {0, 1});
+}
+TEST_F(GradCheck, Conv2dStrideTwoIsNotImplementedYet) {
+  Tensor x = autograd::set_requires_grad(u({1, 1, 5, 5}));
+  Tensor y = conv2d(x, u({1, 1, 3, 3}), std::nullopt, {2, 2});
+  try {
+    autograd::backward(y.sum());
+    FAIL() << "expected an error";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("stride 1, dilation 1, groups 1"), std::string::npos) << e.what();
+  }
+}
 TEST_F(GradCheck, TransformerBlock) {
   // Pre-norm attention and MLP with residuals: every input, weight and bias gets its gradient.
   gradcheck(
