@@ -254,6 +254,39 @@ std::vector<Tensor> conv2d_backward(const Tensor& grad, const Tensor& input, con
   return {gx, gw, gb};
 }
 
+Tensor pool2d_backward(const Tensor& grad, const Tensor& self, const Tensor& result, const Sizes& kernel_size,
+                       const Sizes& stride, const Sizes& padding, const Sizes& dilation, bool is_max) {
+  auto pair = [](const Sizes& v, std::array<int64_t, 2> def) {
+    return v.empty() ? def : std::array<int64_t, 2>{v[0], v.size() > 1 ? v[1] : v[0]};
+  };
+  const auto k = pair(kernel_size, {1, 1}), s = pair(stride, k), p = pair(padding, {0, 0}), d = pair(dilation, {1, 1});
+  if (self.dim() != 4 || s != k || p[0] != 0 || p[1] != 0 || d[0] != 1 || d[1] != 1) {
+    std::ostringstream os;
+    os << "the derivative for '" << (is_max ? "max_pool2d" : "avg_pool2d")
+       << "' is implemented for 4-D inputs with stride equal to the kernel, no padding and dilation 1 only (got "
+          "input "
+       << self.sizes() << ", kernel " << IntArrayRef(kernel_size) << ", stride " << IntArrayRef(stride)
+       << ", padding " << IntArrayRef(padding) << "; TODO(#31))";
+    tessera::detail::throw_error(ErrorCode::Unimplemented, os.str());
+  }
+  const int64_t n = self.size(0), c = self.size(1), h = self.size(2), w = self.size(3);
+  const int64_t ho = result.size(2), wo = result.size(3), hc = ho * k[0], wc = wo * k[1];
+  Tensor g = grad.reshape({n, c, ho, 1, wo, 1}).expand({n, c, ho, k[0], wo, k[1]});
+  Tensor gin;
+  if (is_max) {
+    Tensor windows = self.narrow(2, 0, hc).narrow(3, 0, wc).reshape({n, c, ho, k[0], wo, k[1]});
+    Tensor mask = eq(windows, result.reshape({n, c, ho, 1, wo, 1})).to(grad.dtype());
+    gin = g * mask / sum(mask, {3, 5}, true);
+  } else {
+    gin = g / double(k[0] * k[1]);
+  }
+  gin = gin.reshape({n, c, hc, wc});
+  const TensorOptions to = TensorOptions(grad.device()).dtype(grad.dtype());
+  if (hc < h) gin = cat({gin, zeros({n, c, h - hc, wc}, to)}, 2);
+  if (wc < w) gin = cat({gin, zeros({n, c, h, w - wc}, to)}, 3);
+  return gin;
+}
+
 std::vector<Tensor> sdpa_backward(const Tensor& grad, const Tensor& query, const Tensor& key, const Tensor& value,
                                   const std::optional<Tensor>& attn_mask, bool is_causal, std::optional<double> scale) {
   const double sc = scale.value_or(1.0 / std::sqrt(double(query.size(-1))));

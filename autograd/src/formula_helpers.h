@@ -48,6 +48,11 @@ std::vector<Tensor> stack_backward(const Tensor& grad, int64_t dim, const std::v
 std::vector<Tensor> conv2d_backward(const Tensor& grad, const Tensor& input, const Tensor& weight,
                                     const std::optional<Tensor>& bias, const Sizes& stride, const Sizes& padding,
                                     const Sizes& dilation, int64_t groups);
+// Non-overlapping 4-D pooling only (stride equal to the kernel, no padding, dilation 1; a remainder
+// that the pooling dropped gets zeros); others throw Unimplemented at backward time. Max pooling
+// splits the gradient evenly between tied maxima (PyTorch gives it to one of them).
+Tensor pool2d_backward(const Tensor& grad, const Tensor& self, const Tensor& result, const Sizes& kernel_size,
+                       const Sizes& stride, const Sizes& padding, const Sizes& dilation, bool is_max);
 std::vector<Tensor> sdpa_backward(const Tensor& grad, const Tensor& query, const Tensor& key, const Tensor& value,
                                   const std::optional<Tensor>& attn_mask, bool is_causal, std::optional<double> scale);
 

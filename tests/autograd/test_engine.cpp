@@ -252,10 +252,10 @@ TEST(Engine, DetachLeavesTheGraph) {
 
 TEST(Engine, NotImplementedDerivativeFailsAtBackward) {
   Tensor x = ag::set_requires_grad(tensor(std::vector<float>{1, 2, 3, 4, 5, 6, 7, 8, 9}, {1, 1, 3, 3}));
-  Tensor y = max_pool2d(x, {2, 2}, {1, 1});  // recording is fine
+  Tensor y = prod(x, {1});  // recording is fine
   ASSERT_TRUE(ag::requires_grad(y));
   const std::string e = error_of([&] { ag::backward(y.sum()); });
-  EXPECT_NE(e.find("the derivative for 'max_pool2d' is not implemented"), std::string::npos) << e;
+  EXPECT_NE(e.find("the derivative for 'prod' is not implemented"), std::string::npos) << e;
 }
 
 TEST(Engine, NonDifferentiableOutputsDoNotRequireGrad) {

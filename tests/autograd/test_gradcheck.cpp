@@ -187,6 +187,13 @@ TEST_F(GradCheck, Conv2dStrideTwoIsNotImplementedYet) {
     EXPECT_NE(std::string(e.what()).find("stride 1, dilation 1, groups 1"), std::string::npos) << e.what();
   }
 }
+TEST_F(GradCheck, Pooling) {
+  gradcheck([](const V& x) { return max_pool2d(x[0], {2, 2}); }, {u({2, 2, 5, 4})}, {0});
+  gradcheck([](const V& x) { return max_pool2d(x[0], {3, 2}, {3, 2}); }, {noncontiguous(u({1, 2, 6, 5}))}, {0});
+  gradcheck([](const V& x) { return avg_pool2d(x[0], {2, 2}); }, {u({2, 2, 5, 4})}, {0});
+  Tensor x = autograd::set_requires_grad(u({1, 1, 4, 4}));
+  EXPECT_ANY_THROW(autograd::backward(max_pool2d(x, {2, 2}, {1, 1}).sum()));  // overlapping windows
+}
 TEST_F(GradCheck, TransformerBlock) {
   // Pre-norm attention and MLP with residuals: every input, weight and bias gets its gradient.
   gradcheck(
