@@ -72,6 +72,17 @@ class TESSERA_NN_API Linear : public Module {
   Tensor weight, bias;
 };
 
+// 2-D convolution, PyTorch's uniform init (bound 1/sqrt(in_channels * kernel area)). Its backward
+// is implemented for stride 1, dilation 1, groups 1 (docs/training.md).
+class TESSERA_NN_API Conv2d : public Module {
+ public:
+  Conv2d(int64_t in_channels, int64_t out_channels, int64_t kernel_size, int64_t stride = 1, int64_t padding = 0,
+         bool bias = true, Options options = {});
+  Tensor forward(const Tensor& x) const;
+  Tensor weight, bias;
+  int64_t stride, padding;
+};
+
 class TESSERA_NN_API LayerNorm : public Module {
  public:
   explicit LayerNorm(std::vector<int64_t> normalized_shape, double eps = 1e-5, bool elementwise_affine = true,

@@ -113,6 +113,23 @@ Tensor Linear::forward(const Tensor& x) const {
   return linear(x, weight, bias.defined() ? std::optional<Tensor>(bias) : std::nullopt);
 }
 
+Conv2d::Conv2d(int64_t in_channels, int64_t out_channels, int64_t kernel_size, int64_t stride_, int64_t padding_,
+               bool with_bias, Options options)
+    : stride(stride_), padding(padding_) {
+  TESSERA_CHECK(in_channels > 0 && out_channels > 0 && kernel_size > 0 && stride_ > 0 && padding_ >= 0,
+                "Conv2d(): in_channels (", in_channels, "), out_channels (", out_channels, "), kernel_size (",
+                kernel_size, ") and stride (", stride_, ") must be positive and padding (", padding_,
+                ") non-negative");
+  const double bound = 1.0 / std::sqrt(double(in_channels * kernel_size * kernel_size));
+  register_parameter("weight", weight, uniform_init({out_channels, in_channels, kernel_size, kernel_size}, bound, options));
+  register_parameter("bias", bias, with_bias ? uniform_init({out_channels}, bound, options) : Tensor());
+}
+
+Tensor Conv2d::forward(const Tensor& x) const {
+  return conv2d(x, weight, bias.defined() ? std::optional<Tensor>(bias) : std::nullopt, {stride, stride},
+                {padding, padding});
+}
+
 LayerNorm::LayerNorm(std::vector<int64_t> shape, double eps_, bool elementwise_affine, Options options)
     : normalized_shape(std::move(shape)), eps(eps_) {
   if (elementwise_affine) {
