@@ -8,6 +8,7 @@
 #include "tessera/autograd_dispatch.h"
 #include "tessera/autograd_hooks.h"
 #include "tessera/log.h"
+#include "tessera/stream.h"
 
 namespace tessera::autograd::detail {
 namespace {
@@ -47,6 +48,17 @@ class OpNode final : public Node {
   }
 
   std::vector<Tensor> apply(std::vector<Tensor>&& grads) override {
+    // Note [Backward streams]: the backward of an op runs on the stream its forward ran on (the
+    // thread's current stream of the device at recording), and is waited for before the engine
+    // goes on, so a gradient is never read on another stream before it is written.
+    std::optional<StreamGuard> on_stream;
+    if (stream_) on_stream.emplace(*stream_);
+    std::vector<Tensor> out = compute(std::move(grads));
+    if (stream_) stream_->synchronize();
+    return out;
+  }
+
+  std::vector<Tensor> compute(std::vector<Tensor>&& grads) {
     std::vector<bool> needs(next_edges_.size());
     for (size_t i = 0; i < next_edges_.size(); ++i) needs[i] = next_edges_[i].valid();
     std::vector<Tensor> out;
@@ -109,6 +121,7 @@ class OpNode final : public Node {
   std::vector<int> flat_begin_, flat_count_;
   const KernelEntry* device_kernel_ = nullptr;
   Device device_{DeviceType::CPU};
+  std::optional<Stream> stream_;  // set when the forward ran on a stream other than the default
 };
 
 // An op whose derivative does not exist yet: recording is fine, backward through it is an error.
@@ -283,6 +296,8 @@ std::vector<Tensor> on_autograd_call(AutogradCall& call) {
     auto n = std::make_shared<OpNode>(std::move(edges), uint32_t(outs.size()), &op, info);
     n->device_ = call.device;
     n->device_kernel_ = device_backward_kernel(op, call.device.type());
+    if (!call.device.is_cpu())
+      if (Stream s = current_stream(call.device); !s.is_default()) n->stream_ = s;
     n->flat_begin_ = flat_begin;
     n->flat_count_ = flat_count;
     n->saved_.resize(flat.size());

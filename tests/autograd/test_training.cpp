@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "tessera/nn.h"
+#include "tessera/stream.h"
 
 namespace tessera {
 namespace {
@@ -119,6 +120,25 @@ TEST(Training, CrossDeviceToIsDifferentiable) {
   ag::backward((w.to("cpu") * 3.0).sum());
   EXPECT_EQ(ag::grad(w).device().type(), w.device().type());
   EXPECT_TRUE(equal(ag::grad(w).cpu(), tensor(std::vector<float>{3, 3})));
+}
+
+TEST(Training, BackwardAfterAForwardOnASideStream) {
+  if (device_count("my_hardware_device") == 0) GTEST_SKIP() << "the reference accelerator is not built";
+  const Device dev("my_hardware_device");
+  Tensor w = ag::set_requires_grad(tensor(std::vector<float>{1, 2, 3, 4}, {2, 2}).to(dev));
+  Tensor x = tensor(std::vector<float>{0.5f, -1, 2, 0.25f}, {2, 2}).to(dev);
+  Stream side = Stream::create(dev);
+  Tensor loss;
+  {
+    StreamGuard g(side);
+    loss = relu(matmul(x, w) + w).sum();
+  }
+  side.synchronize();
+  ag::backward(loss);
+  // d/dw of sum(relu(x w + w)): x^T m + m, with m the mask of positive entries.
+  Tensor xc = x.cpu(), wc = w.cpu();
+  Tensor m = gt(matmul(xc, wc) + wc, scalar_tensor(0.0)).to(kFloat32);
+  EXPECT_TRUE(allclose(ag::grad(w).cpu(), matmul(xc.t(), m) + m));
 }
 
 int64_t device_relu_backward_count() {
