@@ -49,10 +49,14 @@ class OpNode final : public Node {
 
   std::vector<Tensor> apply(std::vector<Tensor>&& grads) override {
     // Note [Backward streams]: the backward of an op runs on the stream its forward ran on (the
-    // thread's current stream of the device at recording), and is waited for before the engine
-    // goes on, so a gradient is never read on another stream before it is written.
+    // thread's current stream of the device at recording). The engine's own work (the gradients
+    // this node reads) is on the thread's current stream, so that stream is waited for first, and
+    // the node's stream after it: a gradient is never read on one stream before another wrote it.
     std::optional<StreamGuard> on_stream;
-    if (stream_) on_stream.emplace(*stream_);
+    if (stream_) {
+      current_stream(device_).synchronize();
+      on_stream.emplace(*stream_);
+    }
     std::vector<Tensor> out = compute(std::move(grads));
     if (stream_) stream_->synchronize();
     return out;

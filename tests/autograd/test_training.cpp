@@ -128,6 +128,7 @@ TEST(Training, BackwardAfterAForwardOnASideStream) {
   Tensor w = ag::set_requires_grad(tensor(std::vector<float>{1, 2, 3, 4}, {2, 2}).to(dev));
   Tensor x = tensor(std::vector<float>{0.5f, -1, 2, 0.25f}, {2, 2}).to(dev);
   Stream side = Stream::create(dev);
+  Stream(dev).synchronize();  // x and w were written on the default stream
   Tensor loss;
   {
     StreamGuard g(side);
