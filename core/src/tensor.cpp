@@ -7,7 +7,20 @@
 #include <cstring>
 #include <limits>
 
+#include "tessera/autograd_hooks.h"
+
 namespace tessera {
+
+// Note [Autograd meta outside TensorImpl] (autograd_hooks.h).
+namespace {
+std::atomic<detail::ViewCreatedHook> g_view_created_hook{nullptr};
+std::atomic<detail::ImplReleasedHook> g_impl_released_hook{nullptr};
+}  // namespace
+
+void detail::set_autograd_core_hooks(ViewCreatedHook on_view, ImplReleasedHook on_release) {
+  g_view_created_hook.store(on_view, std::memory_order_release);
+  g_impl_released_hook.store(on_release, std::memory_order_release);
+}
 
 namespace {
 
@@ -72,7 +85,10 @@ Tensor make_view(const Tensor& self, IntArrayRef sizes, IntArrayRef strides, int
                   " would move or cut its channel dim; call dequantize() first");
     impl->set_quantizer(self.impl()->quantizer_ptr());
   }
-  return Tensor(std::move(impl));
+  Tensor view(std::move(impl));
+  if (__builtin_expect(self.key_set().has(Functionality::Autograd), 0))
+    if (detail::ViewCreatedHook hook = g_view_created_hook.load(std::memory_order_acquire)) hook(self, view);
+  return view;
 }
 
 void check_defined(const Tensor& t, const char* what) {
@@ -296,6 +312,8 @@ void TensorImpl::set_quantizer(IntrusivePtr<const Quantizer> q) {
 }
 
 TensorImpl::~TensorImpl() {
+  if (__builtin_expect(key_set_.has(Functionality::Autograd), 0))
+    if (detail::ImplReleasedHook hook = g_impl_released_hook.load(std::memory_order_acquire)) hook(this);
   if (sizes_ != inline_) delete[] sizes_;
 }
 

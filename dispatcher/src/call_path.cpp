@@ -22,6 +22,7 @@
 #include "profiler.h"
 #include "sparse_internal.h"
 #include "stream_state.h"
+#include "tessera/autograd_dispatch.h"
 #include "tessera/env.h"
 #include "tessera/log.h"
 #include "tessera/plugin_loader.h"
@@ -521,6 +522,26 @@ std::atomic<ExportHook> g_export_hook{nullptr};
 
 ExportHook set_export_hook(ExportHook hook) { return g_export_hook.exchange(hook, std::memory_order_acq_rel); }
 
+namespace {
+std::atomic<AutogradHook> g_autograd_hook{nullptr};
+
+// Note [Autograd dispatch] (autograd_dispatch.h).
+[[gnu::noinline]] int autograd_call(AutogradHook hook, OperatorEntry& op, const CallFrame& f, Device dev, Tensor* outs) {
+  AutogradCall call;
+  call.op = &op;
+  call.name = &op.name;
+  call.args = box_frame(op, f);
+  call.device = dev;
+  std::vector<Tensor> results = hook(call);
+  TESSERA_INTERNAL_ASSERT(results.size() <= size_t(kMaxOutputs), "autograd hook returned ", results.size(),
+                          " outputs for ", op.name);
+  for (size_t o = 0; o < results.size(); ++o) outs[o] = std::move(results[o]);
+  return int(results.size());
+}
+}  // namespace
+
+AutogradHook set_autograd_hook(AutogradHook hook) { return g_autograd_hook.exchange(hook, std::memory_order_acq_rel); }
+
 int call_unboxed(OperatorEntry& op, const CallFrame& f, Tensor* outs) {
   if (__builtin_expect(profiler_on(), 0)) return profile_call(op, f, outs, dispatch_call);  // Note [Profiler]
   return dispatch_call(op, f, outs);
@@ -532,6 +553,7 @@ static int dispatch_call(OperatorEntry& op, const CallFrame& f, Tensor* outs) {
   DispatchKeySet ks;
   const TensorImpl* lead = nullptr;  // first tensor that fixes the device
   const TensorImpl* any = nullptr;   // first tensor at all
+  DispatchKeySet scalar_keys;        // of the scalar-like tensors (their Autograd key counts)
   for (int i = 0; i < f.num_tensors; ++i) {
     const TensorImpl* t = f.tensors[i];
     if (!t) continue;
@@ -541,7 +563,10 @@ static int dispatch_call(OperatorEntry& op, const CallFrame& f, Tensor* outs) {
     if (!any) any = t;
     // A 0-dim CPU tensor or a wrapped number may join tensors of any device (PyTorch's rule).
     bool scalar_like = t->dim() == 0 && (t->is_wrapped_number() || t->device().is_cpu());
-    if (scalar_like) continue;
+    if (scalar_like) {
+      scalar_keys = scalar_keys | t->key_set();
+      continue;
+    }
     if (!lead) {
       lead = t;
       ks = t->key_set();
@@ -571,8 +596,13 @@ static int dispatch_call(OperatorEntry& op, const CallFrame& f, Tensor* outs) {
     if (f.device) dev = *f.device;
     ks = DispatchKeySet::dense(dev.type());
   }
+  // A 0-dim CPU tensor that requires grad follows the device of the others but keeps its Autograd
+  // key (Note [Autograd dispatch]).
+  ks = ks | (scalar_keys & DispatchKeySet::functionality(Functionality::Autograd));
   const LocalDispatchKeySet& tls = tls_local_dispatch_key_set();
   ks = (ks | tls.included) - tls.excluded;
+  if (__builtin_expect(ks.has(Functionality::Autograd), 0))
+    if (AutogradHook hook = g_autograd_hook.load(std::memory_order_acquire)) return autograd_call(hook, op, f, dev, outs);
 
   // Shape rule.
   MetaCall m;

@@ -310,9 +310,12 @@ tessera_status_t HostContext::kernel_register(void* ctx, const char* op_name, in
                                               uint32_t flags) {
   if (!ctx || !op_name || !fn) return invalid("kernel_register: host_ctx, op_name and fn must not be NULL");
   HostContext* h = self(ctx);
-  if (functionality < TESSERA_FUNCTIONALITY_DENSE || functionality > TESSERA_FUNCTIONALITY_SPARSE)
+  // 3 is the Autograd functionality: a backward kernel for the plugin's device (Note [Autograd
+  // dispatch] in autograd_dispatch.h). TODO(#31): name it TESSERA_FUNCTIONALITY_AUTOGRAD in plugin_abi.h.
+  static_assert(int(Functionality::Autograd) == 3, "the ABI value of the Autograd functionality");
+  if (functionality < TESSERA_FUNCTIONALITY_DENSE || functionality > int32_t(Functionality::Autograd))
     return invalid("plugin '" + h->plugin_name_ + "': kernel_register(\"" + op_name + "\"): functionality " +
-                   std::to_string(functionality) + " is not one of DENSE (0), QUANTIZED (1), SPARSE (2)");
+                   std::to_string(functionality) + " is not one of DENSE (0), QUANTIZED (1), SPARSE (2), AUTOGRAD (3)");
   try {
     Registration r{Registration::Kind::Kernel, op_name, "", functionality,
                    KernelEntry{fn, user_data, dtype_mask, flags, h->plugin_name_}};

@@ -11,6 +11,7 @@
 #include "shape_rules.h"
 #include "sparse_internal.h"
 #include "stream_state.h"
+#include "tessera/autograd_dispatch.h"
 #include "tessera/dispatcher.h"
 #include "tessera/memory_format.h"
 #include "tessera/ops.h"
@@ -139,6 +140,8 @@ HostSpan stage_view_on_host(const Tensor& t) {
 Tensor Tensor::to(Device device) const {
   check_defined(*this, "to");
   if (same_device(this->device(), device)) return *this;
+  if (__builtin_expect(key_set().has(Functionality::Autograd), 0))  // Note [Autograd dispatch]
+    if (AutogradToDeviceHook hook = detail::autograd_to_device_hook()) return hook(*this, device);
   if (key_set().has(Functionality::Sparse))
     if (std::optional<Tensor> moved = detail::sparse_to_device(*this, device)) return *moved;
   // A channels-last tensor stays channels-last on its new device (PyTorch's memory_format=preserve;

@@ -226,6 +226,8 @@ void launch(const KernelCall& call, int op_id, std::function<void()> task) {
 
 // Op ids: index into kSpecs below (also the kernel counter index).
 enum OpId { kFill = 0, kCopy, kAdd, kMul, kRelu, kMatmul, kSum, kNormal, kUniform, kNumOps };
+// Backward kernels (kBackwardSpecs) count after the forward ones.
+enum BackwardOpId { kReluBackward = kNumOps, kNumCountedOps };
 
 // ---------------------------------------------------------------- kernels
 
@@ -332,6 +334,26 @@ void relu_kernel(const KernelCall& call) {
         const int64_t v = load_i(s, x.dtype);
         store_i(d, out.dtype, v > 0 ? v : 0);
       }
+    });
+  });
+}
+
+// The fused backward of relu, registered under the Autograd functionality (Note [Autograd dispatch]
+// in the runtime's autograd_dispatch.h): inputs (grad, self), output grad_self = grad where self > 0,
+// in one pass on the device instead of the generic formula's compare, select and copies.
+void relu_backward_kernel(const KernelCall& call) {
+  DevTensor out = capture(call.output(0));
+  DevTensor g = capture(call.input(0));
+  DevTensor x = capture(call.input(1));
+  if (out.dtype != g.dtype || out.dtype != x.dtype || !is_floating(out.dtype))
+    throw Error(TESSERA_STATUS_UNIMPLEMENTED, "relu backward: mixed or non-floating dtypes");
+  std::array<std::vector<int64_t>, 3> st{out.strides, broadcast_strides(g, out.sizes, call.op_name(), "grad"),
+                                         broadcast_strides(x, out.sizes, call.op_name(), "self")};
+  launch(call, kReluBackward, [out, g, x, st] {
+    walk<3>(out.sizes, st, [&](const std::array<int64_t, 3>& o) {
+      const double gv = load_f(g.base() + o[1] * int64_t(g.itemsize), g.dtype);
+      const double xv = load_f(x.base() + o[2] * int64_t(x.itemsize), x.dtype);
+      store_f(out.base() + o[0] * int64_t(out.itemsize), out.dtype, xv > 0 ? gv : 0.0);
     });
   });
 }
@@ -490,13 +512,23 @@ const KernelSpec kSpecs[] = {
     {op::uniform_::name, kMaskF, TESSERA_SDK_KERNEL(random_kernel<kUniform>)},
 };
 static_assert(sizeof(kSpecs) / sizeof(kSpecs[0]) == kNumOps, "one spec per OpId, in order");
-static_assert(kNumOps <= kMaxCountedOps, "raise kMaxCountedOps");
+const KernelSpec kBackwardSpecs[] = {
+    {op::relu::name, kMaskF, TESSERA_SDK_KERNEL(relu_backward_kernel)},
+};
+static_assert(kNumOps + sizeof(kBackwardSpecs) / sizeof(kBackwardSpecs[0]) == kNumCountedOps,
+              "one backward spec per BackwardOpId, in order");
+static_assert(kNumCountedOps <= kMaxCountedOps, "raise kMaxCountedOps");
 
 }  // namespace
 
 const KernelSpec* kernel_specs(int* count) {
   *count = kNumOps;
   return kSpecs;
+}
+
+const KernelSpec* backward_kernel_specs(int* count) {
+  *count = kNumCountedOps - kNumOps;
+  return kBackwardSpecs;
 }
 
 }  // namespace mhd

@@ -17,6 +17,11 @@ struct KernelSpec {
 
 // The kernel table, in counter order (op id = index). `count` receives its length.
 const KernelSpec* kernel_specs(int* count);
+// Backward kernels, registered under the Autograd functionality; their counters follow the
+// forward kernels' (op id = kernel_specs' count + index).
+const KernelSpec* backward_kernel_specs(int* count);
+// The ABI value of the Autograd functionality (the runtime's Functionality::Autograd).
+constexpr int32_t kFunctionalityAutograd = 3;
 
 // The emulator the kernels run on (set at plugin init, cleared at shutdown).
 Emulator*& emulator();

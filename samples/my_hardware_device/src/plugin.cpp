@@ -225,6 +225,10 @@ size_t device_properties(void*, int32_t device, char* buffer, size_t capacity) {
     for (int i = 0; i < n; ++i) {
       json += std::string(i ? ", " : "") + "\"" + specs[i].op + "\": " + std::to_string(d.kernel_count(i).load());
     }
+    int nb = 0;
+    const KernelSpec* backward = backward_kernel_specs(&nb);
+    for (int i = 0; i < nb; ++i)
+      json += std::string(", \"") + backward[i].op + " (backward)\": " + std::to_string(d.kernel_count(n + i).load());
     json += "}, \"fused_launches\": " + std::to_string(d.fused_launch_count().load()) + "}";
   }
   if (buffer && capacity) {
@@ -309,6 +313,11 @@ TESSERA_PLUGIN_ENTRY(&mhd::plugin_header) {
   // A registration the host refuses (an op the contract does not define) fails the load (Note
   // [Dangling registrations]): nothing to catch here.
   for (int i = 0; i < n; ++i) host.register_kernel(specs[i].op, specs[i].dtype_mask, specs[i].fn, nullptr);
+  // Fused backward kernels: autograd runs them instead of the generic formula on this device.
+  int nb = 0;
+  const KernelSpec* backward = backward_kernel_specs(&nb);
+  for (int i = 0; i < nb; ++i)
+    host.register_kernel_under(kFunctionalityAutograd, backward[i].op, backward[i].dtype_mask, backward[i].fn);
   // conv2d must never round-trip through the host on this device (Note in docs/plugin-guide.md,
   // "Forbidding the fallback"): a missing kernel is an error, not a silent copy.
   host.forbid_fallback("conv2d");

@@ -1,0 +1,225 @@
+// Modules, a state dict in safetensors, optimizers and gradient clipping (libtessera_nn), small and
+// device-neutral: parameters are leaf tensors that require grad; modules call contract ops only, so
+// they train on every device (docs/training.md).
+#pragma once
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "tessera/autograd.h"
+
+#if defined(TESSERA_BUILDING_NN)
+#define TESSERA_NN_API __attribute__((visibility("default")))
+#else
+#define TESSERA_NN_API
+#endif
+
+namespace tessera::nn {
+
+// A leaf tensor that requires grad (PyTorch's Parameter).
+TESSERA_NN_API Tensor parameter(const Tensor& data);
+
+// A module holds named parameters and sub-modules. Not copyable (it keeps pointers to its own
+// tensor members). Thread-safety: none; train from one thread or guard it.
+class TESSERA_NN_API Module {
+ public:
+  Module() = default;
+  virtual ~Module();
+  Module(const Module&) = delete;
+  Module& operator=(const Module&) = delete;
+
+  // "weight", "layers.0.bias", ... in registration order (sub-modules after the module's own).
+  std::vector<std::pair<std::string, Tensor>> named_parameters() const;
+  std::vector<Tensor> parameters() const;
+  // Moves every parameter to `device` (new leaves that require grad; gradients are dropped).
+  void to(Device device);
+  void zero_grad();
+  // The parameters by name; load_state_dict copies values in (names and sizes must match).
+  std::map<std::string, Tensor> state_dict() const;
+  void load_state_dict(const std::map<std::string, Tensor>& state);
+  // A safetensors file of the state dict (CPU copies) and back.
+  void save(const std::string& path) const;
+  void load(const std::string& path);
+
+ protected:
+  Tensor& register_parameter(std::string name, Tensor& slot, const Tensor& value);
+  template <typename M>
+  std::shared_ptr<M> register_module(std::string name, std::shared_ptr<M> m) {
+    modules_.emplace_back(std::move(name), m);
+    return m;
+  }
+
+ private:
+  void collect(const std::string& prefix, std::vector<std::pair<std::string, Tensor*>>& out) const;
+  std::vector<std::pair<std::string, Tensor*>> params_;
+  std::vector<std::pair<std::string, std::shared_ptr<Module>>> modules_;
+};
+
+struct Options {
+  Device device{DeviceType::CPU};
+  DType dtype = kFloat32;
+};
+
+// y = x W^T + b; W and b drawn from U(-1/sqrt(in), 1/sqrt(in)) (PyTorch's default), from the global
+// counter-based generator, so the same seed gives the same values on every device.
+class TESSERA_NN_API Linear : public Module {
+ public:
+  Linear(int64_t in_features, int64_t out_features, bool bias = true, Options options = {});
+  Tensor forward(const Tensor& x) const;
+  Tensor weight, bias;
+};
+
+// 2-D convolution, PyTorch's uniform init (bound 1/sqrt(in_channels * kernel area)). Its backward
+// is implemented for stride 1, dilation 1, groups 1 (docs/training.md).
+class TESSERA_NN_API Conv2d : public Module {
+ public:
+  Conv2d(int64_t in_channels, int64_t out_channels, int64_t kernel_size, int64_t stride = 1, int64_t padding = 0,
+         bool bias = true, Options options = {});
+  Tensor forward(const Tensor& x) const;
+  Tensor weight, bias;
+  int64_t stride, padding;
+};
+
+class TESSERA_NN_API LayerNorm : public Module {
+ public:
+  explicit LayerNorm(std::vector<int64_t> normalized_shape, double eps = 1e-5, bool elementwise_affine = true,
+                     Options options = {});
+  Tensor forward(const Tensor& x) const;
+  Tensor weight, bias;
+  std::vector<int64_t> normalized_shape;
+  double eps;
+};
+
+// Rows of N(0, 1) values looked up by index.
+class TESSERA_NN_API Embedding : public Module {
+ public:
+  Embedding(int64_t num_embeddings, int64_t embedding_dim, Options options = {});
+  Tensor forward(const Tensor& indices) const;
+  Tensor weight;
+};
+
+// A synthetic classification task: `n` points of `features` N(0, 1) values (float32) and their
+// class (int64) in [0, classes), the argmax of a fixed random linear map, all from std::mt19937
+// seeded with `seed` (the same data on every machine and device). For tests, samples, benchmarks.
+struct Dataset {
+  Tensor x, y;
+};
+TESSERA_NN_API Dataset make_classification(int64_t n, int64_t features, int64_t classes, uint32_t seed = 42);
+
+// Mean cross entropy of `logits` [N, C] against integer `targets` [N] (log_softmax + a one-hot
+// select written with contract ops).
+TESSERA_NN_API Tensor cross_entropy(const Tensor& logits, const Tensor& targets);
+TESSERA_NN_API Tensor mse_loss(const Tensor& input, const Tensor& target);
+
+// Scales every gradient so that their joint 2-norm is at most `max_norm`; returns the norm before.
+TESSERA_NN_API double clip_grad_norm_(const std::vector<Tensor>& parameters, double max_norm);
+
+namespace optim {
+
+// Optimizers update parameters in place under NoGradGuard, one tensor at a time (a loop over the
+// list; a fused per-list kernel a plugin may provide is TODO(#31)). Gradients that are undefined
+// are skipped. Not thread-safe.
+class TESSERA_NN_API Optimizer {
+ public:
+  explicit Optimizer(std::vector<Tensor> params) : params_(std::move(params)) {}
+  virtual ~Optimizer();
+  virtual void step() = 0;
+  void zero_grad();
+  // The learning rate the next step uses (schedules set it).
+  virtual double lr() const = 0;
+  virtual void set_lr(double lr) = 0;
+  const std::vector<Tensor>& params() const { return params_; }
+
+ protected:
+  std::vector<Tensor> params_;
+};
+
+struct SGDOptions {
+  double lr = 0.01;
+  double momentum = 0;
+  double dampening = 0;
+  double weight_decay = 0;
+  bool nesterov = false;
+};
+class TESSERA_NN_API SGD : public Optimizer {
+ public:
+  SGD(std::vector<Tensor> params, SGDOptions options);
+  void step() override;
+  double lr() const override { return o_.lr; }
+  void set_lr(double lr) override { o_.lr = lr; }
+
+ private:
+  SGDOptions o_;
+  std::vector<Tensor> momentum_;
+};
+
+struct AdamOptions {
+  double lr = 1e-3;
+  double beta1 = 0.9, beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 0;
+  bool decoupled_weight_decay = false;  // AdamW
+};
+class TESSERA_NN_API Adam : public Optimizer {
+ public:
+  Adam(std::vector<Tensor> params, AdamOptions options);
+  void step() override;
+  double lr() const override { return o_.lr; }
+  void set_lr(double lr) override { o_.lr = lr; }
+
+ private:
+  AdamOptions o_;
+  int64_t t_ = 0;
+  std::vector<Tensor> m_, v_;
+};
+// Adam with decoupled weight decay (default 1e-2, as PyTorch's AdamW).
+class TESSERA_NN_API AdamW : public Adam {
+ public:
+  AdamW(std::vector<Tensor> params, AdamOptions options);
+};
+
+// Learning-rate schedules (PyTorch's, stepped once per epoch or step by the caller): each sets the
+// optimizer's lr from the lr it had when the schedule was made.
+class TESSERA_NN_API LRScheduler {
+ public:
+  explicit LRScheduler(Optimizer& opt) : opt_(opt), base_lr_(opt.lr()) {}
+  virtual ~LRScheduler();
+  void step() { opt_.set_lr(lr_at(++epoch_)); }
+  int64_t epoch() const { return epoch_; }
+
+ protected:
+  virtual double lr_at(int64_t epoch) const = 0;
+  Optimizer& opt_;
+  double base_lr_;
+  int64_t epoch_ = 0;
+};
+// lr = base * gamma^(epoch / step_size)
+class TESSERA_NN_API StepLR : public LRScheduler {
+ public:
+  StepLR(Optimizer& opt, int64_t step_size, double gamma = 0.1);
+
+ protected:
+  double lr_at(int64_t epoch) const override;
+
+ private:
+  int64_t step_size_;
+  double gamma_;
+};
+// lr = eta_min + (base - eta_min) * (1 + cos(pi * epoch / t_max)) / 2
+class TESSERA_NN_API CosineAnnealingLR : public LRScheduler {
+ public:
+  CosineAnnealingLR(Optimizer& opt, int64_t t_max, double eta_min = 0);
+
+ protected:
+  double lr_at(int64_t epoch) const override;
+
+ private:
+  int64_t t_max_;
+  double eta_min_;
+};
+
+}  // namespace optim
+}  // namespace tessera::nn

@@ -1,0 +1,309 @@
+// The helpers of the backward formulas (formula_helpers.h): contract ops only.
+#include "formula_helpers.h"
+
+#include <array>
+#include <cmath>
+#include <limits>
+#include <sstream>
+
+#include "tessera/autograd.h"
+
+namespace tessera::autograd::formulas {
+namespace {
+
+Tensor number(double v) { return scalar_tensor(v, kFloat64); }  // 0-dim CPU: joins tensors of any device
+Tensor one_hot(const Tensor& index, int64_t n, DType dtype) {
+  Tensor flat = index.reshape({-1});
+  Tensor classes = arange(n, TensorOptions(index.device()).dtype(index.dtype()));
+  return eq(flat.unsqueeze(1), classes.unsqueeze(0)).to(dtype);
+}
+std::vector<int64_t> wrap_dims(const Sizes& dim, int64_t ndim) {
+  std::vector<int64_t> d;
+  if (dim.empty()) {
+    for (int64_t i = 0; i < ndim; ++i) d.push_back(i);
+  } else {
+    for (int64_t x : dim) d.push_back(wrap_dim(x, ndim));
+  }
+  std::sort(d.begin(), d.end());
+  return d;
+}
+// grad of a reduction over `dim` without keepdim, with the reduced dims put back as size 1.
+Tensor unsqueeze_reduced(const Tensor& g, const Sizes& sizes, const Sizes& dim, bool keepdim) {
+  if (keepdim) return g;
+  Tensor r = g;
+  for (int64_t d : wrap_dims(dim, int64_t(sizes.size()))) r = r.unsqueeze(d);
+  return r;
+}
+int64_t reduced_numel(const Sizes& sizes, const Sizes& dim) {
+  int64_t n = 1;
+  for (int64_t d : wrap_dims(dim, int64_t(sizes.size()))) n *= sizes[size_t(d)];
+  return n;
+}
+double machine_eps(DType t) {
+  switch (t) {
+    case kFloat64: return std::numeric_limits<double>::epsilon();
+    case kFloat16: return 0.0009765625;
+    case kBFloat16: return 0.0078125;
+    default: return double(std::numeric_limits<float>::epsilon());
+  }
+}
+Tensor tr(const Tensor& t) { return t.transpose(-2, -1); }
+
+}  // namespace
+
+Tensor scale_grad(const Tensor& grad, const Scalar& alpha) {
+  if (!alpha.is_floating() && alpha.to_int() == 1) return grad;
+  return grad * alpha;
+}
+Tensor mask_grad(const Tensor& grad, const Tensor& mask) { return where(mask, grad, number(0)); }
+Tensor zero_where(const Tensor& grad, const Tensor& mask) { return where(mask, number(0), grad); }
+Tensor sign_of(const Tensor& x) {
+  return gt(x, number(0)).to(x.dtype()) - lt(x, number(0)).to(x.dtype());
+}
+Tensor pow_backward(const Tensor& grad, const Tensor& self, const Scalar& exponent) {
+  const double e = exponent.to_double();
+  if (e == 0) return grad * 0.0;
+  return grad * (pow(self, Scalar(e - 1)) * e);
+}
+Tensor pow_backward_self(const Tensor& grad, const Tensor& self, const Tensor& exponent) {
+  return grad * exponent * pow(self, exponent - 1);
+}
+Tensor pow_backward_exponent(const Tensor& grad, const Tensor& self, const Tensor& result) {
+  return grad * result * log(self);
+}
+Tensor erf_backward(const Tensor& grad, const Tensor& self) {
+  return grad * exp(neg(self * self)) * (2.0 / std::sqrt(M_PI));
+}
+Tensor gelu_backward(const Tensor& grad, const Tensor& self, const std::string& approximate) {
+  if (approximate == "tanh") {
+    const double k = std::sqrt(2.0 / M_PI), c = 0.044715;
+    Tensor x2 = self * self;
+    Tensor t = tanh((self + x2 * self * c) * k);
+    Tensor dt = (1.0 - t * t) * ((x2 * (3 * c) + 1.0) * k);
+    return grad * ((t + 1.0) * 0.5 + self * dt * 0.5);
+  }
+  Tensor cdf = (erf(self * (1.0 / std::sqrt(2.0))) + 1.0) * 0.5;
+  Tensor pdf = exp(self * self * -0.5) * (1.0 / std::sqrt(2.0 * M_PI));
+  return grad * (cdf + self * pdf);
+}
+Tensor silu_backward(const Tensor& grad, const Tensor& self) {
+  Tensor s = sigmoid(self);
+  return grad * s * (self * (1.0 - s) + 1.0);
+}
+Tensor clamp_backward(const Tensor& grad, const Tensor& self, const std::optional<Scalar>& min,
+                      const std::optional<Scalar>& max) {
+  Tensor keep;
+  if (min) keep = ge(self, number(min->to_double()));
+  if (max) {
+    Tensor below = le(self, number(max->to_double()));
+    keep = keep.defined() ? logical_and(keep, below) : below;
+  }
+  return keep.defined() ? mask_grad(grad, keep) : grad;
+}
+Tensor minmax_backward(const Tensor& grad, const Tensor& self, const Tensor& other, bool is_max) {
+  // PyTorch: ties split the gradient evenly; the losing side gets zero.
+  Tensor g = where(eq(self, other), grad * 0.5, grad);
+  return zero_where(g, is_max ? lt(self, other) : gt(self, other));
+}
+Tensor sum_backward(const Tensor& grad, const Sizes& sizes, const Sizes& dim, bool keepdim) {
+  return unsqueeze_reduced(grad, sizes, dim, keepdim).expand(sizes);
+}
+Tensor mean_backward(const Tensor& grad, const Sizes& sizes, const Sizes& dim, bool keepdim) {
+  const int64_t n = reduced_numel(sizes, dim);
+  return sum_backward(grad, sizes, dim, keepdim) / double(n == 0 ? 1 : n);
+}
+Tensor amax_backward(const Tensor& grad, const Tensor& self, const Tensor& result, const Sizes& dim, bool keepdim) {
+  const Sizes sizes(self.sizes().begin(), self.sizes().end());
+  Tensor r = unsqueeze_reduced(result, sizes, dim, keepdim);
+  Tensor g = unsqueeze_reduced(grad, sizes, dim, keepdim);
+  Tensor mask = eq(self, r).to(grad.dtype());
+  Tensor count = sum(mask, wrap_dims(dim, self.dim()), true);
+  return mask * g / count;
+}
+Tensor var_backward(const Tensor& grad, const Tensor& self, const Sizes& dim, int64_t correction, bool keepdim) {
+  const Sizes sizes(self.sizes().begin(), self.sizes().end());
+  const int64_t n = reduced_numel(sizes, dim);
+  Tensor g = unsqueeze_reduced(grad, sizes, dim, keepdim);
+  Tensor centred = self - mean(self, wrap_dims(dim, self.dim()), true);
+  return g * centred * (2.0 / double(n - correction));
+}
+std::vector<Tensor> matmul_backward(const Tensor& grad, const Tensor& self, const Tensor& other) {
+  if (self.dim() == 1 && other.dim() == 1) return {grad * other, grad * self};
+  if (self.dim() == 1) {
+    Tensor gs = matmul(grad.unsqueeze(-2), tr(other)).squeeze(-2);
+    Tensor go = matmul(self.unsqueeze(-1), grad.unsqueeze(-2));
+    return {gs, go};
+  }
+  if (other.dim() == 1) {
+    Tensor gs = matmul(grad.unsqueeze(-1), other.unsqueeze(0));
+    Tensor go = matmul(tr(self), grad.unsqueeze(-1)).squeeze(-1);
+    return {gs, go};
+  }
+  return {matmul(grad, tr(other)), matmul(tr(self), grad)};
+}
+std::vector<Tensor> linear_backward(const Tensor& grad, const Tensor& input, const Tensor& weight,
+                                    const std::optional<Tensor>& bias) {
+  const int64_t out = weight.dim() == 1 ? 1 : weight.size(0);
+  Tensor g2 = grad.reshape({-1, out});
+  Tensor x2 = input.reshape({-1, input.size(-1)});
+  Tensor w2 = weight.dim() == 1 ? weight.unsqueeze(0) : weight;
+  Tensor gx = matmul(g2, w2).reshape(input.sizes());
+  Tensor gw = matmul(tr(g2), x2).reshape(weight.sizes());
+  Tensor gb;
+  if (bias) gb = sum(g2, {0}).reshape(bias->sizes());
+  return {gx, gw, gb};
+}
+Tensor softmax_backward(const Tensor& grad, const Tensor& result, int64_t dim) {
+  return result * (grad - sum(grad * result, {dim}, true));
+}
+Tensor log_softmax_backward(const Tensor& grad, const Tensor& result, int64_t dim) {
+  return grad - exp(result) * sum(grad, {dim}, true);
+}
+std::vector<Tensor> layer_norm_backward(const Tensor& grad, const Tensor& input, const Sizes& normalized_shape,
+                                        const std::optional<Tensor>& weight, const std::optional<Tensor>& bias,
+                                        double eps) {
+  std::vector<int64_t> dims;
+  for (size_t i = 0; i < normalized_shape.size(); ++i) dims.push_back(input.dim() - int64_t(normalized_shape.size()) + int64_t(i));
+  Tensor mu = mean(input, dims, true);
+  Tensor xc = input - mu;
+  Tensor rstd = rsqrt(mean(xc * xc, dims, true) + eps);
+  Tensor xhat = xc * rstd;
+  Tensor gxhat = weight ? grad * *weight : grad;
+  Tensor gx = rstd * (gxhat - mean(gxhat, dims, true) - xhat * mean(gxhat * xhat, dims, true));
+  Tensor gw, gb;
+  if (weight) gw = autograd::sum_to(grad * xhat, weight->sizes());
+  if (bias) gb = autograd::sum_to(grad, bias->sizes());
+  return {gx, gw, gb};
+}
+std::vector<Tensor> rms_norm_backward(const Tensor& grad, const Tensor& input, const Sizes& normalized_shape,
+                                      const std::optional<Tensor>& weight, std::optional<double> eps) {
+  std::vector<int64_t> dims;
+  for (size_t i = 0; i < normalized_shape.size(); ++i) dims.push_back(input.dim() - int64_t(normalized_shape.size()) + int64_t(i));
+  Tensor r = rsqrt(mean(input * input, dims, true) + eps.value_or(machine_eps(input.dtype())));
+  Tensor xhat = input * r;
+  Tensor gxhat = weight ? grad * *weight : grad;
+  Tensor gx = r * (gxhat - xhat * mean(gxhat * xhat, dims, true));
+  Tensor gw;
+  if (weight) gw = autograd::sum_to(grad * xhat, weight->sizes());
+  return {gx, gw};
+}
+Tensor embedding_backward(const Tensor& grad, const Sizes& weight_sizes, const Tensor& indices) {
+  const int64_t dim = weight_sizes.back();
+  Tensor oh = one_hot(indices, weight_sizes[0], grad.dtype());
+  return matmul(tr(oh), grad.reshape({-1, dim}));
+}
+Tensor index_select_backward(const Tensor& grad, const Sizes& self_sizes, int64_t dim, const Tensor& index) {
+  if (self_sizes.empty()) return grad.reshape({});
+  const int64_t d = wrap_dim(dim, int64_t(self_sizes.size()));
+  Tensor oh = one_hot(index, self_sizes[size_t(d)], grad.dtype());  // (k, n)
+  Tensor moved = grad.transpose(d, -1);                              // (..., k)
+  return matmul(moved, oh).transpose(d, -1);
+}
+std::vector<Tensor> cat_backward(const Tensor& grad, int64_t dim, const std::vector<Sizes>& sizes) {
+  std::vector<Tensor> r;
+  const int64_t d = wrap_dim(dim, grad.dim());
+  int64_t at = 0;
+  for (const Sizes& s : sizes) {
+    if (s.size() == 1 && s[0] == 0 && grad.dim() != 1) {  // a legacy empty input takes no part
+      r.push_back(zeros({0}, TensorOptions(grad.device()).dtype(grad.dtype())));
+      continue;
+    }
+    r.push_back(grad.narrow(d, at, s[size_t(d)]));
+    at += s[size_t(d)];
+  }
+  return r;
+}
+std::vector<Tensor> stack_backward(const Tensor& grad, int64_t dim, const std::vector<Sizes>& sizes) {
+  std::vector<Tensor> r;
+  const int64_t d = wrap_dim(dim, grad.dim());
+  for (size_t i = 0; i < sizes.size(); ++i) r.push_back(grad.select(d, int64_t(i)));
+  return r;
+}
+std::vector<Tensor> conv2d_backward(const Tensor& grad, const Tensor& input, const Tensor& weight,
+                                    const std::optional<Tensor>& bias, const Sizes& stride, const Sizes& padding,
+                                    const Sizes& dilation, int64_t groups) {
+  auto pair = [](const Sizes& v, int64_t def) {
+    return v.empty() ? std::array<int64_t, 2>{def, def} : std::array<int64_t, 2>{v[0], v.size() > 1 ? v[1] : v[0]};
+  };
+  const auto s = pair(stride, 1), p = pair(padding, 0), d = pair(dilation, 1);
+  const int64_t kh = weight.size(2), kw = weight.size(3);
+  if (s[0] != 1 || s[1] != 1 || d[0] != 1 || d[1] != 1 || groups != 1 || p[0] > kh - 1 || p[1] > kw - 1) {
+    std::ostringstream os;
+    os << "the derivative for 'conv2d' is implemented for stride 1, dilation 1, groups 1 and padding below the "
+          "kernel size only (got stride "
+       << IntArrayRef(stride) << ", padding " << IntArrayRef(padding) << ", dilation " << IntArrayRef(dilation)
+       << ", groups " << groups << "; TODO(#31))";
+    tessera::detail::throw_error(ErrorCode::Unimplemented, os.str());
+  }
+  auto reversed = [&](int64_t n) {
+    std::vector<int64_t> idx;
+    for (int64_t i = n - 1; i >= 0; --i) idx.push_back(i);
+    return tensor(idx).to(weight.device());
+  };
+  // The input's gradient: the gradient convolved with the kernel flipped in space, in and out
+  // channels swapped, padded to a "full" convolution.
+  Tensor flipped = index_select(index_select(weight, 2, reversed(kh)), 3, reversed(kw)).transpose(0, 1).contiguous();
+  Tensor gx = conv2d(grad, flipped, std::nullopt, {1, 1}, {kh - 1 - p[0], kw - 1 - p[1]});
+  // The kernel's gradient: the input (channels as the batch) convolved with the gradient (batch as
+  // the channels).
+  Tensor gw = conv2d(input.transpose(0, 1).contiguous(), grad.transpose(0, 1).contiguous(), std::nullopt, {1, 1},
+                     {p[0], p[1]})
+                  .transpose(0, 1);
+  Tensor gb;
+  if (bias) gb = sum(grad, {0, 2, 3});
+  return {gx, gw, gb};
+}
+
+Tensor pool2d_backward(const Tensor& grad, const Tensor& self, const Tensor& result, const Sizes& kernel_size,
+                       const Sizes& stride, const Sizes& padding, const Sizes& dilation, bool is_max) {
+  auto pair = [](const Sizes& v, std::array<int64_t, 2> def) {
+    return v.empty() ? def : std::array<int64_t, 2>{v[0], v.size() > 1 ? v[1] : v[0]};
+  };
+  const auto k = pair(kernel_size, {1, 1}), s = pair(stride, k), p = pair(padding, {0, 0}), d = pair(dilation, {1, 1});
+  if (self.dim() != 4 || s != k || p[0] != 0 || p[1] != 0 || d[0] != 1 || d[1] != 1) {
+    std::ostringstream os;
+    os << "the derivative for '" << (is_max ? "max_pool2d" : "avg_pool2d")
+       << "' is implemented for 4-D inputs with stride equal to the kernel, no padding and dilation 1 only (got "
+          "input "
+       << self.sizes() << ", kernel " << IntArrayRef(kernel_size) << ", stride " << IntArrayRef(stride)
+       << ", padding " << IntArrayRef(padding) << "; TODO(#31))";
+    tessera::detail::throw_error(ErrorCode::Unimplemented, os.str());
+  }
+  const int64_t n = self.size(0), c = self.size(1), h = self.size(2), w = self.size(3);
+  const int64_t ho = result.size(2), wo = result.size(3), hc = ho * k[0], wc = wo * k[1];
+  Tensor g = grad.reshape({n, c, ho, 1, wo, 1}).expand({n, c, ho, k[0], wo, k[1]});
+  Tensor gin;
+  if (is_max) {
+    Tensor windows = self.narrow(2, 0, hc).narrow(3, 0, wc).reshape({n, c, ho, k[0], wo, k[1]});
+    Tensor mask = eq(windows, result.reshape({n, c, ho, 1, wo, 1})).to(grad.dtype());
+    gin = g * mask / sum(mask, {3, 5}, true);
+  } else {
+    gin = g / double(k[0] * k[1]);
+  }
+  gin = gin.reshape({n, c, hc, wc});
+  const TensorOptions to = TensorOptions(grad.device()).dtype(grad.dtype());
+  if (hc < h) gin = cat({gin, zeros({n, c, h - hc, wc}, to)}, 2);
+  if (wc < w) gin = cat({gin, zeros({n, c, h, w - wc}, to)}, 3);
+  return gin;
+}
+
+std::vector<Tensor> sdpa_backward(const Tensor& grad, const Tensor& query, const Tensor& key, const Tensor& value,
+                                  const std::optional<Tensor>& attn_mask, bool is_causal, std::optional<double> scale) {
+  const double sc = scale.value_or(1.0 / std::sqrt(double(query.size(-1))));
+  Tensor s = matmul(query, tr(key)) * sc;
+  const Tensor ninf = number(-std::numeric_limits<double>::infinity());
+  if (is_causal) {
+    const int64_t l = query.size(-2), n = key.size(-2);
+    Tensor rows = arange(l, TensorOptions(query.device())).unsqueeze(1);
+    Tensor cols = arange(n, TensorOptions(query.device())).unsqueeze(0);
+    s = where(ge(rows, cols), s, ninf);
+  }
+  if (attn_mask) s = attn_mask->dtype() == kBool ? where(*attn_mask, s, ninf) : s + *attn_mask;
+  Tensor p = softmax(s, -1);
+  Tensor gv = matmul(tr(p), grad);
+  Tensor gp = matmul(grad, tr(value));
+  Tensor gs = p * (gp - sum(gp * p, {-1}, true));
+  return {matmul(gs, key) * sc, matmul(tr(gs), query) * sc, gv};
+}
+
+}  // namespace tessera::autograd::formulas

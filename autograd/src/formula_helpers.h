@@ -1,0 +1,59 @@
+// Helpers the backward formulas of dispatcher/ops/derivatives.json call (its "helpers" list names
+// each; gen_derivatives.py refuses a formula that calls anything else but contract ops). Every
+// helper is written with contract ops only, so it runs on every device and traces.
+#pragma once
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tessera/ops.h"
+
+namespace tessera::autograd::formulas {
+
+using Sizes = std::vector<int64_t>;
+
+Tensor scale_grad(const Tensor& grad, const Scalar& alpha);
+Tensor mask_grad(const Tensor& grad, const Tensor& mask);
+Tensor zero_where(const Tensor& grad, const Tensor& mask);
+Tensor sign_of(const Tensor& x);
+Tensor pow_backward(const Tensor& grad, const Tensor& self, const Scalar& exponent);
+Tensor pow_backward_self(const Tensor& grad, const Tensor& self, const Tensor& exponent);
+Tensor pow_backward_exponent(const Tensor& grad, const Tensor& self, const Tensor& result);
+Tensor erf_backward(const Tensor& grad, const Tensor& self);
+Tensor gelu_backward(const Tensor& grad, const Tensor& self, const std::string& approximate);
+Tensor silu_backward(const Tensor& grad, const Tensor& self);
+Tensor clamp_backward(const Tensor& grad, const Tensor& self, const std::optional<Scalar>& min,
+                      const std::optional<Scalar>& max);
+Tensor minmax_backward(const Tensor& grad, const Tensor& self, const Tensor& other, bool is_max);
+Tensor sum_backward(const Tensor& grad, const Sizes& sizes, const Sizes& dim, bool keepdim);
+Tensor mean_backward(const Tensor& grad, const Sizes& sizes, const Sizes& dim, bool keepdim);
+Tensor amax_backward(const Tensor& grad, const Tensor& self, const Tensor& result, const Sizes& dim, bool keepdim);
+Tensor var_backward(const Tensor& grad, const Tensor& self, const Sizes& dim, int64_t correction, bool keepdim);
+std::vector<Tensor> matmul_backward(const Tensor& grad, const Tensor& self, const Tensor& other);
+std::vector<Tensor> linear_backward(const Tensor& grad, const Tensor& input, const Tensor& weight,
+                                    const std::optional<Tensor>& bias);
+Tensor softmax_backward(const Tensor& grad, const Tensor& result, int64_t dim);
+Tensor log_softmax_backward(const Tensor& grad, const Tensor& result, int64_t dim);
+std::vector<Tensor> layer_norm_backward(const Tensor& grad, const Tensor& input, const Sizes& normalized_shape,
+                                        const std::optional<Tensor>& weight, const std::optional<Tensor>& bias,
+                                        double eps);
+std::vector<Tensor> rms_norm_backward(const Tensor& grad, const Tensor& input, const Sizes& normalized_shape,
+                                      const std::optional<Tensor>& weight, std::optional<double> eps);
+Tensor embedding_backward(const Tensor& grad, const Sizes& weight_sizes, const Tensor& indices);
+Tensor index_select_backward(const Tensor& grad, const Sizes& self_sizes, int64_t dim, const Tensor& index);
+std::vector<Tensor> cat_backward(const Tensor& grad, int64_t dim, const std::vector<Sizes>& sizes);
+std::vector<Tensor> stack_backward(const Tensor& grad, int64_t dim, const std::vector<Sizes>& sizes);
+// Stride 1, dilation 1, groups 1 and padding < kernel size only (as two conv2d calls); others throw
+// Unimplemented at backward time (TODO(#31): a convolution-backward op in the contract).
+std::vector<Tensor> conv2d_backward(const Tensor& grad, const Tensor& input, const Tensor& weight,
+                                    const std::optional<Tensor>& bias, const Sizes& stride, const Sizes& padding,
+                                    const Sizes& dilation, int64_t groups);
+// Non-overlapping 4-D pooling only (stride equal to the kernel, no padding, dilation 1; a remainder
+// that the pooling dropped gets zeros); others throw Unimplemented at backward time. Max pooling
+// splits the gradient evenly between tied maxima (PyTorch gives it to one of them).
+Tensor pool2d_backward(const Tensor& grad, const Tensor& self, const Tensor& result, const Sizes& kernel_size,
+                       const Sizes& stride, const Sizes& padding, const Sizes& dilation, bool is_max);
+std::vector<Tensor> sdpa_backward(const Tensor& grad, const Tensor& query, const Tensor& key, const Tensor& value,
+                                  const std::optional<Tensor>& attn_mask, bool is_causal, std::optional<double> scale);
+
+}  // namespace tessera::autograd::formulas

@@ -1,0 +1,102 @@
+// Optimizers (nn.h): PyTorch's update rules, a loop over the parameter list under NoGradGuard.
+#include <cmath>
+
+#include "tessera/nn.h"
+
+namespace tessera::nn::optim {
+
+namespace {
+Tensor number(double v) { return scalar_tensor(v, kFloat64); }
+}  // namespace
+
+Optimizer::~Optimizer() = default;
+
+void Optimizer::zero_grad() {
+  for (const Tensor& p : params_) autograd::set_grad(p, Tensor());
+}
+
+SGD::SGD(std::vector<Tensor> params, SGDOptions options) : Optimizer(std::move(params)), o_(options) {
+  TESSERA_CHECK(o_.lr >= 0 && o_.momentum >= 0 && o_.weight_decay >= 0, "SGD: lr (", o_.lr, "), momentum (",
+                o_.momentum, ") and weight_decay (", o_.weight_decay, ") must be non-negative");
+  TESSERA_CHECK(!o_.nesterov || (o_.momentum > 0 && o_.dampening == 0),
+                "SGD: Nesterov momentum requires a momentum and zero dampening");
+  momentum_.resize(params_.size());
+}
+
+void SGD::step() {
+  autograd::NoGradGuard no_grad;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    Tensor& p = params_[i];
+    Tensor d = autograd::grad(p);
+    if (!d.defined()) continue;
+    if (o_.weight_decay != 0) d = d + p * o_.weight_decay;
+    if (o_.momentum != 0) {
+      Tensor& buf = momentum_[i];
+      if (!buf.defined()) {
+        buf = d.clone();
+      } else {
+        buf.mul_(number(o_.momentum));
+        buf.add_(d, 1 - o_.dampening);
+      }
+      d = o_.nesterov ? d + buf * o_.momentum : buf;
+    }
+    p.add_(d, -o_.lr);
+  }
+}
+
+Adam::Adam(std::vector<Tensor> params, AdamOptions options) : Optimizer(std::move(params)), o_(options) {
+  TESSERA_CHECK(o_.lr >= 0 && o_.eps >= 0 && o_.beta1 >= 0 && o_.beta1 < 1 && o_.beta2 >= 0 && o_.beta2 < 1,
+                "Adam: need lr >= 0, eps >= 0 and betas in [0, 1), got lr ", o_.lr, ", eps ", o_.eps, ", betas (",
+                o_.beta1, ", ", o_.beta2, ")");
+  m_.resize(params_.size());
+  v_.resize(params_.size());
+}
+
+void Adam::step() {
+  autograd::NoGradGuard no_grad;
+  ++t_;
+  const double bc1 = 1 - std::pow(o_.beta1, double(t_)), bc2 = 1 - std::pow(o_.beta2, double(t_));
+  for (size_t i = 0; i < params_.size(); ++i) {
+    Tensor& p = params_[i];
+    Tensor g = autograd::grad(p);
+    if (!g.defined()) continue;
+    if (o_.weight_decay != 0) {
+      if (o_.decoupled_weight_decay) p.mul_(number(1 - o_.lr * o_.weight_decay));
+      else g = g + p * o_.weight_decay;
+    }
+    if (!m_[i].defined()) {
+      m_[i] = zeros_like(p);
+      v_[i] = zeros_like(p);
+    }
+    m_[i].mul_(number(o_.beta1));
+    m_[i].add_(g, 1 - o_.beta1);
+    v_[i].mul_(number(o_.beta2));
+    v_[i].add_(g * g, 1 - o_.beta2);
+    Tensor denom = sqrt(v_[i] / bc2) + o_.eps;
+    p.add_(m_[i] / denom, -o_.lr / bc1);
+  }
+}
+
+AdamW::AdamW(std::vector<Tensor> params, AdamOptions options)
+    : Adam(std::move(params), [&] {
+        AdamOptions o = options;
+        o.decoupled_weight_decay = true;
+        return o;
+      }()) {}
+
+LRScheduler::~LRScheduler() = default;
+
+StepLR::StepLR(Optimizer& opt, int64_t step_size, double gamma) : LRScheduler(opt), step_size_(step_size), gamma_(gamma) {
+  TESSERA_CHECK(step_size > 0, "StepLR: step_size must be positive, got ", step_size);
+}
+double StepLR::lr_at(int64_t epoch) const { return base_lr_ * std::pow(gamma_, double(epoch / step_size_)); }
+
+CosineAnnealingLR::CosineAnnealingLR(Optimizer& opt, int64_t t_max, double eta_min)
+    : LRScheduler(opt), t_max_(t_max), eta_min_(eta_min) {
+  TESSERA_CHECK(t_max > 0, "CosineAnnealingLR: t_max must be positive, got ", t_max);
+}
+double CosineAnnealingLR::lr_at(int64_t epoch) const {
+  return eta_min_ + (base_lr_ - eta_min_) * (1 + std::cos(M_PI * double(epoch) / double(t_max_))) / 2;
+}
+
+}  // namespace tessera::nn::optim

@@ -1,0 +1,361 @@
+// Recording: the Autograd key's dispatch hook (Note [Autograd dispatch]) and the core's view hook
+// make graph nodes; their backward runs the generated formula or the device's backward kernel.
+#include <cctype>
+#include <sstream>
+
+#include "autograd_internal.h"
+#include "formula_context.h"
+#include "tessera/autograd_dispatch.h"
+#include "tessera/autograd_hooks.h"
+#include "tessera/log.h"
+#include "tessera/stream.h"
+
+namespace tessera::autograd::detail {
+namespace {
+
+// "add.Tensor" -> "AddBackward" (PyTorch's node names, without the overload).
+std::string node_name_of(const std::string& op) {
+  std::string base = op.substr(0, op.find('.'));
+  std::string out;
+  bool up = true;
+  for (char c : base) {
+    if (c == '_') {
+      up = true;
+      continue;
+    }
+    out += up ? char(std::toupper(static_cast<unsigned char>(c))) : c;
+    up = false;
+  }
+  return out + "Backward";
+}
+
+struct InputMeta {
+  std::vector<int64_t> sizes;
+  DType dtype = kFloat32;
+  Device device{DeviceType::CPU};
+  bool defined = false;
+};
+
+// The backward of one dispatched op.
+class OpNode final : public Node {
+ public:
+  OpNode(std::vector<Edge> edges, uint32_t num_outputs, OperatorEntry* op, const DerivativeInfo* info)
+      : Node(num_outputs, std::move(edges)), op_(op), info_(info), name_(node_name_of(info ? info->op : "op")) {}
+  std::string name() const override { return name_; }
+  void release_saved() override {
+    for (auto& s : saved_) s.reset();
+    for (auto& s : results_) s.reset();
+  }
+
+  std::vector<Tensor> apply(std::vector<Tensor>&& grads) override {
+    // Note [Backward streams]: the backward of an op runs on the stream its forward ran on (the
+    // thread's current stream of the device at recording). The engine's own work (the gradients
+    // this node reads) is on the thread's current stream, so that stream is waited for first, and
+    // the node's stream after it: a gradient is never read on one stream before another wrote it.
+    std::optional<StreamGuard> on_stream;
+    if (stream_) {
+      current_stream(device_).synchronize();
+      on_stream.emplace(*stream_);
+    }
+    std::vector<Tensor> out = compute(std::move(grads));
+    if (stream_) stream_->synchronize();
+    return out;
+  }
+
+  std::vector<Tensor> compute(std::vector<Tensor>&& grads) {
+    std::vector<bool> needs(next_edges_.size());
+    for (size_t i = 0; i < next_edges_.size(); ++i) needs[i] = next_edges_[i].valid();
+    std::vector<Tensor> out;
+    if (device_kernel_ && grads.size() == 1 && grads[0].defined() && run_device(grads[0], out)) {
+      ++backward_stats().device_kernels_run;
+    } else {
+      if (!grads[0].defined()) {
+        // Multi-output ops are not recorded yet, so output 0 carries the only gradient.
+        return std::vector<Tensor>(next_edges_.size());
+      }
+      FormulaContext c;
+      c.node_name = &name_;
+      c.args = &args_;
+      c.saved = &saved_;
+      c.input_sizes = &input_sizes_;
+      c.flat_begin = &flat_begin_;
+      c.flat_count = &flat_count_;
+      c.results = &results_;
+      c.needs_grad = &needs;
+      c.grads_in = std::move(grads);
+      c.grads_out.resize(next_edges_.size());
+      info_->fn(c);
+      ++backward_stats().generic_formulas_run;
+      out = std::move(c.grads_out);
+    }
+    for (size_t i = 0; i < out.size() && i < inputs_.size(); ++i) {
+      if (!needs[i] || !out[i].defined()) {
+        out[i] = Tensor();
+        continue;
+      }
+      const InputMeta& m = inputs_[i];
+      if (out[i].sizes() != IntArrayRef(m.sizes)) out[i] = sum_to(out[i], m.sizes);
+      if (out[i].dtype() != m.dtype) out[i] = out[i].to(m.dtype);
+      if (out[i].device() != m.device) out[i] = out[i].to(m.device);
+    }
+    return out;
+  }
+
+  bool run_device(const Tensor& grad, std::vector<Tensor>& out) {
+    Stack fwd = args_;
+    for (size_t a = 0; a < fwd.size(); ++a) {
+      const int b = flat_begin_[a];
+      if (b < 0) continue;
+      const SavedTensor& s = saved_[size_t(b)];
+      if (!s.defined()) fwd[a] = std::optional<Tensor>();
+      else fwd[a] = s.unpack(name_);
+    }
+    Tensor g = grad.is_contiguous() ? grad : grad.contiguous();
+    return run_device_backward(*device_kernel_, *op_, g, fwd, device_, out);
+  }
+
+  OperatorEntry* op_;
+  const DerivativeInfo* info_;
+  std::string name_;
+  Stack args_;  // attributes; tensors replaced by monostate
+  std::vector<SavedTensor> saved_;
+  std::vector<SavedTensor> results_;
+  std::vector<InputMeta> inputs_;
+  std::vector<std::vector<int64_t>> input_sizes_;
+  std::vector<int> flat_begin_, flat_count_;
+  const KernelEntry* device_kernel_ = nullptr;
+  Device device_{DeviceType::CPU};
+  std::optional<Stream> stream_;  // set when the forward ran on a stream other than the default
+};
+
+// An op whose derivative does not exist yet: recording is fine, backward through it is an error.
+class NotImplementedNode final : public Node {
+ public:
+  NotImplementedNode(std::vector<Edge> edges, uint32_t n, std::string op, std::string why)
+      : Node(n, std::move(edges)), op_(std::move(op)), why_(std::move(why)) {}
+  std::string name() const override { return "NotImplemented(" + op_ + ")"; }
+  std::vector<Tensor> apply(std::vector<Tensor>&&) override {
+    tessera::detail::throw_error(ErrorCode::Unimplemented,
+                        "the derivative for '" + op_ + "' is not implemented: " + why_ +
+                            " (dispatcher/ops/derivatives.json; TODO(#31)). Compute it under NoGradGuard, or write "
+                            "a custom autograd::Function for it");
+  }
+
+ private:
+  std::string op_, why_;
+};
+
+// The backward of a core view (Note [View backward]).
+class ViewNode final : public Node {
+ public:
+  ViewNode(Edge base_edge, const Tensor& base, const Tensor& view)
+      : Node(1, {std::move(base_edge)}), base_sizes_(base.sizes().begin(), base.sizes().end()),
+        base_strides_(base.strides().begin(), base.strides().end()),
+        view_sizes_(view.sizes().begin(), view.sizes().end()), view_strides_(view.strides().begin(), view.strides().end()),
+        rel_offset_(view.storage_offset() - base.storage_offset()), dtype_(base.dtype()), device_(base.device()) {}
+  std::string name() const override { return "ViewBackward"; }
+
+  // Note [View backward]
+  // Any view the core makes addresses a subset of its base's elements through the same storage.
+  // The base's gradient is a fresh buffer with the base's own strides, zero except where the view's
+  // elements lie: there, seen through the view's strides and offset (relative to the base's), it
+  // holds the view's gradient. Dims the view broadcast (stride 0, expand) are summed first, so the
+  // write never meets itself. One rule covers view, reshape, permute, transpose, select, slice,
+  // narrow, expand, squeeze, unsqueeze, flatten and as_strided inside the base.
+  std::vector<Tensor> apply(std::vector<Tensor>&& grads) override {
+    Tensor g = grads[0];
+    std::vector<int64_t> dims, sizes = view_sizes_;
+    for (size_t d = 0; d < view_sizes_.size(); ++d)
+      if (view_strides_[d] == 0 && view_sizes_[d] > 1) {
+        dims.push_back(int64_t(d));
+        sizes[d] = 1;
+      }
+    if (!dims.empty()) g = tessera::sum(g, dims, true);
+    Tensor buf = make_tensor_strided(base_sizes_, base_strides_, dtype_, device_);
+    buf.fill_(0);
+    if (g.dtype() != dtype_) g = g.to(dtype_);
+    buf.as_strided(sizes, view_strides_, rel_offset_).copy_(g);
+    return {buf};
+  }
+
+ private:
+  std::vector<int64_t> base_sizes_, base_strides_, view_sizes_, view_strides_;
+  int64_t rel_offset_;
+  DType dtype_;
+  Device device_;
+};
+
+// An op that writes one of its arguments (Tensor(a!)).
+// The backward of a cross-device to(): the gradient moves back.
+class ToDeviceNode final : public Node {
+ public:
+  ToDeviceNode(Edge edge, Device from) : Node(1, {std::move(edge)}), from_(from) {}
+  std::string name() const override { return "ToCopyBackward"; }
+  std::vector<Tensor> apply(std::vector<Tensor>&& grads) override { return {grads[0].to(from_)}; }
+
+ private:
+  Device from_;
+};
+
+Tensor on_to_device(const Tensor& self, Device device) {
+  Tensor moved = detach(self).to(device);
+  auto m = find_meta(self.impl());
+  if (is_grad_enabled() && tracked(m.get()))
+    set_history(moved, std::make_shared<ToDeviceNode>(gradient_edge(self), self.device()), 0);
+  return moved;
+}
+
+bool writes_an_argument(const FunctionSchema& schema) {
+  for (const Argument& a : schema.arguments)
+    if (a.is_write) return true;
+  return false;
+}
+
+std::vector<Tensor> on_autograd_call(AutogradCall& call) {
+  OperatorEntry& op = *call.op;
+  const std::string& name = *call.name;
+  const FunctionSchema& schema = Dispatcher::instance().schema(op);
+  // Flatten the tensor inputs.
+  std::vector<Tensor> flat;
+  std::vector<int> flat_begin(call.args.size(), -1), flat_count(call.args.size(), 0);
+  for (size_t a = 0; a < call.args.size(); ++a) {
+    const Value& v = call.args[a];
+    if (auto* t = std::get_if<Tensor>(&v)) {
+      flat_begin[a] = int(flat.size());
+      flat_count[a] = 1;
+      flat.push_back(*t);
+    } else if (auto* ot = std::get_if<std::optional<Tensor>>(&v)) {
+      flat_begin[a] = int(flat.size());
+      flat_count[a] = 1;
+      flat.push_back(*ot ? **ot : Tensor());
+    } else if (auto* l = std::get_if<std::vector<Tensor>>(&v)) {
+      flat_begin[a] = int(flat.size());
+      flat_count[a] = int(l->size());
+      for (const Tensor& t : *l) flat.push_back(t);
+    } else if (a < schema.arguments.size() && std::holds_alternative<std::monostate>(v) &&
+               schema.arguments[a].type == ArgType::OptionalTensor) {
+      flat_begin[a] = int(flat.size());  // an absent Tensor?
+      flat_count[a] = 1;
+      flat.emplace_back();
+    }
+  }
+  std::vector<Edge> edges(flat.size());
+  bool any = false;
+  for (size_t i = 0; i < flat.size(); ++i) {
+    edges[i] = gradient_edge(flat[i]);
+    any = any || edges[i].valid();
+  }
+  const DerivativeInfo* info = any ? find_derivative(name) : nullptr;
+  // Note [In-place ops in the graph]: an in-place op that writes its first argument (add_, mul_)
+  // runs the formulas of its out-of-place form (derivatives.json "inplace"); the written tensor's
+  // value before the op is saved as a copy where a formula reads it, and the tensor's history is
+  // rebased onto the new node (PyTorch's rebase_history for tensors that are not views). Leaves
+  // that require grad, and views of tensors in a graph, are refused.
+  Tensor written_before;
+  if (any && writes_an_argument(schema)) {
+    auto m = flat[0].defined() ? find_meta(flat[0].impl()) : nullptr;
+    TESSERA_CHECK(!(m && m->requires_grad && !m->grad_fn),
+                  "a leaf Variable that requires grad is being used in an in-place operation ('", name,
+                  "'); do it under NoGradGuard (an optimizer step) or use the out-of-place op");
+    if (!info || info->kind != DerivativeKind::Formula || !schema.arguments[0].is_write)
+      tessera::detail::throw_error(ErrorCode::Unimplemented,
+                                   "'" + name + "': this in-place op is not supported by autograd yet on tensors that "
+                                   "require grad (TODO(#31)); use the out-of-place op, or run it under NoGradGuard");
+    TESSERA_CHECK(!(m && m->grad_fn && dynamic_cast<ViewNode*>(m->grad_fn.get())), "'", name,
+                  "': an in-place op on a view of a tensor that requires grad is not supported yet (TODO(#31)); "
+                  "write the out-of-place result instead, or clone() the view first");
+    bool reads_written = false;
+    for (size_t a = 0; a < flat_begin.size() && a < 64; ++a)
+      if ((info->saved_args >> a & 1) && flat_begin[a] >= 0)
+        for (int j = 0; j < flat_count[a]; ++j) {
+          const Tensor& t = flat[size_t(flat_begin[a] + j)];
+          reads_written = reads_written || (t.defined() && t.storage().get() == flat[0].storage().get());
+        }
+    ExcludeDispatchKeyGuard below(kAutogradKey);
+    if (reads_written) written_before = flat[0].clone();
+  }
+  std::vector<Tensor> outs;
+  {
+    ExcludeDispatchKeyGuard below(kAutogradKey);
+    Stack r = Dispatcher::instance().call_boxed(op, call.args);
+    for (Value& v : r) outs.push_back(std::get<Tensor>(std::move(v)));
+  }
+  if (!any) return outs;
+  if (info && info->kind == DerivativeKind::NonDifferentiable) return outs;
+  // Inputs marked non-differentiable (indices) get no edge.
+  if (info)
+    for (size_t a = 0; a < call.args.size() && a < 64; ++a)
+      if ((info->nondiff_args >> a & 1) && flat_begin[a] >= 0)
+        for (int j = 0; j < flat_count[a]; ++j) edges[size_t(flat_begin[a] + j)] = Edge();
+  std::vector<uint32_t> diff_outs;
+  for (size_t o = 0; o < outs.size(); ++o)
+    if (outs[o].defined() && is_floating(outs[o].dtype())) diff_outs.push_back(uint32_t(o));
+  if (diff_outs.empty()) return outs;
+  std::shared_ptr<Node> node;
+  if (!info || info->kind == DerivativeKind::NotImplemented || outs.size() != 1) {
+    std::string why = !info ? "it has no entry in derivatives.json (an op defined by a plugin)"
+                            : (outs.size() != 1 ? "ops with several outputs are not recorded yet" : info->note);
+    node = std::make_shared<NotImplementedNode>(std::move(edges), uint32_t(outs.size()), name, why);
+  } else {
+    auto n = std::make_shared<OpNode>(std::move(edges), uint32_t(outs.size()), &op, info);
+    n->device_ = call.device;
+    n->device_kernel_ = device_backward_kernel(op, call.device.type());
+    if (!call.device.is_cpu())
+      if (Stream s = current_stream(call.device); !s.is_default()) n->stream_ = s;
+    n->flat_begin_ = flat_begin;
+    n->flat_count_ = flat_count;
+    n->saved_.resize(flat.size());
+    n->inputs_.resize(flat.size());
+    n->input_sizes_.resize(flat.size());
+    for (size_t a = 0; a < call.args.size(); ++a) {
+      const bool save = n->device_kernel_ || (a < 64 && (info->saved_args >> a & 1));
+      if (flat_begin[a] < 0) {
+        n->args_.push_back(call.args[a]);
+        continue;
+      }
+      n->args_.emplace_back(std::monostate{});
+      for (int j = 0; j < flat_count[a]; ++j) {
+        const size_t i = size_t(flat_begin[a] + j);
+        if (!flat[i].defined()) continue;
+        n->inputs_[i] = {std::vector<int64_t>(flat[i].sizes().begin(), flat[i].sizes().end()), flat[i].dtype(),
+                         flat[i].device(), true};
+        n->input_sizes_[i] = n->inputs_[i].sizes;
+        if (!save) continue;
+        // The written tensor, and any input on its storage, as it was before an in-place op.
+        const bool overwritten = written_before.defined() && flat[i].storage().get() == flat[0].storage().get();
+        n->saved_[i] = SavedTensor(overwritten ? written_before : flat[i], false);
+      }
+    }
+    if (info->saves_result)
+      for (const Tensor& o : outs) n->results_.emplace_back(o, true);
+    node = std::move(n);
+  }
+  for (uint32_t o : diff_outs) set_history(outs[o], node, o);
+  return outs;
+}
+
+void on_view_created(const Tensor& base, Tensor& view) {
+  auto m = find_meta(base.impl());
+  if (!is_grad_enabled() || !tracked(m.get())) {
+    view.impl()->set_key_set(view.key_set() - kAutogradKey);
+    return;
+  }
+  TESSERA_CHECK(has_internal_overlap(*base.impl()) != MemOverlap::Yes,
+                "a view of a tensor whose elements share memory (an expanded tensor, sizes ", base.sizes(),
+                ", strides ", base.strides(), ") cannot be recorded for backward yet (TODO(#31)); call contiguous() "
+                "on it first");
+  auto node = std::make_shared<ViewNode>(gradient_edge(base), base, view);
+  set_history(view, node, 0);
+}
+
+}  // namespace
+
+void on_impl_released(const TensorImpl* impl) noexcept { erase_meta(impl); }
+
+void install_hooks() {
+  tessera::detail::set_autograd_core_hooks(&on_view_created, &on_impl_released);
+  set_autograd_hook(&on_autograd_call);
+  set_autograd_to_device_hook(&on_to_device);
+}
+
+}  // namespace tessera::autograd::detail

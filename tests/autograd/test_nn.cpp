@@ -1,0 +1,143 @@
+// Modules, the state dict, optimizers (against hand-computed PyTorch update rules) and clipping.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+
+#include "gradcheck.h"
+#include "tessera/nn.h"
+
+namespace tessera {
+namespace {
+
+namespace ag = autograd;
+
+std::vector<double> vals(const Tensor& t) { return testing::values(t); }
+
+TEST(Modules, LinearParametersAndForward) {
+  manual_seed(0);
+  nn::Linear lin(4, 3);
+  auto named = lin.named_parameters();
+  ASSERT_EQ(named.size(), 2u);
+  EXPECT_EQ(named[0].first, "weight");
+  EXPECT_EQ(named[1].first, "bias");
+  EXPECT_EQ(lin.weight.sizes(), IntArrayRef({3, 4}));
+  EXPECT_TRUE(ag::requires_grad(lin.weight));
+  for (double v : vals(lin.weight)) EXPECT_LE(std::abs(v), 0.5);  // U(-1/sqrt(4), 1/sqrt(4))
+  Tensor x = ones({2, 4});
+  Tensor y = lin.forward(x);
+  EXPECT_TRUE(allclose(y, matmul(x, lin.weight.t()) + lin.bias, 1e-5, 1e-6));
+  ag::backward(y.sum());
+  EXPECT_TRUE(allclose(ag::grad(lin.bias), full({3}, 2.0)));
+  lin.zero_grad();
+  EXPECT_FALSE(ag::grad(lin.bias).defined());
+  EXPECT_ANY_THROW(nn::Linear(0, 3));
+}
+
+TEST(Modules, StateDictRoundTripsThroughSafetensors) {
+  manual_seed(1);
+  nn::Linear a(3, 2);
+  nn::LayerNorm ln({2});
+  const std::string path = ::testing::TempDir() + "autograd_state.safetensors";
+  a.save(path);
+  manual_seed(2);
+  nn::Linear b(3, 2);
+  EXPECT_FALSE(allclose(a.weight, b.weight));
+  b.load(path);
+  EXPECT_TRUE(equal(a.weight, b.weight));
+  EXPECT_TRUE(equal(a.bias, b.bias));
+  EXPECT_TRUE(ag::requires_grad(b.weight));
+  EXPECT_ANY_THROW(ln.load(path));  // other names
+  std::remove(path.c_str());
+}
+
+TEST(Modules, EmbeddingAndLayerNormTrain) {
+  manual_seed(3);
+  nn::Embedding emb(5, 4);
+  nn::LayerNorm ln({4});
+  Tensor idx = tensor(std::vector<int64_t>{1, 1, 3});
+  Tensor y = ln.forward(emb.forward(idx));
+  ag::backward((y * y).sum() + y.sum());
+  Tensor g = ag::grad(emb.weight);
+  ASSERT_TRUE(g.defined());
+  std::vector<double> gv = vals(g);
+  for (int c = 0; c < 4; ++c) EXPECT_EQ(gv[size_t(c)], 0.0);  // row 0 never looked up
+  EXPECT_TRUE(ag::grad(ln.weight).defined());
+  EXPECT_TRUE(ag::grad(ln.bias).defined());
+}
+
+TEST(Optimizers, SGDMomentumNesterovWeightDecay) {
+  // One parameter, gradient 2p each step: PyTorch's rule computed by hand.
+  for (bool nesterov : {false, true}) {
+    Tensor p = nn::parameter(tensor(std::vector<double>{1.0}));
+    nn::optim::SGD opt({p}, {.lr = 0.1, .momentum = 0.9, .weight_decay = 0.01, .nesterov = nesterov});
+    double pv = 1.0, buf = 0;
+    for (int step = 0; step < 3; ++step) {
+      opt.zero_grad();
+      ag::backward((p * p).sum());
+      opt.step();
+      const double d = 2 * pv + 0.01 * pv;
+      buf = step == 0 ? d : 0.9 * buf + d;
+      pv -= 0.1 * (nesterov ? d + 0.9 * buf : buf);
+      EXPECT_NEAR(vals(p)[0], pv, 1e-12) << "step " << step << " nesterov " << nesterov;
+    }
+  }
+}
+
+TEST(Optimizers, AdamAndAdamW) {
+  for (bool decoupled : {false, true}) {
+    Tensor p = nn::parameter(tensor(std::vector<double>{0.5, -1.5}));
+    nn::optim::AdamOptions o{.lr = 0.1, .weight_decay = 0.1};
+    std::unique_ptr<nn::optim::Optimizer> opt;
+    if (decoupled) opt = std::make_unique<nn::optim::AdamW>(std::vector<Tensor>{p}, o);
+    else opt = std::make_unique<nn::optim::Adam>(std::vector<Tensor>{p}, o);
+    std::vector<double> pv{0.5, -1.5}, m{0, 0}, v{0, 0};
+    for (int t = 1; t <= 3; ++t) {
+      opt->zero_grad();
+      ag::backward((p * p * p).sum());  // gradient 3p^2
+      opt->step();
+      for (size_t i = 0; i < 2; ++i) {
+        double g = 3 * pv[i] * pv[i];
+        if (decoupled) pv[i] *= 1 - 0.1 * 0.1;
+        else g += 0.1 * pv[i];
+        m[i] = 0.9 * m[i] + 0.1 * g;
+        v[i] = 0.999 * v[i] + 0.001 * g * g;
+        const double mh = m[i] / (1 - std::pow(0.9, t)), vh = v[i] / (1 - std::pow(0.999, t));
+        pv[i] -= 0.1 * mh / (std::sqrt(vh) + 1e-8);
+        EXPECT_NEAR(vals(p)[i], pv[i], 1e-9) << "t " << t << " decoupled " << decoupled;
+      }
+    }
+  }
+}
+
+TEST(Optimizers, LearningRateSchedules) {
+  Tensor p = nn::parameter(tensor(std::vector<double>{1.0}));
+  nn::optim::SGD opt({p}, {.lr = 0.8});
+  nn::optim::StepLR step(opt, 2, 0.5);
+  std::vector<double> lrs;
+  for (int e = 0; e < 5; ++e) {
+    step.step();
+    lrs.push_back(opt.lr());
+  }
+  EXPECT_EQ(lrs, (std::vector<double>{0.8, 0.4, 0.4, 0.2, 0.2}));
+  nn::optim::Adam adam({p}, {.lr = 1.0});
+  nn::optim::CosineAnnealingLR cos(adam, 4, 0.1);
+  cos.step();
+  EXPECT_NEAR(adam.lr(), 0.1 + 0.9 * (1 + std::cos(M_PI / 4)) / 2, 1e-15);
+  for (int e = 0; e < 3; ++e) cos.step();
+  EXPECT_NEAR(adam.lr(), 0.1, 1e-15);
+  EXPECT_ANY_THROW(nn::optim::StepLR(opt, 0));
+}
+
+TEST(Optimizers, ClipGradNorm) {
+  Tensor a = nn::parameter(tensor(std::vector<double>{1, 1}));
+  Tensor b = nn::parameter(tensor(std::vector<double>{1}));
+  ag::backward((a * 3.0).sum() + (b * 4.0).sum());  // grads (3, 3) and (4): norm sqrt(34)
+  const double norm = nn::clip_grad_norm_({a, b}, 1.0);
+  EXPECT_NEAR(norm, std::sqrt(34.0), 1e-12);
+  const double after = std::sqrt(std::pow(vals(ag::grad(a))[0], 2) * 2 + std::pow(vals(ag::grad(b))[0], 2));
+  EXPECT_NEAR(after, 1.0, 1e-5);
+}
+
+}  // namespace
+}  // namespace tessera
