@@ -57,6 +57,29 @@ TEST_F(GradCheck, Where) {
   Tensor cond = gt(u({3, 4}), scalar_tensor(0.0, kFloat64));
   gradcheck([cond](const V& x) { return where(cond, x[0], x[1]); }, {u({3, 4}), u({4})}, {0, 1});
 }
+// The formulas of the pointwise and structural ops added for ONNX models, each inside its domain.
+TEST_F(GradCheck, OnnxUnary) {
+  gradcheck([](const V& x) { return reciprocal(x[0]); }, {signed_away(rng, {3, 4})}, {0});
+  gradcheck([](const V& x) { return tan(x[0]); }, {noncontiguous(u({3, 4}))}, {0});
+  gradcheck([](const V& x) { return sinh(x[0]); }, {u({3, 4}, -2, 2)}, {0});
+  gradcheck([](const V& x) { return cosh(x[0]); }, {u({3, 4}, -2, 2)}, {0});
+  gradcheck([](const V& x) { return asin(x[0]); }, {u({3, 4}, -0.9, 0.9)}, {0});
+  gradcheck([](const V& x) { return acos(x[0]); }, {u({3, 4}, -0.9, 0.9)}, {0});
+  gradcheck([](const V& x) { return atan(x[0]); }, {u({3, 4}, -3, 3)}, {0});
+  gradcheck([](const V& x) { return asinh(x[0]); }, {u({3, 4}, -3, 3)}, {0});
+  gradcheck([](const V& x) { return acosh(x[0]); }, {u({3, 4}, 1.2, 3)}, {0});
+  gradcheck([](const V& x) { return atanh(x[0]); }, {u({3, 4}, -0.9, 0.9)}, {0});
+  gradcheck([](const V& x) { return log1p(x[0]); }, {u({3, 4}, -0.5, 2)}, {0});
+  gradcheck([](const V& x) { return expm1(x[0]); }, {noncontiguous(u({3, 4}))}, {0});
+  gradcheck([](const V& x) { return softsign(x[0]); }, {signed_away(rng, {3, 4})}, {0});
+}
+
+TEST_F(GradCheck, OnnxStructural) {
+  gradcheck([](const V& x) { return tril(x[0], 1); }, {u({4, 5})}, {0});
+  gradcheck([](const V& x) { return triu(x[0], -1); }, {noncontiguous(u({4, 5}))}, {0});
+  gradcheck([](const V& x) { return flip(x[0], {0, 2}); }, {u({2, 3, 4})}, {0});
+}
+
 TEST_F(GradCheck, Unary) {
   gradcheck([](const V& x) { return neg(x[0]); }, {noncontiguous(u({3, 4}))}, {0});
   gradcheck([](const V& x) { return abs(x[0]); }, {signed_away(rng, {3, 4})}, {0});
