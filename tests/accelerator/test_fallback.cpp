@@ -3,7 +3,10 @@
 // and never for an op the plugin forbids (conv2d on my_hardware_device).
 #include <cstdlib>
 
+#include <tessera/capabilities.h>
 #include <tessera/plugin_loader.h>
+
+#include <algorithm>
 
 #include "accel_test_util.h"
 
@@ -165,4 +168,42 @@ TEST(CpuFallback, AnOpThePluginForbidsNeverFallsBack) {
   }
   // The same op still runs on the CPU.
   EXPECT_EQ(conv2d(x.to("cpu"), w.to("cpu")).sizes()[1], 3);
+}
+
+// Note [Device capabilities]: what each plugin offers, as its source declares it
+// (samples/my_hardware_device/src/plugin.cpp: streams, events with timing, memory statistics, async
+// execution, no memory_record_stream; plugins/cpu/src/plugin.cpp: feature bits 0, so synchronous).
+TEST(DeviceCapabilities, AnswerFromThePluginsSlotsNotItsName) {
+  const DeviceCapabilities a = device_capabilities(Device(kAccel));
+  EXPECT_EQ(a.device, kAccel);
+  EXPECT_EQ(a.plugin, "my_hardware_device");
+  EXPECT_GE(a.device_count, 1);
+  EXPECT_TRUE(a.streams);
+  EXPECT_TRUE(a.events);
+  EXPECT_TRUE(a.event_timing);
+  EXPECT_TRUE(a.async_execution);
+  EXPECT_TRUE(a.memory_stats);
+  EXPECT_FALSE(a.record_stream);
+  EXPECT_FALSE(a.graph_capture);
+  EXPECT_NE(a.absent.find("pinned host memory"), std::string::npos) << a.absent;
+  // Its kernels take float32 (add, mul, ...) and no complex or quantized dtype.
+  EXPECT_NE(std::find(a.dtypes.begin(), a.dtypes.end(), kFloat32), a.dtypes.end()) << a.str();
+  EXPECT_EQ(std::find(a.dtypes.begin(), a.dtypes.end(), kQInt8), a.dtypes.end()) << a.str();
+  EXPECT_NE(a.str().find(std::string(kAccel) + " (plugin my_hardware_device, "), std::string::npos) << a.str();
+
+  const DeviceCapabilities cpu = device_capabilities(Device("cpu"));
+  EXPECT_EQ(cpu.device, "cpu");
+  EXPECT_TRUE(cpu.memory_stats);
+  EXPECT_FALSE(cpu.async_execution);
+  // Both hold and copy every dense dtype (their copy_ kernels take them all); int8 kernels of the
+  // CPU sit under the Quantized functionality and are not dense dtypes.
+  EXPECT_EQ(cpu.dtypes.size(), 10u) << cpu.str();
+  EXPECT_EQ(a.dtypes, cpu.dtypes) << a.str();
+  EXPECT_TRUE(cpu.streams && cpu.events) << cpu.str();
+  try {
+    (void)device_capabilities(Device("meta"));
+    FAIL() << "meta has no plugin";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("the meta device runs shape rules only"), std::string::npos) << e.what();
+  }
 }
