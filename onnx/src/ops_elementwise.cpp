@@ -1,0 +1,264 @@
+// Converters of the pointwise family: arithmetic, comparisons, logic, activations, Cast, Clip,
+// Where, Constant. Arithmetic on known integers is folded (Note [Known integers] in convert.h).
+#include <cmath>
+
+#include "convert.h"
+
+namespace tessera::onnx::detail {
+
+namespace {
+
+using IntFn = SymSize (*)(const SymSize&, const SymSize&);
+
+// Broadcasts two known integer lists (a scalar or a list of one against a list).
+bool fold_binary(NodeCtx& c, IntFn fn, DType out_dtype = kInt64) {
+  if (!c.has_ints(0) || !c.has_ints(1)) return false;
+  Sizes a = c.ints(0), b = c.ints(1);
+  if (a.size() != b.size() && a.size() != 1 && b.size() != 1) return false;
+  const size_t n = std::max(a.size(), b.size());
+  Sizes out;
+  for (size_t i = 0; i < n; ++i) out.push_back(fn(a[a.size() == 1 ? 0 : i], b[b.size() == 1 ? 0 : i]));
+  const DType dt = out_dtype == kBool ? kBool : c.val(0).int_dtype;
+  c.out_ints(0, std::move(out), c.val(0).scalar && c.val(1).scalar, dt);
+  return true;
+}
+
+SymSize add_i(const SymSize& a, const SymSize& b) { return a + b; }
+SymSize sub_i(const SymSize& a, const SymSize& b) { return a - b; }
+SymSize mul_i(const SymSize& a, const SymSize& b) { return a * b; }
+SymSize div_i(const SymSize& a, const SymSize& b) {
+  auto x = a.maybe_constant(), y = b.maybe_constant();
+  if (x && y) {
+    TESSERA_CHECK(*y != 0, "onnx import: integer division by zero in a size computation");
+    return *x / *y;  // ONNX integer Div truncates
+  }
+  return floordiv(a, b);  // sizes are non-negative: truncation is floor division
+}
+
+void Add(NodeCtx& c) { if (!fold_binary(c, add_i)) c.out(0, tessera::add(c.in(0), c.in(1))); }
+void Sub(NodeCtx& c) { if (!fold_binary(c, sub_i)) c.out(0, tessera::sub(c.in(0), c.in(1))); }
+void Mul(NodeCtx& c) { if (!fold_binary(c, mul_i)) c.out(0, tessera::mul(c.in(0), c.in(1))); }
+void Div(NodeCtx& c) {
+  if (fold_binary(c, div_i)) return;
+  Tensor a = c.in(0);
+  if (!is_floating(a.dtype()))
+    c.out(0, call_op(c, "floor_divide", {a, c.in(1)}));  // TODO(#27): truncation for negative integers
+  else
+    c.out(0, tessera::div(a, c.in(1)));
+}
+void Pow(NodeCtx& c) {
+  Tensor base = c.in(0);
+  if (c.val(1).constant && c.val(1).t.numel() == 1 && c.val(1).t.dim() == 0)
+    c.out(0, tessera::pow(base, Scalar(c.const_doubles(1)[0])));
+  else
+    c.out(0, tessera::pow(base, c.in(1).to(base.dtype())));
+}
+
+// Comparisons, folded where every element is decided (sizes are >= 0, so a symbol never equals -1).
+std::optional<bool> decide_equal(const SymSize& a, const SymSize& b) {
+  SymSize d = a - b;
+  if (d.is_constant()) return d.constant() == 0;
+  auto ca = a.maybe_constant(), cb = b.maybe_constant();
+  if ((ca && *ca < 0) || (cb && *cb < 0)) return false;
+  return std::nullopt;
+}
+void Equal(NodeCtx& c) {
+  if (c.has_ints(0) && c.has_ints(1)) {
+    Sizes a = c.ints(0), b = c.ints(1);
+    if (a.size() == b.size() || a.size() == 1 || b.size() == 1) {
+      Sizes out;
+      bool decided = true;
+      for (size_t i = 0; decided && i < std::max(a.size(), b.size()); ++i) {
+        auto r = decide_equal(a[a.size() == 1 ? 0 : i], b[b.size() == 1 ? 0 : i]);
+        decided = r.has_value();
+        if (decided) out.push_back(*r ? 1 : 0);
+      }
+      if (decided) return c.out_ints(0, out, c.val(0).scalar && c.val(1).scalar, kBool);
+    }
+  }
+  c.out(0, tessera::eq(c.in(0), c.in(1)));
+}
+void Less(NodeCtx& c) { c.out(0, tessera::lt(c.in(0), c.in(1))); }
+void LessOrEqual(NodeCtx& c) { c.out(0, tessera::le(c.in(0), c.in(1))); }
+void Greater(NodeCtx& c) { c.out(0, tessera::gt(c.in(0), c.in(1))); }
+void GreaterOrEqual(NodeCtx& c) { c.out(0, tessera::ge(c.in(0), c.in(1))); }
+void And(NodeCtx& c) { c.out(0, tessera::logical_and(c.in(0), c.in(1))); }
+void Or(NodeCtx& c) { c.out(0, tessera::logical_or(c.in(0), c.in(1))); }
+void Xor(NodeCtx& c) { c.out(0, tessera::ne(c.in(0), c.in(1))); }
+void Not(NodeCtx& c) { c.out(0, tessera::eq(c.in(0), host_scalar(0, kBool))); }
+
+void Where(NodeCtx& c) {
+  if (c.has_ints(0) && c.has_ints(1) && c.has_ints(2)) {
+    Sizes k = c.ints(0), a = c.ints(1), b = c.ints(2);
+    size_t n = std::max({k.size(), a.size(), b.size()});
+    bool ok = true;
+    for (const Sizes* s : {&k, &a, &b}) ok = ok && (s->size() == n || s->size() == 1);
+    if (ok) {
+      Sizes out;
+      for (size_t i = 0; ok && i < n; ++i) {
+        auto cond = k[k.size() == 1 ? 0 : i].maybe_constant();
+        ok = cond.has_value();
+        if (ok) out.push_back(*cond ? a[a.size() == 1 ? 0 : i] : b[b.size() == 1 ? 0 : i]);
+      }
+      if (ok) return c.out_ints(0, out, c.val(1).scalar && c.val(2).scalar && c.val(0).scalar, c.val(1).int_dtype);
+    }
+  }
+  c.out(0, tessera::where(c.in(0), c.in(1), c.in(2)));
+}
+
+// Variadic Max/Min/Sum/Mean.
+template <Tensor (*Fn)(const Tensor&, const Tensor&)>
+void variadic(NodeCtx& c) {
+  Tensor acc = c.in(0);
+  for (int i = 1; i < c.num_inputs(); ++i) acc = Fn(acc, c.in(i));
+  c.out(0, acc);
+}
+Tensor add2(const Tensor& a, const Tensor& b) { return tessera::add(a, b); }
+void Max(NodeCtx& c) { variadic<tessera::maximum>(c); }
+void Min(NodeCtx& c) { variadic<tessera::minimum>(c); }
+void Sum(NodeCtx& c) { variadic<add2>(c); }
+void Mean(NodeCtx& c) {
+  Tensor acc = c.in(0);
+  for (int i = 1; i < c.num_inputs(); ++i) acc = tessera::add(acc, c.in(i));
+  c.out(0, tessera::div(acc, host_scalar(double(c.num_inputs()), acc.dtype())));
+}
+
+// Unary ops with a contract op of their own.
+template <Tensor (*Fn)(const Tensor&)>
+void unary(NodeCtx& c) { c.out(0, Fn(c.in(0))); }
+
+Tensor scalar_like(double v, const Tensor& x) { return host_scalar(v, x.dtype()); }
+
+void Reciprocal(NodeCtx& c) { Tensor x = c.in(0); c.out(0, tessera::div(scalar_like(1, x), x)); }
+void Gelu(NodeCtx& c) { c.out(0, tessera::gelu(c.in(0), c.attr_string("approximate", "none"))); }
+void LeakyRelu(NodeCtx& c) {
+  Tensor x = c.in(0);
+  c.out(0, tessera::where(tessera::gt(x, scalar_like(0, x)), x, tessera::mul(x, scalar_like(c.attr_float("alpha", 0.01), x))));
+}
+Tensor elu(const Tensor& x, double alpha) {
+  Tensor neg = tessera::mul(tessera::sub(tessera::exp(x), scalar_like(1, x)), scalar_like(alpha, x));
+  return tessera::where(tessera::gt(x, scalar_like(0, x)), x, neg);
+}
+void Elu(NodeCtx& c) { c.out(0, elu(c.in(0), c.attr_float("alpha", 1.0))); }
+void Selu(NodeCtx& c) {
+  Tensor x = c.in(0);
+  const double alpha = c.attr_float("alpha", 1.67326319217681884765625);
+  const double gamma = c.attr_float("gamma", 1.05070102214813232421875);
+  c.out(0, tessera::mul(elu(x, alpha), scalar_like(gamma, x)));
+}
+void HardSigmoid(NodeCtx& c) {
+  Tensor x = c.in(0);
+  Tensor y = tessera::add(tessera::mul(x, scalar_like(c.attr_float("alpha", 0.2), x)), scalar_like(c.attr_float("beta", 0.5), x));
+  c.out(0, tessera::clamp(y, Scalar(0.0), Scalar(1.0)));
+}
+void HardSwish(NodeCtx& c) {
+  Tensor x = c.in(0);
+  Tensor y = tessera::add(tessera::mul(x, scalar_like(1.0 / 6.0, x)), scalar_like(0.5, x));
+  c.out(0, tessera::mul(x, tessera::clamp(y, Scalar(0.0), Scalar(1.0))));
+}
+// softplus(x) = relu(x) + log(1 + exp(-|x|)): no overflow for large |x|.
+Tensor softplus(const Tensor& x) {
+  Tensor t = tessera::log(tessera::add(tessera::exp(tessera::neg(tessera::abs(x))), scalar_like(1, x)));
+  return tessera::add(tessera::relu(x), t);
+}
+void Softplus(NodeCtx& c) { c.out(0, softplus(c.in(0))); }
+void Softsign(NodeCtx& c) {
+  Tensor x = c.in(0);
+  c.out(0, tessera::div(x, tessera::add(tessera::abs(x), scalar_like(1, x))));
+}
+void Mish(NodeCtx& c) { Tensor x = c.in(0); c.out(0, tessera::mul(x, tessera::tanh(softplus(x)))); }
+void IsNaN(NodeCtx& c) { Tensor x = c.in(0); c.out(0, tessera::ne(x, x)); }
+void PRelu(NodeCtx& c) {
+  Tensor x = c.in(0);
+  c.out(0, tessera::where(tessera::gt(x, scalar_like(0, x)), x, tessera::mul(x, c.in(1))));
+}
+
+void Identity(NodeCtx& c) { c.out(0, c.val(0)); }
+void Dropout(NodeCtx& c) {
+  if (c.has(2) && c.const_ints(2) != std::vector<int64_t>{0}) c.fail("training_mode is true; only inference is imported");
+  if (c.output_used(1)) c.fail("the mask output is not supported (inference only)");
+  c.out(0, c.val(0));
+}
+
+void Cast(NodeCtx& c) {
+  const int64_t to = c.attr_int("to", 0);
+  std::optional<DType> dt = dtype_of_onnx(int32_t(to));
+  if (!dt) c.fail("cast to ONNX type " + std::to_string(to) + ", which Tessera has no dtype for");
+  if (c.has_ints(0) && !is_floating(*dt) && *dt != kBool) return c.out_ints(0, c.ints(0), c.val(0).scalar, *dt);
+  c.out(0, c.in(0).to(*dt));
+}
+void CastLike(NodeCtx& c) { c.out(0, c.in(0).to(c.in(1).dtype())); }
+
+void Clip(NodeCtx& c) {
+  Tensor x = c.in(0);
+  std::optional<Scalar> lo, hi;
+  if (c.opset() < 11) {
+    lo = Scalar(c.attr_float("min", -INFINITY));
+    hi = Scalar(c.attr_float("max", INFINITY));
+  } else {
+    for (int i : {1, 2}) {
+      if (!c.has(i)) continue;
+      if (!c.val(i).constant && !c.val(i).ints) {
+        x = i == 1 ? tessera::maximum(x, c.in(i)) : tessera::minimum(x, c.in(i));
+        continue;
+      }
+      const double v = c.const_doubles(i).at(0);
+      Scalar s = is_floating(x.dtype()) ? Scalar(v) : Scalar(int64_t(v));
+      (i == 1 ? lo : hi) = s;
+    }
+  }
+  c.out(0, lo || hi ? tessera::clamp(x, lo, hi) : x);
+}
+
+void Constant(NodeCtx& c) {
+  Tensor t;
+  if (const ::onnx::TensorProto* p = c.attr_tensor("value")) {
+    t = tensor_from_proto(*p, "");
+  } else if (c.has_attr("value_float")) {
+    t = host_scalar(c.attr_float("value_float", 0), kFloat32);
+  } else if (c.has_attr("value_int")) {
+    t = host_tensor({c.attr_int("value_int", 0)}, {}, kInt64);
+  } else if (c.has_attr("value_ints")) {
+    std::vector<int64_t> v = c.attr_ints("value_ints", {});
+    t = host_tensor(v, {int64_t(v.size())}, kInt64);
+  } else if (c.has_attr("value_floats")) {
+    std::vector<double> v = c.attr_floats("value_floats");
+    std::vector<float> f(v.begin(), v.end());
+    ExcludeDispatchKeyGuard plain(DispatchKeySet::functionality(Functionality::Export));
+    t = tessera::tensor(f, {int64_t(f.size())}, tessera::dtype(kFloat32));
+  } else {
+    c.fail("only value, value_float(s) and value_int(s) are supported (strings and sparse tensors are not)");
+  }
+  c.out(0, constant_val(t));
+}
+
+}  // namespace
+
+void add_elementwise_converters(ConverterTable& t) {
+  t["Add"] = Add; t["Sub"] = Sub; t["Mul"] = Mul; t["Div"] = Div; t["Pow"] = Pow;
+  t["Equal"] = Equal; t["Less"] = Less; t["LessOrEqual"] = LessOrEqual; t["Greater"] = Greater;
+  t["GreaterOrEqual"] = GreaterOrEqual; t["And"] = And; t["Or"] = Or; t["Xor"] = Xor; t["Not"] = Not;
+  t["Where"] = Where; t["Max"] = Max; t["Min"] = Min; t["Sum"] = Sum; t["Mean"] = Mean;
+  t["Relu"] = unary<tessera::relu>; t["Sigmoid"] = unary<tessera::sigmoid>; t["Tanh"] = unary<tessera::tanh>;
+  t["Erf"] = unary<tessera::erf>; t["Sqrt"] = unary<tessera::sqrt>; t["Exp"] = unary<tessera::exp>;
+  t["Log"] = unary<tessera::log>; t["Neg"] = unary<tessera::neg>; t["Abs"] = unary<tessera::abs>;
+  t["Sin"] = unary<tessera::sin>; t["Cos"] = unary<tessera::cos>;
+  t["Reciprocal"] = Reciprocal; t["Gelu"] = Gelu; t["LeakyRelu"] = LeakyRelu; t["Elu"] = Elu; t["Selu"] = Selu;
+  t["HardSigmoid"] = HardSigmoid; t["HardSwish"] = HardSwish; t["Softplus"] = Softplus; t["Softsign"] = Softsign;
+  t["Mish"] = Mish; t["IsNaN"] = IsNaN; t["PRelu"] = PRelu;
+  t["Identity"] = Identity; t["Dropout"] = Dropout; t["Cast"] = Cast; t["CastLike"] = CastLike; t["Clip"] = Clip;
+  t["Constant"] = Constant;
+}
+
+const ConverterTable& converter_table() {
+  static const ConverterTable table = [] {
+    ConverterTable t;
+    add_elementwise_converters(t);
+    add_nn_converters(t);
+    add_shape_converters(t);
+    return t;
+  }();
+  return table;
+}
+
+}  // namespace tessera::onnx::detail
