@@ -189,7 +189,8 @@ Val constant_val(const Tensor& t) {
 
 Tensor host_tensor(const std::vector<int64_t>& values, IntArrayRef sizes, DType dtype) {
   ExcludeDispatchKeyGuard plain(kExportKey);
-  return tessera::tensor(values, sizes, tessera::dtype(kInt64)).to(dtype);
+  // (made 1-D, then given its sizes: an empty size list would read as "1-D" to tessera::tensor)
+  return tessera::tensor(values, {int64_t(values.size())}, tessera::dtype(kInt64)).reshape(sizes).to(dtype);
 }
 
 Tensor host_scalar(double value, DType dtype) {

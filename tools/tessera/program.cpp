@@ -32,7 +32,7 @@ const char* kRunUsage =
     "  --device NAME   cpu, my_hardware_device, opencl, ... (default: cpu)\n"
     "  --repeat N      run N more times after the first and print the time per run (median, spread)\n"
     "  --json          print the timings as one JSON object\n"
-    "  --save OUT.tsr  also save the (imported) program as a program file\n";
+    "  --save OUT.tsr  also save the (imported) program as a program file (OUT.onnx: as an ONNX model)\n";
 
 bool ends_with(const std::string& s, const char* suffix) {
   size_t n = std::char_traits<char>::length(suffix);
@@ -126,7 +126,15 @@ int tessera_cli_run(int argc, char** argv) {
     return kCliUsage;
   }
   tessera::compiler::ExportedProgram ep = load_any(file);
-  if (!save.empty()) tessera::save(ep, save);
+  if (ends_with(save, ".onnx")) {
+#ifdef TESSERA_CLI_HAS_ONNX
+    tessera::onnx::export_model(ep, save);
+#else
+    TESSERA_CHECK(false, "tessera: this build has no ONNX exporter (protobuf was not found)");
+#endif
+  } else if (!save.empty()) {
+    tessera::save(ep, save);
+  }
   if (output.empty() && repeat == 0) return kCliOk;
   tessera::Device target(device);
   std::vector<std::string> user_names;

@@ -34,7 +34,7 @@ namespace tessera::onnx {
 inline constexpr int64_t kMinOpset = 11;
 inline constexpr int64_t kMaxOpset = 28;
 // The opset export_model writes.
-inline constexpr int64_t kExportOpset = 18;
+inline constexpr int64_t kExportOpset = 23;
 
 struct ImportOptions {
   // The range every symbolic dim gets unless `ranges` names it. (optional) defaults to [1, 65536].
