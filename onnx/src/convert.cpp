@@ -91,6 +91,18 @@ std::vector<double> NodeCtx::const_doubles(int i) const {
   return std::vector<double>(p, p + d.numel());
 }
 
+double NodeCtx::const_scalar(int i) const {
+  std::vector<double> v = const_doubles(i);
+  if (v.size() != 1) fail("input " + std::to_string(i) + " ('" + node_.input(i) + "') must hold one element, it holds " + std::to_string(v.size()));
+  return v[0];
+}
+
+void NodeCtx::check_elements(int64_t count, const char* what) const {
+  if (count < 0 || count > kMaxImportElements)
+    fail(std::string(what) + " would have " + std::to_string(count) + " elements, more than the importer's limit of " +
+         std::to_string(kMaxImportElements));
+}
+
 namespace {
 const ::onnx::AttributeProto* find_attr(const ::onnx::NodeProto& n, const char* name) {
   for (const auto& a : n.attribute())
@@ -313,39 +325,40 @@ Tensor tensor_from_proto(const ::onnx::TensorProto& p, const std::string& extern
   const uint64_t item = uint64_t(itemsize(*dt));
   uint64_t nbytes = 0;
   TESSERA_CHECK(!__builtin_mul_overflow(uint64_t(numel), item, &nbytes), "onnx import: tensor '", p.name(), "' is too large");
-  ExcludeDispatchKeyGuard plain(kExportKey);
-  Tensor t = tessera::empty(sizes, tessera::dtype(*dt));
-  uint8_t* dst = static_cast<uint8_t*>(t.raw_data_ptr());
+  // The data's size is checked against the dims before anything is allocated (hostile dims).
   auto check_count = [&](int64_t have) {
     TESSERA_CHECK(have == numel, "onnx import: tensor '", p.name(), "' has ", have, " values for dims [", join(sizes),
                   "] (", numel, " elements)");
   };
+  ExcludeDispatchKeyGuard plain(kExportKey);
   if (p.data_location() == TP::EXTERNAL) {
     std::string bytes = read_external(p, external_dir, nbytes);
-    if (nbytes) std::memcpy(dst, bytes.data(), nbytes);
+    Tensor t = tessera::empty(sizes, tessera::dtype(*dt));
+    if (nbytes) std::memcpy(t.raw_data_ptr(), bytes.data(), nbytes);
     return t;
   }
   if (p.has_raw_data()) {
     TESSERA_CHECK(p.raw_data().size() == nbytes, "onnx import: tensor '", p.name(), "' has ", p.raw_data().size(),
                   " bytes of raw data for dims [", join(sizes), "] of ", item, "-byte elements (", nbytes, " expected)");
-    if (nbytes) std::memcpy(dst, p.raw_data().data(), nbytes);
+    Tensor t = tessera::empty(sizes, tessera::dtype(*dt));
+    if (nbytes) std::memcpy(t.raw_data_ptr(), p.raw_data().data(), nbytes);
     return t;
   }
+  check_count(*dt == kFloat32 ? p.float_data_size() : *dt == kFloat64 ? p.double_data_size()
+              : *dt == kInt64 ? p.int64_data_size() : p.int32_data_size());
+  Tensor t = tessera::empty(sizes, tessera::dtype(*dt));
+  uint8_t* dst = static_cast<uint8_t*>(t.raw_data_ptr());
   switch (*dt) {
     case kFloat32:
-      check_count(p.float_data_size());
       if (nbytes) std::memcpy(dst, p.float_data().data(), nbytes);
       break;
     case kFloat64:
-      check_count(p.double_data_size());
       if (nbytes) std::memcpy(dst, p.double_data().data(), nbytes);
       break;
     case kInt64:
-      check_count(p.int64_data_size());
       if (nbytes) std::memcpy(dst, p.int64_data().data(), nbytes);
       break;
     default: {  // int32_data holds every narrower type (float16/bfloat16 as their bits)
-      check_count(p.int32_data_size());
       for (int64_t i = 0; i < numel; ++i) {
         const int32_t v = p.int32_data(int(i));
         std::memcpy(dst + uint64_t(i) * item, &v, item);  // little-endian: the low bytes

@@ -56,6 +56,11 @@ class NodeCtx {
   std::vector<int64_t> const_ints(int i) const;
   // A constant host tensor input's value as doubles (throws when not a constant).
   std::vector<double> const_doubles(int i) const;
+  // The one element of a constant input (throws when it has another count).
+  double const_scalar(int i) const;
+  // Fails unless `count` elements (of a constant or an index list the importer makes) stay within
+  // kMaxImportElements: a model file is untrusted, and sizes it gives must not exhaust memory.
+  void check_elements(int64_t count, const char* what) const;
 
   // Attributes.
   bool has_attr(const char* name) const;
@@ -91,6 +96,9 @@ class NodeCtx {
   std::map<std::string, Val>& env_;
   const std::map<std::string, int64_t>& example_;
 };
+
+// The most elements the importer materialises for one constant or index list (2^28).
+inline constexpr int64_t kMaxImportElements = int64_t(1) << 28;
 
 using Converter = void (*)(NodeCtx&);
 using ConverterTable = std::map<std::string, Converter>;

@@ -10,6 +10,7 @@
 #include "tessera/compiler/passes.h"
 #include "tessera/dispatch_key.h"
 #include "tessera/onnx/onnx.h"
+#include "tessera/text_escape.h"
 
 namespace tessera::onnx {
 
@@ -282,16 +283,34 @@ class Importer {
 
 }  // namespace
 
+// Messages quote names from the file (Note [Untrusted text] in tessera/text_escape.h): every error
+// is rethrown printable, so that it stays one line. A file system error on an external data path
+// and an allocation failure are errors of the model, not crashes.
+template <typename F>
+ExportedProgram with_import_errors(F&& f) {
+  try {
+    return f();
+  } catch (const Error& e) {
+    throw Error(e.code(), printable_text(e.what()));
+  } catch (const std::filesystem::filesystem_error& e) {
+    throw Error(ErrorCode::InvalidArgument, printable_text(std::string("onnx import: ") + e.what()));
+  } catch (const std::bad_alloc&) {
+    throw Error(ErrorCode::OutOfMemory, "onnx import: out of memory while reading the model");
+  }
+}
+
 ExportedProgram import_model_bytes(const std::string& bytes, const ImportOptions& options) {
-  return Importer(options, options.external_data_dir).run(bytes);
+  return with_import_errors([&] { return Importer(options, options.external_data_dir).run(bytes); });
 }
 
 ExportedProgram import_model(const std::string& path, const ImportOptions& options) {
   std::ifstream in(path, std::ios::binary);
-  TESSERA_CHECK(in.good(), "onnx import: cannot open '", path, "'");
+  TESSERA_CHECK(in.good(), "onnx import: cannot open '", printable_text(path), "'");
   std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  std::string dir = std::filesystem::absolute(std::filesystem::path(path)).parent_path().string();
-  return Importer(options, dir).run(bytes);
+  return with_import_errors([&] {
+    std::string dir = std::filesystem::absolute(std::filesystem::path(path)).parent_path().string();
+    return Importer(options, dir).run(bytes);
+  });
 }
 
 std::vector<std::string> supported_op_types() {

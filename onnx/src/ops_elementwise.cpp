@@ -14,7 +14,7 @@ using IntFn = SymSize (*)(const SymSize&, const SymSize&);
 bool fold_binary(NodeCtx& c, IntFn fn, DType out_dtype = kInt64) {
   if (!c.has_ints(0) || !c.has_ints(1)) return false;
   Sizes a = c.ints(0), b = c.ints(1);
-  if (a.size() != b.size() && a.size() != 1 && b.size() != 1) return false;
+  if (a.empty() || b.empty() || (a.size() != b.size() && a.size() != 1 && b.size() != 1)) return false;
   const size_t n = std::max(a.size(), b.size());
   Sizes out;
   for (size_t i = 0; i < n; ++i) out.push_back(fn(a[a.size() == 1 ? 0 : i], b[b.size() == 1 ? 0 : i]));
@@ -49,7 +49,7 @@ void Div(NodeCtx& c) {
 void Pow(NodeCtx& c) {
   Tensor base = c.in(0);
   if (c.val(1).constant && c.val(1).t.numel() == 1 && c.val(1).t.dim() == 0)
-    c.out(0, tessera::pow(base, Scalar(c.const_doubles(1)[0])));
+    c.out(0, tessera::pow(base, Scalar(c.const_scalar(1))));
   else
     c.out(0, tessera::pow(base, c.in(1).to(base.dtype())));
 }
@@ -65,7 +65,7 @@ std::optional<bool> decide_equal(const SymSize& a, const SymSize& b) {
 void Equal(NodeCtx& c) {
   if (c.has_ints(0) && c.has_ints(1)) {
     Sizes a = c.ints(0), b = c.ints(1);
-    if (a.size() == b.size() || a.size() == 1 || b.size() == 1) {
+    if (!a.empty() && !b.empty() && (a.size() == b.size() || a.size() == 1 || b.size() == 1)) {
       Sizes out;
       bool decided = true;
       for (size_t i = 0; decided && i < std::max(a.size(), b.size()); ++i) {
@@ -91,7 +91,7 @@ void Where(NodeCtx& c) {
   if (c.has_ints(0) && c.has_ints(1) && c.has_ints(2)) {
     Sizes k = c.ints(0), a = c.ints(1), b = c.ints(2);
     size_t n = std::max({k.size(), a.size(), b.size()});
-    bool ok = true;
+    bool ok = !k.empty() && !a.empty() && !b.empty();
     for (const Sizes* s : {&k, &a, &b}) ok = ok && (s->size() == n || s->size() == 1);
     if (ok) {
       Sizes out;
@@ -202,7 +202,7 @@ void Clip(NodeCtx& c) {
         x = i == 1 ? tessera::maximum(x, c.in(i)) : tessera::minimum(x, c.in(i));
         continue;
       }
-      const double v = c.const_doubles(i).at(0);
+      const double v = c.const_scalar(i);
       Scalar s = is_floating(x.dtype()) ? Scalar(v) : Scalar(int64_t(v));
       (i == 1 ? lo : hi) = s;
     }

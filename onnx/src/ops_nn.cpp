@@ -56,12 +56,19 @@ struct Window {
 Window window(NodeCtx& c, const Tensor& x, std::vector<int64_t> kernel) {
   const size_t n = kernel.size();
   if (n != 1 && n != 2) c.fail(std::to_string(n) + "-D windows are not supported (1-D and 2-D are)");
+  if (x.dim() != int64_t(n) + 2) c.fail("a " + std::to_string(n) + "-D window needs a " + std::to_string(n + 2) + "-D input, got " + std::to_string(x.dim()) + "-D");
+  for (int64_t k : kernel)
+    if (k <= 0) c.fail("kernel sizes must be positive");
   Window w;
   w.kernel = kernel;
   w.stride = c.attr_ints("strides", std::vector<int64_t>(n, 1));
   w.dilation = c.attr_ints("dilations", std::vector<int64_t>(n, 1));
   std::vector<int64_t> pads = c.attr_ints("pads", std::vector<int64_t>(2 * n, 0));
   if (w.stride.size() != n || w.dilation.size() != n || pads.size() != 2 * n) c.fail("strides/dilations/pads do not match the kernel's rank");
+  for (size_t i = 0; i < n; ++i)
+    if (w.stride[i] <= 0 || w.dilation[i] <= 0 || pads[i] < 0 || pads[i + n] < 0 || w.stride[i] > (1 << 20) ||
+        w.dilation[i] > (1 << 20) || pads[i] > (1 << 20) || pads[i + n] > (1 << 20) || kernel[i] > (1 << 20))
+      c.fail("strides and dilations must be in [1, 2^20], pads in [0, 2^20], kernel sizes at most 2^20");
   const std::string auto_pad = c.attr_string("auto_pad", "NOTSET");
   Sizes s = c.sizes(x);
   for (size_t i = 0; i < n; ++i) {
@@ -131,6 +138,7 @@ Window widen(Window w) {
 
 void Conv(NodeCtx& c) {
   Tensor x = c.in(0), wt = c.in(1);
+  if (wt.dim() < 3) c.fail("the weight must be 3-D or 4-D");
   std::optional<Tensor> bias = c.opt(2);
   std::vector<int64_t> kernel(wt.sizes().begin() + 2, wt.sizes().end());
   kernel = c.attr_ints("kernel_shape", kernel);

@@ -2,6 +2,7 @@
 // Slice, Split, Expand, Tile, ConstantOfShape, Range. Known integers are folded (Note [Known
 // integers] in convert.h); reshapes are views whose symbolic sizes the capture recovers.
 #include <climits>
+#include <cmath>
 
 #include "convert.h"
 #include "tessera/dispatch_key.h"
@@ -126,7 +127,11 @@ void Unsqueeze(NodeCtx& c) {
   Sizes s = c.sizes(x);
   const int64_t rank = int64_t(s.size() + axes->size());
   std::vector<bool> ones(size_t(rank), false);
-  for (int64_t a : *axes) ones[size_t(norm_axis(c, a, rank))] = true;
+  for (int64_t a : *axes) {
+    const int64_t d = norm_axis(c, a, rank);
+    if (ones[size_t(d)]) c.fail("axis " + std::to_string(a) + " is given twice");
+    ones[size_t(d)] = true;
+  }
   Sizes out;
   size_t k = 0;
   for (int64_t d = 0; d < rank; ++d) out.push_back(ones[size_t(d)] ? SymSize(int64_t(1)) : s.at(k++));
@@ -256,6 +261,7 @@ void Slice(NodeCtx& c) {
       c.fail("slices the dynamic dim " + n.str() + " (axis " + std::to_string(d) +
              "); only whole dynamic dims can be sliced (fix the dim with ImportOptions::fixed_dims)");
     }
+    c.check_elements(n.constant(), "the slice's index list");
     std::vector<int64_t> idx = slice_indices(n.constant(), starts[k], ends[k], steps[k]);
     if (int64_t(idx.size()) == n.constant() && steps[k] == 1) continue;
     x = tessera::index_select(x, d, host_tensor(idx, {int64_t(idx.size())}, kInt64));
@@ -269,9 +275,13 @@ void Split(NodeCtx& c) {
   const int64_t axis = norm_axis(c, c.attr_int("axis", 0), x.dim());
   const SymSize n = c.sizes(x)[size_t(axis)];
   if (!n.is_constant()) c.fail("splits the dynamic dim " + n.str());
+  c.check_elements(n.constant(), "the split's index list");
   std::vector<int64_t> parts = c.has(1) ? c.const_ints(1) : c.attr_ints("split", {});
+  for (int64_t p : parts)
+    if (p < 0 || p > n.constant()) c.fail("a split part of size " + std::to_string(p));
   if (parts.empty()) {
     const int64_t k = c.attr_int("num_outputs", c.num_outputs());
+    if (k <= 0) c.fail("num_outputs must be positive");
     const int64_t each = (n.constant() + k - 1) / k;
     for (int64_t left = n.constant(); left > 0; left -= each) parts.push_back(std::min(each, left));
   }
@@ -311,6 +321,10 @@ void Expand(NodeCtx& c) {
     c.fail("expands to the dynamic sizes [" + text + "]; only static targets (or no-op expands) are supported");
   }
   std::vector<int64_t> sizes = c.example(out);
+  int64_t numel = 1;
+  for (int64_t s : sizes)
+    if (__builtin_mul_overflow(numel, s, &numel)) numel = INT64_MAX;
+  c.check_elements(numel, "the expanded constant");
   Tensor zeros;
   {
     ExcludeDispatchKeyGuard plain(DispatchKeySet::functionality(Functionality::Export));
@@ -327,6 +341,7 @@ void Tile(NodeCtx& c) {
     if (reps[d] < 0) c.fail("a negative repeat");
     if (reps[d] == 1) continue;
     if (reps[d] == 0) c.fail("a zero repeat is not supported");
+    if (reps[d] > 4096) c.fail("a repeat of " + std::to_string(reps[d]) + " (more than 4096) is not supported");
     x = tessera::cat(std::vector<Tensor>(size_t(reps[d]), x), int64_t(d));
   }
   c.out(0, x);
@@ -335,10 +350,14 @@ void Tile(NodeCtx& c) {
 void ConstantOfShape(NodeCtx& c) {
   Sizes shape = c.ints(0);
   std::vector<int64_t> sizes;
+  int64_t numel = 1;
   for (const SymSize& s : shape) {
     if (!s.is_constant()) c.fail("the shape has the dynamic size " + s.str() + "; only constant shapes are supported");
+    if (s.constant() < 0) c.fail("the shape has the negative size " + std::to_string(s.constant()));
+    if (__builtin_mul_overflow(numel, s.constant(), &numel)) numel = INT64_MAX;
     sizes.push_back(s.constant());
   }
+  c.check_elements(numel, "the constant");
   Tensor value = host_scalar(0.0, kFloat32);
   if (const ::onnx::TensorProto* p = c.attr_tensor("value")) value = tensor_from_proto(*p, "");
   if (value.numel() != 1) c.fail("value must hold one element");
@@ -352,6 +371,7 @@ void Range(NodeCtx& c) {
   const DType dt = start.dtype();
   if (c.has_ints(0) && c.has_ints(1) && c.has_ints(2)) {
     Sizes a = c.ints(0), b = c.ints(1), d = c.ints(2);
+    if (a.size() != 1 || b.size() != 1 || d.size() != 1) c.fail("start, limit and delta must be scalars");
     if (a[0].is_constant() && b[0].is_constant() && d[0].is_constant()) {
       std::vector<int64_t> v;
       if (d[0].constant() == 0) c.fail("delta is 0");
@@ -362,8 +382,10 @@ void Range(NodeCtx& c) {
       if (v.size() <= 64) return c.out_ints(0, Sizes(v.begin(), v.end()), false, dt);
     }
   }
-  const double s = c.const_doubles(0).at(0), e = c.const_doubles(1).at(0), d = c.const_doubles(2).at(0);
-  if (d == 0) c.fail("delta is 0");
+  const double s = c.const_scalar(0), e = c.const_scalar(1), d = c.const_scalar(2);
+  if (d == 0 || !std::isfinite(s) || !std::isfinite(e) || !std::isfinite(d)) c.fail("start, limit and delta must be finite, delta non-zero");
+  const double count = std::ceil((e - s) / d);
+  c.check_elements(count > 0 ? (count > double(kMaxImportElements) ? kMaxImportElements + 1 : int64_t(count)) : 0, "the range");
   ExcludeDispatchKeyGuard plain(DispatchKeySet::functionality(Functionality::Export));
   Tensor t = is_floating(dt) ? tessera::arange(Scalar(s), Scalar(e), Scalar(d), tessera::dtype(dt))
                              : tessera::arange(Scalar(int64_t(s)), Scalar(int64_t(e)), Scalar(int64_t(d)), tessera::dtype(dt));
