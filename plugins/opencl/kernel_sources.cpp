@@ -253,6 +253,19 @@ __kernel void NAME##_s(Geo g, __global O_t* o, __global const A_t* a) {         
                    "UN(gelu, K(0.5) * x * erfc(x * K(-0.70710678118654752440)))",
                    "UN(gelu_tanh, x / (K(1.0) + exp(K(-1.59576912160573071176) * (x + K(0.044715) * x * x * x))))",
                    "UN(silu, x / (K(1.0) + exp(-x)))", "UN(erf, erf(x))"});
+  // The parameterless pointwise ops for ONNX models, PyTorch's formulas as the CPU kernels
+  // (plugins/cpu/src/elementwise_onnx.cpp). HSIX is min(max(x + 3, 0), 6) with std::min/std::max's
+  // NaN behaviour (a NaN stays): OpenCL's fmin/fmax would drop it.
+  if (dtype_is_floating(o) && (op == "hardsigmoid" || op == "hardswish"))
+    s += "#define HSIX(x) ((x) + K(3.0) < K(0.0) ? K(0.0) : ((x) + K(3.0) > K(6.0) ? K(6.0) : (x) + K(3.0)))\n";
+  if (dtype_is_floating(o))
+    s += only(op, {"UN(tan, tan(x))", "UN(asin, asin(x))", "UN(acos, acos(x))", "UN(atan, atan(x))", "UN(sinh, sinh(x))",
+                   "UN(cosh, cosh(x))", "UN(asinh, asinh(x))", "UN(acosh, acosh(x))", "UN(atanh, atanh(x))",
+                   "UN(log1p, log1p(x))", "UN(expm1, expm1(x))", "UN(reciprocal, K(1.0) / x)",
+                   "UN(floor, floor(x))", "UN(ceil, ceil(x))", "UN(trunc, trunc(x))", "UN(round, rint(x))",
+                   "UN(sign, (CT)((x > K(0.0)) - (x < K(0.0))))", "UN(softsign, x / (K(1.0) + fabs(x)))",
+                   "UN(hardsigmoid, HSIX(x) / K(6.0))", "UN(hardswish, x * HSIX(x) / K(6.0))",
+                   "UN(mish, x * tanh(log1p(exp(x))))"});
   return s;
 }
 

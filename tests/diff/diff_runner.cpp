@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "tessera/dispatcher.h"
 #include "tessera/tessera.h"
 
 namespace ts = tessera;
@@ -112,6 +113,21 @@ ts::Tensor binary(const std::string& op, const ts::Tensor& a, const ts::Tensor& 
   if (op == "logical_and") return ts::logical_and(a, b);
   if (op == "logical_or") return ts::logical_or(a, b);
   if (op == "matmul") return ts::matmul(a, b);
+  if (op == "remainder") return ts::remainder(a, b);
+  if (op == "fmod") return ts::fmod(a, b);
+  if (op == "floor_divide") return ts::floor_divide(a, b);
+  if (op == "bitwise_and") return ts::bitwise_and(a, b);
+  if (op == "bitwise_or") return ts::bitwise_or(a, b);
+  if (op == "bitwise_xor") return ts::bitwise_xor(a, b);
+  if (op == "bitwise_left_shift") return ts::bitwise_left_shift(a, b);
+  if (op == "bitwise_right_shift") return ts::bitwise_right_shift(a, b);
+  if (op == "logical_xor") return ts::logical_xor(a, b);
+  if (op == "atan2") return ts::atan2(a, b);
+  if (op == "prelu") return ts::prelu(a, b);
+  if (op == "_prelu_kernel") {  // private: no public function, a boxed call as the ONNX importer makes
+    ts::Dispatcher& d = ts::Dispatcher::instance();
+    return std::get<ts::Tensor>(d.call_boxed(d.op("_prelu_kernel"), ts::Stack{a, b}).at(0));
+  }
   TESSERA_CHECK(false, "diff_runner: unknown binary op '", op, "'");
   return {};
 }
@@ -143,6 +159,41 @@ ts::Tensor unary(const std::string& op, const ts::Tensor& x, const json& attrs) 
   if (op == "gelu") return ts::gelu(x, attrs.value("approximate", std::string("none")));
   if (op == "silu") return ts::silu(x);
   if (op == "erf") return ts::erf(x);
+  // The pointwise ops for ONNX models; a parameter absent from attrs takes the schema's default.
+  auto num = [&](const char* key, double fallback) {
+    return attrs.contains(key) ? ts::Scalar(json_double(attrs[key])) : ts::Scalar(fallback);
+  };
+  if (op == "leaky_relu") return ts::leaky_relu(x, num("negative_slope", 0.01));
+  if (op == "elu") return ts::elu(x, num("alpha", 1), num("scale", 1), num("input_scale", 1));
+  if (op == "selu") return ts::selu(x);
+  if (op == "celu") return ts::celu(x, num("alpha", 1));
+  if (op == "hardsigmoid") return ts::hardsigmoid(x);
+  if (op == "hardswish") return ts::hardswish(x);
+  if (op == "hardtanh") return ts::hardtanh(x, num("min_val", -1), num("max_val", 1));
+  if (op == "softplus") return ts::softplus(x, num("beta", 1), num("threshold", 20));
+  if (op == "mish") return ts::mish(x);
+  if (op == "softsign") return ts::softsign(x);
+  if (op == "floor") return ts::floor(x);
+  if (op == "ceil") return ts::ceil(x);
+  if (op == "round") return ts::round(x);
+  if (op == "trunc") return ts::trunc(x);
+  if (op == "sign") return ts::sign(x);
+  if (op == "reciprocal") return ts::reciprocal(x);
+  if (op == "tan") return ts::tan(x);
+  if (op == "asin") return ts::asin(x);
+  if (op == "acos") return ts::acos(x);
+  if (op == "atan") return ts::atan(x);
+  if (op == "sinh") return ts::sinh(x);
+  if (op == "cosh") return ts::cosh(x);
+  if (op == "asinh") return ts::asinh(x);
+  if (op == "acosh") return ts::acosh(x);
+  if (op == "atanh") return ts::atanh(x);
+  if (op == "log1p") return ts::log1p(x);
+  if (op == "expm1") return ts::expm1(x);
+  if (op == "isnan") return ts::isnan(x);
+  if (op == "isinf") return ts::isinf(x);
+  if (op == "logical_not") return ts::logical_not(x);
+  if (op == "bitwise_not") return ts::bitwise_not(x);
   TESSERA_CHECK(false, "diff_runner: unknown unary op '", op, "'");
   return {};
 }

@@ -690,6 +690,197 @@ def ref_clamp(ins, case):
     return rt, iv.astype(NP[rt])
 
 
+# ---------------------------------------------------------------------------------------------------
+# the pointwise ops added for ONNX models (docs/pointwise-ops.md), PyTorch's formulas in float64
+
+SELU_ALPHA, SELU_SCALE = 1.6732632423543772848170429916717, 1.0507009873554804934193349852946
+
+
+def elu_np(x, alpha, scale, input_scale):
+    return np.where(x <= 0, np.expm1(x * input_scale) * alpha * scale, x * scale)
+
+
+def hard_np(x):  # min(max(x + 3, 0), 6) / 6 with std::min/std::max's NaN behaviour (NaN stays)
+    return np.where(np.isnan(x), x, np.clip(x + 3.0, 0.0, 6.0)) / 6.0
+
+
+ONNX_FLOAT_ONLY = {  # floating tensors only: PyTorch refuses integral and bool inputs
+    "leaky_relu": lambda x, a: np.where(x > 0, x, x * a.get("negative_slope", 0.01)),
+    "elu": lambda x, a: elu_np(x, a.get("alpha", 1.0), a.get("scale", 1.0), a.get("input_scale", 1.0)),
+    "selu": lambda x, a: elu_np(x, SELU_ALPHA, SELU_SCALE, 1.0),
+    "celu": lambda x, a: elu_np(x, a.get("alpha", 1.0), 1.0, 1.0 / a.get("alpha", 1.0)),
+    "hardsigmoid": lambda x, a: hard_np(x),
+    "hardswish": lambda x, a: x * hard_np(x),
+    "softplus": lambda x, a: np.where(x * a.get("beta", 1.0) > a.get("threshold", 20.0), x,
+                                      np.log1p(np.exp(x * a.get("beta", 1.0))) / a.get("beta", 1.0)),
+    "mish": lambda x, a: x * np.tanh(np.log1p(np.exp(x))),
+}
+ONNX_UNARY_FLOAT = {  # integral and bool inputs compute in the default float dtype
+    "softsign": lambda x: x / (1.0 + np.abs(x)), "reciprocal": lambda x: 1.0 / x, "tan": np.tan,
+    "asin": np.arcsin, "acos": np.arccos, "atan": np.arctan, "sinh": np.sinh, "cosh": np.cosh,
+    "asinh": np.arcsinh, "acosh": np.arccosh, "atanh": np.arctanh, "log1p": np.log1p, "expm1": np.expm1,
+}
+ONNX_ROUNDING = {"floor": np.floor, "ceil": np.ceil, "round": np.round, "trunc": np.trunc}  # np.round: halves to even
+
+
+def ref_onnx_unary(op, dt, x, attrs):
+    if op in ONNX_FLOAT_ONLY:
+        if not is_float(dt):
+            raise Raise(f"{op} needs a floating tensor")
+        if op == "celu" and attrs.get("alpha", 1.0) == 0:
+            raise Raise("celu with alpha 0")
+        if op == "hardswish":  # x * 6 overflows the op-math type (float32 for the half types) above max / 6
+            t = np.float64 if dt == "float64" else np.float32
+            v = as_f64(x, dt).astype(t)
+            with np.errstate(all="ignore"):
+                r = v * np.where(np.isnan(v), v, np.clip(v + t(3), t(0), t(6))).astype(t) / t(6)
+            return dt, round_to(dt, np.asarray(r, dtype=np.float64)), np.abs(as_f64(x, dt))
+        # Scaled differences (elu's expm1 near 0, x * hard_np near -3): errors scale with |x|.
+        return dt, elementwise_float(lambda v: ONNX_FLOAT_ONLY[op](v, attrs), [x], dt), np.abs(as_f64(x, dt))
+    if op in ONNX_UNARY_FLOAT:
+        out = dt if is_float(dt) else DEFAULT_FLOAT
+        return out, elementwise_float(ONNX_UNARY_FLOAT[op], [cast(x, dt, out)], out)
+    if op in ONNX_ROUNDING:
+        if dt == BOOL:
+            raise Raise(f"{op} on a bool tensor")
+        return dt, (elementwise_float(ONNX_ROUNDING[op], [x], dt) if is_float(dt) else np.asarray(x).copy())
+    if op == "sign":
+        if dt == BOOL:
+            return dt, np.asarray(x).copy()
+        if is_float(dt):  # PyTorch's (0 < x) - (x < 0): NaN gives 0
+            return dt, elementwise_float(lambda v: (0 < v).astype(np.float64) - (v < 0), [x], dt)
+        return dt, np.sign(np.asarray(x).astype(np.int64)).astype(NP[dt])
+    if op in ("isnan", "isinf"):
+        if not is_float(dt):
+            return BOOL, np.zeros(np.shape(x), dtype=np.bool_)
+        return BOOL, (np.isnan if op == "isnan" else np.isinf)(as_f64(x, dt))
+    if op == "logical_not":
+        return BOOL, np.asarray(x) == 0
+    if op == "bitwise_not":
+        if is_float(dt):
+            raise Raise("bitwise_not of a floating tensor")
+        return dt, (~np.asarray(x, dtype=np.bool_)) if dt == BOOL else wrap_int(~np.asarray(x).astype(np.int64), dt)
+    if op == "hardtanh":
+        if dt == BOOL:
+            raise Raise("hardtanh of bool")
+        lo, hi = attrs.get("min_val", -1.0), attrs.get("max_val", 1.0)
+        if is_float(dt):
+            lo, hi = float(round_to(dt, lo)), float(round_to(dt, hi))
+            v = as_f64(x, dt)
+            return dt, round_to(dt, np.where(np.isnan(v), v, np.minimum(np.maximum(v, lo), hi)))
+        if dt == "uint8" and (lo <= -1 or hi <= -1):
+            raise Raise("hardtanh on uint8 with negative limits")
+        lo, hi = math.trunc(lo), math.trunc(hi)
+        v = np.asarray(x).astype(object)
+        return dt, wrap_int([min(max(int(e), lo), hi) for e in v.ravel()], dt).reshape(np.shape(x))
+    raise AssertionError(op)
+
+
+def c_trunc_div(a, b):
+    q = abs(a) // abs(b)
+    return q if (a < 0) == (b < 0) else -q
+
+
+def floor_divide_float(a, b, t):
+    """PyTorch's div_floor_floating in the op-math type `t` (np.float32 or np.float64), elementwise."""
+    a, b = t(a), t(b)
+    if b == 0:
+        return a / b
+    mod = np.fmod(a, b)
+    div = (a - mod) / b
+    if mod != 0 and (b < 0) != (mod < 0):
+        div = t(div - t(1))
+    if div == 0:
+        return np.copysign(t(0), a / b)
+    fl = np.floor(div)
+    if div - fl > t(0.5):
+        fl = t(fl + t(1))
+    return fl
+
+
+def ref_onnx_binary(op, ins):
+    (da, a), (db, b) = ins
+    ops = [Operand(dt, v, "zero" if np.ndim(v) == 0 else "dim") for dt, v in ins]
+    rt = result_type(ops)
+    if op in ("prelu", "_prelu_kernel"):
+        if not is_float(da):
+            raise Raise(f"{op} needs a floating self")
+        if da != db:
+            raise Raise(f"{op} does not promote")
+        w = as_f64(b, db)
+        if op == "prelu":
+            if np.ndim(b) > 1:
+                raise Raise("prelu weight of rank > 1")
+            if np.size(b) != 1:
+                channels = np.shape(a)[1] if np.ndim(a) > 1 else 1
+                if np.ndim(a) == 0 or np.size(b) != channels:
+                    raise Raise("prelu weight does not match the channels")
+                w = w.reshape([-1] + [1] * (np.ndim(a) - 2))
+            else:
+                w = w.reshape([])
+        elif np.ndim(b) > np.ndim(a) or any(q not in (1, p) for p, q in zip(np.shape(a)[::-1], np.shape(b)[::-1])):
+            raise Raise("_prelu_kernel weight does not broadcast to self")
+        return da, elementwise_float(lambda x, y: np.where(x > 0, x, y * x), [as_f64(a, da), w], da)
+    if op == "logical_xor":
+        return BOOL, np.logical_xor(np.asarray(a) != 0, np.asarray(b) != 0)
+    shape = np.broadcast_shapes(np.shape(a), np.shape(b))
+    if op == "atan2":
+        out = rt if is_float(rt) else DEFAULT_FLOAT
+        return out, elementwise_float(np.arctan2, [cast(a, da, out), cast(b, db, out)], out)
+    x, y = [np.broadcast_to(operand_values(o, rt, False), shape) for o in ops]
+    if op in ("remainder", "fmod", "floor_divide"):
+        if rt == BOOL:
+            raise Raise(f"{op} of bool operands")
+        if is_float(rt):
+            t = np.float64 if rt == "float64" else np.float32
+            xs, ys = as_f64(x, rt).astype(t), as_f64(y, rt).astype(t)
+            with np.errstate(all="ignore"):
+                if op == "fmod":
+                    r = np.fmod(xs, ys)
+                elif op == "remainder":
+                    r = np.fmod(xs, ys)
+                    r = np.where((r != 0) & ((ys < 0) != (r < 0)), r + ys, r)
+                else:
+                    r = np.array([floor_divide_float(p, q, t) for p, q in zip(xs.ravel(), ys.ravel())],
+                                 dtype=t).reshape(shape)
+            return rt, round_to(rt, np.asarray(r, dtype=np.float64))
+        xi, yi = [np.asarray(v).astype(np.int64).astype(object).ravel() for v in (x, y)]
+        if any(q == 0 for q in yi):
+            raise Raise(f"{op}: integer division by zero")
+        if op == "remainder":
+            r = [p % q for p, q in zip(xi, yi)]  # Python's % has the sign of the divisor
+        elif op == "fmod":
+            r = [p - q * c_trunc_div(p, q) for p, q in zip(xi, yi)]
+        else:
+            r = [p // q for p, q in zip(xi, yi)]
+        return rt, wrap_int(np.array(r, dtype=object).reshape(shape), rt)
+    if op in ("bitwise_and", "bitwise_or", "bitwise_xor"):
+        if is_float(rt):
+            raise Raise(f"{op} of floating operands")
+        fn = {"bitwise_and": np.bitwise_and, "bitwise_or": np.bitwise_or, "bitwise_xor": np.bitwise_xor}[op]
+        if rt == BOOL:
+            return BOOL, fn(np.asarray(x, dtype=np.bool_), np.asarray(y, dtype=np.bool_))
+        return rt, wrap_int(fn(np.asarray(x).astype(np.int64), np.asarray(y).astype(np.int64)), rt)
+    if op in ("bitwise_left_shift", "bitwise_right_shift"):
+        if is_float(rt) or rt == BOOL:
+            raise Raise(f"{op} needs integral operands")
+        width = BITS[rt]
+        max_right = width - (0 if rt == "uint8" else 1)
+        xi, yi = [np.asarray(v).astype(np.int64).astype(object).ravel() for v in (x, y)]
+        if op == "bitwise_left_shift":
+            r = [0 if (q < 0 or q >= width) else p << q for p, q in zip(xi, yi)]
+        else:
+            r = [p >> max_right if (q < 0 or q >= max_right) else p >> q for p, q in zip(xi, yi)]
+        return rt, wrap_int(np.array(r, dtype=object).reshape(shape), rt)
+    raise AssertionError(op)
+
+
+ONNX_UNARY = list(ONNX_FLOAT_ONLY) + list(ONNX_UNARY_FLOAT) + list(ONNX_ROUNDING) + \
+    ["sign", "isnan", "isinf", "logical_not", "bitwise_not", "hardtanh"]
+ONNX_BINARY = ["remainder", "fmod", "floor_divide", "bitwise_and", "bitwise_or", "bitwise_xor",
+               "bitwise_left_shift", "bitwise_right_shift", "logical_xor", "atan2", "prelu", "_prelu_kernel"]
+
+
 def reference(case):
     """(dtype, values[, scale]) the case must produce, or raises Raise."""
     op, attrs = case["op"], case.get("attrs", {})
@@ -741,6 +932,10 @@ def reference(case):
         return ref_allclose(ins, attrs)
     if op == "to":
         return attrs["dtype"], cast(ins[0][1], ins[0][0], attrs["dtype"])
+    if op in ONNX_UNARY:
+        return ref_onnx_unary(op, ins[0][0], ins[0][1], attrs)
+    if op in ONNX_BINARY:
+        return ref_onnx_binary(op, ins)
     return ref_unary(op, ins[0][0], ins[0][1], attrs)
 
 
@@ -755,7 +950,7 @@ REDUCTIONS = ["sum", "mean", "amax", "amin", "prod", "var", "argmax"]
 # Relative weights of the case families.
 FAMILIES = [("binary", 20), ("scalar", 16), ("unary", 16), ("reduction", 12), ("where", 3),
             ("softmax", 5), ("norm", 5), ("matmul", 6), ("cat", 4), ("fill", 5), ("allclose", 4), ("to", 8),
-            ("clamp", 5)]
+            ("clamp", 5), ("onnx_unary", 14), ("onnx_binary", 12)]
 
 
 def pick_dtypes(g, n, same_p=0.5, pool=ALL):
@@ -820,6 +1015,45 @@ def make_case(g):
         c["attrs"]["min"] = scalar_json(lo) if lo is not None else None
         c["attrs"]["max"] = scalar_json(hi) if hi is not None else None
         c.update(op="clamp", _inputs=[(dt, v)], _min=lo, _max=hi)
+    elif fam == "onnx_unary":
+        op = g.choice(ONNX_UNARY)
+        dt = g.choice(ALL + FLOATS + FLOATS)
+        v = g.values(dt, g.shape(), special)
+        if op in ("leaky_relu", "elu", "celu", "softplus", "hardtanh") and g.chance(0.6):
+            if op == "leaky_relu":
+                c["attrs"]["negative_slope"] = g.choice([0.2, 0.01, -0.5, 2.0])
+            elif op == "elu":
+                c["attrs"].update(alpha=g.choice([1.0, 0.5, 2.0]), scale=g.choice([1.0, 1.5]),
+                                  input_scale=g.choice([1.0, 0.5]))
+            elif op == "celu":
+                c["attrs"]["alpha"] = g.choice([1.0, 0.5, 3.0, 0.0])
+            elif op == "softplus":
+                c["attrs"].update(beta=g.choice([1.0, 2.0, 0.5]), threshold=g.choice([20.0, 1.0, 5.0]))
+            else:
+                c["attrs"].update(min_val=g.choice([-1.0, -2.5, 0.0, 0.5]), max_val=g.choice([1.0, 2.5, 6.0, 100.0]))
+        if op in ("round", "floor", "ceil", "trunc") and is_float(dt) and g.chance(0.5):
+            v = round_to(dt, np.round(as_f64(v, dt) * 2) / 2)  # halves: round's ties go to even
+        c.update(op=op, _inputs=[(dt, v)])
+    elif fam == "onnx_binary":
+        op = g.choice(ONNX_BINARY)
+        pool = FLOATS if op in ("prelu", "_prelu_kernel") else ALL
+        da, db = pick_dtypes(g, 2, 0.6, pool)
+        sa = g.shape()
+        sb = g.broadcast_partner(sa)
+        if op == "prelu":
+            sa = g.shape(min_dim=1)
+            sb = g.choice([[], [1], [sa[1] if len(sa) > 1 else 1], [3]])
+        elif op != "_prelu_kernel" and g.chance(0.5):
+            sa, sb = sb, sa
+        va = g.values(da, sa, special)
+        if op in ("bitwise_left_shift", "bitwise_right_shift") and db in INTS:
+            vb = g.values(db, sb, special and g.chance(0.3), lo=-2, hi=70)
+        elif op in ("remainder", "fmod", "floor_divide") and db in INTS and g.chance(0.8):
+            vb = g.values(db, sb, False, lo=1, hi=9) * np.asarray(g.choice([1, -1]), dtype=NP[db]) if db != "uint8" \
+                else g.values(db, sb, False, lo=1, hi=9)
+        else:
+            vb = g.values(db, sb, special)
+        c.update(op=op, _inputs=[(da, va), (db, vb)])
     elif fam == "reduction":
         op = g.choice(REDUCTIONS)
         dt = g.choice(ALL + FLOATS)

@@ -275,7 +275,7 @@ tessera_status_t binary_kernel(void* user_data, const tessera_kernel_call_t* cal
 
 // --------------------------------------------------------------------------- comparisons, logical
 
-enum class CompareOp : int { Eq, Ne, Lt, Le, Gt, Ge, And, Or };
+enum class CompareOp : int { Eq, Ne, Lt, Le, Gt, Ge, And, Or, Xor };
 
 template <typename A>
 inline bool compare(CompareOp op, A x, A y) {
@@ -288,6 +288,7 @@ inline bool compare(CompareOp op, A x, A y) {
     case CompareOp::Ge: return x >= y;
     case CompareOp::And: return x != 0 && y != 0;
     case CompareOp::Or: return x != 0 || y != 0;
+    case CompareOp::Xor: return (x != 0) != (y != 0);
   }
   return false;
 }
@@ -319,7 +320,7 @@ tessera_status_t compare_kernel(void* user_data, const tessera_kernel_call_t* ca
       temps.push_back(scalar_tensor(c, 0, cd));
       b = temps.back().raw();
     }
-    if (op == CompareOp::And || op == CompareOp::Or) cd = TESSERA_DTYPE_BOOL;
+    if (op == CompareOp::And || op == CompareOp::Or || op == CompareOp::Xor) cd = TESSERA_DTYPE_BOOL;
     a = cast_if_needed(a, cd, temps);
     b = cast_if_needed(b, cd, temps);
     const int nd = out.ndim();
@@ -614,6 +615,7 @@ void register_elementwise_kernels(Registrar& r) {
       {op::lt_Tensor::name, CompareOp::Lt}, {op::le_Tensor::name, CompareOp::Le},
       {op::gt_Tensor::name, CompareOp::Gt}, {op::ge_Tensor::name, CompareOp::Ge},
       {op::logical_and::name, CompareOp::And}, {op::logical_or::name, CompareOp::Or},
+      {op::logical_xor::name, CompareOp::Xor},
   };
   for (const C& cc : compares) r.add(cc.name, kMaskAll, &compare_kernel, tag(int(cc.op)));
   r.add(op::where_self::name, kMaskAll, &where_kernel);

@@ -25,6 +25,7 @@ class Registrar {
 };
 
 void register_elementwise_kernels(Registrar& r);
+void register_onnx_elementwise_kernels(Registrar& r);
 void register_reduction_kernels(Registrar& r);
 void register_index_kernels(Registrar& r);
 void register_creation_kernels(Registrar& r);

@@ -264,6 +264,7 @@ TESSERA_PLUGIN_ENTRY(&tessera::cpu::g_plugin) {
   Registrar r(host);
   register_creation_kernels(r);
   register_elementwise_kernels(r);
+  register_onnx_elementwise_kernels(r);
   register_reduction_kernels(r);
   register_index_kernels(r);
 #ifdef TESSERA_CPU_HAS_NN

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "tessera/dispatcher.h"
+
 namespace tessera::cts {
 
 // ---------------------------------------------------------------- random inputs
@@ -171,6 +173,104 @@ std::vector<Case> build() {
            [](const Inputs& x, DType) { return tessera::gelu(x[0], "tanh"); });
   add_case(v, "silu", "silu", kFloating, unary_inputs(D::Small), [](const Inputs& x, DType) { return tessera::silu(x[0]); });
   add_case(v, "erf", "erf", kFloating, unary_inputs(D::Small), [](const Inputs& x, DType) { return tessera::erf(x[0]); });
+
+  // ---- the pointwise ops for ONNX models (docs/pointwise-ops.md): activations, rounding, inverse trigonometric
+  // and hyperbolic functions, predicates, bitwise and shift ops, the integer-division family. 4-D
+  // cases also run channels-last; the *_special cases carry NaN, infinities, -0.0, halves and zero divisors.
+  {
+    const std::vector<DType> ints = {kUInt8, kInt8, kInt16, kInt32, kInt64};
+    const std::vector<DType> bits = {kBool, kUInt8, kInt8, kInt16, kInt32, kInt64};
+    const std::vector<DType> float_and_int = {kInt32, kFloat16, kBFloat16, kFloat32, kFloat64};
+    const std::vector<double> specials = {NAN, INFINITY, -INFINITY, -0.0, 0.5, 1.5, 2.5, -0.5, -2.5, 1e30, -3.0, 3.0};
+    const std::vector<double> divisors = {0.0, -0.0, 2.0, -2.0, INFINITY, NAN, 0.0, 1.5, -1.5, 3.0, -INFINITY, 0.25};
+    auto unary = [&](const char* label, const char* op, std::vector<DType> dt, MakeFn make, Tensor (*fn)(const Tensor&)) {
+      add_case(v, label, op, std::move(dt), std::move(make), [fn](const Inputs& x, DType) { return fn(x[0]); });
+    };
+    auto binary = [&](const char* label, const char* op, std::vector<DType> dt, MakeFn make,
+                      Tensor (*fn)(const Tensor&, const Tensor&)) {
+      add_case(v, label, op, std::move(dt), std::move(make), [fn](const Inputs& x, DType) { return fn(x[0], x[1]); });
+    };
+    auto special_pair = [specials, divisors](Gen& g, DType t) {
+      return Inputs{special_inputs(specials, {3, 4})(g, t)[0], special_inputs(divisors, {3, 4})(g, t)[0]};
+    };
+    add_case(v, "leaky_relu", "leaky_relu", kFloating, unary_inputs(D::Any),
+             [](const Inputs& x, DType) { return tessera::leaky_relu(x[0], 0.2); });
+    add_case(v, "elu", "elu", kFloating, unary_inputs(D::Any),
+             [](const Inputs& x, DType) { return tessera::elu(x[0], 0.5, 2.0, 1.5); });
+    unary("selu", "selu", kFloating, unary_inputs(D::Any), tessera::selu);
+    add_case(v, "celu", "celu", kFloating, unary_inputs(D::Any), [](const Inputs& x, DType) { return tessera::celu(x[0], 2.0); });
+    unary("hardsigmoid", "hardsigmoid", kFloating, unary_inputs(D::Any), tessera::hardsigmoid);
+    unary("hardswish_nchw", "hardswish", kFloating, unary_inputs(D::Any, {2, 3, 4, 5}), tessera::hardswish);
+    add_case(v, "hardtanh", "hardtanh", kSigned, unary_inputs(D::Any),
+             [](const Inputs& x, DType) { return tessera::hardtanh(x[0], -1.5, 2.5); });
+    add_case(v, "softplus", "softplus", kFloating, unary_inputs(D::Any),
+             [](const Inputs& x, DType) { return tessera::softplus(x[0], 2.0, 1.0); });
+    unary("mish", "mish", kFloating, unary_inputs(D::Any), tessera::mish);
+    unary("softsign", "softsign", float_and_int, unary_inputs(D::Any), tessera::softsign);
+    add_case(v, "activations_special", "mish", kFloating, special_inputs(specials, {3, 4}), [](const Inputs& x, DType) {
+      return tessera::cat({tessera::mish(x[0]), tessera::elu(x[0]), tessera::softplus(x[0]), tessera::hardswish(x[0]),
+                           tessera::softsign(x[0]), tessera::leaky_relu(x[0])}, 0);
+    });
+    add_case(v, "prelu_nchw", "prelu", kFloating,
+             [](Gen& g, DType t) { return Inputs{g.random({2, 3, 4, 5}, t), g.random({3}, t)}; },
+             [](const Inputs& x, DType) { return tessera::prelu(x[0], x[1]); });
+    add_case(v, "_prelu_kernel", "_prelu_kernel", kFloating,
+             [](Gen& g, DType t) { return Inputs{g.random({2, 3, 4}, t), g.random({3, 1}, t)}; },
+             [](const Inputs& x, DType) {
+               Dispatcher& d = Dispatcher::instance();
+               return std::get<Tensor>(d.call_boxed(d.op("_prelu_kernel"), Stack{x[0], x[1]}).at(0));
+             });
+    unary("floor", "floor", kNumeric, unary_inputs(D::Any), tessera::floor);
+    unary("ceil", "ceil", kNumeric, unary_inputs(D::Any), tessera::ceil);
+    unary("round", "round", kNumeric, unary_inputs(D::Any), tessera::round);
+    unary("trunc", "trunc", kNumeric, unary_inputs(D::Any), tessera::trunc);
+    add_case(v, "rounding_special", "round", kFloating, special_inputs(specials, {3, 4}), [](const Inputs& x, DType) {
+      return tessera::cat({tessera::round(x[0]), tessera::floor(x[0]), tessera::ceil(x[0]), tessera::trunc(x[0])}, 0);
+    });
+    unary("sign", "sign", kAll, unary_inputs(D::Small), tessera::sign);
+    unary("sign_special", "sign", kFloating, special_inputs(specials, {3, 4}), tessera::sign);
+    unary("reciprocal", "reciprocal", float_and_int, unary_inputs(D::NonZero), tessera::reciprocal);
+    unary("tan", "tan", kFloating, unary_inputs(D::Unit), tessera::tan);
+    unary("asin", "asin", kFloating, unary_inputs(D::Unit), tessera::asin);
+    unary("acos", "acos", kFloating, unary_inputs(D::Unit), tessera::acos);
+    unary("atan", "atan", float_and_int, unary_inputs(D::Small), tessera::atan);
+    unary("sinh", "sinh", kFloating, unary_inputs(D::Small), tessera::sinh);
+    unary("cosh", "cosh", kFloating, unary_inputs(D::Small), tessera::cosh);
+    unary("asinh", "asinh", kFloating, unary_inputs(D::Small), tessera::asinh);
+    add_case(v, "acosh", "acosh", kFloating, [](Gen& g, DType t) { return Inputs{g.random({4, 6}, t, D::Positive) + 1}; },
+             [](const Inputs& x, DType) { return tessera::acosh(x[0]); });
+    unary("atanh", "atanh", kFloating, unary_inputs(D::Unit), tessera::atanh);
+    unary("log1p", "log1p", kFloating, unary_inputs(D::Unit), tessera::log1p);
+    unary("expm1", "expm1", kFloating, unary_inputs(D::Small), tessera::expm1);
+    unary("isnan", "isnan", kAll, unary_inputs(D::Any), tessera::isnan);
+    unary("isinf", "isinf", kAll, unary_inputs(D::Any), tessera::isinf);
+    add_case(v, "predicates_special", "isnan", kFloating, special_inputs(specials, {3, 4}), [](const Inputs& x, DType) {
+      return tessera::cat({tessera::isnan(x[0]), tessera::isinf(x[0]), tessera::logical_not(x[0])}, 0);
+    });
+    unary("logical_not", "logical_not", kAll, unary_inputs(D::Small), tessera::logical_not);
+    unary("bitwise_not", "bitwise_not", bits, unary_inputs(D::Any), tessera::bitwise_not);
+    binary("remainder", "remainder", kNumeric, binary_inputs(D::Any, D::NonZero), tessera::remainder);
+    binary("remainder_broadcast", "remainder", kSigned, binary_inputs(D::Any, D::NonZero, {3, 4, 6}, {6}),
+           tessera::remainder);
+    binary("remainder_nchw", "remainder", kSigned, binary_inputs(D::Any, D::NonZero, {2, 3, 4, 5}, {1, 3, 1, 1}),
+           tessera::remainder);
+    binary("remainder_empty", "remainder", kNumeric, binary_inputs(D::Any, D::NonZero, {0, 3}, {3}), tessera::remainder);
+    binary("fmod", "fmod", kNumeric, binary_inputs(D::Any, D::NonZero), tessera::fmod);
+    binary("floor_divide", "floor_divide", kNumeric, binary_inputs(D::Any, D::NonZero), tessera::floor_divide);
+    add_case(v, "division_special", "remainder", kFloating, special_pair, [](const Inputs& x, DType) {
+      return tessera::cat({tessera::remainder(x[0], x[1]), tessera::fmod(x[0], x[1]), tessera::floor_divide(x[0], x[1])}, 0);
+    });
+    binary("bitwise_and", "bitwise_and", bits, binary_inputs(D::Any, D::Any), tessera::bitwise_and);
+    binary("bitwise_or", "bitwise_or", bits, binary_inputs(D::Any, D::Any), tessera::bitwise_or);
+    binary("bitwise_xor", "bitwise_xor", bits, binary_inputs(D::Any, D::Any, {3, 4, 6}, {4, 1}), tessera::bitwise_xor);
+    // Shifts of 1..10: past the width of the 8-bit types.
+    binary("bitwise_left_shift", "bitwise_left_shift", ints, binary_inputs(D::Any, D::Positive),
+           tessera::bitwise_left_shift);
+    binary("bitwise_right_shift", "bitwise_right_shift", ints, binary_inputs(D::Any, D::Positive),
+           tessera::bitwise_right_shift);
+    binary("logical_xor", "logical_xor", kAll, binary_inputs(D::Small, D::Small), tessera::logical_xor);
+    binary("atan2", "atan2", kFloating, binary_inputs(D::Any, D::Any), tessera::atan2);
+  }
 
   // ---- reductions
   add_case(v, "sum", "sum", kNumeric, unary_inputs(D::Small), [](const Inputs& x, DType) { return tessera::sum(x[0]); }, 4);
