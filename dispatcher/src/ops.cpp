@@ -274,6 +274,16 @@ Tensor argmax(const Tensor& x, std::optional<int64_t> dim, bool keepdim) {
   return call1(op, {self}, {dim ? value_int(*dim) : value_none(), value_bool(keepdim)});
 }
 
+std::tuple<Tensor, Tensor> topk(const Tensor& x, int64_t k, int64_t dim, bool largest, bool sorted) {
+  TESSERA_OP(op, "topk");
+  const TensorImpl* self = impl_of(x, "topk", "self");
+  const tessera_value_t attrs[] = {value_int(k), value_int(dim), value_bool(largest), value_bool(sorted)};
+  CallFrame f{&self, 1, attrs, 4, nullptr};
+  Tensor outs[2];
+  call_unboxed(op, f, outs);
+  return {outs[0], outs[1]};
+}
+
 // ---- nn
 
 Tensor linear(const Tensor& x, const Tensor& weight, const std::optional<Tensor>& bias) {

@@ -17,6 +17,7 @@
 // ops.json (docs/adding-an-op.md).
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <sstream>
 #include <string>
 
@@ -501,6 +502,11 @@ Sizes<S> stack(const SizeArgs<S>& a) {
 }
 
 }  // namespace rules
+}  // namespace tessera::shape
+
+#include "shape_rules_structural.h"  // IWYU pragma: export
+
+namespace tessera::shape {
 
 // The sizes of the one output of an op whose contract names `rule`; false for SizesRule::None.
 template <typename S>

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "tessera/options.h"
@@ -69,6 +70,9 @@ namespace tessera {
 
 // ---- ops written by hand (they do more than box their arguments: "api": "manual" in ops.json)
 TESSERA_API Tensor argmax(const Tensor& x, std::optional<int64_t> dim = std::nullopt, bool keepdim = false);
+// The k largest (largest=false: smallest) values along dim and their int64 indices (ops.json: topk).
+TESSERA_API std::tuple<Tensor, Tensor> topk(const Tensor& x, int64_t k, int64_t dim = -1, bool largest = true,
+                                             bool sorted = true);
 TESSERA_API Tensor linear(const Tensor& x, const Tensor& weight, const std::optional<Tensor>& bias = std::nullopt);
 TESSERA_API Tensor softmax(const Tensor& x, int64_t dim);
 TESSERA_API Tensor log_softmax(const Tensor& x, int64_t dim);

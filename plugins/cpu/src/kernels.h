@@ -29,6 +29,8 @@ void register_onnx_elementwise_kernels(Registrar& r);
 void register_reduction_kernels(Registrar& r);
 void register_index_kernels(Registrar& r);
 void register_creation_kernels(Registrar& r);
+void register_shape_kernels(Registrar& r);      // shape_ops.cpp
+void register_onnx_nn_kernels(Registrar& r);    // onnx_nn_ops.cpp
 
 // Runs `body`, turning exceptions into a status (the C ABI boundary of every kernel).
 template <typename F>

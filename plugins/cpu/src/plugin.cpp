@@ -267,6 +267,8 @@ TESSERA_PLUGIN_ENTRY(&tessera::cpu::g_plugin) {
   register_onnx_elementwise_kernels(r);
   register_reduction_kernels(r);
   register_index_kernels(r);
+  register_shape_kernels(r);
+  register_onnx_nn_kernels(r);
 #ifdef TESSERA_CPU_HAS_NN
   register_nn_kernels(host);
 #endif

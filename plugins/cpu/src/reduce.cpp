@@ -1,4 +1,4 @@
-// Reductions over a set of dims (sum, mean, amax, amin, prod, var) and argmax.
+// Reductions over a set of dims (sum, mean, amax, amin, prod, var) argmax and argmin.
 // Note [Reduction layout]
 // The input's dims are split into kept and reduced ones. Each output element reduces a strided
 // sub-tensor (the reduced dims, merged where contiguous). Two fast paths cover the common layouts
@@ -309,7 +309,9 @@ tessera_status_t reduce_kernel(void* user_data, const tessera_kernel_call_t* cal
   });
 }
 
-tessera_status_t argmax_kernel(void*, const tessera_kernel_call_t* call) {
+// argmax, and argmin when `min_tag` is non-null (the first index of the extreme value; NaN wins both).
+tessera_status_t argmax_kernel(void* min_tag, const tessera_kernel_call_t* call) {
+  const bool is_min = min_tag != nullptr;
   return guarded(call, [&](const KernelCall& c) {
     const tessera_tensor_t* x = c.raw()->inputs[0];
     const tessera_tensor_t* out = c.raw()->outputs[0];
@@ -361,7 +363,7 @@ tessera_status_t argmax_kernel(void*, const tessera_kernel_call_t* call) {
           for (int64_t r = 1; r < red; ++r) {
             const A v = Elem<T>::load(p + r * xs_red);
             if (best != best) break;  // the first NaN wins
-            if (v > best || v != v) {
+            if ((is_min ? v < best : v > best) || v != v) {
               best = v;
               bi = r;
             }
@@ -385,6 +387,7 @@ void register_reduction_kernels(Registrar& r) {
   r.add(op::prod::name, kMaskAll, &reduce_kernel, tag(int(ReduceOp::Prod)));
   r.add(op::var::name, kMaskAll, &reduce_kernel, tag(int(ReduceOp::Var)));
   r.add(op::argmax::name, kMaskAll, &argmax_kernel);
+  r.add(op::argmin::name, kMaskAll, &argmax_kernel, tag(1));
 }
 
 }  // namespace tessera::cpu

@@ -3,7 +3,11 @@
 #include "cases.h"
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
+#include <tuple>
+
+#include <tessera/dispatcher.h>
 
 #include "tessera/dispatcher.h"
 
@@ -456,6 +460,88 @@ std::vector<Case> build() {
            [](const Inputs& x, DType) { return tessera::sum(x[0], {0}); });
   add_case(v, "matmul_k0", "matmul", {kInt64, kFloat32, kFloat64}, binary_inputs(D::Any, D::Any, {3, 0}, {0, 4}),
            [](const Inputs& x, DType) { return tessera::matmul(x[0], x[1]); });
+
+  // ---- structural and nn ops for ONNX models (slicing, pad, norms, scatter, topk, resize, ...)
+  add_case(v, "slice_copy_step", "slice_copy", kAll, unary_inputs(D::Any, {5, 7}),
+           [](const Inputs& x, DType) { return tessera::slice_copy(x[0], 1, 1, 6, 2); });
+  add_case(v, "slice_copy_negative_step", "slice_copy", kAll, unary_inputs(D::Any, {5, 7}),
+           [](const Inputs& x, DType) { return tessera::slice_copy(x[0], 0, -1, INT64_MIN, -2); });
+  add_case(v, "slice_copy_transposed", "slice_copy", kNumeric, unary_inputs(D::Any, {5, 7}),
+           [](const Inputs& x, DType) { return tessera::slice_copy(x[0].t(), 0, -4, INT64_MAX); });
+  add_case(v, "slice_copy_empty", "slice_copy", kNumeric, unary_inputs(D::Any, {0, 3}),
+           [](const Inputs& x, DType) { return tessera::slice_copy(x[0], 1, 1); });
+  add_case(v, "expand_copy", "expand_copy", kAll, unary_inputs(D::Any, {3, 1}),
+           [](const Inputs& x, DType) { return tessera::expand_copy(x[0], {2, -1, 5}); });
+  add_case(v, "pad_constant", "pad", kAll, unary_inputs(D::Any, {2, 3, 4}),
+           [](const Inputs& x, DType) { return tessera::pad(x[0], {1, 2, -1, 1}, "constant", 1.0); });
+  add_case(v, "pad_reflect", "pad", kAll, unary_inputs(D::Any, {2, 3, 4}),
+           [](const Inputs& x, DType) { return tessera::pad(x[0], {3, 2, 2, 0}, "reflect"); });
+  add_case(v, "pad_replicate", "pad", kAll, unary_inputs(D::Any, {2, 3, 4}),
+           [](const Inputs& x, DType) { return tessera::pad(x[0], {2, 5, 1, 1, 1, 0}, "replicate"); });
+  add_case(v, "batch_norm", "batch_norm", kFloating,
+           [](Gen& g, DType t) {
+             return Inputs{g.random({2, 3, 4, 5}, t), g.random({3}, t), g.random({3}, t), g.random({3}, t),
+                           g.random({3}, t, Domain::Positive)};
+           },
+           [](const Inputs& x, DType) { return tessera::batch_norm(x[0], x[1], x[2], x[3], x[4], false, 0.1, 1e-5, false); },
+           2);
+  add_case(v, "group_norm", "group_norm", kFloating,
+           [](Gen& g, DType t) { return Inputs{g.random({2, 4, 3, 3}, t), g.random({4}, t), g.random({4}, t)}; },
+           [](const Inputs& x, DType) { return tessera::group_norm(x[0], 2, x[1], x[2]); }, 4);
+  add_case(v, "instance_norm", "group_norm", kFloating, unary_inputs(D::Any, {2, 3, 4, 4}),
+           [](const Inputs& x, DType) { return tessera::group_norm(x[0], 3); }, 4);
+  add_case(v, "argmin", "argmin", {kInt32, kInt64, kFloat32, kFloat64},
+           [](Gen& g, DType t) { return Inputs{g.permutation(24).reshape({4, 6}).to(t)}; },
+           [](const Inputs& x, DType) { return tessera::argmin(x[0], 0); });
+  add_case(v, "cumsum", "cumsum", kAll, unary_inputs(D::Small, {3, 5}),
+           [](const Inputs& x, DType) { return tessera::cumsum(x[0], 1); }, 4);
+  add_case(v, "topk_values", "topk", kNumeric,
+           [](Gen& g, DType t) { return Inputs{g.permutation(24).reshape({4, 6}).to(t)}; },
+           [](const Inputs& x, DType) { return std::get<0>(tessera::topk(x[0], 3, 1)); });
+  add_case(v, "topk_indices_smallest", "topk", kNumeric,
+           [](Gen& g, DType t) { return Inputs{g.permutation(24).reshape({4, 6}).to(t)}; },
+           [](const Inputs& x, DType) { return std::get<1>(tessera::topk(x[0], 2, 0, false)); });
+  add_case(v, "scatter", "scatter", kAll,
+           [](Gen& g, DType t) {
+             Tensor rows = tessera::slice_copy(g.permutation(4), 0, 0, 2).reshape({2, 1});
+             return Inputs{g.random({4, 3}, t), tessera::expand_copy(rows, {2, 3}), g.random({2, 3}, t)};
+           },
+           [](const Inputs& x, DType) { return tessera::scatter(x[0], 0, x[1], x[2]); });
+  add_case(v, "scatter_reduce_sum", "scatter_reduce", kNumeric,
+           [](Gen& g, DType t) { return Inputs{g.random({4, 3}, t, D::Small), g.indices({5, 3}, 4), g.random({5, 3}, t, D::Small)}; },
+           [](const Inputs& x, DType) { return tessera::scatter_reduce(x[0], 0, x[1], x[2], "sum"); }, 4);
+  add_case(v, "scatter_reduce_amax", "scatter_reduce", kNumeric,
+           [](Gen& g, DType t) { return Inputs{g.random({4, 3}, t), g.indices({5, 3}, 4), g.random({5, 3}, t)}; },
+           [](const Inputs& x, DType) { return tessera::scatter_reduce(x[0], 0, x[1], x[2], "amax", false); });
+  add_case(v, "tril", "tril", kAll, unary_inputs(D::Any, {2, 4, 5}),
+           [](const Inputs& x, DType) { return tessera::tril(x[0], 1); });
+  add_case(v, "triu", "triu", kAll, unary_inputs(D::Any, {2, 4, 5}),
+           [](const Inputs& x, DType) { return tessera::triu(x[0], -1); });
+  add_case(v, "flip", "flip", kAll, unary_inputs(D::Any, {3, 4, 2}),
+           [](const Inputs& x, DType) { return tessera::flip(x[0], {0, 2}); });
+  add_case(v, "repeat", "repeat", kAll, unary_inputs(D::Any, {2, 3}),
+           [](const Inputs& x, DType) { return tessera::repeat(x[0], {2, 1, 3}); });
+  add_case(v, "conv_transpose2d", "conv_transpose2d", kFloating,
+           [](Gen& g, DType t) { return Inputs{g.random({1, 4, 5, 5}, t), g.random({4, 3, 3, 3}, t), g.random({6}, t)}; },
+           [](const Inputs& x, DType) { return tessera::conv_transpose2d(x[0], x[1], x[2], {2}, {1}, {1}, 2, {1}); }, 8);
+  add_case(v, "resize_nearest", "_resize", kAll, unary_inputs(D::Any, {1, 2, 3, 4}),
+           [](const Inputs& x, DType) {
+             Dispatcher& d = Dispatcher::instance();
+             Stack r = d.call_boxed(d.op("_resize"), Stack{x[0], std::vector<int64_t>{5, 8}, std::string("nearest"),
+                                                          std::string("asymmetric"), std::string("floor")});
+             return std::get<Tensor>(r[0]);
+           });
+  add_case(v, "resize_linear", "_resize", kFloating, unary_inputs(D::Any, {1, 2, 3, 4}),
+           [](const Inputs& x, DType) {
+             Dispatcher& d = Dispatcher::instance();
+             Stack r = d.call_boxed(d.op("_resize"), Stack{x[0], std::vector<int64_t>{6, 7}, std::string("linear"),
+                                                          std::string("half_pixel"), std::string("round_prefer_floor")});
+             return std::get<Tensor>(r[0]);
+           }, 2);
+  add_case(v, "logsumexp", "logsumexp", kFloating, unary_inputs(D::Any, {3, 4, 5}),
+           [](const Inputs& x, DType) { return tessera::logsumexp(x[0], {0, 2}, true); }, 2);
+  add_case(v, "linalg_vector_norm", "linalg_vector_norm", kFloating, unary_inputs(D::Any, {3, 4, 5}),
+           [](const Inputs& x, DType) { return tessera::linalg_vector_norm(x[0], 2, IntArrayRef({1})); }, 4);
   return v;
 }
 
