@@ -218,6 +218,49 @@ Tensor reshape_to(const NodeCtx& c, const Tensor& x, const Sizes& sizes) {
   return x.contiguous().view(c.example(sizes));
 }
 
+Tensor symbolic_ones(const NodeCtx& c, const Sizes& shape) {
+  const int64_t r = int64_t(shape.size());
+  std::vector<int64_t> fixed(size_t(r), 1);
+  std::vector<size_t> dynamic;
+  int64_t numel = 1;
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (shape[i].is_constant()) {
+      if (shape[i].constant() < 0) c.fail("a negative size " + std::to_string(shape[i].constant()));
+      fixed[i] = shape[i].constant();
+      if (__builtin_mul_overflow(numel, fixed[i], &numel)) numel = INT64_MAX;
+    } else {
+      dynamic.push_back(i);
+    }
+  }
+  c.check_elements(numel, "the constant part of a broadcast");
+  Tensor out;
+  {
+    ExcludeDispatchKeyGuard plain(kExportKey);
+    out = tessera::ones(fixed, tessera::dtype(kBool));
+  }
+  for (size_t i : dynamic) {
+    auto name = shape[i].plain_symbol();
+    const Witnesses* w = c.witnesses();
+    auto it = name && w ? w->find(*name) : Witnesses::const_iterator();
+    if (!name || !w || it == w->end())
+      c.fail("needs a tensor of the dynamic size " + shape[i].str() + ", which is not a dim of an input");
+    // The witness input summed over every other dim: [n], all true below. (A sum, not a slice at
+    // index 0: slicing a dynamic dim would make the capture compare it with 1, a guard.)
+    Tensor t = it->second.first;
+    const int64_t d = it->second.second;
+    std::vector<int64_t> others;
+    for (int64_t k = 0; k < t.dim(); ++k)
+      if (k != d) others.push_back(k);
+    if (!others.empty()) t = tessera::sum(t, others, false);
+    Tensor v = reshape_to(c, t, {shape[i]});
+    Tensor all = tessera::logical_or(tessera::eq(v, v), tessera::ne(v, v));  // true even for NaN
+    Sizes at(size_t(r), SymSize(int64_t(1)));
+    at[i] = shape[i];
+    out = tessera::logical_and(out, reshape_to(c, all, at));
+  }
+  return out;
+}
+
 Tensor call_op(const NodeCtx& c, const char* name, Stack args) {
   Dispatcher& d = Dispatcher::instance();
   OperatorEntry* op = d.find_op(name);
@@ -225,6 +268,18 @@ Tensor call_op(const NodeCtx& c, const char* name, Stack args) {
   Stack out = d.call_boxed(*op, std::move(args));
   TESSERA_INTERNAL_ASSERT(!out.empty() && std::holds_alternative<Tensor>(out[0]));
   return std::get<Tensor>(out[0]);
+}
+
+std::vector<Tensor> call_op_outputs(const NodeCtx& c, const char* name, Stack args) {
+  Dispatcher& d = Dispatcher::instance();
+  OperatorEntry* op = d.find_op(name);
+  if (!op) c.fail(std::string("needs the op '") + name + "', which this runtime's op contract does not have");
+  std::vector<Tensor> out;
+  for (Value& v : d.call_boxed(*op, std::move(args))) {
+    TESSERA_INTERNAL_ASSERT(std::holds_alternative<Tensor>(v));
+    out.push_back(std::get<Tensor>(v));
+  }
+  return out;
 }
 
 std::optional<DType> dtype_of_onnx(int32_t e) {

@@ -32,13 +32,16 @@ struct Val {
   bool constant = false;     // t is a host constant (an initializer or a Constant's value)
 };
 
-struct Model;  // importer.cpp
+// Per symbol, a user input and the dim whose size it is: the importer makes tensors of symbolic size
+// from it (symbolic_ones).
+using Witnesses = std::map<std::string, std::pair<Tensor, int64_t>>;
 
 class NodeCtx {
  public:
   NodeCtx(const ::onnx::NodeProto& node, int64_t opset, std::map<std::string, Val>& env,
-          const std::map<std::string, int64_t>& example)
-      : node_(node), opset_(opset), env_(env), example_(example) {}
+          const std::map<std::string, int64_t>& example, const Witnesses* witnesses = nullptr)
+      : node_(node), opset_(opset), env_(env), example_(example), witnesses_(witnesses) {}
+  const Witnesses* witnesses() const { return witnesses_; }
 
   const ::onnx::NodeProto& node() const { return node_; }
   int64_t opset() const { return opset_; }
@@ -95,6 +98,7 @@ class NodeCtx {
   int64_t opset_;
   std::map<std::string, Val>& env_;
   const std::map<std::string, int64_t>& example_;
+  const Witnesses* witnesses_;
 };
 
 // The most elements the importer materialises for one constant or index list (2^28).
@@ -107,6 +111,7 @@ using ConverterTable = std::map<std::string, Converter>;
 void add_elementwise_converters(ConverterTable& t);
 void add_nn_converters(ConverterTable& t);
 void add_shape_converters(ConverterTable& t);
+void add_index_converters(ConverterTable& t);
 const ConverterTable& converter_table();
 
 // Helpers shared by the families.
@@ -121,8 +126,15 @@ Tensor host_scalar(double value, DType dtype);
 // Reshape through a view of the tracing tensor (the capture recovers symbolic sizes from the
 // example, Note [Captured views]); `sizes` are symbolic target sizes.
 Tensor reshape_to(const NodeCtx& c, const Tensor& x, const Sizes& sizes);
+// A bool tensor of all true of `shape`, whose dims may be symbols: a dim that is a plain symbol is
+// taken from the user input that has it (its witness), so the program makes the tensor at run time
+// with the right size. Fails naming a dim that is an expression. Broadcasting against it (where(t,
+// x, x)) expands x to a symbolic shape.
+Tensor symbolic_ones(const NodeCtx& c, const Sizes& shape);
 // Calls an op of the contract by name (ops other families or plugins add; none has a C++ wrapper).
 Tensor call_op(const NodeCtx& c, const char* name, Stack args);
+// The same for an op with several outputs (topk): every output, in schema order.
+std::vector<Tensor> call_op_outputs(const NodeCtx& c, const char* name, Stack args);
 // The dtype of an ONNX TensorProto data type; fails for types Tessera lacks.
 std::optional<DType> dtype_of_onnx(int32_t elem_type);
 int32_t onnx_of_dtype(DType t);

@@ -101,7 +101,12 @@ class Importer {
         [&](const std::vector<Tensor>& xs) {
           std::map<std::string, Val> env;
           for (const auto& [name, t] : params_) env[name] = constant_val(t);
-          for (size_t i = 0; i < xs.size(); ++i) env[eo.input_names[i]] = Val{xs[i], std::nullopt, false, kInt64, false};
+          for (size_t i = 0; i < xs.size(); ++i) {
+            env[eo.input_names[i]] = Val{xs[i], std::nullopt, false, kInt64, false};
+            const Sizes s = traced_sizes(xs[i]);
+            for (size_t d = 0; d < s.size(); ++d)
+              if (auto sym = s[d].plain_symbol(); sym && !witnesses_.count(*sym)) witnesses_[*sym] = {xs[i], int64_t(d)};
+          }
           run_nodes(g.node(), env, opset_, 0);
           std::vector<Tensor> outs;
           for (const auto& o : g.output()) {
@@ -219,10 +224,16 @@ class Importer {
         continue;
       }
       auto it = converter_table().find(node.op_type());
-      NodeCtx c(node, opset, env, example_);
+      NodeCtx c(node, opset, env, example_, &witnesses_);
       if (it == converter_table().end())
         c.fail("no converter for this op type (nearest supported: " + nearest_ops(node.op_type()) + ")");
-      it->second(c);
+      try {
+        it->second(c);
+      } catch (const Error& e) {  // an op's own check: said with the node it came from
+        const std::string m = e.what();
+        if (m.rfind("onnx import:", 0) == 0) throw;
+        throw Error(e.code(), "onnx import: " + c.where() + ": " + m);
+      }
       for (int i = 0; i < node.output_size(); ++i)
         if (!node.output(i).empty() && !env.count(node.output(i)))
           c.fail("output " + std::to_string(i) + " ('" + node.output(i) + "') is not supported by the converter");
@@ -279,6 +290,7 @@ class Importer {
   std::map<std::string, int64_t> example_;
   std::map<std::string, Tensor> params_;
   std::map<std::string, Tensor> constant_tensors_;
+  Witnesses witnesses_;
 };
 
 }  // namespace

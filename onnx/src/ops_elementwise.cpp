@@ -40,12 +40,58 @@ void Sub(NodeCtx& c) { if (!fold_binary(c, sub_i)) c.out(0, tessera::sub(c.in(0)
 void Mul(NodeCtx& c) { if (!fold_binary(c, mul_i)) c.out(0, tessera::mul(c.in(0), c.in(1))); }
 void Div(NodeCtx& c) {
   if (fold_binary(c, div_i)) return;
-  Tensor a = c.in(0);
-  if (!is_floating(a.dtype()))
-    c.out(0, call_op(c, "floor_divide", {a, c.in(1)}));  // TODO(#27): truncation for negative integers
-  else
-    c.out(0, tessera::div(a, c.in(1)));
+  Tensor a = c.in(0), b = c.in(1);
+  if (is_floating(a.dtype())) return c.out(0, tessera::div(a, b));
+  // ONNX integer division truncates: the floor quotient, plus one where the remainder is non-zero
+  // and the operands' signs differ.
+  Tensor q = call_op(c, "floor_divide", {a, b});
+  Tensor r = call_op(c, "remainder.Tensor", {a, b});
+  Tensor zero = host_scalar(0, a.dtype());
+  Tensor fix = tessera::logical_and(tessera::ne(r, zero), tessera::ne(tessera::lt(a, zero), tessera::lt(b, zero)));
+  c.out(0, tessera::where(fix, tessera::add(q, host_scalar(1, q.dtype())), q));
 }
+void Mod(NodeCtx& c) {
+  c.out(0, call_op(c, c.attr_int("fmod", 0) ? "fmod.Tensor" : "remainder.Tensor", {c.in(0), c.in(1)}));
+}
+void BitShift(NodeCtx& c) {
+  const std::string dir = c.attr_string("direction", "");
+  if (dir != "LEFT" && dir != "RIGHT") c.fail("direction must be LEFT or RIGHT, got '" + dir + "'");
+  c.out(0, call_op(c, dir == "LEFT" ? "bitwise_left_shift.Tensor" : "bitwise_right_shift.Tensor", {c.in(0), c.in(1)}));
+}
+void IsInf(NodeCtx& c) {
+  Tensor x = c.in(0);
+  Tensor inf = call_op(c, "isinf", {x});
+  const bool pos = c.attr_int("detect_positive", 1) != 0, neg = c.attr_int("detect_negative", 1) != 0;
+  if (pos && neg) return c.out(0, inf);
+  Tensor zero = host_scalar(0, x.dtype());
+  if (!pos && !neg) return c.out(0, tessera::logical_and(inf, tessera::ne(x, x)));  // all false
+  c.out(0, tessera::logical_and(inf, pos ? tessera::gt(x, zero) : tessera::lt(x, zero)));
+}
+void Celu(NodeCtx& c) { c.out(0, call_op(c, "celu", {c.in(0), c.attr_float("alpha", 1.0)})); }
+void ThresholdedRelu(NodeCtx& c) {
+  Tensor x = c.in(0);
+  Tensor zero = host_scalar(0, x.dtype());
+  c.out(0, tessera::where(tessera::gt(x, host_scalar(c.attr_float("alpha", 1.0), x.dtype())), x, zero));
+}
+void Shrink(NodeCtx& c) {
+  Tensor x = c.in(0);
+  const double bias = c.attr_float("bias", 0.0), lambd = c.attr_float("lambd", 0.5);
+  Tensor lo = tessera::lt(x, host_scalar(-lambd, x.dtype())), hi = tessera::gt(x, host_scalar(lambd, x.dtype()));
+  Tensor y = tessera::where(lo, tessera::add(x, host_scalar(bias, x.dtype())),
+                            tessera::where(hi, tessera::sub(x, host_scalar(bias, x.dtype())), host_scalar(0, x.dtype())));
+  c.out(0, y);
+}
+
+// Unary and binary ops of the contract under another name (Note [OpInfo]: the schema's name).
+template <const char* Name>
+void contract_unary(NodeCtx& c) { c.out(0, call_op(c, Name, {c.in(0)})); }
+template <const char* Name>
+void contract_binary(NodeCtx& c) { c.out(0, call_op(c, Name, {c.in(0), c.in(1)})); }
+constexpr char kFloor[] = "floor", kCeil[] = "ceil", kRound[] = "round", kSign[] = "sign", kTan[] = "tan",
+               kAsin[] = "asin", kAcos[] = "acos", kAtan[] = "atan", kSinh[] = "sinh", kCosh[] = "cosh",
+               kAsinh[] = "asinh", kAcosh[] = "acosh", kAtanh[] = "atanh", kBitwiseNot[] = "bitwise_not",
+               kBitwiseAnd[] = "bitwise_and.Tensor", kBitwiseOr[] = "bitwise_or.Tensor",
+               kBitwiseXor[] = "bitwise_xor.Tensor", kLogicalXor[] = "logical_xor", kLogicalNot[] = "logical_not";
 void Pow(NodeCtx& c) {
   Tensor base = c.in(0);
   if (c.val(1).constant && c.val(1).t.numel() == 1 && c.val(1).t.dim() == 0)
@@ -84,8 +130,6 @@ void Greater(NodeCtx& c) { c.out(0, tessera::gt(c.in(0), c.in(1))); }
 void GreaterOrEqual(NodeCtx& c) { c.out(0, tessera::ge(c.in(0), c.in(1))); }
 void And(NodeCtx& c) { c.out(0, tessera::logical_and(c.in(0), c.in(1))); }
 void Or(NodeCtx& c) { c.out(0, tessera::logical_or(c.in(0), c.in(1))); }
-void Xor(NodeCtx& c) { c.out(0, tessera::ne(c.in(0), c.in(1))); }
-void Not(NodeCtx& c) { c.out(0, tessera::eq(c.in(0), host_scalar(0, kBool))); }
 
 void Where(NodeCtx& c) {
   if (c.has_ints(0) && c.has_ints(1) && c.has_ints(2)) {
@@ -157,16 +201,16 @@ void HardSwish(NodeCtx& c) {
   c.out(0, tessera::mul(x, tessera::clamp(y, Scalar(0.0), Scalar(1.0))));
 }
 // softplus(x) = relu(x) + log(1 + exp(-|x|)): no overflow for large |x|.
-Tensor softplus(const Tensor& x) {
+Tensor stable_softplus(const Tensor& x) {
   Tensor t = tessera::log(tessera::add(tessera::exp(tessera::neg(tessera::abs(x))), scalar_like(1, x)));
   return tessera::add(tessera::relu(x), t);
 }
-void Softplus(NodeCtx& c) { c.out(0, softplus(c.in(0))); }
+void Softplus(NodeCtx& c) { c.out(0, stable_softplus(c.in(0))); }
 void Softsign(NodeCtx& c) {
   Tensor x = c.in(0);
   c.out(0, tessera::div(x, tessera::add(tessera::abs(x), scalar_like(1, x))));
 }
-void Mish(NodeCtx& c) { Tensor x = c.in(0); c.out(0, tessera::mul(x, tessera::tanh(softplus(x)))); }
+void Mish(NodeCtx& c) { Tensor x = c.in(0); c.out(0, tessera::mul(x, tessera::tanh(stable_softplus(x)))); }
 void IsNaN(NodeCtx& c) { Tensor x = c.in(0); c.out(0, tessera::ne(x, x)); }
 void PRelu(NodeCtx& c) {
   Tensor x = c.in(0);
@@ -237,7 +281,16 @@ void Constant(NodeCtx& c) {
 void add_elementwise_converters(ConverterTable& t) {
   t["Add"] = Add; t["Sub"] = Sub; t["Mul"] = Mul; t["Div"] = Div; t["Pow"] = Pow;
   t["Equal"] = Equal; t["Less"] = Less; t["LessOrEqual"] = LessOrEqual; t["Greater"] = Greater;
-  t["GreaterOrEqual"] = GreaterOrEqual; t["And"] = And; t["Or"] = Or; t["Xor"] = Xor; t["Not"] = Not;
+  t["GreaterOrEqual"] = GreaterOrEqual; t["And"] = And; t["Or"] = Or; t["Xor"] = contract_binary<kLogicalXor>;
+  t["Not"] = contract_unary<kLogicalNot>; t["Mod"] = Mod; t["BitShift"] = BitShift; t["IsInf"] = IsInf;
+  t["Celu"] = Celu; t["ThresholdedRelu"] = ThresholdedRelu; t["Shrink"] = Shrink;
+  t["Floor"] = contract_unary<kFloor>; t["Ceil"] = contract_unary<kCeil>; t["Round"] = contract_unary<kRound>;
+  t["Sign"] = contract_unary<kSign>; t["Tan"] = contract_unary<kTan>; t["Asin"] = contract_unary<kAsin>;
+  t["Acos"] = contract_unary<kAcos>; t["Atan"] = contract_unary<kAtan>; t["Sinh"] = contract_unary<kSinh>;
+  t["Cosh"] = contract_unary<kCosh>; t["Asinh"] = contract_unary<kAsinh>; t["Acosh"] = contract_unary<kAcosh>;
+  t["Atanh"] = contract_unary<kAtanh>; t["BitwiseNot"] = contract_unary<kBitwiseNot>;
+  t["BitwiseAnd"] = contract_binary<kBitwiseAnd>; t["BitwiseOr"] = contract_binary<kBitwiseOr>;
+  t["BitwiseXor"] = contract_binary<kBitwiseXor>;
   t["Where"] = Where; t["Max"] = Max; t["Min"] = Min; t["Sum"] = Sum; t["Mean"] = Mean;
   t["Relu"] = unary<tessera::relu>; t["Sigmoid"] = unary<tessera::sigmoid>; t["Tanh"] = unary<tessera::tanh>;
   t["Erf"] = unary<tessera::erf>; t["Sqrt"] = unary<tessera::sqrt>; t["Exp"] = unary<tessera::exp>;
@@ -256,6 +309,7 @@ const ConverterTable& converter_table() {
     add_elementwise_converters(t);
     add_nn_converters(t);
     add_shape_converters(t);
+    add_index_converters(t);
     return t;
   }();
   return table;

@@ -324,10 +324,11 @@ void ReduceLogSumExp(NodeCtx& c) {
 
 template <bool Min>
 void arg_reduce(NodeCtx& c) {
+  static_assert(!Min, "ArgMin maps onto the contract's argmin (ops_index.cpp)");
   if (c.attr_int("select_last_index", 0)) c.fail("select_last_index=1 is not supported");
   Tensor x = c.in(0);
   const int64_t axis = norm_axis(c, c.attr_int("axis", 0), x.dim());
-  c.out(0, tessera::argmax(Min ? tessera::neg(x) : x, axis, c.attr_int("keepdims", 1) != 0));
+  c.out(0, tessera::argmax(x, axis, c.attr_int("keepdims", 1) != 0));
 }
 
 // Attention (opset 23): 4-D [batch, heads, seq, head_dim] or 3-D [batch, seq, heads*head_dim]
@@ -386,7 +387,7 @@ void add_nn_converters(ConverterTable& t) {
   t["ReduceSum"] = reduce_op<sum_fn>; t["ReduceMean"] = reduce_op<mean_fn>; t["ReduceMax"] = reduce_op<max_fn>;
   t["ReduceMin"] = reduce_op<min_fn>; t["ReduceProd"] = reduce_op<prod_fn>; t["ReduceL1"] = ReduceL1;
   t["ReduceL2"] = ReduceL2; t["ReduceSumSquare"] = ReduceSumSquare; t["ReduceLogSum"] = ReduceLogSum;
-  t["ReduceLogSumExp"] = ReduceLogSumExp; t["ArgMax"] = arg_reduce<false>; t["ArgMin"] = arg_reduce<true>;
+  t["ReduceLogSumExp"] = ReduceLogSumExp; t["ArgMax"] = arg_reduce<false>;
   t["Attention"] = Attention;
 }
 

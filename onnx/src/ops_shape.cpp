@@ -233,10 +233,22 @@ void Slice(NodeCtx& c) {
     ends = c.attr_ints("ends", {});
     axes = c.attr_ints("axes", {});
   } else {
-    starts = c.const_ints(1);
-    ends = c.const_ints(2);
     if (c.has(3)) axes = c.const_ints(3);
     if (c.has(4)) steps = c.const_ints(4);
+    // A bound that is the sliced dim's own (symbolic) size reads as "to the end".
+    const Sizes st = c.ints(1), en = c.ints(2);
+    const Sizes dims = c.has_ints(0) ? Sizes{SymSize(int64_t(c.ints(0).size()))} : c.sizes(c.in(0));
+    for (size_t k = 0; k < st.size() && k < en.size(); ++k) {
+      const int64_t axis = axes.size() > k ? axes[k] : int64_t(k);
+      const int64_t d = norm_axis(c, axis, int64_t(dims.size()));
+      for (int which = 0; which < 2; ++which) {
+        const SymSize& v = which ? en[k] : st[k];
+        if (v.is_constant()) (which ? ends : starts).push_back(v.constant());
+        else if (v.same_as(dims[size_t(d)])) (which ? ends : starts).push_back(INT64_MAX);
+        else c.fail("slices axis " + std::to_string(axis) + " at the dynamic bound " + v.str() + ", which is not that dim's size");
+      }
+    }
+    if (st.size() != en.size()) c.fail("starts and ends differ in length");
   }
   if (starts.size() != ends.size()) c.fail("starts and ends differ in length");
   if (axes.empty())
@@ -256,15 +268,14 @@ void Slice(NodeCtx& c) {
     const int64_t d = norm_axis(c, axes[k], x.dim());
     if (steps[k] == 0) c.fail("step 0 on axis " + std::to_string(axes[k]));
     const SymSize& n = s[size_t(d)];
-    if (!n.is_constant()) {
-      if (starts[k] == 0 && steps[k] == 1 && ends[k] >= INT32_MAX) continue;  // the whole dim
-      c.fail("slices the dynamic dim " + n.str() + " (axis " + std::to_string(d) +
-             "); only whole dynamic dims can be sliced (fix the dim with ImportOptions::fixed_dims)");
+    if (starts[k] == 0 && steps[k] == 1 && ends[k] >= INT32_MAX) continue;  // the whole dim
+    if (n.is_constant()) {
+      std::vector<int64_t> idx = slice_indices(n.constant(), starts[k], ends[k], steps[k]);
+      if (int64_t(idx.size()) == n.constant() && steps[k] == 1) continue;
     }
-    c.check_elements(n.constant(), "the slice's index list");
-    std::vector<int64_t> idx = slice_indices(n.constant(), starts[k], ends[k], steps[k]);
-    if (int64_t(idx.size()) == n.constant() && steps[k] == 1) continue;
-    x = tessera::index_select(x, d, host_tensor(idx, {int64_t(idx.size())}, kInt64));
+    // ONNX's clamping of huge bounds (INT64_MAX, -INT64_MAX) is the contract's clamping too.
+    const int64_t big = int64_t(1) << 62;
+    x = call_op(c, "slice_copy.Tensor", {x, d, std::clamp(starts[k], -big, big), std::clamp(ends[k], -big, big), steps[k]});
     s = c.sizes(x);
   }
   c.out(0, x);
@@ -315,40 +326,39 @@ void Expand(NodeCtx& c) {
   bool same = true;
   for (size_t i = 0; i < rank; ++i) same = same && padded[i].same_as(out[i]);
   if (same) return c.out(0, reshape_to(c, x, out));
-  if (!all_static) {
-    std::string text;
-    for (size_t i = 0; i < rank; ++i) text += (i ? ", " : "") + out[i].str();
-    c.fail("expands to the dynamic sizes [" + text + "]; only static targets (or no-op expands) are supported");
-  }
+  if (!all_static) return c.out(0, tessera::where(symbolic_ones(c, out), x, x));  // broadcast to a symbolic shape
   std::vector<int64_t> sizes = c.example(out);
   int64_t numel = 1;
   for (int64_t s : sizes)
     if (__builtin_mul_overflow(numel, s, &numel)) numel = INT64_MAX;
   c.check_elements(numel, "the expanded constant");
-  Tensor zeros;
-  {
-    ExcludeDispatchKeyGuard plain(DispatchKeySet::functionality(Functionality::Export));
-    zeros = tessera::zeros(sizes, tessera::dtype(x.dtype()));
-  }
-  c.out(0, x.dtype() == kBool ? tessera::logical_or(x, zeros) : tessera::add(x, zeros));
+  c.out(0, call_op(c, "expand_copy", {reshape_to(c, x, padded), sizes}));
 }
 
 void Tile(NodeCtx& c) {
   Tensor x = c.in(0);
   std::vector<int64_t> reps = c.const_ints(1);
   if (int64_t(reps.size()) != x.dim()) c.fail("repeats has " + std::to_string(reps.size()) + " entries for rank " + std::to_string(x.dim()));
+  bool all_one = true;
   for (size_t d = 0; d < reps.size(); ++d) {
     if (reps[d] < 0) c.fail("a negative repeat");
-    if (reps[d] == 1) continue;
-    if (reps[d] == 0) c.fail("a zero repeat is not supported");
     if (reps[d] > 4096) c.fail("a repeat of " + std::to_string(reps[d]) + " (more than 4096) is not supported");
-    x = tessera::cat(std::vector<Tensor>(size_t(reps[d]), x), int64_t(d));
+    all_one = all_one && reps[d] == 1;
   }
-  c.out(0, x);
+  c.out(0, all_one ? x : call_op(c, "repeat", {x, reps}));
 }
 
 void ConstantOfShape(NodeCtx& c) {
   Sizes shape = c.ints(0);
+  bool dynamic = false;
+  for (const SymSize& s : shape) dynamic = dynamic || !s.is_constant();
+  if (dynamic) {
+    Tensor value = host_scalar(0.0, kFloat32);
+    if (const ::onnx::TensorProto* p = c.attr_tensor("value")) value = tensor_from_proto(*p, "");
+    if (value.numel() != 1) c.fail("value must hold one element");
+    Tensor v = reshape_to(c, value, {});
+    return c.out(0, tessera::where(symbolic_ones(c, shape), v, v));
+  }
   std::vector<int64_t> sizes;
   int64_t numel = 1;
   for (const SymSize& s : shape) {
@@ -381,6 +391,15 @@ void Range(NodeCtx& c) {
       }
       if (v.size() <= 64) return c.out_ints(0, Sizes(v.begin(), v.end()), false, dt);
     }
+  }
+  if (c.has_ints(0) && c.has_ints(1) && c.has_ints(2) && c.ints(1).size() == 1 && !c.ints(1)[0].is_constant()) {
+    // arange(start, n) with a symbolic n - start: the running count of a symbolic all-ones vector.
+    const Sizes a = c.ints(0), d = c.ints(2);
+    if (a.size() != 1 || d.size() != 1 || d[0].maybe_constant() != std::optional<int64_t>(1) || !a[0].is_constant())
+      c.fail("a range over the dynamic limit " + c.ints(1)[0].str() + " needs a constant start and delta 1");
+    Tensor ones = symbolic_ones(c, {c.ints(1)[0] - a[0]}).to(dt);
+    Tensor idx = call_op(c, "cumsum", {ones, int64_t(0), dt});
+    return c.out(0, tessera::add(idx, host_scalar(double(a[0].constant() - 1), dt)));
   }
   const double s = c.const_scalar(0), e = c.const_scalar(1), d = c.const_scalar(2);
   if (d == 0 || !std::isfinite(s) || !std::isfinite(e) || !std::isfinite(d)) c.fail("start, limit and delta must be finite, delta non-zero");
