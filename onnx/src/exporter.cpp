@@ -161,7 +161,13 @@ class Writer {
         {"le", "LessOrEqual"}, {"gt", "Greater"}, {"ge", "GreaterOrEqual"}, {"logical_and", "And"},
         {"logical_or", "Or"}, {"where", "Where"}, {"neg", "Neg"}, {"abs", "Abs"}, {"relu", "Relu"}, {"exp", "Exp"},
         {"log", "Log"}, {"sqrt", "Sqrt"}, {"sin", "Sin"}, {"cos", "Cos"}, {"tanh", "Tanh"}, {"sigmoid", "Sigmoid"},
-        {"erf", "Erf"}, {"matmul", "MatMul"}, {"clone", "Identity"}, {"contiguous", "Identity"}};
+        {"erf", "Erf"}, {"matmul", "MatMul"}, {"clone", "Identity"}, {"contiguous", "Identity"},
+        {"logical_not", "Not"}, {"logical_xor", "Xor"}, {"floor", "Floor"}, {"ceil", "Ceil"}, {"round", "Round"},
+        {"sign", "Sign"}, {"reciprocal", "Reciprocal"}, {"tan", "Tan"}, {"asin", "Asin"}, {"acos", "Acos"},
+        {"atan", "Atan"}, {"sinh", "Sinh"}, {"cosh", "Cosh"}, {"asinh", "Asinh"}, {"acosh", "Acosh"},
+        {"atanh", "Atanh"}, {"isnan", "IsNaN"}, {"isinf", "IsInf"}, {"bitwise_not", "BitwiseNot"},
+        {"bitwise_and", "BitwiseAnd"}, {"bitwise_or", "BitwiseOr"}, {"bitwise_xor", "BitwiseXor"},
+        {"softsign", "Softsign"}, {"mish", "Mish"}, {"hardswish", "HardSwish"}};
     if (auto it = kSame.find(op); it != kSame.end()) {
       std::vector<std::string> ins;
       for (size_t i = 0; i < n.args.size(); ++i)
@@ -201,10 +207,10 @@ class Writer {
       static const std::map<std::string, const char*> kReduce = {
           {"sum", "ReduceSum"}, {"mean", "ReduceMean"}, {"amax", "ReduceMax"}, {"amin", "ReduceMin"}, {"prod", "ReduceProd"}};
       reduce(n, kReduce.at(op), out);
-    } else if (op == "argmax") {
+    } else if (op == "argmax" || op == "argmin") {
       auto dim = get<int64_t>(n, 1);
-      if (!dim) fail(n, "argmax over all elements");
-      auto* a = node("ArgMax", {in(n, 0)}, {out});
+      if (!dim) fail(n, op + " over all elements");
+      auto* a = node(op == "argmax" ? "ArgMax" : "ArgMin", {in(n, 0)}, {out});
       attr(a, "axis", *dim);
       attr(a, "keepdims", int64_t(get<bool>(n, 2).value_or(false)));
     } else if (op == "linear") {
@@ -256,6 +262,40 @@ class Writer {
       auto* a = node("Attention", ins, {out});
       if (get<bool>(n, 4).value_or(false)) attr(a, "is_causal", int64_t(1));
       if (auto s = get<double>(n, 5)) attr(a, "scale", *s);
+    } else if (op == "slice_copy") {
+      const int64_t dim = get<int64_t>(n, 1).value_or(0), step = get<int64_t>(n, 4).value_or(1);
+      const int64_t big = INT64_MAX, start = get<int64_t>(n, 2).value_or(step > 0 ? 0 : big);
+      const int64_t end = get<int64_t>(n, 3).value_or(step > 0 ? big : -big);
+      node("Slice", {in(n, 0), ints({start}), ints({end}), ints({dim}), ints({step})}, {out});
+    } else if (op == "flip") {
+      std::vector<int64_t> dims = get<std::vector<int64_t>>(n, 1).value_or(std::vector<int64_t>{});
+      std::vector<int64_t> starts(dims.size(), -1), ends(dims.size(), INT64_MIN), steps(dims.size(), -1);
+      node("Slice", {in(n, 0), ints(starts), ints(ends), ints(dims), ints(steps)}, {out});
+    } else if (op == "expand_copy") {
+      node("Expand", {in(n, 0), ints(*get<std::vector<int64_t>>(n, 1))}, {out});
+    } else if (op == "repeat") {
+      std::vector<int64_t> reps = *get<std::vector<int64_t>>(n, 1);
+      if (int64_t(reps.size()) != in_rank(n, 0)) fail(n, "repeat adds dims");
+      node("Tile", {in(n, 0), ints(reps)}, {out});
+    } else if (op == "tril" || op == "triu") {
+      const std::string k = initializer(host_tensor({get<int64_t>(n, 1).value_or(0)}, {}, kInt64), "k");
+      attr(node("Trilu", {in(n, 0), k}, {out}), "upper", int64_t(op == "triu"));
+    } else if (op == "remainder" || op == "fmod") {
+      attr(node("Mod", {in(n, 0), in(n, 1)}, {out}), "fmod", int64_t(op == "fmod"));
+    } else if (op == "pad") {
+      std::vector<int64_t> list = *get<std::vector<int64_t>>(n, 1);
+      const int64_t r = in_rank(n, 0), k = int64_t(list.size()) / 2;
+      std::vector<int64_t> pads(size_t(2 * r), 0);
+      for (int64_t i = 0; i < k; ++i) {  // [last_lo, last_hi, prev_lo, ...] -> [x1_begin, ..., x1_end, ...]
+        pads[size_t(r - 1 - i)] = list[size_t(2 * i)];
+        pads[size_t(2 * r - 1 - i)] = list[size_t(2 * i + 1)];
+      }
+      const std::string mode = get<std::string>(n, 2).value_or("constant");
+      std::vector<std::string> ins{in(n, 0), ints(pads)};
+      if (mode == "constant") ins.push_back(scalar(get<double>(n, 3).value_or(0.0), ep_.graph.type(n.outputs[0]).dtype));
+      attr(node("Pad", ins, {out}), "mode", mode == "replicate" ? std::string("edge") : mode);
+    } else if (op == "cumsum") {
+      node("CumSum", {in(n, 0), initializer(host_tensor({*get<int64_t>(n, 1)}, {}, kInt64), "axis")}, {out});
     } else if (t == compiler::kViewTarget) {
       node("Reshape", {in(n, 0), view_shape(n)}, {out});
     } else if (t == compiler::kPermuteTarget) {
