@@ -2,6 +2,7 @@
 // converter families share.
 #include "convert.h"
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -103,53 +104,62 @@ void NodeCtx::check_elements(int64_t count, const char* what) const {
          std::to_string(kMaxImportElements));
 }
 
-namespace {
-const ::onnx::AttributeProto* find_attr(const ::onnx::NodeProto& n, const char* name) {
-  for (const auto& a : n.attribute())
+void NodeCtx::ignore_attrs(std::initializer_list<const char*> names) const {
+  for (const char* n : names) handled_.emplace_back(n);
+}
+
+std::string NodeCtx::unhandled_attr() const {
+  for (const auto& a : node_.attribute())
+    if (std::find(handled_.begin(), handled_.end(), a.name()) == handled_.end()) return a.name();
+  return "";
+}
+
+bool NodeCtx::has_attr(const char* name) const { return find_attr(name) != nullptr; }
+
+const ::onnx::AttributeProto* NodeCtx::find_attr(const char* name) const {
+  handled_.emplace_back(name);
+  for (const auto& a : node_.attribute())
     if (a.name() == name) return &a;
   return nullptr;
 }
-}  // namespace
-
-bool NodeCtx::has_attr(const char* name) const { return find_attr(node_, name) != nullptr; }
 
 int64_t NodeCtx::attr_int(const char* name, int64_t dflt) const {
-  const auto* a = find_attr(node_, name);
+  const auto* a = find_attr(name);
   if (!a) return dflt;
   if (a->type() != ::onnx::AttributeProto::INT) fail(std::string("attribute '") + name + "' must be an int");
   return a->i();
 }
 
 double NodeCtx::attr_float(const char* name, double dflt) const {
-  const auto* a = find_attr(node_, name);
+  const auto* a = find_attr(name);
   if (!a) return dflt;
   if (a->type() != ::onnx::AttributeProto::FLOAT) fail(std::string("attribute '") + name + "' must be a float");
   return a->f();
 }
 
 std::string NodeCtx::attr_string(const char* name, const std::string& dflt) const {
-  const auto* a = find_attr(node_, name);
+  const auto* a = find_attr(name);
   if (!a) return dflt;
   if (a->type() != ::onnx::AttributeProto::STRING) fail(std::string("attribute '") + name + "' must be a string");
   return a->s();
 }
 
 std::vector<int64_t> NodeCtx::attr_ints(const char* name, const std::vector<int64_t>& dflt) const {
-  const auto* a = find_attr(node_, name);
+  const auto* a = find_attr(name);
   if (!a) return dflt;
   if (a->type() != ::onnx::AttributeProto::INTS) fail(std::string("attribute '") + name + "' must be a list of ints");
   return std::vector<int64_t>(a->ints().begin(), a->ints().end());
 }
 
 std::vector<double> NodeCtx::attr_floats(const char* name) const {
-  const auto* a = find_attr(node_, name);
+  const auto* a = find_attr(name);
   if (!a) return {};
   if (a->type() != ::onnx::AttributeProto::FLOATS) fail(std::string("attribute '") + name + "' must be a list of floats");
   return std::vector<double>(a->floats().begin(), a->floats().end());
 }
 
 const ::onnx::TensorProto* NodeCtx::attr_tensor(const char* name) const {
-  const auto* a = find_attr(node_, name);
+  const auto* a = find_attr(name);
   if (!a) return nullptr;
   if (a->type() != ::onnx::AttributeProto::TENSOR) fail(std::string("attribute '") + name + "' must be a tensor");
   return &a->t();

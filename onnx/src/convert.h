@@ -1,6 +1,7 @@
 // The converter table and what a converter sees (private to onnx/src). Note [ONNX import] in
 // tessera/onnx/onnx.h; Note [Known integers] below.
 #pragma once
+#include <initializer_list>
 #include <map>
 #include <optional>
 #include <string>
@@ -65,8 +66,14 @@ class NodeCtx {
   // kMaxImportElements: a model file is untrusted, and sizes it gives must not exhaust memory.
   void check_elements(int64_t count, const char* what) const;
 
-  // Attributes.
+  // Attributes. Every attribute a converter reads (or names in ignore_attrs) counts as handled; the
+  // importer refuses a node with an attribute its converter did not handle (a newer opset's
+  // attribute must not be ignored silently).
   bool has_attr(const char* name) const;
+  // Attributes that do not change an inference result here (Dropout's seed, stash_type, ...).
+  void ignore_attrs(std::initializer_list<const char*> names) const;
+  // The first attribute of the node that no read handled; empty when all were.
+  std::string unhandled_attr() const;
   int64_t attr_int(const char* name, int64_t dflt) const;
   double attr_float(const char* name, double dflt) const;
   std::string attr_string(const char* name, const std::string& dflt) const;
@@ -99,6 +106,8 @@ class NodeCtx {
   std::map<std::string, Val>& env_;
   const std::map<std::string, int64_t>& example_;
   const Witnesses* witnesses_;
+  const ::onnx::AttributeProto* find_attr(const char* name) const;
+  mutable std::vector<std::string> handled_;
 };
 
 // The most elements the importer materialises for one constant or index list (2^28).

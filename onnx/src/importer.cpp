@@ -92,15 +92,33 @@ class Importer {
     ExportOptions eo;
     for (const auto& in : g.input()) {
       if (params_.count(in.name())) continue;  // an initializer listed as an input (IR < 4): a weight
+      if (auto b = opts_.constant_inputs.find(in.name()); b != opts_.constant_inputs.end()) {
+        TESSERA_CHECK(b->second.defined(), "onnx import: constant input '", in.name(), "' is undefined");
+        const auto& tt = in.type().tensor_type();
+        std::optional<DType> dt = dtype_of_onnx(tt.elem_type());
+        TESSERA_CHECK(dt == b->second.dtype() && (!tt.has_shape() || tt.shape().dim_size() == b->second.dim()),
+                      "onnx import: constant input '", in.name(), "' has dtype ", compiler::dtype_short_name(b->second.dtype()),
+                      " and rank ", b->second.dim(), "; the model declares ",
+                      dt ? compiler::dtype_short_name(*dt) : "another type", " and rank ", tt.shape().dim_size());
+        ExcludeDispatchKeyGuard plain(DispatchKeySet::functionality(Functionality::Export));
+        bound_[in.name()] = b->second.cpu().contiguous();
+        continue;
+      }
       examples.push_back(example_input(in, eo));
       eo.input_names.push_back(in.name());
     }
     for (const auto& [name, t] : params_) eo.parameters[name] = t;
+    for (const auto& [name, t] : bound_) eo.parameters[name] = t;
+    for (const auto& [name, b] : opts_.constant_inputs) {
+      bool known = bound_.count(name) > 0;
+      TESSERA_CHECK(known, "onnx import: constant_inputs names '", name, "', which is not an input of the model");
+    }
 
     ExportedProgram ep = export_program(
         [&](const std::vector<Tensor>& xs) {
           std::map<std::string, Val> env;
           for (const auto& [name, t] : params_) env[name] = constant_val(t);
+          for (const auto& [name, t] : bound_) env[name] = constant_val(t);
           for (size_t i = 0; i < xs.size(); ++i) {
             env[eo.input_names[i]] = Val{xs[i], std::nullopt, false, kInt64, false};
             const Sizes s = traced_sizes(xs[i]);
@@ -234,6 +252,7 @@ class Importer {
         if (m.rfind("onnx import:", 0) == 0) throw;
         throw Error(e.code(), "onnx import: " + c.where() + ": " + m);
       }
+      if (std::string a = c.unhandled_attr(); !a.empty()) c.fail("attribute '" + a + "' is not supported");
       for (int i = 0; i < node.output_size(); ++i)
         if (!node.output(i).empty() && !env.count(node.output(i)))
           c.fail("output " + std::to_string(i) + " ('" + node.output(i) + "') is not supported by the converter");
@@ -291,6 +310,7 @@ class Importer {
   std::map<std::string, Tensor> params_;
   std::map<std::string, Tensor> constant_tensors_;
   Witnesses witnesses_;
+  std::map<std::string, Tensor> bound_;  // constant_inputs, on the CPU
 };
 
 }  // namespace

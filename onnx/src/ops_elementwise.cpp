@@ -219,19 +219,26 @@ void PRelu(NodeCtx& c) {
 
 void Identity(NodeCtx& c) { c.out(0, c.val(0)); }
 void Dropout(NodeCtx& c) {
+  c.ignore_attrs({"seed", "ratio"});
   if (c.has(2) && c.const_ints(2) != std::vector<int64_t>{0}) c.fail("training_mode is true; only inference is imported");
   if (c.output_used(1)) c.fail("the mask output is not supported (inference only)");
   c.out(0, c.val(0));
 }
 
 void Cast(NodeCtx& c) {
+  if (c.attr_int("saturate", 1) != 1) c.fail("saturate=0 (a float8 cast) is not supported");
+  if (c.has_attr("round_mode") && c.attr_string("round_mode", "up") != "up") c.fail("round_mode is not supported");
   const int64_t to = c.attr_int("to", 0);
   std::optional<DType> dt = dtype_of_onnx(int32_t(to));
   if (!dt) c.fail("cast to ONNX type " + std::to_string(to) + ", which Tessera has no dtype for");
   if (c.has_ints(0) && !is_floating(*dt) && *dt != kBool) return c.out_ints(0, c.ints(0), c.val(0).scalar, *dt);
   c.out(0, c.in(0).to(*dt));
 }
-void CastLike(NodeCtx& c) { c.out(0, c.in(0).to(c.in(1).dtype())); }
+void CastLike(NodeCtx& c) {
+  if (c.attr_int("saturate", 1) != 1) c.fail("saturate=0 (a float8 cast) is not supported");
+  if (c.has_attr("round_mode") && c.attr_string("round_mode", "up") != "up") c.fail("round_mode is not supported");
+  c.out(0, c.in(0).to(c.in(1).dtype()));
+}
 
 void Clip(NodeCtx& c) {
   Tensor x = c.in(0);

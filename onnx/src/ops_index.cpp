@@ -90,6 +90,7 @@ void ArgMin(NodeCtx& c) {
 }
 
 void GroupNormalization(NodeCtx& c) {
+  c.ignore_attrs({"stash_type"});
   Tensor x = c.in(0), scale = c.in(1), bias = c.in(2);
   const int64_t groups = c.attr_int("num_groups", 0);
   if (groups <= 0 || x.dim() < 2) c.fail("num_groups must be positive and the input at least 2-D");
@@ -130,6 +131,7 @@ void Resize(NodeCtx& c) {
   if (c.has_attr("axes")) c.fail("axes is not supported");
   if (c.attr_string("keep_aspect_ratio_policy", "stretch") != "stretch") c.fail("only keep_aspect_ratio_policy=stretch is supported");
   const std::string ctm = c.attr_string("coordinate_transformation_mode", "half_pixel");
+  c.ignore_attrs({"cubic_coeff_a", "extrapolation_value"});  // cubic and tf_crop_and_resize only
   if (ctm == "tf_crop_and_resize") c.fail("coordinate_transformation_mode tf_crop_and_resize is not supported");
   Sizes s = c.sizes(x);
   std::vector<int64_t> out;

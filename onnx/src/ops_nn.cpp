@@ -177,7 +177,8 @@ void pool(NodeCtx& c) {
   Tensor y = with_padding(c, x, w, run);
   bool padded = false;
   for (size_t i = 0; i < w.begin.size(); ++i) padded = padded || w.begin[i] || w.end[i];
-  if (!Max && padded && !c.attr_int("count_include_pad", 0)) {
+  const bool include_pad = c.attr_int("count_include_pad", 0) != 0;
+  if (!Max && padded && !include_pad) {
     // The mean over the valid elements only: the same pooling of a ones plane gives each window's
     // share of valid elements.
     Sizes s = c.sizes(x);
@@ -216,13 +217,22 @@ std::vector<int64_t> normalized_shape(NodeCtx& c, const Tensor& x, int64_t axis)
 }
 
 void LayerNormalization(NodeCtx& c) {
-  if (c.output_used(1) || c.output_used(2)) c.fail("the Mean and InvStdDev outputs are not supported");
+  c.ignore_attrs({"stash_type"});
   Tensor x = c.in(0);
-  std::vector<int64_t> shape = normalized_shape(c, x, c.attr_int("axis", -1));
-  c.out(0, tessera::layer_norm(x, shape, c.opt(1), c.opt(2), c.attr_float("epsilon", 1e-5)));
+  const int64_t axis = c.attr_int("axis", -1);
+  const double eps = c.attr_float("epsilon", 1e-5);
+  std::vector<int64_t> shape = normalized_shape(c, x, axis);
+  c.out(0, tessera::layer_norm(x, shape, c.opt(1), c.opt(2), eps));
+  if (c.output_used(1) || c.output_used(2)) {  // Mean and InvStdDev, kept dims
+    std::vector<int64_t> dims;
+    for (int64_t d = norm_axis(c, axis, x.dim()); d < x.dim(); ++d) dims.push_back(d);
+    c.out(1, tessera::mean(x, dims, true));
+    c.out(2, tessera::rsqrt(tessera::add(tessera::var(x, dims, 0, true), scalar_like(eps, x))));
+  }
 }
 
 void RMSNormalization(NodeCtx& c) {
+  c.ignore_attrs({"stash_type"});
   Tensor x = c.in(0);
   std::vector<int64_t> shape = normalized_shape(c, x, c.attr_int("axis", -1));
   c.out(0, tessera::rms_norm(x, shape, c.opt(1), c.attr_float("epsilon", 1e-5)));
@@ -236,6 +246,8 @@ Tensor channel(NodeCtx& c, const Tensor& v, int64_t rank) {
 }
 
 void BatchNormalization(NodeCtx& c) {
+  c.ignore_attrs({"momentum"});
+  if (c.attr_int("spatial", 1) != 1) c.fail("spatial=0 is not supported");
   if (c.attr_int("training_mode", 0)) c.fail("training_mode=1 is not supported (inference only)");
   for (int i = 1; i < c.num_outputs(); ++i)
     if (c.output_used(i)) c.fail("the running mean/var outputs are not supported (inference only)");
@@ -348,6 +360,8 @@ void Attention(NodeCtx& c) {
     if (c.has(i)) c.fail("past key/value and nonpad_kv_seqlen inputs are not supported");
   if (c.output_used(3)) c.fail("the qk_matmul_output output is not supported");
   if (c.attr_float("softcap", 0.0) != 0.0) c.fail("softcap is not supported");
+  c.ignore_attrs({"softmax_precision"});
+  if (c.attr_int("qk_matmul_output_mode", 0) != 0) c.fail("qk_matmul_output_mode is not supported");
   Tensor q0 = c.in(0);
   Tensor q = heads_4d(c, q0, c.attr_int("q_num_heads", 0), "Q");
   Tensor k = heads_4d(c, c.in(1), c.attr_int("kv_num_heads", 0), "K");

@@ -139,9 +139,10 @@ void Unsqueeze(NodeCtx& c) {
 }
 
 void Concat(NodeCtx& c) {
+  const int64_t axis_attr = c.attr_int("axis", 0);
   bool all_ints = true;
   for (int i = 0; i < c.num_inputs(); ++i) all_ints = all_ints && c.has_ints(i) && !c.val(i).scalar;
-  if (all_ints) {
+  if (all_ints && (axis_attr == 0 || axis_attr == -1)) {
     Sizes out;
     for (int i = 0; i < c.num_inputs(); ++i)
       for (const SymSize& s : c.ints(i)) out.push_back(s);
@@ -154,7 +155,7 @@ void Concat(NodeCtx& c) {
     xs.push_back(t);
   }
   if (xs.empty()) c.fail("every input is empty");
-  const int64_t axis = norm_axis(c, c.attr_int("axis", 0), xs[0].dim());
+  const int64_t axis = norm_axis(c, axis_attr, xs[0].dim());
   c.out(0, xs.size() == 1 ? xs[0] : tessera::cat(xs, axis));
 }
 
@@ -287,6 +288,7 @@ void Split(NodeCtx& c) {
   const SymSize n = c.sizes(x)[size_t(axis)];
   if (!n.is_constant()) c.fail("splits the dynamic dim " + n.str());
   c.check_elements(n.constant(), "the split's index list");
+  c.ignore_attrs({"num_outputs"});
   std::vector<int64_t> parts = c.has(1) ? c.const_ints(1) : c.attr_ints("split", {});
   for (int64_t p : parts)
     if (p < 0 || p > n.constant()) c.fail("a split part of size " + std::to_string(p));

@@ -172,6 +172,10 @@ def run_errors(args, tmp, failures):
                           [test_models.vi("x", [2, 3])], [test_models.vi("y", [2, 3])], opset=17)
     expect_error(args, tmp, "unknown_op.onnx", m.SerializeToString(),
                  ["'hm_7'", "Hardmax", "opset 17", "nearest supported: ArgMax, ArgMin, Max"], failures)
+    # An attribute the converter does not handle is refused, not ignored.
+    m = test_models.mlp()
+    m.graph.node[2].attribute.append(h.make_attribute("slope", 0.5))
+    expect_error(args, tmp, "unknown_attr.onnx", m.SerializeToString(), ["(Relu, opset 17)", "attribute 'slope' is not supported"], failures)
     # Hostile sizes: an initializer whose dims overflow int64, and one whose raw data is short.
     t = onnx.TensorProto(name="w", data_type=TP.FLOAT, dims=[2**40, 2**40], raw_data=b"\0" * 16)
     m = test_models.model([h.make_node("Add", ["x", "w"], ["y"])], [test_models.vi("x", [2, 2])],

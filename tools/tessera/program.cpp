@@ -32,6 +32,7 @@ const char* kRunUsage =
     "  --device NAME   cpu, my_hardware_device, opencl, ... (default: cpu)\n"
     "  --repeat N      run N more times after the first and print the time per run (median, spread)\n"
     "  --json          print the timings as one JSON object\n"
+    "  --bind NAME=X.npy  (ONNX) fix input NAME to the array's value at import: it becomes a constant\n"
     "  --save OUT.tsr  also save the (imported) program as a program file (OUT.onnx: as an ONNX model)\n";
 
 bool ends_with(const std::string& s, const char* suffix) {
@@ -39,10 +40,16 @@ bool ends_with(const std::string& s, const char* suffix) {
   return s.size() >= n && s.compare(s.size() - n, n, suffix) == 0;
 }
 
-tessera::compiler::ExportedProgram load_any(const std::string& file) {
+tessera::compiler::ExportedProgram load_any(const std::string& file, const std::vector<std::string>& binds = {}) {
   if (ends_with(file, ".onnx")) {
 #ifdef TESSERA_CLI_HAS_ONNX
-    return tessera::onnx::import_model(file);
+    tessera::onnx::ImportOptions opts;
+    for (const std::string& b : binds) {
+      const size_t eq = b.find('=');
+      TESSERA_CHECK(eq != std::string::npos && eq > 0, "tessera run: --bind takes NAME=X.npy, got '", b, "'");
+      opts.constant_inputs[b.substr(0, eq)] = tessera::compiler::read_npy(b.substr(eq + 1));
+    }
+    return tessera::onnx::import_model(file, opts);
 #else
     TESSERA_CHECK(false, "tessera: '", file, "' is an ONNX model but this build has no ONNX importer (protobuf was not found)");
 #endif
@@ -76,7 +83,7 @@ int tessera_cli_graph(int argc, char** argv) {
 
 int tessera_cli_run(int argc, char** argv) {
   std::string file, device = "cpu", output, save;
-  std::vector<std::string> inputs;
+  std::vector<std::string> inputs, binds;
   long repeat = 0;
   bool json = false;
   for (int i = 1; i < argc; ++i) {
@@ -88,7 +95,7 @@ int tessera_cli_run(int argc, char** argv) {
     if (a == "--help" || a == "-h") {
       std::fputs(kRunUsage, stdout);
       return kCliOk;
-    } else if (a == "--device" || a == "--input" || a == "--output" || a == "--repeat" || a == "--save") {
+    } else if (a == "--device" || a == "--input" || a == "--output" || a == "--repeat" || a == "--save" || a == "--bind") {
       const char* v = value(a.c_str());
       if (!v) return kCliUsage;
       if (a == "--device") {
@@ -97,6 +104,8 @@ int tessera_cli_run(int argc, char** argv) {
         inputs.push_back(v);
       } else if (a == "--save") {
         save = v;
+      } else if (a == "--bind") {
+        binds.push_back(v);
       } else if (a == "--repeat") {
         char* end = nullptr;
         repeat = std::strtol(v, &end, 10);
@@ -125,7 +134,8 @@ int tessera_cli_run(int argc, char** argv) {
                  file.empty() ? "no program file given" : "no --output given", kRunUsage);
     return kCliUsage;
   }
-  tessera::compiler::ExportedProgram ep = load_any(file);
+  TESSERA_CHECK(binds.empty() || ends_with(file, ".onnx"), "tessera run: --bind applies to ONNX models only");
+  tessera::compiler::ExportedProgram ep = load_any(file, binds);
   if (ends_with(save, ".onnx")) {
 #ifdef TESSERA_CLI_HAS_ONNX
     tessera::onnx::export_model(ep, save);

@@ -43,6 +43,10 @@ struct ImportOptions {
   std::map<std::string, compiler::SymbolRange> ranges;
   // Per symbol: a fixed size (the dim becomes static).
   std::map<std::string, int64_t> fixed_dims;
+  // Graph inputs whose values are fixed at import (by name): they become constants of the program
+  // instead of user inputs, so values a converter needs at import (a Reshape's shape, TopK's k, a
+  // Resize's sizes given as inputs) are known. Each must match the input's declared dtype and rank.
+  std::map<std::string, Tensor> constant_inputs;
   // The device the program's inputs are declared on. (optional) defaults to cpu.
   Device device{DeviceType::CPU};
   // The folder relative to which external data files are found when importing from bytes; from a
