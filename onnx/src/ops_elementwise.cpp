@@ -221,8 +221,11 @@ void Identity(NodeCtx& c) { c.out(0, c.val(0)); }
 void Dropout(NodeCtx& c) {
   c.ignore_attrs({"seed", "ratio"});
   if (c.has(2) && c.const_ints(2) != std::vector<int64_t>{0}) c.fail("training_mode is true; only inference is imported");
-  if (c.output_used(1)) c.fail("the mask output is not supported (inference only)");
   c.out(0, c.val(0));
+  if (c.output_used(1)) {  // the mask of an inference Dropout keeps everything
+    Tensor x = c.in(0);
+    c.out(1, tessera::logical_or(tessera::eq(x, x), tessera::ne(x, x)));
+  }
 }
 
 void Cast(NodeCtx& c) {

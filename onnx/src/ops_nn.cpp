@@ -91,31 +91,21 @@ Window window(NodeCtx& c, const Tensor& x, std::vector<int64_t> kernel) {
   return w;
 }
 
-// Runs `op(x, padding)` on a 4-D input with symmetric padding max(begin, end) per dim, then drops
-// the outputs the asymmetric padding does not have (possible when the extra padding is a multiple
-// of the stride).
+// Runs `op(x, padding)` on a 4-D input: symmetric pads go to the op; asymmetric ones pad the input
+// first with `pad_value` (the contract's pad), and the op runs unpadded.
 template <typename Op>
-Tensor with_padding(NodeCtx& c, const Tensor& x, const Window& w, Op op) {
+Tensor with_padding(NodeCtx& c, const Tensor& x, const Window& w, Op op, double pad_value) {
   const size_t n = w.kernel.size();
-  std::vector<int64_t> sym;
-  for (size_t i = 0; i < n; ++i) sym.push_back(std::max(w.begin[i], w.end[i]));
-  Tensor y = op(x, sym);
-  for (size_t i = 0; i < n; ++i) {
-    if (w.begin[i] == w.end[i]) continue;
-    const int64_t extra = sym[i] - w.begin[i];
-    if (extra % w.stride[i] != 0)
-      c.fail("asymmetric pads (" + std::to_string(w.begin[i]) + ", " + std::to_string(w.end[i]) + ") with stride " +
-             std::to_string(w.stride[i]) + " are not supported");
-    const int64_t dim = x.dim() - int64_t(n) + int64_t(i);
-    const SymSize in = c.sizes(x)[size_t(dim)];
-    if (!in.is_constant()) c.fail("asymmetric pads on the dynamic size " + in.str());
-    const int64_t dk = (w.kernel[i] - 1) * w.dilation[i] + 1;
-    const int64_t out = (in.constant() + w.begin[i] + w.end[i] - dk) / w.stride[i] + 1;
-    std::vector<int64_t> idx;
-    for (int64_t j = 0; j < out; ++j) idx.push_back(j + extra / w.stride[i]);
-    y = tessera::index_select(y, dim, host_tensor(idx, {out}, kInt64));
+  bool symmetric = true;
+  for (size_t i = 0; i < n; ++i) symmetric = symmetric && w.begin[i] == w.end[i];
+  if (symmetric) return op(x, w.begin);
+  std::vector<int64_t> list;  // [last_lo, last_hi, prev_lo, prev_hi]
+  for (size_t i = n; i-- > 0;) {
+    list.push_back(w.begin[i]);
+    list.push_back(w.end[i]);
   }
-  return y;
+  Tensor padded = call_op(c, "pad", {x, list, std::string("constant"), pad_value});
+  return op(padded, std::vector<int64_t>(n, 0));
 }
 
 // A 1-D window runs as 2-D with a height of 1.
@@ -152,7 +142,7 @@ void Conv(NodeCtx& c) {
   }
   Tensor y = with_padding(c, x, w, [&](const Tensor& in, const std::vector<int64_t>& pad) {
     return tessera::conv2d(in, wt, bias, w.stride, pad, w.dilation, groups);
-  });
+  }, 0.0);
   c.out(0, one_d ? from_2d(c, y) : y);
 }
 
@@ -174,7 +164,7 @@ void pool(NodeCtx& c) {
   auto run = [&](const Tensor& in, const std::vector<int64_t>& pad) {
     return Max ? tessera::max_pool2d(in, w.kernel, w.stride, pad, w.dilation) : tessera::avg_pool2d(in, w.kernel, w.stride, pad);
   };
-  Tensor y = with_padding(c, x, w, run);
+  Tensor y = with_padding(c, x, w, run, Max ? -INFINITY : 0.0);
   bool padded = false;
   for (size_t i = 0; i < w.begin.size(); ++i) padded = padded || w.begin[i] || w.end[i];
   const bool include_pad = c.attr_int("count_include_pad", 0) != 0;
@@ -192,7 +182,7 @@ void pool(NodeCtx& c) {
       ExcludeDispatchKeyGuard plain(DispatchKeySet::functionality(Functionality::Export));
       ones = tessera::ones(plane, tessera::dtype(x.dtype()));
     }
-    y = tessera::div(y, with_padding(c, ones, w, run));
+    y = tessera::div(y, with_padding(c, ones, w, run, 0.0));
   }
   c.out(0, one_d ? from_2d(c, y) : y);
 }
@@ -267,6 +257,23 @@ void BatchNormalization(NodeCtx& c) {
     shift = tessera::sub(c.in(2), tessera::mul(c.in(3), scale));
   }
   c.out(0, tessera::add(tessera::mul(x, channel(c, scale, x.dim())), channel(c, shift, x.dim())));
+}
+
+// LRN: x / (bias + alpha / size * (sum of x^2 over `size` neighbouring channels))^beta; the window
+// sum is an average pool over the channels (zero padded, padding counted) times `size`.
+void LRN(NodeCtx& c) {
+  Tensor x = c.in(0);
+  const int64_t size = c.attr_int("size", 0);
+  if (size <= 0 || size > 4096) c.fail("size must be in [1, 4096]");
+  if (x.dim() < 3) c.fail("the input must be at least 3-D");
+  const double alpha = c.attr_float("alpha", 1e-4), beta = c.attr_float("beta", 0.75), bias = c.attr_float("bias", 1.0);
+  Sizes s = c.sizes(x);
+  Tensor sq = reshape_to(c, tessera::mul(x, x), {s[0], SymSize(int64_t(1)), s[1], product(s, 2, s.size())});
+  const int64_t lo = (size - 1) / 2, hi = size - 1 - lo;
+  Tensor padded = call_op(c, "pad", {sq, std::vector<int64_t>{0, 0, lo, hi}, std::string("constant"), 0.0});
+  Tensor sum = tessera::mul(tessera::avg_pool2d(padded, {size, 1}, {1, 1}, {0, 0}), scalar_like(double(size), x));
+  Tensor den = tessera::add(tessera::mul(sum, scalar_like(alpha / double(size), x)), scalar_like(bias, x));
+  c.out(0, tessera::div(x, reshape_to(c, tessera::pow(den, Scalar(beta)), s)));
 }
 
 void InstanceNormalization(NodeCtx& c) {
@@ -397,7 +404,7 @@ void add_nn_converters(ConverterTable& t) {
   t["Conv"] = Conv; t["MaxPool"] = pool<true>; t["AveragePool"] = pool<false>;
   t["GlobalAveragePool"] = global_pool<false>; t["GlobalMaxPool"] = global_pool<true>;
   t["LayerNormalization"] = LayerNormalization; t["RMSNormalization"] = RMSNormalization;
-  t["BatchNormalization"] = BatchNormalization; t["InstanceNormalization"] = InstanceNormalization;
+  t["BatchNormalization"] = BatchNormalization; t["LRN"] = LRN; t["InstanceNormalization"] = InstanceNormalization;
   t["ReduceSum"] = reduce_op<sum_fn>; t["ReduceMean"] = reduce_op<mean_fn>; t["ReduceMax"] = reduce_op<max_fn>;
   t["ReduceMin"] = reduce_op<min_fn>; t["ReduceProd"] = reduce_op<prod_fn>; t["ReduceL1"] = ReduceL1;
   t["ReduceL2"] = ReduceL2; t["ReduceSumSquare"] = ReduceSumSquare; t["ReduceLogSum"] = ReduceLogSum;

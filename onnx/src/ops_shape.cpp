@@ -65,10 +65,11 @@ Sizes reshape_sizes(NodeCtx& c, const Sizes& in, const Sizes& shape, bool allowz
 void Reshape(NodeCtx& c) {
   Sizes shape = c.opset() < 5 ? Sizes() : c.ints(1);
   const bool allowzero = c.attr_int("allowzero", 0) != 0;
-  if (c.has_ints(0)) {  // a size list reshaped (to [n] or a scalar)
+  if (c.has_ints(0)) {  // a size list reshaped to [n] or a scalar stays known; to rank 2+, a tensor
     Sizes v = c.ints(0);
-    Sizes out = reshape_sizes(c, {SymSize(int64_t(v.size()))}, shape, allowzero);
-    return c.out_ints(0, v, out.empty(), c.val(0).int_dtype);
+    Sizes in = c.val(0).scalar ? Sizes{} : Sizes{SymSize(int64_t(v.size()))};
+    Sizes out = reshape_sizes(c, in, shape, allowzero);
+    if (out.size() <= 1) return c.out_ints(0, v, out.empty(), c.val(0).int_dtype);
   }
   Tensor x = c.in(0);
   c.out(0, reshape_to(c, x, reshape_sizes(c, c.sizes(x), shape, allowzero)));

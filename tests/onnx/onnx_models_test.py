@@ -149,6 +149,38 @@ def run_transformers(args, tmp, failures):
     return count
 
 
+def run_light_models(args, tmp, failures):
+    """The nine CNNs the onnx wheel ships (backend/test/data/light: resnet50, densenet121, inception
+    v1/v2, vgg19, squeezenet, shufflenet, alexnet, zfnet512; opset 9, converted to opset 13 by
+    onnx.version_converter since the importer reads 11+) on the CPU against ONNX Runtime."""
+    from onnx import version_converter
+    folder = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")
+    count = 0
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    for f in sorted(os.listdir(folder)):
+        if not f.endswith(".onnx"):
+            continue
+        m = version_converter.convert_version(onnx.load(os.path.join(folder, f)), 13)
+        path = os.path.join(tmp, f)
+        onnx.save(m, path)
+        inits = {i.name for i in m.graph.initializer}
+        inp = [i for i in m.graph.input if i.name not in inits][0]
+        x = np.random.default_rng(3).random([d.dim_value for d in inp.type.tensor_type.shape.dim]).astype(np.float32)
+        xf, out = os.path.join(tmp, "light_x.npy"), os.path.join(tmp, "light_out.npz")
+        np.save(xf, x)
+        r = run([args.tessera, "run", path, "--input", f"{inp.name}={xf}", "--output", out])
+        if r.returncode != 0:
+            failures.append(f"{f}: {r.stderr.strip()}")
+            continue
+        ref = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"]).run(None, {inp.name: x})
+        compare(f, dict(zip([o.name for o in m.graph.output], ref)), dict(np.load(out)), failures)
+        count += 1
+    if count != 9:
+        failures.append(f"light models: {count} of 9 compared")
+    return count
+
+
 def expect_error(args, tmp, name, data, needles, failures):
     path = os.path.join(tmp, name)
     with open(path, "wb") as f:
@@ -224,6 +256,7 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         count, exports = run_models(args, tmp, failures)
         count += run_transformers(args, tmp, failures)
+        count += run_light_models(args, tmp, failures)
         run_errors(args, tmp, failures)
     for f in failures:
         print("FAIL:", f)
