@@ -196,6 +196,12 @@ int64_t norm_axis(const NodeCtx& c, int64_t a, int64_t rank) {
   return r;
 }
 
+SymSize product(const Sizes& s, size_t begin, size_t end) {
+  SymSize p(int64_t(1));
+  for (size_t i = begin; i < end && i < s.size(); ++i) p = p * s[i];
+  return p;
+}
+
 Val constant_val(const Tensor& t) {
   Val v{t, std::nullopt, false, kInt64, true};
   if ((t.dtype() == kInt64 || t.dtype() == kInt32) && t.dim() <= 1 && t.numel() <= 64) {

@@ -126,6 +126,8 @@ const ConverterTable& converter_table();
 // Helpers shared by the families.
 // Normalises axis `a` for rank `rank` (negative counts from the end); fails naming it.
 int64_t norm_axis(const NodeCtx& c, int64_t a, int64_t rank);
+// The product of s[begin, end) (symbolic).
+SymSize product(const Sizes& s, size_t begin, size_t end);
 // The value of a host constant (an initializer, a Constant's value): small integer tensors of rank
 // <= 1 are also known integers (Note [Known integers]).
 Val constant_val(const Tensor& t);

@@ -173,6 +173,14 @@ void unary(NodeCtx& c) { c.out(0, Fn(c.in(0))); }
 
 Tensor scalar_like(double v, const Tensor& x) { return host_scalar(v, x.dtype()); }
 
+void Neg(NodeCtx& c) {
+  if (c.has_ints(0)) {  // a size computation (Note [Known integers])
+    Sizes v = c.ints(0);
+    for (SymSize& s : v) s = -s;
+    return c.out_ints(0, v, c.val(0).scalar, c.val(0).int_dtype);
+  }
+  c.out(0, tessera::neg(c.in(0)));
+}
 void Reciprocal(NodeCtx& c) { Tensor x = c.in(0); c.out(0, tessera::div(scalar_like(1, x), x)); }
 void Gelu(NodeCtx& c) { c.out(0, tessera::gelu(c.in(0), c.attr_string("approximate", "none"))); }
 void LeakyRelu(NodeCtx& c) {
@@ -304,7 +312,7 @@ void add_elementwise_converters(ConverterTable& t) {
   t["Where"] = Where; t["Max"] = Max; t["Min"] = Min; t["Sum"] = Sum; t["Mean"] = Mean;
   t["Relu"] = unary<tessera::relu>; t["Sigmoid"] = unary<tessera::sigmoid>; t["Tanh"] = unary<tessera::tanh>;
   t["Erf"] = unary<tessera::erf>; t["Sqrt"] = unary<tessera::sqrt>; t["Exp"] = unary<tessera::exp>;
-  t["Log"] = unary<tessera::log>; t["Neg"] = unary<tessera::neg>; t["Abs"] = unary<tessera::abs>;
+  t["Log"] = unary<tessera::log>; t["Neg"] = Neg; t["Abs"] = unary<tessera::abs>;
   t["Sin"] = unary<tessera::sin>; t["Cos"] = unary<tessera::cos>;
   t["Reciprocal"] = Reciprocal; t["Gelu"] = Gelu; t["LeakyRelu"] = LeakyRelu; t["Elu"] = Elu; t["Selu"] = Selu;
   t["HardSigmoid"] = HardSigmoid; t["HardSwish"] = HardSwish; t["Softplus"] = Softplus; t["Softsign"] = Softsign;

@@ -83,10 +83,14 @@ void ScatterElements(NodeCtx& c) {
 }
 
 void ArgMin(NodeCtx& c) {
-  if (c.attr_int("select_last_index", 0)) c.fail("select_last_index=1 is not supported");
   Tensor x = c.in(0);
   const int64_t axis = norm_axis(c, c.attr_int("axis", 0), x.dim());
-  c.out(0, call_op(c, "argmin", {x, axis, c.attr_int("keepdims", 1) != 0}));
+  const bool keep = c.attr_int("keepdims", 1) != 0;
+  if (!c.attr_int("select_last_index", 0)) return c.out(0, call_op(c, "argmin", {x, axis, keep}));
+  const SymSize n = c.sizes(x)[size_t(axis)];  // the last of equal minima, as ArgMax does it
+  if (!n.is_constant()) c.fail("select_last_index=1 on the dynamic dim " + n.str());
+  Tensor i = call_op(c, "argmin", {call_op(c, "flip", {x, std::vector<int64_t>{axis}}), axis, keep});
+  c.out(0, tessera::sub(host_scalar(double(n.constant() - 1), kInt64), i));
 }
 
 void GroupNormalization(NodeCtx& c) {

@@ -9,12 +9,6 @@ namespace tessera::onnx::detail {
 
 namespace {
 
-SymSize product(const Sizes& s, size_t begin, size_t end) {
-  SymSize p(int64_t(1));
-  for (size_t i = begin; i < end && i < s.size(); ++i) p = p * s[i];
-  return p;
-}
-
 Tensor scalar_like(double v, const Tensor& x) { return host_scalar(v, x.dtype()); }
 
 void MatMul(NodeCtx& c) { c.out(0, tessera::matmul(c.in(0), c.in(1))); }
@@ -290,10 +284,11 @@ void InstanceNormalization(NodeCtx& c) {
 Tensor reduce(NodeCtx& c, const Tensor& x, Tensor (*fn)(const Tensor&, IntArrayRef, bool), bool* noop) {
   std::optional<std::vector<int64_t>> axes = c.axes(1, "axes");
   const bool keep = c.attr_int("keepdims", 1) != 0;
+  const bool noop_empty = c.attr_int("noop_with_empty_axes", 0) != 0;
   std::vector<int64_t> dims;
   if (axes && !axes->empty()) {
     for (int64_t a : *axes) dims.push_back(norm_axis(c, a, x.dim()));
-  } else if (c.attr_int("noop_with_empty_axes", 0)) {
+  } else if (noop_empty) {
     *noop = true;
     return x;
   } else {
@@ -344,10 +339,15 @@ void ReduceLogSumExp(NodeCtx& c) {
 template <bool Min>
 void arg_reduce(NodeCtx& c) {
   static_assert(!Min, "ArgMin maps onto the contract's argmin (ops_index.cpp)");
-  if (c.attr_int("select_last_index", 0)) c.fail("select_last_index=1 is not supported");
   Tensor x = c.in(0);
   const int64_t axis = norm_axis(c, c.attr_int("axis", 0), x.dim());
-  c.out(0, tessera::argmax(x, axis, c.attr_int("keepdims", 1) != 0));
+  const bool keep = c.attr_int("keepdims", 1) != 0;
+  if (!c.attr_int("select_last_index", 0)) return c.out(0, tessera::argmax(x, axis, keep));
+  // The last of equal maxima: the first in the flipped tensor, counted from the end.
+  const SymSize n = c.sizes(x)[size_t(axis)];
+  if (!n.is_constant()) c.fail("select_last_index=1 on the dynamic dim " + n.str());
+  Tensor i = tessera::argmax(call_op(c, "flip", {x, std::vector<int64_t>{axis}}), axis, keep);
+  c.out(0, tessera::sub(host_scalar(double(n.constant() - 1), kInt64), i));
 }
 
 // Attention (opset 23): 4-D [batch, heads, seq, head_dim] or 3-D [batch, seq, heads*head_dim]

@@ -11,12 +11,6 @@ namespace tessera::onnx::detail {
 
 namespace {
 
-SymSize product(const Sizes& s, size_t begin, size_t end) {
-  SymSize p(int64_t(1));
-  for (size_t i = begin; i < end && i < s.size(); ++i) p = p * s[i];
-  return p;
-}
-
 void Shape(NodeCtx& c) {
   Sizes s = c.has_ints(0) ? Sizes{SymSize(int64_t(c.ints(0).size()))} : c.sizes(c.in(0));
   if (c.has_ints(0) && c.val(0).scalar) s.clear();

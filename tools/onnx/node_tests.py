@@ -2,11 +2,14 @@
 """ONNX's own node tests (onnx.backend.test.case.node, ~1,900 cases: a model plus inputs and expected
 outputs) run through the C++ importer with `tessera run`, compared with the expected outputs at the
 case's tolerances (the ONNX runner's rtol 1e-3 / atol 1e-7 unless the case says otherwise).
+Integer inputs of rank <= 1 (axes, shapes, k, pads given as inputs) and Resize's scales and roi are
+bound at import with --bind (ImportOptions::constant_inputs), as a compiler for static shapes takes them.
 
 Each case ends as one of: pass; wrong (a result differs: a bug); refused (the importer or the
 runtime said what is missing, in one line); input (the case feeds sequences/optionals/strings,
 which Tessera's program inputs are not). Prints a per-op table (markdown) and a summary; with
---max-wrong N exits non-zero when more than N cases give wrong results.
+--max-wrong N exits non-zero when more than N cases give wrong results or crash, with --min-pass
+N when fewer than N pass. ctest runs it as onnx.node_tests.
 
   python3 tools/onnx/node_tests.py --tessera build/release/bin/tessera [--filter conv] [--jobs 2]
 """
@@ -53,7 +56,7 @@ def run_case(tessera, case, tmp):
             np.save(f, x)
             # Integer inputs of rank <= 1 are a node's parameters (axes, shapes, k, pads): bound at
             # import (ImportOptions::constant_inputs), as a compiler for static shapes takes them.
-            bind = x.dtype.kind in "iu" and x.ndim <= 1 and x.size <= 64
+            bind = (x.dtype.kind in "iu" or name in ("scales", "roi")) and x.ndim <= 1 and x.size <= 64
             args += ["--bind" if bind else "--input", f"{name}={f}"]
         out = os.path.join(folder, f"out{k}.npz")
         try:
@@ -88,6 +91,7 @@ def main():
     ap.add_argument("--filter", default="")
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--max-wrong", type=int, default=-1)
+    ap.add_argument("--min-pass", type=int, default=0, help="fail when fewer cases pass (a regression)")
     ap.add_argument("--details", action="store_true", help="print every non-passing case")
     args = ap.parse_args()
     from onnx.backend.test.case.node import collect_testcases
@@ -111,7 +115,13 @@ def main():
     print(f"\n{len(results)} cases: {total['pass']} pass, {total['wrong']} wrong, {total['crash']} crashed, "
           f"{total['refused']} refused, {total['input']} with inputs Tessera does not take")
     bad = total["wrong"] + total["crash"]
-    return 1 if args.max_wrong >= 0 and bad > args.max_wrong else 0
+    if args.max_wrong >= 0 and bad > args.max_wrong:
+        print(f"FAIL: {bad} cases give wrong results or crash (at most {args.max_wrong} allowed)")
+        return 1
+    if total["pass"] < args.min_pass:
+        print(f"FAIL: {total['pass']} cases pass, fewer than {args.min_pass}")
+        return 1
+    return 0
 
 
 if __name__ == "__main__":
