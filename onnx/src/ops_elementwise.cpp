@@ -50,8 +50,56 @@ void Div(NodeCtx& c) {
   Tensor fix = tessera::logical_and(tessera::ne(r, zero), tessera::ne(tessera::lt(a, zero), tessera::lt(b, zero)));
   c.out(0, tessera::where(fix, tessera::add(q, host_scalar(1, q.dtype())), q));
 }
+// Folds an elementwise function of constant known integers (false: not every element is constant).
+template <typename Fn>
+bool fold_constants(NodeCtx& c, int n, Fn fn, DType dtype) {
+  std::vector<std::vector<int64_t>> in;
+  size_t len = 1;
+  for (int i = 0; i < n; ++i) {
+    if (!c.has_ints(i)) return false;
+    std::vector<int64_t> v;
+    for (const SymSize& s : c.ints(i)) {
+      if (!s.is_constant()) return false;
+      v.push_back(s.constant());
+    }
+    if (v.empty() || (v.size() != 1 && len != 1 && v.size() != len)) return false;
+    len = std::max(len, v.size());
+    in.push_back(std::move(v));
+  }
+  Sizes out;
+  bool scalar = true;
+  for (int i = 0; i < n; ++i) scalar = scalar && c.val(i).scalar;
+  for (size_t k = 0; k < len; ++k) {
+    std::vector<int64_t> args;
+    for (const auto& v : in) args.push_back(v[v.size() == 1 ? 0 : k]);
+    out.push_back(fn(c, args));
+  }
+  c.out_ints(0, out, scalar, dtype);
+  return true;
+}
+
 void Mod(NodeCtx& c) {
-  c.out(0, call_op(c, c.attr_int("fmod", 0) ? "fmod.Tensor" : "remainder.Tensor", {c.in(0), c.in(1)}));
+  const bool fmod = c.attr_int("fmod", 0) != 0;
+  if (c.has(0) && c.has(1) && c.has_ints(0) && c.has_ints(1) &&
+      fold_constants(c, 2, [&](const NodeCtx& n, const std::vector<int64_t>& a) {
+        if (a[1] == 0) n.fail("integer modulo by zero in a size computation");
+        const int64_t r = a[0] % a[1];
+        return fmod || r == 0 || (r < 0) == (a[1] < 0) ? r : r + a[1];
+      }, c.val(0).int_dtype))
+    return;
+  c.out(0, call_op(c, fmod ? "fmod.Tensor" : "remainder.Tensor", {c.in(0), c.in(1)}));
+}
+void And(NodeCtx& c) {
+  if (fold_constants(c, 2, [](const NodeCtx&, const std::vector<int64_t>& a) { return int64_t(a[0] && a[1]); }, kBool)) return;
+  c.out(0, tessera::logical_and(c.in(0), c.in(1)));
+}
+void Or(NodeCtx& c) {
+  if (fold_constants(c, 2, [](const NodeCtx&, const std::vector<int64_t>& a) { return int64_t(a[0] || a[1]); }, kBool)) return;
+  c.out(0, tessera::logical_or(c.in(0), c.in(1)));
+}
+void Not(NodeCtx& c) {
+  if (fold_constants(c, 1, [](const NodeCtx&, const std::vector<int64_t>& a) { return int64_t(!a[0]); }, kBool)) return;
+  c.out(0, call_op(c, "logical_not", {c.in(0)}));
 }
 void BitShift(NodeCtx& c) {
   const std::string dir = c.attr_string("direction", "");
@@ -91,7 +139,7 @@ constexpr char kFloor[] = "floor", kCeil[] = "ceil", kRound[] = "round", kSign[]
                kAsin[] = "asin", kAcos[] = "acos", kAtan[] = "atan", kSinh[] = "sinh", kCosh[] = "cosh",
                kAsinh[] = "asinh", kAcosh[] = "acosh", kAtanh[] = "atanh", kBitwiseNot[] = "bitwise_not",
                kBitwiseAnd[] = "bitwise_and.Tensor", kBitwiseOr[] = "bitwise_or.Tensor",
-               kBitwiseXor[] = "bitwise_xor.Tensor", kLogicalXor[] = "logical_xor", kLogicalNot[] = "logical_not";
+               kBitwiseXor[] = "bitwise_xor.Tensor", kLogicalXor[] = "logical_xor";
 void Pow(NodeCtx& c) {
   Tensor base = c.in(0);
   if (c.val(1).constant && c.val(1).t.numel() == 1 && c.val(1).t.dim() == 0)
@@ -128,8 +176,6 @@ void Less(NodeCtx& c) { c.out(0, tessera::lt(c.in(0), c.in(1))); }
 void LessOrEqual(NodeCtx& c) { c.out(0, tessera::le(c.in(0), c.in(1))); }
 void Greater(NodeCtx& c) { c.out(0, tessera::gt(c.in(0), c.in(1))); }
 void GreaterOrEqual(NodeCtx& c) { c.out(0, tessera::ge(c.in(0), c.in(1))); }
-void And(NodeCtx& c) { c.out(0, tessera::logical_and(c.in(0), c.in(1))); }
-void Or(NodeCtx& c) { c.out(0, tessera::logical_or(c.in(0), c.in(1))); }
 
 void Where(NodeCtx& c) {
   if (c.has_ints(0) && c.has_ints(1) && c.has_ints(2)) {
@@ -300,7 +346,7 @@ void add_elementwise_converters(ConverterTable& t) {
   t["Add"] = Add; t["Sub"] = Sub; t["Mul"] = Mul; t["Div"] = Div; t["Pow"] = Pow;
   t["Equal"] = Equal; t["Less"] = Less; t["LessOrEqual"] = LessOrEqual; t["Greater"] = Greater;
   t["GreaterOrEqual"] = GreaterOrEqual; t["And"] = And; t["Or"] = Or; t["Xor"] = contract_binary<kLogicalXor>;
-  t["Not"] = contract_unary<kLogicalNot>; t["Mod"] = Mod; t["BitShift"] = BitShift; t["IsInf"] = IsInf;
+  t["Not"] = Not; t["Mod"] = Mod; t["BitShift"] = BitShift; t["IsInf"] = IsInf;
   t["Celu"] = Celu; t["ThresholdedRelu"] = ThresholdedRelu; t["Shrink"] = Shrink;
   t["Floor"] = contract_unary<kFloor>; t["Ceil"] = contract_unary<kCeil>; t["Round"] = contract_unary<kRound>;
   t["Sign"] = contract_unary<kSign>; t["Tan"] = contract_unary<kTan>; t["Asin"] = contract_unary<kAsin>;

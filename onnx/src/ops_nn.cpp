@@ -363,8 +363,8 @@ Tensor heads_4d(NodeCtx& c, const Tensor& t, int64_t heads, const char* which) {
 }
 
 void Attention(NodeCtx& c) {
-  for (int i = 4; i < c.num_inputs(); ++i)
-    if (c.has(i)) c.fail("past key/value and nonpad_kv_seqlen inputs are not supported");
+  if (c.has(6)) c.fail("the nonpad_kv_seqlen input is not supported");
+  if (c.has(4) != c.has(5)) c.fail("past_key and past_value must be given together");
   if (c.output_used(3)) c.fail("the qk_matmul_output output is not supported");
   if (c.attr_float("softcap", 0.0) != 0.0) c.fail("softcap is not supported");
   c.ignore_attrs({"softmax_precision"});
@@ -373,6 +373,14 @@ void Attention(NodeCtx& c) {
   Tensor q = heads_4d(c, q0, c.attr_int("q_num_heads", 0), "Q");
   Tensor k = heads_4d(c, c.in(1), c.attr_int("kv_num_heads", 0), "K");
   Tensor v = heads_4d(c, c.in(2), c.attr_int("kv_num_heads", 0), "V");
+  SymSize past(int64_t(0));
+  if (c.has(4)) {  // the cache: present = past ++ new along the sequence
+    Tensor pk = c.in(4), pv = c.in(5);
+    if (pk.dim() != 4 || pv.dim() != 4) c.fail("past_key and past_value must be 4-D");
+    past = c.sizes(pk)[2];
+    k = tessera::cat({pk, k}, 2);
+    v = tessera::cat({pv, v}, 2);
+  }
   c.out(1, k);
   c.out(2, v);
   const SymSize hq = c.sizes(q)[1], hk = c.sizes(k)[1];
@@ -385,8 +393,23 @@ void Attention(NodeCtx& c) {
     v = tessera::index_select(v, 1, ci);
   }
   std::optional<Tensor> mask = c.opt(3);
-  const bool causal = c.attr_int("is_causal", 0) != 0;
-  if (mask && causal) c.fail("both attn_mask and is_causal");
+  bool causal = c.attr_int("is_causal", 0) != 0;
+  if (causal && (mask || !past.same_as(SymSize(int64_t(0))))) {
+    // Causal with a cache or a mask: query i sees keys j <= i + past (bottom-right aligned), as an
+    // explicit mask combined with the given one.
+    const SymSize ql = c.sizes(q)[2], kl = c.sizes(k)[2];
+    if (!ql.is_constant() || !kl.is_constant() || !past.is_constant())
+      c.fail("is_causal with a mask or a cache needs static sequence lengths");
+    c.check_elements(ql.constant() * kl.constant(), "the causal mask");
+    std::vector<int64_t> allowed;
+    for (int64_t i = 0; i < ql.constant(); ++i)
+      for (int64_t j = 0; j < kl.constant(); ++j) allowed.push_back(j <= i + past.constant() ? 1 : 0);
+    Tensor a = host_tensor(allowed, {ql.constant(), kl.constant()}, kBool);
+    if (!mask) mask = a;
+    else if (mask->dtype() == kBool) mask = tessera::logical_and(*mask, a);
+    else mask = tessera::add(*mask, tessera::where(a, host_scalar(0, mask->dtype()), host_scalar(-INFINITY, mask->dtype())));
+    causal = false;
+  }
   std::optional<double> scale;
   if (c.has_attr("scale")) scale = c.attr_float("scale", 1.0);
   Tensor y = tessera::scaled_dot_product_attention(q, k, v, mask, causal, scale);
