@@ -11,7 +11,8 @@ cd "$(dirname "$0")"
 ROOT=$(pwd)
 JOBS=${JOBS:-$(nproc)}
 PACKAGES=(cmake ninja-build g++ clang libclang-rt-14-dev ccache libboost-dev libdnnl-dev nlohmann-json3-dev libminizip-dev
-          ocl-icd-opencl-dev opencl-headers pocl-opencl-icd libgtest-dev libgmock-dev libbenchmark-dev python3)
+          ocl-icd-opencl-dev opencl-headers pocl-opencl-icd libgtest-dev libgmock-dev libbenchmark-dev python3
+          libprotobuf-dev protobuf-compiler)
 
 # ccache: hash paths relative to the checkout so that a fresh clone elsewhere hits the cache.
 export CCACHE_BASEDIR="$ROOT" CCACHE_NOHASHDIR=1 CCACHE_MAXSIZE=${CCACHE_MAXSIZE:-5G}
@@ -38,6 +39,10 @@ install_packages() {
   python3 -c 'import numpy' 2>/dev/null || python3 -m pip install --quiet numpy || echo "(numpy not installed: diff.ops will fail)"
   # The program-file test reads saved weights with the safetensors package, as other tools would.
   python3 -c 'import safetensors' 2>/dev/null || python3 -m pip install --quiet safetensors || echo "(safetensors not installed: compiler.program_cli will fail)"
+  # The ONNX tests (tests/onnx) build models with the onnx package and compare with ONNX Runtime;
+  # without them onnx.models is not registered.
+  python3 -c 'import onnx, onnxruntime' 2>/dev/null ||
+    python3 -m pip install --quiet onnx onnxruntime || echo "(onnx/onnxruntime not installed: onnx.models is skipped)"
   # The Python package (python/) builds with nanobind (scikit-build-core for pip install .); its
   # suite runs with pytest.
   python3 -c 'import nanobind, scikit_build_core, pytest' 2>/dev/null ||

@@ -5,10 +5,11 @@ thread count, interleaved rounds (docs/performance.md, "ONNX models against ONNX
     python3 benchmarks/onnx/bench_onnx_vs_ort.py --tessera build/release/bin/tessera [--out DIR]
         [--repeat 20] [--rounds 3] [--threads 2] [--models resnet50,bert_base,...] [--json FILE]
 
-Models: the nine light CNNs of the onnx wheel (backend/test/data/light; their batch dim is made
-symbolic so batch 8 runs too) and the BERT-base- and GPT-2-small-shaped models that
-tools/onnx/make_transformers.py exports (written to --out, not committed), at batch 1 and 8
-(sequence 128 for the transformers). Tessera runs each model through `tessera run --repeat N --json`
+Models: the nine light CNNs of the onnx wheel (backend/test/data/light, converted to opset 13;
+their batch dim is made symbolic so batch 8 runs too) and BERT-base- and GPT-2-small-shaped models
+(12 layers, hidden 768, 12 heads, vocabulary 30522) that tools/onnx/make_transformers.py exports
+with torch.onnx (written to --out, not committed), at batch 1 and 8 (sequence 128 for the
+transformers). Tessera runs each model through `tessera run --repeat N --json`
 (import once, N timed runs, median); ONNX Runtime through an InferenceSession with
 intra_op_num_threads = --threads, the median of N runs. Each (model, batch) takes the best median
 of --rounds interleaved rounds on each side. The ratio is ONNX Runtime time / Tessera time: above
@@ -78,7 +79,7 @@ def feeds_for(model_path, batch, seq):
             else:
                 shape.append(batch if i == 0 else seq)
         if t.elem_type == onnx.TensorProto.INT64:
-            arr = (np.ones(shape, np.int64) if "mask" in v.name else rng.integers(0, 500, shape)).astype(np.int64)
+            arr = (np.ones(shape, np.int64) if "mask" in v.name else rng.integers(0, 100, shape)).astype(np.int64)
         else:
             arr = rng.random(shape, dtype=np.float32)
         feeds[v.name] = arr
@@ -137,10 +138,11 @@ def main():
     models = {k: with_symbolic_batch(v, a.out) for k, v in light_models().items()}
     here = os.path.dirname(os.path.abspath(__file__))
     make = os.path.join(here, "..", "..", "tools", "onnx", "make_transformers.py")
-    base = {"bert_base": os.path.join(a.out, "bert_base.onnx"), "gpt2_base": os.path.join(a.out, "gpt2_base.onnx")}
+    base = {"bert_base": os.path.join(a.out, "bert.onnx"), "gpt2_base": os.path.join(a.out, "gpt2.onnx")}
     wanted = [m for m in a.models.split(",") if m]
     if (not wanted or any(m in base for m in wanted)) and not all(os.path.exists(f) for f in base.values()):
-        subprocess.run([sys.executable, make, a.out, "--size", "base"], check=True, capture_output=True)
+        subprocess.run([sys.executable, make, a.out, "--layers", "12", "--hidden", "768", "--heads", "12", "--vocab",
+                        "30522", "--max-pos", "512"], check=True, capture_output=True)
     models.update(base)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:

@@ -1,149 +1,115 @@
 #!/usr/bin/env python3
-"""Exports a BERT-shaped encoder and a GPT-2-shaped decoder from PyTorch to ONNX, with random weights
-and dynamic batch and sequence, the way applications export their models (torch.onnx).
+"""Small transformer models exported with PyTorch's torch.onnx, for the importer's tests.
 
-    python3 tools/onnx/make_transformers.py OUT_DIR [--size small|base] [--seed N]
+  python3 tools/onnx/make_transformers.py OUT_DIR [--layers 2] [--hidden 64] [--heads 4] [--vocab 100]
+      [--max-pos 128] [--legacy]
 
-small (the test data committed under tests/onnx/data/): hidden 64, 4 heads, 2 layers, vocabulary 512.
-base (benchmarks): BERT-base / GPT-2-small shapes: hidden 768, 12 heads, 12 layers, vocabulary 30522
-(BERT) and 50257 (GPT-2), written to OUT_DIR, never committed.
-Writes bert_<size>.onnx and gpt2_<size>.onnx. The models are written here, in plain PyTorch, after
-the layouts of BERT (post-norm, GELU erf, padding mask) and GPT-2 (pre-norm, tanh GELU, causal mask,
-tied embeddings), so no other package is needed.
+Writes bert.onnx (a BERT-base-shaped encoder: token + position + type embeddings, LayerNorm,
+self-attention, GELU MLP; hidden 64, 4 heads) and gpt2.onnx (a GPT-2-small-shaped decoder:
+pre-LayerNorm blocks with causal attention and a tied LM head), random weights (seed 0), with dynamic
+batch and sequence, plus inputs and PyTorch's outputs as .npz next to them. --legacy uses the
+TorchScript exporter (opset 17) instead of the dynamo one (opset 18+). The benchmarks
+(benchmarks/onnx) make BERT-base-sized ones with --layers 12 --hidden 768 --heads 12 --vocab 30522
+--max-pos 512.
 """
 import argparse
-import math
 import os
 
+import numpy as np
 import torch
-from torch import nn
+import torch.nn as nn
+import torch.nn.functional as F
 
 
-class BertLayer(nn.Module):
-    def __init__(self, h, heads, ffn):
+class Block(nn.Module):
+    def __init__(self, d, heads, causal, pre_norm):
         super().__init__()
-        self.heads = heads
-        self.qkv = nn.Linear(h, 3 * h)
-        self.out = nn.Linear(h, h)
-        self.ln1 = nn.LayerNorm(h, eps=1e-12)
-        self.fc1 = nn.Linear(h, ffn)
-        self.fc2 = nn.Linear(ffn, h)
-        self.ln2 = nn.LayerNorm(h, eps=1e-12)
+        self.h, self.causal, self.pre = heads, causal, pre_norm
+        self.qkv = nn.Linear(d, 3 * d)
+        self.proj = nn.Linear(d, d)
+        self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.fc1, self.fc2 = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
 
-    def forward(self, x, mask_bias):
-        b, s, h = x.shape
-        q, k, v = self.qkv(x).split(h, dim=-1)
-        q = q.view(b, s, self.heads, h // self.heads).transpose(1, 2)
-        k = k.view(b, s, self.heads, h // self.heads).transpose(1, 2)
-        v = v.view(b, s, self.heads, h // self.heads).transpose(1, 2)
-        scores = q @ k.transpose(-1, -2) / math.sqrt(h // self.heads) + mask_bias
-        ctx = (scores.softmax(-1) @ v).transpose(1, 2).reshape(b, s, h)
-        x = self.ln1(x + self.out(ctx))
-        return self.ln2(x + self.fc2(nn.functional.gelu(self.fc1(x))))
+    def attn(self, x, mask):
+        b, s, d = x.shape
+        q, k, v = self.qkv(x).split(d, dim=-1)
+        q, k, v = (t.reshape(b, s, self.h, d // self.h).transpose(1, 2) for t in (q, k, v))
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=self.causal)
+        return self.proj(y.transpose(1, 2).reshape(b, s, d))
+
+    def forward(self, x, mask=None):
+        if self.pre:
+            x = x + self.attn(self.ln1(x), mask)
+            return x + self.fc2(F.gelu(self.fc1(self.ln2(x)), approximate="tanh"))
+        x = self.ln1(x + self.attn(x, mask))
+        return self.ln2(x + self.fc2(F.gelu(self.fc1(x))))
 
 
 class Bert(nn.Module):
-    def __init__(self, vocab, h, heads, layers, ffn, max_pos=512):
+    def __init__(self, layers, d=64, heads=4, vocab=100, max_pos=128):
         super().__init__()
-        self.word = nn.Embedding(vocab, h)
-        self.pos = nn.Embedding(max_pos, h)
-        self.token_type = nn.Embedding(2, h)
-        self.ln = nn.LayerNorm(h, eps=1e-12)
-        self.layers = nn.ModuleList(BertLayer(h, heads, ffn) for _ in range(layers))
-        self.pool = nn.Linear(h, h)
+        self.tok, self.pos, self.typ = nn.Embedding(vocab, d), nn.Embedding(max_pos, d), nn.Embedding(2, d)
+        self.ln = nn.LayerNorm(d)
+        self.blocks = nn.ModuleList(Block(d, heads, False, False) for _ in range(layers))
 
     def forward(self, input_ids, attention_mask):
         s = input_ids.shape[1]
         pos = torch.arange(s, device=input_ids.device).unsqueeze(0)
-        x = self.ln(self.word(input_ids) + self.pos(pos) + self.token_type(torch.zeros_like(input_ids)))
-        mask_bias = (1.0 - attention_mask[:, None, None, :].to(x.dtype)) * -10000.0
-        for layer in self.layers:
-            x = layer(x, mask_bias)
-        return x, torch.tanh(self.pool(x[:, 0]))
-
-
-class Gpt2Block(nn.Module):
-    def __init__(self, h, heads):
-        super().__init__()
-        self.heads = heads
-        self.ln1 = nn.LayerNorm(h)
-        self.qkv = nn.Linear(h, 3 * h)
-        self.proj = nn.Linear(h, h)
-        self.ln2 = nn.LayerNorm(h)
-        self.fc = nn.Linear(h, 4 * h)
-        self.fc_proj = nn.Linear(4 * h, h)
-
-    def forward(self, x):
-        b, s, h = x.shape
-        q, k, v = self.qkv(self.ln1(x)).split(h, dim=-1)
-        q = q.view(b, s, self.heads, h // self.heads).transpose(1, 2)
-        k = k.view(b, s, self.heads, h // self.heads).transpose(1, 2)
-        v = v.view(b, s, self.heads, h // self.heads).transpose(1, 2)
-        scores = q @ k.transpose(-1, -2) / math.sqrt(h // self.heads)
-        causal = torch.ones(s, s, dtype=torch.bool, device=x.device).tril()
-        scores = scores.masked_fill(~causal, float("-inf"))
-        ctx = (scores.softmax(-1) @ v).transpose(1, 2).reshape(b, s, h)
-        x = x + self.proj(ctx)
-        return x + self.fc_proj(nn.functional.gelu(self.fc(self.ln2(x)), approximate="tanh"))
+        x = self.ln(self.tok(input_ids) + self.pos(pos) + self.typ(torch.zeros_like(input_ids)))
+        mask = (attention_mask[:, None, None, :] > 0)
+        for b in self.blocks:
+            x = b(x, mask)
+        return x
 
 
 class Gpt2(nn.Module):
-    def __init__(self, vocab, h, heads, layers, max_pos=1024):
+    def __init__(self, layers, d=64, heads=4, vocab=100, max_pos=128):
         super().__init__()
-        self.wte = nn.Embedding(vocab, h)
-        self.wpe = nn.Embedding(max_pos, h)
-        self.blocks = nn.ModuleList(Gpt2Block(h, heads) for _ in range(layers))
-        self.ln_f = nn.LayerNorm(h)
+        self.tok, self.pos = nn.Embedding(vocab, d), nn.Embedding(max_pos, d)
+        self.blocks = nn.ModuleList(Block(d, heads, True, True) for _ in range(layers))
+        self.ln_f = nn.LayerNorm(d)
 
     def forward(self, input_ids):
         s = input_ids.shape[1]
         pos = torch.arange(s, device=input_ids.device).unsqueeze(0)
-        x = self.wte(input_ids) + self.wpe(pos)
-        for block in self.blocks:
-            x = block(x)
-        return self.ln_f(x) @ self.wte.weight.t()
-
-
-SIZES = {
-    "small": dict(bert=dict(vocab=512, h=64, heads=4, layers=2, ffn=256), gpt2=dict(vocab=512, h=64, heads=4, layers=2)),
-    "base": dict(bert=dict(vocab=30522, h=768, heads=12, layers=12, ffn=3072),
-                 gpt2=dict(vocab=50257, h=768, heads=12, layers=12)),
-}
-
-
-def export(model, args, path, input_names, output_names):
-    """torch.onnx's exporter (torch.export based), batch and sequence dynamic in every input."""
-    model.eval()
-    batch, sequence = torch.export.Dim("batch", min=1, max=64), torch.export.Dim("sequence", min=2, max=512)
-    dynamic = tuple({0: batch, 1: sequence} for _ in args)
-    program = torch.onnx.export(model, args, input_names=input_names, output_names=output_names,
-                                dynamic_shapes=dynamic, opset_version=18, external_data=False)
-    program.save(path)
+        x = self.tok(input_ids) + self.pos(pos)
+        for b in self.blocks:
+            x = b(x)
+        return self.ln_f(x) @ self.tok.weight.t()
 
 
 def main():
-    p = argparse.ArgumentParser()
-    p.add_argument("out")
-    p.add_argument("--size", choices=SIZES, default="small")
-    p.add_argument("--seed", type=int, default=0)
-    a = p.parse_args()
-    os.makedirs(a.out, exist_ok=True)
-    torch.manual_seed(a.seed)
-    cfg = SIZES[a.size]
-    with torch.no_grad():
-        bert = Bert(**cfg["bert"])
-        for prm in bert.parameters():  # BERT's init: N(0, 0.02)
-            prm.normal_(0.0, 0.02)
-        ids = torch.randint(0, cfg["bert"]["vocab"], (2, 7))
-        mask = torch.ones(2, 7, dtype=torch.int64)
-        export(bert, (ids, mask), os.path.join(a.out, f"bert_{a.size}.onnx"), ["input_ids", "attention_mask"],
-               ["last_hidden_state", "pooler_output"])
-        gpt2 = Gpt2(**cfg["gpt2"])
-        for prm in gpt2.parameters():
-            prm.normal_(0.0, 0.02)
-        ids = torch.randint(0, cfg["gpt2"]["vocab"], (2, 7))
-        export(gpt2, (ids,), os.path.join(a.out, f"gpt2_{a.size}.onnx"), ["input_ids"], ["logits"])
-    print(f"wrote bert_{a.size}.onnx and gpt2_{a.size}.onnx to {a.out}")
+    ap = argparse.ArgumentParser()
+    ap.add_argument("out")
+    ap.add_argument("--layers", type=int, default=2)
+    ap.add_argument("--hidden", type=int, default=64)
+    ap.add_argument("--heads", type=int, default=4)
+    ap.add_argument("--vocab", type=int, default=100)
+    ap.add_argument("--max-pos", type=int, default=128)
+    ap.add_argument("--legacy", action="store_true")
+    args = ap.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+    torch.manual_seed(0)
+    ids = torch.randint(0, 100, (2, 7))
+    mask = torch.ones(2, 7, dtype=torch.int64)
+    mask[1, 5:] = 0
+    for name, model, inputs, names in [("bert", Bert(args.layers, args.hidden, args.heads, args.vocab, args.max_pos), (ids, mask), ["input_ids", "attention_mask"]),
+                                       ("gpt2", Gpt2(args.layers, args.hidden, args.heads, args.vocab, args.max_pos), (ids,), ["input_ids"])]:
+        model.eval()
+        path = os.path.join(args.out, f"{name}.onnx")
+        dyn = {n: {0: "batch", 1: "sequence"} for n in names}
+        if args.legacy:
+            torch.onnx.export(model, inputs, path, input_names=names, output_names=["output"], dynamic_axes=dyn,
+                              opset_version=17, dynamo=False)
+        else:
+            b, s = torch.export.Dim("batch", min=1, max=64), torch.export.Dim("sequence", min=2, max=args.max_pos)
+            shapes = {n: {0: b, 1: s} for n in names}
+            torch.onnx.export(model, inputs, path, input_names=names, output_names=["output"],
+                              dynamic_shapes=shapes, dynamo=True, external_data=False)
+        with torch.no_grad():
+            out = model(*inputs).numpy()
+        np.savez(os.path.join(args.out, f"{name}_io.npz"), output=out, **{n: t.numpy() for n, t in zip(names, inputs)})
+        print(path, os.path.getsize(path))
 
 
 if __name__ == "__main__":

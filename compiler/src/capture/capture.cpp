@@ -361,6 +361,14 @@ class CaptureScope {
 
 }  // namespace
 
+std::vector<compiler::SymSize> traced_sizes(const Tensor& t) {
+  TESSERA_CHECK(t.defined(), "traced_sizes: the tensor is undefined");
+  if (!t.key_set().has(Functionality::Export)) return std::vector<SymSize>(t.sizes().begin(), t.sizes().end());
+  TESSERA_CHECK(t_tracer != nullptr, "traced_sizes: a tracing tensor outside a capture on this thread");
+  ExcludeDispatchKeyGuard plain(kExportKey);
+  return t_tracer->ep.graph.type(t_tracer->value_for(t)).sizes;
+}
+
 ExportedProgram export_program(const ExportFn& fn, const std::vector<Tensor>& example_inputs,
                                const ExportOptions& options) {
   TESSERA_CHECK(bool(fn), "export_program: fn is empty");

@@ -55,4 +55,10 @@ TESSERA_COMPILER_API compiler::ExportedProgram export_program(const ExportFn& fn
                                                               const std::vector<Tensor>& example_inputs,
                                                               const ExportOptions& options = {});
 
+// The symbolic sizes of `t` inside fn of the capture running on this thread: what the program's graph
+// says (a dim of an input declared with a Dim reads as its symbol). A tensor that is not tracing
+// gives its concrete sizes. Front ends that build programs through capture (the ONNX importer)
+// read sizes with it where the example sizes would specialise a dynamic dim.
+TESSERA_COMPILER_API std::vector<compiler::SymSize> traced_sizes(const Tensor& t);
+
 }  // namespace tessera
