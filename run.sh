@@ -118,6 +118,13 @@ case "$cmd" in
       PYTHONPATH=build/release/python python3 python/bench/bench_numpy_compile.py | tee build/bench/python_numpy_compile.md
       OMP_NUM_THREADS=1 PYTHONPATH=build/release/python python3 python/bench/bench_threads.py | tee build/bench/python_threads.md
     fi
+    if python3 -c "import onnx, onnxruntime, torch" 2>/dev/null; then
+      log "onnx: the light CNNs and BERT/GPT-2-sized models against ONNX Runtime (benchmarks/onnx)"
+      python3 benchmarks/onnx/bench_onnx_vs_ort.py --tessera build/release/bin/tessera --out build/bench/onnx_models \
+        --json build/bench/onnx_vs_ort.json | tee build/bench/onnx_vs_ort.md
+    else
+      echo "(onnx benchmark skipped: it needs onnx, onnxruntime and torch from pip)"
+    fi
     ;;
   *)
     echo "usage: ./run.sh demo | test | bench" >&2

@@ -108,9 +108,9 @@ def time_ort(model_path, feeds, repeat, threads):
     return statistics.median(times)
 
 
-def time_tessera(tessera, model_path, feeds, repeat, tmp):
+def time_tessera(tessera, model_path, feeds, repeat, tmp, compile=False):
     args = [tessera, "run", model_path, "--device", "cpu", "--repeat", str(repeat), "--json", "--output",
-            os.path.join(tmp, "out.npz")]
+            os.path.join(tmp, "out.npz")] + (["--compile"] if compile else [])
     for name, arr in feeds.items():
         f = os.path.join(tmp, f"in_{len(args)}.npy")
         np.save(f, arr)
@@ -153,25 +153,34 @@ def main():
                 feeds = feeds_for(path, batch, a.seq)
                 row = {"model": name, "batch": batch}
                 try:
-                    ort_ms, tsr_ms = [], []
+                    ort_ms, tsr_ms, cmp_ms = [], [], []
                     for _ in range(a.rounds):
                         ort_ms.append(time_ort(path, feeds, a.repeat, a.threads))
                         tsr_ms.append(time_tessera(a.tessera, path, feeds, a.repeat, tmp))
+                        try:
+                            cmp_ms.append(time_tessera(a.tessera, path, feeds, a.repeat, tmp, compile=True))
+                        except Exception as e:  # noqa: BLE001 (the interpreter's row still counts)
+                            row["compile_error"] = str(e)[:160]
                     row.update(ort_ms=min(ort_ms), tessera_ms=min(tsr_ms), ratio=min(ort_ms) / min(tsr_ms))
+                    if cmp_ms:
+                        row.update(compiled_ms=min(cmp_ms), compiled_ratio=min(ort_ms) / min(cmp_ms))
                 except Exception as e:  # noqa: BLE001 (reported in the table)
                     row["error"] = str(e)[:200]
                 rows.append(row)
                 print(json.dumps(row), file=sys.stderr, flush=True)
-    print("| model | batch | ONNX Runtime ms | Tessera ms | ratio (ORT / Tessera) |")
-    print("|---|---|---|---|---|")
+    print("| model | batch | ONNX Runtime ms | Tessera ms | ratio | Tessera compiled ms | ratio compiled |")
+    print("|---|---|---|---|---|---|---|")
     for r in rows:
         if "error" in r:
-            print(f"| {r['model']} | {r['batch']} | | | not run: {r['error']} |")
-        else:
-            print(f"| {r['model']} | {r['batch']} | {r['ort_ms']:.2f} | {r['tessera_ms']:.2f} | {r['ratio']:.2f} |")
-    ratios = [r["ratio"] for r in rows if "ratio" in r]
-    if ratios:
-        print(f"\nmedian ratio {statistics.median(ratios):.2f}, lowest {min(ratios):.2f} over {len(ratios)} rows")
+            print(f"| {r['model']} | {r['batch']} | | | not run: {r['error']} | | |")
+            continue
+        compiled = (f"{r['compiled_ms']:.2f} | {r['compiled_ratio']:.2f}" if "compiled_ms" in r
+                    else f"| not compiled: {r.get('compile_error', '')}")
+        print(f"| {r['model']} | {r['batch']} | {r['ort_ms']:.2f} | {r['tessera_ms']:.2f} | {r['ratio']:.2f} | {compiled} |")
+    for key in ("ratio", "compiled_ratio"):
+        ratios = [r[key] for r in rows if key in r]
+        if ratios:
+            print(f"\n{key}: median {statistics.median(ratios):.2f}, lowest {min(ratios):.2f} over {len(ratios)} rows")
     if a.json:
         with open(a.json, "w") as f:
             json.dump(rows, f, indent=1)

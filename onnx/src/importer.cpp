@@ -142,6 +142,10 @@ class Importer {
         examples, eo);
     for (size_t i = 0; i < ep.signature.outputs.size(); ++i) ep.signature.outputs[i].name = g.output(int(i)).name();
     name_constants(ep);
+    if (opts_.fold_constants) {
+      compiler::fold_constants(ep);
+      compiler::eliminate_common_subexpressions(ep);
+    }
     compiler::eliminate_dead_code(ep);
     compiler::verify(ep);
     return ep;

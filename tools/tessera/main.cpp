@@ -23,7 +23,7 @@ const char* kUsage =
     "  ops [--json] [NAME...]    the op contract: schemas, tags, and which devices implement each op\n"
     "  check --device NAME ...   run the conformance kit against a device\n"
     "  graph FILE.tsr|FILE.onnx  print a saved program's (or an ONNX model's) graph\n"
-    "  run FILE.tsr|FILE.onnx --device NAME --input [NAME=]X.npy ... --output OUT.npz [--repeat N --json]\n"
+    "  run FILE.tsr|FILE.onnx --device NAME --input [NAME=]X.npy ... --output OUT.npz [--repeat N --json] [--compile]\n"
     "                            run a saved program or ONNX model on a device, NumPy files in and out\n"
     "\n"
     "options:\n"

@@ -3,11 +3,13 @@
 // NumPy files in and out, optionally timed over repeated runs.
 #include <algorithm>
 #include <chrono>
+#include <optional>
 #include <cstdio>
 #include <string>
 #include <vector>
 
 #include "commands.h"
+#include "tessera/compiler/codegen.h"
 #include "tessera/compiler/npy.h"
 #include "tessera/compiler/program_file.h"
 #include "tessera/ops.h"
@@ -32,6 +34,7 @@ const char* kRunUsage =
     "  --device NAME   cpu, my_hardware_device, opencl, ... (default: cpu)\n"
     "  --repeat N      run N more times after the first and print the time per run (median, spread)\n"
     "  --json          print the timings as one JSON object\n"
+    "  --compile       run the program as generated C++ (tessera::compile's cpp backend; CPU only)\n"
     "  --bind NAME=X.npy  (ONNX) fix input NAME to the array's value at import: it becomes a constant\n"
     "  --save OUT.tsr  also save the (imported) program as a program file (OUT.onnx: as an ONNX model)\n";
 
@@ -85,7 +88,7 @@ int tessera_cli_run(int argc, char** argv) {
   std::string file, device = "cpu", output, save;
   std::vector<std::string> inputs, binds;
   long repeat = 0;
-  bool json = false;
+  bool json = false, compile = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto value = [&](const char* flag) -> const char* {
@@ -118,6 +121,8 @@ int tessera_cli_run(int argc, char** argv) {
       }
     } else if (a == "--json") {
       json = true;
+    } else if (a == "--compile") {
+      compile = true;
     } else if (!a.empty() && a[0] == '-') {
       std::fprintf(stderr, "tessera run: unknown option '%s'\n\n%s", a.c_str(), kRunUsage);
       return kCliUsage;
@@ -181,12 +186,18 @@ int tessera_cli_run(int argc, char** argv) {
   }
   for (size_t i = 0; i < args.size(); ++i)
     TESSERA_CHECK(args[i].defined(), "tessera run: no value for input '", user_names[i], "'; give --input ", user_names[i], "=X.npy");
-  std::vector<tessera::Tensor> outs = ep.run(args);
+  std::optional<tessera::compiler::codegen::CompiledGraph> compiled;
+  if (compile) {
+    TESSERA_CHECK(target.is_cpu(), "tessera run: --compile generates C++ for the CPU; drop it for device '", device, "'");
+    compiled.emplace(tessera::compiler::codegen::CompiledGraph::compile(ep));
+  }
+  auto run_once = [&] { return compiled ? compiled->run(args) : ep.run(args); };
+  std::vector<tessera::Tensor> outs = run_once();
   if (repeat > 0) {
     std::vector<double> ms;
     for (long r = 0; r < repeat; ++r) {
       auto t0 = std::chrono::steady_clock::now();
-      outs = ep.run(args);
+      outs = run_once();
       tessera::synchronize(target);
       ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
     }

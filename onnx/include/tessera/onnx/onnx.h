@@ -52,6 +52,11 @@ struct ImportOptions {
   // The folder relative to which external data files are found when importing from bytes; from a
   // path it is the model's own folder. Empty: external data is refused.
   std::string external_data_dir;
+  // Computes the weight-only parts of the graph once, at import (compiler::fold_constants: weights
+  // made by ConstantOfShape, transposed or cast initializers), then merges common subexpressions, so
+  // that running the program does not redo them. (optional) defaults to true; false keeps the
+  // graph as the model writes it.
+  bool fold_constants = true;
 };
 
 // Reads a model from a file / from the bytes of one. Throws tessera::Error with one line naming the
