@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <new>
 
+#include "tessera/edit_distance.h"
 #include "tessera/log.h"
 #include "tessera/schema.h"
 
@@ -123,22 +124,6 @@ std::string HostContext::canonical_op(const std::string& name) const {
   return {};
 }
 
-namespace {
-size_t edit_distance(std::string_view a, std::string_view b) {
-  std::vector<size_t> row(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    size_t diag = row[0];
-    row[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j) {
-      const size_t up = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      diag = up;
-    }
-  }
-  return row[b.size()];
-}
-}  // namespace
 
 // Up to three defined names nearest to `name`: overloads of the same operator first, then by edit
 // distance.

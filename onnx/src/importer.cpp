@@ -9,6 +9,7 @@
 #include "convert.h"
 #include "tessera/compiler/passes.h"
 #include "tessera/dispatch_key.h"
+#include "tessera/edit_distance.h"
 #include "tessera/onnx/onnx.h"
 #include "tessera/text_escape.h"
 
@@ -22,26 +23,10 @@ namespace {
 
 constexpr int kMaxFunctionDepth = 16;
 
-size_t edit_distance(const std::string& a, const std::string& b) {
-  std::vector<size_t> row(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    size_t diag = row[0];
-    row[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j) {
-      const size_t up = row[j];
-      const bool same = std::tolower(static_cast<unsigned char>(a[i - 1])) == std::tolower(static_cast<unsigned char>(b[j - 1]));
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (same ? 0 : 1)});
-      diag = up;
-    }
-  }
-  return row[b.size()];
-}
-
 // The three supported op types nearest to `op` (edit distance, ties by name).
 std::string nearest_ops(const std::string& op) {
   std::vector<std::pair<size_t, std::string>> scored;
-  for (const auto& [name, fn] : converter_table()) scored.emplace_back(edit_distance(op, name), name);
+  for (const auto& [name, fn] : converter_table()) scored.emplace_back(edit_distance(op, name, /*ignore_case=*/true), name);
   std::sort(scored.begin(), scored.end());
   std::string out;
   for (size_t i = 0; i < scored.size() && i < 3; ++i) out += (i ? ", " : "") + scored[i].second;
