@@ -152,4 +152,8 @@ int32_t onnx_of_dtype(DType t);
 // A host tensor from a TensorProto (raw_data, typed fields or external data under `dir`).
 Tensor tensor_from_proto(const ::onnx::TensorProto& p, const std::string& external_dir);
 
+// Folds a conv2d's per-channel mul (and add) of constants into its weight and bias (Note [Affine
+// into conv] in fold_conv_affine.cpp); returns whether anything changed.
+bool fold_affine_into_conv(compiler::ExportedProgram& ep);
+
 }  // namespace tessera::onnx::detail

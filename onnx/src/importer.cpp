@@ -129,6 +129,7 @@ class Importer {
     name_constants(ep);
     if (opts_.fold_constants) {
       compiler::fold_constants(ep);
+      detail::fold_affine_into_conv(ep);  // Note [Affine into conv]
       compiler::eliminate_common_subexpressions(ep);
     }
     compiler::eliminate_dead_code(ep);

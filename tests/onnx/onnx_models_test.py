@@ -22,7 +22,8 @@ import test_models  # noqa: E402
 RTOL, ATOL = 1e-3, 1e-4
 # Ops a device does not implement and whose plugin forbids the CPU fallback: the run must fail with
 # the dispatcher's "no kernel" error naming the op.
-UNSUPPORTED = {("my_hardware_device", "cnn"): "conv2d", ("my_hardware_device", "conv_pads"): "conv2d"}
+UNSUPPORTED = {("my_hardware_device", "cnn"): "conv2d", ("my_hardware_device", "conv_pads"): "conv2d",
+               ("my_hardware_device", "conv_bn"): "conv2d"}
 
 
 def run(cmd):

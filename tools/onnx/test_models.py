@@ -71,6 +71,20 @@ def cnn():  # Conv (pads, groups, dilation) + BatchNorm + pools + Flatten + Gemm
                   w("cw2", 8, 2, 3, 3), w("fw", 10, 8), w("fb", 10)])
 
 
+def conv_bn():  # Conv without bias -> BatchNorm (folded into the conv at import), and a Conv whose
+    # output is also read elsewhere (not folded): both must give ONNX Runtime's results
+    n = [h.make_node("Conv", ["x", "k1"], ["c1"], pads=[1, 1, 1, 1]),
+         h.make_node("BatchNormalization", ["c1", "g1", "b1", "m1", "v1"], ["n1"], epsilon=1e-5),
+         h.make_node("Relu", ["n1"], ["r1"]),
+         h.make_node("Conv", ["r1", "k2", "kb2"], ["c2"]),
+         h.make_node("BatchNormalization", ["c2", "g2", "b2", "m2", "v2"], ["n2"]),
+         h.make_node("Add", ["n2", "c2"], ["y"])]
+    pos = lambda name, c: nh.from_array((_rng.random(c) + 0.5).astype(np.float32), name)
+    return model(n, [vi("x", ["N", 3, 9, 7])], [vi("y", ["N", 6, 9, 7])],
+                 [w("k1", 4, 3, 3, 3), w("g1", 4), w("b1", 4), w("m1", 4), pos("v1", 4),
+                  w("k2", 6, 4, 1, 1), w("kb2", 6), w("g2", 6), w("b2", 6), w("m2", 6), pos("v2", 6)])
+
+
 def conv_pads():  # asymmetric pads, auto_pad SAME_UPPER, 1-D conv, count_include_pad=0
     n = [h.make_node("Conv", ["x", "k"], ["a"], pads=[0, 1, 2, 1]),
          h.make_node("Conv", ["a", "k2"], ["b"], auto_pad="SAME_UPPER"),
@@ -221,6 +235,7 @@ def function():  # a model-local function (with an attribute reference) inlined 
 MODELS = [
     ("mlp", mlp, [{"batch": 2}, {"batch": 7}]),
     ("cnn", cnn, [{"N": 1}, {"N": 3}]),
+    ("conv_bn", conv_bn, [{"N": 1}, {"N": 2}]),
     ("conv_pads", conv_pads, [{}]),
     ("encoder", encoder, [{"batch": 2, "seq": 5}, {"batch": 3, "seq": 9}]),
     ("attention", attention, [{}]),

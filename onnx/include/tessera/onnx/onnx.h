@@ -53,8 +53,9 @@ struct ImportOptions {
   // path it is the model's own folder. Empty: external data is refused.
   std::string external_data_dir;
   // Computes the weight-only parts of the graph once, at import (compiler::fold_constants: weights
-  // made by ConstantOfShape, transposed or cast initializers), then merges common subexpressions, so
-  // that running the program does not redo them. (optional) defaults to true; false keeps the
+  // made by ConstantOfShape, transposed or cast initializers), folds a BatchNormalization that
+  // follows a Conv into the conv's weight and bias, then merges common subexpressions, so that
+  // running the program does not redo them. (optional) defaults to true; false keeps the
   // graph as the model writes it.
   bool fold_constants = true;
 };
