@@ -8,16 +8,8 @@
 
 namespace tessera {
 
-namespace {
-
-template <typename F>
-bool has_slot(const tessera_device_interface_t* d, F tessera_device_interface_t::*field, size_t end) {
-  return d && d->struct_size >= end && d->*field != nullptr;
-}
-#define TESSERA_HAS_SLOT(d, name) \
-  has_slot(d, &tessera_device_interface_t::name, offsetof(tessera_device_interface_t, name) + sizeof((d)->name))
-
-}  // namespace
+// A device-interface slot the plugin's struct reaches and fills (Note [ABI versioning]).
+#define TESSERA_HAS_SLOT(d, name) ((d) && TESSERA_ABI_HAS_FIELD(d, tessera_device_interface_t, name) && (d)->name)
 
 DeviceCapabilities device_capabilities(const Device& device) {
   const DeviceType type = device.type();

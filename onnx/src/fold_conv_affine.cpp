@@ -69,6 +69,7 @@ bool fold_affine_into_conv(ExportedProgram& ep) {
     for (ValueId v : nodes[i].outputs) producer[size_t(v)] = int32_t(i);
   Uses uses(ep);
   std::vector<bool> erase(nodes.size(), false);
+  std::vector<Node> new_placeholders;
   for (size_t i = 0; i < nodes.size(); ++i) {
     Node& mul = nodes[i];
     if (mul.kind != NodeKind::Call || mul.target != "mul.Tensor" || mul.args.size() != 2) continue;
@@ -118,25 +119,18 @@ bool fold_affine_into_conv(ExportedProgram& ep) {
     if (has_bias) {
       ep.weights[b_name] = new_b;
     } else {
+      // A new constant for the bias; its placeholder joins the others after the loop, so no node
+      // index moves while the graph is walked.
       std::string name;
       int n = 0;
       do name = "conv_bias_" + std::to_string(n++); while (ep.weights.count(name));
       compiler::TensorType type{dt, ep.graph.type(w_value).device, {compiler::SymSize(channels)}};
       const ValueId v = ep.graph.add_value(type, name);
-      size_t at = 0;
-      while (at < nodes.size() && nodes[at].kind == NodeKind::Placeholder) ++at;
-      nodes.insert(nodes.begin() + long(at), Node{NodeKind::Placeholder, name, {}, {v}});
-      erase.insert(erase.begin() + long(at), false);
-      ++i;  // indices at or after `at` moved by one: the mul, the conv and the add all sit after it
-      if (add_index) ++add_index;
-      producer.push_back(int32_t(at));
-      for (auto& p : producer)
-        if (p >= int32_t(at) && &p != &producer.back()) ++p;
+      new_placeholders.push_back(Node{NodeKind::Placeholder, name, {}, {v}});
       ep.signature.inputs.push_back({InputKind::Constant, name, v});
       ep.weights[name] = new_b;
       uses.count.push_back(1);
-      Node& conv_now = nodes[size_t(producer[size_t(conv_out)])];
-      conv_now.args[2] = Argument::tensor(v);
+      nodes[size_t(producer[size_t(conv_out)])].args[2] = Argument::tensor(v);
     }
     // Readers of the last folded result read the conv's output instead.
     const ValueId last = shift ? nodes[add_index].outputs[0] : mul_out;
@@ -154,8 +148,13 @@ bool fold_affine_into_conv(ExportedProgram& ep) {
   }
   if (!changed) return false;
   std::vector<Node> kept;
-  for (size_t i = 0; i < nodes.size(); ++i)
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    if (nodes[i].kind != NodeKind::Placeholder && !new_placeholders.empty()) {
+      for (Node& p : new_placeholders) kept.push_back(std::move(p));  // placeholders stay first
+      new_placeholders.clear();
+    }
     if (!erase[i]) kept.push_back(std::move(nodes[i]));
+  }
   nodes = std::move(kept);
   return true;
 }
