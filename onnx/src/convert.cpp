@@ -206,7 +206,7 @@ Val constant_val(const Tensor& t) {
   Val v{t, std::nullopt, false, kInt64, true};
   if ((t.dtype() == kInt64 || t.dtype() == kInt32) && t.dim() <= 1 && t.numel() <= 64) {
     ExcludeDispatchKeyGuard plain(kExportKey);
-    Tensor d = t.to(kInt64).contiguous();
+    Tensor d = t.cpu().to(kInt64).contiguous();  // the values, read on the host
     const int64_t* p = d.const_data_ptr<int64_t>();
     v.ints = Sizes(p, p + d.numel());
     v.scalar = t.dim() == 0;

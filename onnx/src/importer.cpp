@@ -92,6 +92,13 @@ class Importer {
       examples.push_back(example_input(in, eo));
       eo.input_names.push_back(in.name());
     }
+    if (!opts_.device.is_cpu()) {
+      // Weights live where the inputs are declared, so that every op of the capture sees one device
+      // (integer values the converters read at import are read back on the host: constant_val).
+      ExcludeDispatchKeyGuard plain(DispatchKeySet::functionality(Functionality::Export));
+      for (auto& [name, t] : params_) t = t.to(opts_.device);
+      for (auto& [name, t] : bound_) t = t.to(opts_.device);
+    }
     for (const auto& [name, t] : params_) eo.parameters[name] = t;
     for (const auto& [name, t] : bound_) eo.parameters[name] = t;
     for (const auto& [name, b] : opts_.constant_inputs) {

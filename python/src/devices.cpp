@@ -6,6 +6,7 @@
 #include <string>
 
 #include "bindings.h"
+#include "tessera/current_device.h"
 #include "tessera/plugin_loader.h"
 
 namespace tessera::python {
@@ -128,6 +129,13 @@ void bind_devices(nb::module_& m) {
       }, nb::arg("event") = nb::none())
       .def("__eq__", [](const Stream& a, const Stream& b) { return a == b; })
       .def("__repr__", &Stream::str);
+  m.def("current_device", [](const std::string& type) { Gil gil; return current_device(device_type_from_name(type)); },
+        nb::arg("type"), "The current device of a device type on this thread (Note [Current device]).");
+  m.def("set_device", [](nb::handle d) {
+    Device dev = device_arg(d);
+    Gil gil;
+    set_device(dev);
+  }, nb::arg("device"), "Makes a device (with its index) current for its type on this thread.");
   m.def("current_stream", [](nb::handle d) { return current_stream(device_arg(d)); }, nb::arg("device"));
   m.def("set_current_stream", &set_current_stream, nb::arg("stream"));
 }

@@ -219,4 +219,5 @@ NB_MODULE(_C, m) {
   tp::bind_devices(m);
   tp::bind_compiler(m);
   tp::bind_extras(m);
+  tp::bind_onnx(m);
 }

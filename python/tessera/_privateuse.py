@@ -3,7 +3,8 @@
 generate_methods_for_privateuse1_backend() (and generate_methods_for_device(name) for any device
 name, such as one a plugin's manifest gives) adds `Tensor.<name>()`, `Tensor.is_<name>` and a
 module `tessera.<name>` with device_count(), is_available(), synchronize(), memory_stats(),
-empty_cache(), Stream, Event, current_stream() and set_current_stream()."""
+empty_cache(), current_device(), set_device(), device (a context manager), Stream, Event,
+current_stream() and set_current_stream()."""
 import sys
 import types
 
@@ -54,7 +55,38 @@ def _device_module(name):
     def Stream(device=None):  # noqa: N802 (a factory named like the class, as torch.npu.Stream)
         return _C.Stream.create(_dev(device))
 
-    for f in (device_count, is_available, synchronize, memory_stats, memory_allocated, empty_cache, current_stream, Stream):
+    def current_device():
+        """The index of this thread's current '%s' device (where tensors named without an index go)."""
+        return _C.current_device(name).index
+
+    def set_device(device):
+        """Makes a device current on this thread: an index, or a device ("npu:1")."""
+        target = _dev(device)
+        if target.type != name:
+            raise ValueError("tessera.%s.set_device: expected a '%s' device, got '%s'" % (name, name, target))
+        _C.set_device(target)
+
+    class device:  # noqa: N801 (torch.cuda.device is a lower-case class too)
+        """`with tessera.<name>.device(1):` makes device 1 current inside the block and restores the
+        previous current device after it, also when the block raises."""
+
+        def __init__(self, device):
+            self.target = _dev(device)
+            if self.target.type != name:
+                raise ValueError("tessera.%s.device: expected a '%s' device, got '%s'" % (name, name, self.target))
+            self.previous = None
+
+        def __enter__(self):
+            self.previous = _C.current_device(name)
+            _C.set_device(self.target)
+            return self.target
+
+        def __exit__(self, *exc):
+            _C.set_device(self.previous)
+            return False
+
+    for f in (device_count, is_available, synchronize, memory_stats, memory_allocated, empty_cache, current_stream, Stream,
+              current_device, set_device, device):
         setattr(mod, f.__name__, f)
     mod.Event = _C.Event
     mod.set_current_stream = _C.set_current_stream

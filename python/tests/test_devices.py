@@ -31,6 +31,35 @@ def test_generated_methods_on_the_reference_accelerator(rng, mhd):
         t.my_hardware_device("cpu")
 
 
+def test_current_device_and_the_device_guard(rng, mhd):
+    import threading
+    assert mhd.device_count() == 2 and mhd.current_device() == 0
+    a = rng.standard_normal((3, 4)).astype(np.float32)
+    with mhd.device(1) as d:
+        assert d == tessera.device("my_hardware_device:1") and mhd.current_device() == 1
+        t = tessera.from_numpy(a).my_hardware_device()  # no index: the current device
+        assert t.device.index == 1
+        np.testing.assert_allclose((t * 3).cpu().numpy(), a * 3, rtol=1e-6)
+        seen = []
+        th = threading.Thread(target=lambda: seen.append(mhd.current_device()))  # per thread
+        th.start()
+        th.join()
+        assert seen == [0]
+    assert mhd.current_device() == 0
+    with pytest.raises(RuntimeError, match="leaving"):
+        with mhd.device("my_hardware_device:1"):
+            raise RuntimeError("leaving the block")
+    assert mhd.current_device() == 0  # restored after the exception
+    mhd.set_device(1)
+    assert tessera.from_numpy(a).my_hardware_device().device.index == 1
+    mhd.set_device(0)
+    with pytest.raises(ValueError, match="out of range"):
+        mhd.set_device(2)
+    with pytest.raises(ValueError, match="expected a 'my_hardware_device' device"):
+        mhd.set_device("cpu:0")
+    assert mhd.current_device() == 0
+
+
 def test_streams_and_events(rng, mhd):
     s = mhd.Stream()
     assert s.device.type == "my_hardware_device"

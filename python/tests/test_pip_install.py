@@ -35,6 +35,8 @@ def test_pip_install_into_a_target_folder(source_dir, tmp_path):
             "r = (t * 2 + 1).numpy()\n"
             "assert (r == a * 2 + 1).all() and np.shares_memory(t.numpy(), a)\n"
             "cpu = [p for p in tessera.plugins() if p['name'] == 'cpu'][0]\n"
+            "import tessera.onnx\n"  # libtessera_onnx is in the wheel too (found through the RPATH)
+            "assert 'Conv' in tessera.onnx.supported_op_types()\n"
             "print(tessera.__file__)\n"
             "print(cpu['manifest'], cpu['status'])\n")
     env["PYTHONPATH"] = str(target)

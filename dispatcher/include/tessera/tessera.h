@@ -1,5 +1,6 @@
 // The one header an application includes.
 #pragma once
+#include "tessera/current_device.h"
 #include "tessera/device.h"
 #include "tessera/dispatch_key.h"
 #include "tessera/dtype.h"
