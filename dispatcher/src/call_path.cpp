@@ -22,6 +22,7 @@
 #include "profiler.h"
 #include "sparse_internal.h"
 #include "stream_state.h"
+#include "tessera/autocast_dispatch.h"
 #include "tessera/autograd_dispatch.h"
 #include "tessera/env.h"
 #include "tessera/log.h"
@@ -542,6 +543,12 @@ std::atomic<AutogradHook> g_autograd_hook{nullptr};
 
 AutogradHook set_autograd_hook(AutogradHook hook) { return g_autograd_hook.exchange(hook, std::memory_order_acq_rel); }
 
+// Note [Autocast dispatch] in tessera/autocast_dispatch.h.
+namespace {
+std::atomic<AutocastHook> g_autocast_hook{nullptr};
+}  // namespace
+AutocastHook set_autocast_hook(AutocastHook hook) { return g_autocast_hook.exchange(hook, std::memory_order_acq_rel); }
+
 int call_unboxed(OperatorEntry& op, const CallFrame& f, Tensor* outs) {
   if (__builtin_expect(profiler_on(), 0)) return profile_call(op, f, outs, dispatch_call);  // Note [Profiler]
   return dispatch_call(op, f, outs);
@@ -601,8 +608,16 @@ static int dispatch_call(OperatorEntry& op, const CallFrame& f, Tensor* outs) {
   ks = ks | (scalar_keys & DispatchKeySet::functionality(Functionality::Autograd));
   const LocalDispatchKeySet& tls = tls_local_dispatch_key_set();
   ks = (ks | tls.included) - tls.excluded;
-  if (__builtin_expect(ks.has(Functionality::Autograd), 0))
-    if (AutogradHook hook = g_autograd_hook.load(std::memory_order_acquire)) return autograd_call(hook, op, f, dev, outs);
+  constexpr DispatchKeySet kAboveBackends =
+      DispatchKeySet::functionality(Functionality::Autocast) | DispatchKeySet::functionality(Functionality::Autograd);
+  if (__builtin_expect(!(ks & kAboveBackends).empty(), 0)) {
+    // A call without tensor arguments (a factory) has nothing to cast, and its explicit device is
+    // not part of the boxed arguments a hook redispatches.
+    if (ks.has(Functionality::Autocast) && any)
+      if (AutocastHook hook = g_autocast_hook.load(std::memory_order_acquire)) return autograd_call(hook, op, f, dev, outs);
+    if (ks.has(Functionality::Autograd))
+      if (AutogradHook hook = g_autograd_hook.load(std::memory_order_acquire)) return autograd_call(hook, op, f, dev, outs);
+  }
 
   // Shape rule.
   MetaCall m;

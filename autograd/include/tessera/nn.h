@@ -222,4 +222,46 @@ class TESSERA_NN_API CosineAnnealingLR : public LRScheduler {
 };
 
 }  // namespace optim
+
+// Note [Gradient scaler]
+// torch.amp.GradScaler on any device: float16 gradients underflow, so the loss is multiplied by a
+// scale before backward (scale), the gradients are divided by it before the optimizer reads them
+// (unscale_, once per step), and a step whose gradients hold an inf or NaN is skipped (step); the
+// scale shrinks by backoff_factor after such a step and grows by growth_factor after
+// growth_interval steps without one (update). Nothing asks for a device name: the check is made
+// of contract ops (isnan, isinf, sum) on the gradients' own devices, one read-back per device per
+// step. Not thread-safe (one scaler per training loop).
+struct GradScalerOptions {
+  double init_scale = 65536.0;
+  double growth_factor = 2.0;
+  double backoff_factor = 0.5;
+  int64_t growth_interval = 2000;
+  bool enabled = true;  // false: scale() returns the loss, step() steps, update() does nothing
+};
+class TESSERA_NN_API GradScaler {
+ public:
+  explicit GradScaler(GradScalerOptions options = {});
+  // loss * scale (the loss itself when disabled).
+  Tensor scale(const Tensor& loss) const;
+  // Divides the gradients of `opt`'s parameters by the scale in place and records whether any is
+  // not finite. Once per optimizer per step: a second call before update() throws.
+  void unscale_(optim::Optimizer& opt);
+  // unscale_ (unless done), then opt.step() unless a gradient was not finite; returns whether it
+  // stepped.
+  bool step(optim::Optimizer& opt);
+  // Adjusts the scale for the next step (Note [Gradient scaler]) and forgets this step's state.
+  void update();
+  double get_scale() const { return scale_; }
+  bool found_inf() const { return found_inf_; }
+  int64_t growth_tracker() const { return growth_tracker_; }
+  bool is_enabled() const { return o_.enabled; }
+
+ private:
+  GradScalerOptions o_;
+  double scale_;
+  int64_t growth_tracker_ = 0;
+  bool found_inf_ = false;
+  std::vector<const optim::Optimizer*> unscaled_;
+};
+
 }  // namespace tessera::nn

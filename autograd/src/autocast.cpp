@@ -1,0 +1,223 @@
+// Autocast (Note [Autocast policy] in tessera/amp.h, Note [Autocast dispatch] in
+// tessera/autocast_dispatch.h).
+#include <array>
+#include <map>
+#include <mutex>
+#include <shared_mutex>
+
+#include "tessera/amp.h"
+#include "tessera/autocast_dispatch.h"
+#include "tessera/dispatcher.h"
+
+namespace tessera::amp {
+namespace {
+
+constexpr DispatchKeySet kAutocastKey = DispatchKeySet::functionality(Functionality::Autocast);
+
+struct ThreadState {
+  std::array<bool, kNumBackendSlots> enabled{};
+  std::array<DType, kNumBackendSlots> dtype;
+  ThreadState() { dtype.fill(kBFloat16); }
+};
+thread_local ThreadState t_state;
+
+// PyTorch's CUDA autocast lists (torch/csrc/autograd/autocast_mode.cpp's op sets), restricted to
+// the ops of the contract; names without an overload cover every overload of the op.
+constexpr const char* kLowerPrecisionOps[] = {"matmul", "linear", "conv2d", "conv_transpose2d", "prelu",
+                                           "scaled_dot_product_attention"};
+constexpr const char* kFloat32Ops[] = {
+    "acos",   "asin",     "cosh",          "exp",        "expm1",      "log",          "log1p",
+    "pow",    "reciprocal", "rsqrt",       "sinh",       "tan",        "softplus",     "layer_norm",
+    "group_norm", "rms_norm", "batch_norm", "sum",       "prod",       "cumsum",       "softmax",
+    "log_softmax", "logsumexp", "linalg_vector_norm", "var", "mean"};
+constexpr const char* kPromoteOps[] = {"cat", "stack", "where", "atan2", "index_select", "scatter", "scatter_reduce"};
+
+struct Policies {
+  std::shared_mutex mutex;
+  std::array<std::map<std::string, CastPolicy, std::less<>>, kNumBackendSlots> by_type;
+  Policies() {
+    std::vector<std::string> names = Dispatcher::instance().op_names();
+    auto base_known = [&](std::string_view base) {
+      for (const std::string& n : names)
+        if (n == base || (n.size() > base.size() && n.compare(0, base.size(), base) == 0 && n[base.size()] == '.'))
+          return true;
+      return false;
+    };
+    for (auto& table : by_type) {
+      for (const char* op : kLowerPrecisionOps)
+        if (base_known(op)) table[op] = CastPolicy::LowerPrecision;
+      for (const char* op : kFloat32Ops)
+        if (base_known(op)) table[op] = CastPolicy::Float32;
+      for (const char* op : kPromoteOps)
+        if (base_known(op)) table[op] = CastPolicy::Promote;
+    }
+  }
+};
+Policies& policies() {
+  static Policies p;
+  return p;
+}
+
+CastPolicy lookup(const std::map<std::string, CastPolicy, std::less<>>& table, std::string_view op) {
+  if (auto it = table.find(op); it != table.end()) return it->second;
+  const size_t dot = op.find('.');
+  if (dot != std::string_view::npos)
+    if (auto it = table.find(op.substr(0, dot)); it != table.end()) return it->second;
+  return CastPolicy::None;
+}
+
+bool eligible(const Tensor& t) {  // floating, not float64 (PyTorch's is_eligible)
+  return t.defined() && is_floating(t.dtype()) && t.dtype() != kFloat64;
+}
+
+void cast_all(Stack& args, const FunctionSchema& schema, DType to, bool (*which)(const Tensor&, DType)) {
+  for (size_t a = 0; a < args.size(); ++a) {
+    if (a < schema.arguments.size() && schema.arguments[a].is_write) continue;  // never cast what the op writes
+    Value& v = args[a];
+    if (auto* t = std::get_if<Tensor>(&v)) {
+      if (which(*t, to)) *t = t->to(to);
+    } else if (auto* ot = std::get_if<std::optional<Tensor>>(&v)) {
+      if (*ot && which(**ot, to)) *ot = (*ot)->to(to);
+    } else if (auto* l = std::get_if<std::vector<Tensor>>(&v)) {
+      for (Tensor& t : *l)
+        if (which(t, to)) t = t.to(to);
+    }
+  }
+}
+
+DType widest_floating(const Stack& args) {
+  std::optional<DType> w;
+  auto see = [&](const Tensor& t) {
+    if (t.defined() && is_floating(t.dtype()) && t.dim() > 0) w = w ? promote_types(*w, t.dtype()) : t.dtype();
+  };
+  for (const Value& v : args) {
+    if (auto* t = std::get_if<Tensor>(&v)) see(*t);
+    else if (auto* ot = std::get_if<std::optional<Tensor>>(&v); ot && *ot) see(**ot);
+    else if (auto* l = std::get_if<std::vector<Tensor>>(&v))
+      for (const Tensor& t : *l) see(t);
+  }
+  return w.value_or(kFloat32);
+}
+
+std::vector<Tensor> on_autocast_call(AutogradCall& call) {
+  ExcludeDispatchKeyGuard below(kAutocastKey);
+  const int slot = int(call.device.type());
+  if (slot >= 0 && slot < kNumBackendSlots && t_state.enabled[size_t(slot)]) {
+    CastPolicy p;
+    {
+      Policies& ps = policies();
+      std::shared_lock lock(ps.mutex);
+      p = lookup(ps.by_type[size_t(slot)], *call.name);
+    }
+    if (p != CastPolicy::None) {
+      const FunctionSchema& schema = Dispatcher::instance().schema(*call.op);
+      switch (p) {
+        case CastPolicy::LowerPrecision:
+          cast_all(call.args, schema, t_state.dtype[size_t(slot)],
+                   [](const Tensor& t, DType to) { return eligible(t) && t.dtype() != to; });
+          break;
+        case CastPolicy::Float32:
+          cast_all(call.args, schema, kFloat32, [](const Tensor& t, DType) {
+            return t.defined() && (t.dtype() == kBFloat16 || t.dtype() == kFloat16);
+          });
+          break;
+        case CastPolicy::Promote:
+          cast_all(call.args, schema, widest_floating(call.args), [](const Tensor& t, DType to) {
+            return t.defined() && is_floating(t.dtype()) && t.dtype() != to;
+          });
+          break;
+        case CastPolicy::None:
+          break;
+      }
+    }
+  }
+  Stack r = Dispatcher::instance().call_boxed(*call.op, call.args);
+  std::vector<Tensor> outs;
+  for (Value& v : r) outs.push_back(std::get<Tensor>(std::move(v)));
+  return outs;
+}
+
+void update_key() {
+  bool any = false;
+  for (bool e : t_state.enabled) any = any || e;
+  LocalDispatchKeySet& tls = tls_local_dispatch_key_set();
+  tls.included = any ? tls.included | kAutocastKey : tls.included - kAutocastKey;
+}
+
+int slot_of(DeviceType type, const char* what) {
+  const int slot = int(type);
+  TESSERA_CHECK(type != DeviceType::Meta && slot >= 0 && slot < kNumBackendSlots, what,
+                ": autocast is for the devices that run kernels, not '", device_type_name(type), "'");
+  return slot;
+}
+
+struct Installer {
+  Installer() { set_autocast_hook(&on_autocast_call); }
+} g_installer;
+
+}  // namespace
+
+const char* cast_policy_name(CastPolicy p) {
+  switch (p) {
+    case CastPolicy::None: return "none";
+    case CastPolicy::LowerPrecision: return "lower_precision";
+    case CastPolicy::Float32: return "float32";
+    case CastPolicy::Promote: return "promote";
+  }
+  return "?";
+}
+
+AutocastGuard::AutocastGuard(DeviceType device_type, DType dtype, bool enabled) : type_(device_type) {
+  const size_t slot = size_t(slot_of(device_type, "AutocastGuard"));
+  TESSERA_CHECK(!enabled || dtype == kBFloat16 || dtype == kFloat16, "AutocastGuard: the lower precision must be ",
+                "bfloat16 or float16, got ", dtype_name(dtype));
+  was_enabled_ = t_state.enabled[slot];
+  was_dtype_ = t_state.dtype[slot];
+  t_state.enabled[slot] = enabled;
+  if (enabled) t_state.dtype[slot] = dtype;
+  update_key();
+}
+
+AutocastGuard::~AutocastGuard() {
+  const size_t slot = size_t(int(type_));
+  t_state.enabled[slot] = was_enabled_;
+  t_state.dtype[slot] = was_dtype_;
+  update_key();
+}
+
+bool is_autocast_enabled(DeviceType device_type) {
+  return t_state.enabled[size_t(slot_of(device_type, "is_autocast_enabled"))];
+}
+
+DType autocast_dtype(DeviceType device_type) { return t_state.dtype[size_t(slot_of(device_type, "autocast_dtype"))]; }
+
+CastPolicy autocast_policy(DeviceType device_type, const std::string& op) {
+  const size_t slot = size_t(slot_of(device_type, "autocast_policy"));
+  Dispatcher& d = Dispatcher::instance();
+  const std::string base = op.substr(0, op.find('.'));
+  bool known = d.find_op(op) != nullptr;
+  for (const std::string& n : d.op_names()) known = known || n.compare(0, base.size() + 1, base + ".") == 0;
+  TESSERA_CHECK(known, "autocast_policy: the op contract has no op '", op, "' (see `tessera ops`)");
+  Policies& ps = policies();
+  std::shared_lock lock(ps.mutex);
+  return lookup(ps.by_type[slot], op);
+}
+
+void set_autocast_policy(DeviceType device_type, const std::string& op, CastPolicy policy) {
+  (void)autocast_policy(device_type, op);  // checks the device type and the op
+  Policies& ps = policies();
+  std::unique_lock lock(ps.mutex);
+  ps.by_type[size_t(int(device_type))][op] = policy;
+}
+
+std::vector<std::string> autocast_ops(DeviceType device_type, CastPolicy policy) {
+  const size_t slot = size_t(slot_of(device_type, "autocast_ops"));
+  Policies& ps = policies();
+  std::shared_lock lock(ps.mutex);
+  std::vector<std::string> out;
+  for (const auto& [op, p] : ps.by_type[slot])
+    if (p == policy) out.push_back(op);
+  return out;
+}
+
+}  // namespace tessera::amp

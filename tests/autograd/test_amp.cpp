@@ -1,0 +1,261 @@
+// Mixed precision: autocast by op policy (Note [Autocast policy]) on the CPU and on the reference
+// accelerator, gradients through the casts, the gradient scaler (Note [Gradient scaler]), and an
+// MLP trained under autocast.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <thread>
+
+#include "tessera/amp.h"
+#include "tessera/nn.h"
+
+namespace tessera {
+namespace {
+
+namespace ag = autograd;
+using amp::AutocastGuard;
+using amp::CastPolicy;
+
+std::string message_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+// Rounds a float to bfloat16 (round to nearest, ties to even), by its bits: the test's own rounding.
+double round_bf16(float v) {
+  uint32_t b;
+  std::memcpy(&b, &v, 4);
+  b = (b + 0x7fffu + ((b >> 16) & 1u)) & 0xffff0000u;
+  float r;
+  std::memcpy(&r, &b, 4);
+  return r;
+}
+
+std::vector<float> floats_of(const Tensor& t) {
+  Tensor c = t.cpu().to(kFloat32).contiguous();
+  const float* p = c.const_data_ptr<float>();
+  return std::vector<float>(p, p + c.numel());
+}
+
+TEST(Autocast, OpsRunInTheirPolicysDtypeOnlyInsideTheGuard) {
+  Tensor a = randn({4, 8}), b = randn({8, 3});
+  EXPECT_EQ(matmul(a, b).dtype(), kFloat32);
+  {
+    AutocastGuard g(DeviceType::CPU);  // bfloat16
+    EXPECT_TRUE(amp::is_autocast_enabled(DeviceType::CPU));
+    Tensor m = matmul(a, b);
+    EXPECT_EQ(m.dtype(), kBFloat16);                               // lower precision
+    EXPECT_EQ(softmax(m, 1).dtype(), kFloat32);                    // float32 policy
+    EXPECT_EQ(add(a, a).dtype(), kFloat32);                        // no policy: follows its inputs
+    EXPECT_EQ(add(m, m).dtype(), kBFloat16);
+    EXPECT_EQ(cat({m, randn({4, 3})}, 0).dtype(), kFloat32);       // promote: the widest input
+    EXPECT_EQ(matmul(a.to(kFloat64), b.to(kFloat64)).dtype(), kFloat64);  // float64 is left alone
+    {
+      AutocastGuard off(DeviceType::CPU, kBFloat16, false);
+      EXPECT_EQ(matmul(a, b).dtype(), kFloat32);
+    }
+    {
+      AutocastGuard half(DeviceType::CPU, kFloat16);
+      EXPECT_EQ(amp::autocast_dtype(DeviceType::CPU), kFloat16);
+      EXPECT_EQ(linear(a, b.transpose(0, 1), std::nullopt).dtype(), kFloat16);
+    }
+    EXPECT_EQ(matmul(a, b).dtype(), kBFloat16);
+    int other_thread = -1;
+    std::thread t([&] { other_thread = int(matmul(a, b).dtype()); });  // per thread
+    t.join();
+    EXPECT_EQ(other_thread, int(kFloat32));
+  }
+  EXPECT_FALSE(amp::is_autocast_enabled(DeviceType::CPU));
+  EXPECT_EQ(matmul(a, b).dtype(), kFloat32);
+}
+
+TEST(Autocast, MatmulComputesOnTheRoundedInputs) {
+  const int64_t m = 5, k = 33, n = 4;
+  Tensor a = randn({m, k}), b = randn({k, n});
+  std::vector<float> av = floats_of(a), bv = floats_of(b);
+  Tensor got;
+  {
+    AutocastGuard g(DeviceType::CPU);
+    got = matmul(a, b);
+  }
+  std::vector<float> gv = floats_of(got);
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      double want = 0, mag = 0;
+      for (int64_t p = 0; p < k; ++p) {
+        const double x = round_bf16(av[size_t(i * k + p)]) * round_bf16(bv[size_t(p * n + j)]);
+        want += x;
+        mag += std::fabs(x);
+      }
+      // The result is rounded to bfloat16 once (2^-8 relative), plus float accumulation.
+      EXPECT_NEAR(gv[size_t(i * n + j)], want, mag * 8e-3 + 1e-6) << i << "," << j;
+    }
+}
+
+TEST(Autocast, GradientsFlowBackThroughTheCastsInFloat32) {
+  Tensor x = randn({6, 5});
+  Tensor w = ag::set_requires_grad(randn({5, 3}));
+  {
+    AutocastGuard g(DeviceType::CPU);
+    Tensor y = matmul(x, w);
+    ASSERT_EQ(y.dtype(), kBFloat16);
+    ag::backward(y.to(kFloat32).sum());
+  }
+  Tensor gw = ag::grad(w);
+  ASSERT_TRUE(gw.defined());
+  EXPECT_EQ(gw.dtype(), kFloat32);
+  // d sum(x w) / d w[p][j] = sum_i x[i][p], with x rounded to bfloat16 on the way in.
+  std::vector<float> xv = floats_of(x), gv = floats_of(gw);
+  for (int p = 0; p < 5; ++p) {
+    double want = 0;
+    for (int i = 0; i < 6; ++i) want += round_bf16(xv[size_t(i * 5 + p)]);
+    for (int j = 0; j < 3; ++j) EXPECT_NEAR(gv[size_t(p * 3 + j)], want, 0.02 * std::fabs(want) + 0.02) << p;
+  }
+}
+
+TEST(Autocast, PoliciesCanBeChangedPerDeviceType) {
+  EXPECT_EQ(amp::autocast_policy(DeviceType::CPU, "matmul"), CastPolicy::LowerPrecision);
+  EXPECT_EQ(amp::autocast_policy(DeviceType::CPU, "softmax"), CastPolicy::Float32);
+  EXPECT_EQ(amp::autocast_policy(DeviceType::CPU, "relu"), CastPolicy::None);
+  const auto lower = amp::autocast_ops(DeviceType::CPU, CastPolicy::LowerPrecision);
+  EXPECT_NE(std::find(lower.begin(), lower.end(), "conv2d"), lower.end());
+  amp::set_autocast_policy(DeviceType::CPU, "relu", CastPolicy::LowerPrecision);
+  {
+    AutocastGuard g(DeviceType::CPU);
+    EXPECT_EQ(relu(randn({3})).dtype(), kBFloat16);
+    AutocastGuard other(DeviceType::PrivateUse2);  // another device type's policy is its own
+    EXPECT_EQ(amp::autocast_policy(DeviceType::PrivateUse2, "relu"), CastPolicy::None);
+  }
+  amp::set_autocast_policy(DeviceType::CPU, "relu", CastPolicy::None);
+  const std::string unknown = message_of([] { amp::set_autocast_policy(DeviceType::CPU, "no_such_op", CastPolicy::Float32); });
+  EXPECT_NE(unknown.find("no op 'no_such_op'"), std::string::npos) << unknown;
+  const std::string bad_dtype = message_of([] { AutocastGuard g(DeviceType::CPU, kFloat32); });
+  EXPECT_NE(bad_dtype.find("bfloat16 or float16"), std::string::npos) << bad_dtype;
+  EXPECT_FALSE(amp::is_autocast_enabled(DeviceType::CPU));  // the refused guard changed nothing
+}
+
+TEST(Autocast, WorksOnAThirdPartyDeviceWithoutItsCode) {
+  if (device_count("my_hardware_device") == 0) GTEST_SKIP() << "the reference accelerator is not built";
+  Tensor a = randn({4, 8}).to("my_hardware_device"), b = randn({8, 3}).to("my_hardware_device");
+  const DeviceType t = Device("my_hardware_device").type();
+  {
+    AutocastGuard cpu_only(DeviceType::CPU);  // autocast for the CPU does not touch the device
+    EXPECT_EQ(matmul(a, b).dtype(), kFloat32);
+  }
+  AutocastGuard g(t);
+  Tensor m = matmul(a, b);
+  EXPECT_EQ(m.dtype(), kBFloat16);
+  EXPECT_EQ(m.device().type(), t);
+  EXPECT_EQ(softmax(m, 1).dtype(), kFloat32);
+}
+
+// ---- the gradient scaler
+
+struct OneParam {
+  Tensor p = ag::set_requires_grad(full({3}, 1.0));
+  nn::optim::SGD opt{{p}, {.lr = 0.5}};
+};
+
+TEST(GradScaler, ScalesUnscalesAndSteps) {
+  OneParam m;
+  nn::GradScaler scaler({.init_scale = 1024.0, .growth_interval = 2});
+  Tensor loss = (m.p * tensor(std::vector<double>{1, 2, 3}).to(kFloat32)).sum();
+  Tensor scaled = scaler.scale(loss);
+  EXPECT_DOUBLE_EQ(scaled.item<double>(), 1024.0 * loss.item<double>());
+  ag::backward(scaled);
+  EXPECT_FLOAT_EQ(floats_of(ag::grad(m.p))[2], 3 * 1024.0f);
+  EXPECT_TRUE(scaler.step(m.opt));  // unscales, then steps: p -= 0.5 * (1, 2, 3)
+  EXPECT_EQ(floats_of(m.p), (std::vector<float>{0.5f, 0.0f, -0.5f}));
+  const std::string twice = message_of([&] { scaler.unscale_(m.opt); });
+  EXPECT_NE(twice.find("already called"), std::string::npos) << twice;
+  scaler.update();
+  EXPECT_EQ(scaler.growth_tracker(), 1);
+  EXPECT_EQ(scaler.get_scale(), 1024.0);
+  m.opt.zero_grad();
+  ag::backward(scaler.scale(m.p.sum()));
+  EXPECT_TRUE(scaler.step(m.opt));
+  scaler.update();
+  EXPECT_EQ(scaler.get_scale(), 2048.0);  // two good steps: grown
+  EXPECT_EQ(scaler.growth_tracker(), 0);
+}
+
+TEST(GradScaler, SkipsAStepWithANonFiniteGradientAndBacksOff) {
+  OneParam m;
+  nn::GradScaler scaler({.init_scale = 256.0});
+  Tensor w = tensor(std::vector<double>{1, INFINITY, 1}).to(kFloat32);
+  ag::backward(scaler.scale((m.p * w).sum()));
+  EXPECT_FALSE(scaler.step(m.opt));
+  EXPECT_TRUE(scaler.found_inf());
+  EXPECT_EQ(floats_of(m.p), (std::vector<float>{1, 1, 1}));  // untouched
+  scaler.update();
+  EXPECT_EQ(scaler.get_scale(), 128.0);
+  EXPECT_FALSE(scaler.found_inf());
+  nn::GradScaler off({.enabled = false});
+  Tensor l = m.p.sum();
+  EXPECT_TRUE(off.scale(l).is_same(l));
+  const std::string bad = message_of([] { nn::GradScaler s({.init_scale = -1}); });
+  EXPECT_NE(bad.find("init_scale"), std::string::npos) << bad;
+}
+
+// An MLP trained with bfloat16 autocast on the CPU (and float16 with the scaler on the reference
+// accelerator) reaches the float32 training's target (autograd.Training.*: below 0.05 in 150 steps).
+struct Mlp : nn::Module {
+  explicit Mlp(nn::Options o)
+      : l1(register_module("l1", std::make_shared<nn::Linear>(8, 32, true, o))),
+        l2(register_module("l2", std::make_shared<nn::Linear>(32, 4, true, o))) {}
+  Tensor forward(const Tensor& x) const { return l2->forward(relu(l1->forward(x))); }
+  std::shared_ptr<nn::Linear> l1, l2;
+};
+
+std::vector<double> train_mixed(const std::string& device, DType low, bool scaler_on, int steps) {
+  manual_seed(7);
+  Mlp model(nn::Options{Device(DeviceType::CPU)});
+  model.to(Device(device));
+  nn::Dataset t = nn::make_classification(256, 8, 4);
+  Tensor x = t.x.to(device), y = t.y.to(device);
+  nn::optim::Adam opt(model.parameters(), {.lr = 0.02});
+  nn::GradScaler scaler({.enabled = scaler_on});
+  std::vector<double> losses;
+  for (int s = 0; s < steps; ++s) {
+    opt.zero_grad();
+    Tensor loss;
+    {
+      AutocastGuard g(Device(device).type(), low);
+      Tensor logits = model.forward(x);
+      EXPECT_EQ(logits.dtype(), low);  // the linears ran in the lower precision
+      loss = nn::cross_entropy(logits, y);
+    }
+    EXPECT_EQ(loss.dtype(), kFloat32);  // cross_entropy's log_softmax runs in float32
+    ag::backward(scaler.scale(loss));
+    scaler.step(opt);
+    scaler.update();
+    losses.push_back(loss.cpu().item<double>());
+  }
+  for (const Tensor& p : model.parameters()) EXPECT_EQ(p.dtype(), kFloat32);  // master weights stay float32
+  return losses;
+}
+
+TEST(Autocast, MlpTrainsInBfloat16OnTheCpu) {
+  std::vector<double> l = train_mixed("cpu", kBFloat16, false, 150);
+  std::printf("cpu bf16 autocast: loss %.6f -> %.6f in 150 steps\n", l.front(), l.back());
+  EXPECT_GT(l.front(), 1.0);
+  EXPECT_LT(l.back(), 0.05);
+  EXPECT_EQ(l, train_mixed("cpu", kBFloat16, false, 150));  // deterministic
+}
+
+TEST(Autocast, MlpTrainsInFloat16WithTheScalerOnTheReferenceAccelerator) {
+  if (device_count("my_hardware_device") == 0) GTEST_SKIP() << "the reference accelerator is not built";
+  std::vector<double> l = train_mixed("my_hardware_device", kFloat16, true, 150);
+  std::printf("my_hardware_device f16 autocast + scaler: loss %.6f -> %.6f in 150 steps\n", l.front(), l.back());
+  EXPECT_GT(l.front(), 1.0);
+  EXPECT_LT(l.back(), 0.05);
+}
+
+}  // namespace
+}  // namespace tessera
