@@ -28,6 +28,7 @@ void bind_devices(nb::module_& m);
 void bind_compiler(nb::module_& m);
 void bind_extras(nb::module_& m);
 void bind_onnx(nb::module_& m);  // tessera._C._onnx (python/src/onnx.cpp)
+void bind_autograd(nb::module_& m);  // tessera._C._autograd (python/src/autograd.cpp)
 void bind_typed_ops(nb::module_& m);  // after bind_tensor and bind_op_call
 
 // A dtype given as a tessera.dtype, a name ("float32") or anything whose str() is a name (a NumPy

@@ -220,4 +220,5 @@ NB_MODULE(_C, m) {
   tp::bind_compiler(m);
   tp::bind_extras(m);
   tp::bind_onnx(m);
+  tp::bind_autograd(m);
 }

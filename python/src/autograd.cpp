@@ -1,0 +1,151 @@
+// Training from Python (tessera.autograd, tessera.optim, tessera.amp; docs/python.md "Training"):
+// thin over tessera/autograd.h, tessera/nn.h (optimizers, the gradient scaler) and tessera/amp.h.
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <memory>
+#include <optional>
+
+#include "bindings.h"
+#if TESSERA_PY_AUTOGRAD
+#include "tessera/amp.h"
+#include "tessera/nn.h"
+#endif
+
+namespace tessera::python {
+
+void bind_autograd(nb::module_& m) {
+#if TESSERA_PY_AUTOGRAD
+  using Gil = nb::gil_scoped_release;
+  namespace ag = tessera::autograd;
+  nb::module_ a = m.def_submodule("_autograd", "libtessera_autograd and libtessera_nn (docs/training.md).");
+  a.attr("available") = true;
+  a.def("set_requires_grad", [](const Tensor& t, bool r) { return ag::set_requires_grad(t, r); }, nb::arg("tensor"),
+        nb::arg("requires_grad") = true);
+  a.def("requires_grad", &ag::requires_grad, nb::arg("tensor"));
+  a.def("is_leaf", &ag::is_leaf, nb::arg("tensor"));
+  a.def("grad", [](const Tensor& t) -> std::optional<Tensor> {
+    Tensor g = ag::grad(t);
+    return g.defined() ? std::optional<Tensor>(g) : std::nullopt;
+  }, nb::arg("tensor"));
+  a.def("set_grad", [](const Tensor& t, std::optional<Tensor> g) { ag::set_grad(t, g ? *g : Tensor()); },
+        nb::arg("tensor"), nb::arg("grad").none());
+  a.def("grad_fn_name", [](const Tensor& t) -> std::optional<std::string> {
+    auto fn = ag::grad_fn(t);
+    return fn ? std::optional<std::string>(fn->name()) : std::nullopt;
+  }, nb::arg("tensor"));
+  a.def("detach", &ag::detach, nb::arg("tensor"));
+  a.def("retain_grad", &ag::retain_grad, nb::arg("tensor"));
+  auto defined = [](const std::vector<std::optional<Tensor>>& v) {
+    std::vector<Tensor> out;
+    for (const auto& t : v) out.push_back(t ? *t : Tensor());
+    return out;
+  };
+  a.def("backward", [defined](const std::vector<Tensor>& outputs, const std::vector<std::optional<Tensor>>& grads,
+                              bool retain_graph) {
+    std::vector<Tensor> g = defined(grads);
+    Gil gil;
+    ag::backward(outputs, g, retain_graph);
+  }, nb::arg("outputs"), nb::arg("grad_outputs"), nb::arg("retain_graph"));
+  a.def("grad_of", [defined](const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
+                             const std::vector<std::optional<Tensor>>& grads, bool retain_graph, bool allow_unused) {
+    std::vector<Tensor> g = defined(grads), r;
+    {
+      Gil gil;
+      r = ag::grad(outputs, inputs, g, retain_graph, allow_unused);
+    }
+    std::vector<std::optional<Tensor>> out;
+    for (Tensor& t : r) out.push_back(t.defined() ? std::optional<Tensor>(std::move(t)) : std::nullopt);
+    return out;
+  }, nb::arg("outputs"), nb::arg("inputs"), nb::arg("grad_outputs"), nb::arg("retain_graph"), nb::arg("allow_unused"));
+  a.def("is_grad_enabled", &ag::is_grad_enabled);
+  a.def("cross_entropy", &nn::cross_entropy, nb::arg("logits"), nb::arg("targets"));
+  a.def("mse_loss", &nn::mse_loss, nb::arg("input"), nb::arg("target"));
+
+  // Grad-mode and autocast regions as objects whose enter/exit make and drop the C++ guard on the
+  // calling thread (a `with` block runs on one thread).
+  struct GradMode {
+    int kind;  // 0 no_grad, 1 enable_grad, 2 inference_mode
+    std::optional<ag::NoGradGuard> no_grad;
+    std::optional<ag::EnableGradGuard> enable_grad;
+    std::optional<ag::InferenceMode> inference;
+  };
+  nb::class_<GradMode>(a, "GradMode")
+      .def(nb::init<int>())
+      .def("__enter__", [](GradMode& g) {
+        if (g.kind == 0) g.no_grad.emplace();
+        else if (g.kind == 1) g.enable_grad.emplace();
+        else g.inference.emplace(true);
+      })
+      .def("__exit__", [](GradMode& g, nb::args) {
+        g.no_grad.reset();
+        g.enable_grad.reset();
+        g.inference.reset();
+        return false;
+      });
+  struct Autocast {
+    DeviceType type;
+    DType dtype;
+    bool enabled;
+    std::optional<amp::AutocastGuard> guard;
+  };
+  nb::class_<Autocast>(a, "Autocast")
+      .def("__init__", [](Autocast* self, nb::handle device_type, nb::handle dtype, bool enabled) {
+        const std::string name = nb::isinstance<nb::str>(device_type) ? nb::cast<std::string>(device_type)
+                                                                       : device_type_name(device_arg(device_type).type());
+        new (self) Autocast{device_type_from_name(name), dtype.is_none() ? kBFloat16 : dtype_arg(dtype), enabled, {}};
+      }, nb::arg("device_type"), nb::arg("dtype").none(), nb::arg("enabled"))
+      .def("__enter__", [](Autocast& c) { c.guard.emplace(c.type, c.dtype, c.enabled); })
+      .def("__exit__", [](Autocast& c, nb::args) {
+        c.guard.reset();
+        return false;
+      });
+  a.def("is_autocast_enabled", [](const std::string& type) { return amp::is_autocast_enabled(device_type_from_name(type)); });
+
+  // Optimizers and the gradient scaler.
+  using nn::optim::Optimizer;
+  nb::class_<Optimizer>(a, "Optimizer")
+      .def("step", [](Optimizer& o) {
+        Gil gil;
+        o.step();
+      })
+      .def("zero_grad", &Optimizer::zero_grad)
+      .def_prop_rw("lr", &Optimizer::lr, &Optimizer::set_lr)
+      .def_prop_ro("params", &Optimizer::params);
+  nb::class_<nn::optim::SGD, Optimizer>(a, "SGD")
+      .def("__init__", [](nn::optim::SGD* self, std::vector<Tensor> params, double lr, double momentum, double dampening,
+                          double weight_decay, bool nesterov) {
+        new (self) nn::optim::SGD(std::move(params), {lr, momentum, dampening, weight_decay, nesterov});
+      }, nb::arg("params"), nb::arg("lr"), nb::arg("momentum"), nb::arg("dampening"), nb::arg("weight_decay"),
+         nb::arg("nesterov"));
+  nb::class_<nn::optim::Adam, Optimizer>(a, "Adam")
+      .def("__init__", [](nn::optim::Adam* self, std::vector<Tensor> params, double lr, double beta1, double beta2,
+                          double eps, double weight_decay) {
+        new (self) nn::optim::Adam(std::move(params), {lr, beta1, beta2, eps, weight_decay, false});
+      }, nb::arg("params"), nb::arg("lr"), nb::arg("beta1"), nb::arg("beta2"), nb::arg("eps"), nb::arg("weight_decay"));
+  nb::class_<nn::optim::AdamW, nn::optim::Adam>(a, "AdamW")
+      .def("__init__", [](nn::optim::AdamW* self, std::vector<Tensor> params, double lr, double beta1, double beta2,
+                          double eps, double weight_decay) {
+        new (self) nn::optim::AdamW(std::move(params), {lr, beta1, beta2, eps, weight_decay, true});
+      }, nb::arg("params"), nb::arg("lr"), nb::arg("beta1"), nb::arg("beta2"), nb::arg("eps"), nb::arg("weight_decay"));
+  nb::class_<nn::GradScaler>(a, "GradScaler")
+      .def("__init__", [](nn::GradScaler* self, double init_scale, double growth_factor, double backoff_factor,
+                          int64_t growth_interval, bool enabled) {
+        new (self) nn::GradScaler({init_scale, growth_factor, backoff_factor, growth_interval, enabled});
+      }, nb::arg("init_scale"), nb::arg("growth_factor"), nb::arg("backoff_factor"), nb::arg("growth_interval"),
+         nb::arg("enabled"))
+      .def("scale", &nn::GradScaler::scale, nb::arg("loss"))
+      .def("unscale_", &nn::GradScaler::unscale_, nb::arg("optimizer"))
+      .def("step", &nn::GradScaler::step, nb::arg("optimizer"))
+      .def("update", &nn::GradScaler::update)
+      .def("get_scale", &nn::GradScaler::get_scale)
+      .def_prop_ro("found_inf", &nn::GradScaler::found_inf)
+      .def("is_enabled", &nn::GradScaler::is_enabled);
+#else
+  nb::module_ a = m.def_submodule("_autograd", "libtessera_autograd / libtessera_nn were not built.");
+  a.attr("available") = false;
+#endif
+}
+
+}  // namespace tessera::python

@@ -1,0 +1,79 @@
+"""Gradients from Python (libtessera_autograd; docs/training.md, docs/python.md "Training").
+
+PyTorch's surface: `t.requires_grad_()` / `t.requires_grad`, `t.grad`, `t.backward()`,
+`t.detach()`, `t.is_leaf`, `t.grad_fn` (the node's name), `t.retain_grad()`, and here
+`tessera.autograd.grad(...)`, `backward(...)`, `no_grad()`, `enable_grad()`, `inference_mode()`.
+Every device trains the same way: the backward formulas are contract ops (derivatives.json)."""
+from . import _C
+
+_impl = _C._autograd
+if not _impl.available:
+    raise ImportError("tessera.autograd: this build has no libtessera_autograd/libtessera_nn")
+
+
+def _list(x):
+    if x is None:
+        return []
+    return list(x) if isinstance(x, (list, tuple)) else [x]
+
+
+def backward(tensors, grad_tensors=None, retain_graph=False):
+    """Accumulates the gradients of `tensors` (weighed by `grad_tensors`; None: ones, for one-element
+    tensors) into .grad of every leaf that requires grad."""
+    outs = _list(tensors)
+    grads = _list(grad_tensors) or [None] * len(outs)
+    if len(grads) != len(outs):
+        raise ValueError("tessera.autograd.backward: %d tensors but %d grad_tensors" % (len(outs), len(grads)))
+    _impl.backward(outs, grads, bool(retain_graph))
+
+
+def grad(outputs, inputs, grad_outputs=None, retain_graph=False, allow_unused=False):
+    """The gradients of `outputs` with respect to `inputs`, returned (a tuple) instead of accumulated;
+    None for an unused input when allow_unused."""
+    outs, ins = _list(outputs), _list(inputs)
+    grads = _list(grad_outputs) or [None] * len(outs)
+    return tuple(_impl.grad_of(outs, ins, grads, bool(retain_graph), bool(allow_unused)))
+
+
+def is_grad_enabled():
+    return _impl.is_grad_enabled()
+
+
+def no_grad():
+    """`with tessera.no_grad():` records nothing inside (per thread)."""
+    return _impl.GradMode(0)
+
+
+def enable_grad():
+    return _impl.GradMode(1)
+
+
+def inference_mode():
+    return _impl.GradMode(2)
+
+
+def _install_tensor_methods():
+    T = _C.Tensor
+
+    def requires_grad_(self, requires_grad=True):
+        return _impl.set_requires_grad(self, bool(requires_grad))
+
+    def _set_requires_grad(self, value):
+        _impl.set_requires_grad(self, bool(value))
+
+    def _backward(self, gradient=None, retain_graph=False):
+        backward([self], [gradient], retain_graph)
+
+    T.requires_grad_ = requires_grad_
+    T.requires_grad = property(lambda self: _impl.requires_grad(self), _set_requires_grad,
+                               doc="True for a tensor whose gradient is tracked.")
+    T.grad = property(lambda self: _impl.grad(self), lambda self, g: _impl.set_grad(self, g),
+                      doc="The accumulated gradient (None before backward).")
+    T.backward = _backward
+    T.detach = lambda self: _impl.detach(self)
+    T.is_leaf = property(lambda self: _impl.is_leaf(self))
+    T.grad_fn = property(lambda self: _impl.grad_fn_name(self), doc="The name of the node that made the tensor, or None.")
+    T.retain_grad = lambda self: _impl.retain_grad(self)
+
+
+_install_tensor_methods()

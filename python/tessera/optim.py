@@ -1,0 +1,18 @@
+"""Optimizers (libtessera_nn; PyTorch's update rules): SGD, Adam, AdamW over a list of tensors that
+require grad. `opt.zero_grad()`, `opt.step()`, `opt.lr` (read/write)."""
+from . import autograd as _autograd  # noqa: F401 (Tensor methods, and the check that training is built)
+from . import _C
+
+_impl = _C._autograd
+
+
+def SGD(params, lr=0.01, momentum=0.0, dampening=0.0, weight_decay=0.0, nesterov=False):  # noqa: N802
+    return _impl.SGD(list(params), float(lr), float(momentum), float(dampening), float(weight_decay), bool(nesterov))
+
+
+def Adam(params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0):  # noqa: N802
+    return _impl.Adam(list(params), float(lr), float(betas[0]), float(betas[1]), float(eps), float(weight_decay))
+
+
+def AdamW(params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01):  # noqa: N802
+    return _impl.AdamW(list(params), float(lr), float(betas[0]), float(betas[1]), float(eps), float(weight_decay))

@@ -1,0 +1,106 @@
+"""Training from Python: gradients against NumPy's analytic ones, grad-mode regions, optimizers,
+an MLP trained on the CPU and on the reference accelerator, autocast and the gradient scaler."""
+import numpy as np
+import pytest
+
+import tessera
+
+if not hasattr(tessera, "autograd"):
+    pytest.skip("this build has no libtessera_autograd", allow_module_level=True)
+
+
+def test_gradients_match_numpy(rng):
+    x = rng.standard_normal((5, 4)).astype(np.float32)
+    w = rng.standard_normal((4, 3)).astype(np.float32)
+    b = rng.standard_normal(3).astype(np.float32)
+    tw = tessera.from_numpy(w.copy()).requires_grad_()
+    tb = tessera.from_numpy(b.copy()).requires_grad_()
+    h = tessera.from_numpy(x) @ tw + tb
+    loss = (tessera.relu(h) * tessera.relu(h)).sum()
+    assert loss.grad_fn == "SumBackward" and not loss.is_leaf and tw.is_leaf
+    loss.backward()
+    # d/dh sum(relu(h)^2) = 2 relu(h); dW = x^T (2 relu(h)); db = sum over rows.
+    hr = np.maximum(x @ w + b, 0)
+    np.testing.assert_allclose(tw.grad.numpy(), x.T @ (2 * hr), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(tb.grad.numpy(), (2 * hr).sum(0), rtol=1e-5, atol=1e-5)
+    # autograd.grad returns instead of accumulating.
+    (gw,) = tessera.autograd.grad((tessera.from_numpy(x) @ tw).sum(), tw)
+    np.testing.assert_allclose(gw.numpy(), np.repeat(x.sum(0)[:, None], 3, 1), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(tb.grad.numpy(), (2 * hr).sum(0), rtol=1e-5, atol=1e-5)  # unchanged
+
+
+def test_grad_mode_and_errors():
+    w = tessera.ones(3).requires_grad_()
+    assert w.requires_grad and tessera.autograd.is_grad_enabled()
+    with tessera.no_grad():
+        assert not tessera.autograd.is_grad_enabled()
+        assert not (w * 2).requires_grad
+        with tessera.enable_grad():
+            assert (w * 2).requires_grad
+    with tessera.inference_mode():
+        assert not (w * 2).requires_grad
+    y = (w * w).sum()
+    y.backward(retain_graph=True)
+    y.backward()
+    np.testing.assert_array_equal(w.grad.numpy(), [4, 4, 4])  # accumulated twice: 2 * 2w
+    with pytest.raises((RuntimeError, ValueError), match="(?i)backward|freed|retain"):
+        y.backward()
+    with pytest.raises((RuntimeError, ValueError), match="(?i)floating"):
+        tessera.tensor([1, 2]).requires_grad_()
+    d = w.detach()
+    assert not d.requires_grad
+    w.grad = None
+    assert w.grad is None
+
+
+def _mlp_losses(device, steps=100):
+    tessera.manual_seed(3)
+    rng = np.random.default_rng(42)
+    x = rng.standard_normal((128, 6)).astype(np.float32)
+    y = (x @ rng.standard_normal((6, 3))).argmax(1).astype(np.int64)
+    w1 = (tessera.randn(6, 16) * 0.4).to(device).requires_grad_()
+    b1 = tessera.zeros(16).to(device).requires_grad_()
+    w2 = (tessera.randn(16, 3) * 0.4).to(device).requires_grad_()
+    tx, ty = tessera.from_numpy(x).to(device), tessera.from_numpy(y).to(device)
+    opt = tessera.optim.Adam([w1, b1, w2], lr=0.03)
+    losses = []
+    for _ in range(steps):
+        opt.zero_grad()
+        loss = tessera.autograd._impl.cross_entropy(tessera.relu(tx @ w1 + b1) @ w2, ty)
+        loss.backward()
+        opt.step()
+        losses.append(float(loss.cpu().numpy()))
+    return losses
+
+
+def test_an_mlp_trains_on_the_cpu_and_the_reference_accelerator(mhd):
+    cpu = _mlp_losses("cpu")
+    assert cpu[0] > 0.8 and cpu[-1] < 0.1, (cpu[0], cpu[-1])
+    assert cpu == _mlp_losses("cpu")  # deterministic
+    dev = _mlp_losses("my_hardware_device")
+    np.testing.assert_allclose(dev, cpu, rtol=1e-3, atol=1e-3)
+
+
+def test_autocast_and_the_gradient_scaler():
+    a, b = tessera.randn(4, 8), tessera.randn(8, 2)
+    with tessera.amp.autocast("cpu"):
+        assert tessera.amp.is_autocast_enabled("cpu")
+        m = a @ b
+        assert m.dtype is tessera.bfloat16 and tessera.softmax(m, 1).dtype is tessera.float32
+    with tessera.amp.autocast("cpu", dtype=tessera.float16):
+        assert (a @ b).dtype is tessera.float16
+    assert (a @ b).dtype is tessera.float32
+    p = tessera.ones(3).requires_grad_()
+    opt = tessera.optim.SGD([p], lr=1.0)
+    scaler = tessera.amp.GradScaler(init_scale=8.0)
+    scaler.scale((p * tessera.tensor([1.0, 2.0, 3.0])).sum()).backward()
+    np.testing.assert_array_equal(p.grad.numpy(), [8, 16, 24])
+    assert scaler.step(opt)
+    np.testing.assert_array_equal(p.numpy(), [0, -1, -2])
+    scaler.update()
+    opt.zero_grad()
+    scaler.scale((p * tessera.tensor([1.0, float("inf"), 1.0])).sum()).backward()
+    assert not scaler.step(opt) and scaler.found_inf
+    np.testing.assert_array_equal(p.numpy(), [0, -1, -2])  # skipped
+    scaler.update()
+    assert scaler.get_scale() == 4.0
