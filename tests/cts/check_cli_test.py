@@ -230,7 +230,8 @@ def scenario_broken_compiler():
 
 def scenario_quantizers():
     """The sample quantizer: lowered int8 programs match its quantize/dequantize programs, every
-    quantized linear/conv2d lowered; a quantizer that gives an edge two specs fails by program."""
+    quantized linear/conv2d lowered; a quantizer that gives an edge two specs, and one whose
+    annotations the int8 kernels cannot take, fail by program."""
     rc, out, err, cases = graph_run(["--quantizer", "keep_ends_quantizer"], ARGS.quantizers)
     check(rc == 0, f"keep_ends_quantizer: exit {rc}: {out}{err}")
     check(len(cases) == 3 and not any(c["failure"] or c["skipped"] for c in cases), f"keep_ends_quantizer: {cases}")
@@ -244,6 +245,10 @@ def scenario_quantizers():
     check(rc == 1, f"two_specs_quantizer: exit {rc}, expected 1")
     check(cases and all(c["failure"] and "failed to annotate" in c["failure"] and f"program '{c['name']}'" in c["failure"]
                         for c in cases), f"two_specs_quantizer: {cases}")
+    rc, out, err, cases = graph_run(["--quantizer", "unlowerable_quantizer"], ARGS.quantizers)
+    check(rc == 1, f"unlowerable_quantizer: exit {rc}, expected 1: {out}{err}")
+    check(cases and all(c["failure"] and "not lowered to int8 kernels" in c["failure"] and "linear" in c["failure"]
+                        for c in cases), f"unlowerable_quantizer: {cases}")
     rc, _, err, cases = graph_run(["--quantizer", "no_such_quantizer"], ARGS.quantizers)
     check(rc == 1 and "no_such_quantizer" in err, f"unknown quantizer: exit {rc}: {err}")
     check(len(cases) == 1 and cases[0]["name"] == "setup" and cases[0]["failure"], "the JUnit file of a failed setup")

@@ -13,6 +13,7 @@
 
 #include "cases.h"
 #include "tessera/cts.h"
+#include "tessera/edit_distance.h"
 #include "tessera/text_escape.h"
 #ifdef TESSERA_CTS_HAS_GRAPHS
 #include "tessera/cts_graphs.h"
@@ -204,25 +205,11 @@ std::vector<std::string> config_names() {
 }
 
 std::string nearest_name(const std::string& typo, const std::vector<std::string>& names) {
-  // Levenshtein distance; close enough when at most a third of the longer name differs (and <= 3).
-  auto distance = [](const std::string& a, const std::string& b) {
-    std::vector<size_t> row(b.size() + 1);
-    for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
-    for (size_t i = 1; i <= a.size(); ++i) {
-      size_t diag = row[0];
-      row[0] = i;
-      for (size_t j = 1; j <= b.size(); ++j) {
-        const size_t up = row[j];
-        row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
-        diag = up;
-      }
-    }
-    return row[b.size()];
-  };
+  // Close enough when at most a third of the longer name differs (and at most 3 edits).
   std::string best;
   size_t best_d = SIZE_MAX;
   for (const std::string& n : names) {
-    const size_t d = distance(typo, n);
+    const size_t d = edit_distance(typo, n);
     if (d < best_d) best_d = d, best = n;
   }
   const size_t limit = std::min<size_t>(3, std::max<size_t>(1, std::max(typo.size(), best.size()) / 3));
