@@ -188,12 +188,15 @@ def scenario_compilers():
         check(not any(c["failure"] for c in cases), f"{plugin}: failures {[c['failure'] for c in cases if c['failure']]}")
         got = [c["name"] for c in cases]
         names = names or got
-        check(got == names and len(got) >= 6, f"{plugin}: programs {got}")
+        check(got == names and len(got) >= 7, f"{plugin}: programs {got}")
         check(all(c["classname"] == f"compiler.{plugin}.{c['name']}" for c in cases), f"{plugin}: classnames")
         rc, js, err = run(["--compiler", plugin, "--json", "--seed", "5"], None, path)
         report = json.loads(js)
         check(report["suite"] == "compiler" and report["plugin"] == plugin, f"{plugin}: JSON header")
         taken = [int(c["details"].split()[2]) for c in report["cases"] if c["outcome"] == "pass"]
+        auto = [c for c in report["cases"] if c["op"] == "automatic_dynamic"]
+        check(auto and auto[0]["details"].endswith("in 2 artifacts"),
+              f"{plugin}: automatic_dynamic is static first, then one symbolic recompile: {auto}")
         if plugin == "graph_printer":
             check(all(t == 0 for t in taken), f"graph_printer takes no node, reported {taken}")
         else:

@@ -445,8 +445,9 @@ std::string format_table(const Report& r) {
 
 std::string format_json(const Report& r) {
   std::ostringstream os;
-  os << "{\"suite\": \"" << r.suite << "\", \"plugin\": \"" << json_escape(r.plugin) << "\", \"device\": \""
-     << json_escape(r.device) << "\", \"seed\": " << r.seed << ", \"xfail_file\": \"" << json_escape(r.xfail_file)
+  // The keys of the first version come first, in their order (readers look for {"device").
+  os << "{\"device\": \"" << json_escape(r.device) << "\", \"seed\": " << r.seed << ", \"xfail_file\": \""
+     << json_escape(r.xfail_file) << "\", \"suite\": \"" << r.suite << "\", \"plugin\": \"" << json_escape(r.plugin)
      << "\", \"config_file\": \"" << json_escape(r.config_file) << "\", \"summary\": {";
   const Outcome all[] = {Outcome::Pass,  Outcome::Fallback, Outcome::Unsupported, Outcome::Fail,
                          Outcome::XFail, Outcome::XPass,    Outcome::Skip};

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 #include <functional>
+#include <optional>
 #include <random>
 #include <sstream>
 
@@ -70,8 +71,8 @@ struct CompilerProgram {
   // CPU inputs for a batch size.
   std::function<Inputs(std::mt19937_64&, int64_t batch)> make;
   ExportFn fn;
-  std::vector<int64_t> batches = {4};  // one call per batch; several with dynamic
-  bool dynamic = false;
+  std::vector<int64_t> batches = {4};  // one call per batch
+  std::optional<bool> dynamic = false;  // CompileOptions::dynamic
   double tol_scale = 1.0;
 };
 
@@ -125,6 +126,11 @@ const std::vector<CompilerProgram>& compiler_programs() {
                    return Inputs{tanh(m) * 2.0 - m, h};
                  },
                  {3, 5, 8}, true, 10.0});
+    // Automatic dynamic: static first, then the batch dim symbolic at the first recompile.
+    v.push_back({"automatic_dynamic",
+                 [](std::mt19937_64& g, int64_t b) { return Inputs{normal(g, {b, 12}), normal(g, {12})}; },
+                 [](const Inputs& in) { return Inputs{tanh(in[0] * 0.5 + in[1]) - sigmoid(in[0])}; },
+                 {4, 7, 9}, std::nullopt});
     return v;
   }();
   return programs;

@@ -80,8 +80,8 @@ std::vector<std::string> case_ops();
 
 // An op x dtype table plus a summary line, for terminals.
 std::string format_table(const Report& report);
-// The report as a JSON object: {"suite", "plugin", "device", "seed", "xfail_file", "config_file",
-// "summary": {...}, "cases": [...]}.
+// The report as a JSON object: {"device", "seed", "xfail_file", "suite", "plugin", "config_file",
+// "summary": {...}, "cases": [...]}, in this order.
 std::string format_json(const Report& report);
 // The report as JUnit XML (one <testsuites> holding one <testsuite>; a <testcase> per case or
 // program, with <failure> for fail and <skipped> for skip, unsupported and xfail), as Jenkins and

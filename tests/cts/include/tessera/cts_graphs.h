@@ -3,7 +3,7 @@
 // Note [Graph conformance]
 // Compiler suite (`tessera check --compiler NAME [--device D]`): each program (small real graphs:
 // pointwise chains, a broadcast, matmul + bias + relu, reductions and softmax, a conv block, and
-// dynamic shapes called at several batch sizes) is compiled with CompileOptions::backend = NAME on
+// dynamic shapes, symbolic from the start or automatic, called at several batch sizes) is compiled with CompileOptions::backend = NAME on
 // the plugin's device (its manifest's "device", else the CPU; --device overrides) and called on
 // fresh random inputs; every output must match the same program compiled with "interpreter" on the
 // CPU with the same inputs (float32 tolerance, rtol 1e-4 / atol 1e-5, times 10 for the programs
