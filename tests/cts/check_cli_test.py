@@ -128,6 +128,19 @@ def scenario_junit():
     check(all(c["classname"].startswith("cts.cpu.") for c in cases), "classnames")
 
 
+def scenario_doc_examples():
+    """The configuration files shown in the docs are accepted (and validate against the schema)."""
+    import re
+    for page in ("conformance.md", "plugin-guide.md"):
+        with open(os.path.join(ARGS.docs, page)) as f:
+            blocks = [b for b in re.findall(r"```json\n(.*?)```", f.read(), re.S) if '"config_version"' in b]
+        check(blocks, f"{page} shows no configuration file")
+        for i, text in enumerate(blocks):
+            cfg = write_config(f"doc{i}.json", json.loads(text))
+            rc, out, err = run(["--device", "cpu", "--config", cfg, "--ops", "matmul,relu"])
+            check(rc == 0, f"{page} example {i}: exit {rc}: {err.strip()}")
+
+
 def scenario_config_errors():
     """Bad configuration files: exit status 2, one line naming the file, the JSON path and the fix."""
     bad = [
@@ -164,6 +177,8 @@ def scenario_config_errors():
     check(rc == 2, f"unknown flag: exit {rc}")
     rc, _, err = run(["--compiler", "a", "--quantizer", "b"])
     check(rc == 2, f"--compiler with --quantizer: exit {rc}")
+    rc, _, err = run(["--compiler", "a", "--dtypes", "float16"])
+    check(rc == 2 and "op suite" in err, f"--dtypes with --compiler: exit {rc}, {err.strip()!r}")
     rc, out, _ = run(["--list"])
     check(rc == 0 and "add_alpha" in out.split() and "matmul_bias_relu" in out.split() and "mlp_relu" in out.split(),
           "--list lacks cases or programs")
@@ -268,6 +283,7 @@ def main():
     p.add_argument("--quantizers", default="")
     p.add_argument("--schema", default="")
     p.add_argument("--accelerator", action="store_true")
+    p.add_argument("--docs", default="")
     ARGS = p.parse_args()
     globals()["scenario_" + ARGS.scenario]()
     if FAILURES:

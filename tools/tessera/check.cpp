@@ -162,6 +162,12 @@ int tessera_cli_check(int argc, char** argv) {
     std::fputs("tessera check: --compiler and --quantizer are two runs; give one of them\n", stderr);
     return kCliUsage;
   }
+  if ((!compiler.empty() || !quantizer.empty()) && (!options.dtypes.empty() || !options.strided || !options.xfail_file.empty())) {
+    std::fputs("tessera check: --dtypes, --no-strided and --xfail apply to the op suite (--device) only; the graph suites "
+               "run float32 programs (select them with --ops, skip them with --config)\n",
+               stderr);
+    return kCliUsage;
+  }
   if (!quantizer.empty() && !options.device.empty()) {
     std::fputs("tessera check: --quantizer runs on the CPU (int8 kernels); drop --device\n", stderr);
     return kCliUsage;
