@@ -360,17 +360,17 @@ void run_one(const std::string& name, Report& report, Body body) {
 
 }  // namespace
 
-std::vector<std::string> compiler_program_names() {
+namespace {
+template <typename Program>
+std::vector<std::string> names_of(const std::vector<Program>& programs) {
   std::vector<std::string> v;
-  for (const CompilerProgram& p : compiler_programs()) v.push_back(p.name);
+  for (const Program& p : programs) v.push_back(p.name);
   return v;
 }
+}  // namespace
 
-std::vector<std::string> quantizer_program_names() {
-  std::vector<std::string> v;
-  for (const QuantizerProgram& p : quantizer_programs()) v.push_back(p.name);
-  return v;
-}
+std::vector<std::string> compiler_program_names() { return names_of(compiler_programs()); }
+std::vector<std::string> quantizer_program_names() { return names_of(quantizer_programs()); }
 
 Report run_compiler_suite(const GraphOptions& o) {
   Report report;
