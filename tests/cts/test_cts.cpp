@@ -9,6 +9,7 @@
 
 #include <gtest/gtest.h>
 #include <tessera/cts.h>
+#include <tessera/cts_config.h>
 #include <tessera/op_info.h>
 #include <tessera/tessera.h>
 
@@ -113,6 +114,78 @@ TEST(CtsMechanics, ClassifiesOwnKernelsAndFallbackOnTheAccelerator) {
   EXPECT_EQ(find_case(r, "add", kFloat16)->outcome, cts::Outcome::Fallback);  // outside the kernel's dtype mask
   EXPECT_EQ(find_case(r, "exp", kFloat32)->outcome, cts::Outcome::Fallback);  // no kernel at all
   EXPECT_EQ(find_case(r, "conv2d", kFloat32)->outcome, cts::Outcome::Unsupported);  // fallback forbidden
+}
+
+// Note [Conformance configuration]: the configuration file's rules, applied by the runner.
+TEST(CtsConfig, SkipEntriesAreReportedWithTheirReasonNeverAsPasses) {
+  cts::Options o;
+  o.device = "cpu";
+  o.ops = "add,relu,exp";
+  o.dtypes = {kFloat32, kInt64};
+  o.config = std::make_shared<cts::Config>(cts::Config::parse(R"({"config_version": 1,
+      "allow": ["add*", "relu"],
+      "skip": [{"case": "relu", "dtypes": ["f32"], "reason": "vendor ticket 7"},
+               {"case": "add", "devices": ["npu"], "reason": "not on this device"}]})",
+                                                              "inline.json"));
+  cts::Report r = cts::run(o);
+  EXPECT_EQ(r.config_file, "inline.json");
+  EXPECT_EQ(find_case(r, "exp", kFloat32), nullptr);  // not in the allowlist
+  ASSERT_NE(find_case(r, "relu", kFloat32), nullptr);
+  EXPECT_EQ(find_case(r, "relu", kFloat32)->outcome, cts::Outcome::Skip);
+  EXPECT_EQ(find_case(r, "relu", kFloat32)->message, "vendor ticket 7");
+  EXPECT_EQ(find_case(r, "relu", kInt64)->outcome, cts::Outcome::Pass);  // the entry names float32 only ("f32")
+  EXPECT_EQ(find_case(r, "add", kFloat32)->outcome, cts::Outcome::Pass);  // its rule is for npu
+  // "relu" names the operator too: every float32 case of relu is skipped, and nothing else.
+  for (const auto& c : r.cases) {
+    const bool relu_f32 = c.op_name.rfind("relu", 0) == 0 && c.dtype == kFloat32;
+    EXPECT_EQ(c.outcome, relu_f32 ? cts::Outcome::Skip : cts::Outcome::Pass) << c.op << " " << dtype_name(c.dtype);
+  }
+  EXPECT_NE(cts::format_table(r).find("skip relu float32: vendor ticket 7"), std::string::npos) << cts::format_table(r);
+}
+
+TEST(CtsConfig, ToleranceOverridesPerDtypeWinOverPerOpAndDevicesComeFirst) {
+  const cts::Config c = cts::Config::parse(R"({"config_version": 1,
+      "tolerances": {"matmul": {"atol": 0.5, "rtol": 0.25, "dtypes": {"bfloat16": {"rtol": 0.125}}},
+                     "add*": {"atol": 2}},
+      "devices": {"np?": {"tolerances": {"matmul": {"atol": 8}}}}})",
+                                           "t.json");
+  double rtol = 1, atol = 1;
+  c.tolerance("cpu", "matmul_batched", "matmul.default", kFloat32, &rtol, &atol);
+  EXPECT_EQ(rtol, 0.25);
+  EXPECT_EQ(atol, 0.5);
+  rtol = atol = 1;
+  c.tolerance("cpu", "matmul", "matmul.default", kBFloat16, &rtol, &atol);
+  EXPECT_EQ(rtol, 0.125);  // the dtype entry
+  EXPECT_EQ(atol, 0.5);    // left out there: the op's
+  rtol = atol = 1;
+  c.tolerance("npu", "matmul", "matmul.default", kFloat32, &rtol, &atol);
+  EXPECT_EQ(atol, 8);
+  EXPECT_EQ(rtol, 1);  // the device entry decides alone
+  rtol = atol = 1;
+  c.tolerance("cpu", "relu", "relu", kFloat32, &rtol, &atol);
+  EXPECT_EQ(rtol, 1);
+  EXPECT_EQ(atol, 1);  // no entry: the defaults stay
+}
+
+TEST(CtsConfig, ErrorsNameTheFileThePathAndTheNearestName) {
+  auto error_of = [](const std::string& text) {
+    try {
+      cts::Config::parse(text, "vendor.json");
+    } catch (const cts::ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(error_of(R"({"config_version": 1, "skip": [{"case": "relu", "reason": "r"}, {"case": "lyer_norm", "reason": "r"}]})"),
+            "vendor.json: $.skip[1].case: 'lyer_norm' names no case, operator or program; did you mean 'layer_norm'? "
+            "(see `tessera check --list`)");
+  EXPECT_NE(error_of(R"({"config_version": 1, "allow": ["relu"], "skp": []})").find("vendor.json: $.skp: unknown key 'skp'; did you mean 'skip'?"),
+            std::string::npos);
+  EXPECT_NE(error_of(R"({"config_version": 1, "skip": [{"case": "relu"}]})").find("$.skip[0]: missing \"reason\""),
+            std::string::npos);
+  EXPECT_NE(error_of("{\"config_version\": 1,\n \"allow\": [}").find("line 2"), std::string::npos);
+  EXPECT_EQ(cts::nearest_name("sofmax", {"softmax", "log_softmax", "relu"}), "softmax");
+  EXPECT_EQ(cts::nearest_name("completely_different", {"softmax", "relu"}), "");
 }
 
 class ConformanceKit : public testing::TestWithParam<std::string> {};

@@ -3,7 +3,8 @@
 # and samples/my_hardware_device (the accelerator and its compiler plugin) against it with
 # find_package(Tessera), runs their tests, builds the graph-printer compiler plugin and the sample
 # quantizer plugin against it and runs their tests with them, then runs the conformance kit
-# (`tessera check`) of the installed runtime for every device present.
+# (`tessera check`) of the installed runtime on the accelerator (with a configuration file and
+# JUnit reports), its compiler plugin and the sample quantizer, and for every device present.
 # Environment: TESSERA_BUILD_DIR (default build/release), JOBS.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -71,11 +72,32 @@ cmake -S "$ROOT/samples/seed_example" -B "$WORK/build-seed" -G Ninja -DCMAKE_BUI
 cmake --build "$WORK/build-seed" -j "$JOBS"
 TESSERA_PLUGIN_PATH="$WORK/build-my_hardware_device/lib/tessera/plugins" "$WORK/build-seed/seed_example"
 
-# The conformance kit of the installed runtime against the out-of-tree accelerator, then every
-# device the installed runtime provides on its own.
+# The conformance kit of the installed runtime against the out-of-tree accelerator, as a vendor's CI
+# runs it (docs/conformance.md): a configuration file and a JUnit report, checked to parse; then
+# the graph suites through its compiler plugin and the sample quantizer, then every device the
+# installed runtime provides on its own.
 echo "==> tessera check --device my_hardware_device (out-of-tree plugin)"
-TESSERA_PLUGIN_PATH="$WORK/build-my_hardware_device/lib/tessera/plugins" \
-  "$PREFIX/bin/tessera" check --device my_hardware_device
+cat > "$WORK/cts_config.json" <<'JSON'
+{ "config_version": 1,
+  "skip": [{"case": "conv_block", "devices": ["my_hardware_device"],
+            "reason": "conv2d has no kernel on the accelerator and its plugin forbids the CPU fallback"}] }
+JSON
+mhd_path="$WORK/build-my_hardware_device/lib/tessera/plugins"
+TESSERA_PLUGIN_PATH="$mhd_path" "$PREFIX/bin/tessera" check --device my_hardware_device \
+  --config "$WORK/cts_config.json" --junit "$WORK/junit-my_hardware_device.xml"
+TESSERA_PLUGIN_PATH="$mhd_path" "$PREFIX/bin/tessera" check --compiler my_hardware_device_compiler \
+  --config "$WORK/cts_config.json" --junit "$WORK/junit-my_hardware_device_compiler.xml"
+TESSERA_PLUGIN_PATH="$WORK/build-keep_ends_quantizer/plugins" "$PREFIX/bin/tessera" check \
+  --quantizer keep_ends_quantizer --junit "$WORK/junit-keep_ends_quantizer.xml"
+python3 - "$WORK"/junit-*.xml <<'PY'
+import sys, xml.etree.ElementTree as ET
+for path in sys.argv[1:]:
+    suite = ET.parse(path).getroot().find("testsuite")
+    cases = suite.findall("testcase")
+    assert cases and int(suite.get("tests")) == len(cases), path
+    assert int(suite.get("failures")) == sum(c.find("failure") is not None for c in cases) == 0, path
+    print(f"{path}: {len(cases)} testcases, {suite.get('skipped')} skipped")
+PY
 devices=$("$PREFIX/bin/tessera" devices --json |
   python3 -c 'import json, sys; print(" ".join(sorted({d["type"] for d in json.load(sys.stdin)["devices"]})))')
 for dev in $devices; do

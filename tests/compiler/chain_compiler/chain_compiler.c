@@ -7,7 +7,8 @@
  * environment variable TESSERA_TEST_CHAIN_FAULT says, read at each call, so tests see the host
  * refuse what a broken plugin does: "claim_placeholder" (get_capability puts node 0, a placeholder,
  * in a group), "null_executable" (compile returns no executable and an OK status), "fail_compile"
- * (compile fails). Its extension "test.chain_compiles" counts the calls of compile. */
+ * (compile fails), "wrong_results" (run adds 0.25 to every element it writes: the conformance kit's
+ * graph suite must flag it). Its extension "test.chain_compiles" counts the calls of compile. */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -222,6 +223,7 @@ static tessera_status_t run(void* self, void* executable, const tessera_tensor_t
   const chain_t* c = (const chain_t*)executable;
   int64_t numel = num_outputs > 0 ? outputs[0]->numel : 0, e;
   float* regs;
+  const float skew = fault("wrong_results") ? 0.25f : 0.0f;
   int32_t i;
   (void)self;
   (void)stream;
@@ -237,7 +239,7 @@ static tessera_status_t run(void* self, void* executable, const tessera_tensor_t
       regs[st->out] = apply(st, st->a >= 0 ? regs[st->a] : st->sa, st->b >= 0 ? regs[st->b] : st->sb);
     }
     for (i = 0; i < num_outputs; ++i)
-      ((float*)((char*)outputs[i]->data + outputs[i]->byte_offset))[e] = regs[c->output_regs[i]];
+      ((float*)((char*)outputs[i]->data + outputs[i]->byte_offset))[e] = regs[c->output_regs[i]] + skew;
   }
   free(regs);
   __atomic_fetch_add(&g_launches, 1, __ATOMIC_RELAXED);

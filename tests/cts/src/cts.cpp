@@ -2,6 +2,7 @@
 #include "tessera/cts.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -18,6 +19,8 @@
 #include <tessera/tessera.h>
 
 #include "cases.h"
+#include "compare.h"
+#include "tessera/cts_config.h"
 #include "tessera/text_escape.h"
 
 #ifndef TESSERA_CTS_XFAIL_DIR
@@ -34,6 +37,7 @@ const char* outcome_name(Outcome o) {
     case Outcome::Fail: return "fail";
     case Outcome::XFail: return "xfail";
     case Outcome::XPass: return "xpass";
+    case Outcome::Skip: return "skip";
   }
   return "?";
 }
@@ -132,10 +136,9 @@ std::string find_xfail_file(const Options& o, const std::string& device_name) {
   return "";
 }
 
-struct Tolerance {
-  double rtol, atol;
-};
-Tolerance tolerance(DType t, double scale) {
+}  // namespace
+
+Tolerance default_tolerance(DType t, double scale) {
   switch (t) {
     case kFloat64: return {1e-9 * scale, 1e-9 * scale};
     case kFloat32: return {1e-4 * scale, 1e-5 * scale};
@@ -144,6 +147,8 @@ Tolerance tolerance(DType t, double scale) {
     default: return {0, 0};  // integral and bool: exact
   }
 }
+
+namespace {
 
 // Same values, non-contiguous layout, on the same device (exercises strided kernels and copy_).
 Tensor non_contiguous(const Tensor& x) {
@@ -175,13 +180,9 @@ OperatorEntry* find_operator(const std::string& base, std::string* full_name) {
   return nullptr;
 }
 
-struct Comparison {
-  bool ok = true;
-  double max_abs = 0, max_rel = 0;
-  std::string message;
-};
+}  // namespace
 
-Comparison compare(const Tensor& got_any, const Tensor& want, double tol_scale) {
+Comparison compare(const Tensor& got_any, const Tensor& want, const Tolerance& tol, const char* reference) {
   Comparison c;
   Tensor got = got_any.to(Device(kCPU));
   if (got.dtype() != want.dtype()) {
@@ -200,7 +201,6 @@ Comparison compare(const Tensor& got_any, const Tensor& want, double tol_scale) 
     c.message = os.str();
     return c;
   }
-  const Tolerance tol = tolerance(want.dtype(), tol_scale);
   Tensor g = got.to(kFloat64).contiguous(), w = want.to(kFloat64).contiguous();
   const double* gp = g.data_ptr<double>();
   const double* wp = w.data_ptr<double>();
@@ -216,7 +216,7 @@ Comparison compare(const Tensor& got_any, const Tensor& want, double tol_scale) 
   }
   if (c.max_rel > 1.0) {
     std::ostringstream os;
-    os << "max error " << c.max_abs << " at element " << worst << " (got " << gp[worst] << ", cpu " << wp[worst]
+    os << "max error " << c.max_abs << " at element " << worst << " (got " << gp[worst] << ", " << reference << " " << wp[worst]
        << "; rtol " << tol.rtol << ", atol " << tol.atol << ")";
     c.ok = false;
     c.message = os.str();
@@ -230,6 +230,8 @@ bool is_unsupported_error(const Error& e) {
   return m.find("no kernel") != std::string::npos || m.find("not implemented") != std::string::npos ||
          m.find("not supported") != std::string::npos;
 }
+
+namespace {
 
 uint64_t mix(uint64_t seed, const std::string& label, DType t) {
   uint64_t h = seed ^ 0x9E3779B97F4A7C15ull;
@@ -257,17 +259,28 @@ Report run(const Options& o) {
   report.xfail_file = find_xfail_file(o, type_name);
   std::vector<XFailEntry> xfail;
   if (!report.xfail_file.empty()) xfail = parse_xfail(read_file(report.xfail_file));
+  if (o.config) report.config_file = o.config->source();
 
   for (const Case& c : cases()) {
     std::string op_name;
     OperatorEntry* entry = find_operator(c.op, &op_name);
-    if (!any_glob(o.ops, c.label, op_name.empty() ? c.op : op_name)) continue;
+    const std::string& op = op_name.empty() ? c.op : op_name;
+    if (!any_glob(o.ops, c.label, op)) continue;
+    if (o.config && !o.config->allows(type_name, c.label, op)) continue;
     for (DType t : c.dtypes) {
       if (!o.dtypes.empty() && std::find(o.dtypes.begin(), o.dtypes.end(), t) == o.dtypes.end()) continue;
       CaseResult r;
       r.op = c.label;
       r.op_name = op_name;
       r.dtype = t;
+      if (const Config::Skip* skip = o.config ? o.config->skip(type_name, c.label, op, t) : nullptr) {
+        r.outcome = Outcome::Skip;
+        r.resolution = "none";
+        r.message = skip->reason;
+        report.cases.push_back(std::move(r));
+        continue;
+      }
+      const auto start = std::chrono::steady_clock::now();
       r.resolution = entry ? resolution_name(Dispatcher::instance().resolution(*entry, device.type(), t)) : "unknown-op";
       Gen gen(mix(report.seed, c.label, t));
       bool done = false;
@@ -305,7 +318,11 @@ Report run(const Options& o) {
             done = true;
             break;
           }
-          Comparison cmp = compare(got, want, c.tol_scale);
+          // The default follows the result's dtype (atan of int32 is float32); an override is keyed
+          // by the case's dtype, as the report shows it.
+          Tolerance tol = default_tolerance(want.dtype(), c.tol_scale);
+          if (o.config) o.config->tolerance(type_name, c.label, op, t, &tol.rtol, &tol.atol);
+          Comparison cmp = compare(got, want, tol);
           r.max_abs_error = std::max(r.max_abs_error, cmp.max_abs);
           r.max_rel_error = std::max(r.max_rel_error, cmp.max_rel);
           if (!cmp.ok) {
@@ -332,6 +349,7 @@ Report run(const Options& o) {
         if (r.outcome == Outcome::Fail) r.outcome = Outcome::XFail;
         else if (r.outcome == Outcome::Pass || r.outcome == Outcome::Fallback) r.outcome = Outcome::XPass;
       }
+      r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       report.cases.push_back(std::move(r));
     }
   }
@@ -349,21 +367,43 @@ const char* cell(Outcome o) {
     case Outcome::Fail: return "FAIL";
     case Outcome::XFail: return "xf";
     case Outcome::XPass: return "XP";
+    case Outcome::Skip: return "sk";
   }
   return "?";
 }
 
 std::string summary_line(const Report& r) {
   std::ostringstream os;
-  os << r.cases.size() << " cases on " << r.device << ": " << r.count(Outcome::Pass) << " pass, "
-     << r.count(Outcome::Fallback) << " fallback, " << r.count(Outcome::Unsupported) << " unsupported, "
-     << r.count(Outcome::XFail) << " xfail, " << r.count(Outcome::XPass) << " xpass, " << r.count(Outcome::Fail)
-     << " FAIL (seed " << r.seed << ")";
+  if (r.suite == "ops") {
+    os << r.cases.size() << " cases on " << r.device << ": " << r.count(Outcome::Pass) << " pass, "
+       << r.count(Outcome::Fallback) << " fallback, " << r.count(Outcome::Unsupported) << " unsupported, "
+       << r.count(Outcome::XFail) << " xfail, " << r.count(Outcome::XPass) << " xpass, ";
+  } else {  // the graph suites have no fallback or expected-failure list
+    os << r.cases.size() << " programs through " << r.suite << " plugin '" << r.plugin << "' on " << r.device << ": "
+       << r.count(Outcome::Pass) << " pass, " << r.count(Outcome::Unsupported) << " unsupported, ";
+  }
+  os << r.count(Outcome::Skip) << " skip, " << r.count(Outcome::Fail) << " FAIL (seed " << r.seed << ")";
   return os.str();
 }
 }  // namespace
 
+// The graph suites: one line per program.
+std::string format_programs(const Report& r) {
+  size_t width = 7;
+  for (const CaseResult& c : r.cases) width = std::max(width, c.op.size());
+  std::ostringstream os;
+  for (const CaseResult& c : r.cases) {
+    os << c.op << std::string(width - c.op.size(), ' ') << "  " << cell(c.outcome);
+    if (!c.details.empty()) os << "  (" << printable_text(c.details) << ")";
+    if (c.outcome != Outcome::Pass) os << "  " << printable_text(c.message);
+    os << "\n";
+  }
+  os << summary_line(r) << "\n";
+  return os.str();
+}
+
 std::string format_table(const Report& r) {
+  if (r.suite != "ops") return format_programs(r);
   const DType all[] = {kBool, kUInt8, kInt8, kInt16, kInt32, kInt64, kFloat16, kBFloat16, kFloat32, kFloat64};
   const char* short_names[] = {"bool", "u8", "i8", "i16", "i32", "i64", "f16", "bf16", "f32", "f64"};
   std::vector<std::string> rows;
@@ -389,24 +429,29 @@ std::string format_table(const Report& r) {
   }
   os << "legend: ok = own kernel (or a composite of ops), fb = ran on the CPU fallback (no kernel, or it answered "
         "UNIMPLEMENTED), - = unsupported, xf = expected failure, "
-        "XP = listed as failing but passed, FAIL = unexpected failure, . = not applicable\n";
+        "XP = listed as failing but passed, sk = skipped by the configuration, FAIL = unexpected failure, "
+        ". = not applicable\n";
   for (const CaseResult& c : r.cases) {
-    if (c.outcome == Outcome::Fail || c.outcome == Outcome::XFail) {
-      os << (c.outcome == Outcome::Fail ? "FAIL " : "xfail ") << c.op << " " << dtype_name(c.dtype) << ": " << c.message
+    if (c.outcome == Outcome::Fail || c.outcome == Outcome::XFail || c.outcome == Outcome::Skip) {
+      os << (c.outcome == Outcome::Fail ? "FAIL " : c.outcome == Outcome::XFail ? "xfail " : "skip ") << c.op << " " << dtype_name(c.dtype) << ": " << c.message
          << "\n";
     }
   }
   if (!r.xfail_file.empty()) os << "expected failures from " << r.xfail_file << "\n";
+  if (!r.config_file.empty()) os << "configuration from " << r.config_file << "\n";
   os << summary_line(r) << "\n";
   return os.str();
 }
 
 std::string format_json(const Report& r) {
   std::ostringstream os;
+  // The keys of the first version come first, in their order (readers look for {"device").
   os << "{\"device\": \"" << json_escape(r.device) << "\", \"seed\": " << r.seed << ", \"xfail_file\": \""
-     << json_escape(r.xfail_file) << "\", \"summary\": {";
-  const Outcome all[] = {Outcome::Pass, Outcome::Fallback, Outcome::Unsupported, Outcome::Fail, Outcome::XFail, Outcome::XPass};
-  for (size_t i = 0; i < 6; ++i) os << (i ? ", " : "") << "\"" << outcome_name(all[i]) << "\": " << r.count(all[i]);
+     << json_escape(r.xfail_file) << "\", \"suite\": \"" << r.suite << "\", \"plugin\": \"" << json_escape(r.plugin)
+     << "\", \"config_file\": \"" << json_escape(r.config_file) << "\", \"summary\": {";
+  const Outcome all[] = {Outcome::Pass,  Outcome::Fallback, Outcome::Unsupported, Outcome::Fail,
+                         Outcome::XFail, Outcome::XPass,    Outcome::Skip};
+  for (size_t i = 0; i < std::size(all); ++i) os << (i ? ", " : "") << "\"" << outcome_name(all[i]) << "\": " << r.count(all[i]);
   os << ", \"unexpected_failures\": " << r.unexpected_failures() << "}, \"cases\": [";
   for (size_t i = 0; i < r.cases.size(); ++i) {
     const CaseResult& c = r.cases[i];
@@ -414,8 +459,8 @@ std::string format_json(const Report& r) {
        << "\", \"dtype\": \"" << dtype_name(c.dtype) << "\", \"outcome\": \"" << outcome_name(c.outcome)
        << "\", \"resolution\": \"" << json_escape(c.resolution) << "\", \"max_abs_error\": "
        << (std::isfinite(c.max_abs_error) ? c.max_abs_error : 1e308) << ", \"max_rel_error\": "
-       << (std::isfinite(c.max_rel_error) ? c.max_rel_error : 1e308) << ", \"message\": \"" << json_escape(c.message)
-       << "\"}";
+       << (std::isfinite(c.max_rel_error) ? c.max_rel_error : 1e308) << ", \"seconds\": " << c.seconds
+       << ", \"message\": \"" << json_escape(c.message) << "\", \"details\": \"" << json_escape(c.details) << "\"}";
   }
   os << "\n]}\n";
   return os.str();

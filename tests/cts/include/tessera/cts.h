@@ -12,9 +12,13 @@
 //   fail        threw an unexpected error, or differed from the CPU beyond tolerance (max error kept)
 //   xfail       a failure listed in the device's expected-failure list
 //   xpass       listed as an expected failure but passed (reported so the list can be trimmed)
-// Only `fail` is an unexpected failure.
+//   skip        not run: a skip entry of the configuration file (Note [Conformance configuration]
+//               in cts_config.h) names it; the entry's reason is the message. Never counted as a pass.
+// Only `fail` is an unexpected failure. The graph suites (cts_graphs.h) classify each program the
+// same way (pass, unsupported, fail, skip).
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -22,7 +26,7 @@
 
 namespace tessera::cts {
 
-enum class Outcome { Pass, Fallback, Unsupported, Fail, XFail, XPass };
+enum class Outcome { Pass, Fallback, Unsupported, Fail, XFail, XPass, Skip };
 const char* outcome_name(Outcome o);
 
 struct CaseResult {
@@ -33,8 +37,12 @@ struct CaseResult {
   std::string resolution;  // kernel, composite, fallback (also when a kernel fell back at run time), none
   double max_abs_error = 0;   // largest |device - cpu|
   double max_rel_error = 0;   // largest |device - cpu| / (atol + rtol |cpu|): <= 1 passes
-  std::string message;     // why it failed / is unsupported
+  std::string message;     // why it failed / is unsupported / was skipped (the configuration's reason)
+  double seconds = 0;      // wall time of the case, every layout included (JUnit's `time`)
+  std::string details;     // what else is worth knowing (graph suites: partitions taken; JUnit system-out)
 };
+
+class Config;
 
 struct Options {
   std::string device = "cpu";  // device name, "my_hardware_device" or "my_hardware_device:1"
@@ -45,9 +53,14 @@ struct Options {
   // next to the plugin's manifest, else tests/cts/xfail/<device>.txt of the source tree.
   std::string xfail_file;
   bool strided = true;         // also run each case with non-contiguous (and 4-D ones channels-last) device inputs
+  // Allowlist, skip list and tolerance overrides (cts_config.h). (optional) defaults to none.
+  std::shared_ptr<const Config> config;
 };
 
 struct Report {
+  std::string suite = "ops";  // "ops", "compiler" or "quantizer" (cts_graphs.h)
+  std::string plugin;         // the compiler or quantizer plugin of a graph suite
+  std::string config_file;    // the configuration file used ("" when none)
   std::string device;
   uint64_t seed = 0;
   std::string xfail_file;  // the list used ("" when none)
@@ -67,8 +80,14 @@ std::vector<std::string> case_ops();
 
 // An op x dtype table plus a summary line, for terminals.
 std::string format_table(const Report& report);
-// The report as a JSON object: {"device", "seed", "summary": {...}, "cases": [...]}.
+// The report as a JSON object: {"device", "seed", "xfail_file", "suite", "plugin", "config_file",
+// "summary": {...}, "cases": [...]}, in this order.
 std::string format_json(const Report& report);
+// The report as JUnit XML (one <testsuites> holding one <testsuite>; a <testcase> per case or
+// program, with <failure> for fail and <skipped> for skip, unsupported and xfail), as Jenkins and
+// GitLab read it. Messages are XML-escaped; bytes that are not UTF-8 and control characters are
+// written as \xNN.
+std::string format_junit(const Report& report);
 
 // Expected-failure list: one entry a line, "<op glob> <dtype glob>  # reason"; '#' starts a comment.
 struct XFailEntry {
