@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "tessera/amp.h"
+#include "mlp.h"
 #include "tessera/nn.h"
 
 namespace tessera {
@@ -205,13 +206,7 @@ TEST(GradScaler, SkipsAStepWithANonFiniteGradientAndBacksOff) {
 
 // An MLP trained with bfloat16 autocast on the CPU (and float16 with the scaler on the reference
 // accelerator) reaches the float32 training's target (autograd.Training.*: below 0.05 in 150 steps).
-struct Mlp : nn::Module {
-  explicit Mlp(nn::Options o)
-      : l1(register_module("l1", std::make_shared<nn::Linear>(8, 32, true, o))),
-        l2(register_module("l2", std::make_shared<nn::Linear>(32, 4, true, o))) {}
-  Tensor forward(const Tensor& x) const { return l2->forward(relu(l1->forward(x))); }
-  std::shared_ptr<nn::Linear> l1, l2;
-};
+using test::Mlp;
 
 std::vector<double> train_mixed(const std::string& device, DType low, bool scaler_on, int steps) {
   manual_seed(7);

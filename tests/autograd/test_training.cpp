@@ -4,6 +4,7 @@
 
 #include <cstdio>
 
+#include "mlp.h"
 #include "tessera/nn.h"
 #include "tessera/stream.h"
 
@@ -12,13 +13,7 @@ namespace {
 
 namespace ag = autograd;
 
-struct Mlp : nn::Module {
-  explicit Mlp(nn::Options o)
-      : l1(register_module("l1", std::make_shared<nn::Linear>(8, 32, true, o))),
-        l2(register_module("l2", std::make_shared<nn::Linear>(32, 4, true, o))) {}
-  Tensor forward(const Tensor& x) const { return l2->forward(relu(l1->forward(x))); }
-  std::shared_ptr<nn::Linear> l1, l2;
-};
+using test::Mlp;
 
 // Full-batch Adam for `steps` steps on `device`; returns the loss of every step.
 std::vector<double> train(const std::string& device, int steps) {
