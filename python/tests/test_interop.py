@@ -100,6 +100,51 @@ def test_dlpack_capsule_versions(rng):
     assert type(cap1).__name__ == "PyCapsule"
 
 
+class _CxxCapsule:
+    """A producer whose capsule comes from the C++ tessera::to_dlpack, for NumPy to read."""
+
+    def __init__(self, t, versioned=True, read_only=False):
+        self.t, self.versioned, self.read_only = t, versioned, read_only
+
+    def __dlpack__(self, stream=None, max_version=None, dl_device=None, copy=None):
+        return tessera._C._cxx_to_dlpack(self.t, self.versioned and max_version is not None, self.read_only)
+
+    def __dlpack_device__(self):
+        return (1, 0)
+
+
+@pytest.mark.parametrize("dtype", [np.bool_, np.uint8, np.int8, np.int16, np.int32, np.int64, np.float16,
+                                   np.float32, np.float64])
+def test_cxx_dlpack_against_numpy(rng, dtype):
+    # NumPy reads what the C++ to_dlpack writes (a strided view with an offset) ...
+    a = (rng.standard_normal((4, 6)) * 10).astype(dtype)
+    view = tessera.from_numpy(a)[1:, ::2]
+    b = np.from_dlpack(_CxxCapsule(view))
+    assert addr(b) == addr(a[1:, ::2]) and b.strides == a[1:, ::2].strides
+    np.testing.assert_array_equal(b, a[1:, ::2])
+    # ... and the C++ from_dlpack reads what NumPy writes, versioned and legacy, without a copy.
+    for cap in (a[1:, ::2].__dlpack__(max_version=(1, 0)), a[1:, ::2].__dlpack__()):
+        t = tessera._C._cxx_from_dlpack(cap)
+        assert t.data_ptr() == addr(a[1:, ::2])
+        np.testing.assert_array_equal(t.numpy(), a[1:, ::2])
+    c = tessera._C._cxx_from_dlpack(np.array(3.5, np.float32).__dlpack__(max_version=(1, 0)))  # 0-d
+    assert c.shape == () and c.item() == 3.5
+    e = np.from_dlpack(_CxxCapsule(tessera.from_numpy(np.zeros((2, 0), dtype))))  # empty
+    assert e.shape == (2, 0) and e.dtype == dtype
+
+
+def test_cxx_dlpack_read_only():
+    # NumPy marks the array it makes from a read-only capsule read-only ...
+    a = np.arange(4, dtype=np.float32)
+    b = np.from_dlpack(_CxxCapsule(tessera.from_numpy(a), read_only=True))
+    assert not b.flags.writeable and addr(b) == addr(a)
+    # ... and a read-only NumPy array's capsule is copied by from_dlpack (Note [DLPack read-only]).
+    a.flags.writeable = False
+    t = tessera._C._cxx_from_dlpack(a.__dlpack__(max_version=(1, 0)))
+    assert t.data_ptr() != addr(a)
+    np.testing.assert_array_equal(t.numpy(), a)
+
+
 def test_quantized_and_bfloat16_say_why(rng):
     t = tessera.from_numpy(rng.standard_normal(4).astype(np.float32))
     with pytest.raises(TypeError, match="quantized"):
