@@ -22,15 +22,6 @@ constexpr int32_t kMaxDims = 64;
 // Handles that are pointers: the storage offset is folded into `data` (Note [DLPack devices]).
 bool handle_is_pointer(DeviceType t) { return t == DeviceType::CPU || t == DeviceType::CUDA; }
 
-int privateuse_slot(DeviceType t) {
-  switch (t) {
-    case DeviceType::PrivateUse1: return 1;
-    case DeviceType::PrivateUse2: return 2;
-    case DeviceType::PrivateUse3: return 3;
-    default: return 0;
-  }
-}
-
 // What an exported capsule owns besides itself: the tensor (so its storage lives) and the geometry.
 struct ExportContext {
   Tensor tensor;
@@ -147,17 +138,8 @@ Tensor import_capsule(Managed* m, bool copy) {
 }  // namespace
 
 DLDevice to_dlpack_device(const Device& device) {
-  const int32_t index = device.has_index() ? device.index() : 0;
-  switch (device.type()) {
-    case DeviceType::CPU: return {kDLCPU, 0};
-    case DeviceType::CUDA: return {kDLCUDA, index};
-    case DeviceType::OpenCL: return {kDLOpenCL, index};
-    case DeviceType::PrivateUse1:
-    case DeviceType::PrivateUse2:
-    case DeviceType::PrivateUse3:
-      return {kDLExtDev, (privateuse_slot(device.type()) - 1) * kDLPackExtDevSlotStride + index};
-    case DeviceType::Meta: break;
-  }
+  DLDevice out{};
+  if (tessera_dl_device_of(int32_t(device.type()), device.has_index() ? device.index() : 0, &out) == 0) return out;
   detail::throw_error(ErrorCode::InvalidArgument,
                       "to_dlpack: a tensor on the meta device has no memory to share; make it on a real device");
 }
@@ -189,19 +171,8 @@ Device device_from_dlpack(DLDevice device) {
 }
 
 DLDataType to_dlpack_dtype(DType dtype) {
-  switch (dtype) {
-    case DType::Bool: return {kDLBool, 8, 1};
-    case DType::UInt8: return {kDLUInt, 8, 1};
-    case DType::Int8: return {kDLInt, 8, 1};
-    case DType::Int16: return {kDLInt, 16, 1};
-    case DType::Int32: return {kDLInt, 32, 1};
-    case DType::Int64: return {kDLInt, 64, 1};
-    case DType::Float16: return {kDLFloat, 16, 1};
-    case DType::BFloat16: return {kDLBfloat, 16, 1};
-    case DType::Float32: return {kDLFloat, 32, 1};
-    case DType::Float64: return {kDLFloat, 64, 1};
-    default: break;
-  }
+  DLDataType out{};
+  if (tessera_dl_data_type_of(int32_t(dtype), &out) == 0) return out;
   detail::throw_error(ErrorCode::InvalidArgument,
                       "to_dlpack: a " + std::string(dtype_name(dtype)) +
                           " tensor cannot be shared: quantized dtypes have no DLPack type (dequantize() or "

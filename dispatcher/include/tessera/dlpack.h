@@ -1,23 +1,9 @@
 // DLPack in C++: share a tensor's memory with another framework and take theirs, without a copy
 // where the device allows (docs/plugins.md and docs/plugin-guide.md, "DLPack").
 //
-// Note [DLPack layout]
-// The structs below are written from the DLPack 1.x specification (dlpack.h, major 1): the same
-// field order, types and sizes, checked by static_assert. They live in tessera::dlpack so that a
-// translation unit may also include the project's own dlpack.h: a pointer to its
-// DLManagedTensorVersioned (or DLManagedTensor) converts to ours with reinterpret_cast.
-//
-// Note [DLPack devices]
-//   cpu -> kDLCPU (1), cuda -> kDLCUDA (2), opencl -> kDLOpenCL (4), device_id = the device index.
-//   A privateuse slot (renamed or not: "npu", "my_hardware_device") -> kDLExtDev (12) with
-//   device_id = (slot - 1) * kDLPackExtDevSlotStride + index. So privateuse1 index 0 is
-//   (kDLExtDev, 0) and privateuse2 index 1 is (kDLExtDev, 65537), whatever the slots are named, and
-//   importing (kDLExtDev, id) gives back the same slot and index: a renamed backend round-trips.
-//   The meta device has no memory to share.
-// The data pointer is the device's memory handle (Note [Device memory] in plugin_abi.h). On the
-// CPU and CUDA, whose handles are pointers, the tensor's storage offset is folded into `data` and
-// byte_offset is 0 (NumPy ignores byte_offset); on OpenCL and the privateuse devices `data` is the
-// handle and byte_offset the offset of the first element, since a handle is not a pointer.
+// The structs are the SDK's C ones (tessera/dlpack_abi.h, Notes [DLPack layout] and [DLPack
+// devices] there) under their DLPack names in tessera::dlpack; a pointer to a DLManagedTensorVersioned
+// (or DLManagedTensor) of the official dlpack.h converts to ours with reinterpret_cast.
 // Importing adopts the memory as that device's handle without a copy (the plugin must be the one
 // that made it, or its handles must be pointers); the tensor keeps the capsule alive and calls
 // its deleter exactly once, when the last tensor or view on it goes.
@@ -32,6 +18,7 @@
 #include <cstdint>
 
 #include "tessera/device.h"
+#include "tessera/dlpack_abi.h"
 #include "tessera/dtype.h"
 #include "tessera/export.h"
 #include "tessera/tensor.h"
@@ -39,57 +26,32 @@
 namespace tessera {
 namespace dlpack {
 
-constexpr uint32_t kMajorVersion = 1;  // the DLPack major this layout is
-constexpr uint32_t kMinorVersion = 1;  // the minor this runtime writes
-constexpr uint64_t kFlagReadOnly = UINT64_C(1) << 0;       // DLPACK_FLAG_BITMASK_READ_ONLY
-constexpr uint64_t kFlagIsCopied = UINT64_C(1) << 1;       // DLPACK_FLAG_BITMASK_IS_COPIED
-constexpr uint64_t kFlagSubbytePadded = UINT64_C(1) << 2;  // DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED
+constexpr uint32_t kMajorVersion = TESSERA_DL_MAJOR_VERSION;  // the DLPack major this layout is
+constexpr uint32_t kMinorVersion = TESSERA_DL_MINOR_VERSION;  // the minor this runtime writes
+constexpr uint64_t kFlagReadOnly = TESSERA_DL_FLAG_READ_ONLY;
+constexpr uint64_t kFlagIsCopied = TESSERA_DL_FLAG_IS_COPIED;
+constexpr uint64_t kFlagSubbytePadded = TESSERA_DL_FLAG_SUBBYTE_PADDED;
 
 enum DLDeviceType : int32_t {
-  kDLCPU = 1, kDLCUDA = 2, kDLCUDAHost = 3, kDLOpenCL = 4, kDLVulkan = 7, kDLMetal = 8, kDLVPI = 9,
-  kDLROCM = 10, kDLROCMHost = 11, kDLExtDev = 12, kDLCUDAManaged = 13, kDLOneAPI = 14,
+  kDLCPU = TESSERA_DL_CPU, kDLCUDA = TESSERA_DL_CUDA, kDLCUDAHost = TESSERA_DL_CUDA_HOST,
+  kDLOpenCL = TESSERA_DL_OPENCL, kDLVulkan = TESSERA_DL_VULKAN, kDLMetal = TESSERA_DL_METAL, kDLVPI = TESSERA_DL_VPI,
+  kDLROCM = TESSERA_DL_ROCM, kDLROCMHost = TESSERA_DL_ROCM_HOST, kDLExtDev = TESSERA_DL_EXT_DEV,
+  kDLCUDAManaged = TESSERA_DL_CUDA_MANAGED, kDLOneAPI = TESSERA_DL_ONEAPI,
 };
 enum DLDataTypeCode : uint8_t {
-  kDLInt = 0, kDLUInt = 1, kDLFloat = 2, kDLOpaqueHandle = 3, kDLBfloat = 4, kDLComplex = 5, kDLBool = 6,
+  kDLInt = TESSERA_DL_INT, kDLUInt = TESSERA_DL_UINT, kDLFloat = TESSERA_DL_FLOAT,
+  kDLOpaqueHandle = TESSERA_DL_OPAQUE_HANDLE, kDLBfloat = TESSERA_DL_BFLOAT, kDLComplex = TESSERA_DL_COMPLEX,
+  kDLBool = TESSERA_DL_BOOL,
 };
 
-struct DLPackVersion {
-  uint32_t major;
-  uint32_t minor;
-};
-struct DLDevice {
-  int32_t device_type;  // DLDeviceType
-  int32_t device_id;
-};
-struct DLDataType {
-  uint8_t code;  // DLDataTypeCode
-  uint8_t bits;
-  uint16_t lanes;
-};
-struct DLTensor {
-  void* data;
-  DLDevice device;
-  int32_t ndim;
-  DLDataType dtype;
-  int64_t* shape;    // ndim entries
-  int64_t* strides;  // ndim entries in elements; NULL: compact row-major
-  uint64_t byte_offset;
-};
-// The legacy, unversioned capsule (DLPack 0.x).
-struct DLManagedTensor {
-  DLTensor dl_tensor;
-  void* manager_ctx;
-  void (*deleter)(DLManagedTensor* self);
-};
-// The DLPack 1.x capsule. Fields up to `flags` stay where they are in every 1.x.
-struct DLManagedTensorVersioned {
-  DLPackVersion version;
-  void* manager_ctx;
-  void (*deleter)(DLManagedTensorVersioned* self);
-  uint64_t flags;
-  DLTensor dl_tensor;
-};
+using DLPackVersion = tessera_dl_version_t;
+using DLDevice = tessera_dl_device_t;
+using DLDataType = tessera_dl_data_type_t;
+using DLTensor = tessera_dl_tensor_t;
+using DLManagedTensor = tessera_dl_managed_tensor_t;                    // the legacy capsule (DLPack 0.x)
+using DLManagedTensorVersioned = tessera_dl_managed_tensor_versioned_t;  // the DLPack 1.x capsule
 
+// The offsets of dlpack.h (x86-64 and aarch64 LP64).
 static_assert(sizeof(DLDevice) == 8 && sizeof(DLDataType) == 4);
 static_assert(sizeof(DLTensor) == 48 && offsetof(DLTensor, ndim) == 16 && offsetof(DLTensor, dtype) == 20 &&
               offsetof(DLTensor, shape) == 24 && offsetof(DLTensor, byte_offset) == 40);
@@ -100,7 +62,7 @@ static_assert(sizeof(DLManagedTensorVersioned) == 80 && offsetof(DLManagedTensor
 }  // namespace dlpack
 
 // Note [DLPack devices]: privateuse slot s, index i <-> (kDLExtDev, (s - 1) * stride + i).
-constexpr int32_t kDLPackExtDevSlotStride = 1 << 16;
+constexpr int32_t kDLPackExtDevSlotStride = TESSERA_DL_EXT_DEV_SLOT_STRIDE;
 
 // The DLPack device of `device` (Note [DLPack devices]); an index -1 counts as 0. Throws for meta.
 TESSERA_API dlpack::DLDevice to_dlpack_device(const Device& device);
