@@ -41,6 +41,7 @@ TEST(CompilePlugin, ThePluginRunsEachChainAsOneLaunchAndTheDispatcherTheRest) {
   for (const auto& a : f.artifacts()) {
     EXPECT_EQ(a.backend, "chain_compiler");
     EXPECT_EQ(a.partitions, 2u);
+    EXPECT_EQ(a.compatibility, "") << "a 1.2 compiler table reports none";
   }
 }
 

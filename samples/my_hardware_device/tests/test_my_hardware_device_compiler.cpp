@@ -130,6 +130,7 @@ TEST(MyHardwareDeviceCompiler, EachChainIsOneLaunchAndResultsMatchTheReference) 
   for (const auto& a : f.artifacts()) {
     EXPECT_EQ(a.backend, kCompiler);
     EXPECT_EQ(a.partitions, 2u) << "the matmul between the chains splits them";
+    EXPECT_EQ(a.compatibility, "mhd-compiler 1.4 mhd-isa1") << "the artifact carries the compiler's string";
   }
 }
 
