@@ -56,6 +56,20 @@ ExportContext* export_into(const Tensor& t, DLTensor& out) {
   return ctx;
 }
 
+// A capsule of either kind over `t`, its deleter set; nothing leaks when the export throws.
+template <typename Managed>
+Managed* new_capsule(const Tensor& t) {
+  auto* m = new Managed{};
+  try {
+    m->manager_ctx = export_into(t, m->dl_tensor);
+  } catch (...) {
+    delete m;
+    throw;
+  }
+  m->deleter = &delete_exported<Managed>;
+  return m;
+}
+
 [[noreturn]] void refuse(const std::string& what) {
   detail::throw_error(ErrorCode::InvalidArgument, "from_dlpack: " + what);
 }
@@ -204,30 +218,13 @@ DType dtype_from_dlpack(DLDataType dtype) {
 }
 
 DLManagedTensorVersioned* to_dlpack(const Tensor& tensor, DLPackExportOptions options) {
-  auto* m = new DLManagedTensorVersioned{};
-  try {
-    m->manager_ctx = export_into(tensor, m->dl_tensor);
-  } catch (...) {
-    delete m;
-    throw;
-  }
+  auto* m = new_capsule<DLManagedTensorVersioned>(tensor);
   m->version = {kMajorVersion, kMinorVersion};
-  m->deleter = &delete_exported<DLManagedTensorVersioned>;
   m->flags = options.read_only ? kFlagReadOnly : 0;
   return m;
 }
 
-DLManagedTensor* to_dlpack_unversioned(const Tensor& tensor) {
-  auto* m = new DLManagedTensor{};
-  try {
-    m->manager_ctx = export_into(tensor, m->dl_tensor);
-  } catch (...) {
-    delete m;
-    throw;
-  }
-  m->deleter = &delete_exported<DLManagedTensor>;
-  return m;
-}
+DLManagedTensor* to_dlpack_unversioned(const Tensor& tensor) { return new_capsule<DLManagedTensor>(tensor); }
 
 Tensor from_dlpack(DLManagedTensorVersioned* capsule, DLPackImportOptions options) {
   TESSERA_CHECK(capsule, "from_dlpack: the capsule is NULL");
