@@ -113,7 +113,13 @@ Tensor adopt(const DLTensor& dl, void* capsule, DataPtr::Deleter release) {
     refuse("byte_offset " + std::to_string(dl.byte_offset) + " is not a multiple of the item size " +
            std::to_string(item) + " of " + std::string(dtype_name(dtype)));
   // Other devices' memory belongs to their plugin: load it (throws naming the device when none).
-  if (!device.is_cpu()) get_allocator(device.type());
+  if (!device.is_cpu()) {
+    get_allocator(device.type());
+    const int64_t count = device_count(device.type());
+    if (device.index() >= count)
+      refuse("the capsule's memory is on " + device.str() + " but " + device_type_name(device.type()) + " has " +
+             std::to_string(count) + " device(s) here (Note [DLPack devices])");
+  }
   char* handle = static_cast<char*>(dl.data);
   int64_t storage_offset = int64_t(dl.byte_offset) / item;
   int64_t storage_bytes = *nbytes + int64_t(dl.byte_offset);

@@ -7,14 +7,14 @@
 // memory; the deleter drops it with the GIL held. Only CPU memory is taken in this way (another
 // device's pointer has no meaning to a Tessera plugin's allocator), and negative strides (which a
 // Tessera geometry cannot express) are refused: the Python side copies only when copy=True.
-// Out: an nb::ndarray over the tensor's memory whose owner is a capsule holding a Tensor (so the
-// storage lives as long as the array); NumPy for CPU tensors, a plain DLPack producer (__dlpack__,
-// __dlpack_device__) for every device. A renamed or third-party device (privateuse1..3) exports as
-// kDLExtDev (device_id per Note [DLPack devices] in tessera/dlpack.h); its data pointer is the plugin's memory handle and the byte
-// offset of the first element. Exporting moves the storage's version (Note [Storage version]), as
-// data_ptr() does; writes made later through memory shared with NumPy or another framework are not
-// seen by the version, so something a kernel derived from the tensor (a prepacked weight) may be
-// stale after them.
+// Out: numpy() is an nb::ndarray over the tensor's memory whose owner is a capsule holding a Tensor
+// (so the storage lives as long as the array). __dlpack__ is the C++ tessera::to_dlpack for every
+// device (tessera/dlpack.h): a renamed or third-party device (privateuse1..3) exports as kDLExtDev
+// (device_id per Note [DLPack devices]); its data pointer is the plugin's memory handle and
+// byte_offset the first element's offset. Exporting moves the storage's version (Note [Storage
+// version]), as data_ptr() does; writes made later through memory shared with NumPy or another
+// framework are not seen by the version, so something a kernel derived from the tensor (a
+// prepacked weight) may be stale after them.
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/string.h>
 
@@ -162,13 +162,11 @@ void bind_interop(nb::module_& m) {
                   "'; NumPy only sees CPU memory: call .cpu() first, or numpy(copy=True)");
     return nb::cast(as_ndarray<nb::numpy>(t));
   }, nb::arg("tensor"));
-  m.def("_dlpack_producer", [](const Tensor& t) { return nb::cast(as_ndarray<nb::array_api>(t)); }, nb::arg("tensor"),
-        "An object with __dlpack__ / __dlpack_device__ over the tensor's memory (any device).");
-  // The C++ implementation (tessera::to_dlpack / from_dlpack) as raw capsules, so that NumPy's own
-  // DLPack reader and writer check it (python/tests/test_interop.py). Capsule names follow the
-  // Python DLPack protocol: a consumer renames "dltensor[_versioned]" to "used_..."; a capsule
-  // never consumed calls the deleter when it is collected.
-  m.def("_cxx_to_dlpack", [](const Tensor& t, bool versioned, bool read_only) {
+  // Tensor.__dlpack__ is the C++ tessera::to_dlpack (one implementation for C++ and Python);
+  // _from_dlpack_capsule is tessera::from_dlpack, for tests that check it against NumPy. Capsule
+  // names follow the Python DLPack protocol: a consumer renames "dltensor[_versioned]" to
+  // "used_..."; a capsule never consumed calls the deleter when it is collected.
+  m.def("_to_dlpack", [](const Tensor& t, bool versioned, bool read_only) {
     if (versioned) {
       auto* mt = to_dlpack(t, {.read_only = read_only});
       return nb::steal<nb::object>(PyCapsule_New(mt, "dltensor_versioned", [](PyObject* cap) {
@@ -184,7 +182,7 @@ void bind_interop(nb::module_& m) {
       if (m && m->deleter) m->deleter(m);
     }));
   }, nb::arg("tensor"), nb::arg("versioned") = true, nb::arg("read_only") = false);
-  m.def("_cxx_from_dlpack", [](nb::handle cap) {
+  m.def("_from_dlpack_capsule", [](nb::handle cap) {
     PyObject* c = cap.ptr();
     if (PyCapsule_IsValid(c, "dltensor_versioned")) {
       auto* m = static_cast<dlpack::DLManagedTensorVersioned*>(PyCapsule_GetPointer(c, "dltensor_versioned"));
@@ -196,7 +194,7 @@ void bind_interop(nb::module_& m) {
       PyCapsule_SetName(c, "used_dltensor");
       return from_dlpack(m);
     }
-    throw nb::type_error("_cxx_from_dlpack: expected an unused DLPack capsule");
+    throw nb::type_error("_from_dlpack_capsule: expected an unused DLPack capsule");
   }, nb::arg("capsule"));
   m.def("_dlpack_device", [](const Tensor& t) {
     const dlpack::DLDevice dev = dlpack_device_of(t.device());

@@ -79,9 +79,10 @@ def _array_interface(self):
 
 
 def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
-    """DLPack export (array API standard). The capsule shares the tensor's memory; a renamed or
-    third-party device exports as kDLExtDev with its index. dl_device asking for another device
-    (the CPU) raises BufferError unless copy=True."""
+    """DLPack export (array API standard), made by the C++ tessera::to_dlpack. The capsule shares the
+    tensor's memory; a renamed or third-party device exports as kDLExtDev with device_id
+    (slot - 1) * 65536 + index. dl_device asking for another device (the CPU) raises BufferError
+    unless copy=True."""
     t = self
     own = tuple(_C._dlpack_device(self))
     if dl_device is not None and tuple(dl_device) != own:
@@ -93,10 +94,9 @@ def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None
         t = self.clone()
     if stream is not None and stream != -1 and not self.is_cpu:
         _C.synchronize(self.device)  # work queued on Tessera's streams completes before the consumer reads
-    producer = _C._dlpack_producer(t)
-    if max_version is None:
-        return producer.__dlpack__()
-    return producer.__dlpack__(max_version=max_version)
+    # tessera::to_dlpack (C++): a versioned capsule for a consumer that asks for DLPack 1.x.
+    versioned = max_version is not None and tuple(max_version)[0] >= 1
+    return _C._to_dlpack(t, versioned, False)
 
 
 def __dlpack_device__(self):

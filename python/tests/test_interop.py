@@ -107,7 +107,7 @@ class _CxxCapsule:
         self.t, self.versioned, self.read_only = t, versioned, read_only
 
     def __dlpack__(self, stream=None, max_version=None, dl_device=None, copy=None):
-        return tessera._C._cxx_to_dlpack(self.t, self.versioned and max_version is not None, self.read_only)
+        return tessera._C._to_dlpack(self.t, self.versioned and max_version is not None, self.read_only)
 
     def __dlpack_device__(self):
         return (1, 0)
@@ -124,10 +124,10 @@ def test_cxx_dlpack_against_numpy(rng, dtype):
     np.testing.assert_array_equal(b, a[1:, ::2])
     # ... and the C++ from_dlpack reads what NumPy writes, versioned and legacy, without a copy.
     for cap in (a[1:, ::2].__dlpack__(max_version=(1, 0)), a[1:, ::2].__dlpack__()):
-        t = tessera._C._cxx_from_dlpack(cap)
+        t = tessera._C._from_dlpack_capsule(cap)
         assert t.data_ptr() == addr(a[1:, ::2])
         np.testing.assert_array_equal(t.numpy(), a[1:, ::2])
-    c = tessera._C._cxx_from_dlpack(np.array(3.5, np.float32).__dlpack__(max_version=(1, 0)))  # 0-d
+    c = tessera._C._from_dlpack_capsule(np.array(3.5, np.float32).__dlpack__(max_version=(1, 0)))  # 0-d
     assert c.shape == () and c.item() == 3.5
     e = np.from_dlpack(_CxxCapsule(tessera.from_numpy(np.zeros((2, 0), dtype))))  # empty
     assert e.shape == (2, 0) and e.dtype == dtype
@@ -140,7 +140,7 @@ def test_cxx_dlpack_read_only():
     assert not b.flags.writeable and addr(b) == addr(a)
     # ... and a read-only NumPy array's capsule is copied by from_dlpack (Note [DLPack read-only]).
     a.flags.writeable = False
-    t = tessera._C._cxx_from_dlpack(a.__dlpack__(max_version=(1, 0)))
+    t = tessera._C._from_dlpack_capsule(a.__dlpack__(max_version=(1, 0)))
     assert t.data_ptr() != addr(a)
     np.testing.assert_array_equal(t.numpy(), a)
 

@@ -266,6 +266,10 @@ TEST(DLPack, RenamedAcceleratorsRoundTripWithoutACopy) {
     dev.add_(full({3, 4}, 100.0, TensorOptions().device(d)));  // the shared memory: writes through one are seen through the other
     EXPECT_EQ(accel_test::values(back)[0], 101.0) << name;
   }
+  // A device index the plugin does not have: refused, the deleter still called once.
+  HandMade h({2}, {1}, 8, kF32);
+  h.m.dl_tensor.device = {dlpack::kDLExtDev, 9};
+  expect_refused(h, "my_hardware_device:9 but my_hardware_device has 2 device(s)");
 }
 
 }  // namespace
