@@ -19,14 +19,19 @@ def from_numpy(array, *, copy=False):
 
 def from_dlpack(obj, *, device=None, copy=None):
     """A tensor sharing the memory of `obj`, any object with __dlpack__ (NumPy, PyTorch, CuPy, JAX) or
-    the buffer protocol. Only CPU memory is taken without a copy: memory on another device raises
-    BufferError unless copy=True, which copies it to the CPU through the producer. A tessera.Tensor
-    is returned as it is (copy=True: cloned). `device`, when given, moves the result there."""
+    the buffer protocol. CPU memory is taken without a copy, and so is memory on a device Tessera has
+    (kDLCUDA, kDLOpenCL, kDLExtDev: adopted as that device's memory handle by the C++
+    tessera::from_dlpack); memory on any other device raises BufferError unless copy=True, which
+    copies it to the CPU through the producer. A tessera.Tensor is returned as it is (copy=True:
+    cloned). `device`, when given, moves the result there."""
     from ._C import Tensor
     if isinstance(obj, Tensor):
         t = obj.clone() if copy else obj
     else:
         dev = obj.__dlpack_device__() if hasattr(obj, "__dlpack_device__") else (KDL_CPU, 0)
+        if dev[0] in (KDL_CUDA, KDL_OPENCL, KDL_EXT_DEV) and not copy:
+            t = _from_device_capsule(obj, dev)
+            return t.to(device) if device is not None else t
         if dev[0] != KDL_CPU:
             if not copy:
                 raise BufferError("from_dlpack: the object lives on DLPack device %r, whose memory Tessera cannot "
@@ -42,6 +47,18 @@ def from_dlpack(obj, *, device=None, copy=None):
         if copy:
             t = t.clone()
     return t.to(device) if device is not None else t
+
+
+def _from_device_capsule(obj, dev):
+    try:
+        cap = obj.__dlpack__(max_version=(1, 0))
+    except TypeError:  # a producer from before DLPack 1.0
+        cap = obj.__dlpack__()
+    try:
+        return _C._from_dlpack_capsule(cap)
+    except Exception as e:
+        raise BufferError("from_dlpack: the object lives on DLPack device %r and Tessera cannot take its memory "
+                          "(%s); pass copy=True to copy it to the CPU" % (tuple(dev), e)) from e
 
 
 def _to_cpu_copy(obj):

@@ -167,6 +167,30 @@ def test_device_tensors_export_as_ext_dev(rng, mhd):
         np.from_dlpack(t)  # NumPy cannot read kDLExtDev memory, and Tessera does not copy behind its back
 
 
+class _Producer:
+    """Another framework's array as DLPack sees it: only __dlpack__ and __dlpack_device__."""
+
+    def __init__(self, t):
+        self.t = t
+
+    def __dlpack__(self, stream=None, max_version=None, dl_device=None, copy=None):
+        return self.t.__dlpack__(max_version=max_version, dl_device=dl_device, copy=copy)
+
+    def __dlpack_device__(self):
+        return self.t.__dlpack_device__()
+
+
+def test_device_memory_is_taken_without_a_copy(rng, mhd):
+    a = rng.standard_normal((2, 3)).astype(np.float32)
+    t = tessera.from_numpy(a).my_hardware_device()
+    u = tessera.from_dlpack(_Producer(t[:, 1:]))  # kDLExtDev: adopted by tessera::from_dlpack
+    assert u.device == t.device and u.shape == (2, 2)
+    np.testing.assert_array_equal(u.cpu().numpy(), a[:, 1:])
+    t.add_(tessera.ones((2, 3)).my_hardware_device())  # the same memory: seen through u
+    np.testing.assert_array_equal(u.cpu().numpy(), a[:, 1:] + 1)
+    assert tessera.from_dlpack(_Producer(t), copy=True).is_cpu  # copy=True still copies to the CPU
+
+
 def test_torch_if_present(rng):
     torch = pytest.importorskip("torch")
     x = torch.randn(3, 4)
