@@ -7,27 +7,28 @@
 // memory; the deleter drops it with the GIL held. Only CPU memory is taken in this way (another
 // device's pointer has no meaning to a Tessera plugin's allocator), and negative strides (which a
 // Tessera geometry cannot express) are refused: the Python side copies only when copy=True.
-// Out: an nb::ndarray over the tensor's memory whose owner is a capsule holding a Tensor (so the
-// storage lives as long as the array); NumPy for CPU tensors, a plain DLPack producer (__dlpack__,
-// __dlpack_device__) for every device. A renamed or third-party device (privateuse1..3) exports as
-// kDLExtDev with its device index; its data pointer is the plugin's memory handle and the byte
-// offset of the first element. Exporting moves the storage's version (Note [Storage version]), as
-// data_ptr() does; writes made later through memory shared with NumPy or another framework are not
-// seen by the version, so something a kernel derived from the tensor (a prepacked weight) may be
-// stale after them.
+// Out: numpy() is an nb::ndarray over the tensor's memory whose owner is a capsule holding a Tensor
+// (so the storage lives as long as the array). __dlpack__ is the C++ tessera::to_dlpack for every
+// device (tessera/dlpack.h): a renamed or third-party device (privateuse1..3) exports as kDLExtDev
+// (device_id per Note [DLPack devices]); its data pointer is the plugin's memory handle and
+// byte_offset the first element's offset. Exporting moves the storage's version (Note [Storage
+// version]), as data_ptr() does; writes made later through memory shared with NumPy or another
+// framework are not seen by the version, so something a kernel derived from the tensor (a
+// prepacked weight) may be stale after them.
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/string.h>
 
 #include <string>
 
 #include "bindings.h"
+#include "tessera/dlpack.h"
 
 namespace tessera::python {
 
 namespace {
 
 namespace dl = nb::dlpack;
-constexpr int kDLCPU = 1, kDLCUDA = 2, kDLOpenCL = 4, kDLExtDev = 12;
+constexpr int kDLCPU = dlpack::kDLCPU;
 
 using AnyArray = nb::ndarray<nb::ro>;
 
@@ -76,17 +77,11 @@ dl::dtype dlpack_from_dtype(DType t) {
   }
 }
 
-int dlpack_device_type(Device d) {
-  switch (d.type()) {
-    case DeviceType::CPU: return kDLCPU;
-    case DeviceType::CUDA: return kDLCUDA;
-    case DeviceType::OpenCL: return kDLOpenCL;
-    case DeviceType::PrivateUse1:
-    case DeviceType::PrivateUse2:
-    case DeviceType::PrivateUse3: return kDLExtDev;
-    case DeviceType::Meta: break;
-  }
-  throw nb::value_error("a tensor on the meta device has no memory to share");
+// The one mapping of tessera/dlpack.h (Note [DLPack devices]): a renamed backend exports as
+// kDLExtDev with device_id (slot - 1) * 65536 + index, the same in C++ and Python.
+dlpack::DLDevice dlpack_device_of(Device d) {
+  if (d.type() == DeviceType::Meta) throw nb::value_error("a tensor on the meta device has no memory to share");
+  return to_dlpack_device(d);
 }
 
 void release_array(void* ctx, void*) {
@@ -131,8 +126,8 @@ nb::ndarray<F...> as_ndarray(const Tensor& t) {
   TESSERA_CHECK(t.storage()->usable(), "the tensor's storage is unusable because ", t.storage()->unusable_reason());
   // Writable memory handed out, as data_ptr() does in C++ (Note [Storage version]).
   t.storage()->bump_version();
-  Device d = t.device();
-  int dev_type = dlpack_device_type(d);
+  const dlpack::DLDevice dev = dlpack_device_of(t.device());
+  const int dev_type = dev.device_type;
   std::vector<size_t> shape(t.sizes().begin(), t.sizes().end());
   std::vector<int64_t> strides(t.strides().begin(), t.strides().end());
   void* base = t.storage()->data();
@@ -142,7 +137,7 @@ nb::ndarray<F...> as_ndarray(const Tensor& t) {
     byte_offset = 0;
   }
   return nb::ndarray<F...>(base, shape.size(), shape.data(), owner_of(t), strides.data(), dlpack_from_dtype(t.dtype()),
-                           dev_type, d.has_index() ? d.index() : 0, 0, byte_offset);
+                           dev_type, dev.device_id, 0, byte_offset);
 }
 
 }  // namespace
@@ -167,11 +162,43 @@ void bind_interop(nb::module_& m) {
                   "'; NumPy only sees CPU memory: call .cpu() first, or numpy(copy=True)");
     return nb::cast(as_ndarray<nb::numpy>(t));
   }, nb::arg("tensor"));
-  m.def("_dlpack_producer", [](const Tensor& t) { return nb::cast(as_ndarray<nb::array_api>(t)); }, nb::arg("tensor"),
-        "An object with __dlpack__ / __dlpack_device__ over the tensor's memory (any device).");
+  // Tensor.__dlpack__ is the C++ tessera::to_dlpack (one implementation for C++ and Python);
+  // _from_dlpack_capsule is tessera::from_dlpack, for tests that check it against NumPy. Capsule
+  // names follow the Python DLPack protocol: a consumer renames "dltensor[_versioned]" to
+  // "used_..."; a capsule never consumed calls the deleter when it is collected.
+  m.def("_to_dlpack", [](const Tensor& t, bool versioned, bool read_only) {
+    if (versioned) {
+      auto* mt = to_dlpack(t, {.read_only = read_only});
+      return nb::steal<nb::object>(PyCapsule_New(mt, "dltensor_versioned", [](PyObject* cap) {
+        if (!PyCapsule_IsValid(cap, "dltensor_versioned")) return;
+        auto* m = static_cast<dlpack::DLManagedTensorVersioned*>(PyCapsule_GetPointer(cap, "dltensor_versioned"));
+        if (m && m->deleter) m->deleter(m);
+      }));
+    }
+    auto* mt = to_dlpack_unversioned(t);
+    return nb::steal<nb::object>(PyCapsule_New(mt, "dltensor", [](PyObject* cap) {
+      if (!PyCapsule_IsValid(cap, "dltensor")) return;
+      auto* m = static_cast<dlpack::DLManagedTensor*>(PyCapsule_GetPointer(cap, "dltensor"));
+      if (m && m->deleter) m->deleter(m);
+    }));
+  }, nb::arg("tensor"), nb::arg("versioned") = true, nb::arg("read_only") = false);
+  m.def("_from_dlpack_capsule", [](nb::handle cap) {
+    PyObject* c = cap.ptr();
+    if (PyCapsule_IsValid(c, "dltensor_versioned")) {
+      auto* m = static_cast<dlpack::DLManagedTensorVersioned*>(PyCapsule_GetPointer(c, "dltensor_versioned"));
+      PyCapsule_SetName(c, "used_dltensor_versioned");  // ours now, whatever from_dlpack decides
+      return from_dlpack(m);
+    }
+    if (PyCapsule_IsValid(c, "dltensor")) {
+      auto* m = static_cast<dlpack::DLManagedTensor*>(PyCapsule_GetPointer(c, "dltensor"));
+      PyCapsule_SetName(c, "used_dltensor");
+      return from_dlpack(m);
+    }
+    throw nb::type_error("_from_dlpack_capsule: expected an unused DLPack capsule");
+  }, nb::arg("capsule"));
   m.def("_dlpack_device", [](const Tensor& t) {
-    Device d = t.device();
-    return nb::make_tuple(dlpack_device_type(d), d.has_index() ? d.index() : 0);
+    const dlpack::DLDevice dev = dlpack_device_of(t.device());
+    return nb::make_tuple(dev.device_type, dev.device_id);
   });
 }
 

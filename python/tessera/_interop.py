@@ -19,14 +19,19 @@ def from_numpy(array, *, copy=False):
 
 def from_dlpack(obj, *, device=None, copy=None):
     """A tensor sharing the memory of `obj`, any object with __dlpack__ (NumPy, PyTorch, CuPy, JAX) or
-    the buffer protocol. Only CPU memory is taken without a copy: memory on another device raises
-    BufferError unless copy=True, which copies it to the CPU through the producer. A tessera.Tensor
-    is returned as it is (copy=True: cloned). `device`, when given, moves the result there."""
+    the buffer protocol. CPU memory is taken without a copy, and so is memory on a device Tessera has
+    (kDLCUDA, kDLOpenCL, kDLExtDev: adopted as that device's memory handle by the C++
+    tessera::from_dlpack); memory on any other device raises BufferError unless copy=True, which
+    copies it to the CPU through the producer. A tessera.Tensor is returned as it is (copy=True:
+    cloned). `device`, when given, moves the result there."""
     from ._C import Tensor
     if isinstance(obj, Tensor):
         t = obj.clone() if copy else obj
     else:
         dev = obj.__dlpack_device__() if hasattr(obj, "__dlpack_device__") else (KDL_CPU, 0)
+        if dev[0] in (KDL_CUDA, KDL_OPENCL, KDL_EXT_DEV) and not copy:
+            t = _from_device_capsule(obj, dev)
+            return t.to(device) if device is not None else t
         if dev[0] != KDL_CPU:
             if not copy:
                 raise BufferError("from_dlpack: the object lives on DLPack device %r, whose memory Tessera cannot "
@@ -42,6 +47,18 @@ def from_dlpack(obj, *, device=None, copy=None):
         if copy:
             t = t.clone()
     return t.to(device) if device is not None else t
+
+
+def _from_device_capsule(obj, dev):
+    try:
+        cap = obj.__dlpack__(max_version=(1, 0))
+    except TypeError:  # a producer from before DLPack 1.0
+        cap = obj.__dlpack__()
+    try:
+        return _C._from_dlpack_capsule(cap)
+    except Exception as e:
+        raise BufferError("from_dlpack: the object lives on DLPack device %r and Tessera cannot take its memory "
+                          "(%s); pass copy=True to copy it to the CPU" % (tuple(dev), e)) from e
 
 
 def _to_cpu_copy(obj):
@@ -79,9 +96,10 @@ def _array_interface(self):
 
 
 def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
-    """DLPack export (array API standard). The capsule shares the tensor's memory; a renamed or
-    third-party device exports as kDLExtDev with its index. dl_device asking for another device
-    (the CPU) raises BufferError unless copy=True."""
+    """DLPack export (array API standard), made by the C++ tessera::to_dlpack. The capsule shares the
+    tensor's memory; a renamed or third-party device exports as kDLExtDev with device_id
+    (slot - 1) * 65536 + index. dl_device asking for another device (the CPU) raises BufferError
+    unless copy=True."""
     t = self
     own = tuple(_C._dlpack_device(self))
     if dl_device is not None and tuple(dl_device) != own:
@@ -93,10 +111,9 @@ def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None
         t = self.clone()
     if stream is not None and stream != -1 and not self.is_cpu:
         _C.synchronize(self.device)  # work queued on Tessera's streams completes before the consumer reads
-    producer = _C._dlpack_producer(t)
-    if max_version is None:
-        return producer.__dlpack__()
-    return producer.__dlpack__(max_version=max_version)
+    # tessera::to_dlpack (C++): a versioned capsule for a consumer that asks for DLPack 1.x.
+    versioned = max_version is not None and tuple(max_version)[0] >= 1
+    return _C._to_dlpack(t, versioned, False)
 
 
 def __dlpack_device__(self):

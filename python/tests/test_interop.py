@@ -100,6 +100,51 @@ def test_dlpack_capsule_versions(rng):
     assert type(cap1).__name__ == "PyCapsule"
 
 
+class _CxxCapsule:
+    """A producer whose capsule comes from the C++ tessera::to_dlpack, for NumPy to read."""
+
+    def __init__(self, t, versioned=True, read_only=False):
+        self.t, self.versioned, self.read_only = t, versioned, read_only
+
+    def __dlpack__(self, stream=None, max_version=None, dl_device=None, copy=None):
+        return tessera._C._to_dlpack(self.t, self.versioned and max_version is not None, self.read_only)
+
+    def __dlpack_device__(self):
+        return (1, 0)
+
+
+@pytest.mark.parametrize("dtype", [np.bool_, np.uint8, np.int8, np.int16, np.int32, np.int64, np.float16,
+                                   np.float32, np.float64])
+def test_cxx_dlpack_against_numpy(rng, dtype):
+    # NumPy reads what the C++ to_dlpack writes (a strided view with an offset) ...
+    a = (rng.standard_normal((4, 6)) * 10).astype(dtype)
+    view = tessera.from_numpy(a)[1:, ::2]
+    b = np.from_dlpack(_CxxCapsule(view))
+    assert addr(b) == addr(a[1:, ::2]) and b.strides == a[1:, ::2].strides
+    np.testing.assert_array_equal(b, a[1:, ::2])
+    # ... and the C++ from_dlpack reads what NumPy writes, versioned and legacy, without a copy.
+    for cap in (a[1:, ::2].__dlpack__(max_version=(1, 0)), a[1:, ::2].__dlpack__()):
+        t = tessera._C._from_dlpack_capsule(cap)
+        assert t.data_ptr() == addr(a[1:, ::2])
+        np.testing.assert_array_equal(t.numpy(), a[1:, ::2])
+    c = tessera._C._from_dlpack_capsule(np.array(3.5, np.float32).__dlpack__(max_version=(1, 0)))  # 0-d
+    assert c.shape == () and c.item() == 3.5
+    e = np.from_dlpack(_CxxCapsule(tessera.from_numpy(np.zeros((2, 0), dtype))))  # empty
+    assert e.shape == (2, 0) and e.dtype == dtype
+
+
+def test_cxx_dlpack_read_only():
+    # NumPy marks the array it makes from a read-only capsule read-only ...
+    a = np.arange(4, dtype=np.float32)
+    b = np.from_dlpack(_CxxCapsule(tessera.from_numpy(a), read_only=True))
+    assert not b.flags.writeable and addr(b) == addr(a)
+    # ... and a read-only NumPy array's capsule is copied by from_dlpack (Note [DLPack read-only]).
+    a.flags.writeable = False
+    t = tessera._C._from_dlpack_capsule(a.__dlpack__(max_version=(1, 0)))
+    assert t.data_ptr() != addr(a)
+    np.testing.assert_array_equal(t.numpy(), a)
+
+
 def test_quantized_and_bfloat16_say_why(rng):
     t = tessera.from_numpy(rng.standard_normal(4).astype(np.float32))
     with pytest.raises(TypeError, match="quantized"):
@@ -120,6 +165,30 @@ def test_device_tensors_export_as_ext_dev(rng, mhd):
     np.testing.assert_array_equal(tessera.from_dlpack(t, copy=True).cpu().numpy(), a)
     with pytest.raises((BufferError, RuntimeError, TypeError, ValueError)):
         np.from_dlpack(t)  # NumPy cannot read kDLExtDev memory, and Tessera does not copy behind its back
+
+
+class _Producer:
+    """Another framework's array as DLPack sees it: only __dlpack__ and __dlpack_device__."""
+
+    def __init__(self, t):
+        self.t = t
+
+    def __dlpack__(self, stream=None, max_version=None, dl_device=None, copy=None):
+        return self.t.__dlpack__(max_version=max_version, dl_device=dl_device, copy=copy)
+
+    def __dlpack_device__(self):
+        return self.t.__dlpack_device__()
+
+
+def test_device_memory_is_taken_without_a_copy(rng, mhd):
+    a = rng.standard_normal((2, 3)).astype(np.float32)
+    t = tessera.from_numpy(a).my_hardware_device()
+    u = tessera.from_dlpack(_Producer(t[:, 1:]))  # kDLExtDev: adopted by tessera::from_dlpack
+    assert u.device == t.device and u.shape == (2, 2)
+    np.testing.assert_array_equal(u.cpu().numpy(), a[:, 1:])
+    t.add_(tessera.ones((2, 3)).my_hardware_device())  # the same memory: seen through u
+    np.testing.assert_array_equal(u.cpu().numpy(), a[:, 1:] + 1)
+    assert tessera.from_dlpack(_Producer(t), copy=True).is_cpu  # copy=True still copies to the CPU
 
 
 def test_torch_if_present(rng):

@@ -91,7 +91,7 @@ def main():
                 if info.filename == "program.json":
                     body = body.replace(b'"major": 1', b'"major": 2')
                 zout.writestr(info, body)
-        for path, needle in ((truncated, "truncated"), (newer, "format 2.0")):
+        for path, needle in ((truncated, "truncated"), (newer, "format 2.")):
             r = run([args.tessera, "graph", path])
             lines = r.stderr.strip().splitlines()
             if r.returncode != 1 or len(lines) != 1 or needle not in lines[0] or path not in lines[0]:

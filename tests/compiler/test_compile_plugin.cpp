@@ -5,6 +5,8 @@
 
 #include "compile_plugin_util.h"
 #include "tessera/compiler/compile.h"
+#include "tessera/compiler/compiled_program.h"
+#include "tessera/compiler/program_file.h"
 #include "tessera/plugin_loader.h"
 #include "tessera/tessera.h"
 
@@ -12,6 +14,7 @@ namespace {
 
 using tessera::CompiledFunction;
 using tessera::CompileOptions;
+using tessera::CompiledProgram;
 using tessera::Tensor;
 using namespace tessera::compile_plugin_test;
 
@@ -38,6 +41,7 @@ TEST(CompilePlugin, ThePluginRunsEachChainAsOneLaunchAndTheDispatcherTheRest) {
   for (const auto& a : f.artifacts()) {
     EXPECT_EQ(a.backend, "chain_compiler");
     EXPECT_EQ(a.partitions, 2u);
+    EXPECT_EQ(a.compatibility, "") << "a 1.2 compiler table reports none";
   }
 }
 
@@ -72,6 +76,40 @@ TEST(CompilePlugin, BackendsThatAreNotCompilerPluginsAreRefused) {
   const std::string unknown = message("tvm");
   EXPECT_NE(unknown.find("unknown backend 'tvm'"), std::string::npos) << unknown;
   EXPECT_NE(unknown.find("chain_compiler"), std::string::npos) << unknown;
+}
+
+// A plugin whose compiler table ends at the 1.2 slots (chain_compiler) compiles ahead of time as
+// before: its artifact carries no compatibility string, and loading it checks nothing
+// (Note [Compiled artifact compatibility]).
+TEST(CompilePlugin, CompiledProgramOfA12PluginIsNotChecked) {
+  Chains c;
+  const std::vector<Tensor> in{tessera::randn({4, 8}), tessera::randn({4, 8})};
+  tessera::ExportOptions options;
+  options.parameters = {{"w", c.w}};
+  CompiledProgram cp = CompiledProgram::compile(tessera::export_program(c.fn, in, options), "chain_compiler",
+                                                tessera::Device("cpu"));
+  ASSERT_TRUE(cp.program().compiled);
+  EXPECT_EQ(cp.program().compiled->backend, "chain_compiler");
+  EXPECT_EQ(cp.program().compiled->compatibility, "");
+  EXPECT_EQ(tessera::compiler::compatibility_info("chain_compiler", tessera::Device("cpu")), "");
+  EXPECT_EQ(tessera::compiler::validate_compatibility("chain_compiler", tessera::Device("cpu"), "anything"),
+            tessera::compiler::Compatibility::NotChecked);
+  const std::string path = ::testing::TempDir() + "chain_compiled.tsr";
+  cp.save(path);
+  CompiledProgram loaded = CompiledProgram::load(path);
+  EXPECT_EQ(loaded.verdict(), tessera::compiler::Compatibility::NotChecked);
+  EXPECT_EQ(loaded.recompile_reason(), "");
+  EXPECT_EQ(loaded.partitions(), 2u);
+  EXPECT_EQ(loaded.program().compiled->group_of_node, cp.program().compiled->group_of_node);
+  const uint64_t before = launches();
+  const std::vector<Tensor> got = loaded(in), want = c.fn(in);
+  EXPECT_EQ(launches() - before, 2u);
+  ASSERT_EQ(got.size(), 2u);
+  for (size_t i = 0; i < 2; ++i) expect_close(got[i], want[i], "output " + std::to_string(i));
+  // A program without a record is not a compiled program; a wrong input gets run()'s error.
+  EXPECT_THROW(CompiledProgram::load(tessera::export_program(c.fn, in, options)), tessera::Error);
+  EXPECT_THROW(loaded({in[0]}), tessera::Error);
+  std::remove(path.c_str());
 }
 
 }  // namespace

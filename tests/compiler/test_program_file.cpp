@@ -232,11 +232,42 @@ TEST(ProgramFile, RunGivesTheReferenceResultAfterLoading) {
 
 TEST(ProgramFile, UnknownMajorIsRefusedNamingBothVersions) {
   ExportedProgram ep = tp::linear_relu_program();
-  std::string path = with_program_json(ep, "major2.tsr", [](json& j) { j["format_version"]["major"] = 2; });
+  std::string path = with_program_json(ep, "major2.tsr", [](json& j) {
+    j["format_version"]["major"] = 2;
+    j["format_version"]["minor"] = 0;
+  });
   std::string m = error_of([&] { load_program(path); });
   EXPECT_CONTAINS(m, "format_version");
   EXPECT_CONTAINS(m, "format 2.0");
   EXPECT_CONTAINS(m, "reads 1.x");
+}
+
+// Format 1.1: what a compiler plugin compiled the program into (Note [Compiled artifact
+// compatibility] in plugin_abi.h) goes into program.json and comes back, checked.
+TEST(ProgramFile, CompiledRecordRoundTripsAndIsChecked) {
+  ExportedProgram ep = tp::linear_relu_program();
+  const json plain = json::parse(program_json(ep));
+  EXPECT_FALSE(plain.contains("compiled"));
+  EXPECT_EQ(plain["format_version"]["minor"], 1);
+  std::vector<int32_t> groups(ep.graph.nodes.size(), -1);
+  groups[1] = 0;
+  ep.compiled = tessera::compiler::CompiledArtifact{"some_compiler", "cpu", "some-compiler 2.1 isa", groups};
+  const ExportedProgram back = tessera::compiler::parse_program_json(program_json(ep));
+  ASSERT_TRUE(back.compiled);
+  EXPECT_EQ(back.compiled->backend, "some_compiler");
+  EXPECT_EQ(back.compiled->device, "cpu");
+  EXPECT_EQ(back.compiled->compatibility, "some-compiler 2.1 isa");
+  EXPECT_EQ(back.compiled->group_of_node, groups);
+  json j = json::parse(program_json(ep));
+  j["compiled"]["group_of_node"].push_back(0);
+  EXPECT_CONTAINS(error_of([&] { tessera::compiler::parse_program_json(j.dump()); }),
+                  "compiled.group_of_node: has " + std::to_string(groups.size() + 1) + " entries");
+  j = json::parse(program_json(ep));
+  j["compiled"]["group_of_node"][0] = -7;
+  EXPECT_CONTAINS(error_of([&] { tessera::compiler::parse_program_json(j.dump()); }), "group -7 is not -1");
+  j.erase("compiled");
+  j["compiled"] = {{"backend", "x"}};
+  EXPECT_CONTAINS(error_of([&] { tessera::compiler::parse_program_json(j.dump()); }), "'device' is missing");
 }
 
 TEST(ProgramFile, NewerMinorLoadsIgnoringUnknownFields) {

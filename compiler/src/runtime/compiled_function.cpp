@@ -12,6 +12,7 @@
 #include "backends/plugin/partition.h"
 #include "tessera/compiler/codegen.h"
 #include "tessera/compiler/compile.h"
+#include "tessera/compiler/compiled_program.h"
 #include "tessera/env.h"
 #include "tessera/error.h"
 #include "tessera/log.h"
@@ -36,6 +37,7 @@ struct Artifact {
   std::optional<compiler::codegen::CompiledGraph> generated;
   std::optional<ExportedProgram> program;                     // the interpreter's
   std::unique_ptr<compiler::PartitionedProgram> partitioned;  // a compiler plugin's
+  std::string compatibility;  // the plugin's compatibility string (Note [Compiled artifact compatibility])
 
   std::vector<Tensor> run(const ExportFn& fn, const std::vector<Tensor>& inputs) const {
     if (generated) return generated->run(inputs);
@@ -251,6 +253,7 @@ struct CompiledFunction::State {
       }
       if (a->partitioned) {
         program.reset();
+        a->compatibility = compiler::compatibility_info(a->backend, device);
       } else if (!interpreter_backend && !all_cpu && log_enabled("compile"))
         log_message(LogLevel::Info, "compile",
                     "'" + options.name + "': the cpp backend generates code for CPU values only; inputs " +
@@ -377,7 +380,7 @@ std::vector<ArtifactInfo> CompiledFunction::artifacts() const {
   std::vector<ArtifactInfo> out;
   for (const auto& a : state_->artifacts)
     out.push_back({a->backend, a->guards.str(), a->program ? a->program->graph_string() : std::string(),
-                   a->partitioned ? a->partitioned->partitions() : 0, a->selection});
+                   a->partitioned ? a->partitioned->partitions() : 0, a->selection, a->compatibility});
   return out;
 }
 

@@ -17,4 +17,10 @@ Value constant_value(const Constant& c);
 std::vector<Tensor> execute_node(const Graph& graph, const Node& n, const std::vector<Tensor>& env,
                                  const std::map<std::string, int64_t>& bindings);
 
+// Checks `inputs` against `program`'s user inputs (count, device, rank, dtype, sizes, ranges,
+// guards) with ExportedProgram::run's one-line errors and returns the bound symbols; `out_device`
+// (optional) receives the inputs' device.
+std::map<std::string, int64_t> check_run_inputs(const ExportedProgram& program, const std::vector<Tensor>& inputs,
+                                                Device* out_device = nullptr);
+
 }  // namespace tessera::compiler

@@ -105,9 +105,12 @@ std::vector<Tensor> execute_node(const Graph& graph, const Node& n, const std::v
   return results;
 }
 
-std::vector<Tensor> ExportedProgram::run(const std::vector<Tensor>& inputs) const {
+Bindings check_run_inputs(const ExportedProgram& program, const std::vector<Tensor>& inputs, Device* out_device) {
+  const Graph& graph = program.graph;
+  const std::vector<Guard>& guards = program.guards;
+  const auto& ranges = program.ranges;
   std::vector<const InputSpec*> user;
-  for (const InputSpec& in : signature.inputs)
+  for (const InputSpec& in : program.signature.inputs)
     if (in.kind == InputKind::UserInput) user.push_back(&in);
   TESSERA_CHECK(inputs.size() == user.size(), "run: the program takes ", user.size(), " inputs, got ", inputs.size());
   Device device(DeviceType::CPU);
@@ -159,6 +162,16 @@ std::vector<Tensor> ExportedProgram::run(const std::vector<Tensor>& inputs) cons
                             ": export again with examples of these sizes or declare the dims so that the shape "
                             "rule need not compare them");
   }
+  if (out_device) *out_device = device;
+  return bindings;
+}
+
+std::vector<Tensor> ExportedProgram::run(const std::vector<Tensor>& inputs) const {
+  std::vector<const InputSpec*> user;
+  for (const InputSpec& in : signature.inputs)
+    if (in.kind == InputKind::UserInput) user.push_back(&in);
+  Device device(DeviceType::CPU);
+  const Bindings bindings = check_run_inputs(*this, inputs, &device);
 
   std::vector<Tensor> env(graph.values.size());
   for (size_t i = 0; i < inputs.size(); ++i) env[size_t(user[i]->value)] = inputs[i];

@@ -247,6 +247,11 @@ std::string program_json(const ExportedProgram& ep) {
     for (const Guard& g : ep.guards) guards.push_back(g.str());
     root["guards"] = guards;
   }
+  if (ep.compiled)  // format 1.1 (Note [Compiled artifact compatibility] in plugin_abi.h)
+    root["compiled"] = {{"backend", ep.compiled->backend},
+                        {"device", ep.compiled->device},
+                        {"compatibility", ep.compiled->compatibility},
+                        {"group_of_node", ep.compiled->group_of_node}};
   return root.dump(1);
 }
 
@@ -390,6 +395,19 @@ ExportedProgram parse_program_json_unescaped(std::string_view text, const std::s
     size_t nout = outs.array_size();
     for (size_t o = 0; o < nout; ++o) node.outputs.push_back(outs.at(o).value_id(nv));
     ep.graph.nodes.push_back(std::move(node));
+  }
+  if (top.has("compiled")) {
+    Field c = top["compiled"];
+    CompiledArtifact artifact{c["backend"].string(), c["device"].string(), c["compatibility"].string(), {}};
+    Field groups = c["group_of_node"];
+    if (groups.array_size() != nn)
+      groups.fail("has " + std::to_string(groups.array_size()) + " entries for " + std::to_string(nn) + " nodes");
+    for (size_t i = 0; i < nn; ++i) {
+      const int64_t g = groups.at(i).integer();
+      if (g < -1 || g > INT32_MAX) groups.at(i).fail("group " + std::to_string(g) + " is not -1 or a group id");
+      artifact.group_of_node.push_back(int32_t(g));
+    }
+    ep.compiled = std::move(artifact);
   }
   check_parsed_program(ep, root, what);
   return ep;

@@ -3,6 +3,9 @@
 #include <my_hardware_device/fused.h>
 #include <tessera/sdk.hpp>
 
+#include <cstdio>
+#include <string>
+
 #define MHD_DEVICE "my_hardware_device"
 #define MHD_COMPILER "my_hardware_device_compiler"
 
@@ -24,7 +27,45 @@ struct Chain {
   std::vector<int32_t> output_regs;
 };
 
+// Note [Accelerator compatibility string]
+// "mhd-compiler <major>.<minor> <isa>": what the artifacts this compiler makes depend on. Verdict on
+// a stored string: another name, ISA or major, or a newer minor -> UNSUPPORTED; an older minor of
+// the same major -> PREFER_RECOMPILE (still runs; the newer compiler fuses better); equal -> OPTIMAL.
+// Test hook: MHD_COMPILER_COMPATIBILITY replaces the string this compiler reports (read at each
+// call), so a test can make artifacts "from another compiler version" with real dlopen.
+constexpr const char* kCompatibility = "mhd-compiler 1.4 mhd-isa1";
+
+struct CompatibilityParts {
+  std::string name, isa;
+  int major = -1, minor = -1;
+};
+CompatibilityParts parse_compatibility(const std::string& text) {
+  CompatibilityParts p;
+  char name[64] = "", isa[64] = "";
+  if (std::sscanf(text.c_str(), "%63s %d.%d %63s", name, &p.major, &p.minor, isa) == 4) {
+    p.name = name;
+    p.isa = isa;
+  }
+  return p;
+}
+
 class Compiler final : public tessera::sdk::CompilerBase<Chain> {
+  std::string compatibility_info(const char* device) override {
+    if (tessera::sdk::device_index_of(device, MHD_DEVICE) < 0) return {};
+    const tessera_host_api_t* host = tessera::sdk::host_api();
+    const char* hook = host ? host->getenv("MHD_COMPILER_COMPATIBILITY") : nullptr;
+    return hook && *hook ? hook : kCompatibility;
+  }
+
+  tessera_compatibility_t validate_compatibility(const char* device, const char* info) override {
+    const CompatibilityParts now = parse_compatibility(compatibility_info(device));
+    const CompatibilityParts then = parse_compatibility(info);
+    if (then.name.empty() || then.name != now.name || then.isa != now.isa || then.major != now.major ||
+        then.minor > now.minor)
+      return TESSERA_COMPATIBILITY_UNSUPPORTED;
+    return then.minor < now.minor ? TESSERA_COMPATIBILITY_PREFER_RECOMPILE : TESSERA_COMPATIBILITY_OPTIMAL;
+  }
+
   bool takes(const GraphView& g, int32_t node, const char* device) override {
     const int op = fused_op(g.target(node));
     return op >= 0 && g.is_elementwise(node, operands(op)) &&

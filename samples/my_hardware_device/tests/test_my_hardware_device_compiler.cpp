@@ -4,8 +4,11 @@
 // driver interface it uses (include/my_hardware_device/fused.h) refuses bad programs and buffers.
 // Built out of tree against the installed runtime, and in the main tree by tests/compiler.
 #include <dlfcn.h>
+#include <unistd.h>
 
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -14,6 +17,8 @@
 #include <gtest/gtest.h>
 #include <my_hardware_device/fused.h>
 #include <tessera/compiler/compile.h>
+#include <tessera/compiler/compiled_program.h>
+#include <tessera/compiler/export.h>
 #include <tessera/plugin_loader.h>
 #include <tessera/stream.h>
 #include <tessera/tessera.h>
@@ -21,6 +26,7 @@
 namespace {
 
 using tessera::CompiledFunction;
+using tessera::CompiledProgram;
 using tessera::CompileOptions;
 using tessera::Device;
 using tessera::Tensor;
@@ -124,6 +130,7 @@ TEST(MyHardwareDeviceCompiler, EachChainIsOneLaunchAndResultsMatchTheReference) 
   for (const auto& a : f.artifacts()) {
     EXPECT_EQ(a.backend, kCompiler);
     EXPECT_EQ(a.partitions, 2u) << "the matmul between the chains splits them";
+    EXPECT_EQ(a.compatibility, "mhd-compiler 1.4 mhd-isa1") << "the artifact carries the compiler's string";
   }
 }
 
@@ -202,6 +209,110 @@ TEST(MyHardwareDeviceCompiler, EveryGraphMatchesFloat64OnTheCpuWithOneLaunchPerC
     }
     for (const auto& a : f.artifacts()) EXPECT_EQ(a.partitions, size_t(c.chains)) << c.name;
   }
+}
+
+// Note [Compiled artifact compatibility] with the accelerator's compiler (Note [Accelerator
+// compatibility string]): MHD_COMPILER_COMPATIBILITY, the plugin's documented test hook, makes it
+// report another compiler version or ISA, as an updated plugin or another machine would.
+class CompiledCompatibility : public ::testing::Test {
+ protected:
+  using Compatibility = tessera::compiler::Compatibility;
+  void SetUp() override {
+    unsetenv("MHD_COMPILER_COMPATIBILITY");
+    fn_ = [](const std::vector<Tensor>& in) { return std::vector<Tensor>{tessera::sigmoid(in[0] * in[1] + 0.5) - in[0]}; };
+    x_ = tessera::randn({4, 8});
+    y_ = tessera::randn({4, 8});
+    const std::vector<Tensor> in{x_.to(dev_), y_.to(dev_)};
+    CompiledProgram::compile(tessera::export_program(fn_, in), kCompiler, dev_).save(path_);
+  }
+  void TearDown() override {
+    unsetenv("MHD_COMPILER_COMPATIBILITY");
+    std::remove(path_.c_str());
+  }
+  // Runs `cp` and checks it against float64 on the host, with one fused launch.
+  void expect_runs(const CompiledProgram& cp) {
+    const int64_t before = fused_launches();
+    const std::vector<Tensor> got = cp({x_.to(dev_), y_.to(dev_)});
+    EXPECT_EQ(fused_launches() - before, 1);
+    const std::vector<double> xv = host_values(x_), yv = host_values(y_);
+    std::vector<double> want(xv.size());
+    for (size_t i = 0; i < xv.size(); ++i) want[i] = sigmoid(xv[i] * yv[i] + 0.5) - xv[i];
+    ASSERT_EQ(got.size(), 1u);
+    expect_close(got[0], want, "compiled program");
+  }
+  tessera::ExportFn fn_;
+  Tensor x_, y_;
+  const Device dev_{"my_hardware_device:0"};
+  const std::string path_ = ::testing::TempDir() + "mhd_compiled_" + std::to_string(getpid()) + ".tsr";
+};
+
+TEST_F(CompiledCompatibility, TheArtifactCarriesTheCompilersStringAndLoadsAsItIs) {
+  EXPECT_EQ(tessera::compiler::compatibility_info(kCompiler, dev_), "mhd-compiler 1.4 mhd-isa1");
+  EXPECT_EQ(tessera::compiler::compatibility_info(kCompiler, Device("cpu")), "") << "serves the accelerator only";
+  CompiledProgram cp = CompiledProgram::load(path_);
+  EXPECT_EQ(cp.program().compiled->backend, kCompiler);
+  EXPECT_EQ(cp.program().compiled->device, "my_hardware_device:0");
+  EXPECT_EQ(cp.program().compiled->compatibility, "mhd-compiler 1.4 mhd-isa1");
+  EXPECT_EQ(cp.verdict(), Compatibility::Optimal);
+  EXPECT_EQ(cp.recompile_reason(), "");
+  EXPECT_EQ(cp.partitions(), 1u);
+  expect_runs(cp);
+}
+
+TEST_F(CompiledCompatibility, ANewerCompilerPrefersARecompileAndRecompilesWithAWarning) {
+  setenv("MHD_COMPILER_COMPATIBILITY", "mhd-compiler 1.5 mhd-isa1", 1);
+  ::testing::internal::CaptureStderr();
+  CompiledProgram cp = CompiledProgram::load(path_);
+  const std::string warning = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(cp.verdict(), Compatibility::PreferRecompile);
+  for (const std::string& part : {std::string("prefer_recompile"), std::string("\"mhd-compiler 1.4 mhd-isa1\""),
+                                  std::string("\"mhd-compiler 1.5 mhd-isa1\""), std::string("recompiling")})
+    EXPECT_NE(warning.find(part), std::string::npos) << warning;
+  EXPECT_NE(cp.recompile_reason().find("prefer_recompile"), std::string::npos);
+  EXPECT_EQ(cp.program().compiled->compatibility, "mhd-compiler 1.5 mhd-isa1") << "stamped by the new compiler";
+  expect_runs(cp);
+  // Not allowed to recompile: a prefer-recompile artifact still runs, as it is, with a warning.
+  tessera::compiler::LoadCompiledOptions no_recompile;
+  no_recompile.allow_recompile = false;
+  ::testing::internal::CaptureStderr();
+  CompiledProgram as_is = CompiledProgram::load(path_, no_recompile);
+  EXPECT_NE(::testing::internal::GetCapturedStderr().find("running it as it is"), std::string::npos);
+  EXPECT_EQ(as_is.verdict(), Compatibility::PreferRecompile);
+  EXPECT_EQ(as_is.recompile_reason(), "");
+  EXPECT_EQ(as_is.program().compiled->compatibility, "mhd-compiler 1.4 mhd-isa1");
+  expect_runs(as_is);
+}
+
+TEST_F(CompiledCompatibility, AnotherIsaIsUnsupported_RecompiledOrRefusedWithTheReason) {
+  setenv("MHD_COMPILER_COMPATIBILITY", "mhd-compiler 1.4 mhd-isa2", 1);
+  EXPECT_EQ(tessera::compiler::validate_compatibility(kCompiler, dev_, "mhd-compiler 1.4 mhd-isa1"),
+            Compatibility::Unsupported);
+  EXPECT_EQ(tessera::compiler::validate_compatibility(kCompiler, dev_, "mhd-compiler 1.4 mhd-isa2"),
+            Compatibility::Optimal);
+  EXPECT_EQ(tessera::compiler::validate_compatibility(kCompiler, dev_, "not a compatibility string"),
+            Compatibility::Unsupported);
+  ::testing::internal::CaptureStderr();
+  CompiledProgram cp = CompiledProgram::load(path_);
+  EXPECT_NE(::testing::internal::GetCapturedStderr().find("unsupported"), std::string::npos);
+  EXPECT_EQ(cp.verdict(), Compatibility::Unsupported);
+  EXPECT_EQ(cp.program().compiled->compatibility, "mhd-compiler 1.4 mhd-isa2");
+  expect_runs(cp);
+
+  tessera::compiler::LoadCompiledOptions no_recompile;
+  no_recompile.allow_recompile = false;
+  try {
+    CompiledProgram::load(path_, no_recompile);
+    ADD_FAILURE() << "an unsupported artifact was loaded without recompiling";
+  } catch (const tessera::Error& e) {
+    const std::string m = e.what();
+    EXPECT_EQ(e.code(), tessera::ErrorCode::Unavailable);
+    for (const char* part : {"refused", "unsupported", kCompiler, "\"mhd-compiler 1.4 mhd-isa1\"",
+                             "\"mhd-compiler 1.4 mhd-isa2\"", "allow_recompile"})
+      EXPECT_NE(m.find(part), std::string::npos) << part << " in: " << m;
+  }
+  // Saved again by the new compiler, the artifact is optimal for it.
+  cp.save(path_);
+  EXPECT_EQ(CompiledProgram::load(path_, no_recompile).verdict(), Compatibility::Optimal);
 }
 
 TEST(MyHardwareDeviceCompiler, TakesNothingOnTheCpuOrInFloat64) {

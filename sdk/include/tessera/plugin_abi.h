@@ -574,6 +574,20 @@ typedef tessera_status_t (*tessera_ext_quantizer_annotate_fn_t)(void* self, cons
  * Every node no partition takes runs through the dispatcher, as in eager mode. A status other than
  * NULL fails the call with the plugin's message. */
 #define TESSERA_EXT_COMPILER "tessera.compiler"
+
+/* Note [Compiled artifact compatibility]
+ * A program compiled ahead of time by a compiler plugin (tessera::compiler::CompiledProgram, saved
+ * in a program file) carries the plugin's compatibility_info for its device. Loading it asks the
+ * plugin, through validate_compatibility, whether that artifact still runs here, as ONNX Runtime's
+ * ValidateCompiledModelCompatibilityInfo does: OPTIMAL runs it as it is; PREFER_RECOMPILE and
+ * UNSUPPORTED recompile it (with a warning giving the verdict and both strings), and a loader that
+ * may not recompile runs a PREFER_RECOMPILE artifact with a warning and refuses an UNSUPPORTED one,
+ * naming the reason. The verdict values (ABI 1.3): */
+typedef enum tessera_compatibility_t {
+  TESSERA_COMPATIBILITY_OPTIMAL = 0,          /* made for this plugin and device as they are */
+  TESSERA_COMPATIBILITY_PREFER_RECOMPILE = 1, /* still runs, but a recompile would be better */
+  TESSERA_COMPATIBILITY_UNSUPPORTED = 2       /* cannot run here: recompile or refuse */
+} tessera_compatibility_t;
 typedef struct tessera_compiler_interface_t {
   uint32_t struct_size;
   uint32_t reserved_;
@@ -585,6 +599,18 @@ typedef struct tessera_compiler_interface_t {
   tessera_status_t (*run)(void* self, void* executable, const tessera_tensor_t* const* inputs, int32_t num_inputs,
                           const tessera_tensor_t* const* outputs, int32_t num_outputs, void* stream);
   void (*release)(void* self, void* executable);
+
+  /* ---- ABI 1.3 (Note [Compiled artifact compatibility]) */
+  /* (optional) Writes the plugin's compatibility string for artifacts it compiles for `device`
+   * ("my_hw-compiler 1.4 sm90": compiler version, target, whatever decides whether its output still
+   * runs) into `buffer` (NUL-terminated, truncated at capacity) and returns its length without the
+   * NUL, like snprintf. Host default: artifacts carry no compatibility string and are never checked. */
+  size_t (*compatibility_info)(void* self, const char* device, char* buffer, size_t capacity);
+  /* (optional) Judges an artifact made with compatibility string `info` for `device`: writes a
+   * tessera_compatibility_t to `out_verdict`. A status other than NULL counts as UNSUPPORTED with the
+   * plugin's message as the reason. Host default: every artifact is OPTIMAL (today's behaviour). */
+  tessera_status_t (*validate_compatibility)(void* self, const char* device, const char* info,
+                                             int32_t* out_verdict);
 } tessera_compiler_interface_t;
 typedef const tessera_compiler_interface_t* (*tessera_ext_compiler_fn_t)(void);
 

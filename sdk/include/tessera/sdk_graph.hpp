@@ -297,6 +297,15 @@ class CompilerBase {
   virtual void run(Executable& executable, TensorSpan inputs, TensorSpan outputs, void* stream) = 0;
   // (optional) host default: deletes the executable.
   virtual void release(std::unique_ptr<Executable> executable) noexcept { executable.reset(); }
+  // (optional, ABI 1.3; Note [Compiled artifact compatibility]) The compatibility string that
+  // artifacts compiled for `device` carry ("my_hw-compiler 1.4 sm90"). Default: none (empty),
+  // and artifacts are never checked.
+  virtual std::string compatibility_info(const char* /*device*/) { return {}; }
+  // (optional, ABI 1.3) The verdict on an artifact made with `info` for `device`. Default: OPTIMAL
+  // when `info` equals compatibility_info(device), else UNSUPPORTED.
+  virtual tessera_compatibility_t validate_compatibility(const char* device, const char* info) {
+    return compatibility_info(device) == info ? TESSERA_COMPATIBILITY_OPTIMAL : TESSERA_COMPATIBILITY_UNSUPPORTED;
+  }
 
  protected:
   CompilerBase() {
@@ -316,6 +325,23 @@ class CompilerBase {
     };
     table_.release = [](void* s, void* exe) noexcept {
       me(s)->release(std::unique_ptr<Executable>(static_cast<Executable*>(exe)));
+    };
+    table_.compatibility_info = [](void* s, const char* device, char* buffer, size_t capacity) noexcept -> size_t {
+      std::string info;
+      try {
+        info = me(s)->compatibility_info(device);
+      } catch (const std::exception&) {
+        info.clear();  // no string: the artifact is not checked
+      }
+      if (buffer && capacity > 0) {
+        const size_t len = info.size() < capacity - 1 ? info.size() : capacity - 1;
+        std::memcpy(buffer, info.data(), len);
+        buffer[len] = '\0';
+      }
+      return info.size();
+    };
+    table_.validate_compatibility = [](void* s, const char* device, const char* info, int32_t* out) noexcept {
+      return status_of([&] { *out = me(s)->validate_compatibility(device, info ? info : ""); });
     };
   }
 

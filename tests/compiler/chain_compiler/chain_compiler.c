@@ -254,8 +254,10 @@ static void release(void* self, void* executable) {
   free(c);
 }
 
+/* A 1.2 table: it ends at `release`, so the host must not read the 1.3 compatibility slots
+ * (Note [Compiled artifact compatibility]; CompiledProgramOfA12Plugin in test_compile_plugin.cpp). */
 static const tessera_compiler_interface_t kCompiler = {
-    .struct_size = sizeof(tessera_compiler_interface_t),
+    .struct_size = offsetof(tessera_compiler_interface_t, compatibility_info),
     .reserved_ = 0,
     .self = NULL,
     .get_capability = get_capability,

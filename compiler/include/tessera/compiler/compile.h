@@ -89,6 +89,9 @@ struct ArtifactInfo {
   // Backend "auto": the device, the plugin chosen (or cpp) and every compiler plugin passed over
   // with its priority or failure. Empty for the other backends.
   std::string selection;
+  // A compiler plugin's compatibility string for what it compiled (Note [Compiled artifact
+  // compatibility] in plugin_abi.h); empty for the other backends and plugins that report none.
+  std::string compatibility;
 };
 
 // A handle on a compiled function: copies share the artifacts and the stats. Calls are

@@ -125,6 +125,15 @@ struct TESSERA_COMPILER_API Guard {
   bool holds(const std::map<std::string, int64_t>& bindings) const;
 };
 
+// What a compiler plugin compiled a program into, kept with the program (Note [Compiled artifact
+// compatibility] in plugin_abi.h; CompiledProgram in tessera/compiler/compiled_program.h).
+struct CompiledArtifact {
+  std::string backend;                 // the compiler plugin's name
+  std::string device;                  // the device it compiled for ("my_hardware_device:0")
+  std::string compatibility;           // the plugin's compatibility_info then; empty: none reported
+  std::vector<int32_t> group_of_node;  // its get_capability answer, one entry per graph node
+};
+
 class TESSERA_COMPILER_API ExportedProgram {
  public:
   Graph graph;
@@ -133,6 +142,7 @@ class TESSERA_COMPILER_API ExportedProgram {
   std::vector<Guard> guards;                  // in the order capture took the decisions
   std::map<std::string, Tensor> weights;      // parameters and constants, by name (host memory)
   std::string op_contract_version;            // of the runtime that exported it
+  std::optional<CompiledArtifact> compiled;   // set by CompiledProgram (program file "compiled")
 
   // One node per line, shapes included (Note [Graph text]):
   //   graph(%x: f32[batch, 512] cpu:0, %w: f32[512, 512] cpu:0 parameter):

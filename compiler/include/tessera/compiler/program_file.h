@@ -5,7 +5,8 @@
 //   weights.safetensors  the weights (parameters and constants) in the safetensors layout, first in
 //                        the archive and 64-byte aligned so that they are mapped, not copied
 //   program.json         the graph, signature, ranges, format_version {major, minor},
-//                        op_contract_version and producer (docs/export.md, field by field)
+//                        op_contract_version and producer (docs/export.md, field by field), and
+//                        (1.1) "compiled": what a compiler plugin compiled it into (ir.h CompiledArtifact)
 // Versioning: a reader refuses a major it does not know (naming both versions), and reads a newer
 // minor of its major, ignoring fields it does not know. Loading checks everything before use:
 // fields present and typed, value ids in range and defined before use, every op in this runtime's
@@ -21,7 +22,7 @@
 namespace tessera::compiler {
 
 constexpr int kProgramFormatMajor = 1;
-constexpr int kProgramFormatMinor = 0;
+constexpr int kProgramFormatMinor = 1;  // 1.1: the optional "compiled" record
 
 // Writes `ep` to `path` (through `path`.tmp, renamed when complete). Weights are written from host
 // memory; throws when a weight named by the signature is missing.

@@ -32,15 +32,16 @@ const tessera_compiler_interface_t& compiler_plugin(const std::string& name) {
   auto get = extension_of_kind<tessera_ext_compiler_fn_t>(
       PluginKind::Compiler, name, {.who = "compile", .role = "backend", .alternatives = "cpp, interpreter, eager or "});
   const tessera_compiler_interface_t* table = get ? get() : nullptr;
-  TESSERA_CHECK(table && table->struct_size >= sizeof(tessera_compiler_interface_t) &&
+  // The 1.2 slots must be there; the 1.3 ones are read only where struct_size holds them.
+  TESSERA_CHECK(TESSERA_ABI_HAS_FIELD(table, tessera_compiler_interface_t, release) &&
                     table->get_capability && table->compile && table->run && table->release,
                 "compile: plugin '", name, "' offers no complete ", TESSERA_EXT_COMPILER,
                 " table (Note [Compiler plugin ABI]); it cannot compile graphs");
   return *table;
 }
 
-PartitionedProgram::PartitionedProgram(ExportedProgram program, const std::string& plugin,
-                                       const Device& device)
+PartitionedProgram::PartitionedProgram(ExportedProgram program, const std::string& plugin, const Device& device,
+                                       const std::vector<int32_t>* group_of_node)
     : program_(std::move(program)), plugin_(&compiler_plugin(plugin)), plugin_name_(plugin), device_(device) {
   for (const InputSpec& in : program_.signature.inputs) {
     if (in.kind == InputKind::UserInput) continue;
@@ -50,8 +51,13 @@ PartitionedProgram::PartitionedProgram(ExportedProgram program, const std::strin
   }
   const Graph& g = program_.graph;
   const int32_t n = int32_t(g.nodes.size());
-  std::vector<int32_t> group(g.nodes.size(), -1);
-  {
+  std::vector<int32_t>& group = group_of_node_;
+  if (group_of_node) {  // a stored answer (CompiledProgram::load)
+    TESSERA_CHECK(group_of_node->size() == g.nodes.size(), "compiler plugin '", plugin_name_, "': the stored ",
+                  "partitioning has ", group_of_node->size(), " entries for ", g.nodes.size(), " nodes");
+    group = *group_of_node;
+  } else {
+    group.assign(g.nodes.size(), -1);
     GraphHandle h(program_, false);
     check_status(plugin_->get_capability(plugin_->self, h.get(), device_.str().c_str(), group.data()),
                  plugin_name_, "get_capability");

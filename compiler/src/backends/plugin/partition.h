@@ -16,9 +16,11 @@ const tessera_compiler_interface_t& compiler_plugin(const std::string& name);
 
 class PartitionedProgram {
  public:
-  // Asks the plugin which nodes it takes on `device` and compiles each partition; copies the
-  // weights to `device` once. Throws tessera::Error with the plugin's message when a call fails.
-  PartitionedProgram(ExportedProgram program, const std::string& plugin, const Device& device);
+  // Asks the plugin which nodes it takes on `device` (or takes `group_of_node`, an earlier answer,
+  // when given) and compiles each partition; copies the weights to `device` once. Throws
+  // tessera::Error with the plugin's message when a call fails.
+  PartitionedProgram(ExportedProgram program, const std::string& plugin, const Device& device,
+                     const std::vector<int32_t>* group_of_node = nullptr);
   ~PartitionedProgram();  // releases every executable
   PartitionedProgram(const PartitionedProgram&) = delete;
   PartitionedProgram& operator=(const PartitionedProgram&) = delete;
@@ -26,6 +28,9 @@ class PartitionedProgram {
   // The user inputs in signature order, already accepted by the artifact's guards. Thread-safe.
   std::vector<Tensor> run(const std::vector<Tensor>& inputs) const;
   size_t partitions() const { return partitions_.size(); }
+  // The plugin's get_capability answer, one entry per node of the program.
+  const std::vector<int32_t>& group_of_node() const { return group_of_node_; }
+  const ExportedProgram& program() const { return program_; }
 
  private:
   struct Partition {
@@ -38,6 +43,7 @@ class PartitionedProgram {
   std::string plugin_name_;
   Device device_;
   std::vector<Partition> partitions_;
+  std::vector<int32_t> group_of_node_;
   std::vector<int32_t> partition_at_node_;           // index into partitions_ where one starts, else -1
   std::vector<std::pair<ValueId, Tensor>> weights_;  // on device_
 };
