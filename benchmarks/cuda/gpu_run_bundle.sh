@@ -63,6 +63,7 @@ case $BUNDLE in
   *.tar.xz)
     [ -f "$BUNDLE" ] || { echo "no bundle at $BUNDLE: run 'benchmarks/cuda/run_gpu_checks.sh bundle' on the build machine" >&2; exit 2; }
     work=$(mktemp -d /tmp/tessera-gpu.XXXXXX)
+    trap 'rm -rf "$work"' EXIT  # the unpacked copy goes when the run ends
     tar -C "$work" -xJf "$BUNDLE" || exit 2
     G=$work/$(basename "$BUNDLE" .tar.xz)
     ;;
@@ -77,6 +78,8 @@ B=$G/tree
 # make the recorded build path lead to the bundle's tree.
 ORIG=$(cat "$G/ORIGIN")
 if [ -L "$ORIG" ] || [ ! -e "$ORIG" ]; then
+  # Left in place after the run (pointing at a removed folder when the bundle was an archive);
+  # the next run replaces it.
   mkdir -p "$(dirname "$ORIG")" && ln -sfn "$B" "$ORIG" || echo "warning: cannot link $ORIG to $B" | tee -a "$SUMMARY"
 elif [ "$(cd "$ORIG" && pwd -P)" != "$(cd "$B" && pwd -P)" ]; then
   echo "warning: $ORIG exists and is not the bundle: paths baked into test programs lead there" | tee -a "$SUMMARY"

@@ -9,7 +9,10 @@
 #     NVIDIA libraries the GPU machine has: nothing may come from BUILD or from a Debian package;
 #   - the .tar.xz that travels is under 60 MiB;
 #   - run from the bundle, the CLI loads every plugin from the bundle's own plugin folder, and
-#     test_cuda's host tests of the kernels' NaN rule pass.
+#     test_cuda's host tests of the kernels' NaN rule pass;
+#   - where there is no CUDA device, `run_gpu_checks.sh run` on the bundle goes through every step
+#     within a short budget, fails (TESSERA_REQUIRE_CUDA=1 must not pass without a GPU) and still
+#     writes summary.txt and a table with a line for every benchmark row.
 set -uo pipefail
 BUILD=$(cd "$1" && pwd)
 SRC=$(cd "$2" && pwd)
@@ -86,5 +89,23 @@ if grep -q "manifest $BUILD/" <<<"$listing"; then bad "the CLI read manifests fr
   bad "test_cuda's host tests failed when run from the bundle"
   tail -20 "$work/test_cuda.log"
 }
+# ---- the GPU command end to end, where it cannot pass
+if "$D/tree/bin/tessera" devices 2>&1 | grep -q '^cuda .*no devices'; then
+  rm -rf "$work/out"
+  OUT=$work/out GPU_CHECKS_BUDGET_S=180 LD_LIBRARY_PATH='' bash "$SRC/benchmarks/cuda/run_gpu_checks.sh" run "$D.tar.xz" \
+    >"$work/run.log" 2>&1
+  rc=$?
+  ((rc != 0)) || bad "run_gpu_checks.sh run passed without a CUDA device"
+  for s in libraries "tessera devices" test_cuda "tessera check" bench_cuda "pytorch rows" table memcheck; do
+    grep -q "^$s " "$work/out/summary.txt" 2>/dev/null || bad "summary.txt has no line for step '$s'"
+  done
+  grep -q '^test_cuda .*FAILED' "$work/out/summary.txt" || bad "test_cuda did not fail without a device"
+  grep -q '^libraries .*ok' "$work/out/summary.txt" || bad "the bundle's libraries did not resolve on the run"
+  rows=$(grep -c '^| BM_' "$work/out/table.md" 2>/dev/null || echo 0)
+  listed=$("$D/tree/bin/bench_cuda" --benchmark_list_tests=true | grep -c '^BM_')
+  ((rows >= listed && listed > 0)) || bad "table.md has $rows benchmark rows, bench_cuda lists $listed"
+  echo "run_gpu_checks.sh run without a device: exit $rc, $rows table rows; summary:"
+  sed 's/^/  /' "$work/out/summary.txt"
+fi
 [ $fail -eq 0 ] && echo "the GPU bundle is complete"
 exit $fail
