@@ -12,14 +12,15 @@
 // mask is bool (true = attend, applied by adding -inf) or additive. A row whose keys are all masked
 // gives 0 @ V like PyTorch (0, or NaN in a column holding a NaN or infinite value), and a NaN score
 // makes its row NaN: Note [Fully masked attention rows] in plugins/cpu/nn/attention.cpp, which
-// both kernels here follow. Row maxima propagate NaN (fmaxf would drop it, and a row of NaN scores
-// would then look fully masked).
+// both kernels here follow. Row maxima propagate NaN (nan_max: Note [NaN in CUDA row maxima]; fmaxf
+// would drop it, and a row of NaN scores would then look fully masked).
 // This kernel's dot products run on the CUDA cores (FMA); the tensor-core kernel shares its semantics.
 #include <mma.h>
 
 #include <cmath>
 
 #include "cuda_common.cuh"
+#include "nan_math.h"
 #include "tensor_iter.h"
 
 namespace tessera::cuda {
@@ -29,9 +30,6 @@ constexpr int kRows = 64;                 // query rows per block
 constexpr int kParts = 4;                 // threads per query row
 constexpr int kAttnThreads = kRows * kParts;
 constexpr int kCols = 32;                 // keys per tile
-
-// max(a, b), NaN if either is NaN.
-__device__ __forceinline__ float nan_max(float a, float b) { return (a != a || b != b) ? NAN : fmaxf(a, b); }
 
 __device__ __forceinline__ float mask_value(const void* mask, int32_t dtype, int64_t off) {
   switch (dtype) {

@@ -7,26 +7,10 @@
 #include <cmath>
 
 #include "cuda_common.cuh"
+#include "nan_math.h"
 
 namespace tessera::cuda {
 namespace {
-
-template <typename C>
-__device__ __forceinline__ C max_propagate_nan(C a, C b) {
-  if constexpr (std::is_floating_point_v<C>) {
-    if (a != a) return a;
-    if (b != b) return b;
-  }
-  return a > b ? a : b;
-}
-template <typename C>
-__device__ __forceinline__ C min_propagate_nan(C a, C b) {
-  if constexpr (std::is_floating_point_v<C>) {
-    if (a != a) return a;
-    if (b != b) return b;
-  }
-  return a < b ? a : b;
-}
 
 template <typename C>
 __device__ __forceinline__ C binary_arith(BinaryOp op, C a, C b, C alpha) {
@@ -35,8 +19,8 @@ __device__ __forceinline__ C binary_arith(BinaryOp op, C a, C b, C alpha) {
     case BinaryOp::Sub: return a - alpha * b;
     case BinaryOp::Mul: return a * b;
     case BinaryOp::Div: return b == C(0) && !std::is_floating_point_v<C> ? C(0) : a / b;
-    case BinaryOp::Maximum: return max_propagate_nan(a, b);
-    default: return min_propagate_nan(a, b);
+    case BinaryOp::Maximum: return nan_max(a, b);
+    default: return nan_min(a, b);
   }
 }
 template <typename C>

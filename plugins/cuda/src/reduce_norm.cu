@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "cuda_common.cuh"
+#include "nan_math.h"
 
 namespace tessera::cuda {
 namespace {
@@ -11,11 +12,11 @@ namespace {
 __device__ __forceinline__ float reduce_init(ReduceOp op) {
   return op == ReduceOp::Max ? -INFINITY : (op == ReduceOp::Min ? INFINITY : 0.0f);
 }
-// Max and min propagate NaN, like PyTorch's amax/amin.
+// Max and min propagate NaN, like PyTorch's amax/amin (Note [NaN in CUDA row maxima]).
 __device__ __forceinline__ float reduce_combine(ReduceOp op, float a, float b) {
   switch (op) {
-    case ReduceOp::Max: return (a != a || a > b) ? a : b;
-    case ReduceOp::Min: return (a != a || a < b) ? a : b;
+    case ReduceOp::Max: return nan_max(a, b);
+    case ReduceOp::Min: return nan_min(a, b);
     default: return a + b;
   }
 }
@@ -150,24 +151,9 @@ cudaError_t run_reduce(ReduceOp op, const ReducePlan& p, const ReduceLaunch& how
 
 // ---------------------------------------------------------------- softmax
 
-// Running (max, sum of exp(x - max)) pairs.
-struct OnlineStat {
-  float m = -INFINITY;
-  float s = 0.0f;
-  __device__ __forceinline__ void add(float x) {
-    const float m_new = fmaxf(m, x);
-    if (m_new == -INFINITY) return;
-    s = s * expf(m - m_new) + expf(x - m_new);
-    m = m_new;
-  }
-  __device__ __forceinline__ void merge(float m2, float s2) {
-    const float m_new = fmaxf(m, m2);
-    if (m_new == -INFINITY) return;
-    s = s * expf(m - m_new) + s2 * expf(m2 - m_new);
-    m = m_new;
-  }
-};
-__device__ __forceinline__ void warp_merge(OnlineStat& st) {
+// Running (max, sum of exp(x - max)) pairs: SoftmaxStat (nan_math.h), whose max keeps a NaN (Note
+// [NaN in CUDA row maxima]; fmaxf dropped it, and a row with a NaN came out finite).
+__device__ __forceinline__ void warp_merge(SoftmaxStat& st) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) {
     const float m2 = __shfl_xor_sync(0xffffffffu, st.m, o);
@@ -177,8 +163,8 @@ __device__ __forceinline__ void warp_merge(OnlineStat& st) {
 }
 
 template <typename T>
-__device__ __forceinline__ T softmax_value(bool log, float x, const OnlineStat& st) {
-  return from_op<T>(log ? x - st.m - logf(st.s) : expf(x - st.m) / st.s);
+__device__ __forceinline__ T softmax_value(bool log, float x, const SoftmaxStat& st) {
+  return from_op<T>(st.value(log, x));
 }
 
 // One warp per row (rows up to 1024 elements): 4 rows per 128-thread block.
@@ -189,7 +175,7 @@ __global__ void softmax_warp_kernel(bool log, const T* in, T* out, int64_t rows,
   if (row >= rows) return;
   const T* x = in + row * n;
   T* y = out + row * n;
-  OnlineStat st;
+  SoftmaxStat st;
   for (int64_t j = lane; j < n; j += 32) st.add(to_float(x[j]));
   warp_merge(st);
   for (int64_t j = lane; j < n; j += 32) y[j] = softmax_value<T>(log, to_float(x[j]), st);
@@ -201,7 +187,7 @@ __global__ void softmax_block_kernel(bool log, const T* in, T* out, int64_t n) {
   __shared__ float sm[32], ss[32];
   const T* x = in + int64_t(blockIdx.x) * n;
   T* y = out + int64_t(blockIdx.x) * n;
-  OnlineStat st;
+  SoftmaxStat st;
   for (int64_t j = threadIdx.x; j < n; j += blockDim.x) st.add(to_float(x[j]));
   warp_merge(st);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -210,7 +196,7 @@ __global__ void softmax_block_kernel(bool log, const T* in, T* out, int64_t n) {
     ss[warp] = st.s;
   }
   __syncthreads();
-  OnlineStat total;
+  SoftmaxStat total;
   const int nwarps = int(blockDim.x) >> 5;
   for (int w = 0; w < nwarps; ++w) total.merge(sm[w], ss[w]);
   for (int64_t j = threadIdx.x; j < n; j += blockDim.x) y[j] = softmax_value<T>(log, to_float(x[j]), total);
@@ -225,7 +211,7 @@ __global__ void softmax_column_kernel(bool log, const T* in, T* out, int64_t out
     const int64_t o = c / inner, i = c % inner;
     const T* x = in + o * dim * inner + i;
     T* y = out + o * dim * inner + i;
-    OnlineStat st;
+    SoftmaxStat st;
     for (int64_t j = 0; j < dim; ++j) st.add(to_float(x[j * inner]));
     for (int64_t j = 0; j < dim; ++j) y[j * inner] = softmax_value<T>(log, to_float(x[j * inner]), st);
   }

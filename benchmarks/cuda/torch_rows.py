@@ -1,0 +1,172 @@
+#!/usr/bin/env python3
+"""PyTorch on the rows of bench_cuda and bench_sparse_cuda, timed the way they time Tessera.
+
+    torch_rows.py OUT.json [--min-time S] [--device DEV] [--only TEXT]
+                                            measure on DEV (default cuda:0) the rows whose name holds
+                                            TEXT (default all), write {row: {"us": ..., "note": ...}}
+    torch_rows.py --list                    print the row names (no torch import)
+    torch_rows.py --self-test               two rows on the CPU (exit 77 without torch)
+
+Each row is one op call followed by torch.cuda.synchronize(), repeated for at least --min-time
+seconds after a warm-up call, as the benchmarks do (op + synchronize per iteration). Row names are
+the benchmarks' names without Google Benchmark's suffixes (min_time, iterations, real_time); the
+BM_SdpaSimt rows are compared with the same PyTorch call as BM_Sdpa (gpu_table.py).
+"""
+import json
+import sys
+import time
+
+
+def row_specs():
+    """(name, kind, parameters) for every row, in the benchmarks' order."""
+    rows = []
+    for dt in ("f16", "bf16"):
+        for n in (1024, 2048, 4096, 8192):
+            rows.append((f"BM_Matmul/{dt}/{n}", "matmul", dict(dt=dt, n=n)))
+        for seq in (1024, 4096):
+            for d in (64, 128):
+                rows.append((f"BM_Sdpa/{dt}/{seq}/{d}", "sdpa", dict(dt=dt, seq=seq, d=d)))
+    for dt in ("f32", "f16"):
+        n = 1 << 26
+        rows.append((f"BM_Add/{dt}/{n}", "add", dict(dt=dt, n=n)))
+        rows.append((f"BM_MulNumber/{dt}/{n}", "mul_number", dict(dt=dt, n=n)))
+        for r, c in ((16384, 4096), (65536, 512)):
+            rows.append((f"BM_Softmax/{dt}/{r}/{c}", "softmax", dict(dt=dt, r=r, c=c)))
+    for transposed in (False, True):
+        for pair in ("f32_f16", "f32_bf16", "f32_f32"):
+            name = "BM_CopyTransposed" if transposed else "BM_Copy"
+            rows.append((f"{name}/{pair}/8192", "copy", dict(pair=pair, n=8192, transposed=transposed)))
+    for dt in ("f16", "bf16"):
+        for batch in (16, 64, 256, 1024, 4096):
+            rows.append((f"BM_SparseLinear/{dt}/{batch}", "sparse_linear", dict(dt=dt, batch=batch)))
+    return rows
+
+
+def measure(out_path, min_time, dev, only):
+    import torch
+    import torch.nn.functional as F
+
+    dtypes = {"f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32}
+    on_cuda = dev.startswith("cuda")
+
+    def sync():
+        if on_cuda:
+            torch.cuda.synchronize()
+
+    def per_call(fn):
+        fn()
+        sync()
+        n, t0 = 0, time.perf_counter()
+        while True:
+            fn()
+            sync()
+            n += 1
+            elapsed = time.perf_counter() - t0
+            if elapsed >= min_time and n >= 3:
+                return elapsed / n * 1e6
+
+    def prune_2_4(w):  # keep the two largest of every four along the rows, as the benchmark's weight
+        g = w.reshape(-1, 4)
+        keep = g.abs().topk(2, dim=1).indices
+        mask = torch.zeros_like(g, dtype=torch.bool).scatter_(1, keep, True)
+        return (g * mask).reshape(w.shape)
+
+    results = {}
+    sparse_weights = {}
+    for name, kind, p in row_specs():
+        if only and only not in name:
+            continue
+        note = ""
+        try:
+            if kind == "matmul":
+                a = torch.randn(p["n"], p["n"], device=dev, dtype=dtypes[p["dt"]])
+                b = torch.randn(p["n"], p["n"], device=dev, dtype=dtypes[p["dt"]])
+                us = per_call(lambda: a @ b)
+            elif kind == "sdpa":
+                q, k, v = (torch.randn(1, 16, p["seq"], p["d"], device=dev, dtype=dtypes[p["dt"]]) for _ in range(3))
+                us = per_call(lambda: F.scaled_dot_product_attention(q, k, v))
+            elif kind in ("add", "mul_number"):
+                x = torch.randn(p["n"], device=dev, dtype=dtypes[p["dt"]])
+                y = torch.randn(p["n"], device=dev, dtype=dtypes[p["dt"]])
+                us = per_call((lambda: x + y) if kind == "add" else (lambda: x * 2.5))
+            elif kind == "softmax":
+                z = torch.randn(p["r"], p["c"], device=dev, dtype=dtypes[p["dt"]])
+                us = per_call(lambda: torch.softmax(z, -1))
+            elif kind == "copy":
+                src_dt, dst_dt = p["pair"].split("_")
+                src = torch.randn(p["n"], p["n"], device=dev, dtype=dtypes[src_dt])
+                dst = torch.empty(p["n"], p["n"], device=dev, dtype=dtypes[dst_dt])
+                view = src.t() if p["transposed"] else src
+                us = per_call(lambda: dst.copy_(view))
+            elif kind == "sparse_linear":
+                dt = dtypes[p["dt"]]
+                if p["dt"] not in sparse_weights:
+                    w = prune_2_4(torch.randn(4096, 4096, device=dev, dtype=dt))
+                    try:
+                        from torch.sparse import to_sparse_semi_structured
+                        sparse_weights[p["dt"]] = (to_sparse_semi_structured(w), "PyTorch 2:4 (semi-structured)")
+                    except Exception as e:  # no cuSPARSELt / CUTLASS kernel for this build or GPU
+                        sparse_weights[p["dt"]] = (w, f"dense F.linear (2:4 refused: {type(e).__name__})")
+                ws, note = sparse_weights[p["dt"]]
+                x = torch.randn(p["batch"], 4096, device=dev, dtype=dt)
+                try:
+                    us = per_call(lambda: F.linear(x, ws))
+                except Exception as e:
+                    wd = ws.to_dense() if hasattr(ws, "to_dense") else ws
+                    note = f"dense F.linear (2:4 linear refused: {type(e).__name__})"
+                    us = per_call(lambda: F.linear(x, wd))
+            else:
+                raise ValueError(kind)
+            results[name] = {"us": us, "note": note}
+        except Exception as e:  # one row failing must not lose the others
+            results[name] = {"us": None, "note": f"error: {type(e).__name__}: {e}"[:200]}
+        if on_cuda:
+            torch.cuda.empty_cache()
+        print(f"{name:40s} {results[name]['us'] or float('nan'):12.2f} us {results[name]['note']}", flush=True)
+    device = torch.cuda.get_device_name(torch.device(dev)) if on_cuda else dev
+    results["_meta"] = {"torch": torch.__version__, "device": device, "min_time_s": min_time}
+    with open(out_path, "w") as f:
+        json.dump(results, f, indent=1)
+
+
+def self_test():
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        print("torch_rows self-test: no torch here (skipped)")
+        return 77
+    import os
+    import tempfile
+    with tempfile.TemporaryDirectory() as d:
+        out = os.path.join(d, "rows.json")
+        for only in ("BM_Copy/f32_bf16/", "BM_SparseLinear/f16/16"):
+            measure(out, 0.01, "cpu", only)
+            rows = json.load(open(out))
+            names = [n for n in rows if n != "_meta"]
+            assert len(names) >= 1 and all(n.startswith(only.rstrip("/")) for n in names), names
+            for n in names:
+                assert isinstance(rows[n]["us"], float) and rows[n]["us"] > 0, (n, rows[n])
+            assert rows["_meta"]["device"] == "cpu", rows["_meta"]
+    print("torch_rows self-test: ok")
+    return 0
+
+
+def main(argv):
+    if argv[1:] == ["--self-test"]:
+        return self_test()
+    if argv[1:] == ["--list"]:
+        for name, _, _ in row_specs():
+            print(name)
+        return 0
+    if len(argv) < 2 or argv[1].startswith("-"):
+        print(__doc__, file=sys.stderr)
+        return 2
+    def option(flag, default):
+        return argv[argv.index(flag) + 1] if flag in argv[:-1] else default
+
+    measure(argv[1], float(option("--min-time", "0.2")), option("--device", "cuda:0"), option("--only", ""))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
