@@ -7,10 +7,8 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
-#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -27,15 +25,6 @@ namespace {
 using json = nlohmann::json;
 using tessera::Device;
 using tessera::Tensor;
-
-json read_trace(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  json j = json::parse(ss.str(), nullptr, false);
-  EXPECT_FALSE(j.is_discarded()) << "not JSON: " << path;
-  return j;
-}
 
 // The complete ("X") events of category `cat` named `name`.
 std::vector<json> complete_events(const json& trace, const std::string& cat, const std::string& name) {
@@ -102,8 +91,8 @@ TEST_F(ProfilerSpans, AcceleratorKernelAndCopySpansCarryTheirHostOpsCorrelation)
   tessera::profiler_flush();
   EXPECT_EQ(got, (std::vector<float>{2, 0, 6, 0, 10, 0}));  // max(2v, 0), by hand
 
-  const json trace = read_trace(path);
-  ASSERT_TRUE(trace.contains("traceEvents")) << trace.dump();
+  const json trace = lt::read_json_file(path);
+  ASSERT_TRUE(trace.contains("traceEvents")) << "not a trace: " << path;
   // Each kernel: a span of category "kernel" on the device's default-stream track of the plugin,
   // correlated with the host op that launched it, starting after it started.
   for (const std::string op : {"add.Tensor", "relu"}) {
@@ -186,7 +175,8 @@ TEST_F(ProfilerSpans, CompiledPartitionRunsHaveTheCompilersAndTheDevicesSpans) {
   EXPECT_EQ(to_host(f(in)[0]), (std::vector<float>{0, 1, 5, 0}));  // relu(2v + 1), by hand
   tessera::profiler_flush();
 
-  const json trace = read_trace(path);
+  const json trace = lt::read_json_file(path);
+  ASSERT_TRUE(trace.contains("traceEvents")) << "not a trace: " << path;
   const std::vector<json> ranges = complete_events(trace, "partition", "my_hardware_device_compiler partition 0");
   ASSERT_EQ(ranges.size(), 1u) << trace.dump(1);
   const uint64_t id = ranges[0]["args"].value("correlation", uint64_t(0));
@@ -246,7 +236,8 @@ TEST_F(ProfilerSpansTestPlugins, APlainCPluginsSpanIsEscapedAndCorrelated) {
   tessera::profiler_flush();
   EXPECT_EQ(to_host(t), std::vector<float>(6, 1.0f));
 
-  const json trace = read_trace(path);  // valid JSON despite the name's quote, control and non-UTF-8 bytes
+  const json trace = lt::read_json_file(path);  // valid JSON despite the name's quote, control and non-UTF-8 bytes
+  ASSERT_TRUE(trace.contains("traceEvents")) << "not a trace: " << path;
   const std::vector<json> spans = complete_events(trace, "kernel", "lt \"mark\"\\ \x01\xEF\xBF\xBD");
   ASSERT_EQ(spans.size(), 1u) << trace.dump(1);
   EXPECT_EQ(spans[0]["args"]["elements"], 6);
@@ -328,7 +319,8 @@ TEST_F(ProfilerSpansTestPlugins, APluginThatKnowsNoSpanSlotRunsUnderTheProfiler)
   tessera::profiler_flush();
   EXPECT_EQ(lt::call_plugin_counter(ABI_LIB_V1_0, "abi_device_kernel_calls"), 1) << "the plugin's kernel did not run";
   EXPECT_TRUE(tessera::profiler_plugin_spans().empty());
-  const json trace = read_trace(path);
+  const json trace = lt::read_json_file(path);
+  ASSERT_TRUE(trace.contains("traceEvents")) << "not a trace: " << path;
   std::vector<json> adds;
   for (const json& e : complete_events(trace, "op", "add.Tensor"))
     if (e["args"]["device"] == "abi10:0") adds.push_back(e);

@@ -5,7 +5,14 @@
 #include "host_device.h"
 
 static tessera_device_interface_t lt_iface = LT_DEVICE_INTERFACE_INIT;
-static tessera_plugin_t lt_plugin;
+static tessera_plugin_t lt_plugin = {.struct_size = sizeof(tessera_plugin_t),
+                                     .abi_major = TESSERA_ABI_MAJOR,
+                                     .abi_minor = TESSERA_ABI_MINOR,
+                                     .name = "lt_spans",
+                                     .version = "1.0.0",
+                                     .self = &lt_plugin,
+                                     .device = &lt_iface,
+                                     .shutdown = lt_shutdown};
 
 /* True when `host` offers the span slots (a 1.2 runtime does not). */
 static int lt_has_spans(const tessera_host_api_t* host) {
@@ -106,14 +113,6 @@ TESSERA_PLUGIN_EXPORT tessera_status_t tessera_plugin_init(uint32_t host_abi_maj
   st = host->kernel_register(host->host_ctx, "lt_spans_mark_", TESSERA_FUNCTIONALITY_DENSE,
                              TESSERA_DTYPE_BIT(TESSERA_DTYPE_FLOAT32), lt_mark_kernel, NULL, TESSERA_KERNEL_FLAG_NONE);
   if (st) return st;
-  lt_plugin.struct_size = sizeof(tessera_plugin_t);
-  lt_plugin.abi_major = TESSERA_ABI_MAJOR;
-  lt_plugin.abi_minor = TESSERA_ABI_MINOR;
-  lt_plugin.name = "lt_spans";
-  lt_plugin.version = "1.0.0";
-  lt_plugin.self = &lt_plugin;
-  lt_plugin.device = &lt_iface;
-  lt_plugin.shutdown = lt_shutdown;
   *out_plugin = &lt_plugin;
   return NULL;
 }
