@@ -22,12 +22,12 @@ namespace tessera {
 
 namespace {
 
-constexpr size_t kMaxSpanText = 1024;         // bytes of a name or category
-constexpr size_t kMaxSpanArgs = 64 * 1024;    // bytes of args_json
-constexpr int kFirstPluginTrack = 2000;       // host threads are 1, 2, ...; stream tracks 1000, ...
+constexpr size_t kMaxSpanText = 1024;       // bytes of a name or category
+constexpr size_t kMaxSpanArgs = 64 * 1024;  // bytes of args_json
+constexpr int kFirstPluginTrack = 2000;     // host threads are 1, 2, ...; stream tracks 1000, ...
 
 struct SpanRecord {
-  ProfilerSpan span;  // times still on the profiler clock (made relative when read)
+  ProfilerSpan span;    // times still on the profiler clock (made relative when read)
   nlohmann::json args;  // the plugin's args_json, parsed; null when none
 };
 
@@ -77,8 +77,9 @@ std::vector<SpanRecord> span_snapshot() {
     r.span.start_ns -= epoch;
     r.span.end_ns -= epoch;
   }
-  std::stable_sort(out.begin(), out.end(),
-                   [](const SpanRecord& a, const SpanRecord& b) { return a.span.start_ns < b.span.start_ns; });
+  std::stable_sort(out.begin(), out.end(), [](const SpanRecord& a, const SpanRecord& b) {
+    return a.span.start_ns < b.span.start_ns;
+  });
   return out;
 }
 
@@ -95,11 +96,13 @@ size_t bounded_length(const char* s, size_t limit) { return ::strnlen(s, limit +
 namespace detail {
 
 int64_t profiler_clock_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
       .count();
 }
 
-tessera_status_t record_plugin_span(const std::string& plugin, DeviceType type, const tessera_profiler_span_t* span) {
+tessera_status_t record_plugin_span(const std::string& plugin, DeviceType type,
+                                    const tessera_profiler_span_t* span) {
   try {
     if (!span) return refuse(plugin, "span is NULL; pass a filled tessera_profiler_span_t");
     if (span->struct_size < sizeof(tessera_profiler_span_t))
@@ -116,7 +119,8 @@ tessera_status_t record_plugin_span(const std::string& plugin, DeviceType type, 
                                 std::to_string(span->start_ns) + ", end_ns " + std::to_string(span->end_ns) +
                                 "); take both times from profiler_clock_ns, start first");
     if (span->device < -1)
-      return refuse(plugin, "span '" + printable_text(span->name) + "' names device " + std::to_string(span->device) +
+      return refuse(plugin, "span '" + printable_text(span->name) + "' names device " +
+                                std::to_string(span->device) +
                                 "; give a device index of the plugin, or -1 for none");
     nlohmann::json args;
     if (span->args_json) {
@@ -137,7 +141,8 @@ tessera_status_t record_plugin_span(const std::string& plugin, DeviceType type, 
     r.span.start_ns = span->start_ns;
     r.span.end_ns = span->end_ns;
     r.span.correlation_id = span->correlation_id;
-    if (!args.is_null()) r.span.args_json = args.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    if (!args.is_null())
+      r.span.args_json = args.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
     r.args = std::move(args);
     SpanBuffer& b = span_buffer();
     std::lock_guard lock(b.mutex);
@@ -150,19 +155,22 @@ tessera_status_t record_plugin_span(const std::string& plugin, DeviceType type, 
   }
 }
 
-void append_plugin_spans(nlohmann::json& events, int pid, const std::unordered_map<uint64_t, HostEventPlace>& host_events) {
+void append_plugin_spans(nlohmann::json& events, int pid,
+                         const std::unordered_map<uint64_t, HostEventPlace>& host_events) {
   std::map<std::tuple<std::string, std::string, uint64_t>, int> tracks;  // (plugin, device, stream) -> tid
   uint64_t next_flow = 1;
   for (SpanRecord& r : span_snapshot()) {
     const ProfilerSpan& s = r.span;
-    auto [it, fresh] = tracks.emplace(std::make_tuple(s.plugin, s.device, s.stream), kFirstPluginTrack + int(tracks.size()));
+    auto [it, fresh] =
+        tracks.emplace(std::make_tuple(s.plugin, s.device, s.stream), kFirstPluginTrack + int(tracks.size()));
     const int tid = it->second;
     if (fresh)
-      events.push_back({{"name", "thread_name"},
-                        {"ph", "M"},
-                        {"pid", pid},
-                        {"tid", tid},
-                        {"args", {{"name", s.device + " stream " + std::to_string(s.stream) + " [" + s.plugin + "]"}}}});
+      events.push_back(
+          {{"name", "thread_name"},
+           {"ph", "M"},
+           {"pid", pid},
+           {"tid", tid},
+           {"args", {{"name", s.device + " stream " + std::to_string(s.stream) + " [" + s.plugin + "]"}}}});
     nlohmann::json args = r.args.is_object() ? std::move(r.args) : nlohmann::json::object();
     args["plugin"] = s.plugin;
     args["device"] = s.device;
@@ -181,10 +189,21 @@ void append_plugin_spans(nlohmann::json& events, int pid, const std::unordered_m
     if (host == host_events.end()) continue;
     // A flow arrow from the host event to the span (one id per arrow: a host op may issue several).
     const uint64_t id = next_flow++;
-    events.push_back({{"name", "correlation"}, {"cat", "correlation"}, {"ph", "s"}, {"id", id}, {"pid", pid},
-                      {"tid", host->second.tid}, {"ts", host->second.ts_us}});
-    events.push_back({{"name", "correlation"}, {"cat", "correlation"}, {"ph", "f"}, {"bp", "e"}, {"id", id},
-                      {"pid", pid}, {"tid", tid}, {"ts", ts_us}});
+    events.push_back({{"name", "correlation"},
+                      {"cat", "correlation"},
+                      {"ph", "s"},
+                      {"id", id},
+                      {"pid", pid},
+                      {"tid", host->second.tid},
+                      {"ts", host->second.ts_us}});
+    events.push_back({{"name", "correlation"},
+                      {"cat", "correlation"},
+                      {"ph", "f"},
+                      {"bp", "e"},
+                      {"id", id},
+                      {"pid", pid},
+                      {"tid", tid},
+                      {"ts", ts_us}});
   }
 }
 
@@ -201,19 +220,21 @@ std::string plugin_spans_summary() {
     row.max_ns = std::max(row.max_ns, d);
   }
   if (rows.empty()) return {};
-  std::vector<std::pair<std::tuple<std::string, std::string, std::string>, Row>> sorted(rows.begin(), rows.end());
+  std::vector<std::pair<std::tuple<std::string, std::string, std::string>, Row>> sorted(rows.begin(),
+                                                                                        rows.end());
   std::stable_sort(sorted.begin(), sorted.end(),
                    [](const auto& a, const auto& b) { return a.second.total_ns > b.second.total_ns; });
   std::string out = "tessera profile: plugin spans (the plugins' own times: kernels, copies, partitions)\n";
   char line[512];
-  std::snprintf(line, sizeof(line), "%-28s %-10s %-22s %8s %12s %10s %10s\n", "span", "category", "device", "calls",
-                "total ms", "mean us", "max us");
+  std::snprintf(line, sizeof(line), "%-28s %-10s %-22s %8s %12s %10s %10s\n", "span", "category", "device",
+                "calls", "total ms", "mean us", "max us");
   out += line;
   for (const auto& [key, r] : sorted) {
     std::snprintf(line, sizeof(line), "%-28s %-10s %-22s %8lld %12.3f %10.2f %10.2f\n",
                   printable_text(std::get<0>(key)).c_str(), printable_text(std::get<1>(key)).c_str(),
-                  printable_text(std::get<2>(key)).c_str(), static_cast<long long>(r.calls), double(r.total_ns) / 1e6,
-                  double(r.total_ns) / 1e3 / double(r.calls), double(r.max_ns) / 1e3);
+                  printable_text(std::get<2>(key)).c_str(), static_cast<long long>(r.calls),
+                  double(r.total_ns) / 1e6, double(r.total_ns) / 1e3 / double(r.calls),
+                  double(r.max_ns) / 1e3);
     out += line;
   }
   return out;

@@ -30,7 +30,8 @@ using tessera::Tensor;
 std::vector<json> complete_events(const json& trace, const std::string& cat, const std::string& name) {
   std::vector<json> out;
   for (const json& e : trace["traceEvents"])
-    if (e.value("ph", "") == "X" && e.value("cat", "") == cat && e.value("name", "") == name) out.push_back(e);
+    if (e.value("ph", "") == "X" && e.value("cat", "") == cat && e.value("name", "") == name)
+      out.push_back(e);
   return out;
 }
 
@@ -167,7 +168,8 @@ TEST_F(ProfilerSpans, CompiledPartitionRunsHaveTheCompilersAndTheDevicesSpans) {
   tessera::CompileOptions options;
   options.backend = "my_hardware_device_compiler";
   tessera::CompiledFunction f = tessera::compile(
-      [](const std::vector<Tensor>& in) { return std::vector<Tensor>{tessera::relu(in[0] * 2.0 + 1.0)}; }, options);
+      [](const std::vector<Tensor>& in) { return std::vector<Tensor>{tessera::relu(in[0] * 2.0 + 1.0)}; },
+      options);
   const std::vector<Tensor> in{tessera::tensor(std::vector<float>{-1, 0, 2, -3}, {4}).to(mhd)};
   ASSERT_EQ(to_host(f(in)[0]), (std::vector<float>{0, 1, 5, 0}));  // compiled, outside the profile
   const std::string path = dir_.path() + "/partition.json";
@@ -177,7 +179,8 @@ TEST_F(ProfilerSpans, CompiledPartitionRunsHaveTheCompilersAndTheDevicesSpans) {
 
   const json trace = lt::read_json_file(path);
   ASSERT_TRUE(trace.contains("traceEvents")) << "not a trace: " << path;
-  const std::vector<json> ranges = complete_events(trace, "partition", "my_hardware_device_compiler partition 0");
+  const std::vector<json> ranges =
+      complete_events(trace, "partition", "my_hardware_device_compiler partition 0");
   ASSERT_EQ(ranges.size(), 1u) << trace.dump(1);
   const uint64_t id = ranges[0]["args"].value("correlation", uint64_t(0));
   ASSERT_NE(id, 0u);
@@ -229,14 +232,16 @@ class ProfilerSpansTestPlugins : public ProfilerSpans {
 TEST_F(ProfilerSpansTestPlugins, APlainCPluginsSpanIsEscapedAndCorrelated) {
   install("lt_spans", LT_LIB_SPANS, TESSERA_ABI_MINOR, "lt_spandev");
   const std::string path = dir_.path() + "/c.json";
-  Tensor t = tessera::empty({2, 3}, tessera::TensorOptions().device("lt_spandev:0").dtype(tessera::DType::Float32));
+  Tensor t =
+      tessera::empty({2, 3}, tessera::TensorOptions().device("lt_spandev:0").dtype(tessera::DType::Float32));
   tessera::profiler_enable(path);
   auto& dispatcher = tessera::Dispatcher::instance();
   dispatcher.call_boxed(dispatcher.op("lt_spans_mark_"), {t});
   tessera::profiler_flush();
   EXPECT_EQ(to_host(t), std::vector<float>(6, 1.0f));
 
-  const json trace = lt::read_json_file(path);  // valid JSON despite the name's quote, control and non-UTF-8 bytes
+  const json trace =
+      lt::read_json_file(path);  // valid JSON despite the name's quote, control and non-UTF-8 bytes
   ASSERT_TRUE(trace.contains("traceEvents")) << "not a trace: " << path;
   const std::vector<json> spans = complete_events(trace, "kernel", "lt \"mark\"\\ \x01\xEF\xBF\xBD");
   ASSERT_EQ(spans.size(), 1u) << trace.dump(1);
@@ -297,15 +302,26 @@ TEST_F(ProfilerSpansTestPlugins, SdkScopedSpanRecordsOnThisRuntimeAndNothingOnA_
   tessera::sdk::host_api() = real;
   EXPECT_TRUE(tessera::sdk::profiler_enabled());
   { tessera::sdk::ScopedSpan span("on this runtime", "kernel", 0, 7, 42); }
+  uint64_t range_id = 0;
+  {
+    tessera::ProfilerRange range("test", "a range", Device("cpu"));
+    range_id = range.correlation_id();
+    EXPECT_EQ(tessera::profiler_correlation_id(), range_id);
+    tessera::sdk::ScopedSpan span("in a range", "kernel", 0);  // takes the thread's current id
+  }
+  EXPECT_EQ(tessera::profiler_correlation_id(), 0u);
   tessera::profiler_enable("");
   { tessera::sdk::ScopedSpan span("while off", "kernel", 0); }
   tessera::sdk::host_api() = nullptr;
   const auto spans = tessera::profiler_plugin_spans();
-  ASSERT_EQ(spans.size(), 1u);
+  ASSERT_EQ(spans.size(), 2u);
   EXPECT_EQ(spans[0].name, "on this runtime");
   EXPECT_EQ(spans[0].plugin, "lt_spans");
   EXPECT_EQ(spans[0].stream, 7u);
   EXPECT_EQ(spans[0].correlation_id, 42u);
+  EXPECT_EQ(spans[1].name, "in a range");
+  EXPECT_NE(range_id, 0u);
+  EXPECT_EQ(spans[1].correlation_id, range_id);
 }
 
 TEST_F(ProfilerSpansTestPlugins, APluginThatKnowsNoSpanSlotRunsUnderTheProfiler) {
@@ -317,7 +333,8 @@ TEST_F(ProfilerSpansTestPlugins, APluginThatKnowsNoSpanSlotRunsUnderTheProfiler)
   Tensor b = tessera::tensor(std::vector<float>{0.5f, 4.0f, -1.25f}, {3}).to(dev);
   EXPECT_EQ(to_host(tessera::add(a, b)), (std::vector<float>{2.0f, 2.0f, 2.0f}));  // by hand
   tessera::profiler_flush();
-  EXPECT_EQ(lt::call_plugin_counter(ABI_LIB_V1_0, "abi_device_kernel_calls"), 1) << "the plugin's kernel did not run";
+  EXPECT_EQ(lt::call_plugin_counter(ABI_LIB_V1_0, "abi_device_kernel_calls"), 1)
+      << "the plugin's kernel did not run";
   EXPECT_TRUE(tessera::profiler_plugin_spans().empty());
   const json trace = lt::read_json_file(path);
   ASSERT_TRUE(trace.contains("traceEvents")) << "not a trace: " << path;

@@ -403,14 +403,17 @@ inline void record_span(tessera_profiler_span_t span) {
 
 // Times the work from its construction to its destruction as one span, in one line:
 //   { tessera::sdk::ScopedSpan span("matmul", "kernel", device); run_matmul(); }
-// Work that runs later on a queue thread passes the correlation id read when it was issued.
-// `name`, `category` and `args_json` must outlive the span (string literals, or strings it ends before).
+// The span carries the correlation id of the host op dispatching on this thread; work that runs later
+// on a queue thread passes the id read when it was issued instead. `name`, `category` and
+// `args_json` must outlive the span (string literals, or strings it ends before).
 class ScopedSpan {
  public:
+  static constexpr uint64_t kCurrentCorrelation = UINT64_MAX;  // read profiler_correlation_id()
   ScopedSpan(const char* name, const char* category, int32_t device, uint64_t stream = 0,
-             uint64_t correlation_id = profiler_correlation_id(), const char* args_json = nullptr)
+             uint64_t correlation_id = kCurrentCorrelation, const char* args_json = nullptr)
       : on_(profiler_enabled()) {
     if (!on_) return;
+    if (correlation_id == kCurrentCorrelation) correlation_id = profiler_correlation_id();
     span_ = tessera_profiler_span_t{sizeof(tessera_profiler_span_t), device, name, category, stream,
                                     profiler_clock_ns(), 0, correlation_id, args_json};
   }

@@ -16,7 +16,8 @@ static tessera_plugin_t lt_plugin = {.struct_size = sizeof(tessera_plugin_t),
 
 /* True when `host` offers the span slots (a 1.2 runtime does not). */
 static int lt_has_spans(const tessera_host_api_t* host) {
-  return TESSERA_ABI_HAS_FIELD(host, tessera_host_api_t, profiler_record_span) && host->profiler_record_span != NULL;
+  return TESSERA_ABI_HAS_FIELD(host, tessera_host_api_t, profiler_record_span) &&
+         host->profiler_record_span != NULL;
 }
 
 /* The name holds a quote, a backslash, a control character and a byte that is not UTF-8: the trace
@@ -108,10 +109,12 @@ TESSERA_PLUGIN_EXPORT tessera_status_t tessera_plugin_init(uint32_t host_abi_maj
   if (host_abi_major != TESSERA_ABI_MAJOR)
     return host->status_make(TESSERA_STATUS_ABI_MISMATCH, "lt_spans: incompatible ABI major version");
   lt_host = host;
-  tessera_status_t st = host->op_define(host->host_ctx, "lt_spans_mark_(Tensor(a!) self) -> Tensor(a!)", NULL);
+  tessera_status_t st =
+      host->op_define(host->host_ctx, "lt_spans_mark_(Tensor(a!) self) -> Tensor(a!)", NULL);
   if (st) return st;
   st = host->kernel_register(host->host_ctx, "lt_spans_mark_", TESSERA_FUNCTIONALITY_DENSE,
-                             TESSERA_DTYPE_BIT(TESSERA_DTYPE_FLOAT32), lt_mark_kernel, NULL, TESSERA_KERNEL_FLAG_NONE);
+                             TESSERA_DTYPE_BIT(TESSERA_DTYPE_FLOAT32), lt_mark_kernel, NULL,
+                             TESSERA_KERNEL_FLAG_NONE);
   if (st) return st;
   *out_plugin = &lt_plugin;
   return NULL;
