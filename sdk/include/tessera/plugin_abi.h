@@ -419,9 +419,10 @@ typedef struct tessera_host_api_t {
    * Read it where work is issued (in the kernel) and carry it to where the span is recorded. */
   uint64_t (*profiler_correlation_id)(void);
   /* Records one finished span. The host copies every string before returning. Refused with
-   * TESSERA_STATUS_INVALID_ARGUMENT (nothing recorded): span NULL, struct_size below the 1.3 struct,
-   * name NULL or empty or over 1024 bytes, end_ns < start_ns, device < -1, args_json not a JSON
-   * object. While profiling is off a valid span is dropped and NULL (success) returned. */
+   * TESSERA_STATUS_INVALID_ARGUMENT (nothing recorded): span or host_ctx NULL, struct_size below the
+   * 1.3 struct, name NULL or empty, name or category over 1024 bytes, end_ns < start_ns, device < -1,
+   * args_json not a JSON object or over 64 KiB. While profiling is off a valid span is dropped and
+   * NULL (success) returned. */
   tessera_status_t (*profiler_record_span)(void* host_ctx, const struct tessera_profiler_span_t* span);
 } tessera_host_api_t;
 
