@@ -3,8 +3,11 @@
 #include <algorithm>
 #include <new>
 
+#include "profiler.h"
+#include "profiler_spans.h"
 #include "tessera/edit_distance.h"
 #include "tessera/log.h"
+#include "tessera/profiler.h"
 #include "tessera/schema.h"
 
 namespace tessera {
@@ -113,6 +116,18 @@ HostContext::HostContext(std::string plugin_name, DeviceType backend)
   api_.kernel_register = &HostContext::kernel_register;
   api_.fallback_register = &HostContext::fallback_register;
   api_.op_forbid_fallback = &HostContext::op_forbid_fallback;
+  // Note [Plugin spans]
+  api_.profiler_enabled = [] { return int32_t(profiler_on() ? 1 : 0); };
+  api_.profiler_clock_ns = &detail::profiler_clock_ns;
+  api_.profiler_correlation_id = &tessera::profiler_correlation_id;
+  api_.profiler_record_span = &HostContext::profiler_record_span;
+}
+
+tessera_status_t HostContext::profiler_record_span(void* ctx, const tessera_profiler_span_t* span) {
+  if (!ctx)
+    return status_make(TESSERA_STATUS_INVALID_ARGUMENT,
+                       "profiler_record_span: host_ctx is NULL; pass the host table's host_ctx");
+  return detail::record_plugin_span(self(ctx)->plugin_name_, self(ctx)->backend_, span);
 }
 
 bool HostContext::op_known(const std::string& name) const { return !canonical_op(name).empty(); }

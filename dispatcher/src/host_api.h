@@ -143,6 +143,7 @@ class HostContext {
                                           tessera_kernel_fn_t fn, void* user_data, uint32_t flags);
   static tessera_status_t fallback_register(void* ctx, int32_t functionality, tessera_kernel_fn_t fn, void* user_data);
   static tessera_status_t op_forbid_fallback(void* ctx, const char* op_name);
+  static tessera_status_t profiler_record_span(void* ctx, const tessera_profiler_span_t* span);
 
   tessera_status_t record(Registration r);
   void apply(const Registration& r);  // throws

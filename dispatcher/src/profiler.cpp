@@ -14,8 +14,10 @@
 #include <nlohmann/json.hpp>
 #include <string>
 #include <tuple>
+#include <unordered_map>
 #include <vector>
 
+#include "profiler_spans.h"
 #include "tessera/log.h"
 #include "tessera/profiler.h"
 #include "tessera/stream.h"
@@ -38,10 +40,10 @@ struct DeviceSpan {
   tessera::Event start, end;
 };
 
-// One dispatched call. Sizes live inline for the usual few small tensors: recording allocates
-// nothing beyond the thread buffer's amortised growth.
+// One dispatched call, or a ProfilerRange (op null, label its name). Sizes live inline for the usual
+// few small tensors: recording allocates nothing beyond the thread buffer's amortised growth.
 struct OpEvent {
-  const OperatorEntry* op;  // entries are never freed
+  const OperatorEntry* op;  // entries are never freed; null for a ProfilerRange
   int64_t start_ns;
   int64_t dur_ns;
   Device device{DeviceType::CPU};
@@ -50,6 +52,9 @@ struct OpEvent {
   detail::SmallVector<TensorDesc, 4> tensors;  // inputs, then outputs
   detail::SmallVector<int64_t, 12> sizes;      // their sizes, concatenated
   std::string error;
+  uint64_t correlation = 0;  // Note [Plugin spans] in tessera/plugin_abi.h
+  const char* category = "op";
+  std::string label;  // a ProfilerRange's name
   // Device time (Note [Profiler device times]): events around the call on the device's current
   // stream; not created for the CPU or a device that reports no event times.
   std::shared_ptr<DeviceSpan> span;
@@ -85,6 +90,10 @@ ProfilerState& state() {
 
 thread_local std::shared_ptr<ThreadBuffer> t_buffer;
 thread_local const char** t_resolution = nullptr;  // of the innermost profiled call
+thread_local uint64_t t_correlation = 0;             // of the innermost profiled call or range
+std::atomic<uint64_t> g_next_correlation{1};
+
+const std::string& event_name(const OpEvent& e) { return e.op ? e.op->name : e.label; }
 
 ThreadBuffer& thread_buffer() {
   if (!t_buffer) {
@@ -166,21 +175,21 @@ void add_device_event(nlohmann::json& events, std::map<std::string, int>& tracks
     dur_us = e.span->start.elapsed_time(e.span->end) * 1000.0;
   } catch (const std::exception& ex) {
     if (log_enabled("dispatch"))
-      log_message(LogLevel::Info, "dispatch", std::string("profiler: no device time for '") + e.op->name + "': " + ex.what());
+      log_message(LogLevel::Info, "dispatch", "profiler: no device time for '" + event_name(e) + "': " + ex.what());
     return;
   }
   const std::string name = e.span->stream.str();
   auto [it, fresh] = tracks.emplace(name, kFirstStreamTrack + int(tracks.size()));
   if (fresh)
     events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", pid}, {"tid", it->second}, {"args", {{"name", name}}}});
-  events.push_back({{"name", e.op->name},
+  events.push_back({{"name", event_name(e)},
                     {"cat", "device"},
                     {"ph", "X"},
                     {"ts", ts_us},
                     {"dur", std::max(dur_us, 0.0)},
                     {"pid", pid},
                     {"tid", it->second},
-                    {"args", {{"op", e.op->name}, {"device", device_label(e.device)}, {"stream", name}}}});
+                    {"args", {{"op", event_name(e)}, {"device", device_label(e.device)}, {"stream", name}}}});
 }
 
 std::string trace_json() {
@@ -188,11 +197,12 @@ std::string trace_json() {
   const int pid = int(::getpid());
   events.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", pid}, {"args", {{"name", "tessera"}}}});
   std::map<std::string, int> tracks;  // stream name -> tid of its track
+  std::unordered_map<uint64_t, detail::HostEventPlace> host_events;  // correlation id -> its event
   for (const auto& [tid, e] : snapshot()) {
     if (e.span) add_device_event(events, tracks, pid, e);
     auto [in_dtypes, in_shapes] = describe_json(e, true);
     auto [out_dtypes, out_shapes] = describe_json(e, false);
-    nlohmann::json args = {{"op", e.op->name},
+    nlohmann::json args = {{"op", event_name(e)},
                            {"device", device_label(e.device)},
                            {"resolution", e.resolution},
                            {"dtypes", std::move(in_dtypes)},
@@ -200,8 +210,12 @@ std::string trace_json() {
                            {"output_dtypes", std::move(out_dtypes)},
                            {"output_shapes", std::move(out_shapes)}};
     if (!e.error.empty()) args["error"] = e.error;
-    events.push_back({{"name", e.op->name},
-                      {"cat", "op"},
+    if (e.correlation) {
+      args["correlation"] = e.correlation;
+      host_events.emplace(e.correlation, detail::HostEventPlace{tid, double(e.start_ns) / 1000.0});
+    }
+    events.push_back({{"name", event_name(e)},
+                      {"cat", e.category},
                       {"ph", "X"},
                       {"ts", double(e.start_ns) / 1000.0},
                       {"dur", double(e.dur_ns) / 1000.0},
@@ -209,7 +223,10 @@ std::string trace_json() {
                       {"tid", tid},
                       {"args", std::move(args)}});
   }
-  return nlohmann::json{{"traceEvents", std::move(events)}, {"displayTimeUnit", "ns"}}.dump();
+  detail::append_plugin_spans(events, pid, host_events);
+  // Plugin text is untrusted (Note [Untrusted text]): bytes that are not UTF-8 become U+FFFD.
+  return nlohmann::json{{"traceEvents", std::move(events)}, {"displayTimeUnit", "ns"}}.dump(
+      -1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 void write_atomically(const std::string& path, const std::string& text) {
@@ -296,6 +313,9 @@ int profile_call(OperatorEntry& op, const CallFrame& f, Tensor* outs, DispatchFn
   if (f.device && e.device.is_cpu()) e.device = *f.device;
   const char** outer = t_resolution;
   t_resolution = &e.resolution;
+  const uint64_t outer_correlation = t_correlation;
+  e.correlation = g_next_correlation.fetch_add(1, std::memory_order_relaxed);
+  t_correlation = e.correlation;
   int n = 0;
   if (!e.device.is_cpu()) e.span = begin_device_span(e.device);
   e.start_ns = now_ns();
@@ -304,6 +324,7 @@ int profile_call(OperatorEntry& op, const CallFrame& f, Tensor* outs, DispatchFn
   } catch (const std::exception& ex) {
     e.dur_ns = now_ns() - e.start_ns;
     t_resolution = outer;
+    t_correlation = outer_correlation;
     e.resolution = "error";
     e.error = ex.what();
     ThreadBuffer& b = thread_buffer();
@@ -313,6 +334,7 @@ int profile_call(OperatorEntry& op, const CallFrame& f, Tensor* outs, DispatchFn
   }
   e.dur_ns = now_ns() - e.start_ns;
   t_resolution = outer;
+  t_correlation = outer_correlation;
   if (e.span) {
     try {
       e.span->end.record(e.span->stream);
@@ -376,7 +398,7 @@ std::string profiler_summary() {
   };
   std::map<std::tuple<std::string, std::string, std::string>, Row> rows;
   for (const auto& [tid, e] : snapshot()) {
-    Row& r = rows[{e.op->name, device_label(e.device), e.resolution}];
+    Row& r = rows[{event_name(e), device_label(e.device), e.resolution}];
     ++r.calls;
     r.total_ns += e.dur_ns;
     r.max_ns = std::max(r.max_ns, e.dur_ns);
@@ -395,7 +417,7 @@ std::string profiler_summary() {
                   double(r.total_ns) / 1e6, double(r.total_ns) / 1e3 / double(r.calls), double(r.max_ns) / 1e3);
     out += line;
   }
-  return out;
+  return out + detail::plugin_spans_summary();
 }
 
 void profiler_clear() {
@@ -409,6 +431,44 @@ void profiler_clear() {
     std::lock_guard lock(b->mutex);
     b->events.clear();
   }
+  detail::clear_plugin_spans();
+}
+
+uint64_t profiler_correlation_id() { return profiler_on() ? t_correlation : 0; }
+
+namespace detail {
+int64_t profiler_epoch_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(state().epoch.time_since_epoch()).count();
+}
+}  // namespace detail
+
+void ProfilerRange::begin(const char* category, std::string name, Device device) {
+  if (active_ || !profiler_on()) return;
+  active_ = true;
+  category_ = category;
+  name_ = std::move(name);
+  device_ = device;
+  outer_ = t_correlation;
+  correlation_ = g_next_correlation.fetch_add(1, std::memory_order_relaxed);
+  t_correlation = correlation_;
+  start_ns_ = now_ns();
+}
+
+void ProfilerRange::end() {
+  active_ = false;
+  t_correlation = outer_;
+  OpEvent e;
+  e.op = nullptr;
+  e.start_ns = start_ns_;
+  e.dur_ns = now_ns() - start_ns_;
+  e.device = device_;
+  e.resolution = category_;
+  e.category = category_;
+  e.correlation = correlation_;
+  e.label = std::move(name_);
+  ThreadBuffer& b = thread_buffer();
+  std::lock_guard lock(b.mutex);
+  b.events.push_back(std::move(e));
 }
 
 }  // namespace tessera

@@ -7,6 +7,9 @@
 // contend while recording; flush takes each buffer's lock briefly). Nested dispatches (a composite's
 // ops, the CPU op a fallback runs) are events of their own inside the outer one's time span.
 // How the call was resolved is "kernel" unless the slow path names another (profile_resolution).
+// Each profiled call, and each ProfilerRange (a cross-device copy, a compiled partition run), gets a
+// correlation id that is the thread's current one for its length: spans that plugins record carry
+// it (Note [Plugin spans] in tessera/plugin_abi.h; their buffers live in profiler_spans.cpp).
 //
 // Note [Profiler device times]
 // The host time of a call on an asynchronous device is its launch. When the device's plugin reports

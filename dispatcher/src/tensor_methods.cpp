@@ -8,6 +8,7 @@
 #include "memory_format_internal.h"
 #include "small_vector.h"
 #include "op_registry.h"
+#include "profiler.h"
 #include "shape_rules.h"
 #include "sparse_internal.h"
 #include "stream_state.h"
@@ -15,6 +16,7 @@
 #include "tessera/dispatcher.h"
 #include "tessera/memory_format.h"
 #include "tessera/ops.h"
+#include "tessera/profiler.h"
 
 namespace tessera {
 
@@ -61,6 +63,12 @@ void transfer_bytes(const Tensor& dst, const Tensor& src) {
   uint64_t src_off = uint64_t(src.storage_offset()) * src.itemsize();
   std::string what =
       "copy_: copying " + std::to_string(nbytes) + " bytes from " + sd.str() + " to " + dd.str();
+  // The host side of the copy in the profile: the device's copy spans correlate with it (Note
+  // [Plugin spans] in tessera/plugin_abi.h).
+  ProfilerRange range;
+  if (__builtin_expect(profiler_on(), 0) && (!sd.is_cpu() || !dd.is_cpu()))
+    range.begin("transfer", sd.is_cpu() ? "copy host to device" : dd.is_cpu() ? "copy device to host" : "copy device to device",
+                sd.is_cpu() ? dd : sd);
   tessera_status_t status = nullptr;
   try {
     if (sd.is_cpu() && dd.is_cpu()) {

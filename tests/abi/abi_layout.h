@@ -120,6 +120,15 @@ typedef struct abi_constant_t {
   C(TESSERA_INPUT_PARAMETER) C(TESSERA_INPUT_CONSTANT) C(TESSERA_DTYPE_QINT8) C(TESSERA_DTYPE_QUINT8) \
   C(TESSERA_DTYPE_QINT32)
 
+/* What ABI 1.3 appended for device spans in the profiler (Note [Plugin spans]). */
+#define ABI_STRUCTS_1_3_SPANS(S) S(tessera_profiler_span_t)
+#define ABI_FIELDS_1_3_SPANS(F) \
+  F(tessera_host_api_t, profiler_enabled) F(tessera_host_api_t, profiler_clock_ns) \
+  F(tessera_host_api_t, profiler_correlation_id) F(tessera_host_api_t, profiler_record_span) \
+  F(tessera_profiler_span_t, struct_size) F(tessera_profiler_span_t, device) F(tessera_profiler_span_t, name) \
+  F(tessera_profiler_span_t, category) F(tessera_profiler_span_t, stream) F(tessera_profiler_span_t, start_ns) \
+  F(tessera_profiler_span_t, end_ns) F(tessera_profiler_span_t, correlation_id) F(tessera_profiler_span_t, args_json)
+
 
 #define ABI_FIELD_ROW(T, f) {#T, #f, offsetof(T, f), sizeof(((T*)0)->f)},
 #define ABI_STRUCT_ROW(T) {#T, sizeof(T)},

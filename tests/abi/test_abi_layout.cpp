@@ -25,6 +25,8 @@ extern const abi_field_layout_t abi_fields_live_1_1[];
 extern const size_t abi_num_fields_live_1_1;
 extern const abi_field_layout_t abi_fields_live_1_2[];
 extern const size_t abi_num_fields_live_1_2;
+extern const abi_field_layout_t abi_fields_live_1_3_spans[];
+extern const size_t abi_num_fields_live_1_3_spans;
 extern const abi_constant_t abi_constants_live_1_2[];
 extern const size_t abi_num_constants_live_1_2;
 extern const abi_struct_layout_t abi_structs_live[];
@@ -213,6 +215,28 @@ const std::map<std::string, size_t> kStructSnapshot_1_2 = {
     {"tessera_graph_size_t", 40},      {"tessera_graph_arg_t", 32},
     {"tessera_graph_type_t", 24},      {"tessera_graph_api_t", 208},
 };
+// What ABI 1.3 appended for device spans in the profiler (Note [Plugin spans]), and the structs it
+// grew or added.
+const std::map<Key, Layout> kSnapshot_1_3_spans = {
+    {{"tessera_host_api_t", "profiler_enabled"}, {112, 8}},
+    {{"tessera_host_api_t", "profiler_clock_ns"}, {120, 8}},
+    {{"tessera_host_api_t", "profiler_correlation_id"}, {128, 8}},
+    {{"tessera_host_api_t", "profiler_record_span"}, {136, 8}},
+    {{"tessera_profiler_span_t", "struct_size"}, {0, 4}},
+    {{"tessera_profiler_span_t", "device"}, {4, 4}},
+    {{"tessera_profiler_span_t", "name"}, {8, 8}},
+    {{"tessera_profiler_span_t", "category"}, {16, 8}},
+    {{"tessera_profiler_span_t", "stream"}, {24, 8}},
+    {{"tessera_profiler_span_t", "start_ns"}, {32, 8}},
+    {{"tessera_profiler_span_t", "end_ns"}, {40, 8}},
+    {{"tessera_profiler_span_t", "correlation_id"}, {48, 8}},
+    {{"tessera_profiler_span_t", "args_json"}, {56, 8}},
+};
+const std::map<std::string, size_t> kStructSnapshot_1_3_spans = {
+    {"tessera_host_api_t", 144},
+    {"tessera_profiler_span_t", 64},
+};
+
 const std::map<std::string, long long> kConstantSnapshot_1_2 = {
     {"TESSERA_NODE_PLACEHOLDER", 0},
     {"TESSERA_NODE_CALL", 1},
@@ -316,7 +340,9 @@ TEST(AbiLayout, LiveHeaderIs_1_2_AndOnlyAppends) {
   EXPECT_EQ(abi_live_major, 1u);
   EXPECT_EQ(abi_live_minor, 2u);
   const auto live_structs = structs_of(abi_structs_live, abi_num_structs_live);
-  EXPECT_EQ(live_structs, kStructSnapshot_1_2);
+  std::map<std::string, size_t> expected_structs = kStructSnapshot_1_2;  // as 1.3's spans left them
+  for (const auto& [name, size] : kStructSnapshot_1_3_spans) expected_structs[name] = size;
+  EXPECT_EQ(live_structs, expected_structs);
   const auto frozen_structs = structs_of(abi_structs_frozen_1_0, abi_num_structs_frozen_1_0);
   // tessera_value_t is an array element (tessera_kernel_call_t::attrs): it never grows in a major.
   EXPECT_EQ(live_structs.at("tessera_value_t"), frozen_structs.at("tessera_value_t"));
@@ -337,6 +363,17 @@ TEST(AbiLayout, LiveHeaderIs_1_2_AndOnlyAppends) {
                                          << " is not appended after the 1.1 end of the struct";
   }
   EXPECT_EQ(constants_of(abi_constants_live_1_2, abi_num_constants_live_1_2), kConstantSnapshot_1_2);
+}
+
+TEST(AbiLayout, ProfilerSpanSlotsAreAppendedAfterThe_1_2_End) {
+  const auto added = fields_of(abi_fields_live_1_3_spans, abi_num_fields_live_1_3_spans);
+  EXPECT_EQ(added, kSnapshot_1_3_spans);
+  for (const auto& [key, layout] : added) {
+    auto old = kStructSnapshot_1_2.find(key.first);
+    if (old == kStructSnapshot_1_2.end()) continue;  // a struct new in 1.3
+    EXPECT_GE(layout.first, old->second) << key.first << "::" << key.second
+                                         << " is not appended after the 1.2 end of the struct";
+  }
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -90,6 +91,14 @@ inline bool library_is_loaded(const std::string& path) {
   if (!h) return false;
   dlclose(h);
   return true;
+}
+
+// The JSON document in the file `path` (a profiler trace); a discarded value when it is missing or
+// does not parse.
+inline json read_json_file(const std::string& path) {
+  std::ifstream in(path);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return json::parse(text, nullptr, false);
 }
 
 // Calls `int symbol(void)` exported by a loaded library.

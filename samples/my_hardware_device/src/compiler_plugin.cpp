@@ -95,6 +95,7 @@ class Compiler final : public tessera::sdk::CompilerBase<Chain> {
   }
 
   void run(Chain& c, TensorSpan inputs, TensorSpan outputs, void* stream) override {
+    tessera::sdk::ScopedSpan span("fused partition", "partition", c.device);  // Note [Plugin spans]
     TESSERA_SDK_CHECK(outputs.size() == int32_t(c.output_regs.size()), MHD_COMPILER ": output count");
     const int64_t numel = outputs.size() > 0 ? outputs[0].numel() : 0;
     inputs.require_dense(MHD_COMPILER ": input", TESSERA_DTYPE_FLOAT32, numel, c.device);

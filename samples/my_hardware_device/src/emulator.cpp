@@ -16,7 +16,8 @@ uint64_t handle_bits(const void* handle) { return uint64_t(reinterpret_cast<uint
 
 // ---------------------------------------------------------------- Queue
 
-Queue::Queue(std::string name) : name_(std::move(name)), thread_([this] { run(); }) {}
+Queue::Queue(std::string name, uint64_t number)
+    : name_(std::move(name)), number_(number), thread_([this] { run(); }) {}
 
 Queue::~Queue() {
   {
@@ -180,8 +181,9 @@ uint64_t Device::live_buffers() const {
 
 Queue* Device::create_queue() {
   std::lock_guard<std::mutex> lock(mu_);
-  streams_.push_back(std::make_unique<Queue>(name_ + ":" + std::to_string(index_) + "/stream" +
-                                             std::to_string(streams_.size() + 1)));
+  const uint64_t number = streams_.size() + 1;
+  streams_.push_back(std::make_unique<Queue>(name_ + ":" + std::to_string(index_) + "/stream" + std::to_string(number),
+                                             number));
   return streams_.back().get();
 }
 

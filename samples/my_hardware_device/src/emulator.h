@@ -54,7 +54,8 @@ using BufferRef = std::shared_ptr<Buffer>;
 // An in-order queue with one worker thread. Thread-safe.
 class Queue {
  public:
-  explicit Queue(std::string name);
+  // `number`: 0 for a device's default queue, 1, 2, ... for its streams (the profiler's stream).
+  explicit Queue(std::string name, uint64_t number = 0);
   ~Queue();  // runs the pending tasks, then joins the worker
   Queue(const Queue&) = delete;
   Queue& operator=(const Queue&) = delete;
@@ -64,10 +65,12 @@ class Queue {
   // task that failed since the last synchronisation (and clears it).
   void synchronize();
   const std::string& name() const { return name_; }
+  uint64_t number() const { return number_; }
 
  private:
   void run();
   std::string name_;
+  uint64_t number_;
   std::mutex mu_;
   std::condition_variable work_cv_;
   std::condition_variable done_cv_;

@@ -168,7 +168,7 @@ extern "C" int32_t mhd_fused_launch(int32_t device, void* stream, const mhd_fuse
       task.output_offsets.push_back(outputs[i].byte_offset);
     }
     dev.fused_launch_count()++;
-    queue.enqueue(std::move(task));
+    queue.enqueue(traced(std::move(task), "fused program", "kernel", device, queue));
     return 0;
   } catch (const std::exception& e) {
     if (error && error_capacity) std::snprintf(error, error_capacity, "mhd_fused_launch: %s", e.what());

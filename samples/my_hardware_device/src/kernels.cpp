@@ -25,6 +25,19 @@ int& current_device() {
   return index;
 }
 
+std::function<void()> traced(std::function<void()> task, const char* name, const char* category, int device,
+                             const Queue& queue, int64_t bytes) {
+  if (!tessera::sdk::profiler_enabled()) return task;
+  const uint64_t correlation = tessera::sdk::profiler_correlation_id();  // of the op issuing it, read here
+  std::string args = bytes >= 0 ? "{\"bytes\": " + std::to_string(bytes) + "}" : std::string();
+  return [task = std::move(task), name = std::string(name), category, device, stream = queue.number(), correlation,
+          args = std::move(args)] {
+    tessera::sdk::ScopedSpan span(name.c_str(), category, device, stream, correlation,
+                                  args.empty() ? nullptr : args.c_str());
+    task();
+  };
+}
+
 namespace {
 
 using tessera::sdk::Error;
@@ -221,7 +234,7 @@ void launch(const KernelCall& call, int op_id, std::function<void()> task) {
   const int dev = device_of(call);
   Queue& q = emu->queue(dev, call.stream());
   emu->device(dev).kernel_count(op_id)++;
-  q.enqueue(std::move(task));
+  q.enqueue(traced(std::move(task), call.op_name(), "kernel", dev, q));
 }
 
 // Op ids: index into kSpecs below (also the kernel counter index).

@@ -2,6 +2,7 @@
 // needs by value and enqueues the computation on the call's stream (Note [Emulated streams]).
 #pragma once
 #include <cstdint>
+#include <functional>
 
 #include <tessera/plugin_abi.h>
 
@@ -22,6 +23,12 @@ const KernelSpec* kernel_specs(int* count);
 const KernelSpec* backward_kernel_specs(int* count);
 // The ABI value of the Autograd functionality (the runtime's Functionality::Autograd).
 constexpr int32_t kFunctionalityAutograd = 3;
+
+// Note [Plugin spans] in tessera/plugin_abi.h: while the runtime profiles, `task` is wrapped so that
+// its run on `queue` is recorded as a span (`name`, `category`, and {"bytes": bytes} when bytes >= 0)
+// carrying the correlation id of the host op issuing it now; otherwise `task` comes back as it is.
+std::function<void()> traced(std::function<void()> task, const char* name, const char* category, int device,
+                             const Queue& queue, int64_t bytes = -1);
 
 // The emulator the kernels run on (set at plugin init, cleared at shutdown).
 Emulator*& emulator();

@@ -92,9 +92,12 @@ tessera_status_t memory_copy_from_host(void*, int32_t device, void* dst, uint64_
     // Stage now: the host buffer may be reused as soon as this returns.
     auto staged = std::make_shared<std::vector<std::byte>>(static_cast<const std::byte*>(src_host),
                                                            static_cast<const std::byte*>(src_host) + nbytes);
-    emu.queue(device, stream).enqueue([buf, staged, dst_offset] {
-      if (!staged->empty()) std::memcpy(buf->bytes.data() + dst_offset, staged->data(), staged->size());
-    });
+    Queue& q = emu.queue(device, stream);
+    q.enqueue(traced(
+        [buf, staged, dst_offset] {
+          if (!staged->empty()) std::memcpy(buf->bytes.data() + dst_offset, staged->data(), staged->size());
+        },
+        "copy host to device", "copy", device, q, int64_t(nbytes)));
   });
 }
 
@@ -108,9 +111,11 @@ tessera_status_t memory_copy_to_host(void*, int32_t device, void* dst_host, cons
                          " overruns a buffer of " + std::to_string(buf->bytes.size()) + " bytes");
     }
     Queue& q = emu.queue(device, stream);
-    q.enqueue([buf, dst_host, src_offset, nbytes] {
-      if (nbytes) std::memcpy(dst_host, buf->bytes.data() + src_offset, nbytes);
-    });
+    q.enqueue(traced(
+        [buf, dst_host, src_offset, nbytes] {
+          if (nbytes) std::memcpy(dst_host, buf->bytes.data() + src_offset, nbytes);
+        },
+        "copy device to host", "copy", device, q, int64_t(nbytes)));
     q.synchronize();  // the host buffer is complete when this returns
   });
 }
@@ -125,9 +130,12 @@ tessera_status_t memory_copy_device(void*, int32_t dst_device, void* dst, uint64
     }
     // Work already queued on the source device must land before the copy reads it.
     if (src_device != dst_device) emu.device(src_device).synchronize();
-    emu.queue(dst_device, stream).enqueue([d, s, dst_offset, src_offset, nbytes] {
-      if (nbytes) std::memmove(d->bytes.data() + dst_offset, s->bytes.data() + src_offset, nbytes);
-    });
+    Queue& q = emu.queue(dst_device, stream);
+    q.enqueue(traced(
+        [d, s, dst_offset, src_offset, nbytes] {
+          if (nbytes) std::memmove(d->bytes.data() + dst_offset, s->bytes.data() + src_offset, nbytes);
+        },
+        "copy device to device", "copy", dst_device, q, int64_t(nbytes)));
   });
 }
 

@@ -329,6 +329,40 @@ typedef struct tessera_graph_api_t {
   tessera_status_t (*erase_node)(tessera_graph_t* graph, int32_t node);
 } tessera_graph_api_t;
 
+/* ---------------------------------------------------------------- profiler spans (ABI 1.3)
+ *
+ * Note [Plugin spans]
+ * -------------------
+ * A plugin puts its own work (kernel launches, copies, compiled partition runs) in the runtime's
+ * profile (TESSERA_PROFILE, tessera::profiler_enable) through four host slots: profiler_enabled,
+ * profiler_clock_ns, profiler_correlation_id and profiler_record_span. The runtime gives every host
+ * op it profiles a correlation id and makes it current on the calling thread for the length of the
+ * call, so a kernel reads the id of the op that launched it; a span carries the id to where the
+ * work really ran (a queue thread), and the trace links the two (args.correlation on both, and a
+ * flow arrow from the host op to the span, as PyTorch's Kineto does).
+ * Times are the profiler clock in nanoseconds (profiler_clock_ns; CLOCK_MONOTONIC on Linux). A
+ * device with a clock of its own converts: read the device clock d0 and profiler_clock_ns() h0
+ * together once (an anchor; re-anchor now and then when the clocks drift), then
+ *   host_ns = h0 + (d - d0) * 1e9 / device_ticks_per_second.
+ * Spans appear in the trace on a track per (plugin, device, stream), named like
+ * "my_hardware_device:0 stream 0 [my_hardware_device]", and through tessera::profiler_plugin_spans()
+ * and the summary. A plugin built against 1.2 never calls these slots; a 1.3 plugin on a 1.2
+ * runtime finds them absent (TESSERA_ABI_HAS_FIELD) and records nothing. */
+/* One span measured by a plugin (ABI 1.3; Note [Plugin spans]). The caller sets struct_size to
+ * sizeof(tessera_profiler_span_t); the host reads only the fields that fit in it. */
+typedef struct tessera_profiler_span_t {
+  uint32_t struct_size;
+  int32_t device;          /* index of the plugin's device the work ran on; -1: no device */
+  const char* name;        /* required: "matmul", "copy host to device", ... (untrusted: escaped) */
+  const char* category;    /* (optional) "kernel", "copy", "partition", ...; NULL: "device" */
+  uint64_t stream;         /* a number naming the queue within the device: spans of one (device,
+                            * stream) share a track; 0: the default stream */
+  int64_t start_ns;        /* profiler clock (profiler_clock_ns) */
+  int64_t end_ns;          /* >= start_ns */
+  uint64_t correlation_id; /* profiler_correlation_id() read when the work was issued; 0: none */
+  const char* args_json;   /* (optional) a JSON object of extra fields ({"bytes": 4096}); NULL: none */
+} tessera_profiler_span_t;
+
 /* ---------------------------------------------------------------- host API (runtime -> plugin) */
 
 typedef struct tessera_host_api_t {
@@ -370,6 +404,26 @@ typedef struct tessera_host_api_t {
    * struct_size is 0 until the runtime's compiler library is loaded, which is always the case
    * when a plugin is handed a graph. A 1.1 runtime has no such field (TESSERA_ABI_HAS_FIELD). */
   const struct tessera_graph_api_t* graph;
+
+  /* ---- ABI 1.3 */
+  /* Device spans in the profiler (Note [Plugin spans]). Each slot is absent on a 1.2 runtime: read
+   * them only through TESSERA_ABI_HAS_FIELD (the SDK's ScopedSpan does). Callable from any thread. */
+  /* Nonzero while the runtime records a profile: one relaxed load, so a plugin checks it before it
+   * builds a span and pays nothing while profiling is off. */
+  int32_t (*profiler_enabled)(void);
+  /* The profiler clock in nanoseconds (CLOCK_MONOTONIC on Linux): the clock of every span's start
+   * and end. A span timed on a device clock is converted by the plugin (Note [Plugin spans]). */
+  int64_t (*profiler_clock_ns)(void);
+  /* The correlation id of the innermost host op (or runtime range: a cross-device copy, a compiled
+   * partition run) being profiled on the calling thread; 0 when none or when profiling is off.
+   * Read it where work is issued (in the kernel) and carry it to where the span is recorded. */
+  uint64_t (*profiler_correlation_id)(void);
+  /* Records one finished span. The host copies every string before returning. Refused with
+   * TESSERA_STATUS_INVALID_ARGUMENT (nothing recorded): span or host_ctx NULL, struct_size below the
+   * 1.3 struct, name NULL or empty, name or category over 1024 bytes, end_ns < start_ns, device < -1,
+   * args_json not a JSON object or over 64 KiB. While profiling is off a valid span is dropped and
+   * NULL (success) returned. */
+  tessera_status_t (*profiler_record_span)(void* host_ctx, const struct tessera_profiler_span_t* span);
 } tessera_host_api_t;
 
 /* ---------------------------------------------------------------- device interface (plugin -> runtime) */

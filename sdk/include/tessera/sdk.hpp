@@ -369,6 +369,67 @@ class DeviceBase {
   int32_t current_ = 0;
 };
 
+// ---- Device spans in the profiler (ABI 1.3, Note [Plugin spans] in plugin_abi.h). Each of these is
+// a no-op on a runtime without the slots (1.2) and while profiling is off.
+inline bool profiler_enabled() {
+  const tessera_host_api_t* api = host_api();
+  return TESSERA_ABI_HAS_FIELD(api, tessera_host_api_t, profiler_record_span) && api->profiler_enabled &&
+         api->profiler_enabled() != 0;
+}
+// The profiler clock in nanoseconds (0 on a runtime without it).
+inline int64_t profiler_clock_ns() {
+  const tessera_host_api_t* api = host_api();
+  return TESSERA_ABI_HAS_FIELD(api, tessera_host_api_t, profiler_clock_ns) && api->profiler_clock_ns
+             ? api->profiler_clock_ns()
+             : 0;
+}
+// The correlation id of the host op dispatching on this thread (0: none): read it where work is issued.
+inline uint64_t profiler_correlation_id() {
+  const tessera_host_api_t* api = host_api();
+  return TESSERA_ABI_HAS_FIELD(api, tessera_host_api_t, profiler_correlation_id) && api->profiler_correlation_id
+             ? api->profiler_correlation_id()
+             : 0;
+}
+// Records a finished span; a refusal (a bad argument) goes to the log, never throws.
+inline void record_span(tessera_profiler_span_t span) {
+  const tessera_host_api_t* api = host_api();
+  if (!TESSERA_ABI_HAS_FIELD(api, tessera_host_api_t, profiler_record_span) || !api->profiler_record_span) return;
+  span.struct_size = sizeof(tessera_profiler_span_t);
+  if (tessera_status_t st = api->profiler_record_span(api->host_ctx, &span)) {
+    log(TESSERA_LOG_WARNING, "plugins", api->status_message(st));
+    api->status_free(st);
+  }
+}
+
+// Times the work from its construction to its destruction as one span, in one line:
+//   { tessera::sdk::ScopedSpan span("matmul", "kernel", device); run_matmul(); }
+// The span carries the correlation id of the host op dispatching on this thread; work that runs later
+// on a queue thread passes the id read when it was issued instead. `name`, `category` and
+// `args_json` must outlive the span (string literals, or strings it ends before).
+class ScopedSpan {
+ public:
+  static constexpr uint64_t kCurrentCorrelation = UINT64_MAX;  // read profiler_correlation_id()
+  ScopedSpan(const char* name, const char* category, int32_t device, uint64_t stream = 0,
+             uint64_t correlation_id = kCurrentCorrelation, const char* args_json = nullptr)
+      : on_(profiler_enabled()) {
+    if (!on_) return;
+    if (correlation_id == kCurrentCorrelation) correlation_id = profiler_correlation_id();
+    span_ = tessera_profiler_span_t{sizeof(tessera_profiler_span_t), device, name, category, stream,
+                                    profiler_clock_ns(), 0, correlation_id, args_json};
+  }
+  ~ScopedSpan() {
+    if (!on_) return;
+    span_.end_ns = profiler_clock_ns();
+    record_span(span_);
+  }
+  ScopedSpan(const ScopedSpan&) = delete;
+  ScopedSpan& operator=(const ScopedSpan&) = delete;
+
+ private:
+  bool on_;
+  tessera_profiler_span_t span_{};
+};
+
 }  // namespace tessera::sdk
 
 // The plugin entry point. Inside the braces, `host` is a tessera::sdk::Host; throw to fail init.

@@ -11,6 +11,7 @@
 #include "runtime/interpret.h"
 #include "tessera/compiler/graph_abi.h"
 #include "tessera/dispatcher.h"
+#include "tessera/profiler.h"
 #include "tessera/error.h"
 #include "tessera/log.h"
 #include "tessera/ops.h"
@@ -174,6 +175,10 @@ std::vector<Tensor> PartitionedProgram::run(const std::vector<Tensor>& inputs) c
       std::vector<const tessera_tensor_t*> in_ptrs, out_ptrs;
       for (const auto& c : c_ins) in_ptrs.push_back(&c);
       for (const auto& c : c_outs) out_ptrs.push_back(&c);
+      // The host side of the run in the profile; the plugin's spans correlate with it (Note [Plugin
+      // spans] in tessera/plugin_abi.h).
+      ProfilerRange range;
+      if (profiler_enabled()) range.begin("partition", plugin_name_ + " partition " + std::to_string(at), device_);
       check_status(plugin_->run(plugin_->self, p.executable, in_ptrs.data(), int32_t(in_ptrs.size()),
                                 out_ptrs.data(), int32_t(out_ptrs.size()), current_stream(device_).handle()),
                    plugin_name_, "run");
