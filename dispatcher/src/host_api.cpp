@@ -4,6 +4,7 @@
 #include <new>
 
 #include "tessera/edit_distance.h"
+#include "tessera/generator.h"
 #include "tessera/log.h"
 #include "tessera/schema.h"
 
@@ -113,6 +114,7 @@ HostContext::HostContext(std::string plugin_name, DeviceType backend)
   api_.kernel_register = &HostContext::kernel_register;
   api_.fallback_register = &HostContext::fallback_register;
   api_.op_forbid_fallback = &HostContext::op_forbid_fallback;
+  api_.generator_reserve = &HostContext::generator_reserve;
 }
 
 bool HostContext::op_known(const std::string& name) const { return !canonical_op(name).empty(); }
@@ -333,6 +335,24 @@ tessera_status_t HostContext::op_forbid_fallback(void* ctx, const char* op_name)
     return self(ctx)->record(std::move(r));
   } catch (const std::exception& e) {
     return invalid(e.what());
+  }
+}
+
+tessera_status_t HostContext::generator_reserve(void* ctx, int32_t device_index, uint64_t count, uint64_t* out_seed,
+                                                uint64_t* out_offset) {
+  if (!ctx || !out_seed || !out_offset)
+    return invalid("generator_reserve: host_ctx, out_seed and out_offset must not be NULL");
+  if (device_index < 0 || device_index >= 64)
+    return invalid("generator_reserve: device index " + std::to_string(device_index) + " is out of range (0..63)");
+  try {
+    // Note [Generators] in tessera/generator.h: no device-count check, so that a plugin may draw
+    // while it loads.
+    GeneratorState s = detail::default_generator_unchecked(self(ctx)->backend_, device_index).reserve(count);
+    *out_seed = s.seed;
+    *out_offset = s.offset;
+    return nullptr;
+  } catch (const std::exception& e) {
+    return invalid(std::string("generator_reserve: ") + e.what());
   }
 }
 
