@@ -260,6 +260,11 @@ TEST(Generators, SameSeedGivesThePhiloxValuesOnEveryDevice) {
   Tensor u = empty({4000}, TensorOptions(kFloat32).device(dev0()));
   uniform_(u, -2.0, 3.0, Generator(dev0(), 9));
   EXPECT_EQ(floats(u), philox_uniform(9, 0, 4000, -2.0, 3.0));
+  // A strided destination draws in row-major order of the view.
+  Tensor base = zeros({6, 4}, TensorOptions(kFloat32).device(dev0()));
+  Tensor view = base.t();
+  uniform_(view, 0.0, 1.0, Generator(dev0(), 3));
+  EXPECT_EQ(floats(view.contiguous()), philox_uniform(3, 0, 24));
 }
 
 TEST(Generators, SamplesHaveTheRequestedMoments) {
