@@ -82,15 +82,22 @@ void memory_free(void*, int32_t device, void* handle) {
   emulator()->device(device).free(handle);
 }
 
+// The buffer behind `handle`, which must hold [offset, offset + nbytes); throws InvalidArgument.
+BufferRef resolve_range(Emulator& emu, const void* handle, uint64_t offset, uint64_t nbytes, const char* what) {
+  BufferRef buf = emu.resolve(handle);
+  const uint64_t size = buf->bytes.size();
+  if (offset > size || nbytes > size - offset) {
+    throw EmuError(EmuError::Kind::InvalidArgument, std::string(what) + " of " + std::to_string(nbytes) +
+                                                        " bytes at offset " + std::to_string(offset) +
+                                                        " overruns a buffer of " + std::to_string(size) + " bytes");
+  }
+  return buf;
+}
+
 tessera_status_t memory_copy_from_host(void*, int32_t device, void* dst, uint64_t dst_offset, const void* src_host,
                                        uint64_t nbytes, void* stream) {
   return guarded([&](Emulator& emu) {
-    BufferRef buf = emu.resolve(dst);
-    if (dst_offset + nbytes > buf->bytes.size()) {
-      throw EmuError(EmuError::Kind::InvalidArgument,
-                     "copy from host of " + std::to_string(nbytes) + " bytes at offset " + std::to_string(dst_offset) +
-                         " overruns a buffer of " + std::to_string(buf->bytes.size()) + " bytes");
-    }
+    BufferRef buf = resolve_range(emu, dst, dst_offset, nbytes, "copy from host");
     // Stage now: the host buffer may be reused as soon as this returns.
     auto staged = std::make_shared<std::vector<std::byte>>(static_cast<const std::byte*>(src_host),
                                                            static_cast<const std::byte*>(src_host) + nbytes);
@@ -103,12 +110,7 @@ tessera_status_t memory_copy_from_host(void*, int32_t device, void* dst, uint64_
 tessera_status_t memory_copy_to_host(void*, int32_t device, void* dst_host, const void* src, uint64_t src_offset,
                                      uint64_t nbytes, void* stream) {
   return guarded([&](Emulator& emu) {
-    BufferRef buf = emu.resolve(src);
-    if (src_offset + nbytes > buf->bytes.size()) {
-      throw EmuError(EmuError::Kind::InvalidArgument,
-                     "copy to host of " + std::to_string(nbytes) + " bytes at offset " + std::to_string(src_offset) +
-                         " overruns a buffer of " + std::to_string(buf->bytes.size()) + " bytes");
-    }
+    BufferRef buf = resolve_range(emu, src, src_offset, nbytes, "copy to host");
     Queue& q = emu.queue(device, stream);
     q.enqueue([buf, dst_host, src_offset, nbytes] {
       if (nbytes) std::memcpy(dst_host, buf->bytes.data() + src_offset, nbytes);
@@ -276,13 +278,7 @@ void pinned_free(void*, void* host_ptr) {
 tessera_status_t memory_copy_from_pinned(void*, int32_t device, void* dst, uint64_t dst_offset, const void* src_host,
                                          uint64_t nbytes, void* stream) {
   return guarded([&](Emulator& emu) {
-    BufferRef buf = emu.resolve(dst);
-    if (dst_offset + nbytes > buf->bytes.size()) {
-      throw EmuError(EmuError::Kind::InvalidArgument,
-                     "copy from pinned memory of " + std::to_string(nbytes) + " bytes at offset " +
-                         std::to_string(dst_offset) + " overruns a buffer of " + std::to_string(buf->bytes.size()) +
-                         " bytes");
-    }
+    BufferRef buf = resolve_range(emu, dst, dst_offset, nbytes, "copy from pinned memory");
     uint64_t src_offset = 0;
     PinnedRef block = emu.pinned_block(src_host, nbytes, &src_offset);
     emu.queue(device, stream).enqueue([buf, block, dst_offset, src_offset, nbytes] {
