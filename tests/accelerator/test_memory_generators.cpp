@@ -307,6 +307,14 @@ TEST(Generators, DefaultGeneratorsArePerDeviceAndFollowManualSeed) {
   EXPECT_EQ(d0.state(), (GeneratorState{99, 0}));
   EXPECT_ERROR(Generator::default_generator(Device(std::string(kAccel) + ":9")),
                "default_generator: device index 9 of 'my_hardware_device' is out of range");
+  EXPECT_ERROR(Generator::default_generator(Device(DeviceType::PrivateUse3, 0)), "privateuse3");
+  // seed(): a fresh non-deterministic seed, the stream restarted.
+  Generator g(dev1(), 1);
+  (void)g.reserve(5);
+  const uint64_t s = g.seed();
+  EXPECT_EQ(g.state(), (GeneratorState{s, 0}));
+  EXPECT_EQ(g.initial_seed(), s);
+  EXPECT_EQ(g.device(), dev1());
 }
 
 TEST(Generators, StateRoundTripsAndBadStatesAreRefused) {
