@@ -3,7 +3,7 @@
 generate_methods_for_privateuse1_backend() (and generate_methods_for_device(name) for any device
 name, such as one a plugin's manifest gives) adds `Tensor.<name>()`, `Tensor.is_<name>` and a
 module `tessera.<name>` with device_count(), is_available(), synchronize(), memory_stats(),
-empty_cache(), Stream, Event, current_stream() and set_current_stream()."""
+mem_get_info(), empty_cache(), Stream, Event, current_stream() and set_current_stream()."""
 import sys
 import types
 
@@ -42,6 +42,9 @@ def _device_module(name):
     def memory_stats(device=None):
         return _C.memory_stats(_dev(device))
 
+    def mem_get_info(device=None):
+        return _C.memory_info(_dev(device))
+
     def memory_allocated(device=None):
         return memory_stats(device).get("allocated_bytes", 0)
 
@@ -54,7 +57,8 @@ def _device_module(name):
     def Stream(device=None):  # noqa: N802 (a factory named like the class, as torch.npu.Stream)
         return _C.Stream.create(_dev(device))
 
-    for f in (device_count, is_available, synchronize, memory_stats, memory_allocated, empty_cache, current_stream, Stream):
+    for f in (device_count, is_available, synchronize, memory_stats, mem_get_info, memory_allocated, empty_cache,
+              current_stream, Stream):
         setattr(mod, f.__name__, f)
     mod.Event = _C.Event
     mod.set_current_stream = _C.set_current_stream
