@@ -55,8 +55,8 @@ uint64_t get_le(const unsigned char* p, int n) {
 }  // namespace
 
 Generator::Generator(Device device, uint64_t seed)
-    : impl_(std::make_shared<detail::GeneratorImpl>(Device(device.type(), device.index() < 0 ? 0 : device.index()),
-                                                    seed)) {}
+    : impl_(std::make_shared<detail::GeneratorImpl>(
+          Device(device.type(), device.index() < 0 ? 0 : device.index()), seed)) {}
 
 Generator detail::default_generator_unchecked(DeviceType type, int index) {
   if (index < 0) index = 0;
@@ -127,29 +127,33 @@ Tensor Generator::get_state() const {
 }
 
 void Generator::set_state(const Tensor& state) {
-  TESSERA_CHECK(state.defined(), "Generator::set_state: the state tensor is undefined; pass what get_state() returned");
-  TESSERA_CHECK(state.dtype() == kUInt8, "Generator::set_state: the state must be a uint8 tensor (from get_state()), got ",
+  TESSERA_CHECK(state.defined(),
+                "Generator::set_state: the state tensor is undefined; pass what get_state() returned");
+  TESSERA_CHECK(state.dtype() == kUInt8,
+                "Generator::set_state: the state must be a uint8 tensor (from get_state()), got ",
                 dtype_name(state.dtype()));
-  TESSERA_CHECK(state.device().is_cpu(), "Generator::set_state: the state must be on the CPU, got ", state.device().str(),
-                "; move it with .cpu() first");
-  TESSERA_CHECK(state.numel() == kGeneratorStateBytes, "Generator::set_state: the state must hold ", kGeneratorStateBytes,
-                " bytes (magic, version, seed, offset), got ", state.numel(),
+  TESSERA_CHECK(state.device().is_cpu(), "Generator::set_state: the state must be on the CPU, got ",
+                state.device().str(), "; move it with .cpu() first");
+  TESSERA_CHECK(state.numel() == kGeneratorStateBytes, "Generator::set_state: the state must hold ",
+                kGeneratorStateBytes, " bytes (magic, version, seed, offset), got ", state.numel(),
                 "; pass a tensor that Generator::get_state() returned");
   const Tensor c = state.contiguous();
   const auto* p = c.const_data_ptr<uint8_t>();
-  TESSERA_CHECK(std::memcmp(p, kStateMagic, 4) == 0,
-                "Generator::set_state: the state does not start with the magic \"TSGN\": it is not a generator state "
-                "(or it was corrupted)");
+  TESSERA_CHECK(
+      std::memcmp(p, kStateMagic, 4) == 0,
+      "Generator::set_state: the state does not start with the magic \"TSGN\": it is not a generator state "
+      "(or it was corrupted)");
   const uint64_t version = get_le(p + 4, 4);
-  TESSERA_CHECK(version == kStateVersion, "Generator::set_state: unknown state format version ", version, " (expected ",
-                kStateVersion, "); the state comes from a newer Tessera or was corrupted");
+  TESSERA_CHECK(version == kStateVersion, "Generator::set_state: unknown state format version ", version,
+                " (expected ", kStateVersion, "); the state comes from a newer Tessera or was corrupted");
   set_state(GeneratorState{get_le(p + 8, 8), get_le(p + 16, 8)});
 }
 
 GeneratorState Generator::reserve(uint64_t count) {
   std::lock_guard lock(impl_->mutex);
-  TESSERA_CHECK(impl_->offset <= UINT64_MAX - count, "Generator: reserving ", count, " random numbers at offset ",
-                impl_->offset, " would wrap the Philox counter around 2^64; reseed with manual_seed");
+  TESSERA_CHECK(impl_->offset <= UINT64_MAX - count, "Generator: reserving ", count,
+                " random numbers at offset ", impl_->offset,
+                " would wrap the Philox counter around 2^64; reseed with manual_seed");
   GeneratorState s{impl_->seed, impl_->offset};
   impl_->offset += count;
   return s;

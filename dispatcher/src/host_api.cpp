@@ -338,12 +338,13 @@ tessera_status_t HostContext::op_forbid_fallback(void* ctx, const char* op_name)
   }
 }
 
-tessera_status_t HostContext::generator_reserve(void* ctx, int32_t device_index, uint64_t count, uint64_t* out_seed,
-                                                uint64_t* out_offset) {
+tessera_status_t HostContext::generator_reserve(void* ctx, int32_t device_index, uint64_t count,
+                                                uint64_t* out_seed, uint64_t* out_offset) {
   if (!ctx || !out_seed || !out_offset)
     return invalid("generator_reserve: host_ctx, out_seed and out_offset must not be NULL");
   if (device_index < 0 || device_index >= 64)
-    return invalid("generator_reserve: device index " + std::to_string(device_index) + " is out of range (0..63)");
+    return invalid("generator_reserve: device index " + std::to_string(device_index) +
+                   " is out of range (0..63)");
   try {
     // Note [Generators] in tessera/generator.h: no device-count check, so that a plugin may draw
     // while it loads.

@@ -64,9 +64,10 @@ Tensor wrapped_scalar(const Scalar& s, const Tensor& like) {
 // A factory's output: on options.device(), or in pinned host memory (TensorOptions::pinned_memory).
 static Tensor factory_output(IntArrayRef sizes, DType dt, const TensorOptions& options) {
   if (const std::optional<Device> accelerator = options.pinned_for()) {
-    TESSERA_CHECK(options.device().is_cpu(), "pinned_memory: pinned memory is host memory, but the options ask for device ",
-                  options.device().str(), "; leave the device at cpu (the tensor is pinned for ", accelerator->str(),
-                  ")");
+    TESSERA_CHECK(options.device().is_cpu(),
+                  "pinned_memory: pinned memory is host memory, but the options ask for device ",
+                  options.device().str(), "; leave the device at cpu (the tensor is pinned for ",
+                  accelerator->str(), ")");
     return detail::make_pinned_tensor(sizes, dt, *accelerator);
   }
   return make_tensor(sizes, dt, options.device());
@@ -112,7 +113,8 @@ Tensor& random_fill(OperatorEntry& op, Tensor& t, double a, double b, const Gene
   const Device d = t.storage() ? t.storage()->device() : t.device();
   Generator g = generator ? *generator : detail::default_generator_unchecked(d.type(), d.index());
   const GeneratorState s = g.reserve(uint64_t(t.numel()));
-  call1(op, {t.impl()}, {value_double(a), value_double(b), value_int(int64_t(s.seed)), value_int(int64_t(s.offset))});
+  call1(op, {t.impl()},
+        {value_double(a), value_double(b), value_int(int64_t(s.seed)), value_int(int64_t(s.offset))});
   return t;
 }
 
@@ -202,18 +204,20 @@ void check_device_index(const char* what, Device device) {
   TESSERA_CHECK(device.type() != DeviceType::Meta, what, ": the meta device holds no memory");
   const int64_t index = device.index() < 0 ? 0 : device.index();
   if (device.is_cpu()) {
-    TESSERA_CHECK(index == 0, what, ": device index ", index, " of 'cpu' is out of range: the CPU is device 0");
+    TESSERA_CHECK(index == 0, what, ": device index ", index,
+                  " of 'cpu' is out of range: the CPU is device 0");
     return;
   }
-  PluginCallGuard in_flight;  // Note [In-flight plugin calls]
+  PluginCallGuard in_flight;                               // Note [In-flight plugin calls]
   const BackendDevice& b = backend_device(device.type());  // throws naming why no plugin provides the type
   char reason[256] = {0};
-  const int64_t count = b.iface && b.iface->device_count ? b.iface->device_count(b.self, reason, sizeof reason) : 0;
+  const int64_t count =
+      b.iface && b.iface->device_count ? b.iface->device_count(b.self, reason, sizeof reason) : 0;
   TESSERA_CHECK(index < count, what, ": device index ", index, " of '", device_type_name(device.type()),
                 "' is out of range: ",
                 count == 0 ? "plugin '" + b.plugin + "' reports no device (" + std::string(reason) + ")"
-                           : "plugin '" + b.plugin + "' reports " + std::to_string(count) + " device(s), 0.." +
-                                 std::to_string(count - 1));
+                           : "plugin '" + b.plugin + "' reports " + std::to_string(count) +
+                                 " device(s), 0.." + std::to_string(count - 1));
 }
 
 MemoryStats memory_stats(Device device) {
@@ -267,7 +271,8 @@ MemoryInfo memory_info(Device device) {
   MemoryInfo out;
   if (device.is_cpu()) {
     // The host answers for the CPU: available and total RAM.
-    const long page = ::sysconf(_SC_PAGESIZE), avail = ::sysconf(_SC_AVPHYS_PAGES), total = ::sysconf(_SC_PHYS_PAGES);
+    const long page = ::sysconf(_SC_PAGESIZE), avail = ::sysconf(_SC_AVPHYS_PAGES),
+               total = ::sysconf(_SC_PHYS_PAGES);
     TESSERA_CHECK_CODE(page > 0 && avail >= 0 && total > 0, ErrorCode::Unavailable,
                        "memory_info(cpu): the system does not report its memory (sysconf failed)");
     out.free_bytes = uint64_t(avail) * uint64_t(page);
@@ -287,9 +292,9 @@ MemoryInfo memory_info(Device device) {
   bool unimplemented = false;
   throw_status(st, "memory_info(" + device.str() + ")", &unimplemented);
   TESSERA_CHECK_CODE(!unimplemented, ErrorCode::Unimplemented, unreported);
-  TESSERA_CHECK_CODE(out.free_bytes <= out.total_bytes, ErrorCode::Internal, "memory_info(", device.str(), "): plugin '",
-                     b.plugin, "' reports ", out.free_bytes, " free bytes of ", out.total_bytes,
-                     " in all (free must not exceed total)");
+  TESSERA_CHECK_CODE(out.free_bytes <= out.total_bytes, ErrorCode::Internal, "memory_info(", device.str(),
+                     "): plugin '", b.plugin, "' reports ", out.free_bytes, " free bytes of ",
+                     out.total_bytes, " in all (free must not exceed total)");
   return out;
 }
 

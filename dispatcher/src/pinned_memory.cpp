@@ -48,12 +48,13 @@ std::optional<DeviceType> pinned_device_type(const StorageImpl& storage) {
 
 Tensor make_pinned_tensor(IntArrayRef sizes, DType dtype, Device accelerator) {
   const Device cpu(DeviceType::CPU);
-  auto* allocator = dynamic_cast<loader::PluginAllocator*>(get_allocator(accelerator.type()));  // loads the plugin
+  auto* allocator =
+      dynamic_cast<loader::PluginAllocator*>(get_allocator(accelerator.type()));      // loads the plugin
   if (!allocator || !allocator->has_pinned()) return make_tensor(sizes, dtype, cpu);  // host default
-  const int64_t numel = compute_numel(sizes);  // checks the sizes
+  const int64_t numel = compute_numel(sizes);                                         // checks the sizes
   const std::optional<uint64_t> nbytes = checked_nbytes(numel, itemsize(dtype));
-  TESSERA_CHECK(nbytes.has_value() && *nbytes <= uint64_t(INT64_MAX), "pinned_memory: shape ", sizes, " of dtype ",
-                dtype, " needs more bytes than fit in 63 bits");
+  TESSERA_CHECK(nbytes.has_value() && *nbytes <= uint64_t(INT64_MAX), "pinned_memory: shape ", sizes,
+                " of dtype ", dtype, " needs more bytes than fit in 63 bits");
   Storage storage = make_intrusive<StorageImpl>(allocator->allocate_pinned(size_t(*nbytes)), size_t(*nbytes));
   const std::vector<int64_t> strides = contiguous_strides(sizes);
   return Tensor(make_intrusive<TensorImpl>(std::move(storage), dtype, cpu, sizes, IntArrayRef(strides), 0));
@@ -67,8 +68,8 @@ bool Tensor::is_pinned() const {
 
 Tensor Tensor::pin_memory(Device accelerator) const {
   TESSERA_CHECK(defined(), "pin_memory: the tensor is undefined (default-constructed)");
-  TESSERA_CHECK(device().is_cpu(), "pin_memory: only CPU tensors can be pinned, this one is on ", device().str(),
-                "; move it with .cpu() first");
+  TESSERA_CHECK(device().is_cpu(), "pin_memory: only CPU tensors can be pinned, this one is on ",
+                device().str(), "; move it with .cpu() first");
   if (storage() && detail::pinned_device_type(*storage()) == accelerator.type()) return *this;
   Tensor out = detail::make_pinned_tensor(sizes(), dtype(), accelerator);
   out.copy_(*this);

@@ -63,13 +63,15 @@ void PluginAllocator::free_pinned(void* ctx, void* host_ptr) {
   auto* a = static_cast<PluginAllocator*>(ctx);
   detail::pinned_unregister(host_ptr);
   PluginCallGuard in_flight(std::nothrow);
-  if (in_flight.entered() && a->alive_.load(std::memory_order_acquire)) a->iface_->pinned_free(a->self_, host_ptr);
+  if (in_flight.entered() && a->alive_.load(std::memory_order_acquire))
+    a->iface_->pinned_free(a->self_, host_ptr);
 }
 
 DataPtr PluginAllocator::allocate_pinned(size_t nbytes) {
   PluginCallGuard in_flight;  // Note [In-flight plugin calls]
-  TESSERA_CHECK_CODE(alive_.load(std::memory_order_acquire), ErrorCode::Unavailable, "cannot allocate pinned memory for '",
-                     device_type_name(type_), "': its plugin '", plugin_, "' was shut down");
+  TESSERA_CHECK_CODE(alive_.load(std::memory_order_acquire), ErrorCode::Unavailable,
+                     "cannot allocate pinned memory for '", device_type_name(type_), "': its plugin '",
+                     plugin_, "' was shut down");
   TESSERA_INTERNAL_ASSERT(has_pinned());
   void* block = nullptr;
   if (tessera_status_t st = iface_->pinned_allocate(self_, nbytes, &block)) {
@@ -81,8 +83,9 @@ DataPtr PluginAllocator::allocate_pinned(size_t nbytes) {
                                         device_type_name(type_), "' (plugin '", plugin_, "': ", message,
                                         "); allocate less, or use ordinary host memory"));
   }
-  TESSERA_CHECK_CODE(block != nullptr, ErrorCode::Internal, "plugin '", plugin_,
-                     "': pinned_allocate returned no error and a NULL block (plugin_abi.h: never NULL on success)");
+  TESSERA_CHECK_CODE(
+      block != nullptr, ErrorCode::Internal, "plugin '", plugin_,
+      "': pinned_allocate returned no error and a NULL block (plugin_abi.h: never NULL on success)");
   detail::pinned_register(block, type_);
   return DataPtr(block, this, &PluginAllocator::free_pinned, Device(DeviceType::CPU, -1));
 }

@@ -30,8 +30,8 @@ class PluginAllocator final : public Allocator {
   // pinned_free. Only when has_pinned(). Throws naming the plugin when pinned_allocate fails.
   DataPtr allocate_pinned(size_t nbytes);
   bool has_pinned() const {
-    return TESSERA_ABI_HAS_FIELD(iface_, tessera_device_interface_t, pinned_free) && iface_->pinned_allocate &&
-           iface_->pinned_free;
+    return TESSERA_ABI_HAS_FIELD(iface_, tessera_device_interface_t, pinned_free) &&
+           iface_->pinned_allocate && iface_->pinned_free;
   }
   DeviceType device_type() const { return type_; }
 

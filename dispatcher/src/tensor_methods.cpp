@@ -6,10 +6,10 @@
 
 #include "host_api.h"
 #include "memory_format_internal.h"
-#include "small_vector.h"
 #include "op_registry.h"
 #include "pinned_memory.h"
 #include "shape_rules.h"
+#include "small_vector.h"
 #include "sparse_internal.h"
 #include "stream_state.h"
 #include "tessera/autograd_dispatch.h"
@@ -71,8 +71,10 @@ void transfer_bytes(const Tensor& dst, const Tensor& src, bool from_pinned = fal
                   nbytes);
     } else if (sd.is_cpu()) {
       const BackendDevice& b = backend_device(dd.type());
-      const bool async = from_pinned && TESSERA_ABI_HAS_FIELD(b.iface, tessera_device_interface_t, memory_copy_from_pinned) &&
-                         b.iface->memory_copy_from_pinned;
+      const bool async =
+          from_pinned &&
+          TESSERA_ABI_HAS_FIELD(b.iface, tessera_device_interface_t, memory_copy_from_pinned) &&
+          b.iface->memory_copy_from_pinned;
       status = (async ? b.iface->memory_copy_from_pinned : b.iface->memory_copy_from_host)(
           b.self, index_of(dd), dst_handle, dst_off, static_cast<const char*>(src_handle) + src_off, nbytes,
           current_stream_handle(dd.type(), index_of(dd)));
@@ -165,7 +167,8 @@ Tensor Tensor::to(Device device, bool non_blocking) const {
       key_set().has(Functionality::Autograd) || key_set().has(Functionality::Sparse) ||
       detail::pinned_device_type(*storage()) != device.type())
     return to(device);
-  TESSERA_CHECK(storage()->usable(), "to: the source tensor's storage is unusable because ", storage()->unusable_reason());
+  TESSERA_CHECK(storage()->usable(), "to: the source tensor's storage is unusable because ",
+                storage()->unusable_reason());
   Tensor out = make_tensor(sizes(), dtype(), device);
   transfer_bytes(out, *this, /*from_pinned=*/true);
   return out;

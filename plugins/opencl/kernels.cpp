@@ -584,11 +584,13 @@ void run_random(const sdk::KernelCall& call, const KernelDef& def) {
   static_assert(op::uniform_::attr::from == int(A::mean) && op::uniform_::attr::to == int(A::std) &&
                 op::uniform_::attr::seed == int(A::seed) && op::uniform_::attr::offset == int(A::offset));
   CallContext cc(call);
-  const sdk::TensorView dst_view = call.num_outputs() > 0 ? call.output(0) : call.input(op::normal_::tensor::self);
+  const sdk::TensorView dst_view =
+      call.num_outputs() > 0 ? call.output(0) : call.input(op::normal_::tensor::self);
   Operand o = cc.operand(dst_view);
   if (o.numel == 0) return;
   if (call.num_attrs() <= int(A::offset))
-    throw sdk::Error(TESSERA_STATUS_INVALID_ARGUMENT, std::string(call.op_name()) + ": expected 4 attributes");
+    throw sdk::Error(TESSERA_STATUS_INVALID_ARGUMENT,
+                     std::string(call.op_name()) + ": expected 4 attributes");
   const int32_t ct = compute_dtype(o.dtype);
   const ScalarArg a = scalar_arg(ct, call.attr_double(A::mean), 0, true);
   const ScalarArg b = scalar_arg(ct, call.attr_double(A::std), 0, true);

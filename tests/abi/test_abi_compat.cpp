@@ -148,7 +148,8 @@ TEST_F(AbiCompatTest, PluginBuiltFromFrozen_1_2_HeaderRunsIn_1_3_RuntimeWithHost
   ASSERT_TRUE(p.has_value());
   ASSERT_EQ(p->status, tessera::PluginStatus::Loaded) << p->reason;
   EXPECT_EQ(to_host(tessera::add(a, b, 2)), (std::vector<float>{2.5f, 6.0f, 0.75f}));
-  EXPECT_EQ(call_plugin_counter(ABI_LIB_V1_2, "abi_device_kernel_calls"), 1) << "the plugin's kernel did not run";
+  EXPECT_EQ(call_plugin_counter(ABI_LIB_V1_2, "abi_device_kernel_calls"), 1)
+      << "the plugin's kernel did not run";
 
   // A 1.2-sized device interface (it ends before the 1.3 memory_info) with its 1.1 slots.
   const tessera::BackendDevice* backend = tessera::backend_device_if_loaded(DeviceType::PrivateUse1);
@@ -196,15 +197,17 @@ TEST_F(AbiCompatTest, LivePluginDeclaringRangeUsesThe_1_3_SlotsInThisRuntime) {
     tessera::memory_info(Device("abi11:3"));
     ADD_FAILURE() << "memory_info of device 3 must throw";
   } catch (const tessera::Error& e) {
-    EXPECT_NE(std::string(e.what()).find("device index 3 of 'abi11' is out of range: plugin 'abi_v1_1' reports 1 "
-                                         "device(s), 0..0"),
-              std::string::npos)
+    EXPECT_NE(
+        std::string(e.what()).find("device index 3 of 'abi11' is out of range: plugin 'abi_v1_1' reports 1 "
+                                   "device(s), 0..0"),
+        std::string::npos)
         << e.what();
   }
   // The host offers generator_reserve: the plugin draws from abi11:0's default generator.
   void* lib = dlopen(ABI_LIB_V1_1, RTLD_NOW | RTLD_NOLOAD);
   ASSERT_NE(lib, nullptr);
-  auto reserve = reinterpret_cast<int (*)(uint64_t, uint64_t*, uint64_t*)>(dlsym(lib, "abi_device_reserve_random"));
+  auto reserve =
+      reinterpret_cast<int (*)(uint64_t, uint64_t*, uint64_t*)>(dlsym(lib, "abi_device_reserve_random"));
   ASSERT_NE(reserve, nullptr);
   tessera::Generator g = tessera::Generator::default_generator(dev);
   g.manual_seed(1234);

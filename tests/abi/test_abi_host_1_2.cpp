@@ -16,7 +16,8 @@
 
 #include "tessera/abi/1.2/plugin_abi.h"
 
-static_assert(TESSERA_ABI_MAJOR == 1 && TESSERA_ABI_MINOR == 2, "this host must be built from the 1.2 header");
+static_assert(TESSERA_ABI_MAJOR == 1 && TESSERA_ABI_MINOR == 2,
+              "this host must be built from the 1.2 header");
 
 // ---- the host side of ABI 1.2, reduced to what this plugin uses
 
@@ -43,8 +44,8 @@ struct Kernel {
 std::vector<Kernel> g_kernels;
 
 tessera_status_t op_define(void*, const char*, const char*) { return nullptr; }
-tessera_status_t kernel_register(void*, const char* op_name, int32_t, uint64_t, tessera_kernel_fn_t fn, void* user_data,
-                                 uint32_t) {
+tessera_status_t kernel_register(void*, const char* op_name, int32_t, uint64_t, tessera_kernel_fn_t fn,
+                                 void* user_data, uint32_t) {
   g_kernels.push_back({op_name, fn, user_data});
   return nullptr;
 }
@@ -120,9 +121,10 @@ class Host12Test : public ::testing::Test {
   tessera_device_interface_t device_{};
 };
 
-const nlohmann::json kManifest = {{"manifest_version", 1}, {"name", "abi_v1_1"},   {"kind", "backend"},
-                                  {"library", "libabi_v1_1.so"}, {"version", "1.0.0"},
-                                  {"abi", {{"major", 1}, {"minor", 3}, {"min_host_minor", 2}}}};
+const nlohmann::json kManifest = {
+    {"manifest_version", 1}, {"name", "abi_v1_1"},
+    {"kind", "backend"},     {"library", "libabi_v1_1.so"},
+    {"version", "1.0.0"},    {"abi", {{"major", 1}, {"minor", 3}, {"min_host_minor", 2}}}};
 
 TEST(AbiRange12, PluginWithoutRangeIsRefusedBeforeLoading) {
   nlohmann::json m = kManifest;
@@ -185,7 +187,8 @@ TEST_F(Host12Test, PluginBuiltFrom_1_3_HeaderLoadsAndRunsIn_1_2_Runtime) {
   EXPECT_EQ(std::vector<float>(out, out + 3), (std::vector<float>{21, 42, 63}));
 
   // A 1.1 slot the 1.2 host reads: three live blocks of 12 bytes.
-  ASSERT_TRUE(TESSERA_ABI_HAS_FIELD(&device_, tessera_device_interface_t, memory_stats) && device_.memory_stats);
+  ASSERT_TRUE(TESSERA_ABI_HAS_FIELD(&device_, tessera_device_interface_t, memory_stats) &&
+              device_.memory_stats);
   tessera_memory_stats_t ms{};
   ms.struct_size = sizeof ms;
   ASSERT_EQ(device_.memory_stats(plugin_->self, 0, &ms), nullptr);

@@ -230,11 +230,17 @@ const std::map<Key, Layout> kSnapshot_1_3 = {
     {{"tessera_device_interface_t", "memory_copy_from_pinned"}, {200, 8}},
 };
 const std::map<std::string, size_t> kStructSnapshot_1_3 = {
-    {"tessera_tensor_t", 72},          {"tessera_value_t", 16},    {"tessera_kernel_call_t", 64},
-    {"tessera_host_api_t", 120},       {"tessera_device_interface_t", 208},
-    {"tessera_plugin_t", 72},          {"tessera_memory_stats_t", 40},
-    {"tessera_graph_size_t", 40},      {"tessera_graph_arg_t", 32},
-    {"tessera_graph_type_t", 24},      {"tessera_graph_api_t", 208},
+    {"tessera_tensor_t", 72},
+    {"tessera_value_t", 16},
+    {"tessera_kernel_call_t", 64},
+    {"tessera_host_api_t", 120},
+    {"tessera_device_interface_t", 208},
+    {"tessera_plugin_t", 72},
+    {"tessera_memory_stats_t", 40},
+    {"tessera_graph_size_t", 40},
+    {"tessera_graph_arg_t", 32},
+    {"tessera_graph_type_t", 24},
+    {"tessera_graph_api_t", 208},
 };
 const std::map<std::string, long long> kConstantSnapshot_1_2 = {
     {"TESSERA_NODE_PLACEHOLDER", 0},

@@ -42,7 +42,8 @@ std::string error_of(const std::function<void()>& f) {
   }
   return "(no error)";
 }
-#define EXPECT_ERROR(stmt, text) EXPECT_NE(error_of([&] { stmt; }).find(text), std::string::npos) << error_of([&] { stmt; })
+#define EXPECT_ERROR(stmt, text) \
+  EXPECT_NE(error_of([&] { stmt; }).find(text), std::string::npos) << error_of([&] { stmt; })
 
 // The emulator's test hooks (mhd_queue_hold / mhd_queue_release in its plugin.cpp).
 struct QueueHooks {
@@ -103,10 +104,12 @@ TEST(MemoryInfo, CpuIsTheHostRam) {
 }
 
 TEST(MemoryInfo, BadDevicesGetClearErrors) {
-  EXPECT_ERROR(memory_info(Device(std::string(kAccel) + ":5")),
-               "memory_info: device index 5 of 'my_hardware_device' is out of range: plugin 'my_hardware_device' "
-               "reports 2 device(s), 0..1");
-  EXPECT_ERROR(memory_stats(Device(std::string(kAccel) + ":2")), "memory_stats: device index 2 of 'my_hardware_device'");
+  EXPECT_ERROR(
+      memory_info(Device(std::string(kAccel) + ":5")),
+      "memory_info: device index 5 of 'my_hardware_device' is out of range: plugin 'my_hardware_device' "
+      "reports 2 device(s), 0..1");
+  EXPECT_ERROR(memory_stats(Device(std::string(kAccel) + ":2")),
+               "memory_stats: device index 2 of 'my_hardware_device'");
   EXPECT_ERROR(memory_info(Device("cpu:1")), "device index 1 of 'cpu' is out of range");
   EXPECT_ERROR(memory_info(Device("meta")), "the meta device holds no memory");
   EXPECT_ERROR(memory_info(Device(DeviceType::PrivateUse3, 0)), "privateuse3");  // no plugin provides it
@@ -119,14 +122,16 @@ TEST(Capabilities, ReportMemoryInfoAndPinnedMemoryFromTheSlots) {
   EXPECT_TRUE(a.async_pinned_copy);
   EXPECT_NE(a.str().find("pinned host memory"), std::string::npos);
   const DeviceCapabilities cpu = device_capabilities(Device("cpu"));
-  EXPECT_TRUE(cpu.memory_info);           // the host answers
-  EXPECT_FALSE(cpu.pinned_host_memory);   // the cpu plugin has no pinned allocator
+  EXPECT_TRUE(cpu.memory_info);          // the host answers
+  EXPECT_FALSE(cpu.pinned_host_memory);  // the cpu plugin has no pinned allocator
   EXPECT_FALSE(cpu.async_pinned_copy);
 }
 
 // ---- pinned host memory
 
-uint64_t pinned_host_bytes() { return accel_test::properties(kAccel)["memory"]["pinned_host"].get<uint64_t>(); }
+uint64_t pinned_host_bytes() {
+  return accel_test::properties(kAccel)["memory"]["pinned_host"].get<uint64_t>();
+}
 
 TEST(PinnedMemory, FactoriesAllocateThroughThePluginsHostAllocator) {
   const uint64_t before = pinned_host_bytes();
@@ -399,7 +404,8 @@ TEST(Generators, ForkedGeneratorsAreReproducibleAcrossThreads) {
   };
   const auto first = run(77), second = run(77);
   EXPECT_EQ(first, second);
-  for (int t = 1; t < kThreads; ++t) EXPECT_NE(first[0], first[size_t(t)]) << "forks " << t << " and 0 share a stream";
+  for (int t = 1; t < kThreads; ++t)
+    EXPECT_NE(first[0], first[size_t(t)]) << "forks " << t << " and 0 share a stream";
   EXPECT_NE(run(78)[0], first[0]);
   // clone copies the state; copies of a Generator share it.
   Generator g(dev0(), 3);

@@ -64,7 +64,7 @@ struct MemoryStats {
   uint64_t peak_allocated_bytes = 0;  // highest allocated_bytes so far
   uint64_t num_allocations = 0;       // live allocations
 };
-// Throws naming the device when its index is out of range (ABI 1.3 and later runtimes).
+// Throws naming the device when no plugin provides its type or its index is out of range.
 TESSERA_API MemoryStats memory_stats(Device device);
 // Free and total bytes of one device's memory, for sizing caches (cudaMemGetInfo), from its
 // plugin's memory_info slot (ABI 1.3); for the CPU, the host's available and total RAM. Throws

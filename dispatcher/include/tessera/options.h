@@ -21,7 +21,11 @@ class TensorOptions {
   // Tensor::is_pinned() false, when the plugin offers none (the host default). The tensor's own
   // device stays the CPU (PyTorch's pin_memory=True). Factories that take it: empty, zeros, ones,
   // full.
-  TensorOptions pinned_memory(Device accelerator) const { TensorOptions o = *this; o.pinned_for_ = accelerator; return o; }
+  TensorOptions pinned_memory(Device accelerator) const {
+    TensorOptions o = *this;
+    o.pinned_for_ = accelerator;
+    return o;
+  }
   std::optional<Device> pinned_for() const { return pinned_for_; }
   std::optional<DType> dtype_opt() const { return dtype_; }
   DType dtype_or(DType fallback) const { return dtype_.value_or(fallback); }

@@ -229,9 +229,12 @@ void* Emulator::pinned_allocate(uint64_t nbytes) {
   // aligned_alloc wants a multiple of the alignment, and at least one byte: never NULL for 0.
   const uint64_t rounded = (nbytes + 63) / 64 * 64 + (nbytes == 0 ? 64 : 0);
   if (nbytes > (uint64_t(1) << 40))
-    throw EmuError(EmuError::Kind::OutOfMemory, "pinned allocation of " + std::to_string(nbytes) + " bytes is above 1 TiB");
+    throw EmuError(EmuError::Kind::OutOfMemory,
+                   "pinned allocation of " + std::to_string(nbytes) + " bytes is above 1 TiB");
   auto* data = static_cast<std::byte*>(std::aligned_alloc(64, rounded));
-  if (!data) throw EmuError(EmuError::Kind::OutOfMemory, "pinned allocation of " + std::to_string(nbytes) + " bytes failed");
+  if (!data)
+    throw EmuError(EmuError::Kind::OutOfMemory,
+                   "pinned allocation of " + std::to_string(nbytes) + " bytes failed");
   std::lock_guard<std::mutex> lock(pinned_mu_);
   pinned_[reinterpret_cast<uintptr_t>(data)] = std::make_shared<PinnedBlock>(data, nbytes);
   pinned_bytes_ += nbytes;
@@ -258,9 +261,10 @@ PinnedRef Emulator::pinned_block(const void* p, uint64_t nbytes, uint64_t* out_o
       return it->second;
     }
   }
-  throw EmuError(EmuError::Kind::InvalidArgument, "asynchronous copy of " + std::to_string(nbytes) +
-                                                      " bytes from host memory that no pinned block holds; allocate "
-                                                      "the source with pinned_allocate");
+  throw EmuError(EmuError::Kind::InvalidArgument,
+                 "asynchronous copy of " + std::to_string(nbytes) +
+                     " bytes from host memory that no pinned block holds; allocate "
+                     "the source with pinned_allocate");
 }
 
 uint64_t Emulator::pinned_bytes() const {

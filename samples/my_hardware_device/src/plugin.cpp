@@ -83,13 +83,14 @@ void memory_free(void*, int32_t device, void* handle) {
 }
 
 // The buffer behind `handle`, which must hold [offset, offset + nbytes); throws InvalidArgument.
-BufferRef resolve_range(Emulator& emu, const void* handle, uint64_t offset, uint64_t nbytes, const char* what) {
+BufferRef resolve_range(Emulator& emu, const void* handle, uint64_t offset, uint64_t nbytes,
+                        const char* what) {
   BufferRef buf = emu.resolve(handle);
   const uint64_t size = buf->bytes.size();
   if (offset > size || nbytes > size - offset) {
-    throw EmuError(EmuError::Kind::InvalidArgument, std::string(what) + " of " + std::to_string(nbytes) +
-                                                        " bytes at offset " + std::to_string(offset) +
-                                                        " overruns a buffer of " + std::to_string(size) + " bytes");
+    throw EmuError(EmuError::Kind::InvalidArgument,
+                   std::string(what) + " of " + std::to_string(nbytes) + " bytes at offset " +
+                       std::to_string(offset) + " overruns a buffer of " + std::to_string(size) + " bytes");
   }
   return buf;
 }
@@ -275,8 +276,8 @@ void pinned_free(void*, void* host_ptr) {
 
 // Unlike memory_copy_from_host, nothing is staged: the queue reads the pinned block when it reaches
 // the copy (Note [Emulated pinned memory]).
-tessera_status_t memory_copy_from_pinned(void*, int32_t device, void* dst, uint64_t dst_offset, const void* src_host,
-                                         uint64_t nbytes, void* stream) {
+tessera_status_t memory_copy_from_pinned(void*, int32_t device, void* dst, uint64_t dst_offset,
+                                         const void* src_host, uint64_t nbytes, void* stream) {
   return guarded([&](Emulator& emu) {
     BufferRef buf = resolve_range(emu, dst, dst_offset, nbytes, "copy from pinned memory");
     uint64_t src_offset = 0;

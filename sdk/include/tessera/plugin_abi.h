@@ -400,7 +400,7 @@ typedef struct tessera_memory_stats_t {
 
 /* What a backend plugin implements. `self` is tessera_plugin_t::self. Every function may be called
  * from any thread; a plugin serialises internally where its device needs it. Copies to and from
- * host memory have completed with respect to the host buffer when they return.
+ * host memory have completed with respect to the host buffer when they return (not memory_copy_from_pinned).
  * Required: device_count; for a device other than the CPU also memory_allocate, memory_free,
  * memory_copy_from_host and memory_copy_to_host. Every other slot is (optional) and may be NULL; the
  * host default is written next to it. */
