@@ -27,6 +27,9 @@ DeviceCapabilities device_capabilities(const Device& device) {
   c.memory_stats = type == DeviceType::CPU || TESSERA_HAS_SLOT(d, memory_stats);  // the host answers for the CPU
   c.device_to_device_copy = TESSERA_HAS_SLOT(d, memory_copy_device);
   c.record_stream = TESSERA_HAS_SLOT(d, memory_record_stream);
+  c.memory_info = type == DeviceType::CPU || TESSERA_HAS_SLOT(d, memory_info);  // the host answers for the CPU
+  c.pinned_host_memory = TESSERA_HAS_SLOT(d, pinned_allocate) && TESSERA_HAS_SLOT(d, pinned_free);
+  c.async_pinned_copy = c.pinned_host_memory && TESSERA_HAS_SLOT(d, memory_copy_from_pinned);
   {
     loader::Registry& reg = loader::registry();
     std::lock_guard lock(reg.mutex);
@@ -35,7 +38,7 @@ DeviceCapabilities device_capabilities(const Device& device) {
         c.async_execution = (rec->header.features & TESSERA_PLUGIN_FEATURE_ASYNC) != 0;
   }
   c.empty_cache = plugin_extension<tessera_ext_empty_cache_fn_t>(b.plugin, TESSERA_EXT_EMPTY_CACHE) != nullptr;
-  c.absent = "graph capture, pinned host memory, peer access and free/total memory have no slot in plugin ABI " +
+  c.absent = "graph capture and peer access have no slot in plugin ABI " +
              std::to_string(TESSERA_ABI_MAJOR) + "." + std::to_string(TESSERA_ABI_MINOR);
   uint64_t mask = 0;
   Dispatcher& disp = Dispatcher::instance();
@@ -57,7 +60,8 @@ std::string DeviceCapabilities::str() const {
       {"memory stats", memory_stats}, {"device-to-device copy", device_to_device_copy},
       {"record stream", record_stream}, {"empty cache", empty_cache},
       {"graph capture", graph_capture}, {"pinned host memory", pinned_host_memory},
-      {"peer access", peer_access},   {"memory info", memory_info}};
+      {"peer access", peer_access},   {"memory info", memory_info},
+      {"async copy from pinned memory", async_pinned_copy}};
   std::string yes, no;
   for (const auto& [name, on] : flags) {
     std::string& list = on ? yes : no;

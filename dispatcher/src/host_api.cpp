@@ -6,6 +6,7 @@
 #include "profiler.h"
 #include "profiler_spans.h"
 #include "tessera/edit_distance.h"
+#include "tessera/generator.h"
 #include "tessera/log.h"
 #include "tessera/profiler.h"
 #include "tessera/schema.h"
@@ -121,6 +122,7 @@ HostContext::HostContext(std::string plugin_name, DeviceType backend)
   api_.profiler_clock_ns = &detail::profiler_clock_ns;
   api_.profiler_correlation_id = &tessera::profiler_correlation_id;
   api_.profiler_record_span = &HostContext::profiler_record_span;
+  api_.generator_reserve = &HostContext::generator_reserve;
 }
 
 tessera_status_t HostContext::profiler_record_span(void* ctx, const tessera_profiler_span_t* span) {
@@ -348,6 +350,25 @@ tessera_status_t HostContext::op_forbid_fallback(void* ctx, const char* op_name)
     return self(ctx)->record(std::move(r));
   } catch (const std::exception& e) {
     return invalid(e.what());
+  }
+}
+
+tessera_status_t HostContext::generator_reserve(void* ctx, int32_t device_index, uint64_t count,
+                                                uint64_t* out_seed, uint64_t* out_offset) {
+  if (!ctx || !out_seed || !out_offset)
+    return invalid("generator_reserve: host_ctx, out_seed and out_offset must not be NULL");
+  if (device_index < 0 || device_index >= 64)
+    return invalid("generator_reserve: device index " + std::to_string(device_index) +
+                   " is out of range (0..63)");
+  try {
+    // Note [Generators] in tessera/generator.h: no device-count check, so that a plugin may draw
+    // while it loads.
+    GeneratorState s = detail::default_generator_unchecked(self(ctx)->backend_, device_index).reserve(count);
+    *out_seed = s.seed;
+    *out_offset = s.offset;
+    return nullptr;
+  } catch (const std::exception& e) {
+    return invalid(std::string("generator_reserve: ") + e.what());
   }
 }
 

@@ -144,6 +144,8 @@ class HostContext {
   static tessera_status_t fallback_register(void* ctx, int32_t functionality, tessera_kernel_fn_t fn, void* user_data);
   static tessera_status_t op_forbid_fallback(void* ctx, const char* op_name);
   static tessera_status_t profiler_record_span(void* ctx, const tessera_profiler_span_t* span);
+  static tessera_status_t generator_reserve(void* ctx, int32_t device_index, uint64_t count,
+                                            uint64_t* out_seed, uint64_t* out_offset);
 
   tessera_status_t record(Registration r);
   void apply(const Registration& r);  // throws

@@ -7,8 +7,11 @@
 #include <limits>
 #include <mutex>
 
+#include <unistd.h>
+
 #include "host_api.h"
 #include "op_registry.h"
+#include "pinned_memory.h"
 #include "shape_rules.h"
 #include "tessera/dispatcher.h"
 #include "tessera/plugin_loader.h"
@@ -29,26 +32,6 @@ Tensor call1(OperatorEntry& op, std::initializer_list<const TensorImpl*> ts,
              std::initializer_list<tessera_value_t> as, const Device* device = nullptr) {
   CallFrame f{ts.begin(), int(ts.size()), as.begin(), int(as.size()), device};
   return call_unboxed_one(op, f);
-}
-
-// Note [Random generator]: one global Philox stream. A random op reserves `numel` counter values
-// (thread-safe) so that consecutive calls never reuse numbers; element i of the op gets
-// philox(seed, offset + i) on every device (Note [Reproducible random numbers] in random.h).
-struct Generator {
-  std::mutex mutex;
-  uint64_t seed = 67280421310721ull;
-  uint64_t offset = 0;
-};
-Generator& generator() {
-  static Generator g;
-  return g;
-}
-std::pair<uint64_t, uint64_t> reserve_random(int64_t numel) {
-  Generator& g = generator();
-  std::lock_guard lock(g.mutex);
-  auto r = std::make_pair(g.seed, g.offset);
-  g.offset += uint64_t(numel);
-  return r;
 }
 
 void normalize_pair(IntArrayRef in, int64_t out[2], const char* op, const char* name) {
@@ -78,8 +61,20 @@ Tensor wrapped_scalar(const Scalar& s, const Tensor& like) {
 
 // ---- factories
 
+// A factory's output: on options.device(), or in pinned host memory (TensorOptions::pinned_memory).
+static Tensor factory_output(IntArrayRef sizes, DType dt, const TensorOptions& options) {
+  if (const std::optional<Device> accelerator = options.pinned_for()) {
+    TESSERA_CHECK(options.device().is_cpu(),
+                  "pinned_memory: pinned memory is host memory, but the options ask for device ",
+                  options.device().str(), "; leave the device at cpu (the tensor is pinned for ",
+                  accelerator->str(), ")");
+    return detail::make_pinned_tensor(sizes, dt, *accelerator);
+  }
+  return make_tensor(sizes, dt, options.device());
+}
+
 Tensor empty(IntArrayRef sizes, TensorOptions options) {
-  return make_tensor(sizes, options.dtype_or(default_dtype()), options.device());
+  return factory_output(sizes, options.dtype_or(default_dtype()), options);
 }
 Tensor empty_strided(IntArrayRef sizes, IntArrayRef strides, TensorOptions options) {
   return make_tensor_strided(sizes, strides, options.dtype_or(default_dtype()), options.device());
@@ -93,7 +88,7 @@ Tensor ones(IntArrayRef sizes, TensorOptions options) {
 Tensor full(IntArrayRef sizes, const Scalar& value, TensorOptions options) {
   DType dt = options.dtype_or(value.is_bool() ? kBool : (value.is_integral() ? kInt64 : default_dtype()));
   check_scalar_fits(value, dt, "full");
-  Tensor t = make_tensor(sizes, dt, options.device());
+  Tensor t = factory_output(sizes, dt, options);
   t.fill_(value);
   return t;
 }
@@ -110,27 +105,48 @@ Tensor arange(const Scalar& start, const Scalar& end, const Scalar& step, Tensor
   return call1(op, {}, {value_scalar(start), value_scalar(end), value_scalar(step), value_dtype(dt)}, &dev);
 }
 
+// Fills `t` through `op` (uniform_ or normal_: attributes a, b, seed, offset) from `generator`, or
+// from the default generator of t's device (Note [Generators] in tessera/generator.h).
+Tensor& random_fill(OperatorEntry& op, Tensor& t, double a, double b, const Generator* generator) {
+  TESSERA_CHECK(t.defined(), "random fill: the tensor is undefined");
+  // The storage knows the device index a plugin allocated on (index -1 resolves to its current one).
+  const Device d = t.storage() ? t.storage()->device() : t.device();
+  Generator g = generator ? *generator : detail::default_generator_unchecked(d.type(), d.index());
+  const GeneratorState s = g.reserve(uint64_t(t.numel()));
+  call1(op, {t.impl()},
+        {value_double(a), value_double(b), value_int(int64_t(s.seed)), value_int(int64_t(s.offset))});
+  return t;
+}
+
 Tensor rand(IntArrayRef sizes, TensorOptions options) {
   TESSERA_OP(op, "uniform_");
   Tensor t = empty(sizes, options);
-  auto [seed, offset] = reserve_random(t.numel());
-  call1(op, {t.impl()},
-        {value_double(0.0), value_double(1.0), value_int(int64_t(seed)), value_int(int64_t(offset))});
-  return t;
+  return random_fill(op, t, 0.0, 1.0, nullptr);
 }
 Tensor randn(IntArrayRef sizes, TensorOptions options) {
   TESSERA_OP(op, "normal_");
   Tensor t = empty(sizes, options);
-  auto [seed, offset] = reserve_random(t.numel());
-  call1(op, {t.impl()},
-        {value_double(0.0), value_double(1.0), value_int(int64_t(seed)), value_int(int64_t(offset))});
-  return t;
+  return random_fill(op, t, 0.0, 1.0, nullptr);
 }
-void manual_seed(uint64_t seed) {
-  Generator& g = generator();
-  std::lock_guard lock(g.mutex);
-  g.seed = seed;
-  g.offset = 0;
+Tensor rand(IntArrayRef sizes, const Generator& generator, TensorOptions options) {
+  TESSERA_OP(op, "uniform_");
+  Tensor t = empty(sizes, options);
+  return random_fill(op, t, 0.0, 1.0, &generator);
+}
+Tensor randn(IntArrayRef sizes, const Generator& generator, TensorOptions options) {
+  TESSERA_OP(op, "normal_");
+  Tensor t = empty(sizes, options);
+  return random_fill(op, t, 0.0, 1.0, &generator);
+}
+Tensor& uniform_(Tensor& self, double from, double to, const std::optional<Generator>& generator) {
+  TESSERA_OP(op, "uniform_");
+  TESSERA_CHECK(from <= to, "uniform_: expected from <= to, got from=", from, " to=", to);
+  return random_fill(op, self, from, to, generator ? &*generator : nullptr);
+}
+Tensor& normal_(Tensor& self, double mean, double std, const std::optional<Generator>& generator) {
+  TESSERA_OP(op, "normal_");
+  TESSERA_CHECK(std >= 0.0, "normal_: expected std >= 0, got ", std);
+  return random_fill(op, self, mean, std, generator ? &*generator : nullptr);
 }
 
 Tensor scalar_tensor(const Scalar& value, TensorOptions options) {
@@ -183,8 +199,30 @@ std::vector<DeviceInfo> devices() {
   return out;
 }
 
+// Throws naming the device when no plugin provides its type or its index is out of range.
+void check_device_index(const char* what, Device device) {
+  TESSERA_CHECK(device.type() != DeviceType::Meta, what, ": the meta device holds no memory");
+  const int64_t index = device.index() < 0 ? 0 : device.index();
+  if (device.is_cpu()) {
+    TESSERA_CHECK(index == 0, what, ": device index ", index,
+                  " of 'cpu' is out of range: the CPU is device 0");
+    return;
+  }
+  PluginCallGuard in_flight;                               // Note [In-flight plugin calls]
+  const BackendDevice& b = backend_device(device.type());  // throws naming why no plugin provides the type
+  char reason[256] = {0};
+  const int64_t count =
+      b.iface && b.iface->device_count ? b.iface->device_count(b.self, reason, sizeof reason) : 0;
+  TESSERA_CHECK(index < count, what, ": device index ", index, " of '", device_type_name(device.type()),
+                "' is out of range: ",
+                count == 0 ? "plugin '" + b.plugin + "' reports no device (" + std::string(reason) + ")"
+                           : "plugin '" + b.plugin + "' reports " + std::to_string(count) +
+                                 " device(s), 0.." + std::to_string(count - 1));
+}
+
 MemoryStats memory_stats(Device device) {
   MemoryStats out;
+  check_device_index("memory_stats", device);
   if (device.is_cpu()) {
     // CPU tensors come from the host's caching allocator (Note [Caching CPU allocator]), never
     // from the cpu plugin's memory_allocate: the host answers for the CPU.
@@ -225,6 +263,38 @@ MemoryStats memory_stats(Device device) {
   out.reserved_bytes = s.reserved_bytes;
   out.peak_allocated_bytes = s.peak_allocated_bytes;
   out.num_allocations = s.num_allocations;
+  return out;
+}
+
+MemoryInfo memory_info(Device device) {
+  check_device_index("memory_info", device);
+  MemoryInfo out;
+  if (device.is_cpu()) {
+    // The host answers for the CPU: available and total RAM.
+    const long page = ::sysconf(_SC_PAGESIZE), avail = ::sysconf(_SC_AVPHYS_PAGES),
+               total = ::sysconf(_SC_PHYS_PAGES);
+    TESSERA_CHECK_CODE(page > 0 && avail >= 0 && total > 0, ErrorCode::Unavailable,
+                       "memory_info(cpu): the system does not report its memory (sysconf failed)");
+    out.free_bytes = uint64_t(avail) * uint64_t(page);
+    out.total_bytes = uint64_t(total) * uint64_t(page);
+    return out;
+  }
+  PluginCallGuard in_flight;  // Note [In-flight plugin calls]
+  const BackendDevice& b = backend_device(device.type());
+  const std::string unreported = "memory_info: device '" + device.str() + "' (plugin '" + b.plugin +
+                                 "') does not report free/total memory (no memory_info slot, ABI 1.3); check "
+                                 "tessera::device_capabilities(device).memory_info first";
+  TESSERA_CHECK_CODE(b.iface && TESSERA_ABI_HAS_FIELD(b.iface, tessera_device_interface_t, memory_info) &&
+                         b.iface->memory_info,
+                     ErrorCode::Unimplemented, unreported);
+  tessera_status_t st = b.iface->memory_info(b.self, device.index() < 0 ? 0 : device.index(), &out.free_bytes,
+                                             &out.total_bytes);
+  bool unimplemented = false;
+  throw_status(st, "memory_info(" + device.str() + ")", &unimplemented);
+  TESSERA_CHECK_CODE(!unimplemented, ErrorCode::Unimplemented, unreported);
+  TESSERA_CHECK_CODE(out.free_bytes <= out.total_bytes, ErrorCode::Internal, "memory_info(", device.str(),
+                     "): plugin '", b.plugin, "' reports ", out.free_bytes, " free bytes of ",
+                     out.total_bytes, " in all (free must not exceed total)");
   return out;
 }
 

@@ -2,6 +2,7 @@
 // plugin] in plugin_allocator.h.
 #include "plugin_allocator.h"
 
+#include "pinned_memory.h"
 #include "stream_state.h"
 #include "tessera/error.h"
 
@@ -54,6 +55,39 @@ DataPtr PluginAllocator::allocate(size_t nbytes, int device_index) {
     return data;
   }
   return DataPtr(handle, &slots_[index], &PluginAllocator::free_handle, device, &alive_);
+}
+
+// The block stays registered as pinned until its last tensor is gone. After shutdown the plugin is
+// not called again: blocks still held stay valid host memory (plugin_abi.h, pinned_free).
+void PluginAllocator::free_pinned(void* ctx, void* host_ptr) {
+  auto* a = static_cast<PluginAllocator*>(ctx);
+  detail::pinned_unregister(host_ptr);
+  PluginCallGuard in_flight(std::nothrow);
+  if (in_flight.entered() && a->alive_.load(std::memory_order_acquire))
+    a->iface_->pinned_free(a->self_, host_ptr);
+}
+
+DataPtr PluginAllocator::allocate_pinned(size_t nbytes) {
+  PluginCallGuard in_flight;  // Note [In-flight plugin calls]
+  TESSERA_CHECK_CODE(alive_.load(std::memory_order_acquire), ErrorCode::Unavailable,
+                     "cannot allocate pinned memory for '", device_type_name(type_), "': its plugin '",
+                     plugin_, "' was shut down");
+  TESSERA_INTERNAL_ASSERT(has_pinned());
+  void* block = nullptr;
+  if (tessera_status_t st = iface_->pinned_allocate(self_, nbytes, &block)) {
+    const tessera_status_code_t code = st->code;
+    const std::string message = status_message_of(st);
+    status_free(st);
+    detail::throw_error(code == TESSERA_STATUS_OUT_OF_MEMORY ? ErrorCode::OutOfMemory : error_code_of(code),
+                        detail::str_cat("cannot allocate ", nbytes, " bytes of pinned host memory for '",
+                                        device_type_name(type_), "' (plugin '", plugin_, "': ", message,
+                                        "); allocate less, or use ordinary host memory"));
+  }
+  TESSERA_CHECK_CODE(
+      block != nullptr, ErrorCode::Internal, "plugin '", plugin_,
+      "': pinned_allocate returned no error and a NULL block (plugin_abi.h: never NULL on success)");
+  detail::pinned_register(block, type_);
+  return DataPtr(block, this, &PluginAllocator::free_pinned, Device(DeviceType::CPU, -1));
 }
 
 }  // namespace tessera::loader

@@ -26,6 +26,14 @@ class PluginAllocator final : public Allocator {
   }
 
   DataPtr allocate(size_t nbytes, int device_index) override;
+  // Host memory from the plugin's pinned_allocate (ABI 1.3), as a CPU DataPtr whose deleter calls
+  // pinned_free. Only when has_pinned(). Throws naming the plugin when pinned_allocate fails.
+  DataPtr allocate_pinned(size_t nbytes);
+  bool has_pinned() const {
+    return TESSERA_ABI_HAS_FIELD(iface_, tessera_device_interface_t, pinned_free) &&
+           iface_->pinned_allocate && iface_->pinned_free;
+  }
+  DeviceType device_type() const { return type_; }
 
   void retire() { alive_.store(false, std::memory_order_release); }
 
@@ -41,6 +49,8 @@ class PluginAllocator final : public Allocator {
     PluginCallGuard in_flight(std::nothrow);
     if (in_flight.entered() && a->alive_.load(std::memory_order_acquire) && a->iface_->memory_free) a->iface_->memory_free(a->self_, slot->index, handle);
   }
+
+  static void free_pinned(void* ctx, void* host_ptr);
 
   DeviceType type_;
   const tessera_device_interface_t* iface_;

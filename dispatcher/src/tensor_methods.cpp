@@ -6,10 +6,11 @@
 
 #include "host_api.h"
 #include "memory_format_internal.h"
-#include "small_vector.h"
 #include "op_registry.h"
 #include "profiler.h"
+#include "pinned_memory.h"
 #include "shape_rules.h"
+#include "small_vector.h"
 #include "sparse_internal.h"
 #include "stream_state.h"
 #include "tessera/autograd_dispatch.h"
@@ -41,7 +42,9 @@ int32_t index_of(Device d) { return d.index() < 0 ? 0 : d.index(); }
 // by a same-device copy_ kernel. If a transfer fails part-way, the destination storage is marked
 // unusable (Note [Unusable storage]) so that nobody reads half-written data. Each transfer runs on
 // the current stream of the device that issues it (Note [Streams] in tessera/stream.h).
-void transfer_bytes(const Tensor& dst, const Tensor& src) {
+// With `from_pinned`, a host source pinned for the destination's type goes through the plugin's
+// asynchronous memory_copy_from_pinned when it has one (Tensor::to(device, non_blocking)).
+void transfer_bytes(const Tensor& dst, const Tensor& src, bool from_pinned = false) {
   uint64_t nbytes = uint64_t(src.nbytes());
   if (nbytes == 0) return;
   // Both row-major contiguous, or both dense with the same strides (channels-last): the bytes from
@@ -76,10 +79,13 @@ void transfer_bytes(const Tensor& dst, const Tensor& src) {
                   nbytes);
     } else if (sd.is_cpu()) {
       const BackendDevice& b = backend_device(dd.type());
-      status =
-          b.iface->memory_copy_from_host(b.self, index_of(dd), dst_handle, dst_off,
-                                         static_cast<const char*>(src_handle) + src_off, nbytes,
-                                         current_stream_handle(dd.type(), index_of(dd)));
+      const bool async =
+          from_pinned &&
+          TESSERA_ABI_HAS_FIELD(b.iface, tessera_device_interface_t, memory_copy_from_pinned) &&
+          b.iface->memory_copy_from_pinned;
+      status = (async ? b.iface->memory_copy_from_pinned : b.iface->memory_copy_from_host)(
+          b.self, index_of(dd), dst_handle, dst_off, static_cast<const char*>(src_handle) + src_off, nbytes,
+          current_stream_handle(dd.type(), index_of(dd)));
     } else if (dd.is_cpu()) {
       const BackendDevice& b = backend_device(sd.type());
       status = b.iface->memory_copy_to_host(b.self, index_of(sd), static_cast<char*>(dst_handle) + dst_off,
@@ -158,6 +164,21 @@ Tensor Tensor::to(Device device) const {
                    ? make_tensor_strided(sizes(), channels_last_strides(sizes()), dtype(), device)
                    : make_tensor(sizes(), dtype(), device);
   out.copy_(*this);
+  return out;
+}
+
+Tensor Tensor::to(Device device, bool non_blocking) const {
+  check_defined(*this, "to");
+  // The asynchronous path: a dense, contiguous host tensor pinned for the destination's type, with
+  // no autograd or sparse wrapper. Anything else copies as to(device) does.
+  if (!non_blocking || !this->device().is_cpu() || device.is_cpu() || !is_contiguous() || !storage() ||
+      key_set().has(Functionality::Autograd) || key_set().has(Functionality::Sparse) ||
+      detail::pinned_device_type(*storage()) != device.type())
+    return to(device);
+  TESSERA_CHECK(storage()->usable(), "to: the source tensor's storage is unusable because ",
+                storage()->unusable_reason());
+  Tensor out = make_tensor(sizes(), dtype(), device);
+  transfer_bytes(out, *this, /*from_pinned=*/true);
   return out;
 }
 

@@ -323,6 +323,48 @@ __kernel void fill_s(Geo g, __global O_t* o, CT value) {
   return s;
 }
 
+// uniform_ / normal_: element i (row-major) is philox4x32-10(counter offset + i, key seed), turned
+// into a number exactly as tessera/random.h does (Note [Reproducible random numbers]): the uniform
+// values equal the CPU's bit for bit; the normal ones up to the device's log/cos rounding.
+std::string random_source(int32_t dst) {
+  std::string s = prelude({dst}) + role("O", dst) + compute(dst);
+  s += R"CL(
+uint4 philox4x32_10(ulong counter, ulong key) {
+  uint c0 = (uint)counter, c1 = (uint)(counter >> 32), c2 = 0, c3 = 0;
+  uint k0 = (uint)key, k1 = (uint)(key >> 32);
+  for (int r = 0; r < 10; ++r) {
+    uint hi0 = mul_hi(0xD2511F53u, c0), lo0 = 0xD2511F53u * c0;
+    uint hi1 = mul_hi(0xCD9E8D57u, c2), lo1 = 0xCD9E8D57u * c2;
+    uint n0 = hi1 ^ c1 ^ k0, n2 = hi0 ^ c3 ^ k1;
+    c1 = lo1; c3 = lo0; c0 = n0; c2 = n2;
+    k0 += 0x9E3779B9u; k1 += 0xBB67AE85u;
+  }
+  return (uint4)(c0, c1, c2, c3);
+}
+CT random_value(ulong n, ulong seed, CT a, CT b, int normal) {
+  uint4 r = philox4x32_10(n, seed);
+  if (normal) {
+    float u1 = ((float)(r.x >> 8) + 1.0f) * (1.0f / 16777217.0f);
+    float u2 = (float)(r.y >> 8) * (1.0f / 16777216.0f);
+    return a + b * (CT)(sqrt(-2.0f * log(u1)) * cos(6.283185307179586f * u2));
+  }
+  return a + (b - a) * (CT)((float)(r.x >> 8) * (1.0f / 16777216.0f));
+}
+__kernel void random_c(Geo g, __global O_t* o, ulong seed, ulong offset, CT a, CT b, int normal) {
+  long i = get_global_id(0);
+  if (i >= g.n) return;
+  STORE_O(o, g.off[0] + i, random_value(offset + (ulong)i, seed, a, b, normal));
+}
+__kernel void random_s(Geo g, __global O_t* o, ulong seed, ulong offset, CT a, CT b, int normal) {
+  long i = get_global_id(0);
+  if (i >= g.n) return;
+  long oo, row_major, u_; GEO_OFFSETS(g, i, oo, row_major, u_);
+  STORE_O(o, oo, random_value(offset + (ulong)row_major, seed, a, b, normal));
+}
+)CL";
+  return s;
+}
+
 std::string reduce_source(int32_t a, int32_t o, const std::string& op) {
   // Accumulate floating inputs in float (double for f64), integral ones in long.
   const int32_t at = dtype_is_floating(a) ? (a == TESSERA_DTYPE_FLOAT64 || o == TESSERA_DTYPE_FLOAT64

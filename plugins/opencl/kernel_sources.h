@@ -37,6 +37,7 @@ std::string unary_source(int32_t a, int32_t o, const std::string& op);          
 std::string where_source(int32_t cond, int32_t a, int32_t b, int32_t o);  // where (one strided kernel)
 std::string copy_source(int32_t src, int32_t dst);
 std::string fill_source(int32_t dst);
+std::string random_source(int32_t dst);  // uniform_, normal_ (Philox, tessera/random.h)
 std::string reduce_source(int32_t a, int32_t o, const std::string& op);              // sum, mean, amax, amin
 std::string softmax_source(int32_t a, int32_t o, const std::string& op);             // softmax, log_softmax
 std::string layer_norm_source(int32_t a, int32_t w, int32_t b, int32_t o);

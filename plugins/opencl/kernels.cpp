@@ -577,6 +577,47 @@ void run_fill(const sdk::KernelCall& call, const KernelDef&) {
   cc.launch(k, {{sizeof e.geo, &e.geo}, {sizeof(cl_mem), &o.mem}, {value.size, &value.v}}, 1, &global, nullptr);
 }
 
+// uniform_(self, from, to, seed, offset) / normal_(self, mean, std, seed, offset): one layout,
+// read through normal_'s indices; the numbers depend only on (seed, offset + i) (Note [Generators]).
+void run_random(const sdk::KernelCall& call, const KernelDef& def) {
+  using A = op::normal_::attr;
+  static_assert(op::uniform_::attr::from == int(A::mean) && op::uniform_::attr::to == int(A::std) &&
+                op::uniform_::attr::seed == int(A::seed) && op::uniform_::attr::offset == int(A::offset));
+  CallContext cc(call);
+  const sdk::TensorView dst_view =
+      call.num_outputs() > 0 ? call.output(0) : call.input(op::normal_::tensor::self);
+  Operand o = cc.operand(dst_view);
+  if (o.numel == 0) return;
+  if (call.num_attrs() <= int(A::offset))
+    throw sdk::Error(TESSERA_STATUS_INVALID_ARGUMENT,
+                     std::string(call.op_name()) + ": expected 4 attributes");
+  const int32_t ct = compute_dtype(o.dtype);
+  const ScalarArg a = scalar_arg(ct, call.attr_double(A::mean), 0, true);
+  const ScalarArg b = scalar_arg(ct, call.attr_double(A::std), 0, true);
+  const cl_ulong seed = cl_ulong(call.attr_int(A::seed)), offset = cl_ulong(call.attr_int(A::offset));
+  const cl_int normal = std::strcmp(def.name, "normal") == 0 ? 1 : 0;
+  // The second geometry is the row-major index of each element: the number it draws, whatever order
+  // elementwise() walks the strided destination in.
+  std::vector<int64_t> row_major(o.sizes.size());
+  for (int64_t d = int64_t(o.sizes.size()) - 1, z = 1; d >= 0; --d) {
+    row_major[size_t(d)] = z;
+    z *= o.sizes[size_t(d)];
+  }
+  const Elementwise e = elementwise(o.sizes, {o.strides, row_major}, {o.offset, 0}, call.op_name());
+  cl_kernel k = cc.kernel("random_" + dtype_tag(o.dtype), e.contiguous ? "random_c" : "random_s",
+                          [&] { return random_source(o.dtype); });
+  const size_t global = size_t(e.geo.n);
+  cc.launch(k,
+            {{sizeof e.geo, &e.geo},
+             {sizeof(cl_mem), &o.mem},
+             {sizeof seed, &seed},
+             {sizeof offset, &offset},
+             {a.size, &a.v},
+             {b.size, &b.v},
+             {sizeof normal, &normal}},
+            1, &global, nullptr);
+}
+
 // ---------------------------------------------------------------- rows: reductions, softmax, layer_norm
 
 // Splits the dims of `a` into kept (outer) and reduced (inner) ones. `out` has the kept dims, either
@@ -890,6 +931,8 @@ void register_kernels(const sdk::Host& host) {
                                       {op::log_softmax::name, {"log_softmax", kPlain}}};
   static const Entry layer_norm[] = {{op::layer_norm::name, {"layer_norm", kPlain}}};
   static const Entry matmul[] = {{op::matmul::name, {"matmul", kPlain}}};
+  static const Entry random[] = {{op::uniform_::name, {"uniform", kFloatingOnly}},
+                                 {op::normal_::name, {"normal", kFloatingOnly}}};
   reg(all, &adapt<run_fill>, fill);
   reg(all, &adapt<run_copy>, copy);
   reg(all, &adapt<run_binary>, binary_ops);
@@ -901,6 +944,7 @@ void register_kernels(const sdk::Host& host) {
   reg(floating, &adapt<run_softmax>, softmax_ops);
   reg(floating, &adapt<run_layer_norm>, layer_norm);
   reg(floating, &adapt<run_matmul>, matmul);
+  reg(floating, &adapt<run_random>, random);
 
   log_info("registered " + std::to_string(registered) + " kernels");
 }

@@ -1,6 +1,7 @@
 // Devices by name: privateuse renaming, plugins, device queries, streams and events.
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
 #include <string>
@@ -97,6 +98,13 @@ void bind_devices(nb::module_& m) {
     r["num_allocations"] = s.num_allocations;
     return r;
   }, nb::arg("device"), "The device's memory statistics; {} when its plugin does not report them.");
+  m.def("memory_info", [](nb::handle d) {
+    Device dev = device_arg(d);
+    Gil gil;
+    const MemoryInfo info = memory_info(dev);
+    return std::make_tuple(info.free_bytes, info.total_bytes);
+  }, nb::arg("device"), "(free, total) bytes of the device's memory (torch.cuda.mem_get_info); raises when its "
+                        "plugin does not report them.");
   m.def("empty_cache", [](nb::handle d) {
     Device dev = device_arg(d);
     Gil gil;

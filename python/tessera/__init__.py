@@ -13,7 +13,8 @@ from ._C import (Tensor, dtype, device, Stream, Event, promote_types, get_defaul
                  bool, uint8, int8, int16, int32, int64, float16, bfloat16, float32, float64, qint8, quint8, qint32,
                  float, double, half, long, int, short,
                  empty, zeros, ones, full, rand, randn, arange, zeros_like, ones_like, empty_like, manual_seed,
-                 allclose, equal, plugins, load_plugin, devices, device_count, synchronize, memory_stats, empty_cache,
+                 allclose, equal, plugins, load_plugin, devices, device_count, synchronize, memory_stats, memory_info,
+                 empty_cache,
                  current_stream, set_current_stream, known_device_names, privateuse_backend_name,
                  rename_privateuse_backend, _dtype_from_name)
 from . import _ops as ops

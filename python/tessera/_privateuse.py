@@ -3,7 +3,7 @@
 generate_methods_for_privateuse1_backend() (and generate_methods_for_device(name) for any device
 name, such as one a plugin's manifest gives) adds `Tensor.<name>()`, `Tensor.is_<name>` and a
 module `tessera.<name>` with device_count(), is_available(), synchronize(), memory_stats(),
-empty_cache(), current_device(), set_device(), device (a context manager), Stream, Event,
+mem_get_info(), empty_cache(), current_device(), set_device(), device (a context manager), Stream, Event,
 current_stream() and set_current_stream()."""
 import sys
 import types
@@ -42,6 +42,9 @@ def _device_module(name):
 
     def memory_stats(device=None):
         return _C.memory_stats(_dev(device))
+
+    def mem_get_info(device=None):
+        return _C.memory_info(_dev(device))
 
     def memory_allocated(device=None):
         return memory_stats(device).get("allocated_bytes", 0)
@@ -85,8 +88,8 @@ def _device_module(name):
             _C.set_device(self.previous)
             return False
 
-    for f in (device_count, is_available, synchronize, memory_stats, memory_allocated, empty_cache, current_stream, Stream,
-              current_device, set_device, device):
+    for f in (device_count, is_available, synchronize, memory_stats, mem_get_info, memory_allocated, empty_cache,
+              current_stream, Stream, current_device, set_device, device):
         setattr(mod, f.__name__, f)
     mod.Event = _C.Event
     mod.set_current_stream = _C.set_current_stream

@@ -27,6 +27,11 @@ def test_generated_methods_on_the_reference_accelerator(rng, mhd):
     mhd.synchronize()
     stats = mhd.memory_stats()
     assert stats["allocated_bytes"] >= d.nbytes and stats["num_allocations"] >= 1
+    free, total = mhd.mem_get_info()
+    assert total == 1 << 30 and free == total - mhd.memory_stats()["allocated_bytes"]
+    assert tessera.memory_info("my_hardware_device:1")[1] == 1 << 30
+    with pytest.raises(Exception, match="out of range"):
+        tessera.memory_info("my_hardware_device:7")
     with pytest.raises(ValueError):
         t.my_hardware_device("cpu")
 

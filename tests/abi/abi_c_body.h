@@ -1,4 +1,4 @@
-/* The body of the C compile test, included after one plugin ABI header (frozen 1.0 or live): the
+/* The body of the C compile test, included after one plugin ABI header (frozen 1.0, 1.2, or live): the
  * header compiles as strict C11, every versioned struct starts with its size, and
  * TESSERA_ABI_HAS_FIELD reads only the common prefix. */
 #include <stdio.h>
@@ -59,6 +59,20 @@ int main(void) {
     failures += check(TESSERA_ABI_HAS_FIELD(&host, tessera_host_api_t, graph), "a 1.2 host table has graph");
     size.struct_size = sizeof(size);
     failures += check(TESSERA_ABI_HAS_FIELD(&size, tessera_graph_size_t, max), "graph size fields");
+  }
+#endif
+#if TESSERA_ABI_MINOR >= 3
+  device.struct_size = (uint32_t)offsetof(tessera_device_interface_t, memory_info);
+  failures += check(TESSERA_ABI_HAS_FIELD(&device, tessera_device_interface_t, memory_record_stream) &&
+                        !TESSERA_ABI_HAS_FIELD(&device, tessera_device_interface_t, memory_info) &&
+                        !TESSERA_ABI_HAS_FIELD(&device, tessera_device_interface_t, memory_copy_from_pinned),
+                    "a 1.2 device interface lacks the 1.3 memory slots");
+  {
+    tessera_host_api_t host;
+    memset(&host, 0, sizeof(host));
+    host.struct_size = (uint32_t)offsetof(tessera_host_api_t, generator_reserve);
+    failures += check(!TESSERA_ABI_HAS_FIELD(&host, tessera_host_api_t, generator_reserve),
+                      "a 1.2 host table lacks generator_reserve");
   }
 #endif
   failures += check(TESSERA_DTYPE_MASK_ALL == ((UINT64_C(1) << TESSERA_DTYPE_COUNT_) - 1), "mask of all dtypes");

@@ -130,6 +130,13 @@ typedef struct abi_constant_t {
   F(tessera_profiler_span_t, end_ns) F(tessera_profiler_span_t, correlation_id) F(tessera_profiler_span_t, args_json)
 
 
+/* What ABI 1.3 appended (live header only): memory info and pinned host memory in the device
+ * interface, the generator in the host table. */
+#define ABI_FIELDS_1_3(F)                                                                              \
+  F(tessera_host_api_t, generator_reserve) F(tessera_device_interface_t, memory_info)                  \
+  F(tessera_device_interface_t, pinned_allocate) F(tessera_device_interface_t, pinned_free)            \
+  F(tessera_device_interface_t, memory_copy_from_pinned)
+
 #define ABI_FIELD_ROW(T, f) {#T, #f, offsetof(T, f), sizeof(((T*)0)->f)},
 #define ABI_STRUCT_ROW(T) {#T, sizeof(T)},
 #define ABI_CONSTANT_ROW(c) {#c, (long long)(c)},

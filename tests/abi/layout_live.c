@@ -1,4 +1,4 @@
-/* The layout of every struct as the live header declares it: the 1.0 fields, then what 1.1 and 1.2 added. */
+/* The layout of every struct as the live header declares it: the 1.0 fields, then what 1.1, 1.2 and 1.3 added. */
 #include "tessera/plugin_abi.h"
 
 #include "abi_layout.h"
@@ -9,6 +9,8 @@ const abi_field_layout_t abi_fields_live_1_1[] = {ABI_FIELDS_1_1(ABI_FIELD_ROW)}
 const size_t abi_num_fields_live_1_1 = sizeof(abi_fields_live_1_1) / sizeof(abi_fields_live_1_1[0]);
 const abi_field_layout_t abi_fields_live_1_2[] = {ABI_FIELDS_1_2(ABI_FIELD_ROW)};
 const size_t abi_num_fields_live_1_2 = sizeof(abi_fields_live_1_2) / sizeof(abi_fields_live_1_2[0]);
+const abi_field_layout_t abi_fields_live_1_3[] = {ABI_FIELDS_1_3(ABI_FIELD_ROW)};
+const size_t abi_num_fields_live_1_3 = sizeof(abi_fields_live_1_3) / sizeof(abi_fields_live_1_3[0]);
 const abi_constant_t abi_constants_live_1_2[] = {ABI_CONSTANTS_1_2(ABI_CONSTANT_ROW)};
 const size_t abi_num_constants_live_1_2 = sizeof(abi_constants_live_1_2) / sizeof(abi_constants_live_1_2[0]);
 const abi_field_layout_t abi_fields_live_1_3_spans[] = {ABI_FIELDS_1_3_SPANS(ABI_FIELD_ROW)};

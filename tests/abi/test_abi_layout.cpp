@@ -1,6 +1,7 @@
 // The ABI promise as data: every field of every struct of the frozen 1.0 header at the offset and
 // with the size written down here (a snapshot: a changed 1.0 field fails it), and the live header's
-// 1.0 prefix laid out exactly like the frozen header. What 1.1 and 1.2 appended sits after the 1.0 end.
+// 1.0 prefix laid out exactly like the frozen header. What 1.1 and 1.2 appended sits after the 1.0 end,
+// the frozen 1.2 header is the live header's 1.2 prefix, and what 1.3 appended sits after the 1.2 end.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -27,6 +28,12 @@ extern const abi_field_layout_t abi_fields_live_1_2[];
 extern const size_t abi_num_fields_live_1_2;
 extern const abi_field_layout_t abi_fields_live_1_3_spans[];
 extern const size_t abi_num_fields_live_1_3_spans;
+extern const abi_field_layout_t abi_fields_live_1_3[];
+extern const size_t abi_num_fields_live_1_3;
+extern const abi_field_layout_t abi_fields_frozen_1_2[];
+extern const size_t abi_num_fields_frozen_1_2;
+extern const abi_struct_layout_t abi_structs_frozen_1_2[];
+extern const size_t abi_num_structs_frozen_1_2;
 extern const abi_constant_t abi_constants_live_1_2[];
 extern const size_t abi_num_constants_live_1_2;
 extern const abi_struct_layout_t abi_structs_live[];
@@ -232,11 +239,30 @@ const std::map<Key, Layout> kSnapshot_1_3_spans = {
     {{"tessera_profiler_span_t", "correlation_id"}, {48, 8}},
     {{"tessera_profiler_span_t", "args_json"}, {56, 8}},
 };
-const std::map<std::string, size_t> kStructSnapshot_1_3_spans = {
-    {"tessera_host_api_t", 144},
+
+// What ABI 1.3 appended (memory info, pinned host memory, the host's generator), and the sizes of
+// the 1.3 structs.
+const std::map<Key, Layout> kSnapshot_1_3 = {
+    {{"tessera_host_api_t", "generator_reserve"}, {144, 8}},  // after the spans' four slots
+    {{"tessera_device_interface_t", "memory_info"}, {176, 8}},
+    {{"tessera_device_interface_t", "pinned_allocate"}, {184, 8}},
+    {{"tessera_device_interface_t", "pinned_free"}, {192, 8}},
+    {{"tessera_device_interface_t", "memory_copy_from_pinned"}, {200, 8}},
+};
+const std::map<std::string, size_t> kStructSnapshot_1_3 = {
+    {"tessera_tensor_t", 72},
+    {"tessera_value_t", 16},
+    {"tessera_kernel_call_t", 64},
+    {"tessera_host_api_t", 152},
+    {"tessera_device_interface_t", 208},
+    {"tessera_plugin_t", 72},
+    {"tessera_memory_stats_t", 40},
+    {"tessera_graph_size_t", 40},
+    {"tessera_graph_arg_t", 32},
+    {"tessera_graph_type_t", 24},
+    {"tessera_graph_api_t", 208},
     {"tessera_profiler_span_t", 64},
 };
-
 const std::map<std::string, long long> kConstantSnapshot_1_2 = {
     {"TESSERA_NODE_PLACEHOLDER", 0},
     {"TESSERA_NODE_CALL", 1},
@@ -336,13 +362,31 @@ TEST(AbiLayout, LiveHeaderKeepsThe_1_0_Prefix) {
   EXPECT_STREQ(abi_entry_name_live, abi_entry_name_frozen_1_0);
 }
 
-TEST(AbiLayout, LiveHeaderIs_1_2_AndOnlyAppends) {
+TEST(AbiLayout, Frozen_1_2_IsThePrefixOfTheLiveHeader) {
+  // The frozen 1.2 header against the 1.2 snapshot...
+  EXPECT_EQ(structs_of(abi_structs_frozen_1_2, abi_num_structs_frozen_1_2), kStructSnapshot_1_2);
+  // ... and every one of its fields where the live header has it.
+  const auto frozen = fields_of(abi_fields_frozen_1_2, abi_num_fields_frozen_1_2);
+  std::map<Key, Layout> live = fields_of(abi_fields_live_1_0, abi_num_fields_live_1_0);
+  live.merge(fields_of(abi_fields_live_1_1, abi_num_fields_live_1_1));
+  live.merge(fields_of(abi_fields_live_1_2, abi_num_fields_live_1_2));
+  EXPECT_EQ(frozen, live);
+}
+
+TEST(AbiLayout, LiveHeaderIs_1_3_AndOnlyAppends) {
   EXPECT_EQ(abi_live_major, 1u);
-  EXPECT_EQ(abi_live_minor, 2u);
+  EXPECT_EQ(abi_live_minor, 3u);
   const auto live_structs = structs_of(abi_structs_live, abi_num_structs_live);
-  std::map<std::string, size_t> expected_structs = kStructSnapshot_1_2;  // as 1.3's spans left them
-  for (const auto& [name, size] : kStructSnapshot_1_3_spans) expected_structs[name] = size;
-  EXPECT_EQ(live_structs, expected_structs);
+  EXPECT_EQ(live_structs, kStructSnapshot_1_3);
+  const auto added_1_3 = fields_of(abi_fields_live_1_3, abi_num_fields_live_1_3);
+  EXPECT_EQ(added_1_3, kSnapshot_1_3);
+  const auto spans_1_3 = fields_of(abi_fields_live_1_3_spans, abi_num_fields_live_1_3_spans);
+  EXPECT_EQ(spans_1_3, kSnapshot_1_3_spans);
+  for (const auto* added : {&added_1_3, &spans_1_3})
+    for (const auto& [key, layout] : *added)
+      if (kStructSnapshot_1_2.count(key.first))
+        EXPECT_GE(layout.first, kStructSnapshot_1_2.at(key.first))
+            << key.first << "::" << key.second << " is not appended after the 1.2 end of the struct";
   const auto frozen_structs = structs_of(abi_structs_frozen_1_0, abi_num_structs_frozen_1_0);
   // tessera_value_t is an array element (tessera_kernel_call_t::attrs): it never grows in a major.
   EXPECT_EQ(live_structs.at("tessera_value_t"), frozen_structs.at("tessera_value_t"));

@@ -21,6 +21,7 @@
 
 #include "tessera/dispatcher.h"
 #include "tessera/plugin_loader.h"
+#include "tessera/random.h"
 #include "tessera/tessera.h"
 
 namespace ts = tessera;
@@ -531,3 +532,30 @@ TEST_F(OpenCL, KernelsRunOnTheCurrentStreamAndAnEventOrdersThem) {
 }
 
 }  // namespace
+
+// Note [Generators]: the same seed gives the same numbers on the OpenCL device as on the CPU, from
+// the device's own Philox kernels (uniform values bit for bit; normal ones up to log/cos rounding).
+TEST(OpenCLGenerators, SameSeedSameValuesAsTheCpuFromDeviceKernels) {
+  if (!have_opencl()) GTEST_SKIP() << "no OpenCL device on this machine";
+  ts::Dispatcher& disp = ts::Dispatcher::instance();
+  for (const char* op : {"uniform_", "normal_"})
+    EXPECT_EQ(disp.resolution(disp.op(op), ts::kOpenCL, ts::kFloat32), ts::Resolution::Kernel) << op;
+  ts::Generator on_cpu(ts::Device("cpu"), 42), on_cl(ts::Device("opencl:0"), 42);
+  const ts::Tensor u_cpu = ts::rand({4097}, on_cpu);
+  const ts::Tensor u_cl = ts::rand({4097}, on_cl, ts::TensorOptions(ts::kFloat32).device("opencl:0"));
+  EXPECT_TRUE(ts::equal(u_cl.cpu(), u_cpu));
+  const float* p = u_cpu.const_data_ptr<float>();
+  for (uint64_t i = 0; i < 4097; ++i) ASSERT_EQ(p[i], ts::philox::uniform(42, i)) << i;
+  EXPECT_EQ(on_cl.offset(), 4097u);
+  ts::Tensor n_cpu = ts::empty({3, 500}), n_cl = ts::empty({3, 500}, ts::TensorOptions(ts::kFloat32).device("opencl:0"));
+  ts::normal_(n_cpu, 1.5, 2.0, ts::Generator(ts::Device("cpu"), 7));
+  ts::normal_(n_cl, 1.5, 2.0, ts::Generator(ts::Device("opencl:0"), 7));
+  expect_close(n_cl, n_cpu, 10, "normal_ on OpenCL vs the CPU");
+  // A strided destination draws in row-major order of the view.
+  ts::Tensor base = ts::zeros({6, 4}, ts::TensorOptions(ts::kFloat32).device("opencl:0"));
+  ts::Tensor view = base.t();  // [4, 6], not contiguous
+  ts::uniform_(view, 0.0, 1.0, ts::Generator(ts::Device("cpu"), 3));
+  ts::Tensor want = ts::empty({4, 6});
+  ts::uniform_(want, 0.0, 1.0, ts::Generator(ts::Device("cpu"), 3));
+  EXPECT_TRUE(ts::equal(view.cpu().contiguous(), want));
+}

@@ -236,6 +236,16 @@ class TESSERA_API Tensor {
   Tensor to(Device device) const;
   Tensor to(DType dtype) const;
   Tensor to(Device device, DType dtype) const;
+  // With non_blocking, a copy from pinned host memory (is_pinned()) to a device of the type it is
+  // pinned for is queued on that device's current stream and may complete after this returns, when
+  // the plugin offers memory_copy_from_pinned (ABI 1.3): do not write the source before the stream
+  // has passed the copy (Stream::synchronize, or an Event recorded after it). Otherwise as to(device).
+  Tensor to(Device device, bool non_blocking) const;
+  // Host memory from a plugin's pinned allocator (TensorOptions::pinned_memory, pin_memory()).
+  bool is_pinned() const;
+  // A copy of this CPU tensor in host memory pinned for `accelerator`'s device type (this tensor when
+  // it already is); an ordinary copy when that plugin has no pinned allocator.
+  Tensor pin_memory(Device accelerator) const;
   Tensor to(const char* device) const { return to(Device(device)); }
   Tensor to(const std::string& device) const { return to(Device(device)); }
   Tensor cpu() const { return to(Device(DeviceType::CPU)); }

@@ -31,9 +31,10 @@ struct DeviceCapabilities {
   bool record_stream = false;          // memory_record_stream
   bool empty_cache = false;            // the TESSERA_EXT_EMPTY_CACHE extension
   bool graph_capture = false;          // no ABI slot yet
-  bool pinned_host_memory = false;     // no ABI slot yet
+  bool pinned_host_memory = false;     // pinned_allocate / pinned_free (TensorOptions::pinned_memory)
+  bool async_pinned_copy = false;      // memory_copy_from_pinned (Tensor::to(device, non_blocking))
   bool peer_access = false;            // no ABI slot yet
-  bool memory_info = false;            // free / total bytes: no ABI slot yet
+  bool memory_info = false;            // memory_info: free / total bytes (tessera::memory_info)
   std::vector<DType> dtypes;
   std::string absent;  // what the ABI cannot express yet, one line
 

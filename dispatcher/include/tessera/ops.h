@@ -9,6 +9,7 @@
 #include <tuple>
 #include <vector>
 
+#include "tessera/generator.h"
 #include "tessera/options.h"
 #include "tessera/tensor.h"
 
@@ -26,8 +27,19 @@ TESSERA_API Tensor empty_like(const Tensor& t);
 // int64 unless `options` or a floating argument says otherwise.
 TESSERA_API Tensor arange(const Scalar& end, TensorOptions options = {});
 TESSERA_API Tensor arange(const Scalar& start, const Scalar& end, const Scalar& step = 1, TensorOptions options = {});
+// Random factories and fills draw from the default generator of the output's device, or from
+// `generator` (Note [Generators] in tessera/generator.h): the same seed gives the same values on
+// every device.
 TESSERA_API Tensor rand(IntArrayRef sizes, TensorOptions options = {});   // U[0, 1)
 TESSERA_API Tensor randn(IntArrayRef sizes, TensorOptions options = {});  // N(0, 1)
+TESSERA_API Tensor rand(IntArrayRef sizes, const Generator& generator, TensorOptions options = {});
+TESSERA_API Tensor randn(IntArrayRef sizes, const Generator& generator, TensorOptions options = {});
+// Fills `self` (a floating tensor on any device) with U[from, to) / N(mean, std^2).
+TESSERA_API Tensor& uniform_(Tensor& self, double from = 0.0, double to = 1.0,
+                             const std::optional<Generator>& generator = std::nullopt);
+TESSERA_API Tensor& normal_(Tensor& self, double mean = 0.0, double std = 1.0,
+                            const std::optional<Generator>& generator = std::nullopt);
+// Reseeds every device's default generator (offset 0), also those made later.
 TESSERA_API void manual_seed(uint64_t seed);
 // A CPU tensor holding `values` with shape `sizes` (default: 1-D), then moved/cast per `options`.
 template <typename T>
@@ -52,7 +64,17 @@ struct MemoryStats {
   uint64_t peak_allocated_bytes = 0;  // highest allocated_bytes so far
   uint64_t num_allocations = 0;       // live allocations
 };
+// Throws naming the device when no plugin provides its type or its index is out of range.
 TESSERA_API MemoryStats memory_stats(Device device);
+// Free and total bytes of one device's memory, for sizing caches (cudaMemGetInfo), from its
+// plugin's memory_info slot (ABI 1.3); for the CPU, the host's available and total RAM. Throws
+// naming the device when its plugin does not report memory info (DeviceCapabilities::memory_info
+// says so beforehand), when no plugin provides the device, or when the index is out of range.
+struct MemoryInfo {
+  uint64_t free_bytes = 0;
+  uint64_t total_bytes = 0;
+};
+TESSERA_API MemoryInfo memory_info(Device device);
 // Returns the cached, unused memory of `device` (every device of its type when the index is
 // negative) to the device, through the TESSERA_EXT_EMPTY_CACHE extension; returns the bytes
 // released (0 when the plugin keeps no cache or does not offer the extension).

@@ -4,6 +4,7 @@
 #include "tessera/device.h"
 #include "tessera/dispatch_key.h"
 #include "tessera/dtype.h"
+#include "tessera/generator.h"
 #include "tessera/memory_format.h"
 #include "tessera/ops.h"
 #include "tessera/options.h"

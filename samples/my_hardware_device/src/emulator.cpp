@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 
 namespace mhd {
 
@@ -215,7 +216,63 @@ Emulator::Emulator(int num_devices, uint64_t capacity_bytes, const std::string& 
   for (int i = 0; i < num_devices; ++i) devices_.push_back(std::make_unique<Device>(i, capacity_bytes, name));
 }
 
-Emulator::~Emulator() { devices_.clear(); }
+Emulator::~Emulator() {
+  devices_.clear();  // runs every pending task, so no queued copy reads a pinned block after this
+  std::lock_guard<std::mutex> lock(pinned_mu_);
+  for (auto& [start, block] : pinned_) block->keep = true;
+  pinned_.clear();
+}
+
+PinnedBlock::~PinnedBlock() {
+  if (!keep) std::free(data);
+}
+
+void* Emulator::pinned_allocate(uint64_t nbytes) {
+  // aligned_alloc wants a multiple of the alignment, and at least one byte: never NULL for 0.
+  const uint64_t rounded = (nbytes + 63) / 64 * 64 + (nbytes == 0 ? 64 : 0);
+  if (nbytes > (uint64_t(1) << 40))
+    throw EmuError(EmuError::Kind::OutOfMemory,
+                   "pinned allocation of " + std::to_string(nbytes) + " bytes is above 1 TiB");
+  auto* data = static_cast<std::byte*>(std::aligned_alloc(64, rounded));
+  if (!data)
+    throw EmuError(EmuError::Kind::OutOfMemory,
+                   "pinned allocation of " + std::to_string(nbytes) + " bytes failed");
+  std::lock_guard<std::mutex> lock(pinned_mu_);
+  pinned_[reinterpret_cast<uintptr_t>(data)] = std::make_shared<PinnedBlock>(data, nbytes);
+  pinned_bytes_ += nbytes;
+  return data;
+}
+
+void Emulator::pinned_free(void* block) {
+  std::lock_guard<std::mutex> lock(pinned_mu_);
+  auto it = pinned_.find(reinterpret_cast<uintptr_t>(block));
+  if (it == pinned_.end()) return;
+  pinned_bytes_ -= it->second->size;
+  pinned_.erase(it);  // a queued copy may still hold the block: it is freed after that copy ran
+}
+
+PinnedRef Emulator::pinned_block(const void* p, uint64_t nbytes, uint64_t* out_offset) const {
+  const auto addr = reinterpret_cast<uintptr_t>(p);
+  std::lock_guard<std::mutex> lock(pinned_mu_);
+  auto it = pinned_.upper_bound(addr);
+  if (it != pinned_.begin()) {
+    --it;
+    const uint64_t offset = addr - it->first;
+    if (offset <= it->second->size && nbytes <= it->second->size - offset) {
+      *out_offset = offset;
+      return it->second;
+    }
+  }
+  throw EmuError(EmuError::Kind::InvalidArgument,
+                 "asynchronous copy of " + std::to_string(nbytes) +
+                     " bytes from host memory that no pinned block holds; allocate "
+                     "the source with pinned_allocate");
+}
+
+uint64_t Emulator::pinned_bytes() const {
+  std::lock_guard<std::mutex> lock(pinned_mu_);
+  return pinned_bytes_;
+}
 
 Device& Emulator::device(int index) {
   if (index < 0 || index >= int(devices_.size())) {

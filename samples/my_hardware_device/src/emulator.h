@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <stdexcept>
@@ -148,6 +149,23 @@ class Device {
   std::atomic<int64_t> fused_launches_{0};
 };
 
+// Note [Emulated pinned memory]
+// Pinned host memory is ordinary host memory here, 64-byte aligned, each block shared: a copy
+// queued from it (memory_copy_from_pinned) holds a reference and reads the bytes when its queue
+// reaches it, not when it is queued, so the copy is truly asynchronous and pinned_free while it is
+// pending is safe. Blocks still allocated when the emulator is destroyed are left alone (the
+// runtime may still hold them as tensors).
+struct PinnedBlock {
+  PinnedBlock(std::byte* d, uint64_t n) : data(d), size(n) {}
+  ~PinnedBlock();
+  PinnedBlock(const PinnedBlock&) = delete;
+  PinnedBlock& operator=(const PinnedBlock&) = delete;
+  std::byte* data;
+  uint64_t size;
+  bool keep = false;  // set at emulator shutdown: never freed
+};
+using PinnedRef = std::shared_ptr<PinnedBlock>;
+
 // All devices of the emulator.
 class Emulator {
  public:
@@ -164,8 +182,19 @@ class Emulator {
 
   static int device_of_handle(const void* handle);
 
+  // Pinned host memory (Note [Emulated pinned memory]). pinned_allocate throws OutOfMemory.
+  void* pinned_allocate(uint64_t nbytes);
+  void pinned_free(void* block);  // unknown pointers are ignored
+  // The block holding [p, p + nbytes) and p's offset in it; throws InvalidArgument when no pinned
+  // block holds the whole range.
+  PinnedRef pinned_block(const void* p, uint64_t nbytes, uint64_t* out_offset) const;
+  uint64_t pinned_bytes() const;
+
  private:
   std::vector<std::unique_ptr<Device>> devices_;
+  mutable std::mutex pinned_mu_;
+  std::map<uintptr_t, PinnedRef> pinned_;  // by start address
+  uint64_t pinned_bytes_ = 0;
 };
 
 }  // namespace mhd

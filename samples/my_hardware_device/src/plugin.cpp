@@ -1,6 +1,8 @@
 // The plugin: the device interface over the emulator (emulator.h) and the entry point that
 // registers the kernels (kernels.cpp). Built once per name: MHD_PLUGIN_NAME is the plugin's name
 // (its manifest asks the runtime for the device name), MHD_NUM_DEVICES the number of devices.
+#include <algorithm>
+#include <condition_variable>
 #include <cstdio>
 #include <cstring>
 #include <memory>
@@ -80,15 +82,23 @@ void memory_free(void*, int32_t device, void* handle) {
   emulator()->device(device).free(handle);
 }
 
+// The buffer behind `handle`, which must hold [offset, offset + nbytes); throws InvalidArgument.
+BufferRef resolve_range(Emulator& emu, const void* handle, uint64_t offset, uint64_t nbytes,
+                        const char* what) {
+  BufferRef buf = emu.resolve(handle);
+  const uint64_t size = buf->bytes.size();
+  if (offset > size || nbytes > size - offset) {
+    throw EmuError(EmuError::Kind::InvalidArgument,
+                   std::string(what) + " of " + std::to_string(nbytes) + " bytes at offset " +
+                       std::to_string(offset) + " overruns a buffer of " + std::to_string(size) + " bytes");
+  }
+  return buf;
+}
+
 tessera_status_t memory_copy_from_host(void*, int32_t device, void* dst, uint64_t dst_offset, const void* src_host,
                                        uint64_t nbytes, void* stream) {
   return guarded([&](Emulator& emu) {
-    BufferRef buf = emu.resolve(dst);
-    if (dst_offset + nbytes > buf->bytes.size()) {
-      throw EmuError(EmuError::Kind::InvalidArgument,
-                     "copy from host of " + std::to_string(nbytes) + " bytes at offset " + std::to_string(dst_offset) +
-                         " overruns a buffer of " + std::to_string(buf->bytes.size()) + " bytes");
-    }
+    BufferRef buf = resolve_range(emu, dst, dst_offset, nbytes, "copy from host");
     // Stage now: the host buffer may be reused as soon as this returns.
     auto staged = std::make_shared<std::vector<std::byte>>(static_cast<const std::byte*>(src_host),
                                                            static_cast<const std::byte*>(src_host) + nbytes);
@@ -104,12 +114,7 @@ tessera_status_t memory_copy_from_host(void*, int32_t device, void* dst, uint64_
 tessera_status_t memory_copy_to_host(void*, int32_t device, void* dst_host, const void* src, uint64_t src_offset,
                                      uint64_t nbytes, void* stream) {
   return guarded([&](Emulator& emu) {
-    BufferRef buf = emu.resolve(src);
-    if (src_offset + nbytes > buf->bytes.size()) {
-      throw EmuError(EmuError::Kind::InvalidArgument,
-                     "copy to host of " + std::to_string(nbytes) + " bytes at offset " + std::to_string(src_offset) +
-                         " overruns a buffer of " + std::to_string(buf->bytes.size()) + " bytes");
-    }
+    BufferRef buf = resolve_range(emu, src, src_offset, nbytes, "copy to host");
     Queue& q = emu.queue(device, stream);
     q.enqueue(traced(
         [buf, dst_host, src_offset, nbytes] {
@@ -225,7 +230,8 @@ size_t device_properties(void*, int32_t device, char* buffer, size_t capacity) {
     json = "{\"name\": \"" MHD_PLUGIN_NAME ":" + std::to_string(device) + "\", \"vendor\": \"Tessera reference accelerator\"";
     json += ", \"memory\": {\"total\": " + std::to_string(d.capacity_bytes()) +
             ", \"allocated\": " + std::to_string(d.allocated_bytes()) +
-            ", \"buffers\": " + std::to_string(d.live_buffers()) + "}";
+            ", \"buffers\": " + std::to_string(d.live_buffers()) +
+            ", \"pinned_host\": " + std::to_string(emulator()->pinned_bytes()) + "}";
     json += ", \"capability\": {\"streams\": true, \"events\": true, \"async\": true, \"host_addressable\": false}";
     json += ", \"kernel_counts\": {";
     int n = 0;
@@ -257,6 +263,36 @@ tessera_status_t memory_stats(void*, int32_t device, tessera_memory_stats_t* out
     if (TESSERA_ABI_HAS_FIELD(out, tessera_memory_stats_t, peak_allocated_bytes))
       out->peak_allocated_bytes = d.peak_allocated_bytes();
     if (TESSERA_ABI_HAS_FIELD(out, tessera_memory_stats_t, num_allocations)) out->num_allocations = d.live_buffers();
+  });
+}
+
+tessera_status_t memory_info(void*, int32_t device, uint64_t* out_free, uint64_t* out_total) {
+  return guarded([&](Emulator& emu) {
+    Device& d = emu.device(device);
+    *out_total = d.capacity_bytes();
+    *out_free = d.capacity_bytes() - std::min(d.allocated_bytes(), d.capacity_bytes());
+  });
+}
+
+tessera_status_t pinned_allocate(void*, uint64_t nbytes, void** out_host_ptr) {
+  return guarded([&](Emulator& emu) { *out_host_ptr = emu.pinned_allocate(nbytes); });
+}
+
+void pinned_free(void*, void* host_ptr) {
+  if (emulator()) emulator()->pinned_free(host_ptr);
+}
+
+// Unlike memory_copy_from_host, nothing is staged: the queue reads the pinned block when it reaches
+// the copy (Note [Emulated pinned memory]).
+tessera_status_t memory_copy_from_pinned(void*, int32_t device, void* dst, uint64_t dst_offset,
+                                         const void* src_host, uint64_t nbytes, void* stream) {
+  return guarded([&](Emulator& emu) {
+    BufferRef buf = resolve_range(emu, dst, dst_offset, nbytes, "copy from pinned memory");
+    uint64_t src_offset = 0;
+    PinnedRef block = emu.pinned_block(src_host, nbytes, &src_offset);
+    emu.queue(device, stream).enqueue([buf, block, dst_offset, src_offset, nbytes] {
+      if (nbytes) std::memcpy(buf->bytes.data() + dst_offset, block->data + src_offset, nbytes);
+    });
   });
 }
 
@@ -294,6 +330,10 @@ const tessera_device_interface_t kDeviceInterface = {
     // A queued task holds its own reference to every buffer it touches (Note [Emulated streams]),
     // so freeing while another stream still works on it is safe: nothing to record.
     .memory_record_stream = nullptr,
+    .memory_info = memory_info,
+    .pinned_allocate = pinned_allocate,
+    .pinned_free = pinned_free,
+    .memory_copy_from_pinned = memory_copy_from_pinned,
 };
 
 tessera_plugin_t plugin_header = {
@@ -312,6 +352,52 @@ tessera_plugin_t plugin_header = {
 
 }  // namespace
 }  // namespace mhd
+
+// Test hooks of the emulator's driver (exported like fused.h): mhd_queue_hold makes the queue of
+// `stream` (NULL: the default one) of `device` wait, from the tasks queued so far on, until
+// mhd_queue_release; tests use it to see that a copy returned before the device ran it. Returns 0,
+// or -1 for a device or stream that does not exist.
+namespace mhd {
+namespace {
+struct QueueGate {
+  std::mutex mu;
+  std::condition_variable cv;
+  uint64_t generation = 0;
+};
+QueueGate& queue_gate() {
+  static QueueGate g;
+  return g;
+}
+}  // namespace
+}  // namespace mhd
+
+extern "C" __attribute__((visibility("default"))) int32_t mhd_queue_hold(int32_t device, void* stream) {
+  using namespace mhd;
+  tessera_status_t st = guarded([&](Emulator& emu) {
+    QueueGate& g = queue_gate();
+    uint64_t generation;
+    {
+      std::lock_guard<std::mutex> lock(g.mu);
+      generation = g.generation;
+    }
+    emu.queue(device, stream).enqueue([&g, generation] {
+      std::unique_lock<std::mutex> lock(g.mu);
+      g.cv.wait(lock, [&] { return g.generation != generation; });
+    });
+  });
+  if (!st) return 0;
+  tessera::sdk::host_api()->status_free(st);
+  return -1;
+}
+
+extern "C" __attribute__((visibility("default"))) void mhd_queue_release(void) {
+  mhd::QueueGate& g = mhd::queue_gate();
+  {
+    std::lock_guard<std::mutex> lock(g.mu);
+    ++g.generation;
+  }
+  g.cv.notify_all();
+}
 
 TESSERA_PLUGIN_ENTRY(&mhd::plugin_header) {
   using namespace mhd;

@@ -12,7 +12,9 @@
  *   `struct_size`; add enum values, flags, feature bits and extension names. What it may not do:
  *   move, resize, remove, retype or re-mean a field; grow tessera_value_t (it is an array element,
  *   its size is fixed for the whole major). The 1.0 header is kept verbatim in
- *   tessera/abi/1.0/plugin_abi.h and tests check that this header's 1.0 prefix lays out the same.
+ *   tessera/abi/1.0/plugin_abi.h and tests check that this header's 1.0 prefix lays out the same; the
+ *   1.2 header is kept the same way in tessera/abi/1.2/plugin_abi.h, and tests load plugins across
+ *   that boundary in both directions (tests/abi).
  * - Every slot appended in a minor is optional: a plugin built against an older minor leaves it out,
  *   so the host supplies a default for it (written next to the slot as "(optional) host default: ...").
  * - No C++ type, exception or allocator crosses: errors are tessera_status_t objects made by the
@@ -35,7 +37,7 @@ extern "C" {
 #endif
 
 #define TESSERA_ABI_MAJOR 1
-#define TESSERA_ABI_MINOR 2
+#define TESSERA_ABI_MINOR 3
 
 /* The one symbol every plugin exports (see tessera_plugin_init_fn_t). */
 #define TESSERA_PLUGIN_ENTRY_NAME "tessera_plugin_init"
@@ -424,6 +426,15 @@ typedef struct tessera_host_api_t {
    * args_json not a JSON object or over 64 KiB. While profiling is off a valid span is dropped and
    * NULL (success) returned. */
   tessera_status_t (*profiler_record_span)(void* host_ctx, const struct tessera_profiler_span_t* span);
+  /* Reserves `count` consecutive Philox counter values from the default generator of this plugin's
+   * device `device_index` (tessera::Generator, Note [Generators] in tessera/generator.h) and writes
+   * that generator's seed and the first reserved offset: element i of the plugin's draw is
+   * tessera::philox(seed, offset + i) (tessera/random.h), so a random op the plugin defines itself
+   * follows tessera::manual_seed and is reproducible like rand/randn. Thread-safe. Returns an
+   * INVALID_ARGUMENT status for a device index out of range. A 1.2 runtime has no such field
+   * (TESSERA_ABI_HAS_FIELD): a plugin that declares "min_host_minor": 2 then draws from its own seed. */
+  tessera_status_t (*generator_reserve)(void* host_ctx, int32_t device_index, uint64_t count, uint64_t* out_seed,
+                                        uint64_t* out_offset);
 } tessera_host_api_t;
 
 /* ---------------------------------------------------------------- device interface (plugin -> runtime) */
@@ -441,7 +452,7 @@ typedef struct tessera_memory_stats_t {
 
 /* What a backend plugin implements. `self` is tessera_plugin_t::self. Every function may be called
  * from any thread; a plugin serialises internally where its device needs it. Copies to and from
- * host memory have completed with respect to the host buffer when they return.
+ * host memory have completed with respect to the host buffer when they return (not memory_copy_from_pinned).
  * Required: device_count; for a device other than the CPU also memory_allocate, memory_free,
  * memory_copy_from_host and memory_copy_to_host. Every other slot is (optional) and may be NULL; the
  * host default is written next to it. */
@@ -507,6 +518,30 @@ typedef struct tessera_device_interface_t {
    * frees without synchronising. Host default: nothing is recorded; memory_free must then be safe on
    * its own (a synchronous device, or one whose pending work keeps the memory alive). */
   tessera_status_t (*memory_record_stream)(void* self, int32_t device, void* handle, void* stream);
+
+  /* ---- ABI 1.3 (docs/plugins.md, "Memory info and pinned host memory") */
+  /* (optional) Writes the bytes of `device`'s memory that are free now and its total, like
+   * cudaMemGetInfo (free counts what the plugin could still hand out, its own caches excluded).
+   * Host default, also when it returns TESSERA_STATUS_UNIMPLEMENTED: memory info is not reported
+   * (tessera::memory_info throws naming the device). */
+  tessera_status_t (*memory_info)(void* self, int32_t device, uint64_t* out_free, uint64_t* out_total);
+  /* (optional) Host memory, page-locked or otherwise prepared for fast transfers to this plugin's
+   * devices (cudaHostAlloc): a host pointer the runtime reads and writes directly, 64-byte aligned,
+   * never NULL on success (also for 0 bytes). Host default: ordinary host memory
+   * (tessera::Tensor::is_pinned() is false for it). Only used together with pinned_free. */
+  tessera_status_t (*pinned_allocate)(void* self, uint64_t nbytes, void** out_host_ptr);
+  /* (optional, required with pinned_allocate) Releases a block of pinned_allocate. Copies queued
+   * from the block by memory_copy_from_pinned may still be pending: the plugin hands the block out
+   * again (or frees it) only after they have completed, so the runtime frees without synchronising.
+   * Never called after shutdown; blocks the runtime still holds then stay valid host memory. */
+  void (*pinned_free)(void* self, void* host_ptr);
+  /* (optional) Like memory_copy_from_host, but `src_host` lies inside a block of pinned_allocate and
+   * the copy is asynchronous: it is ordered on `stream` like a kernel and may read the host bytes
+   * after this returns, when the stream reaches it (the caller must not write them before the
+   * stream has passed the copy: Stream::synchronize, or an Event recorded after it). Host default:
+   * memory_copy_from_host (the copy has read the host buffer when it returns). */
+  tessera_status_t (*memory_copy_from_pinned)(void* self, int32_t device, void* dst, uint64_t dst_offset,
+                                              const void* src_host, uint64_t nbytes, void* stream);
 } tessera_device_interface_t;
 
 /* ---------------------------------------------------------------- the plugin */

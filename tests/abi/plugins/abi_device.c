@@ -1,11 +1,21 @@
 /* A backend plugin written in plain C against one plugin ABI header: built once from the frozen 1.0
- * header (libabi_v1_0.so: what a vendor compiled for 1.0 and never rebuilt) and once from the live
- * header with ABI_DEVICE_LIVE (libabi_v1_1.so, which adds the 1.1 slots: memory statistics and the
- * extension lookup). Its device memory is host memory with a small cache of freed blocks; its kernels
- * are add.Tensor and mul.Tensor for contiguous float32 tensors of one shape. */
-#ifdef ABI_DEVICE_LIVE
+ * header (libabi_v1_0.so: what a vendor compiled for 1.0 and never rebuilt), once from the frozen 1.2
+ * header with ABI_DEVICE_FROZEN_1_2 (libabi_v1_2.so: built for the previous minor release), and once
+ * from the live header with ABI_DEVICE_LIVE (libabi_v1_1.so). What it offers follows the header's
+ * minor: from 1.1 memory statistics and the extension lookup; from 1.3 memory info, and random draws
+ * from the host's generator (host->generator_reserve) when the host offers it, from its own counter
+ * otherwise (the live build declares "min_host_minor": 2 and also loads in a 1.2 runtime). Its device
+ * memory is host memory with a small cache of freed blocks; its kernels are add.Tensor and mul.Tensor
+ * for contiguous float32 tensors of one shape. */
+#if defined(ABI_DEVICE_LIVE)
 #include "tessera/plugin_abi.h"
 #define ABI_DEVICE_NAME "abi_v1_1"
+#elif defined(ABI_DEVICE_FROZEN_1_2)
+#include "tessera/abi/1.2/plugin_abi.h"
+#define ABI_DEVICE_NAME "abi_v1_2"
+#if TESSERA_ABI_MINOR != 2
+#error "the 1.2 plugin must be built from the frozen 1.2 header"
+#endif
 #else
 #include "tessera/abi/1.0/plugin_abi.h"
 #define ABI_DEVICE_NAME "abi_v1_0"
@@ -24,6 +34,8 @@ static const tessera_host_api_t* g_host;
 static int g_kernel_calls;
 static int g_empty_cache_calls;
 static uint64_t g_allocated, g_cached, g_peak, g_live;
+static uint64_t g_own_random_offset; /* the plugin's own counter when the host has no generator */
+#define ABI_DEVICE_MEMORY_BYTES (UINT64_C(1) << 30)
 static void* g_cache[ABI_DEVICE_CACHE_SLOTS];
 
 TESSERA_PLUGIN_EXPORT int abi_device_kernel_calls(void) { return g_kernel_calls; }
@@ -102,14 +114,14 @@ static size_t device_properties(void* self, int32_t device, char* buffer, size_t
     memcpy(buffer, json, n);
     buffer[n] = '\0';
   }
-#ifdef ABI_DEVICE_LIVE
+#if TESSERA_ABI_MINOR >= 1
   return len;
 #else
   return len + 1; /* counts the NUL, as some 1.0 plugins did: the host must not show it */
 #endif
 }
 
-#ifdef ABI_DEVICE_LIVE
+#if TESSERA_ABI_MINOR >= 1
 static tessera_status_t memory_stats(void* self, int32_t device, tessera_memory_stats_t* out) {
   (void)self;
   if (device != 0) return fail(TESSERA_STATUS_INVALID_ARGUMENT, ABI_DEVICE_NAME ": only device 0 exists");
@@ -141,6 +153,36 @@ static tessera_proc_t get_proc_address(void* self, const char* name) {
 }
 #endif
 
+#if TESSERA_ABI_MINOR >= 3
+static tessera_status_t memory_info(void* self, int32_t device, uint64_t* out_free, uint64_t* out_total) {
+  (void)self;
+  if (device != 0) return fail(TESSERA_STATUS_INVALID_ARGUMENT, ABI_DEVICE_NAME ": only device 0 exists");
+  *out_total = ABI_DEVICE_MEMORY_BYTES;
+  *out_free = ABI_DEVICE_MEMORY_BYTES - g_allocated - g_cached;
+  return NULL;
+}
+#endif
+
+/* Reserves `count` random counter values for device 0: from the host's default generator when the
+ * host table has generator_reserve (ABI 1.3), else from the plugin's own counter under seed 0.
+ * Returns 1 when the host's generator answered, 0 for the plugin's own counter, -1 on error. */
+TESSERA_PLUGIN_EXPORT int abi_device_reserve_random(uint64_t count, uint64_t* out_seed, uint64_t* out_offset) {
+#if TESSERA_ABI_MINOR >= 3
+  if (TESSERA_ABI_HAS_FIELD(g_host, tessera_host_api_t, generator_reserve) && g_host->generator_reserve) {
+    tessera_status_t st = g_host->generator_reserve(g_host->host_ctx, 0, count, out_seed, out_offset);
+    if (st) {
+      g_host->status_free(st);
+      return -1;
+    }
+    return 1;
+  }
+#endif
+  *out_seed = 0;
+  *out_offset = g_own_random_offset;
+  g_own_random_offset += count;
+  return 0;
+}
+
 static const tessera_device_interface_t g_device = {
     .struct_size = sizeof(tessera_device_interface_t),
     .device_count = device_count,
@@ -149,8 +191,11 @@ static const tessera_device_interface_t g_device = {
     .memory_copy_from_host = copy_from_host,
     .memory_copy_to_host = copy_to_host,
     .device_properties = device_properties,
-#ifdef ABI_DEVICE_LIVE
+#if TESSERA_ABI_MINOR >= 1
     .memory_stats = memory_stats,
+#endif
+#if TESSERA_ABI_MINOR >= 3
+    .memory_info = memory_info,
 #endif
 };
 
@@ -172,7 +217,7 @@ static const tessera_plugin_t g_plugin = {
     .version = "1.0.0",
     .device = &g_device,
     .shutdown = shutdown_plugin,
-#ifdef ABI_DEVICE_LIVE
+#if TESSERA_ABI_MINOR >= 1
     .get_proc_address = get_proc_address,
 #endif
 };
