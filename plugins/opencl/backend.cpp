@@ -750,6 +750,11 @@ const tessera_device_interface_t kDeviceInterface = {
     // No event times: the queues are made without CL_QUEUE_PROFILING_ENABLE.
     .event_elapsed_time = nullptr,
     .memory_record_stream = di_memory_record_stream,
+    // ABI 1.3 (memory info, pinned host memory): not provided (host defaults).
+    .memory_info = nullptr,
+    .pinned_allocate = nullptr,
+    .pinned_free = nullptr,
+    .memory_copy_from_pinned = nullptr,
 };
 
 }  // namespace

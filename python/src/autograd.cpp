@@ -66,6 +66,7 @@ void bind_autograd(nb::module_& m) {
   // Grad-mode and autocast regions as objects whose enter/exit make and drop the C++ guard on the
   // calling thread (a `with` block runs on one thread).
   struct GradMode {
+    explicit GradMode(int k) : kind(k) {}
     int kind;  // 0 no_grad, 1 enable_grad, 2 inference_mode
     std::optional<ag::NoGradGuard> no_grad;
     std::optional<ag::EnableGradGuard> enable_grad;

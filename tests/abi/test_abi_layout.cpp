@@ -383,10 +383,12 @@ TEST(AbiLayout, LiveHeaderIs_1_3_AndOnlyAppends) {
   const auto spans_1_3 = fields_of(abi_fields_live_1_3_spans, abi_num_fields_live_1_3_spans);
   EXPECT_EQ(spans_1_3, kSnapshot_1_3_spans);
   for (const auto* added : {&added_1_3, &spans_1_3})
-    for (const auto& [key, layout] : *added)
-      if (kStructSnapshot_1_2.count(key.first))
+    for (const auto& [key, layout] : *added) {
+      if (kStructSnapshot_1_2.count(key.first)) {
         EXPECT_GE(layout.first, kStructSnapshot_1_2.at(key.first))
             << key.first << "::" << key.second << " is not appended after the 1.2 end of the struct";
+      }
+    }
   const auto frozen_structs = structs_of(abi_structs_frozen_1_0, abi_num_structs_frozen_1_0);
   // tessera_value_t is an array element (tessera_kernel_call_t::attrs): it never grows in a major.
   EXPECT_EQ(live_structs.at("tessera_value_t"), frozen_structs.at("tessera_value_t"));

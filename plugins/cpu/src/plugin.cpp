@@ -188,6 +188,11 @@ const tessera_device_interface_t kDeviceInterface = {
     .memory_stats = memory_stats,
     .event_elapsed_time = nullptr,
     .memory_record_stream = nullptr,
+    // ABI 1.3: CPU tensors come from the host's allocator; the host answers memory_info for the CPU.
+    .memory_info = nullptr,
+    .pinned_allocate = nullptr,
+    .pinned_free = nullptr,
+    .memory_copy_from_pinned = nullptr,
 };
 
 tessera_plugin_t g_plugin = {

@@ -678,6 +678,11 @@ const tessera_device_interface_t kInterface = {
     .memory_stats = iface_memory_stats,
     .event_elapsed_time = iface_event_elapsed_time,
     .memory_record_stream = iface_memory_record_stream,
+    // ABI 1.3 (memory info, pinned host memory): not yet provided here (docs/cuda.md).
+    .memory_info = nullptr,
+    .pinned_allocate = nullptr,
+    .pinned_free = nullptr,
+    .memory_copy_from_pinned = nullptr,
 };
 
 }  // namespace
