@@ -32,25 +32,28 @@ constexpr const char* kFloat32Ops[] = {
     "log_softmax", "logsumexp", "linalg_vector_norm", "var", "mean"};
 constexpr const char* kPromoteOps[] = {"cat", "stack", "where", "atan2", "index_select", "scatter", "scatter_reduce"};
 
+// Whether the op contract has `op` ("add.Tensor"), or an op or overload of its base name ("add").
+bool contract_has(std::string_view op) {
+  Dispatcher& d = Dispatcher::instance();
+  if (d.find_op(op)) return true;
+  const std::string prefix = std::string(op.substr(0, op.find('.'))) + ".";
+  for (const std::string& n : d.op_names())
+    if (n.compare(0, prefix.size(), prefix) == 0) return true;
+  return false;
+}
+
 struct Policies {
   std::shared_mutex mutex;
   std::array<std::map<std::string, CastPolicy, std::less<>>, kNumBackendSlots> by_type;
   Policies() {
-    std::vector<std::string> names = Dispatcher::instance().op_names();
-    auto base_known = [&](std::string_view base) {
-      for (const std::string& n : names)
-        if (n == base || (n.size() > base.size() && n.compare(0, base.size(), base) == 0 && n[base.size()] == '.'))
-          return true;
-      return false;
-    };
-    for (auto& table : by_type) {
-      for (const char* op : kLowerPrecisionOps)
-        if (base_known(op)) table[op] = CastPolicy::LowerPrecision;
-      for (const char* op : kFloat32Ops)
-        if (base_known(op)) table[op] = CastPolicy::Float32;
-      for (const char* op : kPromoteOps)
-        if (base_known(op)) table[op] = CastPolicy::Promote;
-    }
+    std::map<std::string, CastPolicy, std::less<>> defaults;  // the same for every device type
+    for (const char* op : kLowerPrecisionOps)
+      if (contract_has(op)) defaults[op] = CastPolicy::LowerPrecision;
+    for (const char* op : kFloat32Ops)
+      if (contract_has(op)) defaults[op] = CastPolicy::Float32;
+    for (const char* op : kPromoteOps)
+      if (contract_has(op)) defaults[op] = CastPolicy::Promote;
+    by_type.fill(defaults);
   }
 };
 Policies& policies() {
@@ -193,11 +196,7 @@ DType autocast_dtype(DeviceType device_type) { return t_state.dtype[size_t(slot_
 
 CastPolicy autocast_policy(DeviceType device_type, const std::string& op) {
   const size_t slot = size_t(slot_of(device_type, "autocast_policy"));
-  Dispatcher& d = Dispatcher::instance();
-  const std::string base = op.substr(0, op.find('.'));
-  bool known = d.find_op(op) != nullptr;
-  for (const std::string& n : d.op_names()) known = known || n.compare(0, base.size() + 1, base + ".") == 0;
-  TESSERA_CHECK(known, "autocast_policy: the op contract has no op '", op, "' (see `tessera ops`)");
+  TESSERA_CHECK(contract_has(op), "autocast_policy: the op contract has no op '", op, "' (see `tessera ops`)");
   Policies& ps = policies();
   std::shared_lock lock(ps.mutex);
   return lookup(ps.by_type[slot], op);
