@@ -121,6 +121,11 @@ void add_elementwise_converters(ConverterTable& t);
 void add_nn_converters(ConverterTable& t);
 void add_shape_converters(ConverterTable& t);
 void add_index_converters(ConverterTable& t);
+void add_attention_converters(ConverterTable& t);  // ops_attention.cpp
+void add_resize_converters(ConverterTable& t);     // ops_resize.cpp
+void add_loss_converters(ConverterTable& t);       // ops_loss.cpp
+void add_more_nn_converters(ConverterTable& t);    // ops_nn_more.cpp
+void add_more_index_converters(ConverterTable& t); // ops_index_more.cpp
 const ConverterTable& converter_table();
 
 // Helpers shared by the families.

@@ -374,6 +374,11 @@ const ConverterTable& converter_table() {
     add_nn_converters(t);
     add_shape_converters(t);
     add_index_converters(t);
+    add_attention_converters(t);
+    add_resize_converters(t);
+    add_loss_converters(t);
+    add_more_nn_converters(t);
+    add_more_index_converters(t);
     return t;
   }();
   return table;

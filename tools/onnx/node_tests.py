@@ -55,6 +55,9 @@ def run_case(tessera, case, tmp):
         try:  # some cases give TensorProtos
             inputs = [nh.to_array(x) if isinstance(x, onnx.TensorProto) else x for x in inputs]
             outputs = [nh.to_array(x) if isinstance(x, onnx.TensorProto) else x for x in outputs]
+            # Scalars the case gives as NumPy scalars (np.float32(-1)) are 0-d tensors.
+            inputs = [np.asarray(x) if isinstance(x, np.generic) else x for x in inputs]
+            outputs = [np.asarray(x) if isinstance(x, np.generic) else x for x in outputs]
         except Exception:  # noqa: BLE001 (a type NumPy lacks)
             return "input", "a data type NumPy has no dtype for"
         if any(not isinstance(x, np.ndarray) or x.dtype.kind in "OUSV" or x.dtype.names for x in list(inputs) + list(outputs)):
