@@ -49,6 +49,15 @@ std::string symbol_name(const std::string& s) {
   return out;
 }
 
+// The oldest opset whose form of the op the converters read (kMinOpset for the rest): these ops took
+// as attributes, before that opset, what their converters read as inputs.
+int64_t oldest_opset_read(const std::string& op) {
+  static const std::map<std::string, int64_t> oldest = {
+      {"Slice", 10}, {"TopK", 10}, {"Pad", 11}, {"Clip", 11}, {"Resize", 11}};
+  auto it = oldest.find(op);
+  return it == oldest.end() ? kMinOpset : it->second;
+}
+
 class Importer {
  public:
   Importer(const ImportOptions& o, std::string dir) : opts_(o), dir_(std::move(dir)) {}
@@ -242,6 +251,10 @@ class Importer {
       NodeCtx c(node, opset, env, example_, &witnesses_);
       if (it == converter_table().end())
         c.fail("no converter for this op type (nearest supported: " + nearest_ops(node.op_type()) + ")");
+      if (int64_t oldest = oldest_opset_read(node.op_type()); opset < oldest)
+        c.fail("this op's opset " + std::to_string(opset) + " form (attributes where opset " + std::to_string(oldest) +
+               " takes inputs) is not read; convert the model to opset " + std::to_string(oldest) +
+               " or newer with onnx.version_converter");
       try {
         it->second(c);
       } catch (const Error& e) {  // an op's own check: said with the node it came from

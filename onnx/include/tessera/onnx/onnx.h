@@ -30,8 +30,10 @@
 
 namespace tessera::onnx {
 
-// The opsets of the default (ai.onnx) domain the importer reads.
-inline constexpr int64_t kMinOpset = 11;
+// The opsets of the default (ai.onnx) domain the importer reads. From opset 7 on, binary ops
+// broadcast as NumPy does; the few ops whose inputs changed meaning later (Slice and TopK before 10;
+// Pad, Clip and Resize before 11) are refused at those opsets, naming the opset they need.
+inline constexpr int64_t kMinOpset = 7;
 inline constexpr int64_t kMaxOpset = 28;
 // The opset export_model writes.
 inline constexpr int64_t kExportOpset = 23;
