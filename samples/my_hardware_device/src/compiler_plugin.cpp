@@ -1,8 +1,10 @@
 // The accelerator's compiler plugin (CompilerBase of sdk_graph.hpp): chains of elementwise float32 ops
 // on the device, each run as ONE launch through its driver (fused.h, Note [Shared driver library]).
 #include <my_hardware_device/fused.h>
+#include <tessera/op_names.h>
 #include <tessera/sdk.hpp>
 
+#include <cstring>
 #include <string>
 
 #define MHD_DEVICE "my_hardware_device"
@@ -11,20 +13,19 @@
 namespace {
 using tessera::sdk::GraphView, tessera::sdk::TensorSpan;
 
-int fused_op(const std::string& target) {  // mhd_fused_op_t, -1: none (add.Scalar: add of a constant)
-  static const std::string kOps[] = {"add.Tensor", "sub.Tensor", "mul.Tensor", "div.Tensor", "relu",
-                                     "neg",        "exp",        "tanh",       "sigmoid"};
-  for (int op = 0; op < MHD_FUSED_NUM_OPS; ++op)
-    if (target == kOps[op] || (op <= MHD_FUSED_DIV && target == kOps[op].substr(0, 4) + "Scalar")) return op;
+int fused_op(const char* target) {  // mhd_fused_op_t (the order of kOps), -1: none
+  namespace op = tessera::op;
+  static const char* const kOps[] = {op::add_Tensor::name, op::sub_Tensor::name, op::mul_Tensor::name,
+                                     op::div_Tensor::name, op::relu::name,       op::neg::name,
+                                     op::exp::name,        op::tanh::name,       op::sigmoid::name};
+  for (int i = 0; i < MHD_FUSED_NUM_OPS; ++i)
+    if (std::strcmp(target, kOps[i]) == 0) return i;
   return -1;
 }
 int operands(int op) { return op <= MHD_FUSED_DIV ? 2 : 1; }
 
-struct Chain {
-  int device = 0;
-  std::vector<mhd_fused_step_t> steps;  // over GraphView::value_registers()
-  std::vector<int32_t> output_regs;
-};
+// A compiled partition: steps and outputs over GraphView::value_registers().
+struct Chain { int device = 0; std::vector<mhd_fused_step_t> steps; std::vector<int32_t> output_regs; };
 
 // For MHD_DEVICE only; artifacts carry "mhd-compiler 1.4 mhd-isa1" (Note [Versioned compatibility
 // strings]). Test hook: MHD_COMPILER_COMPATIBILITY replaces that string (read at each call), so a
