@@ -49,11 +49,11 @@ std::string symbol_name(const std::string& s) {
   return out;
 }
 
-// The oldest opset whose form of the op the converters read (kMinOpset for the rest): these ops took
-// as attributes, before that opset, what their converters read as inputs.
+// The oldest opset whose form of the op the converters read (kMinOpset for the rest): Resize-10
+// takes its scales as input 1, where opset 11 has roi.
 int64_t oldest_opset_read(const std::string& op) {
   static const std::map<std::string, int64_t> oldest = {
-      {"Slice", 10}, {"TopK", 10}, {"Pad", 11}, {"Clip", 11}, {"Resize", 11}};
+      {"Resize", 11}};
   auto it = oldest.find(op);
   return it == oldest.end() ? kMinOpset : it->second;
 }
@@ -246,6 +246,22 @@ class Importer {
       if (auto f = functions_.find("::" + node.op_type()); f != functions_.end() && !converter_table().count(node.op_type())) {
         inline_function(node, *f->second, env, opset, depth);
         continue;
+      }
+      if (opset < 7 || node.op_type() == "Upsample") {  // Note [Legacy opsets]
+        auto sizes_of = [&](const std::string& name) {
+          auto v = env.find(name);
+          TESSERA_CHECK(v != env.end(), "onnx import: node '", node.name(), "': input '", name, "' is not defined");
+          if (v->second.t.defined()) return std::vector<int64_t>(v->second.t.sizes().begin(), v->second.t.sizes().end());
+          return v->second.scalar ? std::vector<int64_t>{} : std::vector<int64_t>{int64_t(v->second.ints->size())};
+        };
+        if (std::optional<std::vector<LegacyNode>> up = upgrade_legacy_node(node, opset, sizes_of)) {
+          for (const LegacyNode& n : *up) {
+            google::protobuf::RepeatedPtrField<::onnx::NodeProto> one;
+            *one.Add() = n.node;
+            run_nodes(one, env, n.opset, depth);
+          }
+          continue;
+        }
       }
       auto it = converter_table().find(node.op_type());
       NodeCtx c(node, opset, env, example_, &witnesses_);

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "convert.h"
+#include "tessera/dispatch_key.h"
 
 namespace tessera::onnx::detail {
 
@@ -282,6 +283,14 @@ void Dropout(NodeCtx& c) {
   }
 }
 
+// Input 0 cast to `dt`; a constant is cast on the host, so the result stays a constant (a Pad value
+// CastLike(-inf, x) made).
+Tensor cast_of(NodeCtx& c, DType dt) {
+  if (!c.val(0).constant) return c.in(0).to(dt);
+  ExcludeDispatchKeyGuard plain(DispatchKeySet::functionality(Functionality::Export));
+  return c.in(0).to(dt);
+}
+
 void Cast(NodeCtx& c) {
   if (c.attr_int("saturate", 1) != 1) c.fail("saturate=0 (a float8 cast) is not supported");
   if (c.has_attr("round_mode") && c.attr_string("round_mode", "up") != "up") c.fail("round_mode is not supported");
@@ -289,12 +298,12 @@ void Cast(NodeCtx& c) {
   std::optional<DType> dt = dtype_of_onnx(int32_t(to));
   if (!dt) c.fail("cast to ONNX type " + std::to_string(to) + ", which Tessera has no dtype for");
   if (c.has_ints(0) && !is_floating(*dt) && *dt != kBool) return c.out_ints(0, c.ints(0), c.val(0).scalar, *dt);
-  c.out(0, c.in(0).to(*dt));
+  c.out(0, cast_of(c, *dt));
 }
 void CastLike(NodeCtx& c) {
   if (c.attr_int("saturate", 1) != 1) c.fail("saturate=0 (a float8 cast) is not supported");
   if (c.has_attr("round_mode") && c.attr_string("round_mode", "up") != "up") c.fail("round_mode is not supported");
-  c.out(0, c.in(0).to(c.in(1).dtype()));
+  c.out(0, cast_of(c, c.in(1).dtype()));
 }
 
 void Clip(NodeCtx& c) {

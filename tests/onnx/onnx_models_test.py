@@ -244,13 +244,18 @@ def run_errors(args, tmp, failures):
     expect_error(args, tmp, "ext_past_end.onnx", m.SerializeToString(), ["past the end"], failures)
     # An opset outside the supported range.
     m = test_models.mlp()
-    m.opset_import[0].version = 6
-    expect_error(args, tmp, "opset6.onnx", m.SerializeToString(), ["opset 6", "7 to"], failures)
-    # An op whose older form (attributes where newer opsets take inputs) the converters do not read.
-    m = test_models.model([h.make_node("Slice", ["x"], ["y"], starts=[0], ends=[1], name="old_slice")],
-                          [test_models.vi("x", [2, 3])], [test_models.vi("y", [1, 3])], opset=9)
-    expect_error(args, tmp, "slice_opset9.onnx", m.SerializeToString(),
-                 ["'old_slice'", "(Slice, opset 9)", "opset 10 or newer"], failures)
+    m.opset_import[0].version = 99
+    expect_error(args, tmp, "opset99.onnx", m.SerializeToString(), ["opset 99", "1 to 28"], failures)
+    # An op whose older form (scales where newer opsets take roi) the converters do not read.
+    m = test_models.model([h.make_node("Resize", ["x", "s"], ["y"], name="old_resize")],
+                          [test_models.vi("x", [1, 1, 2, 2]), test_models.vi("s", [4])], [test_models.vi("y", [1, 1, 4, 4])], opset=10)
+    expect_error(args, tmp, "resize_opset10.onnx", m.SerializeToString(),
+                 ["'old_resize'", "(Resize, opset 10)", "opset 11 or newer"], failures)
+    # Legacy forms (Note [Legacy opsets]) that cannot be upgraded are refused naming the node.
+    m = test_models.model([h.make_node("BatchNormalization", ["x", "s", "b", "m", "v"], ["y"], name="bn_train")],
+                          [test_models.vi("x", [1, 2, 2, 2])] + [test_models.vi(n, [2]) for n in "sbmv"],
+                          [test_models.vi("y", [1, 2, 2, 2])], opset=6)
+    expect_error(args, tmp, "bn_opset6.onnx", m.SerializeToString(), ["'bn_train'", "opset 6", "training mode"], failures)
 
 
 def main():
