@@ -8,8 +8,11 @@ namespace tessera::onnx::detail {
 
 namespace {
 
-// Attention (opset 23): 4-D [batch, heads, seq, head_dim] or 3-D [batch, seq, heads*head_dim]
-// inputs; grouped key/value heads repeated; no past state, softcap or qk output.
+// Attention (opsets 23-25): 4-D [batch, heads, seq, head_dim] or 3-D [batch, seq, heads*head_dim]
+// inputs; grouped key/value heads repeated. The masks (attn_mask, is_causal, the windows,
+// nonpad_kv_seqlen) become one mask; the fused scaled_dot_product_attention takes it unless softcap,
+// the qk_matmul_output output or softmax_precision need the scores spelled out (Note [Attention
+// decomposed]).
 Tensor heads_4d(NodeCtx& c, const Tensor& t, int64_t heads, const char* which) {
   if (t.dim() == 4) return t;
   if (t.dim() != 3) c.fail(std::string(which) + " must be 3-D or 4-D");
@@ -20,17 +23,46 @@ Tensor heads_4d(NodeCtx& c, const Tensor& t, int64_t heads, const char* which) {
   return r.permute({0, 2, 1, 3});
 }
 
+// A host int64 [rows, cols] tensor of f(i, j).
+template <class F>
+Tensor host_grid(const NodeCtx& c, int64_t rows, int64_t cols, F f) {
+  int64_t n = 0;
+  if (__builtin_mul_overflow(rows, cols, &n)) n = -1;
+  c.check_elements(n, "the attention mask");
+  std::vector<int64_t> v;
+  v.reserve(size_t(n));
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < cols; ++j) v.push_back(f(i, j));
+  return host_tensor(v, {rows, cols}, kInt64);
+}
+
+Tensor and_mask(const std::optional<Tensor>& a, const Tensor& b) { return a ? tessera::logical_and(*a, b) : b; }
+
+// Note [Attention decomposed]
+// As ONNX's reference: scores = (Q*sqrt(scale)) (K*sqrt(scale))^T, softcap*tanh(scores/softcap),
+// plus the bias (a float attn_mask, -inf where a key is not allowed), softmax (in softmax_precision),
+// then the rows whose bias is -inf everywhere (no key allowed) set to 0 (not the NaN of a softmax
+// over -inf), and P V. qk_matmul_output is the scores before softcap (mode 0), after it (1), with
+// the bias (2), or P (3), in Q's dtype.
 void Attention(NodeCtx& c) {
-  if (c.has(6)) c.fail("the nonpad_kv_seqlen input is not supported");
   if (c.has(4) != c.has(5)) c.fail("past_key and past_value must be given together");
-  if (c.output_used(3)) c.fail("the qk_matmul_output output is not supported");
-  if (c.attr_float("softcap", 0.0) != 0.0) c.fail("softcap is not supported");
-  c.ignore_attrs({"softmax_precision"});
-  if (c.attr_int("qk_matmul_output_mode", 0) != 0) c.fail("qk_matmul_output_mode is not supported");
+  if (c.has(6) && c.has(4)) c.fail("nonpad_kv_seqlen cannot be combined with past_key/past_value");
+  const double softcap = c.attr_float("softcap", 0.0);
+  if (!(softcap >= 0)) c.fail("softcap must be >= 0, got " + std::to_string(softcap));
+  const int64_t mode = c.attr_int("qk_matmul_output_mode", 0);
+  if (mode < 0 || mode > 3) c.fail("qk_matmul_output_mode must be 0..3, got " + std::to_string(mode));
+  const int64_t left = c.attr_int("left_window_size", -1), right = c.attr_int("right_window_size", -1);
+  if (left < -1 || right < -1) c.fail("left_window_size/right_window_size must be -1 or >= 0");
+  std::optional<DType> precision;
+  if (c.has_attr("softmax_precision")) {
+    precision = dtype_of_onnx(int32_t(c.attr_int("softmax_precision", 1)));
+    if (!precision || !is_floating(*precision)) c.fail("softmax_precision must be a floating type (1, 10, 11 or 16)");
+  }
   Tensor q0 = c.in(0);
   Tensor q = heads_4d(c, q0, c.attr_int("q_num_heads", 0), "Q");
   Tensor k = heads_4d(c, c.in(1), c.attr_int("kv_num_heads", 0), "K");
   Tensor v = heads_4d(c, c.in(2), c.attr_int("kv_num_heads", 0), "V");
+  if (!is_floating(q.dtype())) c.fail("Q must be a floating tensor");
   SymSize past(int64_t(0));
   if (c.has(4)) {  // the cache: present = past ++ new along the sequence
     Tensor pk = c.in(4), pv = c.in(5);
@@ -50,32 +82,118 @@ void Attention(NodeCtx& c) {
     k = tessera::index_select(k, 1, ci);
     v = tessera::index_select(v, 1, ci);
   }
-  std::optional<Tensor> mask = c.opt(3);
-  bool causal = c.attr_int("is_causal", 0) != 0;
-  if (causal && (mask || !past.same_as(SymSize(int64_t(0))))) {
-    // Causal with a cache or a mask: query i sees keys j <= i + past (bottom-right aligned), as an
-    // explicit mask combined with the given one.
-    const SymSize ql = c.sizes(q)[2], kl = c.sizes(k)[2];
-    if (!ql.is_constant() || !kl.is_constant() || !past.is_constant())
-      c.fail("is_causal with a mask or a cache needs static sequence lengths");
-    c.check_elements(ql.constant() * kl.constant(), "the causal mask");
-    std::vector<int64_t> allowed;
-    for (int64_t i = 0; i < ql.constant(); ++i)
-      for (int64_t j = 0; j < kl.constant(); ++j) allowed.push_back(j <= i + past.constant() ? 1 : 0);
-    Tensor a = host_tensor(allowed, {ql.constant(), kl.constant()}, kBool);
-    if (!mask) mask = a;
-    else if (mask->dtype() == kBool) mask = tessera::logical_and(*mask, a);
-    else mask = tessera::add(*mask, tessera::where(a, host_scalar(0, mask->dtype()), host_scalar(-INFINITY, mask->dtype())));
-    causal = false;
+  const SymSize ql = c.sizes(q)[2], kl = c.sizes(k)[2];
+
+  // The masks: `allowed` (bool, the keys a query may attend) and `additive` (a float attn_mask).
+  std::optional<Tensor> allowed, additive;
+  if (std::optional<Tensor> m = c.opt(3)) {
+    if (m->dim() < 1) c.fail("attn_mask must have rank >= 1");
+    const SymSize ml = c.sizes(*m).back();
+    if (!ml.same_as(kl)) {  // shorter than the keys: padded with "not allowed"
+      if (!ml.is_constant() || !kl.is_constant()) c.fail("attn_mask's last dim " + ml.str() + " differs from the key length " + kl.str() + " and one is dynamic");
+      if (ml.constant() > kl.constant()) c.fail("attn_mask's last dim " + ml.str() + " is longer than the key length " + kl.str());
+      const bool b = m->dtype() == kBool;
+      Tensor mm = b ? m->to(kUInt8) : *m;
+      mm = tessera::pad(mm, {0, kl.constant() - ml.constant()}, "constant", b ? 0.0 : -INFINITY);
+      *m = b ? mm.to(kBool) : mm;
+    }
+    if (m->dtype() == kBool) allowed = *m;
+    else if (is_floating(m->dtype())) additive = *m;
+    else c.fail("attn_mask must be bool or floating");
   }
-  std::optional<double> scale;
+  const bool causal = c.attr_int("is_causal", 0) != 0;
+  const bool window = left >= 0 || right >= 0;
+  bool fused_causal = false;  // the plain causal case: the fused op's own is_causal (offset 0)
+  if (causal && !allowed && !additive && !window && !c.has(4) && !c.has(6)) fused_causal = true;
+  else if (causal || window || c.has(6)) {
+    if (!ql.is_constant() || !kl.is_constant()) c.fail("is_causal, windows or nonpad_kv_seqlen need static sequence lengths");
+    const int64_t nq = ql.constant(), nk = kl.constant();
+    if (c.has(6)) {
+      // An external cache: per batch, offset = nonpad_kv_seqlen - q_len, and keys j >= nonpad masked.
+      Tensor n = c.in(6);
+      if (n.dim() != 1 || n.dtype() != kInt64) c.fail("nonpad_kv_seqlen must be a 1-D int64 tensor");
+      Tensor n4 = reshape_to(c, n, {c.sizes(n)[0], SymSize(int64_t(1)), SymSize(int64_t(1)), SymSize(int64_t(1))});
+      // j <= i + n - q  <=>  j - i + q <= n
+      if (causal) allowed = and_mask(allowed, tessera::le(host_grid(c, nq, nk, [&](int64_t i, int64_t j) { return j - i + nq; }), n4));
+      // i + n - q - j <= left  <=>  n <= left - i + q + j;  j - (i + n - q) <= right  <=>  j - i + q - right <= n
+      if (left >= 0) allowed = and_mask(allowed, tessera::le(n4, host_grid(c, nq, nk, [&](int64_t i, int64_t j) { return left - i + nq + j; })));
+      if (right >= 0) allowed = and_mask(allowed, tessera::le(host_grid(c, nq, nk, [&](int64_t i, int64_t j) { return j - i + nq - right; }), n4));
+      allowed = and_mask(allowed, tessera::lt(host_grid(c, 1, nk, [](int64_t, int64_t j) { return j; }), n4));
+    } else {
+      if (!past.is_constant()) c.fail("is_causal or a window with a cache needs a static past length");
+      const int64_t o = past.constant();
+      Tensor a = host_grid(c, nq, nk, [&](int64_t i, int64_t j) {
+        const int64_t d = i + o - j;  // how far key j lies before the query's absolute position
+        return (!causal || d >= 0) && (left < 0 || d <= left) && (right < 0 || -d <= right) ? 1 : 0;
+      }).to(kBool);
+      allowed = and_mask(allowed, a);
+    }
+  }
+
+  const bool decompose = softcap > 0 || c.output_used(3) || (precision && *precision != q.dtype()) ||
+                         (additive && additive->dtype() != q.dtype());
+  if (!decompose) {
+    std::optional<Tensor> mask = allowed;
+    if (additive) mask = allowed ? tessera::add(*additive, tessera::where(*allowed, host_scalar(0, q.dtype()), host_scalar(-INFINITY, q.dtype()))) : *additive;
+    std::optional<double> scale;
+    if (c.has_attr("scale")) scale = c.attr_float("scale", 1.0);
+    Tensor y = tessera::scaled_dot_product_attention(q, k, v, mask, fused_causal, scale);
+    if (q0.dim() == 3) {
+      Sizes s = c.sizes(y);  // [b, h, s, d] -> [b, s, h*d]
+      y = reshape_to(c, y.permute({0, 2, 1, 3}), {s[0], s[2], s[1] * s[3]});
+    }
+    return c.out(0, y);
+  }
+
+  // Note [Attention decomposed]
+  if (fused_causal) {
+    if (!ql.is_constant() || !kl.is_constant()) c.fail("is_causal needs static sequence lengths");
+    allowed = host_grid(c, ql.constant(), kl.constant(), [](int64_t i, int64_t j) { return j <= i ? 1 : 0; }).to(kBool);
+  }
+  double scale = 0;
   if (c.has_attr("scale")) scale = c.attr_float("scale", 1.0);
-  Tensor y = tessera::scaled_dot_product_attention(q, k, v, mask, causal, scale);
+  else {
+    const SymSize d = c.sizes(q)[3];
+    if (!d.is_constant() || d.constant() <= 0) c.fail("the default scale needs a static head size, got " + d.str());
+    scale = 1.0 / std::sqrt(double(d.constant()));
+  }
+  const DType dt = q.dtype();
+  Tensor scores;
+  if (scale >= 0) {
+    Tensor s = host_scalar(std::sqrt(scale), dt);
+    scores = tessera::matmul(tessera::mul(q, s), tessera::mul(k, s).transpose(-2, -1));
+  } else {
+    scores = tessera::matmul(tessera::mul(q, host_scalar(scale, dt)), k.transpose(-2, -1));
+  }
+  std::optional<Tensor> qk;
+  if (mode == 0) qk = scores;
+  if (softcap > 0) {
+    Tensor cap = host_scalar(softcap, dt);
+    scores = tessera::mul(tessera::tanh(tessera::div(scores, cap)), cap);
+  }
+  if (mode == 1) qk = scores;
+  std::optional<Tensor> bias = additive;
+  if (allowed) {
+    Tensor b = tessera::where(*allowed, host_scalar(0, dt), host_scalar(-INFINITY, dt));
+    bias = bias ? tessera::add(*bias, b) : b;
+  }
+  if (bias) scores = tessera::add(scores, *bias);
+  if (mode == 2) qk = scores;
+  if (precision) scores = scores.to(*precision);
+  Tensor p = tessera::softmax(scores, -1);
+  if (bias) {  // a row that allows no key: 0, not NaN
+    Tensor none = tessera::eq(tessera::amax(*bias, {-1}, true), host_scalar(-INFINITY, bias->dtype()));
+    p = tessera::where(none, host_scalar(0, p.dtype()), p);
+  }
+  if (mode == 3) qk = p;
+  p = p.to(dt);
+  Tensor y = tessera::matmul(p, v);
   if (q0.dim() == 3) {
     Sizes s = c.sizes(y);  // [b, h, s, d] -> [b, s, h*d]
     y = reshape_to(c, y.permute({0, 2, 1, 3}), {s[0], s[2], s[1] * s[3]});
   }
   c.out(0, y);
+  if (qk) c.out(3, qk->to(dt));
 }
 
 }  // namespace
