@@ -1,5 +1,5 @@
 // Attention (and the attention family of newer opsets): decomposed at import onto the contract's
-// scaled_dot_product_attention, matmul and softmax.
+// scaled_dot_product_attention, matmul and softmax; RotaryEmbedding onto slices and elementwise ops.
 #include <cmath>
 
 #include "convert.h"
@@ -196,10 +196,67 @@ void Attention(NodeCtx& c) {
   if (qk) c.out(3, qk->to(dt));
 }
 
+// RotaryEmbedding (opset 23): X 4-D [batch, heads, seq, head] or 3-D [batch, seq, heads*head] with
+// num_heads; the first rotary_embedding_dim (default all) features of each head rotated by the
+// cos/sin caches (rows picked by position_ids when given), in halves or interleaved pairs.
+Tensor slice_last(const NodeCtx& c, const Tensor& x, int64_t start, int64_t end, int64_t step = 1) {
+  return call_op(c, "slice_copy.Tensor", {x, int64_t(3), start, end, step});
+}
+
+void RotaryEmbedding(NodeCtx& c) {
+  Tensor x0 = c.in(0);
+  const int64_t heads = c.attr_int("num_heads", 0);
+  const bool interleaved = c.attr_int("interleaved", 0) != 0;
+  int64_t rd = c.attr_int("rotary_embedding_dim", 0);
+  Tensor x;  // [batch, seq, heads, head]
+  const Sizes xs = c.sizes(x0);
+  if (x0.dim() == 4) {
+    x = x0.permute({0, 2, 1, 3});
+  } else if (x0.dim() == 3) {
+    if (heads <= 0) c.fail("a 3-D input needs the num_heads attribute");
+    if (!xs[2].is_constant() || xs[2].constant() % heads != 0) c.fail("the hidden size " + xs[2].str() + " is not a multiple of num_heads");
+    x = reshape_to(c, x0, {xs[0], xs[1], SymSize(heads), SymSize(xs[2].constant() / heads)});
+  } else {
+    c.fail("the input must be 3-D or 4-D");
+  }
+  const Sizes s = c.sizes(x);
+  if (!s[3].is_constant()) c.fail("the head size " + s[3].str() + " must be static");
+  const int64_t hd = s[3].constant();
+  if (rd == 0) rd = hd;
+  if (rd < 0 || rd > hd || rd % 2 != 0) c.fail("rotary_embedding_dim " + std::to_string(rd) + " must be even and at most the head size " + std::to_string(hd));
+  const int64_t half = rd / 2;
+  Tensor cs = c.in(1), sn = c.in(2);
+  if (c.has(3)) {  // rows of the caches [max_position, half] at position_ids [batch, seq]
+    Tensor pos = c.in(3);
+    if (pos.dim() != 2 || cs.dim() != 2 || sn.dim() != 2) c.fail("with position_ids, position_ids must be 2-D and the caches 2-D");
+    if (pos.dtype() != kInt64) pos = pos.to(kInt64);
+    cs = tessera::embedding(cs, pos);
+    sn = tessera::embedding(sn, pos);
+  } else if (cs.dim() != 3 || sn.dim() != 3) {
+    c.fail("without position_ids the caches must be 3-D [batch, seq, rotary_dim/2]");
+  }
+  for (const Tensor* t : {&cs, &sn}) {
+    const SymSize last = c.sizes(*t).back();
+    if (!last.is_constant() || last.constant() != half) c.fail("the caches' last dim " + last.str() + " must be rotary_embedding_dim/2 = " + std::to_string(half));
+  }
+  cs = cs.unsqueeze(2);  // [batch, seq, 1, half]
+  sn = sn.unsqueeze(2);
+  Tensor x1 = interleaved ? slice_last(c, x, 0, rd, 2) : slice_last(c, x, 0, half);
+  Tensor x2 = interleaved ? slice_last(c, x, 1, rd, 2) : slice_last(c, x, half, rd);
+  Tensor real = tessera::sub(tessera::mul(cs, x1), tessera::mul(sn, x2));
+  Tensor imag = tessera::add(tessera::mul(sn, x1), tessera::mul(cs, x2));
+  Tensor rot = interleaved ? reshape_to(c, tessera::stack({real, imag}, 4), {s[0], s[1], s[2], SymSize(rd)})
+                           : tessera::cat({real, imag}, 3);
+  Tensor y = rd < hd ? tessera::cat({rot, slice_last(c, x, rd, hd)}, 3) : rot;
+  y = x0.dim() == 4 ? y.permute({0, 2, 1, 3}) : reshape_to(c, y, xs);
+  c.out(0, y);
+}
+
 }  // namespace
 
 void add_attention_converters(ConverterTable& t) {
   t["Attention"] = Attention;
+  t["RotaryEmbedding"] = RotaryEmbedding;
 }
 
 }  // namespace tessera::onnx::detail
