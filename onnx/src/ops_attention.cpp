@@ -8,11 +8,7 @@ namespace tessera::onnx::detail {
 
 namespace {
 
-// Attention (opsets 23-25): 4-D [batch, heads, seq, head_dim] or 3-D [batch, seq, heads*head_dim]
-// inputs; grouped key/value heads repeated. The masks (attn_mask, is_causal, the windows,
-// nonpad_kv_seqlen) become one mask; the fused scaled_dot_product_attention takes it unless softcap,
-// the qk_matmul_output output or softmax_precision need the scores spelled out (Note [Attention
-// decomposed]).
+// [batch, heads, seq, head_dim] from a 4-D input as is, or from a 3-D [batch, seq, heads*head_dim].
 Tensor heads_4d(NodeCtx& c, const Tensor& t, int64_t heads, const char* which) {
   if (t.dim() == 4) return t;
   if (t.dim() != 3) c.fail(std::string(which) + " must be 3-D or 4-D");
@@ -38,6 +34,11 @@ Tensor host_grid(const NodeCtx& c, int64_t rows, int64_t cols, F f) {
 
 Tensor and_mask(const std::optional<Tensor>& a, const Tensor& b) { return a ? tessera::logical_and(*a, b) : b; }
 
+// Attention (opsets 23-25): 4-D or 3-D inputs; grouped key/value heads repeated; past key/value
+// concatenated into present_key/value. The masks (attn_mask, is_causal, the windows,
+// nonpad_kv_seqlen) become one mask; the fused scaled_dot_product_attention takes it unless softcap,
+// the qk_matmul_output output or softmax_precision need the scores spelled out.
+//
 // Note [Attention decomposed]
 // As ONNX's reference: scores = (Q*sqrt(scale)) (K*sqrt(scale))^T, softcap*tanh(scores/softcap),
 // plus the bias (a float attn_mask, -inf where a key is not allowed), softmax (in softmax_precision),
@@ -75,7 +76,8 @@ void Attention(NodeCtx& c) {
   c.out(2, v);
   const SymSize hq = c.sizes(q)[1], hk = c.sizes(k)[1];
   if (!hq.same_as(hk)) {
-    if (!hq.is_constant() || !hk.is_constant() || hq.constant() % hk.constant() != 0) c.fail("query heads are not a multiple of key/value heads");
+    if (!hq.is_constant() || !hk.is_constant() || hk.constant() <= 0 || hq.constant() % hk.constant() != 0)
+      c.fail("query heads (" + hq.str() + ") are not a multiple of key/value heads (" + hk.str() + ")");
     std::vector<int64_t> idx;
     for (int64_t h = 0; h < hq.constant(); ++h) idx.push_back(h / (hq.constant() / hk.constant()));
     Tensor ci = host_tensor(idx, {int64_t(idx.size())}, kInt64);
@@ -106,7 +108,9 @@ void Attention(NodeCtx& c) {
   bool fused_causal = false;  // the plain causal case: the fused op's own is_causal (offset 0)
   if (causal && !allowed && !additive && !window && !c.has(4) && !c.has(6)) fused_causal = true;
   else if (causal || window || c.has(6)) {
-    if (!ql.is_constant() || !kl.is_constant()) c.fail("is_causal, windows or nonpad_kv_seqlen need static sequence lengths");
+    if (!ql.is_constant() || !kl.is_constant())
+      c.fail("is_causal with a mask or a cache, windows or nonpad_kv_seqlen need static sequence lengths; the query length is " +
+             ql.str() + ", the key length " + kl.str() + " (fix them with ImportOptions::fixed_dims)");
     const int64_t nq = ql.constant(), nk = kl.constant();
     if (c.has(6)) {
       // An external cache: per batch, offset = nonpad_kv_seqlen - q_len, and keys j >= nonpad masked.
@@ -120,7 +124,7 @@ void Attention(NodeCtx& c) {
       if (right >= 0) allowed = and_mask(allowed, tessera::le(host_grid(c, nq, nk, [&](int64_t i, int64_t j) { return j - i + nq - right; }), n4));
       allowed = and_mask(allowed, tessera::lt(host_grid(c, 1, nk, [](int64_t, int64_t j) { return j; }), n4));
     } else {
-      if (!past.is_constant()) c.fail("is_causal or a window with a cache needs a static past length");
+      if (!past.is_constant()) c.fail("is_causal or a window with a cache needs a static past length, got " + past.str());
       const int64_t o = past.constant();
       Tensor a = host_grid(c, nq, nk, [&](int64_t i, int64_t j) {
         const int64_t d = i + o - j;  // how far key j lies before the query's absolute position
@@ -147,7 +151,9 @@ void Attention(NodeCtx& c) {
 
   // Note [Attention decomposed]
   if (fused_causal) {
-    if (!ql.is_constant() || !kl.is_constant()) c.fail("is_causal needs static sequence lengths");
+    if (!ql.is_constant() || !kl.is_constant())
+      c.fail("is_causal with softcap, qk_matmul_output or softmax_precision needs static sequence lengths; the query length is " +
+             ql.str() + ", the key length " + kl.str());
     allowed = host_grid(c, ql.constant(), kl.constant(), [](int64_t i, int64_t j) { return j <= i ? 1 : 0; }).to(kBool);
   }
   double scale = 0;
