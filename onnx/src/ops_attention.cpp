@@ -19,20 +19,61 @@ Tensor heads_4d(NodeCtx& c, const Tensor& t, int64_t heads, const char* which) {
   return r.permute({0, 2, 1, 3});
 }
 
-// A host int64 [rows, cols] tensor of f(i, j).
-template <class F>
-Tensor host_grid(const NodeCtx& c, int64_t rows, int64_t cols, F f) {
-  int64_t n = 0;
-  if (__builtin_mul_overflow(rows, cols, &n)) n = -1;
-  c.check_elements(n, "the attention mask");
-  std::vector<int64_t> v;
-  v.reserve(size_t(n));
-  for (int64_t i = 0; i < rows; ++i)
-    for (int64_t j = 0; j < cols; ++j) v.push_back(f(i, j));
-  return host_tensor(v, {rows, cols}, kInt64);
+// The positions 0..n-1 along dim `d` of `t`, int64 [n]: a constant when n is static, else made at
+// run time from t (summed over the other dims, all true, cumulated), so n stays dynamic.
+Tensor positions(const NodeCtx& c, const Tensor& t, int64_t d) {
+  const SymSize n = c.sizes(t)[size_t(d)];
+  if (n.is_constant()) {
+    c.check_elements(n.constant(), "an attention mask's positions");
+    std::vector<int64_t> v(size_t(n.constant()));
+    for (size_t i = 0; i < v.size(); ++i) v[i] = int64_t(i);
+    return host_tensor(v, {n.constant()}, kInt64);
+  }
+  std::vector<int64_t> others;
+  for (int64_t k = 0; k < t.dim(); ++k)
+    if (k != d) others.push_back(k);
+  Tensor s = others.empty() ? t : tessera::sum(t, others, false);
+  Tensor all = tessera::logical_or(tessera::eq(s, s), tessera::ne(s, s));  // true even for NaN
+  return tessera::sub(tessera::cumsum(all, 0, kInt64), host_scalar(1, kInt64));
+}
+
+// The length of dim `d` of `t` as an int64 scalar tensor (made at run time when it is dynamic).
+Tensor length_of(const NodeCtx& c, const Tensor& t, int64_t d) {
+  const SymSize n = c.sizes(t)[size_t(d)];
+  if (n.is_constant()) return host_scalar(double(n.constant()), kInt64);
+  return tessera::add(tessera::amax(positions(c, t, d), {0}, false), host_scalar(1, kInt64));
 }
 
 Tensor and_mask(const std::optional<Tensor>& a, const Tensor& b) { return a ? tessera::logical_and(*a, b) : b; }
+
+// The keys each query may attend under is_causal and the windows, and the keys below
+// nonpad_kv_seqlen: a query at absolute position p = offset + i sees key j iff d = p - j satisfies
+// d >= 0 (causal), d <= left, -d <= right. The offset is the past length (input 4), or per batch
+// nonpad_kv_seqlen - q_len (input 6), else 0. Broadcasts to [batch, heads, q, kv]; sizes may be dynamic.
+Tensor causal_window_mask(const NodeCtx& c, const Tensor& q, const Tensor& k, bool causal, int64_t left, int64_t right) {
+  const SymSize one(int64_t(1));
+  const Sizes qs = c.sizes(q), ks = c.sizes(k);
+  Tensor i = reshape_to(c, positions(c, q, 2), {qs[2], one});
+  Tensor j = reshape_to(c, positions(c, k, 2), {one, ks[2]});
+  std::optional<Tensor> n4;  // nonpad_kv_seqlen as [batch, 1, 1, 1]
+  Tensor p;                  // the queries' absolute positions
+  if (c.has(6)) {
+    Tensor n = c.in(6);
+    if (n.dim() != 1 || n.dtype() != kInt64) c.fail("nonpad_kv_seqlen must be a 1-D int64 tensor");
+    n4 = reshape_to(c, n, {c.sizes(n)[0], one, one, one});
+    p = tessera::add(tessera::sub(i, length_of(c, q, 2)), *n4);
+  } else {
+    p = c.has(4) ? tessera::add(i, length_of(c, c.in(4), 2)) : i;
+  }
+  Tensor d = tessera::sub(p, j);
+  std::optional<Tensor> a;
+  if (causal) a = tessera::ge(d, host_scalar(0, kInt64));
+  if (left >= 0) a = and_mask(a, tessera::le(d, host_scalar(double(left), kInt64)));
+  if (right >= 0) a = and_mask(a, tessera::ge(d, host_scalar(-double(right), kInt64)));
+  if (n4) a = and_mask(a, tessera::lt(j, *n4));
+  TESSERA_INTERNAL_ASSERT(a.has_value());
+  return *a;
+}
 
 // Attention (opsets 23-25): 4-D or 3-D inputs; grouped key/value heads repeated; past key/value
 // concatenated into present_key/value. The masks (attn_mask, is_causal, the windows,
@@ -64,11 +105,9 @@ void Attention(NodeCtx& c) {
   Tensor k = heads_4d(c, c.in(1), c.attr_int("kv_num_heads", 0), "K");
   Tensor v = heads_4d(c, c.in(2), c.attr_int("kv_num_heads", 0), "V");
   if (!is_floating(q.dtype())) c.fail("Q must be a floating tensor");
-  SymSize past(int64_t(0));
   if (c.has(4)) {  // the cache: present = past ++ new along the sequence
     Tensor pk = c.in(4), pv = c.in(5);
     if (pk.dim() != 4 || pv.dim() != 4) c.fail("past_key and past_value must be 4-D");
-    past = c.sizes(pk)[2];
     k = tessera::cat({pk, k}, 2);
     v = tessera::cat({pv, v}, 2);
   }
@@ -107,33 +146,7 @@ void Attention(NodeCtx& c) {
   const bool window = left >= 0 || right >= 0;
   bool fused_causal = false;  // the plain causal case: the fused op's own is_causal (offset 0)
   if (causal && !allowed && !additive && !window && !c.has(4) && !c.has(6)) fused_causal = true;
-  else if (causal || window || c.has(6)) {
-    if (!ql.is_constant() || !kl.is_constant())
-      c.fail("is_causal with a mask or a cache, windows or nonpad_kv_seqlen need static sequence lengths; the query length is " +
-             ql.str() + ", the key length " + kl.str() + " (fix them with ImportOptions::fixed_dims)");
-    const int64_t nq = ql.constant(), nk = kl.constant();
-    if (c.has(6)) {
-      // An external cache: per batch, offset = nonpad_kv_seqlen - q_len, and keys j >= nonpad masked.
-      Tensor n = c.in(6);
-      if (n.dim() != 1 || n.dtype() != kInt64) c.fail("nonpad_kv_seqlen must be a 1-D int64 tensor");
-      Tensor n4 = reshape_to(c, n, {c.sizes(n)[0], SymSize(int64_t(1)), SymSize(int64_t(1)), SymSize(int64_t(1))});
-      // j <= i + n - q  <=>  j - i + q <= n
-      if (causal) allowed = and_mask(allowed, tessera::le(host_grid(c, nq, nk, [&](int64_t i, int64_t j) { return j - i + nq; }), n4));
-      // i + n - q - j <= left  <=>  n <= left - i + q + j;  j - (i + n - q) <= right  <=>  j - i + q - right <= n
-      if (left >= 0) allowed = and_mask(allowed, tessera::le(n4, host_grid(c, nq, nk, [&](int64_t i, int64_t j) { return left - i + nq + j; })));
-      if (right >= 0) allowed = and_mask(allowed, tessera::le(host_grid(c, nq, nk, [&](int64_t i, int64_t j) { return j - i + nq - right; }), n4));
-      allowed = and_mask(allowed, tessera::lt(host_grid(c, 1, nk, [](int64_t, int64_t j) { return j; }), n4));
-    } else {
-      if (!past.is_constant()) c.fail("is_causal or a window with a cache needs a static past length, got " + past.str());
-      const int64_t o = past.constant();
-      Tensor a = host_grid(c, nq, nk, [&](int64_t i, int64_t j) {
-        const int64_t d = i + o - j;  // how far key j lies before the query's absolute position
-        return (!causal || d >= 0) && (left < 0 || d <= left) && (right < 0 || -d <= right) ? 1 : 0;
-      }).to(kBool);
-      allowed = and_mask(allowed, a);
-    }
-  }
-
+  else if (causal || window || c.has(6)) allowed = and_mask(allowed, causal_window_mask(c, q, k, causal, left, right));
   const bool decompose = softcap > 0 || c.output_used(3) || (precision && *precision != q.dtype()) ||
                          (additive && additive->dtype() != q.dtype());
   if (!decompose) {
@@ -150,12 +163,7 @@ void Attention(NodeCtx& c) {
   }
 
   // Note [Attention decomposed]
-  if (fused_causal) {
-    if (!ql.is_constant() || !kl.is_constant())
-      c.fail("is_causal with softcap, qk_matmul_output or softmax_precision needs static sequence lengths; the query length is " +
-             ql.str() + ", the key length " + kl.str());
-    allowed = host_grid(c, ql.constant(), kl.constant(), [](int64_t i, int64_t j) { return j <= i ? 1 : 0; }).to(kBool);
-  }
+  if (fused_causal) allowed = causal_window_mask(c, q, k, true, -1, -1);
   double scale = 0;
   if (c.has_attr("scale")) scale = c.attr_float("scale", 1.0);
   else {
