@@ -210,13 +210,14 @@ void Attention(NodeCtx& c) {
   if (qk) c.out(3, qk->to(dt));
 }
 
-// RotaryEmbedding (opset 23): X 4-D [batch, heads, seq, head] or 3-D [batch, seq, heads*head] with
-// num_heads; the first rotary_embedding_dim (default all) features of each head rotated by the
-// cos/sin caches (rows picked by position_ids when given), in halves or interleaved pairs.
+// x[..., start:end:step] of a 4-D x.
 Tensor slice_last(const NodeCtx& c, const Tensor& x, int64_t start, int64_t end, int64_t step = 1) {
   return call_op(c, "slice_copy.Tensor", {x, int64_t(3), start, end, step});
 }
 
+// RotaryEmbedding (opset 23): X 4-D [batch, heads, seq, head] or 3-D [batch, seq, heads*head] with
+// num_heads; the first rotary_embedding_dim (default all) features of each head rotated by the
+// cos/sin caches (rows picked by position_ids when given), in halves or interleaved pairs.
 void RotaryEmbedding(NodeCtx& c) {
   Tensor x0 = c.in(0);
   const int64_t heads = c.attr_int("num_heads", 0);
