@@ -14,7 +14,8 @@ Tensor heads_4d(NodeCtx& c, const Tensor& t, int64_t heads, const char* which) {
   if (t.dim() != 3) c.fail(std::string(which) + " must be 3-D or 4-D");
   if (heads <= 0) c.fail(std::string("3-D ") + which + " needs the q_num_heads/kv_num_heads attribute");
   Sizes s = c.sizes(t);
-  if (!s[2].is_constant() || s[2].constant() % heads != 0) c.fail(std::string(which) + "'s hidden size is not a multiple of the heads");
+  if (!s[2].is_constant() || s[2].constant() % heads != 0)
+    c.fail(std::string(which) + "'s hidden size is not a multiple of the heads");
   Tensor r = reshape_to(c, t, {s[0], s[1], SymSize(heads), SymSize(s[2].constant() / heads)});
   return r.permute({0, 2, 1, 3});
 }
@@ -44,13 +45,16 @@ Tensor length_of(const NodeCtx& c, const Tensor& t, int64_t d) {
   return tessera::add(tessera::amax(positions(c, t, d), {0}, false), host_scalar(1, kInt64));
 }
 
-Tensor and_mask(const std::optional<Tensor>& a, const Tensor& b) { return a ? tessera::logical_and(*a, b) : b; }
+Tensor and_mask(const std::optional<Tensor>& a, const Tensor& b) {
+  return a ? tessera::logical_and(*a, b) : b;
+}
 
 // The keys each query may attend under is_causal and the windows, and the keys below
 // nonpad_kv_seqlen: a query at absolute position p = offset + i sees key j iff d = p - j satisfies
 // d >= 0 (causal), d <= left, -d <= right. The offset is the past length (input 4), or per batch
 // nonpad_kv_seqlen - q_len (input 6), else 0. Broadcasts to [batch, heads, q, kv]; sizes may be dynamic.
-Tensor causal_window_mask(const NodeCtx& c, const Tensor& q, const Tensor& k, bool causal, int64_t left, int64_t right) {
+Tensor causal_window_mask(const NodeCtx& c, const Tensor& q, const Tensor& k, bool causal, int64_t left,
+                          int64_t right) {
   const SymSize one(int64_t(1));
   const Sizes qs = c.sizes(q), ks = c.sizes(k);
   Tensor i = reshape_to(c, positions(c, q, 2), {qs[2], one});
@@ -98,7 +102,8 @@ void Attention(NodeCtx& c) {
   std::optional<DType> precision;
   if (c.has_attr("softmax_precision")) {
     precision = dtype_of_onnx(int32_t(c.attr_int("softmax_precision", 1)));
-    if (!precision || !is_floating(*precision)) c.fail("softmax_precision must be a floating type (1, 10, 11 or 16)");
+    if (!precision || !is_floating(*precision))
+      c.fail("softmax_precision must be a floating type (1, 10, 11 or 16)");
   }
   Tensor q0 = c.in(0);
   Tensor q = heads_4d(c, q0, c.attr_int("q_num_heads", 0), "Q");
@@ -131,27 +136,38 @@ void Attention(NodeCtx& c) {
     if (m->dim() < 1) c.fail("attn_mask must have rank >= 1");
     const SymSize ml = c.sizes(*m).back();
     if (!ml.same_as(kl)) {  // shorter than the keys: padded with "not allowed"
-      if (!ml.is_constant() || !kl.is_constant()) c.fail("attn_mask's last dim " + ml.str() + " differs from the key length " + kl.str() + " and one is dynamic");
-      if (ml.constant() > kl.constant()) c.fail("attn_mask's last dim " + ml.str() + " is longer than the key length " + kl.str());
+      if (!ml.is_constant() || !kl.is_constant())
+        c.fail("attn_mask's last dim " + ml.str() + " differs from the key length " + kl.str() +
+               " and one is dynamic");
+      if (ml.constant() > kl.constant())
+        c.fail("attn_mask's last dim " + ml.str() + " is longer than the key length " + kl.str());
       const bool b = m->dtype() == kBool;
       Tensor mm = b ? m->to(kUInt8) : *m;
       mm = tessera::pad(mm, {0, kl.constant() - ml.constant()}, "constant", b ? 0.0 : -INFINITY);
       *m = b ? mm.to(kBool) : mm;
     }
-    if (m->dtype() == kBool) allowed = *m;
-    else if (is_floating(m->dtype())) additive = *m;
-    else c.fail("attn_mask must be bool or floating");
+    if (m->dtype() == kBool)
+      allowed = *m;
+    else if (is_floating(m->dtype()))
+      additive = *m;
+    else
+      c.fail("attn_mask must be bool or floating");
   }
   const bool causal = c.attr_int("is_causal", 0) != 0;
   const bool window = left >= 0 || right >= 0;
   bool fused_causal = false;  // the plain causal case: the fused op's own is_causal (offset 0)
-  if (causal && !allowed && !additive && !window && !c.has(4) && !c.has(6)) fused_causal = true;
-  else if (causal || window || c.has(6)) allowed = and_mask(allowed, causal_window_mask(c, q, k, causal, left, right));
+  if (causal && !allowed && !additive && !window && !c.has(4) && !c.has(6))
+    fused_causal = true;
+  else if (causal || window || c.has(6))
+    allowed = and_mask(allowed, causal_window_mask(c, q, k, causal, left, right));
   const bool decompose = softcap > 0 || c.output_used(3) || (precision && *precision != q.dtype()) ||
                          (additive && additive->dtype() != q.dtype());
   if (!decompose) {
     std::optional<Tensor> mask = allowed;
-    if (additive) mask = allowed ? tessera::add(*additive, tessera::where(*allowed, host_scalar(0, q.dtype()), host_scalar(-INFINITY, q.dtype()))) : *additive;
+    if (additive)
+      mask = allowed ? tessera::add(*additive, tessera::where(*allowed, host_scalar(0, q.dtype()),
+                                                              host_scalar(-INFINITY, q.dtype())))
+                     : *additive;
     std::optional<double> scale;
     if (c.has_attr("scale")) scale = c.attr_float("scale", 1.0);
     Tensor y = tessera::scaled_dot_product_attention(q, k, v, mask, fused_causal, scale);
@@ -165,10 +181,12 @@ void Attention(NodeCtx& c) {
   // Note [Attention decomposed]
   if (fused_causal) allowed = causal_window_mask(c, q, k, true, -1, -1);
   double scale = 0;
-  if (c.has_attr("scale")) scale = c.attr_float("scale", 1.0);
+  if (c.has_attr("scale"))
+    scale = c.attr_float("scale", 1.0);
   else {
     const SymSize d = c.sizes(q)[3];
-    if (!d.is_constant() || d.constant() <= 0) c.fail("the default scale needs a static head size, got " + d.str());
+    if (!d.is_constant() || d.constant() <= 0)
+      c.fail("the default scale needs a static head size, got " + d.str());
     scale = 1.0 / std::sqrt(double(d.constant()));
   }
   const DType dt = q.dtype();
@@ -229,7 +247,8 @@ void RotaryEmbedding(NodeCtx& c) {
     x = x0.permute({0, 2, 1, 3});
   } else if (x0.dim() == 3) {
     if (heads <= 0) c.fail("a 3-D input needs the num_heads attribute");
-    if (!xs[2].is_constant() || xs[2].constant() % heads != 0) c.fail("the hidden size " + xs[2].str() + " is not a multiple of num_heads");
+    if (!xs[2].is_constant() || xs[2].constant() % heads != 0)
+      c.fail("the hidden size " + xs[2].str() + " is not a multiple of num_heads");
     x = reshape_to(c, x0, {xs[0], xs[1], SymSize(heads), SymSize(xs[2].constant() / heads)});
   } else {
     c.fail("the input must be 3-D or 4-D");
@@ -238,12 +257,15 @@ void RotaryEmbedding(NodeCtx& c) {
   if (!s[3].is_constant()) c.fail("the head size " + s[3].str() + " must be static");
   const int64_t hd = s[3].constant();
   if (rd == 0) rd = hd;
-  if (rd < 0 || rd > hd || rd % 2 != 0) c.fail("rotary_embedding_dim " + std::to_string(rd) + " must be even and at most the head size " + std::to_string(hd));
+  if (rd < 0 || rd > hd || rd % 2 != 0)
+    c.fail("rotary_embedding_dim " + std::to_string(rd) + " must be even and at most the head size " +
+           std::to_string(hd));
   const int64_t half = rd / 2;
   Tensor cs = c.in(1), sn = c.in(2);
   if (c.has(3)) {  // rows of the caches [max_position, half] at position_ids [batch, seq]
     Tensor pos = c.in(3);
-    if (pos.dim() != 2 || cs.dim() != 2 || sn.dim() != 2) c.fail("with position_ids, position_ids must be 2-D and the caches 2-D");
+    if (pos.dim() != 2 || cs.dim() != 2 || sn.dim() != 2)
+      c.fail("with position_ids, position_ids must be 2-D and the caches 2-D");
     if (pos.dtype() != kInt64) pos = pos.to(kInt64);
     cs = tessera::embedding(cs, pos);
     sn = tessera::embedding(sn, pos);
@@ -252,7 +274,9 @@ void RotaryEmbedding(NodeCtx& c) {
   }
   for (const Tensor* t : {&cs, &sn}) {
     const SymSize last = c.sizes(*t).back();
-    if (!last.is_constant() || last.constant() != half) c.fail("the caches' last dim " + last.str() + " must be rotary_embedding_dim/2 = " + std::to_string(half));
+    if (!last.is_constant() || last.constant() != half)
+      c.fail("the caches' last dim " + last.str() +
+             " must be rotary_embedding_dim/2 = " + std::to_string(half));
   }
   cs = cs.unsqueeze(2);  // [batch, seq, 1, half]
   sn = sn.unsqueeze(2);
