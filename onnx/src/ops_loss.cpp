@@ -1,5 +1,5 @@
 // Loss ops (NegativeLogLikelihoodLoss, SoftmaxCrossEntropyLoss), decomposed at import onto gather,
-// index_select, where and sums.
+// embedding, where and sums.
 #include "convert.h"
 
 namespace tessera::onnx::detail {
@@ -33,8 +33,10 @@ Tensor nll_loss(NodeCtx& c, const Tensor& x, const Tensor& target, const std::op
   Tensor loss = tessera::neg(reshape_to(c, tessera::gather(x, 1, reshape_to(c, t, at)), ts));
   std::optional<Tensor> w;  // the weight of each element, 0 where ignored
   if (weight) {
-    Tensor flat = reshape_to(c, t, {product(ts, 0, ts.size())});
-    w = reshape_to(c, tessera::index_select(*weight, 0, flat), ts);
+    // A [C, 1] table looked up at every target (an N-D index: dynamic dims stay whole).
+    Sizes table = c.sizes(*weight);
+    table.push_back(SymSize(int64_t(1)));
+    w = reshape_to(c, tessera::embedding(reshape_to(c, *weight, table), t), ts);
     if (keep) w = tessera::where(*keep, *w, host_scalar(0, w->dtype()));
   } else if (keep) {
     w = tessera::where(*keep, host_scalar(1, x.dtype()), host_scalar(0, x.dtype()));
