@@ -157,8 +157,8 @@ Recurrence recurrence(NodeCtx& c, int64_t gates) {
     Tensor t = c.in(i);
     if (t.dim() != 2) c.fail(std::string(what) + " must be 2-D [directions, " + std::to_string(width) + "]");
     const Sizes s = c.sizes(t);
-    expect(s[0], r.dirs, what);
-    expect(s[1], width, what);
+    expect(s[0], r.dirs, (std::string(what) + "'s dim 0 (directions)").c_str());
+    expect(s[1], width, (std::string(what) + "'s dim 1").c_str());
   };
   check_2d(3, 2 * gates * r.hidden, "B");
   if (gates == 4) check_2d(7, 3 * r.hidden, "P");
