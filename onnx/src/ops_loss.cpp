@@ -17,7 +17,9 @@ Tensor nll_loss(NodeCtx& c, const Tensor& x, const Tensor& target, const std::op
   std::optional<int64_t> ignore;
   if (c.has_attr("ignore_index")) ignore = c.attr_int("ignore_index", 0);
   if (x.dim() < 2) c.fail("the input must be at least 2-D [N, C, ...], got " + std::to_string(x.dim()) + "-D");
-  if (target.dim() != x.dim() - 1) c.fail("the target must have one dim fewer than the input, got " + std::to_string(target.dim()) + "-D for a " + std::to_string(x.dim()) + "-D input");
+  if (target.dim() != x.dim() - 1)
+    c.fail("the target must have one dim fewer than the input, got " + std::to_string(target.dim()) + "-D for a " +
+           std::to_string(x.dim()) + "-D input");
   if (!is_integral(target.dtype(), false)) c.fail("the target must be an integer tensor");
   if (weight && weight->dim() != 1) c.fail("the weight must be 1-D [C]");
   const Sizes ts = c.sizes(target);

@@ -62,7 +62,8 @@ std::vector<std::vector<Activation>> activations(NodeCtx& c, const std::vector<s
     else if (a.name == "leakyrelu") da = 0.01;
     else if (a.name == "hardsigmoid") { da = 0.2; db = 0.5; takes_beta = true; }
     else if (a.name == "elu") da = 1;
-    else if (a.name == "relu" || a.name == "tanh" || a.name == "sigmoid" || a.name == "softsign" || a.name == "softplus") takes_alpha = false;
+    else if (a.name == "relu" || a.name == "tanh" || a.name == "sigmoid" || a.name == "softsign" || a.name == "softplus")
+      takes_alpha = false;
     else
       c.fail("activation '" + names[k] + "' is not supported (Relu, Tanh, Sigmoid, Affine, LeakyRelu, ThresholdedRelu, "
              "ScaledTanh, HardSigmoid, Elu, Softsign, Softplus are)");
@@ -87,9 +88,12 @@ Tensor apply(const Activation& a, const Tensor& x, std::optional<double> clip) {
   if (n == "affine") return tessera::add(tessera::mul(v, scalar_like(a.alpha, v)), scalar_like(a.beta, v));
   if (n == "leakyrelu") return tessera::leaky_relu(v, Scalar(a.alpha));
   if (n == "thresholdedrelu") return tessera::where(tessera::gt(v, scalar_like(a.alpha, v)), v, scalar_like(0, v));
-  if (n == "scaledtanh") return tessera::mul(tessera::tanh(tessera::mul(v, scalar_like(a.beta, v))), scalar_like(a.alpha, v));
-  if (n == "hardsigmoid")
-    return tessera::clamp(tessera::add(tessera::mul(v, scalar_like(a.alpha, v)), scalar_like(a.beta, v)), Scalar(0.0), Scalar(1.0));
+  if (n == "scaledtanh")
+    return tessera::mul(tessera::tanh(tessera::mul(v, scalar_like(a.beta, v))), scalar_like(a.alpha, v));
+  if (n == "hardsigmoid") {
+    Tensor y = tessera::add(tessera::mul(v, scalar_like(a.alpha, v)), scalar_like(a.beta, v));
+    return tessera::clamp(y, Scalar(0.0), Scalar(1.0));
+  }
   if (n == "elu") return tessera::elu(v, Scalar(a.alpha));
   if (n == "softsign") return tessera::softsign(v);
   TESSERA_INTERNAL_ASSERT(n == "softplus");
@@ -103,10 +107,10 @@ Tensor add_opt(const Tensor& a, const std::optional<Tensor>& b) { return b ? tes
 // Columns [k * h, (k + 1) * h) of a [batch, G * h] tensor, or entries of a [G * h] vector.
 Tensor part(const Tensor& t, int64_t k, int64_t h) { return tessera::slice_copy(t, t.dim() - 1, k * h, (k + 1) * h); }
 
-// What every recurrent node shares: the sequence as [seq, batch, input], the sizes, and per
-// direction its weights, biases and initial states.
+// What every recurrent node shares: the sequence as [seq, batch, input], its sizes, the directions
+// and clip (the inputs checked against them).
 struct Recurrence {
-  int64_t dirs = 1, hidden = 0, steps = 0, gates = 1;
+  int64_t dirs = 1, hidden = 0, steps = 0;
   bool reverse_only = false, batch_first = false;
   SymSize batch;
   Tensor x;  // [seq, batch, input]
@@ -115,7 +119,6 @@ struct Recurrence {
 
 Recurrence recurrence(NodeCtx& c, int64_t gates) {
   Recurrence r;
-  r.gates = gates;
   const std::string direction = c.attr_string("direction", "forward");
   if (direction == "bidirectional") r.dirs = 2;
   else if (direction == "reverse") r.reverse_only = true;
@@ -132,7 +135,8 @@ Recurrence recurrence(NodeCtx& c, int64_t gates) {
   if (x.dim() != 3 || w.dim() != 3 || rw.dim() != 3) c.fail("X, W and R must be 3-D");
   const Sizes ws = c.sizes(w), rs = c.sizes(rw);
   r.hidden = c.has_attr("hidden_size") ? c.attr_int("hidden_size", 0) : (rs[2].is_constant() ? rs[2].constant() : -1);
-  if (r.hidden <= 0 || r.hidden > (int64_t(1) << 20)) c.fail("hidden_size must be in [1, 2^20] (and R's last dim static when it is absent)");
+  if (r.hidden <= 0 || r.hidden > (int64_t(1) << 20))
+    c.fail("hidden_size must be in [1, 2^20] (and R's last dim static when it is absent)");
   auto expect = [&](const SymSize& s, int64_t want, const char* what) {
     if (!s.is_constant() || s.constant() != want)
       c.fail(std::string(what) + " is " + s.str() + ", expected " + std::to_string(want));
@@ -204,6 +208,7 @@ void outputs(NodeCtx& c, const Recurrence& r, const std::vector<std::vector<Tens
              const std::vector<Tensor>& cs) {
   if (c.output_used(0)) {
     std::vector<Tensor> per_dir;
+    per_dir.reserve(ys.size());
     for (const auto& y : ys) per_dir.push_back(tessera::stack(y, 0));
     Tensor y = tessera::stack(per_dir, 1);
     c.out(0, r.batch_first ? y.permute({2, 0, 1, 3}) : y);
@@ -332,7 +337,8 @@ void LSTM(NodeCtx& c) {
       Tensor gates = step(c, xw, t);
       if (h) gates = tessera::add(gates, tessera::linear(*h, rw));
       Tensor i = apply(fa, add_opt(part(gates, 0, hid), peep(pi, cell)), r.clip);
-      Tensor f = input_forget ? tessera::sub(scalar_like(1, i), i) : apply(fa, add_opt(part(gates, 2, hid), peep(pf, cell)), r.clip);
+      Tensor f = input_forget ? tessera::sub(scalar_like(1, i), i)
+                              : apply(fa, add_opt(part(gates, 2, hid), peep(pf, cell)), r.clip);
       Tensor next = tessera::mul(i, apply(ga, part(gates, 3, hid), r.clip));
       if (cell) next = tessera::add(tessera::mul(f, *cell), next);
       cell = next;
