@@ -125,6 +125,7 @@ void add_index_converters(ConverterTable& t);
 void add_attention_converters(ConverterTable& t);  // ops_attention.cpp
 void add_resize_converters(ConverterTable& t);     // ops_resize.cpp
 void add_loss_converters(ConverterTable& t);       // ops_loss.cpp
+void add_rnn_converters(ConverterTable& t);        // ops_rnn.cpp
 void add_more_nn_converters(ConverterTable& t);    // ops_nn_more.cpp
 void add_more_index_converters(ConverterTable& t); // ops_index_more.cpp
 const ConverterTable& converter_table();

@@ -386,6 +386,7 @@ const ConverterTable& converter_table() {
     add_attention_converters(t);
     add_resize_converters(t);
     add_loss_converters(t);
+    add_rnn_converters(t);
     add_more_nn_converters(t);
     add_more_index_converters(t);
     return t;
