@@ -120,12 +120,16 @@ void ScatterND(NodeCtx& c) {
   bool ok = want.size() == us.size();
   for (size_t i = 0; ok && i < us.size(); ++i) ok = c.same(want[i], us[i]);
   if (!ok) c.fail("updates do not have the shape indices.shape[:-1] + data.shape[k:]");
-  const SymSize m = product(is, 0, size_t(q - 1)), rest = product(ds, size_t(k), ds.size());
+  // data as [rows, data.shape[k:]], updates as [m, data.shape[k:]] (the trailing dims kept whole:
+  // symbolic ones stay plain symbols); the index is each update's row, broadcast.
   int64_t rows = 1;
   for (int64_t d : dims) rows = checked_mul(c, rows, d, "the indexed dims' element count");
-  Tensor lin = reshape_to(c, linear_index(c, idx, dims), {m, SymSize(int64_t(1))});
-  Tensor index = broadcast_to(c, lin, {m, rest});
-  Tensor flat = reshape_to(c, x, {SymSize(rows), rest}), src = reshape_to(c, upd, {m, rest});
+  Sizes flat_sizes{SymSize(rows)}, src_sizes{product(is, 0, size_t(q - 1))}, at{src_sizes[0]};
+  flat_sizes.insert(flat_sizes.end(), ds.begin() + k, ds.end());
+  src_sizes.insert(src_sizes.end(), ds.begin() + k, ds.end());
+  at.resize(src_sizes.size(), SymSize(int64_t(1)));
+  Tensor index = broadcast_to(c, reshape_to(c, linear_index(c, idx, dims), at), src_sizes);
+  Tensor flat = reshape_to(c, x, flat_sizes), src = reshape_to(c, upd, src_sizes);
   const std::string red = c.attr_string("reduction", "none");
   static const std::map<std::string, std::string> kReduce = {{"add", "sum"}, {"mul", "prod"}, {"max", "amax"}, {"min", "amin"}};
   Tensor y;
@@ -248,23 +252,39 @@ Tensor permuted(const Tensor& t, const std::vector<int64_t>& perm) {
   return t;
 }
 
+int dynamic_count(const Sizes& s) {
+  int n = 0;
+  for (const SymSize& x : s) n += x.is_constant() ? 0 : 1;
+  return n;
+}
+
 // a and b contracted into one operand whose labels are those of `keep` they have, by one matmul:
-// [batch, left, contracted] x [batch, contracted, right].
+// [batch, left, contracted] x [batch, 1.., contracted, right]. The left dims stay whole (matmul
+// broadcasts over them) and the right ones are flattened: a view may split a flattened group into at
+// most one dynamic dim, so the operand with the more dynamic free dims goes left.
 Operand contract(const NodeCtx& c, const std::string& eq, Operand a, Operand b, const std::vector<int>& keep) {
   std::vector<int> keep_a = keep, keep_b = keep;
   keep_a.insert(keep_a.end(), b.labels.begin(), b.labels.end());
   keep_b.insert(keep_b.end(), a.labels.begin(), a.labels.end());
   sum_out(c, a, keep_a);
   sum_out(c, b, keep_b);
+  auto size_of = [&](const Operand& o, int l) {
+    return c.sizes(o.t)[size_t(std::find(o.labels.begin(), o.labels.end(), l) - o.labels.begin())];
+  };
+  auto free_sizes = [&](const Operand& o, const Operand& other) {
+    Sizes s;
+    for (int l : o.labels)
+      if (!contains(other.labels, l)) s.push_back(size_of(o, l));
+    return s;
+  };
+  if (dynamic_count(free_sizes(b, a)) > dynamic_count(free_sizes(a, b))) std::swap(a, b);
   std::vector<int> batch, left, con, right;
   for (int l : a.labels) (contains(b.labels, l) ? (contains(keep, l) ? batch : con) : left).push_back(l);
   for (int l : b.labels)
     if (!contains(a.labels, l)) right.push_back(l);
-  const Sizes sa = c.sizes(a.t), sb = c.sizes(b.t);
-  auto size_of = [&](const Operand& o, const Sizes& s, int l) { return s[size_t(std::find(o.labels.begin(), o.labels.end(), l) - o.labels.begin())]; };
   Sizes ra, rb, out, left_s, right_s, con_s;
   for (int l : batch) {
-    const SymSize x = size_of(a, sa, l), y = size_of(b, sb, l);
+    const SymSize x = size_of(a, l), y = size_of(b, l);
     if (!c.same(x, y) && x.maybe_constant() != std::optional<int64_t>(1) && y.maybe_constant() != std::optional<int64_t>(1))
       c.fail("equation '" + eq + "': a dim of sizes " + x.str() + " and " + y.str());
     ra.push_back(x);
@@ -272,20 +292,26 @@ Operand contract(const NodeCtx& c, const std::string& eq, Operand a, Operand b, 
     out.push_back(x.maybe_constant() == std::optional<int64_t>(1) ? y : x);
   }
   for (int l : con) {
-    if (!c.same(size_of(a, sa, l), size_of(b, sb, l)))
-      c.fail("equation '" + eq + "' contracts dims of sizes " + size_of(a, sa, l).str() + " and " + size_of(b, sb, l).str());
-    con_s.push_back(size_of(a, sa, l));
+    if (!c.same(size_of(a, l), size_of(b, l)))
+      c.fail("equation '" + eq + "' contracts dims of sizes " + size_of(a, l).str() + " and " + size_of(b, l).str());
+    con_s.push_back(size_of(a, l));
   }
-  for (int l : left) left_s.push_back(size_of(a, sa, l));
-  for (int l : right) right_s.push_back(size_of(b, sb, l));
+  for (int l : left) left_s.push_back(size_of(a, l));
+  for (int l : right) right_s.push_back(size_of(b, l));
+  if (right_s.size() > 1 && dynamic_count(right_s) > 1)
+    c.fail("equation '" + eq + "' leaves several dynamic dims on both operands (" + std::to_string(dynamic_count(left_s)) + " and " +
+           std::to_string(dynamic_count(right_s)) + "); fix them with ImportOptions::fixed_dims");
   std::vector<int> la = batch, lb = batch;
   la.insert(la.end(), left.begin(), left.end());
   la.insert(la.end(), con.begin(), con.end());
   lb.insert(lb.end(), con.begin(), con.end());
   lb.insert(lb.end(), right.begin(), right.end());
-  ra.push_back(product(left_s, 0, left_s.size()));
-  ra.push_back(product(con_s, 0, con_s.size()));
-  rb.push_back(product(con_s, 0, con_s.size()));
+  const SymSize cp = product(con_s, 0, con_s.size());
+  ra.insert(ra.end(), left_s.begin(), left_s.end());
+  if (left_s.empty()) ra.push_back(SymSize(int64_t(1)));
+  ra.push_back(cp);
+  for (size_t i = 1; i < left_s.size(); ++i) rb.push_back(SymSize(int64_t(1)));
+  rb.push_back(cp);
   rb.push_back(product(right_s, 0, right_s.size()));
   Tensor ma = reshape_to(c, permuted(a.t, positions(a.labels, la)), ra);
   Tensor mb = reshape_to(c, permuted(b.t, positions(b.labels, lb)), rb);
@@ -381,8 +407,9 @@ void SpaceToDepth(NodeCtx& c) {
   if (mode != "DCR" && mode != "CRD") c.fail("mode '" + mode + "' is not supported (DCR, CRD are)");
   const Sizes s = c.sizes(x);
   for (int d : {2, 3})
-    if (c.example(s[size_t(d)]) % bs != 0) c.fail("dim " + std::to_string(d) + " (" + s[size_t(d)].str() + ") is not a multiple of blocksize " + std::to_string(bs));
-  const SymSize b(bs), h = floordiv(s[2], b), w = floordiv(s[3], b);
+    if (static_dim(c, s[size_t(d)], "spatial dim " + std::to_string(d)) % bs != 0)
+      c.fail("dim " + std::to_string(d) + " (" + s[size_t(d)].str() + ") is not a multiple of blocksize " + std::to_string(bs));
+  const SymSize b(bs), h(s[2].constant() / bs), w(s[3].constant() / bs);
   Tensor t = reshape_to(c, x, {s[0], s[1], h, b, w, b});
   t = mode == "DCR" ? t.permute({0, 3, 5, 1, 2, 4}) : t.permute({0, 1, 3, 5, 2, 4});
   c.out(0, reshape_to(c, t, {s[0], s[1] * b * b, h, w}));
