@@ -232,6 +232,14 @@ def function():  # a model-local function (with an attribute reference) inlined 
     return model(n, [vi("x", ["n", 6])], [vi("y", ["n", 6])], functions=[f])
 
 
+def index_more():  # Einsum (projection, q.k^T), GatherND on run-time indices, dynamic batch/sequence
+    n = [h.make_node("Einsum", ["x", "pw"], ["e1"], equation="bsh,hd->bsd"),
+         h.make_node("Einsum", ["e1", "e1"], ["y"], equation="bqd,bkd->bqk"),
+         h.make_node("GatherND", ["tab", "gi"], ["z"])]
+    return model(n, [vi("x", ["b", "s", 8]), vi("gi", ["b", 1], TP.INT64)], [vi("y", ["b", "s", "s"]), vi("z", ["b", 8])],
+                 [w("pw", 8, 6), w("tab", 5, 8)], opset=17)
+
+
 MODELS = [
     ("mlp", mlp, [{"batch": 2}, {"batch": 7}]),
     ("cnn", cnn, [{"N": 1}, {"N": 3}]),
@@ -246,6 +254,7 @@ MODELS = [
     ("shapes_opset13", lambda: shapes()(13), [{}]),
     ("embedding", embedding, [{"b": 2, "s": 3}, {"b": 4, "s": 6}]),
     ("function", function, [{"n": 2}, {"n": 5}]),
+    ("index_more", index_more, [{"b": 2, "s": 3}, {"b": 4, "s": 5}]),
 ]
 
 
