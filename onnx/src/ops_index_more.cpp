@@ -496,8 +496,8 @@ void BitCast(NodeCtx& c) {
 
 const Tensor& constant_input(const NodeCtx& c, int i, const char* what) {
   const Val& v = c.val(i);
-  if (!v.constant) c.fail(std::string(what) + " must be a constant: the output's size depends on its values, and a program's sizes are fixed at import");
-  c.in(i);
+  if (!v.constant && !v.ints) c.fail(std::string(what) + " must be a constant: the output's size depends on its values, and a program's sizes are fixed at import");
+  c.in(i);  // known integers materialised (a symbolic one fails, named)
   return v.t;
 }
 
@@ -526,7 +526,7 @@ void NonZero(NodeCtx& c) {
 
 void Compress(NodeCtx& c) {
   Tensor x = c.in(0);
-  constant_input(c, 1, "the condition");
+  if (constant_input(c, 1, "the condition").dim() != 1) c.fail("the condition must be 1-D");
   const std::vector<double> cond = c.const_doubles(1);
   std::vector<int64_t> idx;
   for (size_t i = 0; i < cond.size(); ++i)
