@@ -449,7 +449,16 @@ void CenterCropPad(NodeCtx& c) {
     list.push_back(lo[size_t(d)]);
     list.push_back(hi[size_t(d)]);
   }
-  if (!list.empty()) x = tessera::pad(x, list, "constant", 0.0);
+  if (!list.empty()) {
+    int64_t numel = 1;  // the padded output, at the example's sizes (the target sizes are untrusted)
+    for (size_t d = 0; d < size_t(r); ++d) {
+      const int64_t n = c.example(c.sizes(x)[d]);
+      if (n + lo[d] + hi[d] > kMaxImportElements) c.fail("a target size of more than " + std::to_string(kMaxImportElements));
+      numel = checked_mul(c, numel, n + lo[d] + hi[d], "the padded output's element count");
+    }
+    c.check_elements(numel, "the padded output");
+    x = tessera::pad(x, list, "constant", 0.0);
+  }
   c.out(0, x);
 }
 
