@@ -210,8 +210,7 @@ std::vector<int64_t> positions(const std::vector<int>& labels, const std::vector
 bool contains(const std::vector<int>& v, int l) { return std::find(v.begin(), v.end(), l) != v.end(); }
 
 // Sums out the dims of `o` whose labels are not in `keep`.
-void sum_out(const NodeCtx& c, Operand& o, const std::vector<int>& keep) {
-  (void)c;
+void sum_out(Operand& o, const std::vector<int>& keep) {
   std::vector<int64_t> dims;
   std::vector<int> left;
   for (size_t i = 0; i < o.labels.size(); ++i) {
@@ -266,8 +265,8 @@ Operand contract(const NodeCtx& c, const std::string& eq, Operand a, Operand b, 
   std::vector<int> keep_a = keep, keep_b = keep;
   keep_a.insert(keep_a.end(), b.labels.begin(), b.labels.end());
   keep_b.insert(keep_b.end(), a.labels.begin(), a.labels.end());
-  sum_out(c, a, keep_a);
-  sum_out(c, b, keep_b);
+  sum_out(a, keep_a);
+  sum_out(b, keep_b);
   auto size_of = [&](const Operand& o, int l) {
     return c.sizes(o.t)[size_t(std::find(o.labels.begin(), o.labels.end(), l) - o.labels.begin())];
   };
@@ -277,6 +276,21 @@ Operand contract(const NodeCtx& c, const std::string& eq, Operand a, Operand b, 
       if (!contains(other.labels, l)) s.push_back(size_of(o, l));
     return s;
   };
+  // A contracted dim of size 1 on one side (a broadcast ellipsis dim) is summed on each side alone.
+  std::vector<int> unit;
+  for (int l : a.labels)
+    if (contains(b.labels, l) && !contains(keep, l) && !c.same(size_of(a, l), size_of(b, l)) &&
+        (size_of(a, l).maybe_constant() == std::optional<int64_t>(1) || size_of(b, l).maybe_constant() == std::optional<int64_t>(1)))
+      unit.push_back(l);
+  if (!unit.empty()) {
+    std::vector<int> rest = keep;
+    for (int l : a.labels)
+      if (!contains(unit, l)) rest.push_back(l);
+    for (int l : b.labels)
+      if (!contains(unit, l)) rest.push_back(l);
+    sum_out(a, rest);
+    sum_out(b, rest);
+  }
   if (dynamic_count(free_sizes(b, a)) > dynamic_count(free_sizes(a, b))) std::swap(a, b);
   std::vector<int> batch, left, con, right;
   for (int l : a.labels) (contains(b.labels, l) ? (contains(keep, l) ? batch : con) : left).push_back(l);
@@ -376,7 +390,7 @@ void Einsum(NodeCtx& c) {
     for (size_t j = i + 1; j < ops.size(); ++j) keep.insert(keep.end(), ops[j].labels.begin(), ops[j].labels.end());
     cur = contract(c, eq, cur, ops[i], keep);
   }
-  sum_out(c, cur, out);
+  sum_out(cur, out);
   c.out(0, permuted(cur.t, positions(cur.labels, out)));
 }
 
