@@ -85,11 +85,28 @@ void GatherND(NodeCtx& c) {
   Tensor lin = linear_index(c, idx, dims);  // indices' sizes but the last
   int64_t batch = 1, per = 1;
   for (int64_t d : dims) per = checked_mul(c, per, d, "the indexed dims' element count");
+  bool static_batch = true;
+  for (int64_t d = 0; d < b; ++d) {
+    if (!c.same(is[size_t(d)], ds[size_t(d)])) c.fail("batch dim " + std::to_string(d) + " is " + is[size_t(d)].str() + " in indices, " + ds[size_t(d)].str() + " in data");
+    static_batch = static_batch && ds[size_t(d)].is_constant();
+  }
+  Sizes out(is.begin(), is.end() - 1);
+  out.insert(out.end(), ds.begin() + b + k, ds.end());
+  if (!static_batch) {
+    // Dynamic batch dims: data as [batch, rows, rest], each batch gathering its own rows (the index
+    // broadcast over the rest).
+    const SymSize nb = product(ds, 0, size_t(b)), mid = product(is, size_t(b), size_t(q - 1));
+    Sizes data3{nb, SymSize(per)}, idx3{nb, mid}, at{nb, mid};
+    data3.insert(data3.end(), ds.begin() + b + k, ds.end());
+    idx3.insert(idx3.end(), ds.begin() + b + k, ds.end());
+    at.resize(idx3.size(), SymSize(int64_t(1)));
+    Tensor index = broadcast_to(c, reshape_to(c, lin, at), idx3);
+    return c.out(0, reshape_to(c, tessera::gather(reshape_to(c, x, data3), 1, index), out));
+  }
   if (b > 0) {
     Sizes at(size_t(q - 1), SymSize(int64_t(1)));
     for (int64_t d = 0; d < b; ++d) {
-      const int64_t n = static_dim(c, ds[size_t(d)], "batch dim " + std::to_string(d));
-      if (!c.same(is[size_t(d)], ds[size_t(d)])) c.fail("batch dim " + std::to_string(d) + " is " + is[size_t(d)].str() + " in indices, " + ds[size_t(d)].str() + " in data");
+      const int64_t n = ds[size_t(d)].constant();
       batch = checked_mul(c, batch, n, "the batch dims' element count");
       at[size_t(d)] = n;
     }
@@ -101,8 +118,6 @@ void GatherND(NodeCtx& c) {
   Sizes flat{SymSize(checked_mul(c, batch, per, "the gathered rows"))};
   flat.insert(flat.end(), ds.begin() + b + k, ds.end());
   Tensor rows = tessera::index_select(reshape_to(c, x, flat), 0, reshape_to(c, lin, {product(is, 0, size_t(q - 1))}));
-  Sizes out(is.begin(), is.end() - 1);
-  out.insert(out.end(), ds.begin() + b + k, ds.end());
   c.out(0, reshape_to(c, rows, out));
 }
 
