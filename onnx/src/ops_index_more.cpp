@@ -56,6 +56,16 @@ Tensor iota(int64_t n) {
   return host_tensor(v, {n}, kInt64);
 }
 
+// 0, 1, ..., n-1 (int64); a dynamic n (a plain symbol) is counted at run time.
+Tensor counting(const NodeCtx& c, const SymSize& n, const char* what) {
+  if (n.is_constant()) {
+    c.check_elements(n.constant(), what);
+    return iota(n.constant());
+  }
+  Tensor ones = symbolic_ones(c, {n}).to(kInt64);
+  return tessera::sub(tessera::cumsum(ones, 0, kInt64), host_scalar(1, kInt64));
+}
+
 // The row of each index tuple (the last dim of `idx`, one entry per dim of `dims`) in those dims
 // flattened; a negative entry counts from the end of its dim.
 Tensor linear_index(const NodeCtx& c, Tensor idx, const std::vector<int64_t>& dims) {
@@ -169,10 +179,9 @@ void TensorScatter(NodeCtx& c) {
   if (int64_t(us.size()) != r) c.fail("update has rank " + std::to_string(us.size()) + ", the cache " + std::to_string(r));
   for (int64_t d = 0; d < r; ++d)
     if (d != axis && !c.same(ps[size_t(d)], us[size_t(d)])) c.fail("update's dim " + std::to_string(d) + " is " + us[size_t(d)].str() + ", the cache's " + ps[size_t(d)].str());
-  const int64_t s = static_dim(c, us[size_t(axis)], "the update's sequence dim");
-  c.check_elements(s, "the update's positions");
+  const SymSize s = us[size_t(axis)];
   // The cache position of update row j of batch b: write_indices[b] + j (mod the cache length).
-  Tensor pos = tessera::add(reshape_to(c, iota(s), one_hot_sizes(r, axis, SymSize(s))),
+  Tensor pos = tessera::add(reshape_to(c, counting(c, s, "the update's positions"), one_hot_sizes(r, axis, s)),
                             c.has(2) ? reshape_to(c, c.in(2).to(kInt64), one_hot_sizes(r, 0, ps[0])) : host_scalar(0, kInt64));
   if (mode == "circular") {
     const int64_t n = static_dim(c, ps[size_t(axis)], "the cache's sequence dim");
@@ -498,10 +507,8 @@ void ReverseSequence(NodeCtx& c) {
   const int64_t ba = norm_axis(c, c.attr_int("batch_axis", 1), r), ta = norm_axis(c, c.attr_int("time_axis", 0), r);
   if (ba == ta || ba > 1 || ta > 1) c.fail("batch_axis and time_axis must be 0 and 1 in some order");
   const Sizes s = c.sizes(x);
-  const int64_t t = static_dim(c, s[size_t(ta)], "the time dim");
-  c.check_elements(t, "the time positions");
   // Position t of batch b reads len[b] - 1 - t below len[b], else t: one gather along time.
-  Tensor pos = reshape_to(c, iota(t), one_hot_sizes(r, ta, SymSize(t)));
+  Tensor pos = reshape_to(c, counting(c, s[size_t(ta)], "the time positions"), one_hot_sizes(r, ta, s[size_t(ta)]));
   Tensor len = reshape_to(c, c.in(1).to(kInt64), one_hot_sizes(r, ba, s[size_t(ba)]));
   Tensor src = tessera::where(tessera::lt(pos, len), tessera::sub(tessera::sub(len, host_scalar(1, kInt64)), pos), pos);
   c.out(0, tessera::gather(x, ta, broadcast_to(c, src, s)));
