@@ -66,20 +66,27 @@ Tensor counting(const NodeCtx& c, const SymSize& n, const char* what) {
   return tessera::sub(tessera::cumsum(ones, 0, kInt64), host_scalar(1, kInt64));
 }
 
+// The size n as a 1-element int64 tensor; a dynamic n (a plain symbol) is counted at run time.
+Tensor size_value(const NodeCtx& c, const SymSize& n) {
+  if (n.is_constant()) return host_tensor({n.constant()}, {1}, kInt64);
+  return reshape_to(c, tessera::sum(symbolic_ones(c, {n}).to(kInt64), {0}, false), {SymSize(int64_t(1))});
+}
+
 // The row of each index tuple (the last dim of `idx`, one entry per dim of `dims`) in those dims
 // flattened; a negative entry counts from the end of its dim.
-Tensor linear_index(const NodeCtx& c, Tensor idx, const std::vector<int64_t>& dims) {
+Tensor linear_index(const NodeCtx& c, Tensor idx, const Sizes& dims) {
   const int64_t k = int64_t(dims.size());
-  std::vector<int64_t> stride(static_cast<size_t>(k));
-  int64_t s = 1;
+  std::vector<Tensor> size_list, stride_list(static_cast<size_t>(k));
+  Tensor stride = host_tensor({1}, {1}, kInt64);
   for (int64_t i = k - 1; i >= 0; --i) {
-    stride[size_t(i)] = s;
-    s = checked_mul(c, s, dims[size_t(i)], "the indexed dims' element count");
+    stride_list[size_t(i)] = stride;
+    size_list.insert(size_list.begin(), size_value(c, dims[size_t(i)]));
+    if (i > 0) stride = tessera::mul(stride, size_list.front());
   }
+  Tensor sizes_t = tessera::cat(size_list, 0), strides_t = tessera::cat(stride_list, 0);
   idx = idx.to(kInt64);
-  Tensor wrap = tessera::mul(tessera::lt(idx, host_scalar(0, kInt64)).to(kInt64), host_tensor(dims, {k}, kInt64));
-  idx = tessera::add(idx, wrap);
-  return tessera::sum(tessera::mul(idx, host_tensor(stride, {k}, kInt64)), {-1}, false);
+  idx = tessera::add(idx, tessera::mul(tessera::lt(idx, host_scalar(0, kInt64)).to(kInt64), sizes_t));
+  return tessera::sum(tessera::mul(idx, strides_t), {-1}, false);
 }
 
 void GatherND(NodeCtx& c) {
@@ -90,23 +97,22 @@ void GatherND(NodeCtx& c) {
   if (b < 0 || b >= q || b >= r) c.fail("batch_dims " + std::to_string(b) + " must be below the ranks of data and indices");
   const int64_t k = static_dim(c, is.back(), "the indices' last dim");
   if (k < 1 || b + k > r) c.fail("index tuples of " + std::to_string(k) + " entries for data of rank " + std::to_string(r) + " with batch_dims " + std::to_string(b));
-  std::vector<int64_t> dims;
-  for (int64_t d = b; d < b + k; ++d) dims.push_back(static_dim(c, ds[size_t(d)], "indexed dim " + std::to_string(d)));
+  const Sizes dims(ds.begin() + b, ds.begin() + b + k);
   Tensor lin = linear_index(c, idx, dims);  // indices' sizes but the last
-  int64_t batch = 1, per = 1;
-  for (int64_t d : dims) per = checked_mul(c, per, d, "the indexed dims' element count");
-  bool static_batch = true;
+  const SymSize per = product(dims, 0, dims.size());
+  int64_t batch = 1;
+  bool static_batch = per.is_constant();
   for (int64_t d = 0; d < b; ++d) {
     if (!c.same(is[size_t(d)], ds[size_t(d)])) c.fail("batch dim " + std::to_string(d) + " is " + is[size_t(d)].str() + " in indices, " + ds[size_t(d)].str() + " in data");
     static_batch = static_batch && ds[size_t(d)].is_constant();
   }
   Sizes out(is.begin(), is.end() - 1);
   out.insert(out.end(), ds.begin() + b + k, ds.end());
-  if (!static_batch) {
-    // Dynamic batch dims: data as [batch, rows, rest], each batch gathering its own rows (the index
-    // broadcast over the rest).
+  if (b > 0 && !static_batch) {
+    // Dynamic batch or indexed dims: data as [batch, rows, rest], each batch gathering its own rows
+    // (the index broadcast over the rest).
     const SymSize nb = product(ds, 0, size_t(b)), mid = product(is, size_t(b), size_t(q - 1));
-    Sizes data3{nb, SymSize(per)}, idx3{nb, mid}, at{nb, mid};
+    Sizes data3{nb, per}, idx3{nb, mid}, at{nb, mid};
     data3.insert(data3.end(), ds.begin() + b + k, ds.end());
     idx3.insert(idx3.end(), ds.begin() + b + k, ds.end());
     at.resize(idx3.size(), SymSize(int64_t(1)));
@@ -122,10 +128,10 @@ void GatherND(NodeCtx& c) {
     }
     c.check_elements(batch, "the batch offsets");
     std::vector<int64_t> offs(static_cast<size_t>(batch));
-    for (int64_t i = 0; i < batch; ++i) offs[size_t(i)] = checked_mul(c, i, per, "a batch offset");
+    for (int64_t i = 0; i < batch; ++i) offs[size_t(i)] = checked_mul(c, i, per.constant(), "a batch offset");
     lin = tessera::add(lin, host_tensor(offs, c.example(at), kInt64));
   }
-  Sizes flat{SymSize(checked_mul(c, batch, per, "the gathered rows"))};
+  Sizes flat{b > 0 ? SymSize(checked_mul(c, batch, per.constant(), "the gathered rows")) : per};
   flat.insert(flat.end(), ds.begin() + b + k, ds.end());
   Tensor rows = tessera::index_select(reshape_to(c, x, flat), 0, reshape_to(c, lin, {product(is, 0, size_t(q - 1))}));
   c.out(0, reshape_to(c, rows, out));
@@ -138,8 +144,10 @@ void ScatterND(NodeCtx& c) {
   if (q < 1) c.fail("indices must have rank >= 1");
   const int64_t k = static_dim(c, is.back(), "the indices' last dim");
   if (k < 1 || k > r) c.fail("index tuples of " + std::to_string(k) + " entries for data of rank " + std::to_string(r));
-  std::vector<int64_t> dims;
-  for (int64_t d = 0; d < k; ++d) dims.push_back(static_dim(c, ds[size_t(d)], "indexed dim " + std::to_string(d)));
+  const Sizes dims(ds.begin(), ds.begin() + k);
+  int dynamic = 0;
+  for (const SymSize& d : dims) dynamic += d.is_constant() ? 0 : 1;
+  if (dynamic > 1) c.fail("indexes several dynamic dims of data (their rows cannot be split back into them); fix them with ImportOptions::fixed_dims");
   Sizes want(is.begin(), is.end() - 1);
   want.insert(want.end(), ds.begin() + k, ds.end());
   bool ok = want.size() == us.size();
@@ -147,9 +155,7 @@ void ScatterND(NodeCtx& c) {
   if (!ok) c.fail("updates do not have the shape indices.shape[:-1] + data.shape[k:]");
   // data as [rows, data.shape[k:]], updates as [m, data.shape[k:]] (the trailing dims kept whole:
   // symbolic ones stay plain symbols); the index is each update's row, broadcast.
-  int64_t rows = 1;
-  for (int64_t d : dims) rows = checked_mul(c, rows, d, "the indexed dims' element count");
-  Sizes flat_sizes{SymSize(rows)}, src_sizes{product(is, 0, size_t(q - 1))}, at{src_sizes[0]};
+  Sizes flat_sizes{product(dims, 0, dims.size())}, src_sizes{product(is, 0, size_t(q - 1))}, at{src_sizes[0]};
   flat_sizes.insert(flat_sizes.end(), ds.begin() + k, ds.end());
   src_sizes.insert(src_sizes.end(), ds.begin() + k, ds.end());
   at.resize(src_sizes.size(), SymSize(int64_t(1)));
