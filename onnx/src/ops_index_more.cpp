@@ -76,14 +76,28 @@ Tensor size_value(const NodeCtx& c, const SymSize& n) {
 // flattened; a negative entry counts from the end of its dim.
 Tensor linear_index(const NodeCtx& c, Tensor idx, const Sizes& dims) {
   const int64_t k = int64_t(dims.size());
-  std::vector<Tensor> size_list, stride_list(static_cast<size_t>(k));
-  Tensor stride = host_tensor({1}, {1}, kInt64);
-  for (int64_t i = k - 1; i >= 0; --i) {
-    stride_list[size_t(i)] = stride;
-    size_list.insert(size_list.begin(), size_value(c, dims[size_t(i)]));
-    if (i > 0) stride = tessera::mul(stride, size_list.front());
+  Tensor sizes_t, strides_t;
+  if (product(dims, 0, dims.size()).is_constant()) {  // constants made here
+    std::vector<int64_t> n, stride(static_cast<size_t>(k));
+    int64_t s = 1;
+    for (int64_t i = k - 1; i >= 0; --i) {
+      stride[size_t(i)] = s;
+      s = checked_mul(c, s, dims[size_t(i)].constant(), "the indexed dims' element count");
+    }
+    for (const SymSize& d : dims) n.push_back(d.constant());
+    sizes_t = host_tensor(n, {k}, kInt64);
+    strides_t = host_tensor(stride, {k}, kInt64);
+  } else {
+    std::vector<Tensor> size_list, stride_list(static_cast<size_t>(k));
+    Tensor stride = host_tensor({1}, {1}, kInt64);
+    for (int64_t i = k - 1; i >= 0; --i) {
+      stride_list[size_t(i)] = stride;
+      size_list.insert(size_list.begin(), size_value(c, dims[size_t(i)]));
+      if (i > 0) stride = tessera::mul(stride, size_list.front());
+    }
+    sizes_t = tessera::cat(size_list, 0);
+    strides_t = tessera::cat(stride_list, 0);
   }
-  Tensor sizes_t = tessera::cat(size_list, 0), strides_t = tessera::cat(stride_list, 0);
   idx = idx.to(kInt64);
   idx = tessera::add(idx, tessera::mul(tessera::lt(idx, host_scalar(0, kInt64)).to(kInt64), sizes_t));
   return tessera::sum(tessera::mul(idx, strides_t), {-1}, false);

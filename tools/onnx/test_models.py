@@ -237,7 +237,7 @@ def index_more():  # Einsum (projection, q.k^T), GatherND on run-time indices (b
          h.make_node("Einsum", ["e1", "e1"], ["y"], equation="bqd,bkd->bqk"),
          h.make_node("GatherND", ["tab", "gi"], ["z"]),
          h.make_node("GatherND", ["v", "gb"], ["u"], batch_dims=1)]
-    return model(n, [vi("x", ["b", "s", 8]), vi("gi", ["b", 1], TP.INT64), vi("v", ["b", 3, 4]), vi("gb", ["b", 2, 1], TP.INT64)],
+    return model(n, [vi("x", ["b", "s", 8]), vi("gi", ["b", 1], TP.INT64), vi("v", ["b", "s", 4]), vi("gb", ["b", 2, 1], TP.INT64)],
                  [vi("y", ["b", "s", "s"]), vi("z", ["b", 8]), vi("u", ["b", 2, 4])],
                  [w("pw", 8, 6), w("tab", 5, 8)], opset=17)
 
