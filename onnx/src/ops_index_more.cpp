@@ -276,13 +276,9 @@ void take_diagonals(const NodeCtx& c, const std::string& eq, Operand& o) {
       }
       const Sizes s = c.sizes(o.t);
       if (!c.same(s[p], s[q])) c.fail("equation '" + eq + "' takes a diagonal of dims of sizes " + s[p].str() + " and " + s[q].str());
-      const int64_t n = static_dim(c, s[p], "a diagonal of equation '" + eq + "'");
-      c.check_elements(checked_mul(c, n, n, "the diagonal mask"), "the diagonal mask");
-      std::vector<int64_t> eye(size_t(n * n), 0), at(s.size(), 1);
-      for (int64_t i = 0; i < n; ++i) eye[size_t(i * n + i)] = 1;
-      at[p] = n;
-      at[q] = n;
-      Tensor mask = host_tensor(eye, at, kBool);
+      Tensor i = counting(c, s[p], "a diagonal's positions");
+      Tensor mask = tessera::eq(reshape_to(c, i, one_hot_sizes(int64_t(s.size()), int64_t(p), s[p])),
+                                reshape_to(c, i, one_hot_sizes(int64_t(s.size()), int64_t(q), s[q])));
       o.t = tessera::sum(tessera::where(mask, o.t, host_scalar(0.0, o.t.dtype())), {int64_t(q)}, false);
       o.labels.erase(o.labels.begin() + int64_t(q));
     }
