@@ -1,5 +1,6 @@
 // Converters of the pointwise family: arithmetic, comparisons, logic, activations, Cast, Clip,
 // Where, Constant. Arithmetic on known integers is folded (Note [Known integers] in convert.h).
+#include <algorithm>
 #include <cmath>
 
 #include "convert.h"
@@ -205,8 +206,18 @@ void variadic(NodeCtx& c) {
   c.out(0, acc);
 }
 Tensor add2(const Tensor& a, const Tensor& b) { return tessera::add(a, b); }
-void Max(NodeCtx& c) { variadic<tessera::maximum>(c); }
-void Min(NodeCtx& c) { variadic<tessera::minimum>(c); }
+// Max/Min of two known integer lists whose elements are all constants (a crop's or pad's sizes).
+SymSize max_i(const SymSize& a, const SymSize& b) { return std::max(a.constant(), b.constant()); }
+SymSize min_i(const SymSize& a, const SymSize& b) { return std::min(a.constant(), b.constant()); }
+bool fold_extreme(NodeCtx& c, IntFn fn) {
+  if (c.num_inputs() != 2 || !c.has_ints(0) || !c.has_ints(1)) return false;
+  for (int i : {0, 1})
+    for (const SymSize& v : c.ints(i))
+      if (!v.is_constant()) return false;
+  return fold_binary(c, fn);
+}
+void Max(NodeCtx& c) { if (!fold_extreme(c, max_i)) variadic<tessera::maximum>(c); }
+void Min(NodeCtx& c) { if (!fold_extreme(c, min_i)) variadic<tessera::minimum>(c); }
 void Sum(NodeCtx& c) { variadic<add2>(c); }
 void Mean(NodeCtx& c) {
   Tensor acc = c.in(0);
