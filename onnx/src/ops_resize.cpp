@@ -1,46 +1,351 @@
 // Resize (and the sampling family: GridSample, AffineGrid) at import.
+#include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "convert.h"
+#include "tessera/dispatch_key.h"
 
 namespace tessera::onnx::detail {
 
 namespace {
 
+// Note [Resize at import]
+// Resize is separable: onnx.reference (op_resize.py) resizes one axis at a time, each output index o
+// reading n input indices (edge-clamped) with weights from its source coordinate. For a static
+// axis the importer computes those taps in double, as the reference does, and applies them with
+// ops every device has: nearest is an index_select (exact for every dtype), the other modes a sum
+// of index_selects times per-row weights (or a matmul by the dense out x in matrix when the
+// antialias footprint is wide). tf_crop_and_resize's extrapolated rows are then set by a where.
+// Models the CNNs here use (nearest or linear of the spatial dims) keep the contract's _resize,
+// which computes the same thing in one kernel.
+
+struct AxisPlan {
+  int64_t axis = 0, in = 0, out = 0;
+  double scale = 1;
+  double roi_start = 0, roi_end = 1;
+};
+
+struct Taps {
+  int64_t n = 0;                // taps per output index
+  std::vector<int64_t> index;   // [out * n], clamped into [0, in)
+  std::vector<double> weight;   // [out * n]
+  std::vector<uint8_t> extrap;  // [out]: tf_crop_and_resize rows outside the input
+};
+
+struct ResizeAttrs {
+  std::string mode, ctm, nearest_mode;
+  bool antialias = false, exclude_outside = false;
+  double cubic_a = -0.75, extrapolation = 0;
+};
+
+double source_coord(const ResizeAttrs& a, const AxisPlan& p, int64_t o, bool* extrap) {
+  const double y = double(o), in = double(p.in), width = p.scale * in;
+  const std::string& m = a.ctm;
+  if (m == "align_corners") return width == 1 ? 0.0 : y * (in - 1) / (width - 1);
+  if (m == "asymmetric") return y / p.scale;
+  if (m == "tf_crop_and_resize") {
+    const double d = p.roi_end - p.roi_start;
+    double x = width == 1 ? d * (in - 1) / 2 : y * d * (in - 1) / (width - 1);
+    x = x + p.roi_start * (in - 1);
+    *extrap = x < 0 || x > in - 1;
+    return x;
+  }
+  if (m == "pytorch_half_pixel") return width == 1 ? -0.5 : (y + 0.5) / p.scale - 0.5;
+  if (m == "half_pixel_symmetric") {
+    const double offset = in / 2 * (1 - double(p.out) / width);
+    return offset + (y + 0.5) / p.scale - 0.5;
+  }
+  if (m == "tf_half_pixel_for_nearest") return (y + 0.5) / p.scale;
+  return (y + 0.5) / p.scale - 0.5;  // half_pixel
+}
+
+// The weights of one output index whose source coordinate is `ratio` (in (0, 1]) past the pixel on
+// its left (op_resize.py's *_coeffs).
+std::vector<double> coeffs(const ResizeAttrs& a, double ratio, double scale) {
+  if (a.mode == "nearest") {
+    if (ratio == 1) return {0, 1};
+    if (a.nearest_mode == "round_prefer_ceil") return {double(ratio < 0.5), double(ratio >= 0.5)};
+    if (a.nearest_mode == "floor") return {1, 0};
+    if (a.nearest_mode == "ceil") return {0, 1};
+    return {double(ratio <= 0.5), double(ratio > 0.5)};
+  }
+  const double A = a.cubic_a;
+  if (a.mode == "linear" && !a.antialias) return {1 - ratio, ratio};
+  if (a.mode == "cubic" && !a.antialias) {
+    const double r1 = ratio + 1, q = 1 - ratio, q1 = q + 1;
+    return {((A * r1 - 5 * A) * r1 + 8 * A) * r1 - 4 * A, ((A + 2) * ratio - (A + 3)) * ratio * ratio + 1,
+            ((A + 2) * q - (A + 3)) * q * q + 1, ((A * q1 - 5 * A) * q1 + 8 * A) * q1 - 4 * A};
+  }
+  const double s = std::min(scale, 1.0);
+  std::vector<double> w;
+  if (a.mode == "linear") {
+    const int64_t start = int64_t(std::floor(-1 / s) + 1), footprint = 2 - 2 * start;
+    for (int64_t i = start; i < start + footprint; ++i) w.push_back(std::clamp(1 - std::abs((double(i) - ratio) * s), 0.0, 1.0));
+  } else {
+    const int64_t start = int64_t(std::floor(-2 / s) + 1), end = 2 - start;
+    for (int64_t i = start; i < end; ++i) {
+      const double x = std::abs(s * (double(i) - ratio)), x2 = x * x, x3 = x * x2;
+      w.push_back(x <= 1 ? (A + 2) * x3 - (A + 3) * x2 + 1 : x < 2 ? A * x3 - 5 * A * x2 + 8 * A * x - 4 * A : 0.0);
+    }
+  }
+  double sum = 0;
+  for (double v : w) sum += v;
+  for (double& v : w) v /= sum;
+  return w;
+}
+
+// The taps of one axis, as op_resize.py's _interpolate_1d_along_axis picks them.
+Taps axis_taps(const NodeCtx& c, const ResizeAttrs& a, const AxisPlan& p) {
+  Taps t;
+  t.extrap.assign(size_t(p.out), 0);
+  for (int64_t o = 0; o < p.out; ++o) {
+    bool ex = false;
+    const double x = source_coord(a, p, o, &ex);
+    if (!std::isfinite(x) || std::abs(x) > 1e15) c.fail("the source coordinate of output " + std::to_string(o) + " along axis " + std::to_string(p.axis) + " is not finite");
+    t.extrap[size_t(o)] = ex;
+    const double xi = std::floor(x);
+    std::vector<double> w = coeffs(a, x == xi ? 1.0 : x - xi, p.scale);
+    const int64_t n = int64_t(w.size());
+    if (o == 0) {
+      t.n = n;
+      c.check_elements(p.out * n, "the taps of Resize");
+    }
+    const int64_t pad = (n + 1) / 2;
+    const double xp = x + double(pad), pp = std::floor(xp), frac = xp - pp;
+    const int64_t offset = n % 2 == 0 ? (frac == 0 ? -(n / 2) : -(n / 2) + 1) : (frac <= 0.5 ? -((n - 1) / 2) : -((n - 1) / 2) + 1);
+    const int64_t first = int64_t(pp) + offset - pad;
+    if (a.exclude_outside) {
+      double sum = 0;
+      for (int64_t k = 0; k < n; ++k) {
+        if (first + k < 0 || first + k >= p.in) w[size_t(k)] = 0;
+        sum += w[size_t(k)];
+      }
+      if (sum == 0) sum = 1;
+      for (double& v : w) v /= sum;
+    }
+    for (int64_t k = 0; k < n; ++k) {
+      t.index.push_back(std::clamp<int64_t>(first + k, 0, p.in - 1));
+      t.weight.push_back(w[size_t(k)]);
+    }
+  }
+  return t;
+}
+
+// A host tensor (outside the capture, like host_tensor) holding `values`.
+Tensor host_doubles(const std::vector<double>& values, IntArrayRef sizes, DType dtype) {
+  ExcludeDispatchKeyGuard plain(DispatchKeySet::functionality(Functionality::Export));
+  return tessera::tensor(values, {int64_t(values.size())}, tessera::dtype(kFloat64)).reshape(sizes).to(dtype);
+}
+
+// [out, 1, ..., 1]: broadcasts a per-row value against a tensor of `rank` dims along `axis`.
+std::vector<int64_t> row_shape(int64_t out, int64_t axis, int64_t rank) {
+  std::vector<int64_t> s(size_t(rank - axis), 1);
+  s[0] = out;
+  return s;
+}
+
+// Resizes `x` along one axis (Note [Resize at import]); `x` is floating unless every row is a copy.
+Tensor resize_axis(const NodeCtx& c, const Tensor& x, const AxisPlan& p, const Taps& t, const ResizeAttrs& a) {
+  const int64_t rank = x.dim(), n = t.n;
+  // A copy when every row has one weight of exactly 1 (nearest), else a weighted sum.
+  std::vector<int64_t> pick;
+  for (int64_t o = 0; o < p.out; ++o) {
+    int64_t at = -1, nonzero = 0;
+    for (int64_t k = 0; k < n; ++k) {
+      const double w = t.weight[size_t(o * n + k)];
+      if (w != 0) ++nonzero;
+      if (w == 1) at = t.index[size_t(o * n + k)];
+    }
+    if (nonzero != 1 || at < 0) break;
+    pick.push_back(at);
+  }
+  Tensor y;
+  if (int64_t(pick.size()) == p.out) {
+    y = tessera::index_select(x, p.axis, host_tensor(pick, {p.out}, kInt64));
+  } else if (!is_floating(x.dtype())) {
+    c.fail("mode " + a.mode + " of a " + std::string(dtype_name(x.dtype())) + " input is not supported (nearest is)");
+  } else if (n <= 8) {
+    for (int64_t k = 0; k < n; ++k) {
+      std::vector<int64_t> idx;
+      std::vector<double> w;
+      for (int64_t o = 0; o < p.out; ++o) {
+        idx.push_back(t.index[size_t(o * n + k)]);
+        w.push_back(t.weight[size_t(o * n + k)]);
+      }
+      Tensor term = tessera::mul(tessera::index_select(x, p.axis, host_tensor(idx, {p.out}, kInt64)),
+                                 host_doubles(w, row_shape(p.out, p.axis, rank), x.dtype()));
+      y = k == 0 ? term : tessera::add(y, term);
+    }
+  } else {  // a wide footprint: one matmul by the dense [in, out] matrix, the axis moved last
+    c.check_elements(p.in * p.out, "the Resize matrix");
+    std::vector<double> m(size_t(p.in * p.out), 0.0);
+    for (int64_t o = 0; o < p.out; ++o)
+      for (int64_t k = 0; k < n; ++k) m[size_t(t.index[size_t(o * n + k)] * p.out + o)] += t.weight[size_t(o * n + k)];
+    y = tessera::matmul(x.transpose(p.axis, rank - 1), host_doubles(m, {p.in, p.out}, x.dtype())).transpose(p.axis, rank - 1);
+  }
+  if (std::find(t.extrap.begin(), t.extrap.end(), 1) != t.extrap.end()) {
+    std::vector<int64_t> mask(t.extrap.begin(), t.extrap.end());
+    y = tessera::where(host_tensor(mask, row_shape(p.out, p.axis, rank), kBool), host_scalar(a.extrapolation, y.dtype()), y);
+  }
+  return y;
+}
+
 void Resize(NodeCtx& c) {
   Tensor x = c.in(0);
-  const std::string mode = c.attr_string("mode", "nearest");
-  if (mode != "nearest" && mode != "linear") c.fail("mode '" + mode + "' is not supported (nearest, linear are)");
-  if (c.attr_int("antialias", 0)) c.fail("antialias is not supported");
-  if (c.attr_int("exclude_outside", 0)) c.fail("exclude_outside is not supported");
-  if (c.has_attr("axes")) c.fail("axes is not supported");
-  if (c.attr_string("keep_aspect_ratio_policy", "stretch") != "stretch") c.fail("only keep_aspect_ratio_policy=stretch is supported");
-  const std::string ctm = c.attr_string("coordinate_transformation_mode", "half_pixel");
-  c.ignore_attrs({"cubic_coeff_a", "extrapolation_value"});  // cubic and tf_crop_and_resize only
-  if (ctm == "tf_crop_and_resize") c.fail("coordinate_transformation_mode tf_crop_and_resize is not supported");
-  Sizes s = c.sizes(x);
-  std::vector<int64_t> out;
-  if (c.has(3)) {
-    out = c.const_ints(3);
-  } else if (c.has(2)) {
-    std::vector<double> scales = c.const_doubles(2);
-    if (scales.size() != s.size()) c.fail("scales has " + std::to_string(scales.size()) + " entries for rank " + std::to_string(s.size()));
-    for (size_t i = 0; i < s.size(); ++i) {
-      if (!s[i].is_constant()) c.fail("resizes the dynamic size " + s[i].str() + " by a scale");
-      const double v = double(s[i].constant()) * scales[i];
-      if (!(v >= 0) || v > double(kMaxImportElements) || std::floor(v) != v)
-        c.fail("scale " + std::to_string(scales[i]) + " of size " + s[i].str() + " does not give a whole size; give sizes instead");
-      out.push_back(int64_t(v));
-    }
-  } else {
-    c.fail("neither scales nor sizes is given");
+  const Sizes s = c.sizes(x);
+  const int64_t rank = int64_t(s.size());
+  ResizeAttrs a;
+  a.mode = c.attr_string("mode", "nearest");
+  if (a.mode != "nearest" && a.mode != "linear" && a.mode != "cubic") c.fail("mode '" + a.mode + "' is not one of nearest, linear, cubic");
+  a.ctm = c.attr_string("coordinate_transformation_mode", "half_pixel");
+  static const char* kModes[] = {"half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corners", "asymmetric",
+                                 "tf_half_pixel_for_nearest", "tf_crop_and_resize"};
+  if (std::find(std::begin(kModes), std::end(kModes), a.ctm) == std::end(kModes)) c.fail("coordinate_transformation_mode '" + a.ctm + "' is not known");
+  a.nearest_mode = c.attr_string("nearest_mode", "round_prefer_floor");
+  if (a.nearest_mode != "round_prefer_floor" && a.nearest_mode != "round_prefer_ceil" && a.nearest_mode != "floor" && a.nearest_mode != "ceil")
+    c.fail("nearest_mode '" + a.nearest_mode + "' is not known");
+  a.antialias = c.attr_int("antialias", 0) != 0;
+  if (a.antialias && a.mode == "nearest") c.fail("antialias applies to the linear and cubic modes, not nearest");
+  a.exclude_outside = c.attr_int("exclude_outside", 0) != 0;
+  a.cubic_a = c.attr_float("cubic_coeff_a", -0.75);
+  a.extrapolation = c.attr_float("extrapolation_value", 0.0);
+  const std::string policy = c.attr_string("keep_aspect_ratio_policy", "stretch");
+  if (policy != "stretch" && policy != "not_larger" && policy != "not_smaller") c.fail("keep_aspect_ratio_policy '" + policy + "' is not known");
+
+  std::vector<int64_t> axes;
+  for (int64_t v : c.attr_ints("axes", {})) {
+    const int64_t d = norm_axis(c, v, rank);
+    if (std::find(axes.begin(), axes.end(), d) != axes.end()) c.fail("axes names axis " + std::to_string(d) + " twice");
+    axes.push_back(d);
   }
-  if (out.size() != s.size() || out.size() < 3) c.fail("sizes must give every dim of a 3-D or larger input");
-  for (size_t i = 0; i < 2 && i + 2 < out.size(); ++i)
-    if (s[i].maybe_constant() != std::optional<int64_t>(out[i]) && !(s[i].is_constant() == false && i < 2 && c.example(s[i]) == out[i]))
-      c.fail("only the spatial dims (after batch and channels) can be resized");
-  std::vector<int64_t> spatial(out.begin() + 2, out.end());
-  c.out(0, call_op(c, "_resize", {x, spatial, mode, ctm, c.attr_string("nearest_mode", "round_prefer_floor")}));
+  if (axes.empty())
+    for (int64_t d = 0; d < rank; ++d) axes.push_back(d);
+  const size_t na = axes.size();
+
+  // scales (input 2) or sizes (input 3); an empty tensor counts as absent.
+  std::vector<double> scales;
+  Sizes sizes;
+  if (c.has(2)) scales = c.const_doubles(2);
+  if (c.has(3)) sizes = c.ints(3);
+  if (!scales.empty() && !sizes.empty()) c.fail("both scales and sizes are given");
+  if (scales.empty() && sizes.empty()) c.fail("neither scales nor sizes is given");
+  const size_t given = scales.empty() ? sizes.size() : scales.size();
+  if (given != na) c.fail((scales.empty() ? "sizes" : "scales") + std::string(" has ") + std::to_string(given) + " entries for " + std::to_string(na) + " resized axes");
+  std::vector<double> roi;
+  if (a.ctm == "tf_crop_and_resize") {
+    if (c.has(1)) roi = c.const_doubles(1);
+    if (roi.size() != 2 * na) c.fail("tf_crop_and_resize needs roi with " + std::to_string(2 * na) + " entries, got " + std::to_string(roi.size()));
+  }
+
+  // Per resized axis: its scale and output size, as op_resize.py's _interpolate_nd sets them.
+  std::vector<AxisPlan> plans;
+  std::vector<bool> identity;
+  auto static_in = [&](size_t i, const char* why) {
+    if (!s[size_t(axes[i])].is_constant()) c.fail(std::string(why) + " the dynamic size " + s[size_t(axes[i])].str() + " of axis " + std::to_string(axes[i]));
+    return s[size_t(axes[i])].constant();
+  };
+  double aspect = 0;
+  if (!scales.empty() || policy != "stretch") {
+    for (size_t i = 0; i < na && policy != "stretch" && scales.empty(); ++i) {
+      if (!sizes[i].is_constant()) c.fail("sizes entry " + std::to_string(i) + " is not constant (" + sizes[i].str() + ")");
+      const int64_t in = static_in(i, "keep_aspect_ratio_policy needs");
+      if (in == 0) c.fail("keep_aspect_ratio_policy on the empty axis " + std::to_string(axes[i]));
+      const double r = double(sizes[i].constant()) / double(in);
+      aspect = i == 0 ? r : policy == "not_larger" ? std::min(aspect, r) : std::max(aspect, r);
+    }
+  }
+  for (size_t i = 0; i < na; ++i) {
+    AxisPlan p;
+    p.axis = axes[i];
+    if (!roi.empty()) p.roi_start = roi[i], p.roi_end = roi[na + i];
+    const bool roi_trivial = roi.empty() || (p.roi_start == 0 && std::abs(p.roi_end - 1) <= 1e-9);
+    const SymSize& dim = s[size_t(p.axis)];
+    if (!scales.empty()) {
+      p.scale = scales[i];
+      if (!(p.scale > 0) || !std::isfinite(p.scale)) c.fail("scale " + std::to_string(p.scale) + " of axis " + std::to_string(p.axis) + " is not positive and finite");
+      if (!dim.is_constant() && std::abs(p.scale - 1) <= 1e-9 && roi_trivial) {
+        identity.push_back(true);
+        plans.push_back(p);
+        continue;
+      }
+      p.in = static_in(i, "resizes by a scale");
+      const double v = std::floor(double(p.in) * p.scale);
+      if (v > double(kMaxImportElements)) c.fail("scale " + std::to_string(p.scale) + " of axis " + std::to_string(p.axis) + " gives more than " + std::to_string(kMaxImportElements) + " elements");
+      p.out = int64_t(v);
+    } else if (policy != "stretch") {
+      p.in = static_in(i, "keep_aspect_ratio_policy needs");
+      p.scale = aspect;
+      p.out = int64_t(aspect * double(p.in) + 0.5);
+    } else {
+      if (c.same(sizes[i], dim) && roi_trivial) {
+        identity.push_back(true);
+        plans.push_back(p);
+        continue;
+      }
+      if (!sizes[i].is_constant()) c.fail("sizes entry " + std::to_string(i) + " is not constant (" + sizes[i].str() + ")");
+      p.in = static_in(i, "resizes");
+      p.out = sizes[i].constant();
+      if (p.out < 0 || p.out > kMaxImportElements) c.fail("size " + std::to_string(p.out) + " of axis " + std::to_string(p.axis) + " is out of range");
+      if (p.in == 0 && p.out != 0) c.fail("resizes the empty axis " + std::to_string(p.axis) + " to " + std::to_string(p.out));
+      p.scale = p.in == 0 ? 1.0 : double(p.out) / double(p.in);
+    }
+    identity.push_back((std::abs(p.scale - 1) <= 1e-9 && p.out == p.in && roi_trivial) || (p.in == 0 && p.out == 0));
+    plans.push_back(p);
+  }
+
+  // The contract's _resize: nearest/linear of trailing spatial dims of a 3-D or larger input.
+  bool fast = rank >= 3 && (a.mode == "nearest" || (a.mode == "linear" && is_floating(x.dtype()))) && !a.antialias && !a.exclude_outside && a.ctm != "tf_crop_and_resize";
+  std::vector<int64_t> spatial(size_t(std::max<int64_t>(rank - 2, 0)), -1);
+  std::vector<double> spatial_scale(spatial.size(), 1.0);
+  for (size_t i = 0; fast && i < na; ++i) {
+    const AxisPlan& p = plans[i];
+    if (p.axis < 2) {
+      fast = identity[i];
+    } else {
+      spatial[size_t(p.axis - 2)] = identity[i] ? (s[size_t(p.axis)].is_constant() ? s[size_t(p.axis)].constant() : -1) : p.out;
+      spatial_scale[size_t(p.axis - 2)] = identity[i] ? 1.0 : p.scale;
+    }
+  }
+  for (size_t d = 0; fast && d < spatial.size(); ++d) {
+    if (spatial[d] >= 0) continue;
+    if (!s[d + 2].is_constant()) fast = false;
+    else spatial[d] = s[d + 2].constant();
+  }
+  if (fast) {
+    Tensor sc = host_doubles(spatial_scale, {int64_t(spatial_scale.size())}, kFloat64);
+    c.out(0, call_op(c, "_resize", {x, spatial, a.mode, a.ctm, a.nearest_mode, a.cubic_a, false, sc}));
+    return;
+  }
+
+  const DType dt = x.dtype();
+  Tensor y = x;
+  bool widened = false;
+  for (size_t i = 0; i < na; ++i) {
+    if (identity[i]) continue;
+    const Taps t = axis_taps(c, a, plans[i]);
+    if (a.mode != "nearest" && !is_floating(y.dtype())) {
+      if (dt == kBool) c.fail("mode " + a.mode + " of a bool input is not supported (nearest is)");
+      y = y.to(kFloat64);  // integers: computed in double, then rounded and saturated as op_resize.py does
+      widened = true;
+    } else if (a.mode != "nearest" && (y.dtype() == kFloat16 || y.dtype() == kBFloat16)) {
+      y = y.to(kFloat32);
+      widened = true;
+    }
+    y = resize_axis(c, y, plans[i], t, a);
+  }
+  if (widened && is_integral(dt)) {
+    double lo = 0, hi = 0;
+    switch (dt) {
+      case kUInt8: lo = 0, hi = 255; break;
+      case kInt8: lo = -128, hi = 127; break;
+      case kInt16: lo = -32768, hi = 32767; break;
+      case kInt32: lo = -2147483648.0, hi = 2147483647.0; break;
+      default: lo = -9223372036854775808.0, hi = 9223372036854775807.0; break;
+    }
+    y = tessera::clamp(tessera::round(y), lo, hi);
+  }
+  c.out(0, widened ? y.to(dt) : y);
 }
 
 }  // namespace
