@@ -348,10 +348,132 @@ void Resize(NodeCtx& c) {
   c.out(0, widened ? y.to(dt) : y);
 }
 
+
+// GridSample as onnx.reference computes it (op_grid_sample.py), with run-time ops: the grid's
+// coordinates are denormalized, rounded (nearest) and brought inside the border per padding_mode;
+// each tap (1, 2 or 4 per spatial dim) gathers from the flattened input at its flat index with the
+// product of its per-dim weights.
+void GridSample(NodeCtx& c) {
+  Tensor x = c.in(0), grid = c.in(1);
+  std::string mode = c.attr_string("mode", c.opset() >= 20 ? "linear" : "bilinear");
+  if (mode == "bilinear") mode = "linear";
+  if (mode == "bicubic") mode = "cubic";
+  if (mode != "nearest" && mode != "linear" && mode != "cubic") c.fail("mode '" + mode + "' is not one of nearest, linear, cubic");
+  const std::string padding = c.attr_string("padding_mode", "zeros");
+  if (padding != "zeros" && padding != "border" && padding != "reflection") c.fail("padding_mode '" + padding + "' is not one of zeros, border, reflection");
+  const bool align = c.attr_int("align_corners", 0) != 0;
+  const Sizes xs = c.sizes(x), gs = c.sizes(grid);
+  const int64_t r = int64_t(xs.size()), k = r - 2;
+  if (k < 1) c.fail("X must have a batch, a channel and at least one spatial dim");
+  if (int64_t(gs.size()) != r || !gs.back().is_constant() || gs.back().constant() != k)
+    c.fail("grid must be [N, spatial..., " + std::to_string(k) + "] for a " + std::to_string(r) + "-D X");
+  if (!is_floating(x.dtype()) || !is_floating(grid.dtype())) c.fail("X and grid must be floating");
+  std::vector<int64_t> dims;
+  int64_t pixels = 1;
+  for (int64_t i = 0; i < k; ++i) {
+    if (!xs[size_t(2 + i)].is_constant()) c.fail("samples the dynamic size " + xs[size_t(2 + i)].str() + " of X's dim " + std::to_string(2 + i));
+    dims.push_back(xs[size_t(2 + i)].constant());
+    if (__builtin_mul_overflow(pixels, dims.back(), &pixels)) c.fail("X's spatial size overflows");
+  }
+  const SymSize n = xs[0], ch = xs[1], m = product(gs, 1, size_t(r - 1));
+  const DType ft = grid.dtype();
+  auto sc = [&](double v) { return host_scalar(v, ft); };
+  Tensor xf = reshape_to(c, x, {n, ch, SymSize(pixels)});
+
+  struct Tap {
+    Tensor index, weight;  // [N, M] (float index; weight undefined means 1)
+  };
+  std::vector<std::vector<Tap>> taps(static_cast<size_t>(k));
+  for (int64_t i = 0; i < k; ++i) {
+    const double d = double(dims[size_t(i)]), lo = align ? 0.0 : -0.5, hi = align ? d - 1 : d - 0.5;
+    // The grid's last dim lists coordinates innermost dim first.
+    Tensor g = reshape_to(c, call_op(c, "slice_copy.Tensor", {grid, r - 1, k - 1 - i, k - i, int64_t(1)}), {gs[0], m});
+    Tensor v = align ? tessera::mul(tessera::div(tessera::add(g, sc(1)), sc(2)), sc(d - 1))
+                     : tessera::div(tessera::sub(tessera::mul(tessera::add(g, sc(1)), sc(d)), sc(1)), sc(2));
+    if (mode == "nearest") v = tessera::round(v);  // halves to even, as np.rint
+    auto reflect = [&](const Tensor& p) {
+      const double span = hi - lo;
+      if (!(span > 0)) c.fail("padding_mode reflection with align_corners needs spatial sizes above 1");
+      auto fold = [&](const Tensor& dx, double near, double far) {
+        Tensor turns = tessera::trunc(tessera::div(dx, sc(span)));
+        Tensor rest = tessera::sub(dx, tessera::mul(turns, sc(span)));
+        Tensor odd = tessera::ne(tessera::fmod(turns, sc(2)), sc(0));
+        Tensor toward_near = near < far ? tessera::add(sc(near), rest) : tessera::sub(sc(near), rest);
+        Tensor toward_far = near < far ? tessera::sub(sc(far), rest) : tessera::add(sc(far), rest);
+        return tessera::where(odd, toward_far, toward_near);
+      };
+      return tessera::where(tessera::lt(p, sc(lo)), fold(tessera::sub(sc(lo), p), lo, hi),
+                            tessera::where(tessera::gt(p, sc(hi)), fold(tessera::sub(p, sc(hi)), hi, lo), p));
+    };
+    if (padding == "border")  // only coordinates outside [lo, hi] move (to the edge pixel)
+      v = tessera::where(tessera::lt(v, sc(lo)), sc(0), tessera::where(tessera::gt(v, sc(hi)), sc(d - 1), v));
+    if (padding == "reflection") v = reflect(v);
+    // The pixel of tap index p per padding_mode: zeros weighs taps outside by 0.
+    auto pixel = [&](Tensor p, Tensor w) {
+      if (padding == "zeros") {
+        Tensor inside = tessera::logical_and(tessera::ge(p, sc(0)), tessera::lt(p, sc(d)));
+        w = w.defined() ? tessera::mul(w, inside.to(ft)) : inside.to(ft);
+      } else if (padding == "reflection") {
+        p = tessera::trunc(reflect(p));
+      }
+      return Tap{tessera::clamp(p, 0.0, d - 1), w};
+    };
+    std::vector<Tap>& t = taps[size_t(i)];
+    if (mode == "nearest") {
+      t.push_back(pixel(tessera::trunc(v), Tensor()));
+      continue;
+    }
+    Tensor x0 = tessera::floor(v), f = tessera::sub(v, x0);
+    if (mode == "linear") {
+      t.push_back(pixel(x0, tessera::sub(sc(1), f)));
+      t.push_back(pixel(tessera::add(x0, sc(1)), f));
+      continue;
+    }
+    const double A = -0.75;
+    auto outer = [&](const Tensor& u) {  // ((A u - 5A) u + 8A) u - 4A
+      return tessera::sub(tessera::mul(tessera::add(tessera::mul(tessera::sub(tessera::mul(u, sc(A)), sc(5 * A)), u), sc(8 * A)), u), sc(4 * A));
+    };
+    auto inner = [&](const Tensor& u) {  // ((A + 2) u - (A + 3)) u u + 1
+      return tessera::add(tessera::mul(tessera::mul(tessera::sub(tessera::mul(u, sc(A + 2)), sc(A + 3)), u), u), sc(1));
+    };
+    Tensor q = tessera::sub(sc(1), f);
+    const Tensor w[4] = {outer(tessera::add(f, sc(1))), inner(f), inner(q), outer(tessera::add(q, sc(1)))};
+    for (int j = 0; j < 4; ++j) t.push_back(pixel(tessera::add(x0, sc(j - 1)), w[j]));
+  }
+
+  if (!ch.is_constant()) c.fail("samples the dynamic channel count " + ch.str());
+  const Tensor channel_zeros = host_tensor(std::vector<int64_t>(size_t(ch.constant()), 0), {1, ch.constant(), 1}, kInt64);
+  int64_t combos = 1;
+  for (const auto& t : taps) combos *= int64_t(t.size());
+  Tensor y;
+  for (int64_t combo = 0; combo < combos; ++combo) {
+    Tensor flat, weight;
+    int64_t rest = combo, stride = 1;
+    for (int64_t i = k - 1; i >= 0; --i) {
+      const auto& t = taps[size_t(i)];
+      const Tap& tap = t[size_t(rest % int64_t(t.size()))];
+      rest /= int64_t(t.size());
+      Tensor at = stride == 1 ? tap.index : tessera::mul(tap.index, sc(double(stride)));
+      flat = flat.defined() ? tessera::add(flat, at) : at;
+      if (tap.weight.defined()) weight = weight.defined() ? tessera::mul(weight, tap.weight) : tap.weight;
+      stride *= dims[size_t(i)];
+    }
+    // [N, 1, M] broadcast over the channels by adding zeros (the batch may be dynamic).
+    Tensor index = tessera::add(reshape_to(c, flat.to(kInt64), {gs[0], SymSize(int64_t(1)), m}), channel_zeros);
+    Tensor term = tessera::gather(xf, 2, index);
+    if (weight.defined()) term = tessera::mul(term, reshape_to(c, weight, {gs[0], SymSize(int64_t(1)), m}).to(x.dtype()));
+    y = y.defined() ? tessera::add(y, term) : term;
+  }
+  Sizes out{n, ch};
+  for (int64_t i = 1; i < r - 1; ++i) out.push_back(gs[size_t(i)]);
+  c.out(0, reshape_to(c, y, out));
+}
+
 }  // namespace
 
 void add_resize_converters(ConverterTable& t) {
   t["Resize"] = Resize;
+  t["GridSample"] = GridSample;
 }
 
 }  // namespace tessera::onnx::detail
