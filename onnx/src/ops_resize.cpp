@@ -469,11 +469,56 @@ void GridSample(NodeCtx& c) {
   c.out(0, reshape_to(c, y, out));
 }
 
+// AffineGrid (op_affine_grid.py): the base grid of normalized coordinates (x, y[, z], 1) per output
+// pixel is a constant, each batch's theta [k, k + 1] maps it: grid = base @ theta^T.
+void AffineGrid(NodeCtx& c) {
+  Tensor theta = c.in(0);
+  const bool align = c.attr_int("align_corners", 0) != 0;
+  const std::vector<int64_t> size = c.const_ints(1);
+  if (size.size() != 4 && size.size() != 5) c.fail("size must be [N, C, H, W] or [N, C, D, H, W], it has " + std::to_string(size.size()) + " entries");
+  const int64_t k = int64_t(size.size()) - 2;
+  const Sizes ts = c.sizes(theta);
+  if (ts.size() != 3 || !ts[1].is_constant() || ts[1].constant() != k || !ts[2].is_constant() || ts[2].constant() != k + 1)
+    c.fail("theta must be [N, " + std::to_string(k) + ", " + std::to_string(k + 1) + "] for " + std::to_string(k) + " spatial dims");
+  if (!is_floating(theta.dtype())) c.fail("theta must be floating");
+  int64_t count = 1;
+  for (int64_t i = 0; i < k; ++i) {
+    const int64_t d = size[size_t(2 + i)];
+    if (d < 1 || (align && d < 2)) c.fail("spatial size " + std::to_string(d) + " is not supported" + (align ? " with align_corners (needs 2 or more)" : ""));
+    if (__builtin_mul_overflow(count, d, &count)) c.fail("the grid's size overflows");
+  }
+  c.check_elements(count * (k + 1), "the base grid of AffineGrid");
+  // Per spatial dim, the normalized coordinate of each index (np.arange's start + i * step).
+  std::vector<std::vector<double>> axis(static_cast<size_t>(k));
+  for (int64_t i = 0; i < k; ++i) {
+    const int64_t d = size[size_t(2 + i)];
+    const double step = align ? 2.0 / double(d - 1) : 2.0 / double(d), start = align ? -1.0 : -1 + step / 2;
+    for (int64_t j = 0; j < d; ++j) axis[size_t(i)].push_back(start + double(j) * step);
+  }
+  std::vector<double> base;
+  base.reserve(size_t(count * (k + 1)));
+  for (int64_t p = 0; p < count; ++p) {
+    std::vector<int64_t> at(static_cast<size_t>(k));
+    for (int64_t i = k - 1, rest = p; i >= 0; --i) {
+      at[size_t(i)] = rest % size[size_t(2 + i)];
+      rest /= size[size_t(2 + i)];
+    }
+    for (int64_t i = k - 1; i >= 0; --i) base.push_back(axis[size_t(i)][size_t(at[size_t(i)])]);  // x first
+    base.push_back(1.0);
+  }
+  Tensor grid = tessera::matmul(host_doubles(base, {count, k + 1}, theta.dtype()), theta.transpose(1, 2));  // [N, count, k]
+  Sizes out{ts[0]};
+  for (int64_t i = 0; i < k; ++i) out.push_back(SymSize(size[size_t(2 + i)]));
+  out.push_back(SymSize(k));
+  c.out(0, reshape_to(c, grid, out));
+}
+
 }  // namespace
 
 void add_resize_converters(ConverterTable& t) {
   t["Resize"] = Resize;
   t["GridSample"] = GridSample;
+  t["AffineGrid"] = AffineGrid;
 }
 
 }  // namespace tessera::onnx::detail
