@@ -1,4 +1,4 @@
-// Resize (and the sampling family: GridSample, AffineGrid) at import.
+// Resize and the sampling family (GridSample, AffineGrid, Col2Im) at import.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -513,12 +513,72 @@ void AffineGrid(NodeCtx& c) {
   c.out(0, reshape_to(c, grid, out));
 }
 
+// Col2Im (op_col2im.py): every (kernel offset, block) element adds into one image pixel or falls in
+// the padding; as a constant 0/1 matrix [K * L, pixels] that [N, C, K * L] is multiplied by.
+void Col2Im(NodeCtx& c) {
+  Tensor x = c.in(0);
+  const std::vector<int64_t> image = c.const_ints(1), block = c.const_ints(2);
+  const size_t nd = image.size();
+  if (nd == 0 || block.size() != nd) c.fail("image_shape and block_shape must have the same, non-zero length");
+  const std::vector<int64_t> dil = c.attr_ints("dilations", std::vector<int64_t>(nd, 1));
+  const std::vector<int64_t> stride = c.attr_ints("strides", std::vector<int64_t>(nd, 1));
+  const std::vector<int64_t> pads = c.attr_ints("pads", std::vector<int64_t>(2 * nd, 0));
+  if (dil.size() != nd || stride.size() != nd || pads.size() != 2 * nd) c.fail("dilations, strides and pads must match image_shape's " + std::to_string(nd) + " dims");
+  const Sizes xs = c.sizes(x);
+  if (xs.size() != 3 || !xs[1].is_constant() || !xs[2].is_constant()) c.fail("input must be [N, C * prod(block_shape), L] with static C and L");
+  int64_t kernel = 1, pixels = 1, blocks = 1;
+  std::vector<int64_t> nblk(nd);
+  for (size_t i = 0; i < nd; ++i) {
+    if (image[i] < 1 || block[i] < 1 || dil[i] < 1 || stride[i] < 1 || pads[i] < 0 || pads[i + nd] < 0 || image[i] > kMaxImportElements ||
+        block[i] > kMaxImportElements || dil[i] > kMaxImportElements || stride[i] > kMaxImportElements || pads[i] > kMaxImportElements ||
+        pads[i + nd] > kMaxImportElements)
+      c.fail("image_shape, block_shape, dilations and strides must be positive and pads non-negative (dim " + std::to_string(i) + ")");
+    nblk[i] = (image[i] + pads[i] + pads[i + nd] - dil[i] * (block[i] - 1) - 1) / stride[i] + 1;
+    if (nblk[i] < 1) c.fail("the blocks of dim " + std::to_string(i) + " do not fit the padded image");
+    if (__builtin_mul_overflow(kernel, block[i], &kernel) || __builtin_mul_overflow(pixels, image[i], &pixels) ||
+        __builtin_mul_overflow(blocks, nblk[i], &blocks))
+      c.fail("the sizes overflow");
+  }
+  const int64_t ck = xs[1].constant(), len = xs[2].constant();
+  if (ck % kernel != 0) c.fail("input's dim 1 (" + std::to_string(ck) + ") is not a multiple of the kernel size " + std::to_string(kernel));
+  if (len != blocks) c.fail("input's dim 2 is " + std::to_string(len) + ", the blocks number " + std::to_string(blocks));
+  int64_t rows = 0, cells = 0;
+  if (__builtin_mul_overflow(kernel, len, &rows) || __builtin_mul_overflow(rows, pixels, &cells)) c.fail("the sizes overflow");
+  c.check_elements(cells, "the Col2Im matrix");
+  std::vector<double> m(size_t(cells), 0.0);
+  std::vector<int64_t> off(nd), at(nd);
+  for (int64_t k = 0; k < kernel; ++k) {
+    for (int64_t i = int64_t(nd) - 1, rest = k; i >= 0; --i) off[size_t(i)] = rest % block[size_t(i)], rest /= block[size_t(i)];
+    for (int64_t l = 0; l < len; ++l) {
+      for (int64_t i = int64_t(nd) - 1, rest = l; i >= 0; --i) at[size_t(i)] = rest % nblk[size_t(i)], rest /= nblk[size_t(i)];
+      int64_t flat = 0;
+      bool inside = true;
+      for (size_t i = 0; i < nd && inside; ++i) {
+        const int64_t p = at[i] * stride[i] - pads[i] + off[i] * dil[i];
+        inside = p >= 0 && p < image[i];
+        flat = flat * image[i] + p;
+      }
+      if (inside) m[size_t((k * len + l) * pixels + flat)] = 1;
+    }
+  }
+  const DType dt = x.dtype();
+  if (dt == kBool) c.fail("a bool input is not supported");
+  const DType work = is_floating(dt) ? dt : kFloat64;  // integers: exact sums in double
+  const SymSize channels(ck / kernel);
+  Tensor y = tessera::matmul(reshape_to(c, x, {xs[0], channels, SymSize(kernel * len)}).to(work), host_doubles(m, {kernel * len, pixels}, work));
+  Sizes out{xs[0], channels};
+  for (int64_t v : image) out.push_back(SymSize(v));
+  y = reshape_to(c, y, out);
+  c.out(0, work == dt ? y : y.to(dt));
+}
+
 }  // namespace
 
 void add_resize_converters(ConverterTable& t) {
   t["Resize"] = Resize;
   t["GridSample"] = GridSample;
   t["AffineGrid"] = AffineGrid;
+  t["Col2Im"] = Col2Im;
 }
 
 }  // namespace tessera::onnx::detail
