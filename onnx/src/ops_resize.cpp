@@ -98,6 +98,8 @@ std::vector<double> coeffs(const ResizeAttrs& a, double ratio, double scale) {
 // The taps of one axis, as op_resize.py's _interpolate_1d_along_axis picks them.
 Taps axis_taps(const NodeCtx& c, const ResizeAttrs& a, const AxisPlan& p) {
   Taps t;
+  if (a.antialias && 4 / std::min(p.scale, 1.0) > double(kMaxImportElements))
+    c.fail("antialias at scale " + std::to_string(p.scale) + " of axis " + std::to_string(p.axis) + " reads too many taps");
   t.extrap.assign(size_t(p.out), 0);
   for (int64_t o = 0; o < p.out; ++o) {
     bool ex = false;
@@ -300,6 +302,7 @@ void Resize(NodeCtx& c) {
   std::vector<double> spatial_scale(spatial.size(), 1.0);
   for (size_t i = 0; fast && i < na; ++i) {
     const AxisPlan& p = plans[i];
+    if (!identity[i] && p.out == 0) fast = false;  // (the kernel takes no empty output)
     if (p.axis < 2) {
       fast = identity[i];
     } else {
@@ -365,6 +368,8 @@ void GridSample(NodeCtx& c) {
   const Sizes xs = c.sizes(x), gs = c.sizes(grid);
   const int64_t r = int64_t(xs.size()), k = r - 2;
   if (k < 1) c.fail("X must have a batch, a channel and at least one spatial dim");
+  const double reads = std::pow(mode == "nearest" ? 1.0 : mode == "linear" ? 2.0 : 4.0, double(k));
+  if (reads > 64) c.fail("mode " + mode + " over " + std::to_string(k) + " spatial dims reads " + std::to_string(int64_t(reads)) + " pixels per output (64 are supported)");
   if (int64_t(gs.size()) != r || !gs.back().is_constant() || gs.back().constant() != k)
     c.fail("grid must be [N, spatial..., " + std::to_string(k) + "] for a " + std::to_string(r) + "-D X");
   if (!is_floating(x.dtype()) || !is_floating(grid.dtype())) c.fail("X and grid must be floating");
@@ -376,7 +381,8 @@ void GridSample(NodeCtx& c) {
     if (__builtin_mul_overflow(pixels, dims.back(), &pixels)) c.fail("X's spatial size overflows");
   }
   const SymSize n = xs[0], ch = xs[1], m = product(gs, 1, size_t(r - 1));
-  const DType ft = grid.dtype();
+  const DType ft = kFloat32;  // op_grid_sample.py denormalizes in float32 whatever the grid's dtype
+  if (grid.dtype() != ft) grid = grid.to(ft);
   auto sc = [&](double v) { return host_scalar(v, ft); };
   Tensor xf = reshape_to(c, x, {n, ch, SymSize(pixels)});
 
@@ -453,13 +459,14 @@ void GridSample(NodeCtx& c) {
       const auto& t = taps[size_t(i)];
       const Tap& tap = t[size_t(rest % int64_t(t.size()))];
       rest /= int64_t(t.size());
-      Tensor at = stride == 1 ? tap.index : tessera::mul(tap.index, sc(double(stride)));
+      Tensor at = tap.index.to(kInt64);  // exact for any image size, unlike float32
+      if (stride != 1) at = tessera::mul(at, host_scalar(double(stride), kInt64));
       flat = flat.defined() ? tessera::add(flat, at) : at;
       if (tap.weight.defined()) weight = weight.defined() ? tessera::mul(weight, tap.weight) : tap.weight;
       stride *= dims[size_t(i)];
     }
     // [N, 1, M] broadcast over the channels by adding zeros (the batch may be dynamic).
-    Tensor index = tessera::add(reshape_to(c, flat.to(kInt64), {gs[0], SymSize(int64_t(1)), m}), channel_zeros);
+    Tensor index = tessera::add(reshape_to(c, flat, {gs[0], SymSize(int64_t(1)), m}), channel_zeros);
     Tensor term = tessera::gather(xf, 2, index);
     if (weight.defined()) term = tessera::mul(term, reshape_to(c, weight, {gs[0], SymSize(int64_t(1)), m}).to(x.dtype()));
     y = y.defined() ? tessera::add(y, term) : term;
