@@ -150,8 +150,9 @@ std::vector<int64_t> row_shape(int64_t out, int64_t axis, int64_t rank) {
 // Resizes `x` along one axis (Note [Resize at import]); `x` is floating unless every row is a copy.
 Tensor resize_axis(const NodeCtx& c, const Tensor& x, const AxisPlan& p, const Taps& t, const ResizeAttrs& a) {
   const int64_t rank = x.dim(), n = t.n;
-  // A copy when every row has one weight of exactly 1 (nearest), else a weighted sum.
-  std::vector<int64_t> pick;
+  // A copy when every row has one weight of exactly 1 or none (nearest; a row exclude_outside
+  // emptied is 0), else a weighted sum.
+  std::vector<int64_t> pick, empty_row;
   for (int64_t o = 0; o < p.out; ++o) {
     int64_t at = -1, nonzero = 0;
     for (int64_t k = 0; k < n; ++k) {
@@ -159,12 +160,15 @@ Tensor resize_axis(const NodeCtx& c, const Tensor& x, const AxisPlan& p, const T
       if (w != 0) ++nonzero;
       if (w == 1) at = t.index[size_t(o * n + k)];
     }
-    if (nonzero != 1 || at < 0) break;
-    pick.push_back(at);
+    if (nonzero > 1 || (nonzero == 1 && at < 0)) break;
+    pick.push_back(nonzero == 0 ? 0 : at);
+    empty_row.push_back(nonzero == 0);
   }
   Tensor y;
   if (int64_t(pick.size()) == p.out) {
     y = tessera::index_select(x, p.axis, host_tensor(pick, {p.out}, kInt64));
+    if (std::find(empty_row.begin(), empty_row.end(), 1) != empty_row.end())
+      y = tessera::where(host_tensor(empty_row, row_shape(p.out, p.axis, rank), kBool), host_scalar(0, y.dtype()), y);
   } else if (!is_floating(x.dtype())) {
     c.fail("mode " + a.mode + " of a " + std::string(dtype_name(x.dtype())) + " input is not supported (nearest is)");
   } else if (n <= 8) {
@@ -193,53 +197,13 @@ Tensor resize_axis(const NodeCtx& c, const Tensor& x, const AxisPlan& p, const T
   return y;
 }
 
-void Resize(NodeCtx& c) {
-  Tensor x = c.in(0);
+// Resizes the `axes` of x (distinct, in the order they are resized) by `scales` or to `sizes` (one of
+// them is empty); `roi` has 2 * axes.size() entries for tf_crop_and_resize, else none.
+Tensor resize(const NodeCtx& c, const Tensor& x, const ResizeAttrs& a, const std::vector<int64_t>& axes, const std::vector<double>& scales,
+              const Sizes& sizes, const std::vector<double>& roi, const std::string& policy) {
   const Sizes s = c.sizes(x);
   const int64_t rank = int64_t(s.size());
-  ResizeAttrs a;
-  a.mode = c.attr_string("mode", "nearest");
-  if (a.mode != "nearest" && a.mode != "linear" && a.mode != "cubic") c.fail("mode '" + a.mode + "' is not one of nearest, linear, cubic");
-  a.ctm = c.attr_string("coordinate_transformation_mode", "half_pixel");
-  static const char* kModes[] = {"half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corners", "asymmetric",
-                                 "tf_half_pixel_for_nearest", "tf_crop_and_resize"};
-  if (std::find(std::begin(kModes), std::end(kModes), a.ctm) == std::end(kModes)) c.fail("coordinate_transformation_mode '" + a.ctm + "' is not known");
-  a.nearest_mode = c.attr_string("nearest_mode", "round_prefer_floor");
-  if (a.nearest_mode != "round_prefer_floor" && a.nearest_mode != "round_prefer_ceil" && a.nearest_mode != "floor" && a.nearest_mode != "ceil")
-    c.fail("nearest_mode '" + a.nearest_mode + "' is not known");
-  a.antialias = c.attr_int("antialias", 0) != 0;
-  if (a.antialias && a.mode == "nearest") c.fail("antialias applies to the linear and cubic modes, not nearest");
-  a.exclude_outside = c.attr_int("exclude_outside", 0) != 0;
-  a.cubic_a = c.attr_float("cubic_coeff_a", -0.75);
-  a.extrapolation = c.attr_float("extrapolation_value", 0.0);
-  const std::string policy = c.attr_string("keep_aspect_ratio_policy", "stretch");
-  if (policy != "stretch" && policy != "not_larger" && policy != "not_smaller") c.fail("keep_aspect_ratio_policy '" + policy + "' is not known");
-
-  std::vector<int64_t> axes;
-  for (int64_t v : c.attr_ints("axes", {})) {
-    const int64_t d = norm_axis(c, v, rank);
-    if (std::find(axes.begin(), axes.end(), d) != axes.end()) c.fail("axes names axis " + std::to_string(d) + " twice");
-    axes.push_back(d);
-  }
-  if (axes.empty())
-    for (int64_t d = 0; d < rank; ++d) axes.push_back(d);
   const size_t na = axes.size();
-
-  // scales (input 2) or sizes (input 3); an empty tensor counts as absent.
-  std::vector<double> scales;
-  Sizes sizes;
-  if (c.has(2)) scales = c.const_doubles(2);
-  if (c.has(3)) sizes = c.ints(3);
-  if (!scales.empty() && !sizes.empty()) c.fail("both scales and sizes are given");
-  if (scales.empty() && sizes.empty()) c.fail("neither scales nor sizes is given");
-  const size_t given = scales.empty() ? sizes.size() : scales.size();
-  if (given != na) c.fail((scales.empty() ? "sizes" : "scales") + std::string(" has ") + std::to_string(given) + " entries for " + std::to_string(na) + " resized axes");
-  std::vector<double> roi;
-  if (a.ctm == "tf_crop_and_resize") {
-    if (c.has(1)) roi = c.const_doubles(1);
-    if (roi.size() != 2 * na) c.fail("tf_crop_and_resize needs roi with " + std::to_string(2 * na) + " entries, got " + std::to_string(roi.size()));
-  }
-
   // Per resized axis: its scale and output size, as op_resize.py's _interpolate_nd sets them.
   std::vector<AxisPlan> plans;
   std::vector<bool> identity;
@@ -248,8 +212,8 @@ void Resize(NodeCtx& c) {
     return s[size_t(axes[i])].constant();
   };
   double aspect = 0;
-  if (!scales.empty() || policy != "stretch") {
-    for (size_t i = 0; i < na && policy != "stretch" && scales.empty(); ++i) {
+  if (scales.empty() && policy != "stretch") {
+    for (size_t i = 0; i < na; ++i) {
       if (!sizes[i].is_constant()) c.fail("sizes entry " + std::to_string(i) + " is not constant (" + sizes[i].str() + ")");
       const int64_t in = static_in(i, "keep_aspect_ratio_policy needs");
       if (in == 0) c.fail("keep_aspect_ratio_policy on the empty axis " + std::to_string(axes[i]));
@@ -317,8 +281,7 @@ void Resize(NodeCtx& c) {
   }
   if (fast) {
     Tensor sc = host_doubles(spatial_scale, {int64_t(spatial_scale.size())}, kFloat64);
-    c.out(0, call_op(c, "_resize", {x, spatial, a.mode, a.ctm, a.nearest_mode, a.cubic_a, false, sc}));
-    return;
+    return call_op(c, "_resize", {x, spatial, a.mode, a.ctm, a.nearest_mode, a.cubic_a, false, sc});
   }
 
   const DType dt = x.dtype();
@@ -348,9 +311,78 @@ void Resize(NodeCtx& c) {
     }
     y = tessera::clamp(tessera::round(y), lo, hi);
   }
-  c.out(0, widened ? y.to(dt) : y);
+  return widened ? y.to(dt) : y;
 }
 
+void Resize(NodeCtx& c) {
+  Tensor x = c.in(0);
+  const Sizes s = c.sizes(x);
+  const int64_t rank = int64_t(s.size());
+  ResizeAttrs a;
+  a.mode = c.attr_string("mode", "nearest");
+  if (a.mode != "nearest" && a.mode != "linear" && a.mode != "cubic") c.fail("mode '" + a.mode + "' is not one of nearest, linear, cubic");
+  a.ctm = c.attr_string("coordinate_transformation_mode", "half_pixel");
+  static const char* kModes[] = {"half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corners", "asymmetric",
+                                 "tf_half_pixel_for_nearest", "tf_crop_and_resize"};
+  if (std::find(std::begin(kModes), std::end(kModes), a.ctm) == std::end(kModes)) c.fail("coordinate_transformation_mode '" + a.ctm + "' is not known");
+  a.nearest_mode = c.attr_string("nearest_mode", "round_prefer_floor");
+  if (a.nearest_mode != "round_prefer_floor" && a.nearest_mode != "round_prefer_ceil" && a.nearest_mode != "floor" && a.nearest_mode != "ceil")
+    c.fail("nearest_mode '" + a.nearest_mode + "' is not known");
+  a.antialias = c.attr_int("antialias", 0) != 0;
+  if (a.antialias && a.mode == "nearest") c.fail("antialias applies to the linear and cubic modes, not nearest");
+  a.exclude_outside = c.attr_int("exclude_outside", 0) != 0;
+  a.cubic_a = c.attr_float("cubic_coeff_a", -0.75);
+  a.extrapolation = c.attr_float("extrapolation_value", 0.0);
+  const std::string policy = c.attr_string("keep_aspect_ratio_policy", "stretch");
+  if (policy != "stretch" && policy != "not_larger" && policy != "not_smaller") c.fail("keep_aspect_ratio_policy '" + policy + "' is not known");
+
+  std::vector<int64_t> axes;
+  for (int64_t v : c.attr_ints("axes", {})) {
+    const int64_t d = norm_axis(c, v, rank);
+    if (std::find(axes.begin(), axes.end(), d) != axes.end()) c.fail("axes names axis " + std::to_string(d) + " twice");
+    axes.push_back(d);
+  }
+  if (axes.empty())
+    for (int64_t d = 0; d < rank; ++d) axes.push_back(d);
+  const size_t na = axes.size();
+
+  // scales (input 2) or sizes (input 3); an empty tensor counts as absent.
+  std::vector<double> scales;
+  Sizes sizes;
+  if (c.has(2)) scales = c.const_doubles(2);
+  if (c.has(3)) sizes = c.ints(3);
+  if (!scales.empty() && !sizes.empty()) c.fail("both scales and sizes are given");
+  if (scales.empty() && sizes.empty()) c.fail("neither scales nor sizes is given");
+  const size_t given = scales.empty() ? sizes.size() : scales.size();
+  if (given != na) c.fail((scales.empty() ? "sizes" : "scales") + std::string(" has ") + std::to_string(given) + " entries for " + std::to_string(na) + " resized axes");
+  std::vector<double> roi;
+  if (a.ctm == "tf_crop_and_resize") {
+    if (c.has(1)) roi = c.const_doubles(1);
+    if (roi.size() != 2 * na) c.fail("tf_crop_and_resize needs roi with " + std::to_string(2 * na) + " entries, got " + std::to_string(roi.size()));
+  }
+  c.out(0, resize(c, x, a, axes, scales, sizes, roi, policy));
+}
+
+
+// Upsample (opsets 7 to 9; Resize replaced it): Resize of every dim by scales of 1 or more, with
+// asymmetric coordinates and nearest taking floor(o / scale), as op_upsample.py's repeat does.
+void Upsample(NodeCtx& c) {
+  Tensor x = c.in(0);
+  ResizeAttrs a;
+  a.mode = c.attr_string("mode", "nearest");
+  if (a.mode == "bilinear") a.mode = "linear";
+  if (a.mode != "nearest" && a.mode != "linear") c.fail("mode '" + a.mode + "' is not one of nearest, linear");
+  a.ctm = "asymmetric";
+  a.nearest_mode = "floor";
+  const std::vector<double> scales = c.has(1) ? c.const_doubles(1) : c.attr_floats("scales");
+  const int64_t rank = x.dim();
+  if (int64_t(scales.size()) != rank) c.fail("scales has " + std::to_string(scales.size()) + " entries for rank " + std::to_string(rank));
+  for (double v : scales)
+    if (!(v >= 1) || !std::isfinite(v)) c.fail("scale " + std::to_string(v) + " is not supported (Upsample scales are 1 or more)");
+  std::vector<int64_t> axes;
+  for (int64_t d = 0; d < rank; ++d) axes.push_back(d);
+  c.out(0, resize(c, x, a, axes, scales, {}, {}, "stretch"));
+}
 
 // GridSample as onnx.reference computes it (op_grid_sample.py), with run-time ops: the grid's
 // coordinates are denormalized, rounded (nearest) and brought inside the border per padding_mode;
@@ -583,6 +615,7 @@ void Col2Im(NodeCtx& c) {
 
 void add_resize_converters(ConverterTable& t) {
   t["Resize"] = Resize;
+  t["Upsample"] = Upsample;
   t["GridSample"] = GridSample;
   t["AffineGrid"] = AffineGrid;
   t["Col2Im"] = Col2Im;
