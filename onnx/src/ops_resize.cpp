@@ -284,6 +284,14 @@ Tensor resize(const NodeCtx& c, const Tensor& x, const ResizeAttrs& a, const std
     return call_op(c, "_resize", {x, spatial, a.mode, a.ctm, a.nearest_mode, a.cubic_a, false, sc});
   }
 
+  for (size_t i = 0; i < na; ++i) {
+    if (identity[i] || plans[i].out != 0) continue;
+    // An empty result: only its shape matters (and the kernels need not take empty operands).
+    Tensor y = tessera::index_select(x, plans[i].axis, host_tensor({}, {0}, kInt64));
+    for (size_t j = 0; j < na; ++j)
+      if (!identity[j] && j != i) y = tessera::index_select(y, plans[j].axis, host_tensor(std::vector<int64_t>(size_t(plans[j].out), 0), {plans[j].out}, kInt64));
+    return y;
+  }
   const DType dt = x.dtype();
   Tensor y = x;
   bool widened = false;
