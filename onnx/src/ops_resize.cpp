@@ -432,29 +432,6 @@ void Resize(NodeCtx& c) {
   c.out(0, resize(c, x, a, axes, scales, sizes, roi, policy));
 }
 
-// Upsample (opsets 7 to 9; Resize replaced it): Resize of every dim by scales of 1 or more, with
-// asymmetric coordinates and nearest taking floor(o / scale), as op_upsample.py's repeat does.
-void Upsample(NodeCtx& c) {
-  Tensor x = c.in(0);
-  ResizeAttrs a;
-  a.mode = c.attr_string("mode", "nearest");
-  if (a.mode == "bilinear") a.mode = "linear";
-  if (a.mode != "nearest" && a.mode != "linear")
-    c.fail("mode '" + a.mode + "' is not one of nearest, linear");
-  a.ctm = "asymmetric";
-  a.nearest_mode = "floor";
-  const std::vector<double> scales = c.has(1) ? c.const_doubles(1) : c.attr_floats("scales");
-  const int64_t rank = x.dim();
-  if (int64_t(scales.size()) != rank)
-    c.fail("scales has " + std::to_string(scales.size()) + " entries for rank " + std::to_string(rank));
-  for (double v : scales)
-    if (!(v >= 1) || !std::isfinite(v))
-      c.fail("scale " + std::to_string(v) + " is not supported (Upsample scales are 1 or more)");
-  std::vector<int64_t> axes;
-  for (int64_t d = 0; d < rank; ++d) axes.push_back(d);
-  c.out(0, resize(c, x, a, axes, scales, {}, {}, "stretch"));
-}
-
 // GridSample as onnx.reference computes it (op_grid_sample.py), with run-time ops: the grid's
 // coordinates are denormalized, rounded (nearest) and brought inside the border per padding_mode;
 // each tap (1, 2 or 4 per spatial dim) gathers from the flattened input at its flat index with the
@@ -716,7 +693,6 @@ void Col2Im(NodeCtx& c) {
 
 void add_resize_converters(ConverterTable& t) {
   t["Resize"] = Resize;
-  t["Upsample"] = Upsample;
   t["GridSample"] = GridSample;
   t["AffineGrid"] = AffineGrid;
   t["Col2Im"] = Col2Im;
