@@ -456,7 +456,10 @@ void GridSample(NodeCtx& c) {
            std::to_string(int64_t(reads)) + " pixels per output (64 are supported)");
   if (int64_t(gs.size()) != r || !gs.back().is_constant() || gs.back().constant() != k)
     c.fail("grid must be [N, spatial..., " + std::to_string(k) + "] for a " + std::to_string(r) + "-D X");
-  if (!is_floating(x.dtype()) || !is_floating(grid.dtype())) c.fail("X and grid must be floating");
+  if (!is_floating(grid.dtype())) c.fail("grid must be floating");
+  if (!is_floating(x.dtype()) && mode != "nearest")
+    c.fail("mode " + mode + " of a " + std::string(dtype_name(x.dtype())) +
+           " X is not supported (nearest is)");
   std::vector<int64_t> dims;
   int64_t pixels = 1;
   for (int64_t i = 0; i < k; ++i) {
@@ -538,6 +541,7 @@ void GridSample(NodeCtx& c) {
   }
 
   if (!ch.is_constant()) c.fail("samples the dynamic channel count " + ch.str());
+  c.check_elements(ch.constant(), "the channel index of GridSample");
   const Tensor channel_zeros =
       host_tensor(std::vector<int64_t>(size_t(ch.constant()), 0), {1, ch.constant(), 1}, kInt64);
   int64_t combos = 1;
@@ -559,8 +563,11 @@ void GridSample(NodeCtx& c) {
     // [N, 1, M] broadcast over the channels by adding zeros (the batch may be dynamic).
     Tensor index = tessera::add(reshape_to(c, flat, {gs[0], SymSize(int64_t(1)), m}), channel_zeros);
     Tensor term = tessera::gather(xf, 2, index);
-    if (weight.defined())
-      term = tessera::mul(term, reshape_to(c, weight, {gs[0], SymSize(int64_t(1)), m}).to(x.dtype()));
+    if (weight.defined()) {  // (nearest: 0 or 1, the zeros padding)
+      Tensor w = reshape_to(c, weight, {gs[0], SymSize(int64_t(1)), m});
+      term = is_floating(x.dtype()) ? tessera::mul(term, w.to(x.dtype()))
+                                    : tessera::where(tessera::ne(w, sc(0)), term, host_scalar(0, x.dtype()));
+    }
     y = y.defined() ? tessera::add(y, term) : term;
   }
   Sizes out{n, ch};

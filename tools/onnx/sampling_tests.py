@@ -122,13 +122,14 @@ def grid_sample_case(rng):
     if padding == "reflection" and align:
         dims = [max(2, d) for d in dims]
     gen = np.random.default_rng(rng.randint(0, 1 << 30))
-    x = gen.standard_normal([n, c] + dims).astype(np.float32)
+    dt = np.int32 if mode == "nearest" and rng.random() < 0.3 else np.float32
+    x = (gen.standard_normal([n, c] + dims) * 100).astype(dt)
     g = gen.uniform(-1.4, 1.4, [n] + out + [k]).astype(np.float32)
     if rng.random() < 0.3:
         g = (np.round(g * 4) / 4).astype(np.float32)  # on pixel centres and edges: rounding ties
     batch = "N" if rng.random() < 0.3 else n
     m = model(h.make_node("GridSample", ["X", "G"], ["Y"], mode=mode, padding_mode=padding, align_corners=align),
-              [h.make_tensor_value_info("X", TP.FLOAT, [batch, c] + dims),
+              [h.make_tensor_value_info("X", ONNX_TYPE[dt], [batch, c] + dims),
                h.make_tensor_value_info("G", TP.FLOAT, [batch] + out + [k])], [], 22)
     return m, {"X": x, "G": g}, False
 
