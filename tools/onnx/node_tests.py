@@ -106,6 +106,9 @@ def run_case(tessera, case, tmp):
             return "input", "a data type NumPy has no dtype for"
         if any(not isinstance(x, np.ndarray) or (x.dtype.kind in "OUSV" and x.dtype != BF16) or x.dtype.names
                for x in list(inputs) + list(outputs)):
+            odd = [x for x in list(inputs) + list(outputs) if isinstance(x, np.ndarray) and x.dtype.kind == "V"]
+            if odd:
+                return "input", f"element type {odd[0].dtype} has no Tessera dtype"
             return "input", "sequence, optional or string data"
         args = []
         for name, x in zip(in_names, inputs):
