@@ -1,15 +1,20 @@
 // Training from Python (tessera.autograd, tessera.optim, tessera.amp; docs/python.md "Training"):
 // thin over tessera/autograd.h, tessera/nn.h (optimizers, the gradient scaler) and tessera/amp.h.
+#include <nanobind/stl/map.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include <fstream>
+#include <map>
 #include <memory>
 #include <optional>
+#include <span>
 
 #include "bindings.h"
 #if TESSERA_PY_AUTOGRAD
 #include "tessera/amp.h"
+#include "tessera/compiler/safetensors.h"
 #include "tessera/nn.h"
 #endif
 
@@ -62,6 +67,24 @@ void bind_autograd(nb::module_& m) {
   a.def("is_grad_enabled", &ag::is_grad_enabled);
   a.def("cross_entropy", &nn::cross_entropy, nb::arg("logits"), nb::arg("targets"));
   a.def("mse_loss", &nn::mse_loss, nb::arg("input"), nb::arg("target"));
+  a.def("clip_grad_norm_", [](const std::vector<Tensor>& params, double max_norm) {
+    Gil gil;
+    return nn::clip_grad_norm_(params, max_norm);
+  }, nb::arg("parameters"), nb::arg("max_norm"));
+  // A state dict as a safetensors file (CPU copies; the format Module::save writes) and back.
+  a.def("save_safetensors", [](const std::map<std::string, Tensor>& state, const std::string& path) {
+    std::map<std::string, Tensor> cpu;
+    for (const auto& [name, t] : state) cpu[name] = ag::detach(t).cpu().contiguous();
+    const std::vector<uint8_t> bytes = compiler::safetensors_serialize(cpu, {{"format", "tessera.nn"}});
+    std::ofstream f(path, std::ios::binary);
+    TESSERA_CHECK(f.good(), "tessera.nn.save(): cannot open '", path, "' for writing");
+    f.write(reinterpret_cast<const char*>(bytes.data()), std::streamsize(bytes.size()));
+    TESSERA_CHECK(f.good(), "tessera.nn.save(): writing '", path, "' failed");
+  }, nb::arg("state"), nb::arg("path"));
+  a.def("load_safetensors", [](const std::string& path) {
+    std::shared_ptr<const compiler::Bytes> bytes = compiler::Bytes::map_file(path);
+    return compiler::safetensors_parse(std::span<const uint8_t>(bytes->data(), bytes->size()), bytes, path).tensors;
+  }, nb::arg("path"));
 
   // Grad-mode and autocast regions as objects whose enter/exit make and drop the C++ guard on the
   // calling thread (a `with` block runs on one thread).

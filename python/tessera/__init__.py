@@ -58,7 +58,7 @@ __version__ = "0.1.0"
 from ._C import ExportedProgram, CompiledFunction, load, save  # noqa: E402
 from . import quantization, sparse, profiler  # noqa: E402,F401
 if _C._autograd.available:  # training (docs/python.md "Training")
-    from . import autograd, optim, amp  # noqa: E402,F401
+    from . import autograd, optim, amp, nn  # noqa: E402,F401
     from .autograd import no_grad, enable_grad, inference_mode  # noqa: E402,F401
 from ._C import export as _export  # noqa: E402
 
