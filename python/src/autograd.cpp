@@ -5,6 +5,7 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include <any>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -14,11 +15,69 @@
 #include "bindings.h"
 #if TESSERA_PY_AUTOGRAD
 #include "tessera/amp.h"
+#include "tessera/autograd/function.h"
 #include "tessera/compiler/safetensors.h"
 #include "tessera/nn.h"
 #endif
 
 namespace tessera::python {
+
+#if TESSERA_PY_AUTOGRAD
+namespace {
+
+// Note [Python custom functions]
+// tessera.autograd.Function's apply runs the class's forward (Python) with grad mode off through
+// the C++ custom-function machinery (tessera/autograd/function.h): the node's backward is one C++
+// function, py_function_backward, which finds the class and the Python ctx object in the context's
+// saved_data and calls the class's backward with the GIL held (the engine may run it on another
+// thread; the binding of backward() releases the GIL while the engine runs). The context owns the
+// Python objects (PyFunctionState, whose destructor takes the GIL); the Python ctx object only
+// refers back to the context weakly, so there is no reference cycle, and a ctx kept past its
+// backward says so instead of touching freed memory.
+struct PyFunctionState {
+  nb::object cls, ctx;
+  ~PyFunctionState() {
+    nb::gil_scoped_acquire gil;
+    cls.reset();
+    ctx.reset();
+  }
+};
+constexpr const char* kPyState = "tessera.python.function";
+
+struct PyContext {
+  std::weak_ptr<autograd::AutogradContext> ctx;
+  std::shared_ptr<autograd::AutogradContext> get() const {
+    std::shared_ptr<autograd::AutogradContext> c = ctx.lock();
+    TESSERA_CHECK(c != nullptr, "tessera.autograd.Function: this ctx belongs to a call whose graph is gone "
+                                "(a ctx is valid in forward and in its backward only)");
+    return c;
+  }
+};
+
+std::vector<Tensor> py_function_backward(autograd::AutogradContext* ctx, std::vector<Tensor> grads) {
+  nb::gil_scoped_acquire gil;
+  auto state = std::any_cast<std::shared_ptr<PyFunctionState>>(ctx->saved_data.at(kPyState));
+  nb::list args;
+  args.append(state->ctx);
+  for (Tensor& g : grads) args.append(nb::cast(std::move(g)));
+  nb::object r = state->cls.attr("backward")(*nb::tuple(args));
+  std::vector<Tensor> out;
+  auto one = [&](nb::handle h) {
+    if (h.is_none()) out.emplace_back();
+    else if (nb::isinstance<Tensor>(h)) out.push_back(nb::cast<Tensor>(h));
+    else TESSERA_CHECK(false, ctx->name_, ": backward returned a ", nb::type_name(h.type()).c_str(),
+                       "; it returns one tensor or None per forward argument");
+  };
+  if (nb::isinstance<nb::tuple>(r) || nb::isinstance<nb::list>(r)) for (nb::handle h : r) one(h);
+  else one(r);
+  const size_t want = ctx->needs_input_grad_.size();
+  TESSERA_CHECK(out.size() == want, ctx->name_, ": backward returned ", out.size(), " gradients for ", want,
+                " forward arguments (give None for those that need none)");
+  return out;
+}
+
+}  // namespace
+#endif
 
 void bind_autograd(nb::module_& m) {
 #if TESSERA_PY_AUTOGRAD
@@ -166,6 +225,61 @@ void bind_autograd(nb::module_& m) {
       .def("get_scale", &nn::GradScaler::get_scale)
       .def_prop_ro("found_inf", &nn::GradScaler::found_inf)
       .def("is_enabled", &nn::GradScaler::is_enabled);
+
+  // Custom functions (Note [Python custom functions]).
+  nb::class_<PyContext>(a, "FunctionCtx", nb::dynamic_attr())
+      .def("save_for_backward", [](PyContext& c, nb::args tensors) {
+        std::vector<Tensor> ts;
+        for (nb::handle h : tensors) ts.push_back(nb::cast<Tensor>(h));
+        c.get()->save_for_backward(std::move(ts));
+      })
+      .def_prop_ro("saved_tensors", [](PyContext& c) {
+        nb::list l;
+        for (Tensor& t : c.get()->get_saved_variables()) l.append(nb::cast(std::move(t)));
+        return nb::tuple(l);
+      })
+      .def("mark_non_differentiable", [](PyContext& c, nb::args tensors) {
+        std::vector<Tensor> ts;
+        for (nb::handle h : tensors) ts.push_back(nb::cast<Tensor>(h));
+        c.get()->mark_non_differentiable(ts);
+      })
+      .def_prop_ro("needs_input_grad", [](PyContext& c) {
+        nb::list l;
+        const auto ctx = c.get();
+        for (size_t i = 0; i < ctx->needs_input_grad_.size(); ++i) l.append(ctx->needs_input_grad(i));
+        return nb::tuple(l);
+      });
+  a.def("function_apply", [](nb::object cls, nb::args args) {
+    autograd::detail::FunctionCall call;
+    for (nb::handle h : args) {
+      const bool tensor = nb::isinstance<Tensor>(h);
+      call.tensor_args.push_back(tensor ? nb::cast<Tensor>(h) : Tensor());
+      call.is_tensor.push_back(tensor);
+    }
+    const std::string name = nb::cast<std::string>(cls.attr("__name__"));
+    std::shared_ptr<autograd::AutogradContext> ctx = autograd::detail::function_prepare(call, name.c_str());
+    auto state = std::make_shared<PyFunctionState>();
+    state->cls = cls;
+    state->ctx = nb::cast(PyContext{ctx});
+    ctx->saved_data[kPyState] = state;
+    nb::list fargs;
+    fargs.append(state->ctx);
+    for (nb::handle h : args) fargs.append(h);
+    nb::object r;
+    {
+      ag::NoGradGuard no_grad;
+      r = cls.attr("forward")(*nb::tuple(fargs));
+    }
+    const bool single = nb::isinstance<Tensor>(r);
+    std::vector<Tensor> outputs;
+    if (single) outputs.push_back(nb::cast<Tensor>(r));
+    else for (nb::handle h : r) outputs.push_back(nb::cast<Tensor>(h));
+    outputs = autograd::detail::function_finish(call, std::move(ctx), std::move(outputs), &py_function_backward);
+    if (single) return nb::cast(outputs[0]);
+    nb::list l;
+    for (Tensor& t : outputs) l.append(nb::cast(std::move(t)));
+    return nb::object(nb::tuple(l));
+  }, nb::arg("cls"), nb::arg("args"));
 #else
   nb::module_ a = m.def_submodule("_autograd", "libtessera_autograd / libtessera_nn were not built.");
   a.attr("available") = false;

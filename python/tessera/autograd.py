@@ -52,6 +52,28 @@ def inference_mode():
     return _impl.GradMode(2)
 
 
+class Function:
+    """A custom differentiable function (PyTorch's torch.autograd.Function): subclass it with
+    static `forward(ctx, *args)` (runs with grad mode off; returns a tensor or a tuple of tensors)
+    and `backward(ctx, *grads)` (one gradient per output in; one tensor or None per forward
+    argument out), then call `apply(*args)`. `ctx.save_for_backward(*tensors)` /
+    `ctx.saved_tensors` (checked for in-place changes), `ctx.mark_non_differentiable(*outputs)`,
+    `ctx.needs_input_grad`, and any attribute (`ctx.scale = 2.0`). Eager only: under
+    tessera.export/compile the call is not traced yet."""
+
+    @staticmethod
+    def forward(ctx, *args):
+        raise NotImplementedError("a Function subclass defines forward(ctx, *args)")
+
+    @staticmethod
+    def backward(ctx, *grads):
+        raise NotImplementedError("a Function subclass defines backward(ctx, *grads)")
+
+    @classmethod
+    def apply(cls, *args):
+        return _impl.function_apply(cls, *args)
+
+
 def _install_tensor_methods():
     T = _C.Tensor
 

@@ -104,3 +104,86 @@ def test_autocast_and_the_gradient_scaler():
     np.testing.assert_array_equal(p.numpy(), [0, -1, -2])  # skipped
     scaler.update()
     assert scaler.get_scale() == 4.0
+
+
+class Cube(tessera.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, scale):
+        ctx.save_for_backward(x)
+        ctx.scale = scale
+        assert not tessera.autograd.is_grad_enabled()  # forward runs with grad mode off
+        return x * x * x * scale
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return g * x * x * (3.0 * ctx.scale), None
+
+
+class SplitSign(tessera.autograd.Function):  # two outputs, one of them not differentiable
+    @staticmethod
+    def forward(ctx, x, y):
+        ctx.needs = ctx.needs_input_grad
+        positive = x > 0
+        ctx.mark_non_differentiable(positive)
+        return x * y, positive
+
+    @staticmethod
+    def backward(ctx, g, g_positive):
+        return None, g * 2.0  # deliberately not the true gradient of y: the custom rule is what runs
+
+
+@pytest.mark.parametrize("device", ["cpu", "my_hardware_device"])
+def test_custom_python_functions(rng, device):
+    x = rng.standard_normal((3, 4)).astype(np.float32)
+    tx = tessera.from_numpy(x).to(device).requires_grad_()
+    y = Cube.apply(tx, 0.5)
+    assert y.grad_fn == "CubeBackward" and y.requires_grad
+    np.testing.assert_allclose(y.cpu().numpy(), 0.5 * x ** 3, rtol=1e-5)
+    (y * y).sum().backward()
+    # d/dx sum((s x^3)^2) = 2 s x^3 * 3 s x^2
+    np.testing.assert_allclose(tx.grad.cpu().numpy(), 2 * 0.5 * x ** 3 * 3 * 0.5 * x ** 2, rtol=1e-4, atol=1e-6)
+
+    a = tessera.from_numpy(x).to(device)  # needs no grad
+    b = tessera.from_numpy(x).to(device).requires_grad_()
+    out, positive = SplitSign.apply(a, b)
+    assert out.requires_grad and not positive.requires_grad and positive.dtype is tessera.bool
+    out.sum().backward()
+    np.testing.assert_allclose(b.grad.cpu().numpy(), np.full_like(x, 2.0))
+    assert a.grad is None
+
+    # Without inputs that require grad there is no node, and forward still runs.
+    z = Cube.apply(tessera.from_numpy(x).to(device), 2.0)
+    assert not z.requires_grad and z.grad_fn is None
+
+
+def test_custom_function_errors():
+    class WrongCount(tessera.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x * 2
+
+        @staticmethod
+        def backward(ctx, g):
+            return g, g  # one too many
+
+    class KeepsCtx(tessera.autograd.Function):
+        kept = []
+
+        @staticmethod
+        def forward(ctx, x):
+            KeepsCtx.kept.append(ctx)
+            return x * 1
+
+        @staticmethod
+        def backward(ctx, g):
+            return g
+
+    x = tessera.ones(2).requires_grad_()
+    with pytest.raises(Exception, match="WrongCountBackward: backward returned 2 gradients for 1 forward arguments"):
+        WrongCount.apply(x).sum().backward()
+    KeepsCtx.apply(x).sum().backward()
+    import gc
+    gc.collect()
+    with pytest.raises(Exception, match="a ctx is valid in forward and in its backward only"):
+        KeepsCtx.kept[0].saved_tensors
