@@ -212,6 +212,15 @@ void bind_autograd(nb::module_& m) {
                           double eps, double weight_decay) {
         new (self) nn::optim::AdamW(std::move(params), {lr, beta1, beta2, eps, weight_decay, true});
       }, nb::arg("params"), nb::arg("lr"), nb::arg("beta1"), nb::arg("beta2"), nb::arg("eps"), nb::arg("weight_decay"));
+  nb::class_<nn::optim::LRScheduler>(a, "LRScheduler")
+      .def("step", &nn::optim::LRScheduler::step)
+      .def_prop_ro("last_epoch", &nn::optim::LRScheduler::epoch);
+  nb::class_<nn::optim::StepLR, nn::optim::LRScheduler>(a, "StepLR")
+      .def(nb::init<Optimizer&, int64_t, double>(), nb::arg("optimizer"), nb::arg("step_size"), nb::arg("gamma") = 0.1,
+           nb::keep_alive<1, 2>());
+  nb::class_<nn::optim::CosineAnnealingLR, nn::optim::LRScheduler>(a, "CosineAnnealingLR")
+      .def(nb::init<Optimizer&, int64_t, double>(), nb::arg("optimizer"), nb::arg("T_max"), nb::arg("eta_min") = 0.0,
+           nb::keep_alive<1, 2>());
   nb::class_<nn::GradScaler>(a, "GradScaler")
       .def("__init__", [](nn::GradScaler* self, double init_scale, double growth_factor, double backoff_factor,
                           int64_t growth_interval, bool enabled) {

@@ -1,5 +1,7 @@
 """Optimizers (libtessera_nn; PyTorch's update rules): SGD, Adam, AdamW over a list of tensors that
-require grad. `opt.zero_grad()`, `opt.step()`, `opt.lr` (read/write)."""
+require grad. `opt.zero_grad()`, `opt.step()`, `opt.lr` (read/write). Schedules:
+`lr_scheduler.StepLR(opt, step_size, gamma=0.1)`, `lr_scheduler.CosineAnnealingLR(opt, T_max,
+eta_min=0)`, each `step()`ped by the caller once per epoch (or step), as in PyTorch."""
 from . import autograd as _autograd  # noqa: F401 (Tensor methods, and the check that training is built)
 from . import _C
 
@@ -16,3 +18,10 @@ def Adam(params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0):  # no
 
 def AdamW(params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01):  # noqa: N802
     return _impl.AdamW(list(params), float(lr), float(betas[0]), float(betas[1]), float(eps), float(weight_decay))
+
+
+class lr_scheduler:  # noqa: N801 (PyTorch's path: tessera.optim.lr_scheduler.StepLR)
+    """Learning-rate schedules; each sets the optimizer's lr from the lr it had when made."""
+
+    StepLR = _impl.StepLR
+    CosineAnnealingLR = _impl.CosineAnnealingLR

@@ -187,3 +187,22 @@ def test_custom_function_errors():
     gc.collect()
     with pytest.raises(Exception, match="a ctx is valid in forward and in its backward only"):
         KeepsCtx.kept[0].saved_tensors
+
+
+def test_lr_schedules_follow_pytorchs_formulas():
+    import math
+    w = tessera.zeros(2).requires_grad_()
+    opt = tessera.optim.SGD([w], lr=0.8)
+    step = tessera.optim.lr_scheduler.StepLR(opt, step_size=2, gamma=0.5)
+    seen = []
+    for _ in range(5):
+        step.step()
+        seen.append(opt.lr)
+    assert seen == pytest.approx([0.8, 0.4, 0.4, 0.2, 0.2]) and step.last_epoch == 5  # 0.8 * 0.5^(e // 2)
+    opt2 = tessera.optim.Adam([w], lr=1.0)
+    cos = tessera.optim.lr_scheduler.CosineAnnealingLR(opt2, T_max=4, eta_min=0.2)
+    got = []
+    for _ in range(4):
+        cos.step()
+        got.append(opt2.lr)
+    assert got == pytest.approx([0.2 + 0.8 * (1 + math.cos(math.pi * e / 4)) / 2 for e in range(1, 5)])
