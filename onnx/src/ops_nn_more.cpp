@@ -1,10 +1,215 @@
-// More nn converters (pooling variants, normalisations, activations), decomposed at import.
+// More nn converters (normalisations, activations, one-hot and cumulative ops), decomposed at
+// import onto ops of the contract.
+#include <cmath>
+
 #include "convert.h"
+#include "tessera/dispatch_key.h"
 
 namespace tessera::onnx::detail {
 
+namespace {
+
+Tensor scalar_like(double v, const Tensor& x) { return host_scalar(v, x.dtype()); }
+
+// The static size of dim `d` of x (fails naming a dynamic one).
+int64_t static_dim(const NodeCtx& c, const Tensor& x, int64_t d, const char* what) {
+  const SymSize s = c.sizes(x)[size_t(d)];
+  if (!s.is_constant()) c.fail(std::string(what) + " over the dynamic size " + s.str());
+  return s.constant();
+}
+
+// 0, 1, ..., n - 1 of `dtype`, shaped to broadcast along dim `axis` of a rank `rank` tensor.
+Tensor iota_along(const NodeCtx& c, int64_t n, int64_t axis, int64_t rank, DType dtype) {
+  c.check_elements(n, "an index range");
+  std::vector<int64_t> values(static_cast<size_t>(n)), shape(static_cast<size_t>(rank), 1);
+  for (int64_t i = 0; i < n; ++i) values[size_t(i)] = i;
+  shape[size_t(axis)] = n;
+  return host_tensor(values, shape, dtype);
+}
+
+// Hardmax: 1 at the first maximum along the axis, 0 elsewhere. Before opset 13 the input is seen
+// as 2-D, [prod(dims before axis), prod(dims from axis)] (axis defaults to 1).
+void Hardmax(NodeCtx& c) {
+  Tensor x = c.in(0);
+  if (c.opset() < 13) {
+    const int64_t axis = norm_axis(c, c.attr_int("axis", 1), x.dim());
+    Sizes s = c.sizes(x);
+    Sizes flat{product(s, 0, size_t(axis)), product(s, size_t(axis), s.size())};
+    if (!flat[1].is_constant()) c.fail("Hardmax over the dynamic size " + flat[1].str());
+    Tensor f = reshape_to(c, x, flat);
+    Tensor hot = tessera::eq(tessera::argmax(f, 1, true), iota_along(c, flat[1].constant(), 1, 2, kInt64));
+    return c.out(0, reshape_to(c, hot.to(x.dtype()), s));
+  }
+  const int64_t axis = norm_axis(c, c.attr_int("axis", -1), x.dim());
+  const int64_t n = static_dim(c, x, axis, "Hardmax");
+  Tensor hot = tessera::eq(tessera::argmax(x, axis, true), iota_along(c, n, axis, x.dim(), kInt64));
+  c.out(0, hot.to(x.dtype()));
+}
+
+// LpNormalization: x / ||x||_p along the axis (p 1 or 2); a zero norm gives 0.
+void LpNormalization(NodeCtx& c) {
+  Tensor x = c.in(0);
+  const int64_t axis = norm_axis(c, c.attr_int("axis", -1), x.dim());
+  const int64_t p = c.attr_int("p", 2);
+  if (p != 1 && p != 2) c.fail("p must be 1 or 2, got " + std::to_string(p));
+  const std::vector<int64_t> dims{axis};
+  Tensor norm = p == 1 ? tessera::sum(tessera::abs(x), dims, true) : tessera::sqrt(tessera::sum(tessera::mul(x, x), dims, true));
+  Tensor zero = scalar_like(0.0, x);
+  Tensor is_zero = tessera::eq(norm, zero);
+  Tensor safe = tessera::where(is_zero, scalar_like(1.0, x), norm);
+  c.out(0, tessera::where(is_zero, zero, tessera::div(x, safe)));
+}
+
+// MeanVarianceNormalization: (x - mean) / (std + 1e-9) over `axes` (default [0, 2, 3]), the
+// variance the population one.
+void MeanVarianceNormalization(NodeCtx& c) {
+  Tensor x = c.in(0);
+  std::vector<int64_t> dims;
+  for (int64_t a : c.attr_ints("axes", {0, 2, 3})) dims.push_back(norm_axis(c, a, x.dim()));
+  Tensor mean = tessera::mean(x, dims, true);
+  Tensor sd = tessera::sqrt(tessera::var(x, dims, 0, true));
+  c.out(0, tessera::div(tessera::sub(x, mean), tessera::add(sd, scalar_like(1e-9, x))));
+}
+
+// CumProd: the contract has no cumulative product, so along an axis of static size n each output
+// is the product of the input masked to its prefix: x as [.., 1, n, ..] where a constant [n, n]
+// mask (j <= i; j < i exclusive; the mirror for reverse) keeps it, else 1, then prod over j.
+void CumProd(NodeCtx& c) {
+  Tensor x = c.in(0);
+  if (x.dim() == 0) c.fail("the input must be at least 1-D");
+  const int64_t axis = norm_axis(c, int64_t(c.const_scalar(1)), x.dim());
+  const bool reverse = c.attr_int("reverse", 0) != 0, exclusive = c.attr_int("exclusive", 0) != 0;
+  const int64_t n = static_dim(c, x, axis, "CumProd");
+  int64_t square = 0, total = 0;
+  if (__builtin_mul_overflow(n, n, &square) || __builtin_mul_overflow(square, x.numel() / std::max<int64_t>(n, 1), &total))
+    total = INT64_MAX;
+  c.check_elements(total, "CumProd's masked copy of the input");
+  std::vector<int64_t> mask(static_cast<size_t>(square));
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      const bool before = reverse ? j > i : j < i;
+      mask[size_t(i * n + j)] = before || (!exclusive && i == j);
+    }
+  std::vector<int64_t> mask_shape{n, n};
+  for (int64_t d = axis + 1; d < x.dim(); ++d) mask_shape.push_back(1);
+  Sizes s = c.sizes(x);
+  Sizes spread = s;
+  spread.insert(spread.begin() + axis, SymSize(int64_t(1)));
+  Tensor masked = tessera::where(host_tensor(mask, mask_shape, kBool), reshape_to(c, x, spread), scalar_like(1.0, x));
+  c.out(0, tessera::prod(masked, {axis + 1}, false));
+}
+
+// Swish: x * sigmoid(alpha * x).
+void Swish(NodeCtx& c) {
+  Tensor x = c.in(0);
+  const double alpha = c.attr_float("alpha", 1.0);
+  if (alpha == 1.0) return c.out(0, tessera::silu(x));
+  c.out(0, tessera::mul(x, tessera::sigmoid(tessera::mul(x, scalar_like(alpha, x)))));
+}
+
+// EyeLike: a constant of the input's (static) 2-D shape with ones on diagonal k.
+void EyeLike(NodeCtx& c) {
+  Tensor x = c.in(0);
+  if (x.dim() != 2) c.fail("the input must be 2-D, got " + std::to_string(x.dim()) + "-D");
+  const int64_t rows = static_dim(c, x, 0, "EyeLike"), cols = static_dim(c, x, 1, "EyeLike");
+  DType dt = x.dtype();
+  if (c.has_attr("dtype")) {
+    const int64_t t = c.attr_int("dtype", 0);
+    std::optional<DType> d = dtype_of_onnx(int32_t(t));
+    if (!d) c.fail("dtype " + std::to_string(t) + " is an ONNX type Tessera has no dtype for");
+    dt = *d;
+  }
+  const int64_t k = c.attr_int("k", 0);
+  int64_t count = 0;
+  if (__builtin_mul_overflow(rows, cols, &count)) count = INT64_MAX;
+  c.check_elements(count, "EyeLike's output");
+  std::vector<int64_t> values(static_cast<size_t>(count), 0);
+  for (int64_t i = 0; i < rows; ++i)
+    if (i + k >= 0 && i + k < cols) values[size_t(i * cols + i + k)] = 1;
+  c.out(0, constant_val(host_tensor(values, {rows, cols}, dt)));
+}
+
+// OneHot: on where the index (negative ones wrapped by depth) equals the position along the new
+// axis, off elsewhere (an index out of range matches nothing). depth must be known at import: it
+// is an output size.
+void OneHot(NodeCtx& c) {
+  Tensor idx = c.in(0), values = c.in(2);
+  if (!c.val(1).constant && !c.has_ints(1)) c.fail("depth (input 1) must be known at import: it is the size of the output's new axis");
+  const double depth_value = c.const_scalar(1);
+  if (!(depth_value >= 1 && depth_value <= double(kMaxImportElements))) c.fail("depth must be in [1, 2^28]");
+  const int64_t depth = int64_t(depth_value);
+  if (values.dim() != 1 || values.numel() != 2) c.fail("values must hold [off_value, on_value]");
+  const int64_t rank = idx.dim() + 1;
+  const int64_t axis = norm_axis(c, c.attr_int("axis", -1), rank);
+  Tensor d = scalar_like(double(depth), idx);
+  Tensor wrapped = tessera::where(tessera::lt(idx, scalar_like(0.0, idx)), tessera::add(idx, d), idx);
+  Sizes s = c.sizes(idx);
+  s.insert(s.begin() + axis, SymSize(int64_t(1)));
+  Tensor hot = tessera::eq(reshape_to(c, wrapped, s), iota_along(c, depth, axis, rank, idx.dtype()));
+  Tensor off = tessera::index_select(values, 0, host_tensor({0}, {1}, kInt64));
+  Tensor on = tessera::index_select(values, 0, host_tensor({1}, {1}, kInt64));
+  c.out(0, tessera::where(hot, on, off));
+}
+
+// MaxUnpool: the values scattered to their Indices (flat over the whole output) in zeros of the
+// inferred size, (in - 1) * stride + kernel - pads; an output_shape larger than that pads the end of
+// each spatial dim with zeros (the reference's reading of it).
+void MaxUnpool(NodeCtx& c) {
+  Tensor x = c.in(0), idx = c.in(1);
+  const std::vector<int64_t> kernel = c.attr_ints("kernel_shape", {});
+  const size_t n = kernel.size();
+  if (n < 1 || x.dim() != int64_t(n) + 2) c.fail("kernel_shape must match the input's spatial rank");
+  const std::vector<int64_t> stride = c.attr_ints("strides", std::vector<int64_t>(n, 1));
+  const std::vector<int64_t> pads = c.attr_ints("pads", std::vector<int64_t>(2 * n, 0));
+  if (stride.size() != n || pads.size() != 2 * n) c.fail("strides/pads do not match kernel_shape");
+  std::vector<int64_t> inferred;
+  for (int64_t d = 0; d < 2; ++d) inferred.push_back(static_dim(c, x, d, "MaxUnpool"));
+  for (size_t i = 0; i < n; ++i) {
+    const int64_t in = static_dim(c, x, int64_t(i) + 2, "MaxUnpool");
+    if (stride[i] < 1 || stride[i] > (1 << 20) || kernel[i] < 1 || kernel[i] > (1 << 20) || pads[i] < 0 ||
+        pads[i] > (1 << 20) || pads[i + n] < 0 || pads[i + n] > (1 << 20))
+      c.fail("strides and kernel sizes must be in [1, 2^20], pads in [0, 2^20]");
+    inferred.push_back((in - 1) * stride[i] + kernel[i] - pads[i] - pads[i + n]);
+  }
+  int64_t total = 1;
+  for (int64_t d : inferred)
+    if (d < 0 || __builtin_mul_overflow(total, d, &total)) c.fail("the output shape is negative or overflows");
+  c.check_elements(total, "MaxUnpool's output");
+  std::vector<int64_t> out = inferred;
+  if (c.has(2)) {
+    out = c.const_ints(2);
+    if (out.size() != n + 2) c.fail("output_shape must have " + std::to_string(n + 2) + " entries");
+    for (size_t i = 0; i < out.size(); ++i)
+      if (out[i] < inferred[i] || (i < 2 && out[i] != inferred[i]) || out[i] - inferred[i] > (1 << 20))
+        c.fail("output_shape dim " + std::to_string(i) + " is " + std::to_string(out[i]) + "; it must be at least " +
+               std::to_string(inferred[i]) + " (N and C equal), and at most 2^20 more");
+  }
+  Tensor zeros;
+  {
+    ExcludeDispatchKeyGuard plain(DispatchKeySet::functionality(Functionality::Export));
+    zeros = tessera::zeros({total}, tessera::dtype(x.dtype()));
+  }
+  const Sizes flat{product(c.sizes(x), 0, size_t(x.dim()))};
+  Tensor y = call_op(c, "scatter.src", {zeros, int64_t(0), reshape_to(c, idx, flat), reshape_to(c, x, flat)});
+  Sizes shape;
+  for (int64_t d : inferred) shape.push_back(SymSize(d));
+  y = reshape_to(c, y, shape);
+  if (out != inferred) {
+    std::vector<int64_t> list;  // the contract's pad: [last_lo, last_hi, prev_lo, ...]
+    for (size_t i = out.size(); i-- > 2;) {
+      list.push_back(0);
+      list.push_back(out[i] - inferred[i]);
+    }
+    y = call_op(c, "pad", {y, list, std::string("constant"), 0.0});
+  }
+  c.out(0, y);
+}
+
+}  // namespace
+
 void add_more_nn_converters(ConverterTable& t) {
-  (void)t;
+  t["Hardmax"] = Hardmax; t["LpNormalization"] = LpNormalization; t["MeanVarianceNormalization"] = MeanVarianceNormalization;
+  t["CumProd"] = CumProd; t["Swish"] = Swish; t["EyeLike"] = EyeLike; t["OneHot"] = OneHot; t["MaxUnpool"] = MaxUnpool;
 }
 
 }  // namespace tessera::onnx::detail

@@ -2,8 +2,8 @@
 """ONNX's own node tests (onnx.backend.test.case.node, ~1,900 cases: a model plus inputs and expected
 outputs) run through the C++ importer with `tessera run`, compared with the expected outputs at the
 case's tolerances (the ONNX runner's rtol 1e-3 / atol 1e-7 unless the case says otherwise).
-Integer inputs of rank <= 1 (axes, shapes, k, pads given as inputs) and Resize's scales and roi are
-bound at import with --bind (ImportOptions::constant_inputs), as a compiler for static shapes takes them.
+Integer inputs of rank <= 1 (axes, shapes, k, pads given as inputs), Resize's scales and roi and
+OneHot's depth (an output size) are bound at import with --bind (ImportOptions::constant_inputs), as a compiler for static shapes takes them.
 
 Each case ends as one of: pass; wrong (a result differs: a bug); refused (the importer or the
 runtime said what is missing, in one line); input (the case feeds sequences/optionals/strings,
@@ -68,7 +68,7 @@ def run_case(tessera, case, tmp):
             np.save(f, x)
             # Integer inputs of rank <= 1 are a node's parameters (axes, shapes, k, pads): bound at
             # import (ImportOptions::constant_inputs), as a compiler for static shapes takes them.
-            bind = (x.dtype.kind in "iu" or name in ("scales", "roi")) and x.ndim <= 1 and x.size <= 64
+            bind = (x.dtype.kind in "iu" or name in ("scales", "roi", "depth")) and x.ndim <= 1 and x.size <= 64
             args += ["--bind" if bind else "--input", f"{name}={f}"]
         out = os.path.join(folder, f"out{k}.npz")
         try:
