@@ -3,7 +3,8 @@
 outputs) run through the C++ importer with `tessera run`, compared with the expected outputs at the
 case's tolerances (the ONNX runner's rtol 1e-3 / atol 1e-7 unless the case says otherwise).
 Integer inputs of rank <= 1 (axes, shapes, k, pads given as inputs), Resize's scales and roi and
-OneHot's depth (an output size) are bound at import with --bind (ImportOptions::constant_inputs), as a compiler for static shapes takes them.
+OneHot's depth (an output size) are bound at import with --bind (ImportOptions::constant_inputs), as a
+compiler for static shapes takes them.
 
 Each case ends as one of: pass; wrong (a result differs: a bug); refused (the importer or the
 runtime said what is missing, in one line); input (the case feeds sequences/optionals/strings,
