@@ -377,6 +377,9 @@ void LpPool(NodeCtx& c) {
   int64_t window = 1;
   for (int64_t k : w.kernel) window *= k;
   Tensor sum = tessera::mul(pool_plain(c, false, pad_window(c, a, w, extra, 0.0), w), scalar_like(double(window), x));
+  // A window cut by ceil_mode's extra is scaled to the full window (K times its mean, as the
+  // reference and PyTorch compute it).
+  if (std::optional<Tensor> f = mean_correction(c, x, w, extra, true)) sum = tessera::mul(sum, *f);
   c.out(0, p == 1 ? sum : p == 2 ? tessera::sqrt(sum) : tessera::pow(sum, Scalar(1.0 / double(p))));
 }
 
