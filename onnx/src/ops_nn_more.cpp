@@ -107,6 +107,42 @@ void Swish(NodeCtx& c) {
   c.out(0, tessera::mul(x, tessera::sigmoid(tessera::mul(x, scalar_like(alpha, x)))));
 }
 
+// SwiGLU: Swish(A) * B, Swish's alpha scaling the sigmoid's input.
+void SwiGLU(NodeCtx& c) {
+  Tensor a = c.in(0), b = c.in(1);
+  const double alpha = c.attr_float("alpha", 1.0);
+  Tensor gate = alpha == 1.0 ? tessera::silu(a) : tessera::mul(a, tessera::sigmoid(tessera::mul(a, scalar_like(alpha, a))));
+  c.out(0, tessera::mul(gate, b));
+}
+
+// CausalConvWithState: a depthwise 1-D conv over [past_state (zeros when absent), input] with no
+// padding, then SiLU when asked; present_state is the last k - 1 steps of that padded input.
+void CausalConvWithState(NodeCtx& c) {
+  Tensor x = c.in(0), w = c.in(1);
+  std::optional<Tensor> bias = c.opt(2), past = c.opt(3);
+  const std::string act = c.attr_string("activation", "none");
+  if (act != "none" && act != "silu" && act != "swish") c.fail("activation '" + act + "' is not one of none, silu, swish");
+  if (x.dim() != 3 || w.dim() != 3) c.fail("input and weight must be 3-D ([B, C, L] and [C, 1, k])");
+  Sizes xs = c.sizes(x), ws = c.sizes(w);
+  if (!ws[2].is_constant() || ws[2].constant() < 1 || ws[2].constant() > (1 << 20)) c.fail("the kernel size must be static, in [1, 2^20]");
+  if (!xs[1].is_constant()) c.fail("the dynamic channel count " + xs[1].str() + " (the conv's groups)");
+  const int64_t k = ws[2].constant(), channels = xs[1].constant();
+  Tensor padded = past ? tessera::cat({*past, x}, 2)
+                : k > 1 ? call_op(c, "pad", {x, std::vector<int64_t>{k - 1, 0}, std::string("constant"), 0.0}) : x;
+  const SymSize one(int64_t(1));
+  Sizes ps = c.sizes(padded);
+  Tensor y = tessera::conv2d(reshape_to(c, padded, {ps[0], ps[1], one, ps[2]}), reshape_to(c, w, {ws[0], ws[1], one, ws[2]}), bias,
+                             {1, 1}, {0, 0}, {1, 1}, channels);
+  Sizes ys = c.sizes(y);
+  y = reshape_to(c, y, {ys[0], ys[1], ys[3]});
+  c.out(0, act == "none" ? y : tessera::silu(y));
+  if (c.output_used(1)) {
+    if (!ps[2].is_constant()) c.fail("present_state over the dynamic length " + ps[2].str());
+    const int64_t len = ps[2].constant();
+    c.out(1, call_op(c, "slice_copy.Tensor", {padded, int64_t(2), len - (k - 1), len, int64_t(1)}));
+  }
+}
+
 // EyeLike: a constant of the input's (static) 2-D shape with ones on diagonal k.
 void EyeLike(NodeCtx& c) {
   Tensor x = c.in(0);
@@ -210,6 +246,7 @@ void MaxUnpool(NodeCtx& c) {
 void add_more_nn_converters(ConverterTable& t) {
   t["Hardmax"] = Hardmax; t["LpNormalization"] = LpNormalization; t["MeanVarianceNormalization"] = MeanVarianceNormalization;
   t["CumProd"] = CumProd; t["Swish"] = Swish; t["EyeLike"] = EyeLike; t["OneHot"] = OneHot; t["MaxUnpool"] = MaxUnpool;
+  t["SwiGLU"] = SwiGLU; t["CausalConvWithState"] = CausalConvWithState;
 }
 
 }  // namespace tessera::onnx::detail
