@@ -333,7 +333,7 @@ void Col2Im(NodeCtx& c) {
     blocks[i] = (len - span) / stride[i] + 1;
     natural[i] = (blocks[i] - 1) * stride[i] + span;
     begin[i] = pads[i];
-    count *= blocks[i];
+    if (__builtin_mul_overflow(count, blocks[i], &count)) count = INT64_MAX;
   }
   if (xs[1].constant() % taps != 0) c.fail("dim 1 (" + xs[1].str() + ") is not a multiple of prod(block_shape) " + std::to_string(taps));
   if (xs[2].constant() != count) c.fail("dim 2 (" + xs[2].str() + ") is not the number of blocks " + std::to_string(count));

@@ -160,8 +160,9 @@ void EyeLike(NodeCtx& c) {
   if (__builtin_mul_overflow(rows, cols, &count)) count = INT64_MAX;
   c.check_elements(count, "EyeLike's output");
   std::vector<int64_t> values(static_cast<size_t>(count), 0);
-  for (int64_t i = 0; i < rows; ++i)
-    if (i + k >= 0 && i + k < cols) values[size_t(i * cols + i + k)] = 1;
+  if (k > -rows && k < cols)  // (else no diagonal element lies inside; also keeps i + k from overflowing)
+    for (int64_t i = 0; i < rows; ++i)
+      if (i + k >= 0 && i + k < cols) values[size_t(i * cols + i + k)] = 1;
   c.out(0, constant_val(host_tensor(values, {rows, cols}, dt)));
 }
 
