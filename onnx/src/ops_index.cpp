@@ -1,5 +1,5 @@
 // Converters that map onto the contract's structural ops: Pad, TopK, CumSum, Trilu,
-// ScatterElements, ArgMin, GroupNormalization, ConvTranspose, Col2Im.
+// ScatterElements, ArgMin, GroupNormalization, ConvTranspose.
 #include <cmath>
 
 #include "convert.h"
@@ -303,60 +303,12 @@ void ConvTranspose(NodeCtx& c) {
   c.out(0, conv_transpose_cropped(c, x, w, bias, stride, dilation, groups, begin, out, natural));
 }
 
-// Col2Im: the blocks [N, C * prod(block), L] summed into an image [N, C, *image_shape] is a
-// transposed conv of the blocks (as [N, C * K, *blocks per dim]) by a constant one-hot weight
-// [C * K, 1, *block], one group per channel, cropped by the pads.
-void Col2Im(NodeCtx& c) {
-  Tensor x = c.in(0);
-  const std::vector<int64_t> image = c.const_ints(1), block = c.const_ints(2);
-  const size_t n = image.size();
-  if (n < 1 || n > 3 || block.size() != n) c.fail("image_shape and block_shape must have the same 1 to 3 entries");
-  if (x.dim() != 3) c.fail("the input must be 3-D [N, C * prod(block_shape), L]");
-  const std::vector<int64_t> stride = c.attr_ints("strides", std::vector<int64_t>(n, 1));
-  const std::vector<int64_t> dilation = c.attr_ints("dilations", std::vector<int64_t>(n, 1));
-  const std::vector<int64_t> pads = c.attr_ints("pads", std::vector<int64_t>(2 * n, 0));
-  if (stride.size() != n || dilation.size() != n || pads.size() != 2 * n) c.fail("strides/dilations/pads do not match image_shape");
-  Sizes xs = c.sizes(x);
-  if (!xs[1].is_constant() || !xs[2].is_constant()) c.fail("the input's dims 1 and 2 must be static");
-  int64_t taps = 1;
-  std::vector<int64_t> blocks(n), natural(n), begin(n);
-  int64_t count = 1;
-  for (size_t i = 0; i < n; ++i) {
-    if (block[i] < 1 || block[i] > (1 << 20) || image[i] < 1 || image[i] > (int64_t(1) << 30) || stride[i] < 1 ||
-        stride[i] > (1 << 20) || dilation[i] < 1 || dilation[i] > (1 << 20) || pads[i] < 0 || pads[i] > (1 << 20) ||
-        pads[i + n] < 0 || pads[i + n] > (1 << 20))
-      c.fail("block and image sizes, strides and dilations must be positive and pads non-negative (each at most 2^20, images 2^30)");
-    taps *= block[i];
-    c.check_elements(taps, "Col2Im's block");
-    const int64_t span = (block[i] - 1) * dilation[i] + 1, len = image[i] + pads[i] + pads[i + n];
-    if (len < span) c.fail("the block is larger than the padded image in dim " + std::to_string(i));
-    blocks[i] = (len - span) / stride[i] + 1;
-    natural[i] = (blocks[i] - 1) * stride[i] + span;
-    begin[i] = pads[i];
-    if (__builtin_mul_overflow(count, blocks[i], &count)) count = INT64_MAX;
-  }
-  if (xs[1].constant() % taps != 0) c.fail("dim 1 (" + xs[1].str() + ") is not a multiple of prod(block_shape) " + std::to_string(taps));
-  if (xs[2].constant() != count) c.fail("dim 2 (" + xs[2].str() + ") is not the number of blocks " + std::to_string(count));
-  const int64_t channels = xs[1].constant() / taps;
-  int64_t weights = 0;
-  if (__builtin_mul_overflow(xs[1].constant(), taps, &weights)) weights = INT64_MAX;
-  c.check_elements(weights, "Col2Im's one-hot weight");
-  std::vector<int64_t> one_hot(static_cast<size_t>(weights), 0);
-  for (int64_t r = 0; r < xs[1].constant(); ++r) one_hot[static_cast<size_t>(r * taps + r % taps)] = 1;
-  std::vector<int64_t> wshape{xs[1].constant(), 1};
-  wshape.insert(wshape.end(), block.begin(), block.end());
-  Tensor w = host_tensor(one_hot, wshape, x.dtype());
-  Sizes grid{xs[0], xs[1]};
-  for (int64_t b : blocks) grid.push_back(SymSize(b));
-  c.out(0, conv_transpose_cropped(c, reshape_to(c, x, grid), w, std::nullopt, stride, dilation, channels, begin, image, natural));
-}
-
 }  // namespace
 
 void add_index_converters(ConverterTable& t) {
   t["Pad"] = Pad; t["TopK"] = TopK; t["CumSum"] = CumSum; t["Trilu"] = Trilu; t["ScatterElements"] = ScatterElements;
   t["Scatter"] = ScatterElements; t["ArgMin"] = ArgMin; t["GroupNormalization"] = GroupNormalization;
-  t["ConvTranspose"] = ConvTranspose; t["Col2Im"] = Col2Im;
+  t["ConvTranspose"] = ConvTranspose;
 }
 
 }  // namespace tessera::onnx::detail
