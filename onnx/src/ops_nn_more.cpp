@@ -143,6 +143,88 @@ void CausalConvWithState(NodeCtx& c) {
   }
 }
 
+// DeformConv (2-D, static sizes): each tap of each output position samples the input at its
+// place plus the learned offset, bilinearly with zeros outside (GridSample with align_corners, as
+// the reference), weighted by the mask; the samples [N, C * K, OH * OW] then meet the weight in
+// one grouped matmul. The four corners are gathers of the flattened input at run-time indices.
+void DeformConv(NodeCtx& c) {
+  Tensor x = c.in(0), w = c.in(1), offset = c.in(2);
+  std::optional<Tensor> bias = c.opt(3), mask = c.opt(4);
+  if (x.dim() != 4 || w.dim() != 4 || offset.dim() != 4) c.fail("only 2-D DeformConv (4-D input, weight and offset) is supported");
+  for (const Tensor* t : {&x, &w, &offset})
+    for (const SymSize& d : c.sizes(*t))
+      if (!d.is_constant()) c.fail("needs static sizes, got the dynamic size " + d.str());
+  auto dims = [&](const Tensor& t) { return c.example(c.sizes(t)); };
+  const std::vector<int64_t> xs = dims(x), wsz = dims(w), os = dims(offset);
+  const int64_t n = xs[0], ch = xs[1], h = xs[2], wd = xs[3], oc = wsz[0];
+  std::vector<int64_t> kernel = c.attr_ints("kernel_shape", {wsz[2], wsz[3]});
+  if (kernel != std::vector<int64_t>{wsz[2], wsz[3]}) c.fail("kernel_shape differs from the weight's");
+  const std::vector<int64_t> stride = c.attr_ints("strides", {1, 1}), dil = c.attr_ints("dilations", {1, 1});
+  const std::vector<int64_t> pads = c.attr_ints("pads", {0, 0, 0, 0});
+  const int64_t group = c.attr_int("group", 1), og = c.attr_int("offset_group", 1);
+  if (stride.size() != 2 || dil.size() != 2 || pads.size() != 4) c.fail("strides/dilations/pads must have 2/2/4 entries");
+  for (int64_t v : {stride[0], stride[1], dil[0], dil[1]})
+    if (v < 1 || v > (1 << 20)) c.fail("strides and dilations must be in [1, 2^20]");
+  for (int64_t v : pads)
+    if (v < 0 || v > (1 << 20)) c.fail("pads must be in [0, 2^20]");
+  if (group < 1 || og < 1 || ch % group || oc % group || ch % og || wsz[1] * group != ch)
+    c.fail("group and offset_group must divide the channels, and the weight have C / group input channels");
+  const int64_t kh = kernel[0], kw = kernel[1], taps = kh * kw, oh = os[2], ow = os[3];
+  if (os[0] != n || os[1] != og * taps * 2) c.fail("offset must be [N, offset_group * kH * kW * 2, OH, OW]");
+  if (oh != (h + pads[0] + pads[2] - (kh - 1) * dil[0] - 1) / stride[0] + 1 || ow != (wd + pads[1] + pads[3] - (kw - 1) * dil[1] - 1) / stride[1] + 1)
+    c.fail("the offset's spatial sizes do not match the convolution's output");
+  int64_t count = 0;
+  if (__builtin_mul_overflow(taps * oh, ow, &count)) count = INT64_MAX;
+  c.check_elements(count, "DeformConv's sampling grid");
+  // The tap positions without offsets, [K, OH, OW] per axis.
+  std::vector<int64_t> base_y, base_x;
+  for (int64_t a = 0; a < kh; ++a)
+    for (int64_t b = 0; b < kw; ++b)
+      for (int64_t i = 0; i < oh; ++i)
+        for (int64_t j = 0; j < ow; ++j) {
+          base_y.push_back(i * stride[0] + a * dil[0] - pads[0]);
+          base_x.push_back(j * stride[1] + b * dil[1] - pads[1]);
+        }
+  const DType dt = x.dtype();
+  const SymSize N(n), G(og), K(taps), OH(oh), OW(ow);
+  Tensor off = reshape_to(c, offset, {N, G, K, SymSize(int64_t(2)), OH, OW});
+  auto axis = [&](int64_t i) {
+    return reshape_to(c, call_op(c, "slice_copy.Tensor", {off, int64_t(3), i, i + 1, int64_t(1)}), {N, G, K, OH, OW});
+  };
+  Tensor py = tessera::add(axis(0), host_tensor(base_y, {taps, oh, ow}, dt));
+  Tensor px = tessera::add(axis(1), host_tensor(base_x, {taps, oh, ow}, dt));
+  Tensor y0 = tessera::floor(py), x0 = tessera::floor(px);
+  Tensor ly = tessera::sub(py, y0), lx = tessera::sub(px, x0);
+  Tensor one = scalar_like(1.0, x);
+  Tensor m = mask ? reshape_to(c, *mask, {N, G, K, OH, OW}) : Tensor();
+  const int64_t cg = ch / og;
+  Tensor planes = reshape_to(c, x, {N, G, SymSize(cg), SymSize(h * wd)});
+  Tensor sampled;
+  for (int corner = 0; corner < 4; ++corner) {
+    const bool down = corner & 2, right = corner & 1;
+    Tensor yy = down ? tessera::add(y0, one) : y0, xx = right ? tessera::add(x0, one) : x0;
+    Tensor wgt = tessera::mul(down ? ly : tessera::sub(one, ly), right ? lx : tessera::sub(one, lx));
+    Tensor inside = tessera::logical_and(
+        tessera::logical_and(tessera::ge(yy, scalar_like(0.0, x)), tessera::le(yy, scalar_like(double(h - 1), x))),
+        tessera::logical_and(tessera::ge(xx, scalar_like(0.0, x)), tessera::le(xx, scalar_like(double(wd - 1), x))));
+    wgt = tessera::mul(wgt, inside.to(dt));
+    if (mask) wgt = tessera::mul(wgt, m);
+    Tensor iy = tessera::clamp(yy, Scalar(0.0), Scalar(double(h - 1))).to(kInt64);
+    Tensor ix = tessera::clamp(xx, Scalar(0.0), Scalar(double(wd - 1))).to(kInt64);
+    Tensor flat = tessera::add(tessera::mul(iy, host_scalar(double(wd), kInt64)), ix);  // [N, G, K, OH, OW]
+    Tensor index = tessera::expand_copy(reshape_to(c, flat, {N, G, SymSize(int64_t(1)), SymSize(count)}), {n, og, cg, count});
+    Tensor v = tessera::gather(planes, 3, index);  // [N, G, Cg, K * OH * OW]
+    v = tessera::mul(v, reshape_to(c, wgt, {N, G, SymSize(int64_t(1)), SymSize(count)}));
+    sampled = corner == 0 ? v : tessera::add(sampled, v);
+  }
+  // [N, group, C / group * K, OH * OW] against the weight [group, OC / group, C / group * K].
+  Tensor cols = reshape_to(c, sampled, {N, SymSize(group), SymSize(ch / group * taps), SymSize(oh * ow)});
+  Tensor wg = reshape_to(c, w, {SymSize(group), SymSize(oc / group), SymSize(ch / group * taps)});
+  Tensor y = reshape_to(c, tessera::matmul(wg, cols), {N, SymSize(oc), OH, OW});
+  if (bias) y = tessera::add(y, reshape_to(c, *bias, {SymSize(oc), SymSize(int64_t(1)), SymSize(int64_t(1))}));
+  c.out(0, y);
+}
+
 // EyeLike: a constant of the input's (static) 2-D shape with ones on diagonal k.
 void EyeLike(NodeCtx& c) {
   Tensor x = c.in(0);
@@ -248,6 +330,7 @@ void add_more_nn_converters(ConverterTable& t) {
   t["Hardmax"] = Hardmax; t["LpNormalization"] = LpNormalization; t["MeanVarianceNormalization"] = MeanVarianceNormalization;
   t["CumProd"] = CumProd; t["Swish"] = Swish; t["EyeLike"] = EyeLike; t["OneHot"] = OneHot; t["MaxUnpool"] = MaxUnpool;
   t["SwiGLU"] = SwiGLU; t["CausalConvWithState"] = CausalConvWithState;
+  t["DeformConv"] = DeformConv;
 }
 
 }  // namespace tessera::onnx::detail
