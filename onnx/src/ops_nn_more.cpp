@@ -225,6 +225,32 @@ void DeformConv(NodeCtx& c) {
   c.out(0, y);
 }
 
+// HannWindow, HammingWindow, BlackmanWindow: constants of the (known) size, computed in double
+// and cast to output_datatype (float by default); periodic=1 (the default) divides by N, else by
+// N - 1.
+enum class WindowKind { kHann, kHamming, kBlackman };
+template <WindowKind Kind>
+void window_function(NodeCtx& c) {
+  const double size_value = c.const_scalar(0);
+  if (!(size_value >= 0 && size_value <= double(kMaxImportElements))) c.fail("size must be in [0, 2^28]");
+  const int64_t size = int64_t(size_value);
+  const int64_t type = c.attr_int("output_datatype", 1);
+  std::optional<DType> dt = dtype_of_onnx(int32_t(type));
+  if (!dt) c.fail("output_datatype " + std::to_string(type) + " is an ONNX type Tessera has no dtype for");
+  const double denom = double(c.attr_int("periodic", 1) ? size : size - 1);
+  std::vector<double> values(static_cast<size_t>(size));
+  for (int64_t i = 0; i < size; ++i) {
+    const double t = double(i) / denom;
+    double v = 0;
+    if (Kind == WindowKind::kHann) v = std::pow(std::sin(M_PI * t), 2);
+    if (Kind == WindowKind::kHamming) v = 25.0 / 46.0 - (21.0 / 46.0) * std::cos(2 * M_PI * t);
+    if (Kind == WindowKind::kBlackman) v = 0.42 - 0.5 * std::cos(2 * M_PI * t) + 0.08 * std::cos(4 * M_PI * t);
+    values[static_cast<size_t>(i)] = v;
+  }
+  ExcludeDispatchKeyGuard plain(DispatchKeySet::functionality(Functionality::Export));
+  c.out(0, constant_val(tessera::tensor(values, {size}, tessera::dtype(kFloat64)).to(*dt)));
+}
+
 // EyeLike: a constant of the input's (static) 2-D shape with ones on diagonal k.
 void EyeLike(NodeCtx& c) {
   Tensor x = c.in(0);
@@ -330,7 +356,8 @@ void add_more_nn_converters(ConverterTable& t) {
   t["Hardmax"] = Hardmax; t["LpNormalization"] = LpNormalization; t["MeanVarianceNormalization"] = MeanVarianceNormalization;
   t["CumProd"] = CumProd; t["Swish"] = Swish; t["EyeLike"] = EyeLike; t["OneHot"] = OneHot; t["MaxUnpool"] = MaxUnpool;
   t["SwiGLU"] = SwiGLU; t["CausalConvWithState"] = CausalConvWithState;
-  t["DeformConv"] = DeformConv;
+  t["DeformConv"] = DeformConv; t["HannWindow"] = window_function<WindowKind::kHann>;
+  t["HammingWindow"] = window_function<WindowKind::kHamming>; t["BlackmanWindow"] = window_function<WindowKind::kBlackman>;
 }
 
 }  // namespace tessera::onnx::detail
