@@ -251,6 +251,88 @@ void window_function(NodeCtx& c) {
   c.out(0, constant_val(tessera::tensor(values, {size}, tessera::dtype(kFloat64)).to(*dt)));
 }
 
+// The discrete Fourier transform of a signal along `axis` (static size n) as matmuls with constant
+// cos/sin matrices [n, K] (made in double at import): re/im of the output, the input's imaginary
+// part optional. Forward: K = L (onesided: L / 2 + 1) frequencies of the signal cut or zero-padded
+// to L. Inverse: L samples, 1/L scaled; onesided reads the first L / 2 + 1 frequencies of a
+// Hermitian spectrum (numpy's irfft: each inner frequency counts twice) and gives the real part.
+struct Complex {
+  Tensor re, im;  // im undefined: zero
+};
+Complex dft_along(NodeCtx& c, const Complex& x, int64_t axis, int64_t length, bool inverse, bool onesided) {
+  const int64_t rank = x.re.dim();
+  const int64_t n = static_dim(c, x.re, axis, "DFT");
+  const int64_t used_in = std::min(n, inverse && onesided ? length / 2 + 1 : length);
+  const int64_t k_out = inverse ? length : onesided ? length / 2 + 1 : length;
+  int64_t count = 0;
+  if (__builtin_mul_overflow(n, k_out, &count)) count = INT64_MAX;
+  c.check_elements(count, "the DFT matrix");
+  std::vector<double> cosm(static_cast<size_t>(count), 0.0), sinm(static_cast<size_t>(count), 0.0);
+  for (int64_t t = 0; t < used_in; ++t)
+    for (int64_t k = 0; k < k_out; ++k) {
+      // angle 2 pi t k / L, reduced exactly in integers first
+      const double angle = 2.0 * M_PI * double((t * k) % length) / double(length);
+      double scale = 1.0;
+      if (inverse) scale = (onesided && t != 0 && !(length % 2 == 0 && t == length / 2) ? 2.0 : 1.0) / double(length);
+      cosm[static_cast<size_t>(t * k_out + k)] = scale * std::cos(angle);
+      sinm[static_cast<size_t>(t * k_out + k)] = scale * std::sin(angle);
+    }
+  // In double: an output near zero (the imaginary part of a real signal) must come out near zero.
+  const DType dt = x.re.dtype();
+  Tensor cm, sm;
+  {
+    ExcludeDispatchKeyGuard plain(DispatchKeySet::functionality(Functionality::Export));
+    cm = tessera::tensor(cosm, {n, k_out}, tessera::dtype(kFloat64));
+    sm = tessera::tensor(sinm, {n, k_out}, tessera::dtype(kFloat64));
+  }
+  std::vector<int64_t> perm, back(static_cast<size_t>(rank));
+  for (int64_t d = 0; d < rank; ++d)
+    if (d != axis) perm.push_back(d);
+  perm.push_back(axis);
+  for (int64_t d = 0; d < rank; ++d) back[static_cast<size_t>(perm[static_cast<size_t>(d)])] = d;
+  auto mm = [&](const Tensor& v, const Tensor& m) { return tessera::matmul(v.to(kFloat64).permute(perm), m); };
+  // forward: re = xr cos + xi sin, im = xi cos - xr sin; inverse: re = xr cos - xi sin, im = xr sin + xi cos
+  const double sign = inverse ? -1.0 : 1.0;
+  Tensor re = mm(x.re, cm), im = tessera::mul(mm(x.re, sm), host_scalar(-sign, kFloat64));
+  if (x.im.defined()) {
+    re = tessera::add(re, tessera::mul(mm(x.im, sm), host_scalar(sign, kFloat64)));
+    im = tessera::add(im, mm(x.im, cm));
+  }
+  return {re.permute(back).to(dt), im.permute(back).to(dt)};
+}
+
+// The real and imaginary parts of a [..., 1 or 2] tensor, the last dim dropped.
+Complex split_complex(NodeCtx& c, const Tensor& x) {
+  Sizes s = c.sizes(x);
+  const SymSize last = s.back();
+  if (!last.is_constant() || (last.constant() != 1 && last.constant() != 2)) c.fail("the last dim must be 1 (real) or 2 (complex)");
+  s.pop_back();
+  auto part = [&](int64_t i) { return reshape_to(c, call_op(c, "slice_copy.Tensor", {x, int64_t(x.dim() - 1), i, i + 1, int64_t(1)}), s); };
+  return {part(0), last.constant() == 2 ? part(1) : Tensor()};
+}
+
+void DFT(NodeCtx& c) {
+  Tensor x = c.in(0);
+  if (x.dim() < 2) c.fail("the input must be at least 2-D");
+  const int64_t axis_value = c.opset() >= 20 ? (c.has(2) ? int64_t(c.const_scalar(2)) : -2) : c.attr_int("axis", 1);
+  const int64_t axis = norm_axis(c, axis_value, x.dim());
+  if (axis == x.dim() - 1) c.fail("axis may not be the last (real/imaginary) dim");
+  const bool inverse = c.attr_int("inverse", 0) != 0, onesided = c.attr_int("onesided", 0) != 0;
+  const int64_t n = static_dim(c, x, axis, "DFT");
+  int64_t length = inverse && onesided ? 2 * (n - 1) : n;
+  if (c.has(1)) length = int64_t(c.const_scalar(1));
+  if (length < 1 || length > (int64_t(1) << 24)) c.fail("dft_length must be in [1, 2^24], got " + std::to_string(length));
+  Complex in = split_complex(c, x);
+  if (inverse && onesided && in.im.defined() == false) c.fail("an inverse one-sided DFT needs a complex input");
+  Complex y = dft_along(c, in, axis, length, inverse, onesided);
+  if (inverse && onesided) {
+    Sizes s = c.sizes(y.re);
+    s.push_back(SymSize(int64_t(1)));
+    return c.out(0, reshape_to(c, y.re, s));
+  }
+  c.out(0, tessera::stack({y.re, y.im}, -1));
+}
+
 // EyeLike: a constant of the input's (static) 2-D shape with ones on diagonal k.
 void EyeLike(NodeCtx& c) {
   Tensor x = c.in(0);
@@ -358,6 +440,7 @@ void add_more_nn_converters(ConverterTable& t) {
   t["SwiGLU"] = SwiGLU; t["CausalConvWithState"] = CausalConvWithState;
   t["DeformConv"] = DeformConv; t["HannWindow"] = window_function<WindowKind::kHann>;
   t["HammingWindow"] = window_function<WindowKind::kHamming>; t["BlackmanWindow"] = window_function<WindowKind::kBlackman>;
+  t["DFT"] = DFT;
 }
 
 }  // namespace tessera::onnx::detail

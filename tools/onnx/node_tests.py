@@ -33,6 +33,11 @@ warnings.filterwarnings("ignore")
 # Cases whose difference is understood and is not a bug, with the reason (like the conformance kit's
 # expected-failure lists); they count as "known", not "wrong". Remove an entry once it passes.
 KNOWN_DIFFERENCES = {
+    "test_dft_inverse":
+        "the expected output is a float32 FFT's: 10 of 200 elements are exactly 0 and hold up to 1.9e-7 of rounding "
+        "there, above atol 1e-7 (NumPy's float64 ifft of the same input misses them the same way)",
+    "test_dft_inverse_opset19":
+        "as test_dft_inverse (the expected output's float32 FFT rounding at exact zeros exceeds atol 1e-7)",
     "test_attention_4d_causal_fp16_expanded":
         "float16 end to end: 3 elements 2 float16 ulps off (the NumPy reference rounds to float16 after every "
         "step; Tessera's float16 matmul and softmax accumulate in float32)",
