@@ -333,6 +333,38 @@ void DFT(NodeCtx& c) {
   c.out(0, tessera::stack({y.re, y.im}, -1));
 }
 
+// STFT: the frames of the signal (gathered by an index list made at import), times the window,
+// then the DFT of each frame (one-sided by default).
+void STFT(NodeCtx& c) {
+  Tensor x = c.in(0);
+  if (x.dim() != 3) c.fail("the signal must be 3-D [batch, length, 1 or 2]");
+  const int64_t step = int64_t(c.const_scalar(1));
+  std::optional<Tensor> window = c.opt(2);
+  const int64_t total = static_dim(c, x, 1, "STFT");
+  int64_t frame = c.has(3) ? int64_t(c.const_scalar(3)) : window ? static_dim(c, *window, 0, "STFT") : total;
+  if (window && (window->dim() != 1 || static_dim(c, *window, 0, "STFT") != frame))
+    c.fail("the window must be 1-D of frame_length " + std::to_string(frame));
+  if (step < 1 || frame < 1 || frame > total || frame > (1 << 24)) c.fail("frame_step must be positive and frame_length in [1, signal length]");
+  const bool onesided = c.attr_int("onesided", 1) != 0;
+  const int64_t frames = 1 + (total - frame) / step;
+  int64_t count = 0;
+  if (__builtin_mul_overflow(frames, frame, &count)) count = INT64_MAX;
+  c.check_elements(count, "STFT's frame index list");
+  std::vector<int64_t> idx;
+  idx.reserve(static_cast<size_t>(count));
+  for (int64_t f = 0; f < frames; ++f)
+    for (int64_t t = 0; t < frame; ++t) idx.push_back(f * step + t);
+  Complex sig = split_complex(c, x);  // [B, T]
+  const Sizes shape{c.sizes(x)[0], SymSize(frames), SymSize(frame)};
+  auto framed = [&](const Tensor& part) {
+    if (!part.defined()) return part;
+    Tensor f = reshape_to(c, tessera::index_select(part, 1, host_tensor(idx, {count}, kInt64)), shape);
+    return window ? tessera::mul(f, *window) : f;
+  };
+  Complex y = dft_along(c, {framed(sig.re), framed(sig.im)}, 2, frame, false, onesided);
+  c.out(0, tessera::stack({y.re, y.im}, -1));
+}
+
 // EyeLike: a constant of the input's (static) 2-D shape with ones on diagonal k.
 void EyeLike(NodeCtx& c) {
   Tensor x = c.in(0);
@@ -440,7 +472,7 @@ void add_more_nn_converters(ConverterTable& t) {
   t["SwiGLU"] = SwiGLU; t["CausalConvWithState"] = CausalConvWithState;
   t["DeformConv"] = DeformConv; t["HannWindow"] = window_function<WindowKind::kHann>;
   t["HammingWindow"] = window_function<WindowKind::kHamming>; t["BlackmanWindow"] = window_function<WindowKind::kBlackman>;
-  t["DFT"] = DFT;
+  t["DFT"] = DFT; t["STFT"] = STFT;
 }
 
 }  // namespace tessera::onnx::detail
