@@ -1,5 +1,5 @@
-// More nn converters (normalisations, activations, one-hot and cumulative ops), decomposed at
-// import onto ops of the contract.
+// More nn converters (normalisations, activations, convs, one-hot and cumulative ops, signal
+// windows and transforms, quantisation), decomposed at import onto ops of the contract.
 #include <cmath>
 
 #include "convert.h"
@@ -365,6 +365,96 @@ void STFT(NodeCtx& c) {
   c.out(0, tessera::stack({y.re, y.im}, -1));
 }
 
+// A quantisation parameter (scale or zero point) shaped to broadcast against x: one value, one per
+// index of `axis` (1-D), or blocks of block_size along `axis` (the rank of x), repeated.
+// (The axis counts only then: it is normalised here.)
+Tensor quant_param(NodeCtx& c, const Tensor& p, const Tensor& x, int64_t axis_attr, int64_t block) {
+  if (block <= 0 && (p.numel() == 1 || p.dim() == 0)) return p.dim() == 0 ? p : reshape_to(c, p, {});
+  const int64_t axis = norm_axis(c, axis_attr, x.dim());
+  if (block > 0) {
+    if (p.dim() != x.dim()) c.fail("a blocked scale/zero point must have the input's rank");
+    const int64_t d = static_dim(c, x, axis, "blocked quantisation");
+    if (block > d && d > 0 && static_dim(c, p, axis, "blocked quantisation") != 1) c.fail("block_size is larger than the axis");
+    std::vector<int64_t> idx(static_cast<size_t>(d));
+    for (int64_t i = 0; i < d; ++i) idx[static_cast<size_t>(i)] = i / block;
+    if (!idx.empty() && idx.back() >= static_dim(c, p, axis, "blocked quantisation"))
+      c.fail("the blocked scale/zero point has too few blocks along the axis");
+    return tessera::index_select(p, axis, host_tensor(idx, {d}, kInt64));
+  }
+  if (p.dim() != 1) c.fail("a scale/zero point must be a scalar or 1-D (or blocked with block_size)");
+  Sizes s{c.sizes(p)[0]};
+  for (int64_t d = axis + 1; d < x.dim(); ++d) s.push_back(SymSize(int64_t(1)));
+  return reshape_to(c, p, s);
+}
+
+// The range of an integer quantised type (uint8, int8, int16).
+std::pair<double, double> quant_range(NodeCtx& c, DType t) {
+  switch (t) {
+    case kUInt8: return {0.0, 255.0};
+    case kInt8: return {-128.0, 127.0};
+    case kInt16: return {-32768.0, 32767.0};
+    default: c.fail("quantising to " + std::string(dtype_name(t)) + " is not supported (uint8, int8, int16 are)");
+  }
+}
+
+// QuantizeLinear: saturate(round_half_even(x / scale) + zero_point) in the zero point's type
+// (output_dtype, or uint8).
+void QuantizeLinear(NodeCtx& c) {
+  Tensor x = c.in(0), scale = c.in(1);
+  std::optional<Tensor> zp = c.opt(2);
+  const int64_t axis = c.attr_int("axis", 1);
+  const int64_t block = c.attr_int("block_size", 0);
+  if (block < 0) c.fail("block_size must not be negative");
+  if (!c.attr_int("saturate", 1)) c.fail("saturate=0 (float8 outputs) is not supported");
+  const int64_t precision = c.attr_int("precision", 0);
+  if (precision != 0 && dtype_of_onnx(int32_t(precision)) != x.dtype()) c.fail("a precision other than the input's type is not supported");
+  DType out = kUInt8;
+  if (const int64_t t = c.attr_int("output_dtype", 0)) {
+    std::optional<DType> d = dtype_of_onnx(int32_t(t));
+    if (!d) c.fail("output_dtype " + std::to_string(t) + " is an ONNX type Tessera has no dtype for");
+    out = *d;
+  }
+  if (zp) out = zp->dtype();
+  const auto [lo, hi] = quant_range(c, out);
+  Tensor q = tessera::round(tessera::div(x, quant_param(c, scale, x, axis, block)));
+  if (zp) q = tessera::add(q, quant_param(c, *zp, x, axis, block).to(x.dtype()));
+  c.out(0, tessera::clamp(q, Scalar(lo), Scalar(hi)).to(out));
+}
+
+// DequantizeLinear: (x - zero_point) * scale, in the scale's type (or output_dtype).
+void DequantizeLinear(NodeCtx& c) {
+  Tensor x = c.in(0), scale = c.in(1);
+  std::optional<Tensor> zp = c.opt(2);
+  const int64_t axis = c.attr_int("axis", 1);
+  const int64_t block = c.attr_int("block_size", 0);
+  if (block < 0) c.fail("block_size must not be negative");
+  DType out = scale.dtype();
+  if (const int64_t t = c.attr_int("output_dtype", 0)) {
+    std::optional<DType> d = dtype_of_onnx(int32_t(t));
+    if (!d || *d != out) c.fail("an output_dtype other than the scale's type is not supported");
+  }
+  if (!is_floating(out)) c.fail("the scale must be a floating type");
+  Tensor v = x.to(kFloat32);
+  if (zp) v = tessera::sub(v, quant_param(c, *zp, x, axis, block).to(kFloat32));
+  c.out(0, tessera::mul(v, quant_param(c, scale, x, axis, block).to(kFloat32)).to(out));
+}
+
+// DynamicQuantizeLinear: uint8 with scale (max(0, max x) - min(0, min x)) / 255 and the zero point
+// that maps 0 exactly.
+void DynamicQuantizeLinear(NodeCtx& c) {
+  Tensor x = c.in(0);
+  std::vector<int64_t> all;
+  for (int64_t d = 0; d < x.dim(); ++d) all.push_back(d);
+  Tensor zero = scalar_like(0.0, x);
+  Tensor hi = tessera::maximum(tessera::amax(x, all, false), zero), lo = tessera::minimum(tessera::amin(x, all, false), zero);
+  Tensor scale = tessera::div(tessera::sub(hi, lo), scalar_like(255.0, x));
+  Tensor zp = tessera::clamp(tessera::round(tessera::sub(zero, tessera::div(lo, scale))), Scalar(0.0), Scalar(255.0));
+  Tensor q = tessera::add(tessera::round(tessera::div(x, scale)), zp);
+  c.out(0, tessera::clamp(q, Scalar(0.0), Scalar(255.0)).to(kUInt8));
+  c.out(1, scale);
+  c.out(2, zp.to(kUInt8));
+}
+
 // EyeLike: a constant of the input's (static) 2-D shape with ones on diagonal k.
 void EyeLike(NodeCtx& c) {
   Tensor x = c.in(0);
@@ -472,7 +562,8 @@ void add_more_nn_converters(ConverterTable& t) {
   t["SwiGLU"] = SwiGLU; t["CausalConvWithState"] = CausalConvWithState;
   t["DeformConv"] = DeformConv; t["HannWindow"] = window_function<WindowKind::kHann>;
   t["HammingWindow"] = window_function<WindowKind::kHamming>; t["BlackmanWindow"] = window_function<WindowKind::kBlackman>;
-  t["DFT"] = DFT; t["STFT"] = STFT;
+  t["DFT"] = DFT; t["STFT"] = STFT; t["QuantizeLinear"] = QuantizeLinear; t["DequantizeLinear"] = DequantizeLinear;
+  t["DynamicQuantizeLinear"] = DynamicQuantizeLinear;
 }
 
 }  // namespace tessera::onnx::detail
