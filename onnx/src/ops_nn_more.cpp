@@ -455,6 +455,34 @@ void DynamicQuantizeLinear(NodeCtx& c) {
   c.out(2, zp.to(kUInt8));
 }
 
+// QLinearMatMul: the integer product (a - a_zp)(b - b_zp), exact in double, times
+// a_scale * b_scale / y_scale (in the scales' type, as the reference), plus y_zp, rounded half to
+// even and saturated to y_zp's type. Per-tensor scales and zero points.
+void QLinearMatMul(NodeCtx& c) {
+  Tensor a = c.in(0), as = c.in(1), b = c.in(3), bs = c.in(4), ys = c.in(6);
+  for (const Tensor* t : {&as, &bs, &ys})
+    if (t->numel() != 1) c.fail("only per-tensor scales are supported");
+  auto centred = [&](const Tensor& v, int zp_input) {
+    Tensor d = v.to(kFloat64);
+    if (!c.has(zp_input)) return d;
+    Tensor zp = c.in(zp_input);
+    if (zp.numel() != 1) c.fail("only per-tensor zero points are supported");
+    return tessera::sub(d, reshape_to(c, zp, {}).to(kFloat64));
+  };
+  Tensor prod = tessera::matmul(centred(a, 2), centred(b, 5));
+  Tensor scale = tessera::div(tessera::mul(reshape_to(c, as, {}), reshape_to(c, bs, {}).to(as.dtype())), reshape_to(c, ys, {}).to(as.dtype()));
+  Tensor y = tessera::mul(prod, scale.to(kFloat64));
+  DType out = a.dtype();
+  if (c.has(7)) {
+    Tensor zp = c.in(7);
+    if (zp.numel() != 1) c.fail("only per-tensor zero points are supported");
+    out = zp.dtype();
+    y = tessera::add(y, reshape_to(c, zp, {}).to(kFloat64));
+  }
+  const auto [lo, hi] = quant_range(c, out);
+  c.out(0, tessera::clamp(tessera::round(y), Scalar(lo), Scalar(hi)).to(out));
+}
+
 // EyeLike: a constant of the input's (static) 2-D shape with ones on diagonal k.
 void EyeLike(NodeCtx& c) {
   Tensor x = c.in(0);
@@ -563,7 +591,7 @@ void add_more_nn_converters(ConverterTable& t) {
   t["DeformConv"] = DeformConv; t["HannWindow"] = window_function<WindowKind::kHann>;
   t["HammingWindow"] = window_function<WindowKind::kHamming>; t["BlackmanWindow"] = window_function<WindowKind::kBlackman>;
   t["DFT"] = DFT; t["STFT"] = STFT; t["QuantizeLinear"] = QuantizeLinear; t["DequantizeLinear"] = DequantizeLinear;
-  t["DynamicQuantizeLinear"] = DynamicQuantizeLinear;
+  t["DynamicQuantizeLinear"] = DynamicQuantizeLinear; t["QLinearMatMul"] = QLinearMatMul;
 }
 
 }  // namespace tessera::onnx::detail
