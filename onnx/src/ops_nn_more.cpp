@@ -483,6 +483,86 @@ void QLinearMatMul(NodeCtx& c) {
   c.out(0, tessera::clamp(tessera::round(y), Scalar(lo), Scalar(hi)).to(out));
 }
 
+// RoiAlign with a fixed sampling_ratio G: each output bin averages (or, mode=max, takes the
+// largest weighted corner of) G x G bilinear samples inside the box, in double as the reference.
+// The samples are separable: per box, one-hot rows [samples, H] and [samples, W] weighted by the
+// corner weights (zero outside [-1, size]) meet the box's batch image in two matmuls per corner.
+void RoiAlign(NodeCtx& c) {
+  Tensor x = c.in(0), rois = c.in(1), batch = c.in(2);
+  if (x.dim() != 4 || rois.dim() != 2) c.fail("the input must be 4-D and rois [num_rois, 4]");
+  const std::string mode = c.attr_string("mode", "avg");
+  if (mode != "avg" && mode != "max") c.fail("mode '" + mode + "' is not one of avg, max");
+  const std::string ctm = c.attr_string("coordinate_transformation_mode", "half_pixel");
+  if (ctm != "half_pixel" && ctm != "output_half_pixel") c.fail("coordinate_transformation_mode '" + ctm + "' is not one of half_pixel, output_half_pixel");
+  const int64_t oh = c.attr_int("output_height", 1), ow = c.attr_int("output_width", 1), g = c.attr_int("sampling_ratio", 0);
+  const double scale = c.attr_float("spatial_scale", 1.0);
+  if (oh < 1 || ow < 1 || oh > 4096 || ow > 4096) c.fail("output_height and output_width must be in [1, 4096]");
+  if (g <= 0) c.fail("sampling_ratio=0 (a per-box sample count that depends on the boxes' sizes at run time) is not supported");
+  if (g > 64) c.fail("sampling_ratio must be at most 64");
+  const int64_t h = static_dim(c, x, 2, "RoiAlign"), w = static_dim(c, x, 3, "RoiAlign");
+  const bool half_pixel = ctm == "half_pixel";
+  Sizes rs = c.sizes(rois);
+  const SymSize r = rs[0], one(int64_t(1));
+  if (!rs[1].is_constant() || rs[1].constant() != 4) c.fail("rois must be [num_rois, 4]");
+  c.check_elements(std::max(oh, ow) * g * std::max(h, w), "RoiAlign's sampling rows");
+  Tensor box = rois.to(kFloat64);
+  auto col = [&](int64_t i) {
+    Tensor v = reshape_to(c, call_op(c, "slice_copy.Tensor", {box, int64_t(1), i, i + 1, int64_t(1)}), {r, one});
+    return tessera::sub(tessera::mul(v, host_scalar(scale, kFloat64)), host_scalar(half_pixel ? 0.5 : 0.0, kFloat64));
+  };
+  Tensor sw = col(0), sh = col(1), ew = col(2), eh = col(3);
+  Tensor rw = tessera::sub(ew, sw), rh = tessera::sub(eh, sh);
+  if (!half_pixel) {
+    rw = tessera::maximum(rw, host_scalar(1.0, kFloat64));
+    rh = tessera::maximum(rh, host_scalar(1.0, kFloat64));
+  }
+  // Per axis: the sample positions [R, out * G], then their one-hot rows [R, out * G, size] times
+  // the low and high corner weights.
+  auto rows = [&](const Tensor& start, const Tensor& extent, int64_t out, int64_t size) {
+    std::vector<double> at;
+    for (int64_t p = 0; p < out; ++p)
+      for (int64_t i = 0; i < g; ++i) at.push_back(double(p) + (double(i) + 0.5) / double(g));
+    Tensor offs;
+    {
+      ExcludeDispatchKeyGuard plain(DispatchKeySet::functionality(Functionality::Export));
+      offs = tessera::tensor(at, {1, out * g}, tessera::dtype(kFloat64));
+    }
+    Tensor pos = tessera::add(start, tessera::mul(tessera::div(extent, host_scalar(double(out), kFloat64)), offs));
+    Tensor valid = tessera::logical_and(tessera::ge(pos, host_scalar(-1.0, kFloat64)), tessera::le(pos, host_scalar(double(size), kFloat64)));
+    Tensor p = tessera::maximum(pos, host_scalar(0.0, kFloat64));
+    Tensor low = tessera::floor(p);
+    Tensor last = host_scalar(double(size - 1), kFloat64);
+    Tensor at_end = tessera::ge(low, last);
+    low = tessera::where(at_end, last, low);
+    Tensor high = tessera::where(at_end, last, tessera::add(low, host_scalar(1.0, kFloat64)));
+    Tensor frac = tessera::where(at_end, host_scalar(0.0, kFloat64), tessera::sub(p, low));
+    Tensor v = valid.to(kFloat64);
+    Tensor w_low = tessera::mul(tessera::sub(host_scalar(1.0, kFloat64), frac), v), w_high = tessera::mul(frac, v);
+    Tensor grid = iota_along(c, size, 2, 3, kFloat64);  // [1, 1, size]
+    const Sizes col3{r, SymSize(out * g), one};
+    auto hot = [&](const Tensor& idx, const Tensor& wt) {
+      return tessera::mul(tessera::eq(reshape_to(c, idx, col3), grid).to(kFloat64), reshape_to(c, wt, col3));
+    };
+    return std::pair<Tensor, Tensor>{hot(low, w_low), hot(high, w_high)};  // [R, out * G, size]
+  };
+  auto [y_low, y_high] = rows(sh, rh, oh, h);
+  auto [x_low, x_high] = rows(sw, rw, ow, w);
+  Tensor images = tessera::index_select(x, 0, batch.to(kInt64)).to(kFloat64);  // [R, C, H, W]
+  const Sizes ys{r, one, SymSize(oh * g), SymSize(h)}, xs{r, one, SymSize(w), SymSize(ow * g)};
+  Tensor acc;
+  int corner = 0;
+  for (const Tensor* yr : {&y_low, &y_high})
+    for (const Tensor* xr : {&x_low, &x_high}) {
+      Tensor v = tessera::matmul(tessera::matmul(reshape_to(c, *yr, ys), images), reshape_to(c, xr->permute({0, 2, 1}), xs));
+      acc = corner++ == 0 ? v : mode == "avg" ? tessera::add(acc, v) : tessera::maximum(acc, v);
+    }
+  Sizes as = c.sizes(acc);  // [R, C, OH * G, OW * G]
+  Tensor bins = reshape_to(c, acc, {as[0], as[1], SymSize(oh), SymSize(g), SymSize(ow), SymSize(g)});
+  Tensor y = mode == "avg" ? tessera::div(tessera::sum(bins, {3, 5}, false), host_scalar(double(g * g), kFloat64))
+                           : tessera::amax(bins, {3, 5}, false);
+  c.out(0, y.to(x.dtype()));
+}
+
 // EyeLike: a constant of the input's (static) 2-D shape with ones on diagonal k.
 void EyeLike(NodeCtx& c) {
   Tensor x = c.in(0);
@@ -592,6 +672,7 @@ void add_more_nn_converters(ConverterTable& t) {
   t["HammingWindow"] = window_function<WindowKind::kHamming>; t["BlackmanWindow"] = window_function<WindowKind::kBlackman>;
   t["DFT"] = DFT; t["STFT"] = STFT; t["QuantizeLinear"] = QuantizeLinear; t["DequantizeLinear"] = DequantizeLinear;
   t["DynamicQuantizeLinear"] = DynamicQuantizeLinear; t["QLinearMatMul"] = QLinearMatMul;
+  t["RoiAlign"] = RoiAlign;
 }
 
 }  // namespace tessera::onnx::detail
