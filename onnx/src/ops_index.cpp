@@ -119,31 +119,38 @@ int64_t floor_div(int64_t a, int64_t b) { return a / b - (a % b != 0 && (a < 0) 
 // (in - 1) * stride + (k - 1) * dilation + 1 per dim), from 2-D ones: for each kernel depth t, the
 // 2-D transposed conv of every input depth slice with W[:, :, t], spread along the output depth
 // to d * stride + t * dilation (zeros between), summed over t.
-Tensor conv_transpose3d_natural(NodeCtx& c, const Tensor& x, const Tensor& w, const std::vector<int64_t>& stride,
-                                const std::vector<int64_t>& dilation, int64_t groups) {
+Tensor conv_transpose3d_natural(NodeCtx& c, const Tensor& x, const Tensor& w,
+                                const std::vector<int64_t>& stride, const std::vector<int64_t>& dilation,
+                                int64_t groups) {
   Sizes xs = c.sizes(x), ws = c.sizes(w);
   const SymSize& depth = xs[2];
   if (!depth.is_constant()) c.fail("a 3-D transposed convolution over the dynamic depth " + depth.str());
   const int64_t d = depth.constant(), kd = ws[2].constant();
   const int64_t natural = (d - 1) * stride[0] + (kd - 1) * dilation[0] + 1;
   const SymSize one(int64_t(1));
-  Tensor slices = reshape_to(c, x.permute({0, 2, 1, 3, 4}), {xs[0] * xs[2], xs[1], xs[3], xs[4]});  // [N*D, C, H, W]
+  Tensor slices =
+      reshape_to(c, x.permute({0, 2, 1, 3, 4}), {xs[0] * xs[2], xs[1], xs[3], xs[4]});  // [N*D, C, H, W]
   Tensor sum;
   for (int64_t t = 0; t < kd; ++t) {
-    Tensor wt = reshape_to(c, call_op(c, "slice_copy.Tensor", {w, int64_t(2), t, t + 1, int64_t(1)}), {ws[0], ws[1], ws[3], ws[4]});
-    Tensor p = call_op(c, "conv_transpose2d.input", {slices, wt, std::optional<Tensor>(), std::vector<int64_t>{stride[1], stride[2]},
-                                                      std::vector<int64_t>{0, 0}, std::vector<int64_t>{0, 0}, groups,
-                                                      std::vector<int64_t>{dilation[1], dilation[2]}});
+    Tensor wt = reshape_to(c, call_op(c, "slice_copy.Tensor", {w, int64_t(2), t, t + 1, int64_t(1)}),
+                           {ws[0], ws[1], ws[3], ws[4]});
+    Tensor p = call_op(c, "conv_transpose2d.input",
+                       {slices, wt, std::optional<Tensor>(), std::vector<int64_t>{stride[1], stride[2]},
+                        std::vector<int64_t>{0, 0}, std::vector<int64_t>{0, 0}, groups,
+                        std::vector<int64_t>{dilation[1], dilation[2]}});
     Sizes ps = c.sizes(p);  // [N*D, O, H', W']
     const SymSize plane = ps[1] * ps[2] * ps[3];
     Tensor spread = reshape_to(c, p, {xs[0], depth, one, plane});
     if (stride[0] > 1)  // d -> d * stride: zeros after each slice
-      spread = call_op(c, "pad", {spread, std::vector<int64_t>{0, 0, 0, stride[0] - 1}, std::string("constant"), 0.0});
+      spread = call_op(c, "pad",
+                       {spread, std::vector<int64_t>{0, 0, 0, stride[0] - 1}, std::string("constant"), 0.0});
     spread = reshape_to(c, spread, {xs[0], SymSize(d * stride[0]), plane});
-    spread = call_op(c, "slice_copy.Tensor", {spread, int64_t(1), int64_t(0), (d - 1) * stride[0] + 1, int64_t(1)});
+    spread = call_op(c, "slice_copy.Tensor",
+                     {spread, int64_t(1), int64_t(0), (d - 1) * stride[0] + 1, int64_t(1)});
     const int64_t before = t * dilation[0], after = natural - before - ((d - 1) * stride[0] + 1);
     if (before || after)
-      spread = call_op(c, "pad", {spread, std::vector<int64_t>{0, 0, before, after}, std::string("constant"), 0.0});
+      spread = call_op(c, "pad",
+                       {spread, std::vector<int64_t>{0, 0, before, after}, std::string("constant"), 0.0});
     sum = t == 0 ? spread : tessera::add(sum, spread);
     if (t + 1 == kd) {
       Tensor y = reshape_to(c, sum, {xs[0], SymSize(natural), ps[1], ps[2], ps[3]});
@@ -157,9 +164,9 @@ Tensor conv_transpose3d_natural(NodeCtx& c, const Tensor& x, const Tensor& w, co
 // sizes): the output positions [begin, begin + out) of its natural (unpadded) result of size
 // `natural`, zeros where that reaches outside it, then biased.
 Tensor conv_transpose_cropped(NodeCtx& c, const Tensor& x, const Tensor& w, const std::optional<Tensor>& bias,
-                              const std::vector<int64_t>& stride, const std::vector<int64_t>& dilation, int64_t groups,
-                              const std::vector<int64_t>& begin, const std::vector<int64_t>& out,
-                              const std::vector<int64_t>& natural) {
+                              const std::vector<int64_t>& stride, const std::vector<int64_t>& dilation,
+                              int64_t groups, const std::vector<int64_t>& begin,
+                              const std::vector<int64_t>& out, const std::vector<int64_t>& natural) {
   const size_t n = stride.size();
   Sizes xs = c.sizes(x), ws = c.sizes(w);
   Tensor y;
@@ -171,8 +178,9 @@ Tensor conv_transpose_cropped(NodeCtx& c, const Tensor& x, const Tensor& w, cons
     Tensor w2 = one_d ? reshape_to(c, w, {ws[0], ws[1], SymSize(int64_t(1)), ws[2]}) : w;
     std::vector<int64_t> s2 = one_d ? std::vector<int64_t>{1, stride[0]} : stride;
     std::vector<int64_t> d2 = one_d ? std::vector<int64_t>{1, dilation[0]} : dilation;
-    y = call_op(c, "conv_transpose2d.input", {x2, w2, std::optional<Tensor>(), s2, std::vector<int64_t>{0, 0},
-                                              std::vector<int64_t>{0, 0}, groups, d2});
+    y = call_op(c, "conv_transpose2d.input",
+                {x2, w2, std::optional<Tensor>(), s2, std::vector<int64_t>{0, 0}, std::vector<int64_t>{0, 0},
+                 groups, d2});
     if (one_d) {
       Sizes ys = c.sizes(y);
       y = reshape_to(c, y, {ys[0], ys[1], ys[3]});
@@ -210,8 +218,8 @@ void ConvTranspose(NodeCtx& c) {
   Tensor x = c.in(0), w = c.in(1);
   std::optional<Tensor> bias = c.opt(2);
   if (x.dim() < 3 || x.dim() > 5 || w.dim() != x.dim())
-    c.fail("input and weight must both be 3-D, 4-D or 5-D (1-D to 3-D windows), got " + std::to_string(x.dim()) + "-D and " +
-           std::to_string(w.dim()) + "-D");
+    c.fail("input and weight must both be 3-D, 4-D or 5-D (1-D to 3-D windows), got " +
+           std::to_string(x.dim()) + "-D and " + std::to_string(w.dim()) + "-D");
   const size_t n = size_t(x.dim() - 2);
   Sizes ws = c.sizes(w), xs = c.sizes(x);
   std::vector<int64_t> kernel;
@@ -219,7 +227,8 @@ void ConvTranspose(NodeCtx& c) {
     if (!ws[i].is_constant()) c.fail("the weight's dynamic size " + ws[i].str());
     kernel.push_back(ws[i].constant());
   }
-  if (c.attr_ints("kernel_shape", kernel) != kernel) c.fail("kernel_shape differs from the weight's spatial sizes");
+  if (c.attr_ints("kernel_shape", kernel) != kernel)
+    c.fail("kernel_shape differs from the weight's spatial sizes");
   const std::vector<int64_t> stride = c.attr_ints("strides", std::vector<int64_t>(n, 1));
   const std::vector<int64_t> dilation = c.attr_ints("dilations", std::vector<int64_t>(n, 1));
   const std::vector<int64_t> out_pad = c.attr_ints("output_padding", std::vector<int64_t>(n, 0));
@@ -228,10 +237,11 @@ void ConvTranspose(NodeCtx& c) {
   if (stride.size() != n || dilation.size() != n || out_pad.size() != n || pads.size() != 2 * n)
     c.fail("strides/dilations/output_padding/pads do not match the window's rank " + std::to_string(n));
   for (size_t i = 0; i < n; ++i)
-    if (stride[i] < 1 || stride[i] > (1 << 20) || dilation[i] < 1 || dilation[i] > (1 << 20) || out_pad[i] < 0 ||
-        out_pad[i] > (1 << 20) || pads[i] < 0 || pads[i] > (1 << 20) || pads[i + n] < 0 || pads[i + n] > (1 << 20) ||
-        kernel[i] < 1 || kernel[i] > (1 << 20))
-      c.fail("strides, dilations and kernel sizes must be in [1, 2^20], pads and output_padding in [0, 2^20]");
+    if (stride[i] < 1 || stride[i] > (1 << 20) || dilation[i] < 1 || dilation[i] > (1 << 20) ||
+        out_pad[i] < 0 || out_pad[i] > (1 << 20) || pads[i] < 0 || pads[i] > (1 << 20) || pads[i + n] < 0 ||
+        pads[i + n] > (1 << 20) || kernel[i] < 1 || kernel[i] > (1 << 20))
+      c.fail(
+          "strides, dilations and kernel sizes must be in [1, 2^20], pads and output_padding in [0, 2^20]");
   if (groups < 1) c.fail("group must be positive");
   const std::string auto_pad = c.attr_string("auto_pad", "NOTSET");
   if (auto_pad != "NOTSET" && auto_pad != "VALID" && auto_pad != "SAME_UPPER" && auto_pad != "SAME_LOWER")
@@ -240,7 +250,8 @@ void ConvTranspose(NodeCtx& c) {
   std::vector<int64_t> out_shape = c.attr_ints("output_shape", {});
   if (!out_shape.empty()) {
     if (out_shape.size() == n + 2) out_shape.erase(out_shape.begin(), out_shape.begin() + 2);
-    if (out_shape.size() != n) c.fail("output_shape must have " + std::to_string(n) + " (or " + std::to_string(n + 2) + ") entries");
+    if (out_shape.size() != n)
+      c.fail("output_shape must have " + std::to_string(n) + " (or " + std::to_string(n + 2) + ") entries");
     for (int64_t v : out_shape)
       if (v < 1 || v > (int64_t(1) << 30)) c.fail("output_shape entries must be in [1, 2^30]");
   }
@@ -282,13 +293,18 @@ void ConvTranspose(NodeCtx& c) {
       p[i] = begin[i];
       op[i] = (!same && out_shape.empty()) ? out_pad[i] : 2 * begin[i] + out[i] - natural[i];
     }
-    auto widen = [&](std::vector<int64_t> v, int64_t first) { if (n == 1) v.insert(v.begin(), first); return v; };
+    auto widen = [&](std::vector<int64_t> v, int64_t first) {
+      if (n == 1) v.insert(v.begin(), first);
+      return v;
+    };
     Tensor x2 = x, w2 = w;
     if (n == 1) {
       x2 = reshape_to(c, x, {xs[0], xs[1], SymSize(int64_t(1)), xs[2]});
       w2 = reshape_to(c, w, {ws[0], ws[1], SymSize(int64_t(1)), ws[2]});
     }
-    Tensor y = call_op(c, "conv_transpose2d.input", {x2, w2, bias, widen(stride, 1), widen(p, 0), widen(op, 0), groups, widen(dilation, 1)});
+    Tensor y =
+        call_op(c, "conv_transpose2d.input",
+                {x2, w2, bias, widen(stride, 1), widen(p, 0), widen(op, 0), groups, widen(dilation, 1)});
     if (n == 1) {
       Sizes ys = c.sizes(y);
       y = reshape_to(c, y, {ys[0], ys[1], ys[3]});
@@ -299,7 +315,8 @@ void ConvTranspose(NodeCtx& c) {
     for (size_t i = 0; i < n; ++i)
       if (!xs[2 + i].is_constant()) c.fail("asymmetric pads on the dynamic size " + xs[2 + i].str());
   for (size_t i = 0; i < n; ++i)
-    if (out[i] < 1) c.fail("the output's spatial dim " + std::to_string(i) + " would be " + std::to_string(out[i]));
+    if (out[i] < 1)
+      c.fail("the output's spatial dim " + std::to_string(i) + " would be " + std::to_string(out[i]));
   c.out(0, conv_transpose_cropped(c, x, w, bias, stride, dilation, groups, begin, out, natural));
 }
 

@@ -163,8 +163,8 @@ std::vector<int64_t> ceil_extra(NodeCtx& c, const Tensor& x, const Window& w) {
 
 // The mean (or max) of each window of an unpadded 4-D input over a 2-D window. A dilated mean is a
 // depthwise conv with weights 1/K (avg_pool2d has no dilation).
-Tensor pool2d_plain(NodeCtx& c, bool max, const Tensor& x, const std::vector<int64_t>& k, const std::vector<int64_t>& s,
-                    const std::vector<int64_t>& d) {
+Tensor pool2d_plain(NodeCtx& c, bool max, const Tensor& x, const std::vector<int64_t>& k,
+                    const std::vector<int64_t>& s, const std::vector<int64_t>& d) {
   if (max) return tessera::max_pool2d(x, k, s, {0, 0}, d);
   if (d[0] == 1 && d[1] == 1) return tessera::avg_pool2d(x, k, s, {0, 0});
   Sizes sz = c.sizes(x);
@@ -191,7 +191,8 @@ Tensor pool_plain(NodeCtx& c, bool max, const Tensor& x, const Window& w) {
   Sizes s = c.sizes(x);
   const SymSize one(int64_t(1));
   Tensor a = reshape_to(c, x, {s[0], s[1] * s[2], s[3], s[4]});
-  a = pool2d_plain(c, max, a, {w.kernel[1], w.kernel[2]}, {w.stride[1], w.stride[2]}, {w.dilation[1], w.dilation[2]});
+  a = pool2d_plain(c, max, a, {w.kernel[1], w.kernel[2]}, {w.stride[1], w.stride[2]},
+                   {w.dilation[1], w.dilation[2]});
   Sizes as = c.sizes(a);
   Tensor b = reshape_to(c, a, {s[0] * s[1], one, s[2], as[2] * as[3]});
   b = pool2d_plain(c, max, b, {w.kernel[0], 1}, {w.stride[0], 1}, {w.dilation[0], 1});
@@ -199,7 +200,8 @@ Tensor pool_plain(NodeCtx& c, bool max, const Tensor& x, const Window& w) {
 }
 
 // Pads the last n dims of x by [begin, end + extra] with `value` (the contract's pad).
-Tensor pad_window(NodeCtx& c, const Tensor& x, const Window& w, const std::vector<int64_t>& extra, double value) {
+Tensor pad_window(NodeCtx& c, const Tensor& x, const Window& w, const std::vector<int64_t>& extra,
+                  double value) {
   std::vector<int64_t> list;  // [last_lo, last_hi, prev_lo, prev_hi, ...]
   bool any = false;
   for (size_t i = w.kernel.size(); i-- > 0;) {
@@ -214,20 +216,27 @@ Tensor pad_window(NodeCtx& c, const Tensor& x, const Window& w, const std::vecto
 // The lowest value of a dtype: what a max pooling pads with.
 double lowest(DType t) {
   switch (t) {
-    case kUInt8: case kBool: return 0.0;
-    case kInt8: return -128.0;
-    case kInt16: return -32768.0;
-    case kInt32: return -2147483648.0;
-    case kInt64: return -9223372036854775808.0;
-    default: return -INFINITY;
+    case kUInt8:
+    case kBool:
+      return 0.0;
+    case kInt8:
+      return -128.0;
+    case kInt16:
+      return -32768.0;
+    case kInt32:
+      return -2147483648.0;
+    case kInt64:
+      return -9223372036854775808.0;
+    default:
+      return -INFINITY;
   }
 }
 
 // The window size over the number of elements it counts (the input's, and the pads' too with
 // count_include_pad=1; never the ceil_mode extra), per output position: what turns the mean over
 // the whole padded window into the mean the spec asks for. Empty when it is 1 everywhere.
-std::optional<Tensor> mean_correction(NodeCtx& c, const Tensor& x, const Window& w, const std::vector<int64_t>& extra,
-                                      bool include_pad) {
+std::optional<Tensor> mean_correction(NodeCtx& c, const Tensor& x, const Window& w,
+                                      const std::vector<int64_t>& extra, bool include_pad) {
   const size_t n = w.kernel.size();
   Sizes s = c.sizes(x);
   std::vector<std::vector<int64_t>> counts(n);
@@ -237,7 +246,8 @@ std::optional<Tensor> mean_correction(NodeCtx& c, const Tensor& x, const Window&
   for (size_t i = 0; i < n; ++i) {
     const SymSize& in = s[s.size() - n + i];
     if (!in.is_constant()) {
-      if (w.begin[i] || w.end[i] || extra[i]) c.fail("an averaging window with pads on the dynamic size " + in.str());
+      if (w.begin[i] || w.end[i] || extra[i])
+        c.fail("an averaging window with pads on the dynamic size " + in.str());
       counts[i] = {w.kernel[i]};  // no pads: every window is full
       out_sizes.push_back(1);
       continue;
@@ -245,7 +255,8 @@ std::optional<Tensor> mean_correction(NodeCtx& c, const Tensor& x, const Window&
     const int64_t span = (w.kernel[i] - 1) * w.dilation[i] + 1;
     const int64_t len = in.constant() + w.begin[i] + w.end[i] + extra[i];
     const int64_t out = len < span ? 0 : (len - span) / w.stride[i] + 1;
-    const int64_t lo = include_pad ? -w.begin[i] : 0, hi = include_pad ? in.constant() + w.end[i] : in.constant();
+    const int64_t lo = include_pad ? -w.begin[i] : 0,
+                  hi = include_pad ? in.constant() + w.end[i] : in.constant();
     for (int64_t o = 0; o < out; ++o) {
       int64_t k = 0;
       for (int64_t t = 0; t < w.kernel[i]; ++t) {
@@ -270,7 +281,8 @@ std::optional<Tensor> mean_correction(NodeCtx& c, const Tensor& x, const Window&
       count *= counts[i][size_t(sz == 1 && counts[i].size() == 1 ? 0 : rest % sz)];
       rest /= sz;
     }
-    factor[size_t(idx)] = double(window) / double(count);  // count 0 (no element): NaN, as the mean of nothing
+    factor[size_t(idx)] =
+        double(window) / double(count);  // count 0 (no element): NaN, as the mean of nothing
   }
   ExcludeDispatchKeyGuard plain(DispatchKeySet::functionality(Functionality::Export));
   Tensor f = tessera::tensor(factor, {total}, tessera::dtype(kFloat64)).reshape(out_sizes);
@@ -285,7 +297,8 @@ void max_pool_with_indices(NodeCtx& c) {
   Tensor x = c.in(0);
   const bool column_major = c.attr_int("storage_order", 0) != 0;
   Window w = window(c, x, c.attr_ints("kernel_shape", {}), 2);
-  const std::vector<int64_t> extra = c.attr_int("ceil_mode", 0) ? ceil_extra(c, x, w) : std::vector<int64_t>(w.kernel.size(), 0);
+  const std::vector<int64_t> extra =
+      c.attr_int("ceil_mode", 0) ? ceil_extra(c, x, w) : std::vector<int64_t>(w.kernel.size(), 0);
   const bool one_d = w.kernel.size() == 1;
   if (one_d) {
     x = to_2d(c, x);
@@ -305,7 +318,8 @@ void max_pool_with_indices(NodeCtx& c) {
   }
   const int64_t taps = w.kernel[0] * w.kernel[1];
   int64_t count = 0, planes = 0;
-  if (__builtin_mul_overflow(out[0] * out[1], taps, &count) || __builtin_mul_overflow(batch, ch, &planes)) count = INT64_MAX;
+  if (__builtin_mul_overflow(out[0] * out[1], taps, &count) || __builtin_mul_overflow(batch, ch, &planes))
+    count = INT64_MAX;
   c.check_elements(count, "the MaxPool window index list");
   c.check_elements(planes, "the MaxPool plane offsets");
   std::vector<int64_t> gather_idx, position;
@@ -315,7 +329,8 @@ void max_pool_with_indices(NodeCtx& c) {
     for (int64_t ow = 0; ow < out[1]; ++ow)
       for (int64_t th = 0; th < w.kernel[0]; ++th)
         for (int64_t tw = 0; tw < w.kernel[1]; ++tw) {
-          const int64_t ph = oh * w.stride[0] + th * w.dilation[0], pw = ow * w.stride[1] + tw * w.dilation[1];
+          const int64_t ph = oh * w.stride[0] + th * w.dilation[0],
+                        pw = ow * w.stride[1] + tw * w.dilation[1];
           gather_idx.push_back(ph * len[1] + pw);
           const int64_t ih = ph - w.begin[0], iw = pw - w.begin[1];
           const bool inside = ih >= 0 && ih < h && iw >= 0 && iw < wd;
@@ -332,8 +347,10 @@ void max_pool_with_indices(NodeCtx& c) {
   for (int64_t o = 0; o < out[0] * out[1]; ++o) window_base.push_back(o * taps);
   for (int64_t p = 0; p < planes; ++p) plane_base.push_back(p * h * wd);
   pick = tessera::add(pick, host_tensor(window_base, {out[0], out[1]}, kInt64));
-  Tensor at = tessera::index_select(host_tensor(position, {count}, kInt64), 0, reshape_to(c, pick, {SymSize(planes * out[0] * out[1])}));
-  at = tessera::add(reshape_to(c, at, {s[0], s[1], SymSize(out[0]), SymSize(out[1])}), host_tensor(plane_base, {batch, ch, 1, 1}, kInt64));
+  Tensor at = tessera::index_select(host_tensor(position, {count}, kInt64), 0,
+                                    reshape_to(c, pick, {SymSize(planes * out[0] * out[1])}));
+  at = tessera::add(reshape_to(c, at, {s[0], s[1], SymSize(out[0]), SymSize(out[1])}),
+                    host_tensor(plane_base, {batch, ch, 1, 1}, kInt64));
   c.out(0, one_d ? from_2d(c, values) : values);
   c.out(1, one_d ? from_2d(c, at) : at);
 }
@@ -373,10 +390,13 @@ void LpPool(NodeCtx& c) {
   const bool ceil = c.attr_int("ceil_mode", 0) != 0;
   Window w = window(c, x, c.attr_ints("kernel_shape", {}), 3);
   const std::vector<int64_t> extra = ceil ? ceil_extra(c, x, w) : std::vector<int64_t>(w.kernel.size(), 0);
-  Tensor a = p == 1 ? tessera::abs(x) : p == 2 ? tessera::mul(x, x) : tessera::pow(tessera::abs(x), Scalar(double(p)));
+  Tensor a = p == 1   ? tessera::abs(x)
+             : p == 2 ? tessera::mul(x, x)
+                      : tessera::pow(tessera::abs(x), Scalar(double(p)));
   int64_t window = 1;
   for (int64_t k : w.kernel) window *= k;
-  Tensor sum = tessera::mul(pool_plain(c, false, pad_window(c, a, w, extra, 0.0), w), scalar_like(double(window), x));
+  Tensor sum =
+      tessera::mul(pool_plain(c, false, pad_window(c, a, w, extra, 0.0), w), scalar_like(double(window), x));
   // A window cut by ceil_mode's extra is scaled to the full window (K times its mean, as the
   // reference and PyTorch compute it).
   if (std::optional<Tensor> f = mean_correction(c, x, w, extra, true)) sum = tessera::mul(sum, *f);

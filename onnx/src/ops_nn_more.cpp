@@ -53,7 +53,8 @@ void LpNormalization(NodeCtx& c) {
   const int64_t p = c.attr_int("p", 2);
   if (p != 1 && p != 2) c.fail("p must be 1 or 2, got " + std::to_string(p));
   const std::vector<int64_t> dims{axis};
-  Tensor norm = p == 1 ? tessera::sum(tessera::abs(x), dims, true) : tessera::sqrt(tessera::sum(tessera::mul(x, x), dims, true));
+  Tensor norm = p == 1 ? tessera::sum(tessera::abs(x), dims, true)
+                       : tessera::sqrt(tessera::sum(tessera::mul(x, x), dims, true));
   Tensor zero = scalar_like(0.0, x);
   Tensor is_zero = tessera::eq(norm, zero);
   Tensor safe = tessera::where(is_zero, scalar_like(1.0, x), norm);
@@ -81,7 +82,8 @@ void CumProd(NodeCtx& c) {
   const bool reverse = c.attr_int("reverse", 0) != 0, exclusive = c.attr_int("exclusive", 0) != 0;
   const int64_t n = static_dim(c, x, axis, "CumProd");
   int64_t square = 0, total = 0;
-  if (__builtin_mul_overflow(n, n, &square) || __builtin_mul_overflow(square, x.numel() / std::max<int64_t>(n, 1), &total))
+  if (__builtin_mul_overflow(n, n, &square) ||
+      __builtin_mul_overflow(square, x.numel() / std::max<int64_t>(n, 1), &total))
     total = INT64_MAX;
   c.check_elements(total, "CumProd's masked copy of the input");
   std::vector<int64_t> mask(static_cast<size_t>(square));
@@ -95,7 +97,8 @@ void CumProd(NodeCtx& c) {
   Sizes s = c.sizes(x);
   Sizes spread = s;
   spread.insert(spread.begin() + axis, SymSize(int64_t(1)));
-  Tensor masked = tessera::where(host_tensor(mask, mask_shape, kBool), reshape_to(c, x, spread), scalar_like(1.0, x));
+  Tensor masked =
+      tessera::where(host_tensor(mask, mask_shape, kBool), reshape_to(c, x, spread), scalar_like(1.0, x));
   c.out(0, tessera::prod(masked, {axis + 1}, false));
 }
 
@@ -111,7 +114,8 @@ void Swish(NodeCtx& c) {
 void SwiGLU(NodeCtx& c) {
   Tensor a = c.in(0), b = c.in(1);
   const double alpha = c.attr_float("alpha", 1.0);
-  Tensor gate = alpha == 1.0 ? tessera::silu(a) : tessera::mul(a, tessera::sigmoid(tessera::mul(a, scalar_like(alpha, a))));
+  Tensor gate = alpha == 1.0 ? tessera::silu(a)
+                             : tessera::mul(a, tessera::sigmoid(tessera::mul(a, scalar_like(alpha, a))));
   c.out(0, tessera::mul(gate, b));
 }
 
@@ -121,18 +125,23 @@ void CausalConvWithState(NodeCtx& c) {
   Tensor x = c.in(0), w = c.in(1);
   std::optional<Tensor> bias = c.opt(2), past = c.opt(3);
   const std::string act = c.attr_string("activation", "none");
-  if (act != "none" && act != "silu" && act != "swish") c.fail("activation '" + act + "' is not one of none, silu, swish");
+  if (act != "none" && act != "silu" && act != "swish")
+    c.fail("activation '" + act + "' is not one of none, silu, swish");
   if (x.dim() != 3 || w.dim() != 3) c.fail("input and weight must be 3-D ([B, C, L] and [C, 1, k])");
   Sizes xs = c.sizes(x), ws = c.sizes(w);
-  if (!ws[2].is_constant() || ws[2].constant() < 1 || ws[2].constant() > (1 << 20)) c.fail("the kernel size must be static, in [1, 2^20]");
+  if (!ws[2].is_constant() || ws[2].constant() < 1 || ws[2].constant() > (1 << 20))
+    c.fail("the kernel size must be static, in [1, 2^20]");
   if (!xs[1].is_constant()) c.fail("the dynamic channel count " + xs[1].str() + " (the conv's groups)");
   const int64_t k = ws[2].constant(), channels = xs[1].constant();
   Tensor padded = past ? tessera::cat({*past, x}, 2)
-                : k > 1 ? call_op(c, "pad", {x, std::vector<int64_t>{k - 1, 0}, std::string("constant"), 0.0}) : x;
+                  : k > 1
+                      ? call_op(c, "pad", {x, std::vector<int64_t>{k - 1, 0}, std::string("constant"), 0.0})
+                      : x;
   const SymSize one(int64_t(1));
   Sizes ps = c.sizes(padded);
-  Tensor y = tessera::conv2d(reshape_to(c, padded, {ps[0], ps[1], one, ps[2]}), reshape_to(c, w, {ws[0], ws[1], one, ws[2]}), bias,
-                             {1, 1}, {0, 0}, {1, 1}, channels);
+  Tensor y =
+      tessera::conv2d(reshape_to(c, padded, {ps[0], ps[1], one, ps[2]}),
+                      reshape_to(c, w, {ws[0], ws[1], one, ws[2]}), bias, {1, 1}, {0, 0}, {1, 1}, channels);
   Sizes ys = c.sizes(y);
   y = reshape_to(c, y, {ys[0], ys[1], ys[3]});
   c.out(0, act == "none" ? y : tessera::silu(y));
@@ -150,7 +159,8 @@ void CausalConvWithState(NodeCtx& c) {
 void DeformConv(NodeCtx& c) {
   Tensor x = c.in(0), w = c.in(1), offset = c.in(2);
   std::optional<Tensor> bias = c.opt(3), mask = c.opt(4);
-  if (x.dim() != 4 || w.dim() != 4 || offset.dim() != 4) c.fail("only 2-D DeformConv (4-D input, weight and offset) is supported");
+  if (x.dim() != 4 || w.dim() != 4 || offset.dim() != 4)
+    c.fail("only 2-D DeformConv (4-D input, weight and offset) is supported");
   for (const Tensor* t : {&x, &w, &offset})
     for (const SymSize& d : c.sizes(*t))
       if (!d.is_constant()) c.fail("needs static sizes, got the dynamic size " + d.str());
@@ -162,7 +172,8 @@ void DeformConv(NodeCtx& c) {
   const std::vector<int64_t> stride = c.attr_ints("strides", {1, 1}), dil = c.attr_ints("dilations", {1, 1});
   const std::vector<int64_t> pads = c.attr_ints("pads", {0, 0, 0, 0});
   const int64_t group = c.attr_int("group", 1), og = c.attr_int("offset_group", 1);
-  if (stride.size() != 2 || dil.size() != 2 || pads.size() != 4) c.fail("strides/dilations/pads must have 2/2/4 entries");
+  if (stride.size() != 2 || dil.size() != 2 || pads.size() != 4)
+    c.fail("strides/dilations/pads must have 2/2/4 entries");
   for (int64_t v : {stride[0], stride[1], dil[0], dil[1]})
     if (v < 1 || v > (1 << 20)) c.fail("strides and dilations must be in [1, 2^20]");
   for (int64_t v : pads)
@@ -171,7 +182,8 @@ void DeformConv(NodeCtx& c) {
     c.fail("group and offset_group must divide the channels, and the weight have C / group input channels");
   const int64_t kh = kernel[0], kw = kernel[1], taps = kh * kw, oh = os[2], ow = os[3];
   if (os[0] != n || os[1] != og * taps * 2) c.fail("offset must be [N, offset_group * kH * kW * 2, OH, OW]");
-  if (oh != (h + pads[0] + pads[2] - (kh - 1) * dil[0] - 1) / stride[0] + 1 || ow != (wd + pads[1] + pads[3] - (kw - 1) * dil[1] - 1) / stride[1] + 1)
+  if (oh != (h + pads[0] + pads[2] - (kh - 1) * dil[0] - 1) / stride[0] + 1 ||
+      ow != (wd + pads[1] + pads[3] - (kw - 1) * dil[1] - 1) / stride[1] + 1)
     c.fail("the offset's spatial sizes do not match the convolution's output");
   int64_t count = 0;
   if (__builtin_mul_overflow(taps * oh, ow, &count)) count = INT64_MAX;
@@ -189,7 +201,8 @@ void DeformConv(NodeCtx& c) {
   const SymSize N(n), G(og), K(taps), OH(oh), OW(ow);
   Tensor off = reshape_to(c, offset, {N, G, K, SymSize(int64_t(2)), OH, OW});
   auto axis = [&](int64_t i) {
-    return reshape_to(c, call_op(c, "slice_copy.Tensor", {off, int64_t(3), i, i + 1, int64_t(1)}), {N, G, K, OH, OW});
+    return reshape_to(c, call_op(c, "slice_copy.Tensor", {off, int64_t(3), i, i + 1, int64_t(1)}),
+                      {N, G, K, OH, OW});
   };
   Tensor py = tessera::add(axis(0), host_tensor(base_y, {taps, oh, ow}, dt));
   Tensor px = tessera::add(axis(1), host_tensor(base_x, {taps, oh, ow}, dt));
@@ -204,15 +217,18 @@ void DeformConv(NodeCtx& c) {
     const bool down = corner & 2, right = corner & 1;
     Tensor yy = down ? tessera::add(y0, one) : y0, xx = right ? tessera::add(x0, one) : x0;
     Tensor wgt = tessera::mul(down ? ly : tessera::sub(one, ly), right ? lx : tessera::sub(one, lx));
-    Tensor inside = tessera::logical_and(
-        tessera::logical_and(tessera::ge(yy, scalar_like(0.0, x)), tessera::le(yy, scalar_like(double(h - 1), x))),
-        tessera::logical_and(tessera::ge(xx, scalar_like(0.0, x)), tessera::le(xx, scalar_like(double(wd - 1), x))));
+    Tensor inside =
+        tessera::logical_and(tessera::logical_and(tessera::ge(yy, scalar_like(0.0, x)),
+                                                  tessera::le(yy, scalar_like(double(h - 1), x))),
+                             tessera::logical_and(tessera::ge(xx, scalar_like(0.0, x)),
+                                                  tessera::le(xx, scalar_like(double(wd - 1), x))));
     wgt = tessera::mul(wgt, inside.to(dt));
     if (mask) wgt = tessera::mul(wgt, m);
     Tensor iy = tessera::clamp(yy, Scalar(0.0), Scalar(double(h - 1))).to(kInt64);
     Tensor ix = tessera::clamp(xx, Scalar(0.0), Scalar(double(wd - 1))).to(kInt64);
     Tensor flat = tessera::add(tessera::mul(iy, host_scalar(double(wd), kInt64)), ix);  // [N, G, K, OH, OW]
-    Tensor index = tessera::expand_copy(reshape_to(c, flat, {N, G, SymSize(int64_t(1)), SymSize(count)}), {n, og, cg, count});
+    Tensor index = tessera::expand_copy(reshape_to(c, flat, {N, G, SymSize(int64_t(1)), SymSize(count)}),
+                                        {n, og, cg, count});
     Tensor v = tessera::gather(planes, 3, index);  // [N, G, Cg, K * OH * OW]
     v = tessera::mul(v, reshape_to(c, wgt, {N, G, SymSize(int64_t(1)), SymSize(count)}));
     sampled = corner == 0 ? v : tessera::add(sampled, v);
@@ -221,7 +237,8 @@ void DeformConv(NodeCtx& c) {
   Tensor cols = reshape_to(c, sampled, {N, SymSize(group), SymSize(ch / group * taps), SymSize(oh * ow)});
   Tensor wg = reshape_to(c, w, {SymSize(group), SymSize(oc / group), SymSize(ch / group * taps)});
   Tensor y = reshape_to(c, tessera::matmul(wg, cols), {N, SymSize(oc), OH, OW});
-  if (bias) y = tessera::add(y, reshape_to(c, *bias, {SymSize(oc), SymSize(int64_t(1)), SymSize(int64_t(1))}));
+  if (bias)
+    y = tessera::add(y, reshape_to(c, *bias, {SymSize(oc), SymSize(int64_t(1)), SymSize(int64_t(1))}));
   c.out(0, y);
 }
 
@@ -244,7 +261,8 @@ void window_function(NodeCtx& c) {
     double v = 0;
     if (Kind == WindowKind::kHann) v = std::pow(std::sin(M_PI * t), 2);
     if (Kind == WindowKind::kHamming) v = 25.0 / 46.0 - (21.0 / 46.0) * std::cos(2 * M_PI * t);
-    if (Kind == WindowKind::kBlackman) v = 0.42 - 0.5 * std::cos(2 * M_PI * t) + 0.08 * std::cos(4 * M_PI * t);
+    if (Kind == WindowKind::kBlackman)
+      v = 0.42 - 0.5 * std::cos(2 * M_PI * t) + 0.08 * std::cos(4 * M_PI * t);
     values[static_cast<size_t>(i)] = v;
   }
   ExcludeDispatchKeyGuard plain(DispatchKeySet::functionality(Functionality::Export));
@@ -273,7 +291,8 @@ Complex dft_along(NodeCtx& c, const Complex& x, int64_t axis, int64_t length, bo
       // angle 2 pi t k / L, reduced exactly in integers first
       const double angle = 2.0 * M_PI * double((t * k) % length) / double(length);
       double scale = 1.0;
-      if (inverse) scale = (onesided && t != 0 && !(length % 2 == 0 && t == length / 2) ? 2.0 : 1.0) / double(length);
+      if (inverse)
+        scale = (onesided && t != 0 && !(length % 2 == 0 && t == length / 2) ? 2.0 : 1.0) / double(length);
       cosm[static_cast<size_t>(t * k_out + k)] = scale * std::cos(angle);
       sinm[static_cast<size_t>(t * k_out + k)] = scale * std::sin(angle);
     }
@@ -290,7 +309,9 @@ Complex dft_along(NodeCtx& c, const Complex& x, int64_t axis, int64_t length, bo
     if (d != axis) perm.push_back(d);
   perm.push_back(axis);
   for (int64_t d = 0; d < rank; ++d) back[static_cast<size_t>(perm[static_cast<size_t>(d)])] = d;
-  auto mm = [&](const Tensor& v, const Tensor& m) { return tessera::matmul(v.to(kFloat64).permute(perm), m); };
+  auto mm = [&](const Tensor& v, const Tensor& m) {
+    return tessera::matmul(v.to(kFloat64).permute(perm), m);
+  };
   // forward: re = xr cos + xi sin, im = xi cos - xr sin; inverse: re = xr cos - xi sin, im = xr sin + xi cos
   const double sign = inverse ? -1.0 : 1.0;
   Tensor re = mm(x.re, cm), im = tessera::mul(mm(x.re, sm), host_scalar(-sign, kFloat64));
@@ -305,25 +326,31 @@ Complex dft_along(NodeCtx& c, const Complex& x, int64_t axis, int64_t length, bo
 Complex split_complex(NodeCtx& c, const Tensor& x) {
   Sizes s = c.sizes(x);
   const SymSize last = s.back();
-  if (!last.is_constant() || (last.constant() != 1 && last.constant() != 2)) c.fail("the last dim must be 1 (real) or 2 (complex)");
+  if (!last.is_constant() || (last.constant() != 1 && last.constant() != 2))
+    c.fail("the last dim must be 1 (real) or 2 (complex)");
   s.pop_back();
-  auto part = [&](int64_t i) { return reshape_to(c, call_op(c, "slice_copy.Tensor", {x, int64_t(x.dim() - 1), i, i + 1, int64_t(1)}), s); };
+  auto part = [&](int64_t i) {
+    return reshape_to(c, call_op(c, "slice_copy.Tensor", {x, int64_t(x.dim() - 1), i, i + 1, int64_t(1)}), s);
+  };
   return {part(0), last.constant() == 2 ? part(1) : Tensor()};
 }
 
 void DFT(NodeCtx& c) {
   Tensor x = c.in(0);
   if (x.dim() < 2) c.fail("the input must be at least 2-D");
-  const int64_t axis_value = c.opset() >= 20 ? (c.has(2) ? int64_t(c.const_scalar(2)) : -2) : c.attr_int("axis", 1);
+  const int64_t axis_value =
+      c.opset() >= 20 ? (c.has(2) ? int64_t(c.const_scalar(2)) : -2) : c.attr_int("axis", 1);
   const int64_t axis = norm_axis(c, axis_value, x.dim());
   if (axis == x.dim() - 1) c.fail("axis may not be the last (real/imaginary) dim");
   const bool inverse = c.attr_int("inverse", 0) != 0, onesided = c.attr_int("onesided", 0) != 0;
   const int64_t n = static_dim(c, x, axis, "DFT");
   int64_t length = inverse && onesided ? 2 * (n - 1) : n;
   if (c.has(1)) length = int64_t(c.const_scalar(1));
-  if (length < 1 || length > (int64_t(1) << 24)) c.fail("dft_length must be in [1, 2^24], got " + std::to_string(length));
+  if (length < 1 || length > (int64_t(1) << 24))
+    c.fail("dft_length must be in [1, 2^24], got " + std::to_string(length));
   Complex in = split_complex(c, x);
-  if (inverse && onesided && in.im.defined() == false) c.fail("an inverse one-sided DFT needs a complex input");
+  if (inverse && onesided && in.im.defined() == false)
+    c.fail("an inverse one-sided DFT needs a complex input");
   Complex y = dft_along(c, in, axis, length, inverse, onesided);
   if (inverse && onesided) {
     Sizes s = c.sizes(y.re);
@@ -344,7 +371,8 @@ void STFT(NodeCtx& c) {
   int64_t frame = c.has(3) ? int64_t(c.const_scalar(3)) : window ? static_dim(c, *window, 0, "STFT") : total;
   if (window && (window->dim() != 1 || static_dim(c, *window, 0, "STFT") != frame))
     c.fail("the window must be 1-D of frame_length " + std::to_string(frame));
-  if (step < 1 || frame < 1 || frame > total || frame > (1 << 24)) c.fail("frame_step must be positive and frame_length in [1, signal length]");
+  if (step < 1 || frame < 1 || frame > total || frame > (1 << 24))
+    c.fail("frame_step must be positive and frame_length in [1, signal length]");
   const bool onesided = c.attr_int("onesided", 1) != 0;
   const int64_t frames = 1 + (total - frame) / step;
   int64_t count = 0;
@@ -374,7 +402,8 @@ Tensor quant_param(NodeCtx& c, const Tensor& p, const Tensor& x, int64_t axis_at
   if (block > 0) {
     if (p.dim() != x.dim()) c.fail("a blocked scale/zero point must have the input's rank");
     const int64_t d = static_dim(c, x, axis, "blocked quantisation");
-    if (block > d && d > 0 && static_dim(c, p, axis, "blocked quantisation") != 1) c.fail("block_size is larger than the axis");
+    if (block > d && d > 0 && static_dim(c, p, axis, "blocked quantisation") != 1)
+      c.fail("block_size is larger than the axis");
     std::vector<int64_t> idx(static_cast<size_t>(d));
     for (int64_t i = 0; i < d; ++i) idx[static_cast<size_t>(i)] = i / block;
     if (!idx.empty() && idx.back() >= static_dim(c, p, axis, "blocked quantisation"))
@@ -390,10 +419,14 @@ Tensor quant_param(NodeCtx& c, const Tensor& p, const Tensor& x, int64_t axis_at
 // The range of an integer quantised type (uint8, int8, int16).
 std::pair<double, double> quant_range(NodeCtx& c, DType t) {
   switch (t) {
-    case kUInt8: return {0.0, 255.0};
-    case kInt8: return {-128.0, 127.0};
-    case kInt16: return {-32768.0, 32767.0};
-    default: c.fail("quantising to " + std::string(dtype_name(t)) + " is not supported (uint8, int8, int16 are)");
+    case kUInt8:
+      return {0.0, 255.0};
+    case kInt8:
+      return {-128.0, 127.0};
+    case kInt16:
+      return {-32768.0, 32767.0};
+    default:
+      c.fail("quantising to " + std::string(dtype_name(t)) + " is not supported (uint8, int8, int16 are)");
   }
 }
 
@@ -407,7 +440,8 @@ void QuantizeLinear(NodeCtx& c) {
   if (block < 0) c.fail("block_size must not be negative");
   if (!c.attr_int("saturate", 1)) c.fail("saturate=0 (float8 outputs) is not supported");
   const int64_t precision = c.attr_int("precision", 0);
-  if (precision != 0 && dtype_of_onnx(int32_t(precision)) != x.dtype()) c.fail("a precision other than the input's type is not supported");
+  if (precision != 0 && dtype_of_onnx(int32_t(precision)) != x.dtype())
+    c.fail("a precision other than the input's type is not supported");
   DType out = kUInt8;
   if (const int64_t t = c.attr_int("output_dtype", 0)) {
     std::optional<DType> d = dtype_of_onnx(int32_t(t));
@@ -446,9 +480,11 @@ void DynamicQuantizeLinear(NodeCtx& c) {
   std::vector<int64_t> all;
   for (int64_t d = 0; d < x.dim(); ++d) all.push_back(d);
   Tensor zero = scalar_like(0.0, x);
-  Tensor hi = tessera::maximum(tessera::amax(x, all, false), zero), lo = tessera::minimum(tessera::amin(x, all, false), zero);
+  Tensor hi = tessera::maximum(tessera::amax(x, all, false), zero),
+         lo = tessera::minimum(tessera::amin(x, all, false), zero);
   Tensor scale = tessera::div(tessera::sub(hi, lo), scalar_like(255.0, x));
-  Tensor zp = tessera::clamp(tessera::round(tessera::sub(zero, tessera::div(lo, scale))), Scalar(0.0), Scalar(255.0));
+  Tensor zp =
+      tessera::clamp(tessera::round(tessera::sub(zero, tessera::div(lo, scale))), Scalar(0.0), Scalar(255.0));
   Tensor q = tessera::add(tessera::round(tessera::div(x, scale)), zp);
   c.out(0, tessera::clamp(q, Scalar(0.0), Scalar(255.0)).to(kUInt8));
   c.out(1, scale);
@@ -470,7 +506,8 @@ void QLinearMatMul(NodeCtx& c) {
     return tessera::sub(d, reshape_to(c, zp, {}).to(kFloat64));
   };
   Tensor prod = tessera::matmul(centred(a, 2), centred(b, 5));
-  Tensor scale = tessera::div(tessera::mul(reshape_to(c, as, {}), reshape_to(c, bs, {}).to(as.dtype())), reshape_to(c, ys, {}).to(as.dtype()));
+  Tensor scale = tessera::div(tessera::mul(reshape_to(c, as, {}), reshape_to(c, bs, {}).to(as.dtype())),
+                              reshape_to(c, ys, {}).to(as.dtype()));
   Tensor y = tessera::mul(prod, scale.to(kFloat64));
   DType out = a.dtype();
   if (c.has(7)) {
@@ -493,11 +530,17 @@ void RoiAlign(NodeCtx& c) {
   const std::string mode = c.attr_string("mode", "avg");
   if (mode != "avg" && mode != "max") c.fail("mode '" + mode + "' is not one of avg, max");
   const std::string ctm = c.attr_string("coordinate_transformation_mode", "half_pixel");
-  if (ctm != "half_pixel" && ctm != "output_half_pixel") c.fail("coordinate_transformation_mode '" + ctm + "' is not one of half_pixel, output_half_pixel");
-  const int64_t oh = c.attr_int("output_height", 1), ow = c.attr_int("output_width", 1), g = c.attr_int("sampling_ratio", 0);
+  if (ctm != "half_pixel" && ctm != "output_half_pixel")
+    c.fail("coordinate_transformation_mode '" + ctm + "' is not one of half_pixel, output_half_pixel");
+  const int64_t oh = c.attr_int("output_height", 1), ow = c.attr_int("output_width", 1),
+                g = c.attr_int("sampling_ratio", 0);
   const double scale = c.attr_float("spatial_scale", 1.0);
-  if (oh < 1 || ow < 1 || oh > 4096 || ow > 4096) c.fail("output_height and output_width must be in [1, 4096]");
-  if (g <= 0) c.fail("sampling_ratio=0 (a per-box sample count that depends on the boxes' sizes at run time) is not supported");
+  if (oh < 1 || ow < 1 || oh > 4096 || ow > 4096)
+    c.fail("output_height and output_width must be in [1, 4096]");
+  if (g <= 0)
+    c.fail(
+        "sampling_ratio=0 (a per-box sample count that depends on the boxes' sizes at run time) is not "
+        "supported");
   if (g > 64) c.fail("sampling_ratio must be at most 64");
   const int64_t h = static_dim(c, x, 2, "RoiAlign"), w = static_dim(c, x, 3, "RoiAlign");
   const bool half_pixel = ctm == "half_pixel";
@@ -507,8 +550,10 @@ void RoiAlign(NodeCtx& c) {
   c.check_elements(std::max(oh, ow) * g * std::max(h, w), "RoiAlign's sampling rows");
   Tensor box = rois.to(kFloat64);
   auto col = [&](int64_t i) {
-    Tensor v = reshape_to(c, call_op(c, "slice_copy.Tensor", {box, int64_t(1), i, i + 1, int64_t(1)}), {r, one});
-    return tessera::sub(tessera::mul(v, host_scalar(scale, kFloat64)), host_scalar(half_pixel ? 0.5 : 0.0, kFloat64));
+    Tensor v =
+        reshape_to(c, call_op(c, "slice_copy.Tensor", {box, int64_t(1), i, i + 1, int64_t(1)}), {r, one});
+    return tessera::sub(tessera::mul(v, host_scalar(scale, kFloat64)),
+                        host_scalar(half_pixel ? 0.5 : 0.0, kFloat64));
   };
   Tensor sw = col(0), sh = col(1), ew = col(2), eh = col(3);
   Tensor rw = tessera::sub(ew, sw), rh = tessera::sub(eh, sh);
@@ -527,8 +572,10 @@ void RoiAlign(NodeCtx& c) {
       ExcludeDispatchKeyGuard plain(DispatchKeySet::functionality(Functionality::Export));
       offs = tessera::tensor(at, {1, out * g}, tessera::dtype(kFloat64));
     }
-    Tensor pos = tessera::add(start, tessera::mul(tessera::div(extent, host_scalar(double(out), kFloat64)), offs));
-    Tensor valid = tessera::logical_and(tessera::ge(pos, host_scalar(-1.0, kFloat64)), tessera::le(pos, host_scalar(double(size), kFloat64)));
+    Tensor pos =
+        tessera::add(start, tessera::mul(tessera::div(extent, host_scalar(double(out), kFloat64)), offs));
+    Tensor valid = tessera::logical_and(tessera::ge(pos, host_scalar(-1.0, kFloat64)),
+                                        tessera::le(pos, host_scalar(double(size), kFloat64)));
     Tensor p = tessera::maximum(pos, host_scalar(0.0, kFloat64));
     Tensor low = tessera::floor(p);
     Tensor last = host_scalar(double(size - 1), kFloat64);
@@ -537,7 +584,8 @@ void RoiAlign(NodeCtx& c) {
     Tensor high = tessera::where(at_end, last, tessera::add(low, host_scalar(1.0, kFloat64)));
     Tensor frac = tessera::where(at_end, host_scalar(0.0, kFloat64), tessera::sub(p, low));
     Tensor v = valid.to(kFloat64);
-    Tensor w_low = tessera::mul(tessera::sub(host_scalar(1.0, kFloat64), frac), v), w_high = tessera::mul(frac, v);
+    Tensor w_low = tessera::mul(tessera::sub(host_scalar(1.0, kFloat64), frac), v),
+           w_high = tessera::mul(frac, v);
     Tensor grid = iota_along(c, size, 2, 3, kFloat64);  // [1, 1, size]
     const Sizes col3{r, SymSize(out * g), one};
     auto hot = [&](const Tensor& idx, const Tensor& wt) {
@@ -553,13 +601,15 @@ void RoiAlign(NodeCtx& c) {
   int corner = 0;
   for (const Tensor* yr : {&y_low, &y_high})
     for (const Tensor* xr : {&x_low, &x_high}) {
-      Tensor v = tessera::matmul(tessera::matmul(reshape_to(c, *yr, ys), images), reshape_to(c, xr->permute({0, 2, 1}), xs));
+      Tensor v = tessera::matmul(tessera::matmul(reshape_to(c, *yr, ys), images),
+                                 reshape_to(c, xr->permute({0, 2, 1}), xs));
       acc = corner++ == 0 ? v : mode == "avg" ? tessera::add(acc, v) : tessera::maximum(acc, v);
     }
   Sizes as = c.sizes(acc);  // [R, C, OH * G, OW * G]
   Tensor bins = reshape_to(c, acc, {as[0], as[1], SymSize(oh), SymSize(g), SymSize(ow), SymSize(g)});
-  Tensor y = mode == "avg" ? tessera::div(tessera::sum(bins, {3, 5}, false), host_scalar(double(g * g), kFloat64))
-                           : tessera::amax(bins, {3, 5}, false);
+  Tensor y = mode == "avg"
+                 ? tessera::div(tessera::sum(bins, {3, 5}, false), host_scalar(double(g * g), kFloat64))
+                 : tessera::amax(bins, {3, 5}, false);
   c.out(0, y.to(x.dtype()));
 }
 
@@ -591,7 +641,8 @@ void EyeLike(NodeCtx& c) {
 // is an output size.
 void OneHot(NodeCtx& c) {
   Tensor idx = c.in(0), values = c.in(2);
-  if (!c.val(1).constant && !c.has_ints(1)) c.fail("depth (input 1) must be known at import: it is the size of the output's new axis");
+  if (!c.val(1).constant && !c.has_ints(1))
+    c.fail("depth (input 1) must be known at import: it is the size of the output's new axis");
   const double depth_value = c.const_scalar(1);
   if (!(depth_value >= 1 && depth_value <= double(kMaxImportElements))) c.fail("depth must be in [1, 2^28]");
   const int64_t depth = int64_t(depth_value);
@@ -630,7 +681,8 @@ void MaxUnpool(NodeCtx& c) {
   }
   int64_t total = 1;
   for (int64_t d : inferred)
-    if (d < 0 || __builtin_mul_overflow(total, d, &total)) c.fail("the output shape is negative or overflows");
+    if (d < 0 || __builtin_mul_overflow(total, d, &total))
+      c.fail("the output shape is negative or overflows");
   c.check_elements(total, "MaxUnpool's output");
   std::vector<int64_t> out = inferred;
   if (c.has(2)) {
@@ -638,8 +690,9 @@ void MaxUnpool(NodeCtx& c) {
     if (out.size() != n + 2) c.fail("output_shape must have " + std::to_string(n + 2) + " entries");
     for (size_t i = 0; i < out.size(); ++i)
       if (out[i] < inferred[i] || (i < 2 && out[i] != inferred[i]) || out[i] - inferred[i] > (1 << 20))
-        c.fail("output_shape dim " + std::to_string(i) + " is " + std::to_string(out[i]) + "; it must be at least " +
-               std::to_string(inferred[i]) + " (N and C equal), and at most 2^20 more");
+        c.fail("output_shape dim " + std::to_string(i) + " is " + std::to_string(out[i]) +
+               "; it must be at least " + std::to_string(inferred[i]) +
+               " (N and C equal), and at most 2^20 more");
   }
   Tensor zeros;
   {
@@ -665,13 +718,26 @@ void MaxUnpool(NodeCtx& c) {
 }  // namespace
 
 void add_more_nn_converters(ConverterTable& t) {
-  t["Hardmax"] = Hardmax; t["LpNormalization"] = LpNormalization; t["MeanVarianceNormalization"] = MeanVarianceNormalization;
-  t["CumProd"] = CumProd; t["Swish"] = Swish; t["EyeLike"] = EyeLike; t["OneHot"] = OneHot; t["MaxUnpool"] = MaxUnpool;
-  t["SwiGLU"] = SwiGLU; t["CausalConvWithState"] = CausalConvWithState;
-  t["DeformConv"] = DeformConv; t["HannWindow"] = window_function<WindowKind::kHann>;
-  t["HammingWindow"] = window_function<WindowKind::kHamming>; t["BlackmanWindow"] = window_function<WindowKind::kBlackman>;
-  t["DFT"] = DFT; t["STFT"] = STFT; t["QuantizeLinear"] = QuantizeLinear; t["DequantizeLinear"] = DequantizeLinear;
-  t["DynamicQuantizeLinear"] = DynamicQuantizeLinear; t["QLinearMatMul"] = QLinearMatMul;
+  t["Hardmax"] = Hardmax;
+  t["LpNormalization"] = LpNormalization;
+  t["MeanVarianceNormalization"] = MeanVarianceNormalization;
+  t["CumProd"] = CumProd;
+  t["Swish"] = Swish;
+  t["EyeLike"] = EyeLike;
+  t["OneHot"] = OneHot;
+  t["MaxUnpool"] = MaxUnpool;
+  t["SwiGLU"] = SwiGLU;
+  t["CausalConvWithState"] = CausalConvWithState;
+  t["DeformConv"] = DeformConv;
+  t["HannWindow"] = window_function<WindowKind::kHann>;
+  t["HammingWindow"] = window_function<WindowKind::kHamming>;
+  t["BlackmanWindow"] = window_function<WindowKind::kBlackman>;
+  t["DFT"] = DFT;
+  t["STFT"] = STFT;
+  t["QuantizeLinear"] = QuantizeLinear;
+  t["DequantizeLinear"] = DequantizeLinear;
+  t["DynamicQuantizeLinear"] = DynamicQuantizeLinear;
+  t["QLinearMatMul"] = QLinearMatMul;
   t["RoiAlign"] = RoiAlign;
 }
 
