@@ -246,9 +246,10 @@ std::optional<Tensor> mean_correction(NodeCtx& c, const Tensor& x, const Window&
   for (size_t i = 0; i < n; ++i) {
     const SymSize& in = s[s.size() - n + i];
     if (!in.is_constant()) {
-      if (w.begin[i] || w.end[i] || extra[i])
-        c.fail("an averaging window with pads on the dynamic size " + in.str());
-      counts[i] = {w.kernel[i]};  // no pads: every window is full
+      if (extra[i] || (!include_pad && (w.begin[i] || w.end[i])))
+        c.fail("an averaging window with uncounted pads on the dynamic size " + in.str() +
+               " (its divisor is made at import; fix the dim with ImportOptions::fixed_dims)");
+      counts[i] = {w.kernel[i]};  // no pads, or pads that count: every window is full
       out_sizes.push_back(1);
       continue;
     }
