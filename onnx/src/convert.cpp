@@ -173,6 +173,8 @@ std::optional<std::vector<int64_t>> NodeCtx::axes(int i, const char* name) const
 
 void NodeCtx::out(int i, Val v) {
   if (!output_used(i)) return;
+  // A host tensor (not tracing) made from constants is a constant too: later nodes may read it.
+  if (v.t.defined() && !v.constant && !v.ints && !v.t.key_set().has(Functionality::Export)) v = constant_val(v.t);
   env_[node_.output(i)] = std::move(v);
 }
 

@@ -1,6 +1,7 @@
 // The converter table and what a converter sees (private to onnx/src). Note [ONNX import] in
 // tessera/onnx/onnx.h; Note [Known integers] below.
 #pragma once
+#include <functional>
 #include <initializer_list>
 #include <map>
 #include <optional>
@@ -124,6 +125,7 @@ void add_index_converters(ConverterTable& t);
 void add_attention_converters(ConverterTable& t);  // ops_attention.cpp
 void add_resize_converters(ConverterTable& t);     // ops_resize.cpp
 void add_loss_converters(ConverterTable& t);       // ops_loss.cpp
+void add_rnn_converters(ConverterTable& t);        // ops_rnn.cpp
 void add_more_nn_converters(ConverterTable& t);    // ops_nn_more.cpp
 void add_more_index_converters(ConverterTable& t); // ops_index_more.cpp
 const ConverterTable& converter_table();
@@ -156,6 +158,16 @@ std::optional<DType> dtype_of_onnx(int32_t elem_type);
 int32_t onnx_of_dtype(DType t);
 // A host tensor from a TensorProto (raw_data, typed fields or external data under `dir`).
 Tensor tensor_from_proto(const ::onnx::TensorProto& p, const std::string& external_dir);
+
+// Note [Legacy opsets] (legacy.cpp): a node of an old opset rewritten into the forms the converters
+// read, each to convert at its opset; nullopt when the node needs no rewrite. sizes_of gives an
+// input's (example) sizes.
+struct LegacyNode {
+  ::onnx::NodeProto node;
+  int64_t opset;
+};
+std::optional<std::vector<LegacyNode>> upgrade_legacy_node(const ::onnx::NodeProto& node, int64_t opset,
+                                                           const std::function<std::vector<int64_t>(const std::string&)>& sizes_of);
 
 // Folds a conv2d's per-channel mul (and add) of constants into its weight and bias (Note [Affine
 // into conv] in fold_conv_affine.cpp); returns whether anything changed.

@@ -49,6 +49,15 @@ std::string symbol_name(const std::string& s) {
   return out;
 }
 
+// The oldest opset whose form of the op the converters read (kMinOpset for the rest): Resize-10
+// takes its scales as input 1, where opset 11 has roi.
+int64_t oldest_opset_read(const std::string& op) {
+  static const std::map<std::string, int64_t> oldest = {
+      {"Resize", 11}};
+  auto it = oldest.find(op);
+  return it == oldest.end() ? kMinOpset : it->second;
+}
+
 class Importer {
  public:
   Importer(const ImportOptions& o, std::string dir) : opts_(o), dir_(std::move(dir)) {}
@@ -238,10 +247,30 @@ class Importer {
         inline_function(node, *f->second, env, opset, depth);
         continue;
       }
+      if (opset < 7 || node.op_type() == "Upsample") {  // Note [Legacy opsets]
+        auto sizes_of = [&](const std::string& name) {
+          auto v = env.find(name);
+          TESSERA_CHECK(v != env.end(), "onnx import: node '", node.name(), "': input '", name, "' is not defined");
+          if (v->second.t.defined()) return std::vector<int64_t>(v->second.t.sizes().begin(), v->second.t.sizes().end());
+          return v->second.scalar ? std::vector<int64_t>{} : std::vector<int64_t>{int64_t(v->second.ints->size())};
+        };
+        if (std::optional<std::vector<LegacyNode>> up = upgrade_legacy_node(node, opset, sizes_of)) {
+          for (const LegacyNode& n : *up) {
+            google::protobuf::RepeatedPtrField<::onnx::NodeProto> one;
+            *one.Add() = n.node;
+            run_nodes(one, env, n.opset, depth);
+          }
+          continue;
+        }
+      }
       auto it = converter_table().find(node.op_type());
       NodeCtx c(node, opset, env, example_, &witnesses_);
       if (it == converter_table().end())
         c.fail("no converter for this op type (nearest supported: " + nearest_ops(node.op_type()) + ")");
+      if (int64_t oldest = oldest_opset_read(node.op_type()); opset < oldest)
+        c.fail("this op's opset " + std::to_string(opset) + " form (attributes where opset " + std::to_string(oldest) +
+               " takes inputs) is not read; convert the model to opset " + std::to_string(oldest) +
+               " or newer with onnx.version_converter");
       try {
         it->second(c);
       } catch (const Error& e) {  // an op's own check: said with the node it came from

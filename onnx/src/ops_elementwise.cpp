@@ -1,8 +1,10 @@
 // Converters of the pointwise family: arithmetic, comparisons, logic, activations, Cast, Clip,
 // Where, Constant. Arithmetic on known integers is folded (Note [Known integers] in convert.h).
+#include <algorithm>
 #include <cmath>
 
 #include "convert.h"
+#include "tessera/dispatch_key.h"
 
 namespace tessera::onnx::detail {
 
@@ -204,8 +206,18 @@ void variadic(NodeCtx& c) {
   c.out(0, acc);
 }
 Tensor add2(const Tensor& a, const Tensor& b) { return tessera::add(a, b); }
-void Max(NodeCtx& c) { variadic<tessera::maximum>(c); }
-void Min(NodeCtx& c) { variadic<tessera::minimum>(c); }
+// Max/Min of two known integer lists whose elements are all constants (a crop's or pad's sizes).
+SymSize max_i(const SymSize& a, const SymSize& b) { return std::max(a.constant(), b.constant()); }
+SymSize min_i(const SymSize& a, const SymSize& b) { return std::min(a.constant(), b.constant()); }
+bool fold_extreme(NodeCtx& c, IntFn fn) {
+  if (c.num_inputs() != 2 || !c.has_ints(0) || !c.has_ints(1)) return false;
+  for (int i : {0, 1})
+    for (const SymSize& v : c.ints(i))
+      if (!v.is_constant()) return false;
+  return fold_binary(c, fn);
+}
+void Max(NodeCtx& c) { if (!fold_extreme(c, max_i)) variadic<tessera::maximum>(c); }
+void Min(NodeCtx& c) { if (!fold_extreme(c, min_i)) variadic<tessera::minimum>(c); }
 void Sum(NodeCtx& c) { variadic<add2>(c); }
 void Mean(NodeCtx& c) {
   Tensor acc = c.in(0);
@@ -282,6 +294,14 @@ void Dropout(NodeCtx& c) {
   }
 }
 
+// Input 0 cast to `dt`; a constant is cast on the host, so the result stays a constant (a Pad value
+// CastLike(-inf, x) made).
+Tensor cast_of(NodeCtx& c, DType dt) {
+  if (!c.val(0).constant) return c.in(0).to(dt);
+  ExcludeDispatchKeyGuard plain(DispatchKeySet::functionality(Functionality::Export));
+  return c.in(0).to(dt);
+}
+
 void Cast(NodeCtx& c) {
   if (c.attr_int("saturate", 1) != 1) c.fail("saturate=0 (a float8 cast) is not supported");
   if (c.has_attr("round_mode") && c.attr_string("round_mode", "up") != "up") c.fail("round_mode is not supported");
@@ -289,12 +309,12 @@ void Cast(NodeCtx& c) {
   std::optional<DType> dt = dtype_of_onnx(int32_t(to));
   if (!dt) c.fail("cast to ONNX type " + std::to_string(to) + ", which Tessera has no dtype for");
   if (c.has_ints(0) && !is_floating(*dt) && *dt != kBool) return c.out_ints(0, c.ints(0), c.val(0).scalar, *dt);
-  c.out(0, c.in(0).to(*dt));
+  c.out(0, cast_of(c, *dt));
 }
 void CastLike(NodeCtx& c) {
   if (c.attr_int("saturate", 1) != 1) c.fail("saturate=0 (a float8 cast) is not supported");
   if (c.has_attr("round_mode") && c.attr_string("round_mode", "up") != "up") c.fail("round_mode is not supported");
-  c.out(0, c.in(0).to(c.in(1).dtype()));
+  c.out(0, cast_of(c, c.in(1).dtype()));
 }
 
 void Clip(NodeCtx& c) {
@@ -377,6 +397,7 @@ const ConverterTable& converter_table() {
     add_attention_converters(t);
     add_resize_converters(t);
     add_loss_converters(t);
+    add_rnn_converters(t);
     add_more_nn_converters(t);
     add_more_index_converters(t);
     return t;

@@ -63,7 +63,23 @@ TEST(Npy, RoundTripsShapesAndDtypes) {
   std::string header(b.begin() + 10, b.end() - 16);
   EXPECT_NE(header.find("'shape': (4,)"), std::string::npos) << header;
   EXPECT_EQ((10 + header.size()) % 64, 0u);
-  EXPECT_THROW(npy_serialize(make_tensor({2}, DType::BFloat16, Device(DeviceType::CPU))), Error);
+  EXPECT_THROW(npy_serialize(make_tensor({2}, DType::QInt8, Device(DeviceType::CPU))), Error);
+}
+
+// bfloat16 is read and written as 2-byte void, as NumPy saves an ml_dtypes.bfloat16 array (the header
+// below is what np.save writes for np.array([1, -2], dtype=ml_dtypes.bfloat16)).
+TEST(Npy, BFloat16IsTwoByteVoid) {
+  const std::vector<uint8_t> data = {0x80, 0x3F, 0x00, 0xC0};  // 1.0 and -2.0 as bfloat16
+  for (const char* descr : {"<V2", "|V2"}) {
+    Tensor t = npy_parse(npy_bytes(std::string("{'descr': '") + descr + "', 'fortran_order': False, 'shape': (2,), }", data), "bf.npy");
+    ASSERT_EQ(t.dtype(), DType::BFloat16);
+    Tensor f = t.to(DType::Float32);
+    EXPECT_EQ(f.data_ptr<float>()[0], 1.0f);
+    EXPECT_EQ(f.data_ptr<float>()[1], -2.0f);
+    std::vector<uint8_t> b = npy_serialize(t);
+    EXPECT_NE(std::string(b.begin(), b.end()).find("'descr': '<V2'"), std::string::npos);
+    EXPECT_EQ(std::memcmp(b.data() + b.size() - 4, data.data(), 4), 0);
+  }
 }
 
 TEST(Npy, MalformedFilesAreRefused) {

@@ -152,9 +152,8 @@ def run_transformers(args, tmp, failures):
 
 def run_light_models(args, tmp, failures):
     """The nine CNNs the onnx wheel ships (backend/test/data/light: resnet50, densenet121, inception
-    v1/v2, vgg19, squeezenet, shufflenet, alexnet, zfnet512; opset 9, converted to opset 13 by
-    onnx.version_converter since the importer reads 11+) on the CPU against ONNX Runtime."""
-    from onnx import version_converter
+    v1/v2, vgg19, squeezenet, shufflenet, alexnet, zfnet512; opset 9, imported as they are) on the
+    CPU against ONNX Runtime."""
     folder = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")
     count = 0
     so = ort.SessionOptions()
@@ -162,9 +161,8 @@ def run_light_models(args, tmp, failures):
     for f in sorted(os.listdir(folder)):
         if not f.endswith(".onnx"):
             continue
-        m = version_converter.convert_version(onnx.load(os.path.join(folder, f)), 13)
-        path = os.path.join(tmp, f)
-        onnx.save(m, path)
+        path = os.path.join(folder, f)
+        m = onnx.load(path)
         inits = {i.name for i in m.graph.initializer}
         inp = [i for i in m.graph.input if i.name not in inits][0]
         x = np.random.default_rng(3).random([d.dim_value for d in inp.type.tensor_type.shape.dim]).astype(np.float32)
@@ -200,12 +198,11 @@ def run_errors(args, tmp, failures):
     good = test_models.mlp().SerializeToString()
     expect_error(args, tmp, "truncated.onnx", good[: len(good) // 2], ["not a valid ONNX model"], failures)
     expect_error(args, tmp, "garbage.onnx", b"\xff" * 64, ["not a valid ONNX model"], failures)
-    # An unknown op: the message names the node, the op type, the opset and near supported ops
-    # (which ones depends on the converter table).
-    m = test_models.model([h.make_node("Relu", ["x"], ["a"]), h.make_node("Det", ["a"], ["y"], name="det_7")],
+    # An unknown op: the message names the node, the op type, the opset and near supported ops.
+    m = test_models.model([h.make_node("Relu", ["x"], ["a"]), h.make_node("StringNormalizer", ["a"], ["y"], name="sn_7")],
                           [test_models.vi("x", [2, 3])], [test_models.vi("y", [2, 3])], opset=17)
     expect_error(args, tmp, "unknown_op.onnx", m.SerializeToString(),
-                 ["'det_7'", "(Det, opset 17)", "no converter for this op type (nearest supported: "], failures)
+                 ["'sn_7'", "StringNormalizer", "opset 17", "nearest supported: "], failures)
     # An attribute the converter does not handle is refused, not ignored.
     m = test_models.mlp()
     m.graph.node[2].attribute.append(h.make_attribute("slope", 0.5))
@@ -245,8 +242,18 @@ def run_errors(args, tmp, failures):
     expect_error(args, tmp, "ext_past_end.onnx", m.SerializeToString(), ["past the end"], failures)
     # An opset outside the supported range.
     m = test_models.mlp()
-    m.opset_import[0].version = 7
-    expect_error(args, tmp, "opset7.onnx", m.SerializeToString(), ["opset 7", "11 to"], failures)
+    m.opset_import[0].version = 99
+    expect_error(args, tmp, "opset99.onnx", m.SerializeToString(), ["opset 99", "1 to 28"], failures)
+    # An op whose older form (scales where newer opsets take roi) the converters do not read.
+    m = test_models.model([h.make_node("Resize", ["x", "s"], ["y"], name="old_resize")],
+                          [test_models.vi("x", [1, 1, 2, 2]), test_models.vi("s", [4])], [test_models.vi("y", [1, 1, 4, 4])], opset=10)
+    expect_error(args, tmp, "resize_opset10.onnx", m.SerializeToString(),
+                 ["'old_resize'", "(Resize, opset 10)", "opset 11 or newer"], failures)
+    # Legacy forms (Note [Legacy opsets]) that cannot be upgraded are refused naming the node.
+    m = test_models.model([h.make_node("BatchNormalization", ["x", "s", "b", "m", "v"], ["y"], name="bn_train")],
+                          [test_models.vi("x", [1, 2, 2, 2])] + [test_models.vi(n, [2]) for n in "sbmv"],
+                          [test_models.vi("y", [1, 2, 2, 2])], opset=6)
+    expect_error(args, tmp, "bn_opset6.onnx", m.SerializeToString(), ["'bn_train'", "opset 6", "training mode"], failures)
 
 
 def main():

@@ -232,6 +232,29 @@ def function():  # a model-local function (with an attribute reference) inlined 
     return model(n, [vi("x", ["n", 6])], [vi("y", ["n", 6])], functions=[f])
 
 
+def index_more():  # Einsum (projection, q.k^T), GatherND on run-time indices (batch_dims 0 and 1), dynamic batch/sequence
+    n = [h.make_node("Einsum", ["x", "pw"], ["e1"], equation="bsh,hd->bsd"),
+         h.make_node("Einsum", ["e1", "e1"], ["y"], equation="bqd,bkd->bqk"),
+         h.make_node("GatherND", ["tab", "gi"], ["z"]),
+         h.make_node("GatherND", ["v", "gb"], ["u"], batch_dims=1)]
+    return model(n, [vi("x", ["b", "s", 8]), vi("gi", ["b", 1], TP.INT64), vi("v", ["b", "s", 4]), vi("gb", ["b", 2, 1], TP.INT64)],
+                 [vi("y", ["b", "s", "s"]), vi("z", ["b", 8]), vi("u", ["b", 2, 4])],
+                 [w("pw", 8, 6), w("tab", 5, 8)], opset=17)
+
+
+def structural():  # Einsum (diagonal, ellipsis, implicit output, three operands), DepthToSpace/SpaceToDepth,
+    # CenterCropPad, ReverseSequence
+    n = [h.make_node("Einsum", ["a"], ["d"], equation="...ii->...i"),
+         h.make_node("Einsum", ["a", "d"], ["e"], equation="bij,bj"),
+         h.make_node("Einsum", ["a", "a", "d"], ["f"], equation="bij,bjk,bk->bi"),
+         h.make_node("DepthToSpace", ["x"], ["g"], blocksize=2, mode="CRD"),
+         h.make_node("SpaceToDepth", ["g"], ["h"], blocksize=2),
+         h.make_node("CenterCropPad", ["h", "cs"], ["k"], axes=[2, 3]),
+         h.make_node("ReverseSequence", ["a", "sl"], ["r"], batch_axis=0, time_axis=1)]
+    return model(n, [vi("a", [2, 4, 4]), vi("x", [1, 8, 3, 4])], [vi(o, None) for o in ("e", "f", "k", "r")],
+                 [i64("cs", [5, 2]), i64("sl", [3, 1])], opset=18)
+
+
 MODELS = [
     ("mlp", mlp, [{"batch": 2}, {"batch": 7}]),
     ("cnn", cnn, [{"N": 1}, {"N": 3}]),
@@ -246,6 +269,8 @@ MODELS = [
     ("shapes_opset13", lambda: shapes()(13), [{}]),
     ("embedding", embedding, [{"b": 2, "s": 3}, {"b": 4, "s": 6}]),
     ("function", function, [{"n": 2}, {"n": 5}]),
+    ("index_more", index_more, [{"b": 2, "s": 3}, {"b": 4, "s": 5}]),
+    ("structural", structural, [{}]),
 ]
 
 

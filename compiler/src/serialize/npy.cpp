@@ -19,7 +19,10 @@ struct Descr {
 };
 constexpr Descr kDescrs[] = {{"|b1", DType::Bool},    {"|u1", DType::UInt8},   {"|i1", DType::Int8},
                              {"<i2", DType::Int16},   {"<i4", DType::Int32},   {"<i8", DType::Int64},
-                             {"<f2", DType::Float16}, {"<f4", DType::Float32}, {"<f8", DType::Float64}};
+                             {"<f2", DType::Float16}, {"<f4", DType::Float32}, {"<f8", DType::Float64},
+                             // NumPy has no bfloat16; ml_dtypes' bfloat16 arrays are saved as 2-byte
+                             // void ('<V2'), and that is how bfloat16 is read and written here.
+                             {"<V2", DType::BFloat16}};
 
 const char* descr_of(DType t) {
   for (const Descr& d : kDescrs)
@@ -144,10 +147,11 @@ Tensor parse_unescaped(std::span<const uint8_t> data, const std::string& what) {
   if (norm == "<b1" || norm == "=b1") norm = "|b1";
   if (norm == "<u1") norm = "|u1";
   if (norm == "<i1") norm = "|i1";
+  if (norm == "|V2") norm = "<V2";
   for (const Descr& d : kDescrs)
     if (norm == d.text) dtype = d.dtype;
   TESSERA_CHECK(dtype, what, ": unsupported dtype '", descr,
-                "' (read: little-endian bool, u1, i1, i2, i4, i8, f2, f4, f8)");
+                "' (read: little-endian bool, u1, i1, i2, i4, i8, f2, f4, f8, and V2 as bfloat16)");
   int64_t numel = 1;
   for (int64_t s : *shape) {
     auto m = checked_mul(numel, s);

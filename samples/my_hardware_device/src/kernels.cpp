@@ -540,7 +540,7 @@ const KernelSpec* kernel_specs(int* count) {
 }
 
 const KernelSpec* backward_kernel_specs(int* count) {
-  *count = kNumCountedOps - kNumOps;
+  *count = int(kNumCountedOps) - int(kNumOps);
   return kBackwardSpecs;
 }
 

@@ -20,6 +20,7 @@
 #include <tessera/compiler/compiled_program.h>
 #include <tessera/compiler/export.h>
 #include <tessera/plugin_loader.h>
+#include <tessera/sdk_graph.hpp>
 #include <tessera/stream.h>
 #include <tessera/tessera.h>
 
@@ -245,6 +246,29 @@ class CompiledCompatibility : public ::testing::Test {
   const Device dev_{"my_hardware_device:0"};
   const std::string path_ = ::testing::TempDir() + "mhd_compiled_" + std::to_string(getpid()) + ".tsr";
 };
+
+// The SDK's scheme the sample's compiler uses (Note [Versioned compatibility strings]), verdicts
+// worked out by hand from its rule.
+TEST(VersionedCompatibility, JudgesByNameIsaMajorAndMinor) {
+  using tessera::sdk::VersionedCompatibility;
+  const VersionedCompatibility now{"mhd-compiler", 1, 4, "mhd-isa1"};
+  EXPECT_EQ(now.str(), "mhd-compiler 1.4 mhd-isa1");
+  const auto parsed = VersionedCompatibility::parse("x-comp 2.10 sm90");
+  ASSERT_TRUE(parsed.has_value());
+  EXPECT_EQ(parsed->name, "x-comp");
+  EXPECT_EQ(parsed->major, 2);
+  EXPECT_EQ(parsed->minor, 10);
+  EXPECT_EQ(parsed->isa, "sm90");
+  for (const char* bad : {"", "mhd-compiler", "mhd-compiler 1 mhd-isa1", "mhd-compiler 1.4", "mhd-compiler 1.4 mhd-isa1 extra"})
+    EXPECT_FALSE(VersionedCompatibility::parse(bad).has_value()) << bad;
+  EXPECT_EQ(now.judge("mhd-compiler 1.4 mhd-isa1"), TESSERA_COMPATIBILITY_OPTIMAL);
+  EXPECT_EQ(now.judge("mhd-compiler 1.3 mhd-isa1"), TESSERA_COMPATIBILITY_PREFER_RECOMPILE);
+  EXPECT_EQ(now.judge("mhd-compiler 1.5 mhd-isa1"), TESSERA_COMPATIBILITY_UNSUPPORTED);  // newer minor
+  EXPECT_EQ(now.judge("mhd-compiler 0.4 mhd-isa1"), TESSERA_COMPATIBILITY_UNSUPPORTED);  // another major
+  EXPECT_EQ(now.judge("mhd-compiler 1.4 mhd-isa2"), TESSERA_COMPATIBILITY_UNSUPPORTED);  // another ISA
+  EXPECT_EQ(now.judge("other-compiler 1.4 mhd-isa1"), TESSERA_COMPATIBILITY_UNSUPPORTED);
+  EXPECT_EQ(now.judge("garbage"), TESSERA_COMPATIBILITY_UNSUPPORTED);
+}
 
 TEST_F(CompiledCompatibility, TheArtifactCarriesTheCompilersStringAndLoadsAsItIs) {
   EXPECT_EQ(tessera::compiler::compatibility_info(kCompiler, dev_), "mhd-compiler 1.4 mhd-isa1");

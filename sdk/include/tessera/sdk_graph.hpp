@@ -18,6 +18,7 @@
 // status object at the boundary, so no exception crosses the C ABI.
 #pragma once
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <initializer_list>
 #include <memory>
@@ -259,6 +260,34 @@ class TensorSpan {
   int32_t n_;
 };
 
+// Note [Versioned compatibility strings]
+// A common scheme for compatibility_info (Note [Compiled artifact compatibility]):
+// "<name> <major>.<minor> <isa>", e.g. "mhd-compiler 1.4 mhd-isa1". judge(stored) gives the verdict
+// on an artifact whose string is `stored`, for a compiler that is *this: another name, ISA or major,
+// a newer minor, or a string not of this form -> UNSUPPORTED; an older minor of the same major ->
+// PREFER_RECOMPILE (it still runs; the newer compiler does better); equal -> OPTIMAL.
+struct VersionedCompatibility {
+  std::string name;
+  int major = 0, minor = 0;
+  std::string isa;
+
+  std::string str() const { return name + " " + std::to_string(major) + "." + std::to_string(minor) + " " + isa; }
+  static std::optional<VersionedCompatibility> parse(const std::string& text) {
+    char name[64] = "", isa[64] = "", end = 0;
+    VersionedCompatibility v;
+    if (std::sscanf(text.c_str(), "%63s %d.%d %63s %c", name, &v.major, &v.minor, isa, &end) != 4) return std::nullopt;
+    v.name = name;
+    v.isa = isa;
+    return v;
+  }
+  tessera_compatibility_t judge(const std::string& stored) const {
+    const std::optional<VersionedCompatibility> then = parse(stored);
+    if (!then || then->name != name || then->isa != isa || then->major != major || then->minor > minor)
+      return TESSERA_COMPATIBILITY_UNSUPPORTED;
+    return then->minor < minor ? TESSERA_COMPATIBILITY_PREFER_RECOMPILE : TESSERA_COMPATIBILITY_OPTIMAL;
+  }
+};
+
 // A compiler plugin's table (Note [Compiler plugin ABI]) over the hooks a C++ compiler overrides.
 // `Executable` is what compile makes; the host holds it until release (which deletes it unless
 // overridden). Runs may overlap on several threads: run must not change shared state unguarded.
@@ -273,14 +302,16 @@ class CompilerBase {
   const tessera_compiler_interface_t* interface() const { return &table_; }
 
   // Writes one group id per node: >= 0 for a call node this compiler takes, -1 otherwise. Default:
-  // consecutive call nodes that takes() accepts form one group; any other call node ends it.
+  // consecutive call nodes that takes() accepts form one group; any other call node ends it (none
+  // on a device other than the compiler's device type, when it has one).
   virtual void get_capability(const GraphView& graph, const char* device, int32_t* out_group_of_node) {
     int32_t group = 0;
     bool in_group = false;
+    const bool mine = !device_type_ || device_index_of(device, device_type_) >= 0;
     for (int32_t i = 0, n = graph.node_count(); i < n; ++i) {
       out_group_of_node[i] = -1;
       if (!graph.is_call(i)) continue;
-      if (takes(graph, i, device)) {
+      if (mine && takes(graph, i, device)) {
         out_group_of_node[i] = group;
         in_group = true;
       } else if (in_group) {
@@ -298,16 +329,39 @@ class CompilerBase {
   // (optional) host default: deletes the executable.
   virtual void release(std::unique_ptr<Executable> executable) noexcept { executable.reset(); }
   // (optional, ABI 1.3; Note [Compiled artifact compatibility]) The compatibility string that
-  // artifacts compiled for `device` carry ("my_hw-compiler 1.4 sm90"). Default: none (empty),
-  // and artifacts are never checked.
-  virtual std::string compatibility_info(const char* /*device*/) { return {}; }
-  // (optional, ABI 1.3) The verdict on an artifact made with `info` for `device`. Default: OPTIMAL
-  // when `info` equals compatibility_info(device), else UNSUPPORTED.
+  // artifacts compiled for `device` carry ("my_hw-compiler 1.4 sm90"). Default: the version given
+  // to the constructor (on the compiler's device type), or, when the environment variable named
+  // there is set, its value (a test hook: artifacts "from another version"); without a version none
+  // (empty), and artifacts are never checked.
+  virtual std::string compatibility_info(const char* device) {
+    if (!version_ || (device_type_ && device_index_of(device, device_type_) < 0)) return {};
+    const tessera_host_api_t* host = host_api();
+    const char* hook = host && version_env_ ? host->getenv(version_env_) : nullptr;
+    return hook && *hook ? hook : version_->str();
+  }
+  // (optional, ABI 1.3) The verdict on an artifact made with `info` for `device`. Default: with a
+  // version, VersionedCompatibility::judge against compatibility_info(device); else OPTIMAL when
+  // `info` equals compatibility_info(device), else UNSUPPORTED.
   virtual tessera_compatibility_t validate_compatibility(const char* device, const char* info) {
-    return compatibility_info(device) == info ? TESSERA_COMPATIBILITY_OPTIMAL : TESSERA_COMPATIBILITY_UNSUPPORTED;
+    const std::string now = compatibility_info(device);
+    if (version_) {
+      const std::optional<VersionedCompatibility> v = VersionedCompatibility::parse(now);
+      return v ? v->judge(info) : TESSERA_COMPATIBILITY_UNSUPPORTED;
+    }
+    return now == info ? TESSERA_COMPATIBILITY_OPTIMAL : TESSERA_COMPATIBILITY_UNSUPPORTED;
   }
 
  protected:
+  // A compiler for one device type ("my_hardware_device"): other devices get no partitions and
+  // compile refuses them; with `version`, artifacts carry and are judged by it (Note [Versioned
+  // compatibility strings]); `version_env` names the test hook above.
+  explicit CompilerBase(const char* device_type, std::optional<VersionedCompatibility> version = std::nullopt,
+                        const char* version_env = nullptr)
+      : CompilerBase() {
+    device_type_ = device_type;
+    version_ = std::move(version);
+    version_env_ = version_env;
+  }
   CompilerBase() {
     table_.struct_size = sizeof(tessera_compiler_interface_t);
     table_.self = this;
@@ -315,7 +369,13 @@ class CompilerBase {
       return status_of([&] { me(s)->get_capability(GraphView(g), device, out); });
     };
     table_.compile = [](void* s, const tessera_graph_t* g, const char* device, void** out) noexcept {
-      return status_of([&] { *out = me(s)->compile(GraphView(g), device).release(); });
+      return status_of([&] {
+        const char* type = me(s)->device_type_;
+        if (type && device_index_of(device, type) < 0)
+          throw Error(TESSERA_STATUS_INVALID_ARGUMENT, std::string("this compiler compiles for ") + type + " only, not " +
+                                                           (device ? device : "(no device)"));
+        *out = me(s)->compile(GraphView(g), device).release();
+      });
     };
     table_.run = [](void* s, void* exe, const tessera_tensor_t* const* in, int32_t num_in,
                     const tessera_tensor_t* const* out, int32_t num_out, void* stream) noexcept {
@@ -348,6 +408,9 @@ class CompilerBase {
  private:
   static CompilerBase* me(void* self) { return static_cast<CompilerBase*>(self); }
   tessera_compiler_interface_t table_{};
+  const char* device_type_ = nullptr;
+  std::optional<VersionedCompatibility> version_;
+  const char* version_env_ = nullptr;
 };
 
 // The TESSERA_EXT_COMPILER entry of the compiler object `C` (static storage) for find_extension.

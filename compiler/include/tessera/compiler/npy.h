@@ -1,8 +1,9 @@
 // NumPy's .npy and .npz files, so that program inputs and outputs compare with NumPy directly.
 // .npy: the magic "\x93NUMPY", a version (1.0, 2.0 or 3.0), a header dict
 // {'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), } and the data. Read and written:
-// little-endian, C order, dtypes bool, u8, i8, i16, i32, i64, f16, f32, f64 (NumPy has no bf16:
-// writing one is refused with a hint). .npz: a zip archive of NAME.npy entries (stored or deflated
+// little-endian, C order, dtypes bool, u8, i8, i16, i32, i64, f16, f32, f64, and bfloat16 as
+// 2-byte void '<V2' (NumPy has no bfloat16; ml_dtypes saves its bfloat16 so: load such a file with
+// np.load(f).view(ml_dtypes.bfloat16)). Other dtypes are refused with a hint. .npz: a zip archive of NAME.npy entries (stored or deflated
 // when read, stored when written).
 #pragma once
 #include <cstdint>

@@ -30,8 +30,11 @@
 
 namespace tessera::onnx {
 
-// The opsets of the default (ai.onnx) domain the importer reads.
-inline constexpr int64_t kMinOpset = 11;
+// The opsets of the default (ai.onnx) domain the importer reads: every one. Nodes of opsets 1 to 6
+// (and Upsample) are rewritten into later forms first (Note [Legacy opsets] in src/legacy.cpp);
+// converters read the attribute forms of Slice, TopK, Pad, Clip and Reshape before their inputs
+// forms; Resize-10 is refused (convert the model to opset 11).
+inline constexpr int64_t kMinOpset = 1;
 inline constexpr int64_t kMaxOpset = 28;
 // The opset export_model writes.
 inline constexpr int64_t kExportOpset = 23;
