@@ -122,10 +122,9 @@ Window widen(Window w) {
   return w;
 }
 
-void Conv(NodeCtx& c) {
-  Tensor x = c.in(0), wt = c.in(1);
+// A Conv node's convolution of x by wt (its window, pads and groups from the node's attributes).
+Tensor conv_of(NodeCtx& c, Tensor x, Tensor wt, const std::optional<Tensor>& bias) {
   if (wt.dim() < 3) c.fail("the weight must be 3-D or 4-D");
-  std::optional<Tensor> bias = c.opt(2);
   std::vector<int64_t> kernel(wt.sizes().begin() + 2, wt.sizes().end());
   kernel = c.attr_ints("kernel_shape", kernel);
   Window w = window(c, x, kernel);
@@ -139,7 +138,59 @@ void Conv(NodeCtx& c) {
   Tensor y = with_padding(c, x, w, [&](const Tensor& in, const std::vector<int64_t>& pad) {
     return tessera::conv2d(in, wt, bias, w.stride, pad, w.dilation, groups);
   }, 0.0);
-  c.out(0, one_d ? from_2d(c, y) : y);
+  return one_d ? from_2d(c, y) : y;
+}
+
+void Conv(NodeCtx& c) { c.out(0, conv_of(c, c.in(0), c.in(1), c.opt(2))); }
+
+// x - zero_point in double (exact for every integer type); a 1-D zero point is per output channel
+// (dim 0) of a weight.
+Tensor centred(NodeCtx& c, const Tensor& v, int zp_input, bool per_channel) {
+  Tensor d = v.to(kFloat64);
+  if (!c.has(zp_input)) return d;
+  Tensor zp = c.in(zp_input).to(kFloat64);
+  if (zp.numel() == 1) return tessera::sub(d, reshape_to(c, zp, {}));
+  if (!per_channel || zp.dim() != 1) c.fail("input " + std::to_string(zp_input) + ": a zero point must be a scalar (or 1-D per output channel of a weight)");
+  Sizes s{c.sizes(zp)[0]};
+  for (int64_t i = 1; i < v.dim(); ++i) s.push_back(SymSize(int64_t(1)));
+  return tessera::sub(d, reshape_to(c, zp, s));
+}
+
+// ConvInteger: the conv of the zero-point-shifted integers, exact in double, as int32.
+void ConvInteger(NodeCtx& c) {
+  c.out(0, conv_of(c, centred(c, c.in(0), 2, false), centred(c, c.in(1), 3, true), std::nullopt).to(kInt32));
+}
+
+// QLinearConv: the integer conv (plus the int32 bias) times x_scale * w_scale / y_scale (per output
+// channel for a 1-D w_scale; in the scales' type, as the reference), plus y_zero_point, saturated,
+// then rounded half to even.
+void QLinearConv(NodeCtx& c) {
+  Tensor x = c.in(0);
+  Tensor acc = conv_of(c, centred(c, x, 2, false), centred(c, c.in(3), 5, true), std::nullopt);
+  if (c.has(8)) {
+    Sizes bs{c.sizes(c.in(8))[0]};
+    for (int64_t i = 2; i < acc.dim(); ++i) bs.push_back(SymSize(int64_t(1)));
+    acc = tessera::add(acc, reshape_to(c, c.in(8).to(kFloat64), bs));
+  }
+  Tensor xs = c.in(1), ws = c.in(4), ys = c.in(6);
+  if (xs.numel() != 1 || ys.numel() != 1) c.fail("x_scale and y_scale must be scalars");
+  Tensor scale = reshape_to(c, xs, {});
+  if (ws.numel() == 1) {
+    scale = tessera::div(tessera::mul(scale, reshape_to(c, ws, {}).to(xs.dtype())), reshape_to(c, ys, {}).to(xs.dtype()));
+  } else {
+    Sizes s{c.sizes(ws)[0]};
+    for (int64_t i = 2; i < acc.dim(); ++i) s.push_back(SymSize(int64_t(1)));
+    scale = tessera::div(tessera::mul(scale, reshape_to(c, ws, s).to(xs.dtype())), reshape_to(c, ys, {}).to(xs.dtype()));
+  }
+  Tensor y = tessera::mul(acc, scale.to(kFloat64));
+  DType out = x.dtype();
+  if (c.has(7)) {
+    out = c.in(7).dtype();
+    y = tessera::add(y, reshape_to(c, c.in(7), {}).to(kFloat64));
+  }
+  if (out != kInt8 && out != kUInt8) c.fail("the output must be int8 or uint8");
+  const double lo = out == kInt8 ? -128.0 : 0.0, hi = out == kInt8 ? 127.0 : 255.0;
+  c.out(0, tessera::round(tessera::clamp(y, Scalar(lo), Scalar(hi))).to(out));
 }
 
 // ceil_mode=1: the end padding that makes a floor-sized pooling give the ceil size; a window that
@@ -578,6 +629,7 @@ void arg_reduce(NodeCtx& c) {
 void add_nn_converters(ConverterTable& t) {
   t["MatMul"] = MatMul; t["Gemm"] = Gemm; t["Softmax"] = softmax<false>; t["LogSoftmax"] = softmax<true>;
   t["Conv"] = Conv; t["MaxPool"] = pool<true>; t["AveragePool"] = pool<false>; t["LpPool"] = LpPool;
+  t["ConvInteger"] = ConvInteger; t["QLinearConv"] = QLinearConv;
   t["GlobalAveragePool"] = global_pool<false>; t["GlobalMaxPool"] = global_pool<true>;
   t["LayerNormalization"] = LayerNormalization; t["RMSNormalization"] = RMSNormalization;
   t["BatchNormalization"] = BatchNormalization; t["LRN"] = LRN; t["InstanceNormalization"] = InstanceNormalization;

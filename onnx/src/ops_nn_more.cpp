@@ -520,6 +520,20 @@ void QLinearMatMul(NodeCtx& c) {
   c.out(0, tessera::clamp(tessera::round(y), Scalar(lo), Scalar(hi)).to(out));
 }
 
+// MatMulInteger: (A - a_zero_point)(B - b_zero_point), exact in double, as int32. A 1-D
+// a_zero_point is per row of A, a 1-D b_zero_point per column of B.
+void MatMulInteger(NodeCtx& c) {
+  auto shifted = [&](int v, int zp_input, bool rows) {
+    Tensor d = c.in(v).to(kFloat64);
+    if (!c.has(zp_input)) return d;
+    Tensor zp = c.in(zp_input).to(kFloat64);
+    if (zp.numel() == 1) return tessera::sub(d, reshape_to(c, zp, {}));
+    if (zp.dim() != 1) c.fail("a zero point must be a scalar or 1-D");
+    return tessera::sub(d, rows ? reshape_to(c, zp, {c.sizes(zp)[0], SymSize(int64_t(1))}) : zp);
+  };
+  c.out(0, tessera::matmul(shifted(0, 2, true), shifted(1, 3, false)).to(kInt32));
+}
+
 // RoiAlign with a fixed sampling_ratio G: each output bin averages (or, mode=max, takes the
 // largest weighted corner of) G x G bilinear samples inside the box, in double as the reference.
 // The samples are separable: per box, one-hot rows [samples, H] and [samples, W] weighted by the
@@ -739,6 +753,7 @@ void add_more_nn_converters(ConverterTable& t) {
   t["DynamicQuantizeLinear"] = DynamicQuantizeLinear;
   t["QLinearMatMul"] = QLinearMatMul;
   t["RoiAlign"] = RoiAlign;
+  t["MatMulInteger"] = MatMulInteger;
 }
 
 }  // namespace tessera::onnx::detail

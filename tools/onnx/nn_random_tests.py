@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Converters decomposed at import (pooling variants, ConvTranspose, DeformConv, RoiAlign, DFT,
-QuantizeLinear) on configurations ONNX's node tests do not reach (asymmetric pads, ceil_mode with
+QuantizeLinear, ConvInteger, QLinearConv, MatMulInteger) on configurations ONNX's node tests do not reach (asymmetric pads, ceil_mode with
 pads and dilations, 3-D windows, groups, dynamic batch, partly outside boxes, cut and padded DFT
 lengths, ties in rounding), run with `tessera run` against onnx.reference, seeded. Each case must
 pass; a refusal or a difference fails the run. ctest runs it as onnx.nn_random.
@@ -195,13 +195,43 @@ def run_quantize(args, tmp, failures):
         failures.append(check(args, tmp, f"quantize_{TP.DataType.Name(elem).lower()}", m, {"x": x}))
 
 
+def run_integer(args, tmp, failures):
+    def const(name, v):
+        return onnx.numpy_helper.from_array(np.asarray(v), name)
+    x = rng.integers(0, 255, (2, 4, 6, 5)).astype(np.uint8)
+    w = rng.integers(-128, 127, (6, 2, 3, 2)).astype(np.int8)
+    attrs = dict(group=2, pads=[1, 0, 2, 1], strides=[2, 1])
+    inits = [const("xz", np.uint8(131)), const("wz", rng.integers(-5, 5, 6).astype(np.int8))]
+    node = h.make_node("ConvInteger", ["x", "w", "xz", "wz"], ["y"], **attrs)
+    g = h.make_graph([node], "g", [h.make_tensor_value_info("x", TP.UINT8, x.shape), h.make_tensor_value_info("w", TP.INT8, w.shape)],
+                     [h.make_tensor_value_info("y", TP.UNDEFINED, None)], initializer=inits)
+    failures.append(check(args, tmp, "convinteger_groups_pads", h.make_model(g, opset_imports=[h.make_opsetid("", 22)]),
+                          {"x": x, "w": w}))
+    inits = [const("xs", np.float32(0.05)), const("xz", np.uint8(120)), const("ws", (rng.random(6) * 0.1).astype(np.float32)),
+             const("wz", np.zeros(6, np.int8)), const("ys", np.float32(0.7)), const("yz", np.uint8(90)),
+             const("b", rng.integers(-500, 500, 6).astype(np.int32))]
+    node = h.make_node("QLinearConv", ["x", "xs", "xz", "w", "ws", "wz", "ys", "yz", "b"], ["y"], **attrs)
+    g = h.make_graph([node], "g", [h.make_tensor_value_info("x", TP.UINT8, x.shape), h.make_tensor_value_info("w", TP.INT8, w.shape)],
+                     [h.make_tensor_value_info("y", TP.UNDEFINED, None)], initializer=inits)
+    failures.append(check(args, tmp, "qlinearconv_per_channel", h.make_model(g, opset_imports=[h.make_opsetid("", 22)]),
+                          {"x": x, "w": w}))
+    a = rng.integers(0, 255, (2, 3, 5)).astype(np.uint8)
+    b = rng.integers(-128, 127, (5, 4)).astype(np.int8)
+    inits = [const("az", np.uint8(128)), const("bz", rng.integers(-3, 3, 4).astype(np.int8))]
+    node = h.make_node("MatMulInteger", ["a", "b", "az", "bz"], ["y"])
+    g = h.make_graph([node], "g", [h.make_tensor_value_info("a", TP.UINT8, a.shape), h.make_tensor_value_info("b", TP.INT8, b.shape)],
+                     [h.make_tensor_value_info("y", TP.UNDEFINED, None)], initializer=inits)
+    failures.append(check(args, tmp, "matmulinteger_per_column", h.make_model(g, opset_imports=[h.make_opsetid("", 22)]),
+                          {"a": a, "b": b}))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tessera", required=True)
     args = ap.parse_args()
     failures = []
     with tempfile.TemporaryDirectory() as tmp:
-        for fn in [run_pooling, run_conv_transpose, run_deform_conv, run_roi_align, run_dft, run_quantize]:
+        for fn in [run_pooling, run_conv_transpose, run_deform_conv, run_roi_align, run_dft, run_quantize, run_integer]:
             fn(args, tmp, failures)
     cases = len(failures)
     failures = [f for f in failures if f]
