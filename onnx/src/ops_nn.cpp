@@ -122,13 +122,54 @@ Window widen(Window w) {
   return w;
 }
 
+// A 3-D convolution as 2-D ones: the input padded, then for each kernel depth t the depth slices
+// z * stride + t * dilation (an index list made at import) as a batch of planes, convolved with
+// W[:, :, t] and summed over t.
+Tensor conv3d(NodeCtx& c, const Tensor& x, const Tensor& wt, const std::optional<Tensor>& bias, const Window& w,
+              int64_t groups) {
+  Tensor xp = x;
+  bool padded = false;
+  std::vector<int64_t> list;  // the contract's pad: last dim first
+  for (size_t i = 3; i-- > 0;) {
+    list.push_back(w.begin[i]);
+    list.push_back(w.end[i]);
+    padded = padded || w.begin[i] || w.end[i];
+  }
+  if (padded) xp = call_op(c, "pad", {x, list, std::string("constant"), 0.0});
+  Sizes xs = c.sizes(xp), ws = c.sizes(wt);
+  for (size_t i = 2; i < 5; ++i)
+    if (!ws[i].is_constant()) c.fail("the weight's dynamic size " + ws[i].str());
+  if (!xs[2].is_constant()) c.fail("a 3-D convolution over the dynamic depth " + xs[2].str());
+  const int64_t depth = xs[2].constant(), kd = ws[2].constant();
+  const int64_t span = (kd - 1) * w.dilation[0] + 1;
+  if (depth < span) c.fail("the kernel is deeper than the padded input");
+  const int64_t out_depth = (depth - span) / w.stride[0] + 1;
+  Tensor sum;
+  for (int64_t t = 0; t < kd; ++t) {
+    std::vector<int64_t> idx;
+    for (int64_t z = 0; z < out_depth; ++z) idx.push_back(z * w.stride[0] + t * w.dilation[0]);
+    Tensor slices = tessera::index_select(xp, 2, host_tensor(idx, {out_depth}, kInt64));  // [N, C, OD, H, W]
+    slices = reshape_to(c, slices.permute({0, 2, 1, 3, 4}), {xs[0] * SymSize(out_depth), xs[1], xs[3], xs[4]});
+    Tensor plane = reshape_to(c, call_op(c, "slice_copy.Tensor", {wt, int64_t(2), t, t + 1, int64_t(1)}),
+                              {ws[0], ws[1], ws[3], ws[4]});
+    Tensor y = tessera::conv2d(slices, plane, std::nullopt, {w.stride[1], w.stride[2]}, {0, 0},
+                               {w.dilation[1], w.dilation[2]}, groups);
+    sum = t == 0 ? y : tessera::add(sum, y);
+  }
+  Sizes ys = c.sizes(sum);  // [N * OD, O, OH, OW]
+  Tensor y = reshape_to(c, sum, {xs[0], SymSize(out_depth), ys[1], ys[2], ys[3]}).permute({0, 2, 1, 3, 4});
+  if (bias) y = tessera::add(y, reshape_to(c, *bias, {c.sizes(*bias)[0], SymSize(int64_t(1)), SymSize(int64_t(1)), SymSize(int64_t(1))}));
+  return y;
+}
+
 // A Conv node's convolution of x by wt (its window, pads and groups from the node's attributes).
 Tensor conv_of(NodeCtx& c, Tensor x, Tensor wt, const std::optional<Tensor>& bias) {
-  if (wt.dim() < 3) c.fail("the weight must be 3-D or 4-D");
+  if (wt.dim() < 3) c.fail("the weight must be 3-D to 5-D");
   std::vector<int64_t> kernel(wt.sizes().begin() + 2, wt.sizes().end());
   kernel = c.attr_ints("kernel_shape", kernel);
-  Window w = window(c, x, kernel);
+  Window w = window(c, x, kernel, 3);
   const int64_t groups = c.attr_int("group", 1);
+  if (kernel.size() == 3) return conv3d(c, x, wt, bias, w, groups);
   const bool one_d = kernel.size() == 1;
   if (one_d) {
     x = to_2d(c, x);

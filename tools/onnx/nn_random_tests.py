@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Converters decomposed at import (pooling variants, ConvTranspose, DeformConv, RoiAlign, DFT,
+"""Converters decomposed at import (pooling variants, 3-D Conv, ConvTranspose, DeformConv, RoiAlign, DFT,
 QuantizeLinear, ConvInteger, QLinearConv, MatMulInteger) on configurations ONNX's node tests do not reach (asymmetric pads, ceil_mode with
 pads and dilations, 3-D windows, groups, dynamic batch, partly outside boxes, cut and padded DFT
 lengths, ties in rounding), run with `tessera run` against onnx.reference, seeded. Each case must
@@ -137,6 +137,18 @@ def run_conv_transpose(args, tmp, failures):
                               atol=1e-4))
 
 
+def run_conv3d(args, tmp, failures):
+    for name, xs, ws, attrs in [("groups_pads", [2, 4, 5, 6, 5], [6, 2, 2, 3, 2], dict(group=2, pads=[1, 0, 1, 0, 2, 1],
+                                                                                       strides=[2, 1, 2], dilations=[1, 2, 1])),
+                                ("same_upper", [1, 3, 4, 5, 6], [2, 3, 3, 3, 3], dict(auto_pad="SAME_UPPER", strides=[2, 2, 1]))]:
+        feeds = {"x": randn(*xs), "w": randn(*ws), "b": randn(ws[0])}
+        m = model("Conv", [(k, (TP.FLOAT, list(v.shape))) for k, v in feeds.items()], attrs)
+        failures.append(check(args, tmp, "conv3d_" + name, m, feeds, atol=1e-4))
+    m = model("Conv", [("x", (TP.FLOAT, ["N", 2, 4, 4, 4])), ("w", (TP.FLOAT, [3, 2, 2, 2, 2]))], dict(pads=[1, 1, 1, 1, 1, 1]))
+    for n in [1, 2]:
+        failures.append(check(args, tmp, f"conv3d_dynamic_{n}", m, {"x": randn(n, 2, 4, 4, 4), "w": randn(3, 2, 2, 2, 2)}, atol=1e-4))
+
+
 def run_deform_conv(args, tmp, failures):
     for name, (n, ch, hh, ww, oc, k), attrs, extra in [
             ("groups_mask_bias", (2, 4, 5, 6, 6, [3, 2]), dict(group=2, offset_group=2, strides=[2, 1], dilations=[1, 2],
@@ -231,7 +243,7 @@ def main():
     args = ap.parse_args()
     failures = []
     with tempfile.TemporaryDirectory() as tmp:
-        for fn in [run_pooling, run_conv_transpose, run_deform_conv, run_roi_align, run_dft, run_quantize, run_integer]:
+        for fn in [run_pooling, run_conv_transpose, run_conv3d, run_deform_conv, run_roi_align, run_dft, run_quantize, run_integer]:
             fn(args, tmp, failures)
     cases = len(failures)
     failures = [f for f in failures if f]
