@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
-"""Converters decomposed at import (pooling variants, 3-D Conv, ConvTranspose, DeformConv, RoiAlign, DFT,
-QuantizeLinear, ConvInteger, QLinearConv, MatMulInteger) on configurations ONNX's node tests do not reach (asymmetric pads, ceil_mode with
-pads and dilations, 3-D windows, groups, dynamic batch, partly outside boxes, cut and padded DFT
-lengths, ties in rounding), run with `tessera run` against onnx.reference, seeded. Each case must
-pass; a refusal or a difference fails the run. ctest runs it as onnx.nn_random.
+"""Converters decomposed at import (pooling variants, 3-D Conv, ConvTranspose, DeformConv, RoiAlign,
+DFT, QuantizeLinear, ConvInteger, QLinearConv, MatMulInteger) on configurations ONNX's node tests do
+not reach (asymmetric pads, ceil_mode with pads and dilations, 3-D windows, groups, dynamic batch,
+partly outside boxes, cut and padded DFT lengths, ties in rounding), run with `tessera run` against
+onnx.reference, seeded. Each case must pass; a refusal or a difference fails the run. ctest runs it
+as onnx.nn_random.
 
   python3 tools/onnx/nn_random_tests.py --tessera build/release/bin/tessera
 """
