@@ -544,10 +544,33 @@ Tensor channel(NodeCtx& c, const Tensor& v, int64_t rank) {
   return reshape_to(c, v, s);
 }
 
+// BatchNormalization with training_mode=1 (opset 14): normalised by the batch's own mean and
+// (population) variance per channel; the running mean/var outputs blend the given ones with them
+// by momentum.
+void batch_norm_training(NodeCtx& c) {
+  Tensor x = c.in(0);
+  if (x.dim() < 2) c.fail("the input must be at least 2-D");
+  const double eps = c.attr_float("epsilon", 1e-5), momentum = c.attr_float("momentum", 0.9);
+  for (int i = 3; i < c.num_outputs(); ++i)
+    if (c.output_used(i)) c.fail("the saved mean/var outputs (opsets before 14) are not supported");
+  std::vector<int64_t> dims{0};
+  for (int64_t d = 2; d < x.dim(); ++d) dims.push_back(d);
+  Tensor mean = tessera::mean(x, dims, true), var = tessera::var(x, dims, 0, true);
+  Tensor y = tessera::mul(tessera::sub(x, mean), tessera::rsqrt(tessera::add(var, scalar_like(eps, x))));
+  c.out(0, tessera::add(tessera::mul(y, channel(c, c.in(1), x.dim())), channel(c, c.in(2), x.dim())));
+  auto blend = [&](int input, const Tensor& batch) {
+    const Sizes flat{c.sizes(c.in(input))[0]};
+    return tessera::add(tessera::mul(c.in(input), scalar_like(momentum, x)),
+                        tessera::mul(reshape_to(c, batch, flat), scalar_like(1.0 - momentum, x)));
+  };
+  if (c.output_used(1)) c.out(1, blend(3, mean));
+  if (c.output_used(2)) c.out(2, blend(4, var));
+}
+
 void BatchNormalization(NodeCtx& c) {
-  c.ignore_attrs({"momentum"});
   if (c.attr_int("spatial", 1) != 1) c.fail("spatial=0 is not supported");
-  if (c.attr_int("training_mode", 0)) c.fail("training_mode=1 is not supported (inference only)");
+  if (c.attr_int("training_mode", 0)) return batch_norm_training(c);
+  c.ignore_attrs({"momentum"});
   for (int i = 1; i < c.num_outputs(); ++i)
     if (c.output_used(i)) c.fail("the running mean/var outputs are not supported (inference only)");
   Tensor x = c.in(0);
