@@ -1,5 +1,6 @@
 // More nn converters (normalisations, activations, convs, one-hot and cumulative ops, signal
 // windows and transforms, quantisation), decomposed at import onto ops of the contract.
+#include <algorithm>
 #include <cmath>
 
 #include "convert.h"
@@ -534,6 +535,40 @@ void MatMulInteger(NodeCtx& c) {
   c.out(0, tessera::matmul(shifted(0, 2, true), shifted(1, 3, false)).to(kInt32));
 }
 
+// Det of [..., n, n] with a static n <= 6 (the contract has no determinant): Leibniz's sum over the
+// n! permutations, each the product of the elements it picks (one gather by an index list made at
+// import) times its sign. Larger matrices are refused.
+void Det(NodeCtx& c) {
+  Tensor x = c.in(0);
+  if (x.dim() < 2) c.fail("the input must be at least 2-D");
+  const int64_t n = static_dim(c, x, x.dim() - 1, "Det");
+  if (static_dim(c, x, x.dim() - 2, "Det") != n) c.fail("the matrices must be square");
+  if (n < 1 || n > 6) c.fail("matrices of size " + std::to_string(n) + " need a determinant op (sizes 1 to 6 are decomposed)");
+  std::vector<int64_t> perm(static_cast<size_t>(n)), picks, signs;
+  for (int64_t i = 0; i < n; ++i) perm[static_cast<size_t>(i)] = i;
+  do {
+    int64_t inversions = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      picks.push_back(i * n + perm[static_cast<size_t>(i)]);
+      for (int64_t j = i + 1; j < n; ++j) inversions += perm[static_cast<size_t>(i)] > perm[static_cast<size_t>(j)];
+    }
+    signs.push_back(inversions % 2 ? -1 : 1);
+  } while (std::next_permutation(perm.begin(), perm.end()));
+  const int64_t terms = int64_t(signs.size());
+  Sizes s = c.sizes(x);
+  Sizes batch(s.begin(), s.end() - 2);
+  Sizes flat = batch, grid = batch;
+  flat.push_back(SymSize(n * n));
+  grid.push_back(SymSize(terms));
+  grid.push_back(SymSize(n));
+  // (in double: the n! terms cancel)
+  Tensor picked = tessera::index_select(reshape_to(c, x, flat).to(kFloat64), int64_t(batch.size()),
+                                        host_tensor(picks, {terms * n}, kInt64));
+  Tensor products = tessera::prod(reshape_to(c, picked, grid), {int64_t(batch.size()) + 1}, false);
+  Tensor det = tessera::sum(tessera::mul(products, host_tensor(signs, {terms}, kFloat64)), {int64_t(batch.size())}, false);
+  c.out(0, det.to(x.dtype()));
+}
+
 // RoiAlign with a fixed sampling_ratio G: each output bin averages (or, mode=max, takes the
 // largest weighted corner of) G x G bilinear samples inside the box, in double as the reference.
 // The samples are separable: per box, one-hot rows [samples, H] and [samples, W] weighted by the
@@ -754,6 +789,7 @@ void add_more_nn_converters(ConverterTable& t) {
   t["QLinearMatMul"] = QLinearMatMul;
   t["RoiAlign"] = RoiAlign;
   t["MatMulInteger"] = MatMulInteger;
+  t["Det"] = Det;
 }
 
 }  // namespace tessera::onnx::detail

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Converters decomposed at import (pooling variants, 3-D Conv, ConvTranspose, DeformConv, RoiAlign,
-DFT, QuantizeLinear, ConvInteger, QLinearConv, MatMulInteger) on configurations ONNX's node tests do
-not reach (asymmetric pads, ceil_mode with pads and dilations, 3-D windows, groups, dynamic batch,
+DFT, QuantizeLinear, ConvInteger, QLinearConv, MatMulInteger, Det) on configurations ONNX's node
+tests do not reach (asymmetric pads, ceil_mode with pads and dilations, 3-D windows, groups, dynamic batch,
 partly outside boxes, cut and padded DFT lengths, ties in rounding), run with `tessera run` against
 onnx.reference, seeded. Each case must pass; a refusal or a difference fails the run. ctest runs it
 as onnx.nn_random.
@@ -208,6 +208,12 @@ def run_quantize(args, tmp, failures):
         failures.append(check(args, tmp, f"quantize_{TP.DataType.Name(elem).lower()}", m, {"x": x}))
 
 
+def run_det(args, tmp, failures):
+    for n in range(1, 7):
+        m = model("Det", [("x", (TP.FLOAT, [3, n, n]))], {})
+        failures.append(check(args, tmp, f"det_{n}", m, {"x": randn(3, n, n)}, atol=1e-4))
+
+
 def run_integer(args, tmp, failures):
     def const(name, v):
         return onnx.numpy_helper.from_array(np.asarray(v), name)
@@ -244,7 +250,7 @@ def main():
     args = ap.parse_args()
     failures = []
     with tempfile.TemporaryDirectory() as tmp:
-        for fn in [run_pooling, run_conv_transpose, run_conv3d, run_deform_conv, run_roi_align, run_dft, run_quantize, run_integer]:
+        for fn in [run_pooling, run_conv_transpose, run_conv3d, run_deform_conv, run_roi_align, run_dft, run_quantize, run_integer, run_det]:
             fn(args, tmp, failures)
     cases = len(failures)
     failures = [f for f in failures if f]
