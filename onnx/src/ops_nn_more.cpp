@@ -662,6 +662,53 @@ void RoiAlign(NodeCtx& c) {
   c.out(0, y.to(x.dtype()));
 }
 
+// MelWeightMatrix: triangular filters [dft_length / 2 + 1, num_mel_bins] between mel-spaced
+// frequency bins. The sizes must be known at import; the edge frequencies may come at run time, so
+// the bins are computed by tensor ops in the reference's types (float32 mel of the edges, the rest
+// in double) and each filter by comparisons with the bin positions.
+void MelWeightMatrix(NodeCtx& c) {
+  const int64_t mels = int64_t(c.const_scalar(0)), dft = int64_t(c.const_scalar(1)), rate = int64_t(c.const_scalar(2));
+  if (mels < 1 || mels > (1 << 16) || dft < 1 || dft > (1 << 24) || rate < 1) c.fail("num_mel_bins, dft_length and sample_rate must be positive (and bounded)");
+  const int64_t bins = dft / 2 + 1;
+  c.check_elements(bins * mels, "MelWeightMatrix's output");
+  const int64_t type = c.attr_int("output_datatype", 1);
+  std::optional<DType> dt = dtype_of_onnx(int32_t(type));
+  if (!dt) c.fail("output_datatype " + std::to_string(type) + " is an ONNX type Tessera has no dtype for");
+  const double ln10 = std::log(10.0);
+  auto mel = [&](int input) {
+    Tensor hz = reshape_to(c, c.in(input), {});
+    Tensor m = tessera::mul(tessera::log1p(tessera::div(hz, scalar_like(700.0, hz))), scalar_like(2595.0, hz));
+    return tessera::div(m.to(kFloat64), host_scalar(ln10, kFloat64));
+  };
+  Tensor low = mel(3), high = mel(4);
+  Tensor step = tessera::div(tessera::sub(high, low), host_scalar(double(mels + 2), kFloat64));
+  std::vector<double> k(static_cast<size_t>(mels + 2));
+  for (int64_t i = 0; i < mels + 2; ++i) k[static_cast<size_t>(i)] = double(i);
+  Tensor ks;
+  {
+    ExcludeDispatchKeyGuard plain(DispatchKeySet::functionality(Functionality::Export));
+    ks = tessera::tensor(k, {mels + 2}, tessera::dtype(kFloat64));
+  }
+  Tensor f = tessera::add(tessera::mul(ks, step), low);
+  f = tessera::mul(tessera::expm1(tessera::mul(tessera::div(f, host_scalar(2595.0, kFloat64)), host_scalar(ln10, kFloat64))),
+                   host_scalar(700.0, kFloat64));
+  f = tessera::floor(tessera::div(tessera::mul(f, host_scalar(double(dft + 1), kFloat64)), host_scalar(double(rate), kFloat64)));
+  auto edge = [&](int64_t first) {  // [1, mels]: bins first .. first + mels - 1
+    return reshape_to(c, call_op(c, "slice_copy.Tensor", {f, int64_t(0), first, first + mels, int64_t(1)}),
+                      {SymSize(int64_t(1)), SymSize(mels)});
+  };
+  Tensor lo = edge(0), mid = edge(1), hi = edge(2);
+  Tensor j = iota_along(c, bins, 0, 2, kFloat64);  // [bins, 1]
+  Tensor zero = host_scalar(0.0, kFloat64), one = host_scalar(1.0, kFloat64);
+  Tensor rising = tessera::logical_and(tessera::logical_and(tessera::ge(j, lo), tessera::le(j, mid)), tessera::gt(mid, lo));
+  Tensor centre = tessera::logical_and(tessera::eq(j, mid), tessera::eq(mid, lo));
+  Tensor falling = tessera::logical_and(tessera::ge(j, mid), tessera::lt(j, hi));
+  Tensor up = tessera::div(tessera::sub(j, lo), tessera::where(tessera::gt(mid, lo), tessera::sub(mid, lo), one));
+  Tensor down = tessera::div(tessera::sub(hi, j), tessera::where(tessera::gt(hi, mid), tessera::sub(hi, mid), one));
+  Tensor w = tessera::where(falling, down, tessera::where(centre, one, tessera::where(rising, up, zero)));
+  c.out(0, w.to(*dt));
+}
+
 // EyeLike: a constant of the input's (static) 2-D shape with ones on diagonal k.
 void EyeLike(NodeCtx& c) {
   Tensor x = c.in(0);
@@ -790,6 +837,7 @@ void add_more_nn_converters(ConverterTable& t) {
   t["RoiAlign"] = RoiAlign;
   t["MatMulInteger"] = MatMulInteger;
   t["Det"] = Det;
+  t["MelWeightMatrix"] = MelWeightMatrix;
 }
 
 }  // namespace tessera::onnx::detail

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Converters decomposed at import (pooling variants, 3-D Conv, ConvTranspose, DeformConv, RoiAlign,
-DFT, QuantizeLinear, ConvInteger, QLinearConv, MatMulInteger, Det) on configurations ONNX's node
-tests do not reach (asymmetric pads, ceil_mode with pads and dilations, 3-D windows, groups, dynamic batch,
-partly outside boxes, cut and padded DFT lengths, ties in rounding), run with `tessera run` against
+DFT, QuantizeLinear, ConvInteger, QLinearConv, MatMulInteger, Det, MelWeightMatrix) on
+configurations ONNX's node tests do not reach (asymmetric pads, ceil_mode with pads and dilations,
+3-D windows, groups, dynamic batch, partly outside boxes, cut and padded DFT lengths, ties in
+rounding, run-time edge frequencies), run with `tessera run` against
 onnx.reference, seeded. Each case must pass; a refusal or a difference fails the run. ctest runs it
 as onnx.nn_random.
 
@@ -214,6 +215,17 @@ def run_det(args, tmp, failures):
         failures.append(check(args, tmp, f"det_{n}", m, {"x": randn(3, n, n)}, atol=1e-4))
 
 
+def run_mel(args, tmp, failures):
+    # The edges at run time: the bins are computed by tensor ops, then floored.
+    for mels, dft, rate in [(5, 64, 8000), (13, 100, 16000), (19, 512, 44100)]:
+        inits = [onnx.numpy_helper.from_array(np.array(v, np.int32), name) for name, v in [("m", mels), ("d", dft), ("s", rate)]]
+        node = h.make_node("MelWeightMatrix", ["m", "d", "s", "lo", "hi"], ["y"])
+        g = h.make_graph([node], "g", [h.make_tensor_value_info("lo", TP.FLOAT, []), h.make_tensor_value_info("hi", TP.FLOAT, [])],
+                         [h.make_tensor_value_info("y", TP.UNDEFINED, None)], initializer=inits)
+        feeds = {"lo": np.array(rng.uniform(0, 300), np.float32), "hi": np.array(rng.uniform(1000, rate / 2), np.float32)}
+        failures.append(check(args, tmp, f"melweightmatrix_{mels}", h.make_model(g, opset_imports=[h.make_opsetid("", 17)]), feeds))
+
+
 def run_integer(args, tmp, failures):
     def const(name, v):
         return onnx.numpy_helper.from_array(np.asarray(v), name)
@@ -250,7 +262,7 @@ def main():
     args = ap.parse_args()
     failures = []
     with tempfile.TemporaryDirectory() as tmp:
-        for fn in [run_pooling, run_conv_transpose, run_conv3d, run_deform_conv, run_roi_align, run_dft, run_quantize, run_integer, run_det]:
+        for fn in [run_pooling, run_conv_transpose, run_conv3d, run_deform_conv, run_roi_align, run_dft, run_quantize, run_integer, run_det, run_mel]:
             fn(args, tmp, failures)
     cases = len(failures)
     failures = [f for f in failures if f]
