@@ -2,8 +2,9 @@
 """ONNX's own node tests (onnx.backend.test.case.node, ~1,900 cases: a model plus inputs and expected
 outputs) run through the C++ importer with `tessera run`, compared with the expected outputs at the
 case's tolerances (the ONNX runner's rtol 1e-3 / atol 1e-7 unless the case says otherwise).
-Integer inputs of rank <= 1 (axes, shapes, k, pads given as inputs) and Resize's scales and roi are
-bound at import with --bind (ImportOptions::constant_inputs), as a compiler for static shapes takes them.
+Integer inputs of rank <= 1 (axes, shapes, k, pads given as inputs), Resize's scales and roi and
+OneHot's depth (an output size) are bound at import with --bind (ImportOptions::constant_inputs), as a
+compiler for static shapes takes them.
 
 Each case ends as one of: pass; wrong (a result differs: a bug); refused (the importer or the
 runtime said what is missing, in one line); input (the case feeds sequences/optionals/strings,
@@ -38,6 +39,11 @@ BF16 = np.dtype(ml_dtypes.bfloat16)
 # Cases whose difference is understood and is not a bug, with the reason (like the conformance kit's
 # expected-failure lists); they count as "known", not "wrong". Remove an entry once it passes.
 KNOWN_DIFFERENCES = {
+    "test_dft_inverse":
+        "the expected output is a float32 FFT's: 10 of 200 elements are exactly 0 and hold up to 1.9e-7 of rounding "
+        "there, above atol 1e-7 (NumPy's float64 ifft of the same input misses them the same way)",
+    "test_dft_inverse_opset19":
+        "as test_dft_inverse (the expected output's float32 FFT rounding at exact zeros exceeds atol 1e-7)",
     "test_attention_4d_causal_fp16_expanded":
         "float16 end to end: 3 elements 2 float16 ulps off (the NumPy reference rounds to float16 after every "
         "step; Tessera's float16 matmul and softmax accumulate in float32)",
@@ -116,7 +122,7 @@ def run_case(tessera, case, tmp):
             np.save(f, x)
             # Integer inputs of rank <= 1 are a node's parameters (axes, shapes, k, pads): bound at
             # import (ImportOptions::constant_inputs), as a compiler for static shapes takes them.
-            bind = (x.dtype.kind in "iu" or name in ("scales", "roi")) and x.ndim <= 1 and x.size <= 64
+            bind = (x.dtype.kind in "iu" or name in ("scales", "roi", "depth")) and x.ndim <= 1 and x.size <= 64
             args += ["--bind" if bind else "--input", f"{name}={f}"]
         out = os.path.join(folder, f"out{k}.npz")
         try:
