@@ -369,6 +369,12 @@ TEST(OnnxOpsTrilu, KeepTheTrianglesOfEveryMatrix) {
       EXPECT_TRUE(same(triu(x, diag), up, "triu")) << dt << " " << diag;
     }
   EXPECT_THROW(tril(random_tensor({3}, kFloat32)), Error);
+  // Tensors without elements (any strides count as contiguous, as in PyTorch).
+  for (std::vector<int64_t> shape : {std::vector<int64_t>{3, 0, 5}, {0, 4}, {2, 3, 0}}) {
+    Tensor e = tril(tessera::zeros(shape), 1);
+    EXPECT_EQ(std::vector<int64_t>(e.sizes().begin(), e.sizes().end()), shape);
+    EXPECT_EQ(triu(tessera::zeros(shape)).numel(), 0);
+  }
 }
 
 // ---- conv_transpose2d

@@ -111,7 +111,11 @@ class TensorView {
   int32_t device_index() const { return t_->device_index; }
   void* handle() const { return t_->data; }
   int64_t byte_offset() const { return t_->byte_offset; }
+  // Dense in C order (size-1 dims may have any stride; a tensor with no elements always is, as in
+  // PyTorch).
   bool is_contiguous() const {
+    for (int i = 0; i < t_->ndim; ++i)
+      if (t_->sizes[i] == 0) return true;
     int64_t expected = 1;
     for (int i = t_->ndim - 1; i >= 0; --i) {
       if (t_->sizes[i] != 1 && t_->strides[i] != expected) return false;
