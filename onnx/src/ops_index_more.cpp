@@ -436,14 +436,26 @@ void Einsum(NodeCtx& c) {
 
 // ---- depth and space
 
-void DepthToSpace(NodeCtx& c) {
+// The 4-D input, blocksize and mode that DepthToSpace and SpaceToDepth share.
+struct BlockArgs {
+  Tensor x;
+  int64_t bs;
+  std::string mode;
+  Sizes s;
+};
+BlockArgs block_args(NodeCtx& c) {
   Tensor x = c.in(0);
   if (x.dim() != 4) c.fail("the input must be 4-D (N, C, H, W)");
   const int64_t bs = c.attr_int("blocksize", 0);
   if (bs <= 0 || bs > 4096) c.fail("blocksize " + std::to_string(bs) + " must be in [1, 4096]");
-  const std::string mode = c.attr_string("mode", "DCR");
+  std::string mode = c.attr_string("mode", "DCR");
   if (mode != "DCR" && mode != "CRD") c.fail("mode '" + mode + "' is not supported (DCR, CRD are)");
-  const Sizes s = c.sizes(x);
+  Sizes s = c.sizes(x);
+  return {x, bs, std::move(mode), std::move(s)};
+}
+
+void DepthToSpace(NodeCtx& c) {
+  const auto [x, bs, mode, s] = block_args(c);
   const int64_t ch = static_dim(c, s[1], "the channel dim");
   if (ch % (bs * bs) != 0) c.fail("channels " + std::to_string(ch) + " are not a multiple of blocksize^2 (" + std::to_string(bs * bs) + ")");
   const SymSize b(bs), cc(ch / (bs * bs));
@@ -453,13 +465,7 @@ void DepthToSpace(NodeCtx& c) {
 }
 
 void SpaceToDepth(NodeCtx& c) {
-  Tensor x = c.in(0);
-  if (x.dim() != 4) c.fail("the input must be 4-D (N, C, H, W)");
-  const int64_t bs = c.attr_int("blocksize", 0);
-  if (bs <= 0 || bs > 4096) c.fail("blocksize " + std::to_string(bs) + " must be in [1, 4096]");
-  const std::string mode = c.attr_string("mode", "DCR");
-  if (mode != "DCR" && mode != "CRD") c.fail("mode '" + mode + "' is not supported (DCR, CRD are)");
-  const Sizes s = c.sizes(x);
+  const auto [x, bs, mode, s] = block_args(c);
   for (int d : {2, 3})
     if (static_dim(c, s[size_t(d)], "spatial dim " + std::to_string(d)) % bs != 0)
       c.fail("dim " + std::to_string(d) + " (" + s[size_t(d)].str() + ") is not a multiple of blocksize " + std::to_string(bs));

@@ -433,12 +433,20 @@ std::pair<double, double> quant_range(NodeCtx& c, DType t) {
 
 // QuantizeLinear: saturate(round_half_even(x / scale) + zero_point) in the zero point's type
 // (output_dtype, or uint8).
+// The inputs and the axis/block_size attributes QuantizeLinear and DequantizeLinear share.
+struct QuantArgs {
+  Tensor x, scale;
+  std::optional<Tensor> zp;
+  int64_t axis, block;
+};
+QuantArgs quant_args(NodeCtx& c) {
+  QuantArgs a{c.in(0), c.in(1), c.opt(2), c.attr_int("axis", 1), c.attr_int("block_size", 0)};
+  if (a.block < 0) c.fail("block_size must not be negative");
+  return a;
+}
+
 void QuantizeLinear(NodeCtx& c) {
-  Tensor x = c.in(0), scale = c.in(1);
-  std::optional<Tensor> zp = c.opt(2);
-  const int64_t axis = c.attr_int("axis", 1);
-  const int64_t block = c.attr_int("block_size", 0);
-  if (block < 0) c.fail("block_size must not be negative");
+  const auto [x, scale, zp, axis, block] = quant_args(c);
   if (!c.attr_int("saturate", 1)) c.fail("saturate=0 (float8 outputs) is not supported");
   const int64_t precision = c.attr_int("precision", 0);
   if (precision != 0 && dtype_of_onnx(int32_t(precision)) != x.dtype())
@@ -458,11 +466,7 @@ void QuantizeLinear(NodeCtx& c) {
 
 // DequantizeLinear: (x - zero_point) * scale, in the scale's type (or output_dtype).
 void DequantizeLinear(NodeCtx& c) {
-  Tensor x = c.in(0), scale = c.in(1);
-  std::optional<Tensor> zp = c.opt(2);
-  const int64_t axis = c.attr_int("axis", 1);
-  const int64_t block = c.attr_int("block_size", 0);
-  if (block < 0) c.fail("block_size must not be negative");
+  const auto [x, scale, zp, axis, block] = quant_args(c);
   DType out = scale.dtype();
   if (const int64_t t = c.attr_int("output_dtype", 0)) {
     std::optional<DType> d = dtype_of_onnx(int32_t(t));
