@@ -15,6 +15,7 @@
 #include <unordered_map>
 
 #include "c_tensor.h"
+#include "cpu_fallback.h"
 #include "dispatcher_state.h"
 #include "host_api.h"
 #include "memory_format_internal.h"
@@ -30,10 +31,6 @@
 
 
 namespace tessera {
-
-namespace {
-thread_local uint64_t t_cpu_fallback_calls = 0;
-}  // namespace
 
 // ------------------------------------------------------------------------------------------------
 // The call path
@@ -284,20 +281,6 @@ Stack box_frame(const OperatorEntry& op, const CallFrame& f) {
   return s;
 }
 
-void warn_fallback_once(const OperatorEntry& op, DeviceType type, bool answered_unimplemented) {
-  static std::mutex mu;
-  static std::set<std::pair<std::string, int>> warned;
-  {
-    std::lock_guard lock(mu);
-    if (!warned.insert({op.name, int(type)}).second) return;
-  }
-  log_message(
-      LogLevel::Warning, "fallback",
-      "'" + op.name + (answered_unimplemented ? "' answered UNIMPLEMENTED on device '" : "' has no kernel on device '") +
-          device_type_name(type) + "'; running it on the CPU (inputs copied to the CPU and outputs back). Register a kernel for "
-          "speed (tessera::fallback_report() counts these calls), or set TESSERA_FALLBACK=error to make this an error");
-}
-
 // "cpu, cuda", where a device whose kernel does not take `dtype` lists the dtypes it does take:
 // "cpu (dtypes float32, float64; not int32)".
 std::string implemented_on(const OperatorEntry& op, DType dtype) {
@@ -313,54 +296,6 @@ std::string implemented_on(const OperatorEntry& op, DType dtype) {
     s += " (dtypes " + (dtypes.empty() ? std::string("none") : dtypes) + "; not " + std::string(dtype_name(dtype)) + ")";
   }
   return s.empty() ? std::string("no device") : s;
-}
-
-struct FallbackCounts {
-  std::mutex mutex;
-  std::map<std::tuple<std::string, int, int>, int64_t> calls;  // (op, device type, dtype)
-};
-FallbackCounts& fallback_counts() {
-  static auto* c = new FallbackCounts;  // never destroyed: fallbacks may run during static destruction
-  return *c;
-}
-
-int cpu_fallback(OperatorEntry& op, const CallFrame& f, Device dev, DType dtype, Tensor* outs,
-                 bool answered_unimplemented) {
-  ++t_cpu_fallback_calls;
-  {
-    FallbackCounts& c = fallback_counts();
-    std::lock_guard lock(c.mutex);
-    ++c.calls[{op.name, int(dev.type()), int(dtype)}];
-  }
-  warn_fallback_once(op, dev.type(), answered_unimplemented);
-  detail::SmallVector<Tensor, 6> cpu_inputs;
-  detail::SmallVector<const TensorImpl*, 8> impls;
-  for (int i = 0; i < f.num_tensors; ++i) {
-    const TensorImpl* t = f.tensors[i];
-    if (!t) {
-      impls.push_back(nullptr);
-      continue;
-    }
-    Tensor src(IntrusivePtr<TensorImpl>(const_cast<TensorImpl*>(t)));
-    Tensor c = src.to(Device(DeviceType::CPU));
-    impls.push_back(c.impl());
-    cpu_inputs.push_back(std::move(c));
-  }
-  Device cpu(DeviceType::CPU);
-  CallFrame cf{impls.data(), f.num_tensors, f.attrs, f.num_attrs, &cpu};
-  Tensor cpu_outs[kMaxOutputs];
-  int n = call_unboxed(op, cf, cpu_outs);
-  for (int i = 0; i < n; ++i) {
-    int alias = i < int(op.return_alias.size()) ? op.return_alias[size_t(i)] : -1;
-    if (alias >= 0 && f.tensors[alias]) {
-      Tensor orig(IntrusivePtr<TensorImpl>(const_cast<TensorImpl*>(f.tensors[alias])));
-      orig.copy_(cpu_outs[i]);
-      outs[i] = orig;
-    } else {
-      outs[i] = cpu_outs[i].to(dev);
-    }
-  }
-  return n;
 }
 
 }  // namespace
@@ -459,7 +394,7 @@ static int resolve(OperatorEntry& op, const CallFrame& f, MetaCall& m, DispatchK
                   fallback_for(int(cpu_slot)) != nullptr;
     if (cpu_runs_it) {
       profile_resolution("fallback");
-      return cpu_fallback(op, f, dev, kdtype, outs, !why_unimpl.empty());
+      return detail::cpu_fallback(op, f, dev, kdtype, outs, !why_unimpl.empty());
     }
   }
   // Note [Quantized reference kernels] (quantization.cpp): ops without a Quantized kernel refuse.
@@ -680,45 +615,5 @@ Tensor call_unboxed_one(OperatorEntry& op, const CallFrame& frame) {
   return std::move(outs[0]);
 }
 
-
-bool cpu_fallback_enabled() {
-  if (const char* v = secure_env("TESSERA_FALLBACK")) {
-    const std::string_view s(v);
-    if (s == "allow" || s == "warn") return true;
-    if (s == "error") return false;
-    detail::throw_error(ErrorCode::InvalidArgument,
-                        "TESSERA_FALLBACK='" + std::string(s) + "' is not a fallback policy; use allow or error");
-  }
-  const char* v = secure_env("TESSERA_CPU_FALLBACK");
-  return v ? parse_env_bool("TESSERA_CPU_FALLBACK", v) : true;  // Note [Environment variables]
-}
-
-std::vector<FallbackCount> fallback_report() {
-  std::vector<FallbackCount> r;
-  {
-    FallbackCounts& c = fallback_counts();
-    std::lock_guard lock(c.mutex);
-    for (const auto& [key, calls] : c.calls)
-      r.push_back({std::get<0>(key), device_type_name(DeviceType(std::get<1>(key))), DType(std::get<2>(key)), calls});
-  }
-  std::stable_sort(r.begin(), r.end(), [](const FallbackCount& a, const FallbackCount& b) { return a.calls > b.calls; });
-  return r;
-}
-
-std::string fallback_report_string() {
-  std::string s;
-  for (const FallbackCount& c : fallback_report())
-    s += c.op + " on " + c.device + " (" + std::string(dtype_name(c.dtype)) + "): " + std::to_string(c.calls) +
-         (c.calls == 1 ? " call\n" : " calls\n");
-  return s.empty() ? "no CPU fallback ran\n" : s;
-}
-
-void clear_fallback_report() {
-  FallbackCounts& c = fallback_counts();
-  std::lock_guard lock(c.mutex);
-  c.calls.clear();
-}
-
-uint64_t cpu_fallback_calls_on_this_thread() { return t_cpu_fallback_calls; }
 
 }  // namespace tessera
