@@ -100,6 +100,17 @@ Tensor clamp_backward(const Tensor& grad, const Tensor& self, const std::optiona
   }
   return keep.defined() ? mask_grad(grad, keep) : grad;
 }
+Tensor fake_quantize_backward(const Tensor& grad, const Tensor& self, const Tensor& scale, const Tensor& zero_point,
+                              int64_t axis, int64_t quant_min, int64_t quant_max) {
+  // The parameters as float32 along `axis` (per-tensor: one element), so that they broadcast; the
+  // rounding in float32 as the kernel's (x * (1 / scale), half to even).
+  std::vector<int64_t> shape(size_t(self.dim()), 1);
+  if (axis >= 0) shape[size_t(axis)] = scale.numel();
+  const Tensor s = scale.to(kFloat32).reshape(axis >= 0 ? shape : std::vector<int64_t>{});
+  const Tensor z = zero_point.to(kFloat32).reshape(axis >= 0 ? shape : std::vector<int64_t>{});
+  const Tensor q = round(self * reciprocal(s)) + z;
+  return mask_grad(grad, logical_and(ge(q, number(double(quant_min))), le(q, number(double(quant_max)))));
+}
 Tensor minmax_backward(const Tensor& grad, const Tensor& self, const Tensor& other, bool is_max) {
   // PyTorch: ties split the gradient evenly; the losing side gets zero.
   Tensor g = where(eq(self, other), grad * 0.5, grad);

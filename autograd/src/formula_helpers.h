@@ -24,6 +24,10 @@ Tensor gelu_backward(const Tensor& grad, const Tensor& self, const std::string& 
 Tensor silu_backward(const Tensor& grad, const Tensor& self);
 Tensor clamp_backward(const Tensor& grad, const Tensor& self, const std::optional<Scalar>& min,
                       const std::optional<Scalar>& max);
+// Note [Fake quantize] (dispatcher/src/meta_quantized.cpp): the straight-through estimator, grad
+// where quant_min <= zero_point + round(self / scale) <= quant_max. axis < 0: per-tensor.
+Tensor fake_quantize_backward(const Tensor& grad, const Tensor& self, const Tensor& scale, const Tensor& zero_point,
+                              int64_t axis, int64_t quant_min, int64_t quant_max);
 Tensor minmax_backward(const Tensor& grad, const Tensor& self, const Tensor& other, bool is_max);
 Tensor sum_backward(const Tensor& grad, const Sizes& sizes, const Sizes& dim, bool keepdim);
 Tensor mean_backward(const Tensor& grad, const Sizes& sizes, const Sizes& dim, bool keepdim);

@@ -139,7 +139,7 @@ Tensor detach(const Tensor& t) {
   check_defined(t, "detach");
   auto impl = make_intrusive<TensorImpl>(t.storage(), t.dtype(), t.device(), t.sizes(), t.strides(), t.storage_offset());
   impl->set_key_set(t.key_set() - detail::kAutogradKey);
-  if (t.impl()->quantizer()) impl->set_quantizer(t.impl()->quantizer_ptr());
+  if (t.impl()->qparams()) impl->set_qparams(t.impl()->qparams_ptr());
   impl->set_wrapped_number(t.impl()->is_wrapped_number());
   return Tensor(std::move(impl));
 }

@@ -1,5 +1,5 @@
-// Quantizer: validated quantization parameters (quantizer.h).
-#include "tessera/quantizer.h"
+// QuantParams: validated quantization parameters (quant_params.h).
+#include "tessera/quant_params.h"
 
 #include <cmath>
 #include <limits>
@@ -31,17 +31,17 @@ void check_param(DType dtype, double scale, int64_t zero_point, const std::strin
 }
 }  // namespace
 
-Quantizer::Quantizer(DType dtype, QScheme q, std::vector<double> scales, std::vector<int64_t> zero_points,
+QuantParams::QuantParams(DType dtype, QScheme q, std::vector<double> scales, std::vector<int64_t> zero_points,
                      int64_t axis)
     : dtype_(dtype), qscheme_(q), scales_(std::move(scales)), zero_points_(std::move(zero_points)), axis_(axis) {}
 
-IntrusivePtr<const Quantizer> Quantizer::per_tensor(DType dtype, double scale, int64_t zero_point) {
+IntrusivePtr<const QuantParams> QuantParams::per_tensor(DType dtype, double scale, int64_t zero_point) {
   TESSERA_CHECK(is_quantized(dtype), "quantizer: dtype ", dtype, " is not quantized; expected qint8, quint8 or qint32");
   check_param(dtype, scale, zero_point, "");
-  return IntrusivePtr<const Quantizer>(new Quantizer(dtype, QScheme::PerTensorAffine, {scale}, {zero_point}, -1));
+  return IntrusivePtr<const QuantParams>(new QuantParams(dtype, QScheme::PerTensorAffine, {scale}, {zero_point}, -1));
 }
 
-IntrusivePtr<const Quantizer> Quantizer::per_channel(DType dtype, std::vector<double> scales,
+IntrusivePtr<const QuantParams> QuantParams::per_channel(DType dtype, std::vector<double> scales,
                                                      std::vector<int64_t> zero_points, int64_t axis) {
   TESSERA_CHECK(is_quantized(dtype), "quantizer: dtype ", dtype, " is not quantized; expected qint8, quint8 or qint32");
   TESSERA_CHECK(!scales.empty() && scales.size() == zero_points.size(), "quantizer: got ", scales.size(),
@@ -49,8 +49,8 @@ IntrusivePtr<const Quantizer> Quantizer::per_channel(DType dtype, std::vector<do
   TESSERA_CHECK(axis >= 0, "quantizer: axis ", axis, " is negative; expected a dimension index >= 0");
   for (size_t c = 0; c < scales.size(); ++c)
     check_param(dtype, scales[c], zero_points[c], '[' + std::to_string(c) + ']');
-  return IntrusivePtr<const Quantizer>(
-      new Quantizer(dtype, QScheme::PerChannelAffine, std::move(scales), std::move(zero_points), axis));
+  return IntrusivePtr<const QuantParams>(
+      new QuantParams(dtype, QScheme::PerChannelAffine, std::move(scales), std::move(zero_points), axis));
 }
 
 int64_t quantize_value(float x, double scale, int64_t zero_point, DType dtype) {
@@ -82,7 +82,7 @@ void for_each_element(const Tensor& t, F&& f) {
 }
 }  // namespace
 
-Tensor quantize_reference(const Tensor& x, IntrusivePtr<const Quantizer> q) {
+Tensor quantize_reference(const Tensor& x, IntrusivePtr<const QuantParams> q) {
   TESSERA_CHECK(x.is_cpu() && x.dtype() == kFloat32, "quantize: the reference kernel takes a float32 CPU tensor, got ",
                 x.dtype(), " on ", x.device().str());
   const bool per_channel = q->qscheme() == QScheme::PerChannelAffine;
@@ -119,12 +119,12 @@ Tensor quantize_reference(const Tensor& x, IntrusivePtr<const Quantizer> q) {
       });
     }
   });
-  out.impl()->set_quantizer(std::move(q));
+  out.impl()->set_qparams(std::move(q));
   return out;
 }
 
 Tensor dequantize_reference(const Tensor& qt) {
-  const Quantizer* q = qt.impl()->quantizer();
+  const QuantParams* q = qt.impl()->qparams();
   TESSERA_CHECK(q != nullptr, "dequantize: the ", qt.dtype(), " tensor carries no quantization parameters; make ",
                 "quantized tensors with quantize_per_tensor or quantize_per_channel");
   TESSERA_CHECK(qt.is_cpu(), "dequantize: quantized tensors live on the CPU, got one on ", qt.device().str());
@@ -150,7 +150,7 @@ Tensor dequantize_reference(const Tensor& qt) {
 }
 }  // namespace detail
 
-std::string quantizer_str(const Quantizer& q) {
+std::string qparams_str(const QuantParams& q) {
   std::ostringstream os;
   if (q.qscheme() == QScheme::PerTensorAffine) {
     os << "qscheme per_tensor_affine, scale " << q.scale() << ", zero_point " << q.zero_point();

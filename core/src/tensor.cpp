@@ -74,7 +74,7 @@ class DimVector {
 Tensor make_view(const Tensor& self, IntArrayRef sizes, IntArrayRef strides, int64_t offset) {
   auto impl = make_intrusive<TensorImpl>(self.storage(), self.dtype(), self.device(), sizes, strides, offset);
   impl->set_key_set(self.key_set());
-  if (const Quantizer* q = self.impl()->quantizer()) {
+  if (const QuantParams* q = self.impl()->qparams()) {
     // Note [Views of per-channel quantized tensors]: the channel parameters follow dim axis();
     // a view that keeps the rank and the size and stride of that dim keeps them meaningful.
     // Others (select, transpose, reshape across it) would pair channels with the wrong values.
@@ -83,7 +83,7 @@ Tensor make_view(const Tensor& self, IntArrayRef sizes, IntArrayRef strides, int
                        strides[size_t(q->axis())] == self.strides()[size_t(q->axis())]),
                   "view of a per-channel quantized tensor ", self.sizes(), " (axis ", q->axis(), ") to sizes ", sizes,
                   " would move or cut its channel dim; call dequantize() first");
-    impl->set_quantizer(self.impl()->quantizer_ptr());
+    impl->set_qparams(self.impl()->qparams_ptr());
   }
   Tensor view(std::move(impl));
   if (__builtin_expect(self.key_set().has(Functionality::Autograd), 0))
@@ -303,12 +303,12 @@ TensorImpl::TensorImpl(Storage storage, DType dtype, Device device, const detail
   commit_geometry(geometry);
 }
 
-void TensorImpl::set_quantizer(IntrusivePtr<const Quantizer> q) {
-  TESSERA_CHECK(!q || q->dtype() == dtype_, "set_quantizer: the quantizer is for ", q ? q->dtype() : dtype_,
+void TensorImpl::set_qparams(IntrusivePtr<const QuantParams> q) {
+  TESSERA_CHECK(!q || q->dtype() == dtype_, "set_qparams: the quantization parameters are for ", q ? q->dtype() : dtype_,
                 " but the tensor has dtype ", dtype_);
   const DispatchKeySet qkey = DispatchKeySet::functionality(Functionality::Quantized);
   key_set_ = q ? key_set_ | qkey : key_set_ - qkey;
-  quantizer_ = std::move(q);
+  qparams_ = std::move(q);
 }
 
 TensorImpl::~TensorImpl() {

@@ -44,7 +44,7 @@ void meta_quantize_per_tensor(MetaCall& m) {
   using A = op::quantize_per_tensor::attr;
   const DType dt = attr_dtype(m, A::dtype);
   check_quantize_input(m, x, dt);
-  Quantizer::per_tensor(dt, attr_double(m, A::scale), attr_int(m, A::zero_point));  // checks scale and zero point
+  QuantParams::per_tensor(dt, attr_double(m, A::scale), attr_int(m, A::zero_point));  // checks scale and zero point
   m.add_output(x.sizes(), dt);
 }
 
@@ -65,6 +65,52 @@ void meta_quantize_per_channel(MetaCall& m) {
                 ": zero_points must be a 1-D integer tensor of ", channels, " values (the size of dim ", axis,
                 "), got ", zps.dtype(), " ", zps.sizes());
   m.add_output(x.sizes(), dt);
+}
+
+// Note [Fake quantize]
+// fake_quantize_per_tensor_affine / _per_channel_affine simulate quantization in float32 for
+// quantization-aware training (docs/quantization.md, "Quantization-aware training"), as PyTorch's
+// ops of those names (the per-tensor one is PyTorch's tensor_qparams overload: scale and zero point
+// are tensors, so that training can move them without a new graph). Per element, in float32 as
+// PyTorch's CPU kernels: q = int64(zero_point + nearbyint(x * (1 / scale))), the result
+// (min(max(q, quant_min), quant_max) - zero_point) * scale. The gradient is the straight-through
+// estimator: grad where quant_min <= q <= quant_max, 0 elsewhere (fake_quantize_backward in
+// autograd/src/formula_helpers.cpp). The shape rule checks what needs no data (dtypes, sizes, the
+// range); the kernel checks the values: a scale that is not finite and positive, a zero point
+// outside [quant_min, quant_max].
+namespace {
+void check_fake_quantize(const MetaCall& m, const TensorImpl& x, const TensorImpl& scale, const TensorImpl& zp,
+                         int64_t channels, int64_t quant_min, int64_t quant_max) {
+  TESSERA_CHECK(x.dtype() == kFloat32, m.op_name, ": self must be float32, got ", x.dtype(),
+                "; convert with .to(kFloat32)");
+  TESSERA_CHECK(quant_min <= quant_max, m.op_name, ": quant_min ", quant_min, " is greater than quant_max ",
+                quant_max, "; expected quant_min <= quant_max (e.g. 0 and 255 for quint8)");
+  TESSERA_CHECK(scale.dtype() == kFloat32 && scale.numel() == channels && scale.dim() <= 1, m.op_name,
+                ": scale must be a float32 tensor of ", channels, channels == 1 ? " value" : " values (the size of dim axis)",
+                ", got ", scale.dtype(), " ", scale.sizes());
+  TESSERA_CHECK((zp.dtype() == kInt32 || zp.dtype() == kInt64) && zp.numel() == channels && zp.dim() <= 1,
+                m.op_name, ": zero_point must be an int32 or int64 tensor of ", channels,
+                channels == 1 ? " value" : " values (the size of dim axis)", ", got ", zp.dtype(), " ", zp.sizes());
+}
+}  // namespace
+
+void meta_fake_quantize_per_tensor_affine(MetaCall& m) {
+  using A = op::fake_quantize_per_tensor_affine::attr;
+  const TensorImpl& x = need(m, 0, "self");
+  check_fake_quantize(m, x, need(m, 1, "scale"), need(m, 2, "zero_point"), 1, attr_int(m, A::quant_min),
+                      attr_int(m, A::quant_max));
+  m.add_output(x.sizes(), kFloat32);
+}
+
+void meta_fake_quantize_per_channel_affine(MetaCall& m) {
+  using A = op::fake_quantize_per_channel_affine::attr;
+  const TensorImpl& x = need(m, 0, "self");
+  const int64_t axis = attr_int(m, A::axis);
+  TESSERA_CHECK(axis >= 0 && axis < x.dim(), m.op_name, ": axis ", axis, " is out of range for a tensor of ", x.dim(),
+                " dims; expected 0..", x.dim() - 1);
+  check_fake_quantize(m, x, need(m, 1, "scale"), need(m, 2, "zero_point"), x.sizes()[size_t(axis)],
+                      attr_int(m, A::quant_min), attr_int(m, A::quant_max));
+  m.add_output(x.sizes(), kFloat32);
 }
 
 void meta_dequantize(MetaCall& m) {

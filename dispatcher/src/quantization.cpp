@@ -56,7 +56,7 @@ std::vector<int64_t> ints_of(const Tensor& t) {
 }  // namespace
 
 // Note [Quantized reference kernels]: the four ops run as composites in the runtime, because the
-// quantization parameters live in the tensor (quantizer.h) and do not cross the plugin ABI. The
+// quantization parameters live in the tensor (quant_params.h) and do not cross the plugin ABI. The
 // arithmetic is in core (detail::quantize_reference / dequantize_reference), shared with printing.
 // A quantized tensor carries the Quantized dispatch key; an op with no kernel for that key reaches
 // the dtype check of its dense kernel and fails naming dequantize() (Dispatcher resolve).
@@ -65,12 +65,12 @@ void register_quantization_composites(Dispatcher& d) {
     const Tensor& x = std::get<Tensor>(args[0]);
     check_cpu(x, "quantize_per_tensor");
     return {detail::quantize_reference(
-        x, Quantizer::per_tensor(std::get<DType>(args[3]), number(args[1]), std::get<int64_t>(args[2])))};
+        x, QuantParams::per_tensor(std::get<DType>(args[3]), number(args[1]), std::get<int64_t>(args[2])))};
   });
   d.register_composite(d.op("quantize_per_channel"), [](const Stack& args) -> Stack {
     const Tensor& x = std::get<Tensor>(args[0]);
     check_cpu(x, "quantize_per_channel");
-    auto q = Quantizer::per_channel(std::get<DType>(args[4]), doubles_of(std::get<Tensor>(args[1])),
+    auto q = QuantParams::per_channel(std::get<DType>(args[4]), doubles_of(std::get<Tensor>(args[1])),
                                     ints_of(std::get<Tensor>(args[2])), std::get<int64_t>(args[3]));
     return {detail::quantize_reference(x, std::move(q))};
   });
@@ -157,17 +157,17 @@ QParams choose_qparams(double min_val, double max_val, DType dtype) {
 
 Tensor quantized_linear(const Tensor& input, const PackedLinearWeight& weight, const std::optional<Tensor>& bias,
                         double output_scale, int64_t output_zero_point, bool relu) {
-  TESSERA_CHECK(input.defined() && input.dtype() == kQUInt8 && input.impl()->quantizer() &&
-                    input.impl()->quantizer()->qscheme() == QScheme::PerTensorAffine,
+  TESSERA_CHECK(input.defined() && input.dtype() == kQUInt8 && input.impl()->qparams() &&
+                    input.impl()->qparams()->qscheme() == QScheme::PerTensorAffine,
                 "quantized_linear: input must be a quint8 per-tensor quantized tensor, got ",
                 input.defined() ? std::string(dtype_name(input.dtype())) : std::string("an undefined tensor"),
                 "; quantize it with quantize_per_tensor(x, scale, zero_point, kQUInt8)");
-  const Quantizer& q = *input.impl()->quantizer();
-  auto out_q = Quantizer::per_tensor(kQUInt8, output_scale, output_zero_point);
+  const QuantParams& q = *input.impl()->qparams();
+  auto out_q = QuantParams::per_tensor(kQUInt8, output_scale, output_zero_point);
   Tensor y = linear_int8(repr_view(input), q.scale(), q.zero_point(), weight, bias, output_scale, output_zero_point,
                          relu, kUInt8);
   Tensor out(make_intrusive<TensorImpl>(y.storage(), kQUInt8, y.device(), y.sizes(), y.strides(), y.storage_offset()));
-  out.impl()->set_quantizer(std::move(out_q));
+  out.impl()->set_qparams(std::move(out_q));
   return out;
 }
 

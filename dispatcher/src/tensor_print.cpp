@@ -266,7 +266,7 @@ std::string to_string(const Tensor& t) {
     suffixes.push_back("dtype=" + std::string(dtype_name(dt)));
     suffixes.push_back("layout=sparse_semi_structured(2:4)");
     body = format_values(sparse::to_dense(t).to(Device(DeviceType::CPU)), dt, indent);
-  } else if (const Quantizer* q = t.impl()->quantizer()) {
+  } else if (const QuantParams* q = t.impl()->qparams()) {
     // As PyTorch: the dequantized values, then the representation and its parameters.
     body = format_values(detail::dequantize_reference(t), kFloat32, indent);
     suffixes.push_back("size=" + size_tuple(t.sizes()));

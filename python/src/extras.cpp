@@ -1,4 +1,5 @@
 // Quantization of exported programs, 2:4 sparsity and the profiler, from Python.
+#include <nanobind/stl/map.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
@@ -60,6 +61,31 @@ void bind_extras(nb::module_& m) {
     Gil gil;
     return q::convert(p);
   }, nb::arg("prepared"));
+  nb::class_<q::QatProgram>(m, "QatProgram",
+                            "A program being trained with fake quantization (quantization.prepare_qat).")
+      .def("__call__", [](q::QatProgram& p, const std::vector<Tensor>& inputs) {
+        Gil gil;
+        return p.forward(inputs);
+      }, nb::arg("inputs"))
+      .def("parameters", &q::QatProgram::parameters)
+      .def("named_parameters", [](const q::QatProgram& p) { return p.named_parameters(); })
+      .def("freeze_observers", &q::QatProgram::freeze_observers, nb::arg("frozen") = true)
+      .def_prop_ro("observers_frozen", &q::QatProgram::observers_frozen)
+      .def_prop_ro("training_program", [](const q::QatProgram& p) { return p.training_program(); });
+  m.def("_quant_prepare_qat", [](const compiler::ExportedProgram& ep, const std::vector<std::string>& names) {
+    std::vector<std::unique_ptr<q::Quantizer>> owned;
+    std::vector<const q::Quantizer*> qs;
+    for (const std::string& n : names) {
+      owned.push_back(quantizer(n, "histogram"));
+      qs.push_back(owned.back().get());
+    }
+    Gil gil;
+    return q::prepare_qat(ep, qs);
+  }, nb::arg("program"), nb::arg("quantizers"));
+  m.def("_quant_convert_qat", [](const q::QatProgram& p) {
+    Gil gil;
+    return q::convert(p);
+  }, nb::arg("qat"));
   m.def("_quant_dynamic", [](const compiler::ExportedProgram& ep, bool reduce_range) {
     q::DynamicOptions o;
     o.reduce_range = reduce_range;

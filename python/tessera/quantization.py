@@ -18,8 +18,19 @@ def calibrate(prepared, *inputs):
 
 
 def convert(prepared):
-    """The program with quantize / dequantize nodes (an ExportedProgram)."""
+    """The program with quantize / dequantize nodes (an ExportedProgram), from a PreparedProgram after
+    calibration or from a QatProgram after training."""
+    if isinstance(prepared, _C.QatProgram):
+        return _C._quant_convert_qat(prepared)
     return _C._quant_convert(prepared)
+
+
+def prepare_qat(program, quantizer="x86"):
+    """Quantization-aware training (PyTorch's prepare_qat_pt2e): a QatProgram whose call runs `program`
+    with every quantized point fake-quantized. Its parameters() are copies of the program's weights
+    that require grad: train them with any optimizer, then convert(). `program` is not changed."""
+    names = [quantizer] if isinstance(quantizer, str) else list(quantizer)
+    return _C._quant_prepare_qat(program, names)
 
 
 def quantize_dynamic(program, *, reduce_range=True):

@@ -57,3 +57,34 @@ def test_profiler_trace_and_summary(tmp_path):
     names = {e.get("name") for e in events}
     assert any(n and n.startswith("exp") for n in names) and any(n and n.startswith("add") for n in names)
     assert "exp" in tessera.profiler.summary()
+
+
+def test_quantization_aware_training(rng):
+    w = tessera.from_numpy(rng.standard_normal((4, 8)).astype(np.float32) * 0.3)
+    b = tessera.zeros(4)
+
+    def model(x):
+        return tessera.linear(tessera.relu(x), w, b)
+
+    x = tessera.from_numpy(rng.standard_normal((64, 8)).astype(np.float32))
+    target = tessera.from_numpy(np.maximum(x.numpy(), 0) @ (rng.standard_normal((8, 4)).astype(np.float32) * 0.3))
+    ep = tessera.export(model, (x,), parameters={"w": w, "b": b})
+    qat = tq.prepare_qat(ep, "x86")
+    assert "fake_quantize_per_tensor_affine" in str(qat.training_program)
+    assert sorted(qat.named_parameters()) == ["b", "w"]
+    opt = tessera.optim.Adam(qat.parameters(), lr=0.02)
+    losses = []
+    for _ in range(80):
+        opt.zero_grad()
+        loss = tessera.nn.mse_loss(qat([x])[0], target)
+        loss.backward()
+        opt.step()
+        losses.append(float(loss.numpy()))
+    assert losses[-1] < 0.2 * losses[0]  # it trains through the fake quantization
+    np.testing.assert_array_equal(ep.weights["w"].numpy(), w.numpy())  # the exported program is left alone
+    qat.freeze_observers()
+    assert qat.observers_frozen
+    simulated = qat([x])[0].numpy()
+    converted = tq.convert(qat)
+    np.testing.assert_allclose(converted(x).numpy(), simulated, atol=1e-5)
+    assert tq.lower_to_int8(converted) == 1

@@ -139,9 +139,9 @@ TEST(QuantizedLinear, QuantizedTensorsInAndOut) {
             [&] { int64_t s = 0; for (uint8_t v : p.x) s += v; return s; }());
   Tensor y = quantization::quantized_linear(qx, in.w, in.bias, 0.04, 128, true);
   ASSERT_EQ(y.dtype(), kQUInt8);
-  ASSERT_NE(y.impl()->quantizer(), nullptr);
-  EXPECT_EQ(y.impl()->quantizer()->scale(), 0.04);
-  EXPECT_EQ(y.impl()->quantizer()->zero_point(), 128);
+  ASSERT_NE(y.impl()->qparams(), nullptr);
+  EXPECT_EQ(y.impl()->qparams()->scale(), 0.04);
+  EXPECT_EQ(y.impl()->qparams()->zero_point(), 128);
   Tensor r = int_repr(y).to(kInt64).contiguous();
   for (int64_t i = 0; i < p.m; ++i)
     for (int64_t j = 0; j < p.n; ++j)

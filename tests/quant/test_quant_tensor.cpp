@@ -38,9 +38,9 @@ TEST(QuantizedTensor, PerTensorRoundsHalfToEvenAndSaturates) {
   Tensor q = quantize_per_tensor(x, 0.5, 3, kQUInt8);
   EXPECT_EQ(q.dtype(), kQUInt8);
   EXPECT_TRUE(q.key_set().has(Functionality::Quantized));
-  ASSERT_NE(q.impl()->quantizer(), nullptr);
-  EXPECT_EQ(q.impl()->quantizer()->scale(), 0.5);
-  EXPECT_EQ(q.impl()->quantizer()->zero_point(), 3);
+  ASSERT_NE(q.impl()->qparams(), nullptr);
+  EXPECT_EQ(q.impl()->qparams()->scale(), 0.5);
+  EXPECT_EQ(q.impl()->qparams()->zero_point(), 3);
   // round(0.5)=0, round(1.5)=2, round(2.5)=2, round(-0.5)=0, round(-2.5)=-2, then +3; 2003 -> 255; -1997 -> 0
   EXPECT_EQ(repr_values(q), (std::vector<int64_t>{3, 5, 5, 3, 1, 255, 0}));
   Tensor r = int_repr(q);
@@ -62,7 +62,7 @@ TEST(QuantizedTensor, PerChannelUsesTheParametersOfEachIndexOfAxis) {
   EXPECT_EQ(repr_values(q1), (std::vector<int64_t>{3, 10, 7, 18}));
   Tensor d = dequantize(q1);
   EXPECT_EQ(std::vector<float>(d.data_ptr<float>(), d.data_ptr<float>() + 4), (std::vector<float>{1, 2, 3, 4}));
-  EXPECT_EQ(q1.impl()->quantizer()->axis(), 1);
+  EXPECT_EQ(q1.impl()->qparams()->axis(), 1);
 }
 
 TEST(QuantizedTensor, MatchesTheNumPyOracle) {

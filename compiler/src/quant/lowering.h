@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "tessera/compiler/ir.h"
+#include "tessera/compiler/quantize.h"
 #include "tessera/op_info.h"
 #include "tessera/op_names.h"
 
@@ -115,6 +116,47 @@ void set_nodes(Graph& g, std::vector<Node> placeholders, std::vector<Node> body)
 struct RebuiltNodes {
   std::vector<Node> placeholders, body;
 };
+
+// The walk of Note [Quantization flow] step 4, shared by convert and prepare_qat: moves the nodes
+// of ep's graph into a RebuiltNodes in order, where an input edge in `point_class` reads
+// replace(value, class, nodes) instead of the value, and so does every use of a value whose output
+// is in `point_class` after its node; replace appends what it makes (body nodes, placeholders) and
+// runs once per value and class. The program's outputs follow their replacements.
+template <typename Replace>
+RebuiltNodes rewrite_quant_points(compiler::ExportedProgram& ep, const std::map<QuantPoint, int>& point_class,
+                                  Replace&& replace) {
+  const std::vector<Node> nodes = ep.graph.nodes;
+  RebuiltNodes out;
+  std::map<std::pair<ValueId, int>, ValueId> made;  // (value, class) -> its replacement
+  std::map<ValueId, ValueId> output_of;              // value -> the replacement of its output point
+  auto replaced = [&](ValueId v, int c) {
+    auto [it, fresh] = made.emplace(std::make_pair(v, c), -1);
+    if (fresh) it->second = replace(v, c, out);
+    return it->second;
+  };
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    Node n = nodes[i];
+    if (n.kind == NodeKind::Placeholder) {
+      out.placeholders.push_back(std::move(n));
+      continue;
+    }
+    for (Argument& a : n.args)
+      for (ValueId& v : a.values) {
+        auto edge = point_class.find(QuantPoint::input(v, int32_t(i)));
+        if (edge != point_class.end()) v = replaced(v, edge->second);
+        else if (auto d = output_of.find(v); d != output_of.end()) v = d->second;
+      }
+    const bool is_output = n.kind == NodeKind::Output;
+    out.body.push_back(std::move(n));
+    if (is_output || nodes[i].outputs.size() != 1) continue;
+    const ValueId v = nodes[i].outputs[0];
+    auto c = point_class.find(QuantPoint::output(v));
+    if (c != point_class.end()) output_of[v] = replaced(v, c->second);
+  }
+  for (compiler::OutputSpec& o : ep.signature.outputs)
+    if (auto d = output_of.find(o.value); d != output_of.end()) o.value = d->second;
+  return out;
+}
 
 // The walk shared by the lowering passes: moves the nodes of `g` into a RebuiltNodes in order. At the
 // closing quantize of each match (its index in `quantize_node`), lower(match, quantize, nodes) first

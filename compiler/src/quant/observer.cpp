@@ -7,7 +7,7 @@
 #include "tessera/compiler/quantize.h"
 #include "tessera/error.h"
 #include "tessera/quantization.h"
-#include "tessera/quantizer.h"
+#include "tessera/quant_params.h"
 
 namespace tessera::quantization {
 
@@ -129,7 +129,7 @@ void Observer::observe(const Tensor& x) {
                 x.defined() ? std::string(dtype_name(x.dtype())) : std::string("an undefined tensor"));
   if (x.numel() == 0) return;
   Tensor h = x.cpu().to(kFloat32).contiguous();
-  const float* p = h.data_ptr<float>();
+  const float* p = h.const_data_ptr<float>();
   const int64_t n = h.numel();
   if (spec_.observer == ObserverKind::PerChannelMinMax) {
     TESSERA_CHECK(spec_.ch_axis >= 0 && spec_.ch_axis < h.dim(), "observer (", spec_.str(), "): axis ", spec_.ch_axis,

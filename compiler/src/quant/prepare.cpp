@@ -258,38 +258,12 @@ void calibrate(PreparedProgram& prepared, const std::vector<Tensor>& inputs) {
 
 ExportedProgram convert(const PreparedProgram& prepared) {
   ExportedProgram out = prepared.program;
-  const std::vector<Node> nodes = out.graph.nodes;
-  const size_t num_placeholders = size_t(std::count_if(nodes.begin(), nodes.end(),
-                                                       [](const Node& n) { return n.kind == NodeKind::Placeholder; }));
-  std::vector<Node> placeholders(nodes.begin(), nodes.begin() + long(num_placeholders)), body, extra_placeholders;
-  std::map<std::pair<ValueId, int>, ValueId> dequantized;  // (value, class) -> its dequantize output
-  std::map<ValueId, ValueId> output_dq;                    // value -> the dequantize of its output point
-  auto quantized = [&](ValueId v, int c) {
-    auto [it, fresh] = dequantized.emplace(std::make_pair(v, c), -1);
-    if (fresh) it->second = emit_quant_dequant(out, body, extra_placeholders, v, prepared.observers.at(size_t(c)));
-    return it->second;
-  };
-  for (size_t i = num_placeholders; i < nodes.size(); ++i) {
-    Node n = nodes[i];
-    for (Argument& a : n.args)
-      for (ValueId& v : a.values) {
-        auto edge = prepared.point_class.find(QuantPoint::input(v, int32_t(i)));
-        if (edge != prepared.point_class.end()) v = quantized(v, edge->second);
-        else if (auto d = output_dq.find(v); d != output_dq.end()) v = d->second;
-      }
-    const bool is_output = n.kind == NodeKind::Output;
-    body.push_back(std::move(n));
-    if (is_output || nodes[i].outputs.size() != 1) continue;
-    const ValueId v = nodes[i].outputs[0];
-    auto c = prepared.point_class.find(QuantPoint::output(v));
-    if (c != prepared.point_class.end()) output_dq[v] = quantized(v, c->second);
-  }
-  for (compiler::OutputSpec& o : out.signature.outputs)
-    if (auto d = output_dq.find(o.value); d != output_dq.end()) o.value = d->second;
-  // Weights quantized per channel got their own placeholders, appended after the program's.
-  out.graph.nodes = std::move(placeholders);
-  for (Node& n : extra_placeholders) out.graph.nodes.push_back(std::move(n));
-  for (Node& n : body) out.graph.nodes.push_back(std::move(n));
+  std::vector<Node> extra_placeholders;  // weights quantized per channel get their own, after the program's
+  RebuiltNodes nodes = rewrite_quant_points(out, prepared.point_class, [&](ValueId v, int c, RebuiltNodes& n) {
+    return emit_quant_dequant(out, n.body, extra_placeholders, v, prepared.observers.at(size_t(c)));
+  });
+  for (Node& n : extra_placeholders) nodes.placeholders.push_back(std::move(n));
+  set_nodes(out.graph, std::move(nodes.placeholders), std::move(nodes.body));
   compiler::verify(out);
   return out;
 }

@@ -12,7 +12,7 @@ namespace tessera {
 
 // Values equal tessera_dtype_t of the plugin ABI. The quantized dtypes (docs/quantization.md) hold
 // the integer representation of a quantized tensor, whose scale and zero point live in the
-// tensor's Quantizer (quantizer.h); they are neither integral nor floating.
+// tensor's QuantParams (quant_params.h); they are neither integral nor floating.
 enum class DType : int8_t {
   Bool = 0, UInt8 = 1, Int8 = 2, Int16 = 3, Int32 = 4, Int64 = 5,
   Float16 = 6, BFloat16 = 7, Float32 = 8, Float64 = 9,

@@ -14,13 +14,13 @@ namespace tessera {
 
 enum class QScheme : int8_t { PerTensorAffine = 0, PerChannelAffine = 1 };
 
-class TESSERA_API Quantizer : public RefCounted {
+class TESSERA_API QuantParams : public RefCounted {
  public:
   // Throws tessera::Error naming the bad value: `dtype` not quantized, a scale that is not finite
   // and positive (or does not fit float32), a zero point outside the dtype's range.
-  static IntrusivePtr<const Quantizer> per_tensor(DType dtype, double scale, int64_t zero_point);
+  static IntrusivePtr<const QuantParams> per_tensor(DType dtype, double scale, int64_t zero_point);
   // As per_tensor, and `scales` and `zero_points` must have the same non-zero length; `axis` >= 0.
-  static IntrusivePtr<const Quantizer> per_channel(DType dtype, std::vector<double> scales,
+  static IntrusivePtr<const QuantParams> per_channel(DType dtype, std::vector<double> scales,
                                                    std::vector<int64_t> zero_points, int64_t axis);
 
   DType dtype() const { return dtype_; }
@@ -34,7 +34,7 @@ class TESSERA_API Quantizer : public RefCounted {
   int64_t axis() const { return axis_; }
 
  private:
-  Quantizer(DType dtype, QScheme q, std::vector<double> scales, std::vector<int64_t> zero_points, int64_t axis);
+  QuantParams(DType dtype, QScheme q, std::vector<double> scales, std::vector<int64_t> zero_points, int64_t axis);
   DType dtype_;
   QScheme qscheme_;
   std::vector<double> scales_;
@@ -55,7 +55,7 @@ namespace detail {
 // The reference kernels of quantize_per_tensor / quantize_per_channel and dequantize, on CPU
 // tensors of any strides (docs/quantization.md). `x` is float32; the result is a contiguous
 // quantized tensor carrying `q`. Per-channel parameters must match x's size at q->axis().
-TESSERA_API Tensor quantize_reference(const Tensor& x, IntrusivePtr<const Quantizer> q);
+TESSERA_API Tensor quantize_reference(const Tensor& x, IntrusivePtr<const QuantParams> q);
 // float32: per-tensor float(q - zp) * float(scale); per-channel float(double(q - zp) * scale[c]),
 // as PyTorch's CPU kernels compute them.
 TESSERA_API Tensor dequantize_reference(const Tensor& q);
@@ -63,6 +63,6 @@ TESSERA_API Tensor dequantize_reference(const Tensor& q);
 
 // "qscheme per_tensor_affine, scale 0.5, zero_point 3" or "qscheme per_channel_affine, axis 0, scales [...],
 // zero_points [...]".
-TESSERA_API std::string quantizer_str(const Quantizer& q);
+TESSERA_API std::string qparams_str(const QuantParams& q);
 
 }  // namespace tessera

@@ -16,7 +16,7 @@
 #include "tessera/array_ref.h"
 #include "tessera/checked_math.h"
 #include "tessera/device.h"
-#include "tessera/quantizer.h"
+#include "tessera/quant_params.h"
 #include "tessera/dispatch_key.h"
 #include "tessera/dtype.h"
 #include "tessera/error.h"
@@ -142,11 +142,11 @@ class TESSERA_API TensorImpl : public RefCounted {
   // the new geometry as the constructor does; on failure the impl is unchanged.
   void set_sizes_and_strides(IntArrayRef sizes, IntArrayRef strides, int64_t storage_offset);
   // The quantization parameters of a quantized tensor; null for every other tensor.
-  const Quantizer* quantizer() const { return quantizer_.get(); }
-  const IntrusivePtr<const Quantizer>& quantizer_ptr() const { return quantizer_; }
+  const QuantParams* qparams() const { return qparams_.get(); }
+  const IntrusivePtr<const QuantParams>& qparams_ptr() const { return qparams_; }
   // Attaches `q` (whose dtype must be this tensor's) and adds the Quantized dispatch key; a null
   // `q` removes both. Throws on a dtype mismatch.
-  void set_quantizer(IntrusivePtr<const Quantizer> q);
+  void set_qparams(IntrusivePtr<const QuantParams> q);
 
  private:
   void compute_derived();
@@ -161,7 +161,7 @@ class TESSERA_API TensorImpl : public RefCounted {
   DType dtype_;
   Device device_;
   DispatchKeySet key_set_;
-  IntrusivePtr<const Quantizer> quantizer_;
+  IntrusivePtr<const QuantParams> qparams_;
   bool is_contiguous_ = true;
   bool wrapped_number_ = false;
 };

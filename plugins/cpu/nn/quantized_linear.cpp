@@ -206,7 +206,7 @@ PackHeader read_header(const tessera_tensor_t* pw, int64_t k) {
 }
 
 // PyTorch's quantize_val to quint8 of n contiguous float32 values, on the CPU's threads: the
-// arithmetic of detail::quantize_reference (core/src/quantizer.cpp), whose reasoning holds here:
+// arithmetic of detail::quantize_reference (core/src/quant_params.cpp), whose reasoning holds here:
 // clamping x * inv one step beyond the range keeps it below 2^22, where adding and subtracting
 // 1.5 * 2^23 rounds half to even; NaN gives 255. Four values at a time with SSE2 (the baseline of
 // x86-64; the compiler does not vectorise the NaN select under -ftrapping-math), the same

@@ -31,6 +31,7 @@ void register_index_kernels(Registrar& r);
 void register_creation_kernels(Registrar& r);
 void register_shape_kernels(Registrar& r);      // shape_ops.cpp
 void register_onnx_nn_kernels(Registrar& r);    // onnx_nn_ops.cpp
+void register_fake_quantize_kernels(Registrar& r);  // fake_quantize.cpp
 
 // Runs `body`, turning exceptions into a status (the C ABI boundary of every kernel).
 template <typename F>

@@ -274,6 +274,7 @@ TESSERA_PLUGIN_ENTRY(&tessera::cpu::g_plugin) {
   register_index_kernels(r);
   register_shape_kernels(r);
   register_onnx_nn_kernels(r);
+  register_fake_quantize_kernels(r);
 #ifdef TESSERA_CPU_HAS_NN
   register_nn_kernels(host);
 #endif

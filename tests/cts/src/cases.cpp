@@ -426,6 +426,22 @@ std::vector<Case> build() {
            [](const Inputs& x, DType) { return x[0].to(kInt64); });
   add_case(v, "clamp_nonfinite", "clamp", kFloating, special_inputs(nonfinite, {3, 4}),
            [](const Inputs& x, DType) { return tessera::clamp(x[0], -1, 1); });
+  // fake_quantize (Note [Fake quantize]): values inside the range, below quant_min and above quant_max
+  // (x in [-4, 4] against a range of about [-0.3, 2.2]); per-channel along dim 1 of a transposed view.
+  add_case(v, "fake_quantize_per_tensor", "fake_quantize_per_tensor_affine", {kFloat32}, unary_inputs(D::Any),
+           [](const Inputs& x, DType) {
+             const Device d = x[0].device();
+             return tessera::fake_quantize_per_tensor_affine(
+                 x[0], tessera::tensor(std::vector<float>{0.01f}).to(d), tessera::tensor(std::vector<int32_t>{30}).to(d), 0, 255);
+           });
+  add_case(v, "fake_quantize_per_channel", "fake_quantize_per_channel_affine", {kFloat32},
+           [](Gen& g, DType t) { return Inputs{g.random({5, 3}, t).t()}; },
+           [](const Inputs& x, DType) {
+             const Device d = x[0].device();
+             return tessera::fake_quantize_per_channel_affine(
+                 x[0], tessera::tensor(std::vector<float>{0.02f, 0.5f, 0.003f, 0.1f, 1.0f}).to(d),
+                 tessera::tensor(std::vector<int64_t>{0, -3, 10, 0, 127}).to(d), 1, -128, 127);
+           });
   // Tails where 1 + tanh(u) or 1 + erf(u) cancel, exp overflows, or x^3 overflows.
   const std::vector<double> tails = {-1e10, -100, -30, -10, -5, 5, 10, 30, 100, 1e10};
   const std::vector<DType> wide = {kFloat32, kFloat64};

@@ -179,6 +179,67 @@ TESSERA_COMPILER_API void calibrate(PreparedProgram& prepared, const std::vector
 // whose observer saw no values.
 TESSERA_COMPILER_API ExportedProgram convert(const PreparedProgram& prepared);
 
+// Note [Quantization-aware training]
+// PT2E's prepare_qat / convert. prepare_qat annotates and groups the quantization points as prepare
+// does, then builds a training program in which every quantized point is fake-quantized
+// (fake_quantize_per_tensor_affine / _per_channel_affine, Note [Fake quantize]: the values are
+// rounded to the int8 grid in float32 and the gradient passes straight through where they are in
+// range). The scale and zero point of each class are constant inputs of that program, set before
+// every forward:
+//  - weights (parameters and constants): from the current values (the spec's scheme, min / max;
+//    per channel for per-channel specs), so the int8 grid follows the weights as they train;
+//  - activations: a moving-average min / max observer per class (averaging constant 0.01, as
+//    PyTorch's QAT observers), whatever observer the quantizer's spec names. The training program
+//    also returns the value at each activation point; forward() feeds those to the observers after
+//    the step, so step k fake-quantizes with the ranges seen up to step k - 1 (PyTorch observes
+//    first, within the step; docs/quantization.md lists the difference). The first forward
+//    initialises the observers with one float pass (no fake quantization, no gradient) on its inputs.
+// The program's parameters (InputKind::Parameter) are copied at prepare_qat into leaves that
+// require grad (parameters()): train them with any optimizer; the program given to prepare_qat is
+// not changed. convert(qat) gives the quantize / dequantize program of Note [Quantization flow]
+// with the trained weights, the weights' ranges taken once more from their final values and the
+// activations' from the observers; lower_to_int8 applies to it as after post-training quantization.
+class QatProgram;
+// Annotates `ep` with each quantizer in order (the same validation and errors as prepare) and builds
+// the training program. Throws naming the value when the program is invalid.
+TESSERA_COMPILER_API QatProgram prepare_qat(const ExportedProgram& ep, const std::vector<const Quantizer*>& quantizers);
+TESSERA_COMPILER_API QatProgram prepare_qat(const ExportedProgram& ep, const Quantizer& quantizer);
+// The int8-simulating program of the trained QAT program. Throws naming a class whose observer saw
+// no values (no forward ran).
+TESSERA_COMPILER_API ExportedProgram convert(const QatProgram& qat);
+
+class TESSERA_COMPILER_API QatProgram {
+ public:
+  // Runs the training program on `inputs` (its user inputs, on the program's device) with grad mode
+  // as it is: a loss of the outputs back-propagates into parameters(). Updates the observers unless
+  // frozen.
+  std::vector<Tensor> forward(const std::vector<Tensor>& inputs);
+  std::vector<Tensor> operator()(const std::vector<Tensor>& inputs) { return forward(inputs); }
+  // The trainable float weights, leaves that require grad, by the program's weight names.
+  const std::map<std::string, Tensor>& named_parameters() const { return params_; }
+  std::vector<Tensor> parameters() const;
+  // PyTorch's disable_observer: the activation ranges stop moving (fine-tuning at the end of QAT).
+  void freeze_observers(bool frozen = true) { frozen_ = frozen; }
+  bool observers_frozen() const { return frozen_; }
+  // The training program (fake-quantize nodes; one extra output per observed activation class).
+  const ExportedProgram& training_program() const { return train_; }
+
+ private:
+  friend QatProgram prepare_qat(const ExportedProgram&, const std::vector<const Quantizer*>&);
+  friend ExportedProgram convert(const QatProgram&);
+  void set_qparams();
+  PreparedProgram prepared_;
+  ExportedProgram train_;
+  std::map<std::string, Tensor> params_;
+  std::vector<Observer> act_observers_;         // by class; weight classes keep theirs unused
+  std::vector<std::string> class_weight_;       // by class: the weight it quantizes, or empty
+  std::vector<std::pair<std::string, std::string>> class_inputs_;  // by class: scale, zero point input
+  std::vector<int> observed_class_;             // by extra output of train_
+  size_t num_outputs_ = 0;
+  bool frozen_ = false;
+};
+
+
 // Options of quantize_dynamic. (optional) reduce_range defaults to true: activations use 0..127, as
 // PyTorch's quantize_dynamic on x86 (its linear_dynamic with reduce_range), which also keeps the
 // u8 x s8 pair sums of a CPU without VNNI clear of saturation; false uses 0..255.
