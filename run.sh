@@ -102,7 +102,7 @@ case "$cmd" in
     cmake --build --preset release -j "$JOBS"
     mkdir -p build/bench
     for b in build/release/bin/bench_*; do
-      [ "$(basename "$b")" = bench_torch_compare ] && continue
+      case "$(basename "$b")" in bench_torch_compare|bench_train_step) continue ;; esac
       log "$(basename "$b")"
       "$b" --benchmark_out="build/bench/$(basename "$b").json" --benchmark_out_format=json
     done
@@ -112,6 +112,10 @@ case "$cmd" in
     ./build/release/bin/bench_torch_compare --contention --json build/bench/torch_compare.json
     python3 benchmarks/torch_compare/plot.py build/bench/torch_compare.json build/bench/torch_compare.png ||
       echo "(no plot: pip install matplotlib, then python3 benchmarks/torch_compare/plot.py)"
+    if [ -x build/release/bin/bench_train_step ]; then
+      log "bench_train_step (a transformer block's training step against libtorch)"
+      ./build/release/bin/bench_train_step | tee build/bench/train_step.md
+    fi
     if [ -f build/release/python/tessera/__init__.py ]; then  # built unless TESSERA_BUILD_PYTHON=OFF
       log "python: per-op overhead against PyTorch (when installed) and NumPy; a compiled NumPy function"
       PYTHONPATH=build/release/python python3 python/bench/bench_overhead.py | tee build/bench/python_overhead.md
