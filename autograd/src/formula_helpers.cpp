@@ -111,6 +111,48 @@ Tensor fake_quantize_backward(const Tensor& grad, const Tensor& self, const Tens
   const Tensor q = round(self * reciprocal(s)) + z;
   return mask_grad(grad, logical_and(ge(q, number(double(quant_min))), le(q, number(double(quant_max)))));
 }
+Tensor elu_backward(const Tensor& grad, const Tensor& self, const Scalar& alpha, const Scalar& scale,
+                    const Scalar& input_scale) {
+  const double a = alpha.to_double(), sc = scale.to_double(), is = input_scale.to_double();
+  // x > 0: scale; else scale * alpha * input_scale * exp(x * input_scale).
+  return where(gt(self, number(0)), grad * sc, grad * (exp(self * is) * (sc * a * is)));
+}
+Tensor selu_backward(const Tensor& grad, const Tensor& self) {
+  return elu_backward(grad, self, Scalar(1.6732632423543772), Scalar(1.0507009873554805), Scalar(1.0));
+}
+Tensor celu_backward(const Tensor& grad, const Tensor& self, const Scalar& alpha) {
+  return elu_backward(grad, self, alpha, Scalar(1.0), Scalar(1.0 / alpha.to_double()));
+}
+Tensor hardsigmoid_backward(const Tensor& grad, const Tensor& self) {
+  return mask_grad(grad, logical_and(gt(self, number(-3)), lt(self, number(3)))) / 6.0;
+}
+Tensor hardswish_backward(const Tensor& grad, const Tensor& self) {
+  // x < -3: 0; -3 <= x <= 3: x / 3 + 1/2; x > 3: 1 (PyTorch's hardswish_backward).
+  Tensor mid = grad * (self / 3.0 + 0.5);
+  return where(lt(self, number(-3)), number(0), where(le(self, number(3)), mid, grad));
+}
+Tensor hardtanh_backward(const Tensor& grad, const Tensor& self, const Scalar& min_val, const Scalar& max_val) {
+  return mask_grad(grad, logical_and(gt(self, number(min_val.to_double())), lt(self, number(max_val.to_double()))));
+}
+Tensor softplus_backward(const Tensor& grad, const Tensor& self, const Scalar& beta, const Scalar& threshold) {
+  // Above the threshold softplus is x itself; below, its derivative is sigmoid(beta x).
+  Tensor bx = self * beta.to_double();
+  return where(gt(bx, number(threshold.to_double())), grad, grad * sigmoid(bx));
+}
+Tensor mish_backward(const Tensor& grad, const Tensor& self) {
+  // d/dx x tanh(softplus(x)) = tanh(sp) + x sigmoid(x) (1 - tanh(sp)^2).
+  Tensor t = tanh(softplus(self));
+  return grad * (t + self * sigmoid(self) * (1.0 - t * t));
+}
+Tensor logsumexp_backward(const Tensor& grad, const Tensor& self, const Tensor& result, const Sizes& dim, bool keepdim) {
+  const Sizes sizes(self.sizes().begin(), self.sizes().end());
+  return unsqueeze_reduced(grad, sizes, dim, keepdim) * exp(self - unsqueeze_reduced(result, sizes, dim, keepdim));
+}
+Tensor cumsum_backward(const Tensor& grad, int64_t dim) {
+  const int64_t d = wrap_dim(dim, std::max<int64_t>(grad.dim(), 1));
+  if (grad.dim() == 0) return grad;
+  return flip(cumsum(flip(grad, {d}), d), {d});
+}
 Tensor minmax_backward(const Tensor& grad, const Tensor& self, const Tensor& other, bool is_max) {
   // PyTorch: ties split the gradient evenly; the losing side gets zero.
   Tensor g = where(eq(self, other), grad * 0.5, grad);

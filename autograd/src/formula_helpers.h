@@ -28,6 +28,21 @@ Tensor clamp_backward(const Tensor& grad, const Tensor& self, const std::optiona
 // where quant_min <= zero_point + round(self / scale) <= quant_max. axis < 0: per-tensor.
 Tensor fake_quantize_backward(const Tensor& grad, const Tensor& self, const Tensor& scale, const Tensor& zero_point,
                               int64_t axis, int64_t quant_min, int64_t quant_max);
+// The activations' derivatives as PyTorch's *_backward kernels compute them (elu's for x <= 0 from
+// x, not from the result).
+Tensor elu_backward(const Tensor& grad, const Tensor& self, const Scalar& alpha, const Scalar& scale,
+                    const Scalar& input_scale);
+Tensor selu_backward(const Tensor& grad, const Tensor& self);
+Tensor celu_backward(const Tensor& grad, const Tensor& self, const Scalar& alpha);
+Tensor hardsigmoid_backward(const Tensor& grad, const Tensor& self);
+Tensor hardswish_backward(const Tensor& grad, const Tensor& self);
+Tensor hardtanh_backward(const Tensor& grad, const Tensor& self, const Scalar& min_val, const Scalar& max_val);
+Tensor softplus_backward(const Tensor& grad, const Tensor& self, const Scalar& beta, const Scalar& threshold);
+Tensor mish_backward(const Tensor& grad, const Tensor& self);
+// exp(self - result) times grad, both brought back over the reduced dims.
+Tensor logsumexp_backward(const Tensor& grad, const Tensor& self, const Tensor& result, const Sizes& dim, bool keepdim);
+// The reversed cumulative sum of grad along dim.
+Tensor cumsum_backward(const Tensor& grad, int64_t dim);
 Tensor minmax_backward(const Tensor& grad, const Tensor& self, const Tensor& other, bool is_max);
 Tensor sum_backward(const Tensor& grad, const Sizes& sizes, const Sizes& dim, bool keepdim);
 Tensor mean_backward(const Tensor& grad, const Sizes& sizes, const Sizes& dim, bool keepdim);

@@ -74,6 +74,44 @@ TEST_F(GradCheck, OnnxUnary) {
   gradcheck([](const V& x) { return softsign(x[0]); }, {signed_away(rng, {3, 4})}, {0});
 }
 
+// The activations' formulas (PyTorch's *_backward), inputs kept off their kinks: signed_away
+// values for the kink at 0, and values away from +-3 (hardsigmoid, hardswish) and from the bounds
+// (hardtanh; both sides of each are covered).
+TEST_F(GradCheck, Activations) {
+  gradcheck([](const V& x) { return leaky_relu(x[0], 0.2); }, {signed_away(rng, {3, 4})}, {0});
+  gradcheck([](const V& x) { return elu(x[0], 1.3, 0.7, 1.5); }, {signed_away(rng, {3, 4})}, {0});
+  gradcheck([](const V& x) { return selu(x[0]); }, {noncontiguous(signed_away(rng, {4, 3}))}, {0});
+  gradcheck([](const V& x) { return celu(x[0], 0.5); }, {signed_away(rng, {3, 4})}, {0});
+  gradcheck([](const V& x) { return softplus(x[0], 2, 1.5); }, {u({3, 4}, -2, 2)}, {0});  // both sides of beta x = 1.5
+  gradcheck([](const V& x) { return mish(x[0]); }, {u({3, 4}, -3, 3)}, {0});
+  const Tensor away = signed_away(rng, {3, 4}) * 5.0;  // |x| in [1, 5]: both sides of +-3 likely, never near 0
+  auto off_three = [](const Tensor& t) {  // moves values within 0.05 of +-3 away from the kink
+    std::vector<double> v = testing::values(t);
+    for (double& e : v)
+      if (std::fabs(std::fabs(e) - 3) < 0.05) e += e > 0 ? 0.1 : -0.1;
+    return tensor(v, std::vector<int64_t>(t.sizes().begin(), t.sizes().end()));
+  };
+  gradcheck([](const V& x) { return hardsigmoid(x[0]); }, {off_three(away)}, {0});
+  gradcheck([](const V& x) { return hardswish(x[0]); }, {off_three(away)}, {0});
+  gradcheck([](const V& x) { return hardtanh(x[0], -3, 3); }, {off_three(away)}, {0});
+}
+// Binary ops without a formula before, and reductions / scans.
+TEST_F(GradCheck, Atan2RemainderFmod) {
+  gradcheck([](const V& x) { return atan2(x[0], x[1]); }, {u({3, 4}), signed_away(rng, {4})}, {0, 1});
+  // remainder / fmod: self / other kept away from integers (the jumps of floor and trunc).
+  const Tensor a = tensor(std::vector<double>{2.3, -2.3, 5.7, -0.4, 1.1, -3.6}, {2, 3});
+  const Tensor b = tensor(std::vector<double>{0.9, -1.3, 2.1}, {3});
+  gradcheck([](const V& x) { return remainder(x[0], x[1]); }, {a, b}, {0, 1});
+  gradcheck([](const V& x) { return fmod(x[0], x[1]); }, {a, b}, {0, 1});
+}
+TEST_F(GradCheck, LogsumexpCumsumExpand) {
+  gradcheck([](const V& x) { return logsumexp(x[0], {1}); }, {u({3, 4, 2})}, {0});
+  gradcheck([](const V& x) { return logsumexp(x[0], {0, 1}, true); }, {noncontiguous(u({3, 4}))}, {0});
+  gradcheck([](const V& x) { return cumsum(x[0], 1); }, {u({3, 5})}, {0});
+  gradcheck([](const V& x) { return cumsum(x[0], -1); }, {noncontiguous(u({4, 3}))}, {0});
+  gradcheck([](const V& x) { return expand_copy(x[0], {2, 3, 4}); }, {u({3, 1})}, {0});
+}
+
 TEST_F(GradCheck, OnnxStructural) {
   gradcheck([](const V& x) { return tril(x[0], 1); }, {u({4, 5})}, {0});
   gradcheck([](const V& x) { return triu(x[0], -1); }, {noncontiguous(u({4, 5}))}, {0});
