@@ -1,0 +1,89 @@
+"""Gradients against PyTorch's (issue #31): every case runs the same op on the same float64 values in
+Tessera and in PyTorch, back-propagates the same random output gradient, and compares each input's
+.grad. Runs where torch is importable (`pip install torch`; ./run.sh test does not install it, so a
+machine without torch reports these as skipped, not passed). docs/training.md records the last run."""
+import numpy as np
+import pytest
+
+import tessera
+
+torch = pytest.importorskip("torch")
+if not hasattr(tessera, "autograd"):
+    pytest.skip("this build has no libtessera_autograd", allow_module_level=True)
+
+
+def away(rng, shape, lo=0.2, hi=1.0):
+    """Values with |x| in [lo, hi) and random signs: kinks at 0 stay away."""
+    return rng.uniform(lo, hi, shape) * rng.choice([-1.0, 1.0], shape)
+
+
+# (name, function of tessera tensors, function of torch tensors, input makers)
+CASES = [
+    ("add_broadcast", lambda a, b: tessera.add(a, b, alpha=2.5), lambda a, b: torch.add(a, b, alpha=2.5),
+     [lambda r: r.standard_normal((3, 1, 4)), lambda r: r.standard_normal((2, 4))]),
+    ("mul_div", lambda a, b: a * b / (b * b + 1), lambda a, b: a * b / (b * b + 1),
+     [lambda r: r.standard_normal((3, 4)), lambda r: r.standard_normal((4,))]),
+    ("pow", lambda a, b: tessera.pow(a, b), lambda a, b: torch.pow(a, b),
+     [lambda r: r.uniform(0.5, 2, (3, 4)), lambda r: r.uniform(-1, 2, (4,))]),
+    ("maximum", tessera.maximum, torch.maximum, [lambda r: r.standard_normal((3, 4)), lambda r: r.standard_normal((3, 4))]),
+    ("exp_log_sqrt", lambda a: tessera.exp(a) + tessera.log(a) + tessera.sqrt(a),
+     lambda a: torch.exp(a) + torch.log(a) + torch.sqrt(a), [lambda r: r.uniform(0.3, 2, (3, 4))]),
+    ("trig", lambda a: tessera.sin(a) * tessera.cos(a) + tessera.tanh(a) + tessera.atan(a),
+     lambda a: torch.sin(a) * torch.cos(a) + torch.tanh(a) + torch.atan(a), [lambda r: r.uniform(-2, 2, (3, 4))]),
+    ("sigmoid_silu_gelu", lambda a: tessera.sigmoid(a) + tessera.silu(a) + tessera.gelu(a) + tessera.gelu(a, approximate="tanh"),
+     lambda a: torch.sigmoid(a) + torch.nn.functional.silu(a) + torch.nn.functional.gelu(a)
+     + torch.nn.functional.gelu(a, approximate="tanh"), [lambda r: r.uniform(-3, 3, (3, 4))]),
+    ("relu_abs", lambda a: tessera.relu(a) + tessera.abs(a), lambda a: torch.relu(a) + torch.abs(a), [lambda r: away(r, (3, 4))]),
+    ("leaky_relu_elu", lambda a: tessera.leaky_relu(a, 0.2) + tessera.elu(a, 1.3) + tessera.selu(a) + tessera.celu(a, 0.5),
+     lambda a: torch.nn.functional.leaky_relu(a, 0.2) + torch.nn.functional.elu(a, 1.3) + torch.selu(a)
+     + torch.celu(a, 0.5), [lambda r: away(r, (3, 4))]),
+    ("softplus_mish", lambda a: tessera.softplus(a, 2, 1.5) + tessera.mish(a),
+     lambda a: torch.nn.functional.softplus(a, 2, 1.5) + torch.nn.functional.mish(a), [lambda r: r.uniform(-2, 2, (3, 4))]),
+    ("hard_activations", lambda a: tessera.hardsigmoid(a) + tessera.hardswish(a) + tessera.hardtanh(a, -2, 2),
+     lambda a: torch.nn.functional.hardsigmoid(a) + torch.nn.functional.hardswish(a) + torch.nn.functional.hardtanh(a, -2, 2),
+     [lambda r: away(r, (4, 5), 1.0, 1.9) * 2]),
+    ("atan2", tessera.atan2, torch.atan2, [lambda r: r.standard_normal((3, 4)), lambda r: away(r, (4,))]),
+    ("clamp", lambda a: tessera.clamp(a, -0.5, 0.5), lambda a: torch.clamp(a, -0.5, 0.5), [lambda r: away(r, (3, 4), 0.1, 0.45) * 2]),
+    ("sum_mean_var", lambda a: tessera.sum(a, [1]) + tessera.mean(a, [1]) + tessera.var(a, [1]),
+     lambda a: a.sum(1) + a.mean(1) + a.var(1), [lambda r: r.standard_normal((3, 5))]),
+    ("logsumexp_cumsum", lambda a: tessera.logsumexp(a, [1], True) + tessera.cumsum(a, 1),
+     lambda a: torch.logsumexp(a, 1, True) + torch.cumsum(a, 1), [lambda r: r.standard_normal((3, 5))]),
+    ("amax", lambda a: tessera.amax(a, [0]), lambda a: torch.amax(a, 0), [lambda r: r.standard_normal((4, 3))]),
+    ("matmul", tessera.matmul, torch.matmul, [lambda r: r.standard_normal((2, 3, 4)), lambda r: r.standard_normal((4, 5))]),
+    ("linear", tessera.linear, torch.nn.functional.linear,
+     [lambda r: r.standard_normal((3, 4)), lambda r: r.standard_normal((5, 4)), lambda r: r.standard_normal((5,))]),
+    ("softmax_log_softmax", lambda a: tessera.softmax(a, 1) * tessera.log_softmax(a, 0),
+     lambda a: torch.softmax(a, 1) * torch.log_softmax(a, 0), [lambda r: r.standard_normal((3, 4))]),
+    ("layer_norm", lambda a, w, b: tessera.layer_norm(a, [4], w, b, 1e-5),
+     lambda a, w, b: torch.nn.functional.layer_norm(a, [4], w, b, 1e-5),
+     [lambda r: r.standard_normal((3, 4)), lambda r: r.standard_normal((4,)), lambda r: r.standard_normal((4,))]),
+    ("sdpa_causal", lambda q, k, v: tessera.scaled_dot_product_attention(q, k, v, is_causal=True),
+     lambda q, k, v: torch.nn.functional.scaled_dot_product_attention(q, k, v, None, 0.0, True),
+     [lambda r: r.standard_normal((1, 2, 4, 8))] * 3),
+    ("conv2d", lambda x, w, b: tessera.conv2d(x, w, b, [1, 1], [1, 1]),
+     lambda x, w, b: torch.nn.functional.conv2d(x, w, b, 1, 1),
+     [lambda r: r.standard_normal((2, 3, 5, 5)), lambda r: r.standard_normal((4, 3, 3, 3)), lambda r: r.standard_normal((4,))]),
+    ("cat_stack", lambda a, b: tessera.cat([a, b], 0) * tessera.stack([a, b], 0).sum(0).sum(),
+     lambda a, b: torch.cat([a, b], 0) * torch.stack([a, b], 0).sum(0).sum(),
+     [lambda r: r.standard_normal((2, 3)), lambda r: r.standard_normal((2, 3))]),
+]
+
+
+@pytest.mark.parametrize("name,ours,theirs,makers", CASES, ids=[c[0] for c in CASES])
+def test_gradients_match_pytorch(name, ours, theirs, makers):
+    rng = np.random.default_rng()
+    values = [np.ascontiguousarray(m(rng), dtype=np.float64) for m in makers]
+    tx = [tessera.from_numpy(v.copy()).requires_grad_() for v in values]
+    px = [torch.from_numpy(v.copy()).requires_grad_() for v in values]
+    out_t, out_p = ours(*tx), theirs(*px)
+    g = rng.standard_normal(out_p.shape)
+    (out_t * tessera.from_numpy(g)).sum().backward()
+    (out_p * torch.from_numpy(g)).sum().backward()
+    # After backward: numpy() hands out writable memory, which counts as a write to a saved result.
+    np.testing.assert_allclose(out_t.numpy(), out_p.detach().numpy(), rtol=1e-9, atol=1e-9, err_msg=name + " forward")
+    # PyTorch's hardsigmoid backward multiplies by 1.0f / 6.0f, a float32 sixth, also for float64
+    # (3e-8 relative off 1/6); Tessera divides by 6 in the tensor's dtype (docs/training.md).
+    atol = 1e-7 if name == "hard_activations" else 1e-9
+    for i, (a, b) in enumerate(zip(tx, px)):
+        np.testing.assert_allclose(a.grad.numpy(), b.grad.numpy(), rtol=1e-7, atol=atol,
+                                   err_msg="%s: gradient of input %d" % (name, i))
