@@ -1,6 +1,7 @@
 // Autocast (Note [Autocast policy] in tessera/amp.h, Note [Autocast dispatch] in
 // tessera/autocast_dispatch.h).
 #include <array>
+#include <atomic>
 #include <map>
 #include <mutex>
 #include <shared_mutex>
@@ -8,6 +9,7 @@
 #include "tessera/amp.h"
 #include "tessera/autocast_dispatch.h"
 #include "tessera/dispatcher.h"
+#include "tessera/plugin_loader.h"
 
 namespace tessera::amp {
 namespace {
@@ -45,6 +47,9 @@ bool contract_has(std::string_view op) {
 struct Policies {
   std::shared_mutex mutex;
   std::array<std::map<std::string, CastPolicy, std::less<>>, kNumBackendSlots> by_type;
+  // Whether the device type's manifest entries were applied (Note [Autocast policies from the
+  // manifest] in dispatcher/src/manifest.cpp): read without the lock on the call path.
+  std::array<std::atomic<bool>, kNumBackendSlots> manifest_applied{};
   Policies() {
     std::map<std::string, CastPolicy, std::less<>> defaults;  // the same for every device type
     for (const char* op : kLowerPrecisionOps)
@@ -59,6 +64,34 @@ struct Policies {
 Policies& policies() {
   static Policies p;
   return p;
+}
+
+CastPolicy policy_from_word(const std::string& w) {
+  if (w == "lower_precision") return CastPolicy::LowerPrecision;
+  if (w == "float32") return CastPolicy::Float32;
+  if (w == "promote") return CastPolicy::Promote;
+  return CastPolicy::None;  // the manifest parser admits only these four words
+}
+
+// Applies, once per device type, the "autocast" entries of the manifest of the backend plugin that
+// provides it (the one of highest priority that is loaded or can be), over the default table.
+void ensure_manifest_policies(Policies& ps, size_t slot) {
+  if (ps.manifest_applied[slot].load(std::memory_order_acquire)) return;
+  std::vector<std::pair<std::string, std::string>> entries;
+  int best = 0;
+  bool found = false;
+  for (const PluginInfo& p : plugins()) {
+    if (p.kind != PluginKind::Backend || !p.has_device || size_t(int(p.device_type)) != slot) continue;
+    if (p.status != PluginStatus::Available && p.status != PluginStatus::Loaded) continue;
+    if (found && p.priority <= best) continue;
+    found = true;
+    best = p.priority;
+    entries = p.autocast;
+  }
+  std::unique_lock lock(ps.mutex);
+  if (ps.manifest_applied[slot].load(std::memory_order_relaxed)) return;
+  for (const auto& [op, word] : entries) ps.by_type[slot][op] = policy_from_word(word);
+  ps.manifest_applied[slot].store(true, std::memory_order_release);
 }
 
 CastPolicy lookup(const std::map<std::string, CastPolicy, std::less<>>& table, std::string_view op) {
@@ -109,6 +142,7 @@ std::vector<Tensor> on_autocast_call(AutogradCall& call) {
     CastPolicy p;
     {
       Policies& ps = policies();
+      ensure_manifest_policies(ps, size_t(slot));
       std::shared_lock lock(ps.mutex);
       p = lookup(ps.by_type[size_t(slot)], *call.name);
     }
@@ -198,6 +232,7 @@ CastPolicy autocast_policy(DeviceType device_type, const std::string& op) {
   const size_t slot = size_t(slot_of(device_type, "autocast_policy"));
   TESSERA_CHECK(contract_has(op), "autocast_policy: the op contract has no op '", op, "' (see `tessera ops`)");
   Policies& ps = policies();
+  ensure_manifest_policies(ps, slot);
   std::shared_lock lock(ps.mutex);
   return lookup(ps.by_type[slot], op);
 }
@@ -212,6 +247,7 @@ void set_autocast_policy(DeviceType device_type, const std::string& op, CastPoli
 std::vector<std::string> autocast_ops(DeviceType device_type, CastPolicy policy) {
   const size_t slot = size_t(slot_of(device_type, "autocast_ops"));
   Policies& ps = policies();
+  ensure_manifest_policies(ps, slot);
   std::shared_lock lock(ps.mutex);
   std::vector<std::string> out;
   for (const auto& [op, p] : ps.by_type[slot])

@@ -13,6 +13,7 @@
 #include <set>
 #include <vector>
 
+#include "tessera/op_info.h"
 #include "tessera/text_escape.h"
 
 namespace tessera::loader {
@@ -312,8 +313,39 @@ bool parse_manifest(const std::string& path, const std::string& text, Manifest* 
                               " (expected cpu_features or libraries)"};
       }
     }
+    // Note [Autocast policies from the manifest]
+    // "autocast": {"float32": ["gelu"], "lower_precision": [...], "promote": [...], "none": [...]}
+    // sets the autocast policy (Note [Autocast policy] in tessera/amp.h) of each listed op on the
+    // plugin's device type, over the default table, as set_autocast_policy would from the plugin's
+    // code: libtessera_autograd applies the entries of the backend that provides a device type the
+    // first time that type's policies are used, so an application's set_autocast_policy calls still
+    // win. Each op must be in the contract (a name or an overload); an op listed twice is an error.
+    if (const json* ac = find(doc, "autocast")) {
+      if (!ac->is_object())
+        throw ManifestError{"field 'autocast' must be an object of op lists by policy, got " + std::string(type_name(*ac))};
+      if (!m.has_device)
+        throw ManifestError{"field 'autocast' needs a 'device': the policies are for the plugin's device type"};
+      std::set<std::string> seen;
+      for (auto it = ac->begin(); it != ac->end(); ++it) {
+        const std::string& word = it.key();
+        if (word != "lower_precision" && word != "float32" && word != "promote" && word != "none")
+          throw ManifestError{"unknown autocast policy " + in_quotes("autocast." + word) +
+                              " (expected lower_precision, float32, promote or none)"};
+        for (const std::string& op : get_string_array(it.value(), "autocast." + word)) {
+          bool in_contract = false;
+          for (const op::OpInfo& info : op::kOpInfos)
+            in_contract = in_contract || op == info.name || op == info.base;
+          if (!in_contract)
+            throw ManifestError{"autocast." + word + " names " + in_quotes(op) +
+                                ", which is not an op of the contract (`tessera ops` lists them)"};
+          if (!seen.insert(op).second)
+            throw ManifestError{"autocast lists " + in_quotes(op) + " twice; give each op one policy"};
+          m.autocast.emplace_back(op, word);
+        }
+      }
+    }
     static const std::set<std::string> known = {"manifest_version", "name", "kind", "library", "abi", "version",
-                                                "description", "priority", "device", "requires", "$schema"};
+                                                "description", "priority", "device", "requires", "autocast", "$schema"};
     for (auto it = doc.begin(); it != doc.end(); ++it)
       if (!known.count(it.key())) m.unknown_fields.push_back(it.key());
   } catch (const ManifestError& e) {

@@ -34,6 +34,9 @@ struct Manifest {
   std::string device_name;  // "cpu", or the name the slot is given ("npu")
   std::vector<std::string> cpu_features;
   std::vector<std::string> libraries;
+  // "autocast": the device's autocast policies, (op, policy word) (Note [Autocast
+  // policies from the manifest] in manifest.cpp).
+  std::vector<std::pair<std::string, std::string>> autocast;
   std::vector<std::string> unknown_fields;  // accepted, reported under TESSERA_LOG=plugins
 };
 

@@ -161,6 +161,7 @@ void discover_locked(Registry& reg) {
       r.info.has_device = m.has_device;
       r.info.device_type = m.device_type;
       r.info.device_name = m.device_name;
+      r.info.autocast = m.autocast;
       r.privateuse_slot = m.privateuse_slot;
       if (!m.unknown_fields.empty() && plog_on())
         for (const auto& f : m.unknown_fields)

@@ -156,6 +156,26 @@ TEST(Autocast, WorksOnAThirdPartyDeviceWithoutItsCode) {
   EXPECT_EQ(softmax(m, 1).dtype(), kFloat32);
 }
 
+// The reference accelerator's manifest lists gelu under "float32" (Note [Autocast policies from the
+// manifest]): gelu runs on float32 inputs on that device under autocast, and stays None on the CPU.
+TEST(Autocast, ThePluginsManifestSetsItsDevicesPolicies) {
+  if (device_count("my_hardware_device") == 0) GTEST_SKIP() << "the reference accelerator is not built";
+  const DeviceType t = Device("my_hardware_device").type();
+  EXPECT_EQ(amp::autocast_policy(t, "gelu"), CastPolicy::Float32);
+  EXPECT_EQ(amp::autocast_policy(DeviceType::CPU, "gelu"), CastPolicy::None);
+  {
+    AutocastGuard g(t, kFloat16);
+    Tensor h = matmul(randn({4, 8}).to("my_hardware_device"), randn({8, 3}).to("my_hardware_device"));
+    ASSERT_EQ(h.dtype(), kFloat16);
+    EXPECT_EQ(gelu(h).dtype(), kFloat32);  // cast up by the manifest's policy
+    EXPECT_EQ(relu(h).dtype(), kFloat16);  // the default table otherwise
+  }
+  // An application's choice wins over the manifest's.
+  amp::set_autocast_policy(t, "gelu", CastPolicy::None);
+  EXPECT_EQ(amp::autocast_policy(t, "gelu"), CastPolicy::None);
+  amp::set_autocast_policy(t, "gelu", CastPolicy::Float32);
+}
+
 // ---- the gradient scaler
 
 struct OneParam {

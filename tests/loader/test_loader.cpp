@@ -501,6 +501,42 @@ TEST_F(LoaderTest, MisspeltKindNamesTheWordAndTheValidKinds) {
   EXPECT_THROW(tessera::load_plugins_of_kind("compilr"), tessera::Error);
 }
 
+// Note [Autocast policies from the manifest]: the entries reach PluginInfo; a wrong
+// policy word, an op the contract lacks, an op given twice, a non-list and a manifest without a
+// device are refused by name.
+TEST_F(LoaderTest, AutocastPoliciesInTheManifest) {
+  json ok = backend_manifest("lt_ac_ok", LT_LIB_GOOD, 2, "lt_npu");
+  ok["autocast"] = {{"float32", {"gelu", "add.Tensor"}}, {"none", {"matmul"}}};
+  dir_.write_manifest("lt_ac_ok", ok);
+  json word = backend_manifest("lt_ac_word", LT_LIB_GOOD, 2, "lt_npu");
+  word["autocast"] = {{"fp32", {"gelu"}}};
+  dir_.write_manifest("lt_ac_word", word);
+  json op = backend_manifest("lt_ac_op", LT_LIB_GOOD, 2, "lt_npu");
+  op["autocast"] = {{"float32", {"gelu", "frobnicate"}}};
+  dir_.write_manifest("lt_ac_op", op);
+  json twice = backend_manifest("lt_ac_twice", LT_LIB_GOOD, 2, "lt_npu");
+  twice["autocast"] = {{"float32", {"gelu"}}, {"none", {"gelu"}}};
+  dir_.write_manifest("lt_ac_twice", twice);
+  json list = backend_manifest("lt_ac_list", LT_LIB_GOOD, 2, "lt_npu");
+  list["autocast"] = {{"float32", "gelu"}};
+  dir_.write_manifest("lt_ac_list", list);
+  json nodev = plain_manifest("lt_ac_nodev", LT_LIB_GOOD);
+  nodev["kind"] = "compiler";
+  nodev["autocast"] = {{"float32", {"gelu"}}};
+  dir_.write_manifest("lt_ac_nodev", nodev);
+  rediscover();
+  const tessera::PluginInfo good = info("lt_ac_ok");
+  EXPECT_EQ(good.status, PluginStatus::Available) << good.reason;
+  const std::vector<std::pair<std::string, std::string>> want = {
+      {"gelu", "float32"}, {"add.Tensor", "float32"}, {"matmul", "none"}};
+  EXPECT_EQ(good.autocast, want);
+  expect_failed("lt_ac_word", "unknown autocast policy 'autocast.fp32' (expected lower_precision, float32, promote or none)");
+  expect_failed("lt_ac_op", "autocast.float32 names 'frobnicate', which is not an op of the contract");
+  expect_failed("lt_ac_twice", "autocast lists 'gelu' twice; give each op one policy");
+  expect_failed("lt_ac_list", "field 'autocast.float32' must be an array of strings, got a string");
+  expect_failed("lt_ac_nodev", "field 'autocast' needs a 'device'");
+}
+
 TEST_F(LoaderTest, UnknownFieldsAreAccepted) {
   json m = backend_manifest("lt_extra", LT_LIB_GOOD, 2, "lt_npu");
   m["x-vendor-note"] = "anything";

@@ -14,7 +14,9 @@
 //                   inputs' dtype).
 // The default tables follow PyTorch's CUDA lists, restricted to the ops of the contract, for every
 // device type; set_autocast_policy changes one op for one device type (a plugin may call it from
-// its init code, or an application before training). Casts of a tensor are not cached across ops
+// its init code, or an application before training), and a backend's manifest may list policies
+// for its device type (Note [Autocast policies from the manifest] in dispatcher/src/manifest.cpp),
+// applied the first time that type's policies are used. Casts of a tensor are not cached across ops
 // (PyTorch caches the casts of leaf weights within a region): a weight used twice is cast twice.
 // The state is per thread and per device type; guards nest and restore what they found.
 #pragma once

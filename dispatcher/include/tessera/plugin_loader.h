@@ -6,6 +6,7 @@
 #include <string>
 #include <string_view>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "tessera/device.h"
@@ -31,6 +32,8 @@ struct PluginInfo {
   bool has_device = false;
   DeviceType device_type = DeviceType::CPU;  // when has_device
   std::string device_name;                   // "cpu", "my_hardware_device"
+  // The manifest's "autocast" entries, (op, policy word): Note [Autocast policies from the manifest].
+  std::vector<std::pair<std::string, std::string>> autocast;
 };
 
 // Every manifest found (discovers on first call). Thread-safe.
