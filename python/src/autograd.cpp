@@ -221,6 +221,14 @@ void bind_autograd(nb::module_& m) {
   nb::class_<nn::optim::CosineAnnealingLR, nn::optim::LRScheduler>(a, "CosineAnnealingLR")
       .def(nb::init<Optimizer&, int64_t, double>(), nb::arg("optimizer"), nb::arg("T_max"), nb::arg("eta_min") = 0.0,
            nb::keep_alive<1, 2>());
+  nb::class_<nn::optim::ExponentialLR, nn::optim::LRScheduler>(a, "ExponentialLR")
+      .def(nb::init<Optimizer&, double>(), nb::arg("optimizer"), nb::arg("gamma"), nb::keep_alive<1, 2>());
+  nb::class_<nn::optim::MultiStepLR, nn::optim::LRScheduler>(a, "MultiStepLR")
+      .def(nb::init<Optimizer&, std::vector<int64_t>, double>(), nb::arg("optimizer"), nb::arg("milestones"),
+           nb::arg("gamma") = 0.1, nb::keep_alive<1, 2>());
+  nb::class_<nn::optim::LinearLR, nn::optim::LRScheduler>(a, "LinearLR")
+      .def(nb::init<Optimizer&, double, double, int64_t>(), nb::arg("optimizer"), nb::arg("start_factor") = 1.0 / 3,
+           nb::arg("end_factor") = 1.0, nb::arg("total_iters") = 5, nb::keep_alive<1, 2>());
   nb::class_<nn::GradScaler>(a, "GradScaler")
       .def("__init__", [](nn::GradScaler* self, double init_scale, double growth_factor, double backoff_factor,
                           int64_t growth_interval, bool enabled) {

@@ -1,7 +1,8 @@
 """Optimizers (libtessera_nn; PyTorch's update rules): SGD, Adam, AdamW over a list of tensors that
 require grad. `opt.zero_grad()`, `opt.step()`, `opt.lr` (read/write). Schedules:
 `lr_scheduler.StepLR(opt, step_size, gamma=0.1)`, `lr_scheduler.CosineAnnealingLR(opt, T_max,
-eta_min=0)`, each `step()`ped by the caller once per epoch (or step), as in PyTorch."""
+eta_min=0)`, `ExponentialLR(opt, gamma)`, `MultiStepLR(opt, milestones, gamma=0.1)`,
+`LinearLR(opt, start_factor=1/3, end_factor=1.0, total_iters=5)`, each `step()`ped by the caller once per epoch (or step), as in PyTorch."""
 from . import autograd as _autograd  # noqa: F401 (Tensor methods, and the check that training is built)
 from . import _C
 
@@ -25,3 +26,6 @@ class lr_scheduler:  # noqa: N801 (PyTorch's path: tessera.optim.lr_scheduler.St
 
     StepLR = _impl.StepLR
     CosineAnnealingLR = _impl.CosineAnnealingLR
+    ExponentialLR = _impl.ExponentialLR
+    MultiStepLR = _impl.MultiStepLR
+    LinearLR = _impl.LinearLR

@@ -206,3 +206,24 @@ def test_lr_schedules_follow_pytorchs_formulas():
         cos.step()
         got.append(opt2.lr)
     assert got == pytest.approx([0.2 + 0.8 * (1 + math.cos(math.pi * e / 4)) / 2 for e in range(1, 5)])
+
+
+def test_exponential_multistep_and_linear_schedules():
+    w = tessera.zeros(2).requires_grad_()
+    sched = tessera.optim.lr_scheduler
+
+    def run(opt, s, n):
+        out = []
+        for _ in range(n):
+            s.step()
+            out.append(opt.lr)
+        return out
+
+    o1 = tessera.optim.SGD([w], lr=1.0)
+    assert run(o1, sched.ExponentialLR(o1, gamma=0.5), 3) == pytest.approx([0.5, 0.25, 0.125])
+    o2 = tessera.optim.SGD([w], lr=2.0)
+    assert run(o2, sched.MultiStepLR(o2, milestones=[2, 4], gamma=0.5), 5) == pytest.approx([2, 1, 1, 0.5, 0.5])
+    o3 = tessera.optim.SGD([w], lr=0.8)
+    warm = sched.LinearLR(o3, start_factor=0.25, total_iters=3)
+    assert o3.lr == pytest.approx(0.2)  # PyTorch sets the first factor at construction
+    assert run(o3, warm, 4) == pytest.approx([0.4, 0.6, 0.8, 0.8])

@@ -129,6 +129,37 @@ TEST(Optimizers, LearningRateSchedules) {
   EXPECT_ANY_THROW(nn::optim::StepLR(opt, 0));
 }
 
+// Worked by hand from PyTorch's closed forms (lr_scheduler.py's _get_closed_form_lr).
+TEST(Optimizers, ExponentialMultiStepAndLinearSchedules) {
+  Tensor p = nn::parameter(tensor(std::vector<double>{1.0}));
+  auto run = [](nn::optim::Optimizer& o, nn::optim::LRScheduler& s, int n) {
+    std::vector<double> lrs;
+    for (int e = 0; e < n; ++e) {
+      s.step();
+      lrs.push_back(o.lr());
+    }
+    return lrs;
+  };
+  nn::optim::SGD a({p}, {.lr = 1.0});
+  nn::optim::ExponentialLR exp_lr(a, 0.5);
+  EXPECT_EQ(run(a, exp_lr, 3), (std::vector<double>{0.5, 0.25, 0.125}));
+  nn::optim::SGD b({p}, {.lr = 2.0});
+  nn::optim::MultiStepLR multi(b, {2, 4}, 0.5);
+  EXPECT_EQ(run(b, multi, 5), (std::vector<double>{2.0, 1.0, 1.0, 0.5, 0.5}));  // epochs 1..5
+  nn::optim::SGD c({p}, {.lr = 0.8});
+  nn::optim::LinearLR warm(c, 0.25, 1.0, 3);
+  EXPECT_DOUBLE_EQ(c.lr(), 0.2);  // base * start_factor from construction, as PyTorch
+  const std::vector<double> w = run(c, warm, 4);  // 0.8 * (0.25 + 0.75 * min(e, 3) / 3)
+  ASSERT_EQ(w.size(), 4u);
+  EXPECT_DOUBLE_EQ(w[0], 0.4);
+  EXPECT_DOUBLE_EQ(w[1], 0.6);
+  EXPECT_DOUBLE_EQ(w[2], 0.8);
+  EXPECT_DOUBLE_EQ(w[3], 0.8);
+  EXPECT_ANY_THROW(nn::optim::MultiStepLR(b, {3, 3}));
+  EXPECT_ANY_THROW(nn::optim::LinearLR(c, 0.0));
+  EXPECT_ANY_THROW(nn::optim::ExponentialLR(a, 0.0));
+}
+
 TEST(Optimizers, ClipGradNorm) {
   Tensor a = nn::parameter(tensor(std::vector<double>{1, 1}));
   Tensor b = nn::parameter(tensor(std::vector<double>{1}));

@@ -221,6 +221,43 @@ class TESSERA_NN_API CosineAnnealingLR : public LRScheduler {
   double eta_min_;
 };
 
+// lr = base * gamma^epoch
+class TESSERA_NN_API ExponentialLR : public LRScheduler {
+ public:
+  ExponentialLR(Optimizer& opt, double gamma);
+
+ protected:
+  double lr_at(int64_t epoch) const override;
+
+ private:
+  double gamma_;
+};
+// lr = base * gamma^(the number of milestones <= epoch); milestones strictly increasing
+class TESSERA_NN_API MultiStepLR : public LRScheduler {
+ public:
+  MultiStepLR(Optimizer& opt, std::vector<int64_t> milestones, double gamma = 0.1);
+
+ protected:
+  double lr_at(int64_t epoch) const override;
+
+ private:
+  std::vector<int64_t> milestones_;
+  double gamma_;
+};
+// Linear warm-up (or decay): lr = base * (start + (end - start) * min(epoch, total_iters) /
+// total_iters). As in PyTorch, the optimizer's lr is base * start_factor from construction on.
+class TESSERA_NN_API LinearLR : public LRScheduler {
+ public:
+  LinearLR(Optimizer& opt, double start_factor = 1.0 / 3, double end_factor = 1.0, int64_t total_iters = 5);
+
+ protected:
+  double lr_at(int64_t epoch) const override;
+
+ private:
+  double start_, end_;
+  int64_t total_;
+};
+
 }  // namespace optim
 
 // Note [Gradient scaler]

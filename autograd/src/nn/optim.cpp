@@ -1,4 +1,5 @@
 // Optimizers (nn.h): PyTorch's update rules, a loop over the parameter list under NoGradGuard.
+#include <algorithm>
 #include <cmath>
 
 #include "tessera/nn.h"
@@ -97,6 +98,33 @@ CosineAnnealingLR::CosineAnnealingLR(Optimizer& opt, int64_t t_max, double eta_m
 }
 double CosineAnnealingLR::lr_at(int64_t epoch) const {
   return eta_min_ + (base_lr_ - eta_min_) * (1 + std::cos(M_PI * double(epoch) / double(t_max_))) / 2;
+}
+
+ExponentialLR::ExponentialLR(Optimizer& opt, double gamma) : LRScheduler(opt), gamma_(gamma) {
+  TESSERA_CHECK(gamma > 0, "ExponentialLR: gamma must be positive, got ", gamma);
+}
+double ExponentialLR::lr_at(int64_t epoch) const { return base_lr_ * std::pow(gamma_, double(epoch)); }
+
+MultiStepLR::MultiStepLR(Optimizer& opt, std::vector<int64_t> milestones, double gamma)
+    : LRScheduler(opt), milestones_(std::move(milestones)), gamma_(gamma) {
+  for (size_t i = 1; i < milestones_.size(); ++i)
+    TESSERA_CHECK(milestones_[i - 1] < milestones_[i], "MultiStepLR: milestones must be strictly increasing, got ",
+                  milestones_[i - 1], " before ", milestones_[i]);
+}
+double MultiStepLR::lr_at(int64_t epoch) const {
+  const auto passed = std::upper_bound(milestones_.begin(), milestones_.end(), epoch) - milestones_.begin();
+  return base_lr_ * std::pow(gamma_, double(passed));
+}
+
+LinearLR::LinearLR(Optimizer& opt, double start_factor, double end_factor, int64_t total_iters)
+    : LRScheduler(opt), start_(start_factor), end_(end_factor), total_(total_iters) {
+  TESSERA_CHECK(start_factor > 0 && start_factor <= 1, "LinearLR: start_factor must be in (0, 1], got ", start_factor);
+  TESSERA_CHECK(end_factor >= 0 && end_factor <= 1, "LinearLR: end_factor must be in [0, 1], got ", end_factor);
+  TESSERA_CHECK(total_iters > 0, "LinearLR: total_iters must be positive, got ", total_iters);
+  opt_.set_lr(lr_at(0));
+}
+double LinearLR::lr_at(int64_t epoch) const {
+  return base_lr_ * (start_ + (end_ - start_) * double(std::min(epoch, total_)) / double(total_));
 }
 
 }  // namespace tessera::nn::optim
