@@ -14,13 +14,6 @@ namespace tessera::quantization {
 
 namespace {
 
-// The signature entry of a weight or constant placeholder value, or null.
-const compiler::InputSpec* weight_input(const ExportedProgram& ep, ValueId v) {
-  for (const compiler::InputSpec& in : ep.signature.inputs)
-    if (in.value == v && in.kind != InputKind::UserInput && ep.weights.count(in.name)) return &in;
-  return nullptr;
-}
-
 // Drops the weights and constants that no node reads any more (with their placeholders).
 void drop_unread_weights(ExportedProgram& ep) {
   std::set<ValueId> read;

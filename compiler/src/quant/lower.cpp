@@ -140,6 +140,26 @@ int lower_linear_patterns(ExportedProgram& ep) {
 
 }  // namespace
 
+const compiler::InputSpec* weight_input(const ExportedProgram& ep, ValueId v) {
+  for (const compiler::InputSpec& in : ep.signature.inputs)
+    if (in.value == v && in.kind != InputKind::UserInput && ep.weights.count(in.name)) return &in;
+  return nullptr;
+}
+
+std::vector<int> add_observed_outputs(ExportedProgram& ep, const std::map<QuantPoint, int>& point_class) {
+  Node& output = ep.graph.nodes.back();
+  TESSERA_INTERNAL_ASSERT(output.kind == NodeKind::Output, "add_observed_outputs: the program does not end in its output");
+  std::vector<int> classes;
+  std::set<std::pair<ValueId, int>> seen;
+  for (const auto& [pt, c] : point_class) {
+    if (weight_input(ep, pt.value) || !seen.insert({pt.value, c}).second) continue;
+    ep.signature.outputs.push_back({"observed_" + std::to_string(classes.size()), pt.value});
+    output.args.push_back(Argument::tensor(pt.value));
+    classes.push_back(c);
+  }
+  return classes;
+}
+
 ValueId add_constant(ExportedProgram& ep, std::vector<Node>& placeholders, const std::string& base, const Tensor& t) {
   std::string name = base;
   for (int i = 1; ep.weights.count(name); ++i) name = base + "_" + std::to_string(i);

@@ -99,6 +99,19 @@ struct GraphUses {
   std::vector<bool> returned;               // per value: a program output
 };
 
+// Whether `s` quantizes per channel (per_channel_affine, per_channel_symmetric).
+inline bool is_per_channel(Scheme s) { return s == Scheme::PerChannelAffine || s == Scheme::PerChannelSymmetric; }
+
+// The signature entry of a weight or constant placeholder value (one `ep.weights` holds), or null
+// for user inputs and computed values.
+const compiler::InputSpec* weight_input(const compiler::ExportedProgram& ep, ValueId v);
+
+// Appends to the program's outputs (its Output node, the last) the value of every quantization
+// point in `point_class` that is not a weight, once per (value, class), named observed_<k>; returns
+// the class of each appended output, in order. What the observers of calibration and of
+// quantization-aware training see.
+std::vector<int> add_observed_outputs(compiler::ExportedProgram& ep, const std::map<QuantPoint, int>& point_class);
+
 // Adds `t` as a constant input named `base` (base_1, base_2, ... when a weight has that name): a
 // weight, a signature entry, and a placeholder appended to `placeholders`. Returns its value.
 ValueId add_constant(compiler::ExportedProgram& ep, std::vector<Node>& placeholders, const std::string& base,

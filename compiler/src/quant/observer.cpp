@@ -8,6 +8,7 @@
 #include "tessera/error.h"
 #include "tessera/quantization.h"
 #include "tessera/quant_params.h"
+#include "quant/lowering.h"
 
 namespace tessera::quantization {
 
@@ -16,7 +17,6 @@ namespace {
 constexpr int kHistogramBins = 2048;
 constexpr double kAveragingConstant = 0.01;
 
-bool per_channel(Scheme s) { return s == Scheme::PerChannelAffine || s == Scheme::PerChannelSymmetric; }
 bool symmetric(Scheme s) { return s == Scheme::PerTensorSymmetric || s == Scheme::PerChannelSymmetric; }
 
 QParams qparams(double lo, double hi, const QuantizationSpec& spec) {
@@ -113,14 +113,14 @@ const char* observer_name(ObserverKind k) {
 
 std::string QuantizationSpec::str() const {
   std::string s = std::string(compiler::dtype_short_name(dtype)) + " " + scheme_name(scheme) + " " + observer_name(observer);
-  if (per_channel(scheme)) s += " axis " + std::to_string(ch_axis);
+  if (is_per_channel(scheme)) s += " axis " + std::to_string(ch_axis);
   return s;
 }
 
 Observer::Observer(QuantizationSpec spec) : spec_(spec) {
   TESSERA_CHECK(spec.dtype == kQInt8 || spec.dtype == kQUInt8, "quantization spec ", spec.str(),
                 ": the dtype must be qint8 or quint8");
-  TESSERA_CHECK(per_channel(spec.scheme) == (spec.observer == ObserverKind::PerChannelMinMax), "quantization spec ",
+  TESSERA_CHECK(is_per_channel(spec.scheme) == (spec.observer == ObserverKind::PerChannelMinMax), "quantization spec ",
                 spec.str(), ": per-channel schemes take the per_channel_min_max observer, per-tensor schemes the others");
 }
 

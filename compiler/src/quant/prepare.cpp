@@ -23,19 +23,12 @@ std::string point_text(const Graph& g, const QuantPoint& p) {
   return "input " + g.value_name(p.value) + " of " + node_text(g, p.consumer);
 }
 
-bool per_channel(Scheme s) { return s == Scheme::PerChannelAffine || s == Scheme::PerChannelSymmetric; }
 
 // The weight or constant a placeholder value holds, or null for user inputs and computed values.
 const Tensor* weight_of(const ExportedProgram& ep, ValueId v) {
-  for (const compiler::InputSpec& in : ep.signature.inputs)
-    if (in.value == v) {
-      if (in.kind == InputKind::UserInput) return nullptr;
-      auto w = ep.weights.find(in.name);
-      return w == ep.weights.end() ? nullptr : &w->second;
-    }
-  return nullptr;
+  const compiler::InputSpec* in = weight_input(ep, v);
+  return in ? &ep.weights.at(in->name) : nullptr;
 }
-
 struct UnionFind {
   std::vector<int> parent;
   int add() {
@@ -56,9 +49,9 @@ void validate_spec(const ExportedProgram& ep, const QuantPoint& p, const Quantiz
   TESSERA_CHECK(s.dtype == kQInt8 || s.dtype == kQUInt8, "prepare: ", where, " asks for ", dtype_name(s.dtype),
                 "; quantization specs take qint8 or quint8");
   TESSERA_CHECK(t.dtype == kFloat32, "prepare: ", where, " is ", dtype_name(t.dtype), "; only float32 values are quantized");
-  TESSERA_CHECK(per_channel(s.scheme) == (s.observer == ObserverKind::PerChannelMinMax), "prepare: ", where, ": ",
+  TESSERA_CHECK(is_per_channel(s.scheme) == (s.observer == ObserverKind::PerChannelMinMax), "prepare: ", where, ": ",
                 s.str(), " pairs a scheme with the wrong observer; per-channel schemes take per_channel_min_max");
-  if (per_channel(s.scheme)) {
+  if (is_per_channel(s.scheme)) {
     TESSERA_CHECK(weight_of(ep, p.value), "prepare: ", where, ": ", s.str(),
                   " applies to weights and constants only; use a per-tensor spec for activations");
     TESSERA_CHECK(s.ch_axis >= 0 && s.ch_axis < int64_t(t.sizes.size()), "prepare: ", where, ": axis ", s.ch_axis,
@@ -76,7 +69,7 @@ ValueId emit_quant_dequant(ExportedProgram& out, std::vector<Node>& body, std::v
   TensorType qt = t;
   qt.dtype = s.dtype;
   const ValueId q = g.add_value(qt);
-  if (per_channel(s.scheme)) {
+  if (is_per_channel(s.scheme)) {
     std::vector<double> scales = obs.scales();
     std::vector<float> scales_f(scales.begin(), scales.end());
     std::vector<int64_t> zps = obs.zero_points();
@@ -236,17 +229,10 @@ PreparedProgram prepare(const ExportedProgram& ep, const std::vector<const Quant
   p.calibration_program = p.program;
   p.num_program_outputs = p.program.signature.outputs.size();
   std::set<std::pair<ValueId, int>> seen;
-  for (const auto& [pt, c] : p.point_class) {
-    if (!seen.insert({pt.value, c}).second) continue;
-    if (const Tensor* w = weight_of(p.program, pt.value)) {
+  for (const auto& [pt, c] : p.point_class)
+    if (const Tensor* w = weight_of(p.program, pt.value); w && seen.insert({pt.value, c}).second)
       p.observers[size_t(c)].observe(*w);
-      continue;
-    }
-    ExportedProgram& cal = p.calibration_program;
-    cal.signature.outputs.push_back({"observed_" + std::to_string(p.calibration_class.size()), pt.value});
-    cal.graph.nodes.back().args.push_back(Argument::tensor(pt.value));
-    p.calibration_class.push_back(c);
-  }
+  p.calibration_class = add_observed_outputs(p.calibration_program, p.point_class);
   return p;
 }
 

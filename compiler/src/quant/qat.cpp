@@ -1,7 +1,6 @@
 // Quantization-aware training: prepare_qat, QatProgram::forward and convert (Note
 // [Quantization-aware training] in tessera/compiler/quantize.h).
 #include <algorithm>
-#include <set>
 
 #include "tessera/autograd.h"
 #include "tessera/compiler/passes.h"
@@ -13,15 +12,6 @@
 namespace tessera::quantization {
 
 namespace {
-
-bool is_per_channel(Scheme s) { return s == Scheme::PerChannelAffine || s == Scheme::PerChannelSymmetric; }
-
-// The weight (or constant) name a placeholder value holds, or empty for user inputs and computed values.
-std::string weight_name(const ExportedProgram& ep, ValueId v) {
-  for (const compiler::InputSpec& in : ep.signature.inputs)
-    if (in.value == v) return in.kind == InputKind::UserInput || !ep.weights.count(in.name) ? std::string() : in.name;
-  return {};
-}
 
 // Fake-quantizes `v` with the scale and zero point inputs `sv`, `zv` of class spec `s`.
 ValueId emit_fake_quantize(Graph& g, std::vector<Node>& body, ValueId v, ValueId sv, ValueId zv,
@@ -73,9 +63,9 @@ QatProgram prepare_qat(const ExportedProgram& ep, const std::vector<const Quanti
   q.class_weight_.assign(classes, std::string());
   std::vector<int> kinds(classes, 0);  // bit 1: a weight point, bit 2: an activation point
   for (const auto& [pt, c] : p.point_class) {
-    const std::string w = weight_name(p.program, pt.value);
-    kinds[size_t(c)] |= w.empty() ? 2 : 1;
-    if (!w.empty()) q.class_weight_[size_t(c)] = w;
+    const compiler::InputSpec* w = weight_input(p.program, pt.value);
+    kinds[size_t(c)] |= w ? 1 : 2;
+    if (w) q.class_weight_[size_t(c)] = w->name;
   }
   for (size_t c = 0; c < classes; ++c) {
     QuantizationSpec spec = p.observers[c].spec();
@@ -107,19 +97,11 @@ QatProgram prepare_qat(const ExportedProgram& ep, const std::vector<const Quanti
                               p.observers.at(size_t(c)).spec());
   });
   for (Node& n : class_placeholders) nodes.placeholders.push_back(std::move(n));
-  std::vector<Node>& body = nodes.body;
-  // One extra output per (value, class) of the activation points: what the observers see.
+  // One extra output per (value, class) of the activation points: what the observers see (classes
+  // hold weights only or activations only, checked above).
   q.num_outputs_ = out.signature.outputs.size();
-  Node& output_node = body.back();
-  TESSERA_INTERNAL_ASSERT(output_node.kind == NodeKind::Output, "prepare_qat: the program does not end in its output");
-  std::set<std::pair<ValueId, int>> seen;
-  for (const auto& [pt, c] : p.point_class) {
-    if (!q.class_weight_[size_t(c)].empty() || !seen.insert({pt.value, c}).second) continue;
-    out.signature.outputs.push_back({"observed_" + std::to_string(q.observed_class_.size()), pt.value});
-    output_node.args.push_back(Argument::tensor(pt.value));
-    q.observed_class_.push_back(c);
-  }
   set_nodes(g, std::move(nodes.placeholders), std::move(nodes.body));
+  q.observed_class_ = add_observed_outputs(out, p.point_class);
   compiler::verify(out);
   return q;
 }
