@@ -54,6 +54,17 @@ TEST(FakeQuantize, PerTensorHandWorkedValues) {
   for (size_t i = 0; i < want.size(); ++i) EXPECT_FLOAT_EQ(got[i], want[i]) << "element " << i;
 }
 
+// NaN gives quant_min (as PyTorch on x86, whose int64 conversion turns NaN into INT64_MIN);
+// infinities saturate to the range's ends: scale 0.1, zero point 10, quint8.
+TEST(FakeQuantize, NonFiniteValuesGiveTheRangesEnds) {
+  Tensor x = tensor(std::vector<float>{NAN, INFINITY, -INFINITY, 1e30f, -1e30f});
+  const std::vector<float> got =
+      values(fake_quantize_per_tensor_affine(x, tensor(std::vector<float>{0.1f}), tensor(std::vector<int32_t>{10}), 0, 255));
+  const std::vector<float> want = {-1.0f, 24.5f, -1.0f, 24.5f, -1.0f};  // (0 - 10) * 0.1, (255 - 10) * 0.1
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_FLOAT_EQ(got[i], want[i]) << "element " << i;
+}
+
 TEST(FakeQuantize, PerTensorMatchesPyTorchsFormulaOnRandomValues) {
   const uint64_t seed = fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));

@@ -37,10 +37,14 @@ ChannelParams read_params(const KernelCall& c, int64_t channels, int64_t qmin, i
   return p;
 }
 
-// PyTorch's fake_quantize_tensor_cachemask_kernel per element, in float32.
+// PyTorch's fake_quantize_tensor_cachemask_kernel per element, in float32. Its int64 conversion of
+// zero_point + nearbyint(x / scale) is undefined for NaN and out-of-range values; here they are
+// clamped first (the result only depends on the value clamped to [quant_min, quant_max]), and NaN
+// gives quant_min, as x86's conversion (the "integer indefinite" value) makes PyTorch give.
 inline float fake_quantize_one(float x, float scale, float inv_scale, int64_t zp, int64_t qmin, int64_t qmax) {
-  const auto q = static_cast<int64_t>(float(zp) + std::nearbyint(x * inv_scale));
-  return float(std::fmin(std::fmax(double(q), double(qmin)), double(qmax)) - double(zp)) * scale;
+  const float qf = float(zp) + std::nearbyint(x * inv_scale);
+  const double q = std::isnan(qf) ? double(qmin) : std::fmin(std::fmax(double(qf), double(qmin)), double(qmax));
+  return float(q - double(zp)) * scale;
 }
 
 // `axis` < 0: one channel.
