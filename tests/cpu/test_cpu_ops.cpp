@@ -2,6 +2,7 @@
 // tree's plugin folder). Every op against a naive double reference on fresh random inputs, with
 // broadcasting, strided/transposed/expanded inputs and every dtype it supports. ctest runs this
 // binary once per ISA level (TESSERA_CPU_CAPABILITY=default, avx2, avx512).
+#include <limits>
 #include <cstdlib>
 #include <functional>
 #include <map>
@@ -385,6 +386,23 @@ TEST(CpuUnary, IntegerInputs) {
       }
       check_unary(op, x, op.integer_ok ? dt : kFloat32, std::string(op.name) + " " + std::string(dtype_name(dt)));
     }
+}
+
+// neg and abs of the most negative integer wrap to itself, as PyTorch's (two's complement), where
+// the C++ negation would be undefined; the neighbouring values are the plain results.
+TEST(CpuUnary, NegAndAbsOfTheMostNegativeIntegerWrap) {
+  const int64_t mn = std::numeric_limits<int64_t>::min();
+  Tensor x = empty({3}, TensorOptions().dtype(kInt64));
+  x.data_ptr<int64_t>()[0] = mn;
+  x.data_ptr<int64_t>()[1] = mn + 1;
+  x.data_ptr<int64_t>()[2] = std::numeric_limits<int64_t>::max();
+  const Tensor n = neg(x), a = abs(x);
+  EXPECT_EQ(n.data_ptr<int64_t>()[0], mn);
+  EXPECT_EQ(n.data_ptr<int64_t>()[1], std::numeric_limits<int64_t>::max());
+  EXPECT_EQ(n.data_ptr<int64_t>()[2], mn + 1);
+  EXPECT_EQ(a.data_ptr<int64_t>()[0], mn);
+  EXPECT_EQ(a.data_ptr<int64_t>()[1], std::numeric_limits<int64_t>::max());
+  EXPECT_EQ(a.data_ptr<int64_t>()[2], std::numeric_limits<int64_t>::max());
 }
 
 // Max relative error of the f32 approximations against double on many points (not a speed test).

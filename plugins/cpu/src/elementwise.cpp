@@ -448,10 +448,13 @@ double unary_double(UnaryOp op, double x) {
   }
 }
 
+// Negation wraps as PyTorch's does (-INT64_MIN is INT64_MIN): through uint64_t, where it is defined.
+int64_t wrapping_neg(int64_t x) { return int64_t(0 - uint64_t(x)); }
+
 int64_t unary_int(UnaryOp op, int64_t x) {
   switch (op) {
-    case UnaryOp::Neg: return -x;
-    case UnaryOp::Abs: return x < 0 ? -x : x;
+    case UnaryOp::Neg: return wrapping_neg(x);
+    case UnaryOp::Abs: return x < 0 ? wrapping_neg(x) : x;
     case UnaryOp::Relu: return x > 0 ? x : 0;
     default:
       throw sdk::Error(TESSERA_STATUS_UNIMPLEMENTED, "integer output not defined for this op; cast to a floating dtype");
