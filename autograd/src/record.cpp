@@ -1,5 +1,6 @@
 // Recording: the Autograd key's dispatch hook (Note [Autograd dispatch]) and the core's view hook
 // make graph nodes; their backward runs the generated formula or the device's backward kernel.
+#include <algorithm>
 #include <cctype>
 #include <sstream>
 
@@ -66,7 +67,11 @@ class OpNode final : public Node {
     std::vector<bool> needs(next_edges_.size());
     for (size_t i = 0; i < next_edges_.size(); ++i) needs[i] = next_edges_[i].valid();
     std::vector<Tensor> out;
-    if (device_kernel_ && grads.size() == 1 && grads[0].defined() && run_device(grads[0], out)) {
+    // Under a capture (a compiled training step) the gradients are tracing tensors without memory: the
+    // generic formula runs, its contract ops become the program's nodes (the device's own backward
+    // kernel is not an op a graph can name).
+    if (device_kernel_ && grads.size() == 1 && grads[0].defined() &&
+        !grads[0].key_set().has(Functionality::Export) && run_device(grads[0], out)) {
       ++backward_stats().device_kernels_run;
     } else {
       if (!grads[0].defined()) {
@@ -171,6 +176,7 @@ class ViewNode final : public Node {
         sizes[d] = 1;
       }
     if (!dims.empty()) g = tessera::sum(g, dims, true);
+    if (g.key_set().has(Functionality::Export)) return {captured(g, sizes)};
     Tensor buf = make_tensor_strided(base_sizes_, base_strides_, dtype_, device_);
     buf.fill_(0);
     if (g.dtype() != dtype_) g = g.to(dtype_);
@@ -179,6 +185,82 @@ class ViewNode final : public Node {
   }
 
  private:
+  // Under a capture (a compiled training step) a write through a view of a buffer is not a graph
+  // value: the same gradient as a scatter of g into zeros of the base's size (contiguous), at the
+  // base's element of each view element (a constant index; no element repeats once broadcast dims
+  // are summed). A view element's storage position (relative to the base's offset) gives the base
+  // index dim by dim, largest stride first, which holds for any base whose elements do not overlap.
+  Tensor captured(Tensor g, const std::vector<int64_t>& sizes) const {
+    if (g.dtype() != dtype_) g = g.to(dtype_);
+    // A view that holds every element of a contiguous base once (reshape, permute, transpose): g with
+    // its dims in storage order (largest stride first) is the base's elements in order.
+    int64_t view_numel = 1, base_numel_all = 1;
+    for (int64_t s : sizes) view_numel *= s;
+    for (int64_t s : base_sizes_) base_numel_all *= s;
+    if (rel_offset_ == 0 && view_numel == base_numel_all && base_strides_ == contiguous_strides(base_sizes_)) {
+      std::vector<std::pair<int64_t, int64_t>> dims;  // (stride, dim) of the dims larger than 1
+      for (size_t d = 0; d < sizes.size(); ++d)
+        if (sizes[d] != 1) dims.push_back({view_strides_[d], int64_t(d)});
+      std::stable_sort(dims.begin(), dims.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+      int64_t expect = 1;
+      bool dense = true;
+      for (size_t i = dims.size(); i-- > 0;) {
+        dense = dense && dims[i].first == expect;
+        expect *= sizes[size_t(dims[i].second)];
+      }
+      if (dense) {
+        std::vector<int64_t> order;
+        for (const auto& [stride, d] : dims) order.push_back(d);
+        for (size_t d = 0; d < sizes.size(); ++d)
+          if (sizes[d] == 1) order.push_back(int64_t(d));
+        return g.permute(order).reshape(base_sizes_);
+      }
+    }
+    const size_t rank = base_sizes_.size();
+    std::vector<size_t> by_stride(rank);
+    for (size_t d = 0; d < rank; ++d) by_stride[d] = d;
+    std::stable_sort(by_stride.begin(), by_stride.end(),
+                     [&](size_t a, size_t b) { return base_strides_[a] > base_strides_[b]; });
+    const std::vector<int64_t> flat_strides = contiguous_strides(base_sizes_);
+    auto base_element = [&](int64_t p) {
+      int64_t flat = 0;
+      for (size_t d : by_stride) {
+        const int64_t i = base_sizes_[d] == 1 || base_strides_[d] == 0 ? 0 : p / base_strides_[d];
+        TESSERA_CHECK(i >= 0 && i < base_sizes_[d], "the backward of a view of a tensor with sizes ",
+                      IntArrayRef(base_sizes_), " and strides ", IntArrayRef(base_strides_),
+                      " cannot be captured (TODO(#31)); call contiguous() on it before the view");
+        p -= i * base_strides_[d];
+        flat += i * flat_strides[d];
+      }
+      TESSERA_CHECK(p == 0, "the backward of a view of a tensor with strides ", IntArrayRef(base_strides_),
+                    " cannot be captured (TODO(#31)); call contiguous() on it before the view");
+      return flat;
+    };
+    int64_t base_numel = 1, n = 1;
+    for (int64_t s : base_sizes_) base_numel *= s;
+    for (int64_t s : sizes) n *= s;
+    Tensor index;
+    {
+      ExcludeDispatchKeyGuard eager(DispatchKeySet::functionality(Functionality::Export));
+      index = empty({n}, TensorOptions().dtype(kInt64));
+      int64_t* pos = index.data_ptr<int64_t>();
+      std::vector<int64_t> at(sizes.size(), 0);
+      for (int64_t i = 0; i < n; ++i) {
+        int64_t p = rel_offset_;
+        for (size_t d = 0; d < sizes.size(); ++d) p += at[d] * view_strides_[d];
+        pos[i] = base_element(p);
+        for (size_t d = sizes.size(); d-- > 0;) {
+          if (++at[d] < sizes[d]) break;
+          at[d] = 0;
+        }
+      }
+      if (!device_.is_cpu()) index = index.to(device_);
+    }
+    const Tensor flat = tessera::scatter(zeros({base_numel}, TensorOptions().dtype(dtype_).device(device_)), 0, index,
+                                         g.reshape({n}));
+    return flat.view(base_sizes_);
+  }
+
   std::vector<int64_t> base_sizes_, base_strides_, view_sizes_, view_strides_;
   int64_t rel_offset_;
   DType dtype_;

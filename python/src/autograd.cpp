@@ -198,20 +198,22 @@ void bind_autograd(nb::module_& m) {
       .def_prop_ro("params", &Optimizer::params);
   nb::class_<nn::optim::SGD, Optimizer>(a, "SGD")
       .def("__init__", [](nn::optim::SGD* self, std::vector<Tensor> params, double lr, double momentum, double dampening,
-                          double weight_decay, bool nesterov) {
-        new (self) nn::optim::SGD(std::move(params), {lr, momentum, dampening, weight_decay, nesterov});
+                          double weight_decay, bool nesterov, bool capturable) {
+        new (self) nn::optim::SGD(std::move(params), {lr, momentum, dampening, weight_decay, nesterov, capturable});
       }, nb::arg("params"), nb::arg("lr"), nb::arg("momentum"), nb::arg("dampening"), nb::arg("weight_decay"),
-         nb::arg("nesterov"));
+         nb::arg("nesterov"), nb::arg("capturable") = false);
   nb::class_<nn::optim::Adam, Optimizer>(a, "Adam")
       .def("__init__", [](nn::optim::Adam* self, std::vector<Tensor> params, double lr, double beta1, double beta2,
-                          double eps, double weight_decay) {
-        new (self) nn::optim::Adam(std::move(params), {lr, beta1, beta2, eps, weight_decay, false});
-      }, nb::arg("params"), nb::arg("lr"), nb::arg("beta1"), nb::arg("beta2"), nb::arg("eps"), nb::arg("weight_decay"));
+                          double eps, double weight_decay, bool capturable) {
+        new (self) nn::optim::Adam(std::move(params), {lr, beta1, beta2, eps, weight_decay, false, capturable});
+      }, nb::arg("params"), nb::arg("lr"), nb::arg("beta1"), nb::arg("beta2"), nb::arg("eps"), nb::arg("weight_decay"),
+         nb::arg("capturable") = false);
   nb::class_<nn::optim::AdamW, nn::optim::Adam>(a, "AdamW")
       .def("__init__", [](nn::optim::AdamW* self, std::vector<Tensor> params, double lr, double beta1, double beta2,
-                          double eps, double weight_decay) {
-        new (self) nn::optim::AdamW(std::move(params), {lr, beta1, beta2, eps, weight_decay, true});
-      }, nb::arg("params"), nb::arg("lr"), nb::arg("beta1"), nb::arg("beta2"), nb::arg("eps"), nb::arg("weight_decay"));
+                          double eps, double weight_decay, bool capturable) {
+        new (self) nn::optim::AdamW(std::move(params), {lr, beta1, beta2, eps, weight_decay, true, capturable});
+      }, nb::arg("params"), nb::arg("lr"), nb::arg("beta1"), nb::arg("beta2"), nb::arg("eps"), nb::arg("weight_decay"),
+         nb::arg("capturable") = false);
   nb::class_<nn::optim::LRScheduler>(a, "LRScheduler")
       .def("step", &nn::optim::LRScheduler::step)
       .def_prop_ro("last_epoch", &nn::optim::LRScheduler::epoch);

@@ -2,23 +2,28 @@
 require grad. `opt.zero_grad()`, `opt.step()`, `opt.lr` (read/write). Schedules:
 `lr_scheduler.StepLR(opt, step_size, gamma=0.1)`, `lr_scheduler.CosineAnnealingLR(opt, T_max,
 eta_min=0)`, `ExponentialLR(opt, gamma)`, `MultiStepLR(opt, milestones, gamma=0.1)`,
-`LinearLR(opt, start_factor=1/3, end_factor=1.0, total_iters=5)`, each `step()`ped by the caller once per epoch (or step), as in PyTorch."""
+`LinearLR(opt, start_factor=1/3, end_factor=1.0, total_iters=5)`, each `step()`ped by the caller once per epoch (or step), as in PyTorch.
+`capturable=True` (PyTorch's name) keeps the step count and lr in tensors, so that a training step
+(forward, backward, `opt.step()`) runs under `tessera.compile` as one program (docs/training.md)."""
 from . import autograd as _autograd  # noqa: F401 (Tensor methods, and the check that training is built)
 from . import _C
 
 _impl = _C._autograd
 
 
-def SGD(params, lr=0.01, momentum=0.0, dampening=0.0, weight_decay=0.0, nesterov=False):  # noqa: N802
-    return _impl.SGD(list(params), float(lr), float(momentum), float(dampening), float(weight_decay), bool(nesterov))
+def SGD(params, lr=0.01, momentum=0.0, dampening=0.0, weight_decay=0.0, nesterov=False, capturable=False):  # noqa: N802
+    return _impl.SGD(list(params), float(lr), float(momentum), float(dampening), float(weight_decay), bool(nesterov),
+                     bool(capturable))
 
 
-def Adam(params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0):  # noqa: N802
-    return _impl.Adam(list(params), float(lr), float(betas[0]), float(betas[1]), float(eps), float(weight_decay))
+def Adam(params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, capturable=False):  # noqa: N802
+    return _impl.Adam(list(params), float(lr), float(betas[0]), float(betas[1]), float(eps), float(weight_decay),
+                      bool(capturable))
 
 
-def AdamW(params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01):  # noqa: N802
-    return _impl.AdamW(list(params), float(lr), float(betas[0]), float(betas[1]), float(eps), float(weight_decay))
+def AdamW(params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01, capturable=False):  # noqa: N802
+    return _impl.AdamW(list(params), float(lr), float(betas[0]), float(betas[1]), float(eps), float(weight_decay),
+                       bool(capturable))
 
 
 class lr_scheduler:  # noqa: N801 (PyTorch's path: tessera.optim.lr_scheduler.StepLR)

@@ -1,10 +1,14 @@
 // Trains a two-layer MLP on a synthetic 4-class task on any device:
-//   train_mlp [device] [steps]      (defaults: cpu, 150)
+//   train_mlp [device] [steps] [--compile]      (defaults: cpu, 150, eager)
 // The device needs no autograd code of its own: backward runs the contract's formulas on its
-// forward kernels (or its own fused backward kernels where it registered some). docs/training.md.
+// forward kernels (or its own fused backward kernels where it registered some). With --compile the
+// whole step (forward, backward, clipping, Adam) is captured on the first call and runs as one
+// program after that (docs/training.md, "Compiled training steps").
 #include <cstdio>
 #include <string>
+#include <vector>
 
+#include "tessera/compiler/compile.h"
 #include "tessera/nn.h"
 
 using namespace tessera;
@@ -17,8 +21,10 @@ struct Mlp : nn::Module {
 };
 
 int main(int argc, char** argv) {
-  const std::string device = argc > 1 ? argv[1] : "cpu";
-  const int steps = argc > 2 ? std::stoi(argv[2]) : 150;
+  std::vector<std::string> args(argv + 1, argv + argc);
+  const bool compiled = std::erase(args, std::string("--compile")) > 0;
+  const std::string device = args.size() > 0 ? args[0] : "cpu";
+  const int steps = args.size() > 1 ? std::stoi(args[1]) : 150;
   try {
     // Data: 256 points in 8 dims, 4 classes, the argmax of a fixed random linear map.
     nn::Dataset data = nn::make_classification(256, 8, 4);
@@ -27,14 +33,20 @@ int main(int argc, char** argv) {
     manual_seed(7);
     Mlp model;
     model.to(Device(device));
-    nn::optim::Adam opt(model.parameters(), {.lr = 0.02});
-    double loss_value = 0;
-    for (int s = 0; s < steps; ++s) {
+    // capturable: the step count and lr live in tensors, so that a compiled step can update them.
+    nn::optim::Adam opt(model.parameters(), {.lr = 0.02, .capturable = compiled});
+    auto train_step = [&](const std::vector<Tensor>& in) {
       opt.zero_grad();
-      Tensor loss = nn::cross_entropy(model.forward(x), y);
+      Tensor loss = nn::cross_entropy(model.forward(in[0]), in[1]);
       autograd::backward(loss);
       nn::clip_grad_norm_(model.parameters(), 10.0);
       opt.step();
+      return std::vector<Tensor>{loss};
+    };
+    CompiledFunction compiled_step = compile(train_step);
+    double loss_value = 0;
+    for (int s = 0; s < steps; ++s) {
+      Tensor loss = (compiled ? compiled_step({x, y}) : train_step({x, y}))[0];
       loss_value = loss.cpu().item<double>();
       if (s % 25 == 0 || s == steps - 1) std::printf("step %4d  loss %.4f\n", s, loss_value);
     }
@@ -44,7 +56,9 @@ int main(int argc, char** argv) {
       pred = argmax(model.forward(x), 1);
     }
     const double acc = mean(eq(pred, y).to(kFloat32)).cpu().item<double>();
-    std::printf("device %s: final loss %.4f, accuracy %.1f%%\n", device.c_str(), loss_value, 100 * acc);
+    std::printf("device %s%s: final loss %.4f, accuracy %.1f%%\n", device.c_str(),
+                compiled ? (" (compiled: " + compiled_step.artifacts().at(0).backend + ")").c_str() : "", loss_value,
+                100 * acc);
     model.save("train_mlp.safetensors");
     std::printf("saved the weights to train_mlp.safetensors\n");
     if (loss_value < 0.1) std::printf("reached the target (loss < 0.1)\n");

@@ -114,7 +114,9 @@ TESSERA_NN_API Dataset make_classification(int64_t n, int64_t features, int64_t 
 TESSERA_NN_API Tensor cross_entropy(const Tensor& logits, const Tensor& targets);
 TESSERA_NN_API Tensor mse_loss(const Tensor& input, const Tensor& target);
 
-// Scales every gradient so that their joint 2-norm is at most `max_norm`; returns the norm before.
+// Scales every gradient so that their joint 2-norm is at most `max_norm`; returns the norm before
+// (NaN inside a compiled function, where the clipping is part of the program and the norm is not
+// read on the host).
 TESSERA_NN_API double clip_grad_norm_(const std::vector<Tensor>& parameters, double max_norm);
 
 namespace optim {
@@ -122,6 +124,17 @@ namespace optim {
 // Optimizers update parameters in place under NoGradGuard, one tensor at a time (a loop over the
 // list; a fused per-list kernel a plugin may provide is TODO(#31)). Gradients that are undefined
 // are skipped. Not thread-safe.
+//
+// Note [Capturable optimizers]
+// A step inside tessera::compile (a compiled training step, docs/training.md) is captured once and
+// replayed: a number the step computes on the host (the step count of Adam's bias corrections, the
+// lr a schedule changes, "is this the first step" of SGD's momentum) would be frozen at its value of
+// the capture. With `capturable = true` (PyTorch's name) these live in 0-dim float64 tensors the
+// program reads and updates (the bias corrections as running products beta^t), the state tensors
+// are made when the optimizer is (not at its first step, which the capture would make a constant),
+// and set_lr writes the lr tensor. The updates are PyTorch's; they differ from the plain step by the
+// rounding of lr / (1 - beta1^t) only. Stepping a plain optimizer under a capture is an error that
+// says to set capturable, as is set_lr during one (step the schedule outside the compiled step).
 class TESSERA_NN_API Optimizer {
  public:
   explicit Optimizer(std::vector<Tensor> params) : params_(std::move(params)) {}
@@ -143,17 +156,19 @@ struct SGDOptions {
   double dampening = 0;
   double weight_decay = 0;
   bool nesterov = false;
+  bool capturable = false;  // Note [Capturable optimizers]
 };
 class TESSERA_NN_API SGD : public Optimizer {
  public:
   SGD(std::vector<Tensor> params, SGDOptions options);
   void step() override;
   double lr() const override { return o_.lr; }
-  void set_lr(double lr) override { o_.lr = lr; }
+  void set_lr(double lr) override;
 
  private:
   SGDOptions o_;
   std::vector<Tensor> momentum_;
+  Tensor lr_t_, started_;  // capturable: the lr, and 1 after the first step (0 before)
 };
 
 struct AdamOptions {
@@ -162,18 +177,21 @@ struct AdamOptions {
   double eps = 1e-8;
   double weight_decay = 0;
   bool decoupled_weight_decay = false;  // AdamW
+  bool capturable = false;              // Note [Capturable optimizers]
 };
 class TESSERA_NN_API Adam : public Optimizer {
  public:
   Adam(std::vector<Tensor> params, AdamOptions options);
   void step() override;
   double lr() const override { return o_.lr; }
-  void set_lr(double lr) override { o_.lr = lr; }
+  void set_lr(double lr) override;
 
  private:
+  void capturable_step();
   AdamOptions o_;
   int64_t t_ = 0;
   std::vector<Tensor> m_, v_;
+  Tensor lr_t_, beta1_pow_, beta2_pow_;  // capturable: the lr, beta1^t and beta2^t
 };
 // Adam with decoupled weight decay (default 1e-2, as PyTorch's AdamW).
 class TESSERA_NN_API AdamW : public Adam {

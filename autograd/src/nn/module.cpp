@@ -5,6 +5,7 @@
 #include <random>
 
 #include "tessera/compiler/safetensors.h"
+#include "tessera/dispatch_key.h"
 #include "tessera/nn.h"
 
 namespace tessera::nn {
@@ -192,19 +193,36 @@ Tensor mse_loss(const Tensor& input, const Tensor& target) {
 
 double clip_grad_norm_(const std::vector<Tensor>& parameters, double max_norm) {
   autograd::NoGradGuard no_grad;
-  double total = 0;
   std::vector<Tensor> grads;
+  bool one_device = true;
   for (const Tensor& p : parameters) {
     Tensor g = autograd::grad(p);
     if (!g.defined()) continue;
-    total += sum(g * g).to(kFloat64).cpu().item<double>();
+    one_device = one_device && (grads.empty() || g.device() == grads[0].device());
     grads.push_back(g);
   }
-  total = std::sqrt(total);
-  const double scale = max_norm / (total + 1e-6);
-  if (scale < 1)
-    for (Tensor& g : grads) g.mul_(scalar_tensor(scale, kFloat64));
-  return total;
+  if (grads.empty()) return 0;
+  const bool capturing = tls_local_dispatch_key_set().included.has(Functionality::Export);
+  if (!one_device) {
+    TESSERA_CHECK(!capturing, "clip_grad_norm_: gradients on several devices cannot be clipped inside a compiled "
+                              "function; clip outside it");
+    double total = 0;
+    for (const Tensor& g : grads) total += sum(g * g).to(kFloat64).cpu().item<double>();
+    total = std::sqrt(total);
+    const double scale = max_norm / (total + 1e-6);
+    if (scale < 1)
+      for (Tensor& g : grads) g.mul_(scalar_tensor(scale, kFloat64));
+    return total;
+  }
+  // PyTorch's: the coefficient min(1, max_norm / (norm + 1e-6)) stays a tensor, so the clipping reads
+  // nothing on the host and a compiled training step captures it; only the returned norm is read
+  // (not under a capture, where it is not known yet: NaN).
+  Tensor total = sum(grads[0] * grads[0]).to(kFloat64);
+  for (size_t i = 1; i < grads.size(); ++i) total = total + sum(grads[i] * grads[i]).to(kFloat64);
+  total = sqrt(total);
+  const Tensor coef = clamp(max_norm / (total + 1e-6), std::nullopt, 1.0);
+  for (Tensor& g : grads) g.mul_(coef);
+  return capturing ? std::nan("") : total.cpu().item<double>();
 }
 
 }  // namespace tessera::nn

@@ -2,12 +2,30 @@
 #include <algorithm>
 #include <cmath>
 
+#include "tessera/dispatch_key.h"
 #include "tessera/nn.h"
 
 namespace tessera::nn::optim {
 
 namespace {
 Tensor number(double v) { return scalar_tensor(v, kFloat64); }
+
+// Under a capture (tessera::compile, export_program) the Export key is included on the thread.
+bool capturing() { return tls_local_dispatch_key_set().included.has(Functionality::Export); }
+
+void check_capturable(bool capturable, const char* name) {
+  TESSERA_CHECK(capturable || !capturing(), name,
+                ".step() inside a compiled function: its step count, lr and first-step state are host numbers the "
+                "capture would freeze; construct it with capturable = true (Note [Capturable optimizers])");
+}
+
+void set_lr_tensor(Tensor& lr_t, double lr, const char* name) {
+  if (!lr_t.defined()) return;
+  TESSERA_CHECK(!capturing(), name, ".set_lr inside a compiled function would be frozen at its first value; step "
+                                    "the schedule outside the compiled step");
+  autograd::NoGradGuard no_grad;
+  lr_t.fill_(lr);
+}
 }  // namespace
 
 Optimizer::~Optimizer() = default;
@@ -22,15 +40,40 @@ SGD::SGD(std::vector<Tensor> params, SGDOptions options) : Optimizer(std::move(p
   TESSERA_CHECK(!o_.nesterov || (o_.momentum > 0 && o_.dampening == 0),
                 "SGD: Nesterov momentum requires a momentum and zero dampening");
   momentum_.resize(params_.size());
+  if (o_.capturable) {
+    ExcludeDispatchKeyGuard eager(DispatchKeySet::functionality(Functionality::Export));
+    autograd::NoGradGuard no_grad;
+    lr_t_ = number(o_.lr);
+    started_ = number(0);
+    if (o_.momentum != 0)
+      for (size_t i = 0; i < params_.size(); ++i) momentum_[i] = zeros_like(params_[i]);
+  }
+}
+
+void SGD::set_lr(double lr) {
+  set_lr_tensor(lr_t_, lr, "SGD");
+  o_.lr = lr;
 }
 
 void SGD::step() {
+  check_capturable(o_.capturable, "SGD");
   autograd::NoGradGuard no_grad;
   for (size_t i = 0; i < params_.size(); ++i) {
     Tensor& p = params_[i];
     Tensor d = autograd::grad(p);
     if (!d.defined()) continue;
     if (o_.weight_decay != 0) d = d + p * o_.weight_decay;
+    if (o_.capturable) {
+      if (o_.momentum != 0) {
+        // The first step's buffer is d (PyTorch's clone); later ones damp it: 1 - dampening * started.
+        Tensor& buf = momentum_[i];
+        buf.mul_(number(o_.momentum));
+        buf.add_(o_.dampening == 0 ? d : d * (1 - started_ * o_.dampening));
+        d = o_.nesterov ? d + buf * o_.momentum : buf;
+      }
+      p.add_(d * lr_t_, -1);
+      continue;
+    }
     if (o_.momentum != 0) {
       Tensor& buf = momentum_[i];
       if (!buf.defined()) {
@@ -43,6 +86,7 @@ void SGD::step() {
     }
     p.add_(d, -o_.lr);
   }
+  if (o_.capturable && o_.momentum != 0 && o_.dampening != 0) started_.fill_(1);
 }
 
 Adam::Adam(std::vector<Tensor> params, AdamOptions options) : Optimizer(std::move(params)), o_(options) {
@@ -51,9 +95,53 @@ Adam::Adam(std::vector<Tensor> params, AdamOptions options) : Optimizer(std::mov
                 o_.beta1, ", ", o_.beta2, ")");
   m_.resize(params_.size());
   v_.resize(params_.size());
+  if (o_.capturable) {
+    ExcludeDispatchKeyGuard eager(DispatchKeySet::functionality(Functionality::Export));
+    autograd::NoGradGuard no_grad;
+    lr_t_ = number(o_.lr);
+    beta1_pow_ = number(1);
+    beta2_pow_ = number(1);
+    for (size_t i = 0; i < params_.size(); ++i) {
+      m_[i] = zeros_like(params_[i]);
+      v_[i] = zeros_like(params_[i]);
+    }
+  }
+}
+
+void Adam::set_lr(double lr) {
+  set_lr_tensor(lr_t_, lr, o_.decoupled_weight_decay ? "AdamW" : "Adam");
+  o_.lr = lr;
+}
+
+// Note [Capturable optimizers]: the bias corrections from the running products beta^t and the lr
+// from lr_t_, all tensors the program reads and writes.
+void Adam::capturable_step() {
+  autograd::NoGradGuard no_grad;
+  ++t_;
+  beta1_pow_.mul_(number(o_.beta1));
+  beta2_pow_.mul_(number(o_.beta2));
+  const Tensor bc2 = 1 - beta2_pow_;
+  const Tensor step_size = lr_t_ / (1 - beta1_pow_);
+  for (size_t i = 0; i < params_.size(); ++i) {
+    Tensor& p = params_[i];
+    Tensor g = autograd::grad(p);
+    if (!g.defined()) continue;
+    if (o_.weight_decay != 0) {
+      if (o_.decoupled_weight_decay) p.mul_(1 - lr_t_ * o_.weight_decay);
+      else g = g + p * o_.weight_decay;
+    }
+    m_[i].mul_(number(o_.beta1));
+    m_[i].add_(g, 1 - o_.beta1);
+    v_[i].mul_(number(o_.beta2));
+    v_[i].add_(g * g, 1 - o_.beta2);
+    Tensor denom = sqrt(v_[i] / bc2) + o_.eps;
+    p.add_(m_[i] / denom * step_size, -1);
+  }
 }
 
 void Adam::step() {
+  check_capturable(o_.capturable, o_.decoupled_weight_decay ? "AdamW" : "Adam");
+  if (o_.capturable) return capturable_step();
   autograd::NoGradGuard no_grad;
   ++t_;
   const double bc1 = 1 - std::pow(o_.beta1, double(t_)), bc2 = 1 - std::pow(o_.beta2, double(t_));

@@ -5,6 +5,7 @@
 #include <unordered_map>
 
 #include "capture/capture_shapes.h"
+#include "tessera/autograd.h"
 #include "tessera/compiler/export.h"
 #include "tessera/dispatcher.h"
 #include "tessera/ops.h"
@@ -31,6 +32,21 @@ namespace {
 
 constexpr DispatchKeySet kExportKey = DispatchKeySet::functionality(Functionality::Export);
 
+// Whether `t` covers all `numel` elements of its storage from offset 0 in some dimension order.
+bool is_permutation_of_whole(const Tensor& t, int64_t numel) {
+  if (t.storage_offset() != 0 || t.numel() != numel) return false;
+  std::vector<std::pair<int64_t, int64_t>> dims;  // (stride, size), sizes of 1 left out
+  for (int64_t d = 0; d < t.dim(); ++d)
+    if (t.sizes()[size_t(d)] != 1) dims.push_back({t.strides()[size_t(d)], t.sizes()[size_t(d)]});
+  std::sort(dims.begin(), dims.end());
+  int64_t expect = 1;
+  for (const auto& [stride, size] : dims) {
+    if (stride != expect) return false;
+    expect *= size;
+  }
+  return true;
+}
+
 
 struct Tracer final : ShapeContext {
   ExportedProgram ep;
@@ -42,6 +58,18 @@ struct Tracer final : ShapeContext {
   std::vector<std::string> producer;  // value id -> the op that produced it ("" for placeholders)
   int next_weight = 0;
   int next_constant = 0;
+  // Every tensor lifted as a weight, for Note [Program state]: its placeholder, and for a leaf that
+  // requires grad its .grad before the capture (restored after it).
+  struct Lifted {
+    std::string name;
+    ValueId placeholder;
+    Tensor live;
+    bool leaf_requires_grad = false;
+    Tensor grad_before;
+  };
+  std::vector<Lifted> lifted;
+  std::unordered_map<const StorageImpl*, Tensor> lifted_storage;  // the first tensor lifted from each storage
+  std::unordered_map<const TensorImpl*, ValueId> lifted_placeholder;
 
   Tracer() {
     ranges = &ep.ranges;
@@ -94,6 +122,29 @@ struct Tracer final : ShapeContext {
   }
 
   ValueId lift_weight(const Tensor& t) {
+    // Another handle on a tensor lifted before (a saved tensor autograd unpacked for a backward
+    // formula shares the parameter's storage and geometry) is that tensor's current value: its copy
+    // would be a second weight that a program with state (Note [Program state]) leaves stale.
+    if (t.storage()) {
+      auto same = lifted_storage.find(t.storage().get());
+      if (same != lifted_storage.end() && same->second.dtype() == t.dtype()) {
+        const Tensor& first = same->second;
+        if (first.sizes() == t.sizes() && first.strides() == t.strides() && first.storage_offset() == t.storage_offset())
+          return value_of.at(first.impl());
+        // A view of a tensor fn wrote (the expand of a gradient fn filled: its memory holds no value
+        // yet), or a permutation of one (the transpose of a weight in matmul's backward): a view of its
+        // current value. Slices of a weight fn does not write stay copies (as views they would become
+        // an index_select over a constant index).
+        const ValueId now = value_of.at(first.impl());
+        const bool written = now != lifted_placeholder.at(first.impl());
+        if (written && first.numel() == 1 && t.numel() > 1) return expanded(t, now);
+        if (first.is_contiguous() && first.storage_offset() == 0 &&
+            (written || is_permutation_of_whole(t, first.numel())))
+          return view_of(t, first.impl(), now);
+        TESSERA_CHECK(!written, "export: a view of sizes ", IntArrayRef(t.sizes()), " of a tensor fn wrote in place (",
+                      ep.graph.value_name(now), ") cannot be captured; clone() the tensor before taking the view");
+      }
+    }
     std::string name;
     auto p = parameter_name.find(t.impl());
     InputKind kind = InputKind::Parameter;
@@ -113,6 +164,10 @@ struct Tracer final : ShapeContext {
     }
     weight_placeholders.push_back({NodeKind::Placeholder, name, {}, {v}});
     ep.signature.inputs.push_back({kind, name, v});
+    const bool leaf = autograd::requires_grad(t) && autograd::is_leaf(t);
+    lifted.push_back({name, v, t, leaf, leaf ? autograd::grad(t) : Tensor()});
+    if (t.storage()) lifted_storage.emplace(t.storage().get(), t);
+    lifted_placeholder[t.impl()] = v;
     return v;
   }
 
@@ -129,8 +184,27 @@ struct Tracer final : ShapeContext {
     auto r = root_of.find(t.storage().get());
     TESSERA_CHECK(r != root_of.end(), "export: a tracing tensor of sizes ", IntArrayRef(t.sizes()),
                   " does not belong to this capture; tracing tensors cannot cross export_program calls");
-    const TensorImpl* root = r->second;
-    ValueId root_value = value_of.at(root);
+    return view_of(t, r->second, value_of.at(r->second));
+  }
+
+  // `t`, a broadcast of the single element of the value `one` (the expanded root gradient of a mean):
+  // view(one, [1, ..., 1]) then expand_copy to t's sizes, instead of an index_select of a constant
+  // index as large as t.
+  ValueId expanded(const Tensor& t, ValueId one) {
+    const std::vector<int64_t> ones(size_t(t.dim()), 1);
+    ValueId v1 = add_value({t.dtype(), t.device(), std::vector<SymSize>(ones.begin(), ones.end())}, "",
+                           compiler::kViewTarget);
+    calls.push_back({NodeKind::Call, compiler::kViewTarget,
+                     {compiler::Argument::tensor(one), compiler::Argument::constant_value(ones)}, {v1}});
+    ValueId v = add_value({t.dtype(), t.device(), std::vector<SymSize>(t.sizes().begin(), t.sizes().end())}, "",
+                          "expand_copy");
+    calls.push_back({NodeKind::Call, "expand_copy",
+                     {compiler::Argument::tensor(v1), compiler::Argument::constant_value(t.sizes().vec())}, {v}});
+    return v;
+  }
+
+  // `t` as a view of `root` (contiguous, offset 0, on t's storage), whose graph value is root_value.
+  ValueId view_of(const Tensor& t, const TensorImpl* root, ValueId root_value) {
     const size_t n = size_t(t.dim());
     std::vector<size_t> order(n);
     std::iota(order.begin(), order.end(), size_t(0));
@@ -252,6 +326,51 @@ struct Tracer final : ShapeContext {
     return std::visit(V{*this}, a);
   }
 
+  // Note [Program state] (ir.h): appends to `outputs` the new value of each lifted tensor that fn
+  // wrote and that outlives the capture, then the gradient each lifted leaf received.
+  std::vector<std::string> state_names;
+  void collect_state(std::vector<ValueId>& outputs) {
+    ExcludeDispatchKeyGuard plain(kExportKey);
+    // The references this tracer holds on each lifted tensor; one more is held outside.
+    std::unordered_map<const TensorImpl*, int64_t> held;
+    for (const Tensor& t : keep) ++held[t.impl()];
+    for (const auto& [name, w] : ep.weights) ++held[w.impl()];
+    for (const Lifted& l : lifted) ++held[l.live.impl()];
+    for (const auto& [storage, t] : lifted_storage) ++held[t.impl()];
+    std::vector<const Lifted*> live;
+    for (const Lifted& l : lifted)
+      if (l.live.impl()->use_count() > held[l.live.impl()]) live.push_back(&l);  // else a temporary of fn
+    for (const Lifted* l : live) {
+      const ValueId now = value_of.at(l->live.impl());
+      if (now == l->placeholder) continue;
+      outputs.push_back(now);
+      ep.state.push_back({compiler::StateUpdate::Kind::Write, l->live});
+      state_names.push_back("updated_" + l->name);
+    }
+    // In a program with state, a tensor that outlives fn is read where it lives, not as the copy
+    // lifting made of it for another device: a parameter the program writes, an lr tensor a schedule
+    // writes between calls.
+    if (!ep.state.empty())
+      for (const Lifted* l : live) {
+        if (l->live.is_contiguous()) ep.weights[l->name] = l->live;
+        ep.live_weights.insert(l->name);
+      }
+    for (const Lifted& l : lifted) {
+      if (!l.leaf_requires_grad) continue;
+      const Tensor g = autograd::grad(l.live);
+      if (!g.defined() || !g.key_set().has(Functionality::Export)) continue;
+      // A gradient accumulated into the .grad the leaf had before the step would read that tensor
+      // as a constant of the program: every call would add to the first one.
+      if (l.grad_before.defined())
+        TESSERA_CHECK(!value_of.count(l.grad_before.impl()), "compile: the step accumulates the gradient of '",
+                      l.name, "' into the .grad it had before the step; call the optimizer's zero_grad() at the "
+                      "start of the compiled function (it sets the gradients to none, as PyTorch's set_to_none)");
+      outputs.push_back(value_for(g));
+      ep.state.push_back({compiler::StateUpdate::Kind::Grad, l.live});
+      state_names.push_back("grad_" + l.name);
+    }
+  }
+
   std::vector<Tensor> on_call(const ExportCall& call) {
     ExcludeDispatchKeyGuard plain(kExportKey);
     current_op = *call.name;
@@ -277,11 +396,12 @@ struct Tracer final : ShapeContext {
                                 sym[o][d].str(), " = ", got, " at dimension ", d, " of output ", o,
                                 ", the op's shape rule ", out.sizes[d]);
       }
-      ValueId v = add_value({out.dtype, call.device, sym[o]}, "", *call.name);
+      // An in-place op's output is the tensor it wrote, of that tensor's dtype.
+      const TensorImpl* target = out.alias_input >= 0 ? flat_inputs.at(size_t(out.alias_input)) : nullptr;
+      ValueId v = add_value({target ? target->dtype() : out.dtype, call.device, sym[o]}, "", *call.name);
       node.outputs.push_back(v);
-      if (out.alias_input >= 0) {
+      if (target) {
         // An in-place op: the tensor it wrote now stands for the new value (the graph is functional).
-        const TensorImpl* target = flat_inputs.at(size_t(out.alias_input));
         Tensor t(IntrusivePtr<TensorImpl>(const_cast<TensorImpl*>(target)));
         bind(t, v);
         results.push_back(t);
@@ -298,6 +418,25 @@ struct Tracer final : ShapeContext {
 };
 
 thread_local Tracer* t_tracer = nullptr;
+
+// A backward inside fn set the .grad of leaves to tracing tensors: each gets its .grad from before
+// the capture back, also when fn threw (the compiled program sets the new one when it runs).
+class GradRestore {
+ public:
+  explicit GradRestore(Tracer& tr) : tr_(tr) {}
+  ~GradRestore() {
+    for (const Tracer::Lifted& l : tr_.lifted)
+      if (l.leaf_requires_grad) {
+        const Tensor g = autograd::grad(l.live);
+        if (g.defined() && g.key_set().has(Functionality::Export)) autograd::set_grad(l.live, l.grad_before);
+      }
+  }
+  GradRestore(const GradRestore&) = delete;
+  GradRestore& operator=(const GradRestore&) = delete;
+
+ private:
+  Tracer& tr_;
+};
 
 std::vector<Tensor> export_hook(const ExportCall& call) {
   TESSERA_CHECK(t_tracer != nullptr, *call.name,
@@ -420,13 +559,17 @@ ExportedProgram export_program(const ExportFn& fn, const std::vector<Tensor>& ex
   }
   std::vector<ValueId> outputs;
   {
-    CaptureScope scope(tr);
-    std::vector<Tensor> results = fn(tracing);
-    ExcludeDispatchKeyGuard plain(kExportKey);
-    for (size_t i = 0; i < results.size(); ++i) {
-      TESSERA_CHECK(results[i].defined(), "export_program: fn returned an undefined tensor at position ", i);
-      outputs.push_back(tr.value_for(results[i]));
+    GradRestore restore(tr);
+    {
+      CaptureScope scope(tr);
+      std::vector<Tensor> results = fn(tracing);
+      ExcludeDispatchKeyGuard plain(kExportKey);
+      for (size_t i = 0; i < results.size(); ++i) {
+        TESSERA_CHECK(results[i].defined(), "export_program: fn returned an undefined tensor at position ", i);
+        outputs.push_back(tr.value_for(results[i]));
+      }
     }
+    tr.collect_state(outputs);
   }
   Graph& g = tr.ep.graph;
   g.nodes = std::move(tr.user_placeholders);
@@ -434,9 +577,11 @@ ExportedProgram export_program(const ExportFn& fn, const std::vector<Tensor>& ex
   for (Node& n : tr.calls) g.nodes.push_back(std::move(n));
   Node out;
   out.kind = NodeKind::Output;
+  const size_t user_outputs = outputs.size() - tr.ep.state.size();
   for (size_t i = 0; i < outputs.size(); ++i) {
     out.args.push_back(compiler::Argument::tensor(outputs[i]));
-    tr.ep.signature.outputs.push_back({"output_" + std::to_string(i), outputs[i]});
+    tr.ep.signature.outputs.push_back({i < user_outputs ? "output_" + std::to_string(i) : tr.state_names[i - user_outputs],
+                                       outputs[i]});
   }
   g.nodes.push_back(std::move(out));
   // User inputs first, then weights in the order of first use (Signature's contract).

@@ -13,7 +13,7 @@ bool fold_constants(ExportedProgram& ep) {
   Graph& g = ep.graph;
   std::vector<Tensor> known(g.values.size());
   for (const InputSpec& in : ep.signature.inputs)
-    if (in.kind != InputKind::UserInput) known[size_t(in.value)] = ep.weights.at(in.name);
+    if (in.kind != InputKind::UserInput && !ep.live_weights.count(in.name)) known[size_t(in.value)] = ep.weights.at(in.name);
   std::vector<Node> folded_placeholders;
   std::vector<bool> erase(g.nodes.size(), false);
   int next = 0;

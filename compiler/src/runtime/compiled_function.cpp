@@ -3,6 +3,7 @@
 #include <chrono>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <shared_mutex>
 
@@ -10,6 +11,7 @@
 #include "runtime/compiler_choice.h"
 #include "runtime/guards.h"
 #include "backends/plugin/partition.h"
+#include "tessera/autograd.h"
 #include "tessera/compiler/codegen.h"
 #include "tessera/compiler/compile.h"
 #include "tessera/compiler/compiled_program.h"
@@ -39,11 +41,16 @@ struct Artifact {
   std::unique_ptr<compiler::PartitionedProgram> partitioned;  // a compiler plugin's
   std::string compatibility;  // the plugin's compatibility string (Note [Compiled artifact compatibility])
 
+  std::vector<compiler::StateUpdate> state;  // of the captured program (Note [Program state])
+
   std::vector<Tensor> run(const ExportFn& fn, const std::vector<Tensor>& inputs) const {
-    if (generated) return generated->run(inputs);
-    if (partitioned) return partitioned->run(inputs);
-    if (program) return program->run(inputs);
-    return fn(inputs);
+    if (program) return program->run(inputs);  // applies the state itself
+    if (!generated && !partitioned) return fn(inputs);
+    std::optional<autograd::NoGradGuard> no_grad;  // a training step records no graph of its own
+    if (!state.empty()) no_grad.emplace();
+    std::vector<Tensor> outs = generated ? generated->run(inputs) : partitioned->run(inputs);
+    ExportedProgram::apply_state(state, outs);
+    return outs;
   }
 };
 
@@ -237,6 +244,7 @@ struct CompiledFunction::State {
       a->backend = "eager";
     }
     if (program) {
+      a->state = program->state;
       std::vector<Device> devices;
       bool all_cpu = true;
       for (const Tensor& x : inputs) {

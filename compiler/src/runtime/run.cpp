@@ -9,9 +9,11 @@
 // inputs fails at the node that breaks, not later.
 #include <algorithm>
 #include <mutex>
+#include <optional>
 
 #include "runtime/bind.h"
 #include "runtime/interpret.h"
+#include "tessera/autograd.h"
 #include "tessera/dispatcher.h"
 #include "tessera/error.h"
 #include "tessera/ops.h"
@@ -100,7 +102,15 @@ std::vector<Tensor> execute_node(const Graph& graph, const Node& n, const std::v
             break;
         }
       }
+      bool any_tensor = false;
+      for (const Argument& a : n.args)
+        any_tensor = any_tensor || a.kind == Argument::Kind::Tensor || a.kind == Argument::Kind::TensorList;
       for (Value& v : dispatcher.call_boxed(op, std::move(args))) results.push_back(std::get<Tensor>(std::move(v)));
+      // A factory (arange) has no tensor argument to take a device from: a boxed call makes it on the
+      // CPU, and it moves to the device the graph recorded for it.
+      if (!any_tensor)
+        for (size_t o = 0; o < results.size() && o < n.outputs.size(); ++o)
+          if (const Device d = graph.type(n.outputs[o]).device; results[o].device() != d) results[o] = results[o].to(d);
     }
   return results;
 }
@@ -166,7 +176,31 @@ Bindings check_run_inputs(const ExportedProgram& program, const std::vector<Tens
   return bindings;
 }
 
+void ExportedProgram::apply_state(const std::vector<StateUpdate>& state, std::vector<Tensor>& outputs) {
+  if (state.empty()) return;
+  TESSERA_INTERNAL_ASSERT(outputs.size() >= state.size(), "the program returned ", outputs.size(),
+                          " outputs for ", state.size(), " state updates");
+  const size_t first = outputs.size() - state.size();
+  autograd::NoGradGuard no_grad;  // an optimizer's write into a parameter, as in its eager step
+  for (size_t i = 0; i < state.size(); ++i) {
+    const StateUpdate& u = state[i];
+    Tensor& v = outputs[first + i];
+    if (u.kind == StateUpdate::Kind::Grad) {
+      autograd::set_grad(u.target, v);
+      continue;
+    }
+    const bool same = v.storage().get() == u.target.storage().get() &&
+                      v.storage_offset() == u.target.storage_offset() && v.strides() == u.target.strides();
+    if (!same) const_cast<Tensor&>(u.target).copy_(v);
+  }
+  outputs.resize(first);
+}
+
 std::vector<Tensor> ExportedProgram::run(const std::vector<Tensor>& inputs) const {
+  // A training step's program (Note [Program state]) runs as the optimizer's step does: no graph is
+  // recorded for its ops, and its writes into parameters are not in-place errors.
+  std::optional<autograd::NoGradGuard> no_grad;
+  if (!state.empty()) no_grad.emplace();
   std::vector<const InputSpec*> user;
   for (const InputSpec& in : signature.inputs)
     if (in.kind == InputKind::UserInput) user.push_back(&in);
@@ -189,6 +223,12 @@ std::vector<Tensor> ExportedProgram::run(const std::vector<Tensor>& inputs) cons
       auto w = weights.find(in.name);
       TESSERA_CHECK(w != weights.end(), "run: the program has no weight '", in.name, "' for input ",
                     graph.value_name(in.value));
+      // A 0-dim tensor the program recorded on the CPU is an operand on every device (Note [Autograd
+      // dispatch]): read as it is, so a value written between runs (a training step's lr) is seen.
+      if (w->second.dim() == 0 && w->second.device().is_cpu() && graph.type(in.value).device.is_cpu()) {
+        env[size_t(in.value)] = w->second;
+        continue;
+      }
       WeightCache::Entry& e = cache->entries[{in.name, device.str()}];
       if (!e.on_device.defined() || !e.source.is_same(w->second)) {
         e.source = w->second;
@@ -222,6 +262,7 @@ std::vector<Tensor> ExportedProgram::run(const std::vector<Tensor>& inputs) cons
       env[size_t(n.outputs[o])] = std::move(results[o]);
     }
   }
+  apply_state(state, outputs);
   return outputs;
 }
 

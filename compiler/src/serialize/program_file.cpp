@@ -207,6 +207,10 @@ void check_parsed_program(const ExportedProgram& ep, const json& root, const std
 }  // namespace
 
 std::string program_json(const ExportedProgram& ep) {
+  TESSERA_CHECK(ep.state.empty(), "save: the program updates ", ep.state.size(),
+                " tensors it closes over (a training step: parameters, optimizer state, gradients; Note [Program "
+                "state]); such a program runs in this process only. Save the model's state_dict instead, or export "
+                "the forward function");
   json values = json::array();
   for (const ValueInfo& v : ep.graph.values) {
     json sizes = json::array();

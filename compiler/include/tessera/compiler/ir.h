@@ -13,6 +13,7 @@
 #pragma once
 #include <cstdint>
 #include <map>
+#include <set>
 #include <memory>
 #include <optional>
 #include <string>
@@ -134,10 +135,32 @@ struct CompiledArtifact {
   std::vector<int32_t> group_of_node;  // its get_capability answer, one entry per graph node
 };
 
+// Note [Program state]
+// A captured function may write tensors it closes over that outlive it: a training step updates the
+// parameters and the optimizer's state in place and sets the parameters' .grad. The graph stays
+// functional: the new value of each such tensor is an extra graph output after fn's own outputs
+// (signature names "updated_<weight>" and "grad_<weight>"), and `state` says, per extra output in
+// order, which live tensor receives it: Write copies the value into the tensor (skipped when the
+// program wrote the tensor's own memory), Grad makes it the leaf's .grad. run() and the compiled
+// artifacts apply the updates after the graph ran and return fn's outputs only, so a compiled step
+// leaves the model and the optimizer as the eager step would. A tensor counts as state when the
+// capture wrote it and something outside the capture still holds it when fn returns (a temporary
+// that fn allocated and filled is a constant of the program instead). The targets are live tensors,
+// not data: a program with state is not saved to a file.
+struct StateUpdate {
+  enum class Kind : uint8_t { Write, Grad };
+  Kind kind = Kind::Write;
+  Tensor target;
+};
+
 class TESSERA_COMPILER_API ExportedProgram {
  public:
   Graph graph;
   Signature signature;
+  std::vector<StateUpdate> state;  // one per graph output past fn's (Note [Program state])
+  // Weights read where they live, whose values change between runs (a program with state: the
+  // parameters, the optimizer's tensors); constant folding treats them as inputs.
+  std::set<std::string> live_weights;
   std::map<std::string, SymbolRange> ranges;  // every symbol the graph mentions
   std::vector<Guard> guards;                  // in the order capture took the decisions
   std::map<std::string, Tensor> weights;      // parameters and constants, by name (host memory)
@@ -158,6 +181,10 @@ class TESSERA_COMPILER_API ExportedProgram {
   // range, or the guard and its op), moves the weights to that device once and caches them per device. Returns the outputs in
   // signature order. Thread-safe: concurrent runs share the weight cache.
   std::vector<Tensor> run(const std::vector<Tensor>& inputs) const;
+
+  // Applies `state` to the trailing outputs of a run of the graph (all of its outputs, as a backend
+  // returns them) and drops them: `outputs` keeps fn's outputs. Note [Program state].
+  static void apply_state(const std::vector<StateUpdate>& state, std::vector<Tensor>& outputs);
 
  private:
   struct WeightCache;

@@ -1,0 +1,455 @@
+// Compiled training steps (Note [Program state] in ir.h, Note [Capturable optimizers] in nn.h):
+// tessera::compile of a function that runs forward, backward and the optimizer step captures one
+// program (the forward, the backward the engine ran, the update) that writes the parameters, the
+// optimizer's state and the .grad of the parameters as the eager step does. Each test trains two
+// copies of a model from the same seed, one eagerly and one through the compiled step, and compares
+// every loss, parameter, gradient and state after every step.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <any>
+#include <filesystem>
+#include <functional>
+#include <string>
+
+#include "tessera/autograd/function.h"
+#include "tessera/compiler/compile.h"
+#include "tessera/compiler/export.h"
+#include "tessera/compiler/ir.h"
+#include "tessera/compiler/program_file.h"
+#include "tessera/nn.h"
+
+namespace tessera {
+namespace {
+
+namespace ag = autograd;
+namespace optim = nn::optim;
+
+struct Mlp : nn::Module {
+  explicit Mlp(nn::Options o = {})
+      : l1(register_module("l1", std::make_shared<nn::Linear>(8, 32, true, o))),
+        l2(register_module("l2", std::make_shared<nn::Linear>(32, 4, true, o))) {}
+  Tensor forward(const Tensor& x) const { return l2->forward(relu(l1->forward(x))); }
+  std::shared_ptr<nn::Linear> l1, l2;
+};
+
+// The largest |a - b| over the elements relative to the largest |b| (the tensor's scale), read back
+// in double (host loops). Float32 rounding differs between the compiled and the eager step (fused
+// loops, FMA), and Adam divides by sqrt(v): an element whose gradient is near zero moves by about
+// lr either way, so a per-element relative measure would judge noise.
+double max_rel_diff(const Tensor& a, const Tensor& b) {
+  EXPECT_EQ(a.sizes(), b.sizes());
+  const Tensor x = a.cpu().to(kFloat64).contiguous(), y = b.cpu().to(kFloat64).contiguous();
+  const double* px = x.data_ptr<double>();
+  const double* py = y.data_ptr<double>();
+  double worst = 0, scale = 0;
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    worst = std::max(worst, std::abs(px[i] - py[i]));
+    scale = std::max(scale, std::abs(py[i]));
+  }
+  return worst / (scale + 1e-12);
+}
+
+// Every parameter and its .grad of `model` against `reference`'s.
+void expect_same_parameters(const nn::Module& model, const nn::Module& reference, double tol, int step) {
+  const auto ours = model.named_parameters(), theirs = reference.named_parameters();
+  ASSERT_EQ(ours.size(), theirs.size());
+  for (size_t i = 0; i < ours.size(); ++i) {
+    EXPECT_LT(max_rel_diff(ours[i].second, theirs[i].second), tol) << ours[i].first << " after step " << step;
+    const Tensor g = ag::grad(ours[i].second), want = ag::grad(theirs[i].second);
+    ASSERT_EQ(g.defined(), want.defined()) << ours[i].first;
+    if (want.defined()) {
+      EXPECT_LT(max_rel_diff(g, want), tol) << "grad of " << ours[i].first << " after step " << step;
+    }
+  }
+}
+
+// A training step of `model` with `opt` as a function of (x, y): zero_grad (unless told not to),
+// forward, cross entropy, backward, step, then `after`.
+ExportFn mlp_step(Mlp& model, optim::Optimizer& opt, bool zero_grad = true, std::function<void()> after = {}) {
+  return [&model, &opt, zero_grad, after](const std::vector<Tensor>& in) {
+    if (zero_grad) opt.zero_grad();
+    Tensor loss = nn::cross_entropy(model.forward(in[0]), in[1]);
+    ag::backward(loss);
+    opt.step();
+    if (after) after();
+    return std::vector<Tensor>{loss};
+  };
+}
+
+// Capturing `fn` on `data` fails with a message that contains `says`.
+void expect_capture_refused(const ExportFn& fn, const nn::Dataset& data, const std::string& says) {
+  try {
+    (void)export_program(fn, {data.x, data.y});
+    ADD_FAILURE() << "captured; expected an error that says " << says;
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
+  }
+}
+
+std::string last_backend;  // of the last train_both's artifact
+
+CompileOptions options(const std::string& backend) {
+  CompileOptions o;
+  o.backend = backend;
+  o.name = "train_step";
+  return o;
+}
+
+// Trains `eager_model` with `eager_opt` and `model` with the compiled step over `opt` for `steps`
+// steps on one batch; `between` runs after each step on both sides (a schedule). Returns the stats.
+CompileStats train_both(nn::Module& eager_model, optim::Optimizer& eager_opt, Mlp& model, optim::Optimizer& opt,
+                        const nn::Dataset& data, int steps, const std::string& backend,
+                        const std::function<void()>& between = {}) {
+  CompiledFunction compiled = compile(mlp_step(model, opt), options(backend));
+  const Mlp& eager_mlp = dynamic_cast<const Mlp&>(eager_model);
+  for (int s = 0; s < steps; ++s) {
+    std::vector<Tensor> out = compiled({data.x, data.y});
+    eager_opt.zero_grad();
+    Tensor loss = nn::cross_entropy(eager_mlp.forward(data.x), data.y);
+    ag::backward(loss);
+    eager_opt.step();
+    EXPECT_EQ(out.size(), 1u);  // the state updates are not outputs of the compiled function
+    EXPECT_NEAR(out[0].item<double>(), loss.item<double>(), 1e-5 * std::abs(loss.item<double>())) << "step " << s;
+    expect_same_parameters(model, eager_model, 2e-4, s);
+    if (between) between();
+  }
+  last_backend = compiled.artifacts().at(0).backend;
+  return compiled.stats();
+}
+
+class CompiledStep : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(CompiledStep, AdamMatchesTheEagerStepEveryStep) {
+  const nn::Dataset data = nn::make_classification(256, 8, 4);
+  manual_seed(7);
+  Mlp eager_model;
+  manual_seed(7);
+  Mlp model;
+  optim::Adam eager_opt(eager_model.parameters(), {.lr = 0.02});
+  optim::Adam opt(model.parameters(), {.lr = 0.02, .capturable = true});
+  const CompileStats st = train_both(eager_model, eager_opt, model, opt, data, 20, GetParam());
+  EXPECT_EQ(st.compiles, 1);  // captured once, replayed 19 times
+  EXPECT_EQ(last_backend, GetParam());
+  EXPECT_EQ(st.cache_hits, 19);
+  EXPECT_EQ(st.eager_calls, 0);
+}
+
+TEST_P(CompiledStep, AdamWWithAScheduleBetweenTheCalls) {
+  const nn::Dataset data = nn::make_classification(256, 8, 4, 9);
+  manual_seed(3);
+  Mlp eager_model;
+  manual_seed(3);
+  Mlp model;
+  optim::AdamW eager_opt(eager_model.parameters(), {.lr = 0.03, .weight_decay = 0.05});
+  optim::AdamW opt(model.parameters(), {.lr = 0.03, .weight_decay = 0.05, .capturable = true});
+  optim::StepLR eager_sched(eager_opt, 3, 0.5), sched(opt, 3, 0.5);
+  const CompileStats st = train_both(eager_model, eager_opt, model, opt, data, 12, GetParam(), [&] {
+    eager_sched.step();
+    sched.step();
+  });
+  EXPECT_EQ(st.compiles, 1);  // the lr is a tensor the program reads, not a constant of it
+  EXPECT_EQ(last_backend, GetParam());
+  EXPECT_DOUBLE_EQ(opt.lr(), 0.03 * 0.0625);  // 12 epochs of StepLR(3, 0.5)
+}
+
+TEST_P(CompiledStep, SgdWithMomentumDampeningAndNesterov) {
+  const nn::Dataset data = nn::make_classification(256, 8, 4, 11);
+  for (const optim::SGDOptions& o :
+       {optim::SGDOptions{.lr = 0.1, .momentum = 0.9, .dampening = 0.25, .weight_decay = 1e-3},
+        optim::SGDOptions{.lr = 0.05, .momentum = 0.8, .nesterov = true}, optim::SGDOptions{.lr = 0.2}}) {
+    SCOPED_TRACE(testing::Message() << "momentum " << o.momentum << " dampening " << o.dampening << " nesterov "
+                                    << o.nesterov);
+    manual_seed(5);
+    Mlp eager_model;
+    manual_seed(5);
+    Mlp model;
+    optim::SGD eager_opt(eager_model.parameters(), o);
+    optim::SGDOptions c = o;
+    c.capturable = true;
+    optim::SGD opt(model.parameters(), c);
+    const CompileStats st = train_both(eager_model, eager_opt, model, opt, data, 8, GetParam());
+    EXPECT_EQ(st.compiles, 1);
+    EXPECT_EQ(last_backend, GetParam());
+  }
+}
+
+// Plain tensors through matmul: its backward reads w^T, a permute of a parameter that constant
+// folding must not freeze (Note [Program state]: the parameters are live weights).
+TEST_P(CompiledStep, MatmulOfParametersMatchesTheEagerStep) {
+  const nn::Dataset data = nn::make_classification(64, 6, 3, 13);
+  auto make = [] {
+    manual_seed(8);
+    std::vector<Tensor> w{ag::set_requires_grad(randn({6, 16}) * 0.4), ag::set_requires_grad(randn({16, 3}) * 0.4)};
+    return w;
+  };
+  std::vector<Tensor> ew = make(), w = make();
+  optim::AdamW eager_opt(ew, {.lr = 0.03, .weight_decay = 0.01});
+  optim::AdamW opt(w, {.lr = 0.03, .weight_decay = 0.01, .capturable = true});
+  auto loss_of = [&](const std::vector<Tensor>& p, const Tensor& x, const Tensor& y) {
+    return nn::cross_entropy(matmul(relu(matmul(x, p[0])), p[1]), y);
+  };
+  CompiledFunction compiled = compile(
+      [&](const std::vector<Tensor>& in) {
+        opt.zero_grad();
+        Tensor loss = loss_of(w, in[0], in[1]);
+        ag::backward(loss);
+        opt.step();
+        return std::vector<Tensor>{loss};
+      },
+      options(GetParam()));
+  for (int s = 0; s < 10; ++s) {
+    const double ours = compiled({data.x, data.y})[0].item<double>();
+    eager_opt.zero_grad();
+    Tensor loss = loss_of(ew, data.x, data.y);
+    ag::backward(loss);
+    eager_opt.step();
+    EXPECT_NEAR(ours, loss.item<double>(), 1e-5 * loss.item<double>()) << "step " << s;
+    for (size_t i = 0; i < w.size(); ++i) {
+      EXPECT_LT(max_rel_diff(w[i], ew[i]), 2e-4) << "w" << i << " after step " << s;
+      EXPECT_LT(max_rel_diff(ag::grad(w[i]), ag::grad(ew[i])), 2e-4) << "grad of w" << i << " after step " << s;
+    }
+  }
+  EXPECT_EQ(compiled.artifacts().at(0).backend, GetParam());
+}
+
+// A custom function (PyTorch 2.1's autograd.Function under torch.compile): its forward and its
+// backward are made of contract ops, so both are traced into the program, not graph-broken.
+struct ScaledTanh : ag::Function<ScaledTanh> {
+  static int forward_calls, backward_calls;
+  static Tensor forward(ag::AutogradContext* ctx, const Tensor& x, double scale) {
+    ++forward_calls;
+    ctx->saved_data["scale"] = scale;
+    Tensor y = tanh(x) * scale;
+    ctx->save_for_backward({y});
+    return y;
+  }
+  static std::vector<Tensor> backward(ag::AutogradContext* ctx, std::vector<Tensor> grads) {
+    ++backward_calls;
+    const double scale = std::any_cast<double>(ctx->saved_data["scale"]);
+    const Tensor y = ctx->get_saved_variables()[0];
+    // d/dx scale * tanh(x) = scale * (1 - tanh^2) = scale - y^2 / scale
+    return {grads[0] * (scale - y * y / scale), Tensor()};
+  }
+};
+int ScaledTanh::forward_calls = 0;
+int ScaledTanh::backward_calls = 0;
+
+TEST_P(CompiledStep, ACustomFunctionIsTracedForwardAndBackward) {
+  const nn::Dataset data = nn::make_classification(64, 8, 4, 17);
+  manual_seed(9);
+  Mlp eager_model;
+  manual_seed(9);
+  Mlp model;
+  optim::Adam eager_opt(eager_model.parameters(), {.lr = 0.02});
+  optim::Adam opt(model.parameters(), {.lr = 0.02, .capturable = true});
+  auto loss_of = [](const Mlp& m, const Tensor& x, const Tensor& y) {
+    return nn::cross_entropy(m.l2->forward(ScaledTanh::apply(m.l1->forward(x), 1.5)), y);
+  };
+  CompiledFunction compiled = compile(
+      [&](const std::vector<Tensor>& in) {
+        opt.zero_grad();
+        Tensor loss = loss_of(model, in[0], in[1]);
+        ag::backward(loss);
+        opt.step();
+        return std::vector<Tensor>{loss};
+      },
+      options(GetParam()));
+  ScaledTanh::forward_calls = ScaledTanh::backward_calls = 0;
+  for (int s = 0; s < 6; ++s) {
+    const double ours = compiled({data.x, data.y})[0].item<double>();
+    eager_opt.zero_grad();
+    Tensor loss = loss_of(eager_model, data.x, data.y);
+    ag::backward(loss);
+    eager_opt.step();
+    EXPECT_NEAR(ours, loss.item<double>(), 1e-5 * loss.item<double>()) << "step " << s;
+    expect_same_parameters(model, eager_model, 2e-4, s);
+  }
+  // Six eager steps and one capture: the compiled replays run neither the forward nor the backward.
+  EXPECT_EQ(ScaledTanh::forward_calls, 7);
+  EXPECT_EQ(ScaledTanh::backward_calls, 7);
+  EXPECT_EQ(compiled.stats().compiles, 1);
+  EXPECT_EQ(compiled.artifacts().at(0).backend, GetParam());
+}
+
+// A pre-norm transformer block (layer_norm, causal SDPA, GELU MLP: the step bench_train_step times)
+// with a mean-square loss, whose backward starts by expanding the filled root gradient (a view of a
+// tensor the capture wrote, read as a view of its new value) and goes through the backward of
+// select (a write through a view, captured as a scatter).
+struct Block : nn::Module {
+  explicit Block(int64_t d)
+      : d(d),
+        ln1(register_module("ln1", std::make_shared<nn::LayerNorm>(std::vector<int64_t>{d}))),
+        qkv(register_module("qkv", std::make_shared<nn::Linear>(d, 3 * d))),
+        proj(register_module("proj", std::make_shared<nn::Linear>(d, d))),
+        ln2(register_module("ln2", std::make_shared<nn::LayerNorm>(std::vector<int64_t>{d}))),
+        fc1(register_module("fc1", std::make_shared<nn::Linear>(d, 4 * d))),
+        fc2(register_module("fc2", std::make_shared<nn::Linear>(4 * d, d))) {}
+  Tensor forward(const Tensor& x) const {
+    const int64_t b = x.size(0), t = x.size(1), h = 2;
+    const Tensor all = qkv->forward(ln1->forward(x)).reshape({b, t, 3, h, d / h}).permute({2, 0, 3, 1, 4});
+    const Tensor a = scaled_dot_product_attention(all.select(0, 0), all.select(0, 1), all.select(0, 2), std::nullopt, true);
+    const Tensor r = x + proj->forward(a.transpose(1, 2).reshape({b, t, d}));
+    return r + fc2->forward(gelu(fc1->forward(ln2->forward(r))));
+  }
+  int64_t d;
+  std::shared_ptr<nn::LayerNorm> ln1;
+  std::shared_ptr<nn::Linear> qkv, proj;
+  std::shared_ptr<nn::LayerNorm> ln2;
+  std::shared_ptr<nn::Linear> fc1, fc2;
+};
+
+TEST_P(CompiledStep, ATransformerBlockWithAMeanSquareLoss) {
+  manual_seed(12);
+  const Tensor x = randn({2, 8, 16});
+  manual_seed(4);
+  Block eager_block(16);
+  manual_seed(4);
+  Block block(16);
+  // SGD: Adam would turn the rounding noise of gradients that are zero in exact arithmetic (the key
+  // bias's: softmax ignores a constant per query) into steps of lr in either direction.
+  optim::SGD eager_opt(eager_block.parameters(), {.lr = 0.05, .momentum = 0.9});
+  optim::SGD opt(block.parameters(), {.lr = 0.05, .momentum = 0.9, .capturable = true});
+  CompiledFunction compiled = compile(
+      [&](const std::vector<Tensor>& in) {
+        opt.zero_grad();
+        const Tensor y = block.forward(in[0]);
+        Tensor loss = (y * y).mean();
+        ag::backward(loss);
+        opt.step();
+        return std::vector<Tensor>{loss};
+      },
+      options(GetParam()));
+  double first = 0, last = 0;
+  for (int s = 0; s < 8; ++s) {
+    const double ours = compiled({x})[0].item<double>();
+    eager_opt.zero_grad();
+    const Tensor y = eager_block.forward(x);
+    Tensor loss = (y * y).mean();
+    ag::backward(loss);
+    eager_opt.step();
+    EXPECT_NEAR(ours, loss.item<double>(), 1e-5 * loss.item<double>()) << "step " << s;
+    expect_same_parameters(block, eager_block, 5e-4, s);
+    (s == 0 ? first : last) = loss.item<double>();
+  }
+  EXPECT_LT(last, first);  // it trains
+  EXPECT_EQ(compiled.stats().compiles, 1);
+  EXPECT_EQ(compiled.artifacts().at(0).backend, GetParam());  // captured, not run eagerly
+}
+
+// The joint program: the forward, the backward the engine ran (the relu's mask, the matmuls of the
+// linears' gradients) and the update, with one state update per parameter, per Adam moment and per
+// running product of the betas, and one .grad per parameter.
+TEST(CompiledStep, TheProgramHoldsForwardBackwardAndUpdate) {
+  const nn::Dataset data = nn::make_classification(64, 8, 4);
+  manual_seed(1);
+  Mlp model;
+  optim::Adam opt(model.parameters(), {.lr = 0.01, .capturable = true});
+  const ExportFn step = mlp_step(model, opt);
+  const std::vector<Tensor> before = [&] {
+    std::vector<Tensor> v;
+    for (const Tensor& p : model.parameters()) v.push_back(p.clone());
+    return v;
+  }();
+  compiler::ExportedProgram ep = export_program(step, {data.x, data.y});
+  int writes = 0, grads = 0;
+  for (const compiler::StateUpdate& u : ep.state) (u.kind == compiler::StateUpdate::Kind::Grad ? grads : writes)++;
+  EXPECT_EQ(grads, 4);            // l1.weight, l1.bias, l2.weight, l2.bias
+  EXPECT_EQ(writes, 4 + 8 + 2);   // the parameters, m and v of each, beta1^t and beta2^t
+  const std::string text = ep.graph_string();
+  EXPECT_NE(text.find("relu("), std::string::npos);
+  EXPECT_NE(text.find("gt.Tensor("), std::string::npos);  // relu's backward
+  EXPECT_NE(text.find("sqrt("), std::string::npos);       // Adam's update
+  ASSERT_EQ(ep.signature.outputs.size(), 1 + ep.state.size());
+  EXPECT_EQ(ep.signature.outputs[0].name, "output_0");
+  EXPECT_EQ(ep.signature.outputs[1].name.rfind("updated_", 0), 0u) << ep.signature.outputs[1].name;
+  EXPECT_EQ(ep.signature.outputs.back().name.rfind("grad_", 0), 0u) << ep.signature.outputs.back().name;
+  // The capture computed nothing: the parameters are unchanged and have no .grad.
+  for (size_t i = 0; i < before.size(); ++i) {
+    EXPECT_EQ(max_rel_diff(model.parameters()[i], before[i]), 0.0);
+    EXPECT_FALSE(ag::grad(model.parameters()[i]).defined());
+  }
+  // Running the program steps the model once; ep.run returns fn's outputs only.
+  std::vector<Tensor> out = ep.run({data.x, data.y});
+  ASSERT_EQ(out.size(), 1u);
+  for (size_t i = 0; i < before.size(); ++i) {
+    EXPECT_GT(max_rel_diff(model.parameters()[i], before[i]), 0.0);
+    EXPECT_TRUE(ag::grad(model.parameters()[i]).defined());
+  }
+  // Its targets are live tensors: it is not saved.
+  const std::string path = (std::filesystem::temp_directory_path() / "tessera_train_step.tsr").string();
+  try {
+    compiler::save(ep, path);
+    ADD_FAILURE() << "a program with state was saved";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("state_dict"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(std::filesystem::exists(path));
+}
+
+// A plain optimizer's step count and lr would be frozen by the capture: capturing it is an error
+// that names the fix, and compile runs such a step eagerly (correct, with its warning).
+TEST(CompiledStep, APlainOptimizerIsRefusedAndTheStepRunsEagerly) {
+  const nn::Dataset data = nn::make_classification(64, 8, 4);
+  manual_seed(2);
+  Mlp model;
+  optim::Adam opt(model.parameters(), {.lr = 0.01});
+  expect_capture_refused(mlp_step(model, opt), data, "capturable = true");
+  for (const Tensor& p : model.parameters()) EXPECT_FALSE(ag::grad(p).defined());  // restored after the failure
+  manual_seed(2);
+  Mlp eager_model;
+  optim::Adam eager_opt(eager_model.parameters(), {.lr = 0.01});
+  const CompileStats st = train_both(eager_model, eager_opt, model, opt, data, 3, "cpp");
+  EXPECT_EQ(st.compiles, 1);
+  EXPECT_EQ(last_backend, "eager");  // fn runs as it is
+}
+
+// Gradients accumulated into the .grad from before the step would read it as a constant.
+TEST(CompiledStep, AStepWithoutZeroGradIsRefusedAndTheGradsAreKept) {
+  const nn::Dataset data = nn::make_classification(64, 8, 4);
+  manual_seed(4);
+  Mlp model;
+  optim::SGD opt(model.parameters(), {.lr = 0.1, .capturable = true});
+  ag::backward(nn::cross_entropy(model.forward(data.x), data.y));
+  std::vector<Tensor> grads_before;
+  for (const Tensor& p : model.parameters()) grads_before.push_back(ag::grad(p).clone());
+  expect_capture_refused(mlp_step(model, opt, /*zero_grad=*/false), data, "zero_grad()");
+  for (size_t i = 0; i < grads_before.size(); ++i)
+    EXPECT_EQ(max_rel_diff(ag::grad(model.parameters()[i]), grads_before[i]), 0.0);
+}
+
+// A schedule stepped inside the compiled function would be frozen: set_lr refuses.
+TEST(CompiledStep, SetLrInsideTheCaptureIsRefused) {
+  const nn::Dataset data = nn::make_classification(64, 8, 4);
+  Mlp model;
+  optim::SGD opt(model.parameters(), {.lr = 0.1, .capturable = true});
+  optim::ExponentialLR sched(opt, 0.9);
+  expect_capture_refused(mlp_step(model, opt, true, [&] { sched.step(); }), data, "outside the compiled step");
+}
+
+// On a plugin device (the reference accelerator, through the interpreter): the same program.
+TEST(CompiledStep, TrainsOnTheReferenceAccelerator) {
+  if (device_count("my_hardware_device") == 0) GTEST_SKIP() << "the reference accelerator is not built";
+  const Device dev("my_hardware_device");
+  nn::Dataset data = nn::make_classification(128, 8, 4);
+  data.x = data.x.to(dev);
+  data.y = data.y.to(dev);
+  manual_seed(6);
+  Mlp eager_model;
+  eager_model.to(dev);
+  manual_seed(6);
+  Mlp model;
+  model.to(dev);
+  optim::Adam eager_opt(eager_model.parameters(), {.lr = 0.02});
+  optim::Adam opt(model.parameters(), {.lr = 0.02, .capturable = true});
+  const CompileStats st = train_both(eager_model, eager_opt, model, opt, data, 10, "cpp");
+  EXPECT_EQ(st.compiles, 1);
+  EXPECT_EQ(last_backend, "interpreter");  // the cpp backend generates code for CPU values only
+  for (const Tensor& p : model.parameters()) EXPECT_EQ(p.device().type(), dev.type());
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, CompiledStep, ::testing::Values("cpp", "interpreter"));
+
+}  // namespace
+}  // namespace tessera
