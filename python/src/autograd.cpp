@@ -231,6 +231,23 @@ void bind_autograd(nb::module_& m) {
   nb::class_<nn::optim::LinearLR, nn::optim::LRScheduler>(a, "LinearLR")
       .def(nb::init<Optimizer&, double, double, int64_t>(), nb::arg("optimizer"), nb::arg("start_factor") = 1.0 / 3,
            nb::arg("end_factor") = 1.0, nb::arg("total_iters") = 5, nb::keep_alive<1, 2>());
+  nb::class_<nn::optim::OneCycleLR, nn::optim::LRScheduler>(a, "OneCycleLR")
+      .def(nb::init<Optimizer&, double, int64_t, double, bool, double, double>(), nb::arg("optimizer"),
+           nb::arg("max_lr"), nb::arg("total_steps"), nb::arg("pct_start") = 0.3, nb::arg("anneal_cos") = true,
+           nb::arg("div_factor") = 25.0, nb::arg("final_div_factor") = 1e4, nb::keep_alive<1, 2>());
+  nb::class_<nn::optim::ReduceLROnPlateau>(a, "ReduceLROnPlateau")
+      .def("__init__", [](nn::optim::ReduceLROnPlateau* self, Optimizer& opt, const std::string& mode, double factor,
+                          int64_t patience, double threshold, const std::string& threshold_mode, int64_t cooldown,
+                          double min_lr, double eps) {
+        new (self) nn::optim::ReduceLROnPlateau(opt, {mode, factor, patience, threshold, threshold_mode, cooldown,
+                                                      min_lr, eps});
+      }, nb::arg("optimizer"), nb::arg("mode") = "min", nb::arg("factor") = 0.1, nb::arg("patience") = 10,
+         nb::arg("threshold") = 1e-4, nb::arg("threshold_mode") = "rel", nb::arg("cooldown") = 0,
+         nb::arg("min_lr") = 0.0, nb::arg("eps") = 1e-8, nb::keep_alive<1, 2>())
+      .def("step", &nn::optim::ReduceLROnPlateau::step, nb::arg("metrics"))
+      .def_prop_ro("last_epoch", &nn::optim::ReduceLROnPlateau::epoch)
+      .def_prop_ro("num_bad_epochs", &nn::optim::ReduceLROnPlateau::num_bad_epochs)
+      .def_prop_ro("best", &nn::optim::ReduceLROnPlateau::best);
   nb::class_<nn::GradScaler>(a, "GradScaler")
       .def("__init__", [](nn::GradScaler* self, double init_scale, double growth_factor, double backoff_factor,
                           int64_t growth_interval, bool enabled) {

@@ -2,7 +2,9 @@
 require grad. `opt.zero_grad()`, `opt.step()`, `opt.lr` (read/write). Schedules:
 `lr_scheduler.StepLR(opt, step_size, gamma=0.1)`, `lr_scheduler.CosineAnnealingLR(opt, T_max,
 eta_min=0)`, `ExponentialLR(opt, gamma)`, `MultiStepLR(opt, milestones, gamma=0.1)`,
-`LinearLR(opt, start_factor=1/3, end_factor=1.0, total_iters=5)`, each `step()`ped by the caller once per epoch (or step), as in PyTorch.
+`LinearLR(opt, start_factor=1/3, end_factor=1.0, total_iters=5)`, `OneCycleLR(opt, max_lr, total_steps, ...)`
+(cycle_momentum=False only), each `step()`ped by the caller once per epoch (or step), as in PyTorch,
+and `ReduceLROnPlateau(opt, mode="min", factor=0.1, patience=10, ...)` stepped with the metric.
 `capturable=True` (PyTorch's name) keeps the step count and lr in tensors, so that a training step
 (forward, backward, `opt.step()`) runs under `tessera.compile` as one program (docs/training.md)."""
 from . import autograd as _autograd  # noqa: F401 (Tensor methods, and the check that training is built)
@@ -34,3 +36,15 @@ class lr_scheduler:  # noqa: N801 (PyTorch's path: tessera.optim.lr_scheduler.St
     ExponentialLR = _impl.ExponentialLR
     MultiStepLR = _impl.MultiStepLR
     LinearLR = _impl.LinearLR
+    ReduceLROnPlateau = _impl.ReduceLROnPlateau
+
+    @staticmethod
+    def OneCycleLR(optimizer, max_lr, total_steps, pct_start=0.3, anneal_strategy="cos", div_factor=25.0,  # noqa: N802
+                   final_div_factor=1e4, cycle_momentum=False):
+        """PyTorch's one-cycle lr policy; cycling the momentum (PyTorch's default) is not done."""
+        if cycle_momentum:
+            raise ValueError("OneCycleLR: cycle_momentum is not supported; pass cycle_momentum=False")
+        if anneal_strategy not in ("cos", "linear"):
+            raise ValueError(f"OneCycleLR: anneal_strategy must be 'cos' or 'linear', got {anneal_strategy!r}")
+        return _impl.OneCycleLR(optimizer, float(max_lr), int(total_steps), float(pct_start),
+                                anneal_strategy == "cos", float(div_factor), float(final_div_factor))

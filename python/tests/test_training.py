@@ -232,6 +232,34 @@ def test_exponential_multistep_and_linear_schedules():
     assert run(o3, warm, 4) == pytest.approx([0.4, 0.6, 0.8, 0.8])
 
 
+def test_one_cycle_and_plateau_schedules():
+    # The values PyTorch's OneCycleLR (cycle_momentum=False) and ReduceLROnPlateau give, worked by hand
+    # from lr_scheduler.py (the C++ test Optimizers.OneCycleSchedule / ReduceLROnPlateau has the steps).
+    w = tessera.zeros(2).requires_grad_()
+    sched = tessera.optim.lr_scheduler
+    o = tessera.optim.SGD([w], lr=5.0)
+    one = sched.OneCycleLR(o, max_lr=1.0, total_steps=10, anneal_strategy="linear")
+    lrs = [o.lr]
+    for _ in range(9):
+        one.step()
+        lrs.append(o.lr)
+    down = [1.0 + (4e-6 - 1.0) * k / 7 for k in range(1, 8)]
+    assert lrs == pytest.approx([0.04, 0.52, 1.0] + down, rel=1e-12)
+    with pytest.raises(ValueError, match="cycle_momentum"):
+        sched.OneCycleLR(o, max_lr=1.0, total_steps=10, cycle_momentum=True)
+    o2 = tessera.optim.SGD([w], lr=1.0)
+    plateau = sched.ReduceLROnPlateau(o2, factor=0.5, patience=2, cooldown=1, min_lr=0.2)
+    got = []
+    for m in [1.0] * 11 + [0.5] * 9:
+        plateau.step(m)
+        got.append(o2.lr)
+    assert got == pytest.approx([1, 1, 1, 0.5, 0.5, 0.5, 0.5, 0.25, 0.25, 0.25, 0.25, 0.25, 0.25, 0.25]
+                                + [0.2] * 6)
+    assert plateau.best == 0.5
+    with pytest.raises((RuntimeError, ValueError), match="mode"):
+        sched.ReduceLROnPlateau(o2, mode="lowest")
+
+
 def _mlp_run(compiled_step, steps=12):
     """Adam on an MLP, eager or as one compiled program per step; the losses and the final weights."""
     tessera.manual_seed(5)

@@ -160,6 +160,71 @@ TEST(Optimizers, ExponentialMultiStepAndLinearSchedules) {
   EXPECT_ANY_THROW(nn::optim::ExponentialLR(a, 0.0));
 }
 
+// OneCycleLR worked by hand from lr_scheduler.py's OneCycleLR.get_lr (two phases): max_lr 1, 10
+// steps, pct_start 0.3: initial 1/25, min 1/25/1e4, the rise ends at step 0.3 * 10 - 1 = 2.
+TEST(Optimizers, OneCycleSchedule) {
+  Tensor p = nn::parameter(tensor(std::vector<double>{1.0}));
+  for (const bool cos : {true, false}) {
+    nn::optim::SGD o({p}, {.lr = 123.0});
+    nn::optim::OneCycleLR one(o, 1.0, 10, 0.3, cos);
+    const double lo = 0.04, hi = 1.0, end = 0.04 / 1e4;
+    auto anneal = [&](double a, double b, double pct) {
+      return cos ? b + (a - b) / 2 * (1 + std::cos(M_PI * pct)) : a + (b - a) * pct;
+    };
+    std::vector<double> want{lo};  // step 0, set at construction
+    for (int s = 1; s <= 9; ++s) want.push_back(s <= 2 ? anneal(lo, hi, s / 2.0) : anneal(hi, end, (s - 2) / 7.0));
+    std::vector<double> got{o.lr()};
+    for (int s = 1; s <= 9; ++s) {
+      one.step();
+      got.push_back(o.lr());
+    }
+    for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-15) << "step " << i << " cos " << cos;
+    EXPECT_NEAR(got[1], 0.52, 1e-15);  // the middle of the rise, either shape
+    EXPECT_NEAR(got[9], 4e-6, 1e-16);  // PyTorch linear: 4.000000000004e-06
+    one.step();                      // step 10 = total_steps: allowed, as in PyTorch
+    EXPECT_THROW(one.step(), Error);  // step 11: past total_steps
+  }
+  nn::optim::SGD o({p}, {.lr = 1.0});
+  EXPECT_THROW(nn::optim::OneCycleLR(o, 1.0, 0), Error);
+  EXPECT_THROW(nn::optim::OneCycleLR(o, 1.0, 10, 1.5), Error);
+}
+
+// ReduceLROnPlateau: the epochs worked by hand from lr_scheduler.py's ReduceLROnPlateau.step.
+TEST(Optimizers, ReduceLROnPlateau) {
+  Tensor p = nn::parameter(tensor(std::vector<double>{1.0}));
+  nn::optim::SGD o({p}, {.lr = 1.0});
+  nn::optim::ReduceLROnPlateau plateau(o, {.factor = 0.5, .patience = 2, .cooldown = 1, .min_lr = 0.2});
+  // metric:        improves  flat  flat  flat: 3 bad > 2 -> 0.5, cooldown 1
+  const std::vector<double> metrics{1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 0.5};
+  //  epoch 1: best 1.0, bad 0          lr 1.0
+  //  epoch 2,3: bad 1, 2               lr 1.0
+  //  epoch 4: bad 3 > 2 -> lr 0.5, cooldown 1, bad 0
+  //  epoch 5: bad 1, then cooldown -> bad 0
+  //  epoch 6,7: bad 1, 2; epoch 8: bad 3 -> lr 0.25, cooldown 1
+  //  epoch 9: cooldown, bad 0; epoch 10, 11: bad 1, 2
+  //  epoch 12: 0.5 < 1.0 * (1 - 1e-4): better, bad 0
+  const std::vector<double> want{1, 1, 1, 0.5, 0.5, 0.5, 0.5, 0.25, 0.25, 0.25, 0.25, 0.25};
+  for (size_t e = 0; e < metrics.size(); ++e) {
+    plateau.step(metrics[e]);
+    EXPECT_DOUBLE_EQ(o.lr(), want[e]) << "epoch " << e + 1;
+  }
+  EXPECT_EQ(plateau.best(), 0.5);
+  for (int e = 0; e < 8; ++e) plateau.step(0.5);  // two more reductions: 0.125 is below min_lr 0.2
+  EXPECT_DOUBLE_EQ(o.lr(), 0.2);
+  // mode "max" with an absolute threshold: 0.5 -> 0.55 is not better by 0.1, 0.7 is.
+  nn::optim::SGD m({p}, {.lr = 1.0});
+  nn::optim::ReduceLROnPlateau up(m, {.mode = "max", .factor = 0.1, .patience = 0, .threshold = 0.1,
+                                      .threshold_mode = "abs"});
+  up.step(0.5);
+  EXPECT_DOUBLE_EQ(m.lr(), 1.0);
+  up.step(0.55);
+  EXPECT_DOUBLE_EQ(m.lr(), 0.1);
+  up.step(0.7);
+  EXPECT_DOUBLE_EQ(m.lr(), 0.1);
+  EXPECT_THROW(nn::optim::ReduceLROnPlateau(m, {.mode = "lowest"}), Error);
+  EXPECT_THROW(nn::optim::ReduceLROnPlateau(m, {.factor = 1.0}), Error);
+}
+
 TEST(Optimizers, ClipGradNorm) {
   Tensor a = nn::parameter(tensor(std::vector<double>{1, 1}));
   Tensor b = nn::parameter(tensor(std::vector<double>{1}));

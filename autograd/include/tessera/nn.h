@@ -276,6 +276,54 @@ class TESSERA_NN_API LinearLR : public LRScheduler {
   int64_t total_;
 };
 
+// PyTorch's one-cycle policy (cycle_momentum off): the lr rises from max_lr / div_factor to max_lr
+// over the first pct_start of total_steps, then falls to max_lr / (div_factor * final_div_factor),
+// each phase a cosine (anneal_cos, default) or a straight line. Stepped once per batch; the lr of
+// step 0 is set at construction; more than total_steps steps is an error, as in PyTorch.
+class TESSERA_NN_API OneCycleLR : public LRScheduler {
+ public:
+  OneCycleLR(Optimizer& opt, double max_lr, int64_t total_steps, double pct_start = 0.3, bool anneal_cos = true,
+             double div_factor = 25.0, double final_div_factor = 1e4);
+
+ protected:
+  double lr_at(int64_t step) const override;
+
+ private:
+  double max_lr_, initial_lr_, min_lr_, warm_end_;
+  int64_t total_;
+  bool cos_;
+};
+
+// PyTorch's ReduceLROnPlateau: step(metric) once per epoch; when the metric has not improved (by
+// threshold, relative or absolute; lower is better in mode "min", higher in "max") for more than
+// `patience` epochs, the lr becomes max(lr * factor, min_lr) (unless that changes it by eps or
+// less), then `cooldown` epochs pass before bad epochs count again.
+struct ReduceLROnPlateauOptions {
+  std::string mode = "min";  // or "max"
+  double factor = 0.1;
+  int64_t patience = 10;
+  double threshold = 1e-4;
+  std::string threshold_mode = "rel";  // or "abs"
+  int64_t cooldown = 0;
+  double min_lr = 0;
+  double eps = 1e-8;
+};
+class TESSERA_NN_API ReduceLROnPlateau {
+ public:
+  explicit ReduceLROnPlateau(Optimizer& opt, ReduceLROnPlateauOptions options = {});
+  void step(double metric);
+  int64_t epoch() const { return epoch_; }
+  int64_t num_bad_epochs() const { return bad_; }
+  double best() const { return best_; }
+
+ private:
+  bool better(double a) const;
+  Optimizer& opt_;
+  ReduceLROnPlateauOptions o_;
+  double best_;
+  int64_t epoch_ = 0, bad_ = 0, cooldown_left_ = 0;
+};
+
 }  // namespace optim
 
 // Note [Gradient scaler]

@@ -215,4 +215,67 @@ double LinearLR::lr_at(int64_t epoch) const {
   return base_lr_ * (start_ + (end_ - start_) * double(std::min(epoch, total_)) / double(total_));
 }
 
+OneCycleLR::OneCycleLR(Optimizer& opt, double max_lr, int64_t total_steps, double pct_start, bool anneal_cos,
+                       double div_factor, double final_div_factor)
+    : LRScheduler(opt), max_lr_(max_lr), initial_lr_(max_lr / div_factor),
+      min_lr_(max_lr / div_factor / final_div_factor), warm_end_(pct_start * double(total_steps) - 1),
+      total_(total_steps), cos_(anneal_cos) {
+  TESSERA_CHECK(max_lr > 0, "OneCycleLR: max_lr must be positive, got ", max_lr);
+  TESSERA_CHECK(total_steps > 0, "OneCycleLR: total_steps must be positive, got ", total_steps);
+  TESSERA_CHECK(pct_start >= 0 && pct_start <= 1, "OneCycleLR: pct_start must be in [0, 1], got ", pct_start);
+  TESSERA_CHECK(div_factor > 0 && final_div_factor > 0, "OneCycleLR: div_factor (", div_factor,
+                ") and final_div_factor (", final_div_factor, ") must be positive");
+  opt_.set_lr(lr_at(0));
+}
+
+// lr_scheduler.py's OneCycleLR.get_lr: phase ends at pct_start * total - 1 and total - 1.
+double OneCycleLR::lr_at(int64_t step) const {
+  TESSERA_CHECK(step <= total_, "OneCycleLR: tried to step ", step, " times with total_steps ", total_,
+                "; make total_steps the number of optimizer steps of the whole run");
+  auto anneal = [&](double start, double end, double pct) {
+    return cos_ ? end + (start - end) / 2 * (1 + std::cos(M_PI * pct)) : (end - start) * pct + start;
+  };
+  const double s = double(step), fall = double(total_ - 1) - warm_end_;
+  if (s <= warm_end_) return anneal(initial_lr_, max_lr_, warm_end_ > 0 ? s / warm_end_ : 1.0);
+  return anneal(max_lr_, min_lr_, fall > 0 ? (s - warm_end_) / fall : 1.0);
+}
+
+ReduceLROnPlateau::ReduceLROnPlateau(Optimizer& opt, ReduceLROnPlateauOptions options)
+    : opt_(opt), o_(std::move(options)) {
+  TESSERA_CHECK(o_.mode == "min" || o_.mode == "max", "ReduceLROnPlateau: mode must be \"min\" or \"max\", got \"",
+                o_.mode, "\"");
+  TESSERA_CHECK(o_.threshold_mode == "rel" || o_.threshold_mode == "abs",
+                "ReduceLROnPlateau: threshold_mode must be \"rel\" or \"abs\", got \"", o_.threshold_mode, "\"");
+  TESSERA_CHECK(o_.factor < 1 && o_.factor >= 0, "ReduceLROnPlateau: factor must be in [0, 1), got ", o_.factor);
+  TESSERA_CHECK(o_.patience >= 0 && o_.cooldown >= 0, "ReduceLROnPlateau: patience (", o_.patience,
+                ") and cooldown (", o_.cooldown, ") must be non-negative");
+  best_ = o_.mode == "min" ? INFINITY : -INFINITY;
+}
+
+bool ReduceLROnPlateau::better(double a) const {
+  const bool rel = o_.threshold_mode == "rel";
+  if (o_.mode == "min") return a < (rel ? best_ * (1 - o_.threshold) : best_ - o_.threshold);
+  return a > (rel ? best_ * (1 + o_.threshold) : best_ + o_.threshold);
+}
+
+void ReduceLROnPlateau::step(double metric) {
+  ++epoch_;
+  if (better(metric)) {
+    best_ = metric;
+    bad_ = 0;
+  } else {
+    ++bad_;
+  }
+  if (cooldown_left_ > 0) {
+    --cooldown_left_;
+    bad_ = 0;
+  }
+  if (bad_ > o_.patience) {
+    const double old = opt_.lr(), lr = std::max(old * o_.factor, o_.min_lr);
+    if (old - lr > o_.eps) opt_.set_lr(lr);
+    cooldown_left_ = o_.cooldown;
+    bad_ = 0;
+  }
+}
+
 }  // namespace tessera::nn::optim
