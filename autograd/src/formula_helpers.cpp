@@ -148,6 +148,68 @@ Tensor logsumexp_backward(const Tensor& grad, const Tensor& self, const Tensor& 
   const Sizes sizes(self.sizes().begin(), self.sizes().end());
   return unsqueeze_reduced(grad, sizes, dim, keepdim) * exp(self - unsqueeze_reduced(result, sizes, dim, keepdim));
 }
+std::vector<Tensor> prelu_backward(const Tensor& grad, const Tensor& self, const Tensor& weight) {
+  const bool per_channel = weight.numel() != 1;
+  Tensor w = per_channel ? weight : weight.reshape({});
+  if (per_channel) {
+    TESSERA_CHECK(self.dim() >= 2, "prelu backward: ", weight.numel(), " weights need a channel dim (dim 1)");
+    Sizes shape(size_t(self.dim()), 1);
+    shape[1] = weight.numel();
+    w = weight.reshape(shape);
+  }
+  const Tensor positive = gt(self, zeros_like(self));
+  const Tensor gx = where(positive, grad, grad * w);
+  const Tensor gw_all = zero_where(grad * self, positive);
+  Sizes others;
+  for (int64_t d = 0; d < self.dim(); ++d)
+    if (!per_channel || d != 1) others.push_back(d);
+  const Tensor gw = others.empty() ? gw_all : sum(gw_all, others, false);
+  return {gx, gw.reshape(weight.sizes())};
+}
+std::vector<Tensor> prelu_kernel_backward(const Tensor& grad, const Tensor& self, const Tensor& weight) {
+  const Tensor positive = gt(self, zeros_like(self));
+  return {where(positive, grad, grad * weight), zero_where(grad * self, positive)};
+}
+Tensor repeat_backward(const Tensor& grad, const Sizes& self_sizes, const Sizes& repeats) {
+  const size_t n = repeats.size(), k = self_sizes.size();
+  Sizes padded(n - k, 1), split, repeat_dims;
+  padded.insert(padded.end(), self_sizes.begin(), self_sizes.end());
+  for (size_t i = 0; i < n; ++i) {
+    split.push_back(repeats[i]);
+    split.push_back(padded[i]);
+    repeat_dims.push_back(int64_t(2 * i));
+  }
+  if (n == 0) return grad.reshape(self_sizes);
+  return sum(grad.reshape(split), repeat_dims, false).reshape(self_sizes);
+}
+Tensor pad_backward(const Tensor& grad, const Sizes& pad, const std::string& mode) {
+  TESSERA_CHECK(mode == "constant", "the derivative of pad with mode \"", mode,
+                "\" is not implemented (TODO(#31): it needs a scatter-add); pad with mode \"constant\", or compute it "
+                "under NoGradGuard");
+  Sizes crop;
+  for (int64_t p : pad) crop.push_back(-p);
+  return tessera::pad(grad, crop, "constant", 0.0);
+}
+Tensor vector_norm_backward(const Tensor& grad, const Tensor& self, const Tensor& result, const Scalar& ord,
+                            const Sizes& dim, bool keepdim) {
+  const Sizes sizes(self.sizes().begin(), self.sizes().end());
+  const double p = ord.to_double();
+  if (p == 0) return zeros_like(self);
+  const Tensor g = unsqueeze_reduced(grad, sizes, dim, keepdim).to(self.dtype());
+  const Tensor norm = unsqueeze_reduced(result, sizes, dim, keepdim).to(self.dtype());
+  if (p == 1) return sign_of(self) * g;
+  if (std::isinf(p)) {
+    // The gradient goes to the elements whose |x| is the norm, shared evenly, as PyTorch's.
+    const Tensor at = eq(abs(self), norm).to(self.dtype());
+    Sizes all = dim;
+    const Tensor count = sum(at, wrap_dims(all, int64_t(sizes.size())), true);
+    return sign_of(self) * at * g / count;
+  }
+  const Tensor scaled = p == 2 ? self * (g / norm) : self * pow(abs(self), p - 2) * (g / pow(norm, p - 1));
+  Tensor out = zero_where(scaled, eq(norm, zeros_like(norm)));
+  if (p < 2) out = zero_where(out, eq(self, zeros_like(self)));  // |x|^(p-2) at 0: the derivative there is 0
+  return out;
+}
 Tensor cumsum_backward(const Tensor& grad, int64_t dim) {
   const int64_t d = wrap_dim(dim, std::max<int64_t>(grad.dim(), 1));
   if (grad.dim() == 0) return grad;

@@ -24,6 +24,18 @@ Tensor gelu_backward(const Tensor& grad, const Tensor& self, const std::string& 
 Tensor silu_backward(const Tensor& grad, const Tensor& self);
 Tensor clamp_backward(const Tensor& grad, const Tensor& self, const std::optional<Scalar>& min,
                       const std::optional<Scalar>& max);
+// prelu: weight holds 1 value or one per channel (dim 1 of self); returns {d self, d weight}.
+std::vector<Tensor> prelu_backward(const Tensor& grad, const Tensor& self, const Tensor& weight);
+// _prelu_kernel: weight broadcast against self; d weight unreduced (the engine sums it to shape).
+std::vector<Tensor> prelu_kernel_backward(const Tensor& grad, const Tensor& self, const Tensor& weight);
+// repeat: grad as [r0, s0, r1, s1, ...] summed over the repeats.
+Tensor repeat_backward(const Tensor& grad, const Sizes& self_sizes, const Sizes& repeats);
+// pad: mode "constant" only: the grad padded by the negated amounts (a crop; a negative pad's
+// cropped elements get zeros).
+Tensor pad_backward(const Tensor& grad, const Sizes& pad, const std::string& mode);
+// linalg_vector_norm: PyTorch's norm_backward (ord 0, 1, 2, inf/-inf, any other p; 0 where the norm is 0).
+Tensor vector_norm_backward(const Tensor& grad, const Tensor& self, const Tensor& result, const Scalar& ord,
+                            const Sizes& dim, bool keepdim);
 // Note [Fake quantize] (dispatcher/src/meta_quantized.cpp): the straight-through estimator, grad
 // where quant_min <= zero_point + round(self / scale) <= quant_max. axis < 0: per-tensor.
 Tensor fake_quantize_backward(const Tensor& grad, const Tensor& self, const Tensor& scale, const Tensor& zero_point,

@@ -66,6 +66,14 @@ CASES = [
     ("cat_stack", lambda a, b: tessera.cat([a, b], 0) * tessera.stack([a, b], 0).sum(0).sum(),
      lambda a, b: torch.cat([a, b], 0) * torch.stack([a, b], 0).sum(0).sum(),
      [lambda r: r.standard_normal((2, 3)), lambda r: r.standard_normal((2, 3))]),
+    ("prelu_per_channel", tessera.prelu, torch.nn.functional.prelu,
+     [lambda r: away(r, (2, 3, 4)), lambda r: r.uniform(0.1, 0.5, (3,))]),
+    ("repeat", lambda a: tessera.repeat(a, [2, 1, 3]), lambda a: a.repeat(2, 1, 3), [lambda r: r.standard_normal((2, 2))]),
+    ("pad_constant", lambda a: tessera.pad(a, [1, 2, -1, 1], "constant", 0.5),
+     lambda a: torch.nn.functional.pad(a, [1, 2, -1, 1], "constant", 0.5), [lambda r: r.standard_normal((3, 4))]),
+    ("vector_norm", lambda a: tessera.linalg_vector_norm(a, 2, [1]) + tessera.linalg_vector_norm(a, 3.0, [0]).sum(),
+     lambda a: torch.linalg.vector_norm(a, 2, [1]) + torch.linalg.vector_norm(a, 3.0, [0]).sum(),
+     [lambda r: away(r, (3, 4))]),
 ]
 
 

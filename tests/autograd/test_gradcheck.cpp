@@ -1,6 +1,7 @@
 // Every backward formula of dispatcher/ops/derivatives.json, and the view backward, against central
 // finite differences in float64: random values, broadcasting and non-contiguous inputs.
 #include "gradcheck.h"
+#include "tessera/dispatcher.h"
 
 namespace tessera {
 namespace {
@@ -110,6 +111,31 @@ TEST_F(GradCheck, LogsumexpCumsumExpand) {
   gradcheck([](const V& x) { return cumsum(x[0], 1); }, {u({3, 5})}, {0});
   gradcheck([](const V& x) { return cumsum(x[0], -1); }, {noncontiguous(u({4, 3}))}, {0});
   gradcheck([](const V& x) { return expand_copy(x[0], {2, 3, 4}); }, {u({3, 1})}, {0});
+}
+
+TEST_F(GradCheck, PreluRepeatPadVectorNorm) {
+  // prelu: one weight, one per channel (dim 1), on inputs kept away from the kink at 0.
+  gradcheck([](const V& x) { return prelu(x[0], x[1]); }, {signed_away(rng, {2, 3, 4}), u({1}, 0.1, 0.5)}, {0, 1});
+  gradcheck([](const V& x) { return prelu(x[0], x[1]); }, {signed_away(rng, {2, 3, 4}), u({3}, 0.1, 0.5)}, {0, 1});
+  // _prelu_kernel (ONNX PRelu's weight, broadcast against self) has no C++ function: boxed.
+  gradcheck(
+      [](const V& x) {
+        Dispatcher& d = Dispatcher::instance();
+        return std::get<Tensor>(d.call_boxed(d.op("_prelu_kernel"), {x[0], x[1]}).at(0));
+      },
+      {signed_away(rng, {2, 3}), u({3}, 0.1, 0.5)}, {0, 1});
+  // repeat: within the rank and with extra leading repeats; non-contiguous input.
+  gradcheck([](const V& x) { return repeat(x[0], {2, 3}); }, {noncontiguous(u({3, 2}))}, {0});
+  gradcheck([](const V& x) { return repeat(x[0], {2, 1, 3}); }, {u({2, 2})}, {0});
+  // pad (constant): growing, and cropping with negative amounts.
+  gradcheck([](const V& x) { return pad(x[0], {1, 2, 0, 1}, "constant", 0.5); }, {u({3, 4})}, {0});
+  gradcheck([](const V& x) { return pad(x[0], {-1, 2, 1, -1}); }, {u({2, 3, 4})}, {0});
+  // linalg_vector_norm: ord 2 over all and over a dim, 1, 3, inf (inputs without ties), keepdim.
+  gradcheck([](const V& x) { return linalg_vector_norm(x[0]); }, {u({3, 4})}, {0});
+  gradcheck([](const V& x) { return linalg_vector_norm(x[0], 2, std::vector<int64_t>{1}, true); }, {u({3, 4})}, {0});
+  gradcheck([](const V& x) { return linalg_vector_norm(x[0], 1, std::vector<int64_t>{0}); }, {signed_away(rng, {3, 4})}, {0});
+  gradcheck([](const V& x) { return linalg_vector_norm(x[0], 3.0, std::vector<int64_t>{-1}); }, {signed_away(rng, {2, 5})}, {0});
+  gradcheck([](const V& x) { return linalg_vector_norm(x[0], INFINITY, std::vector<int64_t>{1}); }, {u({3, 4}, 0.1, 2)}, {0});
 }
 
 TEST_F(GradCheck, OnnxStructural) {
