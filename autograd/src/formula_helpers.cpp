@@ -290,6 +290,50 @@ std::vector<Tensor> layer_norm_backward(const Tensor& grad, const Tensor& input,
   if (bias) gb = autograd::sum_to(grad, bias->sizes());
   return {gx, gw, gb};
 }
+namespace {
+// (1, C, 1, ...) of a per-channel vector for an (N, C, ...) input.
+Tensor per_channel(const Tensor& v, int64_t ndim) {
+  Sizes shape(size_t(ndim), 1);
+  shape[1] = v.numel();
+  return v.reshape(shape);
+}
+// Every dim of an (N, C, ...) input but the channel dim.
+Sizes all_but_channel(int64_t ndim) {
+  Sizes d{0};
+  for (int64_t i = 2; i < ndim; ++i) d.push_back(i);
+  return d;
+}
+}  // namespace
+std::vector<Tensor> group_norm_backward(const Tensor& grad, const Tensor& input, int64_t num_groups,
+                                        const std::optional<Tensor>& weight, const std::optional<Tensor>& bias,
+                                        double eps) {
+  const Sizes sizes(input.sizes().begin(), input.sizes().end());
+  const Sizes grouped{sizes[0], num_groups, -1};
+  const Tensor x = input.reshape(grouped);
+  const Tensor mu = mean(x, {2}, true);
+  const Tensor xc = x - mu;
+  const Tensor rstd = rsqrt(mean(xc * xc, {2}, true) + eps);
+  const Tensor xhat = xc * rstd;  // (N, G, M)
+  const Tensor gxhat = (weight ? grad * per_channel(*weight, input.dim()) : grad).reshape(grouped);
+  const Tensor gx = (rstd * (gxhat - mean(gxhat, {2}, true) - xhat * mean(gxhat * xhat, {2}, true))).reshape(sizes);
+  Tensor gw, gb;
+  if (weight) gw = sum(grad * xhat.reshape(sizes), all_but_channel(input.dim()), false);
+  if (bias) gb = sum(grad, all_but_channel(input.dim()), false);
+  return {gx, gw, gb};
+}
+std::vector<Tensor> batch_norm_backward(const Tensor& grad, const Tensor& input, const std::optional<Tensor>& weight,
+                                        const std::optional<Tensor>& bias, const std::optional<Tensor>& running_mean,
+                                        const std::optional<Tensor>& running_var, bool training, double eps) {
+  TESSERA_CHECK(!training && running_mean && running_var,
+                "batch_norm backward: only the inference form (running statistics) has a formula (TODO(#31))");
+  const int64_t nd = input.dim();
+  const Tensor rstd = per_channel(rsqrt(*running_var + eps), nd);
+  const Tensor gx = weight ? grad * (per_channel(*weight, nd) * rstd) : grad * rstd;
+  Tensor gw, gb;
+  if (weight) gw = sum(grad * ((input - per_channel(*running_mean, nd)) * rstd), all_but_channel(nd), false);
+  if (bias) gb = sum(grad, all_but_channel(nd), false);
+  return {gx, gw, gb};
+}
 std::vector<Tensor> rms_norm_backward(const Tensor& grad, const Tensor& input, const Sizes& normalized_shape,
                                       const std::optional<Tensor>& weight, std::optional<double> eps) {
   std::vector<int64_t> dims;

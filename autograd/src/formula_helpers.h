@@ -36,6 +36,15 @@ Tensor pad_backward(const Tensor& grad, const Sizes& pad, const std::string& mod
 // linalg_vector_norm: PyTorch's norm_backward (ord 0, 1, 2, inf/-inf, any other p; 0 where the norm is 0).
 Tensor vector_norm_backward(const Tensor& grad, const Tensor& self, const Tensor& result, const Scalar& ord,
                             const Sizes& dim, bool keepdim);
+// group_norm over (N, C, *) in num_groups groups of C / num_groups channels; {d input, d weight, d bias}.
+std::vector<Tensor> group_norm_backward(const Tensor& grad, const Tensor& input, int64_t num_groups,
+                                        const std::optional<Tensor>& weight, const std::optional<Tensor>& bias,
+                                        double eps);
+// batch_norm with the running statistics (the contract's op refuses training=True):
+// {d input, d weight, d bias}; the running statistics get none.
+std::vector<Tensor> batch_norm_backward(const Tensor& grad, const Tensor& input, const std::optional<Tensor>& weight,
+                                        const std::optional<Tensor>& bias, const std::optional<Tensor>& running_mean,
+                                        const std::optional<Tensor>& running_var, bool training, double eps);
 // Note [Fake quantize] (dispatcher/src/meta_quantized.cpp): the straight-through estimator, grad
 // where quant_min <= zero_point + round(self / scale) <= quant_max. axis < 0: per-tensor.
 Tensor fake_quantize_backward(const Tensor& grad, const Tensor& self, const Tensor& scale, const Tensor& zero_point,

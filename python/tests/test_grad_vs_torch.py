@@ -17,6 +17,11 @@ def away(rng, shape, lo=0.2, hi=1.0):
     return rng.uniform(lo, hi, shape) * rng.choice([-1.0, 1.0], shape)
 
 
+# batch_norm's running statistics (not differentiated): fixed values, the same on both sides.
+_BN_MEAN = np.array([0.1, -0.3, 0.5])
+_BN_VAR = np.array([0.8, 1.5, 0.6])
+_BN_MEAN_T, _BN_VAR_T = tessera.from_numpy(_BN_MEAN.copy()), tessera.from_numpy(_BN_VAR.copy())
+
 # (name, function of tessera tensors, function of torch tensors, input makers)
 CASES = [
     ("add_broadcast", lambda a, b: tessera.add(a, b, alpha=2.5), lambda a, b: torch.add(a, b, alpha=2.5),
@@ -71,6 +76,13 @@ CASES = [
     ("repeat", lambda a: tessera.repeat(a, [2, 1, 3]), lambda a: a.repeat(2, 1, 3), [lambda r: r.standard_normal((2, 2))]),
     ("pad_constant", lambda a: tessera.pad(a, [1, 2, -1, 1], "constant", 0.5),
      lambda a: torch.nn.functional.pad(a, [1, 2, -1, 1], "constant", 0.5), [lambda r: r.standard_normal((3, 4))]),
+    ("group_norm", lambda a, w, b: tessera.group_norm(a, 2, w, b, 1e-5),
+     lambda a, w, b: torch.nn.functional.group_norm(a, 2, w, b, 1e-5),
+     [lambda r: r.standard_normal((2, 4, 3)), lambda r: r.uniform(0.5, 1.5, (4,)), lambda r: r.standard_normal((4,))]),
+    ("batch_norm_eval", lambda a, w, b: tessera.batch_norm(a, w, b, _BN_MEAN_T, _BN_VAR_T, False, 0.1, 1e-5, False),
+     lambda a, w, b: torch.nn.functional.batch_norm(a, torch.from_numpy(_BN_MEAN), torch.from_numpy(_BN_VAR), w, b,
+                                                    False, 0.1, 1e-5),
+     [lambda r: r.standard_normal((2, 3, 4)), lambda r: r.uniform(0.5, 1.5, (3,)), lambda r: r.standard_normal((3,))]),
     ("vector_norm", lambda a: tessera.linalg_vector_norm(a, 2, [1]) + tessera.linalg_vector_norm(a, 3.0, [0]).sum(),
      lambda a: torch.linalg.vector_norm(a, 2, [1]) + torch.linalg.vector_norm(a, 3.0, [0]).sum(),
      [lambda r: away(r, (3, 4))]),

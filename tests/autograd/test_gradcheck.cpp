@@ -138,6 +138,18 @@ TEST_F(GradCheck, PreluRepeatPadVectorNorm) {
   gradcheck([](const V& x) { return linalg_vector_norm(x[0], INFINITY, std::vector<int64_t>{1}); }, {u({3, 4}, 0.1, 2)}, {0});
 }
 
+TEST_F(GradCheck, GroupNormAndBatchNorm) {
+  // group_norm: 2 groups of 2 channels, with and without the affine part; 1 group (layer norm over C, H).
+  gradcheck([](const V& x) { return group_norm(x[0], 2, x[1], x[2], 1e-5); },
+            {u({2, 4, 3}), u({4}, 0.5, 1.5), u({4})}, {0, 1, 2});
+  gradcheck([](const V& x) { return group_norm(x[0], 1, std::nullopt, std::nullopt, 1e-5); },
+            {noncontiguous(u({3, 2, 2}))}, {0});
+  // batch_norm with running statistics (the contract's form): input, weight and bias.
+  const Tensor mean = u({3}), var = u({3}, 0.5, 2);
+  gradcheck([&](const V& x) { return batch_norm(x[0], x[1], x[2], mean, var, false, 0.1, 1e-5, false); },
+            {u({2, 3, 4}), u({3}, 0.5, 1.5), u({3})}, {0, 1, 2});
+}
+
 TEST_F(GradCheck, OnnxStructural) {
   gradcheck([](const V& x) { return tril(x[0], 1); }, {u({4, 5})}, {0});
   gradcheck([](const V& x) { return triu(x[0], -1); }, {noncontiguous(u({4, 5}))}, {0});
