@@ -1,6 +1,7 @@
 // The backward engine: nodes, saved tensors, gradient accumulation, backward() and grad().
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <queue>
 #include <unordered_map>
 
@@ -33,11 +34,13 @@ BackwardStats& backward_stats() {
 // version (an in-place op, data_ptr()), and so does a write through any view of the same storage;
 // unpack() compares and refuses with PyTorch's message. A backward without retain_graph frees them.
 
-SavedTensor::SavedTensor(const Tensor& t, bool /*is_output*/) {
+SavedTensor::SavedTensor(const Tensor& t, bool is_output) {
   if (!t.defined()) return;
   data_ = detach(t);
   version_ = t.storage() ? t.storage()->version() : 0;
   defined_ = true;
+  // An input's edge points up the graph (no cycle); an output's node is set weakly by its recorder.
+  if (!is_output && requires_grad(t)) edge_ = gradient_edge(t);
 }
 
 Tensor SavedTensor::unpack(const std::string& node) const {
@@ -55,6 +58,14 @@ Tensor SavedTensor::unpack(const std::string& node) const {
        << "). Hint: find the in-place operation (or data_ptr() write) on it or on a view of it, and use its "
           "out-of-place form or clone() the tensor first";
     tessera::detail::throw_error(ErrorCode::InvalidArgument, os.str());
+  }
+  if (is_grad_enabled()) {  // Note [Higher-order gradients]
+    std::shared_ptr<Node> fn = edge_.fn ? edge_.fn : output_fn_.lock();
+    if (fn) {
+      Tensor with_history = detach(data_);
+      set_history(with_history, fn, edge_.input_nr);
+      return with_history;
+    }
   }
   return data_;
 }
@@ -159,8 +170,12 @@ Tensor accumulate(const Tensor& a, const Tensor& b) {
 // Runs the graph from `roots` (weighted by `root_grads`). With `targets`, returns the gradient that
 // reaches each target edge and accumulates into no leaf; without, accumulates into the leaves.
 std::vector<Tensor> run_graph(const std::vector<Edge>& roots, const std::vector<Tensor>& root_grads, bool keep_graph,
-                              const std::vector<Edge>* targets) {
-  NoGradGuard no_grad;  // backward records nothing (no create_graph yet)
+                              const std::vector<Edge>* targets, bool create_graph) {
+  // Backward records nothing, unless create_graph (Note [Higher-order gradients]).
+  std::optional<NoGradGuard> no_grad;
+  std::optional<EnableGradGuard> with_grad;
+  if (create_graph) with_grad.emplace();
+  else no_grad.emplace();
   std::unordered_map<Node*, int> deps;
   std::vector<Node*> stack;
   std::unordered_map<Node*, bool> seen;
@@ -272,19 +287,22 @@ std::vector<Edge> root_edges(const std::vector<Tensor>& outputs, const std::vect
 
 }  // namespace
 
-void backward(const std::vector<Tensor>& outputs, const std::vector<Tensor>& grad_outputs, bool retain_graph) {
+void backward(const std::vector<Tensor>& outputs, const std::vector<Tensor>& grad_outputs, bool retain_graph,
+              bool create_graph) {
   std::vector<Tensor> root_grads;
   std::vector<Edge> roots = root_edges(outputs, grad_outputs, root_grads);
-  run_graph(roots, root_grads, retain_graph, nullptr);
+  run_graph(roots, root_grads, retain_graph || create_graph, nullptr, create_graph);
 }
 
-void backward(const Tensor& output, const Tensor& grad_output, bool retain_graph) {
+void backward(const Tensor& output, const Tensor& grad_output, bool retain_graph, bool create_graph) {
   backward(std::vector<Tensor>{output},
-           grad_output.defined() ? std::vector<Tensor>{grad_output} : std::vector<Tensor>{}, retain_graph);
+           grad_output.defined() ? std::vector<Tensor>{grad_output} : std::vector<Tensor>{}, retain_graph,
+           create_graph);
 }
 
 std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
-                         const std::vector<Tensor>& grad_outputs, bool retain_graph, bool allow_unused) {
+                         const std::vector<Tensor>& grad_outputs, bool retain_graph, bool allow_unused,
+                         bool create_graph) {
   std::vector<Tensor> root_grads;
   std::vector<Edge> roots = root_edges(outputs, grad_outputs, root_grads);
   std::vector<Edge> targets;
@@ -293,7 +311,7 @@ std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<T
     TESSERA_CHECK(e.valid(), "grad(): input ", i, " does not require grad; call set_requires_grad on it first");
     targets.push_back(std::move(e));
   }
-  std::vector<Tensor> result = run_graph(roots, root_grads, retain_graph, &targets);
+  std::vector<Tensor> result = run_graph(roots, root_grads, retain_graph || create_graph, &targets, create_graph);
   for (size_t i = 0; i < result.size(); ++i) {
     TESSERA_CHECK(allow_unused || result[i].defined(), "grad(): one of the differentiated tensors (input ", i,
                   ") appears to not have been used in the graph. Set allow_unused=true if this is the desired behavior");

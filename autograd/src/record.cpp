@@ -70,7 +70,8 @@ class OpNode final : public Node {
     // Under a capture (a compiled training step) the gradients are tracing tensors without memory: the
     // generic formula runs, its contract ops become the program's nodes (the device's own backward
     // kernel is not an op a graph can name).
-    if (device_kernel_ && grads.size() == 1 && grads[0].defined() &&
+    // Under create_graph (grad mode on in backward) the formula runs, so that it is recorded.
+    if (device_kernel_ && grads.size() == 1 && grads[0].defined() && !is_grad_enabled() &&
         !grads[0].key_set().has(Functionality::Export) && run_device(grads[0], out)) {
       ++backward_stats().device_kernels_run;
     } else {
@@ -176,7 +177,8 @@ class ViewNode final : public Node {
         sizes[d] = 1;
       }
     if (!dims.empty()) g = tessera::sum(g, dims, true);
-    if (g.key_set().has(Functionality::Export)) return {captured(g, sizes)};
+    // Under a capture, and under create_graph (a write through a view is not recorded), as ops.
+    if (g.key_set().has(Functionality::Export) || is_grad_enabled()) return {captured(g, sizes)};
     Tensor buf = make_tensor_strided(base_sizes_, base_strides_, dtype_, device_);
     buf.fill_(0);
     if (g.dtype() != dtype_) g = g.to(dtype_);
@@ -410,6 +412,7 @@ std::vector<Tensor> on_autograd_call(AutogradCall& call) {
     }
     if (info->saves_result)
       for (const Tensor& o : outs) n->results_.emplace_back(o, true);
+    for (uint32_t o = 0; o < n->results_.size(); ++o) n->results_[o].set_output_of(n, o);
     node = std::move(n);
   }
   for (uint32_t o : diff_outs) set_history(outs[o], node, o);

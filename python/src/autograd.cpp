@@ -107,22 +107,24 @@ void bind_autograd(nb::module_& m) {
     return out;
   };
   a.def("backward", [defined](const std::vector<Tensor>& outputs, const std::vector<std::optional<Tensor>>& grads,
-                              bool retain_graph) {
+                              bool retain_graph, bool create_graph) {
     std::vector<Tensor> g = defined(grads);
     Gil gil;
-    ag::backward(outputs, g, retain_graph);
-  }, nb::arg("outputs"), nb::arg("grad_outputs"), nb::arg("retain_graph"));
+    ag::backward(outputs, g, retain_graph, create_graph);
+  }, nb::arg("outputs"), nb::arg("grad_outputs"), nb::arg("retain_graph"), nb::arg("create_graph") = false);
   a.def("grad_of", [defined](const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
-                             const std::vector<std::optional<Tensor>>& grads, bool retain_graph, bool allow_unused) {
+                             const std::vector<std::optional<Tensor>>& grads, bool retain_graph, bool allow_unused,
+                             bool create_graph) {
     std::vector<Tensor> g = defined(grads), r;
     {
       Gil gil;
-      r = ag::grad(outputs, inputs, g, retain_graph, allow_unused);
+      r = ag::grad(outputs, inputs, g, retain_graph, allow_unused, create_graph);
     }
     std::vector<std::optional<Tensor>> out;
     for (Tensor& t : r) out.push_back(t.defined() ? std::optional<Tensor>(std::move(t)) : std::nullopt);
     return out;
-  }, nb::arg("outputs"), nb::arg("inputs"), nb::arg("grad_outputs"), nb::arg("retain_graph"), nb::arg("allow_unused"));
+  }, nb::arg("outputs"), nb::arg("inputs"), nb::arg("grad_outputs"), nb::arg("retain_graph"), nb::arg("allow_unused"),
+     nb::arg("create_graph") = false);
   a.def("is_grad_enabled", &ag::is_grad_enabled);
   a.def("cross_entropy", &nn::cross_entropy, nb::arg("logits"), nb::arg("targets"));
   a.def("mse_loss", &nn::mse_loss, nb::arg("input"), nb::arg("target"));

@@ -17,22 +17,25 @@ def _list(x):
     return list(x) if isinstance(x, (list, tuple)) else [x]
 
 
-def backward(tensors, grad_tensors=None, retain_graph=False):
+def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False):
     """Accumulates the gradients of `tensors` (weighed by `grad_tensors`; None: ones, for one-element
-    tensors) into .grad of every leaf that requires grad."""
+    tensors) into .grad of every leaf that requires grad. create_graph records the backward, so the
+    gradients can be differentiated again (retain_graph defaults to create_graph, as in PyTorch)."""
     outs = _list(tensors)
     grads = _list(grad_tensors) or [None] * len(outs)
     if len(grads) != len(outs):
         raise ValueError("tessera.autograd.backward: %d tensors but %d grad_tensors" % (len(outs), len(grads)))
-    _impl.backward(outs, grads, bool(retain_graph))
+    keep = create_graph if retain_graph is None else retain_graph
+    _impl.backward(outs, grads, bool(keep), bool(create_graph))
 
 
-def grad(outputs, inputs, grad_outputs=None, retain_graph=False, allow_unused=False):
+def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=False, allow_unused=False):
     """The gradients of `outputs` with respect to `inputs`, returned (a tuple) instead of accumulated;
-    None for an unused input when allow_unused."""
+    None for an unused input when allow_unused. create_graph as for backward."""
     outs, ins = _list(outputs), _list(inputs)
     grads = _list(grad_outputs) or [None] * len(outs)
-    return tuple(_impl.grad_of(outs, ins, grads, bool(retain_graph), bool(allow_unused)))
+    keep = create_graph if retain_graph is None else retain_graph
+    return tuple(_impl.grad_of(outs, ins, grads, bool(keep), bool(allow_unused), bool(create_graph)))
 
 
 def is_grad_enabled():
@@ -83,8 +86,8 @@ def _install_tensor_methods():
     def _set_requires_grad(self, value):
         _impl.set_requires_grad(self, bool(value))
 
-    def _backward(self, gradient=None, retain_graph=False):
-        backward([self], [gradient], retain_graph)
+    def _backward(self, gradient=None, retain_graph=None, create_graph=False):
+        backward([self], [gradient], retain_graph, create_graph)
 
     T.requires_grad_ = requires_grad_
     T.requires_grad = property(lambda self: _impl.requires_grad(self), _set_requires_grad,

@@ -107,3 +107,25 @@ def test_gradients_match_pytorch(name, ours, theirs, makers):
     for i, (a, b) in enumerate(zip(tx, px)):
         np.testing.assert_allclose(a.grad.numpy(), b.grad.numpy(), rtol=1e-7, atol=atol,
                                    err_msg="%s: gradient of input %d" % (name, i))
+
+
+def test_double_backward_matches_pytorch():
+    # A gradient penalty through matmul, softmax and layer_norm: d/dw |d loss / d x|^2 (create_graph).
+    rng = np.random.default_rng(11)
+    xv, wv, gv = rng.standard_normal((3, 4)), rng.standard_normal((4, 5)), rng.standard_normal((3, 5))
+
+    def run(lib, x, w, g):
+        if lib is torch:
+            h = torch.nn.functional.layer_norm(torch.softmax(x @ w, 1), [5])
+            (gx,) = torch.autograd.grad((h * g).sum(), x, create_graph=True)
+        else:
+            h = tessera.layer_norm(tessera.softmax(x @ w, 1), [5], None, None, 1e-5)
+            (gx,) = tessera.autograd.grad((h * g).sum(), x, create_graph=True)
+        (gx * gx).sum().backward()
+        return w.grad
+
+    ours = run(tessera, tessera.from_numpy(xv.copy()).requires_grad_(), tessera.from_numpy(wv.copy()).requires_grad_(),
+               tessera.from_numpy(gv.copy())).numpy()
+    theirs = run(torch, torch.from_numpy(xv.copy()).requires_grad_(), torch.from_numpy(wv.copy()).requires_grad_(),
+                 torch.from_numpy(gv.copy())).numpy()
+    np.testing.assert_allclose(ours, theirs, rtol=1e-7, atol=1e-10)

@@ -317,3 +317,33 @@ def test_a_custom_function_inside_a_compiled_step_is_traced():
     np.testing.assert_allclose(comp, eager, rtol=1e-5)
     np.testing.assert_allclose(w_comp, w_eager, rtol=1e-5, atol=1e-6)
     assert eager_calls == 5 and comp_calls == 1  # the Python backward ran once, at the capture
+
+
+def test_second_derivatives_with_create_graph():
+    x = tessera.tensor([-1.5, 0.5, 2.0], dtype=tessera.float64).requires_grad_()
+    (g,) = tessera.autograd.grad((x * x * x).sum(), x, create_graph=True)
+    np.testing.assert_allclose(g.detach().numpy(), 3 * np.array([-1.5, 0.5, 2.0]) ** 2)
+    assert g.requires_grad
+    g.sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), [-9.0, 3.0, 12.0])  # d/dx 3x^2 = 6x
+    # A gradient penalty: d/dw of |d(tanh(x w)).sum()/dx|^2, against central differences.
+    rng = np.random.default_rng(4)
+    xv, wv = rng.standard_normal((2, 3)), rng.standard_normal((3, 4))
+
+    def penalty(w_np, want_grad=False):
+        xt = tessera.from_numpy(xv.copy()).requires_grad_()
+        w = tessera.from_numpy(w_np.copy()).requires_grad_()
+        (gx,) = tessera.autograd.grad(tessera.tanh(xt @ w).sum(), xt, create_graph=True)
+        p = (gx * gx).sum()
+        if not want_grad:
+            return float(p.detach().numpy())
+        p.backward()
+        return w.grad.numpy()
+
+    analytic = penalty(wv, True)
+    numeric = np.zeros_like(wv)
+    for i in np.ndindex(wv.shape):
+        d = np.zeros_like(wv)
+        d[i] = 1e-6
+        numeric[i] = (penalty(wv + d) - penalty(wv - d)) / 2e-6
+    np.testing.assert_allclose(analytic, numeric, rtol=1e-5, atol=1e-7)

@@ -10,6 +10,7 @@ using testing::gradcheck;
 using testing::noncontiguous;
 using testing::uniform64;
 using V = std::vector<Tensor>;
+namespace ag = autograd;
 
 class GradCheck : public ::testing::Test {
  protected:
@@ -148,6 +149,59 @@ TEST_F(GradCheck, GroupNormAndBatchNorm) {
   const Tensor mean = u({3}), var = u({3}, 0.5, 2);
   gradcheck([&](const V& x) { return batch_norm(x[0], x[1], x[2], mean, var, false, 0.1, 1e-5, false); },
             {u({2, 3, 4}), u({3}, 0.5, 1.5), u({3})}, {0, 1, 2});
+}
+
+// Note [Higher-order gradients]: each function returns a first derivative computed with
+// create_graph; gradcheck differentiates it again (the analytic side is a double backward) and
+// compares with central differences of that first derivative.
+namespace {
+// d(sum(f(x, rest)))/dx with create_graph; x is made a leaf when it is not one (gradcheck's numeric
+// side runs f on plain tensors under NoGradGuard).
+Tensor first_grad(const V& in, const std::function<Tensor(const Tensor&, const V&)>& f) {
+  ag::EnableGradGuard on;
+  Tensor x = ag::requires_grad(in[0]) ? in[0] : ag::set_requires_grad(in[0].clone());
+  const Tensor y = f(x, in);
+  return ag::grad({y}, {x}, {}, false, false, /*create_graph=*/true)[0];
+}
+}  // namespace
+
+TEST_F(GradCheck, Scatter) {
+  // Each target position written once (a permutation along dim 1): self keeps the others.
+  const Tensor index = tensor(std::vector<int64_t>{2, 0, 1, 3, 1, 3, 0, 2}).reshape({2, 4});
+  gradcheck([&](const V& x) { return scatter(x[0], 1, index, x[1]); }, {u({2, 5}), u({2, 4})}, {0, 1});
+}
+
+TEST_F(GradCheck, SecondDerivatives) {
+  // d/dx of 3x^2 is 6x: the simplest double backward, by hand too.
+  {
+    Tensor x = ag::set_requires_grad(tensor(std::vector<double>{-1.5, 0.5, 2.0}));
+    Tensor g = ag::grad({sum(x * x * x)}, {x}, {}, false, false, true)[0];
+    ASSERT_TRUE(ag::requires_grad(g));
+    Tensor h = ag::grad({sum(g)}, {x})[0];
+    const std::vector<double> got = testing::values(h);
+    EXPECT_NEAR(got[0], -9.0, 1e-12);
+    EXPECT_NEAR(got[1], 3.0, 1e-12);
+    EXPECT_NEAR(got[2], 12.0, 1e-12);
+  }
+  // Elementwise chains, a reduction and a broadcast.
+  gradcheck([](const V& in) { return first_grad(in, [](const Tensor& x, const V&) { return sum(tanh(x) * exp(x)); }); },
+            {u({3, 4})}, {0});
+  gradcheck([](const V& in) {
+    return first_grad(in, [](const Tensor& x, const V&) { return sum(softmax(x, 1) * log_softmax(x, 0)); });
+  }, {u({3, 4})}, {0});
+  // A gradient penalty: |d loss / d x|^2 differentiated with respect to the weights (mixed second
+  // derivatives through matmul, its transpose and tanh).
+  gradcheck([](const V& in) {
+    const Tensor gx = first_grad(in, [](const Tensor& x, const V& v) { return sum(tanh(matmul(x, v[1])) * v[2]); });
+    return sum(gx * gx);
+  }, {u({2, 3}), u({3, 4}), u({2, 4})}, {1});
+  // Views in the first backward (transpose, select, reshape) and layer_norm.
+  gradcheck([](const V& in) {
+    return first_grad(in, [](const Tensor& x, const V&) {
+      const Tensor t = x.transpose(0, 1).reshape({4, 3});
+      return sum(layer_norm(t, {3}, std::nullopt, std::nullopt, 1e-5) * t.select(1, 0).unsqueeze(1));
+    });
+  }, {u({3, 4})}, {0});
 }
 
 TEST_F(GradCheck, OnnxStructural) {

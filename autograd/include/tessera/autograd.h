@@ -68,15 +68,22 @@ TESSERA_AUTOGRAD_API void remove_hook(const Tensor& t, int64_t handle);
 // Unless `retain_graph`, the saved tensors of the graph are freed, and a second backward through it
 // throws. Throws when an output does not require grad, a shape does not match, a saved tensor was
 // modified in place after it was saved, or an op on the path has no derivative.
+// Note [Higher-order gradients]: with `create_graph` (which implies retain_graph) the backward itself
+// is recorded: the formulas' contract ops run with grad mode on, a saved input comes back with its
+// gradient edge (a saved output with its own node's), the backward of a view is a permute or a
+// scatter instead of a write through the view, and a device's fused backward kernel gives way to
+// the formula; so the gradients can be differentiated again (gradient penalties, Hessian-vector
+// products). Outputs a custom function saves with save_for_backward come back without history.
 TESSERA_AUTOGRAD_API void backward(const std::vector<Tensor>& outputs, const std::vector<Tensor>& grad_outputs = {},
-                                   bool retain_graph = false);
-TESSERA_AUTOGRAD_API void backward(const Tensor& output, const Tensor& grad_output = Tensor(), bool retain_graph = false);
+                                   bool retain_graph = false, bool create_graph = false);
+TESSERA_AUTOGRAD_API void backward(const Tensor& output, const Tensor& grad_output = Tensor(), bool retain_graph = false,
+                                   bool create_graph = false);
 // The gradients of `outputs` with respect to `inputs` (which must require grad), returned instead of
 // accumulated. With `allow_unused`, an input the outputs do not depend on gets an undefined tensor;
-// otherwise that is an error.
+// otherwise that is an error. `create_graph` as for backward.
 TESSERA_AUTOGRAD_API std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
                                               const std::vector<Tensor>& grad_outputs = {}, bool retain_graph = false,
-                                              bool allow_unused = false);
+                                              bool allow_unused = false, bool create_graph = false);
 
 // ---- grad mode
 TESSERA_AUTOGRAD_API bool is_grad_enabled();
@@ -174,15 +181,26 @@ class TESSERA_AUTOGRAD_API SavedTensor {
   SavedTensor(const Tensor& t, bool is_output);
   // The tensor, or an error naming `node` when its storage was written after it was saved or the
   // graph's saved tensors were freed by an earlier backward.
+  // Under grad mode (a backward with create_graph) the tensor comes back with its history: a saved
+  // input's gradient edge, a saved output's node (Note [Higher-order gradients]).
   Tensor unpack(const std::string& node) const;
   bool defined() const { return defined_; }
+  // For a saved output: the node that produced it, held weakly (the node owns this SavedTensor).
+  void set_output_of(const std::shared_ptr<Node>& fn, uint32_t output_nr) {
+    output_fn_ = fn;
+    edge_.input_nr = output_nr;
+  }
   void reset() {
     data_ = Tensor();
+    edge_ = Edge();
+    output_fn_.reset();
     released_ = defined_;
   }
 
  private:
   Tensor data_;
+  Edge edge_;                         // a saved input's gradient edge at the time it was saved
+  std::weak_ptr<Node> output_fn_;     // a saved output's node
   uint64_t version_ = 0;
   bool defined_ = false;
   bool released_ = false;
