@@ -338,6 +338,35 @@ TEST_P(CompiledStep, ATransformerBlockWithAMeanSquareLoss) {
   EXPECT_EQ(compiled.artifacts().at(0).backend, GetParam());  // captured, not run eagerly
 }
 
+// Another batch size: the backward's factories (zeros_like in relu's formula, the expanded root
+// gradient) tie the program to the sizes it was captured with, so automatic dynamic shapes find the
+// batch dim cannot be symbolic and the step is captured again for the new size (one artifact per
+// batch size), still equal to the eager step.
+TEST(CompiledStep, AnotherBatchSizeIsCapturedAgain) {
+  const nn::Dataset big = nn::make_classification(64, 8, 4, 21), small = nn::make_classification(48, 8, 4, 22);
+  manual_seed(10);
+  Mlp eager_model;
+  manual_seed(10);
+  Mlp model;
+  optim::Adam eager_opt(eager_model.parameters(), {.lr = 0.02});
+  optim::Adam opt(model.parameters(), {.lr = 0.02, .capturable = true});
+  CompiledFunction compiled = compile(mlp_step(model, opt), options("cpp"));
+  for (int s = 0; s < 6; ++s) {
+    const nn::Dataset& d = s % 2 ? small : big;
+    const double ours = compiled({d.x, d.y})[0].item<double>();
+    eager_opt.zero_grad();
+    Tensor loss = nn::cross_entropy(eager_model.forward(d.x), d.y);
+    ag::backward(loss);
+    eager_opt.step();
+    EXPECT_NEAR(ours, loss.item<double>(), 1e-5 * loss.item<double>()) << "step " << s;
+    expect_same_parameters(model, eager_model, 2e-4, s);
+  }
+  const CompileStats st = compiled.stats();
+  EXPECT_LE(st.compiles, 3);  // 64, 48, and at most one try with the batch dim symbolic
+  EXPECT_EQ(st.eager_calls, 0);
+  for (const ArtifactInfo& a : compiled.artifacts()) EXPECT_EQ(a.backend, "cpp") << a.inputs;
+}
+
 // The joint program: the forward, the backward the engine ran (the relu's mask, the matmuls of the
 // linears' gradients) and the update, with one state update per parameter, per Adam moment and per
 // running product of the betas, and one .grad per parameter.
