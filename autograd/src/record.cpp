@@ -376,9 +376,13 @@ std::vector<Tensor> on_autograd_call(AutogradCall& call) {
     if (outs[o].defined() && is_floating(outs[o].dtype())) diff_outs.push_back(uint32_t(o));
   if (diff_outs.empty()) return outs;
   std::shared_ptr<Node> node;
-  if (!info || info->kind == DerivativeKind::NotImplemented || outs.size() != 1) {
+  // An op with several outputs is recorded when only output 0 is differentiable (topk: values and
+  // integer indices); its formula reads the others as result1, result2, ...
+  const bool one_differentiable = outs.size() == 1 || (diff_outs.size() == 1 && diff_outs[0] == 0);
+  if (!info || info->kind == DerivativeKind::NotImplemented || !one_differentiable) {
     std::string why = !info ? "it has no entry in derivatives.json (an op defined by a plugin)"
-                            : (outs.size() != 1 ? "ops with several outputs are not recorded yet" : info->note);
+                            : (!one_differentiable ? "ops with several differentiable outputs are not recorded yet"
+                                                   : info->note);
     node = std::make_shared<NotImplementedNode>(std::move(edges), uint32_t(outs.size()), name, why);
   } else {
     auto n = std::make_shared<OpNode>(std::move(edges), uint32_t(outs.size()), &op, info);

@@ -83,6 +83,8 @@ CASES = [
      lambda a, w, b: torch.nn.functional.batch_norm(a, torch.from_numpy(_BN_MEAN), torch.from_numpy(_BN_VAR), w, b,
                                                     False, 0.1, 1e-5),
      [lambda r: r.standard_normal((2, 3, 4)), lambda r: r.uniform(0.5, 1.5, (3,)), lambda r: r.standard_normal((3,))]),
+    ("topk_values", lambda a: tessera.topk(a, 2, 1)[0], lambda a: torch.topk(a, 2, 1)[0],
+     [lambda r: r.permutation(15).reshape(3, 5) / 7.0]),
     ("vector_norm", lambda a: tessera.linalg_vector_norm(a, 2, [1]) + tessera.linalg_vector_norm(a, 3.0, [0]).sum(),
      lambda a: torch.linalg.vector_norm(a, 2, [1]) + torch.linalg.vector_norm(a, 3.0, [0]).sum(),
      [lambda r: away(r, (3, 4))]),

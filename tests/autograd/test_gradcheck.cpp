@@ -171,6 +171,17 @@ TEST_F(GradCheck, Scatter) {
   gradcheck([&](const V& x) { return scatter(x[0], 1, index, x[1]); }, {u({2, 5}), u({2, 4})}, {0, 1});
 }
 
+// topk: values differentiable (scattered back to the chosen positions), indices not; an op with
+// two outputs recorded. Distinct values keep the choice stable under the finite differences.
+TEST_F(GradCheck, Topk) {
+  gradcheck([](const V& x) { return std::get<0>(topk(x[0], 2, 1)); }, {u({3, 5})}, {0});
+  gradcheck([](const V& x) { return std::get<0>(topk(x[0], 3, 0, false)); }, {noncontiguous(u({4, 3}))}, {0});
+  Tensor x = autograd::set_requires_grad(u({2, 4}));
+  auto [values, indices] = topk(x, 1, 1);
+  EXPECT_TRUE(autograd::requires_grad(values));
+  EXPECT_FALSE(autograd::requires_grad(indices));
+}
+
 TEST_F(GradCheck, SecondDerivatives) {
   // d/dx of 3x^2 is 6x: the simplest double backward, by hand too.
   {

@@ -8,7 +8,8 @@ Checks, each failing with one line that names the culprit:
   - every formula key names tensor arguments of its op's schema, and every tensor argument of an op
     with formulas has a formula or is marked "non_differentiable";
   - a formula calls only ops of the contract (by their C++ name), the declared helpers and factories,
-    or Tensor methods, and names only 'grad', 'result', the op's arguments and '<tensor arg>_sizes'.
+    or Tensor methods, and names only 'grad', 'result' (output 0; 'result1', ... the others), the op's
+    arguments and '<tensor arg>_sizes'.
 
 Usage: gen_derivatives.py ops.json derivatives.json --out autograd_derivatives.inc
 """
@@ -147,7 +148,7 @@ def main():
                     continue
                 if text in CPP_WORDS or text == "grad":
                     continue
-                if text == "result":
+                if re.fullmatch(r"result\d*", text):  # result: output 0; result1, result2, ...: the others
                     saves_result = True
                     continue
                 if text.endswith("_sizes") and text[:-6] in tensor_args:
@@ -162,8 +163,8 @@ def main():
                 if arg.is_tensor and not sizes:
                     saved_mask |= 1 << index[n]
                 locals_.append(cpp_local(arg, index[n], sizes))
-            if "result" in {t for k, t in toks if k == "id"}:
-                locals_.append("const Tensor result = c.result(0);")
+            for out_name in sorted({t for k, t in toks if k == "id" and re.fullmatch(r"result\d*", t)}):
+                locals_.append("const Tensor %s = c.result(%s);" % (out_name, out_name[6:] or "0"))
             idx = [index[n] for n in names]
             cond = " || ".join("c.needs(%d)" % i for i in idx)
             if len(names) > 1:
