@@ -16,12 +16,38 @@ namespace {
 
 constexpr DispatchKeySet kAutocastKey = DispatchKeySet::functionality(Functionality::Autocast);
 
+// Note [Autocast cast cache]
+// As PyTorch's cached_cast: within the outermost enabled AutocastGuard of a thread, the
+// lower-precision cast of a float32 leaf that requires grad (a weight) is made once and reused by
+// every op that casts it; the cache is emptied when that guard ends. An entry remembers the
+// weight's storage version and is made again when the weight was written since (PyTorch keeps the
+// stale cast). The cast is recorded for autograd once, so the uses' gradients meet at one cast node.
+struct CachedCast {
+  Tensor source;  // keeps the key's address from being reused while the entry lives
+  Tensor cast;
+  uint64_t version = 0;
+};
 struct ThreadState {
   std::array<bool, kNumBackendSlots> enabled{};
   std::array<DType, kNumBackendSlots> dtype;
+  int enabled_guards = 0;  // enabled AutocastGuards alive on this thread
+  std::map<std::pair<const TensorImpl*, DType>, CachedCast> cache;
   ThreadState() { dtype.fill(kBFloat16); }
 };
 thread_local ThreadState t_state;
+
+Tensor cached_to(const Tensor& t, DType to) {
+  // Not under a capture: its casts are tracing tensors, which must not outlive it in the cache.
+  const bool capturing = tls_local_dispatch_key_set().included.has(Functionality::Export);
+  const bool cacheable = t_state.enabled_guards > 0 && !capturing && t.dtype() == kFloat32 &&
+                         (to == kBFloat16 || to == kFloat16) && autograd::requires_grad(t) && autograd::is_leaf(t) &&
+                         t.storage();
+  if (!cacheable) return t.to(to);
+  const uint64_t version = t.storage()->version();
+  CachedCast& c = t_state.cache[{t.impl(), to}];
+  if (!c.cast.defined() || c.version != version || !c.source.is_same(t)) c = {t, t.to(to), version};
+  return c.cast;
+}
 
 // PyTorch's CUDA autocast lists (torch/csrc/autograd/autocast_mode.cpp's op sets), restricted to
 // the ops of the contract; names without an overload cover every overload of the op.
@@ -111,12 +137,12 @@ void cast_all(Stack& args, const FunctionSchema& schema, DType to, bool (*which)
     if (a < schema.arguments.size() && schema.arguments[a].is_write) continue;  // never cast what the op writes
     Value& v = args[a];
     if (auto* t = std::get_if<Tensor>(&v)) {
-      if (which(*t, to)) *t = t->to(to);
+      if (which(*t, to)) *t = cached_to(*t, to);
     } else if (auto* ot = std::get_if<std::optional<Tensor>>(&v)) {
-      if (*ot && which(**ot, to)) *ot = (*ot)->to(to);
+      if (*ot && which(**ot, to)) *ot = cached_to(**ot, to);
     } else if (auto* l = std::get_if<std::vector<Tensor>>(&v)) {
       for (Tensor& t : *l)
-        if (which(t, to)) t = t.to(to);
+        if (which(t, to)) t = cached_to(t, to);
     }
   }
 }
@@ -212,6 +238,8 @@ AutocastGuard::AutocastGuard(DeviceType device_type, DType dtype, bool enabled) 
   was_dtype_ = t_state.dtype[slot];
   t_state.enabled[slot] = enabled;
   if (enabled) t_state.dtype[slot] = dtype;
+  counted_ = enabled;
+  if (counted_) ++t_state.enabled_guards;
   update_key();
 }
 
@@ -219,8 +247,11 @@ AutocastGuard::~AutocastGuard() {
   const size_t slot = size_t(int(type_));
   t_state.enabled[slot] = was_enabled_;
   t_state.dtype[slot] = was_dtype_;
+  if (counted_ && --t_state.enabled_guards == 0) t_state.cache.clear();  // Note [Autocast cast cache]
   update_key();
 }
+
+size_t autocast_cached_casts() { return t_state.cache.size(); }
 
 bool is_autocast_enabled(DeviceType device_type) {
   return t_state.enabled[size_t(slot_of(device_type, "is_autocast_enabled"))];

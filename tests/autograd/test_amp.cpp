@@ -120,6 +120,47 @@ TEST(Autocast, GradientsFlowBackThroughTheCastsInFloat32) {
   }
 }
 
+// Note [Autocast cast cache]: a weight used by two ops in one region is cast once; its gradient
+// gets both uses; the cache empties with the outermost guard, and a weight written in between is
+// cast again.
+TEST(Autocast, AWeightIsCastOncePerRegion) {
+  Tensor x = randn({4, 5});
+  Tensor w = ag::set_requires_grad(randn({5, 5}));
+  Tensor y;
+  {
+    AutocastGuard outer(DeviceType::CPU);
+    EXPECT_EQ(amp::autocast_cached_casts(), 0u);
+    Tensor h = matmul(x, w);
+    {
+      AutocastGuard inner(DeviceType::CPU);  // nested: the same region
+      y = matmul(h, w);
+    }
+    EXPECT_EQ(amp::autocast_cached_casts(), 1u);  // w's bfloat16 cast, once; x is not a leaf weight
+    ASSERT_EQ(y.dtype(), kBFloat16);
+    ag::backward(y.to(kFloat32).sum());
+  }
+  EXPECT_EQ(amp::autocast_cached_casts(), 0u);
+  // Both uses reach w: compare with the same computation without autocast on bf16-rounded values.
+  Tensor gw = ag::grad(w);
+  ASSERT_TRUE(gw.defined());
+  Tensor w2 = ag::set_requires_grad(ag::detach(w).to(kBFloat16).to(kFloat32));
+  Tensor xr = x.to(kBFloat16).to(kFloat32);
+  ag::backward(matmul(matmul(xr, w2).to(kBFloat16).to(kFloat32), w2).sum());
+  std::vector<float> got = floats_of(gw), want = floats_of(ag::grad(w2));
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], 0.05 * std::fabs(want[i]) + 0.05) << i;
+  {
+    AutocastGuard g(DeviceType::CPU);
+    Tensor a = matmul(x, w);
+    {
+      ag::NoGradGuard no_grad;
+      w.mul_(scalar_tensor(2.0, kFloat32));  // written: the next use casts again
+    }
+    Tensor b = matmul(x, w);
+    EXPECT_NEAR(floats_of(b.to(kFloat32))[0], 2 * floats_of(a.to(kFloat32))[0],
+                0.02 * std::fabs(floats_of(a.to(kFloat32))[0]) + 0.02);
+  }
+}
+
 TEST(Autocast, PoliciesCanBeChangedPerDeviceType) {
   EXPECT_EQ(amp::autocast_policy(DeviceType::CPU, "matmul"), CastPolicy::LowerPrecision);
   EXPECT_EQ(amp::autocast_policy(DeviceType::CPU, "softmax"), CastPolicy::Float32);

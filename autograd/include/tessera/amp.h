@@ -16,8 +16,9 @@
 // device type; set_autocast_policy changes one op for one device type (a plugin may call it from
 // its init code, or an application before training), and a backend's manifest may list policies
 // for its device type (Note [Autocast policies from the manifest] in dispatcher/src/manifest.cpp),
-// applied the first time that type's policies are used. Casts of a tensor are not cached across ops
-// (PyTorch caches the casts of leaf weights within a region): a weight used twice is cast twice.
+// applied the first time that type's policies are used. Within the outermost enabled guard of a
+// thread, the lower-precision cast of a float32 leaf that requires grad (a weight) is made once and
+// reused (Note [Autocast cast cache] in autograd/src/autocast.cpp), as PyTorch's cached_cast.
 // The state is per thread and per device type; guards nest and restore what they found.
 #pragma once
 #include <string>
@@ -43,7 +44,11 @@ class TESSERA_AUTOGRAD_API AutocastGuard {
   DeviceType type_;
   bool was_enabled_;
   DType was_dtype_;
+  bool counted_ = false;
 };
+
+// The casts in this thread's autocast cache (for tests; emptied when the outermost guard ends).
+TESSERA_AUTOGRAD_API size_t autocast_cached_casts();
 
 TESSERA_AUTOGRAD_API bool is_autocast_enabled(DeviceType device_type);
 // The lower-precision dtype of `device_type`'s autocast on this thread (kBFloat16 when never set).
