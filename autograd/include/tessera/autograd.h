@@ -74,6 +74,9 @@ TESSERA_AUTOGRAD_API void remove_hook(const Tensor& t, int64_t handle);
 // scatter instead of a write through the view, and a device's fused backward kernel gives way to
 // the formula; so the gradients can be differentiated again (gradient penalties, Hessian-vector
 // products). Outputs a custom function saves with save_for_backward come back without history.
+// backward(create_graph) accumulates gradients that keep their graph into the leaves' grad(), and
+// that graph reaches the leaves again: as in PyTorch (which warns of the same reference cycle), set
+// the gradients to none (zero_grad) when done with them, or use grad(), which accumulates nothing.
 TESSERA_AUTOGRAD_API void backward(const std::vector<Tensor>& outputs, const std::vector<Tensor>& grad_outputs = {},
                                    bool retain_graph = false, bool create_graph = false);
 TESSERA_AUTOGRAD_API void backward(const Tensor& output, const Tensor& grad_output = Tensor(), bool retain_graph = false,
