@@ -1,4 +1,5 @@
 // The helpers of the backward formulas (formula_helpers.h): contract ops only.
+#include <algorithm>
 #include "formula_helpers.h"
 
 #include <array>
@@ -209,6 +210,41 @@ Tensor vector_norm_backward(const Tensor& grad, const Tensor& self, const Tensor
   Tensor out = zero_where(scaled, eq(norm, zeros_like(norm)));
   if (p < 2) out = zero_where(out, eq(self, zeros_like(self)));  // |x|^(p-2) at 0: the derivative there is 0
   return out;
+}
+Tensor slice_copy_backward(const Tensor& grad, const Sizes& self_sizes, int64_t dim, std::optional<int64_t> start,
+                           std::optional<int64_t> end, int64_t step) {
+  const int64_t nd = int64_t(self_sizes.size()), d = wrap_dim(dim, nd), size = self_sizes[size_t(d)];
+  // PyTorch's slice bounds: negative from the end, clamped to [0, size], end not before start.
+  int64_t lo = start.value_or(0), hi = end.value_or(size);
+  if (lo < 0) lo += size;
+  if (hi < 0) hi += size;
+  lo = std::clamp<int64_t>(lo, 0, size);
+  hi = std::clamp<int64_t>(hi, lo, size);
+  const int64_t n = grad.size(d);
+  if (step == 1) {
+    Sizes amounts;  // pad's order: the last dim first, down to d
+    for (int64_t i = nd - 1; i > d; --i) amounts.insert(amounts.end(), {0, 0});
+    amounts.insert(amounts.end(), {lo, size - lo - n});
+    return tessera::pad(grad, amounts, "constant", 0.0);
+  }
+  Tensor out = zeros(self_sizes, TensorOptions(grad.device()).dtype(grad.dtype()));
+  if (n == 0) return out;
+  Sizes shape(size_t(nd), 1);
+  shape[size_t(d)] = n;
+  const Tensor positions = arange(lo, lo + n * step, step, TensorOptions(grad.device()).dtype(kInt64)).reshape(shape);
+  const Sizes grad_sizes(grad.sizes().begin(), grad.sizes().end());
+  return tessera::scatter(out, d, expand_copy(positions, grad_sizes), grad);
+}
+std::vector<Tensor> scatter_reduce_backward(const Tensor& grad, const Tensor& self, int64_t dim, const Tensor& index,
+                                            const Tensor& src, const std::string& reduce, bool include_self) {
+  TESSERA_CHECK(reduce == "sum", "the derivative of scatter_reduce with reduce \"", reduce,
+                "\" is not implemented (TODO(#31)); \"sum\" has one, or compute it under NoGradGuard");
+  (void)src;
+  // With include_self the kept values of self add to the sum; without, the written positions of self
+  // are replaced and get no gradient.
+  const Tensor gself = include_self ? grad : tessera::scatter(grad, dim, index, zeros_like(gather(grad, dim, index)));
+  (void)self;
+  return {gself, gather(grad, dim, index)};
 }
 Tensor cumsum_backward(const Tensor& grad, int64_t dim) {
   const int64_t d = wrap_dim(dim, std::max<int64_t>(grad.dim(), 1));

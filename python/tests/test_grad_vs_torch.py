@@ -22,6 +22,11 @@ _BN_MEAN = np.array([0.1, -0.3, 0.5])
 _BN_VAR = np.array([0.8, 1.5, 0.6])
 _BN_MEAN_T, _BN_VAR_T = tessera.from_numpy(_BN_MEAN.copy()), tessera.from_numpy(_BN_VAR.copy())
 
+# gather's and scatter_reduce's indices (repeats included: their gradients add up).
+_GIDX = np.array([[0, 2, 2], [1, 1, 0]], dtype=np.int64)
+_SIDX = np.array([[0, 1, 1], [3, 0, 0]], dtype=np.int64)
+_GIDX_T, _SIDX_T = tessera.from_numpy(_GIDX.copy()), tessera.from_numpy(_SIDX.copy())
+
 # (name, function of tessera tensors, function of torch tensors, input makers)
 CASES = [
     ("add_broadcast", lambda a, b: tessera.add(a, b, alpha=2.5), lambda a, b: torch.add(a, b, alpha=2.5),
@@ -85,6 +90,13 @@ CASES = [
      [lambda r: r.standard_normal((2, 3, 4)), lambda r: r.uniform(0.5, 1.5, (3,)), lambda r: r.standard_normal((3,))]),
     ("topk_values", lambda a: tessera.topk(a, 2, 1)[0], lambda a: torch.topk(a, 2, 1)[0],
      [lambda r: r.permutation(15).reshape(3, 5) / 7.0]),
+    ("gather", lambda a: tessera.gather(a, 1, _GIDX_T), lambda a: torch.gather(a, 1, torch.from_numpy(_GIDX)),
+     [lambda r: r.standard_normal((2, 4))]),
+    ("scatter_reduce_sum", lambda a, b: tessera.scatter_reduce(a, 1, _SIDX_T, b, "sum", include_self=False),
+     lambda a, b: a.scatter_reduce(1, torch.from_numpy(_SIDX), b, "sum", include_self=False),
+     [lambda r: r.standard_normal((2, 4)), lambda r: r.standard_normal((2, 3))]),
+    ("slice_copy_step", lambda a: tessera.slice_copy(a, 1, 1, None, 2), lambda a: a[:, 1::2],
+     [lambda r: r.standard_normal((3, 6))]),
     ("vector_norm", lambda a: tessera.linalg_vector_norm(a, 2, [1]) + tessera.linalg_vector_norm(a, 3.0, [0]).sum(),
      lambda a: torch.linalg.vector_norm(a, 2, [1]) + torch.linalg.vector_norm(a, 3.0, [0]).sum(),
      [lambda r: away(r, (3, 4))]),

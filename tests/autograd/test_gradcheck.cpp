@@ -182,6 +182,21 @@ TEST_F(GradCheck, Topk) {
   EXPECT_FALSE(autograd::requires_grad(indices));
 }
 
+TEST_F(GradCheck, GatherScatterReduceSliceCopy) {
+  // gather: indices may repeat (their gradients add up).
+  const Tensor gidx = tensor(std::vector<int64_t>{0, 2, 2, 1, 1, 0}).reshape({2, 3});
+  gradcheck([&](const V& x) { return gather(x[0], 1, gidx); }, {u({2, 4})}, {0});
+  // scatter_reduce "sum" with repeated targets, with and without self's values.
+  const Tensor sidx = tensor(std::vector<int64_t>{0, 1, 1, 3, 0, 0}).reshape({2, 3});
+  for (const bool include_self : {true, false})
+    gradcheck([&](const V& x) { return scatter_reduce(x[0], 1, sidx, x[1], "sum", include_self); },
+              {u({2, 4}), u({2, 3})}, {0, 1});
+  // slice_copy: step 1 (a pad back), a larger step (a scatter back), negative and open bounds.
+  gradcheck([](const V& x) { return slice_copy(x[0], 1, 1, 4); }, {u({3, 5})}, {0});
+  gradcheck([](const V& x) { return slice_copy(x[0], 0, std::nullopt, -1, 2); }, {noncontiguous(u({6, 3}))}, {0});
+  gradcheck([](const V& x) { return slice_copy(x[0], -1, -3, std::nullopt, 2); }, {u({2, 2, 7})}, {0});
+}
+
 TEST_F(GradCheck, SecondDerivatives) {
   // d/dx of 3x^2 is 6x: the simplest double backward, by hand too.
   {
