@@ -211,6 +211,21 @@ Tensor vector_norm_backward(const Tensor& grad, const Tensor& self, const Tensor
   if (p < 2) out = zero_where(out, eq(self, zeros_like(self)));  // |x|^(p-2) at 0: the derivative there is 0
   return out;
 }
+Tensor prod_backward(const Tensor& grad, const Tensor& self, const Sizes& dim, bool keepdim) {
+  const Sizes sizes(self.sizes().begin(), self.sizes().end());
+  const Sizes dims = wrap_dims(dim, int64_t(sizes.size()));
+  const Tensor g = unsqueeze_reduced(grad, sizes, dim, keepdim);
+  if (dims.empty()) return g;  // a 0-dim self: its product is itself
+  const Tensor is_zero = eq(self, zeros_like(self));
+  const Tensor safe = where(is_zero, ones_like(self), self);
+  const Tensor others = prod(safe, dims, true);  // the product of the nonzero elements
+  const Tensor zeros = sum(is_zero.to(self.dtype()), dims, true);
+  const Tensor no_zero = others / safe;                  // = result / x
+  const Tensor at_the_zero = zero_where(others.expand(sizes), logical_not(is_zero));
+  const Tensor factor = where(eq(zeros, zeros_like(zeros)), no_zero,
+                              zero_where(at_the_zero, logical_not(eq(zeros, ones_like(zeros)))));
+  return g * factor;
+}
 Tensor slice_copy_backward(const Tensor& grad, const Sizes& self_sizes, int64_t dim, std::optional<int64_t> start,
                            std::optional<int64_t> end, int64_t step) {
   const int64_t nd = int64_t(self_sizes.size()), d = wrap_dim(dim, nd), size = self_sizes[size_t(d)];

@@ -45,6 +45,9 @@ std::vector<Tensor> group_norm_backward(const Tensor& grad, const Tensor& input,
 std::vector<Tensor> batch_norm_backward(const Tensor& grad, const Tensor& input, const std::optional<Tensor>& weight,
                                         const std::optional<Tensor>& bias, const std::optional<Tensor>& running_mean,
                                         const std::optional<Tensor>& running_var, bool training, double eps);
+// prod: PyTorch's zero-aware rule: result / x without zeros; with one zero, the product of the others
+// at the zero and 0 elsewhere; with more, 0.
+Tensor prod_backward(const Tensor& grad, const Tensor& self, const Sizes& dim, bool keepdim);
 // slice_copy: grad placed back at the slice's positions of zeros of self's sizes (a pad for step 1,
 // a scatter for a larger step).
 Tensor slice_copy_backward(const Tensor& grad, const Sizes& self_sizes, int64_t dim, std::optional<int64_t> start,

@@ -97,6 +97,8 @@ CASES = [
      [lambda r: r.standard_normal((2, 4)), lambda r: r.standard_normal((2, 3))]),
     ("slice_copy_step", lambda a: tessera.slice_copy(a, 1, 1, None, 2), lambda a: a[:, 1::2],
      [lambda r: r.standard_normal((3, 6))]),
+    ("prod_with_a_zero", lambda a: tessera.prod(a, [1]), lambda a: torch.prod(a, 1),
+     [lambda r: np.where(np.arange(12).reshape(3, 4) == 5, 0.0, r.uniform(0.5, 1.5, (3, 4)))]),
     ("vector_norm", lambda a: tessera.linalg_vector_norm(a, 2, [1]) + tessera.linalg_vector_norm(a, 3.0, [0]).sum(),
      lambda a: torch.linalg.vector_norm(a, 2, [1]) + torch.linalg.vector_norm(a, 3.0, [0]).sum(),
      [lambda r: away(r, (3, 4))]),

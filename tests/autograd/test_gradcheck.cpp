@@ -197,6 +197,21 @@ TEST_F(GradCheck, GatherScatterReduceSliceCopy) {
   gradcheck([](const V& x) { return slice_copy(x[0], -1, -3, std::nullopt, 2); }, {u({2, 2, 7})}, {0});
 }
 
+// prod: no zero (result / x), one zero (the others' product there), two zeros (all 0), over a dim
+// and over all dims. Finite differences at an exact zero are exact for a product (it is linear in
+// each element).
+TEST_F(GradCheck, ProdWithAndWithoutZeros) {
+  gradcheck([](const V& x) { return prod(x[0], {1}); }, {u({3, 4}, 0.5, 1.5)}, {0});
+  gradcheck([](const V& x) { return prod(x[0]); }, {noncontiguous(u({3, 2}, -1.5, -0.5))}, {0});
+  Tensor z = u({3, 4}, 0.5, 1.5);
+  z.data_ptr<double>()[1] = 0;                             // row 0: one zero
+  z.data_ptr<double>()[8] = 0, z.data_ptr<double>()[10] = 0;  // row 2: two zeros
+  gradcheck([](const V& x) { return prod(x[0], {1}, true); }, {z}, {0});
+  Tensor one = u({2, 3}, 0.5, 1.5);
+  one.data_ptr<double>()[4] = 0;
+  gradcheck([](const V& x) { return prod(x[0]); }, {one}, {0});
+}
+
 TEST_F(GradCheck, SecondDerivatives) {
   // d/dx of 3x^2 is 6x: the simplest double backward, by hand too.
   {
