@@ -429,36 +429,57 @@ std::vector<Tensor> stack_backward(const Tensor& grad, int64_t dim, const std::v
   for (size_t i = 0; i < sizes.size(); ++i) r.push_back(grad.select(d, int64_t(i)));
   return r;
 }
+namespace {
+std::array<int64_t, 2> pair_of(const Sizes& v, int64_t def) {
+  return v.empty() ? std::array<int64_t, 2>{def, def} : std::array<int64_t, 2>{v[0], v.size() > 1 ? v[1] : v[0]};
+}
+// The gradient of conv2d(input, w) with respect to w (sizes [grad's channels, input's channels /
+// groups, kh, kw]): per group, the input with its channels as the batch convolved with the gradient
+// with its batch as the channels, the stride and dilation trading places; the rows and columns past
+// the kernel (input the convolution never reached) are dropped.
+Tensor conv2d_weight_grad(const Tensor& input, const Tensor& grad, int64_t kh, int64_t kw, std::array<int64_t, 2> s,
+                          std::array<int64_t, 2> p, std::array<int64_t, 2> d, int64_t groups) {
+  const int64_t cin = input.size(1) / groups, cout = grad.size(1) / groups;
+  std::vector<Tensor> per_group;
+  for (int64_t g = 0; g < groups; ++g) {
+    const Tensor x = (groups == 1 ? input : input.narrow(1, g * cin, cin)).transpose(0, 1).contiguous();
+    const Tensor k = (groups == 1 ? grad : grad.narrow(1, g * cout, cout)).transpose(0, 1).contiguous();
+    const Tensor full = conv2d(x, k, std::nullopt, {d[0], d[1]}, {p[0], p[1]}, {s[0], s[1]});  // [cin, cout, >=kh, >=kw]
+    per_group.push_back(full.narrow(2, 0, kh).narrow(3, 0, kw).transpose(0, 1));
+  }
+  return groups == 1 ? per_group[0].contiguous() : cat(per_group, 0);
+}
+}  // namespace
+
+// conv2d's gradients for any stride, padding, dilation and groups: the input's is the transposed
+// convolution of the gradient with the same kernel (output_padding recovers the rows a stride
+// dropped); the kernel's is conv2d_weight_grad; the bias's the gradient summed per channel.
 std::vector<Tensor> conv2d_backward(const Tensor& grad, const Tensor& input, const Tensor& weight,
                                     const std::optional<Tensor>& bias, const Sizes& stride, const Sizes& padding,
                                     const Sizes& dilation, int64_t groups) {
-  auto pair = [](const Sizes& v, int64_t def) {
-    return v.empty() ? std::array<int64_t, 2>{def, def} : std::array<int64_t, 2>{v[0], v.size() > 1 ? v[1] : v[0]};
-  };
-  const auto s = pair(stride, 1), p = pair(padding, 0), d = pair(dilation, 1);
+  const auto s = pair_of(stride, 1), p = pair_of(padding, 0), d = pair_of(dilation, 1);
   const int64_t kh = weight.size(2), kw = weight.size(3);
-  if (s[0] != 1 || s[1] != 1 || d[0] != 1 || d[1] != 1 || groups != 1 || p[0] > kh - 1 || p[1] > kw - 1) {
-    std::ostringstream os;
-    os << "the derivative for 'conv2d' is implemented for stride 1, dilation 1, groups 1 and padding below the "
-          "kernel size only (got stride "
-       << IntArrayRef(stride) << ", padding " << IntArrayRef(padding) << ", dilation " << IntArrayRef(dilation)
-       << ", groups " << groups << "; TODO(#31))";
-    tessera::detail::throw_error(ErrorCode::Unimplemented, os.str());
+  std::array<int64_t, 2> out_pad{};
+  for (int i = 0; i < 2; ++i) {
+    const int64_t k = i == 0 ? kh : kw, in = input.size(2 + i), out = grad.size(2 + i);
+    out_pad[size_t(i)] = in - ((out - 1) * s[size_t(i)] - 2 * p[size_t(i)] + d[size_t(i)] * (k - 1) + 1);
   }
-  auto reversed = [&](int64_t n) {
-    std::vector<int64_t> idx;
-    for (int64_t i = n - 1; i >= 0; --i) idx.push_back(i);
-    return tensor(idx).to(weight.device());
-  };
-  // The input's gradient: the gradient convolved with the kernel flipped in space, in and out
-  // channels swapped, padded to a "full" convolution.
-  Tensor flipped = index_select(index_select(weight, 2, reversed(kh)), 3, reversed(kw)).transpose(0, 1).contiguous();
-  Tensor gx = conv2d(grad, flipped, std::nullopt, {1, 1}, {kh - 1 - p[0], kw - 1 - p[1]});
-  // The kernel's gradient: the input (channels as the batch) convolved with the gradient (batch as
-  // the channels).
-  Tensor gw = conv2d(input.transpose(0, 1).contiguous(), grad.transpose(0, 1).contiguous(), std::nullopt, {1, 1},
-                     {p[0], p[1]})
-                  .transpose(0, 1);
+  const Tensor gx = conv_transpose2d(grad, weight, std::nullopt, {s[0], s[1]}, {p[0], p[1]}, {out_pad[0], out_pad[1]},
+                                     groups, {d[0], d[1]});
+  const Tensor gw = conv2d_weight_grad(input, grad, kh, kw, s, p, d, groups);
+  Tensor gb;
+  if (bias) gb = sum(grad, {0, 2, 3});
+  return {gx, gw, gb};
+}
+
+// conv_transpose2d is conv2d's input gradient: its input's gradient is that conv2d of the gradient,
+// and its kernel's is conv2d_weight_grad with the two roles exchanged.
+std::vector<Tensor> conv_transpose2d_backward(const Tensor& grad, const Tensor& input, const Tensor& weight,
+                                              const std::optional<Tensor>& bias, const Sizes& stride,
+                                              const Sizes& padding, int64_t groups, const Sizes& dilation) {
+  const auto s = pair_of(stride, 1), p = pair_of(padding, 0), d = pair_of(dilation, 1);
+  const Tensor gx = conv2d(grad, weight, std::nullopt, {s[0], s[1]}, {p[0], p[1]}, {d[0], d[1]}, groups);
+  const Tensor gw = conv2d_weight_grad(grad, input, weight.size(2), weight.size(3), s, p, d, groups);
   Tensor gb;
   if (bias) gb = sum(grad, {0, 2, 3});
   return {gx, gw, gb};

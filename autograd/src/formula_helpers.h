@@ -98,6 +98,9 @@ std::vector<Tensor> stack_backward(const Tensor& grad, int64_t dim, const std::v
 std::vector<Tensor> conv2d_backward(const Tensor& grad, const Tensor& input, const Tensor& weight,
                                     const std::optional<Tensor>& bias, const Sizes& stride, const Sizes& padding,
                                     const Sizes& dilation, int64_t groups);
+std::vector<Tensor> conv_transpose2d_backward(const Tensor& grad, const Tensor& input, const Tensor& weight,
+                                              const std::optional<Tensor>& bias, const Sizes& stride,
+                                              const Sizes& padding, int64_t groups, const Sizes& dilation);
 // Non-overlapping 4-D pooling only (stride equal to the kernel, no padding, dilation 1; a remainder
 // that the pooling dropped gets zeros); others throw Unimplemented at backward time. Max pooling
 // splits the gradient evenly between tied maxima (PyTorch gives it to one of them).

@@ -371,15 +371,19 @@ TEST_F(GradCheck, Conv2d) {
   gradcheck([](const V& x) { return conv2d(x[0], x[1], std::nullopt, {1, 1}, {1, 1}); },
             {noncontiguous(u({1, 2, 4, 4})), u({2, 2, 3, 3})}, {0, 1});
 }
-TEST_F(GradCheck, Conv2dStrideTwoIsNotImplementedYet) {
-  Tensor x = autograd::set_requires_grad(u({1, 1, 5, 5}));
-  Tensor y = conv2d(x, u({1, 1, 3, 3}), std::nullopt, {2, 2});
-  try {
-    autograd::backward(y.sum());
-    FAIL() << "expected an error";
-  } catch (const std::exception& e) {
-    EXPECT_NE(std::string(e.what()).find("stride 1, dilation 1, groups 1"), std::string::npos) << e.what();
-  }
+// Any stride, padding, dilation and groups, on sizes the stride does not divide (rows the
+// convolution never reaches get zero gradient), and the transposed convolution.
+TEST_F(GradCheck, Conv2dStridedDilatedGroupedAndTransposed) {
+  gradcheck([](const V& x) { return conv2d(x[0], x[1], x[2], {2, 2}, {1, 0}); },
+            {u({2, 2, 6, 5}), u({3, 2, 3, 2}), u({3})}, {0, 1, 2});
+  gradcheck([](const V& x) { return conv2d(x[0], x[1], std::nullopt, {1, 2}, {2, 1}, {2, 1}); },
+            {u({1, 2, 6, 6}), u({2, 2, 3, 3})}, {0, 1});
+  gradcheck([](const V& x) { return conv2d(x[0], x[1], x[2], {2, 1}, {1, 1}, {1, 1}, 2); },
+            {noncontiguous(u({1, 4, 5, 5})), u({4, 2, 3, 3}), u({4})}, {0, 1, 2});
+  gradcheck([](const V& x) { return conv_transpose2d(x[0], x[1], x[2], {2, 2}, {1, 0}, {1, 1}); },
+            {u({2, 3, 3, 4}), u({3, 2, 3, 2}), u({2})}, {0, 1, 2});
+  gradcheck([](const V& x) { return conv_transpose2d(x[0], x[1], std::nullopt, {2, 1}, {0, 1}, {0, 0}, 2, {1, 2}); },
+            {u({1, 4, 3, 3}), u({4, 1, 2, 2})}, {0, 1});
 }
 TEST_F(GradCheck, Pooling) {
   gradcheck([](const V& x) { return max_pool2d(x[0], {2, 2}); }, {u({2, 2, 5, 4})}, {0});
