@@ -62,6 +62,10 @@ std::optional<std::vector<LegacyNode>> upgrade_legacy_node(const ::onnx::NodePro
   const std::string& op = node.op_type();
   if (op == "Upsample") {
     if (opset >= 10) refuse(node, opset, "Upsample is deprecated from opset 10; use Resize");
+    if (node.input_size() < 1 || node.output_size() < 1)
+      refuse(node, opset, "Upsample needs an input X and an output Y; the node has " +
+                              std::to_string(node.input_size()) + " inputs and " + std::to_string(node.output_size()) +
+                              " outputs");
     ::onnx::NodeProto r;
     r.set_op_type("Resize");
     r.set_name(node.name());
@@ -131,6 +135,7 @@ std::optional<std::vector<LegacyNode>> upgrade_legacy_node(const ::onnx::NodePro
       if (axis < 0 || trailing < 0) refuse(node, opset, "axis " + std::to_string(ax->i()) + " does not fit a rank-" +
                                                            std::to_string(rb) + " operand against rank " + std::to_string(ra));
       if (trailing > 0) {
+        if (node.output_size() < 1) refuse(node, opset, "the node has no output");
         std::vector<int64_t> axes;
         for (int64_t i = 0; i < trailing; ++i) axes.push_back(rb + i);
         ::onnx::NodeProto u = unsqueeze(node, n.input(1), axes);
@@ -144,6 +149,7 @@ std::optional<std::vector<LegacyNode>> upgrade_legacy_node(const ::onnx::NodePro
   if (op == "PRelu" && n.input_size() == 2) {
     const std::vector<int64_t> x = sizes_of(n.input(0)), s = sizes_of(n.input(1));
     if (s.size() == 1 && x.size() >= 3 && s[0] == x[1] && s[0] != 1) {
+      if (node.output_size() < 1) refuse(node, opset, "the node has no output");
       std::vector<int64_t> axes;
       for (size_t i = 1; i + 1 < x.size(); ++i) axes.push_back(int64_t(i));
       ::onnx::NodeProto u = unsqueeze(node, n.input(1), axes);
