@@ -149,21 +149,30 @@ Tensor logsumexp_backward(const Tensor& grad, const Tensor& self, const Tensor& 
   const Sizes sizes(self.sizes().begin(), self.sizes().end());
   return unsqueeze_reduced(grad, sizes, dim, keepdim) * exp(self - unsqueeze_reduced(result, sizes, dim, keepdim));
 }
+namespace {
+// (1, C, 1, ...) of a per-channel vector for an (N, C, ...) input.
+Tensor per_channel(const Tensor& v, int64_t ndim) {
+  Sizes shape(size_t(ndim), 1);
+  shape[1] = v.numel();
+  return v.reshape(shape);
+}
+// Every dim of an (N, C, ...) input but the channel dim.
+Sizes all_but_channel(int64_t ndim) {
+  Sizes d{0};
+  for (int64_t i = 2; i < ndim; ++i) d.push_back(i);
+  return d;
+}
+}  // namespace
 std::vector<Tensor> prelu_backward(const Tensor& grad, const Tensor& self, const Tensor& weight) {
-  const bool per_channel = weight.numel() != 1;
-  Tensor w = per_channel ? weight : weight.reshape({});
-  if (per_channel) {
-    TESSERA_CHECK(self.dim() >= 2, "prelu backward: ", weight.numel(), " weights need a channel dim (dim 1)");
-    Sizes shape(size_t(self.dim()), 1);
-    shape[1] = weight.numel();
-    w = weight.reshape(shape);
-  }
+  const bool channels = weight.numel() != 1;
+  TESSERA_CHECK(!channels || self.dim() >= 2, "prelu backward: ", weight.numel(),
+                " weights need a channel dim (dim 1)");
+  const Tensor w = channels ? per_channel(weight, self.dim()) : weight.reshape({});
   const Tensor positive = gt(self, zeros_like(self));
   const Tensor gx = where(positive, grad, grad * w);
   const Tensor gw_all = zero_where(grad * self, positive);
-  Sizes others;
-  for (int64_t d = 0; d < self.dim(); ++d)
-    if (!per_channel || d != 1) others.push_back(d);
+  // One weight: summed over every dim (a 0-dim self has none); one per channel: over all but dim 1.
+  const Sizes others = channels ? all_but_channel(self.dim()) : wrap_dims({}, self.dim());
   const Tensor gw = others.empty() ? gw_all : sum(gw_all, others, false);
   return {gx, gw.reshape(weight.sizes())};
 }
@@ -202,8 +211,7 @@ Tensor vector_norm_backward(const Tensor& grad, const Tensor& self, const Tensor
   if (std::isinf(p)) {
     // The gradient goes to the elements whose |x| is the norm, shared evenly, as PyTorch's.
     const Tensor at = eq(abs(self), norm).to(self.dtype());
-    Sizes all = dim;
-    const Tensor count = sum(at, wrap_dims(all, int64_t(sizes.size())), true);
+    const Tensor count = sum(at, wrap_dims(dim, int64_t(sizes.size())), true);
     return sign_of(self) * at * g / count;
   }
   const Tensor scaled = p == 2 ? self * (g / norm) : self * pow(abs(self), p - 2) * (g / pow(norm, p - 1));
@@ -250,16 +258,15 @@ Tensor slice_copy_backward(const Tensor& grad, const Sizes& self_sizes, int64_t 
   const Sizes grad_sizes(grad.sizes().begin(), grad.sizes().end());
   return tessera::scatter(out, d, expand_copy(positions, grad_sizes), grad);
 }
-std::vector<Tensor> scatter_reduce_backward(const Tensor& grad, const Tensor& self, int64_t dim, const Tensor& index,
-                                            const Tensor& src, const std::string& reduce, bool include_self) {
+std::vector<Tensor> scatter_reduce_backward(const Tensor& grad, int64_t dim, const Tensor& index,
+                                            const std::string& reduce, bool include_self) {
   TESSERA_CHECK(reduce == "sum", "the derivative of scatter_reduce with reduce \"", reduce,
                 "\" is not implemented (TODO(#31)); \"sum\" has one, or compute it under NoGradGuard");
-  (void)src;
   // With include_self the kept values of self add to the sum; without, the written positions of self
   // are replaced and get no gradient.
-  const Tensor gself = include_self ? grad : tessera::scatter(grad, dim, index, zeros_like(gather(grad, dim, index)));
-  (void)self;
-  return {gself, gather(grad, dim, index)};
+  const Tensor gsrc = gather(grad, dim, index);
+  const Tensor gself = include_self ? grad : tessera::scatter(grad, dim, index, zeros_like(gsrc));
+  return {gself, gsrc};
 }
 Tensor cumsum_backward(const Tensor& grad, int64_t dim) {
   const int64_t d = wrap_dim(dim, std::max<int64_t>(grad.dim(), 1));
@@ -341,20 +348,6 @@ std::vector<Tensor> layer_norm_backward(const Tensor& grad, const Tensor& input,
   if (bias) gb = autograd::sum_to(grad, bias->sizes());
   return {gx, gw, gb};
 }
-namespace {
-// (1, C, 1, ...) of a per-channel vector for an (N, C, ...) input.
-Tensor per_channel(const Tensor& v, int64_t ndim) {
-  Sizes shape(size_t(ndim), 1);
-  shape[1] = v.numel();
-  return v.reshape(shape);
-}
-// Every dim of an (N, C, ...) input but the channel dim.
-Sizes all_but_channel(int64_t ndim) {
-  Sizes d{0};
-  for (int64_t i = 2; i < ndim; ++i) d.push_back(i);
-  return d;
-}
-}  // namespace
 std::vector<Tensor> group_norm_backward(const Tensor& grad, const Tensor& input, int64_t num_groups,
                                         const std::optional<Tensor>& weight, const std::optional<Tensor>& bias,
                                         double eps) {
@@ -430,9 +423,11 @@ std::vector<Tensor> stack_backward(const Tensor& grad, int64_t dim, const std::v
   return r;
 }
 namespace {
-std::array<int64_t, 2> pair_of(const Sizes& v, int64_t def) {
-  return v.empty() ? std::array<int64_t, 2>{def, def} : std::array<int64_t, 2>{v[0], v.size() > 1 ? v[1] : v[0]};
+// An int[2] argument (one value stands for both), `def` when absent.
+std::array<int64_t, 2> pair_of(const Sizes& v, std::array<int64_t, 2> def) {
+  return v.empty() ? def : std::array<int64_t, 2>{v[0], v.size() > 1 ? v[1] : v[0]};
 }
+std::array<int64_t, 2> pair_of(const Sizes& v, int64_t def) { return pair_of(v, {def, def}); }
 // The gradient of conv2d(input, w) with respect to w (sizes [grad's channels, input's channels /
 // groups, kh, kw]): per group, the input with its channels as the batch convolved with the gradient
 // with its batch as the channels, the stride and dilation trading places; the rows and columns past
@@ -487,10 +482,7 @@ std::vector<Tensor> conv_transpose2d_backward(const Tensor& grad, const Tensor& 
 
 Tensor pool2d_backward(const Tensor& grad, const Tensor& self, const Tensor& result, const Sizes& kernel_size,
                        const Sizes& stride, const Sizes& padding, const Sizes& dilation, bool is_max) {
-  auto pair = [](const Sizes& v, std::array<int64_t, 2> def) {
-    return v.empty() ? def : std::array<int64_t, 2>{v[0], v.size() > 1 ? v[1] : v[0]};
-  };
-  const auto k = pair(kernel_size, {1, 1}), s = pair(stride, k), p = pair(padding, {0, 0}), d = pair(dilation, {1, 1});
+  const auto k = pair_of(kernel_size, 1), s = pair_of(stride, k), p = pair_of(padding, 0), d = pair_of(dilation, 1);
   if (self.dim() != 4 || s != k || p[0] != 0 || p[1] != 0 || d[0] != 1 || d[1] != 1) {
     std::ostringstream os;
     os << "the derivative for '" << (is_max ? "max_pool2d" : "avg_pool2d")

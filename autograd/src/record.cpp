@@ -196,10 +196,8 @@ class ViewNode final : public Node {
     if (g.dtype() != dtype_) g = g.to(dtype_);
     // A view that holds every element of a contiguous base once (reshape, permute, transpose): g with
     // its dims in storage order (largest stride first) is the base's elements in order.
-    int64_t view_numel = 1, base_numel_all = 1;
-    for (int64_t s : sizes) view_numel *= s;
-    for (int64_t s : base_sizes_) base_numel_all *= s;
-    if (rel_offset_ == 0 && view_numel == base_numel_all && base_strides_ == contiguous_strides(base_sizes_)) {
+    const int64_t n = compute_numel(sizes), base_numel = compute_numel(base_sizes_);
+    if (rel_offset_ == 0 && n == base_numel && base_strides_ == contiguous_strides(base_sizes_)) {
       std::vector<std::pair<int64_t, int64_t>> dims;  // (stride, dim) of the dims larger than 1
       for (size_t d = 0; d < sizes.size(); ++d)
         if (sizes[d] != 1) dims.push_back({view_strides_[d], int64_t(d)});
@@ -238,9 +236,6 @@ class ViewNode final : public Node {
                     " cannot be captured (TODO(#31)); call contiguous() on it before the view");
       return flat;
     };
-    int64_t base_numel = 1, n = 1;
-    for (int64_t s : base_sizes_) base_numel *= s;
-    for (int64_t s : sizes) n *= s;
     Tensor index;
     {
       ExcludeDispatchKeyGuard eager(DispatchKeySet::functionality(Functionality::Export));

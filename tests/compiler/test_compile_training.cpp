@@ -65,17 +65,27 @@ void expect_same_parameters(const nn::Module& model, const nn::Module& reference
   }
 }
 
-// A training step of `model` with `opt` as a function of (x, y): zero_grad (unless told not to),
-// forward, cross entropy, backward, step, then `after`.
-ExportFn mlp_step(Mlp& model, optim::Optimizer& opt, bool zero_grad = true, std::function<void()> after = {}) {
-  return [&model, &opt, zero_grad, after](const std::vector<Tensor>& in) {
+using LossFn = std::function<Tensor(const std::vector<Tensor>&)>;
+
+// A training step with `opt` on the loss `loss_of` computes from the inputs: zero_grad (unless told
+// not to), the loss, backward, step, then `after`; returns the loss (from before the update). The
+// tests call it eagerly on one copy of a model and compile it on the other.
+ExportFn train_step(optim::Optimizer& opt, LossFn loss_of, bool zero_grad = true, std::function<void()> after = {}) {
+  return [&opt, loss_of = std::move(loss_of), zero_grad, after = std::move(after)](const std::vector<Tensor>& in) {
     if (zero_grad) opt.zero_grad();
-    Tensor loss = nn::cross_entropy(model.forward(in[0]), in[1]);
+    Tensor loss = loss_of(in);
     ag::backward(loss);
     opt.step();
     if (after) after();
     return std::vector<Tensor>{loss};
   };
+}
+
+// train_step of `model`'s cross entropy on (x, y).
+ExportFn mlp_step(Mlp& model, optim::Optimizer& opt, bool zero_grad = true, std::function<void()> after = {}) {
+  return train_step(
+      opt, [&model](const std::vector<Tensor>& in) { return nn::cross_entropy(model.forward(in[0]), in[1]); },
+      zero_grad, std::move(after));
 }
 
 // Capturing `fn` on `data` fails with a message that contains `says`.
@@ -99,19 +109,16 @@ CompileOptions options(const std::string& backend) {
 
 // Trains `eager_model` with `eager_opt` and `model` with the compiled step over `opt` for `steps`
 // steps on one batch; `between` runs after each step on both sides (a schedule). Returns the stats.
-CompileStats train_both(nn::Module& eager_model, optim::Optimizer& eager_opt, Mlp& model, optim::Optimizer& opt,
+CompileStats train_both(Mlp& eager_model, optim::Optimizer& eager_opt, Mlp& model, optim::Optimizer& opt,
                         const nn::Dataset& data, int steps, const std::string& backend,
                         const std::function<void()>& between = {}) {
   CompiledFunction compiled = compile(mlp_step(model, opt), options(backend));
-  const Mlp& eager_mlp = dynamic_cast<const Mlp&>(eager_model);
+  const ExportFn eager = mlp_step(eager_model, eager_opt);
   for (int s = 0; s < steps; ++s) {
     std::vector<Tensor> out = compiled({data.x, data.y});
-    eager_opt.zero_grad();
-    Tensor loss = nn::cross_entropy(eager_mlp.forward(data.x), data.y);
-    ag::backward(loss);
-    eager_opt.step();
+    const double loss = eager({data.x, data.y})[0].item<double>();
     EXPECT_EQ(out.size(), 1u);  // the state updates are not outputs of the compiled function
-    EXPECT_NEAR(out[0].item<double>(), loss.item<double>(), 1e-5 * std::abs(loss.item<double>())) << "step " << s;
+    EXPECT_NEAR(out[0].item<double>(), loss, 1e-5 * std::abs(loss)) << "step " << s;
     expect_same_parameters(model, eager_model, 2e-4, s);
     if (between) between();
   }
@@ -187,25 +194,15 @@ TEST_P(CompiledStep, MatmulOfParametersMatchesTheEagerStep) {
   std::vector<Tensor> ew = make(), w = make();
   optim::AdamW eager_opt(ew, {.lr = 0.03, .weight_decay = 0.01});
   optim::AdamW opt(w, {.lr = 0.03, .weight_decay = 0.01, .capturable = true});
-  auto loss_of = [&](const std::vector<Tensor>& p, const Tensor& x, const Tensor& y) {
-    return nn::cross_entropy(matmul(relu(matmul(x, p[0])), p[1]), y);
+  auto loss_of = [](const std::vector<Tensor>& p) {
+    return [&p](const std::vector<Tensor>& in) { return nn::cross_entropy(matmul(relu(matmul(in[0], p[0])), p[1]), in[1]); };
   };
-  CompiledFunction compiled = compile(
-      [&](const std::vector<Tensor>& in) {
-        opt.zero_grad();
-        Tensor loss = loss_of(w, in[0], in[1]);
-        ag::backward(loss);
-        opt.step();
-        return std::vector<Tensor>{loss};
-      },
-      options(GetParam()));
+  CompiledFunction compiled = compile(train_step(opt, loss_of(w)), options(GetParam()));
+  const ExportFn eager = train_step(eager_opt, loss_of(ew));
   for (int s = 0; s < 10; ++s) {
     const double ours = compiled({data.x, data.y})[0].item<double>();
-    eager_opt.zero_grad();
-    Tensor loss = loss_of(ew, data.x, data.y);
-    ag::backward(loss);
-    eager_opt.step();
-    EXPECT_NEAR(ours, loss.item<double>(), 1e-5 * loss.item<double>()) << "step " << s;
+    const double loss = eager({data.x, data.y})[0].item<double>();
+    EXPECT_NEAR(ours, loss, 1e-5 * loss) << "step " << s;
     for (size_t i = 0; i < w.size(); ++i) {
       EXPECT_LT(max_rel_diff(w[i], ew[i]), 2e-4) << "w" << i << " after step " << s;
       EXPECT_LT(max_rel_diff(ag::grad(w[i]), ag::grad(ew[i])), 2e-4) << "grad of w" << i << " after step " << s;
@@ -244,26 +241,18 @@ TEST_P(CompiledStep, ACustomFunctionIsTracedForwardAndBackward) {
   Mlp model;
   optim::Adam eager_opt(eager_model.parameters(), {.lr = 0.02});
   optim::Adam opt(model.parameters(), {.lr = 0.02, .capturable = true});
-  auto loss_of = [](const Mlp& m, const Tensor& x, const Tensor& y) {
-    return nn::cross_entropy(m.l2->forward(ScaledTanh::apply(m.l1->forward(x), 1.5)), y);
+  auto loss_of = [](const Mlp& m) {
+    return [&m](const std::vector<Tensor>& in) {
+      return nn::cross_entropy(m.l2->forward(ScaledTanh::apply(m.l1->forward(in[0]), 1.5)), in[1]);
+    };
   };
-  CompiledFunction compiled = compile(
-      [&](const std::vector<Tensor>& in) {
-        opt.zero_grad();
-        Tensor loss = loss_of(model, in[0], in[1]);
-        ag::backward(loss);
-        opt.step();
-        return std::vector<Tensor>{loss};
-      },
-      options(GetParam()));
+  CompiledFunction compiled = compile(train_step(opt, loss_of(model)), options(GetParam()));
+  const ExportFn eager = train_step(eager_opt, loss_of(eager_model));
   ScaledTanh::forward_calls = ScaledTanh::backward_calls = 0;
   for (int s = 0; s < 6; ++s) {
     const double ours = compiled({data.x, data.y})[0].item<double>();
-    eager_opt.zero_grad();
-    Tensor loss = loss_of(eager_model, data.x, data.y);
-    ag::backward(loss);
-    eager_opt.step();
-    EXPECT_NEAR(ours, loss.item<double>(), 1e-5 * loss.item<double>()) << "step " << s;
+    const double loss = eager({data.x, data.y})[0].item<double>();
+    EXPECT_NEAR(ours, loss, 1e-5 * loss) << "step " << s;
     expect_same_parameters(model, eager_model, 2e-4, s);
   }
   // Six eager steps and one capture: the compiled replays run neither the forward nor the backward.
@@ -311,27 +300,21 @@ TEST_P(CompiledStep, ATransformerBlockWithAMeanSquareLoss) {
   // bias's: softmax ignores a constant per query) into steps of lr in either direction.
   optim::SGD eager_opt(eager_block.parameters(), {.lr = 0.05, .momentum = 0.9});
   optim::SGD opt(block.parameters(), {.lr = 0.05, .momentum = 0.9, .capturable = true});
-  CompiledFunction compiled = compile(
-      [&](const std::vector<Tensor>& in) {
-        opt.zero_grad();
-        const Tensor y = block.forward(in[0]);
-        Tensor loss = (y * y).mean();
-        ag::backward(loss);
-        opt.step();
-        return std::vector<Tensor>{loss};
-      },
-      options(GetParam()));
+  auto mean_square = [](const Block& b) {
+    return [&b](const std::vector<Tensor>& in) {
+      const Tensor y = b.forward(in[0]);
+      return (y * y).mean();
+    };
+  };
+  CompiledFunction compiled = compile(train_step(opt, mean_square(block)), options(GetParam()));
+  const ExportFn eager = train_step(eager_opt, mean_square(eager_block));
   double first = 0, last = 0;
   for (int s = 0; s < 8; ++s) {
     const double ours = compiled({x})[0].item<double>();
-    eager_opt.zero_grad();
-    const Tensor y = eager_block.forward(x);
-    Tensor loss = (y * y).mean();
-    ag::backward(loss);
-    eager_opt.step();
-    EXPECT_NEAR(ours, loss.item<double>(), 1e-5 * loss.item<double>()) << "step " << s;
+    const double loss = eager({x})[0].item<double>();
+    EXPECT_NEAR(ours, loss, 1e-5 * loss) << "step " << s;
     expect_same_parameters(block, eager_block, 5e-4, s);
-    (s == 0 ? first : last) = loss.item<double>();
+    (s == 0 ? first : last) = loss;
   }
   EXPECT_LT(last, first);  // it trains
   EXPECT_EQ(compiled.stats().compiles, 1);
@@ -351,14 +334,12 @@ TEST(CompiledStep, AnotherBatchSizeIsCapturedAgain) {
   optim::Adam eager_opt(eager_model.parameters(), {.lr = 0.02});
   optim::Adam opt(model.parameters(), {.lr = 0.02, .capturable = true});
   CompiledFunction compiled = compile(mlp_step(model, opt), options("cpp"));
+  const ExportFn eager = mlp_step(eager_model, eager_opt);
   for (int s = 0; s < 6; ++s) {
     const nn::Dataset& d = s % 2 ? small : big;
     const double ours = compiled({d.x, d.y})[0].item<double>();
-    eager_opt.zero_grad();
-    Tensor loss = nn::cross_entropy(eager_model.forward(d.x), d.y);
-    ag::backward(loss);
-    eager_opt.step();
-    EXPECT_NEAR(ours, loss.item<double>(), 1e-5 * loss.item<double>()) << "step " << s;
+    const double loss = eager({d.x, d.y})[0].item<double>();
+    EXPECT_NEAR(ours, loss, 1e-5 * loss) << "step " << s;
     expect_same_parameters(model, eager_model, 2e-4, s);
   }
   const CompileStats st = compiled.stats();

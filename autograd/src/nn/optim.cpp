@@ -19,6 +19,27 @@ void check_capturable(bool capturable, const char* name) {
                 "capture would freeze; construct it with capturable = true (Note [Capturable optimizers])");
 }
 
+// Adam's weight decay and moment updates for one parameter, shared by its plain and capturable
+// steps; false when the parameter has no gradient. `decay` is AdamW's factor 1 - lr * weight_decay
+// (a number, or the lr tensor's expression), undefined for Adam.
+bool adam_moments(Tensor& p, Tensor& m, Tensor& v, const AdamOptions& o, const Tensor& decay) {
+  Tensor g = autograd::grad(p);
+  if (!g.defined()) return false;
+  if (o.weight_decay != 0) {
+    if (o.decoupled_weight_decay) p.mul_(decay);
+    else g = g + p * o.weight_decay;
+  }
+  if (!m.defined()) {
+    m = zeros_like(p);
+    v = zeros_like(p);
+  }
+  m.mul_(number(o.beta1));
+  m.add_(g, 1 - o.beta1);
+  v.mul_(number(o.beta2));
+  v.add_(g * g, 1 - o.beta2);
+  return true;
+}
+
 void set_lr_tensor(Tensor& lr_t, double lr, const char* name) {
   if (!lr_t.defined()) return;
   TESSERA_CHECK(!capturing(), name, ".set_lr inside a compiled function would be frozen at its first value; step "
@@ -122,20 +143,11 @@ void Adam::capturable_step() {
   beta2_pow_.mul_(number(o_.beta2));
   const Tensor bc2 = 1 - beta2_pow_;
   const Tensor step_size = lr_t_ / (1 - beta1_pow_);
+  const Tensor decay = o_.weight_decay != 0 && o_.decoupled_weight_decay ? 1 - lr_t_ * o_.weight_decay : Tensor();
   for (size_t i = 0; i < params_.size(); ++i) {
-    Tensor& p = params_[i];
-    Tensor g = autograd::grad(p);
-    if (!g.defined()) continue;
-    if (o_.weight_decay != 0) {
-      if (o_.decoupled_weight_decay) p.mul_(1 - lr_t_ * o_.weight_decay);
-      else g = g + p * o_.weight_decay;
-    }
-    m_[i].mul_(number(o_.beta1));
-    m_[i].add_(g, 1 - o_.beta1);
-    v_[i].mul_(number(o_.beta2));
-    v_[i].add_(g * g, 1 - o_.beta2);
+    if (!adam_moments(params_[i], m_[i], v_[i], o_, decay)) continue;
     Tensor denom = sqrt(v_[i] / bc2) + o_.eps;
-    p.add_(m_[i] / denom * step_size, -1);
+    params_[i].add_(m_[i] / denom * step_size, -1);
   }
 }
 
@@ -145,24 +157,12 @@ void Adam::step() {
   autograd::NoGradGuard no_grad;
   ++t_;
   const double bc1 = 1 - std::pow(o_.beta1, double(t_)), bc2 = 1 - std::pow(o_.beta2, double(t_));
+  const Tensor decay =
+      o_.weight_decay != 0 && o_.decoupled_weight_decay ? number(1 - o_.lr * o_.weight_decay) : Tensor();
   for (size_t i = 0; i < params_.size(); ++i) {
-    Tensor& p = params_[i];
-    Tensor g = autograd::grad(p);
-    if (!g.defined()) continue;
-    if (o_.weight_decay != 0) {
-      if (o_.decoupled_weight_decay) p.mul_(number(1 - o_.lr * o_.weight_decay));
-      else g = g + p * o_.weight_decay;
-    }
-    if (!m_[i].defined()) {
-      m_[i] = zeros_like(p);
-      v_[i] = zeros_like(p);
-    }
-    m_[i].mul_(number(o_.beta1));
-    m_[i].add_(g, 1 - o_.beta1);
-    v_[i].mul_(number(o_.beta2));
-    v_[i].add_(g * g, 1 - o_.beta2);
+    if (!adam_moments(params_[i], m_[i], v_[i], o_, decay)) continue;
     Tensor denom = sqrt(v_[i] / bc2) + o_.eps;
-    p.add_(m_[i] / denom, -o_.lr / bc1);
+    params_[i].add_(m_[i] / denom, -o_.lr / bc1);
   }
 }
 

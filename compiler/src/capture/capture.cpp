@@ -32,21 +32,6 @@ namespace {
 
 constexpr DispatchKeySet kExportKey = DispatchKeySet::functionality(Functionality::Export);
 
-// Whether `t` covers all `numel` elements of its storage from offset 0 in some dimension order.
-bool is_permutation_of_whole(const Tensor& t, int64_t numel) {
-  if (t.storage_offset() != 0 || t.numel() != numel) return false;
-  std::vector<std::pair<int64_t, int64_t>> dims;  // (stride, size), sizes of 1 left out
-  for (int64_t d = 0; d < t.dim(); ++d)
-    if (t.sizes()[size_t(d)] != 1) dims.push_back({t.strides()[size_t(d)], t.sizes()[size_t(d)]});
-  std::sort(dims.begin(), dims.end());
-  int64_t expect = 1;
-  for (const auto& [stride, size] : dims) {
-    if (stride != expect) return false;
-    expect *= size;
-  }
-  return true;
-}
-
 
 struct Tracer final : ShapeContext {
   ExportedProgram ep;
@@ -68,8 +53,7 @@ struct Tracer final : ShapeContext {
     Tensor grad_before;
   };
   std::vector<Lifted> lifted;
-  std::unordered_map<const StorageImpl*, Tensor> lifted_storage;  // the first tensor lifted from each storage
-  std::unordered_map<const TensorImpl*, ValueId> lifted_placeholder;
+  std::unordered_map<const StorageImpl*, size_t> lifted_storage;  // the first entry of `lifted` on each storage
 
   Tracer() {
     ranges = &ep.ranges;
@@ -127,19 +111,20 @@ struct Tracer final : ShapeContext {
     // would be a second weight that a program with state (Note [Program state]) leaves stale.
     if (t.storage()) {
       auto same = lifted_storage.find(t.storage().get());
-      if (same != lifted_storage.end() && same->second.dtype() == t.dtype()) {
-        const Tensor& first = same->second;
+      if (same != lifted_storage.end() && lifted[same->second].live.dtype() == t.dtype()) {
+        const Tensor& first = lifted[same->second].live;
+        const ValueId now = value_of.at(first.impl());
         if (first.sizes() == t.sizes() && first.strides() == t.strides() && first.storage_offset() == t.storage_offset())
-          return value_of.at(first.impl());
+          return now;
         // A view of a tensor fn wrote (the expand of a gradient fn filled: its memory holds no value
         // yet), or a permutation of one (the transpose of a weight in matmul's backward): a view of its
         // current value. Slices of a weight fn does not write stay copies (as views they would become
         // an index_select over a constant index).
-        const ValueId now = value_of.at(first.impl());
-        const bool written = now != lifted_placeholder.at(first.impl());
+        const bool written = now != lifted[same->second].placeholder;
         if (written && first.numel() == 1 && t.numel() > 1) return expanded(t, now);
-        if (first.is_contiguous() && first.storage_offset() == 0 &&
-            (written || is_permutation_of_whole(t, first.numel())))
+        const bool permutation = t.storage_offset() == 0 && t.numel() == first.numel() &&
+                                 is_non_overlapping_and_dense(*t.impl());
+        if (first.is_contiguous() && first.storage_offset() == 0 && (written || permutation))
           return view_of(t, first.impl(), now);
         TESSERA_CHECK(!written, "export: a view of sizes ", IntArrayRef(t.sizes()), " of a tensor fn wrote in place (",
                       ep.graph.value_name(now), ") cannot be captured; clone() the tensor before taking the view");
@@ -166,8 +151,7 @@ struct Tracer final : ShapeContext {
     ep.signature.inputs.push_back({kind, name, v});
     const bool leaf = autograd::requires_grad(t) && autograd::is_leaf(t);
     lifted.push_back({name, v, t, leaf, leaf ? autograd::grad(t) : Tensor()});
-    if (t.storage()) lifted_storage.emplace(t.storage().get(), t);
-    lifted_placeholder[t.impl()] = v;
+    if (t.storage()) lifted_storage.emplace(t.storage().get(), lifted.size() - 1);
     return v;
   }
 
@@ -326,6 +310,13 @@ struct Tracer final : ShapeContext {
     return std::visit(V{*this}, a);
   }
 
+  // The .grad a backward inside fn gave lifted leaf `l` (a tracing tensor), or undefined.
+  static Tensor traced_grad(const Lifted& l) {
+    if (!l.leaf_requires_grad) return Tensor();
+    Tensor g = autograd::grad(l.live);
+    return g.defined() && g.key_set().has(Functionality::Export) ? g : Tensor();
+  }
+
   // Note [Program state] (ir.h): appends to `outputs` the new value of each lifted tensor that fn
   // wrote and that outlives the capture, then the gradient each lifted leaf received.
   std::vector<std::string> state_names;
@@ -336,7 +327,6 @@ struct Tracer final : ShapeContext {
     for (const Tensor& t : keep) ++held[t.impl()];
     for (const auto& [name, w] : ep.weights) ++held[w.impl()];
     for (const Lifted& l : lifted) ++held[l.live.impl()];
-    for (const auto& [storage, t] : lifted_storage) ++held[t.impl()];
     std::vector<const Lifted*> live;
     for (const Lifted& l : lifted)
       if (l.live.impl()->use_count() > held[l.live.impl()]) live.push_back(&l);  // else a temporary of fn
@@ -356,9 +346,8 @@ struct Tracer final : ShapeContext {
         ep.live_weights.insert(l->name);
       }
     for (const Lifted& l : lifted) {
-      if (!l.leaf_requires_grad) continue;
-      const Tensor g = autograd::grad(l.live);
-      if (!g.defined() || !g.key_set().has(Functionality::Export)) continue;
+      const Tensor g = traced_grad(l);
+      if (!g.defined()) continue;
       // A gradient accumulated into the .grad the leaf had before the step would read that tensor
       // as a constant of the program: every call would add to the first one.
       if (l.grad_before.defined())
@@ -426,10 +415,7 @@ class GradRestore {
   explicit GradRestore(Tracer& tr) : tr_(tr) {}
   ~GradRestore() {
     for (const Tracer::Lifted& l : tr_.lifted)
-      if (l.leaf_requires_grad) {
-        const Tensor g = autograd::grad(l.live);
-        if (g.defined() && g.key_set().has(Functionality::Export)) autograd::set_grad(l.live, l.grad_before);
-      }
+      if (Tracer::traced_grad(l).defined()) autograd::set_grad(l.live, l.grad_before);
   }
   GradRestore(const GradRestore&) = delete;
   GradRestore& operator=(const GradRestore&) = delete;
