@@ -15,6 +15,17 @@
 
 namespace tessera::quant_test {
 
+// The message of the tessera::Error that `f` throws, or "no error".
+template <typename F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
 // A seed from random_device; the tests print it through SCOPED_TRACE.
 inline uint64_t fresh_seed() { return (uint64_t(std::random_device{}()) << 32) | std::random_device{}(); }
 

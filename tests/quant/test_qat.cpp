@@ -14,10 +14,13 @@
 #include "tessera/nn.h"
 #include "tessera/tessera.h"
 
+#include "quant_test_util.h"
+
 namespace tessera {
 namespace {
 
 namespace ag = autograd;
+using quant_test::error_of;
 
 std::vector<float> values(const Tensor& t) {
   Tensor c = t.cpu().contiguous();
@@ -115,25 +118,17 @@ TEST(FakeQuantize, GradientIsStraightThroughInsideTheRange) {
 TEST(FakeQuantize, BadArgumentsAreClearErrors) {
   Tensor x = tensor(std::vector<float>{1, 2, 3, 4}, {2, 2});
   Tensor s = tensor(std::vector<float>{0.1f}), z = tensor(std::vector<int32_t>{0});
-  auto message = [](auto&& f) {
-    try {
-      f();
-    } catch (const Error& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
-  };
-  EXPECT_NE(message([&] { fake_quantize_per_tensor_affine(x, tensor(std::vector<float>{0.0f}), z, 0, 255); })
+  EXPECT_NE(error_of([&] { fake_quantize_per_tensor_affine(x, tensor(std::vector<float>{0.0f}), z, 0, 255); })
                 .find("scale 0"), std::string::npos);
-  EXPECT_NE(message([&] { fake_quantize_per_tensor_affine(x, s, tensor(std::vector<int32_t>{300}), 0, 255); })
+  EXPECT_NE(error_of([&] { fake_quantize_per_tensor_affine(x, s, tensor(std::vector<int32_t>{300}), 0, 255); })
                 .find("zero_point 300 is outside [quant_min, quant_max] = [0, 255]"), std::string::npos);
-  EXPECT_NE(message([&] { fake_quantize_per_tensor_affine(x, s, z, 10, 5); })
+  EXPECT_NE(error_of([&] { fake_quantize_per_tensor_affine(x, s, z, 10, 5); })
                 .find("quant_min 10 is greater than quant_max 5"), std::string::npos);
-  EXPECT_NE(message([&] { fake_quantize_per_tensor_affine(x.to(kFloat64), s, z, 0, 255); })
+  EXPECT_NE(error_of([&] { fake_quantize_per_tensor_affine(x.to(kFloat64), s, z, 0, 255); })
                 .find("self must be float32"), std::string::npos);
-  EXPECT_NE(message([&] { fake_quantize_per_channel_affine(x, s, z, 2, 0, 255); })
+  EXPECT_NE(error_of([&] { fake_quantize_per_channel_affine(x, s, z, 2, 0, 255); })
                 .find("axis 2 is out of range"), std::string::npos);
-  EXPECT_NE(message([&] { fake_quantize_per_channel_affine(x, s, z, 0, 0, 255); })
+  EXPECT_NE(error_of([&] { fake_quantize_per_channel_affine(x, s, z, 0, 0, 255); })
                 .find("scale must be a float32 tensor of 2 values"), std::string::npos);
   // The process keeps working.
   EXPECT_EQ(values(fake_quantize_per_tensor_affine(x, s, z, 0, 255)), (std::vector<float>{1, 2, 3, 4}));

@@ -17,8 +17,12 @@
 #include "tessera/quantization.h"
 #include "tessera/tessera.h"
 
+#include "quant_test_util.h"
+
 namespace tessera {
 namespace {
+
+using quant_test::error_of;
 
 using quantization::DynamicQuantizedLinear;
 using quantization::linear_int8;
@@ -271,39 +275,31 @@ TEST(QuantizedLinear, Quint8OutDtypeGivesTheDequantizedRequantisedResult) {
 TEST(QuantizedLinear, BadInputsGiveOneLineErrors) {
   const Problem p = make_problem(2, 8, 4, 1);
   Inputs in = inputs(p);
-  auto msg = [](auto&& f) {
-    try {
-      f();
-    } catch (const Error& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
-  };
-  EXPECT_NE(msg([&] { linear_int8(in.x, 0.0, 0, in.w, std::nullopt, 1.0, 0, false, kUInt8); }).find("input_scale"),
+  EXPECT_NE(error_of([&] { linear_int8(in.x, 0.0, 0, in.w, std::nullopt, 1.0, 0, false, kUInt8); }).find("input_scale"),
             std::string::npos);
-  EXPECT_NE(msg([&] { linear_int8(in.x, 0.1, 256, in.w, std::nullopt, 1.0, 0, false, kUInt8); }).find("0..255"),
+  EXPECT_NE(error_of([&] { linear_int8(in.x, 0.1, 256, in.w, std::nullopt, 1.0, 0, false, kUInt8); }).find("0..255"),
             std::string::npos);
-  EXPECT_NE(msg([&] { linear_int8(in.x, 0.1, 0, in.w, std::nullopt, NAN, 0, false, kUInt8); }).find("output_scale"),
+  EXPECT_NE(error_of([&] { linear_int8(in.x, 0.1, 0, in.w, std::nullopt, NAN, 0, false, kUInt8); }).find("output_scale"),
             std::string::npos);
-  EXPECT_NE(msg([&] { linear_int8(in.x, 0.1, 0, in.w, std::nullopt, 1.0, 0, false, kInt32); }).find("out_dtype"),
+  EXPECT_NE(error_of([&] { linear_int8(in.x, 0.1, 0, in.w, std::nullopt, 1.0, 0, false, kInt32); }).find("out_dtype"),
             std::string::npos);
-  EXPECT_NE(msg([&] { linear_int8(in.x.slice(1, 0, 7).contiguous(), 0.1, 0, in.w, std::nullopt, 1.0, 0, false, kFloat32); })
+  EXPECT_NE(error_of([&] { linear_int8(in.x.slice(1, 0, 7).contiguous(), 0.1, 0, in.w, std::nullopt, 1.0, 0, false, kFloat32); })
                 .find("expects 8"),
             std::string::npos);
-  EXPECT_NE(msg([&] { linear_int8(in.x.to(kInt32), 0.1, 0, in.w, std::nullopt, 1.0, 0, false, kFloat32); }).find("uint8"),
+  EXPECT_NE(error_of([&] { linear_int8(in.x.to(kInt32), 0.1, 0, in.w, std::nullopt, 1.0, 0, false, kFloat32); }).find("uint8"),
             std::string::npos);
-  EXPECT_NE(msg([&] { PackedLinearWeight(tensor(p.w, {4, 8}).to(kInt32), tensor(p.ws, {4})); }).find("int8"),
+  EXPECT_NE(error_of([&] { PackedLinearWeight(tensor(p.w, {4, 8}).to(kInt32), tensor(p.ws, {4})); }).find("int8"),
             std::string::npos);
-  EXPECT_NE(msg([&] { PackedLinearWeight(tensor(p.w, {4, 8}), tensor(std::vector<float>{1, 1, 1}, {3})); })
+  EXPECT_NE(error_of([&] { PackedLinearWeight(tensor(p.w, {4, 8}), tensor(std::vector<float>{1, 1, 1}, {3})); })
                 .find("weight_scale"),
             std::string::npos);
-  EXPECT_NE(msg([&] { PackedLinearWeight(tensor(p.w, {4, 8}), tensor(std::vector<float>{1, 1, -1, 1}, {4})); })
+  EXPECT_NE(error_of([&] { PackedLinearWeight(tensor(p.w, {4, 8}), tensor(std::vector<float>{1, 1, -1, 1}, {4})); })
                 .find("weight_scale[2]"),
             std::string::npos);
   // A uint8 tensor of the packed shape that _quantized_linear_prepack did not write.
   Dispatcher& d = Dispatcher::instance();
   Tensor forged = zeros({4, in.w.packed().size(1)}, kUInt8);
-  const std::string forged_msg = msg([&] {
+  const std::string forged_msg = error_of([&] {
     d.call_boxed(d.op("_quantized_linear"), {in.x, forged, std::monostate{}, 0.1, int64_t(0), 1.0, int64_t(0), false, kFloat32});
   });
   EXPECT_NE(forged_msg.find("not the output of _quantized_linear_prepack"), std::string::npos) << forged_msg;

@@ -14,18 +14,12 @@
 #include "tessera/quantization.h"
 #include "tessera/tessera.h"
 
+#include "quant_test_util.h"
+
 namespace tessera {
 namespace {
 
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "no error";
-}
+using quant_test::error_of;
 
 std::vector<int64_t> repr_values(const Tensor& q) {
   Tensor r = int_repr(q).to(kInt64).contiguous();
