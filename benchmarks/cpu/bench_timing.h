@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <vector>
 
 namespace tessera::bench {
 
@@ -34,6 +35,12 @@ void time_pair(A&& op, B&& ref, double* op_s, double* ref_s, int trials = 7, dou
     *ref_s = std::min(*ref_s, trial(ref, seconds));
     *op_s = std::min(*op_s, trial(op, seconds));
   }
+}
+
+// The median of `v` (the upper one of an even count); 0 when empty.
+inline double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
 }
 
 }  // namespace tessera::bench

@@ -31,6 +31,7 @@
 #include <dnnl.hpp>
 #include <omp.h>
 
+#include "../cpu/bench_timing.h"
 #include "tessera/tessera.h"
 
 #ifdef TESSERA_HAVE_TORCH
@@ -40,6 +41,8 @@
 #endif
 
 namespace {
+
+using tessera::bench::median;
 
 using Clock = std::chrono::steady_clock;
 using Fn = std::function<void()>;
@@ -67,11 +70,6 @@ double trial(const Fn& fn, double seconds) {
     elapsed = std::chrono::duration<double>(Clock::now() - start).count();
   } while (elapsed < seconds);
   return elapsed / double(reps);
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
 }
 
 // Medians of per-call seconds of each function, the functions run in turn each round (a function

@@ -30,6 +30,8 @@
 
 namespace {
 
+using tessera::bench::median;
+
 struct Options {
   int threads = 2, rounds = 7;
   int64_t batch = 8, seq = 128, model = 256, heads = 4;
@@ -101,11 +103,6 @@ torch::Tensor to_torch(const tessera::Tensor& t) {
   return out;
 }
 #endif
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 }  // namespace
 
