@@ -42,5 +42,8 @@ uint64_t next_sequence_nr();
 // The dispatch hook and the view hook (record.cpp); installed when the library loads.
 void install_hooks();
 void on_impl_released(const TensorImpl* impl) noexcept;
+// Whether `t` is a recorded view of a tensor in a graph (its grad_fn is a view's backward): in-place
+// writes to such a view are refused (PyTorch's CopySlices is not done).
+bool is_recorded_view(const Tensor& t);
 
 }  // namespace tessera::autograd::detail

@@ -24,6 +24,11 @@ void AutogradContext::mark_non_differentiable(const std::vector<Tensor>& outputs
     if (t.defined()) non_differentiable_.push_back(t.impl());
 }
 
+void AutogradContext::mark_dirty(const std::vector<Tensor>& inputs) {
+  for (const Tensor& t : inputs)
+    if (t.defined()) dirty_.push_back(t.impl());
+}
+
 bool AutogradContext::needs_input_grad(size_t i) const { return i < needs_input_grad_.size() && needs_input_grad_[i]; }
 
 namespace {
@@ -96,8 +101,42 @@ std::shared_ptr<AutogradContext> function_prepare(const FunctionCall& call, cons
   return ctx;
 }
 
+// Note [Dirty inputs]
+// A custom forward that writes an input in place (x.mul_(2)) says so with ctx->mark_dirty({x}) and
+// returns x. As PyTorch does: x must be one of the inputs and one of the outputs; a leaf that
+// requires grad cannot be written (its .grad would describe a value it no longer has), nor can a
+// view of a tensor in a graph (PyTorch's CopySlices: not done). The output is x itself, not an
+// alias: x's history is rebased onto this function's node, whose edge for x points to x's history
+// before the call, so gradients flow through the in-place write, and the write's version bump makes
+// every earlier node that saved x refuse to backward. An input returned unmarked becomes an alias
+// instead, and keeps its own history.
+void check_dirty(const FunctionCall& call, const AutogradContext& ctx, const std::vector<Tensor>& outputs) {
+  for (const TensorImpl* d : ctx.dirty_) {
+    const auto same = [d](const Tensor& t) { return t.defined() && t.impl() == d; };
+    TESSERA_CHECK(std::any_of(call.tensor_args.begin(), call.tensor_args.end(), same), "function ", ctx.name_,
+                  ": mark_dirty was given a tensor that is not an input of forward; mark the inputs forward writes "
+                  "in place");
+    TESSERA_CHECK(std::any_of(outputs.begin(), outputs.end(), same), "function ", ctx.name_,
+                  ": some elements marked as dirty during the forward method were not returned as output; return "
+                  "every input forward modified in place");
+    if (!is_grad_enabled()) continue;
+    const Tensor& x = *std::find_if(call.tensor_args.begin(), call.tensor_args.end(), same);
+    TESSERA_CHECK(!(requires_grad(x) && is_leaf(x)), "function ", ctx.name_,
+                  ": a leaf Variable that requires grad is being used in an in-place operation (mark_dirty); clone() "
+                  "it first, or run the function under NoGradGuard");
+    TESSERA_CHECK(!is_recorded_view(x), "function ", ctx.name_,
+                  ": writing a view of a tensor that requires grad in place (mark_dirty) is not supported; clone() "
+                  "the view first, or return a new tensor");
+  }
+}
+
+bool is_dirty(const AutogradContext& ctx, const Tensor& t) {
+  return std::find(ctx.dirty_.begin(), ctx.dirty_.end(), t.impl()) != ctx.dirty_.end();
+}
+
 std::vector<Tensor> function_finish(const FunctionCall& call, std::shared_ptr<AutogradContext> ctx,
                                     std::vector<Tensor> outputs, BackwardFn backward) {
+  check_dirty(call, *ctx, outputs);
   const bool any = std::any_of(ctx->needs_input_grad_.begin(), ctx->needs_input_grad_.end(), [](bool b) { return b; });
   if (!any) return outputs;
   std::vector<Edge> edges;
@@ -112,9 +151,10 @@ std::vector<Tensor> function_finish(const FunctionCall& call, std::shared_ptr<Au
   std::vector<OutputMeta> metas;
   for (Tensor& o : outputs) {
     TESSERA_CHECK(o.defined(), "function ", ctx->name_, ": forward returned an undefined tensor");
-    // An output that is an input as is becomes an alias, so that the input keeps its own history.
+    // An output that is an input as is becomes an alias, so that the input keeps its own history,
+    // unless forward wrote it in place (Note [Dirty inputs]).
     for (const Tensor& t : call.tensor_args)
-      if (t.defined() && t.is_same(o)) o = autograd::detach(o);
+      if (t.defined() && t.is_same(o) && !is_dirty(*ctx, o)) o = autograd::detach(o);
     metas.push_back({std::vector<int64_t>(o.sizes().begin(), o.sizes().end()), o.dtype(), o.device()});
   }
   auto node = std::make_shared<FunctionNode>(std::move(edges), ctx, backward, std::move(metas), std::move(sizes),

@@ -340,7 +340,7 @@ std::vector<Tensor> on_autograd_call(AutogradCall& call) {
       tessera::detail::throw_error(ErrorCode::Unimplemented,
                                    "'" + name + "': this in-place op is not supported by autograd yet on tensors that "
                                    "require grad (TODO(#31)); use the out-of-place op, or run it under NoGradGuard");
-    TESSERA_CHECK(!(m && m->grad_fn && dynamic_cast<ViewNode*>(m->grad_fn.get())), "'", name,
+    TESSERA_CHECK(!is_recorded_view(flat[0]), "'", name,
                   "': an in-place op on a view of a tensor that requires grad is not supported yet (TODO(#31)); "
                   "write the out-of-place result instead, or clone() the view first");
     bool reads_written = false;
@@ -435,6 +435,11 @@ void on_view_created(const Tensor& base, Tensor& view) {
 }  // namespace
 
 void on_impl_released(const TensorImpl* impl) noexcept { erase_meta(impl); }
+
+bool is_recorded_view(const Tensor& t) {
+  auto m = t.defined() ? find_meta(t.impl()) : nullptr;
+  return m && m->grad_fn && dynamic_cast<ViewNode*>(m->grad_fn.get());
+}
 
 void install_hooks() {
   tessera::detail::set_autograd_core_hooks(&on_view_created, &on_impl_released);

@@ -281,6 +281,11 @@ void bind_autograd(nb::module_& m) {
         for (nb::handle h : tensors) ts.push_back(nb::cast<Tensor>(h));
         c.get()->mark_non_differentiable(ts);
       })
+      .def("mark_dirty", [](PyContext& c, nb::args tensors) {
+        std::vector<Tensor> ts;
+        for (nb::handle h : tensors) ts.push_back(nb::cast<Tensor>(h));
+        c.get()->mark_dirty(ts);
+      })
       .def_prop_ro("needs_input_grad", [](PyContext& c) {
         nb::list l;
         const auto ctx = c.get();

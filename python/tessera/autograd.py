@@ -61,8 +61,9 @@ class Function:
     and `backward(ctx, *grads)` (one gradient per output in; one tensor or None per forward
     argument out), then call `apply(*args)`. `ctx.save_for_backward(*tensors)` /
     `ctx.saved_tensors` (checked for in-place changes), `ctx.mark_non_differentiable(*outputs)`,
-    `ctx.needs_input_grad`, and any attribute (`ctx.scale = 2.0`). Eager only: under
-    tessera.export/compile the call is not traced yet."""
+    `ctx.mark_dirty(*inputs)` (inputs forward wrote in place; return them), `ctx.needs_input_grad`,
+    and any attribute (`ctx.scale = 2.0`). Under tessera.compile the forward and backward are
+    traced into the program."""
 
     @staticmethod
     def forward(ctx, *args):

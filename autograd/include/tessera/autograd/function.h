@@ -15,8 +15,10 @@
 // on and a tensor argument requires grad, the outputs get a node whose backward calls
 // Derived::backward with one gradient per output (zeros for outputs that got none) and takes one
 // gradient per forward argument (undefined for non-tensors and for inputs that need none; a
-// gradient of a broadcast shape is summed to the input's). Not yet: mark_dirty (in-place custom
-// functions), capture under export/compile (TODO(#31)).
+// gradient of a broadcast shape is summed to the input's). Under tessera::compile and
+// export_program the forward and backward are traced (docs/training.md). A forward that writes an
+// input in place marks it with ctx->mark_dirty({x}) and returns it (Note [Dirty inputs] in
+// function.cpp).
 #pragma once
 #include <any>
 #include <map>
@@ -35,6 +37,9 @@ class TESSERA_AUTOGRAD_API AutogradContext {
   std::vector<Tensor> get_saved_variables() const;
   // Outputs that get no gradient (indices, masks): they do not require grad.
   void mark_non_differentiable(const std::vector<Tensor>& outputs);
+  // Inputs forward modified in place (PyTorch's mark_dirty); each must be returned as an output,
+  // which then carries this function's history (Note [Dirty inputs] in function.cpp).
+  void mark_dirty(const std::vector<Tensor>& inputs);
   // Whether forward argument `i` needs a gradient (false for non-tensor arguments).
   bool needs_input_grad(size_t i) const;
   // Anything else backward needs.
@@ -43,6 +48,7 @@ class TESSERA_AUTOGRAD_API AutogradContext {
   // Internal (function.cpp).
   std::vector<SavedTensor> saved_;
   std::vector<const TensorImpl*> non_differentiable_;
+  std::vector<const TensorImpl*> dirty_;
   std::vector<bool> needs_input_grad_;
   std::string name_;
   bool released_ = false;
