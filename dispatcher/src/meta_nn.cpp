@@ -198,4 +198,27 @@ void meta_rms_norm(MetaCall& m) {
   m.add_output(x.sizes(), r);
 }
 
+
+// _fused_adam_ (Note [Fused optimizer step] in nn.h): the parameter, its two moments and its gradient
+// have one floating dtype and one shape; the step writes the first three in place.
+void meta_fused_adam_(MetaCall& m) {
+  static const char* const kNames[] = {"self", "exp_avg", "exp_avg_sq", "grad"};
+  const TensorImpl& p = need(m, 0, kNames[0]);
+  TESSERA_CHECK(is_floating(p.dtype()), m.op_name, ": the parameter must be a floating tensor, got ", p.dtype());
+  for (int i = 1; i < 4; ++i) {
+    const TensorImpl& t = need(m, i, kNames[i]);
+    check_same_dtype(m, p, t, "self", kNames[i]);
+    TESSERA_CHECK(t.sizes() == p.sizes(), m.op_name, ": ", kNames[i], " has shape ", t.sizes(), " but self has ",
+                  p.sizes(), "; a parameter's gradient and optimizer state have its shape");
+  }
+  using A = op::_fused_adam_::attr;
+  for (int a : {int(A::bias_correction1), int(A::bias_correction2)}) {
+    const double bc = attr_double(m, a);
+    TESSERA_CHECK(bc > 0 && bc <= 1, m.op_name, ": bias corrections are 1 - beta^t, in (0, 1]; got ", bc);
+  }
+  m.alias_output(0);
+  m.alias_output(1);
+  m.alias_output(2);
+}
+
 }  // namespace tessera::meta

@@ -342,6 +342,26 @@ void register_core_composites(Dispatcher& d) {
     return {make_tensor_strided(sizes, strides, dt, Device(DeviceType::CPU))};
   });
   register_quantization_composites(d);
+  // _fused_adam_ on a device without a kernel: the same update in contract ops, one parameter at a
+  // time (nn.h's unfused step does the same with the optimizer's own tensors).
+  d.register_composite(d.op("_fused_adam_"), [](const Stack& args) -> Stack {
+    Tensor p = std::get<Tensor>(args[0]), m = std::get<Tensor>(args[1]), v = std::get<Tensor>(args[2]);
+    Tensor g = std::get<Tensor>(args[3]);
+    const double lr = std::get<double>(args[4]), b1 = std::get<double>(args[5]), b2 = std::get<double>(args[6]);
+    const double wd = std::get<double>(args[7]), eps = std::get<double>(args[8]);
+    const double bc1 = std::get<double>(args[9]), bc2 = std::get<double>(args[10]);
+    auto number = [](double x) { return scalar_tensor(x, kFloat64); };
+    if (wd != 0) {
+      if (std::get<bool>(args[11])) p.mul_(number(1 - lr * wd));
+      else g = add(g, mul(p, number(wd)));
+    }
+    m.mul_(number(b1));
+    m.add_(g, 1 - b1);
+    v.mul_(number(b2));
+    v.add_(mul(g, g), 1 - b2);
+    p.add_(div(m, add(sqrt(div(v, number(bc2))), number(eps))), -lr / bc1);
+    return {p, m, v};
+  });
   d.register_composite(d.op("linear"), [](const Stack& args) -> Stack {
     const Tensor& x = std::get<Tensor>(args[0]);
     const Tensor& w = std::get<Tensor>(args[1]);

@@ -354,6 +354,23 @@ std::tuple<Tensor, Tensor> topk(const Tensor& x, int64_t k, int64_t dim, bool la
   return {outs[0], outs[1]};
 }
 
+// ---- optimizers
+
+void _fused_adam_(const Tensor& param, const Tensor& exp_avg, const Tensor& exp_avg_sq, const Tensor& grad,
+                  const FusedAdamArgs& a) {
+  TESSERA_OP(op, "_fused_adam_");
+  const TensorImpl* tensors[] = {impl_of(param, "_fused_adam_", "self"), impl_of(exp_avg, "_fused_adam_", "exp_avg"),
+                                 impl_of(exp_avg_sq, "_fused_adam_", "exp_avg_sq"),
+                                 impl_of(grad, "_fused_adam_", "grad")};
+  const tessera_value_t attrs[] = {value_double(a.lr),           value_double(a.beta1),
+                                   value_double(a.beta2),        value_double(a.weight_decay),
+                                   value_double(a.eps),          value_double(a.bias_correction1),
+                                   value_double(a.bias_correction2), value_bool(a.decoupled_weight_decay)};
+  CallFrame f{tensors, 4, attrs, 8, nullptr};
+  Tensor outs[3];
+  call_unboxed(op, f, outs);
+}
+
 // ---- nn
 
 Tensor linear(const Tensor& x, const Tensor& weight, const std::optional<Tensor>& bias) {

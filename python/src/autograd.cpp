@@ -206,16 +206,16 @@ void bind_autograd(nb::module_& m) {
          nb::arg("nesterov"), nb::arg("capturable") = false);
   nb::class_<nn::optim::Adam, Optimizer>(a, "Adam")
       .def("__init__", [](nn::optim::Adam* self, std::vector<Tensor> params, double lr, double beta1, double beta2,
-                          double eps, double weight_decay, bool capturable) {
-        new (self) nn::optim::Adam(std::move(params), {lr, beta1, beta2, eps, weight_decay, false, capturable});
+                          double eps, double weight_decay, bool capturable, bool fused) {
+        new (self) nn::optim::Adam(std::move(params), {lr, beta1, beta2, eps, weight_decay, false, capturable, fused});
       }, nb::arg("params"), nb::arg("lr"), nb::arg("beta1"), nb::arg("beta2"), nb::arg("eps"), nb::arg("weight_decay"),
-         nb::arg("capturable") = false);
+         nb::arg("capturable") = false, nb::arg("fused") = true);
   nb::class_<nn::optim::AdamW, nn::optim::Adam>(a, "AdamW")
       .def("__init__", [](nn::optim::AdamW* self, std::vector<Tensor> params, double lr, double beta1, double beta2,
-                          double eps, double weight_decay, bool capturable) {
-        new (self) nn::optim::AdamW(std::move(params), {lr, beta1, beta2, eps, weight_decay, true, capturable});
+                          double eps, double weight_decay, bool capturable, bool fused) {
+        new (self) nn::optim::AdamW(std::move(params), {lr, beta1, beta2, eps, weight_decay, true, capturable, fused});
       }, nb::arg("params"), nb::arg("lr"), nb::arg("beta1"), nb::arg("beta2"), nb::arg("eps"), nb::arg("weight_decay"),
-         nb::arg("capturable") = false);
+         nb::arg("capturable") = false, nb::arg("fused") = true);
   nb::class_<nn::optim::LRScheduler>(a, "LRScheduler")
       .def("step", &nn::optim::LRScheduler::step)
       .def_prop_ro("last_epoch", &nn::optim::LRScheduler::epoch);

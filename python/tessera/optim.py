@@ -6,7 +6,10 @@ eta_min=0)`, `ExponentialLR(opt, gamma)`, `MultiStepLR(opt, milestones, gamma=0.
 (cycle_momentum=False only), each `step()`ped by the caller once per epoch (or step), as in PyTorch,
 and `ReduceLROnPlateau(opt, mode="min", factor=0.1, patience=10, ...)` stepped with the metric.
 `capturable=True` (PyTorch's name) keeps the step count and lr in tensors, so that a training step
-(forward, backward, `opt.step()`) runs under `tessera.compile` as one program (docs/training.md)."""
+(forward, backward, `opt.step()`) runs under `tessera.compile` as one program (docs/training.md).
+Adam and AdamW update each parameter with one fused op (`fused=None` or `True`, the default: the
+device's `_fused_adam_` kernel, or its composite on a device without one); `fused=False` runs the
+update op by op."""
 from . import autograd as _autograd  # noqa: F401 (Tensor methods, and the check that training is built)
 from . import _C
 
@@ -18,14 +21,14 @@ def SGD(params, lr=0.01, momentum=0.0, dampening=0.0, weight_decay=0.0, nesterov
                      bool(capturable))
 
 
-def Adam(params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, capturable=False):  # noqa: N802
+def Adam(params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, capturable=False, fused=None):  # noqa: N802
     return _impl.Adam(list(params), float(lr), float(betas[0]), float(betas[1]), float(eps), float(weight_decay),
-                      bool(capturable))
+                      bool(capturable), fused is None or bool(fused))
 
 
-def AdamW(params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01, capturable=False):  # noqa: N802
+def AdamW(params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01, capturable=False, fused=None):  # noqa: N802
     return _impl.AdamW(list(params), float(lr), float(betas[0]), float(betas[1]), float(eps), float(weight_decay),
-                       bool(capturable))
+                       bool(capturable), fused is None or bool(fused))
 
 
 class lr_scheduler:  # noqa: N801 (PyTorch's path: tessera.optim.lr_scheduler.StepLR)

@@ -347,3 +347,55 @@ def test_second_derivatives_with_create_graph():
         d[i] = 1e-6
         numeric[i] = (penalty(wv + d) - penalty(wv - d)) / 2e-6
     np.testing.assert_allclose(analytic, numeric, rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("decoupled", [False, True])
+def test_fused_and_unfused_adam_follow_pytorchs_update(rng, decoupled):
+    """Adam/AdamW's fused step (the CPU's _fused_adam_ kernel) and the op-by-op step against
+    torch/optim/adam.py's update written out in NumPy (float64)."""
+    p0 = rng.standard_normal((7, 5))
+    grads = [rng.standard_normal((7, 5)) for _ in range(4)]
+    lr, wd, b1, b2, eps = 0.1, 0.05, 0.9, 0.999, 1e-8
+    want, m, v = p0.copy(), np.zeros_like(p0), np.zeros_like(p0)
+    for t, g in enumerate(grads, start=1):
+        if decoupled:
+            want *= 1 - lr * wd
+        else:
+            g = g + wd * want
+        m = b1 * m + (1 - b1) * g
+        v = b2 * v + (1 - b2) * g * g
+        want -= lr / (1 - b1 ** t) * m / (np.sqrt(v) / np.sqrt(1 - b2 ** t) + eps)
+    make = tessera.optim.AdamW if decoupled else tessera.optim.Adam
+    for fused in (None, False):
+        w = tessera.from_numpy(p0.copy()).requires_grad_()
+        opt = make([w], lr=lr, weight_decay=wd, fused=fused)
+        for g in grads:
+            opt.zero_grad()
+            (w * tessera.from_numpy(g)).sum().backward()
+            opt.step()
+        np.testing.assert_allclose(w.detach().numpy(), want, rtol=1e-12, atol=1e-12, err_msg=f"fused={fused}")
+
+
+class _DoubleInPlace(tessera.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        x.mul_(tessera.from_numpy(np.array([2.0])))
+        ctx.mark_dirty(x)
+        return x
+
+    @staticmethod
+    def backward(ctx, g):
+        return g * 2.0
+
+
+def test_mark_dirty_rebases_the_written_input(rng):
+    a_np = rng.standard_normal(5)
+    a = tessera.from_numpy(a_np.copy()).requires_grad_()
+    x = a * 3.0
+    y = _DoubleInPlace.apply(x)
+    assert y.grad_fn == "_DoubleInPlaceBackward" and x.grad_fn == "_DoubleInPlaceBackward"
+    (y * y).sum().backward()  # y = 6a, so d(36 a^2)/da = 72 a
+    np.testing.assert_allclose(a.grad.numpy(), 72 * a_np, rtol=1e-12)
+    leaf = tessera.from_numpy(np.array([1.0, 2.0])).requires_grad_()
+    with pytest.raises(Exception, match="a leaf Variable that requires grad is being used in an in-place operation"):
+        _DoubleInPlace.apply(leaf)

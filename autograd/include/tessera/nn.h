@@ -178,7 +178,18 @@ struct AdamOptions {
   double weight_decay = 0;
   bool decoupled_weight_decay = false;  // AdamW
   bool capturable = false;              // Note [Capturable optimizers]
+  bool fused = true;                    // Note [Fused optimizer step]
 };
+// Note [Fused optimizer step]
+// A plain (not capturable) Adam or AdamW step updates each parameter with one call of the contract
+// op _fused_adam_ (tessera/ops.h): on a device whose plugin registers a kernel for it (the CPU's
+// reads the parameter, its gradient and both moments once and writes three of them once) that
+// kernel runs; on any other device the op's composite runs the same update in contract ops, so no
+// device needs optimizer code, and a vendor overrides the update by registering one kernel. fused
+// = false runs the update op by op in the optimizer (the reference the fused kernels are tested
+// against). Results agree to rounding: the kernel keeps the composite's order of operations but
+// not its intermediate roundings. A capturable step is never fused: under tessera::compile the
+// code generator fuses the update's loops itself.
 class TESSERA_NN_API Adam : public Optimizer {
  public:
   Adam(std::vector<Tensor> params, AdamOptions options);

@@ -40,6 +40,19 @@ bool adam_moments(Tensor& p, Tensor& m, Tensor& v, const AdamOptions& o, const T
   return true;
 }
 
+// Note [Fused optimizer step]: one _fused_adam_ call for the parameter; false when the parameter
+// has no gradient (nothing to do) or one of another dtype or shape (the unfused step promotes).
+bool fused_step(Tensor& p, Tensor& m, Tensor& v, const FusedAdamArgs& args) {
+  const Tensor g = autograd::grad(p);
+  if (!g.defined() || g.dtype() != p.dtype() || g.sizes() != p.sizes()) return false;
+  if (!m.defined()) {
+    m = zeros_like(p);
+    v = zeros_like(p);
+  }
+  _fused_adam_(p, m, v, g, args);
+  return true;
+}
+
 void set_lr_tensor(Tensor& lr_t, double lr, const char* name) {
   if (!lr_t.defined()) return;
   TESSERA_CHECK(!capturing(), name, ".set_lr inside a compiled function would be frozen at its first value; step "
@@ -159,7 +172,9 @@ void Adam::step() {
   const double bc1 = 1 - std::pow(o_.beta1, double(t_)), bc2 = 1 - std::pow(o_.beta2, double(t_));
   const Tensor decay =
       o_.weight_decay != 0 && o_.decoupled_weight_decay ? number(1 - o_.lr * o_.weight_decay) : Tensor();
+  const FusedAdamArgs fused{o_.lr, o_.beta1, o_.beta2, o_.weight_decay, o_.eps, bc1, bc2, o_.decoupled_weight_decay};
   for (size_t i = 0; i < params_.size(); ++i) {
+    if (o_.fused && fused_step(params_[i], m_[i], v_[i], fused)) continue;
     if (!adam_moments(params_[i], m_[i], v_[i], o_, decay)) continue;
     Tensor denom = sqrt(v_[i] / bc2) + o_.eps;
     params_[i].add_(m_[i] / denom, -o_.lr / bc1);

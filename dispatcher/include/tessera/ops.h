@@ -95,6 +95,16 @@ TESSERA_API Tensor argmax(const Tensor& x, std::optional<int64_t> dim = std::nul
 // The k largest (largest=false: smallest) values along dim and their int64 indices (ops.json: topk).
 TESSERA_API std::tuple<Tensor, Tensor> topk(const Tensor& x, int64_t k, int64_t dim = -1, bool largest = true,
                                              bool sorted = true);
+// One Adam step of one parameter in a single pass over it, its two moments and its gradient
+// (ops.json: _fused_adam_; Note [Fused optimizer step] in tessera/nn.h, which is what calls it).
+// Writes param, exp_avg and exp_avg_sq; bias_correction1 and 2 are 1 - beta1^t and 1 - beta2^t.
+struct FusedAdamArgs {
+  double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, weight_decay = 0, eps = 1e-8;
+  double bias_correction1 = 1, bias_correction2 = 1;
+  bool decoupled_weight_decay = false;  // AdamW
+};
+TESSERA_API void _fused_adam_(const Tensor& param, const Tensor& exp_avg, const Tensor& exp_avg_sq, const Tensor& grad,
+                              const FusedAdamArgs& args);
 TESSERA_API Tensor linear(const Tensor& x, const Tensor& weight, const std::optional<Tensor>& bias = std::nullopt);
 TESSERA_API Tensor softmax(const Tensor& x, int64_t dim);
 TESSERA_API Tensor log_softmax(const Tensor& x, int64_t dim);

@@ -32,6 +32,7 @@ void register_creation_kernels(Registrar& r);
 void register_shape_kernels(Registrar& r);      // shape_ops.cpp
 void register_onnx_nn_kernels(Registrar& r);    // onnx_nn_ops.cpp
 void register_fake_quantize_kernels(Registrar& r);  // fake_quantize.cpp
+void register_optimizer_kernels(Registrar& r);      // optim.cpp
 
 // Runs `body`, turning exceptions into a status (the C ABI boundary of every kernel).
 template <typename F>

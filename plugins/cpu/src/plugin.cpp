@@ -275,6 +275,7 @@ TESSERA_PLUGIN_ENTRY(&tessera::cpu::g_plugin) {
   register_shape_kernels(r);
   register_onnx_nn_kernels(r);
   register_fake_quantize_kernels(r);
+  register_optimizer_kernels(r);
 #ifdef TESSERA_CPU_HAS_NN
   register_nn_kernels(host);
 #endif

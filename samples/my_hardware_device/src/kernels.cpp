@@ -238,7 +238,7 @@ void launch(const KernelCall& call, int op_id, std::function<void()> task) {
 }
 
 // Op ids: index into kSpecs below (also the kernel counter index).
-enum OpId { kFill = 0, kCopy, kAdd, kMul, kRelu, kMatmul, kSum, kNormal, kUniform, kNumOps };
+enum OpId { kFill = 0, kCopy, kAdd, kMul, kRelu, kMatmul, kSum, kNormal, kUniform, kFusedAdam, kNumOps };
 // Backward kernels (kBackwardSpecs) count after the forward ones.
 enum BackwardOpId { kReluBackward = kNumOps, kNumCountedOps };
 
@@ -367,6 +367,36 @@ void relu_backward_kernel(const KernelCall& call) {
       const double gv = load_f(g.base() + o[1] * int64_t(g.itemsize), g.dtype);
       const double xv = load_f(x.base() + o[2] * int64_t(x.itemsize), x.dtype);
       store_f(out.base() + o[0] * int64_t(out.itemsize), out.dtype, xv > 0 ? gv : 0.0);
+    });
+  });
+}
+
+// The optimizer's fused update (Note [Fused optimizer step] in tessera/nn.h): one Adam or AdamW step
+// of one parameter in a single pass on the device. Without this kernel the runtime would run the
+// op's composite here (about a dozen device ops per parameter); with it, Adam and AdamW on this
+// device make one launch per parameter and no optimizer code of the device's own is needed.
+void fused_adam_kernel(const KernelCall& call) {
+  using A = op::_fused_adam_::attr;
+  DevTensor p = capture(call.input(0)), m = capture(call.input(1)), v = capture(call.input(2));
+  DevTensor g = capture(call.input(3));
+  const double lr = call.attr_double(A::lr), b1 = call.attr_double(A::beta1), b2 = call.attr_double(A::beta2);
+  const double wd = call.attr_double(A::weight_decay), eps = call.attr_double(A::eps);
+  const double bc1 = call.attr_double(A::bias_correction1), bc2 = call.attr_double(A::bias_correction2);
+  const bool decoupled = call.attr_bool(A::decoupled_weight_decay);
+  launch(call, kFusedAdam, [=] {
+    std::array<std::vector<int64_t>, 4> st{p.strides, m.strides, v.strides, g.strides};
+    walk<4>(p.sizes, st, [&](const std::array<int64_t, 4>& o) {
+      std::byte* pp = p.base() + o[0] * int64_t(p.itemsize);
+      std::byte* mp = m.base() + o[1] * int64_t(m.itemsize);
+      std::byte* vp = v.base() + o[2] * int64_t(v.itemsize);
+      double pv = load_f(pp, p.dtype), gv = load_f(g.base() + o[3] * int64_t(g.itemsize), g.dtype);
+      if (wd != 0 && decoupled) pv *= 1 - lr * wd;
+      if (wd != 0 && !decoupled) gv += pv * wd;
+      const double mv = load_f(mp, m.dtype) * b1 + gv * (1 - b1);
+      const double vv = load_f(vp, v.dtype) * b2 + gv * gv * (1 - b2);
+      store_f(pp, p.dtype, pv - lr / bc1 * mv / (std::sqrt(vv / bc2) + eps));
+      store_f(mp, m.dtype, mv);
+      store_f(vp, v.dtype, vv);
     });
   });
 }
@@ -523,6 +553,7 @@ const KernelSpec kSpecs[] = {
     {op::sum::name, kMaskFI, TESSERA_SDK_KERNEL(sum_kernel)},
     {op::normal_::name, kMaskF, TESSERA_SDK_KERNEL(random_kernel<kNormal>)},
     {op::uniform_::name, kMaskF, TESSERA_SDK_KERNEL(random_kernel<kUniform>)},
+    {op::_fused_adam_::name, kMaskF, TESSERA_SDK_KERNEL(fused_adam_kernel)},
 };
 static_assert(sizeof(kSpecs) / sizeof(kSpecs[0]) == kNumOps, "one spec per OpId, in order");
 const KernelSpec kBackwardSpecs[] = {

@@ -442,6 +442,24 @@ std::vector<Case> build() {
                  x[0], tessera::tensor(std::vector<float>{0.02f, 0.5f, 0.003f, 0.1f, 1.0f}).to(d),
                  tessera::tensor(std::vector<int64_t>{0, -3, 10, 0, 127}).to(d), 1, -128, 127);
            });
+  // The optimizer's fused step (Note [Fused optimizer step]): AdamW's third step on one parameter,
+  // its moments (the second positive) and gradient; the result lists the three tensors it writes.
+  add_case(v, "fused_adam", "_fused_adam_", {kFloat32, kFloat64},
+           [](Gen& g, DType t) {
+             return Inputs{g.random({5, 7}, t), g.random({5, 7}, t, D::Small), g.random({5, 7}, t, D::Positive),
+                           g.random({5, 7}, t)};
+           },
+           [](const Inputs& x, DType) {
+             Tensor p = x[0].clone(), m = x[1].clone(), s = x[2].clone();
+             FusedAdamArgs a;
+             a.lr = 0.01;
+             a.weight_decay = 0.1;
+             a.bias_correction1 = 1 - std::pow(a.beta1, 3);
+             a.bias_correction2 = 1 - std::pow(a.beta2, 3);
+             a.decoupled_weight_decay = true;
+             tessera::_fused_adam_(p, m, s, x[3], a);
+             return tessera::cat({p.reshape({-1}), m.reshape({-1}), s.reshape({-1})}, 0);
+           });
   // Tails where 1 + tanh(u) or 1 + erf(u) cancel, exp overflows, or x^3 overflows.
   const std::vector<double> tails = {-1e10, -100, -30, -10, -5, 5, 10, 30, 100, 1e10};
   const std::vector<DType> wide = {kFloat32, kFloat64};
