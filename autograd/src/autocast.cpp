@@ -2,9 +2,12 @@
 // tessera/autocast_dispatch.h).
 #include <array>
 #include <atomic>
+#include <cstdio>
 #include <map>
 #include <mutex>
+#include <set>
 #include <shared_mutex>
+#include <vector>
 
 #include "tessera/amp.h"
 #include "tessera/autocast_dispatch.h"
@@ -76,6 +79,10 @@ struct Policies {
   // Whether the device type's manifest entries were applied (Note [Autocast policies from the
   // manifest] in dispatcher/src/manifest.cpp): read without the lock on the call path.
   std::array<std::atomic<bool>, kNumBackendSlots> manifest_applied{};
+  // Whether the loaded plugin's code entries were applied (Note [Autocast policies in code] in
+  // plugin_abi.h), and the ops the application set, which those entries leave alone.
+  std::array<std::atomic<bool>, kNumBackendSlots> code_applied{};
+  std::array<std::set<std::string, std::less<>>, kNumBackendSlots> set_by_application;
   Policies() {
     std::map<std::string, CastPolicy, std::less<>> defaults;  // the same for every device type
     for (const char* op : kLowerPrecisionOps)
@@ -118,6 +125,69 @@ void ensure_manifest_policies(Policies& ps, size_t slot) {
   if (ps.manifest_applied[slot].load(std::memory_order_relaxed)) return;
   for (const auto& [op, word] : entries) ps.by_type[slot][op] = policy_from_word(word);
   ps.manifest_applied[slot].store(true, std::memory_order_release);
+}
+
+static_assert(int(CastPolicy::None) == TESSERA_AUTOCAST_NONE && int(CastPolicy::LowerPrecision) ==
+                  TESSERA_AUTOCAST_LOWER_PRECISION && int(CastPolicy::Float32) == TESSERA_AUTOCAST_FLOAT32 &&
+                  int(CastPolicy::Promote) == TESSERA_AUTOCAST_PROMOTE,
+              "CastPolicy carries the plugin ABI's tessera_autocast_policy_t values");
+
+// The entries the device type's loaded backend plugin gives through TESSERA_EXT_AUTOCAST_POLICY
+// (Note [Autocast policies in code] in plugin_abi.h), checked: an op the contract lacks or a value
+// out of range is logged naming the plugin and skipped.
+std::vector<std::pair<std::string, CastPolicy>> code_entries(const BackendDevice& b) {
+  auto fn = plugin_extension<tessera_ext_autocast_policy_fn_t>(b.plugin, TESSERA_EXT_AUTOCAST_POLICY);
+  if (!fn) return {};
+  constexpr int32_t kMaxEntries = 4096;
+  const int32_t n = fn(b.self, nullptr, 0);
+  // A plugin's mistake is printed whatever TESSERA_LOG says (as a malformed variable is): the
+  // policy it meant is not applied, and its author needs to see why.
+  auto refuse = [&](const std::string& why) {
+    const std::string line = "[tessera:autocast] error: plugin '" + b.plugin + "': " + why + "\n";
+    std::fwrite(line.data(), 1, line.size(), stderr);
+  };
+  if (n < 0 || n > kMaxEntries) {
+    refuse("its autocast policy extension reports " + std::to_string(n) + " entries; expected 0.." +
+           std::to_string(kMaxEntries) + " (none applied)");
+    return {};
+  }
+  std::vector<tessera_autocast_entry_t> raw(size_t(n), tessera_autocast_entry_t{nullptr, 0});
+  const int32_t got = n ? fn(b.self, raw.data(), n) : 0;
+  std::vector<std::pair<std::string, CastPolicy>> out;
+  for (int32_t i = 0; i < std::min(got, n); ++i) {
+    const tessera_autocast_entry_t& e = raw[size_t(i)];
+    const std::string op = e.op ? e.op : "";
+    if (op.empty() || !contract_has(op)) {
+      refuse("autocast policy entry " + std::to_string(i) + " names no op of the contract ('" + op +
+             "'); skipped (see `tessera ops`)");
+    } else if (e.policy < TESSERA_AUTOCAST_NONE || e.policy > TESSERA_AUTOCAST_PROMOTE) {
+      refuse("autocast policy entry " + std::to_string(i) + " ('" + op + "') has policy " + std::to_string(e.policy) +
+             ", not a tessera_autocast_policy_t (0..3); skipped");
+    } else {
+      out.emplace_back(op, CastPolicy(e.policy));
+    }
+  }
+  return out;
+}
+
+// Applies, once per device type and after its backend plugin loaded, the plugin's code entries
+// over the manifest's, except for ops the application set.
+void ensure_code_policies(Policies& ps, size_t slot) {
+  if (ps.code_applied[slot].load(std::memory_order_acquire)) return;
+  const BackendDevice* b = backend_device_if_loaded(DeviceType(slot));
+  if (!b) return;  // asked again once the plugin has loaded
+  const auto entries = code_entries(*b);
+  std::unique_lock lock(ps.mutex);
+  if (ps.code_applied[slot].load(std::memory_order_relaxed)) return;
+  for (const auto& [op, policy] : entries)
+    if (!ps.set_by_application[slot].count(op)) ps.by_type[slot][op] = policy;
+  ps.code_applied[slot].store(true, std::memory_order_release);
+}
+
+// The device type's table, with the manifest's and the plugin's code entries applied.
+void ensure_policies(Policies& ps, size_t slot) {
+  ensure_manifest_policies(ps, slot);
+  ensure_code_policies(ps, slot);
 }
 
 CastPolicy lookup(const std::map<std::string, CastPolicy, std::less<>>& table, std::string_view op) {
@@ -168,7 +238,7 @@ std::vector<Tensor> on_autocast_call(AutogradCall& call) {
     CastPolicy p;
     {
       Policies& ps = policies();
-      ensure_manifest_policies(ps, size_t(slot));
+      ensure_policies(ps, size_t(slot));
       std::shared_lock lock(ps.mutex);
       p = lookup(ps.by_type[size_t(slot)], *call.name);
     }
@@ -263,7 +333,7 @@ CastPolicy autocast_policy(DeviceType device_type, const std::string& op) {
   const size_t slot = size_t(slot_of(device_type, "autocast_policy"));
   TESSERA_CHECK(contract_has(op), "autocast_policy: the op contract has no op '", op, "' (see `tessera ops`)");
   Policies& ps = policies();
-  ensure_manifest_policies(ps, slot);
+  ensure_policies(ps, slot);
   std::shared_lock lock(ps.mutex);
   return lookup(ps.by_type[slot], op);
 }
@@ -273,12 +343,13 @@ void set_autocast_policy(DeviceType device_type, const std::string& op, CastPoli
   Policies& ps = policies();
   std::unique_lock lock(ps.mutex);
   ps.by_type[size_t(int(device_type))][op] = policy;
+  ps.set_by_application[size_t(int(device_type))].insert(op);
 }
 
 std::vector<std::string> autocast_ops(DeviceType device_type, CastPolicy policy) {
   const size_t slot = size_t(slot_of(device_type, "autocast_ops"));
   Policies& ps = policies();
-  ensure_manifest_policies(ps, slot);
+  ensure_policies(ps, slot);
   std::shared_lock lock(ps.mutex);
   std::vector<std::string> out;
   for (const auto& [op, p] : ps.by_type[slot])

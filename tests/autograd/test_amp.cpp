@@ -217,6 +217,47 @@ TEST(Autocast, ThePluginsManifestSetsItsDevicesPolicies) {
   amp::set_autocast_policy(t, "gelu", CastPolicy::Float32);
 }
 
+// The reference accelerator's code sets sigmoid to float32 through TESSERA_EXT_AUTOCAST_POLICY
+// (Note [Autocast policies in code]), over the defaults and next to its manifest's gelu.
+TEST(Autocast, ThePluginsCodeSetsItsDevicesPolicies) {
+  if (device_count("my_hardware_device") == 0) GTEST_SKIP() << "the reference accelerator is not built";
+  const DeviceType t = Device("my_hardware_device").type();
+  EXPECT_EQ(amp::autocast_policy(t, "sigmoid"), CastPolicy::Float32);
+  EXPECT_EQ(amp::autocast_policy(t, "gelu"), CastPolicy::Float32);  // the manifest's still applies
+  EXPECT_EQ(amp::autocast_policy(DeviceType::CPU, "sigmoid"), CastPolicy::None);
+  {
+    AutocastGuard g(t, kFloat16);
+    Tensor h = matmul(randn({4, 8}).to("my_hardware_device"), randn({8, 3}).to("my_hardware_device"));
+    ASSERT_EQ(h.dtype(), kFloat16);
+    EXPECT_EQ(sigmoid(h).dtype(), kFloat32);  // cast up by the plugin's code
+    EXPECT_EQ(tanh(h).dtype(), kFloat16);
+  }
+  amp::set_autocast_policy(t, "sigmoid", CastPolicy::None);  // the application's choice wins
+  EXPECT_EQ(amp::autocast_policy(t, "sigmoid"), CastPolicy::None);
+  amp::set_autocast_policy(t, "sigmoid", CastPolicy::Float32);
+}
+
+// The second accelerator (the same source) also gives an entry naming no op and one with a value
+// out of range: both are logged naming the plugin and skipped; its good entry applies.
+TEST(Autocast, BadCodeEntriesAreLoggedAndSkipped) {
+  // (ctest points TESSERA_PLUGIN_PATH at the tests' plugin folder, which holds it.)
+  if (!getenv("TESSERA_PLUGIN_PATH")) GTEST_SKIP() << "TESSERA_PLUGIN_PATH does not name the tests' plugin folder";
+  ASSERT_EQ(device_count("second_accelerator"), 1);
+  const DeviceType t = Device("second_accelerator").type();
+  ::testing::internal::CaptureStderr();
+  const CastPolicy sig = amp::autocast_policy(t, "sigmoid");
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(sig, CastPolicy::Float32);
+  EXPECT_EQ(amp::autocast_policy(t, "relu"), CastPolicy::None);
+  EXPECT_NE(log.find("plugin 'second_accelerator': autocast policy entry 1 names no op of the contract "
+                     "('no_such_op')"),
+            std::string::npos)
+      << log;
+  EXPECT_NE(log.find("autocast policy entry 2 ('relu') has policy 7, not a tessera_autocast_policy_t"),
+            std::string::npos)
+      << log;
+}
+
 // ---- the gradient scaler
 
 struct OneParam {

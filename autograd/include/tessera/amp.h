@@ -13,10 +13,12 @@
 //   None            the op runs on its inputs as they are (most pointwise ops: they follow their
 //                   inputs' dtype).
 // The default tables follow PyTorch's CUDA lists, restricted to the ops of the contract, for every
-// device type; set_autocast_policy changes one op for one device type (a plugin may call it from
-// its init code, or an application before training), and a backend's manifest may list policies
-// for its device type (Note [Autocast policies from the manifest] in dispatcher/src/manifest.cpp),
-// applied the first time that type's policies are used. Within the outermost enabled guard of a
+// device type. A backend plugin adjusts its device type's table as data, in its manifest (Note
+// [Autocast policies from the manifest] in dispatcher/src/manifest.cpp, applied the first time that
+// type's policies are used), or in code, through the TESSERA_EXT_AUTOCAST_POLICY extension (Note
+// [Autocast policies in code] in plugin_abi.h, applied once the plugin has loaded, over the
+// manifest's); an application changes one op for one device type with set_autocast_policy, which
+// neither overrides. Within the outermost enabled guard of a
 // thread, the lower-precision cast of a float32 leaf that requires grad (a weight) is made once and
 // reused (Note [Autocast cast cache] in autograd/src/autocast.cpp), as PyTorch's cached_cast.
 // The state is per thread and per device type; guards nest and restore what they found.

@@ -336,6 +336,30 @@ const tessera_device_interface_t kDeviceInterface = {
     .memory_copy_from_pinned = memory_copy_from_pinned,
 };
 
+// Note [Autocast policies in code] (plugin_abi.h): the emulator evaluates sigmoid in double and
+// stores float32 at best, so under autocast sigmoid runs on float32 inputs here; the manifest's
+// "autocast" says the same of gelu as data.
+#ifdef MHD_BAD_AUTOCAST_ENTRIES
+// (The second accelerator of the tests also gives two bad entries, which the runtime skips.)
+const tessera_autocast_entry_t kAutocastEntries[] = {
+    {"sigmoid", TESSERA_AUTOCAST_FLOAT32}, {"no_such_op", TESSERA_AUTOCAST_FLOAT32}, {"relu", 7}};
+#else
+const tessera_autocast_entry_t kAutocastEntries[] = {{"sigmoid", TESSERA_AUTOCAST_FLOAT32}};
+#endif
+
+int32_t autocast_policy(void*, tessera_autocast_entry_t* out, int32_t capacity) {
+  constexpr int32_t n = int32_t(sizeof(kAutocastEntries) / sizeof(kAutocastEntries[0]));
+  if (!out) return n;
+  const int32_t written = capacity < n ? capacity : n;
+  for (int32_t i = 0; i < written; ++i) out[i] = kAutocastEntries[i];
+  return written;
+}
+
+tessera_proc_t get_proc_address(void*, const char* name) {
+  if (std::strcmp(name, TESSERA_EXT_AUTOCAST_POLICY) == 0) return reinterpret_cast<tessera_proc_t>(&autocast_policy);
+  return nullptr;
+}
+
 tessera_plugin_t plugin_header = {
     .struct_size = sizeof(tessera_plugin_t),
     .abi_major = TESSERA_ABI_MAJOR,
@@ -347,7 +371,7 @@ tessera_plugin_t plugin_header = {
     .self = nullptr,
     .device = &kDeviceInterface,
     .shutdown = shutdown,
-    .get_proc_address = nullptr,
+    .get_proc_address = get_proc_address,
 };
 
 }  // namespace

@@ -583,6 +583,31 @@ typedef struct tessera_plugin_t {
 #define TESSERA_EXT_EMPTY_CACHE "tessera.empty_cache"
 typedef uint64_t (*tessera_ext_empty_cache_fn_t)(void* self, int32_t device);
 
+/* Note [Autocast policies in code]
+ * A backend plugin may choose in code how autocast treats ops on its device type (its manifest's
+ * "autocast" field says it as data): lower precision for convolutions only where the hardware has
+ * bf16 units, say. The host calls TESSERA_EXT_AUTOCAST_POLICY once, the first time autocast reads
+ * the policies of the plugin's device type after the plugin loaded: with `out` NULL it returns the
+ * number of entries; then with an array of that capacity, which the plugin fills (returning the
+ * number written). Each entry names an op of the contract ("matmul" for every overload, or one,
+ * "add.Tensor"; the string stays valid until shutdown) and a tessera_autocast_policy_t. Entries
+ * override the manifest's for the same op, and an application's set_autocast_policy overrides
+ * both. An entry naming no op or holding another value is skipped and logged as an error naming
+ * the plugin; the rest apply. (Added to 1.3 as an extension name: a runtime that does not know it
+ * never asks.) */
+typedef enum tessera_autocast_policy_t {
+  TESSERA_AUTOCAST_NONE = 0,            /* the op runs on its inputs as they are */
+  TESSERA_AUTOCAST_LOWER_PRECISION = 1, /* floating inputs cast to the autocast dtype (bf16, f16) */
+  TESSERA_AUTOCAST_FLOAT32 = 2,         /* bf16 / f16 inputs cast to float32 */
+  TESSERA_AUTOCAST_PROMOTE = 3          /* inputs cast to the widest floating dtype among them */
+} tessera_autocast_policy_t;
+typedef struct tessera_autocast_entry_t {
+  const char* op;
+  int32_t policy; /* tessera_autocast_policy_t */
+} tessera_autocast_entry_t;
+#define TESSERA_EXT_AUTOCAST_POLICY "tessera.autocast_policy"
+typedef int32_t (*tessera_ext_autocast_policy_fn_t)(void* self, tessera_autocast_entry_t* out, int32_t capacity);
+
 /* ---- quantizers (plugin kind "quantizer"; docs/quantization.md, "Writing a quantizer")
  * A quantizer plugin offers TESSERA_EXT_QUANTIZER_ANNOTATE. The host calls it with a read-only
  * graph and an annotation table; the plugin records, for the call nodes it takes, a spec or a shared
