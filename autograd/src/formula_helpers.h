@@ -30,8 +30,9 @@ std::vector<Tensor> prelu_backward(const Tensor& grad, const Tensor& self, const
 std::vector<Tensor> prelu_kernel_backward(const Tensor& grad, const Tensor& self, const Tensor& weight);
 // repeat: grad as [r0, s0, r1, s1, ...] summed over the repeats.
 Tensor repeat_backward(const Tensor& grad, const Sizes& self_sizes, const Sizes& repeats);
-// pad: mode "constant" only: the grad padded by the negated amounts (a crop; a negative pad's
-// cropped elements get zeros).
+// pad: "constant": the grad padded by the negated amounts (a crop; a negative pad's cropped
+// elements get zeros); "reflect", "replicate", "circular": each padded element's gradient added to
+// the input element it copied, dim by dim.
 Tensor pad_backward(const Tensor& grad, const Sizes& pad, const std::string& mode);
 // linalg_vector_norm: PyTorch's norm_backward (ord 0, 1, 2, inf/-inf, any other p; 0 where the norm is 0).
 Tensor vector_norm_backward(const Tensor& grad, const Tensor& self, const Tensor& result, const Scalar& ord,

@@ -1,5 +1,6 @@
 // The helpers of the convolution, pooling, pad and scatter_reduce formulas (formula_helpers.h):
 // contract ops only.
+#include <algorithm>
 #include <array>
 #include <sstream>
 
@@ -7,13 +8,56 @@
 
 namespace tessera::autograd::formulas {
 
+namespace {
+// pad's amounts that pad only dim d of an nd-dim tensor, by lo before and hi after.
+Sizes amounts_at(int64_t nd, int64_t d, int64_t lo, int64_t hi) {
+  Sizes a;  // pad's order: the last dim first, down to d
+  for (int64_t i = nd - 1; i > d; --i) a.insert(a.end(), {0, 0});
+  a.insert(a.end(), {lo, hi});
+  return a;
+}
+// g with `part` added at [at, at + part.size(d)) along d.
+Tensor add_at(const Tensor& g, const Tensor& part, int64_t d, int64_t at) {
+  const int64_t n = g.size(d), m = part.size(d);
+  return g + tessera::pad(part, amounts_at(g.dim(), d, at, n - at - m), "constant", 0.0);
+}
+// The gradient of pad's non-constant modes along dim d, padded by lo, hi >= 0: each padded element
+// read one input element (the CPU kernel's pad_source), so its gradient folds back onto it.
+Tensor fold_padding(const Tensor& g, int64_t d, int64_t lo, int64_t hi, const std::string& mode) {
+  const int64_t n = g.size(d) - lo - hi;
+  Tensor core = g.narrow(d, lo, n);
+  const Tensor before = g.narrow(d, 0, lo), after = g.narrow(d, lo + n, hi);
+  if (mode == "reflect") {  // before[lo - k] read input k (k = 1..lo); after[t] read n - 2 - t
+    if (lo > 0) core = add_at(core, flip(before, {d}), d, 1);
+    if (hi > 0) core = add_at(core, flip(after, {d}), d, n - 1 - hi);
+  } else if (mode == "replicate") {  // every element before read input 0; every one after, n - 1
+    if (lo > 0) core = add_at(core, sum(before, {d}, true), d, 0);
+    if (hi > 0) core = add_at(core, sum(after, {d}, true), d, n - 1);
+  } else {  // circular: before read the last lo inputs, after the first hi
+    if (lo > 0) core = add_at(core, before, d, n - lo);
+    if (hi > 0) core = add_at(core, after, d, 0);
+  }
+  return core;
+}
+}  // namespace
+
 Tensor pad_backward(const Tensor& grad, const Sizes& pad, const std::string& mode) {
-  TESSERA_CHECK(mode == "constant", "the derivative of pad with mode \"", mode,
-                "\" is not implemented (TODO(#31): it needs a scatter-add); pad with mode \"constant\", or compute it "
-                "under NoGradGuard");
-  Sizes crop;
-  for (int64_t p : pad) crop.push_back(-p);
-  return tessera::pad(grad, crop, "constant", 0.0);
+  const bool constant = mode == "constant";
+  Sizes uncrop;  // a negative amount cropped: those elements get zeros back (constant: a crop too)
+  bool crops = false;
+  for (int64_t p : pad) {
+    uncrop.push_back(constant ? -p : std::max<int64_t>(-p, 0));
+    crops = crops || p < 0;
+  }
+  Tensor g = constant || crops ? tessera::pad(grad, uncrop, "constant", 0.0) : grad;
+  if (constant) return g;
+  // The forward pads (reading the whole input) and then crops, so after the crop's gradient each
+  // dim folds its padding back, the dims one at a time.
+  for (size_t k = 0; k < pad.size() / 2; ++k) {
+    const int64_t d = g.dim() - 1 - int64_t(k);
+    g = fold_padding(g, d, std::max<int64_t>(pad[2 * k], 0), std::max<int64_t>(pad[2 * k + 1], 0), mode);
+  }
+  return g;
 }
 std::vector<Tensor> scatter_reduce_backward(const Tensor& grad, int64_t dim, const Tensor& index,
                                             const std::string& reduce, bool include_self) {

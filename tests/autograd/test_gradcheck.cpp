@@ -139,6 +139,24 @@ TEST_F(GradCheck, PreluRepeatPadVectorNorm) {
   gradcheck([](const V& x) { return linalg_vector_norm(x[0], INFINITY, std::vector<int64_t>{1}); }, {u({3, 4}, 0.1, 2)}, {0});
 }
 
+// pad's other modes: each padded element's gradient goes to the element it copied. Asymmetric
+// amounts on 3-D and 4-D inputs, a border as wide as the dim allows, a non-contiguous input, and
+// negative amounts (the forward pads from the whole input, then crops).
+TEST_F(GradCheck, PadReflectReplicateCircular) {
+  for (const std::string mode : {"reflect", "replicate", "circular"}) {
+    SCOPED_TRACE(mode);
+    gradcheck([&](const V& x) { return pad(x[0], {2, 1}, mode); }, {u({2, 3, 4})}, {0});
+    gradcheck([&](const V& x) { return pad(x[0], {0, 3, 2, 1}, mode); }, {noncontiguous(u({2, 3, 4, 5}))}, {0});
+    gradcheck([&](const V& x) { return pad(x[0], {3, 1, 1, 3}, mode); }, {u({1, 2, 4, 4})}, {0});
+    gradcheck([&](const V& x) { return pad(x[0], {-1, 2, 1, -1}, mode); }, {u({2, 3, 4})}, {0});
+  }
+  // replicate by hand: a row [a, b, c] padded (2, 1) is [a, a, a, b, c, c]; a gradient of ones
+  // gives a 3, b 1, c 2.
+  Tensor x = autograd::set_requires_grad(u({1, 3}));
+  autograd::backward(pad(x, {2, 1}, "replicate").sum());
+  EXPECT_EQ(testing::values(autograd::grad(x)), (std::vector<double>{3, 1, 2}));
+}
+
 TEST_F(GradCheck, GroupNormAndBatchNorm) {
   // group_norm: 2 groups of 2 channels, with and without the affine part; 1 group (layer norm over C, H).
   gradcheck([](const V& x) { return group_norm(x[0], 2, x[1], x[2], 1e-5); },
