@@ -53,9 +53,11 @@ Tensor prod_backward(const Tensor& grad, const Tensor& self, const Sizes& dim, b
 // a scatter for a larger step).
 Tensor slice_copy_backward(const Tensor& grad, const Sizes& self_sizes, int64_t dim, std::optional<int64_t> start,
                            std::optional<int64_t> end, int64_t step);
-// scatter_reduce with reduce "sum": {d self, d src}; the other reductions have no formula yet.
-std::vector<Tensor> scatter_reduce_backward(const Tensor& grad, int64_t dim, const Tensor& index,
-                                            const std::string& reduce, bool include_self);
+// scatter_reduce: {d self, d src} for every reduce ("sum", "prod", "mean", "amax", "amin"), with and
+// without include_self, as PyTorch's scatter_reduce_backward (formula_helpers_nn.cpp says how).
+std::vector<Tensor> scatter_reduce_backward(const Tensor& grad, const Tensor& self, int64_t dim, const Tensor& index,
+                                            const Tensor& src, const std::string& reduce, bool include_self,
+                                            const Tensor& result);
 // Note [Fake quantize] (dispatcher/src/meta_quantized.cpp): the straight-through estimator, grad
 // where quant_min <= zero_point + round(self / scale) <= quant_max. axis < 0: per-tensor.
 Tensor fake_quantize_backward(const Tensor& grad, const Tensor& self, const Tensor& scale, const Tensor& zero_point,

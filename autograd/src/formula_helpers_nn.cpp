@@ -59,15 +59,61 @@ Tensor pad_backward(const Tensor& grad, const Sizes& pad, const std::string& mod
   }
   return g;
 }
-std::vector<Tensor> scatter_reduce_backward(const Tensor& grad, int64_t dim, const Tensor& index,
-                                            const std::string& reduce, bool include_self) {
-  TESSERA_CHECK(reduce == "sum", "the derivative of scatter_reduce with reduce \"", reduce,
-                "\" is not implemented (TODO(#31)); \"sum\" has one, or compute it under NoGradGuard");
-  // With include_self the kept values of self add to the sum; without, the written positions of self
-  // are replaced and get no gradient.
-  const Tensor gsrc = gather(grad, dim, index);
-  const Tensor gself = include_self ? grad : tessera::scatter(grad, dim, index, zeros_like(gsrc));
+namespace {
+Tensor number(double v) { return scalar_tensor(v, kFloat64); }  // 0-dim CPU: joins tensors of any device
+Tensor scatter_add(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src) {
+  return scatter_reduce(self, dim, index, src, "sum", true);
+}
+// "prod": PyTorch's zero-aware rule. self's gradient is the product of the rest of its group, got
+// by reducing into self with its zeros made ones; src's is result / src unless src holds the
+// group's only zero among src, which gets the product of the others (reduced with it made one).
+// Two zeros or more give 0, right for first order.
+std::vector<Tensor> scatter_prod_backward(const Tensor& grad, const Tensor& self, int64_t dim, const Tensor& index,
+                                          const Tensor& src, bool include_self, const Tensor& result) {
+  const Tensor zero = number(0), one = number(1);
+  const Tensor masked_self = where(eq(self, zero), one, self);
+  const Tensor gself = grad * scatter_reduce(masked_self, dim, index, src, "prod", include_self) / masked_self;
+  const Tensor src_zero = eq(src, zero);
+  const Tensor zeros_in_group = gather(scatter_add(zeros_like(self), dim, index, src_zero.to(self.dtype())), dim, index);
+  const Tensor single_zero = logical_and(src_zero, eq(zeros_in_group, one));
+  const Tensor others = scatter_reduce(self, dim, index, where(single_zero, one, src), "prod", include_self);
+  const Tensor gsrc = where(single_zero, gather(grad * others, dim, index),
+                            gather(grad * result, dim, index) / where(src_zero, one, src));
   return {gself, gsrc};
+}
+// "amax" / "amin": the gradient shared evenly by the elements, of self and of src, equal to the
+// result. As PyTorch's, self counts in the share also with include_self=false (a written position's
+// old value equal to the result takes a share, which the caller then zeroes).
+std::vector<Tensor> scatter_extreme_backward(const Tensor& grad, const Tensor& self, int64_t dim, const Tensor& index,
+                                             const Tensor& src, const Tensor& result) {
+  const Tensor self_at = eq(self, result).to(grad.dtype());
+  const Tensor src_at = eq(src, gather(result, dim, index)).to(grad.dtype());
+  const Tensor share = grad / scatter_add(self_at, dim, index, src_at);
+  return {self_at * share, src_at * gather(share, dim, index)};
+}
+}  // namespace
+
+// PyTorch's scatter_reduce_backward (FunctionsManual.cpp), reduction by reduction; without
+// include_self the written positions of self were replaced and get no gradient.
+std::vector<Tensor> scatter_reduce_backward(const Tensor& grad, const Tensor& self, int64_t dim, const Tensor& index,
+                                            const Tensor& src, const std::string& reduce, bool include_self,
+                                            const Tensor& result) {
+  std::vector<Tensor> g;
+  if (reduce == "sum") {
+    g = {grad, gather(grad, dim, index)};
+  } else if (reduce == "prod") {
+    g = scatter_prod_backward(grad, self, dim, index, src, include_self, result);
+  } else if (reduce == "mean") {  // each output divided by its count (self included or not); 0 counts as 1
+    Tensor count = scatter_add(include_self ? ones_like(grad) : zeros_like(grad), dim, index, ones_like(src));
+    count = where(eq(count, number(0)), number(1), count);
+    g = {grad / count, gather(grad, dim, index) / gather(count, dim, index)};
+  } else {
+    TESSERA_CHECK(reduce == "amax" || reduce == "amin", "scatter_reduce backward: reduce must be \"sum\", \"prod\", "
+                  "\"mean\", \"amax\" or \"amin\", got \"", reduce, "\"");
+    g = scatter_extreme_backward(grad, self, dim, index, src, result);
+  }
+  if (!include_self) g[0] = tessera::scatter(g[0], dim, index, zeros_like(g[1]));
+  return g;
 }
 namespace {
 // An int[2] argument (one value stands for both), `def` when absent.

@@ -119,6 +119,20 @@ CASES = [
 ]
 
 
+
+def _scatter_reduce_case(reduce, include_self):
+    """scatter_reduce with a reduction other than "sum" into _SIDX's repeated targets; src holds a zero
+    in a group of two (prod's zero-aware rule) and self one at a written position."""
+    return ("scatter_reduce_%s_%s" % (reduce, "include_self" if include_self else "exclude_self"),
+            lambda a, b: tessera.scatter_reduce(a, 1, _SIDX_T, b, reduce, include_self=include_self),
+            lambda a, b: a.scatter_reduce(1, torch.from_numpy(_SIDX), b, reduce, include_self=include_self),
+            [lambda r: np.where(np.arange(8).reshape(2, 4) == 1, 0.0, r.standard_normal((2, 4))),
+             lambda r: np.where(np.arange(6).reshape(2, 3) == 1, 0.0, r.standard_normal((2, 3)))])
+
+
+CASES += [_scatter_reduce_case(reduce, include_self)
+          for reduce in ("prod", "mean", "amax", "amin") for include_self in (True, False)]
+
 @pytest.mark.parametrize("name,ours,theirs,makers", CASES, ids=[c[0] for c in CASES])
 def test_gradients_match_pytorch(name, ours, theirs, makers):
     rng = np.random.default_rng()

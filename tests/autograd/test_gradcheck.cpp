@@ -215,6 +215,58 @@ TEST_F(GradCheck, GatherScatterReduceSliceCopy) {
   gradcheck([](const V& x) { return slice_copy(x[0], -1, -3, std::nullopt, 2); }, {u({2, 2, 7})}, {0});
 }
 
+// scatter_reduce's other reductions, with and without self's values, repeated targets (three src
+// elements into one position, two into another, one position untouched): random values (no ties for
+// amax and amin), then prod with zeros (one zero in a group, two in another, one in self; a product
+// is linear in each element, so finite differences at a zero are exact).
+TEST_F(GradCheck, ScatterReduceProdMeanAmaxAmin) {
+  const Tensor index = tensor(std::vector<int64_t>{0, 1, 1, 3, 1, 2, 0, 0, 0, 4}).reshape({2, 5});
+  for (const std::string reduce : {"prod", "mean", "amax", "amin"}) {
+    for (const bool include_self : {true, false}) {
+      SCOPED_TRACE(reduce + (include_self ? ", include_self" : ""));
+      gradcheck([&](const V& x) { return scatter_reduce(x[0], 1, index, x[1], reduce, include_self); },
+                {u({2, 5}), noncontiguous(u({2, 5}))}, {0, 1});
+    }
+  }
+  Tensor self = u({2, 5}, 0.5, 1.5), src = u({2, 5}, 0.5, 1.5);
+  src.data_ptr<double>()[1] = 0;                                // row 0, target 1: src 1, 2, 4
+  src.data_ptr<double>()[6] = 0, src.data_ptr<double>()[7] = 0;  // row 1, target 0: src 6, 7, 8
+  self.data_ptr<double>()[3] = 0;                               // row 0, target 3: src 3
+  for (const bool include_self : {true, false})
+    gradcheck([&](const V& x) { return scatter_reduce(x[0], 1, index, x[1], "prod", include_self); }, {self, src},
+              {0, 1});
+}
+
+// amax / amin ties by hand (as PyTorch): target 0 gets self 2 and src 2, 1|3, 2; target 1 gets
+// src 7|1; target 2 keeps self. With include_self the three 2s share target 0's gradient; without,
+// self's 2 still takes its share (PyTorch counts it) but gets none, and src's 2s keep theirs. A self
+// value other than the result does not count.
+TEST_F(GradCheck, ScatterReduceAmaxAminTies) {
+  const Tensor index = tensor(std::vector<int64_t>{0, 0, 1, 0});
+  const double third = 1.0 / 3;
+  struct Case {
+    std::string reduce;
+    std::vector<double> self, src;
+    bool include_self;
+    std::vector<double> gself, gsrc;
+  };
+  const std::vector<Case> cases = {
+      {"amax", {2, 0, 7}, {2, 1, 7, 2}, true, {third, 0, 1}, {third, 0, 1, third}},
+      {"amax", {2, 0, 7}, {2, 1, 7, 2}, false, {0, 0, 1}, {third, 0, 1, third}},
+      {"amax", {-3, 0, 7}, {2, 1, 7, 2}, false, {0, 0, 1}, {0.5, 0, 1, 0.5}},
+      {"amin", {2, 9, 7}, {2, 3, 1, 2}, true, {third, 0, 1}, {third, 0, 1, third}},
+      {"amin", {2, 9, 7}, {2, 3, 1, 2}, false, {0, 0, 1}, {third, 0, 1, third}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.reduce + (c.include_self ? ", include_self" : ""));
+    Tensor self = autograd::set_requires_grad(tensor(c.self)), src = autograd::set_requires_grad(tensor(c.src));
+    autograd::backward(scatter_reduce(self, 0, index, src, c.reduce, c.include_self).sum());
+    const std::vector<double> gself = testing::values(autograd::grad(self)), gsrc = testing::values(autograd::grad(src));
+    for (size_t i = 0; i < c.gself.size(); ++i) EXPECT_DOUBLE_EQ(gself[i], c.gself[i]) << "self " << i;
+    for (size_t i = 0; i < c.gsrc.size(); ++i) EXPECT_DOUBLE_EQ(gsrc[i], c.gsrc[i]) << "src " << i;
+  }
+}
+
 // prod: no zero (result / x), one zero (the others' product there), two zeros (all 0), over a dim
 // and over all dims. Finite differences at an exact zero are exact for a product (it is linear in
 // each element).
