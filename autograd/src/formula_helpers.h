@@ -104,11 +104,14 @@ std::vector<Tensor> conv2d_backward(const Tensor& grad, const Tensor& input, con
 std::vector<Tensor> conv_transpose2d_backward(const Tensor& grad, const Tensor& input, const Tensor& weight,
                                               const std::optional<Tensor>& bias, const Sizes& stride,
                                               const Sizes& padding, int64_t groups, const Sizes& dilation);
-// Non-overlapping 4-D pooling only (stride equal to the kernel, no padding, dilation 1; a remainder
-// that the pooling dropped gets zeros); others throw Unimplemented at backward time. Max pooling
-// splits the gradient evenly between tied maxima (PyTorch gives it to one of them).
-Tensor pool2d_backward(const Tensor& grad, const Tensor& self, const Tensor& result, const Sizes& kernel_size,
-                       const Sizes& stride, const Sizes& padding, const Sizes& dilation, bool is_max);
+// max_pool2d and avg_pool2d (3-D or 4-D input) for any kernel, stride, padding and dilation,
+// overlapping windows included (Note [Pooling backward] in formula_helpers_nn.cpp). Max pooling gives
+// each output's gradient to the one element PyTorch's kernels pick: the window's first maximum in
+// row-major order, or its last NaN. avg_pool2d divides by kh * kw (padding counted).
+Tensor max_pool2d_backward(const Tensor& grad, const Tensor& self, const Tensor& result, const Sizes& kernel_size,
+                           const Sizes& stride, const Sizes& padding, const Sizes& dilation);
+Tensor avg_pool2d_backward(const Tensor& grad, const Sizes& self_sizes, const Sizes& kernel_size, const Sizes& stride,
+                           const Sizes& padding);
 std::vector<Tensor> sdpa_backward(const Tensor& grad, const Tensor& query, const Tensor& key, const Tensor& value,
                                   const std::optional<Tensor>& attn_mask, bool is_causal, std::optional<double> scale);
 

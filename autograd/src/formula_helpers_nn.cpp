@@ -2,7 +2,7 @@
 // contract ops only.
 #include <algorithm>
 #include <array>
-#include <sstream>
+#include <limits>
 
 #include "formula_helpers.h"
 
@@ -173,34 +173,128 @@ std::vector<Tensor> conv_transpose2d_backward(const Tensor& grad, const Tensor& 
   return {gx, gw, gb};
 }
 
-Tensor pool2d_backward(const Tensor& grad, const Tensor& self, const Tensor& result, const Sizes& kernel_size,
-                       const Sizes& stride, const Sizes& padding, const Sizes& dilation, bool is_max) {
-  const auto k = pair_of(kernel_size, 1), s = pair_of(stride, k), p = pair_of(padding, 0), d = pair_of(dilation, 1);
-  if (self.dim() != 4 || s != k || p[0] != 0 || p[1] != 0 || d[0] != 1 || d[1] != 1) {
-    std::ostringstream os;
-    os << "the derivative for '" << (is_max ? "max_pool2d" : "avg_pool2d")
-       << "' is implemented for 4-D inputs with stride equal to the kernel, no padding and dilation 1 only (got "
-          "input "
-       << self.sizes() << ", kernel " << IntArrayRef(kernel_size) << ", stride " << IntArrayRef(stride)
-       << ", padding " << IntArrayRef(padding) << "; TODO(#31))";
-    tessera::detail::throw_error(ErrorCode::Unimplemented, os.str());
+namespace {
+// Note [Pooling backward]: kernel offset (i, j) of a pooling window reads, for every output element
+// (oh, ow), the padded input's element (oh * s0 + i * d0, ow * s1 + j * d1): one strided slice of the
+// padded input per offset, of the output's shape, and each offset's gradient goes back through the
+// same slice. Adding every offset's gradient into a zeroed input-sized tensor would cost K passes
+// over the input; instead the padded rows r are split into the stride's phases (r = q * s0 + f):
+// offset i writes phase f = i * d0 % s0 from q = i * d0 / s0 on, a dense block of the output's size
+// (columns alike). The adds cost the output's size, and one interleave of the s0 * s1 phases
+// rebuilds the input. Every op is a contract op, so it runs on every device.
+struct PoolShape {
+  std::array<int64_t, 2> k, s, p, d;  // kernel, stride, padding, dilation
+  std::array<int64_t, 2> in, out;     // the input's and the output's spatial sizes
+};
+PoolShape pool_shape(IntArrayRef in, IntArrayRef out, const Sizes& kernel_size, const Sizes& stride,
+                     const Sizes& padding, const Sizes& dilation) {
+  PoolShape g;
+  g.k = pair_of(kernel_size, 1), g.s = pair_of(stride, g.k), g.p = pair_of(padding, 0), g.d = pair_of(dilation, 1);
+  g.in = {in[in.size() - 2], in[in.size() - 1]};
+  g.out = {out[out.size() - 2], out[out.size() - 1]};
+  return g;
+}
+// The slice of the padded input that kernel offset (i, j) reads (the output's spatial shape).
+Tensor window(const Tensor& padded, const PoolShape& g, int64_t i, int64_t j) {
+  const int64_t r = i * g.d[0], c = j * g.d[1];
+  return padded.slice(-2, r, r + (g.out[0] - 1) * g.s[0] + 1, g.s[0])
+      .slice(-1, c, c + (g.out[1] - 1) * g.s[1] + 1, g.s[1]);
+}
+// The sum of the kernel offsets' gradients as the input's gradient (Note [Pooling backward]).
+class WindowGradSum {
+ public:
+  explicit WindowGradSum(const PoolShape& g) : g_(g), phases_(size_t(g.s[0] * g.s[1])) {
+    for (size_t a = 0; a < 2; ++a) q_[a] = (g.in[a] + 2 * g.p[a] + g.s[a] - 1) / g.s[a];  // phase length
   }
-  const int64_t n = self.size(0), c = self.size(1), h = self.size(2), w = self.size(3);
-  const int64_t ho = result.size(2), wo = result.size(3), hc = ho * k[0], wc = wo * k[1];
-  Tensor g = grad.reshape({n, c, ho, 1, wo, 1}).expand({n, c, ho, k[0], wo, k[1]});
-  Tensor gin;
-  if (is_max) {
-    Tensor windows = self.narrow(2, 0, hc).narrow(3, 0, wc).reshape({n, c, ho, k[0], wo, k[1]});
-    Tensor mask = eq(windows, result.reshape({n, c, ho, 1, wo, 1})).to(grad.dtype());
-    gin = g * mask / sum(mask, {3, 5}, true);
-  } else {
-    gin = g / double(k[0] * k[1]);
+  // Adds `grad` (the output's shape) at the elements kernel offset (i, j) read.
+  void add(int64_t i, int64_t j, const Tensor& grad) {
+    const int64_t r = i * g_.d[0], c = j * g_.d[1], qr = r / g_.s[0], qc = c / g_.s[1];
+    const Tensor block = tessera::pad(grad, {qc, q_[1] - qc - g_.out[1], qr, q_[0] - qr - g_.out[0]}, "constant", 0.0);
+    Tensor& phase = phases_[size_t((r % g_.s[0]) * g_.s[1] + c % g_.s[1])];
+    phase = phase.defined() ? phase + block : block;
   }
-  gin = gin.reshape({n, c, hc, wc});
-  const TensorOptions to = TensorOptions(grad.device()).dtype(grad.dtype());
-  if (hc < h) gin = cat({gin, zeros({n, c, h - hc, wc}, to)}, 2);
-  if (wc < w) gin = cat({gin, zeros({n, c, h, w - wc}, to)}, 3);
-  return gin;
+  // The phases interleaved into the padded input's gradient, the padding cropped. Phase (0, 0), of
+  // offset (0, 0), is always there.
+  Tensor sum() const {
+    Tensor full = phases_[0];
+    if (phases_.size() > 1) {
+      const int64_t nd = full.dim();
+      std::vector<Tensor> rows;
+      for (int64_t f = 0; f < g_.s[0]; ++f) {
+        std::vector<Tensor> row;
+        for (int64_t e = 0; e < g_.s[1]; ++e) {
+          const Tensor& phase = phases_[size_t(f * g_.s[1] + e)];
+          row.push_back(phase.defined() ? phase : zeros_like(full));
+        }
+        rows.push_back(stack(row, nd));  // (.., q0, q1, s1)
+      }
+      Sizes sizes(full.sizes().begin(), full.sizes().end() - 2);
+      sizes.insert(sizes.end(), {q_[0] * g_.s[0], q_[1] * g_.s[1]});
+      full = stack(rows, nd - 1).reshape(sizes);  // (.., q0, s0, q1, s1): padded rows and columns in order
+    }
+    const int64_t end0 = q_[0] * g_.s[0] - g_.in[0] - g_.p[0], end1 = q_[1] * g_.s[1] - g_.in[1] - g_.p[1];
+    if (g_.p[0] == 0 && g_.p[1] == 0 && end0 == 0 && end1 == 0) return full;
+    return tessera::pad(full, {-g_.p[1], -end1, -g_.p[0], -end0}, "constant", 0.0);
+  }
+
+ private:
+  PoolShape g_;
+  std::array<int64_t, 2> q_{};
+  std::vector<Tensor> phases_;  // row-major over (row phase, column phase); undefined: nothing added
+};
+// Per output element, the kernel offset (i * kw + j) that max_pool2d took it from: PyTorch's kernels
+// scan the window in row-major order keeping `v > max || isnan(v)`, so the first maximum, or the last
+// NaN. Padding (-inf here) never counts: a window of -inf takes its first real element.
+Tensor max_offsets(const Tensor& self, const Tensor& result, const PoolShape& g) {
+  const bool padded = g.p[0] > 0 || g.p[1] > 0;
+  const Sizes pads{g.p[1], g.p[1], g.p[0], g.p[0]};
+  const Tensor x = padded ? tessera::pad(self, pads, "constant", -std::numeric_limits<double>::infinity()) : self;
+  Tensor real;  // nonzero at the padded plane's real elements
+  if (padded) real = tessera::pad(ones({g.in[0], g.in[1]}, TensorOptions(self.device()).dtype(self.dtype())), pads, "constant", 0.0);
+  const int64_t kw = g.k[1], taps = g.k[0] * kw;
+  const TensorOptions int64s = TensorOptions(result.device()).dtype(kInt64);
+  Tensor first = full(result.sizes(), -1, int64s), last_nan = first;
+  for (int64_t t = taps - 1; t >= 0; --t) {  // backwards: the earliest hit is written last
+    Tensor hit = eq(window(x, g, t / kw, t % kw), result);
+    if (padded) hit = logical_and(hit, ne(window(real, g, t / kw, t % kw), scalar_tensor(0.0, kFloat64)));
+    first = where(hit, scalar_tensor(t, kInt64), first);
+  }
+  for (int64_t t = 0; t < taps; ++t)  // NaN is never padding
+    last_nan = where(isnan(window(x, g, t / kw, t % kw)), scalar_tensor(t, kInt64), last_nan);
+  return where(isnan(result), last_nan, first);
+}
+}  // namespace
+
+Tensor max_pool2d_backward(const Tensor& grad, const Tensor& self, const Tensor& result, const Sizes& kernel_size,
+                           const Sizes& stride, const Sizes& padding, const Sizes& dilation) {
+  const PoolShape g = pool_shape(self.sizes(), result.sizes(), kernel_size, stride, padding, dilation);
+  const Tensor taken = max_offsets(self, result, g);
+  WindowGradSum input_grad(g);
+  for (int64_t t = 0; t < g.k[0] * g.k[1]; ++t)
+    input_grad.add(t / g.k[1], t % g.k[1], mask_grad(grad, eq(taken, scalar_tensor(t, kInt64))));
+  return input_grad.sum();
+}
+
+Tensor avg_pool2d_backward(const Tensor& grad, const Sizes& self_sizes, const Sizes& kernel_size, const Sizes& stride,
+                           const Sizes& padding) {
+  const PoolShape g = pool_shape(self_sizes, grad.sizes(), kernel_size, stride, padding, {1, 1});
+  const double taps = double(g.k[0] * g.k[1]);  // count_include_pad: the divisor counts the padding
+  if (g.s == g.k && g.p[0] == 0 && g.p[1] == 0) {
+    // Windows that tile the input: one expand of the share (faster than the phases); rows and
+    // columns past the last window get zeros.
+    Sizes tiles(self_sizes.begin(), self_sizes.end() - 2), windows = tiles, tiled = tiles;
+    tiles.insert(tiles.end(), {g.out[0], 1, g.out[1], 1});
+    windows.insert(windows.end(), {g.out[0], g.k[0], g.out[1], g.k[1]});
+    tiled.insert(tiled.end(), {g.out[0] * g.k[0], g.out[1] * g.k[1]});
+    const Tensor gin = (grad.reshape(tiles).expand(windows) / taps).reshape(tiled);  // the division writes it densely
+    const int64_t rest0 = g.in[0] - tiled.end()[-2], rest1 = g.in[1] - tiled.back();
+    return rest0 == 0 && rest1 == 0 ? gin : tessera::pad(gin, {0, rest1, 0, rest0}, "constant", 0.0);
+  }
+  const Tensor share = grad / taps;
+  WindowGradSum input_grad(g);
+  for (int64_t i = 0; i < g.k[0]; ++i)
+    for (int64_t j = 0; j < g.k[1]; ++j) input_grad.add(i, j, share);
+  return input_grad.sum();
 }
 
 }  // namespace tessera::autograd::formulas

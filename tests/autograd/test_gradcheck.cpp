@@ -1,5 +1,7 @@
 // Every backward formula of dispatcher/ops/derivatives.json, and the view backward, against central
 // finite differences in float64: random values, broadcasting and non-contiguous inputs.
+#include <limits>
+
 #include "gradcheck.h"
 #include "tessera/dispatcher.h"
 
@@ -455,12 +457,54 @@ TEST_F(GradCheck, Conv2dStridedDilatedGroupedAndTransposed) {
   gradcheck([](const V& x) { return conv_transpose2d(x[0], x[1], std::nullopt, {2, 1}, {0, 1}, {0, 0}, 2, {1, 2}); },
             {u({1, 4, 3, 3}), u({4, 1, 2, 2})}, {0, 1});
 }
+// max_pool2d and avg_pool2d: windows that tile the input with a remainder, overlapping windows,
+// padding, a stride other than the kernel (and unlike per dim), dilation (max), 3-D and
+// non-contiguous inputs. Random values: no ties, so the max stays put under the finite differences.
 TEST_F(GradCheck, Pooling) {
   gradcheck([](const V& x) { return max_pool2d(x[0], {2, 2}); }, {u({2, 2, 5, 4})}, {0});
   gradcheck([](const V& x) { return max_pool2d(x[0], {3, 2}, {3, 2}); }, {noncontiguous(u({1, 2, 6, 5}))}, {0});
+  gradcheck([](const V& x) { return max_pool2d(x[0], {3, 3}, {1, 1}, {1, 1}); }, {u({2, 2, 5, 6})}, {0});
+  gradcheck([](const V& x) { return max_pool2d(x[0], {3, 2}, {2, 1}, {1, 1}, {2, 3}); },
+            {noncontiguous(u({1, 3, 8, 7}))}, {0});
+  gradcheck([](const V& x) { return max_pool2d(x[0], {2, 3}, {1, 2}, {1, 1}, {1, 2}); }, {u({2, 5, 7})}, {0});
   gradcheck([](const V& x) { return avg_pool2d(x[0], {2, 2}); }, {u({2, 2, 5, 4})}, {0});
-  Tensor x = autograd::set_requires_grad(u({1, 1, 4, 4}));
-  EXPECT_ANY_THROW(autograd::backward(max_pool2d(x, {2, 2}, {1, 1}).sum()));  // overlapping windows
+  gradcheck([](const V& x) { return avg_pool2d(x[0], {3, 3}, {2, 1}, {1, 1}); }, {noncontiguous(u({2, 2, 6, 5}))}, {0});
+  gradcheck([](const V& x) { return avg_pool2d(x[0], {3, 2}, {1, 3}, {1, 0}); }, {u({3, 5, 7})}, {0});
+}
+
+namespace {
+// d sum(max_pool2d(x) * w) / dx for a 1 x 1 x rows x cols input.
+std::vector<double> max_pool_grad(std::vector<double> x, int64_t rows, const std::vector<int64_t>& kernel,
+                                  const std::vector<int64_t>& stride, const std::vector<int64_t>& padding,
+                                  const std::vector<int64_t>& dilation, std::vector<double> w) {
+  const int64_t cols = int64_t(x.size()) / rows;
+  Tensor t = autograd::set_requires_grad(tensor(x, {1, 1, rows, cols}));
+  const Tensor y = max_pool2d(t, kernel, stride, padding, dilation);
+  autograd::backward((y * tensor(w, y.sizes())).sum());
+  return testing::values(autograd::grad(t));
+}
+}  // namespace
+
+// max_pool2d ties worked out by hand: as PyTorch, each output's gradient goes to one element, its
+// window's first maximum in row-major order (or its last NaN); padding never takes it.
+TEST_F(GradCheck, MaxPoolTies) {
+  const double inf = std::numeric_limits<double>::infinity(), nan = std::nan("");
+  // Tiling 2x2 windows: [1 3; 3 2] -> the 3 at (0, 1); [3 0; 1 3] -> the 3 at (0, 2).
+  EXPECT_EQ(max_pool_grad({1, 3, 3, 0, 3, 2, 1, 3}, 2, {2, 2}, {2, 2}, {0, 0}, {1, 1}, {5, 7}),
+            (std::vector<double>{0, 5, 7, 0, 0, 0, 0, 0}));
+  // A constant 3x3 plane, 2x2 windows at stride 1: output (i, j) takes input (i, j).
+  EXPECT_EQ(max_pool_grad(std::vector<double>(9, 1.0), 3, {2, 2}, {1, 1}, {0, 0}, {1, 1}, {1, 2, 3, 4}),
+            (std::vector<double>{1, 2, 0, 3, 4, 0, 0, 0, 0}));
+  // Padding 1 on a constant 2x2 plane (3x3 outputs): each window's first real element, so (0, 0)
+  // takes four outputs, (0, 1) and (1, 0) two, (1, 1) one; the same when every value is -inf.
+  const std::vector<double> ones(9, 1.0), expected{4, 2, 2, 1};
+  EXPECT_EQ(max_pool_grad({7, 7, 7, 7}, 2, {2, 2}, {1, 1}, {1, 1}, {1, 1}, ones), expected);
+  EXPECT_EQ(max_pool_grad({-inf, -inf, -inf, -inf}, 2, {2, 2}, {1, 1}, {1, 1}, {1, 1}, ones), expected);
+  // Dilation 2 on a constant 3x3 plane: the one window reads the corners, the first is (0, 0).
+  EXPECT_EQ(max_pool_grad(std::vector<double>(9, 2.0), 3, {2, 2}, {1, 1}, {0, 0}, {2, 2}, {3}),
+            (std::vector<double>{3, 0, 0, 0, 0, 0, 0, 0, 0}));
+  // NaN is a maximum, and a later NaN replaces an earlier one: [nan 1; nan 2] -> (1, 0).
+  EXPECT_EQ(max_pool_grad({nan, 1, nan, 2}, 2, {2, 2}, {2, 2}, {0, 0}, {1, 1}, {1}), (std::vector<double>{0, 0, 1, 0}));
 }
 TEST_F(GradCheck, TransformerBlock) {
   // Pre-norm attention and MLP with residuals: every input, weight and bias gets its gradient.
