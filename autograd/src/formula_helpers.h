@@ -96,8 +96,8 @@ Tensor embedding_backward(const Tensor& grad, const Sizes& weight_sizes, const T
 Tensor index_select_backward(const Tensor& grad, const Sizes& self_sizes, int64_t dim, const Tensor& index);
 std::vector<Tensor> cat_backward(const Tensor& grad, int64_t dim, const std::vector<Sizes>& sizes);
 std::vector<Tensor> stack_backward(const Tensor& grad, int64_t dim, const std::vector<Sizes>& sizes);
-// Stride 1, dilation 1, groups 1 and padding < kernel size only (as two conv2d calls); others throw
-// Unimplemented at backward time (TODO(#31): a convolution-backward op in the contract).
+// conv2d and conv_transpose2d for any stride, padding, dilation and groups: {d input, d weight,
+// d bias}, each the other's input gradient, the weight's a convolution per group.
 std::vector<Tensor> conv2d_backward(const Tensor& grad, const Tensor& input, const Tensor& weight,
                                     const std::optional<Tensor>& bias, const Sizes& stride, const Sizes& padding,
                                     const Sizes& dilation, int64_t groups);

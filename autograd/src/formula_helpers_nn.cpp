@@ -65,9 +65,9 @@ Tensor scatter_add(const Tensor& self, int64_t dim, const Tensor& index, const T
   return scatter_reduce(self, dim, index, src, "sum", true);
 }
 // "prod": PyTorch's zero-aware rule. self's gradient is the product of the rest of its group, got
-// by reducing into self with its zeros made ones; src's is result / src unless src holds the
-// group's only zero among src, which gets the product of the others (reduced with it made one).
-// Two zeros or more give 0, right for first order.
+// by reducing into self with its zeros made ones; src's is result / src, except for a zero that is
+// the only one among its group's src elements, which gets the product of the others (reduced with
+// it made one). Two zeros or more give 0, right for first order.
 std::vector<Tensor> scatter_prod_backward(const Tensor& grad, const Tensor& self, int64_t dim, const Tensor& index,
                                           const Tensor& src, bool include_self, const Tensor& result) {
   const Tensor zero = number(0), one = number(1);
