@@ -79,6 +79,14 @@ void meta_to_copy(MetaCall& m) {
   m.add_output(self.sizes(), dt);
 }
 
+void meta_full_like(MetaCall& m) {
+  using A = op::full_like::attr;
+  const TensorImpl& self = need(m, 0, "self");
+  const DType dt = attr_none(m, A::dtype) ? self.dtype() : attr_dtype(m, A::dtype);
+  check_scalar_fits(scalar_of(attr(m, A::fill_value)), dt, "full_like");
+  m.add_output(self.sizes(), dt);
+}
+
 void meta_same(MetaCall& m) {
   const TensorImpl& self = need(m, 0, "self");
   m.add_output(self.sizes(), self.dtype());
@@ -326,6 +334,18 @@ void register_core_composites(Dispatcher& d) {
     const Tensor& self = std::get<Tensor>(args[0]);
     Tensor out = make_tensor(self.sizes(), self.dtype(), self.device());
     out.copy_(self);
+    return {out};
+  });
+  // Note [Factories of a traced size]: zeros_like(t) and ones_like(t) are this op, not a factory
+  // given t.sizes(), so that a capture records the output's sizes as t's, symbolic ones included
+  // (the backward's masks and zeros under a compiled training step with a dynamic batch).
+  d.register_composite(d.op("full_like"), [](const Stack& args) -> Stack {
+    const Tensor& self = std::get<Tensor>(args[0]);
+    const DType dt = std::holds_alternative<DType>(args[2]) ? std::get<DType>(args[2]) : self.dtype();
+    Tensor out = make_tensor(self.sizes(), dt, self.device());
+    if (const auto* i = std::get_if<int64_t>(&args[1])) out.fill_(Scalar(*i));
+    else if (const auto* b = std::get_if<bool>(&args[1])) out.fill_(Scalar(*b));
+    else out.fill_(Scalar(std::get<double>(args[1])));
     return {out};
   });
   d.register_composite(d.op("contiguous"), [](const Stack& args) -> Stack {

@@ -92,8 +92,15 @@ Tensor full(IntArrayRef sizes, const Scalar& value, TensorOptions options) {
   t.fill_(value);
   return t;
 }
-Tensor zeros_like(const Tensor& t) { return zeros(t.sizes(), dtype(t.dtype()).device(t.device())); }
-Tensor ones_like(const Tensor& t) { return ones(t.sizes(), dtype(t.dtype()).device(t.device())); }
+// Note [Factories of a traced size] (op_catalogue.cpp): the op full_like, not a factory of t.sizes().
+Tensor zeros_like(const Tensor& t) {
+  TESSERA_OP(op, "full_like");
+  return call1(op, {impl_of(t, "zeros_like", "self")}, {value_int(0), value_none()});
+}
+Tensor ones_like(const Tensor& t) {
+  TESSERA_OP(op, "full_like");
+  return call1(op, {impl_of(t, "ones_like", "self")}, {value_int(1), value_none()});
+}
 Tensor empty_like(const Tensor& t) { return empty(t.sizes(), dtype(t.dtype()).device(t.device())); }
 
 Tensor arange(const Scalar& end, TensorOptions options) { return arange(0, end, 1, options); }

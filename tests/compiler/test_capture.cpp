@@ -115,6 +115,26 @@ TEST(Capture, DataPtrOfATracedInputFailsNamingTheInput) {
       << msg;
 }
 
+// Note [Factories of a traced size]: zeros_like and ones_like are the op full_like, so a capture
+// keeps their sizes symbolic (a factory given x.sizes() would fix batch to the example's 4).
+TEST(Capture, ZerosLikeAndOnesLikeKeepADynamicSize) {
+  ExportOptions opts;
+  opts.input_names = {"x"};
+  opts.dynamic_shapes = {{{0, Dim{"batch", 1, 16}}}};
+  ExportedProgram ep = tessera::export_program(
+      [](const std::vector<Tensor>& in) {
+        return std::vector<Tensor>{tessera::maximum(in[0], tessera::zeros_like(in[0])) + tessera::ones_like(in[0])};
+      },
+      {tessera::randn({4, 3})}, opts);
+  EXPECT_NE(ep.graph_string().find("f32[batch, 3] cpu = full_like(%x, 0, None)"), std::string::npos) << ep.graph_string();
+  for (int64_t b : {1, 7, 16}) {
+    Tensor x = tessera::randn({b, 3});
+    const std::vector<double> xs = values(x), got = values(ep.run({x})[0]);
+    ASSERT_EQ(got.size(), size_t(b * 3));
+    for (size_t i = 0; i < got.size(); ++i) EXPECT_EQ(got[i], double(std::max(float(xs[i]), 0.0f) + 1.0f)) << "batch " << b;
+  }
+}
+
 TEST(Capture, RunRejectsASizeOutsideTheDeclaredRange) {
   ExportOptions opts;
   opts.input_names = {"x"};

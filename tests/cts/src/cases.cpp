@@ -370,6 +370,10 @@ std::vector<Case> build() {
              y.fill_(is_floating(y.dtype()) ? Scalar(1.5) : Scalar(int64_t(1)));
              return y;
            });
+  add_case(v, "zeros_like", "full_like", kAll, unary_inputs(D::Any),
+           [](const Inputs& x, DType) { return tessera::zeros_like(x[0]); });
+  add_case(v, "ones_like", "full_like", kAll, unary_inputs(D::Any, {3, 5}),
+           [](const Inputs& x, DType) { return tessera::ones_like(x[0].t()); });
   add_case(v, "copy_", "copy_", kAll, unary_inputs(D::Any),
            [](const Inputs& x, DType) {
              Tensor y = empty_like(x[0]);
