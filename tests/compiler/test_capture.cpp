@@ -135,6 +135,26 @@ TEST(Capture, ZerosLikeAndOnesLikeKeepADynamicSize) {
   }
 }
 
+// An expand of an op's output (the broadcast a sum's backward makes) is captured as view +
+// expand_copy, not as an index_select of a constant index as large as the expand.
+TEST(Capture, AnExpandOfAnOpOutputIsAnExpandCopy) {
+  ExportedProgram ep = tessera::export_program(
+      [](const std::vector<Tensor>& in) {
+        return std::vector<Tensor>{tessera::sum(in[0], {1}, true).expand({4, 3}) + in[0]};
+      },
+      {tessera::randn({4, 3})});
+  const std::string g = ep.graph_string();
+  EXPECT_NE(g.find("expand_copy"), std::string::npos) << g;
+  EXPECT_EQ(g.find("index_select"), std::string::npos) << g;
+  Tensor x = tessera::randn({4, 3});
+  const std::vector<double> xs = values(x), got = values(ep.run({x})[0]);
+  for (size_t i = 0; i < 4; ++i)
+    for (size_t j = 0; j < 3; ++j) {
+      const float row = float(xs[i * 3]) + float(xs[i * 3 + 1]) + float(xs[i * 3 + 2]);
+      EXPECT_NEAR(got[i * 3 + j], double(row + float(xs[i * 3 + j])), 1e-5);
+    }
+}
+
 TEST(Capture, RunRejectsASizeOutsideTheDeclaredRange) {
   ExportOptions opts;
   opts.input_names = {"x"};

@@ -121,7 +121,8 @@ struct Tracer final : ShapeContext {
         // current value. Slices of a weight fn does not write stay copies (as views they would become
         // an index_select over a constant index).
         const bool written = now != lifted[same->second].placeholder;
-        if (written && first.numel() == 1 && t.numel() > 1) return expanded(t, now);
+        if (written && first.numel() == 1 && t.numel() > 1)
+          return expanded(t, now, std::vector<int64_t>(size_t(t.dim()), 1));
         const bool permutation = t.storage_offset() == 0 && t.numel() == first.numel() &&
                                  is_non_overlapping_and_dense(*t.impl());
         if (first.is_contiguous() && first.storage_offset() == 0 && (written || permutation))
@@ -171,15 +172,35 @@ struct Tracer final : ShapeContext {
     return view_of(t, r->second, value_of.at(r->second));
   }
 
-  // `t`, a broadcast of the single element of the value `one` (the expanded root gradient of a mean):
-  // view(one, [1, ..., 1]) then expand_copy to t's sizes, instead of an index_select of a constant
-  // index as large as t.
-  ValueId expanded(const Tensor& t, ValueId one) {
-    const std::vector<int64_t> ones(size_t(t.dim()), 1);
-    ValueId v1 = add_value({t.dtype(), t.device(), std::vector<SymSize>(ones.begin(), ones.end())}, "",
+  // The sizes of `root` as `t` broadcasts it, when t is an expand of the contiguous root (dims of
+  // stride 0 repeat it, the others lay it out as it is); empty otherwise.
+  static std::vector<int64_t> broadcast_base(const Tensor& t, int64_t root_numel) {
+    if (t.storage_offset() != 0) return {};
+    std::vector<int64_t> base(size_t(t.dim()));
+    int64_t expect = 1;
+    bool repeats = false;
+    for (int64_t i = t.dim() - 1; i >= 0; --i) {
+      const int64_t size = t.sizes()[size_t(i)], stride = t.strides()[size_t(i)];
+      if (size != 1 && stride == 0) {
+        base[size_t(i)] = 1;
+        repeats = true;
+        continue;
+      }
+      if (size != 1 && stride != expect) return {};
+      base[size_t(i)] = size;
+      expect *= size;
+    }
+    return repeats && expect == root_numel ? base : std::vector<int64_t>{};
+  }
+
+  // `t`, a broadcast of the value `root` whose sizes as t sees them are `base` (the expanded root
+  // gradient of a mean, a bias gradient's expand): view(root, base) then expand_copy to t's sizes,
+  // instead of an index_select of a constant index as large as t.
+  ValueId expanded(const Tensor& t, ValueId root, const std::vector<int64_t>& base) {
+    ValueId v1 = add_value({t.dtype(), t.device(), std::vector<SymSize>(base.begin(), base.end())}, "",
                            compiler::kViewTarget);
     calls.push_back({NodeKind::Call, compiler::kViewTarget,
-                     {compiler::Argument::tensor(one), compiler::Argument::constant_value(ones)}, {v1}});
+                     {compiler::Argument::tensor(root), compiler::Argument::constant_value(base)}, {v1}});
     ValueId v = add_value({t.dtype(), t.device(), std::vector<SymSize>(t.sizes().begin(), t.sizes().end())}, "",
                           "expand_copy");
     calls.push_back({NodeKind::Call, "expand_copy",
@@ -203,6 +224,8 @@ struct Tracer final : ShapeContext {
     if (!dense) {
       bool static_root = true;
       for (const SymSize& s : ep.graph.type(root_value).sizes) static_root = static_root && s.is_constant();
+      if (static_root && root->is_contiguous())
+        if (std::vector<int64_t> base = broadcast_base(t, root->numel()); !base.empty()) return expanded(t, root_value, base);
       TESSERA_CHECK(static_root, "export: a view of sizes ", IntArrayRef(t.sizes()), ", strides ",
                     IntArrayRef(t.strides()), " and offset ", t.storage_offset(), " of ", ep.graph.value_name(root_value),
                     " cannot be captured (of a tensor with dynamic sizes only reshapes and permutations of the whole "
