@@ -221,4 +221,21 @@ void meta_fused_adam_(MetaCall& m) {
   m.alias_output(2);
 }
 
+
+// _fused_sgd_: the parameter, its momentum buffer and its gradient have one floating dtype and one
+// shape; the step writes the first two in place.
+void meta_fused_sgd_(MetaCall& m) {
+  static const char* const kNames[] = {"self", "momentum_buffer", "grad"};
+  const TensorImpl& p = need(m, 0, kNames[0]);
+  TESSERA_CHECK(is_floating(p.dtype()), m.op_name, ": the parameter must be a floating tensor, got ", p.dtype());
+  for (int i = 1; i < 3; ++i) {
+    const TensorImpl& t = need(m, i, kNames[i]);
+    check_same_dtype(m, p, t, "self", kNames[i]);
+    TESSERA_CHECK(t.sizes() == p.sizes(), m.op_name, ": ", kNames[i], " has shape ", t.sizes(), " but self has ",
+                  p.sizes(), "; a parameter's gradient and optimizer state have its shape");
+  }
+  m.alias_output(0);
+  m.alias_output(1);
+}
+
 }  // namespace tessera::meta

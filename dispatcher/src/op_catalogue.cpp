@@ -362,6 +362,23 @@ void register_core_composites(Dispatcher& d) {
     return {make_tensor_strided(sizes, strides, dt, Device(DeviceType::CPU))};
   });
   register_quantization_composites(d);
+  // _fused_sgd_ likewise: SGD's update with momentum in contract ops.
+  d.register_composite(d.op("_fused_sgd_"), [](const Stack& args) -> Stack {
+    Tensor p = std::get<Tensor>(args[0]), buf = std::get<Tensor>(args[1]);
+    Tensor g = std::get<Tensor>(args[2]);
+    const double lr = std::get<double>(args[3]), mom = std::get<double>(args[4]);
+    const double dampening = std::get<double>(args[5]), wd = std::get<double>(args[6]);
+    auto number = [](double x) { return scalar_tensor(x, kFloat64); };
+    if (wd != 0) g = add(g, mul(p, number(wd)));
+    if (std::get<bool>(args[8])) {
+      buf.copy_(g);
+    } else {
+      buf.mul_(number(mom));
+      buf.add_(g, 1 - dampening);
+    }
+    p.add_(std::get<bool>(args[7]) ? add(g, mul(buf, number(mom))) : buf, -lr);
+    return {p, buf};
+  });
   // _fused_adam_ on a device without a kernel: the same update in contract ops, one parameter at a
   // time (nn.h's unfused step does the same with the optimizer's own tensors).
   d.register_composite(d.op("_fused_adam_"), [](const Stack& args) -> Stack {

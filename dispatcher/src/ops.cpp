@@ -378,6 +378,18 @@ void _fused_adam_(const Tensor& param, const Tensor& exp_avg, const Tensor& exp_
   call_unboxed(op, f, outs);
 }
 
+void _fused_sgd_(const Tensor& param, const Tensor& momentum_buffer, const Tensor& grad, const FusedSgdArgs& a) {
+  TESSERA_OP(op, "_fused_sgd_");
+  const TensorImpl* tensors[] = {impl_of(param, "_fused_sgd_", "self"),
+                                 impl_of(momentum_buffer, "_fused_sgd_", "momentum_buffer"),
+                                 impl_of(grad, "_fused_sgd_", "grad")};
+  const tessera_value_t attrs[] = {value_double(a.lr),           value_double(a.momentum), value_double(a.dampening),
+                                   value_double(a.weight_decay), value_bool(a.nesterov),   value_bool(a.first_step)};
+  CallFrame f{tensors, 3, attrs, 6, nullptr};
+  Tensor outs[2];
+  call_unboxed(op, f, outs);
+}
+
 // ---- nn
 
 Tensor linear(const Tensor& x, const Tensor& weight, const std::optional<Tensor>& bias) {

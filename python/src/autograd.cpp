@@ -200,10 +200,10 @@ void bind_autograd(nb::module_& m) {
       .def_prop_ro("params", &Optimizer::params);
   nb::class_<nn::optim::SGD, Optimizer>(a, "SGD")
       .def("__init__", [](nn::optim::SGD* self, std::vector<Tensor> params, double lr, double momentum, double dampening,
-                          double weight_decay, bool nesterov, bool capturable) {
-        new (self) nn::optim::SGD(std::move(params), {lr, momentum, dampening, weight_decay, nesterov, capturable});
+                          double weight_decay, bool nesterov, bool capturable, bool fused) {
+        new (self) nn::optim::SGD(std::move(params), {lr, momentum, dampening, weight_decay, nesterov, capturable, fused});
       }, nb::arg("params"), nb::arg("lr"), nb::arg("momentum"), nb::arg("dampening"), nb::arg("weight_decay"),
-         nb::arg("nesterov"), nb::arg("capturable") = false);
+         nb::arg("nesterov"), nb::arg("capturable") = false, nb::arg("fused") = true);
   nb::class_<nn::optim::Adam, Optimizer>(a, "Adam")
       .def("__init__", [](nn::optim::Adam* self, std::vector<Tensor> params, double lr, double beta1, double beta2,
                           double eps, double weight_decay, bool capturable, bool fused) {

@@ -7,18 +7,19 @@ eta_min=0)`, `ExponentialLR(opt, gamma)`, `MultiStepLR(opt, milestones, gamma=0.
 and `ReduceLROnPlateau(opt, mode="min", factor=0.1, patience=10, ...)` stepped with the metric.
 `capturable=True` (PyTorch's name) keeps the step count and lr in tensors, so that a training step
 (forward, backward, `opt.step()`) runs under `tessera.compile` as one program (docs/training.md).
-Adam and AdamW update each parameter with one fused op (`fused=None` or `True`, the default: the
-device's `_fused_adam_` kernel, or its composite on a device without one); `fused=False` runs the
-update op by op."""
+Adam, AdamW and SGD with momentum update each parameter with one fused op (`fused=None` or `True`,
+the default: the device's `_fused_adam_` / `_fused_sgd_` kernel, or its composite on a device
+without one); `fused=False` runs the update op by op."""
 from . import autograd as _autograd  # noqa: F401 (Tensor methods, and the check that training is built)
 from . import _C
 
 _impl = _C._autograd
 
 
-def SGD(params, lr=0.01, momentum=0.0, dampening=0.0, weight_decay=0.0, nesterov=False, capturable=False):  # noqa: N802
+def SGD(params, lr=0.01, momentum=0.0, dampening=0.0, weight_decay=0.0, nesterov=False, capturable=False,  # noqa: N802
+        fused=None):
     return _impl.SGD(list(params), float(lr), float(momentum), float(dampening), float(weight_decay), bool(nesterov),
-                     bool(capturable))
+                     bool(capturable), fused is None or bool(fused))
 
 
 def Adam(params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, capturable=False, fused=None):  # noqa: N802

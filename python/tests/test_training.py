@@ -399,3 +399,27 @@ def test_mark_dirty_rebases_the_written_input(rng):
     leaf = tessera.from_numpy(np.array([1.0, 2.0])).requires_grad_()
     with pytest.raises(Exception, match="a leaf Variable that requires grad is being used in an in-place operation"):
         _DoubleInPlace.apply(leaf)
+
+
+@pytest.mark.parametrize("nesterov", [False, True])
+def test_fused_and_unfused_sgd_follow_pytorchs_update(rng, nesterov):
+    """SGD with momentum: the fused step (_fused_sgd_) and the op-by-op one against
+    torch/optim/sgd.py's update written out in NumPy (float64)."""
+    p0 = rng.standard_normal((6, 5))
+    grads = [rng.standard_normal((6, 5)) for _ in range(4)]
+    lr, mom, wd = 0.1, 0.9, 0.02
+    damp = 0.0 if nesterov else 0.3
+    want, buf = p0.copy(), None
+    for g in grads:
+        d = g + wd * want
+        buf = d.copy() if buf is None else mom * buf + (1 - damp) * d
+        want -= lr * (d + mom * buf if nesterov else buf)
+    for fused in (None, False):
+        w = tessera.from_numpy(p0.copy()).requires_grad_()
+        opt = tessera.optim.SGD([w], lr=lr, momentum=mom, dampening=damp, weight_decay=wd, nesterov=nesterov,
+                                fused=fused)
+        for g in grads:
+            opt.zero_grad()
+            (w * tessera.from_numpy(g)).sum().backward()
+            opt.step()
+        np.testing.assert_allclose(w.detach().numpy(), want, rtol=1e-12, atol=1e-12, err_msg=f"fused={fused}")

@@ -128,6 +128,66 @@ TEST(FusedAdam, Float64StepsMatchPyTorchsUpdateInDouble) {
   }
 }
 
+std::unique_ptr<optim::Optimizer> sgd(const std::vector<Tensor>& ps, double dampening, bool nesterov, double wd,
+                                      bool fused) {
+  optim::SGDOptions o{.lr = 0.05, .momentum = 0.9, .dampening = dampening, .weight_decay = wd, .nesterov = nesterov};
+  o.fused = fused;
+  return std::make_unique<optim::SGD>(ps, o);
+}
+
+TEST(FusedSgd, TheCpuKernelAndTheCompositeAgreeWithTheUnfusedStep) {
+  std::mt19937 rng(std::random_device{}());
+  Dispatcher& d = Dispatcher::instance();
+  ASSERT_TRUE(ensure_backend_loaded(DeviceType::CPU));
+  EXPECT_EQ(d.resolution(d.op("_fused_sgd_"), DeviceType::CPU, kFloat32), Resolution::Kernel);
+  EXPECT_EQ(d.resolution(d.op("_fused_sgd_"), DeviceType::CPU, kBFloat16), Resolution::Composite);
+  struct Config {
+    double dampening;
+    bool nesterov;
+    double wd;
+  };
+  for (DType dtype : {kFloat32, kFloat64, kBFloat16}) {
+    for (Config c : {Config{0, false, 0}, Config{0.1, false, 0.01}, Config{0, true, 0}, Config{0, true, 0.01}}) {
+      const uint32_t seed = rng();
+      std::vector<Tensor> fused = make_params(rng, dtype, Device("cpu"), /*with_transposed=*/true);
+      std::vector<Tensor> plain = clones(fused);
+      auto a = sgd(fused, c.dampening, c.nesterov, c.wd, true), b = sgd(plain, c.dampening, c.nesterov, c.wd, false);
+      run_steps(*a, fused, 5, seed);
+      run_steps(*b, plain, 5, seed);
+      const double tol = dtype == kFloat64 ? 1e-13 : dtype == kFloat32 ? 2e-6 : 1e-2;
+      for (size_t i = 0; i < fused.size(); ++i)
+        EXPECT_LT(max_rel_diff(fused[i], plain[i]), tol)
+            << dtype << " dampening " << c.dampening << " nesterov " << c.nesterov << " wd " << c.wd << " param " << i;
+    }
+  }
+}
+
+// torch/optim/sgd.py's update written out in double (the first step's buffer is the gradient).
+TEST(FusedSgd, Float64StepsMatchPyTorchsUpdateInDouble) {
+  std::mt19937 rng(std::random_device{}());
+  for (bool nesterov : {false, true}) {
+    const double lr = 0.05, mom = 0.9, damp = nesterov ? 0.0 : 0.2, wd = 0.01;
+    Tensor p = nn::parameter(testing::uniform64(rng, {300}));
+    std::vector<double> pv = values(p), buf(pv.size(), 0);
+    optim::SGD opt({p}, {.lr = lr, .momentum = mom, .dampening = damp, .weight_decay = wd, .nesterov = nesterov});
+    std::uniform_real_distribution<double> u(-3, 3);
+    for (int t = 1; t <= 4; ++t) {
+      std::vector<double> r(pv.size());
+      for (double& x : r) x = u(rng);
+      opt.zero_grad();
+      ag::backward((p * tensor(r)).sum());
+      opt.step();
+      const std::vector<double> got = values(p);
+      for (size_t i = 0; i < pv.size(); ++i) {
+        const double g = r[i] + wd * pv[i];
+        buf[i] = t == 1 ? g : mom * buf[i] + (1 - damp) * g;
+        pv[i] -= lr * (nesterov ? g + mom * buf[i] : buf[i]);
+        ASSERT_NEAR(got[i], pv[i], 1e-12 * (1 + std::fabs(pv[i]))) << "step " << t << " element " << i;
+      }
+    }
+  }
+}
+
 // A third-party device trains with Adam without optimizer code: the reference accelerator registers
 // its own _fused_adam_ kernel, which the step uses (one launch per parameter), with the CPU's results.
 TEST(FusedAdam, TheAcceleratorsOwnKernelRunsTheStep) {

@@ -157,6 +157,7 @@ struct SGDOptions {
   double weight_decay = 0;
   bool nesterov = false;
   bool capturable = false;  // Note [Capturable optimizers]
+  bool fused = true;        // Note [Fused optimizer step] (with momentum)
 };
 class TESSERA_NN_API SGD : public Optimizer {
  public:
@@ -182,14 +183,15 @@ struct AdamOptions {
 };
 // Note [Fused optimizer step]
 // A plain (not capturable) Adam or AdamW step updates each parameter with one call of the contract
-// op _fused_adam_ (tessera/ops.h): on a device whose plugin registers a kernel for it (the CPU's
-// reads the parameter, its gradient and both moments once and writes three of them once) that
-// kernel runs; on any other device the op's composite runs the same update in contract ops, so no
-// device needs optimizer code, and a vendor overrides the update by registering one kernel. fused
-// = false runs the update op by op in the optimizer (the reference the fused kernels are tested
-// against). Results agree to rounding: the kernel keeps the composite's order of operations but
-// not its intermediate roundings. A capturable step is never fused: under tessera::compile the
-// code generator fuses the update's loops itself.
+// op _fused_adam_, and SGD with momentum with one call of _fused_sgd_ (tessera/ops.h): on a device
+// whose plugin registers a kernel for it (the CPU's reads the parameter, its gradient and its state
+// once and writes the parameter and the state once) that kernel runs; on any other device the op's
+// composite runs the same update in contract ops, so no device needs optimizer code, and a vendor
+// overrides the update by registering one kernel. fused = false runs the update op by op in the
+// optimizer (the reference the fused kernels are tested against). Results agree to rounding: the
+// kernels keep the composite's order of operations but not its intermediate roundings. SGD without
+// momentum is one add_ per parameter and is not fused. A capturable step is never fused: under
+// tessera::compile the code generator fuses the update's loops itself.
 class TESSERA_NN_API Adam : public Optimizer {
  public:
   Adam(std::vector<Tensor> params, AdamOptions options);

@@ -94,9 +94,16 @@ void SGD::step() {
   autograd::NoGradGuard no_grad;
   for (size_t i = 0; i < params_.size(); ++i) {
     Tensor& p = params_[i];
-    Tensor d = autograd::grad(p);
-    if (!d.defined()) continue;
-    if (o_.weight_decay != 0) d = d + p * o_.weight_decay;
+    const Tensor g = autograd::grad(p);
+    if (!g.defined()) continue;
+    if (!o_.capturable && o_.momentum != 0 && o_.fused && g.dtype() == p.dtype() && g.sizes() == p.sizes()) {
+      Tensor& buf = momentum_[i];  // Note [Fused optimizer step]
+      const bool first = !buf.defined();
+      if (first) buf = empty_like(p);
+      _fused_sgd_(p, buf, g, {o_.lr, o_.momentum, o_.dampening, o_.weight_decay, o_.nesterov, first});
+      continue;
+    }
+    Tensor d = o_.weight_decay != 0 ? g + p * o_.weight_decay : g;
     if (o_.capturable) {
       if (o_.momentum != 0) {
         // The first step's buffer is d (PyTorch's clone); later ones damp it: 1 - dampening * started.

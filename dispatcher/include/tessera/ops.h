@@ -105,6 +105,15 @@ struct FusedAdamArgs {
 };
 TESSERA_API void _fused_adam_(const Tensor& param, const Tensor& exp_avg, const Tensor& exp_avg_sq, const Tensor& grad,
                               const FusedAdamArgs& args);
+// One SGD step with momentum of one parameter in a single pass (ops.json: _fused_sgd_; Note
+// [Fused optimizer step]). Writes param and momentum_buffer; first_step: the buffer becomes the
+// (weight-decayed) gradient, as PyTorch's first step clones it.
+struct FusedSgdArgs {
+  double lr = 0.01, momentum = 0.9, dampening = 0, weight_decay = 0;
+  bool nesterov = false, first_step = false;
+};
+TESSERA_API void _fused_sgd_(const Tensor& param, const Tensor& momentum_buffer, const Tensor& grad,
+                             const FusedSgdArgs& args);
 TESSERA_API Tensor linear(const Tensor& x, const Tensor& weight, const std::optional<Tensor>& bias = std::nullopt);
 TESSERA_API Tensor softmax(const Tensor& x, int64_t dim);
 TESSERA_API Tensor log_softmax(const Tensor& x, int64_t dim);

@@ -1,6 +1,7 @@
-// _fused_adam_ (Note [Fused optimizer step] in tessera/nn.h): one Adam or AdamW step of one
-// parameter in a single pass, one read of the parameter, its gradient and both moments and one
-// write of the first three, where the composite makes about a dozen passes over memory.
+// _fused_adam_ and _fused_sgd_ (Note [Fused optimizer step] in tessera/nn.h): one Adam / AdamW or
+// SGD-with-momentum step of one parameter in a single pass (one read of the parameter, its gradient
+// and its state, one write of the parameter and its state), where the composite makes about a
+// dozen (Adam) or five (SGD) passes over memory.
 #include <cmath>
 
 #include "kernels.h"
@@ -70,11 +71,72 @@ tessera_status_t fused_adam_kernel(void*, const tessera_kernel_call_t* call) {
   });
 }
 
+struct SgdStep {
+  double lr, momentum, dampening, weight_decay;
+  bool nesterov, first_step;
+};
+
+// PyTorch's SGD with momentum in T, in the composite's order: d = g + wd p; buf = d on the first
+// step, else momentum buf + (1 - dampening) d; p -= lr (Nesterov: d + momentum buf, else buf).
+template <typename T, bool Decay, bool First, bool Nesterov>
+void sgd_range(T* __restrict p, T* __restrict buf, const T* __restrict g, int64_t n, const SgdStep& s) {
+  const T lr = T(s.lr), mom = T(s.momentum), keep = T(1 - s.dampening), wd = T(s.weight_decay);
+  for (int64_t i = 0; i < n; ++i) {
+    T d = g[i];
+    if constexpr (Decay) d += p[i] * wd;
+    const T b = First ? d : buf[i] * mom + d * keep;
+    buf[i] = b;
+    p[i] -= lr * (Nesterov ? d + b * mom : b);
+  }
+}
+
+template <typename T, bool Decay, bool First, bool Nesterov>
+void sgd_all(T* p, T* buf, const T* g, int64_t n, const SgdStep& s) {
+  parallel_for_dynamic(0, n, grain_for(OpKind::Elementwise, n), [&](int64_t b, int64_t e) {
+    sgd_range<T, Decay, First, Nesterov>(p + b, buf + b, g + b, e - b, s);
+  });
+}
+
+template <typename T>
+void fused_sgd(const KernelCall& c, const SgdStep& s) {
+  T* p = c.input(0).host_ptr<T>();
+  T* buf = c.input(1).host_ptr<T>();
+  const T* g = c.input(2).host_ptr<T>();
+  const int64_t n = c.input(0).numel();
+  // The eight loops, so that none of them branches per element.
+  const int mode = (s.weight_decay != 0 ? 4 : 0) | (s.first_step ? 2 : 0) | (s.nesterov ? 1 : 0);
+  switch (mode) {
+    case 0: return sgd_all<T, false, false, false>(p, buf, g, n, s);
+    case 1: return sgd_all<T, false, false, true>(p, buf, g, n, s);
+    case 2: return sgd_all<T, false, true, false>(p, buf, g, n, s);
+    case 3: return sgd_all<T, false, true, true>(p, buf, g, n, s);
+    case 4: return sgd_all<T, true, false, false>(p, buf, g, n, s);
+    case 5: return sgd_all<T, true, false, true>(p, buf, g, n, s);
+    case 6: return sgd_all<T, true, true, false>(p, buf, g, n, s);
+    default: return sgd_all<T, true, true, true>(p, buf, g, n, s);
+  }
+}
+
+tessera_status_t fused_sgd_kernel(void*, const tessera_kernel_call_t* call) {
+  return guarded(call, [&](const KernelCall& c) {
+    for (int i = 0; i < 3; ++i)
+      if (!c.input(i).is_contiguous())
+        throw sdk::Error(TESSERA_STATUS_UNIMPLEMENTED, "a non-contiguous argument; the composite handles it");
+    using A = op::_fused_sgd_::attr;
+    const SgdStep s{c.attr_double(A::lr),           c.attr_double(A::momentum), c.attr_double(A::dampening),
+                    c.attr_double(A::weight_decay), c.attr_bool(A::nesterov),   c.attr_bool(A::first_step)};
+    if (c.input(0).dtype() == TESSERA_DTYPE_FLOAT64) fused_sgd<double>(c, s);
+    else fused_sgd<float>(c, s);
+  });
+}
+
 }  // namespace
 
 void register_optimizer_kernels(Registrar& r) {
   r.add(op::_fused_adam_::name, (uint64_t(1) << TESSERA_DTYPE_FLOAT32) | (uint64_t(1) << TESSERA_DTYPE_FLOAT64),
         &fused_adam_kernel);
+  r.add(op::_fused_sgd_::name, (uint64_t(1) << TESSERA_DTYPE_FLOAT32) | (uint64_t(1) << TESSERA_DTYPE_FLOAT64),
+        &fused_sgd_kernel);
 }
 
 }  // namespace tessera::cpu

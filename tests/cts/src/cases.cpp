@@ -464,6 +464,16 @@ std::vector<Case> build() {
              tessera::_fused_adam_(p, m, s, x[3], a);
              return tessera::cat({p.reshape({-1}), m.reshape({-1}), s.reshape({-1})}, 0);
            });
+  // SGD with Nesterov momentum and weight decay, a later step (the buffer is read).
+  add_case(v, "fused_sgd", "_fused_sgd_", {kFloat32, kFloat64}, binary_inputs(D::Any, D::Small, {4, 9}, {4, 9}),
+           [](const Inputs& x, DType) {
+             Tensor p = x[0].clone(), buf = x[1].clone();
+             FusedSgdArgs a;
+             a.weight_decay = 0.1;
+             a.nesterov = true;
+             tessera::_fused_sgd_(p, buf, x[0] * 0.5 - x[1], a);
+             return tessera::cat({p.reshape({-1}), buf.reshape({-1})}, 0);
+           });
   // Tails where 1 + tanh(u) or 1 + erf(u) cancel, exp overflows, or x^3 overflows.
   const std::vector<double> tails = {-1e10, -100, -30, -10, -5, 5, 10, 30, 100, 1e10};
   const std::vector<DType> wide = {kFloat32, kFloat64};
