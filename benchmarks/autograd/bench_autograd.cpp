@@ -56,17 +56,31 @@ void BM_MlpTrainStep(benchmark::State& state) {
 }
 BENCHMARK(BM_MlpTrainStep);
 
-// Note [Fused optimizer step]: one AdamW step over `params` parameters of `numel` floats each,
-// the fused op (arg fused = 1: the CPU's _fused_adam_ kernel) against the op-by-op update (0).
-void BM_AdamWStep(benchmark::State& state) {
-  const bool fused = state.range(0) != 0;
-  const int64_t count = state.range(1), numel = state.range(2);
+// Fused and op by op, on 8 large parameters and on 200 small ones.
+void optimizer_args(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"fused", "params", "numel"});
+  for (int64_t fused : {0, 1}) b->Args({fused, 8, 1 << 20});
+  for (int64_t fused : {0, 1}) b->Args({fused, 200, 4096});
+  b->UseRealTime()->Unit(benchmark::kMillisecond);
+}
+
+// `count` parameters of `numel` random floats, each with a random gradient set.
+std::vector<Tensor> parameters_with_grads(int64_t count, int64_t numel) {
   manual_seed(0);
   std::vector<Tensor> params;
   for (int64_t i = 0; i < count; ++i) {
     params.push_back(nn::parameter(randn({numel})));
     autograd::set_grad(params.back(), randn({numel}));
   }
+  return params;
+}
+
+// Note [Fused optimizer step]: one AdamW step over `params` parameters of `numel` floats each,
+// the fused op (arg fused = 1: the CPU's _fused_adam_ kernel) against the op-by-op update (0).
+void BM_AdamWStep(benchmark::State& state) {
+  const bool fused = state.range(0) != 0;
+  const int64_t count = state.range(1), numel = state.range(2);
+  const std::vector<Tensor> params = parameters_with_grads(count, numel);
   nn::optim::AdamOptions o{.lr = 1e-3, .weight_decay = 0.01};
   o.fused = fused;
   nn::optim::AdamW opt(params, o);
@@ -74,24 +88,13 @@ void BM_AdamWStep(benchmark::State& state) {
   state.SetBytesProcessed(state.iterations() * count * numel * int64_t(sizeof(float)) * 7);  // 4 reads, 3 writes
 }
 BENCHMARK(BM_AdamWStep)
-    ->ArgNames({"fused", "params", "numel"})
-    ->Args({0, 8, 1 << 20})
-    ->Args({1, 8, 1 << 20})
-    ->Args({0, 200, 4096})
-    ->Args({1, 200, 4096})
-    ->UseRealTime()
-    ->Unit(benchmark::kMillisecond);
+->Apply(optimizer_args);
 
 // The same for SGD with Nesterov momentum and weight decay (_fused_sgd_ against op by op).
 void BM_SGDStep(benchmark::State& state) {
   const bool fused = state.range(0) != 0;
   const int64_t count = state.range(1), numel = state.range(2);
-  manual_seed(0);
-  std::vector<Tensor> params;
-  for (int64_t i = 0; i < count; ++i) {
-    params.push_back(nn::parameter(randn({numel})));
-    autograd::set_grad(params.back(), randn({numel}));
-  }
+  const std::vector<Tensor> params = parameters_with_grads(count, numel);
   nn::optim::SGDOptions o{.lr = 1e-3, .momentum = 0.9, .weight_decay = 0.01, .nesterov = true};
   o.fused = fused;
   nn::optim::SGD opt(params, o);
@@ -100,13 +103,7 @@ void BM_SGDStep(benchmark::State& state) {
   state.SetBytesProcessed(state.iterations() * count * numel * int64_t(sizeof(float)) * 5);  // 3 reads, 2 writes
 }
 BENCHMARK(BM_SGDStep)
-    ->ArgNames({"fused", "params", "numel"})
-    ->Args({0, 8, 1 << 20})
-    ->Args({1, 8, 1 << 20})
-    ->Args({0, 200, 4096})
-    ->Args({1, 200, 4096})
-    ->UseRealTime()
-    ->Unit(benchmark::kMillisecond);
+->Apply(optimizer_args);
 
 }  // namespace
 

@@ -199,18 +199,24 @@ void meta_rms_norm(MetaCall& m) {
 }
 
 
+// The tensors of a fused optimizer step, named in order, the parameter first: one floating dtype
+// and one shape (a parameter's gradient and optimizer state have its shape).
+void check_optimizer_tensors(const MetaCall& m, std::initializer_list<const char*> names) {
+  const TensorImpl& p = need(m, 0, *names.begin());
+  TESSERA_CHECK(is_floating(p.dtype()), m.op_name, ": the parameter must be a floating tensor, got ", p.dtype());
+  int i = 0;
+  for (const char* name : names) {
+    const TensorImpl& t = need(m, i++, name);
+    check_same_dtype(m, p, t, "self", name);
+    TESSERA_CHECK(t.sizes() == p.sizes(), m.op_name, ": ", name, " has shape ", t.sizes(), " but self has ",
+                  p.sizes(), "; a parameter's gradient and optimizer state have its shape");
+  }
+}
+
 // _fused_adam_ (Note [Fused optimizer step] in nn.h): the parameter, its two moments and its gradient
 // have one floating dtype and one shape; the step writes the first three in place.
 void meta_fused_adam_(MetaCall& m) {
-  static const char* const kNames[] = {"self", "exp_avg", "exp_avg_sq", "grad"};
-  const TensorImpl& p = need(m, 0, kNames[0]);
-  TESSERA_CHECK(is_floating(p.dtype()), m.op_name, ": the parameter must be a floating tensor, got ", p.dtype());
-  for (int i = 1; i < 4; ++i) {
-    const TensorImpl& t = need(m, i, kNames[i]);
-    check_same_dtype(m, p, t, "self", kNames[i]);
-    TESSERA_CHECK(t.sizes() == p.sizes(), m.op_name, ": ", kNames[i], " has shape ", t.sizes(), " but self has ",
-                  p.sizes(), "; a parameter's gradient and optimizer state have its shape");
-  }
+  check_optimizer_tensors(m, {"self", "exp_avg", "exp_avg_sq", "grad"});
   using A = op::_fused_adam_::attr;
   for (int a : {int(A::bias_correction1), int(A::bias_correction2)}) {
     const double bc = attr_double(m, a);
@@ -225,15 +231,7 @@ void meta_fused_adam_(MetaCall& m) {
 // _fused_sgd_: the parameter, its momentum buffer and its gradient have one floating dtype and one
 // shape; the step writes the first two in place.
 void meta_fused_sgd_(MetaCall& m) {
-  static const char* const kNames[] = {"self", "momentum_buffer", "grad"};
-  const TensorImpl& p = need(m, 0, kNames[0]);
-  TESSERA_CHECK(is_floating(p.dtype()), m.op_name, ": the parameter must be a floating tensor, got ", p.dtype());
-  for (int i = 1; i < 3; ++i) {
-    const TensorImpl& t = need(m, i, kNames[i]);
-    check_same_dtype(m, p, t, "self", kNames[i]);
-    TESSERA_CHECK(t.sizes() == p.sizes(), m.op_name, ": ", kNames[i], " has shape ", t.sizes(), " but self has ",
-                  p.sizes(), "; a parameter's gradient and optimizer state have its shape");
-  }
+  check_optimizer_tensors(m, {"self", "momentum_buffer", "grad"});
   m.alias_output(0);
   m.alias_output(1);
 }

@@ -33,6 +33,16 @@ inline Tensor noncontiguous(const Tensor& t) {
   return c;
 }
 
+// The message of the exception `f` throws, "" when it throws none (tests of error messages).
+inline std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
+
 inline std::vector<double> values(const Tensor& t) {
   Tensor c = t.to(kFloat64).contiguous().cpu();
   const double* p = c.const_data_ptr<double>();

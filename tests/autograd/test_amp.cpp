@@ -8,6 +8,7 @@
 #include <functional>
 #include <thread>
 
+#include "gradcheck.h"
 #include "tessera/amp.h"
 #include "mlp.h"
 #include "tessera/nn.h"
@@ -19,14 +20,7 @@ namespace ag = autograd;
 using amp::AutocastGuard;
 using amp::CastPolicy;
 
-std::string message_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using testing::error_of;
 
 // Rounds a float to bfloat16 (round to nearest, ties to even), by its bits: the test's own rounding.
 double round_bf16(float v) {
@@ -175,9 +169,9 @@ TEST(Autocast, PoliciesCanBeChangedPerDeviceType) {
     EXPECT_EQ(amp::autocast_policy(DeviceType::PrivateUse2, "relu"), CastPolicy::None);
   }
   amp::set_autocast_policy(DeviceType::CPU, "relu", CastPolicy::None);
-  const std::string unknown = message_of([] { amp::set_autocast_policy(DeviceType::CPU, "no_such_op", CastPolicy::Float32); });
+  const std::string unknown = error_of([] { amp::set_autocast_policy(DeviceType::CPU, "no_such_op", CastPolicy::Float32); });
   EXPECT_NE(unknown.find("no op 'no_such_op'"), std::string::npos) << unknown;
-  const std::string bad_dtype = message_of([] { AutocastGuard g(DeviceType::CPU, kFloat32); });
+  const std::string bad_dtype = error_of([] { AutocastGuard g(DeviceType::CPU, kFloat32); });
   EXPECT_NE(bad_dtype.find("bfloat16 or float16"), std::string::npos) << bad_dtype;
   EXPECT_FALSE(amp::is_autocast_enabled(DeviceType::CPU));  // the refused guard changed nothing
 }
@@ -275,7 +269,7 @@ TEST(GradScaler, ScalesUnscalesAndSteps) {
   EXPECT_FLOAT_EQ(floats_of(ag::grad(m.p))[2], 3 * 1024.0f);
   EXPECT_TRUE(scaler.step(m.opt));  // unscales, then steps: p -= 0.5 * (1, 2, 3)
   EXPECT_EQ(floats_of(m.p), (std::vector<float>{0.5f, 0.0f, -0.5f}));
-  const std::string twice = message_of([&] { scaler.unscale_(m.opt); });
+  const std::string twice = error_of([&] { scaler.unscale_(m.opt); });
   EXPECT_NE(twice.find("already called"), std::string::npos) << twice;
   scaler.update();
   EXPECT_EQ(scaler.growth_tracker(), 1);
@@ -302,7 +296,7 @@ TEST(GradScaler, SkipsAStepWithANonFiniteGradientAndBacksOff) {
   nn::GradScaler off({.enabled = false});
   Tensor l = m.p.sum();
   EXPECT_TRUE(off.scale(l).is_same(l));
-  const std::string bad = message_of([] { nn::GradScaler s({.init_scale = -1}); });
+  const std::string bad = error_of([] { nn::GradScaler s({.init_scale = -1}); });
   EXPECT_NE(bad.find("init_scale"), std::string::npos) << bad;
 }
 

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <thread>
 
+#include "gradcheck.h"
 #include "tessera/autograd.h"
 #include "tessera/dispatcher.h"
 #include "tessera/ops.h"
@@ -22,14 +23,7 @@ std::vector<double> vals(const Tensor& t) {
   Tensor c = t.contiguous();
   return std::vector<double>(c.const_data_ptr<double>(), c.const_data_ptr<double>() + c.numel());
 }
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
-}
+using testing::error_of;
 
 TEST(Engine, LeafFlagsAndGradFn) {
   Tensor x = ag::set_requires_grad(t64({1, 2, 3}));

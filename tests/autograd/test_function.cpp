@@ -140,14 +140,7 @@ struct DoubleInPlace : ag::Function<DoubleInPlace> {
   static std::vector<Tensor> backward(ag::AutogradContext*, std::vector<Tensor> grads) { return {grads[0] * 2.0}; }
 };
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using testing::error_of;
 
 TEST(CustomFunction, MarkDirtyRebasesTheWrittenInputOntoTheFunction) {
   std::mt19937 rng(std::random_device{}());

@@ -10,6 +10,14 @@
 namespace tessera::cpu {
 namespace {
 
+// Parameters and their state are contiguous in practice; any other layout answers UNIMPLEMENTED,
+// and the runtime runs the op's composite.
+void require_contiguous(const KernelCall& c) {
+  for (int i = 0; i < c.num_inputs(); ++i)
+    if (!c.input(i).is_contiguous())
+      throw sdk::Error(TESSERA_STATUS_UNIMPLEMENTED, "a non-contiguous argument; the composite handles it");
+}
+
 struct AdamStep {
   double lr, beta1, beta2, weight_decay, eps, bc1, bc2;
   bool decoupled;
@@ -58,10 +66,7 @@ void fused_adam(const KernelCall& c, const AdamStep& s) {
 
 tessera_status_t fused_adam_kernel(void*, const tessera_kernel_call_t* call) {
   return guarded(call, [&](const KernelCall& c) {
-    // Parameters and their state are contiguous in practice; any other layout takes the composite.
-    for (int i = 0; i < 4; ++i)
-      if (!c.input(i).is_contiguous())
-        throw sdk::Error(TESSERA_STATUS_UNIMPLEMENTED, "a non-contiguous argument; the composite handles it");
+    require_contiguous(c);
     using A = op::_fused_adam_::attr;
     const AdamStep s{c.attr_double(A::lr),           c.attr_double(A::beta1), c.attr_double(A::beta2),
                      c.attr_double(A::weight_decay), c.attr_double(A::eps),   c.attr_double(A::bias_correction1),
@@ -119,9 +124,7 @@ void fused_sgd(const KernelCall& c, const SgdStep& s) {
 
 tessera_status_t fused_sgd_kernel(void*, const tessera_kernel_call_t* call) {
   return guarded(call, [&](const KernelCall& c) {
-    for (int i = 0; i < 3; ++i)
-      if (!c.input(i).is_contiguous())
-        throw sdk::Error(TESSERA_STATUS_UNIMPLEMENTED, "a non-contiguous argument; the composite handles it");
+    require_contiguous(c);
     using A = op::_fused_sgd_::attr;
     const SgdStep s{c.attr_double(A::lr),           c.attr_double(A::momentum), c.attr_double(A::dampening),
                     c.attr_double(A::weight_decay), c.attr_bool(A::nesterov),   c.attr_bool(A::first_step)};
