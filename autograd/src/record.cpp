@@ -441,8 +441,19 @@ bool is_recorded_view(const Tensor& t) {
   return m && m->grad_fn && dynamic_cast<ViewNode*>(m->grad_fn.get());
 }
 
+// Note [Tensor autograd methods] (core/include/tessera/autograd_hooks.h).
+const tessera::detail::AutogradMethods kTensorMethods = {
+    .requires_grad = [](const Tensor& t) { return autograd::requires_grad(t); },
+    .set_requires_grad = [](const Tensor& t, bool r) { autograd::set_requires_grad(t, r); },
+    .grad = [](const Tensor& t) { return autograd::grad(t); },
+    .backward = [](const Tensor& t, const Tensor& g, bool retain, bool create) { autograd::backward(t, g, retain, create); },
+    .is_leaf = [](const Tensor& t) { return autograd::is_leaf(t); },
+    .detach = [](const Tensor& t) { return autograd::detach(t); },
+};
+
 void install_hooks() {
   tessera::detail::set_autograd_core_hooks(&on_view_created, &on_impl_released);
+  tessera::detail::set_autograd_methods(&kTensorMethods);
   set_autograd_hook(&on_autograd_call);
   set_autograd_to_device_hook(&on_to_device);
 }

@@ -22,6 +22,61 @@ void detail::set_autograd_core_hooks(ViewCreatedHook on_view, ImplReleasedHook o
   g_impl_released_hook.store(on_release, std::memory_order_release);
 }
 
+// Note [Tensor autograd methods] (autograd_hooks.h).
+namespace {
+std::atomic<const detail::AutogradMethods*> g_autograd_methods{nullptr};
+
+const detail::AutogradMethods* autograd_methods() { return g_autograd_methods.load(std::memory_order_acquire); }
+
+[[noreturn]] void no_autograd(const char* method) {
+  detail::throw_error(ErrorCode::Unavailable, std::string("Tensor::") + method +
+                                                  ": autograd is not loaded; link libtessera_autograd "
+                                                  "(Tessera::autograd, or Tessera::nn) into the program");
+}
+}  // namespace
+
+void detail::set_autograd_methods(const AutogradMethods* methods) {
+  g_autograd_methods.store(methods, std::memory_order_release);
+}
+
+bool Tensor::requires_grad() const {
+  const detail::AutogradMethods* m = autograd_methods();
+  return m && m->requires_grad(*this);
+}
+
+const Tensor& Tensor::requires_grad_(bool requires_grad) const {
+  if (const detail::AutogradMethods* m = autograd_methods()) m->set_requires_grad(*this, requires_grad);
+  else if (requires_grad) no_autograd("requires_grad_");
+  return *this;
+}
+
+Tensor Tensor::grad() const {
+  const detail::AutogradMethods* m = autograd_methods();
+  return m ? m->grad(*this) : Tensor();
+}
+
+void Tensor::backward(const Tensor& gradient, bool retain_graph, bool create_graph) const {
+  const detail::AutogradMethods* m = autograd_methods();
+  if (!m) no_autograd("backward");
+  m->backward(*this, gradient, retain_graph, create_graph);
+}
+
+bool Tensor::is_leaf() const {
+  const detail::AutogradMethods* m = autograd_methods();
+  return !m || m->is_leaf(*this);
+}
+
+Tensor Tensor::detach() const {
+  if (const detail::AutogradMethods* m = autograd_methods()) return m->detach(*this);
+  const TensorImpl* t = checked_impl("detach");  // no graph: a new handle on the same data
+  auto impl = make_intrusive<TensorImpl>(t->storage(), t->dtype(), t->device(), t->sizes(), t->strides(),
+                                         t->storage_offset());
+  impl->set_key_set(t->key_set());
+  if (t->qparams()) impl->set_qparams(t->qparams_ptr());
+  impl->set_wrapped_number(t->is_wrapped_number());
+  return Tensor(std::move(impl));
+}
+
 namespace {
 
 std::string shape_str(IntArrayRef s) {

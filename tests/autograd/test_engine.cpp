@@ -25,6 +25,27 @@ std::vector<double> vals(const Tensor& t) {
 }
 using testing::error_of;
 
+// Note [Tensor autograd methods]: torch::Tensor's methods, the same as the free functions.
+TEST(Engine, TensorMethods) {
+  Tensor x = t64({1, 2, 3});
+  EXPECT_TRUE(x.requires_grad_().is_same(x));
+  EXPECT_TRUE(x.requires_grad() && x.is_leaf() && ag::requires_grad(x));
+  Tensor y = (x * x).sum();
+  EXPECT_TRUE(y.requires_grad());
+  EXPECT_FALSE(y.is_leaf());
+  y.backward(Tensor(), /*retain_graph=*/true);
+  EXPECT_EQ(vals(x.grad()), (std::vector<double>{2, 4, 6}));
+  y.backward(scalar_tensor(0.5, kFloat64));  // a weighted second pass through the retained graph accumulates
+  EXPECT_EQ(vals(x.grad()), (std::vector<double>{3, 6, 9}));
+  Tensor d = x.detach();
+  EXPECT_FALSE(d.requires_grad());
+  EXPECT_EQ(d.storage().get(), x.storage().get());
+  const std::string e = error_of([&] { d.sum().backward(); });
+  EXPECT_NE(e.find("does not require grad"), std::string::npos) << e;
+  x.requires_grad_(false);
+  EXPECT_FALSE(x.requires_grad());
+}
+
 TEST(Engine, LeafFlagsAndGradFn) {
   Tensor x = ag::set_requires_grad(t64({1, 2, 3}));
   EXPECT_TRUE(ag::requires_grad(x));

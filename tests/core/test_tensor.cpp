@@ -57,6 +57,23 @@ TEST(Tensor, MakeTensorIsContiguousDense) {
   EXPECT_THAT([&] { s.size(0); }, ThrowsMessage<Error>(HasSubstr("0-dim")));
 }
 
+// Note [Tensor autograd methods]: without libtessera_autograd (test_core does not link it) a tensor
+// is outside every graph, and the two methods that need the library say so.
+TEST(Tensor, AutogradMethodsWithoutTheLibrary) {
+  Tensor t = make_tensor({2, 3}, kFloat32, Device(kMeta));
+  EXPECT_FALSE(t.requires_grad());
+  EXPECT_TRUE(t.is_leaf());
+  EXPECT_FALSE(t.grad().defined());
+  EXPECT_TRUE(t.requires_grad_(false).is_same(t));
+  EXPECT_THAT([&] { t.requires_grad_(); },
+              ThrowsMessage<Error>(HasSubstr("Tensor::requires_grad_: autograd is not loaded; link libtessera_autograd")));
+  EXPECT_THAT([&] { t.backward(); }, ThrowsMessage<Error>(HasSubstr("Tensor::backward: autograd is not loaded")));
+  Tensor d = t.detach();
+  EXPECT_FALSE(d.is_same(t));
+  EXPECT_EQ(d.storage().get(), t.storage().get());
+  EXPECT_EQ(d.sizes(), t.sizes());
+}
+
 TEST(Tensor, MetaTensorsHaveNoData) {
   Tensor m = make_tensor({2, 3}, kFloat16, Device(kMeta));
   EXPECT_EQ(m.key_set(), DispatchKeySet::dense(kMeta));

@@ -28,5 +28,22 @@ using ImplReleasedHook = void (*)(const TensorImpl* impl) noexcept;
 
 TESSERA_API void set_autograd_core_hooks(ViewCreatedHook on_view, ImplReleasedHook on_release);
 
+// Note [Tensor autograd methods]
+// Tensor::requires_grad(), requires_grad_(), grad(), backward(), is_leaf() and detach() forward to
+// libtessera_autograd through this table, which the library sets when it loads, so that the core
+// keeps no autograd code. Without it a tensor is outside every graph: requires_grad() is false,
+// is_leaf() true, grad() undefined, detach() a new handle on the same data, requires_grad_(false) a
+// no-op; requires_grad_(true) and backward() throw, naming the library to link.
+struct AutogradMethods {
+  bool (*requires_grad)(const Tensor& t);
+  void (*set_requires_grad)(const Tensor& t, bool requires_grad);
+  Tensor (*grad)(const Tensor& t);
+  void (*backward)(const Tensor& t, const Tensor& gradient, bool retain_graph, bool create_graph);
+  bool (*is_leaf)(const Tensor& t);
+  Tensor (*detach)(const Tensor& t);
+};
+// `methods` must outlive every call (a static table); nullptr removes it.
+TESSERA_API void set_autograd_methods(const AutogradMethods* methods);
+
 }  // namespace detail
 }  // namespace tessera

@@ -271,6 +271,19 @@ class TESSERA_API Tensor {
   Tensor& operator+=(const Tensor& o) { return add_(o); }
   Tensor& operator*=(const Tensor& o) { return mul_(o); }
 
+  // ---- autograd (libtessera_autograd; Note [Tensor autograd methods] in autograd_hooks.h): the
+  // methods of torch::Tensor, the same as tessera::autograd's free functions of the same names.
+  bool requires_grad() const;
+  // Makes this a leaf that requires grad (or not); returns *this.
+  const Tensor& requires_grad_(bool requires_grad = true) const;
+  // The accumulated gradient (undefined when none).
+  Tensor grad() const;
+  // autograd::backward(*this, gradient, retain_graph, create_graph).
+  void backward(const Tensor& gradient = Tensor(), bool retain_graph = false, bool create_graph = false) const;
+  bool is_leaf() const;
+  // The same storage and geometry outside any graph.
+  Tensor detach() const;
+
  private:
   TensorImpl* checked_impl(const char* what) const {
     if (__builtin_expect(!impl_, 0)) detail::throw_undefined_tensor(what);
