@@ -206,10 +206,19 @@ void check_optimizer_tensors(const MetaCall& m, std::initializer_list<const char
   TESSERA_CHECK(is_floating(p.dtype()), m.op_name, ": the parameter must be a floating tensor, got ", p.dtype());
   int i = 0;
   for (const char* name : names) {
-    const TensorImpl& t = need(m, i++, name);
+    const TensorImpl& t = need(m, i, name);
     check_same_dtype(m, p, t, "self", name);
     TESSERA_CHECK(t.sizes() == p.sizes(), m.op_name, ": ", name, " has shape ", t.sizes(), " but self has ",
                   p.sizes(), "; a parameter's gradient and optimizer state have its shape");
+    // The kernels read and write them as separate arrays in one pass.
+    int j = 0;
+    for (const char* other : names) {
+      const bool shared = j < i && t.numel() > 0 && t.storage() && t.storage().get() == m.t(j).storage().get();
+      TESSERA_CHECK(!shared, m.op_name, ": ", other, " and ", name,
+                    " share memory; each of the parameter, its gradient and its state needs its own tensor");
+      ++j;
+    }
+    ++i;
   }
 }
 

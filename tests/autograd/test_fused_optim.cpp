@@ -221,6 +221,8 @@ TEST(FusedAdam, BadArgumentsAreRefusedAndChangeNothing) {
     }
   };
   refused(p, zeros({4}), v, g, {}, "exp_avg has shape [4] but self has [3]");
+  refused(p, m, m, g, {}, "exp_avg and exp_avg_sq share memory");
+  refused(p, m, v, p, {}, "self and grad share memory");
   refused(p, m, v, ones({3}, kFloat64), {}, "expected self and grad to have the same dtype");
   refused(tensor(std::vector<int64_t>{1, 2, 3}), m.to(kInt64), v.to(kInt64), g.to(kInt64), {},
           "the parameter must be a floating tensor");
