@@ -46,4 +46,8 @@ void on_impl_released(const TensorImpl* impl) noexcept;
 // writes to such a view are refused (PyTorch's CopySlices is not done).
 bool is_recorded_view(const Tensor& t);
 
+// Under a capture with dynamic shapes, which dims of the tracing tensor `t` are symbolic (empty
+// otherwise: eager, or no capture query set). Note [Dynamic sizes in backward formulas].
+std::vector<bool> dynamic_dims(const Tensor& t);
+
 }  // namespace tessera::autograd::detail

@@ -45,7 +45,12 @@ std::vector<Tensor> FormulaContext::tensor_list(int arg) const {
   for (int i = 0; i < n; ++i) r.push_back((*saved)[size_t(b + i)].unpack(*node_name));
   return r;
 }
-std::vector<int64_t> FormulaContext::sizes(int arg) const { return (*input_sizes)[size_t((*flat_begin)[size_t(arg)])]; }
+formulas::SavedSizes FormulaContext::sizes(int arg) const {
+  const size_t i = size_t((*flat_begin)[size_t(arg)]);
+  if (input_dynamic && i < input_dynamic->size() && (*input_dynamic)[i].first.defined())
+    return {(*input_sizes)[i], (*input_dynamic)[i].first, (*input_dynamic)[i].second};
+  return (*input_sizes)[i];
+}
 std::vector<std::vector<int64_t>> FormulaContext::list_sizes(int arg) const {
   const int b = (*flat_begin)[size_t(arg)], n = (*flat_count)[size_t(arg)];
   return std::vector<std::vector<int64_t>>(input_sizes->begin() + b, input_sizes->begin() + b + n);

@@ -7,6 +7,7 @@
 
 #include "tessera/autograd.h"
 #include "tessera/dispatcher.h"
+#include "formula_helpers.h"
 
 namespace tessera::autograd::detail {
 
@@ -18,7 +19,7 @@ class FormulaContext {
   Tensor tensor(int arg) const;
   std::optional<Tensor> opt_tensor(int arg) const;
   std::vector<Tensor> tensor_list(int arg) const;
-  std::vector<int64_t> sizes(int arg) const;
+  formulas::SavedSizes sizes(int arg) const;
   std::vector<std::vector<int64_t>> list_sizes(int arg) const;
   Tensor result(int i) const;
   // Attributes.
@@ -44,6 +45,9 @@ class FormulaContext {
   const Stack* args = nullptr;                      // attributes; tensors replaced by monostate
   const std::vector<SavedTensor>* saved = nullptr;  // per flat tensor input (undefined when not saved)
   const std::vector<std::vector<int64_t>>* input_sizes = nullptr;  // per flat tensor input
+  // Per flat tensor input under a capture with dynamic shapes (empty otherwise): the input and which
+  // dims are symbolic (Note [Dynamic sizes in backward formulas]).
+  const std::vector<std::pair<Tensor, std::vector<bool>>>* input_dynamic = nullptr;
   const std::vector<int>* flat_begin = nullptr;     // per schema argument: first flat index (-1: not a tensor)
   const std::vector<int>* flat_count = nullptr;     // per schema argument: number of flat tensors
   const std::vector<SavedTensor>* results = nullptr;

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 
+#include "autograd_internal.h"
 #include "tessera/autograd.h"
 
 namespace tessera::autograd::formulas {
@@ -258,10 +259,36 @@ Tensor minmax_backward(const Tensor& grad, const Tensor& self, const Tensor& oth
   Tensor g = where(eq(self, other), grad * 0.5, grad);
   return zero_where(g, is_max ? lt(self, other) : gt(self, other));
 }
-Tensor sum_backward(const Tensor& grad, const Sizes& sizes, const Sizes& dim, bool keepdim) {
-  return unsqueeze_reduced(grad, sizes, dim, keepdim).expand(sizes);
+// Note [Dynamic sizes in backward formulas]
+// A formula reads an input's sizes as integers ('self_sizes'), which under a capture are the
+// example's: sum's backward expands the gradient to them and mean's divides by their product, so a
+// captured training step would fix a dynamic batch to the example's (PyTorch passes SymInts there).
+// The capture tells autograd which dims of a tracing tensor are symbolic (set_dynamic_dims_query);
+// the node keeps such an input (a tracing tensor: no memory) in SavedSizes::like. When the gradient
+// is broadcast over a dim that is dynamic, the formula builds the broadcast from the input instead:
+// grad * ones_like(like) (exact: x * 1 is x for every x, -0 and NaN included), and mean's count is
+// numel(like) / numel(grad), both counted in float64 (exact below 2^53) and divided as a 0-dim
+// tensor, which keeps grad's dtype. Broadcasts over static dims, and every eager backward, still
+// take the view. The capture keeps the symbolic sizes of the dims an expand does not broadcast
+// (Note [Captured views]), so a sum over the features of a dynamic batch needs neither.
+namespace {
+bool broadcasts_a_dynamic_dim(const Tensor& g, const SavedSizes& sizes) {
+  if (!sizes.like.defined() || g.dim() != int64_t(sizes.size())) return false;
+  for (size_t d = 0; d < sizes.size(); ++d)
+    if (sizes.dynamic[d] && g.sizes()[d] == 1) return true;
+  return false;
 }
-Tensor mean_backward(const Tensor& grad, const Sizes& sizes, const Sizes& dim, bool keepdim) {
+}  // namespace
+Tensor sum_backward(const Tensor& grad, const SavedSizes& sizes, const Sizes& dim, bool keepdim) {
+  const Tensor g = unsqueeze_reduced(grad, sizes, dim, keepdim);
+  if (broadcasts_a_dynamic_dim(g, sizes)) return g * ones_like(sizes.like).to(g.dtype());
+  return g.expand(sizes);
+}
+Tensor mean_backward(const Tensor& grad, const SavedSizes& sizes, const Sizes& dim, bool keepdim) {
+  if (broadcasts_a_dynamic_dim(unsqueeze_reduced(grad, sizes, dim, keepdim), sizes)) {
+    const Tensor count = ones_like(sizes.like).to(kFloat64).sum() / ones_like(grad).to(kFloat64).sum();
+    return sum_backward(grad, sizes, dim, keepdim) / count;
+  }
   const int64_t n = reduced_numel(sizes, dim);
   return sum_backward(grad, sizes, dim, keepdim) / double(n == 0 ? 1 : n);
 }
@@ -300,7 +327,12 @@ std::vector<Tensor> linear_backward(const Tensor& grad, const Tensor& input, con
   Tensor g2 = grad.reshape({-1, out});
   Tensor x2 = input.reshape({-1, input.size(-1)});
   Tensor w2 = weight.dim() == 1 ? weight.unsqueeze(0) : weight;
-  Tensor gx = matmul(g2, w2).reshape(input.sizes());
+  // A flattened batch of dynamic dims cannot be split back ([batch*seq, in] -> [batch, seq, in]):
+  // under such a capture the input's gradient is one broadcast matmul instead.
+  const std::vector<bool> dynamic = detail::dynamic_dims(input);
+  const bool keep_batch = input.dim() > 2 && weight.dim() == 2 && !dynamic.empty() &&
+                          std::count(dynamic.begin(), dynamic.end() - 1, true) > 1;
+  Tensor gx = keep_batch ? matmul(grad, w2) : matmul(g2, w2).reshape(input.sizes());
   Tensor gw = matmul(tr(g2), x2).reshape(weight.sizes());
   Tensor gb;
   if (bias) gb = sum(g2, {0}).reshape(bias->sizes());
@@ -407,7 +439,11 @@ std::vector<Tensor> sdpa_backward(const Tensor& grad, const Tensor& query, const
   const double sc = scale.value_or(1.0 / std::sqrt(double(query.size(-1))));
   Tensor s = matmul(query, tr(key)) * sc;
   const Tensor ninf = number(-std::numeric_limits<double>::infinity());
-  if (is_causal) {
+  if (is_causal && !detail::dynamic_dims(query).empty()) {
+    // Under a capture with dynamic sizes the mask takes its sizes from the scores, not from arange
+    // of example sizes (Note [Dynamic sizes in backward formulas]).
+    s = where(gt(tril(ones_like(s)), zeros_like(s)), s, ninf);
+  } else if (is_causal) {
     const int64_t l = query.size(-2), n = key.size(-2);
     Tensor rows = arange(l, TensorOptions(query.device())).unsqueeze(1);
     Tensor cols = arange(n, TensorOptions(query.device())).unsqueeze(0);

@@ -12,6 +12,17 @@ namespace tessera::autograd::formulas {
 
 using Sizes = std::vector<int64_t>;
 
+// An input's sizes as a formula reads them ('<arg>_sizes'). Under a capture with dynamic shapes
+// (Note [Dynamic sizes in backward formulas]) `like` is the input itself, a tracing tensor without
+// memory, and `dynamic` says which of its dims are symbolic; both are empty otherwise.
+struct SavedSizes : Sizes {
+  SavedSizes() = default;
+  SavedSizes(Sizes sizes, Tensor like = Tensor(), std::vector<bool> dynamic = {})  // NOLINT(google-explicit-constructor)
+      : Sizes(std::move(sizes)), like(std::move(like)), dynamic(std::move(dynamic)) {}
+  Tensor like;
+  std::vector<bool> dynamic;
+};
+
 Tensor scale_grad(const Tensor& grad, const Scalar& alpha);
 Tensor mask_grad(const Tensor& grad, const Tensor& mask);
 Tensor zero_where(const Tensor& grad, const Tensor& mask);
@@ -78,8 +89,10 @@ Tensor logsumexp_backward(const Tensor& grad, const Tensor& self, const Tensor& 
 // The reversed cumulative sum of grad along dim.
 Tensor cumsum_backward(const Tensor& grad, int64_t dim);
 Tensor minmax_backward(const Tensor& grad, const Tensor& self, const Tensor& other, bool is_max);
-Tensor sum_backward(const Tensor& grad, const Sizes& sizes, const Sizes& dim, bool keepdim);
-Tensor mean_backward(const Tensor& grad, const Sizes& sizes, const Sizes& dim, bool keepdim);
+// sum and mean: grad brought back over the reduced dims. Over a dynamic dim of a capture the
+// broadcast and mean's count come from sizes.like (Note [Dynamic sizes in backward formulas]).
+Tensor sum_backward(const Tensor& grad, const SavedSizes& sizes, const Sizes& dim, bool keepdim);
+Tensor mean_backward(const Tensor& grad, const SavedSizes& sizes, const Sizes& dim, bool keepdim);
 Tensor amax_backward(const Tensor& grad, const Tensor& self, const Tensor& result, const Sizes& dim, bool keepdim);
 Tensor var_backward(const Tensor& grad, const Tensor& self, const Sizes& dim, int64_t correction, bool keepdim);
 std::vector<Tensor> matmul_backward(const Tensor& grad, const Tensor& self, const Tensor& other);

@@ -1,7 +1,9 @@
 // Recording: the Autograd key's dispatch hook (Note [Autograd dispatch]) and the core's view hook
 // make graph nodes; their backward runs the generated formula or the device's backward kernel.
 #include <algorithm>
+#include <atomic>
 #include <cctype>
+#include <numeric>
 #include <sstream>
 
 #include "autograd_internal.h"
@@ -13,6 +15,8 @@
 
 namespace tessera::autograd::detail {
 namespace {
+
+std::atomic<DynamicDimsQuery> dynamic_dims_query{nullptr};
 
 // "add.Tensor" -> "AddBackward" (PyTorch's node names, without the overload).
 std::string node_name_of(const std::string& op) {
@@ -84,6 +88,7 @@ class OpNode final : public Node {
       c.args = &args_;
       c.saved = &saved_;
       c.input_sizes = &input_sizes_;
+      c.input_dynamic = &input_dynamic_;
       c.flat_begin = &flat_begin_;
       c.flat_count = &flat_count_;
       c.results = &results_;
@@ -107,6 +112,14 @@ class OpNode final : public Node {
     return out;
   }
 
+  // Under a capture: keeps input i (a tracing tensor) when the capture says a dim of it is dynamic.
+  void note_dynamic_dims(size_t i, const Tensor& input) {
+    std::vector<bool> dynamic = dynamic_dims(input);
+    if (std::find(dynamic.begin(), dynamic.end(), true) == dynamic.end()) return;
+    input_dynamic_.resize(input_sizes_.size());
+    input_dynamic_[i] = {input, std::move(dynamic)};
+  }
+
   bool run_device(const Tensor& grad, std::vector<Tensor>& out) {
     Stack fwd = args_;
     for (size_t a = 0; a < fwd.size(); ++a) {
@@ -128,6 +141,7 @@ class OpNode final : public Node {
   std::vector<SavedTensor> results_;
   std::vector<InputMeta> inputs_;
   std::vector<std::vector<int64_t>> input_sizes_;
+  std::vector<std::pair<Tensor, std::vector<bool>>> input_dynamic_;  // Note [Dynamic sizes in backward formulas]
   std::vector<int> flat_begin_, flat_count_;
   const KernelEntry* device_kernel_ = nullptr;
   Device device_{DeviceType::CPU};
@@ -194,6 +208,8 @@ class ViewNode final : public Node {
   // index dim by dim, largest stride first, which holds for any base whose elements do not overlap.
   Tensor captured(Tensor g, const std::vector<int64_t>& sizes) const {
     if (g.dtype() != dtype_) g = g.to(dtype_);
+    if (!dynamic_dims(g).empty())
+      if (Tensor padded = padded_into_base(g, sizes); padded.defined()) return padded;
     // A view that holds every element of a contiguous base once (reshape, permute, transpose): g with
     // its dims in storage order (largest stride first) is the base's elements in order.
     const int64_t n = compute_numel(sizes), base_numel = compute_numel(base_sizes_);
@@ -256,6 +272,44 @@ class ViewNode final : public Node {
     const Tensor flat = tessera::scatter(zeros({base_numel}, TensorOptions().dtype(dtype_).device(device_)), 0, index,
                                          g.reshape({n}));
     return flat.view(base_sizes_);
+  }
+
+  // Under a capture with dynamic sizes, where the constant index above would fix them: a view that
+  // nests in its contiguous base (Note [Views as slices of a reshape] in tensor.h: select, narrow,
+  // chunk, with reshapes and permutes) gets g laid out in the base's reshape with zeros around it,
+  // as ops whose sizes stay symbolic: permute g to stride order, reshape to the nested dims (1 for
+  // the dims the view does not have), pad each dim to its extent, reshape to the base's sizes.
+  // Undefined when the view does not nest.
+  Tensor padded_into_base(const Tensor& g, const std::vector<int64_t>& sizes) const {
+    // The base may be a permutation of a contiguous tensor (a permuted view): the nesting is in its
+    // storage order, and the result is permuted back to the base's dims.
+    std::vector<int64_t> base_order(base_sizes_.size());
+    std::iota(base_order.begin(), base_order.end(), int64_t(0));
+    std::stable_sort(base_order.begin(), base_order.end(),
+                     [&](int64_t a, int64_t b) { return base_strides_[size_t(a)] > base_strides_[size_t(b)]; });
+    std::vector<int64_t> stored_sizes;
+    for (int64_t d : base_order) stored_sizes.push_back(base_sizes_[size_t(d)]);
+    const std::vector<int64_t> dense = contiguous_strides(stored_sizes);
+    for (size_t i = 0; i < base_order.size(); ++i)
+      if (stored_sizes[i] != 1 && base_strides_[size_t(base_order[i])] != dense[i]) return Tensor();
+    const std::vector<NestedDim> nest = nest_view(sizes, view_strides_, rel_offset_, compute_numel(base_sizes_));
+    if (nest.empty()) return Tensor();
+    std::vector<int64_t> order, shape, pad;
+    for (const NestedDim& d : nest) {
+      if (d.view_dim >= 0) order.push_back(d.view_dim);
+      shape.push_back(d.view_dim >= 0 ? d.size : 1);
+    }
+    for (size_t d = 0; d < sizes.size(); ++d)
+      if (sizes[d] == 1) order.push_back(int64_t(d));
+    for (size_t i = nest.size(); i-- > 0;) {
+      pad.push_back(nest[i].start);
+      pad.push_back(nest[i].extent - nest[i].start - (nest[i].view_dim >= 0 ? nest[i].size : 1));
+    }
+    Tensor laid = g.permute(order).reshape(shape);
+    if (std::any_of(pad.begin(), pad.end(), [](int64_t p) { return p != 0; })) laid = tessera::pad(laid, pad);
+    std::vector<int64_t> back(base_order.size());
+    for (size_t i = 0; i < base_order.size(); ++i) back[size_t(base_order[i])] = int64_t(i);
+    return laid.reshape(stored_sizes).permute(back);
   }
 
   std::vector<int64_t> base_sizes_, base_strides_, view_sizes_, view_strides_;
@@ -403,6 +457,7 @@ std::vector<Tensor> on_autograd_call(AutogradCall& call) {
         n->inputs_[i] = {std::vector<int64_t>(flat[i].sizes().begin(), flat[i].sizes().end()), flat[i].dtype(),
                          flat[i].device(), true};
         n->input_sizes_[i] = n->inputs_[i].sizes;
+        if (flat[i].key_set().has(Functionality::Export)) n->note_dynamic_dims(i, flat[i]);
         if (!save) continue;
         // The written tensor, and any input on its storage, as it was before an in-place op.
         const bool overwritten = written_before.defined() && flat[i].storage().get() == flat[0].storage().get();
@@ -458,4 +513,14 @@ void install_hooks() {
   set_autograd_to_device_hook(&on_to_device);
 }
 
+std::vector<bool> dynamic_dims(const Tensor& t) {
+  if (!t.defined() || !t.key_set().has(Functionality::Export)) return {};
+  DynamicDimsQuery query = dynamic_dims_query.load(std::memory_order_acquire);
+  return query ? query(t) : std::vector<bool>{};
+}
+
 }  // namespace tessera::autograd::detail
+
+namespace tessera::autograd {
+void set_dynamic_dims_query(DynamicDimsQuery query) { detail::dynamic_dims_query.store(query, std::memory_order_release); }
+}  // namespace tessera::autograd

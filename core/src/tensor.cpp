@@ -317,6 +317,43 @@ bool is_non_overlapping_and_dense(const TensorImpl& t) {
   return true;
 }
 
+// Note [Views as slices of a reshape] in tensor.h.
+std::vector<NestedDim> nest_view(IntArrayRef sizes, IntArrayRef strides, int64_t offset, int64_t base_numel) {
+  std::vector<size_t> dims;  // the dims of size > 1, innermost (smallest stride) first
+  for (size_t d = 0; d < sizes.size(); ++d)
+    if (sizes[d] != 1) dims.push_back(d);
+  std::stable_sort(dims.begin(), dims.end(), [&](size_t a, size_t b) { return strides[a] < strides[b]; });
+  std::vector<NestedDim> out;  // innermost first until reversed
+  if (offset < 0 || base_numel <= 0) return {};
+  auto take = [&](int64_t extent, int64_t stride, int64_t size, int64_t view_dim) {
+    out.push_back({extent, stride, (offset / stride) % extent, size, view_dim});
+  };
+  int64_t span = 1;
+  for (size_t k = 0; k < dims.size(); ++k) {
+    const int64_t st = strides[dims[k]], sz = sizes[dims[k]];
+    if (sz == 0 || st <= 0 || st % span != 0) return {};
+    if (st > span) take(st / span, span, 1, -1);
+    const int64_t next = k + 1 < dims.size() ? strides[dims[k + 1]] : base_numel;
+    if (next % st != 0 || next / st < sz) return {};
+    const int64_t gap = next / st;
+    const bool whole = gap % sz == 0 && (offset / st) % sz == 0;
+    take(whole ? sz : gap, st, sz, int64_t(dims[k]));
+    span = whole ? st * sz : next;
+  }
+  if (span < base_numel) {
+    if (base_numel % span != 0) return {};
+    take(base_numel / span, span, 1, -1);
+  }
+  int64_t at = 0;
+  for (const NestedDim& d : out) {
+    if (d.start + d.size > d.extent) return {};
+    at += d.start * d.stride;
+  }
+  if (at != offset) return {};
+  std::reverse(out.begin(), out.end());
+  return out;
+}
+
 MemOverlap has_internal_overlap(const TensorImpl& t) {
   if (is_non_overlapping_and_dense(t)) return MemOverlap::No;
   for (int64_t i = 0; i < t.dim(); ++i)

@@ -260,12 +260,14 @@ def test_one_cycle_and_plateau_schedules():
         sched.ReduceLROnPlateau(o2, mode="lowest")
 
 
-def _mlp_run(compiled_step, steps=12):
-    """Adam on an MLP, eager or as one compiled program per step; the losses and the final weights."""
+def _mlp_run(compiled_step, steps=12, batches=None):
+    """Adam on an MLP, eager or as one compiled program per step, on one batch `steps` times or on
+    each of `batches` ((x, y) arrays) once; the losses, the final weights, w2's grad and the step."""
     tessera.manual_seed(5)
     rng = np.random.default_rng(7)
-    x = tessera.from_numpy(rng.standard_normal((64, 6)).astype(np.float32))
-    y = tessera.from_numpy((rng.standard_normal((64, 3))).argmax(1).astype(np.int64))
+    if batches is None:
+        x = rng.standard_normal((64, 6)).astype(np.float32)
+        batches = [(x, (rng.standard_normal((64, 3))).argmax(1).astype(np.int64))] * steps
     w1 = (tessera.randn(6, 16) * 0.4).requires_grad_()
     w2 = (tessera.randn(16, 3) * 0.4).requires_grad_()
     opt = tessera.optim.AdamW([w1, w2], lr=0.03, capturable=compiled_step)
@@ -278,17 +280,31 @@ def _mlp_run(compiled_step, steps=12):
         return loss
 
     run = tessera.compile(step) if compiled_step else step
-    losses = [float(run(x, y).numpy()) for _ in range(steps)]
-    return losses, w1.detach().numpy(), w2.grad.numpy()
+    losses = [float(run(tessera.from_numpy(x), tessera.from_numpy(y)).numpy()) for x, y in batches]
+    return losses, w1.detach().numpy(), w2.grad.numpy(), run
 
 
 def test_a_compiled_training_step_matches_the_eager_one():
-    eager, w1, g2 = _mlp_run(False)
-    compiled, cw1, cg2 = _mlp_run(True)
+    eager, w1, g2, _ = _mlp_run(False)
+    compiled, cw1, cg2, _ = _mlp_run(True)
     assert eager[-1] < eager[0]
     np.testing.assert_allclose(compiled, eager, rtol=1e-5)
     np.testing.assert_allclose(cw1, w1, rtol=1e-4, atol=1e-6)
     np.testing.assert_allclose(cg2, g2, rtol=1e-4, atol=1e-6)  # the program sets .grad as backward does
+
+
+def test_a_compiled_training_step_serves_other_batch_sizes():
+    """The second batch size captures the step with the batch symbolic; later sizes reuse it."""
+    rng = np.random.default_rng(11)
+    batches = []
+    for n in (64, 40, 23, 64, 9):
+        x = rng.standard_normal((n, 6)).astype(np.float32)
+        batches.append((x, (x @ rng.standard_normal((6, 3))).argmax(1).astype(np.int64)))
+    eager, w_eager, _, _ = _mlp_run(False, batches=batches)
+    comp, w_comp, _, run = _mlp_run(True, batches=batches)
+    np.testing.assert_allclose(comp, eager, rtol=1e-5)
+    np.testing.assert_allclose(w_comp, w_eager, rtol=1e-4, atol=1e-6)
+    assert run.compiled.stats()["compiles"] == 2  # 64, then the batch symbolic for 40, 23, 64 and 9
 
 
 def test_a_custom_function_inside_a_compiled_step_is_traced():

@@ -90,8 +90,9 @@ TEST(FusedAdam, TheCpuKernelAndTheCompositeAgreeWithTheUnfusedStep) {
       const double tol = dtype == kFloat64 ? 1e-13 : dtype == kFloat32 ? 2e-6 : 1e-2;
       for (size_t i = 0; i < fused.size(); ++i) {
         EXPECT_LT(max_rel_diff(fused[i], plain[i]), tol) << dtype << " adamw " << adamw << " param " << i;
-        if (fused[i].numel() > 1)  // (one element may end near where it began)
+        if (fused[i].numel() > 1) {  // (one element may end near where it began)
           EXPECT_GT(max_rel_diff(fused[i], before[i]), 0.05) << "the step moved nothing";
+        }
         EXPECT_EQ(fused[i].is_contiguous(), plain[i].is_contiguous());
       }
     }

@@ -289,15 +289,21 @@ struct Block : nn::Module {
   std::shared_ptr<nn::Linear> fc1, fc2;
 };
 
-TEST_P(CompiledStep, ATransformerBlockWithAMeanSquareLoss) {
-  manual_seed(12);
-  const Tensor x = randn({2, 8, 16});
+// Trains two copies of Block(16) from one seed on the mean square of its output, one eagerly and one
+// through the compiled step (backend `backend`), one step per input, comparing the losses and every
+// parameter after each step. SGD: Adam would turn the rounding noise of gradients that are zero in
+// exact arithmetic (the key bias's: softmax ignores a constant per query) into steps of lr in either
+// direction. Returns the compiled function (its stats and artifacts) and the first and last loss.
+struct BlockRun {
+  CompileStats stats;
+  std::vector<ArtifactInfo> artifacts;
+  double first = 0, last = 0;
+};
+BlockRun train_blocks(const std::string& backend, const std::vector<Tensor>& inputs) {
   manual_seed(4);
   Block eager_block(16);
   manual_seed(4);
   Block block(16);
-  // SGD: Adam would turn the rounding noise of gradients that are zero in exact arithmetic (the key
-  // bias's: softmax ignores a constant per query) into steps of lr in either direction.
   optim::SGD eager_opt(eager_block.parameters(), {.lr = 0.05, .momentum = 0.9});
   optim::SGD opt(block.parameters(), {.lr = 0.05, .momentum = 0.9, .capturable = true});
   auto mean_square = [](const Block& b) {
@@ -306,46 +312,98 @@ TEST_P(CompiledStep, ATransformerBlockWithAMeanSquareLoss) {
       return (y * y).mean();
     };
   };
-  CompiledFunction compiled = compile(train_step(opt, mean_square(block)), options(GetParam()));
+  CompiledFunction compiled = compile(train_step(opt, mean_square(block)), options(backend));
   const ExportFn eager = train_step(eager_opt, mean_square(eager_block));
-  double first = 0, last = 0;
-  for (int s = 0; s < 8; ++s) {
-    const double ours = compiled({x})[0].item<double>();
-    const double loss = eager({x})[0].item<double>();
-    EXPECT_NEAR(ours, loss, 1e-5 * loss) << "step " << s;
-    expect_same_parameters(block, eager_block, 5e-4, s);
-    (s == 0 ? first : last) = loss;
+  BlockRun run;
+  for (size_t s = 0; s < inputs.size(); ++s) {
+    const double ours = compiled({inputs[s]})[0].item<double>();
+    const double loss = eager({inputs[s]})[0].item<double>();
+    EXPECT_NEAR(ours, loss, 1e-5 * loss) << "step " << s << ", input " << inputs[s].sizes();
+    expect_same_parameters(block, eager_block, 5e-4, int(s));
+    (s == 0 ? run.first : run.last) = loss;
   }
-  EXPECT_LT(last, first);  // it trains
-  EXPECT_EQ(compiled.stats().compiles, 1);
-  EXPECT_EQ(compiled.artifacts().at(0).backend, GetParam());  // captured, not run eagerly
+  run.stats = compiled.stats();
+  run.artifacts = compiled.artifacts();
+  return run;
 }
 
-// Another batch size: the backward's factories (zeros_like in relu's formula, the expanded root
-// gradient) tie the program to the sizes it was captured with, so automatic dynamic shapes find the
-// batch dim cannot be symbolic and the step is captured again for the new size (one artifact per
-// batch size), still equal to the eager step.
-TEST(CompiledStep, AnotherBatchSizeIsCapturedAgain) {
-  const nn::Dataset big = nn::make_classification(64, 8, 4, 21), small = nn::make_classification(48, 8, 4, 22);
+TEST_P(CompiledStep, ATransformerBlockWithAMeanSquareLoss) {
+  manual_seed(12);
+  const BlockRun run = train_blocks(GetParam(), std::vector<Tensor>(8, randn({2, 8, 16})));
+  EXPECT_LT(run.last, run.first);  // it trains
+  EXPECT_EQ(run.stats.compiles, 1);
+  EXPECT_EQ(run.artifacts.at(0).backend, GetParam());  // captured, not run eagerly
+}
+
+// A transformer block at other batch and sequence lengths: the second shape captures both dims
+// symbolic (the attention's select of q, k and v from one projection, their gradients padded back
+// into it, the causal mask of the backward and the linears' gradients over [batch, seq] keep them
+// symbolic), and the third shape runs on that program. Each step equals the eager step.
+TEST_P(CompiledStep, ATransformerBlockAtOtherBatchAndSequenceLengths) {
+  manual_seed(13);
+  const BlockRun run =
+      train_blocks(GetParam(), {randn({2, 8, 16}), randn({3, 5, 16}), randn({4, 11, 16}), randn({2, 8, 16})});
+  EXPECT_EQ(run.stats.compiles, 2);  // [2, 8], then batch and seq symbolic (from 2: size 1 specialises)
+  EXPECT_EQ(run.stats.eager_calls, 0);
+  for (const ArtifactInfo& a : run.artifacts) EXPECT_EQ(a.backend, GetParam()) << a.inputs;
+  EXPECT_NE(run.artifacts.back().inputs.find("f32[s0, s1, 16]"), std::string::npos) << run.artifacts.back().inputs;
+}
+
+// Another batch size (Note [Dynamic sizes in backward formulas]): the first call captures the batch
+// static, the second captures it again with the batch dim symbolic, and that program serves every
+// later batch size: the loss's mean, its gradient broadcast back over the batch and the linears'
+// gradients take the batch from the inputs at run time. Each step equals the eager step.
+TEST_P(CompiledStep, ADynamicBatchServesEveryBatchSize) {
+  const std::vector<nn::Dataset> data = {nn::make_classification(64, 8, 4, 21), nn::make_classification(48, 8, 4, 22),
+                                         nn::make_classification(17, 8, 4, 23), nn::make_classification(5, 8, 4, 24)};
   manual_seed(10);
   Mlp eager_model;
   manual_seed(10);
   Mlp model;
   optim::Adam eager_opt(eager_model.parameters(), {.lr = 0.02});
   optim::Adam opt(model.parameters(), {.lr = 0.02, .capturable = true});
-  CompiledFunction compiled = compile(mlp_step(model, opt), options("cpp"));
+  CompiledFunction compiled = compile(mlp_step(model, opt), options(GetParam()));
   const ExportFn eager = mlp_step(eager_model, eager_opt);
-  for (int s = 0; s < 6; ++s) {
-    const nn::Dataset& d = s % 2 ? small : big;
+  for (int s = 0; s < 7; ++s) {
+    const nn::Dataset& d = data[size_t(s % 4)];
     const double ours = compiled({d.x, d.y})[0].item<double>();
     const double loss = eager({d.x, d.y})[0].item<double>();
-    EXPECT_NEAR(ours, loss, 1e-5 * loss) << "step " << s;
+    EXPECT_NEAR(ours, loss, 1e-5 * loss) << "step " << s << ", batch " << d.x.size(0);
     expect_same_parameters(model, eager_model, 2e-4, s);
   }
   const CompileStats st = compiled.stats();
-  EXPECT_LE(st.compiles, 3);  // 64, 48, and at most one try with the batch dim symbolic
+  EXPECT_EQ(st.compiles, 2);  // 64, then the batch dim symbolic, which serves 48, 17, 5 and 64 again
   EXPECT_EQ(st.eager_calls, 0);
-  for (const ArtifactInfo& a : compiled.artifacts()) EXPECT_EQ(a.backend, "cpp") << a.inputs;
+  ASSERT_EQ(compiled.artifacts().size(), 2u);
+  EXPECT_EQ(compiled.artifacts()[1].backend, GetParam());
+  EXPECT_EQ(compiled.artifacts()[1].inputs.find("[64"), std::string::npos) << compiled.artifacts()[1].inputs;
+}
+
+// The same with the batch declared dynamic at export: one program whose inputs have a symbolic batch,
+// a mean square loss (mean over every dim), SGD; run at batch sizes other than the example's.
+TEST(CompiledStep, AnExportedStepWithADeclaredBatchRunsAtOtherBatchSizes) {
+  manual_seed(2);
+  Mlp eager_model;
+  manual_seed(2);
+  Mlp model;
+  optim::SGD eager_opt(eager_model.parameters(), {.lr = 0.1, .momentum = 0.9});
+  optim::SGD opt(model.parameters(), {.lr = 0.1, .momentum = 0.9, .capturable = true});
+  auto mse = [](Mlp& m) {
+    return [&m](const std::vector<Tensor>& in) { return nn::mse_loss(m.forward(in[0]), in[1]); };
+  };
+  ExportOptions eo;
+  eo.dynamic_shapes = {{{0, Dim{"batch", 1, 1024}}}, {{0, Dim{"batch", 1, 1024}}}};
+  manual_seed(30);
+  compiler::ExportedProgram ep = export_program(train_step(opt, mse(model)), {randn({32, 8}), randn({32, 4})}, eo);
+  EXPECT_NE(ep.graph_string().find("f32[batch, 8]"), std::string::npos);
+  const ExportFn eager = train_step(eager_opt, mse(eager_model));
+  for (int64_t b : {7, 100, 1, 32}) {
+    const Tensor x = randn({b, 8}), y = randn({b, 4});
+    const double ours = ep.run({x, y})[0].item<double>();
+    const double loss = eager({x, y})[0].item<double>();
+    EXPECT_NEAR(ours, loss, 1e-5 * loss) << "batch " << b;
+    expect_same_parameters(model, eager_model, 2e-4, int(b));
+  }
 }
 
 // The joint program: the forward, the backward the engine ran (the relu's mask, the matmuls of the
@@ -460,6 +518,8 @@ TEST(CompiledStep, TrainsOnTheReferenceAccelerator) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, CompiledStep, ::testing::Values("cpp", "interpreter"));
+
+
 
 }  // namespace
 }  // namespace tessera

@@ -389,5 +389,40 @@ TEST(Tensor, PluginDeviceTensorsUseTheRegisteredAllocator) {
   reset_privateuse_names_for_testing();
 }
 
+
+// Note [Views as slices of a reshape]: the nesting of select / narrow / permute views in their base,
+// worked out by hand.
+bool same_nest(const std::vector<NestedDim>& got, const std::vector<NestedDim>& want) {
+  if (got.size() != want.size()) return false;
+  for (size_t i = 0; i < got.size(); ++i)
+    if (got[i].extent != want[i].extent || got[i].stride != want[i].stride || got[i].start != want[i].start ||
+        got[i].size != want[i].size || got[i].view_dim != want[i].view_dim)
+      return false;
+  return true;
+}
+
+TEST(Tensor, NestViewFindsTheReshapeASelectOrNarrowSlices) {
+  // [2, 8, 48] as [2, 8, 3, 2, 8], permuted (2, 0, 3, 1, 4), select(0, 1): the 3 is read at index 1.
+  Tensor base = make_tensor({2, 8, 48}, kFloat32, Device("cpu"));
+  Tensor k = base.reshape({2, 8, 3, 2, 8}).permute({2, 0, 3, 1, 4}).select(0, 1);
+  EXPECT_TRUE(same_nest(nest_view(k.sizes(), k.strides(), k.storage_offset(), base.numel()),
+                        {{2, 384, 0, 2, 0}, {8, 48, 0, 8, 2}, {3, 16, 1, 1, -1}, {2, 8, 0, 2, 1}, {8, 1, 0, 8, 3}}));
+  // narrow(1, 3, 5) of [4, 10]: a slice [3, 8) of the whole 10.
+  Tensor m = make_tensor({4, 10}, kFloat32, Device("cpu"));
+  Tensor n = m.narrow(1, 3, 5);
+  EXPECT_TRUE(same_nest(nest_view(n.sizes(), n.strides(), n.storage_offset(), m.numel()),
+                        {{4, 10, 0, 4, 0}, {10, 1, 3, 5, 1}}));
+  // The first half of the rows, transposed: rows [0, 2) of 4 along stride 10.
+  Tensor h = m.narrow(0, 0, 2).t();
+  EXPECT_TRUE(same_nest(nest_view(h.sizes(), h.strides(), h.storage_offset(), m.numel()),
+                        {{2, 20, 0, 1, -1}, {2, 10, 0, 2, 1}, {10, 1, 0, 10, 0}}));
+  // Views that do not nest: overlapping, broadcast, every other element (stride 2 leaves gaps that
+  // nest, so a step view nests as an extra dim read at 0), an offset past the base.
+  EXPECT_TRUE(nest_view(V{3, 3}, V{1, 1}, 0, 9).empty());
+  EXPECT_TRUE(nest_view(V{4, 10}, V{0, 1}, 0, 40).empty());
+  EXPECT_TRUE(same_nest(nest_view(V{5}, V{2}, 0, 10), {{5, 2, 0, 5, 0}, {2, 1, 0, 1, -1}}));
+  EXPECT_TRUE(nest_view(V{4}, V{1}, 40, 40).empty());
+}
+
 }  // namespace
 }  // namespace tessera

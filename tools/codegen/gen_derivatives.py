@@ -50,7 +50,7 @@ def cpp_local(arg, index, sizes=False):
     if sizes:
         if arg.is_list:
             return "const std::vector<std::vector<int64_t>> %s_sizes = c.list_sizes(%d);" % (arg.name, index)
-        return "const std::vector<int64_t> %s_sizes = c.sizes(%d);" % (arg.name, index)
+        return "const SavedSizes %s_sizes = c.sizes(%d);" % (arg.name, index)
     base, opt = arg.base, arg.optional
     if base == "Tensor":
         if arg.is_list:

@@ -177,6 +177,13 @@ TESSERA_AUTOGRAD_API void set_history(const Tensor& t, const std::shared_ptr<Nod
 // Sums `grad` over the dims that broadcasting added or expanded so that it has `sizes`.
 TESSERA_AUTOGRAD_API Tensor sum_to(const Tensor& grad, IntArrayRef sizes);
 
+// Note [Dynamic sizes in backward formulas] (formula_helpers.cpp): under a capture with dynamic
+// shapes, which dims of a tracing tensor are symbolic. libtessera_compiler sets the query; autograd
+// asks it when it records an op on a tracing tensor, so that a formula that broadcasts a gradient
+// back over a dynamic dim (sum's, mean's) takes that size from the input instead of its example.
+using DynamicDimsQuery = std::vector<bool> (*)(const Tensor& tracing);
+TESSERA_AUTOGRAD_API void set_dynamic_dims_query(DynamicDimsQuery query);
+
 // A saved tensor with the version check of Note [Saved tensors] (engine.cpp).
 class TESSERA_AUTOGRAD_API SavedTensor {
  public:

@@ -183,7 +183,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets) {
   Tensor logp = log_softmax(logits, 1);
   Tensor classes = arange(logits.size(1), TensorOptions(logits.device()).dtype(targets.dtype()));
   Tensor one_hot = eq(targets.unsqueeze(1), classes.unsqueeze(0)).to(logits.dtype());
-  return neg(sum(logp * one_hot)) / double(logits.size(0));
+  return neg(mean(sum(logp * one_hot, {1})));
 }
 
 Tensor mse_loss(const Tensor& input, const Tensor& target) {

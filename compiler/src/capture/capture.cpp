@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <mutex>
 #include <numeric>
+#include <optional>
 #include <unordered_map>
 
 #include "capture/capture_shapes.h"
@@ -122,7 +123,7 @@ struct Tracer final : ShapeContext {
         // an index_select over a constant index).
         const bool written = now != lifted[same->second].placeholder;
         if (written && first.numel() == 1 && t.numel() > 1)
-          return expanded(t, now, std::vector<int64_t>(size_t(t.dim()), 1));
+          return expanded(t, first.impl(), now, std::vector<int64_t>(size_t(t.dim()), 1));
         const bool permutation = t.storage_offset() == 0 && t.numel() == first.numel() &&
                                  is_non_overlapping_and_dense(*t.impl());
         if (first.is_contiguous() && first.storage_offset() == 0 && (written || permutation))
@@ -164,7 +165,10 @@ struct Tracer final : ShapeContext {
   // whose example sizes have equal products (symbolic_view_sizes). Other geometries (slice, narrow,
   // select, expand, diagonal) of a static root become index_select over the flattened root with a
   // constant index of the elements' storage positions, then view to the view's sizes: the same
-  // values, as a copy (gathered_view). Of a root with a dynamic size they are refused, naming them.
+  // values, as a copy (gathered_view). Of a root with a dynamic size, an expand keeps the symbolic
+  // sizes of the dims it does not broadcast (expanded), a view that nests in the root is slices of a
+  // reshape (sliced_view, Note [Views as slices of a reshape] in tensor.h), and others are refused,
+  // naming their geometry.
   ValueId view_value(const Tensor& t) {
     auto r = root_of.find(t.storage().get());
     TESSERA_CHECK(r != root_of.end(), "export: a tracing tensor of sizes ", IntArrayRef(t.sizes()),
@@ -193,18 +197,32 @@ struct Tracer final : ShapeContext {
     return repeats && expect == root_numel ? base : std::vector<int64_t>{};
   }
 
-  // `t`, a broadcast of the value `root` whose sizes as t sees them are `base` (the expanded root
-  // gradient of a mean, a bias gradient's expand): view(root, base) then expand_copy to t's sizes,
-  // instead of an index_select of a constant index as large as t.
-  ValueId expanded(const Tensor& t, ValueId root, const std::vector<int64_t>& base) {
-    ValueId v1 = add_value({t.dtype(), t.device(), std::vector<SymSize>(base.begin(), base.end())}, "",
-                           compiler::kViewTarget);
-    calls.push_back({NodeKind::Call, compiler::kViewTarget,
-                     {compiler::Argument::tensor(root), compiler::Argument::constant_value(base)}, {v1}});
-    ValueId v = add_value({t.dtype(), t.device(), std::vector<SymSize>(t.sizes().begin(), t.sizes().end())}, "",
-                          "expand_copy");
+  // `t`, a broadcast of the value `root` (the tracing tensor `root_impl`, contiguous) whose sizes as t
+  // sees them are `base` (the expanded root gradient of a mean, a bias gradient's expand, a sum's
+  // gradient over the dims it reduced): view(root, base) then expand_copy to t's sizes, instead of an
+  // index_select of a constant index as large as t. The dims t does not broadcast keep the root's
+  // symbolic sizes (expand_copy's -1), so a gradient of a dynamic batch stays dynamic.
+  ValueId expanded(const Tensor& t, const TensorImpl* root_impl, ValueId root, const std::vector<int64_t>& base) {
+    std::vector<SymSize> sym_base = symbolic_view_sizes(ep.graph.type(root).sizes, root_impl->sizes(), base, *this);
+    ValueId v1 = root;
+    if (!(IntArrayRef(base) == root_impl->sizes())) {
+      v1 = add_value({t.dtype(), t.device(), sym_base}, "", compiler::kViewTarget);
+      std::vector<int64_t> list(base);
+      for (size_t i = 0; i < list.size(); ++i)
+        if (!sym_base[i].is_constant()) list[i] = -1;
+      calls.push_back({NodeKind::Call, compiler::kViewTarget,
+                       {compiler::Argument::tensor(root), compiler::Argument::constant_value(list)}, {v1}});
+    }
+    std::vector<int64_t> size = t.sizes().vec();
+    std::vector<SymSize> sym(size.begin(), size.end());
+    for (size_t i = 0; i < size.size(); ++i)
+      if (base[i] == size[i]) {
+        sym[i] = sym_base[i];
+        size[i] = -1;
+      }
+    ValueId v = add_value({t.dtype(), t.device(), std::move(sym)}, "", "expand_copy");
     calls.push_back({NodeKind::Call, "expand_copy",
-                     {compiler::Argument::tensor(v1), compiler::Argument::constant_value(t.sizes().vec())}, {v}});
+                     {compiler::Argument::tensor(v1), compiler::Argument::constant_value(size)}, {v}});
     return v;
   }
 
@@ -224,8 +242,12 @@ struct Tracer final : ShapeContext {
     if (!dense) {
       bool static_root = true;
       for (const SymSize& s : ep.graph.type(root_value).sizes) static_root = static_root && s.is_constant();
-      if (static_root && root->is_contiguous())
-        if (std::vector<int64_t> base = broadcast_base(t, root->numel()); !base.empty()) return expanded(t, root_value, base);
+      if (root->is_contiguous())
+        if (std::vector<int64_t> base = broadcast_base(t, root->numel()); !base.empty())
+          return expanded(t, root, root_value, base);
+      if (!static_root && root->is_contiguous())
+        if (std::optional<ValueId> sorted = sliced_view(t, root, root_value, order))
+          return permuted(t, order, *sorted);
       TESSERA_CHECK(static_root, "export: a view of sizes ", IntArrayRef(t.sizes()), ", strides ",
                     IntArrayRef(t.strides()), " and offset ", t.storage_offset(), " of ", ep.graph.value_name(root_value),
                     " cannot be captured (of a tensor with dynamic sizes only reshapes and permutations of the whole "
@@ -241,6 +263,13 @@ struct Tracer final : ShapeContext {
       base = add_value({t.dtype(), t.device(), sym}, "", compiler::kViewTarget);
       calls.push_back({NodeKind::Call, compiler::kViewTarget, {compiler::Argument::tensor(root_value), compiler::Argument::constant_value(list)}, {base}});
     }
+    return permuted(t, order, base);
+  }
+
+  // `base` (t's elements, contiguous in the order of t's dims sorted by decreasing stride) permuted
+  // back to t's dim order.
+  ValueId permuted(const Tensor& t, const std::vector<size_t>& order, ValueId base) {
+    const size_t n = order.size();
     bool identity = true;
     for (size_t i = 0; i < n; ++i) identity = identity && order[i] == i;
     if (identity) return base;
@@ -255,6 +284,58 @@ struct Tracer final : ShapeContext {
     ValueId v = add_value({t.dtype(), t.device(), sym}, "", compiler::kPermuteTarget);
     calls.push_back({NodeKind::Call, compiler::kPermuteTarget, {compiler::Argument::tensor(base), compiler::Argument::constant_value(perm)}, {v}});
     return v;
+  }
+
+  // A view `t` that selects or narrows dims of the contiguous tracing tensor `root` whose sizes are
+  // symbolic (all.select(0, 0) of a reshaped, permuted qkv projection), as view(root, S), a
+  // slice_copy per sliced or extra dim of S, and a view to t's sizes in stride order (the caller
+  // permutes), where S is core's nest_view (Note [Views as slices of a reshape]): each of t's dims
+  // whole (its symbolic size is S's) or a static slice. Nothing when t does not nest in root, and the
+  // caller refuses the view. A dim whose example size equals its whole extent is taken as whole:
+  // narrow(d, 0, n) of a dynamic dim of example size n reads as the whole dim.
+  std::optional<ValueId> sliced_view(const Tensor& t, const TensorImpl* root, ValueId root_value,
+                                     const std::vector<size_t>& order) {
+    const std::vector<NestedDim> s = nest_view(t.sizes(), t.strides(), t.storage_offset(), root->numel());
+    if (s.empty()) return std::nullopt;
+    std::vector<int64_t> shape;
+    for (const NestedDim& d : s) shape.push_back(d.extent);
+    std::vector<SymSize> sym = symbolic_view_sizes(ep.graph.type(root_value).sizes, root->sizes(), shape, *this);
+    ValueId v = root_value;
+    if (!(IntArrayRef(shape) == root->sizes())) {
+      std::vector<int64_t> list(shape);
+      for (size_t i = 0; i < list.size(); ++i)
+        if (!sym[i].is_constant()) list[i] = -1;
+      v = add_value({t.dtype(), t.device(), sym}, "", compiler::kViewTarget);
+      calls.push_back({NodeKind::Call, compiler::kViewTarget,
+                       {compiler::Argument::tensor(root_value), compiler::Argument::constant_value(list)}, {v}});
+    }
+    for (size_t i = 0; i < s.size(); ++i) {
+      if (s[i].size == s[i].extent) continue;
+      sym[i] = SymSize(s[i].size);
+      ValueId out = add_value({t.dtype(), t.device(), sym}, "", "slice_copy.Tensor");
+      calls.push_back({NodeKind::Call, "slice_copy.Tensor",
+                       {compiler::Argument::tensor(v), compiler::Argument::constant_value(int64_t(i)),
+                        compiler::Argument::constant_value(s[i].start),
+                        compiler::Argument::constant_value(s[i].start + s[i].size),
+                        compiler::Argument::constant_value(int64_t(1))},
+                       {out}});
+      v = out;
+    }
+    // To t's sizes in stride order: size-1 dims are constants, the others S's dim of that t dim.
+    std::vector<SymSize> want;
+    std::vector<int64_t> list;
+    for (size_t k : order) {
+      SymSize size(t.sizes()[k]);
+      if (t.sizes()[k] != 1)
+        for (size_t i = 0; i < s.size(); ++i)
+          if (s[i].view_dim == int64_t(k)) size = sym[i];
+      list.push_back(size.is_constant() ? size.constant() : -1);
+      want.push_back(std::move(size));
+    }
+    ValueId out = add_value({t.dtype(), t.device(), want}, "", compiler::kViewTarget);
+    calls.push_back({NodeKind::Call, compiler::kViewTarget,
+                     {compiler::Argument::tensor(v), compiler::Argument::constant_value(list)}, {out}});
+    return out;
   }
 
   // A strided view `t` of the static, contiguous `root`: view(root, [numel]), index_select with the
@@ -477,6 +558,16 @@ void traced_read(const TensorImpl& t, const char* call) {
 
 // Installs the hooks while at least one capture runs in the process, so that outside captures the
 // Export key falls through as any functionality without a kernel does.
+// Note [Dynamic sizes in backward formulas] (autograd): which dims of a tracing tensor are symbolic.
+std::vector<bool> dynamic_dims(const Tensor& t) {
+  Tracer* tr = t_tracer;
+  if (!tr || !t.key_set().has(Functionality::Export) || tr->ep.ranges.empty()) return {};
+  ExcludeDispatchKeyGuard plain(kExportKey);
+  std::vector<bool> out;
+  for (const SymSize& s : tr->ep.graph.type(tr->value_for(t)).sizes) out.push_back(!s.is_constant());
+  return out;
+}
+
 std::mutex g_hooks_mutex;
 int g_active_captures = 0;
 
@@ -489,6 +580,7 @@ class CaptureScope {
     if (g_active_captures++ == 0) {
       set_export_hook(export_hook);
       set_traced_read_handler(traced_read);
+      autograd::set_dynamic_dims_query(dynamic_dims);
     }
     t_tracer = &tr;
   }
@@ -498,6 +590,7 @@ class CaptureScope {
     if (--g_active_captures == 0) {
       set_export_hook(nullptr);
       set_traced_read_handler(nullptr);
+      autograd::set_dynamic_dims_query(nullptr);
     }
   }
   CaptureScope(const CaptureScope&) = delete;

@@ -323,6 +323,23 @@ TESSERA_API bool is_non_overlapping_and_dense(const TensorImpl& t);
 TESSERA_API MemOverlap has_internal_overlap(const TensorImpl& t);
 TESSERA_API MemOverlapStatus get_overlap_status(const TensorImpl& a, const TensorImpl& b);
 
+// Note [Views as slices of a reshape]
+// A view (sizes, strides, offset) inside a contiguous base of `base_numel` elements whose dims nest:
+// sorted by stride, each dim's span divides the next one's stride. It is then a reshape of the base
+// to the extents returned (outermost first), in which each of the view's dims is whole or a slice
+// [start, start + size) and the gaps between their spans are extra dims read at one index (size 1,
+// view_dim -1). Dims of size 1 are left out (their stride says nothing). Empty when the view does
+// not nest that way (overlapping, stride 0, or a stride that does not divide). A dim whose size
+// divides its span and that starts at 0 there is taken as whole, any rest of the span becoming an
+// extra dim. Captures use it
+// to express select / narrow / chunk of a tensor with symbolic sizes as ops (reshape, slice, pad).
+struct NestedDim {
+  int64_t extent, stride, start, size;
+  int64_t view_dim;  // -1: a dim the view does not have (read at `start`)
+};
+TESSERA_API std::vector<NestedDim> nest_view(IntArrayRef sizes, IntArrayRef strides, int64_t offset,
+                                             int64_t base_numel);
+
 // Prints like PyTorch: "tensor([[1., 2.],\n        [3., 4.]])" plus device/dtype when not default.
 // Copies to the CPU when needed.
 TESSERA_API std::ostream& operator<<(std::ostream& os, const Tensor& t);
