@@ -252,16 +252,17 @@ void bind_autograd(nb::module_& m) {
       .def_prop_ro("best", &nn::optim::ReduceLROnPlateau::best);
   nb::class_<nn::GradScaler>(a, "GradScaler")
       .def("__init__", [](nn::GradScaler* self, double init_scale, double growth_factor, double backoff_factor,
-                          int64_t growth_interval, bool enabled) {
-        new (self) nn::GradScaler({init_scale, growth_factor, backoff_factor, growth_interval, enabled});
+                          int64_t growth_interval, bool enabled, bool capturable) {
+        new (self) nn::GradScaler({init_scale, growth_factor, backoff_factor, growth_interval, enabled, capturable});
       }, nb::arg("init_scale"), nb::arg("growth_factor"), nb::arg("backoff_factor"), nb::arg("growth_interval"),
-         nb::arg("enabled"))
+         nb::arg("enabled"), nb::arg("capturable"))
       .def("scale", &nn::GradScaler::scale, nb::arg("loss"))
       .def("unscale_", &nn::GradScaler::unscale_, nb::arg("optimizer"))
       .def("step", &nn::GradScaler::step, nb::arg("optimizer"))
       .def("update", &nn::GradScaler::update)
       .def("get_scale", &nn::GradScaler::get_scale)
       .def_prop_ro("found_inf", &nn::GradScaler::found_inf)
+      .def_prop_ro("growth_tracker", &nn::GradScaler::growth_tracker)
       .def("is_enabled", &nn::GradScaler::is_enabled);
 
   // Custom functions (Note [Python custom functions]).

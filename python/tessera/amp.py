@@ -17,6 +17,9 @@ def is_autocast_enabled(device_type="cpu"):
     return _impl.is_autocast_enabled(device_type)
 
 
-def GradScaler(init_scale=65536.0, growth_factor=2.0, backoff_factor=0.5, growth_interval=2000, enabled=True):  # noqa: N802
+def GradScaler(init_scale=65536.0, growth_factor=2.0, backoff_factor=0.5, growth_interval=2000, enabled=True,  # noqa: N802
+               capturable=False):
+    """torch.amp.GradScaler. capturable=True keeps the scale and the skip decision in tensors, for a
+    training step inside tessera.compile (with a capturable optimizer; Note [Gradient scaler])."""
     return _impl.GradScaler(float(init_scale), float(growth_factor), float(backoff_factor), int(growth_interval),
-                            bool(enabled))
+                            bool(enabled), bool(capturable))

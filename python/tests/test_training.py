@@ -307,6 +307,39 @@ def test_a_compiled_training_step_serves_other_batch_sizes():
     assert run.compiled.stats()["compiles"] == 2  # 64, then the batch symbolic for 40, 23, 64 and 9
 
 
+def test_a_compiled_step_with_a_capturable_gradient_scaler_skips_as_the_eager_one():
+    """The scaler's skips and scales are ops of the compiled program (Note [Gradient scaler])."""
+    rng = np.random.default_rng(2)
+    x = tessera.from_numpy(rng.standard_normal((32, 6)).astype(np.float32))
+    y = tessera.from_numpy(rng.integers(0, 3, 32).astype(np.int64))
+    runs = []
+    for compiled in (False, True):
+        tessera.manual_seed(9)
+        w = (tessera.randn(6, 3) * 0.3).requires_grad_()
+        opt = tessera.optim.Adam([w], lr=0.05, capturable=compiled)
+        scaler = tessera.amp.GradScaler(init_scale=1e38, growth_interval=2, capturable=compiled)
+
+        def step(x, y):
+            opt.zero_grad()
+            loss = tessera.autograd._impl.cross_entropy(x @ w, y)
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
+            return loss
+
+        run = tessera.compile(step) if compiled else step
+        scales = []
+        for _ in range(8):
+            run(x, y)
+            scales.append(scaler.get_scale())
+        runs.append((scales, w.detach().numpy(), run))
+    (eager_scales, w_eager, _), (scales, w_comp, run) = runs
+    assert scales == eager_scales
+    assert any(b < a for a, b in zip(scales, scales[1:]))  # it grew past float32's range and backed off
+    np.testing.assert_allclose(w_comp, w_eager, rtol=1e-4, atol=1e-6)
+    assert run.compiled.stats()["compiles"] == 1
+
+
 def test_a_custom_function_inside_a_compiled_step_is_traced():
     rng = np.random.default_rng(3)
     x = tessera.from_numpy(rng.standard_normal((16, 4)).astype(np.float32))

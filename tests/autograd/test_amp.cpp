@@ -300,6 +300,44 @@ TEST(GradScaler, SkipsAStepWithANonFiniteGradientAndBacksOff) {
   EXPECT_NE(bad.find("init_scale"), std::string::npos) << bad;
 }
 
+// Note [Gradient scaler]: the capturable scaler (tensors, no read-back, a masked step) gives the
+// host scaler's steps, skips and scales on a run whose first scales overflow the gradients (a
+// huge init_scale: steps skipped and the scale halved until the gradients are finite) and then
+// grows every two good steps.
+TEST(GradScaler, TheCapturableScalerStepsSkipsAndScalesAsTheHostOne) {
+  std::vector<std::vector<double>> scales(2);
+  std::vector<std::vector<float>> params(2);
+  for (int capturable = 0; capturable < 2; ++capturable) {
+    Tensor p = ag::set_requires_grad(full({3}, 1.0));
+    nn::optim::SGD opt({p}, {.lr = 0.1, .momentum = 0.9, .capturable = capturable == 1});
+    nn::GradScaler scaler({.init_scale = 3e38, .growth_interval = 2, .capturable = capturable == 1});
+    const Tensor w = tensor(std::vector<double>{1, -2, 3}).to(kFloat32);
+    for (int s = 0; s < 12; ++s) {
+      opt.zero_grad();
+      ag::backward(scaler.scale((p * p * w).sum()));
+      scaler.step(opt);
+      scales[size_t(capturable)].push_back(scaler.get_scale());
+      scaler.update();
+    }
+    params[size_t(capturable)] = floats_of(p);
+  }
+  // By hand: 3e38 * 6 overflows float32, as does 1.5e38 * 6 (> 3.4e38); 7.5e37 * 6 = 4.5e38 does
+  // too, as the gradient of p * p * w is 2 p w (|6| at p = 1, w = 3): 3.75e37 * 6 = 2.25e38 is the
+  // first finite one. So three skipped steps, then growth every two good steps.
+  EXPECT_EQ(scales[0], scales[1]);
+  EXPECT_EQ(params[0], params[1]);
+  EXPECT_DOUBLE_EQ(scales[0][0], 3e38);
+  EXPECT_DOUBLE_EQ(scales[0][3], 3.75e37);
+  EXPECT_NE(params[0], (std::vector<float>{1, 1, 1}));  // it stepped after the skips
+  // A capturable scaler needs a capturable optimizer: its step always runs.
+  Tensor q = ag::set_requires_grad(full({2}, 1.0));
+  nn::optim::SGD plain({q}, {.lr = 0.1});
+  nn::GradScaler scaler({.capturable = true});
+  ag::backward(scaler.scale(q.sum()));
+  const std::string msg = error_of([&] { scaler.step(plain); });
+  EXPECT_NE(msg.find("construct the optimizer with capturable = true"), std::string::npos) << msg;
+}
+
 // An MLP trained with bfloat16 autocast on the CPU (and float16 with the scaler on the reference
 // accelerator) reaches the float32 training's target (autograd.Training.*: below 0.05 in 150 steps).
 using test::Mlp;

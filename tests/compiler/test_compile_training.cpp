@@ -406,6 +406,48 @@ TEST(CompiledStep, AnExportedStepWithADeclaredBatchRunsAtOtherBatchSizes) {
   }
 }
 
+// A step with a GradScaler (Note [Gradient scaler], capturable): the scale, the skip of a step
+// whose gradients overflowed and the next scale are ops of the one program, so the compiled step
+// skips, backs off and grows exactly where the eager step with the host scaler does.
+TEST_P(CompiledStep, AGradScalerStepSkipsAndScalesInsideTheProgram) {
+  const nn::Dataset data = nn::make_classification(64, 8, 4, 31);
+  manual_seed(8);
+  Mlp eager_model;
+  manual_seed(8);
+  Mlp model;
+  optim::Adam eager_opt(eager_model.parameters(), {.lr = 0.02});
+  optim::Adam opt(model.parameters(), {.lr = 0.02, .capturable = true});
+  nn::GradScaler eager_scaler({.init_scale = 1e38, .growth_interval = 3});
+  nn::GradScaler scaler({.init_scale = 1e38, .growth_interval = 3, .capturable = true});
+  auto scaled_step = [](Mlp& m, optim::Optimizer& o, nn::GradScaler& sc) -> ExportFn {
+    return [&m, &o, &sc](const std::vector<Tensor>& in) {
+      o.zero_grad();
+      Tensor loss = nn::cross_entropy(m.forward(in[0]), in[1]);
+      ag::backward(sc.scale(loss));
+      sc.step(o);
+      sc.update();
+      return std::vector<Tensor>{loss};
+    };
+  };
+  CompiledFunction compiled = compile(scaled_step(model, opt, scaler), options(GetParam()));
+  const ExportFn eager = scaled_step(eager_model, eager_opt, eager_scaler);
+  int skipped = 0;
+  for (int s = 0; s < 12; ++s) {
+    const double before = eager_scaler.get_scale();
+    const double ours = compiled({data.x, data.y})[0].item<double>();
+    const double loss = eager({data.x, data.y})[0].item<double>();
+    EXPECT_NEAR(ours, loss, 1e-5 * loss) << "step " << s;
+    EXPECT_EQ(scaler.get_scale(), eager_scaler.get_scale()) << "step " << s;
+    EXPECT_EQ(scaler.growth_tracker(), eager_scaler.growth_tracker()) << "step " << s;
+    expect_same_parameters(model, eager_model, 2e-4, s);
+    if (eager_scaler.get_scale() < before) ++skipped;
+  }
+  EXPECT_GT(skipped, 0);                              // 1e38 overflows the gradients at first
+  EXPECT_GT(eager_scaler.get_scale(), 0);
+  EXPECT_EQ(compiled.stats().compiles, 1);           // the skips are not host decisions
+  EXPECT_EQ(compiled.artifacts().at(0).backend, GetParam());
+}
+
 // The joint program: the forward, the backward the engine ran (the relu's mask, the matmuls of the
 // linears' gradients) and the update, with one state update per parameter, per Adam moment and per
 // running product of the betas, and one .grad per parameter.

@@ -145,6 +145,10 @@ class TESSERA_NN_API Optimizer {
   virtual double lr() const = 0;
   virtual void set_lr(double lr) = 0;
   const std::vector<Tensor>& params() const { return params_; }
+  // Note [Capturable optimizers]: whether the step keeps its host state in tensors, and those
+  // tensors with the optimizer's per-parameter state (what a step writes besides the parameters).
+  virtual bool capturable() const { return false; }
+  virtual std::vector<Tensor> state_tensors() const { return {}; }
 
  protected:
   std::vector<Tensor> params_;
@@ -165,6 +169,8 @@ class TESSERA_NN_API SGD : public Optimizer {
   void step() override;
   double lr() const override { return o_.lr; }
   void set_lr(double lr) override;
+  bool capturable() const override { return o_.capturable; }
+  std::vector<Tensor> state_tensors() const override;
 
  private:
   SGDOptions o_;
@@ -198,6 +204,8 @@ class TESSERA_NN_API Adam : public Optimizer {
   void step() override;
   double lr() const override { return o_.lr; }
   void set_lr(double lr) override;
+  bool capturable() const override { return o_.capturable; }
+  std::vector<Tensor> state_tensors() const override;
 
  private:
   void capturable_step();
@@ -347,12 +355,20 @@ class TESSERA_NN_API ReduceLROnPlateau {
 // growth_interval steps without one (update). Nothing asks for a device name: the check is made
 // of contract ops (isnan, isinf, sum) on the gradients' own devices, one read-back per device per
 // step. Not thread-safe (one scaler per training loop).
+// With `capturable = true` (for a compiled training step, Note [Capturable optimizers]) nothing is
+// read back: the scale, the growth tracker and the count of non-finite gradient values are 0-dim
+// float64 tensors the step reads and updates, step() needs a capturable optimizer and always runs
+// it, then puts back the parameters and the optimizer's state tensors it had before wherever the
+// count is not 0 (a where() per tensor, so a skipped step leaves them as they were, as PyTorch's
+// skipped step does; the price is one copy of them per step), and update() computes the next scale
+// with where() as well. get_scale(), found_inf() and growth_tracker() read the tensors back.
 struct GradScalerOptions {
   double init_scale = 65536.0;
   double growth_factor = 2.0;
   double backoff_factor = 0.5;
   int64_t growth_interval = 2000;
   bool enabled = true;  // false: scale() returns the loss, step() steps, update() does nothing
+  bool capturable = false;
 };
 class TESSERA_NN_API GradScaler {
  public:
@@ -367,9 +383,9 @@ class TESSERA_NN_API GradScaler {
   bool step(optim::Optimizer& opt);
   // Adjusts the scale for the next step (Note [Gradient scaler]) and forgets this step's state.
   void update();
-  double get_scale() const { return scale_; }
-  bool found_inf() const { return found_inf_; }
-  int64_t growth_tracker() const { return growth_tracker_; }
+  double get_scale() const;
+  bool found_inf() const;
+  int64_t growth_tracker() const;
   bool is_enabled() const { return o_.enabled; }
 
  private:
@@ -377,6 +393,7 @@ class TESSERA_NN_API GradScaler {
   double scale_;
   int64_t growth_tracker_ = 0;
   bool found_inf_ = false;
+  Tensor scale_t_, tracker_t_, found_t_;  // capturable: the scale, growth tracker and non-finite count
   std::vector<const optim::Optimizer*> unscaled_;
 };
 

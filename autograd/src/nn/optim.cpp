@@ -84,6 +84,14 @@ SGD::SGD(std::vector<Tensor> params, SGDOptions options) : Optimizer(std::move(p
   }
 }
 
+std::vector<Tensor> SGD::state_tensors() const {
+  std::vector<Tensor> out;
+  for (const Tensor& b : momentum_)
+    if (b.defined()) out.push_back(b);
+  if (started_.defined()) out.push_back(started_);
+  return out;
+}
+
 void SGD::set_lr(double lr) {
   set_lr_tensor(lr_t_, lr, "SGD");
   o_.lr = lr;
@@ -147,6 +155,16 @@ Adam::Adam(std::vector<Tensor> params, AdamOptions options) : Optimizer(std::mov
       v_[i] = zeros_like(params_[i]);
     }
   }
+}
+
+std::vector<Tensor> Adam::state_tensors() const {
+  std::vector<Tensor> out;
+  for (const std::vector<Tensor>* moments : {&m_, &v_})
+    for (const Tensor& m : *moments)
+      if (m.defined()) out.push_back(m);
+  for (const Tensor& t : {beta1_pow_, beta2_pow_})
+    if (t.defined()) out.push_back(t);
+  return out;
 }
 
 void Adam::set_lr(double lr) {
