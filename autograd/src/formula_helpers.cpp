@@ -305,6 +305,14 @@ Tensor var_backward(const Tensor& grad, const Tensor& self, const Sizes& dim, in
   const int64_t n = reduced_numel(sizes, dim);
   Tensor g = unsqueeze_reduced(grad, sizes, dim, keepdim);
   Tensor centred = self - mean(self, wrap_dims(dim, self.dim()), true);
+  // Over a dynamic dim of a capture the count comes from self (Note [Dynamic sizes in backward formulas]).
+  const std::vector<bool> dynamic = detail::dynamic_dims(self);
+  bool counts_dynamic = false;
+  for (int64_t d : wrap_dims(dim, self.dim())) counts_dynamic = counts_dynamic || (!dynamic.empty() && dynamic[size_t(d)]);
+  if (counts_dynamic) {
+    const Tensor count = ones_like(self).to(kFloat64).sum() / ones_like(grad).to(kFloat64).sum();
+    return g * centred * (2.0 / (count - double(correction)));
+  }
   return g * centred * (2.0 / double(n - correction));
 }
 std::vector<Tensor> matmul_backward(const Tensor& grad, const Tensor& self, const Tensor& other) {

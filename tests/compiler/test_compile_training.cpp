@@ -335,6 +335,35 @@ TEST_P(CompiledStep, ATransformerBlockWithAMeanSquareLoss) {
   EXPECT_EQ(run.artifacts.at(0).backend, GetParam());  // captured, not run eagerly
 }
 
+// var over the batch (a batch statistic) under a declared dynamic batch: its backward's count
+// (n - 1) comes from the input at run time, not from the example's 32.
+TEST(CompiledStep, TheVarianceOverADynamicBatchCountsTheRunsBatch) {
+  manual_seed(6);
+  Mlp eager_model;
+  manual_seed(6);
+  Mlp model;
+  optim::SGD eager_opt(eager_model.parameters(), {.lr = 0.05});
+  optim::SGD opt(model.parameters(), {.lr = 0.05, .capturable = true});
+  auto spread = [](Mlp& m) {
+    return [&m](const std::vector<Tensor>& in) {
+      const Tensor y = m.forward(in[0]);
+      return var(y, {0}).sum() + mean(y);  // (the mean gives the biases a gradient; var's is zero)
+    };
+  };
+  ExportOptions eo;
+  eo.dynamic_shapes = {{{0, Dim{"batch", 2, 512}}}};
+  manual_seed(40);
+  compiler::ExportedProgram ep = export_program(train_step(opt, spread(model)), {randn({32, 8})}, eo);
+  const ExportFn eager = train_step(eager_opt, spread(eager_model));
+  for (int64_t b : {5, 77, 32}) {
+    const Tensor x = randn({b, 8});
+    const double ours = ep.run({x})[0].item<double>();
+    const double loss = eager({x})[0].item<double>();
+    EXPECT_NEAR(ours, loss, 1e-5 * loss) << "batch " << b;
+    expect_same_parameters(model, eager_model, 2e-4, int(b));
+  }
+}
+
 // A transformer block at other batch and sequence lengths: the second shape captures both dims
 // symbolic (the attention's select of q, k and v from one projection, their gradients padded back
 // into it, the causal mask of the backward and the linears' gradients over [batch, seq] keep them
