@@ -252,8 +252,9 @@ Tensor max_offsets(const Tensor& self, const Tensor& result, const PoolShape& g)
   Tensor real;  // nonzero at the padded plane's real elements
   if (padded) real = tessera::pad(ones({g.in[0], g.in[1]}, TensorOptions(self.device()).dtype(self.dtype())), pads, "constant", 0.0);
   const int64_t kw = g.k[1], taps = g.k[0] * kw;
-  const TensorOptions int64s = TensorOptions(result.device()).dtype(kInt64);
-  Tensor first = full(result.sizes(), -1, int64s), last_nan = first;
+  // -1 as a 0-dim seed that the first where() broadcasts to the output's shape (a full() of the
+  // result's sizes would fix a dynamic batch under a capture: Note [Dynamic sizes in backward formulas]).
+  Tensor first = scalar_tensor(-1, kInt64).to(result.device()), last_nan = first;
   for (int64_t t = taps - 1; t >= 0; --t) {  // backwards: the earliest hit is written last
     Tensor hit = eq(window(x, g, t / kw, t % kw), result);
     if (padded) hit = logical_and(hit, ne(window(real, g, t / kw, t % kw), scalar_tensor(0.0, kFloat64)));

@@ -364,6 +364,47 @@ TEST(CompiledStep, TheVarianceOverADynamicBatchCountsTheRunsBatch) {
   }
 }
 
+// A small CNN (conv2d, relu, max_pool2d, avg_pool2d, linear) under a declared dynamic batch: the
+// pools' backward keeps the batch symbolic.
+TEST(CompiledStep, ACnnWithPoolsTrainsAtAnyBatchSize) {
+  struct Cnn : nn::Module {
+    Cnn()
+        : conv(register_module("conv", std::make_shared<nn::Conv2d>(2, 4, 3, 1, 1))),
+          fc(register_module("fc", std::make_shared<nn::Linear>(4 * 2 * 2, 3))) {}
+    Tensor forward(const Tensor& x) const {
+      const Tensor h = avg_pool2d(max_pool2d(relu(conv->forward(x)), {2, 2}), {2, 2});  // 8x8 -> 4x4 -> 2x2
+      return fc->forward(h.reshape({x.size(0), 4 * 2 * 2}));
+    }
+    std::shared_ptr<nn::Conv2d> conv;
+    std::shared_ptr<nn::Linear> fc;
+  };
+  manual_seed(3);
+  Cnn eager_model;
+  manual_seed(3);
+  Cnn model;
+  optim::SGD eager_opt(eager_model.parameters(), {.lr = 0.05, .momentum = 0.5});
+  optim::SGD opt(model.parameters(), {.lr = 0.05, .momentum = 0.5, .capturable = true});
+  auto loss_of = [](Cnn& m) {
+    return [&m](const std::vector<Tensor>& in) { return nn::cross_entropy(m.forward(in[0]), in[1]); };
+  };
+  ExportOptions eo;
+  eo.dynamic_shapes = {{{0, Dim{"batch", 2, 256}}}, {{0, Dim{"batch", 2, 256}}}};
+  manual_seed(50);
+  compiler::ExportedProgram ep =
+      export_program(train_step(opt, loss_of(model)), {randn({6, 2, 8, 8}), argmax(randn({6, 3}), 1)}, eo);
+  EXPECT_NE(ep.graph_string().find("f32[batch, 2, 8, 8]"), std::string::npos);
+  const ExportFn eager = train_step(eager_opt, loss_of(eager_model));
+  for (int64_t b : {3, 10, 6}) {
+    const Tensor x = randn({b, 2, 8, 8}), y = argmax(randn({b, 3}), 1);
+    const double ours = ep.run({x, y})[0].item<double>();
+    const double loss = eager({x, y})[0].item<double>();
+    EXPECT_NEAR(ours, loss, 1e-5 * loss) << "batch " << b;
+    const auto a = model.named_parameters(), e = eager_model.named_parameters();
+    for (size_t i = 0; i < a.size(); ++i)
+      EXPECT_LT(max_rel_diff(a[i].second, e[i].second), 2e-4) << a[i].first << " at batch " << b;
+  }
+}
+
 // A transformer block at other batch and sequence lengths: the second shape captures both dims
 // symbolic (the attention's select of q, k and v from one projection, their gradients padded back
 // into it, the causal mask of the backward and the linears' gradients over [batch, seq] keep them
