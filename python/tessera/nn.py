@@ -4,7 +4,9 @@ A `Module` holds parameters (leaf tensors that require grad) and sub-modules, fo
 assignment as in PyTorch; `named_parameters()`, `parameters()`, `zero_grad()`, `state_dict()` /
 `load_state_dict()`, `to(device)`, `train()` / `eval()`, and `save(path)` / `load(path)` in the
 safetensors format libtessera_nn's C++ modules write (the same file loads on either side).
-Layers: `Linear`, `Conv2d`, `LayerNorm`, `Embedding`, `ReLU`, `GELU`, `Sequential`; PyTorch's
+Buffers (`register_buffer`, `named_buffers()`): state that is not trained, in the state dict and
+moved by `to()`. Layers: `Linear`, `Conv2d`, `LayerNorm`, `BatchNorm2d`, `Embedding`, `ReLU`, `GELU`,
+`Sequential`; PyTorch's
 default initialisation (uniform in +-1/sqrt(fan_in) for Linear and Conv2d, N(0, 1) for Embedding),
 drawn from the global generator (`tessera.manual_seed`). Losses and clipping: `cross_entropy`,
 `mse_loss`, `clip_grad_norm_`.
@@ -41,13 +43,28 @@ def _uniform(shape, bound, device, dtype):
 class Module:
     def __init__(self):
         object.__setattr__(self, "_parameters", OrderedDict())
+        object.__setattr__(self, "_buffers", OrderedDict())
         object.__setattr__(self, "_modules", OrderedDict())
         object.__setattr__(self, "training", True)
+
+    def register_buffer(self, name, tensor):
+        """A tensor of the module's state that is not a parameter (BatchNorm2d's running statistics)."""
+        self._buffers[name] = tensor
+        object.__setattr__(self, name, tensor)
+
+    def named_buffers(self, prefix=""):
+        for name, b in self._buffers.items():
+            if b is not None:
+                yield prefix + name, b
+        for name, m in self._modules.items():
+            yield from m.named_buffers(prefix + name + ".")
 
     def __setattr__(self, name, value):
         if "_parameters" not in self.__dict__:
             raise RuntimeError(f"{type(self).__name__}: call Module.__init__() before assigning '{name}'")
-        if isinstance(value, Module):
+        if name in self._buffers:
+            self._buffers[name] = value
+        elif isinstance(value, Module):
             self._modules[name] = value
         elif isinstance(value, _C.Tensor) and _impl.requires_grad(value) and _impl.is_leaf(value):
             self._parameters[name] = value
@@ -92,13 +109,17 @@ class Module:
         return self.train(False)
 
     def to(self, device):
-        """Moves every parameter to `device`: new leaves that require grad (gradients are dropped)."""
+        """Moves every parameter to `device` (new leaves that require grad; gradients are dropped) and
+        every buffer."""
         for m in [self] + [m for _, m in self._named_modules()]:
             for name, p in list(m._parameters.items()):
                 if p is not None:
                     with _autograd.no_grad():
                         moved = _impl.detach(p).to(device)
                     setattr(m, name, moved.requires_grad_(True))
+            for name, b in list(m._buffers.items()):
+                if b is not None:
+                    setattr(m, name, b.to(device))
         return self
 
     def _named_modules(self, prefix=""):
@@ -107,12 +128,16 @@ class Module:
             yield from m._named_modules(prefix + name + ".")
 
     def state_dict(self):
-        """The parameters by name, detached (they share storage with the parameters)."""
-        return OrderedDict((n, _impl.detach(p)) for n, p in self.named_parameters())
+        """The parameters (detached: they share storage with the parameters) and buffers by name."""
+        state = OrderedDict((n, _impl.detach(p)) for n, p in self.named_parameters())
+        state.update(self.named_buffers())
+        return state
 
     def load_state_dict(self, state):
-        """Copies `state`'s values in: every parameter must be there with its shape, and nothing else."""
+        """Copies `state`'s values in: every parameter and buffer must be there with its shape, and
+        nothing else."""
         own = OrderedDict(self.named_parameters())
+        own.update(self.named_buffers())
         missing = [n for n in own if n not in state]
         unexpected = [n for n in state if n not in own]
         if missing or unexpected:
@@ -196,6 +221,56 @@ class LayerNorm(Module):
 
     def forward(self, x):
         return _tessera().layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
+
+
+class BatchNorm2d(Module):
+    """torch.nn.BatchNorm2d over NCHW input, as libtessera_nn's: in training mode the batch's statistics
+    over N, H and W (contract ops, so autograd and tessera.compile need nothing of their own) and an
+    in-place update of the running statistics (the unbiased variance, `momentum`) and of
+    num_batches_tracked; in eval mode the batch_norm op with the running statistics."""
+
+    def __init__(self, num_features, eps=1e-5, momentum=0.1, affine=True, device=None, dtype=None):
+        super().__init__()
+        if num_features <= 0:
+            raise ValueError(f"BatchNorm2d: num_features must be positive, got {num_features}")
+        t = _tessera()
+        self.num_features, self.eps, self.momentum = num_features, eps, momentum
+        if affine:
+            self.weight = parameter(t.ones(num_features, dtype=dtype, device=device))
+            self.bias = parameter(t.zeros(num_features, dtype=dtype, device=device))
+        else:
+            self.weight = self.bias = None
+        self.register_buffer("running_mean", t.zeros(num_features, dtype=dtype, device=device))
+        self.register_buffer("running_var", t.ones(num_features, dtype=dtype, device=device))
+        self.register_buffer("num_batches_tracked", t.zeros((), dtype=t.int64, device=device))
+
+    def forward(self, x):
+        t = _tessera()
+        if x.dim() != 4 or x.shape[1] != self.num_features:
+            raise ValueError(f"BatchNorm2d({self.num_features}): expected input [N, {self.num_features}, H, W], "
+                             f"got {list(x.shape)}")
+        if not self.training:
+            return t.batch_norm(x, self.weight, self.bias, self.running_mean, self.running_var, False,
+                                self.momentum, self.eps, False)
+        if x.numel() // self.num_features <= 1:
+            raise ValueError(f"BatchNorm2d: expected more than 1 value per channel when training, got input "
+                             f"{list(x.shape)}")
+        mu = t.mean(x, [0, 2, 3], True)
+        centred = x - mu
+        y = centred * t.rsqrt(t.mean(centred * centred, [0, 2, 3], True) + self.eps)
+        if self.weight is not None:
+            shape = [1, self.num_features, 1, 1]
+            y = y * self.weight.reshape(shape) + self.bias.reshape(shape)
+        with _autograd.no_grad():
+            self.running_mean.mul_(1 - self.momentum)
+            self.running_mean.add_(mu.reshape([self.num_features]).to(self.running_mean.dtype), alpha=self.momentum)
+            self.running_var.mul_(1 - self.momentum)
+            self.running_var.add_(t.var(x, [0, 2, 3], 1, False).to(self.running_var.dtype), alpha=self.momentum)
+            self.num_batches_tracked.add_(1)
+        return y
+
+    def extra_repr(self):
+        return f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, affine={self.weight is not None}"
 
 
 class Embedding(Module):

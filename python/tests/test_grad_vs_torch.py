@@ -182,3 +182,36 @@ def test_double_backward_matches_pytorch():
     theirs = run(torch, torch.from_numpy(xv.copy()).requires_grad_(), torch.from_numpy(wv.copy()).requires_grad_(),
                  torch.from_numpy(gv.copy())).numpy()
     np.testing.assert_allclose(ours, theirs, rtol=1e-7, atol=1e-10)
+
+
+def test_batchnorm2d_matches_pytorch():
+    """nn.BatchNorm2d in training mode: output, input/weight/bias gradients and running statistics
+    after two batches, then the eval output, against torch.nn.BatchNorm2d on the same float64 values."""
+    rng = np.random.default_rng(17)
+    ours = tessera.nn.BatchNorm2d(3, momentum=0.2, dtype=tessera.float64)
+    theirs = torch.nn.BatchNorm2d(3, momentum=0.2, dtype=torch.float64)
+    wv, bv = rng.uniform(0.5, 1.5, 3), rng.standard_normal(3)
+    with tessera.autograd.no_grad():
+        ours.weight.copy_(tessera.from_numpy(wv.copy()))
+        ours.bias.copy_(tessera.from_numpy(bv.copy()))
+    with torch.no_grad():
+        theirs.weight.copy_(torch.from_numpy(wv.copy()))
+        theirs.bias.copy_(torch.from_numpy(bv.copy()))
+    for step in range(2):
+        xv, gv = rng.standard_normal((4, 3, 2, 5)) * 2 + 1, rng.standard_normal((4, 3, 2, 5))
+        tx, px = tessera.from_numpy(xv.copy()).requires_grad_(), torch.from_numpy(xv.copy()).requires_grad_()
+        out_t, out_p = ours(tx), theirs(px)
+        (out_t * tessera.from_numpy(gv)).sum().backward()
+        (out_p * torch.from_numpy(gv)).sum().backward()
+        np.testing.assert_allclose(out_t.detach().numpy(), out_p.detach().numpy(), rtol=1e-9, atol=1e-9)
+        np.testing.assert_allclose(tx.grad.numpy(), px.grad.numpy(), rtol=1e-7, atol=1e-9)
+        np.testing.assert_allclose(ours.running_mean.numpy(), theirs.running_mean.numpy(), rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(ours.running_var.numpy(), theirs.running_var.numpy(), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(ours.weight.grad.numpy(), theirs.weight.grad.numpy(), rtol=1e-7, atol=1e-9)
+    np.testing.assert_allclose(ours.bias.grad.numpy(), theirs.bias.grad.numpy(), rtol=1e-7, atol=1e-9)
+    assert int(ours.num_batches_tracked.numpy()) == int(theirs.num_batches_tracked) == 2
+    ours.eval()
+    theirs.eval()
+    xv = rng.standard_normal((2, 3, 2, 2))
+    np.testing.assert_allclose(ours(tessera.from_numpy(xv.copy())).numpy(),
+                               theirs(torch.from_numpy(xv.copy())).detach().numpy(), rtol=1e-9, atol=1e-12)

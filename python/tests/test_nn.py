@@ -157,6 +157,31 @@ def test_cnn_with_conv2d_trains(rng):
     assert first > 1.2 and float(loss.numpy()) < 0.1, (first, float(loss.numpy()))
 
 
+def test_batchnorm2d_statistics_buffers_and_modes(rng, tmp_path):
+    """Training output and running statistics against NumPy; buffers in the state dict and file."""
+    bn = nn.BatchNorm2d(2)
+    xv = (rng.standard_normal((3, 2, 2, 3)) * 2 + 1).astype(np.float32)
+    got = bn(tessera.from_numpy(xv)).detach().numpy()
+    mu, var_b, var_u = xv.mean((0, 2, 3)), xv.var((0, 2, 3)), xv.var((0, 2, 3), ddof=1)
+    want = (xv - mu[None, :, None, None]) / np.sqrt(var_b[None, :, None, None] + 1e-5)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(bn.running_mean.numpy(), 0.1 * mu, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(bn.running_var.numpy(), 0.9 + 0.1 * var_u, rtol=1e-5, atol=1e-6)
+    assert [n for n, _ in bn.named_parameters()] == ["weight", "bias"]
+    assert list(bn.state_dict()) == ["weight", "bias", "running_mean", "running_var", "num_batches_tracked"]
+    bn.save(tmp_path / "bn.safetensors")
+    other = nn.BatchNorm2d(2)
+    other.load(tmp_path / "bn.safetensors")
+    np.testing.assert_array_equal(other.running_var.numpy(), bn.running_var.numpy())
+    bn.eval()
+    got = bn(tessera.from_numpy(xv)).numpy()
+    want = (xv - 0.1 * mu[None, :, None, None]) / np.sqrt(0.9 + 0.1 * var_u[None, :, None, None] + 1e-5)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+    assert int(bn.num_batches_tracked.numpy()) == 1  # eval does not count
+    with pytest.raises(ValueError, match="more than 1 value per channel"):
+        bn.train()(tessera.randn(1, 2, 1, 1))
+
+
 def test_clip_grad_norm_scales_to_the_bound():
     w = nn.parameter(tessera.from_numpy(np.array([1.0, 2.0], np.float32)))
     (w * tessera.from_numpy(np.array([3.0, 4.0], np.float32))).sum().backward()  # grad (3, 4), norm 5

@@ -66,6 +66,82 @@ TEST(Modules, EmbeddingAndLayerNormTrain) {
   EXPECT_TRUE(ag::grad(ln.bias).defined());
 }
 
+// BatchNorm2d against host loops in double: the training forward with the batch's statistics (the
+// biased variance), the running statistics after two batches (the unbiased variance, momentum 0.1),
+// the evaluation forward with them, the buffers in the state dict, and the gradient against central
+// differences.
+TEST(Modules, BatchNorm2dTrainsWithBatchStatisticsAndEvaluatesWithRunningOnes) {
+  const int64_t n = 3, c = 2, h = 2, w = 3, per = n * h * w;
+  manual_seed(11);
+  nn::BatchNorm2d bn(c);
+  {
+    ag::NoGradGuard no_grad;
+    bn.weight.copy_(tensor(std::vector<double>{1.5, -0.5}).to(kFloat32));
+    bn.bias.copy_(tensor(std::vector<double>{0.25, 1.0}).to(kFloat32));
+  }
+  std::vector<double> run_mean{0, 0}, run_var{1, 1};
+  const std::vector<double> gamma{1.5, -0.5}, beta{0.25, 1.0};
+  for (int step = 0; step < 2; ++step) {
+    const Tensor x = randn({n, c, h, w}) * 2.0 + 1.0;
+    const std::vector<double> xs = vals(x), got = vals(bn.forward(x));
+    for (int64_t ch = 0; ch < c; ++ch) {
+      double sum = 0, sq = 0;
+      for (int64_t i = 0; i < n; ++i)
+        for (int64_t k = 0; k < h * w; ++k) sum += xs[size_t((i * c + ch) * h * w + k)];
+      const double mu = sum / double(per);
+      for (int64_t i = 0; i < n; ++i)
+        for (int64_t k = 0; k < h * w; ++k) sq += std::pow(xs[size_t((i * c + ch) * h * w + k)] - mu, 2);
+      const double var_b = sq / double(per), var_u = sq / double(per - 1);
+      for (int64_t i = 0; i < n; ++i)
+        for (int64_t k = 0; k < h * w; ++k) {
+          const size_t at = size_t((i * c + ch) * h * w + k);
+          EXPECT_NEAR(got[at], (xs[at] - mu) / std::sqrt(var_b + 1e-5) * gamma[size_t(ch)] + beta[size_t(ch)], 2e-5)
+              << "step " << step << ", channel " << ch;
+        }
+      run_mean[size_t(ch)] = 0.9 * run_mean[size_t(ch)] + 0.1 * mu;
+      run_var[size_t(ch)] = 0.9 * run_var[size_t(ch)] + 0.1 * var_u;
+    }
+  }
+  for (int64_t ch = 0; ch < c; ++ch) {
+    EXPECT_NEAR(vals(bn.running_mean)[size_t(ch)], run_mean[size_t(ch)], 1e-5);
+    EXPECT_NEAR(vals(bn.running_var)[size_t(ch)], run_var[size_t(ch)], 1e-5);
+  }
+  EXPECT_EQ(vals(bn.num_batches_tracked)[0], 2.0);
+  // Evaluation: the running statistics, and nothing updated.
+  bn.eval();
+  EXPECT_FALSE(bn.is_training());
+  const Tensor x = randn({1, c, h, w});
+  const std::vector<double> xs = vals(x), got = vals(bn.forward(x));
+  for (int64_t ch = 0; ch < c; ++ch)
+    for (int64_t k = 0; k < h * w; ++k) {
+      const size_t at = size_t(ch * h * w + k);
+      EXPECT_NEAR(got[at],
+                  (xs[at] - run_mean[size_t(ch)]) / std::sqrt(run_var[size_t(ch)] + 1e-5) * gamma[size_t(ch)] +
+                      beta[size_t(ch)],
+                  2e-5);
+    }
+  EXPECT_EQ(vals(bn.num_batches_tracked)[0], 2.0);
+  // The buffers are state, not parameters.
+  EXPECT_EQ(bn.parameters().size(), 2u);
+  const auto state = bn.state_dict();
+  EXPECT_EQ(state.size(), 5u);
+  EXPECT_EQ(state.count("running_var"), 1u);
+  EXPECT_EQ(state.count("num_batches_tracked"), 1u);
+  nn::BatchNorm2d other(c);
+  other.load_state_dict(state);
+  EXPECT_TRUE(equal(other.running_var, bn.running_var));
+  // Errors: a training batch with one value per channel, the wrong channel count.
+  bn.train();
+  const std::string one = testing::error_of([&] { bn.forward(randn({1, c, 1, 1})); });
+  EXPECT_NE(one.find("more than 1 value per channel"), std::string::npos) << one;
+  const std::string channels = testing::error_of([&] { bn.forward(randn({2, 3, 2, 2})); });
+  EXPECT_NE(channels.find("expected input [N, 2, H, W]"), std::string::npos) << channels;
+  // The gradient of the training forward (float64), through the batch statistics.
+  nn::BatchNorm2d bn64(c, 1e-5, 0.1, true, nn::Options{Device(DeviceType::CPU), kFloat64});
+  testing::gradcheck([&](const std::vector<Tensor>& in) { return bn64.forward(in[0]); },
+                     {randn({n, c, h, w}).to(kFloat64)}, {0});
+}
+
 TEST(Optimizers, SGDMomentumNesterovWeightDecay) {
   // One parameter, gradient 2p each step: PyTorch's rule computed by hand.
   for (bool nesterov : {false, true}) {

@@ -405,6 +405,45 @@ TEST(CompiledStep, ACnnWithPoolsTrainsAtAnyBatchSize) {
   }
 }
 
+// BatchNorm2d in a compiled step: its batch statistics are ops of the program and its running
+// statistics and batch count are state the program writes back, at any batch size (declared dynamic).
+TEST_P(CompiledStep, BatchNormRunningStatisticsAreProgramState) {
+  struct Net : nn::Module {
+    Net()
+        : conv(register_module("conv", std::make_shared<nn::Conv2d>(2, 4, 3, 1, 1, false))),  // a bias before a BN
+          bn(register_module("bn", std::make_shared<nn::BatchNorm2d>(4))),  // has a zero gradient: rounding noise
+          fc(register_module("fc", std::make_shared<nn::Linear>(4, 3))) {}
+    Tensor forward(const Tensor& x) const { return fc->forward(mean(relu(bn->forward(conv->forward(x))), {2, 3})); }
+    std::shared_ptr<nn::Conv2d> conv;
+    std::shared_ptr<nn::BatchNorm2d> bn;
+    std::shared_ptr<nn::Linear> fc;
+  };
+  manual_seed(9);
+  Net eager_model;
+  manual_seed(9);
+  Net model;
+  optim::SGD eager_opt(eager_model.parameters(), {.lr = 0.1, .momentum = 0.9});
+  optim::SGD opt(model.parameters(), {.lr = 0.1, .momentum = 0.9, .capturable = true});
+  auto loss_of = [](Net& m) {
+    return [&m](const std::vector<Tensor>& in) { return nn::cross_entropy(m.forward(in[0]), in[1]); };
+  };
+  CompiledFunction compiled = compile(train_step(opt, loss_of(model)), options(GetParam()));
+  const ExportFn eager = train_step(eager_opt, loss_of(eager_model));
+  manual_seed(51);
+  for (int64_t b : {8, 8, 5, 12}) {
+    const Tensor x = randn({b, 2, 6, 6}) + 0.5, y = argmax(randn({b, 3}), 1);
+    const double ours = compiled({x, y})[0].item<double>();
+    const double loss = eager({x, y})[0].item<double>();
+    EXPECT_NEAR(ours, loss, 1e-5 * loss) << "batch " << b;
+    expect_same_parameters(model, eager_model, 2e-4, int(b));
+    EXPECT_LT(max_rel_diff(model.bn->running_mean, eager_model.bn->running_mean), 1e-5) << "batch " << b;
+    EXPECT_LT(max_rel_diff(model.bn->running_var, eager_model.bn->running_var), 1e-5) << "batch " << b;
+  }
+  EXPECT_EQ(model.bn->num_batches_tracked.item<int64_t>(), 4);
+  EXPECT_EQ(compiled.stats().compiles, 2);  // 8, then the batch symbolic for 5 and 12
+  EXPECT_EQ(compiled.stats().eager_calls, 0);
+}
+
 // A transformer block at other batch and sequence lengths: the second shape captures both dims
 // symbolic (the attention's select of q, k and v from one projection, their gradients padded back
 // into it, the causal mask of the backward and the linears' gradients over [batch, seq] keep them

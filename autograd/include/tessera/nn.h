@@ -34,10 +34,19 @@ class TESSERA_NN_API Module {
   // "weight", "layers.0.bias", ... in registration order (sub-modules after the module's own).
   std::vector<std::pair<std::string, Tensor>> named_parameters() const;
   std::vector<Tensor> parameters() const;
-  // Moves every parameter to `device` (new leaves that require grad; gradients are dropped).
+  // Buffers: state that is not trained (BatchNorm2d's running statistics), in the state dict but
+  // not among the parameters, moved by to() with them.
+  std::vector<std::pair<std::string, Tensor>> named_buffers() const;
+  // Training mode (the default) or evaluation mode, for this module and every sub-module; only
+  // modules that behave differently read it (BatchNorm2d: batch or running statistics).
+  void train(bool on = true);
+  void eval() { train(false); }
+  bool is_training() const { return training_; }
+  // Moves every parameter to `device` (new leaves that require grad; gradients are dropped) and
+  // every buffer.
   void to(Device device);
   void zero_grad();
-  // The parameters by name; load_state_dict copies values in (names and sizes must match).
+  // The parameters and buffers by name; load_state_dict copies values in (names and sizes must match).
   std::map<std::string, Tensor> state_dict() const;
   void load_state_dict(const std::map<std::string, Tensor>& state);
   // A safetensors file of the state dict (CPU copies) and back.
@@ -46,6 +55,7 @@ class TESSERA_NN_API Module {
 
  protected:
   Tensor& register_parameter(std::string name, Tensor& slot, const Tensor& value);
+  Tensor& register_buffer(std::string name, Tensor& slot, const Tensor& value);
   template <typename M>
   std::shared_ptr<M> register_module(std::string name, std::shared_ptr<M> m) {
     modules_.emplace_back(std::move(name), m);
@@ -53,9 +63,10 @@ class TESSERA_NN_API Module {
   }
 
  private:
-  void collect(const std::string& prefix, std::vector<std::pair<std::string, Tensor*>>& out) const;
-  std::vector<std::pair<std::string, Tensor*>> params_;
+  void collect(const std::string& prefix, std::vector<std::pair<std::string, Tensor*>>& out, bool buffers) const;
+  std::vector<std::pair<std::string, Tensor*>> params_, buffers_;
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> modules_;
+  bool training_ = true;
 };
 
 struct Options {
@@ -72,8 +83,7 @@ class TESSERA_NN_API Linear : public Module {
   Tensor weight, bias;
 };
 
-// 2-D convolution, PyTorch's uniform init (bound 1/sqrt(in_channels * kernel area)). Its backward
-// is implemented for stride 1, dilation 1, groups 1 (docs/training.md).
+// 2-D convolution, PyTorch's uniform init (bound 1/sqrt(in_channels * kernel area)).
 class TESSERA_NN_API Conv2d : public Module {
  public:
   Conv2d(int64_t in_channels, int64_t out_channels, int64_t kernel_size, int64_t stride = 1, int64_t padding = 0,
@@ -91,6 +101,23 @@ class TESSERA_NN_API LayerNorm : public Module {
   Tensor weight, bias;
   std::vector<int64_t> normalized_shape;
   double eps;
+};
+
+// torch.nn.BatchNorm2d over NCHW input. In training mode (is_training()) it normalises with the
+// batch's statistics over N, H and W, written with contract ops (mean, var), so autograd, every
+// device and a compiled step need nothing of their own, and it updates the running statistics in
+// place under NoGradGuard (running = (1 - momentum) running + momentum batch, the variance's the
+// unbiased one, as PyTorch's) and counts num_batches_tracked; in evaluation mode it is the
+// batch_norm op with the running statistics. The three are buffers (state dict, to()). weight 1 and
+// bias 0 when affine. A training batch with one value per channel is an error, as in PyTorch.
+class TESSERA_NN_API BatchNorm2d : public Module {
+ public:
+  explicit BatchNorm2d(int64_t num_features, double eps = 1e-5, double momentum = 0.1, bool affine = true,
+                       Options options = {});
+  Tensor forward(const Tensor& x);  // not const: training updates the running statistics
+  Tensor weight, bias, running_mean, running_var, num_batches_tracked;
+  int64_t num_features;
+  double eps, momentum;
 };
 
 // Rows of N(0, 1) values looked up by index.

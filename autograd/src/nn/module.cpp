@@ -26,18 +26,38 @@ Tensor& Module::register_parameter(std::string name, Tensor& slot, const Tensor&
   return slot;
 }
 
-void Module::collect(const std::string& prefix, std::vector<std::pair<std::string, Tensor*>>& out) const {
-  for (const auto& [name, slot] : params_)
+Tensor& Module::register_buffer(std::string name, Tensor& slot, const Tensor& value) {
+  slot = value;
+  buffers_.emplace_back(std::move(name), &slot);
+  return slot;
+}
+
+void Module::collect(const std::string& prefix, std::vector<std::pair<std::string, Tensor*>>& out,
+                     bool buffers) const {
+  for (const auto& [name, slot] : buffers ? buffers_ : params_)
     if (slot->defined()) out.emplace_back(prefix + name, slot);
-  for (const auto& [name, m] : modules_) m->collect(prefix + name + ".", out);
+  for (const auto& [name, m] : modules_) m->collect(prefix + name + ".", out, buffers);
 }
 
 std::vector<std::pair<std::string, Tensor>> Module::named_parameters() const {
   std::vector<std::pair<std::string, Tensor*>> slots;
-  collect("", slots);
+  collect("", slots, false);
   std::vector<std::pair<std::string, Tensor>> r;
   for (auto& [n, s] : slots) r.emplace_back(n, *s);
   return r;
+}
+
+std::vector<std::pair<std::string, Tensor>> Module::named_buffers() const {
+  std::vector<std::pair<std::string, Tensor*>> slots;
+  collect("", slots, true);
+  std::vector<std::pair<std::string, Tensor>> r;
+  for (auto& [n, s] : slots) r.emplace_back(n, *s);
+  return r;
+}
+
+void Module::train(bool on) {
+  training_ = on;
+  for (auto& [name, m] : modules_) m->train(on);
 }
 
 std::vector<Tensor> Module::parameters() const {
@@ -47,10 +67,12 @@ std::vector<Tensor> Module::parameters() const {
 }
 
 void Module::to(Device device) {
-  std::vector<std::pair<std::string, Tensor*>> slots;
-  collect("", slots);
+  std::vector<std::pair<std::string, Tensor*>> slots, buffers;
+  collect("", slots, false);
+  collect("", buffers, true);
   autograd::NoGradGuard no_grad;
   for (auto& [n, s] : slots) *s = parameter(s->to(device));
+  for (auto& [n, s] : buffers) *s = s->to(device);
 }
 
 void Module::zero_grad() {
@@ -60,18 +82,21 @@ void Module::zero_grad() {
 std::map<std::string, Tensor> Module::state_dict() const {
   std::map<std::string, Tensor> r;
   for (auto& [n, t] : named_parameters()) r[n] = autograd::detach(t);
+  for (auto& [n, t] : named_buffers()) r[n] = t;
   return r;
 }
 
 void Module::load_state_dict(const std::map<std::string, Tensor>& state) {
   std::vector<std::pair<std::string, Tensor*>> slots;
-  collect("", slots);
+  collect("", slots, false);
+  const size_t params = slots.size();
+  collect("", slots, true);
   TESSERA_CHECK(state.size() == slots.size(), "load_state_dict(): the state has ", state.size(),
-                " tensors, the module ", slots.size(), " parameters");
+                " tensors, the module ", params, " parameters and ", slots.size() - params, " buffers");
   autograd::NoGradGuard no_grad;
   for (auto& [n, s] : slots) {
     auto it = state.find(n);
-    TESSERA_CHECK(it != state.end(), "load_state_dict(): missing parameter '", n, "'");
+    TESSERA_CHECK(it != state.end(), "load_state_dict(): missing parameter or buffer '", n, "'");
     TESSERA_CHECK(it->second.sizes() == s->sizes(), "load_state_dict(): '", n, "' has sizes ", it->second.sizes(),
                   " in the state and ", s->sizes(), " in the module");
     s->copy_(it->second.to(s->device(), s->dtype()));
@@ -144,6 +169,47 @@ LayerNorm::LayerNorm(std::vector<int64_t> shape, double eps_, bool elementwise_a
 Tensor LayerNorm::forward(const Tensor& x) const {
   auto opt = [](const Tensor& t) { return t.defined() ? std::optional<Tensor>(t) : std::nullopt; };
   return layer_norm(x, normalized_shape, opt(weight), opt(bias), eps);
+}
+
+BatchNorm2d::BatchNorm2d(int64_t features, double eps_, double momentum_, bool affine, Options options)
+    : num_features(features), eps(eps_), momentum(momentum_) {
+  TESSERA_CHECK(features > 0, "BatchNorm2d: num_features must be positive, got ", features);
+  TESSERA_CHECK(eps > 0 && momentum >= 0 && momentum <= 1, "BatchNorm2d: need eps > 0 and momentum in [0, 1], got eps ",
+                eps, " and momentum ", momentum);
+  autograd::NoGradGuard no_grad;
+  const TensorOptions to = TensorOptions(options.device).dtype(options.dtype);
+  if (affine) {
+    register_parameter("weight", weight, ones({features}, to));
+    register_parameter("bias", bias, zeros({features}, to));
+  }
+  register_buffer("running_mean", running_mean, zeros({features}, to));
+  register_buffer("running_var", running_var, ones({features}, to));
+  register_buffer("num_batches_tracked", num_batches_tracked, zeros({}, TensorOptions(options.device).dtype(kInt64)));
+}
+
+Tensor BatchNorm2d::forward(const Tensor& x) {
+  TESSERA_CHECK(x.dim() == 4 && x.size(1) == num_features, "BatchNorm2d(", num_features,
+                "): expected input [N, ", num_features, ", H, W], got ", x.sizes());
+  auto opt = [](const Tensor& t) { return t.defined() ? std::optional<Tensor>(t) : std::nullopt; };
+  if (!is_training())
+    return batch_norm(x, opt(weight), opt(bias), running_mean, running_var, false, momentum, eps, false);
+  TESSERA_CHECK(x.numel() / num_features > 1, "BatchNorm2d: expected more than 1 value per channel when training, got "
+                "input ", x.sizes());
+  const std::vector<int64_t> dims{0, 2, 3}, per_channel{1, num_features, 1, 1};
+  const Tensor mu = mean(x, dims, true);
+  const Tensor centred = x - mu;
+  Tensor y = centred * rsqrt(mean(centred * centred, dims, true) + eps);
+  if (weight.defined()) y = y * weight.reshape(per_channel) + bias.reshape(per_channel);
+  autograd::NoGradGuard no_grad;
+  // The unbiased variance through var(), whose count the op takes from x (also under a capture
+  // with a dynamic batch).
+  const Tensor unbiased = var(x, dims, 1, false);
+  running_mean.mul_(scalar_tensor(1 - momentum, kFloat64));
+  running_mean.add_(mu.reshape({num_features}).to(running_mean.dtype()), momentum);
+  running_var.mul_(scalar_tensor(1 - momentum, kFloat64));
+  running_var.add_(unbiased.to(running_var.dtype()), momentum);
+  num_batches_tracked.add_(scalar_tensor(int64_t(1), kInt64));
+  return y;
 }
 
 Embedding::Embedding(int64_t num_embeddings, int64_t embedding_dim, Options options) {

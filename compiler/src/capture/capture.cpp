@@ -54,6 +54,10 @@ struct Tracer final : ShapeContext {
     Tensor grad_before;
   };
   std::vector<Lifted> lifted;
+  // Leaves that require grad and reached the capture only as another handle on a lifted tensor (a
+  // BatchNorm2d weight lifted first as its [1, C, 1, 1] reshape, then stepped by the optimizer):
+  // their .grad is state as a lifted leaf's is. grad_before is their .grad when first seen.
+  std::vector<Lifted> other_leaves;
   std::unordered_map<const StorageImpl*, size_t> lifted_storage;  // the first entry of `lifted` on each storage
 
   Tracer() {
@@ -106,6 +110,16 @@ struct Tracer final : ShapeContext {
     return bind(t, lift_weight(t));
   }
 
+  void note_other_leaf(const Tensor& t, const Lifted& first) {
+    if (t.impl() == first.live.impl() || !autograd::requires_grad(t) || !autograd::is_leaf(t)) return;
+    for (const Lifted& l : other_leaves)
+      if (l.live.impl() == t.impl()) return;
+    const Tensor g = autograd::grad(t);
+    other_leaves.push_back({first.name + "_leaf", first.placeholder, t, true,
+                            g.defined() && g.key_set().has(Functionality::Export) ? Tensor() : g});
+    keep.push_back(t);
+  }
+
   ValueId lift_weight(const Tensor& t) {
     // Another handle on a tensor lifted before (a saved tensor autograd unpacked for a backward
     // formula shares the parameter's storage and geometry) is that tensor's current value: its copy
@@ -114,6 +128,7 @@ struct Tracer final : ShapeContext {
       auto same = lifted_storage.find(t.storage().get());
       if (same != lifted_storage.end() && lifted[same->second].live.dtype() == t.dtype()) {
         const Tensor& first = lifted[same->second].live;
+        note_other_leaf(t, lifted[same->second]);
         const ValueId now = value_of.at(first.impl());
         if (first.sizes() == t.sizes() && first.strides() == t.strides() && first.storage_offset() == t.storage_offset())
           return now;
@@ -449,7 +464,11 @@ struct Tracer final : ShapeContext {
         if (l->live.is_contiguous()) ep.weights[l->name] = l->live;
         ep.live_weights.insert(l->name);
       }
-    for (const Lifted& l : lifted) {
+    std::vector<const Lifted*> leaves;
+    for (const Lifted& l : lifted) leaves.push_back(&l);
+    for (const Lifted& l : other_leaves) leaves.push_back(&l);
+    for (const Lifted* lp : leaves) {
+      const Lifted& l = *lp;
       const Tensor g = traced_grad(l);
       if (!g.defined()) continue;
       // A gradient accumulated into the .grad the leaf had before the step would read that tensor
@@ -518,8 +537,9 @@ class GradRestore {
  public:
   explicit GradRestore(Tracer& tr) : tr_(tr) {}
   ~GradRestore() {
-    for (const Tracer::Lifted& l : tr_.lifted)
-      if (Tracer::traced_grad(l).defined()) autograd::set_grad(l.live, l.grad_before);
+    for (const std::vector<Tracer::Lifted>* all : {&tr_.lifted, &tr_.other_leaves})
+      for (const Tracer::Lifted& l : *all)
+        if (Tracer::traced_grad(l).defined()) autograd::set_grad(l.live, l.grad_before);
   }
   GradRestore(const GradRestore&) = delete;
   GradRestore& operator=(const GradRestore&) = delete;
