@@ -1,5 +1,6 @@
 // The backward engine: nodes, saved tensors, gradient accumulation, backward() and grad().
 #include <algorithm>
+#include <atomic>
 #include <map>
 #include <optional>
 #include <queue>
@@ -90,10 +91,15 @@ Tensor sum_to(const Tensor& grad, IntArrayRef sizes) {
 // ---- the gradient accumulator of a leaf
 
 namespace {
+std::atomic<LeafGradObserver> leaf_grad_observer{nullptr};
+
 class AccumulateGrad final : public Node {
  public:
+  // Holds the leaf (as PyTorch's AccumulateGrad holds its variable; the leaf's meta holds this node
+  // weakly, so there is no cycle): a capture is told which leaf a traced gradient went to.
   explicit AccumulateGrad(std::shared_ptr<detail::AutogradMeta> meta, const Tensor& leaf)
-      : Node(1, {}), meta_(std::move(meta)), sizes_(leaf.sizes().begin(), leaf.sizes().end()), dtype_(leaf.dtype()) {}
+      : Node(1, {}), meta_(std::move(meta)), leaf_(leaf), sizes_(leaf.sizes().begin(), leaf.sizes().end()),
+        dtype_(leaf.dtype()) {}
   std::string name() const override { return "AccumulateGrad"; }
   // Leaf hooks, then the hooks registered on the node.
   Tensor run_leaf_hooks(Tensor g) {
@@ -114,6 +120,15 @@ class AccumulateGrad final : public Node {
     TESSERA_CHECK(g.sizes() == IntArrayRef(sizes_), "AccumulateGrad: the gradient has sizes ", g.sizes(),
                   ", the leaf ", IntArrayRef(sizes_));
     if (g.dtype() != dtype_) g = g.to(dtype_);
+    if (g.key_set().has(Functionality::Export))
+      if (LeafGradObserver observe = leaf_grad_observer.load(std::memory_order_acquire)) {
+        Tensor before;
+        {
+          std::lock_guard lock(meta_->mu);
+          before = meta_->grad;
+        }
+        observe(leaf_, before);
+      }
     std::lock_guard lock(meta_->mu);
     if (!meta_->grad.defined()) meta_->grad = g.use_count() == 1 && g.is_contiguous() ? g : g.clone();
     else meta_->grad = tessera::add(meta_->grad, g);
@@ -122,10 +137,15 @@ class AccumulateGrad final : public Node {
 
  private:
   std::shared_ptr<detail::AutogradMeta> meta_;
+  Tensor leaf_;
   std::vector<int64_t> sizes_;
   DType dtype_;
 };
 }  // namespace
+
+void set_leaf_grad_observer(LeafGradObserver observer) {
+  leaf_grad_observer.store(observer, std::memory_order_release);
+}
 
 std::shared_ptr<Node> detail::grad_accumulator(const Tensor& leaf, const std::shared_ptr<AutogradMeta>& meta) {
   std::lock_guard lock(meta->mu);

@@ -444,6 +444,35 @@ TEST_P(CompiledStep, BatchNormRunningStatisticsAreProgramState) {
   EXPECT_EQ(compiled.stats().eager_calls, 0);
 }
 
+// A compiled forward and backward without an optimizer, whose parameter appears only through a view
+// (w.t()): autograd reports the leaf its traced gradient went to, so the program sets w's .grad as
+// the eager backward does.
+TEST_P(CompiledStep, AParameterSeenOnlyThroughAViewGetsItsGrad) {
+  manual_seed(21);
+  const Tensor w0 = randn({3, 4});
+  Tensor w = ag::set_requires_grad(w0.clone()), eager_w = ag::set_requires_grad(w0.clone());
+  auto loss_and_grad = [](Tensor& p) -> ExportFn {
+    return [&p](const std::vector<Tensor>& in) {
+      ag::set_grad(p, Tensor());
+      Tensor loss = tanh(matmul(in[0], p.t())).sum();
+      ag::backward(loss);
+      return std::vector<Tensor>{loss};
+    };
+  };
+  CompiledFunction compiled = compile(loss_and_grad(w), options(GetParam()));
+  const ExportFn eager = loss_and_grad(eager_w);
+  for (int s = 0; s < 3; ++s) {
+    const Tensor x = randn({5, 4});
+    const double ours = compiled({x})[0].item<double>();
+    const double loss = eager({x})[0].item<double>();
+    EXPECT_NEAR(ours, loss, 1e-5 * std::abs(loss)) << "call " << s;
+    ASSERT_TRUE(ag::grad(w).defined());
+    EXPECT_LT(max_rel_diff(ag::grad(w), ag::grad(eager_w)), 1e-5) << "call " << s;
+  }
+  EXPECT_EQ(compiled.stats().compiles, 1);
+  EXPECT_EQ(compiled.artifacts().at(0).backend, GetParam());
+}
+
 // A transformer block at other batch and sequence lengths: the second shape captures both dims
 // symbolic (the attention's select of q, k and v from one projection, their gradients padded back
 // into it, the causal mask of the backward and the linears' gradients over [batch, seq] keep them

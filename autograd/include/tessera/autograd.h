@@ -183,6 +183,11 @@ TESSERA_AUTOGRAD_API Tensor sum_to(const Tensor& grad, IntArrayRef sizes);
 // back over a dynamic dim (sum's, mean's) takes that size from the input instead of its example.
 using DynamicDimsQuery = std::vector<bool> (*)(const Tensor& tracing);
 TESSERA_AUTOGRAD_API void set_dynamic_dims_query(DynamicDimsQuery query);
+// Under a capture, called when a leaf is about to receive a traced gradient, with its .grad before
+// (Note [Program state] in tessera/compiler/ir.h: the leaf's .grad is an output of the program,
+// also for a leaf the capture saw only through a view). Set by libtessera_compiler.
+using LeafGradObserver = void (*)(const Tensor& leaf, const Tensor& grad_before);
+TESSERA_AUTOGRAD_API void set_leaf_grad_observer(LeafGradObserver observer);
 
 // A saved tensor with the version check of Note [Saved tensors] (engine.cpp).
 class TESSERA_AUTOGRAD_API SavedTensor {

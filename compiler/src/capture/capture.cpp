@@ -54,9 +54,9 @@ struct Tracer final : ShapeContext {
     Tensor grad_before;
   };
   std::vector<Lifted> lifted;
-  // Leaves that require grad and reached the capture only as another handle on a lifted tensor (a
-  // BatchNorm2d weight lifted first as its [1, C, 1, 1] reshape, then stepped by the optimizer):
-  // their .grad is state as a lifted leaf's is. grad_before is their .grad when first seen.
+  // Leaves that received a traced gradient but were not lifted themselves (a BatchNorm2d weight the
+  // capture saw only as its [1, C, 1, 1] reshape): autograd reports them (set_leaf_grad_observer),
+  // and their .grad is state as a lifted leaf's is.
   std::vector<Lifted> other_leaves;
   std::unordered_map<const StorageImpl*, size_t> lifted_storage;  // the first entry of `lifted` on each storage
 
@@ -110,14 +110,17 @@ struct Tracer final : ShapeContext {
     return bind(t, lift_weight(t));
   }
 
-  void note_other_leaf(const Tensor& t, const Lifted& first) {
-    if (t.impl() == first.live.impl() || !autograd::requires_grad(t) || !autograd::is_leaf(t)) return;
-    for (const Lifted& l : other_leaves)
-      if (l.live.impl() == t.impl()) return;
-    const Tensor g = autograd::grad(t);
-    other_leaves.push_back({first.name + "_leaf", first.placeholder, t, true,
-                            g.defined() && g.key_set().has(Functionality::Export) ? Tensor() : g});
-    keep.push_back(t);
+  void note_leaf_grad(const Tensor& leaf, const Tensor& grad_before) {
+    for (const std::vector<Lifted>* all : {&lifted, &other_leaves})
+      for (const Lifted& l : *all)
+        if (l.live.impl() == leaf.impl() && l.leaf_requires_grad) return;
+    std::string name;
+    auto p = parameter_name.find(leaf.impl());
+    if (p != parameter_name.end()) name = p->second;
+    else name = "leaf_" + std::to_string(other_leaves.size());
+    const bool traced = grad_before.defined() && grad_before.key_set().has(Functionality::Export);
+    other_leaves.push_back({name, ValueId(0), leaf, true, traced ? Tensor() : grad_before});
+    keep.push_back(leaf);
   }
 
   ValueId lift_weight(const Tensor& t) {
@@ -128,7 +131,6 @@ struct Tracer final : ShapeContext {
       auto same = lifted_storage.find(t.storage().get());
       if (same != lifted_storage.end() && lifted[same->second].live.dtype() == t.dtype()) {
         const Tensor& first = lifted[same->second].live;
-        note_other_leaf(t, lifted[same->second]);
         const ValueId now = value_of.at(first.impl());
         if (first.sizes() == t.sizes() && first.strides() == t.strides() && first.storage_offset() == t.storage_offset())
           return now;
@@ -576,8 +578,11 @@ void traced_read(const TensorImpl& t, const char* call) {
                           "pass it in, or express the computation with tensor ops");
 }
 
-// Installs the hooks while at least one capture runs in the process, so that outside captures the
-// Export key falls through as any functionality without a kernel does.
+// Note [Program state]: autograd reports each leaf a traced gradient goes to.
+void leaf_grad(const Tensor& leaf, const Tensor& grad_before) {
+  if (Tracer* tr = t_tracer) tr->note_leaf_grad(leaf, grad_before);
+}
+
 // Note [Dynamic sizes in backward formulas] (autograd): which dims of a tracing tensor are symbolic.
 std::vector<bool> dynamic_dims(const Tensor& t) {
   Tracer* tr = t_tracer;
@@ -591,6 +596,8 @@ std::vector<bool> dynamic_dims(const Tensor& t) {
 std::mutex g_hooks_mutex;
 int g_active_captures = 0;
 
+// Installs the hooks while at least one capture runs in the process, so that outside captures the
+// Export key falls through as any functionality without a kernel does.
 class CaptureScope {
  public:
   explicit CaptureScope(Tracer& tr) : include_(kExportKey) {
@@ -601,6 +608,7 @@ class CaptureScope {
       set_export_hook(export_hook);
       set_traced_read_handler(traced_read);
       autograd::set_dynamic_dims_query(dynamic_dims);
+      autograd::set_leaf_grad_observer(leaf_grad);
     }
     t_tracer = &tr;
   }
@@ -611,6 +619,7 @@ class CaptureScope {
       set_export_hook(nullptr);
       set_traced_read_handler(nullptr);
       autograd::set_dynamic_dims_query(nullptr);
+      autograd::set_leaf_grad_observer(nullptr);
     }
   }
   CaptureScope(const CaptureScope&) = delete;
