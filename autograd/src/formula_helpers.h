@@ -45,6 +45,10 @@ Tensor repeat_backward(const Tensor& grad, const Sizes& self_sizes, const Sizes&
 // elements get zeros); "reflect", "replicate", "circular": each padded element's gradient added to
 // the input element it copied, dim by dim.
 Tensor pad_backward(const Tensor& grad, const Sizes& pad, const std::string& mode);
+// _resize: grad times each resized dim's weights transposed (Note [Resize backward]).
+Tensor resize_backward(const Tensor& grad, const Sizes& self_sizes, const Sizes& size, const std::string& mode,
+                       const std::string& coordinate_transformation_mode, const std::string& nearest_mode,
+                       double cubic_coeff_a, bool exclude_outside, const std::optional<Tensor>& scales);
 // linalg_vector_norm: PyTorch's norm_backward (ord 0, 1, 2, inf/-inf, any other p; 0 where the norm is 0).
 Tensor vector_norm_backward(const Tensor& grad, const Tensor& self, const Tensor& result, const Scalar& ord,
                             const Sizes& dim, bool keepdim);

@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "formula_helpers.h"
+#include "tessera/dispatcher.h"
 
 namespace tessera::autograd::formulas {
 
@@ -296,6 +297,45 @@ Tensor avg_pool2d_backward(const Tensor& grad, const Sizes& self_sizes, const Si
   for (int64_t i = 0; i < g.k[0]; ++i)
     for (int64_t j = 0; j < g.k[1]; ++j) input_grad.add(i, j, share);
   return input_grad.sum();
+}
+
+namespace {
+// Note [Resize backward]
+// _resize (ONNX Resize) is separable: every mode resamples one resized dim at a time, output index o
+// of dim d a fixed weighted sum of input indices (nearest: one weight 1; linear: two; cubic: four,
+// renormalised per dim by exclude_outside). So the forward is x times a matrix W_d (in_d x out_d) per
+// dim, and the gradient is grad times W_d^T per dim. W_d comes from the forward itself, applied to
+// the identity along the dim (rows of an in_d x in_d identity resized to out_d columns, the same
+// mode, coordinate transformation and scale): no second statement of the sampling rules, and every
+// device's _resize kernel gives its own weights.
+Tensor resize_weights(const Tensor& grad, int64_t in, int64_t out, const std::string& mode, const std::string& ctm,
+                      const std::string& nearest_mode, double cubic_coeff_a, bool exclude_outside,
+                      const std::optional<Tensor>& scale) {
+  const TensorOptions opts = TensorOptions(grad.device()).dtype(kInt64);
+  Tensor eye = eq(arange(in, opts).unsqueeze(1), arange(in, opts).unsqueeze(0)).to(grad.dtype());
+  Dispatcher& d = Dispatcher::instance();
+  static OperatorEntry& op = d.op("_resize");
+  Stack args{eye, std::vector<int64_t>{out}, mode, ctm, nearest_mode, cubic_coeff_a, exclude_outside, scale};
+  return std::get<Tensor>(d.call_boxed(op, std::move(args)).at(0));  // [in, out]
+}
+}  // namespace
+
+Tensor resize_backward(const Tensor& grad, const Sizes& self_sizes, const Sizes& size, const std::string& mode,
+                       const std::string& coordinate_transformation_mode, const std::string& nearest_mode,
+                       double cubic_coeff_a, bool exclude_outside, const std::optional<Tensor>& scales) {
+  const int64_t rank = int64_t(self_sizes.size()), k = int64_t(size.size());
+  Tensor g = grad;
+  for (int64_t i = 0; i < k; ++i) {
+    const int64_t dim = rank - k + i, in = self_sizes[size_t(dim)], out = size[size_t(i)];
+    if (in == out && !scales) continue;  // every mode maps a dim to its own size by the identity
+    std::optional<Tensor> scale;
+    if (scales) scale = scales->narrow(0, i, 1);
+    const Tensor w = resize_weights(g, in, out, mode, coordinate_transformation_mode, nearest_mode, cubic_coeff_a,
+                                    exclude_outside, scale);
+    // g [..., out_d, ...] with dim and the last exchanged, times W_d^T [out, in], exchanged back.
+    g = matmul(g.transpose(dim, rank - 1), w.transpose(0, 1)).transpose(dim, rank - 1);
+  }
+  return g;
 }
 
 }  // namespace tessera::autograd::formulas

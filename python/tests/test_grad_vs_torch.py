@@ -27,6 +27,10 @@ _GIDX = np.array([[0, 2, 2], [1, 1, 0]], dtype=np.int64)
 _SIDX = np.array([[0, 1, 1], [3, 0, 0]], dtype=np.int64)
 _GIDX_T, _SIDX_T = tessera.from_numpy(_GIDX.copy()), tessera.from_numpy(_SIDX.copy())
 
+def _resize(a, size, mode, ctm, nearest="round_prefer_floor"):
+    return tessera._C.op("_resize")(a, size, mode, ctm, nearest)
+
+
 # (name, function of tessera tensors, function of torch tensors, input makers)
 CASES = [
     ("add_broadcast", lambda a, b: tessera.add(a, b, alpha=2.5), lambda a, b: torch.add(a, b, alpha=2.5),
@@ -122,6 +126,20 @@ CASES = [
      lambda a: torch.nn.functional.max_pool2d(a, [2, 2], [2, 2]), [lambda r: r.integers(0, 2, (3, 5, 4))]),
     ("avg_pool2d_overlapping_padded", lambda a: tessera.avg_pool2d(a, [3, 3], [2, 1], [1, 1]),
      lambda a: torch.nn.functional.avg_pool2d(a, [3, 3], [2, 1], [1, 1]), [lambda r: r.standard_normal((2, 3, 7, 6))]),
+    # _resize (ONNX Resize) against F.interpolate: bilinear / bicubic without align_corners are
+    # pytorch_half_pixel, with it align_corners; nearest is asymmetric with floor.
+    ("resize_bilinear", lambda a: _resize(a, [7, 4], "linear", "pytorch_half_pixel"),
+     lambda a: torch.nn.functional.interpolate(a, size=(7, 4), mode="bilinear", align_corners=False),
+     [lambda r: r.standard_normal((2, 3, 5, 6))]),
+    ("resize_bicubic_align_corners", lambda a: _resize(a, [9, 3], "cubic", "align_corners"),
+     lambda a: torch.nn.functional.interpolate(a, size=(9, 3), mode="bicubic", align_corners=True),
+     [lambda r: r.standard_normal((1, 2, 4, 5))]),
+    ("resize_bicubic", lambda a: _resize(a, [3, 8], "cubic", "pytorch_half_pixel"),
+     lambda a: torch.nn.functional.interpolate(a, size=(3, 8), mode="bicubic", align_corners=False),
+     [lambda r: r.standard_normal((2, 1, 6, 5))]),
+    ("resize_nearest", lambda a: _resize(a, [5, 9], "nearest", "asymmetric", "floor"),
+     lambda a: torch.nn.functional.interpolate(a, size=(5, 9), mode="nearest"),
+     [lambda r: r.standard_normal((2, 2, 4, 4))]),
     ("vector_norm", lambda a: tessera.linalg_vector_norm(a, 2, [1]) + tessera.linalg_vector_norm(a, 3.0, [0]).sum(),
      lambda a: torch.linalg.vector_norm(a, 2, [1]) + torch.linalg.vector_norm(a, 3.0, [0]).sum(),
      [lambda r: away(r, (3, 4))]),

@@ -159,6 +159,44 @@ TEST_F(GradCheck, PadReflectReplicateCircular) {
   EXPECT_EQ(testing::values(autograd::grad(x)), (std::vector<double>{3, 1, 2}));
 }
 
+// _resize (ONNX Resize; no C++ function, so boxed): every mode is linear in its input, one matrix
+// per resized dim (Note [Resize backward]). Up and down, 1-D to 3-D, each coordinate transformation,
+// scales given, cubic with exclude_outside, a non-contiguous input, and leading dims resized too.
+Tensor resize_call(const Tensor& x, std::vector<int64_t> size, const std::string& mode, const std::string& ctm,
+                   const std::string& nearest = "round_prefer_floor", double a = -0.75, bool exclude = false,
+                   std::optional<Tensor> scales = std::nullopt) {
+  Dispatcher& d = Dispatcher::instance();
+  return std::get<Tensor>(
+      d.call_boxed(d.op("_resize"), {x, std::move(size), mode, ctm, nearest, a, exclude, std::move(scales)}).at(0));
+}
+
+TEST_F(GradCheck, Resize) {
+  for (const std::string ctm : {"half_pixel", "align_corners", "asymmetric", "pytorch_half_pixel",
+                                "half_pixel_symmetric"}) {
+    SCOPED_TRACE(ctm);
+    for (const std::string mode : {"nearest", "linear", "cubic"}) {
+      SCOPED_TRACE(mode);
+      gradcheck([&](const V& x) { return resize_call(x[0], {9}, mode, ctm); }, {u({2, 4})}, {0});
+      gradcheck([&](const V& x) { return resize_call(x[0], {3, 7}, mode, ctm); }, {u({2, 1, 5, 3})}, {0});
+      gradcheck([&](const V& x) { return resize_call(x[0], {2, 6}, mode, ctm, "ceil", -0.5, true); },
+                {noncontiguous(u({2, 3, 5, 4}))}, {0});
+    }
+  }
+  // Three dims with scales that are not size / input size, and a leading dim resized.
+  Tensor scales = tensor(std::vector<float>{1.5f, 0.75f, 2.5f}, {3});
+  gradcheck([&](const V& x) { return resize_call(x[0], {6, 3, 5}, "linear", "asymmetric", "floor", -0.75, false, scales); },
+            {u({4, 4, 2})}, {0});
+  gradcheck([&](const V& x) { return resize_call(x[0], {3, 2, 4, 6}, "cubic", "half_pixel"); }, {u({2, 2, 3, 3})}, {0});
+  // By hand: nearest 2x of [a, b, c] is [a, a, b, b, c, c], so ones give 2 each; asymmetric floor
+  // down to 2 reads a and b (sources 0 and 1.5, floored to 1), so c gets nothing.
+  Tensor x = autograd::set_requires_grad(u({1, 3}));
+  autograd::backward(resize_call(x, {6}, "nearest", "half_pixel").sum());
+  EXPECT_EQ(testing::values(autograd::grad(x)), (std::vector<double>{2, 2, 2}));
+  Tensor y = autograd::set_requires_grad(u({1, 3}));
+  autograd::backward(resize_call(y, {2}, "nearest", "asymmetric", "floor").sum());
+  EXPECT_EQ(testing::values(autograd::grad(y)), (std::vector<double>{1, 1, 0}));
+}
+
 TEST_F(GradCheck, GroupNormAndBatchNorm) {
   // group_norm: 2 groups of 2 channels, with and without the affine part; 1 group (layer norm over C, H).
   gradcheck([](const V& x) { return group_norm(x[0], 2, x[1], x[2], 1e-5); },
