@@ -59,8 +59,9 @@ BENCHMARK(BM_MlpTrainStep);
 // Fused and op by op, on 8 large parameters and on 200 small ones.
 void optimizer_args(benchmark::internal::Benchmark* b) {
   b->ArgNames({"fused", "params", "numel"});
-  for (int64_t fused : {0, 1}) b->Args({fused, 8, 1 << 20});
-  for (int64_t fused : {0, 1}) b->Args({fused, 200, 4096});
+  for (int64_t fused : {0, 1, 2}) b->Args({fused, 8, 1 << 20});
+  for (int64_t fused : {0, 1, 2}) b->Args({fused, 200, 4096});
+  for (int64_t fused : {0, 1, 2}) b->Args({fused, 1000, 256});
   b->UseRealTime()->Unit(benchmark::kMillisecond);
 }
 
@@ -75,29 +76,59 @@ std::vector<Tensor> parameters_with_grads(int64_t count, int64_t numel) {
   return params;
 }
 
-// Note [Fused optimizer step]: one AdamW step over `params` parameters of `numel` floats each,
-// the fused op (arg fused = 1: the CPU's _fused_adam_ kernel) against the op-by-op update (0).
+// Note [Fused optimizer step]: one AdamW step over `params` parameters of `numel` floats each: the
+// optimizer's step with the list op (arg fused = 2: the CPU's _multi_tensor_adam_ kernel, one call),
+// one per-parameter op per parameter (1: _fused_adam_, what the step called before the list op),
+// and the op-by-op update (0).
 void BM_AdamWStep(benchmark::State& state) {
-  const bool fused = state.range(0) != 0;
+  const int64_t fused = state.range(0);
   const int64_t count = state.range(1), numel = state.range(2);
   const std::vector<Tensor> params = parameters_with_grads(count, numel);
   nn::optim::AdamOptions o{.lr = 1e-3, .weight_decay = 0.01};
-  o.fused = fused;
+  o.fused = fused != 0;
   nn::optim::AdamW opt(params, o);
-  for (auto _ : state) opt.step();
+  if (fused == 1) {
+    std::vector<Tensor> m, v, g;
+    for (const Tensor& p : params) {
+      m.push_back(zeros_like(p));
+      v.push_back(zeros_like(p));
+      g.push_back(autograd::grad(p));
+    }
+    const FusedAdamArgs a{.lr = 1e-3, .weight_decay = 0.01, .bias_correction1 = 0.1, .bias_correction2 = 0.001,
+                          .decoupled_weight_decay = true};
+    autograd::NoGradGuard no_grad;
+    for (auto _ : state)
+      for (size_t i = 0; i < params.size(); ++i) _fused_adam_(params[i], m[i], v[i], g[i], a);
+  } else {
+    for (auto _ : state) opt.step();
+  }
   state.SetBytesProcessed(state.iterations() * count * numel * int64_t(sizeof(float)) * 7);  // 4 reads, 3 writes
 }
 BENCHMARK(BM_AdamWStep)
 ->Apply(optimizer_args);
 
-// The same for SGD with Nesterov momentum and weight decay (_fused_sgd_ against op by op).
+// The same for SGD with Nesterov momentum and weight decay (_multi_tensor_sgd_, _fused_sgd_ per
+// parameter, op by op).
 void BM_SGDStep(benchmark::State& state) {
-  const bool fused = state.range(0) != 0;
+  const int64_t fused = state.range(0);
   const int64_t count = state.range(1), numel = state.range(2);
   const std::vector<Tensor> params = parameters_with_grads(count, numel);
   nn::optim::SGDOptions o{.lr = 1e-3, .momentum = 0.9, .weight_decay = 0.01, .nesterov = true};
-  o.fused = fused;
+  o.fused = fused != 0;
   nn::optim::SGD opt(params, o);
+  if (fused == 1) {
+    std::vector<Tensor> buf, g;
+    for (const Tensor& p : params) {
+      buf.push_back(zeros_like(p));
+      g.push_back(autograd::grad(p));
+    }
+    const FusedSgdArgs a{.lr = 1e-3, .momentum = 0.9, .weight_decay = 0.01, .nesterov = true};
+    autograd::NoGradGuard no_grad;
+    for (auto _ : state)
+      for (size_t i = 0; i < params.size(); ++i) _fused_sgd_(params[i], buf[i], g[i], a);
+    state.SetBytesProcessed(state.iterations() * count * numel * int64_t(sizeof(float)) * 5);
+    return;
+  }
   opt.step();  // the first step makes the buffers
   for (auto _ : state) opt.step();
   state.SetBytesProcessed(state.iterations() * count * numel * int64_t(sizeof(float)) * 5);  // 3 reads, 2 writes

@@ -82,6 +82,20 @@ void bump_written_versions(const MetaCall& m, const CallFrame& f) {
   }
 }
 
+// A written Tensor[] (`Tensor(a!)[]`): no element may write one memory location twice, and each
+// gets new contents. Its shape rule checks what the elements may share with each other.
+void write_list(const OperatorEntry& op, const MetaCall& m, const CallFrame& f) {
+  for (int i = m.list_begin; i < m.list_begin + m.list_size; ++i) {
+    const TensorImpl* t = f.tensors[i];
+    if (!t) continue;
+    TESSERA_CHECK(has_internal_overlap(*t) != MemOverlap::Yes, op.name, ": unsupported operation: element ",
+                  i - m.list_begin, " of the written Tensor[] (sizes ", t->sizes(), ", strides ", t->strides(),
+                  ") has elements that refer to a single memory location. Please clone() the tensor first.");
+  }
+  for (int i = m.list_begin; i < m.list_begin + m.list_size; ++i)
+    if (f.tensors[i] && f.tensors[i]->storage()) f.tensors[i]->storage()->bump_version();
+}
+
 [[noreturn]] void unusable_error(const OperatorEntry& op, int index, const StorageImpl& s) {
   detail::throw_error(ErrorCode::InvalidArgument, op.name + ": tensor argument " + std::to_string(index) +
                                                       " has unusable storage because " + s.unusable_reason());
@@ -439,6 +453,10 @@ std::atomic<ExportHook> g_export_hook{nullptr};
 // Note [Export hook] (dispatcher.h).
 [[gnu::noinline]] int export_call(ExportHook hook, OperatorEntry& op, const CallFrame& f, const MetaCall& m, Device dev,
                                   Tensor* outs) {
+  // A traced op's effect is its outputs; one that writes a Tensor[] in place has none to trace.
+  TESSERA_CHECK(!op.writes_list, op.name,
+                ": writes its Tensor[] argument in place, which a capture cannot record; inside a compiled function "
+                "call the per-tensor op instead (an optimizer constructed with capturable = true does)");
   profile_resolution("capture");  // traced, not run: the summary must not count it as a kernel run
   ExportCall call;
   call.op = &op;
@@ -585,6 +603,7 @@ static int dispatch_call(OperatorEntry& op, const CallFrame& f, Tensor* outs) {
   }
   if (__builtin_expect(ks.has(Functionality::Export), 0))
     if (ExportHook hook = g_export_hook.load(std::memory_order_acquire)) return export_call(hook, op, f, m, dev, outs);
+  if (__builtin_expect(op.writes_list, 0)) write_list(op, m, f);
   DType kdtype = m.compute_dtype ? *m.compute_dtype
                                  : (any ? f.tensors[0] ? f.tensors[0]->dtype() : any->dtype()
                                         : (m.num_outputs ? m.outputs[0].dtype : kFloat32));

@@ -1,4 +1,8 @@
 // Shape rules of the nn, indexing and list ops of the catalogue (meta_rules.h).
+#include <cstdint>
+#include <utility>
+#include <vector>
+
 #include "memory_format_internal.h"
 #include "meta_rules.h"
 
@@ -222,15 +226,20 @@ void check_optimizer_tensors(const MetaCall& m, std::initializer_list<const char
   }
 }
 
-// _fused_adam_ (Note [Fused optimizer step] in nn.h): the parameter, its two moments and its gradient
-// have one floating dtype and one shape; the step writes the first three in place.
-void meta_fused_adam_(MetaCall& m) {
-  check_optimizer_tensors(m, {"self", "exp_avg", "exp_avg_sq", "grad"});
-  using A = op::_fused_adam_::attr;
+// Adam's bias corrections, attributes of the op A (_fused_adam_ or _multi_tensor_adam_).
+template <typename A>
+void check_bias_corrections(const MetaCall& m) {
   for (int a : {int(A::bias_correction1), int(A::bias_correction2)}) {
     const double bc = attr_double(m, a);
     TESSERA_CHECK(bc > 0 && bc <= 1, m.op_name, ": bias corrections are 1 - beta^t, in (0, 1]; got ", bc);
   }
+}
+
+// _fused_adam_ (Note [Fused optimizer step] in nn.h): the parameter, its two moments and its gradient
+// have one floating dtype and one shape; the step writes the first three in place.
+void meta_fused_adam_(MetaCall& m) {
+  check_optimizer_tensors(m, {"self", "exp_avg", "exp_avg_sq", "grad"});
+  check_bias_corrections<op::_fused_adam_::attr>(m);
   m.alias_output(0);
   m.alias_output(1);
   m.alias_output(2);
@@ -244,5 +253,66 @@ void meta_fused_sgd_(MetaCall& m) {
   m.alias_output(0);
   m.alias_output(1);
 }
+
+namespace {
+// The list of a multi-tensor optimizer step (Note [Fused optimizer step] in nn.h): `roles` blocks of
+// n tensors each (params, then each state, then grads); tensor i of every block has the shape of
+// param i, and all have param 0's floating dtype and device. The kernels update the blocks in one
+// pass each, in parallel across tensors, so no two tensors of the list may share memory.
+void check_multi_tensor_list(const MetaCall& m, std::initializer_list<const char*> roles) {
+  const int64_t k = int64_t(roles.size());
+  TESSERA_CHECK(m.list_size > 0 && m.list_size % k == 0, m.op_name, ": tensors holds ", k,
+                " blocks of one tensor per parameter (", [&] {
+                  std::string s;
+                  for (const char* r : roles) s += (s.empty() ? "" : ", ") + std::string(r);
+                  return s;
+                }(), "), so its length must be a positive multiple of ", k, "; got ", m.list_size);
+  const int64_t n = m.list_size / k;
+  const TensorImpl* const* t = m.tensors + m.list_begin;
+  const TensorImpl& first = *t[0];
+  TESSERA_CHECK(is_floating(first.dtype()), m.op_name, ": parameters must be floating tensors, got ", first.dtype());
+  // Which list index owns each storage: an open-addressing table of twice the list's length (a
+  // model's thousands of tensors are checked in microseconds, where a sort or a node-based map
+  // would cost as much as the step itself).
+  size_t cap = 16;
+  while (cap < size_t(m.list_size) * 2) cap *= 2;
+  std::vector<std::pair<const void*, int64_t>> owner(cap, {nullptr, -1});
+  auto claim = [&](const void* storage, int64_t at) {
+    size_t h = (reinterpret_cast<uintptr_t>(storage) >> 4) * 0x9E3779B97F4A7C15ull;
+    for (size_t i = h >> 20 & (cap - 1);; i = (i + 1) & (cap - 1)) {
+      if (owner[i].first == nullptr) {
+        owner[i] = {storage, at};
+        return;
+      }
+      TESSERA_CHECK(owner[i].first != storage, m.op_name, ": tensors ", owner[i].second, " and ", at,
+                    " share memory; every parameter, gradient and state tensor of the list needs its own storage");
+    }
+  };
+  int64_t r = 0;
+  for (const char* role : roles) {
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t at = r * n + i;
+      TESSERA_CHECK(t[at] != nullptr, m.op_name, ": ", role, " ", i, " is undefined");
+      const TensorImpl& x = *t[at];
+      TESSERA_CHECK(x.dtype() == first.dtype() && x.device() == first.device(), m.op_name, ": ", role, " ", i,
+                    " is ", x.dtype(), " on ", x.device(), " but parameter 0 is ", first.dtype(), " on ",
+                    first.device(), "; one call takes one dtype on one device (group the parameters)");
+      TESSERA_CHECK(x.sizes() == t[i]->sizes(), m.op_name, ": ", role, " ", i, " has shape ", x.sizes(),
+                    " but parameter ", i, " has ", t[i]->sizes(), "; a parameter's gradient and state have its shape");
+      if (x.numel() > 0 && x.storage()) claim(x.storage().get(), at);
+    }
+    ++r;
+  }
+}
+}  // namespace
+
+// _multi_tensor_adam_: _fused_adam_ over a list of parameters [params, exp_avgs, exp_avg_sqs, grads].
+void meta_multi_tensor_adam_(MetaCall& m) {
+  check_multi_tensor_list(m, {"param", "exp_avg", "exp_avg_sq", "grad"});
+  check_bias_corrections<op::_multi_tensor_adam_::attr>(m);
+}
+
+// _multi_tensor_sgd_: _fused_sgd_ over a list [params, momentum_buffers, grads].
+void meta_multi_tensor_sgd_(MetaCall& m) { check_multi_tensor_list(m, {"param", "momentum_buffer", "grad"}); }
 
 }  // namespace tessera::meta

@@ -399,6 +399,25 @@ void register_core_composites(Dispatcher& d) {
     p.add_(div(m, add(sqrt(div(v, number(bc2))), number(eps))), -lr / bc1);
     return {p, m, v};
   });
+  // The multi-tensor steps on a device without a kernel for them: the per-parameter op, which runs
+  // the device's own _fused_adam_ / _fused_sgd_ kernel or its composite.
+  d.register_composite(d.op("_multi_tensor_adam_"), [](const Stack& args) -> Stack {
+    const std::vector<Tensor>& t = std::get<std::vector<Tensor>>(args[0]);
+    const FusedAdamArgs a{std::get<double>(args[1]), std::get<double>(args[2]), std::get<double>(args[3]),
+                          std::get<double>(args[4]), std::get<double>(args[5]), std::get<double>(args[6]),
+                          std::get<double>(args[7]), std::get<bool>(args[8])};
+    const size_t n = t.size() / 4;
+    for (size_t i = 0; i < n; ++i) _fused_adam_(t[i], t[n + i], t[2 * n + i], t[3 * n + i], a);
+    return {};
+  });
+  d.register_composite(d.op("_multi_tensor_sgd_"), [](const Stack& args) -> Stack {
+    const std::vector<Tensor>& t = std::get<std::vector<Tensor>>(args[0]);
+    const FusedSgdArgs a{std::get<double>(args[1]), std::get<double>(args[2]), std::get<double>(args[3]),
+                         std::get<double>(args[4]), std::get<bool>(args[5]),   std::get<bool>(args[6])};
+    const size_t n = t.size() / 3;
+    for (size_t i = 0; i < n; ++i) _fused_sgd_(t[i], t[n + i], t[2 * n + i], a);
+    return {};
+  });
   d.register_composite(d.op("linear"), [](const Stack& args) -> Stack {
     const Tensor& x = std::get<Tensor>(args[0]);
     const Tensor& w = std::get<Tensor>(args[1]);

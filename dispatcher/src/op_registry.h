@@ -140,6 +140,9 @@ class OperatorEntry {
   int num_tensor_args = 0;  // excluding Tensor[]
   int num_attr_args = 0;
   int tensor_list_arg = -1;  // index in schema arguments of the Tensor[] argument, if any
+  // The Tensor[] argument is written in place (`Tensor(a!)[]`, the multi-tensor optimizer steps):
+  // every element's version is bumped, and a capture refuses the op (it has no outputs to trace).
+  bool writes_list = false;
   // return i aliases tensor input alias_of[i] (-1: fresh output)
   std::vector<int> return_alias;
 

@@ -390,6 +390,53 @@ void _fused_sgd_(const Tensor& param, const Tensor& momentum_buffer, const Tenso
   call_unboxed(op, f, outs);
 }
 
+namespace {
+// The Tensor[] of a multi-tensor step: the blocks one after another, each as long as the first.
+std::vector<const TensorImpl*> multi_tensor_list(const char* name,
+                                                 std::initializer_list<std::pair<const char*, const std::vector<Tensor>*>> blocks) {
+  const size_t n = blocks.begin()->second->size();
+  std::vector<const TensorImpl*> list;
+  list.reserve(n * blocks.size());
+  for (const auto& [role, block] : blocks) {
+    TESSERA_CHECK(block->size() == n, name, ": ", n, " parameters but ", block->size(), " ", role,
+                  "; give one per parameter, in the parameters' order");
+    for (size_t i = 0; i < n; ++i) list.push_back(impl_of((*block)[i], name, role));
+  }
+  return list;
+}
+}  // namespace
+
+void _multi_tensor_adam_(const std::vector<Tensor>& params, const std::vector<Tensor>& exp_avgs,
+                         const std::vector<Tensor>& exp_avg_sqs, const std::vector<Tensor>& grads,
+                         const FusedAdamArgs& a) {
+  TESSERA_OP(op, "_multi_tensor_adam_");
+  if (params.empty() && exp_avgs.empty() && exp_avg_sqs.empty() && grads.empty()) return;  // nothing to update
+  const std::vector<const TensorImpl*> list = multi_tensor_list(
+      "_multi_tensor_adam_", {{"params", &params}, {"exp_avgs", &exp_avgs}, {"exp_avg_sqs", &exp_avg_sqs}, {"grads", &grads}});
+  const tessera_value_t attrs[] = {value_double(a.lr),           value_double(a.beta1),
+                                   value_double(a.beta2),        value_double(a.weight_decay),
+                                   value_double(a.eps),          value_double(a.bias_correction1),
+                                   value_double(a.bias_correction2), value_bool(a.decoupled_weight_decay)};
+  TESSERA_CHECK(list.size() <= size_t(INT32_MAX), "_multi_tensor_adam_: too many tensors");
+  CallFrame f{list.data(), int(list.size()), attrs, 8, nullptr};
+  Tensor none[1];  // the op has no outputs
+  call_unboxed(op, f, none);
+}
+
+void _multi_tensor_sgd_(const std::vector<Tensor>& params, const std::vector<Tensor>& momentum_buffers,
+                        const std::vector<Tensor>& grads, const FusedSgdArgs& a) {
+  TESSERA_OP(op, "_multi_tensor_sgd_");
+  if (params.empty() && momentum_buffers.empty() && grads.empty()) return;
+  const std::vector<const TensorImpl*> list = multi_tensor_list(
+      "_multi_tensor_sgd_", {{"params", &params}, {"momentum_buffers", &momentum_buffers}, {"grads", &grads}});
+  const tessera_value_t attrs[] = {value_double(a.lr),           value_double(a.momentum), value_double(a.dampening),
+                                   value_double(a.weight_decay), value_bool(a.nesterov),   value_bool(a.first_step)};
+  TESSERA_CHECK(list.size() <= size_t(INT32_MAX), "_multi_tensor_sgd_: too many tensors");
+  CallFrame f{list.data(), int(list.size()), attrs, 6, nullptr};
+  Tensor none[1];  // the op has no outputs
+  call_unboxed(op, f, none);
+}
+
 // ---- nn
 
 Tensor linear(const Tensor& x, const Tensor& weight, const std::optional<Tensor>& bias) {

@@ -199,6 +199,7 @@ void Dispatcher::Impl::fill_entry(OperatorEntry& e, const FunctionSchema& schema
         TESSERA_CHECK(e.tensor_list_arg < 0, "define_op: '", e.name,
                       "' has two Tensor[] arguments; at most one is allowed");
         e.tensor_list_arg = int(i);
+        e.writes_list = a.is_write;
       } else {
         if (a.alias) alias_index[*a.alias] = e.tensor_list_arg >= 0 ? -1 : tensor_index;
         ++e.num_tensor_args;

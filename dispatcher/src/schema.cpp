@@ -171,8 +171,12 @@ class SchemaParser {
       optional = true;
     }
     a.type = resolve_type(type_pos, base, list, optional, a.list_size.has_value());
-    if (a.alias && a.type != ArgType::Tensor)
-      fail_at(type_pos, "alias annotation on '" + std::string(arg_type_name(a.type)) + "'");
+    // A written list (`Tensor(a!)[]`, an argument only) is the other annotated type: an op that
+    // writes every element in place and returns nothing for them (the list optimizer steps).
+    const bool written_list = a.type == ArgType::TensorList && a.is_write && !is_return;
+    if (a.alias && a.type != ArgType::Tensor && !written_list)
+      fail_at(type_pos, "alias annotation on '" + std::string(arg_type_name(a.type)) + "'" +
+                            (a.type == ArgType::TensorList ? " (a list may only be written: Tensor(a!)[])" : ""));
     // name (optional for returns)
     bool had_space = false;
     size_t before = pos_;
@@ -338,6 +342,8 @@ std::string type_str(const Argument& a) {
       t = "Tensor";
       if (a.alias) t += "(" + *a.alias + (a.is_write ? "!" : "") + ")";
       return t;
+    case ArgType::TensorList:
+      return a.alias ? "Tensor(" + *a.alias + "!)[]" : "Tensor[]";
     case ArgType::IntList:
       return a.list_size ? "int[" + std::to_string(*a.list_size) + "]" : "int[]";
     case ArgType::OptionalIntList:

@@ -7,9 +7,10 @@ eta_min=0)`, `ExponentialLR(opt, gamma)`, `MultiStepLR(opt, milestones, gamma=0.
 and `ReduceLROnPlateau(opt, mode="min", factor=0.1, patience=10, ...)` stepped with the metric.
 `capturable=True` (PyTorch's name) keeps the step count and lr in tensors, so that a training step
 (forward, backward, `opt.step()`) runs under `tessera.compile` as one program (docs/training.md).
-Adam, AdamW and SGD with momentum update each parameter with one fused op (`fused=None` or `True`,
-the default: the device's `_fused_adam_` / `_fused_sgd_` kernel, or its composite on a device
-without one); `fused=False` runs the update op by op."""
+Adam, AdamW and SGD with momentum update all their parameters of one dtype on one device with one
+fused op (`fused=None` or `True`, the default: the device's `_multi_tensor_adam_` /
+`_multi_tensor_sgd_` kernel, or on a device without one the per-parameter `_fused_adam_` /
+`_fused_sgd_`); `fused=False` runs the update op by op."""
 from . import autograd as _autograd  # noqa: F401 (Tensor methods, and the check that training is built)
 from . import _C
 

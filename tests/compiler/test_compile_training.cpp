@@ -653,6 +653,21 @@ TEST(CompiledStep, APlainOptimizerIsRefusedAndTheStepRunsEagerly) {
   EXPECT_EQ(last_backend, "eager");  // fn runs as it is
 }
 
+// The multi-tensor optimizer ops write a Tensor[] in place and have no outputs: a capture cannot
+// trace them, and says which op to use instead; nothing is written.
+TEST(CompiledStep, AMultiTensorStepIsRefusedByTheCapture) {
+  const nn::Dataset data = nn::make_classification(16, 8, 4);
+  Tensor p = tensor(std::vector<float>{1, 2, 3}), buf = zeros({3});
+  const ExportFn fn = [&](const std::vector<Tensor>& in) -> std::vector<Tensor> {
+    Tensor g = in[0].narrow(0, 0, 1).reshape({8}).narrow(0, 0, 3) * 1.0;
+    _multi_tensor_sgd_({p}, {buf}, {g}, {.lr = 0.1, .momentum = 0.9});
+    return {g};
+  };
+  expect_capture_refused(fn, data, "_multi_tensor_sgd_: writes its Tensor[] argument in place");
+  EXPECT_EQ(max_rel_diff(p, tensor(std::vector<float>{1, 2, 3})), 0.0);
+  EXPECT_EQ(max_rel_diff(buf, zeros({3})), 0.0);
+}
+
 // Gradients accumulated into the .grad from before the step would read it as a constant.
 TEST(CompiledStep, AStepWithoutZeroGradIsRefusedAndTheGradsAreKept) {
   const nn::Dataset data = nn::make_classification(64, 8, 4);

@@ -41,6 +41,13 @@ TEST(Schema, ParsesAliasAnnotations) {
   FunctionSchema v = parse_schema("view(Tensor(a) self, int[] size) -> Tensor(a)");
   EXPECT_EQ(v.arguments[0].alias, "a");
   EXPECT_FALSE(v.arguments[0].is_write);
+  // A written list, which returns nothing (the list optimizer steps), round-trips.
+  FunctionSchema l = parse_schema("_step_(Tensor(a!)[] tensors, float lr) -> ()");
+  EXPECT_EQ(l.arguments[0].type, ArgType::TensorList);
+  EXPECT_EQ(l.arguments[0].alias, "a");
+  EXPECT_TRUE(l.arguments[0].is_write);
+  EXPECT_TRUE(l.returns.empty());
+  EXPECT_EQ(l.str(), "_step_(Tensor(a!)[] tensors, float lr) -> ()");
 }
 
 TEST(Schema, ParsesEveryTypeAndDefault) {
@@ -149,6 +156,9 @@ TEST(Schema, ErrorMessages) {
   EXPECT_NE(
       parse_error("f(int(a!) a) -> Tensor").find("alias annotation on non-Tensor type 'int' at column 6"),
       std::string::npos);
+  EXPECT_NE(parse_error("f(Tensor(a)[] a) -> ()").find("alias annotation on 'Tensor[]' (a list may only be written"),
+            std::string::npos);
+  EXPECT_NE(parse_error("f(Tensor a) -> Tensor(a!)[]").find("alias annotation on 'Tensor[]'"), std::string::npos);
   EXPECT_NE(parse_error("f(Tensor a, *) -> Tensor").find("expected an argument after '*'"),
             std::string::npos);
   EXPECT_NE(

@@ -215,16 +215,23 @@ struct AdamOptions {
   bool fused = true;                    // Note [Fused optimizer step]
 };
 // Note [Fused optimizer step]
-// A plain (not capturable) Adam or AdamW step updates each parameter with one call of the contract
-// op _fused_adam_, and SGD with momentum with one call of _fused_sgd_ (tessera/ops.h): on a device
-// whose plugin registers a kernel for it (the CPU's reads the parameter, its gradient and its state
-// once and writes the parameter and the state once) that kernel runs; on any other device the op's
-// composite runs the same update in contract ops, so no device needs optimizer code, and a vendor
-// overrides the update by registering one kernel. fused = false runs the update op by op in the
-// optimizer (the reference the fused kernels are tested against). Results agree to rounding: the
-// kernels keep the composite's order of operations but not its intermediate roundings. SGD without
-// momentum is one add_ per parameter and is not fused. A capturable step is never fused: under
-// tessera::compile the code generator fuses the update's loops itself.
+// A plain (not capturable) Adam or AdamW step updates its parameters with one call of the contract
+// op _multi_tensor_adam_ per (device, dtype) group, and SGD with momentum with one call of
+// _multi_tensor_sgd_ (tessera/ops.h): the whole parameter list in one call, as PyTorch's
+// fused=True / foreach steps. On a device whose plugin registers a kernel for it (the CPU's runs one
+// parallel loop over all the parameters' elements laid end to end, reading each parameter, its
+// gradient and its state once and writing the parameter and the state once) that kernel runs; on
+// any other device the op's composite calls the per-parameter op _fused_adam_ / _fused_sgd_, whose
+// own kernel runs where the device has one, and whose composite runs the same update in contract
+// ops where it does not. So no device needs optimizer code, and a vendor overrides the update by
+// registering one kernel: the list op (one launch per step) or the per-parameter op (one per
+// parameter). fused = false runs the update op by op in the optimizer (the reference the fused
+// kernels are tested against). Results agree to rounding: the kernels keep the composite's order of
+// operations but not its intermediate roundings. A parameter whose gradient has another dtype or
+// shape takes the op-by-op step. SGD without momentum is one add_ per parameter and is not fused. A
+// capturable step is never fused, and a capture refuses the list ops (they write a Tensor[] in
+// place and have no outputs to trace): under tessera::compile the code generator fuses the update's
+// loops itself.
 class TESSERA_NN_API Adam : public Optimizer {
  public:
   Adam(std::vector<Tensor> params, AdamOptions options);

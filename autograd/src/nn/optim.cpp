@@ -40,17 +40,31 @@ bool adam_moments(Tensor& p, Tensor& m, Tensor& v, const AdamOptions& o, const T
   return true;
 }
 
-// Note [Fused optimizer step]: one _fused_adam_ call for the parameter; false when the parameter
-// has no gradient (nothing to do) or one of another dtype or shape (the unfused step promotes).
-bool fused_step(Tensor& p, Tensor& m, Tensor& v, const FusedAdamArgs& args) {
-  const Tensor g = autograd::grad(p);
-  if (!g.defined() || g.dtype() != p.dtype() || g.sizes() != p.sizes()) return false;
-  if (!m.defined()) {
-    m = zeros_like(p);
-    v = zeros_like(p);
-  }
-  _fused_adam_(p, m, v, g, args);
-  return true;
+// Note [Fused optimizer step]: the parameters whose gradient has their dtype and shape are updated
+// by one _multi_tensor_* call per (device, dtype, ...) group; the others (no gradient: nothing to
+// do; another dtype or shape: the unfused step promotes) are left to the op-by-op step.
+// A non-contiguous parameter or gradient gets a group of its own, so that a kernel that takes
+// contiguous tensors only (the CPU's) refuses that group alone, which then runs per parameter.
+struct FusedGroup {
+  Device device;
+  DType dtype;
+  bool first = false;  // SGD: the momentum buffers start from this step's gradient
+  bool contiguous = true;
+  std::vector<std::vector<Tensor>> blocks;  // params, then each state, then grads
+};
+
+FusedGroup& group_of(std::vector<FusedGroup>& groups, const Tensor& p, const Tensor& grad, bool first,
+                     size_t num_blocks, size_t expected) {
+  const bool contiguous = p.is_contiguous() && grad.is_contiguous();
+  for (FusedGroup& g : groups)
+    if (g.device == p.device() && g.dtype == p.dtype() && g.first == first && g.contiguous == contiguous) return g;
+  groups.push_back(FusedGroup{p.device(), p.dtype(), first, contiguous, std::vector<std::vector<Tensor>>(num_blocks)});
+  for (std::vector<Tensor>& block : groups.back().blocks) block.reserve(expected);
+  return groups.back();
+}
+
+bool fusable(const Tensor& p, const Tensor& g) {
+  return g.defined() && g.dtype() == p.dtype() && g.sizes() == p.sizes();
 }
 
 void set_lr_tensor(Tensor& lr_t, double lr, const char* name) {
@@ -100,15 +114,19 @@ void SGD::set_lr(double lr) {
 void SGD::step() {
   check_capturable(o_.capturable, "SGD");
   autograd::NoGradGuard no_grad;
+  std::vector<FusedGroup> groups;  // Note [Fused optimizer step]
   for (size_t i = 0; i < params_.size(); ++i) {
     Tensor& p = params_[i];
     const Tensor g = autograd::grad(p);
     if (!g.defined()) continue;
-    if (!o_.capturable && o_.momentum != 0 && o_.fused && g.dtype() == p.dtype() && g.sizes() == p.sizes()) {
-      Tensor& buf = momentum_[i];  // Note [Fused optimizer step]
+    if (!o_.capturable && o_.momentum != 0 && o_.fused && fusable(p, g)) {
+      Tensor& buf = momentum_[i];
       const bool first = !buf.defined();
       if (first) buf = empty_like(p);
-      _fused_sgd_(p, buf, g, {o_.lr, o_.momentum, o_.dampening, o_.weight_decay, o_.nesterov, first});
+      FusedGroup& group = group_of(groups, p, g, first, 3, params_.size());
+      group.blocks[0].push_back(p);
+      group.blocks[1].push_back(buf);
+      group.blocks[2].push_back(g);
       continue;
     }
     Tensor d = o_.weight_decay != 0 ? g + p * o_.weight_decay : g;
@@ -135,6 +153,9 @@ void SGD::step() {
     }
     p.add_(d, -o_.lr);
   }
+  for (const FusedGroup& g : groups)
+    _multi_tensor_sgd_(g.blocks[0], g.blocks[1], g.blocks[2],
+                       {o_.lr, o_.momentum, o_.dampening, o_.weight_decay, o_.nesterov, g.first});
   if (o_.capturable && o_.momentum != 0 && o_.dampening != 0) started_.fill_(1);
 }
 
@@ -197,13 +218,29 @@ void Adam::step() {
   const double bc1 = 1 - std::pow(o_.beta1, double(t_)), bc2 = 1 - std::pow(o_.beta2, double(t_));
   const Tensor decay =
       o_.weight_decay != 0 && o_.decoupled_weight_decay ? number(1 - o_.lr * o_.weight_decay) : Tensor();
-  const FusedAdamArgs fused{o_.lr, o_.beta1, o_.beta2, o_.weight_decay, o_.eps, bc1, bc2, o_.decoupled_weight_decay};
+  std::vector<FusedGroup> groups;  // Note [Fused optimizer step]
   for (size_t i = 0; i < params_.size(); ++i) {
-    if (o_.fused && fused_step(params_[i], m_[i], v_[i], fused)) continue;
+    if (o_.fused) {
+      const Tensor g = autograd::grad(params_[i]);
+      if (fusable(params_[i], g)) {
+        if (!m_[i].defined()) {
+          m_[i] = zeros_like(params_[i]);
+          v_[i] = zeros_like(params_[i]);
+        }
+        FusedGroup& group = group_of(groups, params_[i], g, false, 4, params_.size());
+        group.blocks[0].push_back(params_[i]);
+        group.blocks[1].push_back(m_[i]);
+        group.blocks[2].push_back(v_[i]);
+        group.blocks[3].push_back(g);
+        continue;
+      }
+    }
     if (!adam_moments(params_[i], m_[i], v_[i], o_, decay)) continue;
     Tensor denom = sqrt(v_[i] / bc2) + o_.eps;
     params_[i].add_(m_[i] / denom, -o_.lr / bc1);
   }
+  const FusedAdamArgs fused{o_.lr, o_.beta1, o_.beta2, o_.weight_decay, o_.eps, bc1, bc2, o_.decoupled_weight_decay};
+  for (const FusedGroup& g : groups) _multi_tensor_adam_(g.blocks[0], g.blocks[1], g.blocks[2], g.blocks[3], fused);
 }
 
 AdamW::AdamW(std::vector<Tensor> params, AdamOptions options)

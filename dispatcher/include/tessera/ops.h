@@ -114,6 +114,15 @@ struct FusedSgdArgs {
 };
 TESSERA_API void _fused_sgd_(const Tensor& param, const Tensor& momentum_buffer, const Tensor& grad,
                              const FusedSgdArgs& args);
+// The same steps over a list of parameters in one call (ops.json: _multi_tensor_adam_,
+// _multi_tensor_sgd_): element i of each vector belongs to params[i]; one floating dtype on one
+// device per call. A device's kernel may update them all in one launch; without one the runtime
+// runs _fused_adam_ / _fused_sgd_ per parameter.
+TESSERA_API void _multi_tensor_adam_(const std::vector<Tensor>& params, const std::vector<Tensor>& exp_avgs,
+                                     const std::vector<Tensor>& exp_avg_sqs, const std::vector<Tensor>& grads,
+                                     const FusedAdamArgs& args);
+TESSERA_API void _multi_tensor_sgd_(const std::vector<Tensor>& params, const std::vector<Tensor>& momentum_buffers,
+                                    const std::vector<Tensor>& grads, const FusedSgdArgs& args);
 TESSERA_API Tensor linear(const Tensor& x, const Tensor& weight, const std::optional<Tensor>& bias = std::nullopt);
 TESSERA_API Tensor softmax(const Tensor& x, int64_t dim);
 TESSERA_API Tensor log_softmax(const Tensor& x, int64_t dim);

@@ -1,8 +1,12 @@
 // _fused_adam_ and _fused_sgd_ (Note [Fused optimizer step] in tessera/nn.h): one Adam / AdamW or
 // SGD-with-momentum step of one parameter in a single pass (one read of the parameter, its gradient
 // and its state, one write of the parameter and its state), where the composite makes about a
-// dozen (Adam) or five (SGD) passes over memory.
+// dozen (Adam) or five (SGD) passes over memory. _multi_tensor_adam_ / _multi_tensor_sgd_ do the
+// same for a whole list of parameters in one parallel loop over their elements laid end to end,
+// so a model of many small parameters pays for one call and one thread-team start, not one each.
+#include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "kernels.h"
 #include "parallel.h"
@@ -22,6 +26,14 @@ struct AdamStep {
   double lr, beta1, beta2, weight_decay, eps, bc1, bc2;
   bool decoupled;
 };
+
+// The step's attributes; A is the op's attribute positions (_fused_adam_ or _multi_tensor_adam_).
+template <typename A>
+AdamStep adam_step_of(const KernelCall& c) {
+  return {c.attr_double(A::lr),           c.attr_double(A::beta1), c.attr_double(A::beta2),
+          c.attr_double(A::weight_decay), c.attr_double(A::eps),   c.attr_double(A::bias_correction1),
+          c.attr_double(A::bias_correction2), c.attr_bool(A::decoupled_weight_decay)};
+}
 
 enum class Decay { None, Coupled, Decoupled };
 
@@ -67,12 +79,52 @@ void fused_adam(const KernelCall& c, const AdamStep& s) {
 tessera_status_t fused_adam_kernel(void*, const tessera_kernel_call_t* call) {
   return guarded(call, [&](const KernelCall& c) {
     require_contiguous(c);
-    using A = op::_fused_adam_::attr;
-    const AdamStep s{c.attr_double(A::lr),           c.attr_double(A::beta1), c.attr_double(A::beta2),
-                     c.attr_double(A::weight_decay), c.attr_double(A::eps),   c.attr_double(A::bias_correction1),
-                     c.attr_double(A::bias_correction2), c.attr_bool(A::decoupled_weight_decay)};
+    const AdamStep s = adam_step_of<op::_fused_adam_::attr>(c);
     if (c.input(0).dtype() == TESSERA_DTYPE_FLOAT64) fused_adam<double>(c, s);
     else fused_adam<float>(c, s);
+  });
+}
+
+// The elements of n tensors laid end to end: offsets[i] is where tensor i starts, offsets[n] the total.
+std::vector<int64_t> end_to_end(const KernelCall& c, int64_t n) {
+  std::vector<int64_t> offsets(size_t(n) + 1, 0);
+  for (int64_t i = 0; i < n; ++i) offsets[size_t(i) + 1] = offsets[size_t(i)] + c.input(int(i)).numel();
+  return offsets;
+}
+
+// Calls f(i, begin, end) for the parts of [b, e) (of the end-to-end range) inside tensor i.
+template <typename F>
+void for_each_part(const std::vector<int64_t>& offsets, int64_t b, int64_t e, F&& f) {
+  size_t i = size_t(std::upper_bound(offsets.begin(), offsets.end(), b) - offsets.begin()) - 1;
+  for (; b < e; ++i) {
+    const int64_t stop = std::min(e, offsets[i + 1]);
+    if (stop > b) f(i, b - offsets[i], stop - offsets[i]);
+    b = std::max(b, stop);
+  }
+}
+
+template <typename T, Decay D>
+void multi_adam(const KernelCall& c, int64_t n, const AdamStep& s) {
+  const std::vector<int64_t> offsets = end_to_end(c, n);
+  auto ptr = [&](int64_t block, size_t i) { return c.input(int(block * n + int64_t(i))).host_ptr<T>(); };
+  parallel_for_dynamic(0, offsets.back(), grain_for(OpKind::Elementwise, offsets.back()), [&](int64_t b, int64_t e) {
+    for_each_part(offsets, b, e, [&](size_t i, int64_t lo, int64_t hi) {
+      adam_range<T, D>(ptr(0, i) + lo, ptr(1, i) + lo, ptr(2, i) + lo, ptr(3, i) + lo, hi - lo, s);
+    });
+  });
+}
+
+tessera_status_t multi_tensor_adam_kernel(void*, const tessera_kernel_call_t* call) {
+  return guarded(call, [&](const KernelCall& c) {
+    require_contiguous(c);
+    const AdamStep s = adam_step_of<op::_multi_tensor_adam_::attr>(c);
+    const int64_t n = c.num_inputs() / 4;
+    const bool f64 = c.input(0).dtype() == TESSERA_DTYPE_FLOAT64;
+    const Decay d = s.weight_decay == 0 ? Decay::None : s.decoupled ? Decay::Decoupled : Decay::Coupled;
+    if (d == Decay::None) f64 ? multi_adam<double, Decay::None>(c, n, s) : multi_adam<float, Decay::None>(c, n, s);
+    else if (d == Decay::Decoupled)
+      f64 ? multi_adam<double, Decay::Decoupled>(c, n, s) : multi_adam<float, Decay::Decoupled>(c, n, s);
+    else f64 ? multi_adam<double, Decay::Coupled>(c, n, s) : multi_adam<float, Decay::Coupled>(c, n, s);
   });
 }
 
@@ -80,6 +132,12 @@ struct SgdStep {
   double lr, momentum, dampening, weight_decay;
   bool nesterov, first_step;
 };
+
+template <typename A>
+SgdStep sgd_step_of(const KernelCall& c) {
+  return {c.attr_double(A::lr),           c.attr_double(A::momentum), c.attr_double(A::dampening),
+          c.attr_double(A::weight_decay), c.attr_bool(A::nesterov),   c.attr_bool(A::first_step)};
+}
 
 // PyTorch's SGD with momentum in T, in the composite's order: d = g + wd p; buf = d on the first
 // step, else momentum buf + (1 - dampening) d; p -= lr (Nesterov: d + momentum buf, else buf).
@@ -125,11 +183,45 @@ void fused_sgd(const KernelCall& c, const SgdStep& s) {
 tessera_status_t fused_sgd_kernel(void*, const tessera_kernel_call_t* call) {
   return guarded(call, [&](const KernelCall& c) {
     require_contiguous(c);
-    using A = op::_fused_sgd_::attr;
-    const SgdStep s{c.attr_double(A::lr),           c.attr_double(A::momentum), c.attr_double(A::dampening),
-                    c.attr_double(A::weight_decay), c.attr_bool(A::nesterov),   c.attr_bool(A::first_step)};
+    const SgdStep s = sgd_step_of<op::_fused_sgd_::attr>(c);
     if (c.input(0).dtype() == TESSERA_DTYPE_FLOAT64) fused_sgd<double>(c, s);
     else fused_sgd<float>(c, s);
+  });
+}
+
+template <typename T, bool Decay, bool First, bool Nesterov>
+void multi_sgd(const KernelCall& c, int64_t n, const SgdStep& s) {
+  const std::vector<int64_t> offsets = end_to_end(c, n);
+  auto ptr = [&](int64_t block, size_t i) { return c.input(int(block * n + int64_t(i))).host_ptr<T>(); };
+  parallel_for_dynamic(0, offsets.back(), grain_for(OpKind::Elementwise, offsets.back()), [&](int64_t b, int64_t e) {
+    for_each_part(offsets, b, e, [&](size_t i, int64_t lo, int64_t hi) {
+      sgd_range<T, Decay, First, Nesterov>(ptr(0, i) + lo, ptr(1, i) + lo, ptr(2, i) + lo, hi - lo, s);
+    });
+  });
+}
+
+template <typename T>
+void multi_sgd(const KernelCall& c, int64_t n, const SgdStep& s) {
+  const int mode = (s.weight_decay != 0 ? 4 : 0) | (s.first_step ? 2 : 0) | (s.nesterov ? 1 : 0);
+  switch (mode) {
+    case 0: return multi_sgd<T, false, false, false>(c, n, s);
+    case 1: return multi_sgd<T, false, false, true>(c, n, s);
+    case 2: return multi_sgd<T, false, true, false>(c, n, s);
+    case 3: return multi_sgd<T, false, true, true>(c, n, s);
+    case 4: return multi_sgd<T, true, false, false>(c, n, s);
+    case 5: return multi_sgd<T, true, false, true>(c, n, s);
+    case 6: return multi_sgd<T, true, true, false>(c, n, s);
+    default: return multi_sgd<T, true, true, true>(c, n, s);
+  }
+}
+
+tessera_status_t multi_tensor_sgd_kernel(void*, const tessera_kernel_call_t* call) {
+  return guarded(call, [&](const KernelCall& c) {
+    require_contiguous(c);
+    const SgdStep s = sgd_step_of<op::_multi_tensor_sgd_::attr>(c);
+    const int64_t n = c.num_inputs() / 3;
+    if (c.input(0).dtype() == TESSERA_DTYPE_FLOAT64) multi_sgd<double>(c, n, s);
+    else multi_sgd<float>(c, n, s);
   });
 }
 
@@ -140,6 +232,10 @@ void register_optimizer_kernels(Registrar& r) {
         &fused_adam_kernel);
   r.add(op::_fused_sgd_::name, (uint64_t(1) << TESSERA_DTYPE_FLOAT32) | (uint64_t(1) << TESSERA_DTYPE_FLOAT64),
         &fused_sgd_kernel);
+  r.add(op::_multi_tensor_adam_::name,
+        (uint64_t(1) << TESSERA_DTYPE_FLOAT32) | (uint64_t(1) << TESSERA_DTYPE_FLOAT64), &multi_tensor_adam_kernel);
+  r.add(op::_multi_tensor_sgd_::name, (uint64_t(1) << TESSERA_DTYPE_FLOAT32) | (uint64_t(1) << TESSERA_DTYPE_FLOAT64),
+        &multi_tensor_sgd_kernel);
 }
 
 }  // namespace tessera::cpu

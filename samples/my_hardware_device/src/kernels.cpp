@@ -238,7 +238,7 @@ void launch(const KernelCall& call, int op_id, std::function<void()> task) {
 }
 
 // Op ids: index into kSpecs below (also the kernel counter index).
-enum OpId { kFill = 0, kCopy, kAdd, kMul, kRelu, kMatmul, kSum, kNormal, kUniform, kFusedAdam, kNumOps };
+enum OpId { kFill = 0, kCopy, kAdd, kMul, kRelu, kMatmul, kSum, kNormal, kUniform, kFusedAdam, kMultiTensorSgd, kNumOps };
 // Backward kernels (kBackwardSpecs) count after the forward ones.
 enum BackwardOpId { kReluBackward = kNumOps, kNumCountedOps };
 
@@ -401,6 +401,34 @@ void fused_adam_kernel(const KernelCall& call) {
   });
 }
 
+// SGD with momentum over the whole parameter list in one launch (_multi_tensor_sgd_: params,
+// momentum buffers, grads; Note [Fused optimizer step]): what a device whose launches are costly
+// registers, where the per-parameter _fused_sgd_ would launch once per parameter.
+void multi_tensor_sgd_kernel(const KernelCall& call) {
+  using A = op::_multi_tensor_sgd_::attr;
+  const int n = call.num_inputs() / 3;
+  std::vector<DevTensor> t;
+  for (int i = 0; i < 3 * n; ++i) t.push_back(capture(call.input(i)));
+  const double lr = call.attr_double(A::lr), mom = call.attr_double(A::momentum);
+  const double keep = 1 - call.attr_double(A::dampening), wd = call.attr_double(A::weight_decay);
+  const bool nesterov = call.attr_bool(A::nesterov), first = call.attr_bool(A::first_step);
+  launch(call, kMultiTensorSgd, [=] {
+    for (int i = 0; i < n; ++i) {
+      const DevTensor &p = t[size_t(i)], &buf = t[size_t(n + i)], &g = t[size_t(2 * n + i)];
+      std::array<std::vector<int64_t>, 3> st{p.strides, buf.strides, g.strides};
+      walk<3>(p.sizes, st, [&](const std::array<int64_t, 3>& o) {
+        std::byte* pp = p.base() + o[0] * int64_t(p.itemsize);
+        std::byte* bp = buf.base() + o[1] * int64_t(buf.itemsize);
+        const double pv = load_f(pp, p.dtype);
+        const double d = load_f(g.base() + o[2] * int64_t(g.itemsize), g.dtype) + (wd != 0 ? pv * wd : 0.0);
+        const double b = first ? d : load_f(bp, buf.dtype) * mom + d * keep;
+        store_f(bp, buf.dtype, b);
+        store_f(pp, p.dtype, pv - lr * (nesterov ? d + b * mom : b));
+      });
+    }
+  });
+}
+
 // 2-D x 2-D, and batched: [b, m, k] x [k, n], [m, k] x [b, k, n], [b, m, k] x [b, k, n]
 // (a 2-D operand is shared by every batch). Vectors and deeper batches answer UNIMPLEMENTED, which
 // the runtime resolves like a missing kernel (CPU fallback).
@@ -554,6 +582,7 @@ const KernelSpec kSpecs[] = {
     {op::normal_::name, kMaskF, TESSERA_SDK_KERNEL(random_kernel<kNormal>)},
     {op::uniform_::name, kMaskF, TESSERA_SDK_KERNEL(random_kernel<kUniform>)},
     {op::_fused_adam_::name, kMaskF, TESSERA_SDK_KERNEL(fused_adam_kernel)},
+    {op::_multi_tensor_sgd_::name, kMaskF, TESSERA_SDK_KERNEL(multi_tensor_sgd_kernel)},
 };
 static_assert(sizeof(kSpecs) / sizeof(kSpecs[0]) == kNumOps, "one spec per OpId, in order");
 const KernelSpec kBackwardSpecs[] = {

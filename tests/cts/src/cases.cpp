@@ -474,6 +474,41 @@ std::vector<Case> build() {
              tessera::_fused_sgd_(p, buf, x[0] * 0.5 - x[1], a);
              return tessera::cat({p.reshape({-1}), buf.reshape({-1})}, 0);
            });
+  // The list forms: two parameters of different shapes in one call (Adam, coupled weight decay;
+  // SGD's first step with dampening), the results of every written tensor laid end to end.
+  add_case(v, "multi_tensor_adam", "_multi_tensor_adam_", {kFloat32, kFloat64},
+           [](Gen& g, DType t) {
+             return Inputs{g.random({5, 7}, t), g.random({5, 7}, t, D::Small), g.random({5, 7}, t, D::Positive),
+                           g.random({5, 7}, t), g.random({11}, t), g.random({11}, t, D::Small),
+                           g.random({11}, t, D::Positive), g.random({11}, t)};
+           },
+           [](const Inputs& x, DType) {
+             std::vector<Tensor> w;
+             for (int i : {0, 1, 2, 4, 5, 6}) w.push_back(x[size_t(i)].clone());
+             FusedAdamArgs a;
+             a.lr = 0.01;
+             a.weight_decay = 0.1;
+             a.bias_correction1 = 1 - std::pow(a.beta1, 2);
+             a.bias_correction2 = 1 - std::pow(a.beta2, 2);
+             tessera::_multi_tensor_adam_({w[0], w[3]}, {w[1], w[4]}, {w[2], w[5]}, {x[3], x[7]}, a);
+             std::vector<Tensor> flat;
+             for (const Tensor& t : w) flat.push_back(t.reshape({-1}));
+             return tessera::cat(flat, 0);
+           });
+  add_case(v, "multi_tensor_sgd", "_multi_tensor_sgd_", {kFloat32, kFloat64},
+           [](Gen& g, DType t) {
+             return Inputs{g.random({4, 9}, t), g.random({4, 9}, t, D::Small), g.random({6}, t),
+                           g.random({6}, t, D::Small)};
+           },
+           [](const Inputs& x, DType) {
+             Tensor p = x[0].clone(), q = x[2].clone(), bp = x[1].clone(), bq = x[3].clone();
+             FusedSgdArgs a;
+             a.dampening = 0.2;
+             a.weight_decay = 0.05;
+             a.first_step = true;
+             tessera::_multi_tensor_sgd_({p, q}, {bp, bq}, {x[1] * 2.0, x[3] - x[2]}, a);
+             return tessera::cat({p.reshape({-1}), q.reshape({-1}), bp.reshape({-1}), bq.reshape({-1})}, 0);
+           });
   // Tails where 1 + tanh(u) or 1 + erf(u) cancel, exp overflows, or x^3 overflows.
   const std::vector<double> tails = {-1e10, -100, -30, -10, -5, 5, 10, 30, 100, 1e10};
   const std::vector<DType> wide = {kFloat32, kFloat64};
