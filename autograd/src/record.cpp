@@ -380,7 +380,8 @@ std::vector<Tensor> on_autograd_call(AutogradCall& call) {
   }
   const DerivativeInfo* info = any ? find_derivative(name) : nullptr;
   // Note [In-place ops in the graph]: an in-place op that writes its first argument (add_, mul_)
-  // runs the formulas of its out-of-place form (derivatives.json "inplace"); the written tensor's
+  // runs the formulas of its out-of-place form (derivatives.json "inplace"), or its own (copy_,
+  // fill_, uniform_, normal_: zeros for the old value, copy_'s source the gradient); the written tensor's
   // value before the op is saved as a copy where a formula reads it, and the tensor's history is
   // rebased onto the new node (PyTorch's rebase_history for tensors that are not views). Leaves
   // that require grad, and views of tensors in a graph, are refused.
@@ -397,6 +398,15 @@ std::vector<Tensor> on_autograd_call(AutogradCall& call) {
     TESSERA_CHECK(!is_recorded_view(flat[0]), "'", name,
                   "': an in-place op on a view of a tensor that requires grad is not supported yet (TODO(#31)); "
                   "write the out-of-place result instead, or clone() the view first");
+    // A tensor outside the graph that another tensor shares memory with (a view of it, or its base):
+    // the write would start this tensor's history but not the other's, whose later uses would then
+    // miss the gradient (PyTorch rebases the base, CopySlices). The tensors in `flat` and the call's
+    // arguments hold TensorImpls, not the storage, so a count above 1 is another tensor.
+    TESSERA_CHECK(tracked(m.get()) || !flat[0].defined() || !flat[0].storage() || flat[0].storage().use_count() <= 1,
+                  "'", name,
+                  "': writing a tensor that requires grad into one that shares memory with another tensor (a view "
+                  "or its base) is not recorded by autograd yet (TODO(#31)); write into a tensor of its own (clone() "
+                  "it first), or use the out-of-place op");
     bool reads_written = false;
     for (size_t a = 0; a < flat_begin.size() && a < 64; ++a)
       if ((info->saved_args >> a & 1) && flat_begin[a] >= 0)

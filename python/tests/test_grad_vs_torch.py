@@ -27,6 +27,16 @@ _GIDX = np.array([[0, 2, 2], [1, 1, 0]], dtype=np.int64)
 _SIDX = np.array([[0, 1, 1], [3, 0, 0]], dtype=np.int64)
 _GIDX_T, _SIDX_T = tessera.from_numpy(_GIDX.copy()), tessera.from_numpy(_SIDX.copy())
 
+def _copied(buf, src):
+    buf.copy_(src)
+    return buf
+
+
+def _filled(t):
+    t.fill_(0.5)
+    return t
+
+
 def _resize(a, size, mode, ctm, nearest="round_prefer_floor"):
     return tessera._C.op("_resize")(a, size, mode, ctm, nearest)
 
@@ -140,6 +150,12 @@ CASES = [
     ("resize_nearest", lambda a: _resize(a, [5, 9], "nearest", "asymmetric", "floor"),
      lambda a: torch.nn.functional.interpolate(a, size=(5, 9), mode="nearest"),
      [lambda r: r.standard_normal((2, 2, 4, 4))]),
+    # In-place writes in the graph: copy_ into a fresh buffer (broadcast), fill_ of a non-leaf.
+    ("copy_into_buffer", lambda a, b: _copied(tessera.zeros([2, 3, 4], dtype=tessera.float64), a) * b,
+     lambda a, b: _copied(torch.zeros(2, 3, 4, dtype=torch.float64), a) * b,
+     [lambda r: r.standard_normal((3, 1)), lambda r: r.standard_normal((2, 3, 4))]),
+    ("fill_non_leaf", lambda a, b: _filled(a * b) * a + b, lambda a, b: _filled(a * b) * a + b,
+     [lambda r: r.standard_normal((3, 4)), lambda r: r.standard_normal((3, 4))]),
     ("vector_norm", lambda a: tessera.linalg_vector_norm(a, 2, [1]) + tessera.linalg_vector_norm(a, 3.0, [0]).sum(),
      lambda a: torch.linalg.vector_norm(a, 2, [1]) + torch.linalg.vector_norm(a, 3.0, [0]).sum(),
      [lambda r: away(r, (3, 4))]),

@@ -191,8 +191,6 @@ TEST(Engine, InPlaceOnLeavesThatRequireGradIsRefused) {
   e = error_of([&] { x.fill_(0); });
   EXPECT_NE(e.find("leaf Variable that requires grad"), std::string::npos) << e;
   Tensor y = x * 2.0;
-  e = error_of([&] { y.fill_(0); });  // no formula for fill_ yet
-  EXPECT_NE(e.find("not supported by autograd yet"), std::string::npos) << e;
   e = error_of([&] { y.select(0, 0).mul_(t64({2.0})); });
   EXPECT_NE(e.find("in-place op on a view"), std::string::npos) << e;
   ag::NoGradGuard g;
@@ -220,6 +218,53 @@ TEST(Engine, InPlaceOpsRebaseTheHistory) {
   Tensor buf = t64({0, 0});
   buf.add_(x);
   EXPECT_TRUE(ag::requires_grad(buf));
+}
+
+// fill_, copy_, uniform_ and normal_ (derivatives.json): the written tensor's old value gets a zero
+// gradient and copy_'s source the gradient, summed to its shape and converted to its dtype (PyTorch's
+// CopyBackwards); a write that would start the history of a tensor sharing memory with another is
+// refused before anything is written. Expected values worked out by hand.
+TEST(Engine, InPlaceFillCopyAndRandomOpsAreRecorded) {
+  Tensor x = ag::set_requires_grad(t64({1, 2, 3}));
+  Tensor a = ag::set_requires_grad(t64({4, 5, 6}));
+  Tensor y = a * 2.0;
+  y.fill_(3);  // y = 3 now: d(y x)/dx = 3, and the write cut a off
+  ag::backward((y * x).sum());
+  EXPECT_EQ(vals(ag::grad(x)), (std::vector<double>{3, 3, 3}));
+  EXPECT_EQ(vals(ag::grad(a)), (std::vector<double>{0, 0, 0}));
+  // copy_ broadcasts [3] into [2, 3] and converts float64 to float32: sum(buf^2) = 2 sum(b^2).
+  Tensor b = ag::set_requires_grad(t64({1, -2, 0.5}));
+  Tensor buf = zeros({2, 3});
+  buf.copy_(b);
+  EXPECT_TRUE(ag::requires_grad(buf));
+  ag::backward((buf * buf).sum());
+  EXPECT_EQ(vals(ag::grad(b)), (std::vector<double>{4, -8, 2}));
+  EXPECT_EQ(ag::grad(b).dtype(), kFloat64);
+  // copy_ into a tensor in the graph: its old value's history gets zeros.
+  Tensor c = ag::set_requires_grad(t64({1, 1}));
+  Tensor d = ag::set_requires_grad(t64({2, 3}));
+  Tensor e = c * 5.0;
+  e.copy_(d * d);
+  ag::backward(e.sum());
+  EXPECT_EQ(vals(ag::grad(c)), (std::vector<double>{0, 0}));
+  EXPECT_EQ(vals(ag::grad(d)), (std::vector<double>{4, 6}));
+  // The random fills likewise.
+  Tensor u = ag::set_requires_grad(t64({1, 2}));
+  Tensor r = u * 1.0, n = u * 1.0;
+  uniform_(r, -1, 1);
+  normal_(n);
+  ag::backward((r + n + u).sum());
+  EXPECT_EQ(vals(ag::grad(u)), (std::vector<double>{1, 1}));
+  // A write into a view of a plain tensor (or into a tensor with a live view) would start one
+  // history for memory two tensors share: refused, and nothing is written.
+  Tensor base = zeros({4}, kFloat64);
+  Tensor part = base.narrow(0, 0, 3);
+  std::string err = error_of([&] { part.copy_(x); });
+  EXPECT_NE(err.find("shares memory with another tensor"), std::string::npos) << err;
+  err = error_of([&] { base.copy_(t64({1, 2, 3, 4}) * x.sum()); });
+  EXPECT_NE(err.find("shares memory with another tensor"), std::string::npos) << err;
+  EXPECT_EQ(vals(base), (std::vector<double>{0, 0, 0, 0}));
+  EXPECT_FALSE(ag::requires_grad(base));
 }
 
 TEST(Engine, InPlaceOnASavedTensorFailsAtBackward) {

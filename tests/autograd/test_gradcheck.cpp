@@ -159,6 +159,24 @@ TEST_F(GradCheck, PadReflectReplicateCircular) {
   EXPECT_EQ(testing::values(autograd::grad(x)), (std::vector<double>{3, 1, 2}));
 }
 
+// copy_ into a fresh buffer (broadcast, then read twice) and fill_ of part of the graph.
+TEST_F(GradCheck, CopyAndFill) {
+  gradcheck(
+      [](const V& x) {
+        Tensor buf = zeros({2, 3, 4}, kFloat64);
+        buf.copy_(x[0]);
+        return buf * x[1];
+      },
+      {u({3, 1}), noncontiguous(u({2, 3, 4}))}, {0, 1});
+  gradcheck(
+      [](const V& x) {
+        Tensor y = x[0] * x[1];
+        y.fill_(0.5);
+        return y * x[0] + x[1];
+      },
+      {u({3, 4}), u({3, 4})}, {0, 1});
+}
+
 // _resize (ONNX Resize; no C++ function, so boxed): every mode is linear in its input, one matrix
 // per resized dim (Note [Resize backward]). Up and down, 1-D to 3-D, each coordinate transformation,
 // scales given, cubic with exclude_outside, a non-contiguous input, and leading dims resized too.
