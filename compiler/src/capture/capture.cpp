@@ -6,6 +6,7 @@
 #include <unordered_map>
 
 #include "capture/capture_shapes.h"
+#include "capture/view_geometry.h"
 #include "tessera/autograd.h"
 #include "tessera/compiler/export.h"
 #include "tessera/dispatcher.h"
@@ -26,6 +27,8 @@ using compiler::SymbolRange;
 using compiler::SymSize;
 using compiler::TensorType;
 using compiler::ValueId;
+using compiler::broadcast_base;
+using compiler::storage_positions;
 using compiler::symbolic_output_sizes;
 using compiler::symbolic_view_sizes;
 
@@ -193,27 +196,6 @@ struct Tracer final : ShapeContext {
     return view_of(t, r->second, value_of.at(r->second));
   }
 
-  // The sizes of `root` as `t` broadcasts it, when t is an expand of the contiguous root (dims of
-  // stride 0 repeat it, the others lay it out as it is); empty otherwise.
-  static std::vector<int64_t> broadcast_base(const Tensor& t, int64_t root_numel) {
-    if (t.storage_offset() != 0) return {};
-    std::vector<int64_t> base(size_t(t.dim()));
-    int64_t expect = 1;
-    bool repeats = false;
-    for (int64_t i = t.dim() - 1; i >= 0; --i) {
-      const int64_t size = t.sizes()[size_t(i)], stride = t.strides()[size_t(i)];
-      if (size != 1 && stride == 0) {
-        base[size_t(i)] = 1;
-        repeats = true;
-        continue;
-      }
-      if (size != 1 && stride != expect) return {};
-      base[size_t(i)] = size;
-      expect *= size;
-    }
-    return repeats && expect == root_numel ? base : std::vector<int64_t>{};
-  }
-
   // `t`, a broadcast of the value `root` (the tracing tensor `root_impl`, contiguous) whose sizes as t
   // sees them are `base` (the expanded root gradient of a mean, a bias gradient's expand, a sum's
   // gradient over the dims it reduced): view(root, base) then expand_copy to t's sizes, instead of an
@@ -358,21 +340,9 @@ struct Tracer final : ShapeContext {
   // A strided view `t` of the static, contiguous `root`: view(root, [numel]), index_select with the
   // storage positions of t's elements (a constant input), view to t's sizes.
   ValueId gathered_view(const Tensor& t, const TensorImpl* root, ValueId root_value) {
-    ExcludeDispatchKeyGuard plain(kExportKey);
     const int64_t n = t.numel();
-    Tensor index = empty({n}, TensorOptions().dtype(DType::Int64));
-    int64_t* pos = index.data_ptr<int64_t>();
     const size_t rank = size_t(t.dim());
-    std::vector<int64_t> at(rank, 0);
-    for (int64_t i = 0; i < n; ++i) {
-      int64_t p = t.storage_offset();
-      for (size_t d = 0; d < rank; ++d) p += at[d] * t.strides()[d];
-      pos[i] = p;
-      for (size_t d = rank; d-- > 0;) {
-        if (++at[d] < t.sizes()[d]) break;
-        at[d] = 0;
-      }
-    }
+    Tensor index = storage_positions(t);
     std::string name;
     do name = "constant_" + std::to_string(next_constant++); while (ep.weights.count(name));
     ValueId index_value = add_value({DType::Int64, t.device(), {SymSize(n)}}, name, "");
