@@ -1,5 +1,7 @@
 // Shape rules of the nn, indexing and list ops of the catalogue (meta_rules.h).
+#include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <utility>
 #include <vector>
 
@@ -271,21 +273,26 @@ void check_multi_tensor_list(const MetaCall& m, std::initializer_list<const char
   const TensorImpl* const* t = m.tensors + m.list_begin;
   const TensorImpl& first = *t[0];
   TESSERA_CHECK(is_floating(first.dtype()), m.op_name, ": parameters must be floating tensors, got ", first.dtype());
-  // Which list index owns each storage: an open-addressing table of twice the list's length (a
-  // model's thousands of tensors are checked in microseconds, where a sort or a node-based map
-  // would cost as much as the step itself).
+  // No two tensors may share a memory location (the kernels update them in parallel): tensors on
+  // different storages never do, which an open-addressing table of the storages finds in
+  // microseconds for a model's thousands of tensors (a sort or a node-based map would cost as much
+  // as the step itself); the few that share one (parameters carved from one buffer) have their
+  // element ranges compared.
   size_t cap = 16;
   while (cap < size_t(m.list_size) * 2) cap *= 2;
   std::vector<std::pair<const void*, int64_t>> owner(cap, {nullptr, -1});
+  std::vector<std::pair<int64_t, int64_t>> same_storage;  // (list index, the index that claimed it)
   auto claim = [&](const void* storage, int64_t at) {
-    size_t h = (reinterpret_cast<uintptr_t>(storage) >> 4) * 0x9E3779B97F4A7C15ull;
+    const size_t h = size_t((reinterpret_cast<uintptr_t>(storage) >> 4) * 0x9E3779B97F4A7C15ull);
     for (size_t i = h >> 20 & (cap - 1);; i = (i + 1) & (cap - 1)) {
       if (owner[i].first == nullptr) {
         owner[i] = {storage, at};
         return;
       }
-      TESSERA_CHECK(owner[i].first != storage, m.op_name, ": tensors ", owner[i].second, " and ", at,
-                    " share memory; every parameter, gradient and state tensor of the list needs its own storage");
+      if (owner[i].first == storage) {
+        same_storage.emplace_back(at, owner[i].second);
+        return;
+      }
     }
   };
   int64_t r = 0;
@@ -302,6 +309,31 @@ void check_multi_tensor_list(const MetaCall& m, std::initializer_list<const char
       if (x.numel() > 0 && x.storage()) claim(x.storage().get(), at);
     }
     ++r;
+  }
+  if (same_storage.empty()) return;
+  // The element span [offset, offset + extent) of each tensor on a shared storage; two that meet
+  // may overlap (exact for contiguous tensors, conservative for strided ones).
+  std::vector<std::pair<std::pair<const void*, int64_t>, std::pair<int64_t, int64_t>>> spans;  // ((storage, lo), (hi, index))
+  std::vector<bool> listed(size_t(m.list_size), false);
+  for (auto [a, b] : same_storage)
+    for (int64_t at : {a, b}) {
+      if (listed[size_t(at)]) continue;
+      listed[size_t(at)] = true;
+      const TensorImpl& x = *t[at];
+      int64_t extent = 1;
+      for (int64_t d = 0; d < x.dim(); ++d) extent += (x.sizes()[size_t(d)] - 1) * std::abs(x.strides()[size_t(d)]);
+      spans.push_back({{x.storage().get(), x.storage_offset()}, {x.storage_offset() + extent, at}});
+    }
+  std::sort(spans.begin(), spans.end());
+  for (size_t i = 1, reach = 0; i < spans.size(); ++i) {  // reach: the span ending last so far
+    if (spans[i].first.first != spans[i - 1].first.first) {
+      reach = i;
+      continue;
+    }
+    TESSERA_CHECK(spans[i].first.second >= spans[reach].second.first, m.op_name, ": tensors ",
+                  spans[reach].second.second, " and ", spans[i].second.second,
+                  " share memory; every parameter, gradient and state tensor of the list needs memory of its own");
+    if (spans[i].second.first > spans[reach].second.first) reach = i;
   }
 }
 }  // namespace

@@ -415,6 +415,22 @@ TEST(MultiTensor, BadListsAreRefusedAndChangeNothing) {
   for (size_t i = 0; i < 2; ++i) EXPECT_NEAR(got_q[i], double(i + 4) - 0.5, 1e-6);
   EXPECT_GT(ag::version(q), before);
   _multi_tensor_adam_({}, {}, {}, {}, ok);  // an empty list is a no-op
+  // Parameters carved from one buffer are fine as long as their elements do not meet.
+  Tensor flat = zeros({10}, kFloat64);
+  const FusedSgdArgs plain{.lr = 0.5, .momentum = 0.9, .first_step = true};
+  _multi_tensor_sgd_({flat.narrow(0, 0, 4), flat.narrow(0, 4, 6)}, {zeros({4}, kFloat64), zeros({6}, kFloat64)},
+                     {ones({4}, kFloat64), ones({6}, kFloat64)}, plain);
+  EXPECT_EQ(values(flat), std::vector<double>(10, -0.5));  // buf = g = 1, p -= 0.5 * 1
+  const std::string overlap = testing::error_of([&] {
+    _multi_tensor_sgd_({flat.narrow(0, 0, 5), flat.narrow(0, 4, 6)}, {zeros({5}, kFloat64), zeros({6}, kFloat64)},
+                       {ones({5}, kFloat64), ones({6}, kFloat64)}, plain);
+  });
+  EXPECT_NE(overlap.find("tensors 0 and 1 share memory"), std::string::npos) << overlap;
+  EXPECT_EQ(values(flat), std::vector<double>(10, -0.5));
+  // An optimizer given one parameter twice would step it twice: refused when it is made.
+  Tensor w = nn::parameter(zeros({3}));
+  const std::string twice = testing::error_of([&] { optim::SGD opt({w, q, w}, {.lr = 0.1}); });
+  EXPECT_NE(twice.find("parameters 0 and 2 are the same tensor"), std::string::npos) << twice;
 }
 
 }  // namespace

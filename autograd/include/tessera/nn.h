@@ -148,9 +148,9 @@ TESSERA_NN_API double clip_grad_norm_(const std::vector<Tensor>& parameters, dou
 
 namespace optim {
 
-// Optimizers update parameters in place under NoGradGuard, one tensor at a time (a loop over the
-// list; a fused per-list kernel a plugin may provide is TODO(#31)). Gradients that are undefined
-// are skipped. Not thread-safe.
+// Optimizers update parameters in place under NoGradGuard: by default with one fused op for the
+// whole list (Note [Fused optimizer step]), else one tensor at a time. Gradients that are undefined
+// are skipped. A parameter given twice is refused (it would be stepped twice). Not thread-safe.
 //
 // Note [Capturable optimizers]
 // A step inside tessera::compile (a compiled training step, docs/training.md) is captured once and
@@ -164,7 +164,7 @@ namespace optim {
 // says to set capturable, as is set_lr during one (step the schedule outside the compiled step).
 class TESSERA_NN_API Optimizer {
  public:
-  explicit Optimizer(std::vector<Tensor> params) : params_(std::move(params)) {}
+  explicit Optimizer(std::vector<Tensor> params);
   virtual ~Optimizer();
   virtual void step() = 0;
   void zero_grad();

@@ -1,6 +1,7 @@
 // Optimizers (nn.h): PyTorch's update rules, a loop over the parameter list under NoGradGuard.
 #include <algorithm>
 #include <cmath>
+#include <unordered_map>
 
 #include "tessera/dispatch_key.h"
 #include "tessera/nn.h"
@@ -75,6 +76,16 @@ void set_lr_tensor(Tensor& lr_t, double lr, const char* name) {
   lr_t.fill_(lr);
 }
 }  // namespace
+
+Optimizer::Optimizer(std::vector<Tensor> params) : params_(std::move(params)) {
+  std::unordered_map<const TensorImpl*, size_t> seen;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    TESSERA_CHECK(params_[i].defined(), "optimizer: parameter ", i, " is undefined");
+    auto [it, fresh] = seen.emplace(params_[i].impl(), i);
+    TESSERA_CHECK(fresh, "optimizer: parameters ", it->second, " and ", i,
+                  " are the same tensor, which each step would update twice; pass each parameter once");
+  }
+}
 
 Optimizer::~Optimizer() = default;
 
