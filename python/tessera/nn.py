@@ -82,12 +82,20 @@ class Module:
         return self.forward(*args, **kwargs)
 
     def named_parameters(self, prefix=""):
-        """(name, tensor) pairs: the module's own, then each sub-module's ("layers.0.weight")."""
+        """(name, tensor) pairs: the module's own, then each sub-module's ("layers.0.weight"); a
+        parameter two modules share (tied weights) once, under its first name, as PyTorch's."""
+        seen = set()
+        for name, p in self._all_named_parameters(prefix):
+            if id(p) not in seen:
+                seen.add(id(p))
+                yield name, p
+
+    def _all_named_parameters(self, prefix=""):
         for name, p in self._parameters.items():
             if p is not None:
                 yield prefix + name, p
         for name, m in self._modules.items():
-            yield from m.named_parameters(prefix + name + ".")
+            yield from m._all_named_parameters(prefix + name + ".")
 
     def parameters(self):
         return [p for _, p in self.named_parameters()]
@@ -129,14 +137,14 @@ class Module:
 
     def state_dict(self):
         """The parameters (detached: they share storage with the parameters) and buffers by name."""
-        state = OrderedDict((n, _impl.detach(p)) for n, p in self.named_parameters())
+        state = OrderedDict((n, _impl.detach(p)) for n, p in self._all_named_parameters())
         state.update(self.named_buffers())
         return state
 
     def load_state_dict(self, state):
         """Copies `state`'s values in: every parameter and buffer must be there with its shape, and
         nothing else."""
-        own = OrderedDict(self.named_parameters())
+        own = OrderedDict(self._all_named_parameters())
         own.update(self.named_buffers())
         missing = [n for n in own if n not in state]
         unexpected = [n for n in state if n not in own]

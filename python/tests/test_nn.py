@@ -187,3 +187,21 @@ def test_clip_grad_norm_scales_to_the_bound():
     (w * tessera.from_numpy(np.array([3.0, 4.0], np.float32))).sum().backward()  # grad (3, 4), norm 5
     assert nn.clip_grad_norm_([w], 1.0) == pytest.approx(5.0)
     np.testing.assert_allclose(w.grad.numpy(), [0.6, 0.8], rtol=1e-5)
+
+
+def test_a_tied_weight_is_one_parameter_and_two_state_dict_entries():
+    """One tensor in two modules (an embedding tied to an output layer): listed once, stepped once,
+    and kept under both names in the state dict, as in PyTorch."""
+    tessera.manual_seed(5)
+    inp, out = nn.Linear(4, 4, bias=False), nn.Linear(4, 4)
+    out.weight = inp.weight
+    m = nn.Sequential(inp, out)
+    assert [n for n, _ in m.named_parameters()] == ["0.weight", "1.bias"]
+    opt = tessera.optim.SGD(m.parameters(), lr=0.5, momentum=0.9)
+    m(tessera.ones([1, 4])).sum().backward()
+    before, g = inp.weight.detach().numpy().copy(), inp.weight.grad.numpy().copy()
+    opt.step()
+    np.testing.assert_allclose(inp.weight.detach().numpy(), before - 0.5 * g, rtol=1e-6, atol=1e-6)
+    state = m.state_dict()
+    assert list(state) == ["0.weight", "1.weight", "1.bias"]
+    m.load_state_dict(state)

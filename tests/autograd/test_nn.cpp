@@ -51,6 +51,34 @@ TEST(Modules, StateDictRoundTripsThroughSafetensors) {
   std::remove(path.c_str());
 }
 
+// Tied weights (one tensor in two modules, as a language model's embedding and output layer):
+// parameters() lists it once, as PyTorch's, so an optimizer steps it once; the state dict keeps both
+// names and loads back.
+TEST(Modules, ATiedWeightIsOneParameterAndTwoStateDictEntries) {
+  struct Tied : nn::Module {
+    std::shared_ptr<nn::Linear> in = register_module("in", std::make_shared<nn::Linear>(4, 4, false));
+    std::shared_ptr<nn::Linear> out = register_module("out", std::make_shared<nn::Linear>(4, 4));
+  };
+  manual_seed(3);
+  Tied m;
+  m.out->weight = m.in->weight;
+  const auto named = m.named_parameters();
+  ASSERT_EQ(named.size(), 2u);  // in.weight (also out.weight), out.bias
+  EXPECT_EQ(named[0].first, "in.weight");
+  EXPECT_EQ(named[1].first, "out.bias");
+  nn::optim::SGD opt(m.parameters(), {.lr = 0.5, .momentum = 0.9});
+  Tensor x = ones({1, 4});
+  ag::backward(m.out->forward(m.in->forward(x)).sum());
+  const std::vector<double> before = vals(m.in->weight), g = vals(ag::grad(m.in->weight));
+  opt.step();  // the first step's buffer is the gradient: w -= 0.5 g, once
+  const std::vector<double> after = vals(m.in->weight);
+  for (size_t i = 0; i < before.size(); ++i) EXPECT_NEAR(after[i], before[i] - 0.5 * g[i], 1e-6) << i;
+  const auto state = m.state_dict();
+  EXPECT_EQ(state.size(), 3u);
+  EXPECT_TRUE(state.count("out.weight") && equal(state.at("out.weight"), m.in->weight));
+  m.load_state_dict(state);
+}
+
 TEST(Modules, EmbeddingAndLayerNormTrain) {
   manual_seed(3);
   nn::Embedding emb(5, 4);

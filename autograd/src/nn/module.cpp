@@ -3,6 +3,7 @@
 #include <fstream>
 #include <limits>
 #include <random>
+#include <unordered_set>
 
 #include "tessera/compiler/safetensors.h"
 #include "tessera/dispatch_key.h"
@@ -39,11 +40,15 @@ void Module::collect(const std::string& prefix, std::vector<std::pair<std::strin
   for (const auto& [name, m] : modules_) m->collect(prefix + name + ".", out, buffers);
 }
 
+// A parameter shared by two modules (tied weights) is listed once, under its first name, as
+// PyTorch's named_parameters (remove_duplicate); state_dict keeps every name.
 std::vector<std::pair<std::string, Tensor>> Module::named_parameters() const {
   std::vector<std::pair<std::string, Tensor*>> slots;
   collect("", slots, false);
   std::vector<std::pair<std::string, Tensor>> r;
-  for (auto& [n, s] : slots) r.emplace_back(n, *s);
+  std::unordered_set<const TensorImpl*> seen;
+  for (auto& [n, s] : slots)
+    if (seen.insert(s->impl()).second) r.emplace_back(n, *s);
   return r;
 }
 
@@ -81,7 +86,9 @@ void Module::zero_grad() {
 
 std::map<std::string, Tensor> Module::state_dict() const {
   std::map<std::string, Tensor> r;
-  for (auto& [n, t] : named_parameters()) r[n] = autograd::detach(t);
+  std::vector<std::pair<std::string, Tensor*>> slots;
+  collect("", slots, false);
+  for (auto& [n, s] : slots) r[n] = autograd::detach(*s);
   for (auto& [n, t] : named_buffers()) r[n] = t;
   return r;
 }
