@@ -22,6 +22,11 @@ struct AutogradMeta {
   uint32_t output_nr = 0;
   std::weak_ptr<Node> grad_accumulator;
   std::vector<std::pair<int64_t, TensorHook>> hooks;  // leaf hooks
+  // A recorded view (Note [In-place ops on views] in record.cpp): the tensor that owns the memory
+  // it views (the root of a chain of views; set once, when the view is made), and the storage
+  // version when its grad_fn was last set from the root's history (under mu).
+  Tensor view_root;
+  uint64_t view_version = 0;
 };
 
 // The meta of `impl`, or null.
@@ -42,9 +47,12 @@ uint64_t next_sequence_nr();
 // The dispatch hook and the view hook (record.cpp); installed when the library loads.
 void install_hooks();
 void on_impl_released(const TensorImpl* impl) noexcept;
-// Whether `t` is a recorded view of a tensor in a graph (its grad_fn is a view's backward): in-place
-// writes to such a view are refused (PyTorch's CopySlices is not done).
+// Whether `t` is a recorded view of a tensor in a graph (its grad_fn is a view's backward).
 bool is_recorded_view(const Tensor& t);
+// The gradient edge of the recorded view `view` (meta `m`, whose view_root is set): its grad_fn,
+// rebuilt from its root's current history first when the storage was written since it was set
+// (Note [In-place ops on views] in record.cpp).
+Edge view_edge(const Tensor& view, AutogradMeta& m);
 
 // Under a capture with dynamic shapes, which dims of the tracing tensor `t` are symbolic (empty
 // otherwise: eager, or no capture query set). Note [Dynamic sizes in backward formulas].

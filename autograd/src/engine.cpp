@@ -158,6 +158,7 @@ std::shared_ptr<Node> detail::grad_accumulator(const Tensor& leaf, const std::sh
 Edge gradient_edge(const Tensor& t) {
   auto m = t.defined() ? detail::find_meta(t.impl()) : nullptr;
   if (!m) return {};
+  if (m->view_root.defined()) return detail::view_edge(t, *m);
   if (m->grad_fn) return {m->grad_fn, m->output_nr};
   if (m->requires_grad) return {detail::grad_accumulator(t, m), 0};
   return {};

@@ -127,6 +127,7 @@ void set_grad(const Tensor& t, const Tensor& g) {
 
 std::shared_ptr<Node> grad_fn(const Tensor& t) {
   auto m = t.defined() ? find_meta(t.impl()) : nullptr;
+  if (m && m->view_root.defined()) return detail::view_edge(t, *m).fn;
   return m ? m->grad_fn : nullptr;
 }
 

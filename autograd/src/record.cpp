@@ -317,6 +317,61 @@ class ViewNode final : public Node {
   DType dtype_;
   Device device_;
 };
+// Note [In-place ops on views]
+// An in-place op on a recorded view v (y.narrow(0, 0, 2).mul_(3), y.select(0, 1).copy_(z)) writes
+// memory its root r owns (the tensor at the bottom of v's chain of views), so r's value, and its
+// history, change too (PyTorch's CopySlices). The op is recorded on v as on any tensor (its self
+// edge goes through v's view backward to r's history before the write); then r's history becomes a
+// CopySlicesNode, whose backward sends the elements of r's gradient that v covers to the op's node
+// and the others to r's history before the write; and v becomes a view of r's new history. Every
+// other view of r made before the write is stale: its gradient edge (view_edge) is rebuilt from
+// r's current history whenever the storage was written since it was set, as PyTorch regenerates a
+// view's grad_fn on a version change. A leaf that requires grad, and a root that is itself in a
+// capture or a double backward, are refused.
+class CopySlicesNode final : public Node {
+ public:
+  CopySlicesNode(Edge root_edge, Edge op_edge, const Tensor& root, const Tensor& view)
+      : Node(1, {std::move(root_edge), std::move(op_edge)}), root_sizes_(root.sizes().begin(), root.sizes().end()),
+        root_strides_(root.strides().begin(), root.strides().end()),
+        view_sizes_(view.sizes().begin(), view.sizes().end()), view_strides_(view.strides().begin(), view.strides().end()),
+        rel_offset_(view.storage_offset() - root.storage_offset()), dtype_(root.dtype()), device_(root.device()) {}
+  std::string name() const override { return "CopySlices"; }
+
+  std::vector<Tensor> apply(std::vector<Tensor>&& grads) override {
+    Tensor g = grads[0];
+    if (!g.defined()) return {Tensor(), Tensor()};
+    TESSERA_CHECK(!is_grad_enabled() && !g.key_set().has(Functionality::Export),
+                  "the backward of an in-place op on a view (CopySlices) cannot be recorded yet, for a double "
+                  "backward (create_graph) or in a compiled function (TODO(#31)); clone() the view's root first");
+    if (g.dtype() != dtype_) g = g.to(dtype_);
+    Tensor rest = make_tensor_strided(root_sizes_, root_strides_, dtype_, device_);
+    rest.copy_(g);
+    Tensor covered = rest.as_strided(view_sizes_, view_strides_, rel_offset_);
+    Tensor to_op = covered.clone();
+    covered.fill_(0);
+    return {rest, to_op};
+  }
+
+ private:
+  std::vector<int64_t> root_sizes_, root_strides_, view_sizes_, view_strides_;
+  int64_t rel_offset_;
+  DType dtype_;
+  Device device_;
+};
+
+uint64_t storage_version(const Tensor& t) { return t.storage() ? t.storage()->version() : 0; }
+
+// `view` was written in place by the op recorded as `op_node` (Note [In-place ops on views]).
+void copy_slices(const Tensor& root, const Tensor& view, const std::shared_ptr<Node>& op_node) {
+  auto copies = std::make_shared<CopySlicesNode>(gradient_edge(root), Edge{op_node, 0}, root, view);
+  set_history(root, copies, 0);
+  auto vm = get_or_create_meta(view);
+  auto node = std::make_shared<ViewNode>(Edge{copies, 0}, root, view);
+  std::lock_guard lock(vm->mu);
+  vm->grad_fn = std::move(node);
+  vm->output_nr = 0;
+  vm->view_version = storage_version(view);
+}
 
 // An op that writes one of its arguments (Tensor(a!)).
 // The backward of a cross-device to(): the gradient moves back.
@@ -386,6 +441,7 @@ std::vector<Tensor> on_autograd_call(AutogradCall& call) {
   // rebased onto the new node (PyTorch's rebase_history for tensors that are not views). Leaves
   // that require grad, and views of tensors in a graph, are refused.
   Tensor written_before;
+  Tensor view_root;  // of a recorded view written in place (Note [In-place ops on views])
   if (any && writes_an_argument(schema)) {
     auto m = flat[0].defined() ? find_meta(flat[0].impl()) : nullptr;
     TESSERA_CHECK(!(m && m->requires_grad && !m->grad_fn),
@@ -395,9 +451,16 @@ std::vector<Tensor> on_autograd_call(AutogradCall& call) {
       tessera::detail::throw_error(ErrorCode::Unimplemented,
                                    "'" + name + "': this in-place op is not supported by autograd yet on tensors that "
                                    "require grad (TODO(#31)); use the out-of-place op, or run it under NoGradGuard");
-    TESSERA_CHECK(!is_recorded_view(flat[0]), "'", name,
-                  "': an in-place op on a view of a tensor that requires grad is not supported yet (TODO(#31)); "
-                  "write the out-of-place result instead, or clone() the view first");
+    if (m && m->view_root.defined()) {  // Note [In-place ops on views]
+      auto root_meta = find_meta(m->view_root.impl());
+      TESSERA_CHECK(!(root_meta && root_meta->requires_grad && !root_meta->grad_fn),
+                    "a view of a leaf Variable that requires grad is being used in an in-place operation ('", name,
+                    "'); do it under NoGradGuard, or write the out-of-place result");
+      TESSERA_CHECK(!flat[0].key_set().has(Functionality::Export), "'", name,
+                    "': an in-place op on a view of a tensor in the graph cannot be captured yet (TODO(#31)); write "
+                    "the out-of-place result instead, or clone() the view first");
+      view_root = m->view_root;
+    }
     // A tensor outside the graph that another tensor shares memory with (a view of it, or its base):
     // the write would start this tensor's history but not the other's, whose later uses would then
     // miss the gradient (PyTorch rebases the base, CopySlices). The tensors in `flat` and the call's
@@ -480,6 +543,7 @@ std::vector<Tensor> on_autograd_call(AutogradCall& call) {
     node = std::move(n);
   }
   for (uint32_t o : diff_outs) set_history(outs[o], node, o);
+  if (view_root.defined()) copy_slices(view_root, outs[0], node);
   return outs;
 }
 
@@ -495,11 +559,31 @@ void on_view_created(const Tensor& base, Tensor& view) {
                 "on it first");
   auto node = std::make_shared<ViewNode>(gradient_edge(base), base, view);
   set_history(view, node, 0);
+  // Note [In-place ops on views]: the root of the chain, and the version the view's backward is of.
+  auto vm = get_or_create_meta(view);
+  std::lock_guard lock(vm->mu);
+  vm->view_root = m->view_root.defined() ? m->view_root : base;
+  vm->view_version = storage_version(view);
 }
 
 }  // namespace
 
 void on_impl_released(const TensorImpl* impl) noexcept { erase_meta(impl); }
+
+Edge view_edge(const Tensor& view, AutogradMeta& m) {
+  const uint64_t now = storage_version(view);
+  {
+    std::lock_guard lock(m.mu);
+    if (now == m.view_version) return {m.grad_fn, m.output_nr};
+  }
+  // The memory was written since: a view of the root's current history (Note [In-place ops on views]).
+  auto node = std::make_shared<ViewNode>(gradient_edge(m.view_root), m.view_root, view);
+  std::lock_guard lock(m.mu);
+  m.grad_fn = std::move(node);
+  m.output_nr = 0;
+  m.view_version = now;
+  return {m.grad_fn, 0};
+}
 
 bool is_recorded_view(const Tensor& t) {
   auto m = t.defined() ? find_meta(t.impl()) : nullptr;

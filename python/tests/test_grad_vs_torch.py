@@ -27,6 +27,16 @@ _GIDX = np.array([[0, 2, 2], [1, 1, 0]], dtype=np.int64)
 _SIDX = np.array([[0, 1, 1], [3, 0, 0]], dtype=np.int64)
 _GIDX_T, _SIDX_T = tessera.from_numpy(_GIDX.copy()), tessera.from_numpy(_SIDX.copy())
 
+def _write_views(lib):
+    def f(a, b, c):
+        y = a * 1.5
+        first = y[:, 0:2]  # a view made before the writes
+        y[:, 1:3].mul_(b)
+        y[:, 3].copy_(c * c)
+        return y * y + first.sum()
+    return f
+
+
 def _copied(buf, src):
     buf.copy_(src)
     return buf
@@ -156,6 +166,10 @@ CASES = [
      [lambda r: r.standard_normal((3, 1)), lambda r: r.standard_normal((2, 3, 4))]),
     ("fill_non_leaf", lambda a, b: _filled(a * b) * a + b, lambda a, b: _filled(a * b) * a + b,
      [lambda r: r.standard_normal((3, 4)), lambda r: r.standard_normal((3, 4))]),
+    # In-place ops on views of a tensor in the graph (CopySlices): a slice multiplied, a column copied
+    # into, both read through a view made before the writes.
+    ("inplace_on_views", _write_views(tessera), _write_views(torch),
+     [lambda r: r.standard_normal((3, 4)), lambda r: r.standard_normal((3, 2)), lambda r: r.standard_normal((3,))]),
     ("vector_norm", lambda a: tessera.linalg_vector_norm(a, 2, [1]) + tessera.linalg_vector_norm(a, 3.0, [0]).sum(),
      lambda a: torch.linalg.vector_norm(a, 2, [1]) + torch.linalg.vector_norm(a, 3.0, [0]).sum(),
      [lambda r: away(r, (3, 4))]),
