@@ -165,14 +165,24 @@ class NotImplementedNode final : public Node {
   std::string op_, why_;
 };
 
-// The backward of a core view (Note [View backward]).
-class ViewNode final : public Node {
- public:
-  ViewNode(Edge base_edge, const Tensor& base, const Tensor& view)
-      : Node(1, {std::move(base_edge)}), base_sizes_(base.sizes().begin(), base.sizes().end()),
-        base_strides_(base.strides().begin(), base.strides().end()),
+// Where a view's elements lie in its base (the base's own geometry, the view's, and the view's
+// offset relative to the base's): what the backward of a view and of a write through it need.
+struct ViewGeometry {
+  ViewGeometry(const Tensor& base, const Tensor& view)
+      : base_sizes_(base.sizes().begin(), base.sizes().end()), base_strides_(base.strides().begin(), base.strides().end()),
         view_sizes_(view.sizes().begin(), view.sizes().end()), view_strides_(view.strides().begin(), view.strides().end()),
         rel_offset_(view.storage_offset() - base.storage_offset()), dtype_(base.dtype()), device_(base.device()) {}
+  std::vector<int64_t> base_sizes_, base_strides_, view_sizes_, view_strides_;
+  int64_t rel_offset_;
+  DType dtype_;
+  Device device_;
+};
+
+// The backward of a core view (Note [View backward]).
+class ViewNode final : public Node, private ViewGeometry {
+ public:
+  ViewNode(Edge base_edge, const Tensor& base, const Tensor& view)
+      : Node(1, {std::move(base_edge)}), ViewGeometry(base, view) {}
   std::string name() const override { return "ViewBackward"; }
 
   // Note [View backward]
@@ -312,10 +322,6 @@ class ViewNode final : public Node {
     return laid.reshape(stored_sizes).permute(back);
   }
 
-  std::vector<int64_t> base_sizes_, base_strides_, view_sizes_, view_strides_;
-  int64_t rel_offset_;
-  DType dtype_;
-  Device device_;
 };
 // Note [In-place ops on views]
 // An in-place op on a recorded view v (y.narrow(0, 0, 2).mul_(3), y.select(0, 1).copy_(z)) writes
@@ -328,13 +334,10 @@ class ViewNode final : public Node {
 // r's current history whenever the storage was written since it was set, as PyTorch regenerates a
 // view's grad_fn on a version change. A leaf that requires grad, and a root that is itself in a
 // capture or a double backward, are refused.
-class CopySlicesNode final : public Node {
+class CopySlicesNode final : public Node, private ViewGeometry {
  public:
   CopySlicesNode(Edge root_edge, Edge op_edge, const Tensor& root, const Tensor& view)
-      : Node(1, {std::move(root_edge), std::move(op_edge)}), root_sizes_(root.sizes().begin(), root.sizes().end()),
-        root_strides_(root.strides().begin(), root.strides().end()),
-        view_sizes_(view.sizes().begin(), view.sizes().end()), view_strides_(view.strides().begin(), view.strides().end()),
-        rel_offset_(view.storage_offset() - root.storage_offset()), dtype_(root.dtype()), device_(root.device()) {}
+      : Node(1, {std::move(root_edge), std::move(op_edge)}), ViewGeometry(root, view) {}
   std::string name() const override { return "CopySlices"; }
 
   std::vector<Tensor> apply(std::vector<Tensor>&& grads) override {
@@ -344,19 +347,13 @@ class CopySlicesNode final : public Node {
                   "the backward of an in-place op on a view (CopySlices) cannot be recorded yet, for a double "
                   "backward (create_graph) or in a compiled function (TODO(#31)); clone() the view's root first");
     if (g.dtype() != dtype_) g = g.to(dtype_);
-    Tensor rest = make_tensor_strided(root_sizes_, root_strides_, dtype_, device_);
+    Tensor rest = make_tensor_strided(base_sizes_, base_strides_, dtype_, device_);
     rest.copy_(g);
     Tensor covered = rest.as_strided(view_sizes_, view_strides_, rel_offset_);
     Tensor to_op = covered.clone();
     covered.fill_(0);
     return {rest, to_op};
   }
-
- private:
-  std::vector<int64_t> root_sizes_, root_strides_, view_sizes_, view_strides_;
-  int64_t rel_offset_;
-  DType dtype_;
-  Device device_;
 };
 
 uint64_t storage_version(const Tensor& t) { return t.storage() ? t.storage()->version() : 0; }
