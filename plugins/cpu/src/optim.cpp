@@ -4,6 +4,8 @@
 // dozen (Adam) or five (SGD) passes over memory. _multi_tensor_adam_ / _multi_tensor_sgd_ do the
 // same for a whole list of parameters in one parallel loop over their elements laid end to end,
 // so a model of many small parameters pays for one call and one thread-team start, not one each.
+// A per-parameter op's inputs are its list op's with one parameter (p, state..., grad), so both
+// run the same loop.
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -20,6 +22,48 @@ void require_contiguous(const KernelCall& c) {
   for (int i = 0; i < c.num_inputs(); ++i)
     if (!c.input(i).is_contiguous())
       throw sdk::Error(TESSERA_STATUS_UNIMPLEMENTED, "a non-contiguous argument; the composite handles it");
+}
+
+// The elements of n tensors laid end to end: offsets[i] is where tensor i starts, offsets[n] the total.
+std::vector<int64_t> end_to_end(const KernelCall& c, int64_t n) {
+  std::vector<int64_t> offsets(size_t(n) + 1, 0);
+  for (int64_t i = 0; i < n; ++i) offsets[size_t(i) + 1] = offsets[size_t(i)] + c.input(int(i)).numel();
+  return offsets;
+}
+
+// Calls f(i, begin, end) for the parts of [b, e) (of the end-to-end range) inside tensor i.
+template <typename F>
+void for_each_part(const std::vector<int64_t>& offsets, int64_t b, int64_t e, F&& f) {
+  size_t i = size_t(std::upper_bound(offsets.begin(), offsets.end(), b) - offsets.begin()) - 1;
+  for (; b < e; ++i) {
+    const int64_t stop = std::min(e, offsets[i + 1]);
+    if (stop > b) f(i, b - offsets[i], stop - offsets[i]);
+    b = std::max(b, stop);
+  }
+}
+
+// The list of call c: n parameters, then each state block, then the gradients, all of element type
+// T. Runs range(pointers of block 0, 1, ... at the part's start, part length) over every part of
+// the parameters' elements laid end to end, in one parallel loop. `Blocks` is the list's number of
+// blocks (4: Adam, 3: SGD).
+template <typename T, int Blocks, typename Range>
+void over_list(const KernelCall& c, Range range) {
+  const int64_t n = c.num_inputs() / Blocks;
+  auto ptr = [&](int64_t block, size_t i, int64_t lo) {
+    return c.input(int(block * n + int64_t(i))).host_ptr<T>() + lo;
+  };
+  auto part = [&](size_t i, int64_t lo, int64_t hi) {
+    if constexpr (Blocks == 4) range(ptr(0, i, lo), ptr(1, i, lo), ptr(2, i, lo), ptr(3, i, lo), hi - lo);
+    else range(ptr(0, i, lo), ptr(1, i, lo), ptr(2, i, lo), hi - lo);
+  };
+  if (n == 1) {  // a per-parameter op: no offsets to build or search
+    const int64_t numel = c.input(0).numel();
+    parallel_for_dynamic(0, numel, grain_for(OpKind::Elementwise, numel), [&](int64_t b, int64_t e) { part(0, b, e); });
+    return;
+  }
+  const std::vector<int64_t> offsets = end_to_end(c, n);
+  parallel_for_dynamic(0, offsets.back(), grain_for(OpKind::Elementwise, offsets.back()),
+                       [&](int64_t b, int64_t e) { for_each_part(offsets, b, e, part); });
 }
 
 struct AdamStep {
@@ -58,73 +102,24 @@ void adam_range(T* __restrict p, T* __restrict m, T* __restrict v, const T* __re
   }
 }
 
-template <typename T, Decay D>
-void adam_all(T* p, T* m, T* v, const T* g, int64_t n, const AdamStep& s) {
-  parallel_for_dynamic(0, n, grain_for(OpKind::Elementwise, n),
-                       [&](int64_t b, int64_t e) { adam_range<T, D>(p + b, m + b, v + b, g + b, e - b, s); });
-}
-
 template <typename T>
-void fused_adam(const KernelCall& c, const AdamStep& s) {
-  T* p = c.input(0).host_ptr<T>();
-  T* m = c.input(1).host_ptr<T>();
-  T* v = c.input(2).host_ptr<T>();
-  const T* g = c.input(3).host_ptr<T>();
-  const int64_t n = c.input(0).numel();
-  if (s.weight_decay == 0) adam_all<T, Decay::None>(p, m, v, g, n, s);
-  else if (s.decoupled) adam_all<T, Decay::Decoupled>(p, m, v, g, n, s);
-  else adam_all<T, Decay::Coupled>(p, m, v, g, n, s);
+void adam_list(const KernelCall& c, const AdamStep& s) {
+  auto run = [&]<Decay D>() {
+    over_list<T, 4>(c, [&](T* p, T* m, T* v, T* g, int64_t n) { adam_range<T, D>(p, m, v, g, n, s); });
+  };
+  if (s.weight_decay == 0) run.template operator()<Decay::None>();
+  else if (s.decoupled) run.template operator()<Decay::Decoupled>();
+  else run.template operator()<Decay::Coupled>();
 }
 
-tessera_status_t fused_adam_kernel(void*, const tessera_kernel_call_t* call) {
+// The kernel of _fused_adam_ (a list of one parameter) and of _multi_tensor_adam_ (A: its attributes).
+template <typename A>
+tessera_status_t adam_kernel(void*, const tessera_kernel_call_t* call) {
   return guarded(call, [&](const KernelCall& c) {
     require_contiguous(c);
-    const AdamStep s = adam_step_of<op::_fused_adam_::attr>(c);
-    if (c.input(0).dtype() == TESSERA_DTYPE_FLOAT64) fused_adam<double>(c, s);
-    else fused_adam<float>(c, s);
-  });
-}
-
-// The elements of n tensors laid end to end: offsets[i] is where tensor i starts, offsets[n] the total.
-std::vector<int64_t> end_to_end(const KernelCall& c, int64_t n) {
-  std::vector<int64_t> offsets(size_t(n) + 1, 0);
-  for (int64_t i = 0; i < n; ++i) offsets[size_t(i) + 1] = offsets[size_t(i)] + c.input(int(i)).numel();
-  return offsets;
-}
-
-// Calls f(i, begin, end) for the parts of [b, e) (of the end-to-end range) inside tensor i.
-template <typename F>
-void for_each_part(const std::vector<int64_t>& offsets, int64_t b, int64_t e, F&& f) {
-  size_t i = size_t(std::upper_bound(offsets.begin(), offsets.end(), b) - offsets.begin()) - 1;
-  for (; b < e; ++i) {
-    const int64_t stop = std::min(e, offsets[i + 1]);
-    if (stop > b) f(i, b - offsets[i], stop - offsets[i]);
-    b = std::max(b, stop);
-  }
-}
-
-template <typename T, Decay D>
-void multi_adam(const KernelCall& c, int64_t n, const AdamStep& s) {
-  const std::vector<int64_t> offsets = end_to_end(c, n);
-  auto ptr = [&](int64_t block, size_t i) { return c.input(int(block * n + int64_t(i))).host_ptr<T>(); };
-  parallel_for_dynamic(0, offsets.back(), grain_for(OpKind::Elementwise, offsets.back()), [&](int64_t b, int64_t e) {
-    for_each_part(offsets, b, e, [&](size_t i, int64_t lo, int64_t hi) {
-      adam_range<T, D>(ptr(0, i) + lo, ptr(1, i) + lo, ptr(2, i) + lo, ptr(3, i) + lo, hi - lo, s);
-    });
-  });
-}
-
-tessera_status_t multi_tensor_adam_kernel(void*, const tessera_kernel_call_t* call) {
-  return guarded(call, [&](const KernelCall& c) {
-    require_contiguous(c);
-    const AdamStep s = adam_step_of<op::_multi_tensor_adam_::attr>(c);
-    const int64_t n = c.num_inputs() / 4;
-    const bool f64 = c.input(0).dtype() == TESSERA_DTYPE_FLOAT64;
-    const Decay d = s.weight_decay == 0 ? Decay::None : s.decoupled ? Decay::Decoupled : Decay::Coupled;
-    if (d == Decay::None) f64 ? multi_adam<double, Decay::None>(c, n, s) : multi_adam<float, Decay::None>(c, n, s);
-    else if (d == Decay::Decoupled)
-      f64 ? multi_adam<double, Decay::Decoupled>(c, n, s) : multi_adam<float, Decay::Decoupled>(c, n, s);
-    else f64 ? multi_adam<double, Decay::Coupled>(c, n, s) : multi_adam<float, Decay::Coupled>(c, n, s);
+    const AdamStep s = adam_step_of<A>(c);
+    if (c.input(0).dtype() == TESSERA_DTYPE_FLOAT64) adam_list<double>(c, s);
+    else adam_list<float>(c, s);
   });
 }
 
@@ -153,75 +148,33 @@ void sgd_range(T* __restrict p, T* __restrict buf, const T* __restrict g, int64_
   }
 }
 
-template <typename T, bool Decay, bool First, bool Nesterov>
-void sgd_all(T* p, T* buf, const T* g, int64_t n, const SgdStep& s) {
-  parallel_for_dynamic(0, n, grain_for(OpKind::Elementwise, n), [&](int64_t b, int64_t e) {
-    sgd_range<T, Decay, First, Nesterov>(p + b, buf + b, g + b, e - b, s);
-  });
-}
-
 template <typename T>
-void fused_sgd(const KernelCall& c, const SgdStep& s) {
-  T* p = c.input(0).host_ptr<T>();
-  T* buf = c.input(1).host_ptr<T>();
-  const T* g = c.input(2).host_ptr<T>();
-  const int64_t n = c.input(0).numel();
+void sgd_list(const KernelCall& c, const SgdStep& s) {
+  auto run = [&]<bool Decay, bool First, bool Nesterov>() {
+    over_list<T, 3>(c, [&](T* p, T* buf, T* g, int64_t n) { sgd_range<T, Decay, First, Nesterov>(p, buf, g, n, s); });
+  };
   // The eight loops, so that none of them branches per element.
   const int mode = (s.weight_decay != 0 ? 4 : 0) | (s.first_step ? 2 : 0) | (s.nesterov ? 1 : 0);
   switch (mode) {
-    case 0: return sgd_all<T, false, false, false>(p, buf, g, n, s);
-    case 1: return sgd_all<T, false, false, true>(p, buf, g, n, s);
-    case 2: return sgd_all<T, false, true, false>(p, buf, g, n, s);
-    case 3: return sgd_all<T, false, true, true>(p, buf, g, n, s);
-    case 4: return sgd_all<T, true, false, false>(p, buf, g, n, s);
-    case 5: return sgd_all<T, true, false, true>(p, buf, g, n, s);
-    case 6: return sgd_all<T, true, true, false>(p, buf, g, n, s);
-    default: return sgd_all<T, true, true, true>(p, buf, g, n, s);
+    case 0: return run.template operator()<false, false, false>();
+    case 1: return run.template operator()<false, false, true>();
+    case 2: return run.template operator()<false, true, false>();
+    case 3: return run.template operator()<false, true, true>();
+    case 4: return run.template operator()<true, false, false>();
+    case 5: return run.template operator()<true, false, true>();
+    case 6: return run.template operator()<true, true, false>();
+    default: return run.template operator()<true, true, true>();
   }
 }
 
-tessera_status_t fused_sgd_kernel(void*, const tessera_kernel_call_t* call) {
+// The kernel of _fused_sgd_ and of _multi_tensor_sgd_ likewise.
+template <typename A>
+tessera_status_t sgd_kernel(void*, const tessera_kernel_call_t* call) {
   return guarded(call, [&](const KernelCall& c) {
     require_contiguous(c);
-    const SgdStep s = sgd_step_of<op::_fused_sgd_::attr>(c);
-    if (c.input(0).dtype() == TESSERA_DTYPE_FLOAT64) fused_sgd<double>(c, s);
-    else fused_sgd<float>(c, s);
-  });
-}
-
-template <typename T, bool Decay, bool First, bool Nesterov>
-void multi_sgd(const KernelCall& c, int64_t n, const SgdStep& s) {
-  const std::vector<int64_t> offsets = end_to_end(c, n);
-  auto ptr = [&](int64_t block, size_t i) { return c.input(int(block * n + int64_t(i))).host_ptr<T>(); };
-  parallel_for_dynamic(0, offsets.back(), grain_for(OpKind::Elementwise, offsets.back()), [&](int64_t b, int64_t e) {
-    for_each_part(offsets, b, e, [&](size_t i, int64_t lo, int64_t hi) {
-      sgd_range<T, Decay, First, Nesterov>(ptr(0, i) + lo, ptr(1, i) + lo, ptr(2, i) + lo, hi - lo, s);
-    });
-  });
-}
-
-template <typename T>
-void multi_sgd(const KernelCall& c, int64_t n, const SgdStep& s) {
-  const int mode = (s.weight_decay != 0 ? 4 : 0) | (s.first_step ? 2 : 0) | (s.nesterov ? 1 : 0);
-  switch (mode) {
-    case 0: return multi_sgd<T, false, false, false>(c, n, s);
-    case 1: return multi_sgd<T, false, false, true>(c, n, s);
-    case 2: return multi_sgd<T, false, true, false>(c, n, s);
-    case 3: return multi_sgd<T, false, true, true>(c, n, s);
-    case 4: return multi_sgd<T, true, false, false>(c, n, s);
-    case 5: return multi_sgd<T, true, false, true>(c, n, s);
-    case 6: return multi_sgd<T, true, true, false>(c, n, s);
-    default: return multi_sgd<T, true, true, true>(c, n, s);
-  }
-}
-
-tessera_status_t multi_tensor_sgd_kernel(void*, const tessera_kernel_call_t* call) {
-  return guarded(call, [&](const KernelCall& c) {
-    require_contiguous(c);
-    const SgdStep s = sgd_step_of<op::_multi_tensor_sgd_::attr>(c);
-    const int64_t n = c.num_inputs() / 3;
-    if (c.input(0).dtype() == TESSERA_DTYPE_FLOAT64) multi_sgd<double>(c, n, s);
-    else multi_sgd<float>(c, n, s);
+    const SgdStep s = sgd_step_of<A>(c);
+    if (c.input(0).dtype() == TESSERA_DTYPE_FLOAT64) sgd_list<double>(c, s);
+    else sgd_list<float>(c, s);
   });
 }
 
@@ -229,13 +182,13 @@ tessera_status_t multi_tensor_sgd_kernel(void*, const tessera_kernel_call_t* cal
 
 void register_optimizer_kernels(Registrar& r) {
   r.add(op::_fused_adam_::name, (uint64_t(1) << TESSERA_DTYPE_FLOAT32) | (uint64_t(1) << TESSERA_DTYPE_FLOAT64),
-        &fused_adam_kernel);
+        &adam_kernel<op::_fused_adam_::attr>);
   r.add(op::_fused_sgd_::name, (uint64_t(1) << TESSERA_DTYPE_FLOAT32) | (uint64_t(1) << TESSERA_DTYPE_FLOAT64),
-        &fused_sgd_kernel);
+        &sgd_kernel<op::_fused_sgd_::attr>);
   r.add(op::_multi_tensor_adam_::name,
-        (uint64_t(1) << TESSERA_DTYPE_FLOAT32) | (uint64_t(1) << TESSERA_DTYPE_FLOAT64), &multi_tensor_adam_kernel);
+        (uint64_t(1) << TESSERA_DTYPE_FLOAT32) | (uint64_t(1) << TESSERA_DTYPE_FLOAT64), &adam_kernel<op::_multi_tensor_adam_::attr>);
   r.add(op::_multi_tensor_sgd_::name, (uint64_t(1) << TESSERA_DTYPE_FLOAT32) | (uint64_t(1) << TESSERA_DTYPE_FLOAT64),
-        &multi_tensor_sgd_kernel);
+        &sgd_kernel<op::_multi_tensor_sgd_::attr>);
 }
 
 }  // namespace tessera::cpu
