@@ -358,16 +358,23 @@ class CopySlicesNode final : public Node, private ViewGeometry {
 
 uint64_t storage_version(const Tensor& t) { return t.storage() ? t.storage()->version() : 0; }
 
+// Makes the backward of the recorded view `view` (meta `m`) a view of `base`, whose history is
+// `base_edge`, as of the storage's current version (Note [In-place ops on views]).
+Edge set_view_backward(AutogradMeta& m, Edge base_edge, const Tensor& base, const Tensor& view) {
+  auto node = std::make_shared<ViewNode>(std::move(base_edge), base, view);
+  std::lock_guard lock(m.mu);
+  m.requires_grad = false;
+  m.grad_fn = std::move(node);
+  m.output_nr = 0;
+  m.view_version = storage_version(view);
+  return {m.grad_fn, 0};
+}
+
 // `view` was written in place by the op recorded as `op_node` (Note [In-place ops on views]).
 void copy_slices(const Tensor& root, const Tensor& view, const std::shared_ptr<Node>& op_node) {
   auto copies = std::make_shared<CopySlicesNode>(gradient_edge(root), Edge{op_node, 0}, root, view);
   set_history(root, copies, 0);
-  auto vm = get_or_create_meta(view);
-  auto node = std::make_shared<ViewNode>(Edge{copies, 0}, root, view);
-  std::lock_guard lock(vm->mu);
-  vm->grad_fn = std::move(node);
-  vm->output_nr = 0;
-  vm->view_version = storage_version(view);
+  set_view_backward(*get_or_create_meta(view), Edge{copies, 0}, root, view);
 }
 
 // An op that writes one of its arguments (Tensor(a!)).
@@ -554,13 +561,10 @@ void on_view_created(const Tensor& base, Tensor& view) {
                 "a view of a tensor whose elements share memory (an expanded tensor, sizes ", base.sizes(),
                 ", strides ", base.strides(), ") cannot be recorded for backward yet (TODO(#31)); call contiguous() "
                 "on it first");
-  auto node = std::make_shared<ViewNode>(gradient_edge(base), base, view);
-  set_history(view, node, 0);
-  // Note [In-place ops on views]: the root of the chain, and the version the view's backward is of.
+  // Note [In-place ops on views]: the root of the chain (set before any other thread sees the view).
   auto vm = get_or_create_meta(view);
-  std::lock_guard lock(vm->mu);
   vm->view_root = m->view_root.defined() ? m->view_root : base;
-  vm->view_version = storage_version(view);
+  set_view_backward(*vm, gradient_edge(base), base, view);
 }
 
 }  // namespace
@@ -568,23 +572,17 @@ void on_view_created(const Tensor& base, Tensor& view) {
 void on_impl_released(const TensorImpl* impl) noexcept { erase_meta(impl); }
 
 Edge view_edge(const Tensor& view, AutogradMeta& m) {
-  const uint64_t now = storage_version(view);
   {
     std::lock_guard lock(m.mu);
-    if (now == m.view_version) return {m.grad_fn, m.output_nr};
+    if (storage_version(view) == m.view_version) return {m.grad_fn, m.output_nr};
   }
   // The memory was written since: a view of the root's current history (Note [In-place ops on views]).
-  auto node = std::make_shared<ViewNode>(gradient_edge(m.view_root), m.view_root, view);
-  std::lock_guard lock(m.mu);
-  m.grad_fn = std::move(node);
-  m.output_nr = 0;
-  m.view_version = now;
-  return {m.grad_fn, 0};
+  return set_view_backward(m, gradient_edge(m.view_root), m.view_root, view);
 }
 
 bool is_recorded_view(const Tensor& t) {
   auto m = t.defined() ? find_meta(t.impl()) : nullptr;
-  return m && m->grad_fn && dynamic_cast<ViewNode*>(m->grad_fn.get());
+  return m && m->view_root.defined();  // set for every view recorded, and only for those
 }
 
 // Note [Tensor autograd methods] (core/include/tessera/autograd_hooks.h).
