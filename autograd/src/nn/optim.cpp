@@ -20,6 +20,13 @@ void check_capturable(bool capturable, const char* name) {
                 "capture would freeze; construct it with capturable = true (Note [Capturable optimizers])");
 }
 
+// Adam's two moments, made at a parameter's first step (zeros of its shape, dtype and device).
+void ensure_moments(const Tensor& p, Tensor& m, Tensor& v) {
+  if (m.defined()) return;
+  m = zeros_like(p);
+  v = zeros_like(p);
+}
+
 // Adam's weight decay and moment updates for one parameter, shared by its plain and capturable
 // steps; false when the parameter has no gradient. `decay` is AdamW's factor 1 - lr * weight_decay
 // (a number, or the lr tensor's expression), undefined for Adam.
@@ -30,10 +37,7 @@ bool adam_moments(Tensor& p, Tensor& m, Tensor& v, const AdamOptions& o, const T
     if (o.decoupled_weight_decay) p.mul_(decay);
     else g = g + p * o.weight_decay;
   }
-  if (!m.defined()) {
-    m = zeros_like(p);
-    v = zeros_like(p);
-  }
+  ensure_moments(p, m, v);
   m.mul_(number(o.beta1));
   m.add_(g, 1 - o.beta1);
   v.mul_(number(o.beta2));
@@ -182,10 +186,7 @@ Adam::Adam(std::vector<Tensor> params, AdamOptions options) : Optimizer(std::mov
     lr_t_ = number(o_.lr);
     beta1_pow_ = number(1);
     beta2_pow_ = number(1);
-    for (size_t i = 0; i < params_.size(); ++i) {
-      m_[i] = zeros_like(params_[i]);
-      v_[i] = zeros_like(params_[i]);
-    }
+    for (size_t i = 0; i < params_.size(); ++i) ensure_moments(params_[i], m_[i], v_[i]);
   }
 }
 
@@ -234,10 +235,7 @@ void Adam::step() {
     if (o_.fused) {
       const Tensor g = autograd::grad(params_[i]);
       if (fusable(params_[i], g)) {
-        if (!m_[i].defined()) {
-          m_[i] = zeros_like(params_[i]);
-          v_[i] = zeros_like(params_[i]);
-        }
+        ensure_moments(params_[i], m_[i], v_[i]);
         FusedGroup& group = group_of(groups, params_[i], g, false, 4, params_.size());
         group.blocks[0].push_back(params_[i]);
         group.blocks[1].push_back(m_[i]);
