@@ -53,11 +53,16 @@ class Module:
         object.__setattr__(self, name, tensor)
 
     def named_buffers(self, prefix=""):
-        for name, b in self._buffers.items():
-            if b is not None:
-                yield prefix + name, b
+        return self._walk("_buffers", prefix)
+
+    def _walk(self, store, prefix):
+        """(name, tensor) pairs of `store` (_parameters or _buffers): the module's own, then each
+        sub-module's, every name kept."""
+        for name, t in getattr(self, store).items():
+            if t is not None:
+                yield prefix + name, t
         for name, m in self._modules.items():
-            yield from m.named_buffers(prefix + name + ".")
+            yield from m._walk(store, prefix + name + ".")
 
     def __setattr__(self, name, value):
         if "_parameters" not in self.__dict__:
@@ -91,11 +96,7 @@ class Module:
                 yield name, p
 
     def _all_named_parameters(self, prefix=""):
-        for name, p in self._parameters.items():
-            if p is not None:
-                yield prefix + name, p
-        for name, m in self._modules.items():
-            yield from m._all_named_parameters(prefix + name + ".")
+        return self._walk("_parameters", prefix)
 
     def parameters(self):
         return [p for _, p in self.named_parameters()]
