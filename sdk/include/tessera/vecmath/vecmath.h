@@ -366,17 +366,29 @@ TESSERA_VM_INLINE ExpParts exp_parts_v(vfloat x) {
 // Note [Table-driven exp for sigmoid and tanh]
 // sigmoid and tanh spend most of their work in e^x, and their bounds (3 and 2 ulp) leave room
 // for an exp a little less exact than exp_v's (1 ulp). At AVX-512 they take e^x from a table:
-// x = (k/32) ln2 + r with k an integer (the 1.5 * 2^23 shifter on x 32/ln2) and |r| <= ln2/64
-// (ln2/32 in two parts, the first with 11 bits so that k times it is exact), e^x =
+// x = (k/32) ln2 + r with k an integer and |r| <= ln2/64: the 1.5 * 2^18 shifter on x/ln2 rounds to
+// a multiple of 1/32, so k/32 is the shifter sum less the shifter, already the float vscalefps
+// takes (it floors it), and the low 5 bits of the sum's pattern are k mod 32; r = x - (k/32) ln2
+// with ln2 in Cephes' two parts (the first with 9 bits, so that k/32 times it is exact). e^x =
 // 2^floor(k/32) T[k mod 32] e^r with T[j] = 2^(j/32) rounded to float (the 32 entries in two
 // registers, one vpermt2ps on the low bits of the shifter sum, as gelu's table) and e^r = 1 + r +
 // r^2/2 + r^3/6 (truncation below 6e-10), applied as T + T (r (1 + r (1/2 + r/6)) + c[j]) where
 // c[j] = (2^(j/32) - T[j]) / T[j] (a second table) puts back the rounding of the entry, so that the
-// result is rounded about once; vscalefps takes k/32 and floors it. 13 instructions against
-// exp_parts_v's 14 (and no long Horner chain), for sigmoid, silu, gelu_tanh and
-// tanh: the generated code of BM_GeluChain16M (tanh, gelu, sigmoid per element) ran 12% faster in
-// an L1-resident loop (0.77 -> 0.68 ns per element on one thread, Zen 5). AVX2 keeps exp_parts_v
+// result is rounded about once. 10 vector instructions (12 with the clamps) against exp_parts_v's
+// 14, and no long Horner chain, for sigmoid, silu, gelu_tanh and tanh. AVX2 keeps exp_parts_v
 // (its 8-entry permutes would need a longer polynomial).
+// Where the time went (BM_GeluChain16M's loop, tanh, gelu and sigmoid per element, L1-resident, one
+// thread; docs/performance.md has the figures): the table itself took the chain from 0.77 to 0.68
+// ns per element on Zen 5. On an Intel Xeon whose AVX-512 runs about two vector instructions per
+// cycle the loop is bound by their count, not by latency or the dividers (a reciprocal estimate and
+// a Newton step in place of a division was no faster there), so every instruction counts: the k/32
+// shifter (no product by 1/32), no clamps where the caller bounds the argument (tanh's
+// min(|x|, 44), sigmoid's -|x| <= 0), tanh's 2|x| folded into the constants (kScale), -|x| as one
+// OR, tanh's sign as one vpternlogd, no fix-up of sigmoid's far tail (it rounds to +0 by itself)
+// and no NaN blend in tanh (NaN flows through) took it from 1.39 to 1.19 ns per element there. Each
+// of these gives the same float as before for every non-NaN input (checked over all 2^32 inputs
+// for sigmoid, tanh, silu, gelu_tanh and gelu against the previous code; a NaN input still gives a
+// NaN, with another payload).
 #if TESSERA_VECMATH_AVX512
 // 2^(j/32) rounded to float for j = the low 5 bits of `t`'s bit pattern (a shifter sum): the 32
 // entries in two registers, one vpermt2ps (gelu's exponential and exp_parts_table_v).
@@ -394,14 +406,22 @@ TESSERA_VM_INLINE vfloat exp2_32nds_v(vfloat t) {
 }
 #endif
 
-TESSERA_VM_INLINE ExpParts exp_parts_table_v(vfloat x) {
+// The table-driven e^(s x) for s a power of two and x in [-110/s, 89/s] or NaN: the callers bound
+// their arguments (no clamps here), and tanh folds its 2|x| into the constants. With s = 2^j every
+// constant below is the s = 1 one scaled by a power of two (k is the same, r comes out as r/s
+// exactly, and 1/6 s^3, s^2/2, s are float(1/6), 1/2, 1 scaled), so the result is the same float
+// as for s = 1 and the argument s x.
+template <int kScale = 1>
+TESSERA_VM_INLINE ExpParts exp_parts_table_v(vfloat xc) {
 #if TESSERA_VECMATH_AVX512
-  vfloat xc = _mm512_max_ps(vset(-110.0f), x);
-  xc = _mm512_min_ps(vset(89.0f), xc);
-  const vfloat t = _mm512_fmadd_ps(xc, vset(46.16624069213867f), vset(12582912.0f));
-  const vfloat k = _mm512_sub_ps(t, vset(12582912.0f));
-  vfloat r = _mm512_fnmadd_ps(k, vset(0.02166748046875f), xc);
-  r = _mm512_fnmadd_ps(k, vset(-6.631076303e-06f), r);
+  static_assert(kScale == 1 || kScale == 2, "a power of two the constants below are exact for");
+  constexpr float s = float(kScale);
+  // The shifter 1.5 * 2^18 rounds x 1/ln2 to a multiple of 1/32: k/32 comes out as a float, for
+  // vscalefps as it is, and the low 5 bits of t's pattern are k mod 32.
+  const vfloat t = _mm512_fmadd_ps(xc, vset(1.44269504088896341f * s), vset(393216.0f));
+  const vfloat k32 = _mm512_sub_ps(t, vset(393216.0f));
+  vfloat r = _mm512_fnmadd_ps(k32, vset(0.693359375f / s), xc);
+  r = _mm512_fnmadd_ps(k32, vset(-2.12194440e-4f / s), r);
   const vfloat tab = exp2_32nds_v(t);
   // (2^(j/32) - T[j]) / T[j]: the rounding of each entry, added back in the sum below.
   const vfloat corr = _mm512_permutex2var_ps(
@@ -414,11 +434,11 @@ TESSERA_VM_INLINE ExpParts exp_parts_table_v(vfloat x) {
                      5.233334210e-09f, -3.592064601e-08f, 6.107591766e-09f, -3.114054437e-08f,
                      -1.471960509e-08f, -2.821810163e-08f, -5.258795177e-09f, -6.360387328e-09f,
                      -6.128259677e-09f, -2.488040884e-08f, 5.140609272e-09f, -8.697266907e-09f));
-  vfloat q = _mm512_fmadd_ps(r, vset(0.1666666716f), vset(0.5f));
-  q = _mm512_fmadd_ps(q, r, vset(1.0f));
-  return {_mm512_fmadd_ps(tab, _mm512_fmadd_ps(r, q, corr), tab), _mm512_mul_ps(k, vset(0.03125f))};
+  vfloat q = _mm512_fmadd_ps(r, vset(0.1666666716f * s * s * s), vset(0.5f * s * s));
+  q = _mm512_fmadd_ps(q, r, vset(s));
+  return {_mm512_fmadd_ps(tab, _mm512_fmadd_ps(r, q, corr), tab), k32};
 #else
-  return exp_parts_v(x);
+  return exp_parts_v(kScale == 1 ? xc : TESSERA_V(mul_ps)(vset(float(kScale)), xc));
 #endif
 }
 
@@ -513,25 +533,39 @@ TESSERA_VM_INLINE vfloat gelu_v(vfloat x) {
 // overflows, so the negative tail keeps relative accuracy down to the subnormals (1/(1 + e^-x) is 0
 // below x = -88.7), m y/(1 + e^-|x|) is scaled by 2^n with one rounding, and the reciprocal only
 // sees [1, 2].
-TESSERA_VM_INLINE vfloat mul_sigmoid_v(vfloat m, vfloat x) {
-  const ExpParts e = exp_parts_table_v(TESSERA_V(sub_ps)(vset(0.0f), abs_v(x)));
-  const vfloat q = TESSERA_V(mul_ps)(m, recip_v(TESSERA_V(add_ps)(vset(1.0f), ldexp_v(e.y, e))));
+// -|x| in one instruction (the sign bit set); NaN stays NaN.
+TESSERA_VM_INLINE vfloat neg_abs_v(vfloat x) { return TESSERA_V(or_ps)(x, vset(-0.0f)); }
+
+// kUnitM: m is 1 (sigmoid), so the tail below x = -110 needs no fix-up: e^-110 2^n rounds to +0
+// there by itself, which is what m 0 gives.
+template <bool kUnitM>
+TESSERA_VM_INLINE vfloat mul_sigmoid_impl_v(vfloat m, vfloat x) {
+  // -|x| <= 0 (or NaN), so only the lower clamp applies; max returns its second operand, a NaN.
+  const ExpParts e = exp_parts_table_v(TESSERA_V(max_ps)(vset(-110.0f), neg_abs_v(x)));
+  const vfloat r = recip_v(TESSERA_V(add_ps)(vset(1.0f), ldexp_v(e.y, e)));
+  const vfloat q = kUnitM ? r : TESSERA_V(mul_ps)(m, r);
   const vfloat neg = ldexp_v(TESSERA_V(mul_ps)(q, e.y), e);
-  // Below x = -110 |m sigmoid(x)| < 2^-150 for |m| < e^6: m 0 (NaN for an infinite m, as m e^x gives).
 #if TESSERA_VECMATH_AVX512
   const vfloat res = _mm512_mask_mov_ps(q, _mm512_cmp_ps_mask(x, vset(0.0f), _CMP_NGT_UQ), neg);
-  return _mm512_mask_mul_ps(res, _mm512_cmp_ps_mask(x, vset(-110.0f), _CMP_LT_OQ), m, vset(0.0f));
 #else
   const vfloat res = _mm256_blendv_ps(q, neg, _mm256_cmp_ps(x, vset(0.0f), _CMP_NGT_UQ));
+#endif
+  if constexpr (kUnitM) return res;
+  // Below x = -110 |m sigmoid(x)| < 2^-150 for |m| < e^6: m 0 (NaN for an infinite m, as m e^x gives).
+#if TESSERA_VECMATH_AVX512
+  return _mm512_mask_mul_ps(res, _mm512_cmp_ps_mask(x, vset(-110.0f), _CMP_LT_OQ), m, vset(0.0f));
+#else
   return _mm256_blendv_ps(res, _mm256_mul_ps(m, vset(0.0f)), _mm256_cmp_ps(x, vset(-110.0f), _CMP_LT_OQ));
 #endif
 }
 
-TESSERA_VM_INLINE vfloat sigmoid_v(vfloat x) { return mul_sigmoid_v(vset(1.0f), x); }
+TESSERA_VM_INLINE vfloat mul_sigmoid_v(vfloat m, vfloat x) { return mul_sigmoid_impl_v<false>(m, x); }
+TESSERA_VM_INLINE vfloat sigmoid_v(vfloat x) { return mul_sigmoid_impl_v<true>(vset(1.0f), x); }
 TESSERA_VM_INLINE vfloat silu_v(vfloat x) { return mul_sigmoid_v(x, x); }
 
-// tanh as tanh_f, with exp_v: an odd polynomial in x below |x| = 0.625, 1 - 2/(e^2|x| + 1) with the
-// sign of x above (|x| clamped to 44, where the result is 1); NaN propagates.
+// tanh as tanh_f, with the table-driven exp: an odd polynomial in x below |x| = 0.625,
+// 1 - 2/(e^2|x| + 1) with the sign of x above (|x| clamped to 44, where the result is 1). A NaN
+// flows through the second form (min returns its second operand, a NaN) and comes out a NaN.
 TESSERA_VM_INLINE vfloat tanh_v(vfloat x) {
   const vfloat ax = abs_v(x);
   const vfloat z = TESSERA_V(mul_ps)(x, x);
@@ -540,17 +574,19 @@ TESSERA_VM_INLINE vfloat tanh_v(vfloat x) {
   p = TESSERA_V(fmadd_ps)(p, z, vset(1.33314422036e-1f));
   p = TESSERA_V(fmadd_ps)(p, z, vset(-3.33332819422e-1f));
   const vfloat small = TESSERA_V(fmadd_ps)(TESSERA_V(mul_ps)(p, z), x, x);
-  const ExpParts ep = exp_parts_table_v(TESSERA_V(mul_ps)(vset(2.0f), TESSERA_V(min_ps)(vset(44.0f), ax)));
+  // e^(2 min(|x|, 44)): in range for the table without its clamps, the 2 folded into its constants.
+  const ExpParts ep = exp_parts_table_v<2>(TESSERA_V(min_ps)(vset(44.0f), ax));
   const vfloat e = ldexp_v(ep.y, ep);
-  vfloat big = TESSERA_V(sub_ps)(vset(1.0f), TESSERA_V(div_ps)(vset(2.0f), TESSERA_V(add_ps)(e, vset(1.0f))));
-  big = TESSERA_V(or_ps)(big, TESSERA_V(and_ps)(x, vset(-0.0f)));  // big >= 0: the sign of x
+  const vfloat big = TESSERA_V(sub_ps)(vset(1.0f), TESSERA_V(div_ps)(vset(2.0f), TESSERA_V(add_ps)(e, vset(1.0f))));
 #if TESSERA_VECMATH_AVX512
-  // |x| < 0.625 (false for NaN): the polynomial; NaN: x itself.
-  const vfloat res = _mm512_mask_mov_ps(big, _mm512_cmp_ps_mask(ax, vset(0.625f), _CMP_LT_OQ), small);
-  return _mm512_mask_mov_ps(res, _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), x);
+  // big >= 0 takes the sign of x: big | (x & -0), one vpternlogd.
+  const vfloat sbig = _mm512_castsi512_ps(_mm512_ternarylogic_epi32(
+      _mm512_castps_si512(big), _mm512_castps_si512(x), _mm512_castps_si512(vset(-0.0f)), 0xF8));
+  // |x| < 0.625 (false for NaN): the polynomial.
+  return _mm512_mask_mov_ps(sbig, _mm512_cmp_ps_mask(ax, vset(0.625f), _CMP_LT_OQ), small);
 #else
-  const vfloat res = _mm256_blendv_ps(big, small, _mm256_cmp_ps(ax, vset(0.625f), _CMP_LT_OQ));
-  return _mm256_blendv_ps(res, x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
+  const vfloat sbig = _mm256_or_ps(big, _mm256_and_ps(x, vset(-0.0f)));
+  return _mm256_blendv_ps(sbig, small, _mm256_cmp_ps(ax, vset(0.625f), _CMP_LT_OQ));
 #endif
 }
 
