@@ -63,6 +63,12 @@ void meta_pad(MetaCall& m) {
   for (size_t k = 0; mode != "constant" && k < p.size() / 2; ++k) {
     const size_t d = size_t(x.dim()) - 1 - k;
     const int64_t n = x.sizes()[d];
+    // Note [Circular pad crops first]: circular mode drops the cropped elements (negative amounts)
+    // first and wraps within the rest, as torch.nn.functional.pad and ONNX Runtime's Pad "wrap" do
+    // (x = [0 1 2 3 4 5] padded (-1, 2) is [1 2 3 4 5 1 2], not [1 2 3 4 5 0 1]). Reflect and
+    // replicate pad from the whole input and then crop, as PyTorch does. The pad_backward formula
+    // follows the same order.
+    const int64_t kept = n - std::max<int64_t>(-p[2 * k], 0) - std::max<int64_t>(-p[2 * k + 1], 0);
     for (int side = 0; side < 2; ++side) {
       const int64_t amount = p[2 * k + size_t(side)];
       if (amount <= 0) continue;
@@ -70,8 +76,9 @@ void meta_pad(MetaCall& m) {
         TESSERA_CHECK(amount < n, m.op_name, ": reflect padding ", amount, " of dimension ", d,
                       " must be smaller than its size ", n, "; pad less or use \"replicate\"");
       else if (mode == "circular")
-        TESSERA_CHECK(amount <= n, m.op_name, ": circular padding ", amount, " of dimension ", d,
-                      " wraps around more than once (size ", n, "); pad at most the size");
+        TESSERA_CHECK(amount <= kept, m.op_name, ": circular padding ", amount, " of dimension ", d,
+                      " wraps around more than once (", kept, " elements left after the crops of ", n,
+                      "); pad at most that many");
       else
         TESSERA_CHECK(n > 0, m.op_name, ": cannot replicate-pad dimension ", d, " of size 0");
     }

@@ -293,7 +293,8 @@ class Writer {
       const std::string mode = get<std::string>(n, 2).value_or("constant");
       std::vector<std::string> ins{in(n, 0), ints(pads)};
       if (mode == "constant") ins.push_back(scalar(get<double>(n, 3).value_or(0.0), ep_.graph.type(n.outputs[0]).dtype));
-      attr(node("Pad", ins, {out}), "mode", mode == "replicate" ? std::string("edge") : mode);
+      attr(node("Pad", ins, {out}), "mode",
+           mode == "replicate" ? std::string("edge") : mode == "circular" ? std::string("wrap") : mode);
     } else if (op == "cumsum") {
       node("CumSum", {in(n, 0), initializer(host_tensor({*get<int64_t>(n, 1)}, {}, kInt64), "axis")}, {out});
     } else if (t == compiler::kViewTarget) {

@@ -25,9 +25,12 @@ void Pad(NodeCtx& c) {
     end[size_t(axes[i])] = pads[i + axes.size()];
   }
   const std::string mode = c.attr_string("mode", "constant");
-  static const std::map<std::string, std::string> kModes = {{"constant", "constant"}, {"reflect", "reflect"}, {"edge", "replicate"}};
+  // "wrap" (opset 19) is the contract's "circular": crop first, then wrap (Note [Circular pad crops
+  // first], the order ONNX Runtime follows too).
+  static const std::map<std::string, std::string> kModes = {
+      {"constant", "constant"}, {"reflect", "reflect"}, {"edge", "replicate"}, {"wrap", "circular"}};
   auto m = kModes.find(mode);
-  if (m == kModes.end()) c.fail("mode '" + mode + "' is not supported (constant, reflect, edge are)");
+  if (m == kModes.end()) c.fail("mode '" + mode + "' is not supported (constant, reflect, edge, wrap are)");
   double value = c.opset() < 11 ? c.attr_float("value", 0.0) : (c.has(2) ? c.const_scalar(2) : 0.0);
   // The contract's pad list runs from the last dim backwards ([last_lo, last_hi, prev_lo, ...]).
   std::vector<int64_t> list;

@@ -111,6 +111,8 @@ CASES = [
      lambda a: torch.nn.functional.pad(a, [3, 1], "replicate"), [lambda r: r.standard_normal((2, 3, 4))]),
     ("pad_circular", lambda a: tessera.pad(a, [1, 3, 2, 0], "circular"),
      lambda a: torch.nn.functional.pad(a, [1, 3, 2, 0], "circular"), [lambda r: r.standard_normal((1, 2, 3, 4))]),
+    ("pad_circular_crops", lambda a: tessera.pad(a, [2, -1, -1, 2], "circular"),
+     lambda a: torch.nn.functional.pad(a, [2, -1, -1, 2], "circular"), [lambda r: r.standard_normal((1, 2, 4, 5))]),
     ("group_norm", lambda a, w, b: tessera.group_norm(a, 2, w, b, 1e-5),
      lambda a, w, b: torch.nn.functional.group_norm(a, 2, w, b, 1e-5),
      [lambda r: r.standard_normal((2, 4, 3)), lambda r: r.uniform(0.5, 1.5, (4,)), lambda r: r.standard_normal((4,))]),

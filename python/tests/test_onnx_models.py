@@ -117,3 +117,29 @@ def test_bad_models_are_refused_with_the_reason(rng, tmp_path):
     np.testing.assert_allclose(tonnx.import_model(model)(tessera.from_numpy(x)).numpy(), ort_run(model, {"x": x})[0],
                                rtol=1e-5, atol=1e-6)
     assert "Softmax" in tonnx.supported_op_types() and tonnx.MIN_OPSET <= 17 <= tonnx.MAX_OPSET
+
+
+@pytest.mark.parametrize("mode", ["constant", "reflect", "edge", "wrap"])
+def test_pad_with_crops_runs_like_onnx_runtime(rng, mode):
+    # Negative pads crop; in "wrap" mode the crop comes first and the wrap reads what is left.
+    pads = np.array([0, -1, 2, 0, 2, -2], dtype=np.int64)  # ONNX: the begins, then the ends
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 5, 6])]
+    nodes = [helper.make_node("Pad", ["x", "p"], ["y"], mode=mode)]
+    graph = helper.make_graph(nodes, "pad", inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              initializer=[numpy_helper.from_array(pads, "p")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)])
+    x = rng.standard_normal((2, 5, 6)).astype(np.float32)
+    got = tonnx.import_model(model)(tessera.from_numpy(x)).numpy()
+    np.testing.assert_array_equal(got, ort_run(model, {"x": x})[0])
+
+
+@pytest.mark.parametrize("mode", ["constant", "reflect", "replicate", "circular"])
+def test_exported_pad_with_crops_runs_in_onnx_runtime(rng, mode):
+    x = rng.standard_normal((2, 5, 6)).astype(np.float32)
+    pads = [2, -2, -1, 2]  # the last dim first: (2 before, crop 2 after), then (crop 1 before, 2 after)
+    program = tessera.export(lambda t: tessera.pad(t, pads, mode), (tessera.from_numpy(x),))
+    model = onnx.load_from_string(tonnx.export_model(program))
+    onnx.checker.check_model(model)
+    want = tessera.pad(tessera.from_numpy(x), pads, mode).numpy()
+    np.testing.assert_array_equal(ort_run(model, {model.graph.input[0].name: x})[0], want)
+    np.testing.assert_array_equal(tonnx.import_model(model)(tessera.from_numpy(x)).numpy(), want)

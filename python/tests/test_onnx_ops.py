@@ -34,6 +34,14 @@ def test_pad_negative_crops(rng):
                                   np.pad(x[:-2, 1:], [(1, 0), (0, 2)]))
 
 
+@pytest.mark.parametrize("pads,want", [([-1, 2], [1, 2, 3, 4, 5, 1, 2]), ([2, -1], [3, 4, 0, 1, 2, 3, 4]),
+                                       ([-3, 3], [3, 4, 5, 3, 4, 5]), ([5, -1], [0, 1, 2, 3, 4, 0, 1, 2, 3, 4])])
+def test_circular_pad_crops_first(pads, want):
+    # Worked by hand; torch.nn.functional.pad and ONNX Runtime's Pad "wrap" give the same.
+    x = np.arange(6, dtype=np.float32).reshape(1, 6)
+    np.testing.assert_array_equal(tessera.pad(T(x), pads, "circular").numpy(), np.array([want], np.float32))
+
+
 def test_expand_flip_repeat_triangles(rng):
     x = rng.standard_normal((3, 1)).astype(np.float32)
     np.testing.assert_array_equal(tessera.expand_copy(T(x), [2, 3, 4]).numpy(), np.broadcast_to(x, (2, 3, 4)))

@@ -161,6 +161,30 @@ TEST(OnnxOpsRepeat, TilesLikeTensorRepeat) {
 
 // ---- pad
 
+// Circular padding with crops, worked by hand (and what torch.nn.functional.pad and ONNX
+// Runtime's Pad "wrap" give): the crop comes first and the wrap reads only what is left.
+TEST(OnnxOpsPad, CircularCropsFirstThenWraps) {
+  Tensor x = tensor(std::vector<float>{0, 1, 2, 3, 4, 5}, {1, 6});
+  const std::vector<std::pair<std::vector<int64_t>, std::vector<double>>> cases = {
+      {{-1, 2}, {1, 2, 3, 4, 5, 1, 2}},
+      {{2, -1}, {3, 4, 0, 1, 2, 3, 4}},
+      {{3, -2}, {1, 2, 3, 0, 1, 2, 3}},
+      {{-3, 3}, {3, 4, 5, 3, 4, 5}},
+      {{-4, 2}, {4, 5, 4, 5}},
+      {{5, -1}, {0, 1, 2, 3, 4, 0, 1, 2, 3, 4}},
+  };
+  for (const auto& [amounts, want] : cases) {
+    SCOPED_TRACE(::testing::PrintToString(amounts));
+    EXPECT_EQ(read(pad(x, amounts, "circular")).v, want);
+  }
+  try {
+    (void)pad(x, {6, -1}, "circular");
+    ADD_FAILURE() << "padding 6 from the 5 elements a crop leaves was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("5 elements left after the crops"), std::string::npos) << e.what();
+  }
+}
+
 TEST(OnnxOpsPad, ConstantReflectReplicateAndNegativeCrops) {
   const std::vector<int64_t> pads = {2, 1, -1, 3};  // last dim: 2 before, 1 after; dim 1: crop 1, 3 after
   for (const char* mode : {"constant", "reflect", "replicate", "circular"}) {
@@ -182,7 +206,9 @@ TEST(OnnxOpsPad, ConstantReflectReplicateAndNegativeCrops) {
           c = c < 0 ? -c : (c > 4 ? 8 - c : c);
           inside = true;
         } else if (std::string(mode) == "circular") {
-          r = (r + 4) % 4;
+          // Crop first, then wrap within what is left (PyTorch and ONNX Runtime): dim 1 keeps input
+          // rows 1..3 and pads 3 after from those; the last dim pads from all 5 columns.
+          r = 1 + p[1] % 3;
           c = (c + 5) % 5;
           inside = true;
         } else if (std::string(mode) == "replicate") {
@@ -199,6 +225,7 @@ TEST(OnnxOpsPad, ConstantReflectReplicateAndNegativeCrops) {
   EXPECT_THROW(pad(x, {3, 0}, "reflect"), Error);        // reflect pad must be < size
   EXPECT_THROW(pad(x, {1, 1}, "wrap"), Error);            // unknown mode (ONNX's wrap is "circular")
   EXPECT_THROW(pad(x, {4, 0}, "circular"), Error);        // wraps more than once
+  EXPECT_THROW(pad(x, {3, -1}, "circular"), Error);       // 3 > the 2 elements the crop leaves
   EXPECT_THROW(pad(x, {1}), Error);                       // odd length
   EXPECT_THROW(pad(x, {1, 1, 1, 1, 1, 1}), Error);        // more pairs than dims
   EXPECT_THROW(pad(x, {-2, -2}), Error);                  // negative size

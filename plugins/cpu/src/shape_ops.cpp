@@ -130,16 +130,22 @@ void repeat_kernel(const KernelCall& c) {
 
 enum class PadMode { Reflect, Replicate, Circular };
 
-// Output index o of a padded dim of input size n with `lo` elements before: the input index.
-int64_t pad_source(int64_t o, int64_t lo, int64_t n, PadMode mode) {
+// Output index o of a padded dim of input size n with `lo` before and `hi` after: the input index.
+// Reflect and replicate read the whole input and then crop (a negative amount only shifts or
+// drops output indices); circular crops first and wraps within what is left, as PyTorch and ONNX
+// Runtime do (Note [Circular pad crops first] in dispatcher/src/meta_structural.cpp).
+int64_t pad_source(int64_t o, int64_t lo, int64_t hi, int64_t n, PadMode mode) {
+  if (mode == PadMode::Circular) {
+    const int64_t crop_lo = std::max<int64_t>(-lo, 0);
+    const int64_t m = n - crop_lo - std::max<int64_t>(-hi, 0);  // > 0: the shape rule checked it
+    const int64_t j = o - std::max<int64_t>(lo, 0);
+    return crop_lo + ((j % m) + m) % m;
+  }
   int64_t i = o - lo;
-  switch (mode) {
-    case PadMode::Reflect:
-      if (i < 0) i = -i;
-      if (i >= n) i = 2 * (n - 1) - i;
-      return i;
-    case PadMode::Circular: return ((i % n) + n) % n;
-    case PadMode::Replicate: break;
+  if (mode == PadMode::Reflect) {
+    if (i < 0) i = -i;
+    if (i >= n) i = 2 * (n - 1) - i;
+    return i;
   }
   return std::clamp<int64_t>(i, 0, n - 1);
 }
@@ -191,7 +197,7 @@ void pad_kernel(const KernelCall& c) {
   for (int d = 0; d < nd; ++d) {
     offsets[size_t(d)].resize(size_t(out->sizes[d]));
     for (int64_t o = 0; o < out->sizes[d]; ++o) {
-      const int64_t i = pad_source(o, lo[d], x->sizes[d], pm);
+      const int64_t i = pad_source(o, lo[d], hi[d], x->sizes[d], pm);
       TESSERA_SDK_CHECK(i >= 0 && i < x->sizes[d], "pad: padding too large for dimension " + std::to_string(d));
       offsets[size_t(d)][size_t(o)] = i * x->strides[d] * esize(x);
     }
