@@ -31,7 +31,9 @@ void Pad(NodeCtx& c) {
       {"constant", "constant"}, {"reflect", "reflect"}, {"edge", "replicate"}, {"wrap", "circular"}};
   auto m = kModes.find(mode);
   if (m == kModes.end()) c.fail("mode '" + mode + "' is not supported (constant, reflect, edge, wrap are)");
-  double value = c.opset() < 11 ? c.attr_float("value", 0.0) : (c.has(2) ? c.const_scalar(2) : 0.0);
+  // The value: an attribute before opset 11, then input 2, a constant or a value of the graph.
+  const bool value_at_run_time = c.opset() >= 11 && c.has(2) && !c.val(2).constant && !c.val(2).ints;
+  double value = c.opset() < 11 ? c.attr_float("value", 0.0) : (c.has(2) && !value_at_run_time ? c.const_scalar(2) : 0.0);
   // The contract's pad list runs from the last dim backwards ([last_lo, last_hi, prev_lo, ...]).
   std::vector<int64_t> list;
   int64_t first = 0;
@@ -43,10 +45,18 @@ void Pad(NodeCtx& c) {
   if (list.empty()) return c.out(0, x);
   Stack args;
   args.emplace_back(x);
-  args.emplace_back(std::move(list));
+  args.emplace_back(list);
   args.emplace_back(m->second);
   if (m->second == "constant") args.emplace_back(value);
-  c.out(0, call_op(c, "pad", std::move(args)));
+  if (m->second != "constant" || !value_at_run_time) return c.out(0, call_op(c, "pad", std::move(args)));
+  // A value known only at run time: pad with zeros, then put the value where a padding mask (pad's
+  // zeros around ones of x's shape) says so. A cropped dim keeps no padding and the mask follows it.
+  Tensor v = c.in(2);
+  for (const SymSize& s : c.sizes(v))
+    if (!s.is_constant() || s.constant() != 1) c.fail("the constant_value input must hold one element; it has a dim of size " + s.str());
+  Tensor padded = call_op(c, "pad", std::move(args));
+  Tensor inside = call_op(c, "pad", {tessera::ones_like(x).to(kBool), list, std::string("constant"), 0.0});
+  c.out(0, tessera::where(inside, padded, v.reshape({}).to(x.dtype())));
 }
 
 void TopK(NodeCtx& c) {

@@ -143,3 +143,23 @@ def test_exported_pad_with_crops_runs_in_onnx_runtime(rng, mode):
     want = tessera.pad(tessera.from_numpy(x), pads, mode).numpy()
     np.testing.assert_array_equal(ort_run(model, {model.graph.input[0].name: x})[0], want)
     np.testing.assert_array_equal(tonnx.import_model(model)(tessera.from_numpy(x)).numpy(), want)
+
+
+@pytest.mark.parametrize("dtype,value", [(np.float32, -2.5), (np.float32, np.nan), (np.int64, 7)])
+def test_pad_value_given_at_run_time_runs_like_onnx_runtime(rng, dtype, value):
+    # constant_value is a graph input, not an initializer: known only when the model runs.
+    elem = TensorProto.FLOAT if dtype == np.float32 else TensorProto.INT64
+    pads = np.array([1, -1, 0, 2], dtype=np.int64)  # dim 0: 1 before, 0 after; dim 1: crop 1, 2 after
+    inputs = [helper.make_tensor_value_info("x", elem, [3, 4]), helper.make_tensor_value_info("v", elem, [])]
+    nodes = [helper.make_node("Pad", ["x", "p", "v"], ["y"], mode="constant")]
+    graph = helper.make_graph(nodes, "pad", inputs, [helper.make_tensor_value_info("y", elem, None)],
+                              initializer=[numpy_helper.from_array(pads, "p")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)])
+    x = (rng.standard_normal((3, 4)) * 10).astype(dtype)
+    v = np.array(value, dtype=dtype)
+    program = tonnx.import_model(model)
+    got = program(tessera.from_numpy(x), tessera.from_numpy(v)).numpy()
+    np.testing.assert_array_equal(got, ort_run(model, {"x": x, "v": v})[0])
+    v2 = np.array(3, dtype=dtype)  # the same program with another value
+    got2 = program(tessera.from_numpy(x), tessera.from_numpy(v2)).numpy()
+    np.testing.assert_array_equal(got2, ort_run(model, {"x": x, "v": v2})[0])
