@@ -700,4 +700,102 @@ TEST_F(CudaKernels, CopiesBetweenTwoGpusAreOrdered) {
   }
 }
 
+// where on every dtype: the selection copies element bits, so the result equals the CPU's exactly,
+// with broadcasting, a strided operand, operands of two dtypes (converted to the promoted one) and
+// a number on either side (Note [Wrapped numbers on the GPU]).
+TEST_F(CudaKernels, WhereOnEveryDtypeWithBroadcastingAndNumbers) {
+  const Tensor c = tessera::gt(tessera::randn({7, 1, 9}), tessera::full({}, 0.0));
+  const Tensor dc = c.to("cuda:0");
+  for (DType t : {tessera::kBool, tessera::kUInt8, tessera::kInt8, tessera::kInt16, tessera::kInt32, tessera::kInt64,
+                  tessera::kFloat16, tessera::kBFloat16, tessera::kFloat32, tessera::kFloat64}) {
+    const std::string tn(tessera::dtype_name(t));
+    const Tensor a = tessera::mul(tessera::randn({5, 9}), tessera::full({}, 50.0)).to(t);
+    const Tensor b = tessera::mul(tessera::randn({9, 5}), tessera::full({}, 50.0)).to(t).t();  // strided
+    const Tensor da = a.to("cuda:0"), db = b.to("cuda:0");
+    Tensor got;
+    EXPECT_RUNS_ON_CUDA("where " + tn, got = tessera::where(dc, da, db));
+    EXPECT_TRUE(tessera::equal(got.cpu(), tessera::where(c, a, b))) << "where " << tn;
+  }
+  // float16 and float32 operands: the output is float32, the float16 one converted exactly.
+  const Tensor h = tessera::randn({5, 9}).to(tessera::kFloat16), f = tessera::randn({7, 5, 9});
+  Tensor mixed;
+  EXPECT_RUNS_ON_CUDA("where float16, float32", mixed = tessera::where(dc, h.to("cuda:0"), f.to("cuda:0")));
+  EXPECT_EQ(mixed.dtype(), tessera::kFloat32);
+  EXPECT_TRUE(tessera::equal(mixed.cpu(), tessera::where(c, h, f)));
+  // A number on either side, and NaN kept.
+  const Tensor x = tessera::randn({5, 9}).to(tessera::kBFloat16);
+  Tensor left, right;
+  EXPECT_RUNS_ON_CUDA("where(c, x, 0.5)", right = tessera::where(dc, x.to("cuda:0"), wrapped(0.5)));
+  EXPECT_TRUE(tessera::equal(right.cpu(), tessera::where(c, x, wrapped(0.5))));
+  const Tensor i = tessera::tensor(std::vector<double>{1, 2, 3, 4, 5, 6, 7, 8, 9}, {9}).to(tessera::kInt32);
+  EXPECT_RUNS_ON_CUDA("where(c, -3, i)", left = tessera::where(dc, wrapped(int64_t(-3)), i.to("cuda:0")));
+  EXPECT_TRUE(tessera::equal(left.cpu(), tessera::where(c, wrapped(int64_t(-3)), i)));
+  const Tensor nan = tessera::full({9}, std::nan(""));
+  const std::vector<double> v = values(tessera::where(dc, nan.to("cuda:0"), wrapped(1.0)));
+  const std::vector<double> cv = values(c.to(tessera::kFloat64).expand({7, 1, 9}).reshape({63}));
+  for (size_t k = 0; k < v.size(); ++k) EXPECT_EQ(std::isnan(v[k]), cv[k] != 0) << "element " << k;
+}
+
+// cat and stack: a copy of each input into its slice of the output, converting where an input's
+// dtype differs from the promoted one; strided and empty inputs, a negative dim.
+TEST_F(CudaKernels, CatAndStackCopyEachInputIntoItsSlice) {
+  for (DType t : {tessera::kFloat32, tessera::kFloat16, tessera::kInt64, tessera::kBool, tessera::kFloat64}) {
+    const std::string tn(tessera::dtype_name(t));
+    const Tensor p0 = tessera::randn({3, 4}).to(t), p1 = tessera::randn({4, 2}).to(t).t(),  // strided [2, 4]
+        p2 = tessera::randn({0, 4}).to(t);
+    const std::vector<Tensor> cpu = {p0, p1, p2};
+    const std::vector<Tensor> dev = {p0.to("cuda:0"), p1.to("cuda:0"), p2.to("cuda:0")};
+    Tensor got;
+    EXPECT_NO_CPU_FALLBACK("cat dim 0 " + tn, got = tessera::cat(dev, 0));
+    EXPECT_TRUE(tessera::equal(got.cpu(), tessera::cat(cpu, 0))) << "cat dim 0 " << tn;
+    const std::vector<Tensor> rows = {p0.t(), p1.t()};  // [4, 3] and [4, 2]: along the last dim
+    EXPECT_NO_CPU_FALLBACK("cat dim -1 " + tn, got = tessera::cat({rows[0].to("cuda:0"), rows[1].to("cuda:0")}, -1));
+    EXPECT_TRUE(tessera::equal(got.cpu(), tessera::cat(rows, -1))) << "cat dim -1 " << tn;
+    const Tensor q = tessera::randn({3, 4}).to(t);
+    for (int64_t dim : {0, 1, 2, -1}) {
+      EXPECT_NO_CPU_FALLBACK("stack " + tn,
+                             got = tessera::stack({p0.to("cuda:0"), q.t().contiguous().t().to("cuda:0"), p0.to("cuda:0")}, dim));
+      EXPECT_TRUE(tessera::equal(got.cpu(), tessera::stack({p0, q, p0}, dim))) << "stack dim " << dim << " " << tn;
+    }
+  }
+  // float16 next to float32: a float32 output, the float16 part converted on the device.
+  const Tensor h = tessera::randn({2, 3}).to(tessera::kFloat16), f = tessera::randn({1, 3});
+  Tensor mixed;
+  EXPECT_RUNS_ON_CUDA("cat float16, float32", mixed = tessera::cat({h.to("cuda:0"), f.to("cuda:0")}, 0));
+  EXPECT_EQ(mixed.dtype(), tessera::kFloat32);
+  EXPECT_TRUE(tessera::equal(mixed.cpu(), tessera::cat({h, f}, 0)));
+  // The legacy empty 1-D tensor is skipped, as on the CPU.
+  const Tensor legacy = tessera::empty({0});
+  EXPECT_NO_CPU_FALLBACK("cat with a 1-D empty tensor", mixed = tessera::cat({f.to("cuda:0"), legacy.to("cuda:0")}, 1));
+  EXPECT_TRUE(tessera::equal(mixed.cpu(), tessera::cat({f, legacy}, 1)));
+}
+
+// arange on the device: the same values as the CPU kernel, bit for bit (floating dtypes from
+// start + i * step in double, rounded once into the compute type; integers in int64).
+TEST_F(CudaKernels, ArangeInEveryNumericDtype) {
+  for (DType t : {tessera::kFloat32, tessera::kFloat16, tessera::kBFloat16, tessera::kFloat64}) {
+    const std::string tn(tessera::dtype_name(t));
+    for (auto [start, end, step] : std::vector<std::tuple<double, double, double>>{
+             {-3.5, 7.25, 0.37}, {10, -5, -1.5}, {0, 100000, 1}, {0.1, 0.2, 0.01}}) {
+      Tensor got;
+      EXPECT_RUNS_ON_CUDA("arange " + tn,
+                          got = tessera::arange(start, end, step, tessera::TensorOptions(t).device("cuda:0")));
+      EXPECT_TRUE(tessera::equal(got.cpu(), tessera::arange(start, end, step, tessera::TensorOptions(t))))
+          << "arange(" << start << ", " << end << ", " << step << ") " << tn;
+    }
+  }
+  for (DType t : {tessera::kUInt8, tessera::kInt8, tessera::kInt16, tessera::kInt32, tessera::kInt64}) {
+    const std::string tn(tessera::dtype_name(t));
+    Tensor got;
+    EXPECT_RUNS_ON_CUDA("arange " + tn, got = tessera::arange(int64_t(2), int64_t(120), int64_t(3),
+                                                              tessera::TensorOptions(t).device("cuda:0")));
+    EXPECT_TRUE(tessera::equal(got.cpu(), tessera::arange(int64_t(2), int64_t(120), int64_t(3), tessera::TensorOptions(t))))
+        << tn;
+    if (t == tessera::kUInt8) continue;
+    got = tessera::arange(int64_t(50), int64_t(-60), int64_t(-7), tessera::TensorOptions(t).device("cuda:0"));
+    EXPECT_TRUE(tessera::equal(got.cpu(), tessera::arange(int64_t(50), int64_t(-60), int64_t(-7), tessera::TensorOptions(t))))
+        << "descending " << tn;
+  }
+}
+
 }  // namespace

@@ -430,3 +430,98 @@ TEST(HalfBits, MatchesTheCoreConversionBitForBit) {
 }
 
 }  // namespace
+
+namespace {
+
+// cat / stack through plan_concat as the plugin runs them: each part copied element by element into
+// the output's memory at its offset, with the output's strides (stack: less the new dim). The
+// result must be the naive concatenation: every output element written once, by the right part.
+void check_concat(std::mt19937& rng, bool stack, unsigned seed, int trial) {
+  const int part_nd = int(rng() % 4) + (stack ? 0 : 1);
+  std::vector<int64_t> base(static_cast<size_t>(part_nd));
+  for (auto& v : base) v = 1 + int64_t(rng() % 4);
+  const int out_nd = stack ? part_nd + 1 : part_nd;
+  const int dim = int(rng() % uint32_t(out_nd));
+  const int parts = 1 + int(rng() % 4);
+  std::vector<int64_t> lengths(static_cast<size_t>(parts));
+  std::vector<std::vector<int64_t>> part_sizes;
+  for (int k = 0; k < parts; ++k) {
+    std::vector<int64_t> s = base;
+    if (!stack) s[size_t(dim)] = int64_t(rng() % 4);  // 0 too: an empty part
+    lengths[size_t(k)] = stack ? 1 : s[size_t(dim)];
+    part_sizes.push_back(s);
+  }
+  std::vector<int64_t> out_sizes = base;
+  if (stack) out_sizes.insert(out_sizes.begin() + dim, parts);
+  else out_sizes[size_t(dim)] = std::accumulate(lengths.begin(), lengths.end(), int64_t(0));
+  const Layout out = random_layout(rng, out_sizes);  // transposed or sliced outputs too
+  std::vector<int64_t> offsets(static_cast<size_t>(parts));
+  ASSERT_TRUE(tessera::cuda::plan_concat(out.geometry(), dim, lengths.data(), parts, offsets.data()))
+      << "seed " << seed << " trial " << trial;
+  // Memory of the output: element offset -> (part, part's linear index), written by the plan.
+  std::map<int64_t, std::pair<int, int64_t>> written;
+  for (int k = 0; k < parts; ++k) {
+    std::vector<int64_t> st = out.strides;
+    if (stack) st.erase(st.begin() + dim);
+    int64_t n = 1;
+    for (int64_t s : part_sizes[size_t(k)]) n *= s;
+    for (int64_t i = 0; i < n; ++i) {
+      const std::vector<int64_t> c = coords_of(i, part_sizes[size_t(k)]);
+      int64_t off = offsets[size_t(k)];
+      for (size_t d = 0; d < c.size(); ++d) off += c[d] * st[d];
+      ASSERT_TRUE(written.emplace(off, std::make_pair(k, i)).second) << "an element written twice, seed " << seed;
+    }
+  }
+  // The naive concatenation, element by element of the output.
+  int64_t numel = 1;
+  for (int64_t s : out_sizes) numel *= s;
+  ASSERT_EQ(int64_t(written.size()), numel) << "seed " << seed << " trial " << trial;
+  for (int64_t i = 0; i < numel; ++i) {
+    std::vector<int64_t> c = coords_of(i, out_sizes);
+    int64_t off = 0;
+    for (size_t d = 0; d < c.size(); ++d) off += c[d] * out.strides[d];
+    int k = 0;
+    if (stack) {
+      k = int(c[size_t(dim)]);
+      c.erase(c.begin() + dim);
+    } else {
+      while (c[size_t(dim)] >= lengths[size_t(k)]) c[size_t(dim)] -= lengths[size_t(k++)];
+    }
+    int64_t lin = 0;
+    for (size_t d = 0; d < c.size(); ++d) lin = lin * part_sizes[size_t(k)][d] + c[d];
+    EXPECT_EQ(written.at(off), std::make_pair(k, lin)) << "seed " << seed << " trial " << trial << " element " << i;
+  }
+}
+
+}  // namespace
+
+TEST(ConcatPlanning, CatAndStackSlicesTileTheOutputInOrder) {
+  std::random_device rd;
+  const unsigned seed = rd();
+  std::mt19937 rng(seed);
+  for (int trial = 0; trial < 300; ++trial) {
+    check_concat(rng, false, seed, trial);
+    check_concat(rng, true, seed, trial);
+  }
+}
+
+TEST(ConcatPlanning, RefusesPartsThatDoNotFillTheOutput) {
+  const std::vector<int64_t> sizes = {2, 5}, strides = {5, 1};
+  const Geometry out{2, sizes.data(), strides.data()};
+  int64_t offsets[3];
+  const int64_t fits[] = {2, 0, 3}, short_by_one[] = {2, 2}, too_long[] = {3, 3}, negative[] = {6, -1};
+  ASSERT_TRUE(tessera::cuda::plan_concat(out, 1, fits, 3, offsets));
+  EXPECT_EQ(offsets[0], 0);
+  EXPECT_EQ(offsets[1], 2);
+  EXPECT_EQ(offsets[2], 2);
+  EXPECT_FALSE(tessera::cuda::plan_concat(out, 1, short_by_one, 2, offsets));
+  EXPECT_FALSE(tessera::cuda::plan_concat(out, 1, too_long, 2, offsets));
+  EXPECT_FALSE(tessera::cuda::plan_concat(out, 1, negative, 2, offsets));
+  EXPECT_FALSE(tessera::cuda::plan_concat(out, 2, fits, 3, offsets));   // dim out of range
+  EXPECT_FALSE(tessera::cuda::plan_concat(out, -1, fits, 3, offsets));
+  // An offset that overflows int64 (sizes and strides from a caller are untrusted).
+  const std::vector<int64_t> huge = {2, INT64_MAX / 2}, unit = {1, 1}, wide = {1, 8};
+  const int64_t halves[] = {INT64_MAX / 4, INT64_MAX / 2 - INT64_MAX / 4};
+  EXPECT_TRUE(tessera::cuda::plan_concat(Geometry{2, huge.data(), unit.data()}, 1, halves, 2, offsets));
+  EXPECT_FALSE(tessera::cuda::plan_concat(Geometry{2, huge.data(), wide.data()}, 1, halves, 2, offsets));
+}

@@ -226,7 +226,78 @@ __global__ void fill_kernel(int64_t n, OffsetCalculator<1> oc, bool contiguous, 
   }
 }
 
+// ---------------------------------------------------------------- where
+
+// U: an unsigned integer of the dtype's item size. The condition is bool (one byte, 0 or 1).
+template <typename U>
+__global__ void where_kernel(int64_t n, OffsetCalculator<4> oc, U* out, const bool* cond, const U* a, const U* b,
+                             uint32_t value_mask, U a_bits, U b_bits) {
+  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    int64_t off[4];
+    oc.get(i, off);
+    if (cond[off[1]]) out[off[0]] = (value_mask & 2u) ? a_bits : a[off[2]];
+    else out[off[0]] = (value_mask & 4u) ? b_bits : b[off[3]];
+  }
+}
+
+template <typename U>
+cudaError_t run_where(const IterShape& shape, const Operand& out, const Operand& cond, const Operand& a,
+                      const Operand& b, uint32_t value_mask, uint64_t a_bits, uint64_t b_bits, cudaStream_t stream) {
+  const Operand* ops[4] = {&out, &cond, &a, &b};
+  where_kernel<U><<<grid_for(shape.numel), kThreads, 0, stream>>>(
+      shape.numel, make_offset_calculator<4>(shape, ops), static_cast<U*>(out.data),
+      static_cast<const bool*>(cond.data), static_cast<const U*>(a.data), static_cast<const U*>(b.data), value_mask,
+      U(a_bits), U(b_bits));
+  return cudaGetLastError();
+}
+
+// ---------------------------------------------------------------- arange
+
+template <typename T>
+__global__ void arange_kernel(T* out, int64_t n, int64_t stride, double start, double step, int64_t istart,
+                              int64_t istep) {
+  const int64_t grid = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += grid) {
+    if constexpr (std::is_floating_point_v<opmath_t<T>>) {
+      // Rounded product, then rounded sum, as the CPU kernel computes it: no contraction into an fma.
+      out[i * stride] = from_op<T>(opmath_t<T>(__dadd_rn(start, __dmul_rn(double(i), step))));
+    } else {
+      // int64 arithmetic wraps as two's complement in the conversion (the shape rule bounds it).
+      out[i * stride] = T(uint64_t(istart) + uint64_t(i) * uint64_t(istep));
+    }
+  }
+}
+
 }  // namespace
+
+cudaError_t launch_where(const IterShape& shape, const Operand& out, const Operand& condition, const Operand& a,
+                         const Operand& b, uint32_t value_mask, uint64_t a_bits, uint64_t b_bits, cudaStream_t stream) {
+  if (shape.numel == 0) return cudaSuccess;
+  switch (dtype_itemsize(out.dtype)) {
+    case 1: return run_where<uint8_t>(shape, out, condition, a, b, value_mask, a_bits, b_bits, stream);
+    case 2: return run_where<uint16_t>(shape, out, condition, a, b, value_mask, a_bits, b_bits, stream);
+    case 4: return run_where<uint32_t>(shape, out, condition, a, b, value_mask, a_bits, b_bits, stream);
+    case 8: return run_where<uint64_t>(shape, out, condition, a, b, value_mask, a_bits, b_bits, stream);
+    default: return cudaErrorInvalidValue;
+  }
+}
+
+cudaError_t launch_arange(void* out, int32_t dtype, int64_t n, int64_t stride, double start, double step,
+                          int64_t istart, int64_t istep, cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  if (dtype == kDtF64) {
+    arange_kernel<double><<<grid_for(n), kThreads, 0, stream>>>(static_cast<double*>(out), n, stride, start, step,
+                                                                  istart, istep);
+    return cudaGetLastError();
+  }
+  TESSERA_CUDA_DISPATCH_ALL(dtype, {
+    arange_kernel<scalar_t><<<grid_for(n), kThreads, 0, stream>>>(static_cast<scalar_t*>(out), n, stride, start, step,
+                                                                    istart, istep);
+    return cudaGetLastError();
+  })
+  return cudaErrorInvalidValue;
+}
 
 cudaError_t launch_binary(BinaryOp op, int32_t dtype, const IterShape& shape, const Operand& out, const Operand& a,
                           const Operand& b, int scalar_operand, const ComputeScalar& scalar,

@@ -57,6 +57,18 @@ cudaError_t launch_unary(UnaryOp op, int32_t dtype, const IterShape& shape, cons
                          bool contiguous, cudaStream_t stream);
 // Writes the element bit pattern `bits` (itemsize of out.dtype) to every element.
 cudaError_t launch_fill(const IterShape& shape, const Operand& out, uint64_t bits, cudaStream_t stream);
+// out = condition ? a : b, all of out's dtype but the bool condition, with broadcasting through
+// the planned strides (plan_elementwise over condition, a, b). The selection copies element bits,
+// so every dtype (float64, bool, NaN payloads) is exact. Bit 1 of `value_mask` replaces a by the
+// element bit pattern `a_bits`, bit 2 b by `b_bits` (a number next to the tensors, Note [Wrapped
+// numbers on the GPU]): that operand's data is not read.
+cudaError_t launch_where(const IterShape& shape, const Operand& out, const Operand& condition, const Operand& a,
+                         const Operand& b, uint32_t value_mask, uint64_t a_bits, uint64_t b_bits, cudaStream_t stream);
+// out[i * stride] = start + i * step for i < n: floating dtypes compute start + double(i) * step in
+// double and round it into the dtype's compute type, then into storage (as the CPU kernel);
+// integral ones compute istart + i * istep in int64 and wrap to the dtype.
+cudaError_t launch_arange(void* out, int32_t dtype, int64_t n, int64_t stride, double start, double step,
+                          int64_t istart, int64_t istep, cudaStream_t stream);
 // A strided copy/conversion planned by plan_copy (tensor_iter.h): dims coalesced and ordered by
 // the destination's strides, innermost last; strides in elements (0 where the source broadcasts).
 struct CopyPlan {

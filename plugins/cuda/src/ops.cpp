@@ -279,8 +279,7 @@ void unary_kernel(const KernelCall& call) {
 // The fill value in `dtype`'s storage format: rounded once into the dtype (float16/bfloat16 through
 // float, like PyTorch's fill_), floating values into integers without undefined behaviour (the
 // dispatcher has already refused values out of the dtype's range).
-uint64_t scalar_bits(const KernelCall& call, int attr, int32_t dtype) {
-  const HostNumber n = attr_number(call, attr);
+uint64_t number_bits(const HostNumber& n, int32_t dtype) {
   switch (dtype) {
     case kDtF16: return float_to_half_bits(n.floating ? float(n.f) : float(n.i));
     case kDtBF16: return float_to_bf16_bits(n.floating ? float(n.f) : float(n.i));
@@ -298,6 +297,10 @@ uint64_t scalar_bits(const KernelCall& call, int attr, int32_t dtype) {
     }
     default: return uint64_t(to_compute_scalar(n, dtype).i);  // the low bytes are the element
   }
+}
+
+uint64_t scalar_bits(const KernelCall& call, int attr, int32_t dtype) {
+  return number_bits(attr_number(call, attr), dtype);
 }
 
 void fill_kernel(const KernelCall& call) {
@@ -859,6 +862,91 @@ void sdpa_kernel(const KernelCall& call) {
   check_launch(call, launch_attention(p, l.stream));
 }
 
+// ---------------------------------------------------------------- where, cat, stack, arange
+
+// where(condition, self, other): self and other converted to the output's dtype (the promotion the
+// dispatcher computed), a number next to them (a 0-dim CPU tensor) passed by value in the output's
+// storage format (Note [Wrapped numbers on the GPU]), the selection a copy of element bits.
+void where_kernel(const KernelCall& call) {
+  using W = op::where_self;
+  Launch l(call);
+  DeviceTensor out = view_of(call, call.output(0), "output");
+  DeviceTensor cond = view_of(call, call.input(W::tensor::condition), "condition");
+  if (cond.dtype != kDtBool) unimplemented(call, std::string("condition of dtype ") + dtype_str(cond.dtype));
+  if (out.dtype < kDtBool || out.dtype > kDtF64) unimplemented(call, "output dtype");
+  const TensorView av = call.input(W::tensor::self), bv = call.input(W::tensor::other);
+  const bool a_value = is_host_scalar(av), b_value = is_host_scalar(bv);
+  DeviceTensor a, b;
+  uint64_t a_bits = 0, b_bits = 0;
+  if (a_value) a_bits = number_bits(host_number(call, av), out.dtype);
+  else a = view_of(call, av, "self");
+  if (b_value) b_bits = number_bits(host_number(call, bv), out.dtype);
+  else b = view_of(call, bv, "other");
+  if (a_value) a.dtype = out.dtype;  // 0-dim operands that are never read
+  if (b_value) b.dtype = out.dtype;
+  // Converted copies are the call's own temporaries (Note [No CPU fallback after queued work]).
+  if (!a_value) a = materialize(call, a, out.dtype, false, l);
+  if (!b_value) b = materialize(call, b, out.dtype, false, l);
+  IterShape shape;
+  Operand ops[4] = {out.operand(), cond.operand(), a.operand(), b.operand()};
+  const Geometry ins[3] = {cond.geometry(), a.geometry(), b.geometry()};
+  if (!plan_elementwise(out.geometry(), ins, 3, &shape, ops)) unimplemented(call, "operand layout");
+  const uint32_t value_mask = (a_value ? 2u : 0u) | (b_value ? 4u : 0u);
+  check_launch(call, launch_where(shape, ops[0], ops[1], ops[2], ops[3], value_mask, a_bits, b_bits, l.stream));
+}
+
+// cat and stack: one device copy (converting the dtype where an input's differs) of each input into
+// its slice of the output (plan_concat in tensor_iter.h). Every input is checked before the first
+// copy is queued.
+void concat_into(const KernelCall& call, bool stack) {
+  Launch l(call);
+  DeviceTensor out = view_of(call, call.output(0), "output");
+  const int attr_dim = stack ? int(op::stack::attr::dim) : int(op::cat::attr::dim);
+  const int64_t given = call.num_attrs() > attr_dim ? call.attr_int(attr_dim) : 0;
+  const int64_t rank = out.ndim();
+  if (given < -rank || given >= rank) unimplemented(call, "dim out of range");
+  const int dim = int(given < 0 ? given + rank : given);
+  std::vector<DeviceTensor> parts;
+  std::vector<int64_t> lengths;
+  for (int i = 0; i < call.num_inputs(); ++i) {
+    const TensorView v = call.input(i);
+    if (!v.defined()) unimplemented(call, "an undefined input");
+    if (!stack && v.numel() == 0 && v.ndim() != rank) continue;  // the legacy 1-D empty tensor
+    DeviceTensor t = view_of(call, v, "an input");
+    if (t.ndim() != (stack ? rank - 1 : rank)) unimplemented(call, "an input's rank");
+    lengths.push_back(stack ? 1 : t.sizes[size_t(dim)]);
+    parts.push_back(std::move(t));
+  }
+  std::vector<int64_t> offsets(parts.size());
+  if (!plan_concat(out.geometry(), dim, lengths.data(), int(parts.size()), offsets.data()))
+    unimplemented(call, "inputs that do not fill the output along the dim");
+  const size_t item = sdk::dtype_size(out.dtype);
+  for (size_t k = 0; k < parts.size(); ++k) {
+    if (parts[k].numel() == 0) continue;
+    DeviceTensor slice;
+    slice.dtype = out.dtype;
+    slice.data = static_cast<char*>(out.data) + offsets[k] * int64_t(item);
+    slice.sizes = parts[k].sizes;
+    slice.strides = out.strides;
+    if (stack) slice.strides.erase(slice.strides.begin() + dim);
+    device_copy(call, slice, parts[k], l.stream);
+  }
+}
+void cat_kernel(const KernelCall& call) { concat_into(call, false); }
+void stack_kernel(const KernelCall& call) { concat_into(call, true); }
+
+void arange_kernel(const KernelCall& call) {
+  using A = op::arange::attr;
+  Launch l(call);
+  DeviceTensor out = view_of(call, call.output(0), "output");
+  if (out.ndim() != 1) unimplemented(call, "an output that is not 1-D");
+  if (out.dtype == kDtBool || out.dtype > kDtF64) unimplemented(call, std::string("dtype ") + dtype_str(out.dtype));
+  if (call.num_attrs() <= A::step) unimplemented(call, "start, end and step attributes");
+  check_launch(call, launch_arange(out.data, out.dtype, out.sizes[0], out.strides[0], call.attr_double(A::start),
+                                   call.attr_double(A::step), call.attr_int(A::start), call.attr_int(A::step),
+                                   l.stream));
+}
+
 // ---------------------------------------------------------------- registration
 
 constexpr uint64_t kFloat = TESSERA_DTYPE_BIT(TESSERA_DTYPE_FLOAT32) | TESSERA_DTYPE_BIT(TESSERA_DTYPE_FLOAT16) |
@@ -906,6 +994,10 @@ void register_kernels(const sdk::Host& host) {
   // creation and copies
   host.register_kernel(op::fill_::name, kAll, TESSERA_SDK_KERNEL(fill_kernel));
   host.register_kernel(op::copy_::name, kAll, TESSERA_SDK_KERNEL(copy_kernel));
+  host.register_kernel(op::where_self::name, kAll, TESSERA_SDK_KERNEL(where_kernel));
+  host.register_kernel(op::cat::name, kAll, TESSERA_SDK_KERNEL(cat_kernel));
+  host.register_kernel(op::stack::name, kAll, TESSERA_SDK_KERNEL(stack_kernel));
+  host.register_kernel(op::arange::name, kNumeric | TESSERA_DTYPE_BIT(TESSERA_DTYPE_FLOAT64), TESSERA_SDK_KERNEL(arange_kernel));
   // reductions
   host.register_kernel(op::sum::name, kFloat, TESSERA_SDK_KERNEL(reduce_kernel<ReduceOp::Sum>));
   host.register_kernel(op::mean::name, kFloat, TESSERA_SDK_KERNEL(reduce_kernel<ReduceOp::Mean>));

@@ -242,6 +242,22 @@ inline bool plan_reduction(const Geometry& in, const Geometry& out, uint64_t red
   return true;
 }
 
+// Where each part of a concatenation along `dim` lands in `out` (cat, and stack with lengths of
+// 1 and the new dim): offsets[k] = (lengths[0] + ... + lengths[k - 1]) * out.strides[dim], the
+// element offset of part k's first element; the part's view has the output's strides (stack: less
+// the new dim). False when dim is out of range, a length is negative, the lengths do not add up to
+// the output's size along dim, or an offset overflows.
+inline bool plan_concat(const Geometry& out, int dim, const int64_t* lengths, int num_parts, int64_t* offsets) {
+  if (dim < 0 || dim >= out.ndim || num_parts < 0) return false;
+  int64_t at = 0;
+  for (int k = 0; k < num_parts; ++k) {
+    if (lengths[k] < 0) return false;
+    if (__builtin_mul_overflow(at, out.strides[dim], &offsets[k])) return false;
+    if (__builtin_add_overflow(at, lengths[k], &at)) return false;
+  }
+  return at == out.sizes[dim];
+}
+
 // Spreads a planned reduction over `sm_count` SMs (see ReduceLaunch). A block per output when the
 // reduced dims are innermost or the outputs are few, a thread per output otherwise; in both cases
 // the reduced range is split when there are too few outputs to occupy the GPU, keeping at least
