@@ -798,4 +798,51 @@ TEST_F(CudaKernels, ArangeInEveryNumericDtype) {
   }
 }
 
+// index_select and embedding (Note [Index errors on the GPU]): the element bits the CPU kernel
+// copies, for every dtype, a strided source, negative and int32 indices, multi-dim and strided
+// embedding indices; an index out of range is the CPU's error, and the device keeps working.
+TEST_F(CudaKernels, IndexSelectAndEmbeddingLikeTheCpu) {
+  const Tensor idx = tessera::tensor(std::vector<double>{3, 0, -1, 2, 3, -5}, {6}).to(tessera::kInt64);
+  for (DType t : {tessera::kFloat32, tessera::kFloat16, tessera::kBFloat16, tessera::kFloat64, tessera::kInt64,
+                  tessera::kInt8, tessera::kBool}) {
+    const std::string tn(tessera::dtype_name(t));
+    const Tensor x = tessera::mul(tessera::randn({7, 5, 6}), tessera::full({}, 20.0)).to(t).permute({2, 1, 0});  // [6, 5, 7] strided
+    const Tensor dx = x.to("cuda:0");
+    for (int64_t dim : {0, 1, 2, -1}) {
+      const int64_t size = x.size(dim < 0 ? dim + 3 : dim);
+      const Tensor i = tessera::remainder(idx, tessera::full({}, int64_t(size)));  // within range for this dim
+      for (DType it : {tessera::kInt64, tessera::kInt32}) {
+        Tensor got;
+        EXPECT_RUNS_ON_CUDA("index_select " + tn, got = tessera::index_select(dx, dim, i.to(it).to("cuda:0")));
+        EXPECT_TRUE(tessera::equal(got.cpu(), tessera::index_select(x, dim, i.to(it)))) << "dim " << dim << " " << tn;
+      }
+    }
+    EXPECT_TRUE(tessera::equal(tessera::index_select(dx, 0, idx.to("cuda:0")).cpu(), tessera::index_select(x, 0, idx)))
+        << "negative indices " << tn;
+  }
+  const Tensor w = tessera::randn({11, 8});
+  const Tensor dw = w.to("cuda:0");
+  const Tensor ids = tessera::tensor(std::vector<double>{1, 10, 0, 4, 4, 7, 2, 9, 3, 5, 6, 8}, {4, 3}).to(tessera::kInt64);
+  Tensor got;
+  EXPECT_RUNS_ON_CUDA("embedding", got = tessera::embedding(dw, ids.to("cuda:0")));
+  EXPECT_TRUE(tessera::equal(got.cpu(), tessera::embedding(w, ids)));
+  EXPECT_TRUE(tessera::equal(tessera::embedding(dw, ids.t().to("cuda:0")).cpu(), tessera::embedding(w, ids.t())))
+      << "strided indices";
+  EXPECT_TRUE(tessera::equal(tessera::embedding(dw.t().contiguous().t(), ids.to(tessera::kInt32).to("cuda:0")).cpu(),
+                             tessera::embedding(w, ids.to(tessera::kInt32))))
+      << "column-major weight, int32 indices";
+  // Out of range: the CPU's message, and the device still works afterwards.
+  const Tensor bad = tessera::tensor(std::vector<double>{1, 11, 2}, {3}).to(tessera::kInt64).to("cuda:0");
+  try {
+    (void)tessera::embedding(dw, bad).cpu();
+    ADD_FAILURE() << "an index of 11 into 11 rows was accepted";
+  } catch (const tessera::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("index 11 is out of bounds for a dimension of size 11"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW((void)tessera::index_select(dw, 1, tessera::full({1}, int64_t(-9)).to("cuda:0")).cpu(), tessera::Error);
+  EXPECT_TRUE(tessera::equal(tessera::embedding(dw, ids.to("cuda:0")).cpu(), tessera::embedding(w, ids)))
+      << "after the errors";
+}
+
 }  // namespace

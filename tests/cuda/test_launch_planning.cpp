@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "half_bits.h"
+#include "index_math.h"
 #include "tensor_iter.h"
 #include "tessera/half.h"
 
@@ -524,4 +525,57 @@ TEST(ConcatPlanning, RefusesPartsThatDoNotFillTheOutput) {
   const int64_t halves[] = {INT64_MAX / 4, INT64_MAX / 2 - INT64_MAX / 4};
   EXPECT_TRUE(tessera::cuda::plan_concat(Geometry{2, huge.data(), unit.data()}, 1, halves, 2, offsets));
   EXPECT_FALSE(tessera::cuda::plan_concat(Geometry{2, huge.data(), wide.data()}, 1, halves, 2, offsets));
+}
+
+// index_select's offsets (index_math.h, shared with the kernel) over every output element of random
+// shapes, strided sources and outputs, int64 indices with negative ones, against naive indexing.
+TEST(IndexMath, EveryOutputElementReadsTheIndexedSourceElement) {
+  std::random_device rd;
+  const unsigned seed = rd();
+  std::mt19937 rng(seed);
+  for (int trial = 0; trial < 300; ++trial) {
+    const int nd = 1 + int(rng() % 4);
+    std::vector<int64_t> src_sizes(static_cast<size_t>(nd));
+    for (auto& v : src_sizes) v = 1 + int64_t(rng() % 4);
+    const int dim = int(rng() % uint32_t(nd));
+    const int64_t count = int64_t(rng() % 5);
+    std::vector<int64_t> index(static_cast<size_t>(count));
+    for (auto& i : index) i = int64_t(rng() % uint64_t(2 * src_sizes[size_t(dim)])) - src_sizes[size_t(dim)];
+    std::vector<int64_t> out_sizes = src_sizes;
+    out_sizes[size_t(dim)] = count;
+    const Layout src = random_layout(rng, src_sizes), out = random_layout(rng, out_sizes);
+    tessera::cuda::IndexSelectParams p;
+    p.ndim = nd;
+    p.dim = dim;
+    p.src_dim_size = src_sizes[size_t(dim)];
+    for (int d = 0; d < nd; ++d) {
+      p.sizes[d] = out_sizes[size_t(d)];
+      p.out_strides[d] = out.strides[size_t(d)];
+      p.src_strides[d] = src.strides[size_t(d)];
+    }
+    int64_t numel = 1;
+    for (int64_t s : out_sizes) numel *= s;
+    std::map<int64_t, int64_t> got;  // output offset -> source offset, as the kernel computes them
+    for (int64_t o = 0; o < numel; ++o) {
+      const tessera::cuda::IndexedElement e = tessera::cuda::indexed_element(p, o);
+      int64_t i = -1;
+      ASSERT_TRUE(tessera::cuda::wrap_index(index[size_t(e.index_pos)], p.src_dim_size, &i)) << "seed " << seed;
+      ASSERT_TRUE(got.emplace(e.out_offset, e.src_partial + i * p.src_strides[dim]).second) << "seed " << seed;
+    }
+    for (int64_t o = 0; o < numel; ++o) {  // naive: coordinates, the index along dim, strides
+      std::vector<int64_t> c = coords_of(o, out_sizes);
+      int64_t out_off = 0, src_off = 0;
+      for (int d = 0; d < nd; ++d) out_off += c[size_t(d)] * out.strides[size_t(d)];
+      const int64_t raw = index[size_t(c[size_t(dim)])];
+      c[size_t(dim)] = raw < 0 ? raw + src_sizes[size_t(dim)] : raw;
+      for (int d = 0; d < nd; ++d) src_off += c[size_t(d)] * src.strides[size_t(d)];
+      EXPECT_EQ(got.at(out_off), src_off) << "seed " << seed << " trial " << trial << " element " << o;
+    }
+  }
+  int64_t w = 0;
+  EXPECT_TRUE(tessera::cuda::wrap_index(-3, 3, &w));
+  EXPECT_EQ(w, 0);
+  EXPECT_FALSE(tessera::cuda::wrap_index(3, 3, &w));
+  EXPECT_FALSE(tessera::cuda::wrap_index(-4, 3, &w));
+  EXPECT_FALSE(tessera::cuda::wrap_index(0, 0, &w));
 }

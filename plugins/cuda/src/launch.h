@@ -69,6 +69,22 @@ cudaError_t launch_where(const IterShape& shape, const Operand& out, const Opera
 // integral ones compute istart + i * istep in int64 and wrap to the dtype.
 cudaError_t launch_arange(void* out, int32_t dtype, int64_t n, int64_t stride, double start, double step,
                           int64_t istart, int64_t istep, cudaStream_t stream);
+// out = src with the positions along `dim` taken from an index tensor: index_select, and embedding
+// (src the weight, dim 0, the indices flattened). The out and src tensors have the same dtype
+// (itemsize bytes; the element bits are copied) and up to kMaxDims dims; sizes are the output's
+// (the index count along dim). An index outside [-src_dim_size, src_dim_size) writes zero bits,
+// sets error[0] to 1 and error[1] to that index (one of them, when several are), for the host to
+// report once the stream has run (index_math.h has the offsets, shared with the host tests).
+struct IndexSelectParams {
+  int32_t ndim = 0, dim = 0, itemsize = 4, index_dtype = kDtI64;
+  int64_t numel = 0, src_dim_size = 0, index_stride = 1;
+  int64_t sizes[kMaxDims] = {}, out_strides[kMaxDims] = {}, src_strides[kMaxDims] = {};
+  void* out = nullptr;
+  const void* src = nullptr;
+  const void* index = nullptr;
+  int64_t* error = nullptr;  // two int64 on the device, zeroed by the launcher
+};
+cudaError_t launch_index_select(const IndexSelectParams& p, cudaStream_t stream);
 // A strided copy/conversion planned by plan_copy (tensor_iter.h): dims coalesced and ordered by
 // the destination's strides, innermost last; strides in elements (0 where the source broadcasts).
 struct CopyPlan {

@@ -947,6 +947,98 @@ void arange_kernel(const KernelCall& call) {
                                    l.stream));
 }
 
+// ---------------------------------------------------------------- index_select, embedding
+
+// Note [Index errors on the GPU]
+// An index out of range must give the CPU's clear error and leave the process working, which a
+// device-side assert (PyTorch's way) does not: it leaves the CUDA context unusable. The kernel
+// writes zero bits for a bad index and records it in a two-int64 error slot; the host copies the
+// slot back once the launch has run (a synchronisation of the stream: the price of the check, one
+// round trip per call) and throws INVALID_ARGUMENT naming the index, as the CPU kernel does. The
+// output is the call's fresh tensor, so nothing the caller holds has been written.
+void run_index_select(const KernelCall& call, const Launch& l, IndexSelectParams p, const char* what) {
+  DeviceBuffer slot(l.device, 2 * sizeof(int64_t), l.stream);
+  p.error = static_cast<int64_t*>(slot.get());
+  check_launch(call, launch_index_select(p, l.stream));
+  int64_t error[2] = {0, 0};
+  check_enqueue(call, cudaMemcpyAsync(error, p.error, sizeof(error), cudaMemcpyDeviceToHost, l.stream),
+                "cudaMemcpyAsync of the index check", /*into_temporary=*/true);
+  check_cuda(cudaStreamSynchronize(l.stream), std::string(what) + " on cuda: synchronising for the index check");
+  if (error[0] != 0)
+    throw sdk::Error(TESSERA_STATUS_INVALID_ARGUMENT, std::string(what) + ": index " + std::to_string(error[1]) +
+                                                          " is out of bounds for a dimension of size " +
+                                                          std::to_string(p.src_dim_size));
+}
+
+bool index_dtype(int32_t dt) { return dt == kDtI64 || dt == kDtI32; }
+
+void index_select_kernel(const KernelCall& call) {
+  using I = op::index_select;
+  Launch l(call);
+  DeviceTensor out = view_of(call, call.output(0), "output");
+  DeviceTensor x = view_of(call, call.input(I::tensor::self), "self");
+  DeviceTensor idx = view_of(call, call.input(I::tensor::index), "index");
+  if (!index_dtype(idx.dtype)) unimplemented(call, std::string("an index of dtype ") + dtype_str(idx.dtype));
+  if (idx.ndim() > 1 || x.ndim() == 0 || x.ndim() > kMaxDims || out.ndim() != x.ndim())
+    unimplemented(call, "these ranks");
+  const int64_t given = call.attr_int(I::attr::dim);
+  if (given < -x.ndim() || given >= x.ndim()) unimplemented(call, "dim out of range");
+  const int dim = int(given < 0 ? given + x.ndim() : given);
+  for (int d = 0; d < x.ndim(); ++d)
+    if (out.sizes[size_t(d)] != (d == dim ? idx.numel() : x.sizes[size_t(d)])) unimplemented(call, "the output's shape");
+  x = materialize(call, x, out.dtype, false, l);  // the call's own temporary when the dtypes differ
+  IndexSelectParams p;
+  p.ndim = int32_t(x.ndim());
+  p.dim = dim;
+  p.itemsize = int32_t(sdk::dtype_size(out.dtype));
+  p.index_dtype = idx.dtype;
+  p.numel = out.numel();
+  p.src_dim_size = x.sizes[size_t(dim)];
+  p.index_stride = idx.ndim() == 1 ? idx.strides[0] : 0;
+  for (int d = 0; d < x.ndim(); ++d) {
+    p.sizes[d] = out.sizes[size_t(d)];
+    p.out_strides[d] = out.strides[size_t(d)];
+    p.src_strides[d] = x.strides[size_t(d)];
+  }
+  p.out = out.data;
+  p.src = x.data;
+  p.index = idx.data;
+  run_index_select(call, l, p, "index_select");
+}
+
+// embedding(weight [rows, d], indices [...]) -> [..., d]: index_select of weight's rows by the
+// indices flattened (made contiguous first when they are not).
+void embedding_kernel(const KernelCall& call) {
+  using E = op::embedding;
+  Launch l(call);
+  DeviceTensor out = view_of(call, call.output(0), "output");
+  DeviceTensor w = view_of(call, call.input(E::tensor::weight), "weight");
+  DeviceTensor idx = view_of(call, call.input(E::tensor::indices), "indices");
+  if (!index_dtype(idx.dtype)) unimplemented(call, std::string("indices of dtype ") + dtype_str(idx.dtype));
+  if (w.ndim() != 2) unimplemented(call, "a weight that is not 2-D");
+  if (!out.contiguous() || out.numel() != idx.numel() * w.sizes[1]) unimplemented(call, "the output's layout");
+  idx = materialize(call, idx, idx.dtype, /*need_contiguous=*/true, l);
+  w = materialize(call, w, out.dtype, false, l);
+  IndexSelectParams p;
+  p.ndim = 2;
+  p.dim = 0;
+  p.itemsize = int32_t(sdk::dtype_size(out.dtype));
+  p.index_dtype = idx.dtype;
+  p.numel = out.numel();
+  p.src_dim_size = w.sizes[0];
+  p.index_stride = 1;
+  p.sizes[0] = idx.numel();
+  p.sizes[1] = w.sizes[1];
+  p.out_strides[0] = w.sizes[1];
+  p.out_strides[1] = 1;
+  p.src_strides[0] = w.strides[0];
+  p.src_strides[1] = w.strides[1];
+  p.out = out.data;
+  p.src = w.data;
+  p.index = idx.data;
+  run_index_select(call, l, p, "embedding");
+}
+
 // ---------------------------------------------------------------- registration
 
 constexpr uint64_t kFloat = TESSERA_DTYPE_BIT(TESSERA_DTYPE_FLOAT32) | TESSERA_DTYPE_BIT(TESSERA_DTYPE_FLOAT16) |
@@ -997,6 +1089,8 @@ void register_kernels(const sdk::Host& host) {
   host.register_kernel(op::where_self::name, kAll, TESSERA_SDK_KERNEL(where_kernel));
   host.register_kernel(op::cat::name, kAll, TESSERA_SDK_KERNEL(cat_kernel));
   host.register_kernel(op::stack::name, kAll, TESSERA_SDK_KERNEL(stack_kernel));
+  host.register_kernel(op::index_select::name, kAll, TESSERA_SDK_KERNEL(index_select_kernel));
+  host.register_kernel(op::embedding::name, kAll, TESSERA_SDK_KERNEL(embedding_kernel));
   host.register_kernel(op::arange::name, kNumeric | TESSERA_DTYPE_BIT(TESSERA_DTYPE_FLOAT64), TESSERA_SDK_KERNEL(arange_kernel));
   // reductions
   host.register_kernel(op::sum::name, kFloat, TESSERA_SDK_KERNEL(reduce_kernel<ReduceOp::Sum>));

@@ -1,0 +1,47 @@
+// The index arithmetic of the index_select / embedding kernel (index.cu), written once for the
+// device and the host: the kernel calls it per output element, and the host tests
+// (tests/cuda/test_launch_planning.cpp) run it over every element against the CPU backend's
+// results, so the offsets are checked without a GPU. Plain C++ with CUDA's qualifiers when nvcc
+// compiles it.
+#pragma once
+#include <cstdint>
+
+#include "launch.h"
+
+#if defined(__CUDACC__)
+#define TESSERA_CUDA_HD __host__ __device__ __forceinline__
+#else
+#define TESSERA_CUDA_HD inline
+#endif
+
+namespace tessera::cuda {
+
+// Output element o, row-major over params.sizes: where it is written and the position along `dim`
+// whose index it reads (the caller loads that index).
+struct IndexedElement {
+  int64_t out_offset = 0;   // elements from params.out
+  int64_t index_pos = 0;    // which index
+  int64_t src_partial = 0;  // elements from params.src, without the indexed dim's term
+};
+
+TESSERA_CUDA_HD IndexedElement indexed_element(const IndexSelectParams& p, int64_t o) {
+  IndexedElement e;
+  for (int d = p.ndim - 1; d >= 0; --d) {
+    const int64_t c = o % p.sizes[d];
+    o /= p.sizes[d];
+    e.out_offset += c * p.out_strides[d];
+    if (d == p.dim) e.index_pos = c;
+    else e.src_partial += c * p.src_strides[d];
+  }
+  return e;
+}
+
+// An index as the CPU kernel takes it: [-size, size) with a negative one counted from the end.
+// False when it is outside that range.
+TESSERA_CUDA_HD bool wrap_index(int64_t i, int64_t size, int64_t* wrapped) {
+  if (i < -size || i >= size) return false;
+  *wrapped = i < 0 ? i + size : i;
+  return true;
+}
+
+}  // namespace tessera::cuda
