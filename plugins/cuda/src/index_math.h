@@ -1,18 +1,13 @@
 // The index arithmetic of the index_select / embedding kernel (index.cu), written once for the
 // device and the host: the kernel calls it per output element, and the host tests
-// (tests/cuda/test_launch_planning.cpp) run it over every element against the CPU backend's
-// results, so the offsets are checked without a GPU. Plain C++ with CUDA's qualifiers when nvcc
-// compiles it.
+// (tests/cuda/test_launch_planning.cpp, `IndexMath.*`) run it over every element of random shapes
+// and strides against naive indexing, so the offsets are checked without a GPU. Plain C++ with
+// CUDA's qualifiers when nvcc compiles it.
 #pragma once
 #include <cstdint>
 
+#include "host_device.h"
 #include "launch.h"
-
-#if defined(__CUDACC__)
-#define TESSERA_CUDA_HD __host__ __device__ __forceinline__
-#else
-#define TESSERA_CUDA_HD inline
-#endif
 
 namespace tessera::cuda {
 

@@ -17,11 +17,7 @@
 
 #include <cmath>
 
-#if defined(__CUDACC__)
-#define TESSERA_CUDA_HD __host__ __device__ __forceinline__
-#else
-#define TESSERA_CUDA_HD inline
-#endif
+#include "host_device.h"
 
 namespace tessera::cuda {
 

@@ -956,7 +956,26 @@ void arange_kernel(const KernelCall& call) {
 // slot back once the launch has run (a synchronisation of the stream: the price of the check, one
 // round trip per call) and throws INVALID_ARGUMENT naming the index, as the CPU kernel does. The
 // output is the call's fresh tensor, so nothing the caller holds has been written.
-void run_index_select(const KernelCall& call, const Launch& l, IndexSelectParams p, const char* what) {
+// out = src indexed along dim by idx (index_stride elements apart), the element bits copied; then
+// the check of Note [Index errors on the GPU]. out and src have the same dtype and rank.
+void run_index_select(const KernelCall& call, const Launch& l, const DeviceTensor& out, const DeviceTensor& src,
+                      int dim, const DeviceTensor& idx, int64_t index_stride, const char* what) {
+  IndexSelectParams p;
+  p.ndim = int32_t(src.ndim());
+  p.dim = dim;
+  p.itemsize = int32_t(sdk::dtype_size(out.dtype));
+  p.index_dtype = idx.dtype;
+  p.numel = out.numel();
+  p.src_dim_size = src.sizes[size_t(dim)];
+  p.index_stride = index_stride;
+  for (int d = 0; d < src.ndim(); ++d) {
+    p.sizes[d] = out.sizes[size_t(d)];
+    p.out_strides[d] = out.strides[size_t(d)];
+    p.src_strides[d] = src.strides[size_t(d)];
+  }
+  p.out = out.data;
+  p.src = src.data;
+  p.index = idx.data;
   DeviceBuffer slot(l.device, 2 * sizeof(int64_t), l.stream);
   p.error = static_cast<int64_t*>(slot.get());
   check_launch(call, launch_index_select(p, l.stream));
@@ -987,27 +1006,11 @@ void index_select_kernel(const KernelCall& call) {
   for (int d = 0; d < x.ndim(); ++d)
     if (out.sizes[size_t(d)] != (d == dim ? idx.numel() : x.sizes[size_t(d)])) unimplemented(call, "the output's shape");
   x = materialize(call, x, out.dtype, false, l);  // the call's own temporary when the dtypes differ
-  IndexSelectParams p;
-  p.ndim = int32_t(x.ndim());
-  p.dim = dim;
-  p.itemsize = int32_t(sdk::dtype_size(out.dtype));
-  p.index_dtype = idx.dtype;
-  p.numel = out.numel();
-  p.src_dim_size = x.sizes[size_t(dim)];
-  p.index_stride = idx.ndim() == 1 ? idx.strides[0] : 0;
-  for (int d = 0; d < x.ndim(); ++d) {
-    p.sizes[d] = out.sizes[size_t(d)];
-    p.out_strides[d] = out.strides[size_t(d)];
-    p.src_strides[d] = x.strides[size_t(d)];
-  }
-  p.out = out.data;
-  p.src = x.data;
-  p.index = idx.data;
-  run_index_select(call, l, p, "index_select");
+  run_index_select(call, l, out, x, dim, idx, idx.ndim() == 1 ? idx.strides[0] : 0, "index_select");
 }
 
 // embedding(weight [rows, d], indices [...]) -> [..., d]: index_select of weight's rows by the
-// indices flattened (made contiguous first when they are not).
+// indices flattened (made contiguous first when they are not) into the output seen as [n, d].
 void embedding_kernel(const KernelCall& call) {
   using E = op::embedding;
   Launch l(call);
@@ -1019,24 +1022,10 @@ void embedding_kernel(const KernelCall& call) {
   if (!out.contiguous() || out.numel() != idx.numel() * w.sizes[1]) unimplemented(call, "the output's layout");
   idx = materialize(call, idx, idx.dtype, /*need_contiguous=*/true, l);
   w = materialize(call, w, out.dtype, false, l);
-  IndexSelectParams p;
-  p.ndim = 2;
-  p.dim = 0;
-  p.itemsize = int32_t(sdk::dtype_size(out.dtype));
-  p.index_dtype = idx.dtype;
-  p.numel = out.numel();
-  p.src_dim_size = w.sizes[0];
-  p.index_stride = 1;
-  p.sizes[0] = idx.numel();
-  p.sizes[1] = w.sizes[1];
-  p.out_strides[0] = w.sizes[1];
-  p.out_strides[1] = 1;
-  p.src_strides[0] = w.strides[0];
-  p.src_strides[1] = w.strides[1];
-  p.out = out.data;
-  p.src = w.data;
-  p.index = idx.data;
-  run_index_select(call, l, p, "embedding");
+  DeviceTensor rows = out;
+  rows.sizes = {idx.numel(), w.sizes[1]};
+  rows.strides = {w.sizes[1], 1};
+  run_index_select(call, l, rows, w, 0, idx, 1, "embedding");
 }
 
 // ---------------------------------------------------------------- registration
