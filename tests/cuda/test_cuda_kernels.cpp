@@ -845,4 +845,37 @@ TEST_F(CudaKernels, IndexSelectAndEmbeddingLikeTheCpu) {
       << "after the errors";
 }
 
+// float64 binary and unary ops computed in double on the device (the double math functions), within
+// a few double ulps of the CPU's; comparisons and min/max exact.
+TEST_F(CudaKernels, Float64ElementwiseInDouble) {
+  const Tol tol{1e-13, 1e-15};
+  auto [a, da] = randn_pair({37, 65}, tessera::kFloat64);
+  auto [b, db] = randn_pair({65}, tessera::kFloat64);
+  Tensor got;
+  EXPECT_RUNS_ON_CUDA("add float64", got = tessera::add(da, db, 2.5));
+  expect_close(got, tessera::add(a, b, 2.5), tol, "add(alpha) float64");
+  expect_close(tessera::sub(da.t(), wrapped(0.1)), tessera::sub(a.t(), wrapped(0.1)), tol, "sub number strided float64");
+  expect_close(tessera::mul(da, db), tessera::mul(a, b), tol, "mul float64");
+  expect_close(tessera::div(da, db), tessera::div(a, b), tol, "div float64");
+  EXPECT_TRUE(tessera::equal(tessera::maximum(da, db).cpu(), tessera::maximum(a, b)));
+  EXPECT_TRUE(tessera::equal(tessera::lt(da, db).cpu(), tessera::lt(a, b)));
+  // 0.1 in double, not in float: a float32 computation would be 1e-9 off.
+  EXPECT_EQ(values(tessera::add(on_cuda({0.2}, tessera::kFloat64), wrapped(0.1))), std::vector<double>{0.2 + 0.1});
+  using Fn = Tensor (*)(const Tensor&);
+  const std::vector<std::pair<const char*, Fn>> ops = {
+      {"neg", tessera::neg}, {"abs", tessera::abs},   {"exp", tessera::exp},         {"sin", tessera::sin},
+      {"cos", tessera::cos}, {"tanh", tessera::tanh}, {"sigmoid", tessera::sigmoid}, {"relu", tessera::relu},
+      {"silu", tessera::silu}, {"erf", tessera::erf}};
+  for (auto [name, fn] : ops) {
+    EXPECT_RUNS_ON_CUDA(std::string(name) + " float64", got = fn(da));
+    expect_close(got, fn(a), tol, std::string(name) + " float64");
+  }
+  const Tensor pos = tessera::add(tessera::abs(a), tessera::full({1}, 0.1).to(tessera::kFloat64)), dpos = pos.to("cuda:0");
+  expect_close(tessera::log(dpos), tessera::log(pos), tol, "log float64");
+  expect_close(tessera::sqrt(dpos), tessera::sqrt(pos), tol, "sqrt float64");
+  expect_close(tessera::rsqrt(dpos), tessera::rsqrt(pos), tol, "rsqrt float64");
+  expect_close(tessera::gelu(da), tessera::gelu(a), tol, "gelu float64");
+  expect_close(tessera::gelu(da, "tanh"), tessera::gelu(a, "tanh"), tol, "gelu tanh float64");
+}
+
 }  // namespace

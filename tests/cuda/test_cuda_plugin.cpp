@@ -124,16 +124,25 @@ TEST(CudaPlugin, RegistersKernelsWithTheirDtypes) {
   auto resolution = [&](const char* op, tessera::DType t) {
     return d.resolution(d.op(op), tessera::DeviceType::CUDA, t);
   };
-  for (const char* op : {"add.Tensor", "sub.Tensor", "mul.Tensor", "maximum", "eq.Tensor", "neg", "relu", "fill_", "copy_"}) {
-    for (tessera::DType t : {tessera::kFloat32, tessera::kFloat16, tessera::kBFloat16, tessera::kInt32, tessera::kInt64})
+  for (const char* op : {"add.Tensor", "sub.Tensor", "mul.Tensor", "maximum", "eq.Tensor", "neg", "relu", "fill_", "copy_",
+                         "where.self", "cat", "stack", "index_select", "embedding", "arange"}) {
+    for (tessera::DType t : {tessera::kFloat32, tessera::kFloat16, tessera::kBFloat16, tessera::kFloat64, tessera::kInt32,
+                             tessera::kInt64})
       EXPECT_EQ(resolution(op, t), tessera::Resolution::Kernel) << op << " " << t;
   }
-  for (const char* op : {"div.Tensor", "exp", "log", "sqrt", "rsqrt", "sin", "cos", "tanh", "sigmoid", "gelu", "silu", "erf",
-                         "sum", "mean", "amax", "amin", "softmax", "log_softmax", "layer_norm", "matmul", "linear"}) {
+  for (const char* op : {"where.self", "cat", "stack", "index_select", "embedding", "fill_", "copy_"})
+    EXPECT_EQ(resolution(op, tessera::kBool), tessera::Resolution::Kernel) << op << " bool";
+  // Elementwise float ops take float64 (computed in double); the reductions, norms and matmul not yet.
+  for (const char* op : {"div.Tensor", "exp", "log", "sqrt", "rsqrt", "sin", "cos", "tanh", "sigmoid", "gelu", "silu", "erf"}) {
+    for (tessera::DType t : {tessera::kFloat32, tessera::kFloat16, tessera::kBFloat16, tessera::kFloat64})
+      EXPECT_EQ(resolution(op, t), tessera::Resolution::Kernel) << op << " " << t;
+  }
+  for (const char* op : {"sum", "mean", "amax", "amin", "softmax", "log_softmax", "layer_norm", "matmul", "linear"}) {
     for (tessera::DType t : {tessera::kFloat32, tessera::kFloat16, tessera::kBFloat16})
       EXPECT_EQ(resolution(op, t), tessera::Resolution::Kernel) << op << " " << t;
     EXPECT_NE(resolution(op, tessera::kFloat64), tessera::Resolution::Kernel) << op << " has no float64 kernel on cuda";
   }
+  EXPECT_NE(resolution("gather", tessera::kFloat32), tessera::Resolution::Kernel) << "gather reaches the CPU through the fallback";
   EXPECT_EQ(resolution("scaled_dot_product_attention", tessera::kFloat16), tessera::Resolution::Kernel);
   EXPECT_EQ(resolution("scaled_dot_product_attention", tessera::kBFloat16), tessera::Resolution::Kernel);
   EXPECT_NE(resolution("scaled_dot_product_attention", tessera::kFloat32), tessera::Resolution::Kernel);

@@ -123,5 +123,6 @@ __host__ __device__ constexpr int dtype_itemsize(int32_t dt) {
     TESSERA_CUDA_CASE(::tessera::cuda::kDtI16, int16_t, __VA_ARGS__)            \
     TESSERA_CUDA_CASE(::tessera::cuda::kDtI32, int32_t, __VA_ARGS__)            \
     TESSERA_CUDA_CASE(::tessera::cuda::kDtI64, int64_t, __VA_ARGS__)            \
+    TESSERA_CUDA_CASE(::tessera::cuda::kDtF64, double, __VA_ARGS__)             \
     default: return cudaErrorInvalidValue;                                      \
   }

@@ -130,25 +130,27 @@ cudaError_t run_binary(BinaryOp op, const IterShape& shape, const Operand& out, 
 template <typename C>
 __device__ __forceinline__ C unary_apply_op(UnaryOp op, C x) {
   if constexpr (std::is_floating_point_v<C>) {
+    // float (f32, and f16/bf16 computed in float) or double (f64): CUDA's overloads of the math
+    // functions, expf and friends for float.
     switch (op) {
       case UnaryOp::Neg: return -x;
-      case UnaryOp::Abs: return fabsf(x);
-      case UnaryOp::Exp: return expf(x);
-      case UnaryOp::Log: return logf(x);
-      case UnaryOp::Sqrt: return sqrtf(x);
-      case UnaryOp::Rsqrt: return rsqrtf(x);
-      case UnaryOp::Sin: return sinf(x);
-      case UnaryOp::Cos: return cosf(x);
-      case UnaryOp::Tanh: return tanhf(x);
-      case UnaryOp::Sigmoid: return 1.0f / (1.0f + expf(-x));
-      case UnaryOp::Relu: return x < 0.0f ? 0.0f : x;  // NaN stays NaN
-      case UnaryOp::Gelu: return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
+      case UnaryOp::Abs: return fabs(x);
+      case UnaryOp::Exp: return exp(x);
+      case UnaryOp::Log: return log(x);
+      case UnaryOp::Sqrt: return sqrt(x);
+      case UnaryOp::Rsqrt: return rsqrt(x);
+      case UnaryOp::Sin: return sin(x);
+      case UnaryOp::Cos: return cos(x);
+      case UnaryOp::Tanh: return tanh(x);
+      case UnaryOp::Sigmoid: return C(1) / (C(1) + exp(-x));
+      case UnaryOp::Relu: return x < C(0) ? C(0) : x;  // NaN stays NaN
+      case UnaryOp::Gelu: return C(0.5) * x * (C(1) + erf(x * C(0.70710678118654752)));
       case UnaryOp::GeluTanh: {
-        const float inner = 0.79788456080286536f * (x + 0.044715f * x * x * x);
-        return 0.5f * x * (1.0f + tanhf(inner));
+        const C inner = C(0.79788456080286536) * (x + C(0.044715) * x * x * x);
+        return C(0.5) * x * (C(1) + tanh(inner));
       }
-      case UnaryOp::Silu: return x / (1.0f + expf(-x));
-      default: return erff(x);
+      case UnaryOp::Silu: return x / (C(1) + exp(-x));
+      default: return erf(x);
     }
   } else {
     if constexpr (std::is_signed_v<C>) {
@@ -286,11 +288,6 @@ cudaError_t launch_where(const IterShape& shape, const Operand& out, const Opera
 cudaError_t launch_arange(void* out, int32_t dtype, int64_t n, int64_t stride, double start, double step,
                           int64_t istart, int64_t istep, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
-  if (dtype == kDtF64) {
-    arange_kernel<double><<<grid_for(n), kThreads, 0, stream>>>(static_cast<double*>(out), n, stride, start, step,
-                                                                  istart, istep);
-    return cudaGetLastError();
-  }
   TESSERA_CUDA_DISPATCH_ALL(dtype, {
     arange_kernel<scalar_t><<<grid_for(n), kThreads, 0, stream>>>(static_cast<scalar_t*>(out), n, stride, start, step,
                                                                     istart, istep);

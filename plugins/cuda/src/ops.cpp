@@ -60,6 +60,9 @@ const char* dtype_str(int32_t dt) {
 bool is_float16ish(int32_t dt) { return dt == kDtF16 || dt == kDtBF16; }
 bool kernel_float(int32_t dt) { return dt == kDtF32 || is_float16ish(dt); }
 bool kernel_dtype(int32_t dt) { return dt >= kDtU8 && dt <= kDtF32; }  // everything but bool and f64
+// The elementwise kernels (binary, unary) also take float64, computed in double.
+bool elementwise_dtype(int32_t dt) { return kernel_dtype(dt) || dt == kDtF64; }
+bool elementwise_float(int32_t dt) { return kernel_float(dt) || dt == kDtF64; }
 
 // Per-call context: device checks, current device and stream.
 struct Launch {
@@ -179,7 +182,7 @@ int32_t compare_dtype(int32_t a, int32_t b, const DeviceTensor& ta, const Device
   if (fa != fb) return fa ? a : b;
   if (ta.ndim() == 0) return b;
   if (tb.ndim() == 0) return a;
-  return fa ? kDtF32 : kDtI64;
+  return fa ? (a == kDtF64 || b == kDtF64 ? kDtF64 : kDtF32) : kDtI64;
 }
 
 // Note [Wrapped numbers on the GPU]
@@ -226,7 +229,7 @@ void binary_kernel(const KernelCall& call) {
   if (!b_scalar) b = view_of(call, bv, "other");
   int32_t compute = out.dtype;
   if (is_comparison(kOp)) compute = a_scalar ? b.dtype : (b_scalar ? a.dtype : compare_dtype(a.dtype, b.dtype, a, b));
-  if (!kernel_dtype(compute)) unimplemented(call, std::string("dtype ") + dtype_str(compute));
+  if (!elementwise_dtype(compute)) unimplemented(call, std::string("dtype ") + dtype_str(compute));
   if (is_comparison(kOp) ? out.dtype != kDtBool : out.dtype != compute) unimplemented(call, "output dtype");
   // Note [Wrapped numbers on the GPU]
   int scalar_operand = 0;
@@ -261,13 +264,13 @@ void unary_kernel(const KernelCall& call) {
   Launch l(call);
   DeviceTensor x = view_of(call, call.input(Unary::tensor::self), "self");
   DeviceTensor out = view_of(call, call.output(0), "output");
-  if (!kernel_dtype(out.dtype)) unimplemented(call, std::string("dtype ") + dtype_str(out.dtype));
+  if (!elementwise_dtype(out.dtype)) unimplemented(call, std::string("dtype ") + dtype_str(out.dtype));
   UnaryOp op = kOp;
   constexpr int kApproximateAt = op::gelu::attr::approximate;
   if (op == UnaryOp::Gelu && call.num_attrs() > kApproximateAt && call.attr_string(kApproximateAt) == "tanh")
     op = UnaryOp::GeluTanh;
   const bool integer_ok = op == UnaryOp::Neg || op == UnaryOp::Abs || op == UnaryOp::Relu;
-  if (!kernel_float(out.dtype) && !integer_ok) unimplemented(call, std::string("dtype ") + dtype_str(out.dtype));
+  if (!elementwise_float(out.dtype) && !integer_ok) unimplemented(call, std::string("dtype ") + dtype_str(out.dtype));
   x = materialize(call, x, out.dtype, false, l);
   IterShape shape;
   Operand ops[2] = {out.operand(), x.operand()};
@@ -1036,6 +1039,7 @@ constexpr uint64_t kHalfTypes = TESSERA_DTYPE_BIT(TESSERA_DTYPE_FLOAT16) | TESSE
 constexpr uint64_t kIntegral = TESSERA_DTYPE_MASK_INTEGRAL;
 constexpr uint64_t kAll = TESSERA_DTYPE_MASK_ALL;
 constexpr uint64_t kNumeric = kFloat | kIntegral;
+constexpr uint64_t kF64 = TESSERA_DTYPE_BIT(TESSERA_DTYPE_FLOAT64);
 
 }  // namespace
 
@@ -1043,35 +1047,35 @@ uint64_t g_kernel_launches_total() { return g_kernel_launches.load(std::memory_o
 
 void register_kernels(const sdk::Host& host) {
   // binary
-  host.register_kernel(op::add_Tensor::name, kNumeric, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Add>));
-  host.register_kernel(op::add__Tensor::name, kNumeric, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Add>));
-  host.register_kernel(op::sub_Tensor::name, kNumeric, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Sub>));
-  host.register_kernel(op::mul_Tensor::name, kNumeric, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Mul>));
-  host.register_kernel(op::mul__Tensor::name, kNumeric, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Mul>));
-  host.register_kernel(op::div_Tensor::name, kFloat, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Div>));
-  host.register_kernel(op::maximum::name, kNumeric, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Maximum>));
-  host.register_kernel(op::minimum::name, kNumeric, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Minimum>));
-  host.register_kernel(op::eq_Tensor::name, kNumeric, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Eq>));
-  host.register_kernel(op::ne_Tensor::name, kNumeric, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Ne>));
-  host.register_kernel(op::lt_Tensor::name, kNumeric, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Lt>));
-  host.register_kernel(op::le_Tensor::name, kNumeric, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Le>));
-  host.register_kernel(op::gt_Tensor::name, kNumeric, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Gt>));
-  host.register_kernel(op::ge_Tensor::name, kNumeric, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Ge>));
+  host.register_kernel(op::add_Tensor::name, kNumeric | kF64, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Add>));
+  host.register_kernel(op::add__Tensor::name, kNumeric | kF64, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Add>));
+  host.register_kernel(op::sub_Tensor::name, kNumeric | kF64, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Sub>));
+  host.register_kernel(op::mul_Tensor::name, kNumeric | kF64, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Mul>));
+  host.register_kernel(op::mul__Tensor::name, kNumeric | kF64, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Mul>));
+  host.register_kernel(op::div_Tensor::name, kFloat | kF64, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Div>));
+  host.register_kernel(op::maximum::name, kNumeric | kF64, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Maximum>));
+  host.register_kernel(op::minimum::name, kNumeric | kF64, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Minimum>));
+  host.register_kernel(op::eq_Tensor::name, kNumeric | kF64, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Eq>));
+  host.register_kernel(op::ne_Tensor::name, kNumeric | kF64, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Ne>));
+  host.register_kernel(op::lt_Tensor::name, kNumeric | kF64, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Lt>));
+  host.register_kernel(op::le_Tensor::name, kNumeric | kF64, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Le>));
+  host.register_kernel(op::gt_Tensor::name, kNumeric | kF64, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Gt>));
+  host.register_kernel(op::ge_Tensor::name, kNumeric | kF64, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Ge>));
   // unary
-  host.register_kernel(op::neg::name, kNumeric, TESSERA_SDK_KERNEL(unary_kernel<UnaryOp::Neg>));
-  host.register_kernel(op::abs::name, kNumeric, TESSERA_SDK_KERNEL(unary_kernel<UnaryOp::Abs>));
-  host.register_kernel(op::relu::name, kNumeric, TESSERA_SDK_KERNEL(unary_kernel<UnaryOp::Relu>));
-  host.register_kernel(op::exp::name, kFloat, TESSERA_SDK_KERNEL(unary_kernel<UnaryOp::Exp>));
-  host.register_kernel(op::log::name, kFloat, TESSERA_SDK_KERNEL(unary_kernel<UnaryOp::Log>));
-  host.register_kernel(op::sqrt::name, kFloat, TESSERA_SDK_KERNEL(unary_kernel<UnaryOp::Sqrt>));
-  host.register_kernel(op::rsqrt::name, kFloat, TESSERA_SDK_KERNEL(unary_kernel<UnaryOp::Rsqrt>));
-  host.register_kernel(op::sin::name, kFloat, TESSERA_SDK_KERNEL(unary_kernel<UnaryOp::Sin>));
-  host.register_kernel(op::cos::name, kFloat, TESSERA_SDK_KERNEL(unary_kernel<UnaryOp::Cos>));
-  host.register_kernel(op::tanh::name, kFloat, TESSERA_SDK_KERNEL(unary_kernel<UnaryOp::Tanh>));
-  host.register_kernel(op::sigmoid::name, kFloat, TESSERA_SDK_KERNEL(unary_kernel<UnaryOp::Sigmoid>));
-  host.register_kernel(op::gelu::name, kFloat, TESSERA_SDK_KERNEL(unary_kernel<UnaryOp::Gelu>));
-  host.register_kernel(op::silu::name, kFloat, TESSERA_SDK_KERNEL(unary_kernel<UnaryOp::Silu>));
-  host.register_kernel(op::erf::name, kFloat, TESSERA_SDK_KERNEL(unary_kernel<UnaryOp::Erf>));
+  host.register_kernel(op::neg::name, kNumeric | kF64, TESSERA_SDK_KERNEL(unary_kernel<UnaryOp::Neg>));
+  host.register_kernel(op::abs::name, kNumeric | kF64, TESSERA_SDK_KERNEL(unary_kernel<UnaryOp::Abs>));
+  host.register_kernel(op::relu::name, kNumeric | kF64, TESSERA_SDK_KERNEL(unary_kernel<UnaryOp::Relu>));
+  host.register_kernel(op::exp::name, kFloat | kF64, TESSERA_SDK_KERNEL(unary_kernel<UnaryOp::Exp>));
+  host.register_kernel(op::log::name, kFloat | kF64, TESSERA_SDK_KERNEL(unary_kernel<UnaryOp::Log>));
+  host.register_kernel(op::sqrt::name, kFloat | kF64, TESSERA_SDK_KERNEL(unary_kernel<UnaryOp::Sqrt>));
+  host.register_kernel(op::rsqrt::name, kFloat | kF64, TESSERA_SDK_KERNEL(unary_kernel<UnaryOp::Rsqrt>));
+  host.register_kernel(op::sin::name, kFloat | kF64, TESSERA_SDK_KERNEL(unary_kernel<UnaryOp::Sin>));
+  host.register_kernel(op::cos::name, kFloat | kF64, TESSERA_SDK_KERNEL(unary_kernel<UnaryOp::Cos>));
+  host.register_kernel(op::tanh::name, kFloat | kF64, TESSERA_SDK_KERNEL(unary_kernel<UnaryOp::Tanh>));
+  host.register_kernel(op::sigmoid::name, kFloat | kF64, TESSERA_SDK_KERNEL(unary_kernel<UnaryOp::Sigmoid>));
+  host.register_kernel(op::gelu::name, kFloat | kF64, TESSERA_SDK_KERNEL(unary_kernel<UnaryOp::Gelu>));
+  host.register_kernel(op::silu::name, kFloat | kF64, TESSERA_SDK_KERNEL(unary_kernel<UnaryOp::Silu>));
+  host.register_kernel(op::erf::name, kFloat | kF64, TESSERA_SDK_KERNEL(unary_kernel<UnaryOp::Erf>));
   // creation and copies
   host.register_kernel(op::fill_::name, kAll, TESSERA_SDK_KERNEL(fill_kernel));
   host.register_kernel(op::copy_::name, kAll, TESSERA_SDK_KERNEL(copy_kernel));
@@ -1080,7 +1084,7 @@ void register_kernels(const sdk::Host& host) {
   host.register_kernel(op::stack::name, kAll, TESSERA_SDK_KERNEL(stack_kernel));
   host.register_kernel(op::index_select::name, kAll, TESSERA_SDK_KERNEL(index_select_kernel));
   host.register_kernel(op::embedding::name, kAll, TESSERA_SDK_KERNEL(embedding_kernel));
-  host.register_kernel(op::arange::name, kNumeric | TESSERA_DTYPE_BIT(TESSERA_DTYPE_FLOAT64), TESSERA_SDK_KERNEL(arange_kernel));
+  host.register_kernel(op::arange::name, kNumeric | kF64, TESSERA_SDK_KERNEL(arange_kernel));
   // reductions
   host.register_kernel(op::sum::name, kFloat, TESSERA_SDK_KERNEL(reduce_kernel<ReduceOp::Sum>));
   host.register_kernel(op::mean::name, kFloat, TESSERA_SDK_KERNEL(reduce_kernel<ReduceOp::Mean>));
