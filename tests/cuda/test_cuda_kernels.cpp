@@ -878,4 +878,31 @@ TEST_F(CudaKernels, Float64ElementwiseInDouble) {
   expect_close(tessera::gelu(da, "tanh"), tessera::gelu(a, "tanh"), tol, "gelu tanh float64");
 }
 
+// logical_and / or / xor / not and isnan against the CPU, on operands of every kind of dtype with
+// zeros, -0.0 and NaN among them (NaN is true, -0.0 false), broadcast and strided.
+TEST_F(CudaKernels, LogicalOpsAndIsnanLikeTheCpu) {
+  const std::vector<double> special = {0.0, -0.0, std::nan(""), 1.5, -2.0, 0.0, 3.0, -0.0, std::nan(""), 7.0, 0.0, 1.0};
+  const Tensor f = tessera::tensor(special, {3, 4});
+  for (DType ta : {tessera::kFloat32, tessera::kFloat16, tessera::kFloat64, tessera::kInt32, tessera::kBool}) {
+    for (DType tb : {tessera::kFloat32, tessera::kUInt8, tessera::kBool}) {
+      const std::string tn = std::string(tessera::dtype_name(ta)) + ", " + std::string(tessera::dtype_name(tb));
+      const Tensor a = f.to(ta), b = tessera::tensor(std::vector<double>{0, 2, 0, 1}, {4}).to(tb);  // broadcast row
+      const Tensor da = a.to("cuda:0"), db = b.to("cuda:0");
+      for (auto [name, fn] : std::vector<std::pair<const char*, Tensor (*)(const Tensor&, const Tensor&)>>{
+               {"logical_and", tessera::logical_and}, {"logical_or", tessera::logical_or},
+               {"logical_xor", tessera::logical_xor}}) {
+        Tensor got;
+        EXPECT_RUNS_ON_CUDA(std::string(name) + " " + tn, got = fn(da.t().contiguous().t(), db));
+        EXPECT_TRUE(tessera::equal(got.cpu(), fn(a, b))) << name << " " << tn;
+      }
+    }
+    const std::string tn(tessera::dtype_name(ta));
+    Tensor got;
+    EXPECT_RUNS_ON_CUDA("logical_not " + tn, got = tessera::logical_not(f.to(ta).to("cuda:0")));
+    EXPECT_TRUE(tessera::equal(got.cpu(), tessera::logical_not(f.to(ta)))) << "logical_not " << tn;
+    EXPECT_RUNS_ON_CUDA("isnan " + tn, got = tessera::isnan(f.to(ta).to("cuda:0").t()));
+    EXPECT_TRUE(tessera::equal(got.cpu(), tessera::isnan(f.to(ta).t()))) << "isnan " << tn;
+  }
+}
+
 }  // namespace

@@ -130,7 +130,8 @@ TEST(CudaPlugin, RegistersKernelsWithTheirDtypes) {
                              tessera::kInt64})
       EXPECT_EQ(resolution(op, t), tessera::Resolution::Kernel) << op << " " << t;
   }
-  for (const char* op : {"where.self", "cat", "stack", "index_select", "embedding", "fill_", "copy_"})
+  for (const char* op : {"where.self", "cat", "stack", "index_select", "embedding", "fill_", "copy_", "logical_and",
+                         "logical_or", "logical_xor", "logical_not", "isnan"})
     EXPECT_EQ(resolution(op, tessera::kBool), tessera::Resolution::Kernel) << op << " bool";
   // Elementwise float ops take float64 (computed in double); the reductions, norms and matmul not yet.
   for (const char* op : {"div.Tensor", "exp", "log", "sqrt", "rsqrt", "sin", "cos", "tanh", "sigmoid", "gelu", "silu", "erf"}) {

@@ -161,15 +161,21 @@ void device_copy(const KernelCall& call, const DeviceTensor& dst, const DeviceTe
 }
 
 // `t` itself when it already has `dtype` (and is contiguous, if asked), else a converted copy.
+// A contiguous temporary of the call on its stream (freed in stream order when the last holder goes).
+DeviceTensor temporary(const Launch& l, int32_t dtype, const std::vector<int64_t>& sizes) {
+  DeviceTensor c;
+  c.dtype = dtype;
+  c.sizes = sizes;
+  c.strides = contiguous_strides(sizes);
+  c.owner = std::make_shared<DeviceBuffer>(l.device, size_t(c.numel()) * sdk::dtype_size(dtype), l.stream);
+  c.data = c.owner->get();
+  return c;
+}
+
 DeviceTensor materialize(const KernelCall& call, const DeviceTensor& t, int32_t dtype, bool need_contiguous,
                          const Launch& l) {
   if (t.dtype == dtype && (!need_contiguous || t.contiguous())) return t;
-  DeviceTensor c;
-  c.dtype = dtype;
-  c.sizes = t.sizes;
-  c.strides = contiguous_strides(t.sizes);
-  c.owner = std::make_shared<DeviceBuffer>(l.device, size_t(t.numel()) * sdk::dtype_size(dtype), l.stream);
-  c.data = c.owner->get();
+  DeviceTensor c = temporary(l, dtype, t.sizes);
   device_copy(call, c, t, l.stream, /*into_temporary=*/true);
   return c;
 }
@@ -865,7 +871,30 @@ void sdpa_kernel(const KernelCall& call) {
   check_launch(call, launch_attention(p, l.stream));
 }
 
-// ---------------------------------------------------------------- where, cat, stack, arange
+// ---------------------------------------------------------------- where, logical ops, cat, stack, arange
+
+// One operand of a selection: a tensor on the device in the output's dtype, or a number passed by
+// value as the element bits of that dtype.
+struct Selected {
+  DeviceTensor t;
+  bool value = false;
+  uint64_t bits = 0;
+};
+Selected number_operand(uint64_t bits) { return Selected{DeviceTensor{}, true, bits}; }
+
+// out = cond ? a : b through launch_where. into_temporary: out is the call's own temporary.
+void select_into(const KernelCall& call, const Launch& l, const DeviceTensor& out, const DeviceTensor& cond, Selected a,
+                 Selected b, bool into_temporary = false) {
+  if (a.value) a.t.dtype = out.dtype;  // 0-dim operands that are never read
+  if (b.value) b.t.dtype = out.dtype;
+  IterShape shape;
+  Operand ops[4] = {out.operand(), cond.operand(), a.t.operand(), b.t.operand()};
+  const Geometry ins[3] = {cond.geometry(), a.t.geometry(), b.t.geometry()};
+  if (!plan_elementwise(out.geometry(), ins, 3, &shape, ops)) unimplemented(call, "operand layout");
+  const uint32_t value_mask = (a.value ? 2u : 0u) | (b.value ? 4u : 0u);
+  check_launch(call, launch_where(shape, ops[0], ops[1], ops[2], ops[3], value_mask, a.bits, b.bits, l.stream),
+               into_temporary);
+}
 
 // where(condition, self, other): self and other converted to the output's dtype (the promotion the
 // dispatcher computed), a number next to them (a 0-dim CPU tensor) passed by value in the output's
@@ -877,25 +906,65 @@ void where_kernel(const KernelCall& call) {
   DeviceTensor cond = view_of(call, call.input(W::tensor::condition), "condition");
   if (cond.dtype != kDtBool) unimplemented(call, std::string("condition of dtype ") + dtype_str(cond.dtype));
   if (out.dtype < kDtBool || out.dtype > kDtF64) unimplemented(call, "output dtype");
-  const TensorView av = call.input(W::tensor::self), bv = call.input(W::tensor::other);
-  const bool a_value = is_host_scalar(av), b_value = is_host_scalar(bv);
-  DeviceTensor a, b;
-  uint64_t a_bits = 0, b_bits = 0;
-  if (a_value) a_bits = number_bits(host_number(call, av), out.dtype);
-  else a = view_of(call, av, "self");
-  if (b_value) b_bits = number_bits(host_number(call, bv), out.dtype);
-  else b = view_of(call, bv, "other");
-  if (a_value) a.dtype = out.dtype;  // 0-dim operands that are never read
-  if (b_value) b.dtype = out.dtype;
+  Selected ab[2];
+  const TensorView views[2] = {call.input(W::tensor::self), call.input(W::tensor::other)};
+  for (int k = 0; k < 2; ++k) {
+    if (is_host_scalar(views[k])) ab[k] = number_operand(number_bits(host_number(call, views[k]), out.dtype));
+    else ab[k].t = view_of(call, views[k], k == 0 ? "self" : "other");
+  }
   // Converted copies are the call's own temporaries (Note [No CPU fallback after queued work]).
-  if (!a_value) a = materialize(call, a, out.dtype, false, l);
-  if (!b_value) b = materialize(call, b, out.dtype, false, l);
+  for (Selected& s : ab)
+    if (!s.value) s.t = materialize(call, s.t, out.dtype, false, l);
+  select_into(call, l, out, cond, ab[0], ab[1]);
+}
+
+// logical_and / or / xor / not: the operands' truth values (a conversion to bool: nonzero is true,
+// NaN too, as in PyTorch) selected by the where kernel: and = a ? b : false, or = a ? true : b,
+// not = a ? false : true, xor = a ? (not b) : b.
+enum class LogicalOp { And, Or, Xor, Not };
+static_assert(op::logical_or::tensor::other == int(op::logical_and::tensor::other) &&
+              op::logical_xor::tensor::other == int(op::logical_and::tensor::other) &&
+              op::logical_not::tensor::self == int(op::logical_and::tensor::self));
+template <LogicalOp kOp>
+void logical_kernel(const KernelCall& call) {
+  Launch l(call);
+  DeviceTensor out = view_of(call, call.output(0), "output");
+  if (out.dtype != kDtBool) unimplemented(call, "an output that is not bool");
+  DeviceTensor a = view_of(call, call.input(op::logical_and::tensor::self), "self"), b;
+  if (kOp != LogicalOp::Not) b = view_of(call, call.input(op::logical_and::tensor::other), "other");
+  a = materialize(call, a, kDtBool, false, l);
+  if (kOp != LogicalOp::Not) b = materialize(call, b, kDtBool, false, l);
+  const Selected yes = number_operand(1), no = number_operand(0);
+  switch (kOp) {
+    case LogicalOp::And: return select_into(call, l, out, a, Selected{b}, no);
+    case LogicalOp::Or: return select_into(call, l, out, a, yes, Selected{b});
+    case LogicalOp::Not: return select_into(call, l, out, a, no, yes);
+    case LogicalOp::Xor: {
+      const DeviceTensor not_b = temporary(l, kDtBool, b.sizes);
+      select_into(call, l, not_b, b, no, yes, /*into_temporary=*/true);
+      return select_into(call, l, out, a, Selected{not_b}, Selected{b});
+    }
+  }
+}
+
+// isnan: x != x by the comparison kernel for floating dtypes; false everywhere for the others.
+void isnan_kernel(const KernelCall& call) {
+  Launch l(call);
+  DeviceTensor out = view_of(call, call.output(0), "output");
+  DeviceTensor x = view_of(call, call.input(op::isnan::tensor::self), "self");
+  if (out.dtype != kDtBool) unimplemented(call, "an output that is not bool");
   IterShape shape;
-  Operand ops[4] = {out.operand(), cond.operand(), a.operand(), b.operand()};
-  const Geometry ins[3] = {cond.geometry(), a.geometry(), b.geometry()};
-  if (!plan_elementwise(out.geometry(), ins, 3, &shape, ops)) unimplemented(call, "operand layout");
-  const uint32_t value_mask = (a_value ? 2u : 0u) | (b_value ? 4u : 0u);
-  check_launch(call, launch_where(shape, ops[0], ops[1], ops[2], ops[3], value_mask, a_bits, b_bits, l.stream));
+  if (!elementwise_float(x.dtype)) {
+    Operand o = out.operand();
+    if (!plan_elementwise(out.geometry(), nullptr, 0, &shape, &o)) unimplemented(call, "operand layout");
+    return check_launch(call, launch_fill(shape, o, 0, l.stream));
+  }
+  Operand ops[3] = {out.operand(), x.operand(), x.operand()};
+  const Geometry ins[2] = {x.geometry(), x.geometry()};
+  if (!plan_elementwise(out.geometry(), ins, 2, &shape, ops)) unimplemented(call, "operand layout");
+  const ComputeScalar none, one = to_compute_scalar(integral_number(1), x.dtype);
+  check_launch(call, launch_binary(BinaryOp::Ne, x.dtype, shape, ops[0], ops[1], ops[2], 0, none, one,
+                                   is_dense(shape, ops, 3), l.stream));
 }
 
 // cat and stack: one device copy (converting the dtype where an input's differs) of each input into
@@ -1080,6 +1149,11 @@ void register_kernels(const sdk::Host& host) {
   host.register_kernel(op::fill_::name, kAll, TESSERA_SDK_KERNEL(fill_kernel));
   host.register_kernel(op::copy_::name, kAll, TESSERA_SDK_KERNEL(copy_kernel));
   host.register_kernel(op::where_self::name, kAll, TESSERA_SDK_KERNEL(where_kernel));
+  host.register_kernel(op::logical_and::name, kAll, TESSERA_SDK_KERNEL(logical_kernel<LogicalOp::And>));
+  host.register_kernel(op::logical_or::name, kAll, TESSERA_SDK_KERNEL(logical_kernel<LogicalOp::Or>));
+  host.register_kernel(op::logical_xor::name, kAll, TESSERA_SDK_KERNEL(logical_kernel<LogicalOp::Xor>));
+  host.register_kernel(op::logical_not::name, kAll, TESSERA_SDK_KERNEL(logical_kernel<LogicalOp::Not>));
+  host.register_kernel(op::isnan::name, kAll, TESSERA_SDK_KERNEL(isnan_kernel));
   host.register_kernel(op::cat::name, kAll, TESSERA_SDK_KERNEL(cat_kernel));
   host.register_kernel(op::stack::name, kAll, TESSERA_SDK_KERNEL(stack_kernel));
   host.register_kernel(op::index_select::name, kAll, TESSERA_SDK_KERNEL(index_select_kernel));
