@@ -905,4 +905,27 @@ TEST_F(CudaKernels, LogicalOpsAndIsnanLikeTheCpu) {
   }
 }
 
+// gather on the device: the CPU's values for every dim, a strided source and a transposed index
+// with negative entries, an index smaller than self; an index out of range is the CPU's error.
+TEST_F(CudaKernels, GatherLikeTheCpu) {
+  std::mt19937 rng(static_cast<unsigned>(seed_));
+  for (DType t : {tessera::kFloat32, tessera::kBFloat16, tessera::kInt64, tessera::kBool, tessera::kFloat64}) {
+    const std::string tn(tessera::dtype_name(t));
+    const Tensor x = tessera::mul(tessera::randn({5, 6, 4}), tessera::full({}, 9.0)).to(t).permute({1, 0, 2});  // [6, 5, 4]
+    const Tensor dx = x.to("cuda:0");
+    for (int64_t dim : {0, 1, 2, -2}) {
+      const int64_t size = x.size(dim < 0 ? dim + 3 : dim);
+      std::vector<double> v(3 * 4 * 2);
+      for (double& e : v) e = double(int64_t(rng() % uint64_t(2 * size)) - size);  // [-size, size)
+      const Tensor i = tessera::tensor(v, {2, 4, 3}).to(tessera::kInt64).permute({2, 1, 0});  // [3, 4, 2], strided
+      Tensor got;
+      EXPECT_RUNS_ON_CUDA("gather " + tn, got = tessera::gather(dx, dim, i.to("cuda:0")));
+      EXPECT_TRUE(tessera::equal(got.cpu(), tessera::gather(x, dim, i))) << "gather dim " << dim << " " << tn;
+    }
+  }
+  const Tensor dx = tessera::randn({4, 3}).to("cuda:0");
+  EXPECT_THROW((void)tessera::gather(dx, 1, tessera::full({4, 2}, int64_t(3)).to("cuda:0")).cpu(), tessera::Error);
+  EXPECT_EQ(tessera::gather(dx, 1, tessera::full({4, 1}, int64_t(-1)).to("cuda:0")).cpu().size(1), 1) << "after the error";
+}
+
 }  // namespace

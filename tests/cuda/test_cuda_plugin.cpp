@@ -143,7 +143,8 @@ TEST(CudaPlugin, RegistersKernelsWithTheirDtypes) {
       EXPECT_EQ(resolution(op, t), tessera::Resolution::Kernel) << op << " " << t;
     EXPECT_NE(resolution(op, tessera::kFloat64), tessera::Resolution::Kernel) << op << " has no float64 kernel on cuda";
   }
-  EXPECT_NE(resolution("gather", tessera::kFloat32), tessera::Resolution::Kernel) << "gather reaches the CPU through the fallback";
+  EXPECT_EQ(resolution("gather", tessera::kFloat64), tessera::Resolution::Kernel);
+  EXPECT_NE(resolution("scatter", tessera::kFloat32), tessera::Resolution::Kernel) << "scatter reaches the CPU through the fallback";
   EXPECT_EQ(resolution("scaled_dot_product_attention", tessera::kFloat16), tessera::Resolution::Kernel);
   EXPECT_EQ(resolution("scaled_dot_product_attention", tessera::kBFloat16), tessera::Resolution::Kernel);
   EXPECT_NE(resolution("scaled_dot_product_attention", tessera::kFloat32), tessera::Resolution::Kernel);

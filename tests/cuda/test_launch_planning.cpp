@@ -527,49 +527,70 @@ TEST(ConcatPlanning, RefusesPartsThatDoNotFillTheOutput) {
   EXPECT_FALSE(tessera::cuda::plan_concat(Geometry{2, huge.data(), wide.data()}, 1, halves, 2, offsets));
 }
 
-// index_select's offsets (index_math.h, shared with the kernel) over every output element of random
-// shapes, strided sources and outputs, int64 indices with negative ones, against naive indexing.
+// The index kernel's offsets (index_math.h, shared with the kernel) over every output element of
+// random shapes, strided sources and outputs, indices with negative ones: index_select (one index
+// per position along dim) and gather (an index tensor of the output's shape, any layout), against
+// naive indexing.
 TEST(IndexMath, EveryOutputElementReadsTheIndexedSourceElement) {
   std::random_device rd;
   const unsigned seed = rd();
   std::mt19937 rng(seed);
-  for (int trial = 0; trial < 300; ++trial) {
+  for (int trial = 0; trial < 400; ++trial) {
+    const bool gather = trial % 2 == 1;
     const int nd = 1 + int(rng() % 4);
     std::vector<int64_t> src_sizes(static_cast<size_t>(nd));
     for (auto& v : src_sizes) v = 1 + int64_t(rng() % 4);
     const int dim = int(rng() % uint32_t(nd));
-    const int64_t count = int64_t(rng() % 5);
-    std::vector<int64_t> index(static_cast<size_t>(count));
-    for (auto& i : index) i = int64_t(rng() % uint64_t(2 * src_sizes[size_t(dim)])) - src_sizes[size_t(dim)];
+    const int64_t dim_size = src_sizes[size_t(dim)];
     std::vector<int64_t> out_sizes = src_sizes;
-    out_sizes[size_t(dim)] = count;
+    out_sizes[size_t(dim)] = int64_t(rng() % 5);
+    if (gather)  // gather: the index may be smaller than self in the other dims too
+      for (int d = 0; d < nd; ++d)
+        if (d != dim) out_sizes[size_t(d)] = 1 + int64_t(rng() % uint64_t(src_sizes[size_t(d)]));
     const Layout src = random_layout(rng, src_sizes), out = random_layout(rng, out_sizes);
+    // The index values, in memory at the index layout's offsets.
+    const Layout idx_layout = gather ? random_layout(rng, out_sizes) : Layout{{out_sizes[size_t(dim)]}, {1}};
+    std::map<int64_t, int64_t> index_memory;
+    int64_t numel = 1;
+    for (int64_t v : out_sizes) numel *= v;
     tessera::cuda::IndexSelectParams p;
     p.ndim = nd;
     p.dim = dim;
-    p.src_dim_size = src_sizes[size_t(dim)];
+    p.src_dim_size = dim_size;
     for (int d = 0; d < nd; ++d) {
       p.sizes[d] = out_sizes[size_t(d)];
       p.out_strides[d] = out.strides[size_t(d)];
       p.src_strides[d] = src.strides[size_t(d)];
+      p.index_strides[d] = gather ? idx_layout.strides[size_t(d)] : (d == dim ? 1 : 0);
     }
-    int64_t numel = 1;
-    for (int64_t s : out_sizes) numel *= s;
-    std::map<int64_t, int64_t> got;  // output offset -> source offset, as the kernel computes them
+    auto index_at = [&](const std::vector<int64_t>& c) {  // the naive index of output coordinates c
+      int64_t off = 0;
+      if (gather) {
+        for (int d = 0; d < nd; ++d) off += c[size_t(d)] * idx_layout.strides[size_t(d)];
+      } else {
+        off = c[size_t(dim)];
+      }
+      auto [it, fresh] = index_memory.emplace(off, 0);
+      if (fresh) it->second = int64_t(rng() % uint64_t(2 * dim_size)) - dim_size;
+      return std::make_pair(off, it->second);
+    };
+    std::map<int64_t, int64_t> want;  // output offset -> source offset, naive
     for (int64_t o = 0; o < numel; ++o) {
-      const tessera::cuda::IndexedElement e = tessera::cuda::indexed_element(p, o);
-      int64_t i = -1;
-      ASSERT_TRUE(tessera::cuda::wrap_index(index[size_t(e.index_pos)], p.src_dim_size, &i)) << "seed " << seed;
-      ASSERT_TRUE(got.emplace(e.out_offset, e.src_partial + i * p.src_strides[dim]).second) << "seed " << seed;
-    }
-    for (int64_t o = 0; o < numel; ++o) {  // naive: coordinates, the index along dim, strides
       std::vector<int64_t> c = coords_of(o, out_sizes);
       int64_t out_off = 0, src_off = 0;
       for (int d = 0; d < nd; ++d) out_off += c[size_t(d)] * out.strides[size_t(d)];
-      const int64_t raw = index[size_t(c[size_t(dim)])];
-      c[size_t(dim)] = raw < 0 ? raw + src_sizes[size_t(dim)] : raw;
+      const int64_t raw = index_at(c).second;
+      c[size_t(dim)] = raw < 0 ? raw + dim_size : raw;
       for (int d = 0; d < nd; ++d) src_off += c[size_t(d)] * src.strides[size_t(d)];
-      EXPECT_EQ(got.at(out_off), src_off) << "seed " << seed << " trial " << trial << " element " << o;
+      want.emplace(out_off, src_off);
+    }
+    for (int64_t o = 0; o < numel; ++o) {  // as the kernel computes them
+      const tessera::cuda::IndexedElement e = tessera::cuda::indexed_element(p, o);
+      ASSERT_TRUE(index_memory.count(e.index_offset)) << "an index read where none is, seed " << seed;
+      int64_t i = -1;
+      ASSERT_TRUE(tessera::cuda::wrap_index(index_memory.at(e.index_offset), dim_size, &i)) << "seed " << seed;
+      EXPECT_EQ(want.at(e.out_offset), e.src_partial + i * p.src_strides[dim])
+          << (gather ? "gather" : "index_select") << ", seed " << seed << " trial " << trial << " element " << o;
     }
   }
   int64_t w = 0;

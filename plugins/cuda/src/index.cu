@@ -1,4 +1,4 @@
-// index_select and embedding: each output element copies the bits of the source element its index
+// index_select, embedding and gather: each output element copies the bits of the source element its index
 // names (index_math.h has the offsets). Indices out of range write zeros and are reported through
 // an error slot the host reads after the launch (ops.cpp, Note [Index errors on the GPU]).
 #include "cuda_common.cuh"
@@ -18,7 +18,7 @@ __global__ void index_select_kernel(IndexSelectParams p) {
   const U* src = static_cast<const U*>(p.src);
   for (int64_t o = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; o < p.numel; o += grid) {
     const IndexedElement e = indexed_element(p, o);
-    const int64_t raw = load_index(p.index, p.index_dtype, e.index_pos * p.index_stride);
+    const int64_t raw = load_index(p.index, p.index_dtype, e.index_offset);
     int64_t i = 0;
     if (wrap_index(raw, p.src_dim_size, &i)) {
       out[e.out_offset] = src[e.src_partial + i * p.src_strides[p.dim]];

@@ -1,4 +1,4 @@
-// The index arithmetic of the index_select / embedding kernel (index.cu), written once for the
+// The index arithmetic of the index_select / embedding / gather kernel (index.cu), written once for the
 // device and the host: the kernel calls it per output element, and the host tests
 // (tests/cuda/test_launch_planning.cpp, `IndexMath.*`) run it over every element of random shapes
 // and strides against naive indexing, so the offsets are checked without a GPU. Plain C++ with
@@ -11,12 +11,12 @@
 
 namespace tessera::cuda {
 
-// Output element o, row-major over params.sizes: where it is written and the position along `dim`
-// whose index it reads (the caller loads that index).
+// Output element o, row-major over params.sizes: where it is written, where its index is read (the
+// caller loads it) and the source offset without the indexed dim's term.
 struct IndexedElement {
-  int64_t out_offset = 0;   // elements from params.out
-  int64_t index_pos = 0;    // which index
-  int64_t src_partial = 0;  // elements from params.src, without the indexed dim's term
+  int64_t out_offset = 0;    // elements from params.out
+  int64_t index_offset = 0;  // elements from params.index
+  int64_t src_partial = 0;   // elements from params.src, without the indexed dim's term
 };
 
 TESSERA_CUDA_HD IndexedElement indexed_element(const IndexSelectParams& p, int64_t o) {
@@ -25,8 +25,8 @@ TESSERA_CUDA_HD IndexedElement indexed_element(const IndexSelectParams& p, int64
     const int64_t c = o % p.sizes[d];
     o /= p.sizes[d];
     e.out_offset += c * p.out_strides[d];
-    if (d == p.dim) e.index_pos = c;
-    else e.src_partial += c * p.src_strides[d];
+    e.index_offset += c * p.index_strides[d];
+    if (d != p.dim) e.src_partial += c * p.src_strides[d];
   }
   return e;
 }

@@ -69,16 +69,19 @@ cudaError_t launch_where(const IterShape& shape, const Operand& out, const Opera
 // integral ones compute istart + i * istep in int64 and wrap to the dtype.
 cudaError_t launch_arange(void* out, int32_t dtype, int64_t n, int64_t stride, double start, double step,
                           int64_t istart, int64_t istep, cudaStream_t stream);
-// out = src with the positions along `dim` taken from an index tensor: index_select, and embedding
-// (src the weight, dim 0, the indices flattened). The out and src tensors have the same dtype
-// (itemsize bytes; the element bits are copied) and up to kMaxDims dims; sizes are the output's
-// (the index count along dim). An index outside [-src_dim_size, src_dim_size) writes zero bits,
+// out = src with the position along `dim` taken from an index tensor read at index_strides (in
+// elements, per output dim): index_select (the index's stride on `dim`, 0 elsewhere), embedding
+// (src the weight, dim 0, the indices flattened) and gather (the index tensor's own strides, its
+// shape the output's). The out and src tensors have the same dtype (itemsize bytes; the element
+// bits are copied) and up to kMaxDims dims; sizes are the output's. src's stride on `dim` steps
+// by the index; its other strides follow the output's coordinates. An index outside
+// [-src_dim_size, src_dim_size) writes zero bits,
 // sets error[0] to 1 and error[1] to that index (one of them, when several are), for the host to
 // report once the stream has run (index_math.h has the offsets, shared with the host tests).
 struct IndexSelectParams {
   int32_t ndim = 0, dim = 0, itemsize = 4, index_dtype = kDtI64;
-  int64_t numel = 0, src_dim_size = 0, index_stride = 1;
-  int64_t sizes[kMaxDims] = {}, out_strides[kMaxDims] = {}, src_strides[kMaxDims] = {};
+  int64_t numel = 0, src_dim_size = 0;
+  int64_t sizes[kMaxDims] = {}, out_strides[kMaxDims] = {}, src_strides[kMaxDims] = {}, index_strides[kMaxDims] = {};
   void* out = nullptr;
   const void* src = nullptr;
   const void* index = nullptr;

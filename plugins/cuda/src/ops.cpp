@@ -1019,7 +1019,7 @@ void arange_kernel(const KernelCall& call) {
                                    l.stream));
 }
 
-// ---------------------------------------------------------------- index_select, embedding
+// ---------------------------------------------------------------- index_select, embedding, gather
 
 // Note [Index errors on the GPU]
 // An index out of range must give the CPU's clear error and leave the process working, which a
@@ -1028,10 +1028,10 @@ void arange_kernel(const KernelCall& call) {
 // slot back once the launch has run (a synchronisation of the stream: the price of the check, one
 // round trip per call) and throws INVALID_ARGUMENT naming the index, as the CPU kernel does. The
 // output is the call's fresh tensor, so nothing the caller holds has been written.
-// out = src indexed along dim by idx (index_stride elements apart), the element bits copied; then
-// the check of Note [Index errors on the GPU]. out and src have the same dtype and rank.
+// out = src indexed along dim by idx read at index_strides (one per output dim), the element bits
+// copied; then the check of Note [Index errors on the GPU]. out and src have the same dtype and rank.
 void run_index_select(const KernelCall& call, const Launch& l, const DeviceTensor& out, const DeviceTensor& src,
-                      int dim, const DeviceTensor& idx, int64_t index_stride, const char* what) {
+                      int dim, const DeviceTensor& idx, const std::vector<int64_t>& index_strides, const char* what) {
   IndexSelectParams p;
   p.ndim = int32_t(src.ndim());
   p.dim = dim;
@@ -1039,11 +1039,11 @@ void run_index_select(const KernelCall& call, const Launch& l, const DeviceTenso
   p.index_dtype = idx.dtype;
   p.numel = out.numel();
   p.src_dim_size = src.sizes[size_t(dim)];
-  p.index_stride = index_stride;
   for (int d = 0; d < src.ndim(); ++d) {
     p.sizes[d] = out.sizes[size_t(d)];
     p.out_strides[d] = out.strides[size_t(d)];
     p.src_strides[d] = src.strides[size_t(d)];
+    p.index_strides[d] = index_strides[size_t(d)];
   }
   p.out = out.data;
   p.src = src.data;
@@ -1078,7 +1078,9 @@ void index_select_kernel(const KernelCall& call) {
   for (int d = 0; d < x.ndim(); ++d)
     if (out.sizes[size_t(d)] != (d == dim ? idx.numel() : x.sizes[size_t(d)])) unimplemented(call, "the output's shape");
   x = materialize(call, x, out.dtype, false, l);  // the call's own temporary when the dtypes differ
-  run_index_select(call, l, out, x, dim, idx, idx.ndim() == 1 ? idx.strides[0] : 0, "index_select");
+  std::vector<int64_t> index_strides(size_t(x.ndim()), 0);  // the index moves along dim only
+  index_strides[size_t(dim)] = idx.ndim() == 1 ? idx.strides[0] : 0;
+  run_index_select(call, l, out, x, dim, idx, index_strides, "index_select");
 }
 
 // embedding(weight [rows, d], indices [...]) -> [..., d]: index_select of weight's rows by the
@@ -1097,7 +1099,27 @@ void embedding_kernel(const KernelCall& call) {
   DeviceTensor rows = out;
   rows.sizes = {idx.numel(), w.sizes[1]};
   rows.strides = {w.sizes[1], 1};
-  run_index_select(call, l, rows, w, 0, idx, 1, "embedding");
+  run_index_select(call, l, rows, w, 0, idx, {1, 0}, "embedding");
+}
+
+// gather(self, dim, index): out[c] = self[c with c[dim] = index[c]]; index and output have one
+// shape, self at least index's size in every other dim (the shape rule checked it).
+void gather_kernel(const KernelCall& call) {
+  using G = op::gather;
+  Launch l(call);
+  DeviceTensor out = view_of(call, call.output(0), "output");
+  DeviceTensor x = view_of(call, call.input(G::tensor::self), "self");
+  DeviceTensor idx = view_of(call, call.input(G::tensor::index), "index");
+  if (!index_dtype(idx.dtype)) unimplemented(call, std::string("an index of dtype ") + dtype_str(idx.dtype));
+  if (x.ndim() == 0 || x.ndim() > kMaxDims || idx.ndim() != x.ndim() || out.sizes != idx.sizes)
+    unimplemented(call, "these ranks or shapes");
+  const int64_t given = call.attr_int(G::attr::dim);
+  if (given < -x.ndim() || given >= x.ndim()) unimplemented(call, "dim out of range");
+  const int dim = int(given < 0 ? given + x.ndim() : given);
+  for (int d = 0; d < x.ndim(); ++d)
+    if (d != dim && idx.sizes[size_t(d)] > x.sizes[size_t(d)]) unimplemented(call, "an index larger than self");
+  x = materialize(call, x, out.dtype, false, l);
+  run_index_select(call, l, out, x, dim, idx, idx.strides, "gather");
 }
 
 // ---------------------------------------------------------------- registration
@@ -1158,6 +1180,7 @@ void register_kernels(const sdk::Host& host) {
   host.register_kernel(op::stack::name, kAll, TESSERA_SDK_KERNEL(stack_kernel));
   host.register_kernel(op::index_select::name, kAll, TESSERA_SDK_KERNEL(index_select_kernel));
   host.register_kernel(op::embedding::name, kAll, TESSERA_SDK_KERNEL(embedding_kernel));
+  host.register_kernel(op::gather::name, kAll, TESSERA_SDK_KERNEL(gather_kernel));
   host.register_kernel(op::arange::name, kNumeric | kF64, TESSERA_SDK_KERNEL(arange_kernel));
   // reductions
   host.register_kernel(op::sum::name, kFloat, TESSERA_SDK_KERNEL(reduce_kernel<ReduceOp::Sum>));
