@@ -1063,24 +1063,35 @@ void run_index_select(const KernelCall& call, const Launch& l, const DeviceTenso
 
 bool index_dtype(int32_t dt) { return dt == kDtI64 || dt == kDtI32; }
 
+// The operands of index_select and gather (output, self, index) and the dim they index, checked
+// before anything is queued.
+struct IndexedOperands {
+  DeviceTensor out, src, idx;
+  int dim = 0;
+};
+IndexedOperands indexed_operands(const KernelCall& call, int self_at, int index_at, int dim_attr) {
+  IndexedOperands o{view_of(call, call.output(0), "output"), view_of(call, call.input(self_at), "self"),
+                    view_of(call, call.input(index_at), "index")};
+  if (!index_dtype(o.idx.dtype)) unimplemented(call, std::string("an index of dtype ") + dtype_str(o.idx.dtype));
+  const int64_t rank = o.src.ndim(), given = call.attr_int(dim_attr);
+  if (rank == 0 || rank > kMaxDims || o.out.ndim() != rank) unimplemented(call, "these ranks");
+  if (given < -rank || given >= rank) unimplemented(call, "dim out of range");
+  o.dim = int(given < 0 ? given + rank : given);
+  return o;
+}
+
 void index_select_kernel(const KernelCall& call) {
   using I = op::index_select;
   Launch l(call);
-  DeviceTensor out = view_of(call, call.output(0), "output");
-  DeviceTensor x = view_of(call, call.input(I::tensor::self), "self");
-  DeviceTensor idx = view_of(call, call.input(I::tensor::index), "index");
-  if (!index_dtype(idx.dtype)) unimplemented(call, std::string("an index of dtype ") + dtype_str(idx.dtype));
-  if (idx.ndim() > 1 || x.ndim() == 0 || x.ndim() > kMaxDims || out.ndim() != x.ndim())
-    unimplemented(call, "these ranks");
-  const int64_t given = call.attr_int(I::attr::dim);
-  if (given < -x.ndim() || given >= x.ndim()) unimplemented(call, "dim out of range");
-  const int dim = int(given < 0 ? given + x.ndim() : given);
-  for (int d = 0; d < x.ndim(); ++d)
-    if (out.sizes[size_t(d)] != (d == dim ? idx.numel() : x.sizes[size_t(d)])) unimplemented(call, "the output's shape");
-  x = materialize(call, x, out.dtype, false, l);  // the call's own temporary when the dtypes differ
-  std::vector<int64_t> index_strides(size_t(x.ndim()), 0);  // the index moves along dim only
-  index_strides[size_t(dim)] = idx.ndim() == 1 ? idx.strides[0] : 0;
-  run_index_select(call, l, out, x, dim, idx, index_strides, "index_select");
+  IndexedOperands o = indexed_operands(call, I::tensor::self, I::tensor::index, I::attr::dim);
+  if (o.idx.ndim() > 1) unimplemented(call, "an index of rank above 1");
+  for (int d = 0; d < o.src.ndim(); ++d)
+    if (o.out.sizes[size_t(d)] != (d == o.dim ? o.idx.numel() : o.src.sizes[size_t(d)]))
+      unimplemented(call, "the output's shape");
+  o.src = materialize(call, o.src, o.out.dtype, false, l);  // the call's own temporary when the dtypes differ
+  std::vector<int64_t> index_strides(size_t(o.src.ndim()), 0);  // the index moves along dim only
+  index_strides[size_t(o.dim)] = o.idx.ndim() == 1 ? o.idx.strides[0] : 0;
+  run_index_select(call, l, o.out, o.src, o.dim, o.idx, index_strides, "index_select");
 }
 
 // embedding(weight [rows, d], indices [...]) -> [..., d]: index_select of weight's rows by the
@@ -1107,19 +1118,12 @@ void embedding_kernel(const KernelCall& call) {
 void gather_kernel(const KernelCall& call) {
   using G = op::gather;
   Launch l(call);
-  DeviceTensor out = view_of(call, call.output(0), "output");
-  DeviceTensor x = view_of(call, call.input(G::tensor::self), "self");
-  DeviceTensor idx = view_of(call, call.input(G::tensor::index), "index");
-  if (!index_dtype(idx.dtype)) unimplemented(call, std::string("an index of dtype ") + dtype_str(idx.dtype));
-  if (x.ndim() == 0 || x.ndim() > kMaxDims || idx.ndim() != x.ndim() || out.sizes != idx.sizes)
-    unimplemented(call, "these ranks or shapes");
-  const int64_t given = call.attr_int(G::attr::dim);
-  if (given < -x.ndim() || given >= x.ndim()) unimplemented(call, "dim out of range");
-  const int dim = int(given < 0 ? given + x.ndim() : given);
-  for (int d = 0; d < x.ndim(); ++d)
-    if (d != dim && idx.sizes[size_t(d)] > x.sizes[size_t(d)]) unimplemented(call, "an index larger than self");
-  x = materialize(call, x, out.dtype, false, l);
-  run_index_select(call, l, out, x, dim, idx, idx.strides, "gather");
+  IndexedOperands o = indexed_operands(call, G::tensor::self, G::tensor::index, G::attr::dim);
+  if (o.idx.ndim() != o.src.ndim() || o.out.sizes != o.idx.sizes) unimplemented(call, "these shapes");
+  for (int d = 0; d < o.src.ndim(); ++d)
+    if (d != o.dim && o.idx.sizes[size_t(d)] > o.src.sizes[size_t(d)]) unimplemented(call, "an index larger than self");
+  o.src = materialize(call, o.src, o.out.dtype, false, l);
+  run_index_select(call, l, o.out, o.src, o.dim, o.idx, o.idx.strides, "gather");
 }
 
 // ---------------------------------------------------------------- registration
