@@ -928,4 +928,27 @@ TEST_F(CudaKernels, GatherLikeTheCpu) {
   EXPECT_EQ(tessera::gather(dx, 1, tessera::full({4, 1}, int64_t(-1)).to("cuda:0")).cpu().size(1), 1) << "after the error";
 }
 
+// rms_norm on the device against the CPU, with and without a weight, eps given and the default,
+// a non-contiguous input, and a row holding a NaN (the whole row NaN, as on the CPU).
+TEST_F(CudaKernels, RmsNormLikeTheCpu) {
+  for (DType t : kFloatTypes) {
+    const std::string tn(tessera::dtype_name(t));
+    auto [x, dx] = randn_pair({6, 33, 96}, t);
+    auto [w, dw] = randn_pair({96}, t);
+    Tensor got;
+    EXPECT_RUNS_ON_CUDA("rms_norm " + tn, got = tessera::rms_norm(dx, {96}, dw, 1e-6));
+    expect_close(got, tessera::rms_norm(x, {96}, w, 1e-6), tol_for(t, 4), "rms_norm " + tn);
+    expect_close(tessera::rms_norm(dx, {33, 96}), tessera::rms_norm(x, {33, 96}), tol_for(t, 4),
+                 "rms_norm two dims, no weight, default eps " + tn);
+    const Tensor xt = x.transpose(0, 1), dxt = dx.transpose(0, 1);
+    expect_close(tessera::rms_norm(dxt, {96}, dw), tessera::rms_norm(xt, {96}, w), tol_for(t, 4),
+                 "rms_norm of a transposed input " + tn);
+  }
+  std::vector<double> v(2 * 8, 1.0);
+  v[3] = std::nan("");
+  const Tensor h = tessera::tensor(v, {2, 8});
+  const std::vector<double> r = values(tessera::rms_norm(h.to("cuda:0"), {8}));
+  for (size_t k = 0; k < r.size(); ++k) EXPECT_EQ(std::isnan(r[k]), k < 8) << "element " << k;
+}
+
 }  // namespace

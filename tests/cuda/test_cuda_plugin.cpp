@@ -138,7 +138,8 @@ TEST(CudaPlugin, RegistersKernelsWithTheirDtypes) {
     for (tessera::DType t : {tessera::kFloat32, tessera::kFloat16, tessera::kBFloat16, tessera::kFloat64})
       EXPECT_EQ(resolution(op, t), tessera::Resolution::Kernel) << op << " " << t;
   }
-  for (const char* op : {"sum", "mean", "amax", "amin", "softmax", "log_softmax", "layer_norm", "matmul", "linear"}) {
+  for (const char* op : {"sum", "mean", "amax", "amin", "softmax", "log_softmax", "layer_norm", "rms_norm", "matmul",
+                         "linear"}) {
     for (tessera::DType t : {tessera::kFloat32, tessera::kFloat16, tessera::kBFloat16})
       EXPECT_EQ(resolution(op, t), tessera::Resolution::Kernel) << op << " " << t;
     EXPECT_NE(resolution(op, tessera::kFloat64), tessera::Resolution::Kernel) << op << " has no float64 kernel on cuda";

@@ -131,9 +131,9 @@ cudaError_t launch_reduce(ReduceOp op, const ReducePlan& plan, const ReduceLaunc
 cudaError_t launch_softmax(bool log, const void* in, void* out, int32_t dtype, int64_t outer, int64_t dim,
                            int64_t inner, cudaStream_t stream);
 // Layer norm over the last `n` elements of each of `rows` contiguous rows; weight/bias (optional,
-// nullptr) are contiguous [n] of the same dtype.
+// nullptr) are contiguous [n] of the same dtype. rms: rms_norm instead (no mean subtracted, no bias).
 cudaError_t launch_layer_norm(const void* in, const void* weight, const void* bias, void* out, int32_t dtype,
-                              int64_t rows, int64_t n, double eps, cudaStream_t stream);
+                              int64_t rows, int64_t n, double eps, bool rms, cudaStream_t stream);
 
 // Flash attention. q [B, H, Lq, D], k [B, H, Lk, D], v [B, H, Lk, D], out [B, H, Lq, D]; strides in
 // elements for dims 0..2 (dim 3 is contiguous). mask (optional) is bool (true = attend) or additive

@@ -9,6 +9,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -429,9 +430,14 @@ void softmax_kernel(const KernelCall& call) {
   if (target.data != out.data) device_copy(call, out, target, l.stream);
 }
 
-void layer_norm_kernel(const KernelCall& call) {
+// layer_norm and rms_norm over the trailing normalized_shape: contiguous rows in the output's dtype.
+// rms_norm's eps=None is float32's epsilon for f16/bf16/f32 (the CPU kernel's finfo_eps).
+template <bool kRms>
+void norm_kernel(const KernelCall& call) {
   using T = op::layer_norm::tensor;
   using A = op::layer_norm::attr;
+  static_assert(op::rms_norm::tensor::weight == int(T::weight) && op::rms_norm::attr::eps == int(A::eps) &&
+                op::rms_norm::attr::normalized_shape == int(A::normalized_shape));
   Launch l(call);
   DeviceTensor x = view_of(call, call.input(T::input), "input");
   DeviceTensor out = view_of(call, call.output(0), "output");
@@ -439,7 +445,7 @@ void layer_norm_kernel(const KernelCall& call) {
   if (call.num_outputs() != 1) unimplemented(call, "only the normalised output is produced");
   int count = 0;
   const int64_t* ns = call.attr_ints(A::normalized_shape, &count);
-  double eps = 1e-5;
+  double eps = kRms ? double(std::numeric_limits<float>::epsilon()) : 1e-5;
   if (call.num_attrs() > A::eps && call.attr(A::eps).kind == TESSERA_VALUE_DOUBLE)
     eps = call.attr_double(A::eps);
   int64_t n = 1;
@@ -450,11 +456,11 @@ void layer_norm_kernel(const KernelCall& call) {
   std::optional<DeviceTensor> w, b;
   if (call.num_inputs() > T::weight && call.input(T::weight).defined())
     w = materialize(call, view_of(call, call.input(T::weight), "weight"), out.dtype, true, l);
-  if (call.num_inputs() > T::bias && call.input(T::bias).defined())
+  if (!kRms && call.num_inputs() > T::bias && call.input(T::bias).defined())
     b = materialize(call, view_of(call, call.input(T::bias), "bias"), out.dtype, true, l);
   DeviceTensor target = out.contiguous() ? out : materialize(call, out, out.dtype, true, l);
   check_launch(call, launch_layer_norm(x.data, w ? w->data : nullptr, b ? b->data : nullptr, target.data, out.dtype,
-                                       rows, n, eps, l.stream));
+                                       rows, n, eps, kRms, l.stream));
   if (target.data != out.data) device_copy(call, out, target, l.stream);
 }
 
@@ -1194,7 +1200,8 @@ void register_kernels(const sdk::Host& host) {
   // nn
   host.register_kernel(op::softmax::name, kFloat, TESSERA_SDK_KERNEL(softmax_kernel<false>));
   host.register_kernel(op::log_softmax::name, kFloat, TESSERA_SDK_KERNEL(softmax_kernel<true>));
-  host.register_kernel(op::layer_norm::name, kFloat, TESSERA_SDK_KERNEL(layer_norm_kernel));
+  host.register_kernel(op::layer_norm::name, kFloat, TESSERA_SDK_KERNEL(norm_kernel<false>));
+  host.register_kernel(op::rms_norm::name, kFloat, TESSERA_SDK_KERNEL(norm_kernel<true>));
   host.register_kernel(op::matmul::name, kFloat, TESSERA_SDK_KERNEL(matmul_kernel));
   host.register_kernel(op::linear::name, kFloat, TESSERA_SDK_KERNEL(linear_kernel));
   host.register_kernel(op::scaled_dot_product_attention::name, kHalfTypes, TESSERA_SDK_KERNEL(sdpa_kernel));

@@ -1,4 +1,5 @@
-// Reductions (sum, mean, amax, amin over any set of dims), softmax / log_softmax and layer_norm.
+// Reductions (sum, mean, amax, amin over any set of dims), softmax / log_softmax, layer_norm and
+// rms_norm.
 // All accumulate in fp32. Softmax computes its row statistics in one online pass (running max and
 // rescaled sum, merged across threads) and writes in a second; layer_norm uses Welford's algorithm.
 #include <cmath>
@@ -294,6 +295,33 @@ __global__ void layer_norm_kernel(const T* in, const T* weight, const T* bias, T
   }
 }
 
+// rms_norm: y = x / sqrt(mean(x^2) + eps) * weight per row, the sum of squares in fp32 (a NaN
+// anywhere in the row makes the row NaN through the sum), as the CPU kernel computes it.
+template <typename T>
+__global__ void rms_norm_kernel(const T* in, const T* weight, T* out, int64_t n, float eps) {
+  __shared__ float partial[32];
+  const T* x = in + int64_t(blockIdx.x) * n;
+  T* y = out + int64_t(blockIdx.x) * n;
+  float q = 0.0f;
+  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
+    const float v = to_float(x[j]);
+    q = fmaf(v, v, q);
+  }
+  q = warp_sum(q);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  if (lane == 0) partial[warp] = q;
+  __syncthreads();
+  float total = 0.0f;
+  const int nwarps = int(blockDim.x) >> 5;
+  for (int i = 0; i < nwarps; ++i) total += partial[i];
+  const float r = 1.0f / sqrtf(total / float(n) + eps);
+  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
+    float v = to_float(x[j]) * r;
+    if (weight) v *= to_float(weight[j]);
+    y[j] = from_op<T>(v);
+  }
+}
+
 }  // namespace
 
 cudaError_t launch_reduce(ReduceOp op, const ReducePlan& plan, const ReduceLaunch& how, const void* in,
@@ -309,14 +337,19 @@ cudaError_t launch_softmax(bool log, const void* in, void* out, int32_t dtype, i
 }
 
 cudaError_t launch_layer_norm(const void* in, const void* weight, const void* bias, void* out, int32_t dtype,
-                              int64_t rows, int64_t n, double eps, cudaStream_t stream) {
+                              int64_t rows, int64_t n, double eps, bool rms, cudaStream_t stream) {
   if (rows == 0) return cudaSuccess;
   if (rows > 0x7fffffff) return cudaErrorInvalidValue;
   const int threads = n >= 4096 ? 512 : (n >= 512 ? 256 : 64);
   TESSERA_CUDA_DISPATCH_FLOATING(dtype, {
-    layer_norm_kernel<scalar_t><<<unsigned(rows), threads, 0, stream>>>(
-        static_cast<const scalar_t*>(in), static_cast<const scalar_t*>(weight), static_cast<const scalar_t*>(bias),
-        static_cast<scalar_t*>(out), n, float(eps));
+    if (rms)
+      rms_norm_kernel<scalar_t><<<unsigned(rows), threads, 0, stream>>>(
+          static_cast<const scalar_t*>(in), static_cast<const scalar_t*>(weight), static_cast<scalar_t*>(out), n,
+          float(eps));
+    else
+      layer_norm_kernel<scalar_t><<<unsigned(rows), threads, 0, stream>>>(
+          static_cast<const scalar_t*>(in), static_cast<const scalar_t*>(weight), static_cast<const scalar_t*>(bias),
+          static_cast<scalar_t*>(out), n, float(eps));
     return cudaGetLastError();
   })
   return cudaErrorInvalidValue;
