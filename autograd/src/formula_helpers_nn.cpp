@@ -44,37 +44,26 @@ Tensor fold_padding(const Tensor& g, int64_t d, int64_t lo, int64_t hi, const st
 
 Tensor pad_backward(const Tensor& grad, const Sizes& pad, const std::string& mode) {
   const bool constant = mode == "constant";
-  if (mode == "circular") {
-    // Note [Circular pad crops first]: the forward crops, then wraps within what is left, so the
-    // padding folds back onto the kept elements first and the cropped ones get zeros after.
-    Tensor g = grad;
-    Sizes uncrop;
-    bool crops = false;
-    for (size_t k = 0; k < pad.size() / 2; ++k) {
-      const int64_t d = g.dim() - 1 - int64_t(k);
-      g = fold_padding(g, d, std::max<int64_t>(pad[2 * k], 0), std::max<int64_t>(pad[2 * k + 1], 0), mode);
-    }
-    for (int64_t p : pad) {
-      uncrop.push_back(std::max<int64_t>(-p, 0));
-      crops = crops || p < 0;
-    }
-    return crops ? tessera::pad(g, uncrop, "constant", 0.0) : g;
-  }
   Sizes uncrop;  // a negative amount cropped: those elements get zeros back (constant: a crop too)
   bool crops = false;
   for (int64_t p : pad) {
     uncrop.push_back(constant ? -p : std::max<int64_t>(-p, 0));
     crops = crops || p < 0;
   }
-  Tensor g = constant || crops ? tessera::pad(grad, uncrop, "constant", 0.0) : grad;
-  if (constant) return g;
-  // Reflect and replicate pad (reading the whole input) and then crop, so after the crop's gradient
-  // each dim folds its padding back, the dims one at a time.
-  for (size_t k = 0; k < pad.size() / 2; ++k) {
-    const int64_t d = g.dim() - 1 - int64_t(k);
-    g = fold_padding(g, d, std::max<int64_t>(pad[2 * k], 0), std::max<int64_t>(pad[2 * k + 1], 0), mode);
-  }
-  return g;
+  const auto undo_crops = [&](const Tensor& g) { return constant || crops ? tessera::pad(g, uncrop, "constant", 0.0) : g; };
+  if (constant) return undo_crops(grad);
+  // Each dim folds its padding back onto the elements it copied, the dims one at a time.
+  const auto fold = [&](Tensor g) {
+    for (size_t k = 0; k < pad.size() / 2; ++k) {
+      const int64_t d = g.dim() - 1 - int64_t(k);
+      g = fold_padding(g, d, std::max<int64_t>(pad[2 * k], 0), std::max<int64_t>(pad[2 * k + 1], 0), mode);
+    }
+    return g;
+  };
+  // Reflect and replicate pad (reading the whole input) and then crop: the crop's gradient comes
+  // first. Circular crops first and wraps within what is left (Note [Circular pad crops first]): the
+  // padding folds back onto the kept elements first, and the cropped ones get zeros after.
+  return mode == "circular" ? undo_crops(fold(grad)) : fold(undo_crops(grad));
 }
 namespace {
 Tensor number(double v) { return scalar_tensor(v, kFloat64); }  // 0-dim CPU: joins tensors of any device

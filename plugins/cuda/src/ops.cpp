@@ -65,6 +65,13 @@ bool kernel_dtype(int32_t dt) { return dt >= kDtU8 && dt <= kDtF32; }  // everyt
 bool elementwise_dtype(int32_t dt) { return kernel_dtype(dt) || dt == kDtF64; }
 bool elementwise_float(int32_t dt) { return kernel_float(dt) || dt == kDtF64; }
 
+// A dim argument wrapped into [0, rank) (negative counts from the end); the CPU fallback reports an
+// out-of-range one.
+int wrapped_dim(const KernelCall& call, int64_t given, int64_t rank) {
+  if (given < -rank || given >= rank) unimplemented(call, "dim out of range");
+  return int(given < 0 ? given + rank : given);
+}
+
 // Per-call context: device checks, current device and stream.
 struct Launch {
   int device;
@@ -161,7 +168,6 @@ void device_copy(const KernelCall& call, const DeviceTensor& dst, const DeviceTe
   check_launch(call, launch_copy(plan, dst.data, dst.dtype, src.data, src.dtype, stream), into_temporary);
 }
 
-// `t` itself when it already has `dtype` (and is contiguous, if asked), else a converted copy.
 // A contiguous temporary of the call on its stream (freed in stream order when the last holder goes).
 DeviceTensor temporary(const Launch& l, int32_t dtype, const std::vector<int64_t>& sizes) {
   DeviceTensor c;
@@ -173,6 +179,7 @@ DeviceTensor temporary(const Launch& l, int32_t dtype, const std::vector<int64_t
   return c;
 }
 
+// `t` itself when it already has `dtype` (and is contiguous, if asked), else a converted copy.
 DeviceTensor materialize(const KernelCall& call, const DeviceTensor& t, int32_t dtype, bool need_contiguous,
                          const Launch& l) {
   if (t.dtype == dtype && (!need_contiguous || t.contiguous())) return t;
@@ -413,12 +420,8 @@ void softmax_kernel(const KernelCall& call) {
   x = materialize(call, x, out.dtype, true, l);
   int64_t dim = call.attr_int(Softmax::attr::dim);
   const int nd = x.ndim();
-  if (nd == 0) {
-    dim = 0;
-  } else {
-    if (dim < 0) dim += nd;
-    if (dim < 0 || dim >= nd) unimplemented(call, "dim out of range");
-  }
+  if (nd == 0) dim = 0;
+  else dim = wrapped_dim(call, dim, nd);
   int64_t outer = 1, inner = 1, size = nd == 0 ? 1 : x.sizes[size_t(dim)];
   for (int i = 0; i < dim; ++i) outer *= x.sizes[size_t(i)];
   for (int i = int(dim) + 1; i < nd; ++i) inner *= x.sizes[size_t(i)];
@@ -911,7 +914,7 @@ void where_kernel(const KernelCall& call) {
   DeviceTensor out = view_of(call, call.output(0), "output");
   DeviceTensor cond = view_of(call, call.input(W::tensor::condition), "condition");
   if (cond.dtype != kDtBool) unimplemented(call, std::string("condition of dtype ") + dtype_str(cond.dtype));
-  if (out.dtype < kDtBool || out.dtype > kDtF64) unimplemented(call, "output dtype");
+  if (out.dtype > kDtF64) unimplemented(call, "output dtype");
   Selected ab[2];
   const TensorView views[2] = {call.input(W::tensor::self), call.input(W::tensor::other)};
   for (int k = 0; k < 2; ++k) {
@@ -982,8 +985,7 @@ void concat_into(const KernelCall& call, bool stack) {
   const int attr_dim = stack ? int(op::stack::attr::dim) : int(op::cat::attr::dim);
   const int64_t given = call.num_attrs() > attr_dim ? call.attr_int(attr_dim) : 0;
   const int64_t rank = out.ndim();
-  if (given < -rank || given >= rank) unimplemented(call, "dim out of range");
-  const int dim = int(given < 0 ? given + rank : given);
+  const int dim = wrapped_dim(call, given, rank);
   std::vector<DeviceTensor> parts;
   std::vector<int64_t> lengths;
   for (int i = 0; i < call.num_inputs(); ++i) {
@@ -1081,8 +1083,7 @@ IndexedOperands indexed_operands(const KernelCall& call, int self_at, int index_
   if (!index_dtype(o.idx.dtype)) unimplemented(call, std::string("an index of dtype ") + dtype_str(o.idx.dtype));
   const int64_t rank = o.src.ndim(), given = call.attr_int(dim_attr);
   if (rank == 0 || rank > kMaxDims || o.out.ndim() != rank) unimplemented(call, "these ranks");
-  if (given < -rank || given >= rank) unimplemented(call, "dim out of range");
-  o.dim = int(given < 0 ? given + rank : given);
+  o.dim = wrapped_dim(call, given, rank);
   return o;
 }
 
