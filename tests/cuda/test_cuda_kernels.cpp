@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <limits>
+#include <optional>
 #include <random>
 #include <string>
 #include <tuple>
@@ -949,6 +950,217 @@ TEST_F(CudaKernels, RmsNormLikeTheCpu) {
   const Tensor h = tessera::tensor(v, {2, 8});
   const std::vector<double> r = values(tessera::rms_norm(h.to("cuda:0"), {8}));
   for (size_t k = 0; k < r.size(); ++k) EXPECT_EQ(std::isnan(r[k]), k < 8) << "element " << k;
+}
+
+// Reductions of integers and bool on the device against the CPU, exactly: sum (int64 results,
+// wrapping), prod (wrapping), amax / amin, argmax / argmin with ties (the first index) over a
+// dim, all dims and a transposed input, and a sum long enough to be split across the GPU.
+TEST_F(CudaKernels, IntegerReductionsAndArgmaxLikeTheCpu) {
+  std::mt19937 rng(static_cast<unsigned>(seed_));
+  for (DType t : {tessera::kBool, tessera::kUInt8, tessera::kInt8, tessera::kInt16, tessera::kInt32, tessera::kInt64}) {
+    const std::string tn(tessera::dtype_name(t));
+    std::vector<double> v(7 * 5 * 6);
+    for (double& e : v) e = double(int(rng() % 7) - (t == tessera::kUInt8 || t == tessera::kBool ? 0 : 3));
+    const Tensor x = tessera::tensor(v, {7, 5, 6}).to(t), dx = x.to("cuda:0");
+    Tensor got;
+    EXPECT_RUNS_ON_CUDA("sum " + tn, got = tessera::sum(dx));
+    expect_same(got, tessera::sum(x), "sum " + tn);
+    expect_same(tessera::sum(dx, {0, 2}, true), tessera::sum(x, {0, 2}, true), "sum dims 0, 2 keepdim " + tn);
+    expect_same(tessera::sum(dx.transpose(0, 2), {1}), tessera::sum(x.transpose(0, 2), {1}), "sum transposed " + tn);
+    EXPECT_RUNS_ON_CUDA("prod " + tn, got = tessera::prod(dx, {1}));
+    expect_same(got, tessera::prod(x, {1}), "prod " + tn);
+    expect_same(tessera::prod(dx), tessera::prod(x), "prod of all (wraps) " + tn);
+    EXPECT_RUNS_ON_CUDA("amax " + tn, got = tessera::amax(dx, {2}));
+    expect_same(got, tessera::amax(x, {2}), "amax " + tn);
+    expect_same(tessera::amin(dx, {0, 1}), tessera::amin(x, {0, 1}), "amin " + tn);
+    if (t == tessera::kBool) continue;  // argmax / argmin refuse bool, as PyTorch does
+    for (std::optional<int64_t> dim : {std::optional<int64_t>{}, std::optional<int64_t>{0}, std::optional<int64_t>{2},
+                                       std::optional<int64_t>{-2}}) {
+      EXPECT_RUNS_ON_CUDA("argmax " + tn, got = tessera::argmax(dx, dim));
+      expect_same(got, tessera::argmax(x, dim), "argmax " + tn);
+      expect_same(tessera::argmin(dx.permute({2, 0, 1}), dim, true), tessera::argmin(x.permute({2, 0, 1}), dim, true),
+                  "argmin permuted keepdim " + tn);
+    }
+  }
+  // 2^22 int32 values near INT32_MAX: an int64 sum across splits, exact.
+  std::vector<int64_t> near_max(size_t(1) << 22);
+  for (int64_t& e : near_max) e = 2147483000 + int64_t(rng() % 600);
+  const Tensor big = tessera::tensor(near_max, {int64_t(near_max.size())}).to(tessera::kInt32);
+  Tensor got;
+  EXPECT_RUNS_ON_CUDA("split int32 sum", got = tessera::sum(big.to("cuda:0")));
+  expect_same(got, tessera::sum(big), "split int32 sum");
+  expect_same(tessera::argmax(big.to("cuda:0")), tessera::argmax(big), "split argmax");
+  expect_same(tessera::sum(tessera::zeros({0, 3}, tessera::TensorOptions(tessera::kInt16)).to("cuda:0"), {0}),
+              tessera::zeros({3}, tessera::TensorOptions(tessera::kInt64)), "empty int16 sum");
+}
+
+// var and argmax / argmin of floating inputs against the CPU: corrections 0, 1 and 2, over one and
+// several dims, n <= correction (NaN and inf as in PyTorch), a NaN (the first NaN is argmax's
+// and argmin's answer, var NaN) and ties.
+TEST_F(CudaKernels, VarArgmaxAndProdOfFloatsLikeTheCpu) {
+  for (DType t : {tessera::kFloat32, tessera::kFloat16, tessera::kBFloat16, tessera::kFloat64}) {
+    const std::string tn(tessera::dtype_name(t));
+    const Tol tol = t == tessera::kFloat64 ? Tol{1e-12, 1e-12} : tol_for(t, 4);
+    auto [x, dx] = randn_pair({9, 40, 33}, t);
+    Tensor got;
+    for (int64_t c : {0, 1, 2}) {
+      EXPECT_RUNS_ON_CUDA("var " + tn, got = tessera::var(dx, {1}, c));
+      expect_close(got, tessera::var(x, {1}, c), tol, "var dim 1 correction " + std::to_string(c) + " " + tn);
+    }
+    expect_close(tessera::var(dx, {0, 2}, 1, true), tessera::var(x, {0, 2}, 1, true), tol, "var dims 0, 2 " + tn);
+    expect_close(tessera::var(dx), tessera::var(x), tol, "var of all " + tn);
+    expect_close(tessera::var(dx.narrow(1, 0, 1), {1}), tessera::var(x.narrow(1, 0, 1), {1}), tol, "var n = 1: NaN " + tn);
+    expect_close(tessera::var(dx.narrow(1, 0, 2), {1}, 2), tessera::var(x.narrow(1, 0, 2), {1}, 2), tol,
+                 "var n = correction: inf " + tn);
+    expect_close(tessera::prod(dx.narrow(2, 0, 6), {2}), tessera::prod(x.narrow(2, 0, 6), {2}), tol, "prod " + tn);
+    expect_close(tessera::sum(dx, {1}), tessera::sum(x, {1}), tol_for(t, 8), "sum " + tn);
+    expect_close(tessera::mean(dx, {0, 2}), tessera::mean(x, {0, 2}), tol, "mean " + tn);
+    for (std::optional<int64_t> dim : {std::optional<int64_t>{}, std::optional<int64_t>{1}}) {
+      EXPECT_RUNS_ON_CUDA("argmax " + tn, got = tessera::argmax(dx, dim));
+      expect_same(got, tessera::argmax(x, dim), "argmax " + tn);
+      expect_same(tessera::argmin(dx, dim), tessera::argmin(x, dim), "argmin " + tn);
+    }
+    std::vector<double> v = {1, 3, 3, std::nan(""), 5, std::nan(""), -1, -1, 0, 2, 2, -4};
+    const Tensor s = tessera::tensor(v, {2, 6}).to(t), ds = s.to("cuda:0");
+    expect_same(tessera::argmax(ds, 1), tessera::argmax(s, 1), "argmax NaN and ties " + tn);
+    expect_same(tessera::argmin(ds, 1), tessera::argmin(s, 1), "argmin NaN and ties " + tn);
+    expect_same(tessera::argmax(ds), tessera::argmax(s), "argmax of all with NaN " + tn);
+    const std::vector<double> r = values(tessera::var(ds, {1}));
+    EXPECT_TRUE(std::isnan(r[0])) << tn;
+    EXPECT_FALSE(std::isnan(r[1])) << tn;
+  }
+}
+
+// float64 softmax, log_softmax, layer_norm, rms_norm, matmul and linear (with a bias, added after
+// the GEMM) computed in double on the device.
+TEST_F(CudaKernels, Float64SoftmaxNormsAndMatmulInDouble) {
+  const Tol tol{1e-12, 1e-13};
+  auto [x, dx] = randn_pair({6, 17, 1500}, tessera::kFloat64);
+  Tensor got;
+  EXPECT_RUNS_ON_CUDA("softmax float64", got = tessera::softmax(dx, -1));
+  expect_close(got, tessera::softmax(x, -1), tol, "softmax float64 long rows");
+  expect_close(tessera::log_softmax(dx.narrow(2, 0, 40), 2), tessera::log_softmax(x.narrow(2, 0, 40), 2), tol,
+               "log_softmax float64 short rows");
+  expect_close(tessera::softmax(dx, 1), tessera::softmax(x, 1), tol, "softmax float64 columns");
+  auto [w, dw] = randn_pair({1500}, tessera::kFloat64);
+  auto [b, db] = randn_pair({1500}, tessera::kFloat64);
+  EXPECT_RUNS_ON_CUDA("layer_norm float64", got = tessera::layer_norm(dx, {1500}, dw, db));
+  expect_close(got, tessera::layer_norm(x, {1500}, w, b), tol, "layer_norm float64");
+  EXPECT_RUNS_ON_CUDA("rms_norm float64", got = tessera::rms_norm(dx, {1500}, dw));
+  expect_close(got, tessera::rms_norm(x, {1500}, w), tol, "rms_norm float64");
+  auto [a, da] = randn_pair({3, 70, 129}, tessera::kFloat64);
+  auto [m, dm] = randn_pair({129, 65}, tessera::kFloat64);
+  EXPECT_RUNS_ON_CUDA("matmul float64", got = tessera::matmul(da, dm));
+  expect_close(got, tessera::matmul(a, m), tol, "matmul float64");
+  auto [lw, dlw] = randn_pair({65, 129}, tessera::kFloat64);
+  auto [lb, dlb] = randn_pair({65}, tessera::kFloat64);
+  EXPECT_RUNS_ON_CUDA("linear float64", got = tessera::linear(da, dlw, dlb));
+  expect_close(got, tessera::linear(a, lw, lb), tol, "linear float64 with bias");
+  expect_close(tessera::linear(da.transpose(0, 1), dlw), tessera::linear(a.transpose(0, 1), lw), tol,
+               "linear float64 transposed input, no bias");
+}
+
+// pow (tensor and number exponents, integer pow with negative exponents, the sqrt / rsqrt
+// special cases) and clamp (one bound, both, inverted, NaN bounds, integer tensors) against the CPU.
+TEST_F(CudaKernels, PowAndClampLikeTheCpu) {
+  for (DType t : {tessera::kFloat32, tessera::kFloat16, tessera::kBFloat16, tessera::kFloat64}) {
+    const std::string tn(tessera::dtype_name(t));
+    const Tol tol = t == tessera::kFloat64 ? Tol{1e-13, 1e-15} : tol_for(t, 2);
+    auto [x, dx] = randn_pair({33, 20}, t);
+    const Tensor pos = tessera::add(tessera::abs(x), tessera::full({}, 0.25).to(t)), dpos = pos.to("cuda:0");
+    auto [e, de] = randn_pair({20}, t);
+    Tensor got;
+    EXPECT_RUNS_ON_CUDA("pow tensor " + tn, got = tessera::pow(dpos, de));
+    expect_close(got, tessera::pow(pos, e), tol, "pow tensor, broadcast exponent " + tn);
+    for (double p : {2.0, 3.0, 0.5, -0.5, -1.0, 1.7}) {
+      EXPECT_RUNS_ON_CUDA("pow number " + tn, got = tessera::pow(dx.t(), tessera::Scalar(p)));
+      expect_close(got, tessera::pow(x.t(), tessera::Scalar(p)), tol, "pow " + std::to_string(p) + " " + tn);
+    }
+    expect_close(tessera::pow(dx, tessera::Scalar(int64_t(3))), tessera::pow(x, tessera::Scalar(int64_t(3))), tol,
+                 "pow integral 3 " + tn);
+    const std::vector<double> sp = {-INFINITY, -0.0, 0.0, std::nan(""), INFINITY, -4.0};
+    const Tensor special = tessera::tensor(sp, {6}).to(t);
+    expect_close(tessera::pow(special.to("cuda:0"), tessera::Scalar(0.5)), tessera::pow(special, tessera::Scalar(0.5)),
+                 tol, "pow 0.5 of special values " + tn);
+    EXPECT_RUNS_ON_CUDA("clamp " + tn, got = tessera::clamp(dx, -0.5, 0.7));
+    expect_same(got, tessera::clamp(x, -0.5, 0.7), "clamp both " + tn);
+    expect_same(tessera::clamp(dx, 0.1), tessera::clamp(x, 0.1), "clamp min " + tn);
+    expect_same(tessera::clamp(dx, std::nullopt, -0.3), tessera::clamp(x, std::nullopt, -0.3), "clamp max " + tn);
+    expect_same(tessera::clamp(dx, 1.0, -1.0), tessera::clamp(x, 1.0, -1.0), "clamp inverted " + tn);
+    expect_same(tessera::clamp(dx, std::nan(""), 1.0), tessera::clamp(x, std::nan(""), 1.0), "clamp NaN bound " + tn);
+    expect_same(tessera::clamp(dx, std::nan("")), tessera::clamp(x, std::nan("")), "clamp lone NaN bound " + tn);
+    expect_same(tessera::clamp(special.to("cuda:0"), -1.0, 1.0), tessera::clamp(special, -1.0, 1.0),
+                "clamp special values " + tn);
+  }
+  for (DType t : {tessera::kUInt8, tessera::kInt8, tessera::kInt16, tessera::kInt32, tessera::kInt64}) {
+    const std::string tn(tessera::dtype_name(t));
+    const bool u = t == tessera::kUInt8;
+    const Tensor b = tessera::tensor(std::vector<double>{2, u ? 3.0 : -1.0, 1, u ? 7.0 : -3.0, 0, 5, u ? 200.0 : -2.0, 9}, {8}).to(t);
+    const Tensor ex = tessera::tensor(std::vector<double>{3, 5, u ? 4.0 : -2.0, 2, 0, u ? 9.0 : -1.0, 2, 13}, {8}).to(t);
+    Tensor got;
+    EXPECT_RUNS_ON_CUDA("pow integer " + tn, got = tessera::pow(b.to("cuda:0"), ex.to("cuda:0")));
+    expect_same(got, tessera::pow(b, ex), "pow integer tensors (wrapping, negative exponents) " + tn);
+    expect_same(tessera::pow(b.to("cuda:0"), tessera::Scalar(int64_t(3))), tessera::pow(b, tessera::Scalar(int64_t(3))),
+                "pow integer number " + tn);
+    EXPECT_RUNS_ON_CUDA("clamp integer " + tn, got = tessera::clamp(b.to("cuda:0"), int64_t(1), int64_t(6)));
+    expect_same(got, tessera::clamp(b, int64_t(1), int64_t(6)), "clamp integer " + tn);
+    expect_same(tessera::clamp(b.to("cuda:0"), 0.5), tessera::clamp(b, 0.5), "clamp integer with a float bound " + tn);
+  }
+}
+
+// Note [CUDA attention, a warp per query row]: float32 and float64 attention, and float16 /
+// bfloat16 at head dims the flash kernels do not take, against the CPU: causal, bool and additive
+// masks, a value head dim other than the query's, broadcast batch / head dims, 3-D and 2-D
+// operands, a fully masked row (0 @ V) and a NaN in a key (its row NaN).
+TEST_F(CudaKernels, AttentionRowKernelForEveryOtherDtypeAndHeadDim) {
+  struct Dims {
+    int64_t e, ev;
+  };
+  for (DType t : {tessera::kFloat32, tessera::kFloat64, tessera::kFloat16, tessera::kBFloat16}) {
+    const std::string tn(tessera::dtype_name(t));
+    const bool half = t == tessera::kFloat16 || t == tessera::kBFloat16;
+    const Tol tol = t == tessera::kFloat64 ? Tol{1e-12, 1e-12} : (half ? tol_for(t, 4) : Tol{1e-5, 1e-5});
+    for (Dims dims : {Dims{32, 32}, Dims{80, 48}, Dims{256, 200}, Dims{1, 3}}) {
+      const std::string what = tn + " e " + std::to_string(dims.e) + " ev " + std::to_string(dims.ev);
+      auto [q, dq] = randn_pair({2, 3, 37, dims.e}, t);
+      auto [k, dk] = randn_pair({2, 3, 45, dims.e}, t);
+      auto [v, dv] = randn_pair({2, 3, 45, dims.ev}, t);
+      Tensor got;
+      EXPECT_RUNS_ON_CUDA("sdpa " + what, got = tessera::scaled_dot_product_attention(dq, dk, dv));
+      expect_close(got, tessera::scaled_dot_product_attention(q, k, v), tol, "sdpa " + what);
+      expect_close(tessera::scaled_dot_product_attention(dq, dk, dv, std::nullopt, true, 0.3),
+                   tessera::scaled_dot_product_attention(q, k, v, std::nullopt, true, 0.3), tol, "causal, scale " + what);
+    }
+    // bool mask with a fully masked row, additive mask, broadcast heads of K and V, transposed Q.
+    auto [q, dq] = randn_pair({2, 4, 9, 40}, t);
+    auto [k, dk] = randn_pair({2, 1, 11, 40}, t);
+    auto [v, dv] = randn_pair({2, 1, 11, 24}, t);
+    std::vector<double> mv(9 * 11);
+    std::mt19937 rng(static_cast<unsigned>(seed_));
+    for (double& e : mv) e = double(rng() % 3 != 0);
+    for (int j = 0; j < 11; ++j) mv[size_t(4 * 11 + j)] = 0;  // query row 4 sees no key
+    const Tensor bmask = tessera::tensor(mv, {9, 11}).to(tessera::kBool);
+    Tensor got;
+    EXPECT_RUNS_ON_CUDA("sdpa bool mask " + tn,
+                        got = tessera::scaled_dot_product_attention(dq, dk, dv, bmask.to("cuda:0")));
+    expect_close(got, tessera::scaled_dot_product_attention(q, k, v, bmask), tol, "bool mask, broadcast heads " + tn);
+    auto [add, dadd] = randn_pair({4, 1, 11}, t);
+    expect_close(tessera::scaled_dot_product_attention(dq.transpose(1, 2).contiguous().transpose(1, 2), dk, dv, dadd),
+                 tessera::scaled_dot_product_attention(q, k, v, add), tol, "additive mask, strided query " + tn);
+    auto [q3, dq3] = randn_pair({5, 7, 16}, t);
+    auto [k3, dk3] = randn_pair({5, 6, 16}, t);
+    expect_close(tessera::scaled_dot_product_attention(dq3, dk3, dk3), tessera::scaled_dot_product_attention(q3, k3, k3),
+                 tol, "3-D " + tn);
+    expect_close(tessera::scaled_dot_product_attention(dq3.select(0, 1), dk3.select(0, 2), dk3.select(0, 3)),
+                 tessera::scaled_dot_product_attention(q3.select(0, 1), k3.select(0, 2), k3.select(0, 3)), tol, "2-D " + tn);
+    // A NaN in key 3 makes every row that sees it NaN; the others stay finite (causal).
+    Tensor kn = k3.clone();
+    kn.select(0, 0).select(0, 3).select(0, 5).fill_(std::nan(""));
+    const std::vector<double> r = values(
+        tessera::scaled_dot_product_attention(dq3.narrow(0, 0, 1), kn.narrow(0, 0, 1).to("cuda:0"),
+                                              dk3.narrow(0, 0, 1), std::nullopt, true));
+    for (int64_t i = 0; i < 6; ++i) EXPECT_EQ(std::isnan(r[size_t(i * 16)]), i >= 3) << "row " << i << " " << tn;
+  }
 }
 
 }  // namespace

@@ -133,22 +133,26 @@ TEST(CudaPlugin, RegistersKernelsWithTheirDtypes) {
   for (const char* op : {"where.self", "cat", "stack", "index_select", "embedding", "fill_", "copy_", "logical_and",
                          "logical_or", "logical_xor", "logical_not", "isnan"})
     EXPECT_EQ(resolution(op, tessera::kBool), tessera::Resolution::Kernel) << op << " bool";
-  // Elementwise float ops take float64 (computed in double); the reductions, norms and matmul not yet.
-  for (const char* op : {"div.Tensor", "exp", "log", "sqrt", "rsqrt", "sin", "cos", "tanh", "sigmoid", "gelu", "silu", "erf"}) {
+  // Floating ops take float64 too (computed in double), reductions, norms and matmul included.
+  for (const char* op : {"div.Tensor", "exp", "log", "sqrt", "rsqrt", "sin", "cos", "tanh", "sigmoid", "gelu", "silu", "erf",
+                         "sum", "mean", "amax", "amin", "prod", "var", "argmax", "argmin", "softmax", "log_softmax",
+                         "layer_norm", "rms_norm", "matmul", "linear", "pow.Tensor_Tensor", "pow.Tensor_Scalar", "clamp"}) {
     for (tessera::DType t : {tessera::kFloat32, tessera::kFloat16, tessera::kBFloat16, tessera::kFloat64})
       EXPECT_EQ(resolution(op, t), tessera::Resolution::Kernel) << op << " " << t;
   }
-  for (const char* op : {"sum", "mean", "amax", "amin", "softmax", "log_softmax", "layer_norm", "rms_norm", "matmul",
-                         "linear"}) {
-    for (tessera::DType t : {tessera::kFloat32, tessera::kFloat16, tessera::kBFloat16})
+  // Integer reductions, pow and clamp; sums, products and maxima of bool too.
+  for (const char* op : {"sum", "prod", "amax", "amin", "argmax", "argmin", "pow.Tensor_Tensor", "pow.Tensor_Scalar", "clamp"}) {
+    for (tessera::DType t : {tessera::kUInt8, tessera::kInt8, tessera::kInt16, tessera::kInt32, tessera::kInt64})
       EXPECT_EQ(resolution(op, t), tessera::Resolution::Kernel) << op << " " << t;
-    EXPECT_NE(resolution(op, tessera::kFloat64), tessera::Resolution::Kernel) << op << " has no float64 kernel on cuda";
   }
+  for (const char* op : {"sum", "prod", "amax", "amin"})
+    EXPECT_EQ(resolution(op, tessera::kBool), tessera::Resolution::Kernel) << op << " bool";
+  for (const char* op : {"softmax", "layer_norm", "matmul"})
+    EXPECT_NE(resolution(op, tessera::kInt32), tessera::Resolution::Kernel) << op << " has no integer kernel on cuda";
   EXPECT_EQ(resolution("gather", tessera::kFloat64), tessera::Resolution::Kernel);
   EXPECT_NE(resolution("scatter", tessera::kFloat32), tessera::Resolution::Kernel) << "scatter reaches the CPU through the fallback";
-  EXPECT_EQ(resolution("scaled_dot_product_attention", tessera::kFloat16), tessera::Resolution::Kernel);
-  EXPECT_EQ(resolution("scaled_dot_product_attention", tessera::kBFloat16), tessera::Resolution::Kernel);
-  EXPECT_NE(resolution("scaled_dot_product_attention", tessera::kFloat32), tessera::Resolution::Kernel);
+  for (tessera::DType t : {tessera::kFloat16, tessera::kBFloat16, tessera::kFloat32, tessera::kFloat64})
+    EXPECT_EQ(resolution("scaled_dot_product_attention", t), tessera::Resolution::Kernel) << t;
   EXPECT_NE(resolution("conv2d", tessera::kFloat32), tessera::Resolution::Kernel) << "conv2d reaches the CPU through the fallback";
 }
 

@@ -362,7 +362,116 @@ cudaError_t run_attention(const AttentionParams& p, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
+// ---------------------------------------------------------------- every other case
+// Note [CUDA attention, a warp per query row]
+// float32, float64 (in double), and float16 / bfloat16 head dims the flash kernels do not take: a
+// warp owns one query row; lane l holds the query's and the output accumulator's columns l, l + 32,
+// ... (up to kRowChunks * 32 of each, so E and Ev <= 256), and the keys are visited one at a time:
+// the dot product is summed across the warp by five xor shuffles, then the same online softmax as
+// the flash kernels (Note [CUDA flash attention]: nan_max row maxima, 0 @ V for a fully masked row,
+// NaN for a NaN or +inf score), in Acc = float, or double for float64. Batch and head dims may
+// broadcast (stride 0). A coverage kernel: every key costs five shuffles and an exp per row, with no
+// tiling or tensor cores.
+constexpr int kRowChunks = 8;
+constexpr int kRowWarps = 4;
+
+template <typename Acc>
+__device__ __forceinline__ Acc mask_value_acc(const void* mask, int32_t dtype, int64_t off) {
+  if (dtype == kDtF64) return Acc(static_cast<const double*>(mask)[off]);
+  return Acc(mask_value(mask, dtype, off));
+}
+
+template <typename T>
+__global__ void attention_row_kernel(AttentionParams p) {
+  using Acc = std::conditional_t<std::is_same_v<T, double>, double, float>;
+  const int lane = threadIdx.x & 31;
+  const int64_t rows = p.batch * p.heads * p.len_q;
+  const int64_t warps = int64_t(gridDim.x) * (blockDim.x >> 5);
+  const Acc scale = Acc(p.scale_exact);
+  for (int64_t w = int64_t(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5); w < rows; w += warps) {
+    const int64_t row = w % p.len_q, bh = w / p.len_q;
+    const int64_t b = bh / p.heads, h = bh % p.heads;
+    const T* q = static_cast<const T*>(p.q) + b * p.q_strides[0] + h * p.q_strides[1] + row * p.q_strides[2];
+    const T* k = static_cast<const T*>(p.k) + b * p.k_strides[0] + h * p.k_strides[1];
+    const T* v = static_cast<const T*>(p.v) + b * p.v_strides[0] + h * p.v_strides[1];
+    Acc qr[kRowChunks], acc[kRowChunks];
+#pragma unroll
+    for (int c = 0; c < kRowChunks; ++c) {
+      const int64_t d = c * 32 + lane;
+      qr[c] = d < p.head_dim ? Acc(to_op(q[d])) : Acc(0);
+      acc[c] = Acc(0);
+    }
+    Acc m = Acc(-INFINITY), l = Acc(0);
+    const int64_t key_end = p.causal ? (row + 1 < p.len_k ? row + 1 : p.len_k) : p.len_k;
+    for (int64_t j = 0; j < key_end; ++j) {
+      const T* kj = k + j * p.k_strides[2];
+      const T* vj = v + j * p.v_strides[2];
+      Acc dot = Acc(0);
+#pragma unroll
+      for (int c = 0; c < kRowChunks; ++c) {
+        const int64_t d = c * 32 + lane;
+        if (d < p.head_dim) dot += qr[c] * Acc(to_op(kj[d]));
+      }
+      dot = warp_sum(dot);
+      Acc score = dot * scale;
+      if (p.mask)
+        score += mask_value_acc<Acc>(p.mask, p.mask_dtype,
+                                     b * p.mask_strides[0] + h * p.mask_strides[1] + row * p.mask_strides[2] +
+                                         j * p.mask_strides[3]);
+      const Acc m_new = nan_max(m, score);
+      if (m_new == Acc(-INFINITY)) {
+        // Every key so far masked: P = 0, and O += 0 * V keeps a NaN or infinite value's NaN.
+#pragma unroll
+        for (int c = 0; c < kRowChunks; ++c) {
+          const int64_t d = c * 32 + lane;
+          if (d < p.value_dim) acc[c] += Acc(0) * Acc(to_op(vj[d]));
+        }
+        continue;
+      }
+      const Acc correction = acc_exp(m - m_new), pj = acc_exp(score - m_new);
+      l = l * correction + pj;
+#pragma unroll
+      for (int c = 0; c < kRowChunks; ++c) {
+        const int64_t d = c * 32 + lane;
+        if (d < p.value_dim) acc[c] = acc[c] * correction + pj * Acc(to_op(vj[d]));
+      }
+      m = m_new;
+    }
+    const Acc inv = m == Acc(-INFINITY) ? Acc(0) : Acc(1) / l;
+    T* o = static_cast<T*>(p.out) + b * p.out_strides[0] + h * p.out_strides[1] + row * p.out_strides[2];
+#pragma unroll
+    for (int c = 0; c < kRowChunks; ++c) {
+      const int64_t d = c * 32 + lane;
+      if (d < p.value_dim) o[d] = from_op<T>(opmath_t<T>(acc[c] * inv));
+    }
+  }
+}
+
+template <typename T>
+cudaError_t run_attention_rows(const AttentionParams& p, cudaStream_t stream) {
+  const int64_t rows = p.batch * p.heads * p.len_q;
+  if (rows == 0) return cudaSuccess;
+  int64_t blocks = (rows + kRowWarps - 1) / kRowWarps;
+  if (blocks > 65535 * 64) blocks = 65535 * 64;
+  attention_row_kernel<T><<<unsigned(blocks), kRowWarps * 32, 0, stream>>>(p);
+  return cudaGetLastError();
+}
+
 }  // namespace
+
+bool attention_rows_supported(int32_t dtype, int64_t head_dim, int64_t value_dim) {
+  return dtype >= kDtF16 && dtype <= kDtF64 && head_dim <= 32 * kRowChunks && value_dim <= 32 * kRowChunks;
+}
+
+cudaError_t launch_attention_rows(const AttentionParams& p, cudaStream_t stream) {
+  if (!attention_rows_supported(p.dtype, p.head_dim, p.value_dim) || p.len_k <= 0) return cudaErrorInvalidValue;
+  switch (p.dtype) {
+    case kDtF16: return run_attention_rows<__half>(p, stream);
+    case kDtBF16: return run_attention_rows<__nv_bfloat16>(p, stream);
+    case kDtF32: return run_attention_rows<float>(p, stream);
+    default: return run_attention_rows<double>(p, stream);
+  }
+}
 
 int attention_rows_per_block(bool tensor_cores) { return tensor_cores ? kTcRows : kRows; }
 

@@ -106,12 +106,13 @@ __host__ __device__ constexpr int dtype_itemsize(int32_t dt) {
     __VA_ARGS__;                         \
     break;                               \
   }
-#define TESSERA_CUDA_DISPATCH_FLOATING(dtype, ...)                              \
-  switch (dtype) {                                                              \
-    TESSERA_CUDA_CASE(::tessera::cuda::kDtF32, float, __VA_ARGS__)              \
-    TESSERA_CUDA_CASE(::tessera::cuda::kDtF16, __half, __VA_ARGS__)             \
-    TESSERA_CUDA_CASE(::tessera::cuda::kDtBF16, __nv_bfloat16, __VA_ARGS__)     \
-    default: return cudaErrorInvalidValue;                                      \
+#define TESSERA_CUDA_DISPATCH_FLOAT_AND_F64(dtype, ...)                     \
+  switch (dtype) {                                                          \
+    TESSERA_CUDA_CASE(::tessera::cuda::kDtF32, float, __VA_ARGS__)          \
+    TESSERA_CUDA_CASE(::tessera::cuda::kDtF16, __half, __VA_ARGS__)         \
+    TESSERA_CUDA_CASE(::tessera::cuda::kDtBF16, __nv_bfloat16, __VA_ARGS__) \
+    TESSERA_CUDA_CASE(::tessera::cuda::kDtF64, double, __VA_ARGS__)         \
+    default: return cudaErrorInvalidValue;                                  \
   }
 #define TESSERA_CUDA_DISPATCH_ALL(dtype, ...)                                   \
   switch (dtype) {                                                              \

@@ -12,6 +12,21 @@
 namespace tessera::cuda {
 namespace {
 
+// Integer pow as PyTorch and the CPU kernel compute it: squaring modulo 2^64 (wrapping, no signed
+// overflow), and for a negative exponent 1 for base 1, +-1 for base -1, 0 otherwise.
+template <typename C>
+__device__ __forceinline__ C integer_pow(C x, C y) {
+  if constexpr (std::is_signed_v<C>) {
+    if (y < 0) return x == C(1) ? C(1) : (x == C(-1) ? (y % 2 == 0 ? C(1) : C(-1)) : C(0));
+  }
+  uint64_t r = 1, b = uint64_t(int64_t(x));
+  for (C e = y; e > 0; e >>= 1) {
+    if (e & 1) r *= b;
+    b *= b;
+  }
+  return C(r);
+}
+
 template <typename C>
 __device__ __forceinline__ C binary_arith(BinaryOp op, C a, C b, C alpha) {
   switch (op) {
@@ -20,6 +35,9 @@ __device__ __forceinline__ C binary_arith(BinaryOp op, C a, C b, C alpha) {
     case BinaryOp::Mul: return a * b;
     case BinaryOp::Div: return b == C(0) && !std::is_floating_point_v<C> ? C(0) : a / b;
     case BinaryOp::Maximum: return nan_max(a, b);
+    case BinaryOp::Pow:
+      if constexpr (std::is_floating_point_v<C>) return pow(a, b);  // powf for float
+      else return integer_pow(a, b);
     default: return nan_min(a, b);
   }
 }

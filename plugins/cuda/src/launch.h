@@ -30,7 +30,7 @@ struct Operand {
   int64_t strides[kMaxDims] = {};
 };
 
-enum class BinaryOp : int32_t { Add, Sub, Mul, Div, Maximum, Minimum, Eq, Ne, Lt, Le, Gt, Ge };
+enum class BinaryOp : int32_t { Add, Sub, Mul, Div, Maximum, Minimum, Pow, Eq, Ne, Lt, Le, Gt, Ge };
 enum class UnaryOp : int32_t { Neg, Abs, Exp, Log, Sqrt, Rsqrt, Sin, Cos, Tanh, Sigmoid, Relu, Gelu, GeluTanh, Silu, Erf };
 constexpr bool is_comparison(BinaryOp op) { return op >= BinaryOp::Eq; }
 
@@ -103,8 +103,10 @@ cudaError_t launch_copy(const CopyPlan& plan, void* dst, int32_t dst_dtype, cons
                         cudaStream_t stream);
 
 // Reductions. The input is split into kept dims (one output element per position) and reduced
-// dims; each list is row-major. Output element o is at out + sum kept_coord * out_strides.
-enum class ReduceOp : int32_t { Sum, Mean, Max, Min };
+// dims; each list is row-major (in the input's logical order, so the index of a reduced element is
+// its position in the reduced dims, flattened: what argmax / argmin return). Output element o is at
+// out + sum kept_coord * out_strides.
+enum class ReduceOp : int32_t { Sum, Mean, Max, Min, Prod, Var, ArgMax, ArgMin };
 struct ReducePlan {
   int32_t kept_ndim = 0, reduced_ndim = 0;
   int64_t kept_sizes[kMaxDims] = {}, kept_in_strides[kMaxDims] = {}, kept_out_strides[kMaxDims] = {};
@@ -113,19 +115,21 @@ struct ReducePlan {
 };
 // How a reduction is spread over the GPU (plan_reduce_launch in tensor_iter.h). Each output's
 // reduced range is cut into `splits` chunks of `chunk` elements; with splits > 1 the first pass
-// writes one fp32 partial per (output, split) to a workspace of num_outputs * splits floats and a
-// second pass combines them, so that a full sum uses every SM and a thread never adds a million
-// elements in series.
+// writes one partial state per (output, split) to a workspace of num_outputs * splits *
+// kReduceStateBytes (reduce_state.h) and a second pass merges them, so that a full sum uses every
+// SM and a thread never adds a million elements in series.
 struct ReduceLaunch {
   bool block_per_output = true;  // a block per (output, split); else a thread per (output, split)
   int32_t threads = 256;
   int64_t splits = 1;
   int64_t chunk = 0;
 };
-// in: f32/f16/bf16; out: any floating dtype. Accumulates in fp32. `workspace` is required when
-// how.splits > 1.
+// in: any dtype but Mean and Var take floating ones only; out: the op's output dtype (int64 for
+// argmax / argmin). Accumulates as Note [CUDA reduction states] says. `correction` is var's.
+// `workspace` is required when how.splits > 1.
 cudaError_t launch_reduce(ReduceOp op, const ReducePlan& plan, const ReduceLaunch& how, const void* in,
-                          int32_t in_dtype, void* out, int32_t out_dtype, float* workspace, cudaStream_t stream);
+                          int32_t in_dtype, void* out, int32_t out_dtype, double correction, void* workspace,
+                          cudaStream_t stream);
 
 // Softmax over the middle dim of a contiguous [outer, dim, inner] tensor (same dtype in and out).
 cudaError_t launch_softmax(bool log, const void* in, void* out, int32_t dtype, int64_t outer, int64_t dim,
@@ -151,6 +155,8 @@ struct AttentionParams {
   int64_t q_blocks = 0;
   int64_t q_strides[3] = {}, k_strides[3] = {}, v_strides[3] = {}, out_strides[3] = {}, mask_strides[4] = {};
   float scale = 1.0f;
+  double scale_exact = 1.0;  // the same scale in double (the row kernel's float64 path)
+  int64_t value_dim = 0;     // V's head dim (the flash kernels need it equal to head_dim)
   bool causal = false;
   // Tensor-core (WMMA) kernel; false selects the CUDA-core kernel (TESSERA_CUDA_FLASH_SIMT=1).
   bool tensor_cores = true;
@@ -162,5 +168,9 @@ int attention_rows_per_block(bool tensor_cores);
 // Launch preconditions (checked on the host before anything is queued): attention_supported,
 // q_blocks set by plan_attention_grid, len_k > 0. A launcher error is then a real CUDA error.
 cudaError_t launch_attention(const AttentionParams& p, cudaStream_t stream);
+// Note [CUDA attention, a warp per query row] (attention.cu): every floating dtype, head dims and
+// value dims up to 256, q_blocks unused. len_k > 0 (checked on the host).
+bool attention_rows_supported(int32_t dtype, int64_t head_dim, int64_t value_dim);
+cudaError_t launch_attention_rows(const AttentionParams& p, cudaStream_t stream);
 
 }  // namespace tessera::cuda

@@ -31,27 +31,35 @@ TESSERA_CUDA_HD T nan_min(T a, T b) {
   return (a != a || a < b) ? a : b;
 }
 
+TESSERA_CUDA_HD float acc_exp(float x) { return expf(x); }
+TESSERA_CUDA_HD double acc_exp(double x) { return exp(x); }
+TESSERA_CUDA_HD float acc_log(float x) { return logf(x); }
+TESSERA_CUDA_HD double acc_log(double x) { return log(x); }
+
 // The running statistic of an online softmax over a row: m = max so far (NaN once a NaN was
 // seen), s = sum of exp(x - m). Rows split between threads merge their statistics in any order.
-struct SoftmaxStat {
-  float m = -INFINITY;
-  float s = 0.0f;
+// Acc is float for float16, bfloat16 and float32 rows, double for float64 ones.
+template <typename Acc>
+struct BasicSoftmaxStat {
+  Acc m = Acc(-INFINITY);
+  Acc s = Acc(0);
 
-  TESSERA_CUDA_HD void add(float x) {
-    const float m_new = nan_max(m, x);
-    if (m_new == -INFINITY) return;  // only -inf so far: exp(-inf - -inf) would be NaN
-    s = s * expf(m - m_new) + expf(x - m_new);
+  TESSERA_CUDA_HD void add(Acc x) {
+    const Acc m_new = nan_max(m, x);
+    if (m_new == Acc(-INFINITY)) return;  // only -inf so far: exp(-inf - -inf) would be NaN
+    s = s * acc_exp(m - m_new) + acc_exp(x - m_new);
     m = m_new;
   }
-  TESSERA_CUDA_HD void merge(float m2, float s2) {
-    const float m_new = nan_max(m, m2);
-    if (m_new == -INFINITY) return;  // both empty or all -inf
-    s = s * expf(m - m_new) + s2 * expf(m2 - m_new);
+  TESSERA_CUDA_HD void merge(Acc m2, Acc s2) {
+    const Acc m_new = nan_max(m, m2);
+    if (m_new == Acc(-INFINITY)) return;  // both empty or all -inf
+    s = s * acc_exp(m - m_new) + s2 * acc_exp(m2 - m_new);
     m = m_new;
   }
   // softmax: exp(x - m) / s; log_softmax: (x - m) - log(s), never x - (m + log(s)), which rounds
   // at m's ulp. A NaN m or s makes both NaN.
-  TESSERA_CUDA_HD float value(bool log, float x) const { return log ? (x - m) - logf(s) : expf(x - m) / s; }
+  TESSERA_CUDA_HD Acc value(bool log, Acc x) const { return log ? (x - m) - acc_log(s) : acc_exp(x - m) / s; }
 };
+using SoftmaxStat = BasicSoftmaxStat<float>;
 
 }  // namespace tessera::cuda

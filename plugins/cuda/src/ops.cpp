@@ -21,6 +21,7 @@
 #include "cuda_backend.h"
 #include "half_bits.h"
 #include "launch.h"
+#include "reduce_state.h"
 #include "matmul_layout.h"
 #include "scalar_convert.h"
 #include "tensor_iter.h"
@@ -230,7 +231,8 @@ static_assert(op::sub_Tensor::attr::alpha == int(Binary::attr::alpha) &&
               op::add__Tensor::attr::alpha == int(Binary::attr::alpha) &&
               op::mul_Tensor::tensor::other == int(Binary::tensor::other) &&
               op::eq_Tensor::tensor::other == int(Binary::tensor::other) &&
-              op::maximum::tensor::other == int(Binary::tensor::other));
+              op::maximum::tensor::other == int(Binary::tensor::other) &&
+              op::pow_Tensor_Tensor::tensor::exponent == int(Binary::tensor::other));
 template <BinaryOp kOp>
 void binary_kernel(const KernelCall& call) {
   Launch l(call);
@@ -269,6 +271,15 @@ void binary_kernel(const KernelCall& call) {
                                    is_dense(shape, ops, 3, skip), l.stream));
 }
 
+void unary_into(const KernelCall& call, const Launch& l, UnaryOp op, const DeviceTensor& out, DeviceTensor x) {
+  x = materialize(call, x, out.dtype, false, l);
+  IterShape shape;
+  Operand ops[2] = {out.operand(), x.operand()};
+  const Geometry in = x.geometry();
+  if (!plan_elementwise(out.geometry(), &in, 1, &shape, ops)) unimplemented(call, "operand layout");
+  check_launch(call, launch_unary(op, out.dtype, shape, ops[0], ops[1], is_dense(shape, ops, 2), l.stream));
+}
+
 using Unary = op::neg;
 static_assert(op::gelu::tensor::self == int(Unary::tensor::self) &&
               op::exp::tensor::self == int(Unary::tensor::self));
@@ -285,12 +296,75 @@ void unary_kernel(const KernelCall& call) {
     op = UnaryOp::GeluTanh;
   const bool integer_ok = op == UnaryOp::Neg || op == UnaryOp::Abs || op == UnaryOp::Relu;
   if (!elementwise_float(out.dtype) && !integer_ok) unimplemented(call, std::string("dtype ") + dtype_str(out.dtype));
+  unary_into(call, l, op, out, x);
+}
+
+// out = x (op) number, computed in out's dtype (x converted to it first): pow with a number as
+// exponent and the two halves of clamp.
+void binary_number_into(const KernelCall& call, const Launch& l, BinaryOp op, const DeviceTensor& out, DeviceTensor x,
+                        const ComputeScalar& number) {
   x = materialize(call, x, out.dtype, false, l);
+  DeviceTensor b;  // a 0-dim operand that is never read
+  b.dtype = out.dtype;
   IterShape shape;
-  Operand ops[2] = {out.operand(), x.operand()};
-  const Geometry in = x.geometry();
-  if (!plan_elementwise(out.geometry(), &in, 1, &shape, ops)) unimplemented(call, "operand layout");
-  check_launch(call, launch_unary(op, out.dtype, shape, ops[0], ops[1], is_dense(shape, ops, 2), l.stream));
+  Operand ops[3] = {out.operand(), x.operand(), b.operand()};
+  const Geometry ins[2] = {x.geometry(), b.geometry()};
+  if (!plan_elementwise(out.geometry(), ins, 2, &shape, ops)) unimplemented(call, "operand layout");
+  const ComputeScalar one = to_compute_scalar(integral_number(1), out.dtype);
+  check_launch(call, launch_binary(op, out.dtype, shape, ops[0], ops[1], ops[2], 2, number, one,
+                                   is_dense(shape, ops, 3, 1u << 2), l.stream));
+}
+
+// pow.Tensor_Scalar. x ** 0.5 and x ** -0.5 are sqrt and rsqrt for float32, float64 and bfloat16
+// (PyTorch's special case, and the CPU kernel's: pow(-inf, 0.5) is NaN there, not inf); float16
+// and the other exponents call pow. A negative integer exponent of an integer tensor was refused
+// by the shape rule.
+void pow_scalar_kernel(const KernelCall& call) {
+  Launch l(call);
+  constexpr int kExponent = op::pow_Tensor_Scalar::attr::exponent;
+  DeviceTensor x = view_of(call, call.input(op::pow_Tensor_Scalar::tensor::self), "self");
+  DeviceTensor out = view_of(call, call.output(0), "output");
+  if (!elementwise_dtype(out.dtype)) unimplemented(call, std::string("dtype ") + dtype_str(out.dtype));
+  const HostNumber e = attr_number(call, kExponent);
+  if (elementwise_float(out.dtype) && out.dtype != kDtF16 && e.floating && std::fabs(e.f) == 0.5)
+    return unary_into(call, l, e.f > 0 ? UnaryOp::Sqrt : UnaryOp::Rsqrt, out, x);
+  binary_number_into(call, l, BinaryOp::Pow, out, x, to_compute_scalar(e, out.dtype));
+}
+
+uint64_t number_bits(const HostNumber& n, int32_t dtype);
+
+// clamp(self, min, max) = minimum(maximum(x, min), max) in the output dtype, two passes with the
+// bounds rounded to the dtype first (as the CPU kernel and PyTorch): a NaN element stays NaN, min >
+// max gives max, a lone NaN bound changes nothing and two bounds with a NaN give NaN everywhere.
+void clamp_kernel(const KernelCall& call) {
+  using A = op::clamp::attr;
+  Launch l(call);
+  DeviceTensor x = view_of(call, call.input(op::clamp::tensor::self), "self");
+  DeviceTensor out = view_of(call, call.output(0), "output");
+  if (!elementwise_dtype(out.dtype)) unimplemented(call, std::string("dtype ") + dtype_str(out.dtype));
+  bool has_lo = call.num_attrs() > A::min && !call.attr_is_none(A::min);
+  bool has_hi = call.num_attrs() > A::max && !call.attr_is_none(A::max);
+  if (!has_lo && !has_hi) unimplemented(call, "neither bound given");
+  const HostNumber lo = has_lo ? attr_number(call, A::min) : HostNumber{};
+  const HostNumber hi = has_hi ? attr_number(call, A::max) : HostNumber{};
+  const bool lo_nan = has_lo && lo.floating && std::isnan(lo.f), hi_nan = has_hi && hi.floating && std::isnan(hi.f);
+  if (elementwise_float(out.dtype) && has_lo && has_hi && (lo_nan || hi_nan)) {
+    const double nan = std::numeric_limits<double>::quiet_NaN();
+    IterShape shape;
+    Operand o = out.operand();
+    if (!plan_elementwise(out.geometry(), nullptr, 0, &shape, &o)) unimplemented(call, "output layout");
+    return check_launch(call, launch_fill(shape, o, number_bits(floating_number(nan), out.dtype), l.stream));
+  }
+  if (lo_nan || hi_nan) has_lo = has_hi = false;  // the only bound is NaN
+  if (!has_lo && !has_hi) {
+    device_copy(call, out, materialize(call, x, out.dtype, false, l), l.stream);
+    return;
+  }
+  if (has_lo) {
+    binary_number_into(call, l, BinaryOp::Maximum, out, x, to_compute_scalar(lo, out.dtype, true));
+    x = out;
+  }
+  if (has_hi) binary_number_into(call, l, BinaryOp::Minimum, out, x, to_compute_scalar(hi, out.dtype, true));
 }
 
 // The fill value in `dtype`'s storage format: rounded once into the dtype (float16/bfloat16 through
@@ -356,52 +430,67 @@ void copy_kernel(const KernelCall& call) {
 
 // ---------------------------------------------------------------- reductions
 
+// Every reduction's attributes start with its dims (an int list; an int or None for argmax and
+// argmin) and end with keepdim; var has its correction between them.
 using Reduce = op::sum;
-static_assert(op::mean::tensor::self == int(Reduce::tensor::self) &&
-              op::amax::attr::dim == int(Reduce::attr::dim) &&
-              op::mean::attr::dim == int(Reduce::attr::dim) &&
-              op::amin::attr::dim == int(Reduce::attr::dim) &&
-              op::mean::attr::keepdim == int(Reduce::attr::keepdim) &&
+static_assert(op::mean::tensor::self == int(Reduce::tensor::self) && op::var::tensor::self == int(Reduce::tensor::self) &&
+              op::argmax::tensor::self == int(Reduce::tensor::self) &&
+              op::amax::attr::dim == int(Reduce::attr::dim) && op::mean::attr::dim == int(Reduce::attr::dim) &&
+              op::amin::attr::dim == int(Reduce::attr::dim) && op::prod::attr::dim == int(Reduce::attr::dim) &&
+              op::var::attr::dim == int(Reduce::attr::dim) && op::argmax::attr::dim == int(Reduce::attr::dim) &&
+              op::argmin::attr::dim == int(Reduce::attr::dim) && op::mean::attr::keepdim == int(Reduce::attr::keepdim) &&
               op::amax::attr::keepdim == int(Reduce::attr::keepdim) &&
-              op::amin::attr::keepdim == int(Reduce::attr::keepdim));
+              op::amin::attr::keepdim == int(Reduce::attr::keepdim) &&
+              op::prod::attr::keepdim == int(Reduce::attr::keepdim) &&
+              op::argmax::attr::keepdim == int(Reduce::attr::keepdim) &&
+              op::argmin::attr::keepdim == int(Reduce::attr::keepdim) && op::var::attr::keepdim == 2 &&
+              op::var::attr::correction == 1);
 
+// sum, prod, amax, amin, argmax and argmin on every dtype, mean and var on floating ones (the
+// dispatcher refuses integer inputs to them, as PyTorch does). Empty reductions: sum 0, prod 1,
+// mean and var NaN; amax, amin, argmax and argmin have no identity and go to the CPU fallback,
+// which reports the error.
 template <ReduceOp kOp>
 void reduce_kernel(const KernelCall& call) {
+  constexpr bool kArg = kOp == ReduceOp::ArgMax || kOp == ReduceOp::ArgMin;
   Launch l(call);
   DeviceTensor x = view_of(call, call.input(Reduce::tensor::self), "self");
   DeviceTensor out = view_of(call, call.output(0), "output");
-  if (!kernel_float(x.dtype)) unimplemented(call, std::string("dtype ") + dtype_str(x.dtype));
+  if ((kOp == ReduceOp::Mean || kOp == ReduceOp::Var) && !elementwise_float(x.dtype))
+    unimplemented(call, std::string("dtype ") + dtype_str(x.dtype));
+  if (kArg && out.dtype != kDtI64) unimplemented(call, "an index output that is not int64");
   if (x.ndim() > 64) unimplemented(call, "more than 64 dims");
-  using A = Reduce::attr;
+  const int keepdim_attr = kOp == ReduceOp::Var ? op::var::attr::keepdim : int(Reduce::attr::keepdim);
   uint64_t mask = 0;
-  bool keepdim = call.num_attrs() > A::keepdim && call.attr(A::keepdim).kind == TESSERA_VALUE_BOOL &&
-                 call.attr_bool(A::keepdim);
-  if (call.num_attrs() > A::dim) {
-    const tessera_value_t& a = call.attr(A::dim);
+  bool keepdim = call.num_attrs() > keepdim_attr && call.attr(keepdim_attr).kind == TESSERA_VALUE_BOOL &&
+                 call.attr_bool(keepdim_attr);
+  if (call.num_attrs() > Reduce::attr::dim) {
+    const tessera_value_t& a = call.attr(Reduce::attr::dim);
     if (a.kind == TESSERA_VALUE_INT_LIST) {
-      for (int j = 0; j < a.count; ++j) {
-        int64_t d = a.u.ints[j];
-        if (d < 0) d += x.ndim();
-        if (d < 0 || d >= x.ndim()) unimplemented(call, "dim out of range");
-        mask |= uint64_t(1) << d;
-      }
+      for (int j = 0; j < a.count; ++j) mask |= uint64_t(1) << wrapped_dim(call, a.u.ints[j], std::max(x.ndim(), 1));
     } else if (a.kind == TESSERA_VALUE_INT) {
-      int64_t d = a.u.i < 0 ? a.u.i + x.ndim() : a.u.i;
-      if (d < 0 || d >= x.ndim()) unimplemented(call, "dim out of range");
-      mask |= uint64_t(1) << d;
+      mask |= uint64_t(1) << wrapped_dim(call, a.u.i, std::max(x.ndim(), 1));
     }
   }
-  if (mask == 0) mask = x.ndim() >= 64 ? ~uint64_t(0) : (uint64_t(1) << x.ndim()) - 1;  // empty dim list = all
+  if (x.ndim() == 0) mask = 0;  // a 0-dim input reduces to itself (dim 0 or -1 name it)
+  else if (mask == 0) mask = x.ndim() >= 64 ? ~uint64_t(0) : (uint64_t(1) << x.ndim()) - 1;  // empty dim list = all
   if (keepdim && out.ndim() != x.ndim()) keepdim = false;
+  double correction = 1.0;
+  if (kOp == ReduceOp::Var && call.num_attrs() > op::var::attr::correction) {
+    const tessera_value_t& c = call.attr(op::var::attr::correction);
+    if (c.kind == TESSERA_VALUE_INT) correction = double(c.u.i);
+    else if (c.kind == TESSERA_VALUE_DOUBLE) correction = c.u.d;
+  }
   ReducePlan plan;
   if (!plan_reduction(x.geometry(), out.geometry(), mask, keepdim, &plan)) unimplemented(call, "operand layout");
-  if (plan.reduce_size == 0 && (kOp == ReduceOp::Max || kOp == ReduceOp::Min))
+  if (plan.reduce_size == 0 && (kOp == ReduceOp::Max || kOp == ReduceOp::Min || kArg))
     unimplemented(call, "empty reduction has no identity");
   const ReduceLaunch how = plan_reduce_launch(plan, Backend::instance().sm_count(l.device));
   std::optional<DeviceBuffer> workspace;
-  if (how.splits > 1) workspace.emplace(l.device, size_t(plan.num_outputs) * size_t(how.splits) * sizeof(float), l.stream);
-  check_launch(call, launch_reduce(kOp, plan, how, x.data, x.dtype, out.data, out.dtype,
-                                   workspace ? static_cast<float*>(workspace->get()) : nullptr, l.stream));
+  if (how.splits > 1)
+    workspace.emplace(l.device, size_t(plan.num_outputs) * size_t(how.splits) * kReduceStateBytes, l.stream);
+  check_launch(call, launch_reduce(kOp, plan, how, x.data, x.dtype, out.data, out.dtype, correction,
+                                   workspace ? workspace->get() : nullptr, l.stream));
 }
 
 // ---------------------------------------------------------------- softmax, layer_norm
@@ -414,7 +503,7 @@ void softmax_kernel(const KernelCall& call) {
   Launch l(call);
   DeviceTensor x = view_of(call, call.input(Softmax::tensor::self), "self");
   DeviceTensor out = view_of(call, call.output(0), "output");
-  if (!kernel_float(out.dtype)) unimplemented(call, std::string("dtype ") + dtype_str(out.dtype));
+  if (!elementwise_float(out.dtype)) unimplemented(call, std::string("dtype ") + dtype_str(out.dtype));
   if (x.numel() > 0 && x.numel() / std::max<int64_t>(x.ndim() ? x.sizes.back() : 1, 1) > 0x7fffffff)
     unimplemented(call, "more than 2^31 - 1 rows");
   x = materialize(call, x, out.dtype, true, l);
@@ -444,7 +533,7 @@ void norm_kernel(const KernelCall& call) {
   Launch l(call);
   DeviceTensor x = view_of(call, call.input(T::input), "input");
   DeviceTensor out = view_of(call, call.output(0), "output");
-  if (!kernel_float(out.dtype)) unimplemented(call, std::string("dtype ") + dtype_str(out.dtype));
+  if (!elementwise_float(out.dtype)) unimplemented(call, std::string("dtype ") + dtype_str(out.dtype));
   if (call.num_outputs() != 1) unimplemented(call, "only the normalised output is produced");
   int count = 0;
   const int64_t* ns = call.attr_ints(A::normalized_shape, &count);
@@ -515,7 +604,12 @@ bool env_is_one(const char* name) {
 bool allow_tf32() { return env_is_one("TESSERA_CUDA_ALLOW_TF32"); }
 
 cudaDataType_t cuda_type(int32_t dt) {
-  return dt == kDtF16 ? CUDA_R_16F : (dt == kDtBF16 ? CUDA_R_16BF : CUDA_R_32F);
+  switch (dt) {
+    case kDtF16: return CUDA_R_16F;
+    case kDtBF16: return CUDA_R_16BF;
+    case kDtF64: return CUDA_R_64F;
+    default: return CUDA_R_32F;
+  }
 }
 
 // D[b] (m x n, row-major, ld = out_row_stride) = A[b] (m x k) * B[b] (k x n) (+ bias[n]).
@@ -574,9 +668,12 @@ void lt_matmul(const KernelCall& call, const Launch& l, int32_t dtype, const Mat
                                                       " failed with cuBLAS status " + std::to_string(int(st)));
       }
     };
-    const cublasComputeType_t compute = tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+    // float64 in double throughout (PyTorch's DGEMM); the rest accumulate in fp32.
+    const bool f64 = dtype == kDtF64;
+    const cublasComputeType_t compute =
+        f64 ? CUBLAS_COMPUTE_64F : (tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F);
     const cudaDataType_t type = cuda_type(dtype);
-    check(api.matmul_desc_create(&p.desc, compute, CUDA_R_32F), "cublasLtMatmulDescCreate");
+    check(api.matmul_desc_create(&p.desc, compute, f64 ? CUDA_R_64F : CUDA_R_32F), "cublasLtMatmulDescCreate");
     check(api.matmul_desc_set_attribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_lt_a, sizeof(op_lt_a)), "TRANSA");
     check(api.matmul_desc_set_attribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_lt_b, sizeof(op_lt_b)), "TRANSB");
     if (bias) {
@@ -628,7 +725,11 @@ void lt_matmul(const KernelCall& call, const Launch& l, int32_t dtype, const Mat
     }
   }
   DeviceBuffer workspace(l.device, plan->result.workspaceSize, l.stream);
-  const float alpha = 1.0f, beta = 0.0f;
+  // The scale type is the compute type's: double for float64, float otherwise.
+  const float alpha_f = 1.0f, beta_f = 0.0f;
+  const double alpha_d = 1.0, beta_d = 0.0;
+  const void* alpha = dtype == kDtF64 ? static_cast<const void*>(&alpha_d) : &alpha_f;
+  const void* beta = dtype == kDtF64 ? static_cast<const void*>(&beta_d) : &beta_f;
   cublasStatus_t st;
   {
     std::lock_guard<std::mutex> lock(plan->mutex);
@@ -640,7 +741,7 @@ void lt_matmul(const KernelCall& call, const Launch& l, int32_t dtype, const Mat
                                                       std::to_string(int(st)));
     }
     t_queued = true;
-    st = api.matmul(handle, plan->desc, &alpha, b.data, plan->la, a.data, plan->lb, &beta, out, plan->lc, out, plan->lc,
+    st = api.matmul(handle, plan->desc, alpha, b.data, plan->la, a.data, plan->lb, beta, out, plan->lc, out, plan->lc,
                     &plan->result.algo, workspace.get(), plan->result.workspaceSize, l.stream);
   }
   if (st == CUBLAS_STATUS_SUCCESS) g_kernel_launches.fetch_add(1, std::memory_order_relaxed);
@@ -685,7 +786,7 @@ bool batch_stride_of(const DeviceTensor& t, int matrix_dims, const std::vector<i
 void matmul_impl(const KernelCall& call, const Launch& l, DeviceTensor a, DeviceTensor b, DeviceTensor out,
                  const void* bias, int attempt = 0) {
   const int32_t dtype = out.dtype;
-  if (!kernel_float(dtype)) unimplemented(call, std::string("dtype ") + dtype_str(dtype));
+  if (!elementwise_float(dtype)) unimplemented(call, std::string("dtype ") + dtype_str(dtype));
   if (a.ndim() == 0 || b.ndim() == 0) unimplemented(call, "0-dim operand");
   a = materialize(call, a, dtype, false, l);
   b = materialize(call, b, dtype, false, l);
@@ -771,6 +872,20 @@ void linear_kernel(const KernelCall& call) {
     DeviceTensor b = view_of(call, call.input(T::bias), "bias");
     if (b.ndim() != 1 || b.sizes[0] != w.sizes[0]) unimplemented(call, "bias that is not [out_features]");
     bias = materialize(call, b, out.dtype, true, l);
+    if (out.dtype == kDtF64) {
+      // cuBLASLt's bias epilogue is not offered for double: the GEMM, then out += bias broadcast
+      // over the rows, in the same stream.
+      matmul_impl(call, l, x, wt, out, nullptr);
+      if (out.numel() == 0) return;
+      IterShape shape;
+      Operand ops[3] = {out.operand(), out.operand(), bias->operand()};
+      const Geometry ins[2] = {out.geometry(), bias->geometry()};
+      if (!plan_elementwise(out.geometry(), ins, 2, &shape, ops)) unimplemented(call, "bias layout");
+      const ComputeScalar one = to_compute_scalar(integral_number(1), kDtF64);
+      check_launch(call, launch_binary(BinaryOp::Add, kDtF64, shape, ops[0], ops[1], ops[2], 0, ComputeScalar{}, one,
+                                       is_dense(shape, ops, 3), l.stream));
+      return;
+    }
     if (lt_bias_needs_copy(bias->data)) {  // Note [cuBLASLt alignment]: a fresh block is 512-byte aligned
       DeviceTensor aligned = *bias;
       aligned.owner = std::make_shared<DeviceBuffer>(l.device, size_t(b.sizes[0]) * sdk::dtype_size(out.dtype), l.stream);
@@ -797,55 +912,75 @@ void sdpa_kernel(const KernelCall& call) {
   std::optional<double> scale;
   if (call.num_attrs() > A::scale && call.attr(A::scale).kind == TESSERA_VALUE_DOUBLE)
     scale = call.attr_double(A::scale);
-  const int nd = q.ndim();
-  if (nd < 3 || nd > 4 || k.ndim() != nd || v.ndim() != nd || out.ndim() != nd) unimplemented(call, "rank other than 3 or 4");
+  const int nd = out.ndim();
+  if (nd < 2 || nd > 4 || q.ndim() > 4 || k.ndim() > 4 || v.ndim() > 4) unimplemented(call, "rank above 4");
+  // Leading dims up to [batch, heads]: missing ones are size 1 (stride 0); a 3-D tensor is [batch, L, E].
   auto as4 = [](DeviceTensor& t) {
     if (t.ndim() == 3) {
       t.sizes.insert(t.sizes.begin() + 1, 1);
       t.strides.insert(t.strides.begin() + 1, 0);
     }
+    while (t.ndim() < 4) {
+      t.sizes.insert(t.sizes.begin(), 1);
+      t.strides.insert(t.strides.begin(), 0);
+    }
   };
+  if (q.ndim() != nd || k.ndim() != nd || v.ndim() != nd) unimplemented(call, "operands of different ranks");
   as4(q);
   as4(k);
   as4(v);
   as4(out);
   const int32_t dtype = q.dtype;
-  const int64_t d = q.sizes[3];
-  if (!attention_supported(dtype, d) || k.dtype != dtype || v.dtype != dtype || out.dtype != dtype)
-    unimplemented(call, std::string("dtype ") + dtype_str(dtype) + " with head dim " + std::to_string(d) +
-                            " (the flash kernel takes float16/bfloat16 with head dim 64 or 128)");
-  if (k.sizes[3] != d || v.sizes[3] != d) unimplemented(call, "value head dim differs from query head dim");
-  for (int i = 0; i < 2; ++i)
-    if (k.sizes[size_t(i)] != q.sizes[size_t(i)] || v.sizes[size_t(i)] != q.sizes[size_t(i)])
-      unimplemented(call, "broadcast batch or head dims");
-  if (k.sizes[2] != v.sizes[2]) unimplemented(call, "key and value lengths differ");
-  if (q.strides[3] != 1) q = materialize(call, q, dtype, true, l);
-  if (k.strides[3] != 1) k = materialize(call, k, dtype, true, l);
-  if (v.strides[3] != 1) v = materialize(call, v, dtype, true, l);
-  if (out.strides[3] != 1) unimplemented(call, "output with a non-unit last stride");
+  const int64_t d = q.sizes[3], dv = v.sizes[3];
+  if (k.dtype != dtype || v.dtype != dtype || out.dtype != dtype) unimplemented(call, "mixed dtypes");
+  if (k.sizes[3] != d || out.sizes[3] != dv) unimplemented(call, "head dims that do not match");
+  // Note [CUDA flash attention] for float16/bfloat16 at head dims 64 and 128, else Note [CUDA
+  // attention, a warp per query row].
+  const bool flash = attention_supported(dtype, d) && dv == d;
+  if (!flash && !attention_rows_supported(dtype, d, dv))
+    unimplemented(call, std::string("dtype ") + dtype_str(dtype) + " with head dims " + std::to_string(d) + " and " +
+                            std::to_string(dv) + " (the CUDA kernels take head dims up to 256)");
+  // Batch and head dims broadcast (stride 0) to the output's.
+  for (DeviceTensor* t : {&q, &k, &v}) {
+    for (int i = 0; i < 2; ++i) {
+      if (t->sizes[size_t(i)] == out.sizes[size_t(i)] && t->sizes[size_t(i)] != 1) continue;
+      if (t->sizes[size_t(i)] != 1) unimplemented(call, "batch or head dims that do not broadcast");
+      t->strides[size_t(i)] = 0;
+    }
+  }
+  if (k.sizes[2] != v.sizes[2] || q.sizes[2] != out.sizes[2]) unimplemented(call, "sequence lengths differ");
+  if (q.strides[3] != 1 && q.sizes[3] != 1) q = materialize(call, q, dtype, true, l);
+  if (k.strides[3] != 1 && k.sizes[3] != 1) k = materialize(call, k, dtype, true, l);
+  if (v.strides[3] != 1 && v.sizes[3] != 1) v = materialize(call, v, dtype, true, l);
+  if (out.strides[3] != 1 && out.sizes[3] != 1) unimplemented(call, "output with a non-unit last stride");
   AttentionParams p;
   p.q = q.data;
   p.k = k.data;
   p.v = v.data;
   p.out = out.data;
   p.dtype = dtype;
-  p.batch = q.sizes[0];
-  p.heads = q.sizes[1];
+  p.batch = out.sizes[0];
+  p.heads = out.sizes[1];
   p.len_q = q.sizes[2];
   p.len_k = k.sizes[2];
   p.head_dim = d;
+  p.value_dim = dv;
   for (int i = 0; i < 3; ++i) {
     p.q_strides[i] = q.strides[size_t(i)];
     p.k_strides[i] = k.strides[size_t(i)];
     p.v_strides[i] = v.strides[size_t(i)];
     p.out_strides[i] = out.strides[size_t(i)];
   }
-  p.scale = float(scale ? *scale : 1.0 / std::sqrt(double(d)));
+  p.scale_exact = scale ? *scale : 1.0 / std::sqrt(double(d));
+  p.scale = float(p.scale_exact);
   p.causal = causal;
   p.tensor_cores = !env_is_one("TESSERA_CUDA_FLASH_SIMT");
   uint32_t grid = 0;
-  if (!plan_attention_grid(p.batch * p.heads, p.len_q, attention_rows_per_block(p.tensor_cores), &p.q_blocks, &grid))
+  int64_t rows = 0;
+  if (__builtin_mul_overflow(p.batch * p.heads, p.len_q, &rows)) unimplemented(call, "too many query rows");
+  if (flash && !plan_attention_grid(p.batch * p.heads, p.len_q, attention_rows_per_block(p.tensor_cores), &p.q_blocks, &grid))
     unimplemented(call, "more than 2^31 - 1 blocks of query rows");
+  auto launch = [&] { return flash ? launch_attention(p, l.stream) : launch_attention_rows(p, l.stream); };
   if (out.numel() == 0) return;
   if (p.len_k == 0) {  // no key: the weighted sum is empty, zeros like the CPU backend
     IterShape shape;
@@ -862,6 +997,10 @@ void sdpa_kernel(const KernelCall& call) {
       mask.sizes.insert(mask.sizes.begin() + 1, 1);
       mask.strides.insert(mask.strides.begin() + 1, 0);
     }
+    if (nd == 2 && mask.ndim() == 2) {  // [Lq, Lk]
+      mask.sizes.insert(mask.sizes.begin(), 2, 1);
+      mask.strides.insert(mask.strides.begin(), 2, 0);
+    }
     const int64_t full[4] = {p.batch, p.heads, p.len_q, p.len_k};
     for (int i = 0; i < 4; ++i) {
       const int mi = i - (4 - mask.ndim());
@@ -874,10 +1013,8 @@ void sdpa_kernel(const KernelCall& call) {
     }
     p.mask = mask.data;
     p.mask_dtype = mask.dtype;
-    check_launch(call, launch_attention(p, l.stream));
-    return;
   }
-  check_launch(call, launch_attention(p, l.stream));
+  check_launch(call, launch());
 }
 
 // ---------------------------------------------------------------- where, logical ops, cat, stack, arange
@@ -1157,6 +1294,9 @@ void register_kernels(const sdk::Host& host) {
   host.register_kernel(op::div_Tensor::name, kFloat | kF64, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Div>));
   host.register_kernel(op::maximum::name, kNumeric | kF64, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Maximum>));
   host.register_kernel(op::minimum::name, kNumeric | kF64, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Minimum>));
+  host.register_kernel(op::pow_Tensor_Tensor::name, kNumeric | kF64, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Pow>));
+  host.register_kernel(op::pow_Tensor_Scalar::name, kNumeric | kF64, TESSERA_SDK_KERNEL(pow_scalar_kernel));
+  host.register_kernel(op::clamp::name, kNumeric | kF64, TESSERA_SDK_KERNEL(clamp_kernel));
   host.register_kernel(op::eq_Tensor::name, kNumeric | kF64, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Eq>));
   host.register_kernel(op::ne_Tensor::name, kNumeric | kF64, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Ne>));
   host.register_kernel(op::lt_Tensor::name, kNumeric | kF64, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Lt>));
@@ -1194,18 +1334,22 @@ void register_kernels(const sdk::Host& host) {
   host.register_kernel(op::gather::name, kAll, TESSERA_SDK_KERNEL(gather_kernel));
   host.register_kernel(op::arange::name, kNumeric | kF64, TESSERA_SDK_KERNEL(arange_kernel));
   // reductions
-  host.register_kernel(op::sum::name, kFloat, TESSERA_SDK_KERNEL(reduce_kernel<ReduceOp::Sum>));
-  host.register_kernel(op::mean::name, kFloat, TESSERA_SDK_KERNEL(reduce_kernel<ReduceOp::Mean>));
-  host.register_kernel(op::amax::name, kFloat, TESSERA_SDK_KERNEL(reduce_kernel<ReduceOp::Max>));
-  host.register_kernel(op::amin::name, kFloat, TESSERA_SDK_KERNEL(reduce_kernel<ReduceOp::Min>));
+  host.register_kernel(op::sum::name, kAll, TESSERA_SDK_KERNEL(reduce_kernel<ReduceOp::Sum>));
+  host.register_kernel(op::mean::name, kFloat | kF64, TESSERA_SDK_KERNEL(reduce_kernel<ReduceOp::Mean>));
+  host.register_kernel(op::amax::name, kAll, TESSERA_SDK_KERNEL(reduce_kernel<ReduceOp::Max>));
+  host.register_kernel(op::amin::name, kAll, TESSERA_SDK_KERNEL(reduce_kernel<ReduceOp::Min>));
+  host.register_kernel(op::prod::name, kAll, TESSERA_SDK_KERNEL(reduce_kernel<ReduceOp::Prod>));
+  host.register_kernel(op::var::name, kFloat | kF64, TESSERA_SDK_KERNEL(reduce_kernel<ReduceOp::Var>));
+  host.register_kernel(op::argmax::name, kAll, TESSERA_SDK_KERNEL(reduce_kernel<ReduceOp::ArgMax>));
+  host.register_kernel(op::argmin::name, kAll, TESSERA_SDK_KERNEL(reduce_kernel<ReduceOp::ArgMin>));
   // nn
-  host.register_kernel(op::softmax::name, kFloat, TESSERA_SDK_KERNEL(softmax_kernel<false>));
-  host.register_kernel(op::log_softmax::name, kFloat, TESSERA_SDK_KERNEL(softmax_kernel<true>));
-  host.register_kernel(op::layer_norm::name, kFloat, TESSERA_SDK_KERNEL(norm_kernel<false>));
-  host.register_kernel(op::rms_norm::name, kFloat, TESSERA_SDK_KERNEL(norm_kernel<true>));
-  host.register_kernel(op::matmul::name, kFloat, TESSERA_SDK_KERNEL(matmul_kernel));
-  host.register_kernel(op::linear::name, kFloat, TESSERA_SDK_KERNEL(linear_kernel));
-  host.register_kernel(op::scaled_dot_product_attention::name, kHalfTypes, TESSERA_SDK_KERNEL(sdpa_kernel));
+  host.register_kernel(op::softmax::name, kFloat | kF64, TESSERA_SDK_KERNEL(softmax_kernel<false>));
+  host.register_kernel(op::log_softmax::name, kFloat | kF64, TESSERA_SDK_KERNEL(softmax_kernel<true>));
+  host.register_kernel(op::layer_norm::name, kFloat | kF64, TESSERA_SDK_KERNEL(norm_kernel<false>));
+  host.register_kernel(op::rms_norm::name, kFloat | kF64, TESSERA_SDK_KERNEL(norm_kernel<true>));
+  host.register_kernel(op::matmul::name, kFloat | kF64, TESSERA_SDK_KERNEL(matmul_kernel));
+  host.register_kernel(op::linear::name, kFloat | kF64, TESSERA_SDK_KERNEL(linear_kernel));
+  host.register_kernel(op::scaled_dot_product_attention::name, kFloat | kF64, TESSERA_SDK_KERNEL(sdpa_kernel));
 }
 
 }  // namespace tessera::cuda

@@ -1,41 +1,112 @@
-// Reductions (sum, mean, amax, amin over any set of dims), softmax / log_softmax, layer_norm and
-// rms_norm.
-// All accumulate in fp32. Softmax computes its row statistics in one online pass (running max and
-// rescaled sum, merged across threads) and writes in a second; layer_norm uses Welford's algorithm.
+// Reductions (sum, mean, amax, amin, prod, var, argmax, argmin over any set of dims), softmax /
+// log_softmax, layer_norm and rms_norm.
+// Reductions accumulate the states of reduce_state.h (Note [CUDA reduction states]): fp32 for the
+// 16-bit floats and float32, double for float64, int64 for integers and bool. Softmax computes its
+// row statistics in one online pass (running max and rescaled sum, merged across threads) and
+// writes in a second; layer_norm uses Welford's algorithm; both in fp32, or double for float64.
 #include <cmath>
 
 #include "cuda_common.cuh"
 #include "nan_math.h"
+#include "reduce_state.h"
 
 namespace tessera::cuda {
+
+template <> struct ReduceAcc<__half> { using type = float; };
+template <> struct ReduceAcc<__nv_bfloat16> { using type = float; };
+
 namespace {
 
-__device__ __forceinline__ float reduce_init(ReduceOp op) {
-  return op == ReduceOp::Max ? -INFINITY : (op == ReduceOp::Min ? INFINITY : 0.0f);
+// float for the 16-bit floats and float32, double for float64: the arithmetic type of softmax and
+// the norms.
+template <typename T> using float_acc_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
+template <typename T> __device__ __forceinline__ float_acc_t<T> to_acc(T v) { return float_acc_t<T>(to_op(v)); }
+
+__device__ __forceinline__ float acc_rsqrt(float x) { return rsqrtf(x); }
+__device__ __forceinline__ double acc_rsqrt(double x) { return rsqrt(x); }
+__device__ __forceinline__ float acc_fma(float a, float b, float c) { return fmaf(a, b, c); }
+__device__ __forceinline__ double acc_fma(double a, double b, double c) { return fma(a, b, c); }
+__device__ __forceinline__ float acc_sqrt(float x) { return sqrtf(x); }
+__device__ __forceinline__ double acc_sqrt(double x) { return sqrt(x); }
+
+// ---------------------------------------------------------------- reductions
+
+template <typename T> __device__ __forceinline__ reduce_acc_t<T> load_reduce(T v) { return reduce_acc_t<T>(v); }
+template <> __device__ __forceinline__ float load_reduce<__half>(__half v) { return __half2float(v); }
+template <> __device__ __forceinline__ float load_reduce<__nv_bfloat16>(__nv_bfloat16 v) { return __bfloat162float(v); }
+
+template <typename Acc, ReduceOp kOp>
+__device__ __forceinline__ ValueState<Acc, kOp> shfl_xor(const ValueState<Acc, kOp>& s, int o) {
+  return {__shfl_xor_sync(0xffffffffu, s.v, o)};
 }
-// Max and min propagate NaN, like PyTorch's amax/amin (Note [NaN in CUDA row maxima]).
-__device__ __forceinline__ float reduce_combine(ReduceOp op, float a, float b) {
-  switch (op) {
-    case ReduceOp::Max: return nan_max(a, b);
-    case ReduceOp::Min: return nan_min(a, b);
-    default: return a + b;
-  }
+template <typename Acc>
+__device__ __forceinline__ WelfordState<Acc> shfl_xor(const WelfordState<Acc>& s, int o) {
+  return {__shfl_xor_sync(0xffffffffu, s.n, o), __shfl_xor_sync(0xffffffffu, s.mean, o),
+          __shfl_xor_sync(0xffffffffu, s.m2, o)};
 }
-__device__ __forceinline__ float warp_reduce(ReduceOp op, float v) {
+template <typename Acc, bool kMin>
+__device__ __forceinline__ ArgState<Acc, kMin> shfl_xor(const ArgState<Acc, kMin>& s, int o) {
+  return {__shfl_xor_sync(0xffffffffu, s.v, o), __shfl_xor_sync(0xffffffffu, s.i, o)};
+}
+
+template <typename S>
+__device__ __forceinline__ S warp_reduce(S s) {
 #pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v = reduce_combine(op, v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
+  for (int o = 16; o > 0; o >>= 1) s.merge(shfl_xor(s, o));
+  return s;
 }
-// The result is valid in thread 0. `smem` holds 32 floats; callers sync before reusing it.
-__device__ float block_reduce(ReduceOp op, float v, float* smem) {
+// The result is valid in thread 0. `smem` holds 32 states; callers sync before reusing it.
+template <typename S>
+__device__ S block_reduce(S s, S* smem) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  v = warp_reduce(op, v);
-  if (lane == 0) smem[warp] = v;
+  s = warp_reduce(s);
+  if (lane == 0) smem[warp] = s;
   __syncthreads();
   const int nwarps = int(blockDim.x + 31) >> 5;
-  v = threadIdx.x < unsigned(nwarps) ? smem[lane] : reduce_init(op);
-  if (warp == 0) v = warp_reduce(op, v);
-  return v;
+  s = threadIdx.x < unsigned(nwarps) ? smem[lane] : S::identity();
+  if (warp == 0) s = warp_reduce(s);
+  return s;
+}
+
+// An accumulated value stored into the output dtype: integer accumulators wrap into integer
+// outputs (int64 sums are exact) and are converted into floating ones; floating accumulators go to
+// floating outputs.
+template <typename Acc>
+__device__ __forceinline__ void store_acc(char* p, int32_t dt, Acc v) {
+  if constexpr (std::is_integral_v<Acc>) {
+    switch (dt) {
+      case kDtBool: *reinterpret_cast<bool*>(p) = v != 0; return;
+      case kDtU8: *reinterpret_cast<uint8_t*>(p) = uint8_t(v); return;
+      case kDtI8: *reinterpret_cast<int8_t*>(p) = int8_t(v); return;
+      case kDtI16: *reinterpret_cast<int16_t*>(p) = int16_t(v); return;
+      case kDtI32: *reinterpret_cast<int32_t*>(p) = int32_t(v); return;
+      case kDtI64: *reinterpret_cast<int64_t*>(p) = int64_t(v); return;
+      default: store_double(p, dt, double(v)); return;
+    }
+  } else {
+    store_double(p, dt, double(v));
+  }
+}
+
+// What finishing an output needs besides its state: mean's divisor and var's correction.
+struct ReduceFinish {
+  bool mean = false;
+  int64_t count = 1;  // the reduced elements per output
+  double correction = 1.0;
+};
+
+template <typename Acc, ReduceOp kOp>
+__device__ __forceinline__ void store_state(const ValueState<Acc, kOp>& s, const ReduceFinish& f, char* p, int32_t dt) {
+  if constexpr (std::is_integral_v<Acc>) store_acc(p, dt, s.v);
+  else store_acc(p, dt, f.mean ? s.v / Acc(f.count) : s.v);  // an empty mean is 0 / 0: NaN
+}
+template <typename Acc>
+__device__ __forceinline__ void store_state(const WelfordState<Acc>& s, const ReduceFinish& f, char* p, int32_t dt) {
+  store_acc(p, dt, s.variance(f.correction));
+}
+template <typename Acc, bool kMin>
+__device__ __forceinline__ void store_state(const ArgState<Acc, kMin>& s, const ReduceFinish&, char* p, int32_t dt) {
+  store_acc(p, dt, s.i);
 }
 
 __device__ __forceinline__ void kept_offsets(const ReducePlan& p, int64_t o, int64_t& in_off, int64_t& out_off) {
@@ -57,49 +128,41 @@ __device__ __forceinline__ int64_t reduced_offset(const ReducePlan& p, int64_t r
   return off;
 }
 
-__device__ __forceinline__ void reduce_store(ReduceOp op, const ReducePlan& p, float acc, char* out, int32_t out_dtype,
-                                             int64_t out_off) {
-  const float value = op == ReduceOp::Mean ? acc / float(p.reduce_size) : acc;
-  store_double(out + out_off * dtype_itemsize(out_dtype), out_dtype, double(value));
-}
-
 // Stores the result of split `split` of output `o`: the final value when there is one split, else
-// a partial (sums stay sums: the mean divides in the second pass).
-__device__ __forceinline__ void reduce_emit(ReduceOp op, const ReducePlan& p, int64_t splits, int64_t o, int64_t split,
-                                            float acc, char* out, int32_t out_dtype, int64_t out_off, float* ws) {
-  if (splits == 1) {
-    reduce_store(op, p, acc, out, out_dtype, out_off);
-  } else {
-    ws[o * splits + split] = acc;
-  }
+// the partial state for the second pass.
+template <typename S>
+__device__ __forceinline__ void reduce_emit(const S& s, const ReduceFinish& f, int64_t splits, int64_t o, int64_t split,
+                                            char* out, int32_t out_dtype, int64_t out_off, S* ws) {
+  if (splits == 1) store_state(s, f, out + out_off * dtype_itemsize(out_dtype), out_dtype);
+  else ws[o * splits + split] = s;
 }
 
 // A block per (output, split): the split's reduced elements are spread over the block's threads.
 // blockIdx.y is the split.
-template <typename T>
-__global__ void reduce_block_kernel(ReduceOp op, ReducePlan p, int64_t splits, int64_t chunk, const T* in, char* out,
-                                    int32_t out_dtype, float* ws) {
-  __shared__ float smem[32];
+template <typename T, typename S>
+__global__ void reduce_block_kernel(ReducePlan p, ReduceFinish f, int64_t splits, int64_t chunk, const T* in, char* out,
+                                    int32_t out_dtype, S* ws) {
+  __shared__ S smem[32];
   const int64_t split = blockIdx.y;
   const int64_t r_begin = split * chunk;
   const int64_t r_end = r_begin + chunk < p.reduce_size ? r_begin + chunk : p.reduce_size;
   for (int64_t o = blockIdx.x; o < p.num_outputs; o += gridDim.x) {
     int64_t in_base, out_off;
     kept_offsets(p, o, in_base, out_off);
-    float acc = reduce_init(op);
+    S s = S::identity();
     for (int64_t r = r_begin + threadIdx.x; r < r_end; r += blockDim.x)
-      acc = reduce_combine(op, acc, to_float(in[in_base + reduced_offset(p, r)]));
-    acc = block_reduce(op, acc, smem);
-    if (threadIdx.x == 0) reduce_emit(op, p, splits, o, split, acc, out, out_dtype, out_off, ws);
+      s.add(load_reduce(in[in_base + reduced_offset(p, r)]), r);
+    s = block_reduce(s, smem);
+    if (threadIdx.x == 0) reduce_emit(s, f, splits, o, split, out, out_dtype, out_off, ws);
     __syncthreads();
   }
 }
 
 // A thread per (output, split): neighbouring threads read neighbouring inputs when the reduced
 // dims are not the innermost ones. blockIdx.y is the split.
-template <typename T>
-__global__ void reduce_thread_kernel(ReduceOp op, ReducePlan p, int64_t splits, int64_t chunk, const T* in, char* out,
-                                     int32_t out_dtype, float* ws) {
+template <typename T, typename S>
+__global__ void reduce_thread_kernel(ReducePlan p, ReduceFinish f, int64_t splits, int64_t chunk, const T* in,
+                                     char* out, int32_t out_dtype, S* ws) {
   const int64_t split = blockIdx.y;
   const int64_t r_begin = split * chunk;
   const int64_t r_end = r_begin + chunk < p.reduce_size ? r_begin + chunk : p.reduce_size;
@@ -107,64 +170,87 @@ __global__ void reduce_thread_kernel(ReduceOp op, ReducePlan p, int64_t splits, 
   for (int64_t o = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; o < p.num_outputs; o += stride) {
     int64_t in_base, out_off;
     kept_offsets(p, o, in_base, out_off);
-    float acc = reduce_init(op);
-    for (int64_t r = r_begin; r < r_end; ++r) acc = reduce_combine(op, acc, to_float(in[in_base + reduced_offset(p, r)]));
-    reduce_emit(op, p, splits, o, split, acc, out, out_dtype, out_off, ws);
+    S s = S::identity();
+    for (int64_t r = r_begin; r < r_end; ++r) s.add(load_reduce(in[in_base + reduced_offset(p, r)]), r);
+    reduce_emit(s, f, splits, o, split, out, out_dtype, out_off, ws);
   }
 }
 
-// Second pass: a warp per output combines its splits' partials.
-__global__ void reduce_finish_kernel(ReduceOp op, ReducePlan p, int64_t splits, const float* ws, char* out,
+// Second pass: a warp per output merges its splits' partial states.
+template <typename S>
+__global__ void reduce_finish_kernel(ReducePlan p, ReduceFinish f, int64_t splits, const S* ws, char* out,
                                      int32_t out_dtype) {
   const int lane = threadIdx.x & 31;
   const int64_t warps = (int64_t(gridDim.x) * blockDim.x) >> 5;
   for (int64_t o = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) >> 5; o < p.num_outputs; o += warps) {
-    float acc = reduce_init(op);
-    for (int64_t s = lane; s < splits; s += 32) acc = reduce_combine(op, acc, ws[o * splits + s]);
-    acc = warp_reduce(op, acc);
+    S s = S::identity();
+    for (int64_t k = lane; k < splits; k += 32) s.merge(ws[o * splits + k]);
+    s = warp_reduce(s);
     if (lane == 0) {
       int64_t in_base, out_off;
       kept_offsets(p, o, in_base, out_off);
-      reduce_store(op, p, acc, out, out_dtype, out_off);
+      store_state(s, f, out + out_off * dtype_itemsize(out_dtype), out_dtype);
     }
   }
 }
 
-template <typename T>
-cudaError_t run_reduce(ReduceOp op, const ReducePlan& p, const ReduceLaunch& how, const void* in, void* out,
-                       int32_t out_dtype, float* ws, cudaStream_t stream) {
+template <typename T, typename S>
+cudaError_t run_reduce(const ReducePlan& p, const ReduceLaunch& how, const ReduceFinish& f, const void* in, void* out,
+                       int32_t out_dtype, void* workspace, cudaStream_t stream) {
+  static_assert(sizeof(S) <= kReduceStateBytes);
   if (p.num_outputs == 0) return cudaSuccess;
-  if (how.splits < 1 || how.splits > 65535 || (how.splits > 1 && !ws)) return cudaErrorInvalidValue;
+  if (how.splits < 1 || how.splits > 65535 || (how.splits > 1 && !workspace)) return cudaErrorInvalidValue;
   const T* x = static_cast<const T*>(in);
   char* o = static_cast<char*>(out);
+  S* ws = static_cast<S*>(workspace);
   if (how.block_per_output) {
     const int64_t blocks = p.num_outputs < 65535 * 4 ? p.num_outputs : 65535 * 4;
     const dim3 grid{unsigned(blocks), unsigned(how.splits), 1u};
-    reduce_block_kernel<T><<<grid, unsigned(how.threads), 0, stream>>>(op, p, how.splits, how.chunk, x, o, out_dtype, ws);
+    reduce_block_kernel<T, S><<<grid, unsigned(how.threads), 0, stream>>>(p, f, how.splits, how.chunk, x, o, out_dtype, ws);
   } else {
     const dim3 grid{grid_for(p.num_outputs, how.threads), unsigned(how.splits), 1u};
-    reduce_thread_kernel<T><<<grid, unsigned(how.threads), 0, stream>>>(op, p, how.splits, how.chunk, x, o, out_dtype, ws);
+    reduce_thread_kernel<T, S><<<grid, unsigned(how.threads), 0, stream>>>(p, f, how.splits, how.chunk, x, o, out_dtype, ws);
   }
   if (cudaError_t e = cudaGetLastError(); e != cudaSuccess || how.splits == 1) return e;
-  reduce_finish_kernel<<<grid_for(p.num_outputs * 32), kThreads, 0, stream>>>(op, p, how.splits, ws, o, out_dtype);
+  reduce_finish_kernel<S><<<grid_for(p.num_outputs * 32), kThreads, 0, stream>>>(p, f, how.splits, ws, o, out_dtype);
   return cudaGetLastError();
+}
+
+template <typename T>
+cudaError_t reduce_for(ReduceOp op, const ReducePlan& p, const ReduceLaunch& how, const ReduceFinish& f, const void* in,
+                       void* out, int32_t out_dtype, void* ws, cudaStream_t stream) {
+  using Acc = reduce_acc_t<T>;
+  switch (op) {
+    case ReduceOp::Sum:
+    case ReduceOp::Mean: return run_reduce<T, ValueState<Acc, ReduceOp::Sum>>(p, how, f, in, out, out_dtype, ws, stream);
+    case ReduceOp::Prod: return run_reduce<T, ValueState<Acc, ReduceOp::Prod>>(p, how, f, in, out, out_dtype, ws, stream);
+    case ReduceOp::Max: return run_reduce<T, ValueState<Acc, ReduceOp::Max>>(p, how, f, in, out, out_dtype, ws, stream);
+    case ReduceOp::Min: return run_reduce<T, ValueState<Acc, ReduceOp::Min>>(p, how, f, in, out, out_dtype, ws, stream);
+    case ReduceOp::Var:
+      if constexpr (std::is_integral_v<Acc>) return cudaErrorInvalidValue;
+      else return run_reduce<T, WelfordState<Acc>>(p, how, f, in, out, out_dtype, ws, stream);
+    case ReduceOp::ArgMax: return run_reduce<T, ArgState<Acc, false>>(p, how, f, in, out, out_dtype, ws, stream);
+    case ReduceOp::ArgMin: return run_reduce<T, ArgState<Acc, true>>(p, how, f, in, out, out_dtype, ws, stream);
+  }
+  return cudaErrorInvalidValue;
 }
 
 // ---------------------------------------------------------------- softmax
 
-// Running (max, sum of exp(x - max)) pairs: SoftmaxStat (nan_math.h), whose max keeps a NaN (Note
-// [NaN in CUDA row maxima]; fmaxf dropped it, and a row with a NaN came out finite).
-__device__ __forceinline__ void warp_merge(SoftmaxStat& st) {
+// Running (max, sum of exp(x - max)) pairs: BasicSoftmaxStat (nan_math.h), whose max keeps a NaN
+// (Note [NaN in CUDA row maxima]; fmaxf dropped it, and a row with a NaN came out finite).
+template <typename Acc>
+__device__ __forceinline__ void warp_merge(BasicSoftmaxStat<Acc>& st) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) {
-    const float m2 = __shfl_xor_sync(0xffffffffu, st.m, o);
-    const float s2 = __shfl_xor_sync(0xffffffffu, st.s, o);
+    const Acc m2 = __shfl_xor_sync(0xffffffffu, st.m, o);
+    const Acc s2 = __shfl_xor_sync(0xffffffffu, st.s, o);
     st.merge(m2, s2);
   }
 }
 
 template <typename T>
-__device__ __forceinline__ T softmax_value(bool log, float x, const SoftmaxStat& st) {
+__device__ __forceinline__ T softmax_value(bool log, float_acc_t<T> x, const BasicSoftmaxStat<float_acc_t<T>>& st) {
   return from_op<T>(st.value(log, x));
 }
 
@@ -176,20 +262,21 @@ __global__ void softmax_warp_kernel(bool log, const T* in, T* out, int64_t rows,
   if (row >= rows) return;
   const T* x = in + row * n;
   T* y = out + row * n;
-  SoftmaxStat st;
-  for (int64_t j = lane; j < n; j += 32) st.add(to_float(x[j]));
+  BasicSoftmaxStat<float_acc_t<T>> st;
+  for (int64_t j = lane; j < n; j += 32) st.add(to_acc(x[j]));
   warp_merge(st);
-  for (int64_t j = lane; j < n; j += 32) y[j] = softmax_value<T>(log, to_float(x[j]), st);
+  for (int64_t j = lane; j < n; j += 32) y[j] = softmax_value<T>(log, to_acc(x[j]), st);
 }
 
 // One block per row (long rows).
 template <typename T>
 __global__ void softmax_block_kernel(bool log, const T* in, T* out, int64_t n) {
-  __shared__ float sm[32], ss[32];
+  using Acc = float_acc_t<T>;
+  __shared__ Acc sm[32], ss[32];
   const T* x = in + int64_t(blockIdx.x) * n;
   T* y = out + int64_t(blockIdx.x) * n;
-  SoftmaxStat st;
-  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) st.add(to_float(x[j]));
+  BasicSoftmaxStat<Acc> st;
+  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) st.add(to_acc(x[j]));
   warp_merge(st);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   if (lane == 0) {
@@ -197,10 +284,10 @@ __global__ void softmax_block_kernel(bool log, const T* in, T* out, int64_t n) {
     ss[warp] = st.s;
   }
   __syncthreads();
-  SoftmaxStat total;
+  BasicSoftmaxStat<Acc> total;
   const int nwarps = int(blockDim.x) >> 5;
   for (int w = 0; w < nwarps; ++w) total.merge(sm[w], ss[w]);
-  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) y[j] = softmax_value<T>(log, to_float(x[j]), total);
+  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) y[j] = softmax_value<T>(log, to_acc(x[j]), total);
 }
 
 // Softmax over a non-innermost dim: one thread per (outer, inner) column.
@@ -212,9 +299,9 @@ __global__ void softmax_column_kernel(bool log, const T* in, T* out, int64_t out
     const int64_t o = c / inner, i = c % inner;
     const T* x = in + o * dim * inner + i;
     T* y = out + o * dim * inner + i;
-    SoftmaxStat st;
-    for (int64_t j = 0; j < dim; ++j) st.add(to_float(x[j * inner]));
-    for (int64_t j = 0; j < dim; ++j) y[j * inner] = softmax_value<T>(log, to_float(x[j * inner]), st);
+    BasicSoftmaxStat<float_acc_t<T>> st;
+    for (int64_t j = 0; j < dim; ++j) st.add(to_acc(x[j * inner]));
+    for (int64_t j = 0; j < dim; ++j) y[j * inner] = softmax_value<T>(log, to_acc(x[j * inner]), st);
   }
 }
 
@@ -241,83 +328,57 @@ cudaError_t run_softmax(bool log, const void* in_v, void* out_v, int64_t outer, 
 
 // ---------------------------------------------------------------- layer_norm
 
-struct Welford {
-  float n = 0.0f, mean = 0.0f, m2 = 0.0f;
-  __device__ __forceinline__ void add(float x) {
-    n += 1.0f;
-    const float d = x - mean;
-    mean += d / n;
-    m2 += d * (x - mean);
-  }
-  __device__ __forceinline__ void merge(float n2, float mean2, float m22) {
-    const float total = n + n2;
-    if (total == 0.0f) return;
-    const float d = mean2 - mean;
-    mean += d * (n2 / total);
-    m2 += m22 + d * d * (n * n2 / total);
-    n = total;
-  }
-};
-__device__ __forceinline__ void warp_merge(Welford& w) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-    const float n2 = __shfl_xor_sync(0xffffffffu, w.n, o);
-    const float mean2 = __shfl_xor_sync(0xffffffffu, w.mean, o);
-    const float m22 = __shfl_xor_sync(0xffffffffu, w.m2, o);
-    w.merge(n2, mean2, m22);
-  }
-}
-
+// Welford statistics per row (WelfordState, reduce_state.h), merged across the warp and then the
+// block's warps in order.
 template <typename T>
-__global__ void layer_norm_kernel(const T* in, const T* weight, const T* bias, T* out, int64_t n, float eps) {
-  __shared__ float sn[32], smean[32], sm2[32];
+__global__ void layer_norm_kernel(const T* in, const T* weight, const T* bias, T* out, int64_t n, float_acc_t<T> eps) {
+  using Acc = float_acc_t<T>;
+  __shared__ WelfordState<Acc> partial[32];
   const T* x = in + int64_t(blockIdx.x) * n;
   T* y = out + int64_t(blockIdx.x) * n;
-  Welford w;
-  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) w.add(to_float(x[j]));
-  warp_merge(w);
+  WelfordState<Acc> w = WelfordState<Acc>::identity();
+  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) w.add(to_acc(x[j]), j);
+  w = warp_reduce(w);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  if (lane == 0) {
-    sn[warp] = w.n;
-    smean[warp] = w.mean;
-    sm2[warp] = w.m2;
-  }
+  if (lane == 0) partial[warp] = w;
   __syncthreads();
-  Welford total;
+  WelfordState<Acc> total = WelfordState<Acc>::identity();
   const int nwarps = int(blockDim.x) >> 5;
-  for (int i = 0; i < nwarps; ++i) total.merge(sn[i], smean[i], sm2[i]);
-  const float rstd = rsqrtf(total.m2 / float(n) + eps);
+  for (int i = 0; i < nwarps; ++i) total.merge(partial[i]);
+  const Acc rstd = acc_rsqrt(total.variance(0.0) + eps);  // the biased variance
   for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
-    float v = (to_float(x[j]) - total.mean) * rstd;
-    if (weight) v *= to_float(weight[j]);
-    if (bias) v += to_float(bias[j]);
+    Acc v = (to_acc(x[j]) - total.mean) * rstd;
+    if (weight) v *= to_acc(weight[j]);
+    if (bias) v += to_acc(bias[j]);
     y[j] = from_op<T>(v);
   }
 }
 
-// rms_norm: y = x / sqrt(mean(x^2) + eps) * weight per row, the sum of squares in fp32 (a NaN
-// anywhere in the row makes the row NaN through the sum), as the CPU kernel computes it.
+// rms_norm: y = x / sqrt(mean(x^2) + eps) * weight per row, the sum of squares in fp32 (double
+// for float64; a NaN anywhere in the row makes the row NaN through the sum), as the CPU kernel
+// computes it.
 template <typename T>
-__global__ void rms_norm_kernel(const T* in, const T* weight, T* out, int64_t n, float eps) {
-  __shared__ float partial[32];
+__global__ void rms_norm_kernel(const T* in, const T* weight, T* out, int64_t n, float_acc_t<T> eps) {
+  using Acc = float_acc_t<T>;
+  __shared__ Acc partial[32];
   const T* x = in + int64_t(blockIdx.x) * n;
   T* y = out + int64_t(blockIdx.x) * n;
-  float q = 0.0f;
+  Acc q = 0;
   for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
-    const float v = to_float(x[j]);
-    q = fmaf(v, v, q);
+    const Acc v = to_acc(x[j]);
+    q = acc_fma(v, v, q);
   }
   q = warp_sum(q);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   if (lane == 0) partial[warp] = q;
   __syncthreads();
-  float total = 0.0f;
+  Acc total = 0;
   const int nwarps = int(blockDim.x) >> 5;
   for (int i = 0; i < nwarps; ++i) total += partial[i];
-  const float r = 1.0f / sqrtf(total / float(n) + eps);
+  const Acc r = Acc(1) / acc_sqrt(total / Acc(n) + eps);
   for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
-    float v = to_float(x[j]) * r;
-    if (weight) v *= to_float(weight[j]);
+    Acc v = to_acc(x[j]) * r;
+    if (weight) v *= to_acc(weight[j]);
     y[j] = from_op<T>(v);
   }
 }
@@ -325,14 +386,21 @@ __global__ void rms_norm_kernel(const T* in, const T* weight, T* out, int64_t n,
 }  // namespace
 
 cudaError_t launch_reduce(ReduceOp op, const ReducePlan& plan, const ReduceLaunch& how, const void* in,
-                          int32_t in_dtype, void* out, int32_t out_dtype, float* workspace, cudaStream_t stream) {
-  TESSERA_CUDA_DISPATCH_FLOATING(in_dtype, return run_reduce<scalar_t>(op, plan, how, in, out, out_dtype, workspace, stream))
+                          int32_t in_dtype, void* out, int32_t out_dtype, double correction, void* workspace,
+                          cudaStream_t stream) {
+  ReduceFinish f;
+  f.mean = op == ReduceOp::Mean;
+  f.count = plan.reduce_size;
+  f.correction = correction;
+  if (in_dtype == kDtBool) return reduce_for<bool>(op, plan, how, f, in, out, out_dtype, workspace, stream);
+  TESSERA_CUDA_DISPATCH_ALL(in_dtype,
+                            return reduce_for<scalar_t>(op, plan, how, f, in, out, out_dtype, workspace, stream))
   return cudaErrorInvalidValue;
 }
 
 cudaError_t launch_softmax(bool log, const void* in, void* out, int32_t dtype, int64_t outer, int64_t dim,
                            int64_t inner, cudaStream_t stream) {
-  TESSERA_CUDA_DISPATCH_FLOATING(dtype, return run_softmax<scalar_t>(log, in, out, outer, dim, inner, stream))
+  TESSERA_CUDA_DISPATCH_FLOAT_AND_F64(dtype, return run_softmax<scalar_t>(log, in, out, outer, dim, inner, stream))
   return cudaErrorInvalidValue;
 }
 
@@ -341,15 +409,16 @@ cudaError_t launch_layer_norm(const void* in, const void* weight, const void* bi
   if (rows == 0) return cudaSuccess;
   if (rows > 0x7fffffff) return cudaErrorInvalidValue;
   const int threads = n >= 4096 ? 512 : (n >= 512 ? 256 : 64);
-  TESSERA_CUDA_DISPATCH_FLOATING(dtype, {
+  TESSERA_CUDA_DISPATCH_FLOAT_AND_F64(dtype, {
+    using Acc = float_acc_t<scalar_t>;
     if (rms)
       rms_norm_kernel<scalar_t><<<unsigned(rows), threads, 0, stream>>>(
           static_cast<const scalar_t*>(in), static_cast<const scalar_t*>(weight), static_cast<scalar_t*>(out), n,
-          float(eps));
+          Acc(eps));
     else
       layer_norm_kernel<scalar_t><<<unsigned(rows), threads, 0, stream>>>(
           static_cast<const scalar_t*>(in), static_cast<const scalar_t*>(weight), static_cast<const scalar_t*>(bias),
-          static_cast<scalar_t*>(out), n, float(eps));
+          static_cast<scalar_t*>(out), n, Acc(eps));
     return cudaGetLastError();
   })
   return cudaErrorInvalidValue;
