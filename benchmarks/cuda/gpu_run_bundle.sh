@@ -90,6 +90,13 @@ CUDA_LIB=/usr/local/cuda/lib64
 export LD_LIBRARY_PATH=$B/lib:$G/syslibs:$CUDA_LIB${PYLD:+:$PYLD}
 cublaslt=$(ls "$CUDA_LIB"/libcublasLt.so.* 2>/dev/null | head -1)
 [ -n "$cublaslt" ] && export TESSERA_CUDA_CUBLASLT=$cublaslt
+# conv2d opens cuDNN 9 at first use (Note [Loading cuDNN]): the toolkit's, else PyTorch's nvidia-cudnn.
+cudnn=$(ls "$CUDA_LIB"/libcudnn.so.9 2>/dev/null | head -1)
+if [ -z "$cudnn" ]; then
+  cudnn_dir=$(env LD_LIBRARY_PATH="$PYLD" python3 -c 'import nvidia.cudnn, os; print(os.path.join(list(nvidia.cudnn.__path__)[0], "lib"))' 2>/dev/null)
+  [ -n "$cudnn_dir" ] && cudnn=$(ls "$cudnn_dir"/libcudnn.so.9 2>/dev/null | head -1)
+fi
+if [ -n "$cudnn" ]; then export TESSERA_CUDA_CUDNN=$cudnn; else echo "warning: no cuDNN 9 found: conv2d will run on the CPU fallback" | tee -a "$SUMMARY"; fi
 [ -d /usr/local/cuda/bin ] && export PATH=$PATH:/usr/local/cuda/bin
 
 echo "==> machine and bundle ($(head -2 "$G/CONTENTS.txt" 2>/dev/null | tr '\n' ' '))" | tee -a "$SUMMARY"

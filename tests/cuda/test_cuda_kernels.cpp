@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "cuda_test_util.h"
+#include "tessera/memory_format.h"
 #include "tessera/tessera.h"
 
 namespace {
@@ -1161,6 +1162,67 @@ TEST_F(CudaKernels, AttentionRowKernelForEveryOtherDtypeAndHeadDim) {
                                               dk3.narrow(0, 0, 1), std::nullopt, true));
     for (int64_t i = 0; i < 6; ++i) EXPECT_EQ(std::isnan(r[size_t(i * 16)]), i >= 3) << "row " << i << " " << tn;
   }
+}
+
+// Note [conv2d on cuDNN]: conv2d against the CPU in every floating dtype: stride, padding,
+// dilation, groups (depthwise too), a bias, a channels-last input (channels-last output), a
+// transposed input and an unbatched input.
+TEST_F(CudaKernels, Conv2dOnCudnnLikeTheCpu) {
+  for (DType t : {tessera::kFloat32, tessera::kFloat16, tessera::kBFloat16, tessera::kFloat64}) {
+    const std::string tn(tessera::dtype_name(t));
+    const Tol tol = t == tessera::kFloat64 ? Tol{1e-12, 1e-12} : (t == tessera::kFloat32 ? Tol{1e-4, 1e-4} : tol_for(t, 8));
+    auto [x, dx] = randn_pair({2, 6, 13, 11}, t);
+    auto [w, dw] = randn_pair({8, 3, 3, 2}, t);
+    auto [b, db] = randn_pair({8}, t);
+    Tensor got;
+    EXPECT_RUNS_ON_CUDA("conv2d " + tn, got = tessera::conv2d(dx, dw, db, {2, 1}, {1, 0}, {1, 2}, 2));
+    expect_close(got, tessera::conv2d(x, w, b, {2, 1}, {1, 0}, {1, 2}, 2), tol, "conv2d groups 2 " + tn);
+    auto [w1, dw1] = randn_pair({4, 6, 3, 3}, t);
+    expect_close(tessera::conv2d(dx, dw1, std::nullopt, {1, 1}, {1, 1}), tessera::conv2d(x, w1, std::nullopt, {1, 1}, {1, 1}),
+                 tol, "conv2d 3x3 same " + tn);
+    auto [wd, dwd] = randn_pair({6, 1, 3, 3}, t);
+    expect_close(tessera::conv2d(dx, dwd, db.narrow(0, 0, 6), {1, 1}, {1, 1}, {1, 1}, 6),
+                 tessera::conv2d(x, wd, b.narrow(0, 0, 6), {1, 1}, {1, 1}, {1, 1}, 6), tol, "depthwise " + tn);
+    const Tensor xcl = tessera::contiguous(x, tessera::MemoryFormat::ChannelsLast), dxcl = xcl.to("cuda:0");
+    EXPECT_RUNS_ON_CUDA("conv2d channels-last " + tn, got = tessera::conv2d(dxcl, dw1, std::nullopt, {1, 1}, {1, 1}));
+    expect_close(got, tessera::conv2d(xcl, w1, std::nullopt, {1, 1}, {1, 1}), tol, "channels-last " + tn);
+    EXPECT_TRUE(tessera::is_contiguous(got, tessera::MemoryFormat::ChannelsLast)) << "a channels-last output " << tn;
+    expect_close(tessera::conv2d(dx.transpose(2, 3), dw1), tessera::conv2d(x.transpose(2, 3), w1), tol, "transposed " + tn);
+    expect_close(tessera::conv2d(dx.select(0, 1), dw, db, {1, 1}, {0, 0}, {1, 1}, 2),
+                 tessera::conv2d(x.select(0, 1), w, b, {1, 1}, {0, 0}, {1, 1}, 2), tol, "unbatched " + tn);
+  }
+}
+
+// max_pool2d and avg_pool2d against the CPU, exactly for max and integers: stride, padding,
+// dilation (max), a channels-last input, a 3-D input, and a NaN in a window (that window NaN).
+TEST_F(CudaKernels, PoolingLikeTheCpu) {
+  for (DType t : {tessera::kFloat32, tessera::kFloat16, tessera::kBFloat16, tessera::kFloat64, tessera::kInt64,
+                  tessera::kUInt8, tessera::kInt32}) {
+    const std::string tn(tessera::dtype_name(t));
+    const bool floating = t == tessera::kFloat32 || t == tessera::kFloat16 || t == tessera::kBFloat16 || t == tessera::kFloat64;
+    const Tensor x = floating ? tessera::randn({2, 5, 13, 12}).to(t)
+                              : tessera::mul(tessera::randn({2, 5, 13, 12}), tessera::full({}, 40.0)).abs().to(t);
+    const Tensor dx = x.to("cuda:0");
+    Tensor got;
+    EXPECT_RUNS_ON_CUDA("max_pool2d " + tn, got = tessera::max_pool2d(dx, {3, 2}, {2, 1}, {1, 1}, {2, 1}));
+    expect_same(got, tessera::max_pool2d(x, {3, 2}, {2, 1}, {1, 1}, {2, 1}), "max_pool2d " + tn);
+    expect_same(tessera::max_pool2d(dx, {2, 2}), tessera::max_pool2d(x, {2, 2}), "max_pool2d 2x2 " + tn);
+    const Tensor xcl = tessera::contiguous(x, tessera::MemoryFormat::ChannelsLast);
+    EXPECT_RUNS_ON_CUDA("max_pool2d channels-last " + tn, got = tessera::max_pool2d(xcl.to("cuda:0"), {3, 3}, {2, 2}, {1, 1}));
+    expect_same(got, tessera::max_pool2d(xcl, {3, 3}, {2, 2}, {1, 1}), "max_pool2d channels-last " + tn);
+    expect_same(tessera::max_pool2d(dx.select(0, 1), {2, 3}), tessera::max_pool2d(x.select(0, 1), {2, 3}), "3-D " + tn);
+    if (!floating && t != tessera::kInt64) continue;  // avg_pool2d: floating dtypes and int64
+    EXPECT_RUNS_ON_CUDA("avg_pool2d " + tn, got = tessera::avg_pool2d(dx, {3, 2}, {2, 2}, {1, 1}));
+    const Tol tol = t == tessera::kFloat64 ? Tol{1e-14, 1e-14} : (floating ? tol_for(t) : Tol{0, 0});
+    expect_close(got, tessera::avg_pool2d(x, {3, 2}, {2, 2}, {1, 1}), tol, "avg_pool2d " + tn);
+    expect_close(tessera::avg_pool2d(xcl.to("cuda:0"), {2, 2}), tessera::avg_pool2d(xcl, {2, 2}), tol,
+                 "avg_pool2d channels-last " + tn);
+  }
+  std::vector<double> v(16, 1.0);
+  v[5] = std::nan("");
+  const Tensor h = tessera::tensor(v, {1, 1, 4, 4});
+  expect_same(tessera::max_pool2d(h.to("cuda:0"), {2, 2}), tessera::max_pool2d(h, {2, 2}), "max_pool2d with a NaN");
+  EXPECT_TRUE(std::isnan(values(tessera::max_pool2d(h.to("cuda:0"), {2, 2}))[0]));
 }
 
 }  // namespace

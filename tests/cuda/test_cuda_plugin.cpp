@@ -9,6 +9,7 @@
 #include <cuda_runtime_api.h>
 
 #include "cublaslt_loader.h"
+#include "cudnn_loader.h"
 #include "tessera/cuda/cuda_plugin.h"
 #include "tessera/dispatcher.h"
 #include "tessera/plugin_loader.h"
@@ -153,7 +154,14 @@ TEST(CudaPlugin, RegistersKernelsWithTheirDtypes) {
   EXPECT_NE(resolution("scatter", tessera::kFloat32), tessera::Resolution::Kernel) << "scatter reaches the CPU through the fallback";
   for (tessera::DType t : {tessera::kFloat16, tessera::kBFloat16, tessera::kFloat32, tessera::kFloat64})
     EXPECT_EQ(resolution("scaled_dot_product_attention", t), tessera::Resolution::Kernel) << t;
-  EXPECT_NE(resolution("conv2d", tessera::kFloat32), tessera::Resolution::Kernel) << "conv2d reaches the CPU through the fallback";
+  for (tessera::DType t : {tessera::kFloat16, tessera::kBFloat16, tessera::kFloat32, tessera::kFloat64})
+    EXPECT_EQ(resolution("conv2d", t), tessera::Resolution::Kernel) << "conv2d on cuDNN " << t;
+  for (tessera::DType t : {tessera::kFloat16, tessera::kBFloat16, tessera::kFloat32, tessera::kFloat64, tessera::kInt64}) {
+    EXPECT_EQ(resolution("max_pool2d", t), tessera::Resolution::Kernel) << t;
+    EXPECT_EQ(resolution("avg_pool2d", t), tessera::Resolution::Kernel) << t;
+  }
+  EXPECT_EQ(resolution("max_pool2d", tessera::kUInt8), tessera::Resolution::Kernel);
+  EXPECT_NE(resolution("avg_pool2d", tessera::kInt32), tessera::Resolution::Kernel) << "the CPU reports int32 avg_pool2d";
 }
 
 TEST(CudaPlugin, ExportsAllocatorEntryPointsThatAnswerWithoutADevice) {
@@ -192,6 +200,27 @@ TEST(CublasLtLoader, FindsTheToolkitLibraryAtRunTime) {
   EXPECT_GE(api.version, size_t(CUDART_VERSION / 1000) * 10000) << "cuBLASLt older than the CUDA runtime";
   EXPECT_NE(api.matmul, nullptr);
   EXPECT_NE(api.algo_get_heuristic, nullptr);
+}
+
+// Note [Loading cuDNN]: the toolkit's cuDNN 9 on this machine (no GPU needed: cudnnGetVersion
+// runs without one); a missing file and a library that is not cuDNN give reasons that say what to do.
+TEST(CudnnLoader, FindsCudnn9AndExplainsWhatIsMissing) {
+  const tessera::cuda::CudnnApi& api = tessera::cuda::cudnn_api();
+  void* probe = dlopen(TESSERA_CUDA_TOOLKIT_LIBDIR "/libcudnn.so.9", RTLD_NOW | RTLD_LOCAL);
+  if (!probe && !api.loaded) GTEST_SKIP() << "no cuDNN on this machine: " << api.error;
+  if (probe) dlclose(probe);
+  ASSERT_TRUE(api.loaded) << api.error;
+  EXPECT_GE(api.version, size_t(90000));
+  EXPECT_NE(api.convolution_forward, nullptr);
+  EXPECT_NE(api.get_forward_algorithm, nullptr);
+  const auto missing = tessera::cuda::load_cudnn_from({"/nonexistent/libcudnn.so.9"});
+  EXPECT_FALSE(missing.loaded);
+  EXPECT_NE(missing.error.find("/nonexistent/libcudnn.so.9"), std::string::npos) << missing.error;
+  EXPECT_NE(missing.error.find("TESSERA_CUDA_CUDNN"), std::string::npos) << missing.error;
+  const auto wrong = tessera::cuda::load_cudnn_from({"libm.so.6"});
+  EXPECT_FALSE(wrong.loaded);
+  EXPECT_NE(wrong.error.find("not a usable cuDNN"), std::string::npos) << wrong.error;
+  EXPECT_NE(wrong.error.find("cudnnGetVersion"), std::string::npos) << wrong.error;
 }
 
 }  // namespace

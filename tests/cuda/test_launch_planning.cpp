@@ -12,6 +12,7 @@
 #include <random>
 #include <vector>
 
+#include "conv_plan.h"
 #include "half_bits.h"
 #include "index_math.h"
 #include "tensor_iter.h"
@@ -492,6 +493,82 @@ void check_concat(std::mt19937& rng, bool stack, unsigned seed, int trial) {
     for (size_t d = 0; d < c.size(); ++d) lin = lin * part_sizes[size_t(k)][d] + c[d];
     EXPECT_EQ(written.at(off), std::make_pair(k, lin)) << "seed " << seed << " trial " << trial << " element " << i;
   }
+}
+
+// Note [conv2d on cuDNN]: the format follows the output (NHWC when it is channels-last), operands
+// not packed that way are re-packed, and what cuDNN's int descriptors cannot hold is refused.
+Layout conv_layout(std::vector<int64_t> sizes, bool channels_last) {
+  Layout l{sizes, std::vector<int64_t>(sizes.size())};
+  int64_t packed[4];
+  if (sizes.size() == 4) {
+    tessera::cuda::conv_packed_strides(sizes.data(), channels_last ? tessera::cuda::ConvLayout::NHWC
+                                                                   : tessera::cuda::ConvLayout::NCHW, packed);
+    l.strides.assign(packed, packed + 4);
+  } else {
+    l.strides = {sizes[1] * sizes[2], sizes[2], 1};
+  }
+  return l;
+}
+
+TEST(ConvPlanning, FormatFollowsTheOutputAndUnpackedOperandsAreCopied) {
+  using tessera::cuda::ConvLayout;
+  const int64_t pad[2] = {1, 0}, stride[2] = {2, 1}, dil[2] = {1, 3};
+  tessera::cuda::ConvPlan p;
+  std::string why;
+  // NCHW everywhere: nothing copied; the sizes as cuDNN sees them.
+  Layout x = conv_layout({2, 6, 9, 11}, false), w = conv_layout({8, 3, 3, 2}, false), y = conv_layout({2, 8, 5, 8}, false);
+  ASSERT_TRUE(tessera::cuda::plan_conv(x.geometry(), w.geometry(), y.geometry(), pad, stride, dil, 2, &p, &why)) << why;
+  EXPECT_EQ(p.layout, ConvLayout::NCHW);
+  EXPECT_FALSE(p.copy_x || p.copy_w || p.copy_y);
+  EXPECT_EQ(p.groups, 2);
+  EXPECT_EQ(p.pad[0], 1);
+  EXPECT_EQ(p.stride[0], 2);
+  EXPECT_EQ(p.dilation[1], 3);
+  EXPECT_EQ(p.w[1], 3);
+  // A channels-last output: NHWC, and the NCHW input and weight are re-packed.
+  Layout ycl = conv_layout({2, 8, 5, 8}, true);
+  ASSERT_TRUE(tessera::cuda::plan_conv(x.geometry(), w.geometry(), ycl.geometry(), pad, stride, dil, 2, &p, &why));
+  EXPECT_EQ(p.layout, ConvLayout::NHWC);
+  EXPECT_TRUE(p.copy_x && p.copy_w);
+  EXPECT_FALSE(p.copy_y);
+  Layout xcl = conv_layout({2, 6, 9, 11}, true), wcl = conv_layout({8, 3, 3, 2}, true);
+  ASSERT_TRUE(tessera::cuda::plan_conv(xcl.geometry(), wcl.geometry(), ycl.geometry(), pad, stride, dil, 2, &p, &why));
+  EXPECT_FALSE(p.copy_x || p.copy_w || p.copy_y);
+  // A transposed (not packed) input with an NCHW output: the input alone is copied.
+  Layout xt{{2, 6, 9, 11}, {6 * 9 * 11, 1, 6, 6 * 9}};
+  ASSERT_TRUE(tessera::cuda::plan_conv(xt.geometry(), w.geometry(), y.geometry(), pad, stride, dil, 2, &p, &why));
+  EXPECT_EQ(p.layout, ConvLayout::NCHW);
+  EXPECT_TRUE(p.copy_x);
+  EXPECT_FALSE(p.copy_w || p.copy_y);
+  // An output of 1 x 1 images is packed both ways: NCHW, and the channels-last input is copied.
+  Layout y1 = conv_layout({2, 8, 1, 1}, true);
+  ASSERT_TRUE(tessera::cuda::plan_conv(xcl.geometry(), w.geometry(), y1.geometry(), pad, stride, dil, 2, &p, &why));
+  EXPECT_EQ(p.layout, ConvLayout::NCHW);
+  EXPECT_TRUE(p.copy_x);
+  // Unbatched [C, H, W]: N = 1.
+  Layout x3 = conv_layout({6, 9, 11}, false), y3 = conv_layout({8, 5, 8}, false);
+  ASSERT_TRUE(tessera::cuda::plan_conv(x3.geometry(), w.geometry(), y3.geometry(), pad, stride, dil, 2, &p, &why));
+  EXPECT_EQ(p.x[0], 1);
+  EXPECT_EQ(p.x[1], 6);
+  EXPECT_FALSE(p.copy_x || p.copy_y);
+}
+
+TEST(ConvPlanning, RefusesWhatCudnnDescriptorsCannotHold) {
+  const int64_t pad[2] = {0, 0}, stride[2] = {1, 1}, dil[2] = {1, 1};
+  tessera::cuda::ConvPlan p;
+  std::string why;
+  Layout x = conv_layout({2, 6, 9, 11}, false), w = conv_layout({8, 3, 3, 2}, false), y = conv_layout({2, 8, 7, 10}, false);
+  EXPECT_FALSE(tessera::cuda::plan_conv(x.geometry(), w.geometry(), y.geometry(), pad, stride, dil, 3, &p, &why));
+  EXPECT_NE(why.find("groups"), std::string::npos) << why;
+  Layout huge = conv_layout({1 << 16, 6, 128, 256}, false);  // 2^34 elements
+  EXPECT_FALSE(tessera::cuda::plan_conv(huge.geometry(), w.geometry(), y.geometry(), pad, stride, dil, 2, &p, &why));
+  EXPECT_NE(why.find("2^31"), std::string::npos) << why;
+  const int64_t big_pad[2] = {int64_t(1) << 40, 0};
+  EXPECT_FALSE(tessera::cuda::plan_conv(x.geometry(), w.geometry(), y.geometry(), big_pad, stride, dil, 2, &p, &why));
+  const int64_t zero_stride[2] = {0, 1};
+  EXPECT_FALSE(tessera::cuda::plan_conv(x.geometry(), w.geometry(), y.geometry(), pad, zero_stride, dil, 2, &p, &why));
+  Layout w3 = conv_layout({8, 3, 3}, false);
+  EXPECT_FALSE(tessera::cuda::plan_conv(x.geometry(), w3.geometry(), y.geometry(), pad, stride, dil, 2, &p, &why));
 }
 
 }  // namespace

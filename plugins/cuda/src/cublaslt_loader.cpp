@@ -2,11 +2,12 @@
 #include "cublaslt_loader.h"
 
 #include <cuda_runtime_api.h>
-#include <dlfcn.h>
 #include <stdlib.h>
 
 #include <mutex>
 #include <vector>
+
+#include "dl_open.h"
 
 #ifndef TESSERA_CUDA_TOOLKIT_LIBDIR
 #define TESSERA_CUDA_TOOLKIT_LIBDIR "/usr/local/cuda/lib64"
@@ -14,16 +15,6 @@
 
 namespace tessera::cuda {
 namespace {
-
-template <typename Fn>
-bool resolve(void* lib, const char* name, Fn* out, std::string* error) {
-  *out = reinterpret_cast<Fn>(dlsym(lib, name));
-  if (!*out) {
-    *error += std::string("symbol ") + name + " missing; ";
-    return false;
-  }
-  return true;
-}
 
 CublasLtApi load() {
   CublasLtApi api;
@@ -34,36 +25,28 @@ CublasLtApi load() {
   candidates.emplace_back("libcublasLt.so");
   candidates.push_back(std::string(TESSERA_CUDA_TOOLKIT_LIBDIR) + "/" + soname);
   candidates.push_back("/usr/local/cuda/lib64/" + soname);
-  void* lib = nullptr;
-  for (const std::string& c : candidates) {
-    lib = dlopen(c.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (lib) {
-      api.path = c;
-      break;
-    }
-    const char* why = dlerror();
-    api.error += c + ": " + (why ? why : "not found") + "; ";
-  }
+  std::string tried;
+  void* lib = dlopen_first(candidates, &api.path, &tried);
   if (!lib) {
-    api.error = "cuBLASLt not found (tried " + api.error + "): install the CUDA Toolkit's libcublas or set "
+    api.error = "cuBLASLt not found (tried " + tried + "): install the CUDA Toolkit's libcublas or set "
                 "TESSERA_CUDA_CUBLASLT to the library's path";
     return api;
   }
   std::string missing;
-  bool ok = resolve(lib, "cublasLtCreate", &api.create, &missing);
-  ok &= resolve(lib, "cublasLtDestroy", &api.destroy, &missing);
-  ok &= resolve(lib, "cublasLtGetVersion", &api.get_version, &missing);
-  ok &= resolve(lib, "cublasLtMatmulDescCreate", &api.matmul_desc_create, &missing);
-  ok &= resolve(lib, "cublasLtMatmulDescDestroy", &api.matmul_desc_destroy, &missing);
-  ok &= resolve(lib, "cublasLtMatmulDescSetAttribute", &api.matmul_desc_set_attribute, &missing);
-  ok &= resolve(lib, "cublasLtMatrixLayoutCreate", &api.matrix_layout_create, &missing);
-  ok &= resolve(lib, "cublasLtMatrixLayoutDestroy", &api.matrix_layout_destroy, &missing);
-  ok &= resolve(lib, "cublasLtMatrixLayoutSetAttribute", &api.matrix_layout_set_attribute, &missing);
-  ok &= resolve(lib, "cublasLtMatmulPreferenceCreate", &api.preference_create, &missing);
-  ok &= resolve(lib, "cublasLtMatmulPreferenceDestroy", &api.preference_destroy, &missing);
-  ok &= resolve(lib, "cublasLtMatmulPreferenceSetAttribute", &api.preference_set_attribute, &missing);
-  ok &= resolve(lib, "cublasLtMatmulAlgoGetHeuristic", &api.algo_get_heuristic, &missing);
-  ok &= resolve(lib, "cublasLtMatmul", &api.matmul, &missing);
+  bool ok = resolve_symbol(lib, "cublasLtCreate", &api.create, &missing);
+  ok &= resolve_symbol(lib, "cublasLtDestroy", &api.destroy, &missing);
+  ok &= resolve_symbol(lib, "cublasLtGetVersion", &api.get_version, &missing);
+  ok &= resolve_symbol(lib, "cublasLtMatmulDescCreate", &api.matmul_desc_create, &missing);
+  ok &= resolve_symbol(lib, "cublasLtMatmulDescDestroy", &api.matmul_desc_destroy, &missing);
+  ok &= resolve_symbol(lib, "cublasLtMatmulDescSetAttribute", &api.matmul_desc_set_attribute, &missing);
+  ok &= resolve_symbol(lib, "cublasLtMatrixLayoutCreate", &api.matrix_layout_create, &missing);
+  ok &= resolve_symbol(lib, "cublasLtMatrixLayoutDestroy", &api.matrix_layout_destroy, &missing);
+  ok &= resolve_symbol(lib, "cublasLtMatrixLayoutSetAttribute", &api.matrix_layout_set_attribute, &missing);
+  ok &= resolve_symbol(lib, "cublasLtMatmulPreferenceCreate", &api.preference_create, &missing);
+  ok &= resolve_symbol(lib, "cublasLtMatmulPreferenceDestroy", &api.preference_destroy, &missing);
+  ok &= resolve_symbol(lib, "cublasLtMatmulPreferenceSetAttribute", &api.preference_set_attribute, &missing);
+  ok &= resolve_symbol(lib, "cublasLtMatmulAlgoGetHeuristic", &api.algo_get_heuristic, &missing);
+  ok &= resolve_symbol(lib, "cublasLtMatmul", &api.matmul, &missing);
   if (!ok) {
     api.error = api.path + " is not a usable cuBLASLt: " + missing;
     dlclose(lib);

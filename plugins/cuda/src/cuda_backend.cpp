@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "cublaslt_loader.h"
+#include "cudnn_loader.h"
 #include "tessera/cuda/cuda_plugin.h"
 #include "tessera/sdk.hpp"
 #include "tessera/text_escape.h"
@@ -345,6 +346,7 @@ std::string Backend::properties_json(int device) {
   check_cuda(cudaRuntimeGetVersion(&runtime), "cudaRuntimeGetVersion");
   const AllocatorStats s = allocator_->stats(device);
   const CublasLtApi& lt = cublaslt_api();
+  const CudnnApi& dnn = cudnn_api();
   os << "{\"available\": true"
      << ", \"name\": \"" << json_escape(p.name) << "\""
      << ", \"memory\": " << p.totalGlobalMem
@@ -357,6 +359,7 @@ std::string Backend::properties_json(int device) {
      << ", \"pci_bus_id\": " << p.pciBusID
      << ", \"driver_version\": " << driver << ", \"runtime_version\": " << runtime
      << ", \"cublaslt\": \"" << json_escape(lt.loaded ? lt.path + " (version " + std::to_string(lt.version) + ")" : lt.error) << "\""
+     << ", \"cudnn\": \"" << json_escape(dnn.loaded ? dnn.path + " (version " + std::to_string(dnn.version) + ")" : dnn.error) << "\""
      << ", \"allocator\": {\"allocated\": " << s.allocated_bytes << ", \"reserved\": " << s.reserved_bytes
      << ", \"cached\": " << s.cached_bytes << ", \"peak_allocated\": " << s.peak_allocated_bytes << ", \"hits\": " << s.hits
      << ", \"misses\": " << s.misses << ", \"splits\": " << s.splits << ", \"merges\": " << s.merges

@@ -139,6 +139,22 @@ cudaError_t launch_softmax(bool log, const void* in, void* out, int32_t dtype, i
 cudaError_t launch_layer_norm(const void* in, const void* weight, const void* bias, void* out, int32_t dtype,
                               int64_t rows, int64_t n, double eps, bool rms, cudaStream_t stream);
 
+// max_pool2d / avg_pool2d (floor mode; avg counts the zero padding, PyTorch's count_include_pad=True)
+// over [N, C, H, W] with any strides (a 3-D input is N = 1), one thread per output element, the
+// channels innermost when `channels_inner` (a channels-last output). Max: every numeric dtype, NaN
+// wins; avg: floating dtypes (summed in fp32, double for float64, times 1 / (kh * kw)) and int64
+// (wrapping sum, truncating division), as the CPU kernels.
+struct PoolParams {
+  const void* in = nullptr;
+  void* out = nullptr;
+  int32_t dtype = kDtF32;
+  bool is_max = true, channels_inner = false;
+  int64_t n = 0, c = 0, h = 0, w = 0, oh = 0, ow = 0;
+  int64_t kh = 1, kw = 1, sh = 1, sw = 1, ph = 0, pw = 0, dh = 1, dw = 1;
+  int64_t in_strides[4] = {}, out_strides[4] = {};
+};
+cudaError_t launch_pool2d(const PoolParams& p, cudaStream_t stream);
+
 // Flash attention. q [B, H, Lq, D], k [B, H, Lk, D], v [B, H, Lk, D], out [B, H, Lq, D]; strides in
 // elements for dims 0..2 (dim 3 is contiguous). mask (optional) is bool (true = attend) or additive
 // of mask_dtype, with broadcast strides (0) over [B, H, Lq, Lk].

@@ -17,7 +17,9 @@
 #include <string>
 #include <vector>
 
+#include "conv_plan.h"
 #include "cublaslt_loader.h"
+#include "cudnn_loader.h"
 #include "cuda_backend.h"
 #include "half_bits.h"
 #include "launch.h"
@@ -897,6 +899,259 @@ void linear_kernel(const KernelCall& call) {
   matmul_impl(call, l, x, wt, out, bias ? bias->data : nullptr);
 }
 
+// ---------------------------------------------------------------- conv2d via cuDNN
+
+// Note [conv2d on cuDNN]
+// conv2d runs cuDNN's convolution forward (the legacy API of cuDNN 9, opened at first use: Note
+// [Loading cuDNN]). plan_conv (conv_plan.h) describes the problem: the output's memory format
+// (NHWC for a channels-last output, else NCHW) for the input, the filter and the output, re-packing
+// what is not packed that way. The algorithm is cuDNN's heuristic choice
+// (cudnnGetConvolutionForwardAlgorithm_v7: the first that succeeds within a 1 GiB workspace), kept per
+// problem for the life of the process. Math: fp32 accumulation for float16/bfloat16 (tensor cores
+// allowed), no TF32 for float32 unless TESSERA_CUDA_ALLOW_TF32=1 (as matmul), double for float64.
+// The bias is added by the elementwise kernel after the convolution, in the same stream. Without cuDNN, or
+// when cuDNN refuses the problem before anything is queued, conv2d goes to the CPU fallback with
+// the reason logged once.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"  // cuDNN 9 marks its legacy convolution API
+
+struct CudnnState {
+  std::mutex mutex;  // guards the maps and serialises SetStream + the call on a handle
+  std::map<int, cudnnHandle_t> handles;
+  std::map<std::string, std::pair<cudnnConvolutionFwdAlgo_t, size_t>> algos;
+};
+CudnnState& cudnn_state() {
+  static CudnnState* s = new CudnnState();
+  return *s;
+}
+
+cudnnDataType_t cudnn_type(int32_t dt) {
+  switch (dt) {
+    case kDtF16: return CUDNN_DATA_HALF;
+    case kDtBF16: return CUDNN_DATA_BFLOAT16;
+    case kDtF64: return CUDNN_DATA_DOUBLE;
+    default: return CUDNN_DATA_FLOAT;
+  }
+}
+
+// Descriptors destroyed with the call.
+struct CudnnDescriptors {
+  const CudnnApi& api;
+  cudnnTensorDescriptor_t x = nullptr, y = nullptr;
+  cudnnFilterDescriptor_t w = nullptr;
+  cudnnConvolutionDescriptor_t conv = nullptr;
+  explicit CudnnDescriptors(const CudnnApi& a) : api(a) {}
+  ~CudnnDescriptors() {
+    if (conv) api.destroy_conv(conv);
+    if (w) api.destroy_filter(w);
+    if (y) api.destroy_tensor(y);
+    if (x) api.destroy_tensor(x);
+  }
+};
+
+// A tensor re-packed into `layout` (or only allocated so, when `copy` is false).
+DeviceTensor conv_packed(const KernelCall& call, const Launch& l, const DeviceTensor& t, ConvLayout layout, bool copy) {
+  DeviceTensor r = temporary(l, t.dtype, t.sizes);
+  if (t.ndim() == 4) {
+    int64_t sizes[4] = {t.sizes[0], t.sizes[1], t.sizes[2], t.sizes[3]}, strides[4];
+    conv_packed_strides(sizes, layout, strides);
+    r.strides.assign(strides, strides + 4);
+  }
+  if (copy) device_copy(call, r, t, l.stream, /*into_temporary=*/true);
+  return r;
+}
+
+void conv2d_kernel(const KernelCall& call) {
+  using T = op::conv2d::tensor;
+  using A = op::conv2d::attr;
+  Launch l(call);
+  const CudnnApi& api = cudnn_api();
+  if (!api.loaded) {
+    static std::once_flag warned;
+    std::call_once(warned, [&] { sdk::log(TESSERA_LOG_WARNING, "cuda", "conv2d falls back to the CPU: " + api.error); });
+    unimplemented(call, api.error);
+  }
+  DeviceTensor x = view_of(call, call.input(T::input), "input");
+  DeviceTensor w = view_of(call, call.input(T::weight), "weight");
+  DeviceTensor out = view_of(call, call.output(0), "output");
+  if (!elementwise_float(out.dtype) || x.dtype != out.dtype || w.dtype != out.dtype)
+    unimplemented(call, std::string("dtype ") + dtype_str(out.dtype));
+  auto pair = [&](int attr, int64_t fallback, int64_t v[2]) {
+    int count = 0;
+    const int64_t* p = call.num_attrs() > attr ? call.attr_ints(attr, &count) : nullptr;
+    v[0] = count > 0 ? p[0] : fallback;
+    v[1] = count > 1 ? p[1] : v[0];
+  };
+  int64_t stride[2], pad[2], dilation[2];
+  pair(A::stride, 1, stride);
+  pair(A::padding, 0, pad);
+  pair(A::dilation, 1, dilation);
+  const int64_t groups = call.num_attrs() > A::groups ? call.attr_int(A::groups) : 1;
+  ConvPlan plan;
+  std::string why;
+  if (!plan_conv(x.geometry(), w.geometry(), out.geometry(), pad, stride, dilation, groups, &plan, &why))
+    unimplemented(call, why);
+  if (out.numel() == 0) return;
+  std::optional<DeviceTensor> bias;
+  if (call.num_inputs() > T::bias && call.input(T::bias).defined()) {
+    DeviceTensor b = view_of(call, call.input(T::bias), "bias");
+    if (b.ndim() != 1 || b.sizes[0] != plan.w[0] || b.dtype != out.dtype) unimplemented(call, "bias that is not [out_channels]");
+    // [C] as [1, C, 1, 1] (or [C, 1, 1] for an unbatched output), broadcast over the rest.
+    const int64_t channel_stride = b.strides[0];
+    b.sizes.assign(size_t(out.ndim()), 1);
+    b.strides.assign(size_t(out.ndim()), 0);
+    b.sizes[size_t(out.ndim() - 3)] = plan.w[0];
+    b.strides[size_t(out.ndim() - 3)] = channel_stride;
+    bias = b;
+  }
+  const DeviceTensor target = plan.copy_y ? conv_packed(call, l, out, plan.layout, false) : out;
+  // Zero input channels: the CPU fallback decides (its oneDNN refuses them; PyTorch gives an
+  // output of zero channels).
+  if (x.numel() == 0 || w.numel() == 0) unimplemented(call, "zero input channels");
+  {
+    if (plan.copy_x) x = conv_packed(call, l, x, plan.layout, true);
+    if (plan.copy_w) w = conv_packed(call, l, w, plan.layout, true);
+    CudnnDescriptors d(api);
+    const cudnnDataType_t type = cudnn_type(out.dtype);
+    const cudnnTensorFormat_t format = plan.layout == ConvLayout::NHWC ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW;
+    auto check = [&](cudnnStatus_t st, const char* what) {
+      if (st != CUDNN_STATUS_SUCCESS)
+        unimplemented(call, std::string("cuDNN ") + what + ": " + api.get_error_string(st));
+    };
+    int64_t xs[4], ys[4];
+    conv_packed_strides(plan.x, plan.layout, xs);
+    conv_packed_strides(plan.y, plan.layout, ys);
+    auto i32 = [](int64_t v) { return int(v); };  // plan_conv checked the int range
+    check(api.create_tensor(&d.x), "cudnnCreateTensorDescriptor");
+    check(api.set_tensor_4d_ex(d.x, type, i32(plan.x[0]), i32(plan.x[1]), i32(plan.x[2]), i32(plan.x[3]), i32(xs[0]),
+                               i32(xs[1]), i32(xs[2]), i32(xs[3])),
+          "input descriptor");
+    check(api.create_tensor(&d.y), "cudnnCreateTensorDescriptor");
+    check(api.set_tensor_4d_ex(d.y, type, i32(plan.y[0]), i32(plan.y[1]), i32(plan.y[2]), i32(plan.y[3]), i32(ys[0]),
+                               i32(ys[1]), i32(ys[2]), i32(ys[3])),
+          "output descriptor");
+    check(api.create_filter(&d.w), "cudnnCreateFilterDescriptor");
+    check(api.set_filter_4d(d.w, type, format, i32(plan.w[0]), i32(plan.w[1]), i32(plan.w[2]), i32(plan.w[3])),
+          "filter descriptor");
+    check(api.create_conv(&d.conv), "cudnnCreateConvolutionDescriptor");
+    check(api.set_conv_2d(d.conv, plan.pad[0], plan.pad[1], plan.stride[0], plan.stride[1], plan.dilation[0],
+                          plan.dilation[1], CUDNN_CROSS_CORRELATION,
+                          out.dtype == kDtF64 ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT),
+          "convolution descriptor");
+    check(api.set_group_count(d.conv, plan.groups), "group count");
+    const cudnnMathType_t math = is_float16ish(out.dtype) ? CUDNN_TENSOR_OP_MATH
+                                 : (out.dtype == kDtF32 && !allow_tf32()) ? CUDNN_FMA_MATH
+                                                                          : CUDNN_DEFAULT_MATH;
+    check(api.set_math_type(d.conv, math), "math type");
+    CudnnState& st = cudnn_state();
+    std::lock_guard<std::mutex> lock(st.mutex);
+    cudnnHandle_t& handle = st.handles[l.device];
+    if (!handle) check(api.create(&handle), "cudnnCreate");
+    std::string key = std::to_string(l.device) + ":" + std::to_string(out.dtype) + ":" + std::to_string(int(plan.layout)) +
+                      ":" + std::to_string(int(math)) + ":" + std::to_string(plan.groups);
+    for (const int64_t* v : {plan.x, plan.w, plan.y})
+      for (int i = 0; i < 4; ++i) key += "," + std::to_string(v[i]);
+    for (int i = 0; i < 2; ++i)
+      key += ";" + std::to_string(plan.pad[i]) + "," + std::to_string(plan.stride[i]) + "," + std::to_string(plan.dilation[i]);
+    auto it = st.algos.find(key);
+    if (it == st.algos.end()) {
+      constexpr size_t kMaxWorkspace = size_t(1) << 30;
+      cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+      int returned = 0;
+      check(api.get_forward_algorithm(handle, d.x, d.w, d.conv, d.y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &returned, perf),
+            "cudnnGetConvolutionForwardAlgorithm_v7");
+      int chosen = -1;
+      for (int i = 0; i < returned && chosen < 0; ++i)
+        if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].memory <= kMaxWorkspace) chosen = i;
+      if (chosen < 0) unimplemented(call, "cuDNN has no forward algorithm for this convolution");
+      it = st.algos.emplace(key, std::make_pair(perf[chosen].algo, perf[chosen].memory)).first;
+    }
+    DeviceBuffer workspace(l.device, it->second.second, l.stream);
+    check(api.set_stream(handle, l.stream), "cudnnSetStream");
+    const float alpha_f = 1.0f, beta_f = 0.0f;
+    const double alpha_d = 1.0, beta_d = 0.0;
+    const bool f64 = out.dtype == kDtF64;
+    if (!plan.copy_y) t_queued = true;
+    const cudnnStatus_t status = api.convolution_forward(
+        handle, f64 ? static_cast<const void*>(&alpha_d) : &alpha_f, d.x, x.data, d.w, w.data, d.conv, it->second.first,
+        workspace.get(), it->second.second, f64 ? static_cast<const void*>(&beta_d) : &beta_f, d.y, target.data);
+    if (status != CUDNN_STATUS_SUCCESS)
+      throw sdk::Error(TESSERA_STATUS_INTERNAL, std::string(call.op_name()) + " on cuda: cudnnConvolutionForward failed: " +
+                                                    api.get_error_string(status));
+    g_kernel_launches.fetch_add(1, std::memory_order_relaxed);
+  }
+  if (bias) {
+    IterShape shape;
+    Operand ops[3] = {target.operand(), target.operand(), bias->operand()};
+    const Geometry ins[2] = {target.geometry(), bias->geometry()};
+    if (!plan_elementwise(target.geometry(), ins, 2, &shape, ops)) unimplemented(call, "bias layout");
+    check_launch(call, launch_binary(BinaryOp::Add, out.dtype, shape, ops[0], ops[1], ops[2], 0, ComputeScalar{},
+                                     to_compute_scalar(integral_number(1), out.dtype), is_dense(shape, ops, 3), l.stream),
+                 plan.copy_y);
+  }
+  if (plan.copy_y) device_copy(call, out, target, l.stream);
+}
+
+#pragma GCC diagnostic pop
+
+// ---------------------------------------------------------------- pooling
+
+// max_pool2d and avg_pool2d (PoolParams in launch.h). Attributes as the CPU kernel reads them: an
+// empty stride is the kernel size; what it refuses (non-positive sizes, padding above half the
+// kernel, an output of another shape) goes to the CPU fallback, which reports it.
+template <bool kMax>
+void pool2d_kernel(const KernelCall& call) {
+  using A = op::max_pool2d::attr;
+  static_assert(op::avg_pool2d::attr::kernel_size == int(A::kernel_size) && op::avg_pool2d::attr::stride == int(A::stride) &&
+                op::avg_pool2d::attr::padding == int(A::padding) &&
+                op::avg_pool2d::tensor::self == int(op::max_pool2d::tensor::self));
+  Launch l(call);
+  DeviceTensor x = view_of(call, call.input(op::max_pool2d::tensor::self), "self");
+  DeviceTensor out = view_of(call, call.output(0), "output");
+  if (!elementwise_dtype(x.dtype) || out.dtype != x.dtype || (!kMax && !elementwise_float(x.dtype) && x.dtype != kDtI64))
+    unimplemented(call, std::string("dtype ") + dtype_str(x.dtype));
+  if ((x.ndim() != 3 && x.ndim() != 4) || out.ndim() != x.ndim()) unimplemented(call, "input rank");
+  auto pair = [&](int attr, const int64_t* fallback, int64_t v[2]) {
+    int count = 0;
+    const int64_t* q = call.num_attrs() > attr ? call.attr_ints(attr, &count) : nullptr;
+    v[0] = count > 0 ? q[0] : fallback[0];
+    v[1] = count > 1 ? q[1] : (count == 1 ? q[0] : fallback[1]);
+  };
+  const int64_t zero[2] = {0, 0}, one[2] = {1, 1};
+  int64_t k[2], s[2], pad[2], d[2] = {1, 1};
+  pair(A::kernel_size, zero, k);
+  pair(A::stride, k, s);
+  pair(A::padding, zero, pad);
+  if (kMax) pair(A::dilation, one, d);
+  for (int i = 0; i < 2; ++i)
+    if (k[i] <= 0 || s[i] <= 0 || d[i] <= 0 || pad[i] < 0 || 2 * pad[i] > k[i]) unimplemented(call, "pooling arguments");
+  auto as4 = [](DeviceTensor& t) {
+    if (t.ndim() == 3) {
+      t.sizes.insert(t.sizes.begin(), 1);
+      t.strides.insert(t.strides.begin(), 0);
+    }
+  };
+  as4(x);
+  as4(out);
+  PoolParams p;
+  p.in = x.data;
+  p.out = out.data;
+  p.dtype = x.dtype;
+  p.is_max = kMax;
+  p.n = x.sizes[0], p.c = x.sizes[1], p.h = x.sizes[2], p.w = x.sizes[3];
+  p.kh = k[0], p.kw = k[1], p.sh = s[0], p.sw = s[1], p.ph = pad[0], p.pw = pad[1], p.dh = d[0], p.dw = d[1];
+  p.oh = (p.h + 2 * p.ph - p.dh * (p.kh - 1) - 1) / p.sh + 1;
+  p.ow = (p.w + 2 * p.pw - p.dw * (p.kw - 1) - 1) / p.sw + 1;
+  if (out.sizes[0] != p.n || out.sizes[1] != p.c || out.sizes[2] != p.oh || out.sizes[3] != p.ow)
+    unimplemented(call, "output shape");
+  for (int i = 0; i < 4; ++i) {
+    p.in_strides[i] = x.strides[size_t(i)];
+    p.out_strides[i] = out.strides[size_t(i)];
+  }
+  p.channels_inner = out.strides[1] == 1 && p.c > 1;
+  check_launch(call, launch_pool2d(p, l.stream));
+}
+
 // ---------------------------------------------------------------- attention
 
 void sdpa_kernel(const KernelCall& call) {
@@ -1349,6 +1604,10 @@ void register_kernels(const sdk::Host& host) {
   host.register_kernel(op::rms_norm::name, kFloat | kF64, TESSERA_SDK_KERNEL(norm_kernel<true>));
   host.register_kernel(op::matmul::name, kFloat | kF64, TESSERA_SDK_KERNEL(matmul_kernel));
   host.register_kernel(op::linear::name, kFloat | kF64, TESSERA_SDK_KERNEL(linear_kernel));
+  host.register_kernel(op::conv2d::name, kFloat | kF64, TESSERA_SDK_KERNEL(conv2d_kernel));
+  host.register_kernel(op::max_pool2d::name, kNumeric | kF64, TESSERA_SDK_KERNEL(pool2d_kernel<true>));
+  host.register_kernel(op::avg_pool2d::name, kFloat | kF64 | TESSERA_DTYPE_BIT(TESSERA_DTYPE_INT64),
+                       TESSERA_SDK_KERNEL(pool2d_kernel<false>));
   host.register_kernel(op::scaled_dot_product_attention::name, kFloat | kF64, TESSERA_SDK_KERNEL(sdpa_kernel));
 }
 

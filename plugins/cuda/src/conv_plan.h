@@ -1,0 +1,114 @@
+// How conv2d is described to cuDNN (Note [conv2d on cuDNN], ops.cpp): pure C++, unit-tested on the
+// host (tests/cuda/test_launch_planning.cpp, ConvPlanning.*).
+// cuDNN's 4-D descriptors take int sizes and strides, and its fast algorithms want the input, the
+// filter and the output packed in one format. The format is the output's: NHWC when the dispatcher
+// made it channels-last (PyTorch's rule: a channels-last input or weight gives a channels-last
+// output), else NCHW. An operand not packed in that format is re-packed first (the output: computed
+// into a packed temporary, then copied). A 3-D (unbatched) input is [1, C, H, W].
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <string>
+
+#include "tensor_iter.h"
+
+namespace tessera::cuda {
+
+enum class ConvLayout { NCHW, NHWC };
+
+// Packed strides of [N, C, H, W] sizes in `layout`.
+inline void conv_packed_strides(const int64_t sizes[4], ConvLayout layout, int64_t strides[4]) {
+  if (layout == ConvLayout::NCHW) {
+    strides[3] = 1;
+    strides[2] = sizes[3];
+    strides[1] = sizes[2] * sizes[3];
+    strides[0] = sizes[1] * sizes[2] * sizes[3];
+  } else {
+    strides[1] = 1;
+    strides[3] = sizes[1];
+    strides[2] = sizes[3] * sizes[1];
+    strides[0] = sizes[2] * sizes[3] * sizes[1];
+  }
+}
+
+struct ConvPlan {
+  ConvLayout layout = ConvLayout::NCHW;
+  int64_t x[4] = {}, w[4] = {}, y[4] = {};  // [N, C, H, W], [O, C / groups, kh, kw], [N, O, OH, OW]
+  bool copy_x = false, copy_w = false, copy_y = false;
+  int32_t pad[2] = {}, stride[2] = {}, dilation[2] = {}, groups = 1;
+};
+
+namespace detail {
+// `g` (3-D unbatched or 4-D) as [N, C, H, W] sizes and strides.
+inline bool conv_dims(const Geometry& g, int64_t sizes[4], int64_t strides[4]) {
+  if (g.ndim != 3 && g.ndim != 4) return false;
+  const int off = 4 - g.ndim;
+  sizes[0] = 1;
+  strides[0] = 0;
+  for (int i = 0; i < g.ndim; ++i) {
+    sizes[i + off] = g.sizes[i];
+    strides[i + off] = g.strides[i];
+  }
+  return true;
+}
+inline bool conv_is_packed(const int64_t sizes[4], const int64_t strides[4], ConvLayout layout) {
+  int64_t packed[4];
+  conv_packed_strides(sizes, layout, packed);
+  for (int i = 0; i < 4; ++i)
+    if (sizes[i] != 1 && strides[i] != packed[i]) return false;
+  return true;
+}
+inline bool fits_int(int64_t v) { return v >= 0 && v <= std::numeric_limits<int32_t>::max(); }
+inline bool numel_fits_int(const int64_t sizes[4]) {
+  int64_t n = 1;
+  for (int i = 0; i < 4; ++i)
+    if (__builtin_mul_overflow(n, sizes[i], &n) || !fits_int(n)) return false;
+  return true;
+}
+}  // namespace detail
+
+// False, with the reason, when cuDNN cannot be given this problem (the CPU fallback takes it).
+inline bool plan_conv(const Geometry& x, const Geometry& w, const Geometry& y, const int64_t pad[2],
+                      const int64_t stride[2], const int64_t dilation[2], int64_t groups, ConvPlan* plan,
+                      std::string* why) {
+  int64_t xs[4], ws[4], ys[4];
+  if (!detail::conv_dims(x, plan->x, xs) || w.ndim != 4 || !detail::conv_dims(y, plan->y, ys) || x.ndim != y.ndim) {
+    *why = "conv2d needs a 3-D or 4-D input and output and a 4-D weight";
+    return false;
+  }
+  for (int i = 0; i < 4; ++i) {
+    plan->w[i] = w.sizes[i];
+    ws[i] = w.strides[i];
+  }
+  if (!detail::numel_fits_int(plan->x) || !detail::numel_fits_int(plan->w) || !detail::numel_fits_int(plan->y)) {
+    *why = "an operand of more than 2^31 - 1 elements (cuDNN's 4-D descriptors take int strides)";
+    return false;
+  }
+  for (int i = 0; i < 2; ++i) {
+    if (!detail::fits_int(pad[i]) || stride[i] < 1 || !detail::fits_int(stride[i]) || dilation[i] < 1 ||
+        !detail::fits_int(dilation[i])) {
+      *why = "padding, stride or dilation outside cuDNN's int range";
+      return false;
+    }
+    plan->pad[i] = int32_t(pad[i]);
+    plan->stride[i] = int32_t(stride[i]);
+    plan->dilation[i] = int32_t(dilation[i]);
+  }
+  if (groups < 1 || !detail::fits_int(groups) || plan->x[1] != plan->w[1] * groups || plan->w[0] % groups != 0 ||
+      plan->y[1] != plan->w[0] || plan->y[0] != plan->x[0]) {
+    *why = "channels that do not match the weight and groups";
+    return false;
+  }
+  plan->groups = int32_t(groups);
+  plan->layout = y.ndim == 4 && !detail::conv_is_packed(plan->y, ys, ConvLayout::NCHW) &&
+                         detail::conv_is_packed(plan->y, ys, ConvLayout::NHWC)
+                     ? ConvLayout::NHWC
+                     : ConvLayout::NCHW;
+  plan->copy_x = !detail::conv_is_packed(plan->x, xs, plan->layout);
+  plan->copy_w = !detail::conv_is_packed(plan->w, ws, plan->layout);
+  plan->copy_y = !detail::conv_is_packed(plan->y, ys, plan->layout);
+  return true;
+}
+
+}  // namespace tessera::cuda

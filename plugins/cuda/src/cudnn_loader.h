@@ -1,0 +1,49 @@
+// cuDNN, loaded with dlopen at first use, like cuBLASLt (Note [Loading cuBLASLt]). Note [Loading cuDNN]
+// The plugin does not link cuDNN: the library is opened the first time a convolution needs it, so
+// the plugin loads on machines without cuDNN and only conv2d then goes to the CPU fallback, with the
+// reason logged once and shown in the device properties ("cudnn"). Search order: $TESSERA_CUDA_CUDNN
+// (a full path), libcudnn.so.9 and libcudnn.so through the normal loader path, then the toolkit's
+// library folder known at build time and /usr/local/cuda/lib64. The GPU checks point
+// TESSERA_CUDA_CUDNN at PyTorch's copy (nvidia-cudnn) when the machine's toolkit has none. Only the
+// convolution entry points of cuDNN 9's legacy API are used (cudnn_cnn.h); a library older than 9
+// is refused.
+#pragma once
+#include <cudnn.h>
+
+#include <string>
+#include <vector>
+
+namespace tessera::cuda {
+
+struct CudnnApi {
+  bool loaded = false;
+  std::string path;   // the file that was opened
+  std::string error;  // why loading failed (every place tried)
+  size_t version = 0;
+
+  decltype(&cudnnGetVersion) get_version = nullptr;
+  decltype(&cudnnGetErrorString) get_error_string = nullptr;
+  decltype(&cudnnCreate) create = nullptr;
+  decltype(&cudnnSetStream) set_stream = nullptr;
+  decltype(&cudnnCreateTensorDescriptor) create_tensor = nullptr;
+  decltype(&cudnnDestroyTensorDescriptor) destroy_tensor = nullptr;
+  decltype(&cudnnSetTensor4dDescriptorEx) set_tensor_4d_ex = nullptr;
+  decltype(&cudnnCreateFilterDescriptor) create_filter = nullptr;
+  decltype(&cudnnDestroyFilterDescriptor) destroy_filter = nullptr;
+  decltype(&cudnnSetFilter4dDescriptor) set_filter_4d = nullptr;
+  decltype(&cudnnCreateConvolutionDescriptor) create_conv = nullptr;
+  decltype(&cudnnDestroyConvolutionDescriptor) destroy_conv = nullptr;
+  decltype(&cudnnSetConvolution2dDescriptor) set_conv_2d = nullptr;
+  decltype(&cudnnSetConvolutionGroupCount) set_group_count = nullptr;
+  decltype(&cudnnSetConvolutionMathType) set_math_type = nullptr;
+  decltype(&cudnnGetConvolutionForwardAlgorithm_v7) get_forward_algorithm = nullptr;
+  decltype(&cudnnGetConvolutionForwardWorkspaceSize) get_workspace_size = nullptr;
+  decltype(&cudnnConvolutionForward) convolution_forward = nullptr;
+};
+
+// Loads once (thread-safe) and returns the table; `loaded` says whether it can be used.
+const CudnnApi& cudnn_api();
+// The loader itself, for tests: tries `candidates` in order (no caching).
+CudnnApi load_cudnn_from(const std::vector<std::string>& candidates);
+
+}  // namespace tessera::cuda
