@@ -1225,4 +1225,68 @@ TEST_F(CudaKernels, PoolingLikeTheCpu) {
   EXPECT_TRUE(std::isnan(values(tessera::max_pool2d(h.to("cuda:0"), {2, 2}))[0]));
 }
 
+// Note [Reproducible random numbers]: the same seed gives the CPU's numbers on the device: rand and
+// uniform_ bit for bit in every floating dtype (a strided self included), randn and normal_ within
+// the GPU's logf / cosf.
+TEST_F(CudaKernels, RandomFillsDrawTheCpuNumbers) {
+  for (DType t : {tessera::kFloat32, tessera::kFloat16, tessera::kBFloat16, tessera::kFloat64}) {
+    const std::string tn(tessera::dtype_name(t));
+    tessera::manual_seed(seed_);
+    const Tensor cpu_u = tessera::rand({1000, 37}, tessera::TensorOptions(t));
+    const Tensor cpu_n = tessera::randn({777}, tessera::TensorOptions(t));
+    tessera::manual_seed(seed_);
+    Tensor gpu_u, gpu_n;
+    EXPECT_RUNS_ON_CUDA("rand " + tn, gpu_u = tessera::rand({1000, 37}, tessera::TensorOptions(t).device("cuda:0")));
+    EXPECT_RUNS_ON_CUDA("randn " + tn, gpu_n = tessera::randn({777}, tessera::TensorOptions(t).device("cuda:0")));
+    expect_same(gpu_u, cpu_u, "rand " + tn);
+    expect_close(gpu_n, cpu_n, t == tessera::kFloat64 || t == tessera::kFloat32 ? Tol{1e-5, 1e-5} : tol_for(t), "randn " + tn);
+    // uniform_ into a transposed view, from a generator of its own.
+    Tensor a = tessera::zeros({30, 20}, tessera::TensorOptions(t)).t();
+    Tensor b = tessera::zeros({30, 20}, tessera::TensorOptions(t).device("cuda:0")).t();
+    tessera::uniform_(a, -3.0, 5.0, tessera::Generator(tessera::Device("cpu"), 1234));
+    EXPECT_RUNS_ON_CUDA("uniform_ strided " + tn,
+                        tessera::uniform_(b, -3.0, 5.0, tessera::Generator(tessera::Device("cuda:0"), 1234)));
+    expect_same(b, a, "uniform_ into a transposed view " + tn);
+    tessera::normal_(a, 2.0, 0.5, tessera::Generator(tessera::Device("cpu"), 99));
+    tessera::normal_(b, 2.0, 0.5, tessera::Generator(tessera::Device("cuda:0"), 99));
+    expect_close(b, a, t == tessera::kFloat64 || t == tessera::kFloat32 ? Tol{1e-5, 1e-5} : tol_for(t), "normal_ " + tn);
+  }
+}
+
+// scatter on the device against the CPU, bit for bit: every dim, indices without repeats (a
+// repeated index lands one unspecified value, as in PyTorch's CUDA scatter) and negative ones, an
+// index smaller than src and self, strided operands; an index out of range is the CPU's error.
+TEST_F(CudaKernels, ScatterLikeTheCpu) {
+  std::mt19937 rng(static_cast<unsigned>(seed_));
+  for (DType t : {tessera::kFloat32, tessera::kBFloat16, tessera::kInt64, tessera::kBool, tessera::kFloat64, tessera::kUInt8}) {
+    const std::string tn(tessera::dtype_name(t));
+    const Tensor self = tessera::mul(tessera::randn({6, 5, 4}), tessera::full({}, 9.0)).to(t);
+    const Tensor src = tessera::mul(tessera::randn({5, 4, 7}), tessera::full({}, 9.0)).to(t).permute({1, 2, 0});  // [4, 7, 5]
+    for (int64_t dim : {0, 1, 2, -1}) {
+      const int64_t d = dim < 0 ? dim + 3 : dim;
+      const int64_t size = self.size(d);
+      const int64_t isz[3] = {d == 0 ? 4 : 3, d == 1 ? 4 : 3, d == 2 ? 4 : 3};
+      std::vector<double> v(size_t(isz[0] * isz[1] * isz[2]));
+      // along dim, each line of the index is a prefix of a permutation of 0..size-1 (no repeats)
+      for (int64_t a = 0; a < isz[0]; ++a)
+        for (int64_t b = 0; b < isz[1]; ++b)
+          for (int64_t c = 0; c < isz[2]; ++c) {
+            const int64_t pos[3] = {a, b, c};
+            int64_t line = 0;
+            for (int k = 0; k < 3; ++k)
+              if (k != d) line = line * 7 + pos[k];
+            const int64_t i = (pos[d] + line) % size;  // distinct within a line: pos[d] < size
+            v[size_t((a * isz[1] + b) * isz[2] + c)] = double((rng() % 2) ? i : i - size);  // negative half the time
+          }
+      const Tensor idx = tessera::tensor(v, {isz[0], isz[1], isz[2]}).to(tessera::kInt64);
+      Tensor got;
+      EXPECT_RUNS_ON_CUDA("scatter " + tn, got = tessera::scatter(self.to("cuda:0"), dim, idx.to("cuda:0"), src.to("cuda:0")));
+      expect_same(got, tessera::scatter(self, dim, idx, src), "scatter dim " + std::to_string(dim) + " " + tn);
+    }
+  }
+  const Tensor s = tessera::randn({4, 3}).to("cuda:0");
+  EXPECT_THROW((void)tessera::scatter(s, 1, tessera::full({4, 2}, int64_t(3)).to("cuda:0"), s).cpu(), tessera::Error);
+  EXPECT_EQ(tessera::scatter(s, 1, tessera::full({4, 1}, int64_t(-1)).to("cuda:0"), s).cpu().size(1), 3) << "after the error";
+}
+
 }  // namespace

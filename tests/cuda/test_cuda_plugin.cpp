@@ -151,7 +151,10 @@ TEST(CudaPlugin, RegistersKernelsWithTheirDtypes) {
   for (const char* op : {"softmax", "layer_norm", "matmul"})
     EXPECT_NE(resolution(op, tessera::kInt32), tessera::Resolution::Kernel) << op << " has no integer kernel on cuda";
   EXPECT_EQ(resolution("gather", tessera::kFloat64), tessera::Resolution::Kernel);
-  EXPECT_NE(resolution("scatter", tessera::kFloat32), tessera::Resolution::Kernel) << "scatter reaches the CPU through the fallback";
+  for (tessera::DType t : {tessera::kBool, tessera::kInt8, tessera::kFloat16, tessera::kFloat64})
+    EXPECT_EQ(resolution("scatter.src", t), tessera::Resolution::Kernel) << t;
+  EXPECT_NE(resolution("scatter_reduce.two", tessera::kFloat32), tessera::Resolution::Kernel)
+      << "scatter_reduce reaches the CPU through the fallback";
   for (tessera::DType t : {tessera::kFloat16, tessera::kBFloat16, tessera::kFloat32, tessera::kFloat64})
     EXPECT_EQ(resolution("scaled_dot_product_attention", t), tessera::Resolution::Kernel) << t;
   for (tessera::DType t : {tessera::kFloat16, tessera::kBFloat16, tessera::kFloat32, tessera::kFloat64})
@@ -161,6 +164,9 @@ TEST(CudaPlugin, RegistersKernelsWithTheirDtypes) {
     EXPECT_EQ(resolution("avg_pool2d", t), tessera::Resolution::Kernel) << t;
   }
   EXPECT_EQ(resolution("max_pool2d", tessera::kUInt8), tessera::Resolution::Kernel);
+  for (const char* op : {"uniform_", "normal_"})
+    for (tessera::DType t : {tessera::kFloat16, tessera::kBFloat16, tessera::kFloat32, tessera::kFloat64})
+      EXPECT_EQ(resolution(op, t), tessera::Resolution::Kernel) << op << " " << t;
   EXPECT_NE(resolution("avg_pool2d", tessera::kInt32), tessera::Resolution::Kernel) << "the CPU reports int32 avg_pool2d";
 }
 

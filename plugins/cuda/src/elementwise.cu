@@ -8,6 +8,7 @@
 
 #include "cuda_common.cuh"
 #include "nan_math.h"
+#include "tessera/random.h"
 
 namespace tessera::cuda {
 namespace {
@@ -289,6 +290,23 @@ __global__ void arange_kernel(T* out, int64_t n, int64_t stride, double start, d
   }
 }
 
+// ---------------------------------------------------------------- uniform_, normal_
+
+// Element i (row-major) = a + (b - a) * uniform(seed, offset + i) or a + b * normal(seed, offset +
+// i), in double with no fma (Note [Reproducible random numbers], tessera/random.h: the CPU's
+// numbers; uniform bit for bit, normal within the GPU's logf / cosf), rounded once into float for
+// the 16-bit floats as the CPU stores them.
+template <typename T>
+__global__ void random_kernel(T* out, int64_t n, bool normal, double a, double b, uint64_t seed, uint64_t offset) {
+  const int64_t grid = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += grid) {
+    const double u = normal ? double(philox::normal(seed, offset + uint64_t(i))) : double(philox::uniform(seed, offset + uint64_t(i)));
+    const double v = normal ? __dadd_rn(a, __dmul_rn(b, u)) : __dadd_rn(a, __dmul_rn(__dsub_rn(b, a), u));
+    if constexpr (std::is_same_v<T, double>) out[i] = v;
+    else out[i] = from_op<T>(float(v));
+  }
+}
+
 }  // namespace
 
 cudaError_t launch_where(const IterShape& shape, const Operand& out, const Operand& condition, const Operand& a,
@@ -329,6 +347,17 @@ cudaError_t launch_binary(BinaryOp op, int32_t dtype, const IterShape& shape, co
 cudaError_t launch_unary(UnaryOp op, int32_t dtype, const IterShape& shape, const Operand& out, const Operand& in,
                          bool contiguous, cudaStream_t stream) {
   TESSERA_CUDA_DISPATCH_ALL(dtype, return run_unary<scalar_t>(op, shape, out, in, contiguous, stream))
+  return cudaErrorInvalidValue;
+}
+
+cudaError_t launch_random(void* out, int32_t dtype, int64_t n, bool normal, double a, double b, uint64_t seed,
+                          uint64_t offset, cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  TESSERA_CUDA_DISPATCH_FLOAT_AND_F64(dtype, {
+    random_kernel<scalar_t><<<grid_for(n), kThreads, 0, stream>>>(static_cast<scalar_t*>(out), n, normal, a, b, seed,
+                                                                    offset);
+    return cudaGetLastError();
+  })
   return cudaErrorInvalidValue;
 }
 

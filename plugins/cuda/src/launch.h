@@ -69,6 +69,11 @@ cudaError_t launch_where(const IterShape& shape, const Operand& out, const Opera
 // integral ones compute istart + i * istep in int64 and wrap to the dtype.
 cudaError_t launch_arange(void* out, int32_t dtype, int64_t n, int64_t stride, double start, double step,
                           int64_t istart, int64_t istep, cudaStream_t stream);
+// uniform_ / normal_ into n contiguous elements of a floating dtype: element i from the Philox
+// stream at (seed, offset + i), as the CPU kernel (tessera/random.h); (a, b) = (from, to) or
+// (mean, std).
+cudaError_t launch_random(void* out, int32_t dtype, int64_t n, bool normal, double a, double b, uint64_t seed,
+                          uint64_t offset, cudaStream_t stream);
 // out = src with the position along `dim` taken from an index tensor read at index_strides (in
 // elements, per output dim): index_select (the index's stride on `dim`, 0 elsewhere), embedding
 // (src the weight, dim 0, the indices flattened) and gather (the index tensor's own strides, its
@@ -88,6 +93,19 @@ struct IndexSelectParams {
   int64_t* error = nullptr;  // two int64 on the device, zeroed by the launcher
 };
 cudaError_t launch_index_select(const IndexSelectParams& p, cudaStream_t stream);
+// scatter(self, dim, index, src): out (already a copy of self) at each position c of the index
+// (geometry.sizes = the index's sizes) receives the bits of values[c] (geometry.out_strides = the
+// values' strides) at c with c[dim] = index[c] (geometry.src_strides = out's strides,
+// geometry.src_dim_size = out's size on dim); geometry.out / src are unused. The offsets are
+// indexed_element's (index_math.h) with the roles of the read and the written tensor exchanged. A
+// bad index writes nothing and is reported through geometry.error like index_select's. With
+// repeated indices one of the values lands, which one is unspecified (PyTorch's CUDA rule).
+struct ScatterParams {
+  IndexSelectParams geometry;
+  void* out = nullptr;
+  const void* values = nullptr;
+};
+cudaError_t launch_scatter(const ScatterParams& p, cudaStream_t stream);
 // A strided copy/conversion planned by plan_copy (tensor_iter.h): dims coalesced and ordered by
 // the destination's strides, innermost last; strides in elements (0 where the source broadcasts).
 struct CopyPlan {

@@ -430,6 +430,26 @@ void copy_kernel(const KernelCall& call) {
   device_copy(call, dst, view_of(call, src_view, "src"), l.stream);
 }
 
+// uniform_ and normal_ (attributes a, b, seed, offset: one layout), into self in place: a
+// non-contiguous self is filled through a contiguous temporary, as on the CPU.
+using RandomAttr = op::normal_::attr;
+static_assert(op::uniform_::attr::from == int(RandomAttr::mean) && op::uniform_::attr::to == int(RandomAttr::std) &&
+              op::uniform_::attr::seed == int(RandomAttr::seed) && op::uniform_::attr::offset == int(RandomAttr::offset) &&
+              op::uniform_::tensor::self == int(op::normal_::tensor::self));
+template <bool kNormal>
+void random_kernel(const KernelCall& call) {
+  Launch l(call);
+  DeviceTensor self = view_of(call, call.num_outputs() > 0 ? call.output(0) : call.input(op::normal_::tensor::self), "self");
+  if (!elementwise_float(self.dtype)) unimplemented(call, std::string("dtype ") + dtype_str(self.dtype));
+  if (call.num_attrs() <= RandomAttr::offset) unimplemented(call, "missing attributes");
+  const double a = call.attr_double(RandomAttr::mean), b = call.attr_double(RandomAttr::std);
+  const uint64_t seed = uint64_t(call.attr_int(RandomAttr::seed)), offset = uint64_t(call.attr_int(RandomAttr::offset));
+  const DeviceTensor target = self.contiguous() ? self : temporary(l, self.dtype, self.sizes);
+  check_launch(call, launch_random(target.data, self.dtype, target.numel(), kNormal, a, b, seed, offset, l.stream),
+               target.data != self.data);
+  if (target.data != self.data) device_copy(call, self, target, l.stream);
+}
+
 // ---------------------------------------------------------------- reductions
 
 // Every reduction's attributes start with its dims (an int list; an int or None for argmax and
@@ -1430,6 +1450,17 @@ void arange_kernel(const KernelCall& call) {
 // output is the call's fresh tensor, so nothing the caller holds has been written.
 // out = src indexed along dim by idx read at index_strides (one per output dim), the element bits
 // copied; then the check of Note [Index errors on the GPU]. out and src have the same dtype and rank.
+void check_index_slot(const KernelCall& call, const Launch& l, const int64_t* slot, const char* what, int64_t dim_size) {
+  int64_t error[2] = {0, 0};
+  check_enqueue(call, cudaMemcpyAsync(error, slot, sizeof(error), cudaMemcpyDeviceToHost, l.stream),
+                "cudaMemcpyAsync of the index check", /*into_temporary=*/true);
+  check_cuda(cudaStreamSynchronize(l.stream), std::string(what) + " on cuda: synchronising for the index check");
+  if (error[0] != 0)
+    throw sdk::Error(TESSERA_STATUS_INVALID_ARGUMENT, std::string(what) + ": index " + std::to_string(error[1]) +
+                                                          " is out of bounds for a dimension of size " +
+                                                          std::to_string(dim_size));
+}
+
 void run_index_select(const KernelCall& call, const Launch& l, const DeviceTensor& out, const DeviceTensor& src,
                       int dim, const DeviceTensor& idx, const std::vector<int64_t>& index_strides, const char* what) {
   IndexSelectParams p;
@@ -1451,14 +1482,7 @@ void run_index_select(const KernelCall& call, const Launch& l, const DeviceTenso
   DeviceBuffer slot(l.device, 2 * sizeof(int64_t), l.stream);
   p.error = static_cast<int64_t*>(slot.get());
   check_launch(call, launch_index_select(p, l.stream));
-  int64_t error[2] = {0, 0};
-  check_enqueue(call, cudaMemcpyAsync(error, p.error, sizeof(error), cudaMemcpyDeviceToHost, l.stream),
-                "cudaMemcpyAsync of the index check", /*into_temporary=*/true);
-  check_cuda(cudaStreamSynchronize(l.stream), std::string(what) + " on cuda: synchronising for the index check");
-  if (error[0] != 0)
-    throw sdk::Error(TESSERA_STATUS_INVALID_ARGUMENT, std::string(what) + ": index " + std::to_string(error[1]) +
-                                                          " is out of bounds for a dimension of size " +
-                                                          std::to_string(p.src_dim_size));
+  check_index_slot(call, l, p.error, what, p.src_dim_size);
 }
 
 bool index_dtype(int32_t dt) { return dt == kDtI64 || dt == kDtI32; }
@@ -1525,6 +1549,44 @@ void gather_kernel(const KernelCall& call) {
   run_index_select(call, l, o.out, o.src, o.dim, o.idx, o.idx.strides, "gather");
 }
 
+// scatter(self, dim, index, src): out = self, then out[c with c[dim] = index[c]] = src[c] for every
+// position c of the index (index no larger than src anywhere, nor than self off dim: the CPU
+// fallback reports other shapes). ScatterParams in launch.h.
+void scatter_kernel(const KernelCall& call) {
+  using S = op::scatter_src;
+  Launch l(call);
+  IndexedOperands o = indexed_operands(call, S::tensor::self, S::tensor::index, S::attr::dim);
+  DeviceTensor values = view_of(call, call.input(S::tensor::src), "src");
+  const int rank = o.src.ndim();
+  if (o.idx.ndim() != rank || values.ndim() != rank || o.out.sizes != o.src.sizes) unimplemented(call, "these shapes");
+  for (int d = 0; d < rank; ++d)
+    if (o.idx.sizes[size_t(d)] > values.sizes[size_t(d)] || (d != o.dim && o.idx.sizes[size_t(d)] > o.src.sizes[size_t(d)]))
+      unimplemented(call, "an index larger than src or self");
+  values = materialize(call, values, o.out.dtype, false, l);
+  device_copy(call, o.out, o.src, l.stream);
+  ScatterParams p;
+  IndexSelectParams& g = p.geometry;
+  g.ndim = rank;
+  g.dim = o.dim;
+  g.itemsize = int32_t(sdk::dtype_size(o.out.dtype));
+  g.index_dtype = o.idx.dtype;
+  g.numel = o.idx.numel();
+  g.src_dim_size = o.out.sizes[size_t(o.dim)];
+  for (int d = 0; d < rank; ++d) {
+    g.sizes[d] = o.idx.sizes[size_t(d)];
+    g.out_strides[d] = values.strides[size_t(d)];  // read at each index position
+    g.src_strides[d] = o.out.strides[size_t(d)];   // written, dim chosen by the index
+    g.index_strides[d] = o.idx.strides[size_t(d)];
+  }
+  g.index = o.idx.data;
+  p.out = o.out.data;
+  p.values = values.data;
+  DeviceBuffer slot(l.device, 2 * sizeof(int64_t), l.stream);
+  g.error = static_cast<int64_t*>(slot.get());
+  check_launch(call, launch_scatter(p, l.stream));
+  check_index_slot(call, l, g.error, "scatter", g.src_dim_size);
+}
+
 // ---------------------------------------------------------------- registration
 
 constexpr uint64_t kFloat = TESSERA_DTYPE_BIT(TESSERA_DTYPE_FLOAT32) | TESSERA_DTYPE_BIT(TESSERA_DTYPE_FLOAT16) |
@@ -1586,7 +1648,10 @@ void register_kernels(const sdk::Host& host) {
   host.register_kernel(op::stack::name, kAll, TESSERA_SDK_KERNEL(stack_kernel));
   host.register_kernel(op::index_select::name, kAll, TESSERA_SDK_KERNEL(index_select_kernel));
   host.register_kernel(op::embedding::name, kAll, TESSERA_SDK_KERNEL(embedding_kernel));
+  host.register_kernel(op::scatter_src::name, kAll, TESSERA_SDK_KERNEL(scatter_kernel));
   host.register_kernel(op::gather::name, kAll, TESSERA_SDK_KERNEL(gather_kernel));
+  host.register_kernel(op::uniform_::name, kFloat | kF64, TESSERA_SDK_KERNEL(random_kernel<false>));
+  host.register_kernel(op::normal_::name, kFloat | kF64, TESSERA_SDK_KERNEL(random_kernel<true>));
   host.register_kernel(op::arange::name, kNumeric | kF64, TESSERA_SDK_KERNEL(arange_kernel));
   // reductions
   host.register_kernel(op::sum::name, kAll, TESSERA_SDK_KERNEL(reduce_kernel<ReduceOp::Sum>));
