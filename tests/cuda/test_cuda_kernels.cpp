@@ -1289,4 +1289,44 @@ TEST_F(CudaKernels, ScatterLikeTheCpu) {
   EXPECT_EQ(tessera::scatter(s, 1, tessera::full({4, 1}, int64_t(-1)).to("cuda:0"), s).cpu().size(1), 3) << "after the error";
 }
 
+// Note [scatter_reduce on the GPU]: every reduction, with and without self, over repeated indices
+// (the point of it), along both dims, against the CPU: exactly for integers (small values: no
+// overflow, where the CPU's int64 accumulator and the device's wrapping would differ), within
+// rounding for floats (the fold order is unspecified).
+TEST_F(CudaKernels, ScatterReduceLikeTheCpu) {
+  std::mt19937 rng(static_cast<unsigned>(seed_));
+  for (DType t : {tessera::kFloat32, tessera::kFloat64, tessera::kFloat16, tessera::kBFloat16, tessera::kInt64,
+                  tessera::kInt32, tessera::kInt16, tessera::kInt8, tessera::kUInt8}) {
+    const std::string tn(tessera::dtype_name(t));
+    const bool floating = t == tessera::kFloat32 || t == tessera::kFloat64 || t == tessera::kFloat16 || t == tessera::kBFloat16;
+    auto values = [&](std::vector<int64_t> sizes) {
+      if (floating) return tessera::randn(sizes).to(t);
+      int64_t n = 1;
+      for (int64_t s : sizes) n *= s;
+      std::vector<double> v(static_cast<size_t>(n));
+      for (double& e : v) e = double(int(rng() % 7) - (t == tessera::kUInt8 ? 0 : 3));
+      return tessera::tensor(v, sizes).to(t);
+    };
+    const Tol tol = t == tessera::kFloat64 ? Tol{1e-12, 1e-12} : (floating ? tol_for(t, 4) : Tol{0, 0});
+    for (int64_t dim : {0, 1}) {
+      const Tensor self = values({5, 6});
+      const std::vector<int64_t> isz = dim == 0 ? std::vector<int64_t>{8, 6} : std::vector<int64_t>{5, 9};
+      const Tensor src = values(isz);
+      std::vector<double> iv(size_t(isz[0] * isz[1]));
+      for (double& e : iv) e = double(rng() % uint64_t(self.size(dim)));
+      const Tensor idx = tessera::tensor(iv, isz).to(tessera::kInt64);
+      for (const char* r : {"sum", "prod", "mean", "amax", "amin"}) {
+        for (bool include_self : {true, false}) {
+          const std::string what = std::string(r) + (include_self ? "" : " without self") + " dim " + std::to_string(dim) + " " + tn;
+          Tensor got;
+          EXPECT_RUNS_ON_CUDA("scatter_reduce " + what,
+                              got = tessera::scatter_reduce(self.to("cuda:0"), dim, idx.to("cuda:0"), src.to("cuda:0"), r,
+                                                            include_self));
+          expect_close(got, tessera::scatter_reduce(self, dim, idx, src, r, include_self), tol, "scatter_reduce " + what);
+        }
+      }
+    }
+  }
+}
+
 }  // namespace

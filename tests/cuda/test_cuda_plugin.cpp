@@ -153,8 +153,8 @@ TEST(CudaPlugin, RegistersKernelsWithTheirDtypes) {
   EXPECT_EQ(resolution("gather", tessera::kFloat64), tessera::Resolution::Kernel);
   for (tessera::DType t : {tessera::kBool, tessera::kInt8, tessera::kFloat16, tessera::kFloat64})
     EXPECT_EQ(resolution("scatter.src", t), tessera::Resolution::Kernel) << t;
-  EXPECT_NE(resolution("scatter_reduce.two", tessera::kFloat32), tessera::Resolution::Kernel)
-      << "scatter_reduce reaches the CPU through the fallback";
+  for (tessera::DType t : {tessera::kInt8, tessera::kInt64, tessera::kFloat16, tessera::kFloat32, tessera::kFloat64})
+    EXPECT_EQ(resolution("scatter_reduce.two", t), tessera::Resolution::Kernel) << t;
   for (tessera::DType t : {tessera::kFloat16, tessera::kBFloat16, tessera::kFloat32, tessera::kFloat64})
     EXPECT_EQ(resolution("scaled_dot_product_attention", t), tessera::Resolution::Kernel) << t;
   for (tessera::DType t : {tessera::kFloat16, tessera::kBFloat16, tessera::kFloat32, tessera::kFloat64})

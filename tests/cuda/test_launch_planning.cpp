@@ -571,6 +571,24 @@ TEST(ConvPlanning, RefusesWhatCudnnDescriptorsCannotHold) {
   EXPECT_FALSE(tessera::cuda::plan_conv(x.geometry(), w3.geometry(), y.geometry(), pad, stride, dil, 2, &p, &why));
 }
 
+// scatter_reduce's compare-and-swap on 1- and 2-byte elements: the element at each offset of a
+// word is read back and replaced without touching its neighbours.
+TEST(IndexMath, SubwordGetAndSetKeepTheNeighbours) {
+  const uint32_t word = 0x89ABCDEFu;
+  const uint8_t bytes[4] = {0xEF, 0xCD, 0xAB, 0x89};  // little-endian
+  for (unsigned off = 0; off < 4; ++off) {
+    EXPECT_EQ(tessera::cuda::subword_get(word, off, 1), bytes[off]);
+    const uint32_t w = tessera::cuda::subword_set(word, off, 1, 0x1FFu);  // bits above the byte are dropped
+    for (unsigned k = 0; k < 4; ++k)
+      EXPECT_EQ((w >> (8 * k)) & 0xFFu, k == off ? 0xFFu : bytes[k]) << "offset " << off << " byte " << k;
+  }
+  for (unsigned off : {0u, 2u}) {
+    EXPECT_EQ(tessera::cuda::subword_get(word, off, 2), off == 0 ? 0xCDEFu : 0x89ABu);
+    const uint32_t w = tessera::cuda::subword_set(word, off, 2, 0x12345u);
+    EXPECT_EQ(w, off == 0 ? 0x89AB2345u : 0x2345CDEFu);
+  }
+}
+
 }  // namespace
 
 TEST(ConcatPlanning, CatAndStackSlicesTileTheOutputInOrder) {

@@ -39,4 +39,16 @@ TESSERA_CUDA_HD bool wrap_index(int64_t i, int64_t size, int64_t* wrapped) {
   return true;
 }
 
+// The 1- or 2-byte element at byte `offset` (0..3) of a little-endian 32-bit word, and the word with
+// that element replaced (the rest kept): the compare-and-swap loop of scatter_reduce on sub-word
+// elements (Note [scatter_reduce on the GPU], index.cu).
+TESSERA_CUDA_HD uint32_t subword_get(uint32_t word, unsigned offset, unsigned bytes) {
+  const uint32_t mask = bytes == 2 ? 0xffffu : 0xffu;
+  return (word >> (offset * 8u)) & mask;
+}
+TESSERA_CUDA_HD uint32_t subword_set(uint32_t word, unsigned offset, unsigned bytes, uint32_t value) {
+  const uint32_t mask = (bytes == 2 ? 0xffffu : 0xffu) << (offset * 8u);
+  return (word & ~mask) | ((value << (offset * 8u)) & mask);
+}
+
 }  // namespace tessera::cuda

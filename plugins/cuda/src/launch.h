@@ -100,10 +100,18 @@ cudaError_t launch_index_select(const IndexSelectParams& p, cudaStream_t stream)
 // indexed_element's (index_math.h) with the roles of the read and the written tensor exchanged. A
 // bad index writes nothing and is reported through geometry.error like index_select's. With
 // repeated indices one of the values lands, which one is unspecified (PyTorch's CUDA rule).
+enum class ScatterReduce : int32_t { None, Sum, Prod, Mean, Max, Min };
 struct ScatterParams {
   IndexSelectParams geometry;
   void* out = nullptr;
   const void* values = nullptr;
+  // scatter_reduce (Note [scatter_reduce on the GPU], index.cu): out contiguous, `dtype` its dtype
+  // (a numeric one), `counts` one int32 per out element for mean (else null).
+  ScatterReduce reduce = ScatterReduce::None;
+  bool include_self = true;
+  int32_t dtype = kDtF32;
+  int32_t* counts = nullptr;
+  int64_t out_numel = 0;
 };
 cudaError_t launch_scatter(const ScatterParams& p, cudaStream_t stream);
 // A strided copy/conversion planned by plan_copy (tensor_iter.h): dims coalesced and ordered by

@@ -1551,9 +1551,15 @@ void gather_kernel(const KernelCall& call) {
 
 // scatter(self, dim, index, src): out = self, then out[c with c[dim] = index[c]] = src[c] for every
 // position c of the index (index no larger than src anywhere, nor than self off dim: the CPU
-// fallback reports other shapes). ScatterParams in launch.h.
-void scatter_kernel(const KernelCall& call) {
-  using S = op::scatter_src;
+// fallback reports other shapes). ScatterParams in launch.h. scatter_reduce folds instead (Note
+// [scatter_reduce on the GPU] in index.cu).
+using ScatterOp = op::scatter_src;
+static_assert(op::scatter_reduce_two::tensor::self == int(ScatterOp::tensor::self) &&
+              op::scatter_reduce_two::tensor::index == int(ScatterOp::tensor::index) &&
+              op::scatter_reduce_two::tensor::src == int(ScatterOp::tensor::src) &&
+              op::scatter_reduce_two::attr::dim == int(ScatterOp::attr::dim));
+void run_scatter(const KernelCall& call, ScatterReduce reduce, bool include_self) {
+  using S = ScatterOp;
   Launch l(call);
   IndexedOperands o = indexed_operands(call, S::tensor::self, S::tensor::index, S::attr::dim);
   DeviceTensor values = view_of(call, call.input(S::tensor::src), "src");
@@ -1562,9 +1568,31 @@ void scatter_kernel(const KernelCall& call) {
   for (int d = 0; d < rank; ++d)
     if (o.idx.sizes[size_t(d)] > values.sizes[size_t(d)] || (d != o.dim && o.idx.sizes[size_t(d)] > o.src.sizes[size_t(d)]))
       unimplemented(call, "an index larger than src or self");
-  values = materialize(call, values, o.out.dtype, false, l);
-  device_copy(call, o.out, o.src, l.stream);
   ScatterParams p;
+  if (reduce != ScatterReduce::None) {
+    if (!elementwise_dtype(o.out.dtype)) unimplemented(call, std::string("dtype ") + dtype_str(o.out.dtype));
+    if (!o.out.contiguous()) unimplemented(call, "a non-contiguous output");
+    if (o.idx.numel() > std::numeric_limits<int32_t>::max()) unimplemented(call, "more than 2^31 - 1 index elements");
+    p.reduce = reduce;
+    p.include_self = include_self;
+    p.dtype = o.out.dtype;
+    p.out_numel = o.out.numel();
+  }
+  values = materialize(call, values, o.out.dtype, false, l);
+  std::optional<DeviceBuffer> counts;
+  if (reduce == ScatterReduce::Mean && o.idx.numel() > 0) {
+    counts.emplace(l.device, size_t(p.out_numel) * sizeof(int32_t), l.stream);
+    p.counts = static_cast<int32_t*>(counts->get());
+    IterShape shape;
+    shape.ndim = 1;
+    shape.numel = shape.sizes[0] = p.out_numel;
+    Operand c;
+    c.data = p.counts;
+    c.dtype = kDtI32;
+    c.strides[0] = 1;
+    check_launch(call, launch_fill(shape, c, include_self ? 1u : 0u, l.stream), /*into_temporary=*/true);
+  }
+  device_copy(call, o.out, o.src, l.stream);
   IndexSelectParams& g = p.geometry;
   g.ndim = rank;
   g.dim = o.dim;
@@ -1584,7 +1612,24 @@ void scatter_kernel(const KernelCall& call) {
   DeviceBuffer slot(l.device, 2 * sizeof(int64_t), l.stream);
   g.error = static_cast<int64_t*>(slot.get());
   check_launch(call, launch_scatter(p, l.stream));
-  check_index_slot(call, l, g.error, "scatter", g.src_dim_size);
+  check_index_slot(call, l, g.error, call.op_name(), g.src_dim_size);
+}
+
+void scatter_kernel(const KernelCall& call) { run_scatter(call, ScatterReduce::None, true); }
+
+void scatter_reduce_kernel(const KernelCall& call) {
+  using A = op::scatter_reduce_two::attr;
+  const std::string r = call.attr_string(A::reduce);
+  const ScatterReduce reduce = r == "sum"    ? ScatterReduce::Sum
+                               : r == "prod" ? ScatterReduce::Prod
+                               : r == "mean" ? ScatterReduce::Mean
+                               : r == "amax" ? ScatterReduce::Max
+                               : r == "amin" ? ScatterReduce::Min
+                                             : ScatterReduce::None;
+  if (reduce == ScatterReduce::None) unimplemented(call, "reduce '" + r + "'");  // the CPU reports it
+  const bool include_self = call.num_attrs() <= A::include_self || call.attr(A::include_self).kind != TESSERA_VALUE_BOOL ||
+                            call.attr_bool(A::include_self);
+  run_scatter(call, reduce, include_self);
 }
 
 // ---------------------------------------------------------------- registration
@@ -1649,6 +1694,7 @@ void register_kernels(const sdk::Host& host) {
   host.register_kernel(op::index_select::name, kAll, TESSERA_SDK_KERNEL(index_select_kernel));
   host.register_kernel(op::embedding::name, kAll, TESSERA_SDK_KERNEL(embedding_kernel));
   host.register_kernel(op::scatter_src::name, kAll, TESSERA_SDK_KERNEL(scatter_kernel));
+  host.register_kernel(op::scatter_reduce_two::name, kNumeric | kF64, TESSERA_SDK_KERNEL(scatter_reduce_kernel));
   host.register_kernel(op::gather::name, kAll, TESSERA_SDK_KERNEL(gather_kernel));
   host.register_kernel(op::uniform_::name, kFloat | kF64, TESSERA_SDK_KERNEL(random_kernel<false>));
   host.register_kernel(op::normal_::name, kFloat | kF64, TESSERA_SDK_KERNEL(random_kernel<true>));
