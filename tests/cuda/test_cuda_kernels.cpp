@@ -1329,4 +1329,34 @@ TEST_F(CudaKernels, ScatterReduceLikeTheCpu) {
   }
 }
 
+// Note [Tiled transposed copies]: transposes of every element size through the tile kernel
+// (sizes not multiples of 32, a batched head transpose, more batch items than the grid's z limit)
+// equal the CPU's copies bit for bit.
+TEST_F(CudaKernels, TransposedCopiesThroughTilesLikeTheCpu) {
+  for (DType t : {tessera::kUInt8, tessera::kFloat16, tessera::kFloat32, tessera::kFloat64}) {
+    const std::string tn(tessera::dtype_name(t));
+    const Tensor x = tessera::mul(tessera::randn({45, 70}), tessera::full({}, 20.0)).to(t);
+    Tensor got;
+    EXPECT_RUNS_ON_CUDA("transpose " + tn, got = x.to("cuda:0").t().contiguous());
+    expect_same(got, x.t().contiguous(), "2-D transpose " + tn);
+    const Tensor h = tessera::mul(tessera::randn({2, 33, 5, 48}), tessera::full({}, 20.0)).to(t);  // [B, L, H, D]
+    EXPECT_RUNS_ON_CUDA("head transpose " + tn, got = h.to("cuda:0").permute({0, 3, 2, 1}).contiguous());
+    expect_same(got, h.permute({0, 3, 2, 1}).contiguous(), "batched transpose " + tn);
+  }
+  // Conversions between floating dtypes take tiles too (converted on the way out).
+  const Tensor f = tessera::randn({45, 70});
+  for (auto [from, to] : {std::pair{tessera::kFloat32, tessera::kFloat16}, std::pair{tessera::kBFloat16, tessera::kFloat32},
+                          std::pair{tessera::kFloat64, tessera::kBFloat16}}) {
+    const Tensor src = f.to(from);
+    Tensor got;
+    EXPECT_RUNS_ON_CUDA("converting transpose", got = src.to("cuda:0").t().to(to).contiguous());
+    expect_same(got, src.t().to(to).contiguous(),
+                "transpose " + std::string(tessera::dtype_name(from)) + " -> " + std::string(tessera::dtype_name(to)));
+  }
+  const Tensor many = tessera::arange(int64_t(70000) * 16 * 16).to(tessera::kInt32).view({70000, 16, 16});
+  Tensor got;
+  EXPECT_RUNS_ON_CUDA("70000 transposes", got = many.to("cuda:0").transpose(1, 2).contiguous());
+  expect_same(got, many.transpose(1, 2).contiguous(), "more batch items than gridDim.z");
+}
+
 }  // namespace

@@ -379,6 +379,83 @@ TEST(CopyPlanning, IndexWidthFollowsTheElementCountAndTheExtents) {
   EXPECT_FALSE(plan.index32);
 }
 
+// Note [Tiled transposed copies]: transposes (2-D, batched, inside a bigger permutation) are
+// recognised, and the tile mapping, replayed over every element, addresses exactly the naive
+// (destination, source) pairs; contiguous, broadcast and small copies are not tiles.
+TEST(CopyPlanning, TransposedCopiesBecomeTilesThatCoverEveryElementOnce) {
+  auto plan_of = [](const Layout& dst, const Layout& src, CopyPlan* p) {
+    return tessera::cuda::plan_copy(dst.geometry(), src.geometry(), p);
+  };
+  auto contiguous = [](std::vector<int64_t> sizes) {
+    Layout l{sizes, std::vector<int64_t>(sizes.size())};
+    int64_t acc = 1;
+    for (int d = int(sizes.size()) - 1; d >= 0; --d) {
+      l.strides[size_t(d)] = acc;
+      acc *= sizes[size_t(d)];
+    }
+    return l;
+  };
+  struct Case {
+    Layout dst, src;
+  };
+  // [70, 45] from the transpose of a [45, 70]; from a contiguous [3, 4, 50, 40]: its (0, 2, 1, 3)
+  // permutation (rows of 40 stay contiguous: no tile) and its (0, 3, 1, 2) permutation (a [40, 50]
+  // tile for each of the 3 x 4 batch items).
+  const Layout t2_src{{70, 45}, {1, 70}};
+  const Layout p4_src{{3, 50, 4, 40}, {8000, 40, 2000, 1}};
+  const Layout q4_src{{3, 40, 4, 50}, {8000, 1, 2000, 40}};
+  const std::vector<Case> tiles = {{contiguous({70, 45}), t2_src}, {contiguous({3, 40, 4, 50}), q4_src}};
+  for (const Case& c : tiles) {
+    CopyPlan p;
+    ASSERT_TRUE(plan_of(c.dst, c.src, &p));
+    tessera::cuda::TransposePlan t;
+    ASSERT_TRUE(tessera::cuda::plan_transpose(p, &t));
+    // Replay the kernel's mapping: every (batch item, a, b) once.
+    std::map<int64_t, int64_t> seen;  // dst offset -> src offset
+    for (int64_t z = 0; z < t.batch_count; ++z) {
+      int64_t sb = 0, db = 0, r = z;
+      for (int d = t.batch_ndim - 1; d >= 0; --d) {
+        sb += (r % t.batch_sizes[d]) * t.batch_src_strides[d];
+        db += (r % t.batch_sizes[d]) * t.batch_dst_strides[d];
+        r /= t.batch_sizes[d];
+      }
+      for (int64_t a = 0; a < t.size_a; ++a)
+        for (int64_t b = 0; b < t.size_b; ++b) EXPECT_TRUE(seen.emplace(db + a * t.dst_stride_a + b, sb + a + b * t.src_stride_b).second);
+    }
+    // The naive copy: element (i...) of the destination from the same logical element of the source.
+    const size_t nd = c.dst.sizes.size();
+    int64_t numel = 1;
+    for (int64_t s : c.dst.sizes) numel *= s;
+    ASSERT_EQ(int64_t(seen.size()), numel);
+    std::vector<int64_t> idx(nd, 0);
+    for (int64_t e = 0; e < numel; ++e) {
+      int64_t doff = 0, soff = 0;
+      for (size_t d = 0; d < nd; ++d) {
+        doff += idx[d] * c.dst.strides[d];
+        soff += idx[d] * c.src.strides[d];
+      }
+      ASSERT_EQ(seen.count(doff), 1u);
+      EXPECT_EQ(seen[doff], soff);
+      for (int d = int(nd) - 1; d >= 0; --d) {
+        if (++idx[size_t(d)] < c.dst.sizes[size_t(d)]) break;
+        idx[size_t(d)] = 0;
+      }
+    }
+  }
+  const std::vector<Case> others = {
+      {contiguous({3, 50, 4, 40}), p4_src},                        // rows stay contiguous
+      {contiguous({70, 45}), contiguous({70, 45})},                 // a plain copy
+      {contiguous({70, 45}), Layout{{70, 45}, {0, 1}}},             // a broadcast row
+      {contiguous({8, 45}), Layout{{8, 45}, {1, 8}}},               // planes thinner than 16
+  };
+  for (const Case& c : others) {
+    CopyPlan p;
+    ASSERT_TRUE(plan_of(c.dst, c.src, &p));
+    tessera::cuda::TransposePlan t;
+    EXPECT_FALSE(tessera::cuda::plan_transpose(p, &t));
+  }
+}
+
 TEST(CopyPlanning, RefusesWhatItCannotPlan) {
   CopyPlan plan;
   const std::vector<int64_t> sizes = {4}, bad = {3}, one = {1}, negative = {-1};

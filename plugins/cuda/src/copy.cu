@@ -7,6 +7,7 @@
 // and offsets fit, 64-bit otherwise. Copies without a conversion move bit patterns of the element
 // size (4 instantiations serve the 10 same-dtype pairs); 90 conversion pairs.
 #include "cuda_common.cuh"
+#include "tensor_iter.h"
 
 namespace tessera::cuda {
 namespace {
@@ -142,6 +143,35 @@ __global__ void copy_strided_kernel(Index n, CopyOffsets<Index> oc, storage_t<kD
 
 bool aligned_to(const void* p, size_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
 
+// Note [Tiled transposed copies] (launch.h). Block (32, 8): a 32 x 32 tile per (b tile, a tile,
+// batch item), each thread moving 4 elements in and 4 out; the tile's row padding (33) keeps the
+// column-wise reads of the write phase free of bank conflicts.
+template <int32_t kSrc, int32_t kDst>
+__global__ void transpose_copy_kernel(TransposePlan t, storage_t<kDst>* __restrict__ out,
+                                      const storage_t<kSrc>* __restrict__ in) {
+  __shared__ storage_t<kSrc> tile[32][33];
+  const int64_t a0 = int64_t(blockIdx.y) * 32, b0 = int64_t(blockIdx.x) * 32;
+  for (int64_t z = blockIdx.z; z < t.batch_count; z += gridDim.z) {
+    int64_t src_base = 0, dst_base = 0, r = z;
+    for (int d = t.batch_ndim - 1; d >= 0; --d) {
+      const int64_t c = r % t.batch_sizes[d];
+      r /= t.batch_sizes[d];
+      src_base += c * t.batch_src_strides[d];
+      dst_base += c * t.batch_dst_strides[d];
+    }
+    for (int j = threadIdx.y; j < 32; j += 8) {  // read along a: the source's contiguous dim
+      const int64_t a = a0 + threadIdx.x, b = b0 + j;
+      if (a < t.size_a && b < t.size_b) tile[j][threadIdx.x] = in[src_base + a + b * t.src_stride_b];
+    }
+    __syncthreads();
+    for (int j = threadIdx.y; j < 32; j += 8) {  // write along b: the destination's contiguous dim
+      const int64_t a = a0 + j, b = b0 + threadIdx.x;
+      if (a < t.size_a && b < t.size_b) out[dst_base + a * t.dst_stride_a + b] = convert<kSrc, kDst>(tile[threadIdx.x][j]);
+    }
+    __syncthreads();
+  }
+}
+
 template <int32_t kSrc, int32_t kDst>
 cudaError_t run_copy(const CopyPlan& p, void* dst, const void* src, cudaStream_t stream) {
   using S = storage_t<kSrc>;
@@ -149,6 +179,16 @@ cudaError_t run_copy(const CopyPlan& p, void* dst, const void* src, cudaStream_t
   constexpr int kVec = 16 / (sizeof(S) > sizeof(D) ? sizeof(S) : sizeof(D));
   auto* out = static_cast<D*>(dst);
   auto* in = static_cast<const S*>(src);
+  // Same-dtype copies (as bit patterns) and conversions between floating dtypes take tiles.
+  if constexpr (kSrc == kDst || (is_floating_dt(kSrc) && is_floating_dt(kDst))) {
+    TransposePlan t;
+    if (plan_transpose(p, &t)) {
+      const dim3 grid{unsigned((t.size_b + 31) / 32), unsigned((t.size_a + 31) / 32),
+                      unsigned(t.batch_count < 65535 ? t.batch_count : 65535)};
+      transpose_copy_kernel<kSrc, kDst><<<grid, dim3(32, 8), 0, stream>>>(t, out, in);
+      return cudaGetLastError();
+    }
+  }
   if (p.contiguous && aligned_to(out, sizeof(D) * kVec) && aligned_to(in, sizeof(S) * kVec)) {
     copy_contiguous_kernel<kSrc, kDst, kVec>
         <<<grid_for((p.numel + kVec - 1) / kVec), kThreads, 0, stream>>>(p.numel, out, in);

@@ -124,7 +124,21 @@ struct CopyPlan {
   bool contiguous = false;  // one dim, unit strides: the vectorised path
   bool index32 = false;     // numel and every element offset fit in int32: 32-bit index math
 };
-// dst = convert(src) for any dtype pair (Note [CUDA copy conversions], copy.cu).
+// Note [Tiled transposed copies]: a same-dtype copy, or a conversion between floating dtypes,
+// whose destination is contiguous along one dim
+// (B, the plan's innermost) and whose source is contiguous along another (A) is a transpose of
+// each [A, B] plane: a block stages a 32 x 32 tile in shared memory, reading it along A and writing
+// it along B, so both sides are coalesced (the strided kernel reads one element per 32-byte sector
+// there). Element (a, b) of batch item z: src at batch_src(z) + a + b * src_stride_b, dst at
+// batch_dst(z) + a * dst_stride_a + b; the other dims of the plan are the batch, row-major.
+struct TransposePlan {
+  int64_t size_a = 0, size_b = 0, src_stride_b = 0, dst_stride_a = 0;
+  int32_t batch_ndim = 0;
+  int64_t batch_count = 1;
+  int64_t batch_sizes[kMaxDims] = {}, batch_src_strides[kMaxDims] = {}, batch_dst_strides[kMaxDims] = {};
+};
+// dst = convert(src) for any dtype pair (Note [CUDA copy conversions], copy.cu); a transpose that
+// plan_transpose (tensor_iter.h) recognises takes the tiled kernel (same dtype or floating pairs).
 cudaError_t launch_copy(const CopyPlan& plan, void* dst, int32_t dst_dtype, const void* src, int32_t src_dtype,
                         cudaStream_t stream);
 

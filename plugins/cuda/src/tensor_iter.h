@@ -170,6 +170,35 @@ inline bool plan_copy(const Geometry& dst, const Geometry& src, CopyPlan* plan) 
   return true;
 }
 
+// Note [Tiled transposed copies]: true, with the tile plan, when the copy moves [A, B] planes whose
+// destination is contiguous along B (the innermost planned dim) and whose source is contiguous
+// along A, both at least 16 long (shorter planes gain nothing from tiles), and the tile grid fits
+// (A in at most 65535 tiles of 32).
+inline bool plan_transpose(const CopyPlan& p, TransposePlan* t) {
+  const int n = p.ndim;
+  if (n < 2 || p.dst_strides[n - 1] != 1 || p.src_strides[n - 1] <= 1) return false;
+  int a = -1;
+  for (int j = n - 2; j >= 0 && a < 0; --j)
+    if (p.src_strides[j] == 1) a = j;
+  if (a < 0 || p.sizes[a] < 16 || p.sizes[n - 1] < 16 || (p.sizes[a] + 31) / 32 > 65535 ||
+      (p.sizes[n - 1] + 31) / 32 > INT32_MAX)
+    return false;
+  *t = TransposePlan{};
+  t->size_a = p.sizes[a];
+  t->size_b = p.sizes[n - 1];
+  t->src_stride_b = p.src_strides[n - 1];
+  t->dst_stride_a = p.dst_strides[a];
+  for (int j = 0; j < n - 1; ++j) {
+    if (j == a) continue;
+    t->batch_sizes[t->batch_ndim] = p.sizes[j];
+    t->batch_src_strides[t->batch_ndim] = p.src_strides[j];
+    t->batch_dst_strides[t->batch_ndim] = p.dst_strides[j];
+    t->batch_count *= p.sizes[j];
+    ++t->batch_ndim;
+  }
+  return true;
+}
+
 // Plans a reduction of `in` over the dims flagged in `reduce_mask` (bit d = dim d) into `out`,
 // whose dims are the kept dims of `in` (keepdim = false) or all dims with size 1 where reduced
 // (keepdim = true). False when more than kMaxDims kept or reduced dims remain after merging.
