@@ -171,6 +171,15 @@ TEST_F(CudaKernels, ReductionsOverDims) {
 TEST_F(CudaKernels, SoftmaxAndLogSoftmax) {
   for (DType t : kFloatTypes) {
     const std::string tn(tessera::dtype_name(t));
+    // Rows starting 2 bytes past a 16-byte boundary (a contiguous view at offset 1): the scalar
+    // loads of Note [Register-resident softmax rows], against the vector loads of the aligned copy.
+    auto [flat, dflat] = randn_pair({1 + 6 * 512}, t);
+    const Tensor shifted = dflat.narrow(0, 1, 6 * 512).view({6, 512});
+    expect_close(tessera::softmax(shifted, -1), tessera::softmax(flat.narrow(0, 1, 6 * 512).view({6, 512}), -1),
+                 tol_for(t, 4), "softmax of unaligned rows " + tn);
+    expect_close(tessera::log_softmax(shifted.contiguous(), -1),
+                 tessera::log_softmax(flat.narrow(0, 1, 6 * 512).view({6, 512}), -1), tol_for(t, 4),
+                 "log_softmax of aligned rows " + tn);
     for (std::vector<int64_t> shape : std::vector<std::vector<int64_t>>{{8, 100}, {3, 5000}, {5, 7, 9}}) {
       auto [x, dx] = randn_pair(shape, t);
       for (int64_t dim : {int64_t(-1), int64_t(0)}) {

@@ -88,10 +88,11 @@ void expect_values(const Tensor& got, const std::vector<double>& want, cuda_test
 }
 
 TEST_F(CudaNaN, SoftmaxRowWithANaNIsAllNaN) {
-  // n <= 1024: a warp per row (n <= 32: one element per lane, where a NaN was dropped outright);
-  // longer: a block per row.
+  // n <= 1024: a warp per row (n <= 32: one element per lane, where a NaN was dropped outright;
+  // vector loads where n is a multiple of the vector); up to 8192: a block per row holding it in
+  // registers; longer: a block per row reading it twice (Note [Register-resident softmax rows]).
   for (DType t : kFloatTypes) {
-    for (int64_t n : {1, 2, 5, 31, 32, 33, 100, 1000, 1024, 1025, 4096, 5000}) {
+    for (int64_t n : {1, 2, 5, 31, 32, 33, 64, 100, 256, 512, 1000, 1024, 1025, 2048, 4096, 5000, 8192, 8193}) {
       // row 0: NaN first; row 1: clean; row 2: NaN last; row 3: NaN in the middle; row 4: clean;
       // row 5: NaN at 32 (lane 0's second element) or last.
       const int64_t rows = 6;

@@ -14,6 +14,7 @@
 
 #include "conv_plan.h"
 #include "half_bits.h"
+#include "softmax_plan.h"
 #include "index_math.h"
 #include "tensor_iter.h"
 #include "tessera/half.h"
@@ -664,6 +665,41 @@ TEST(IndexMath, SubwordGetAndSetKeepTheNeighbours) {
     const uint32_t w = tessera::cuda::subword_set(word, off, 2, 0x12345u);
     EXPECT_EQ(w, off == 0 ? 0x89AB2345u : 0x2345CDEFu);
   }
+}
+
+// Note [Register-resident softmax rows]: every row length up to the block limit, every element
+// size and alignment: the plan's threads hold each element of the row exactly once (vector loads
+// only where the length is a multiple of the vector), and the kinds change at 1024 and 8192.
+TEST(SoftmaxPlanning, RegistersHoldEveryElementOfTheRowOnce) {
+  using tessera::cuda::SoftmaxKind;
+  for (int itemsize : {2, 4, 8}) {
+    for (bool aligned : {true, false}) {
+      for (int64_t n = 1; n <= tessera::cuda::kSoftmaxBlockMax; n += (n < 1100 ? 1 : 97)) {
+        const tessera::cuda::SoftmaxLaunchPlan p = tessera::cuda::plan_softmax(n, 1, itemsize, aligned);
+        const bool warp = n <= tessera::cuda::kSoftmaxWarpMax;
+        ASSERT_EQ(p.kind, warp ? SoftmaxKind::WarpRegisters : SoftmaxKind::BlockRegisters) << n;
+        const int width = warp ? 32 : tessera::cuda::kSoftmaxBlockThreads;
+        const int per = p.kind == SoftmaxKind::BlockRegisters ? std::max(p.per_thread, 4) : p.per_thread;  // the kernel's instances
+        if (p.vec > 1) {
+          EXPECT_TRUE(aligned && n % p.vec == 0 && p.vec == 16 / itemsize) << n;
+        }
+        std::vector<int> hits(size_t(n), 0);
+        for (int lane = 0; lane < width; ++lane)
+          for (int k = 0; k < per; ++k) {
+            const int64_t j = tessera::cuda::softmax_element(k, lane, width, p.vec);
+            if (j < n) ++hits[size_t(j)];
+          }
+        for (int64_t j = 0; j < n; ++j) ASSERT_EQ(hits[size_t(j)], 1) << "n " << n << " element " << j << " itemsize " << itemsize;
+      }
+    }
+  }
+  EXPECT_EQ(tessera::cuda::plan_softmax(8193, 1, 4, true).kind, SoftmaxKind::BlockTwoPass);
+  EXPECT_EQ(tessera::cuda::plan_softmax(100, 3, 4, true).kind, SoftmaxKind::Column);
+  EXPECT_EQ(tessera::cuda::plan_softmax(512, 1, 2, true).vec, 8);
+  EXPECT_EQ(tessera::cuda::plan_softmax(512, 1, 2, false).vec, 1);
+  EXPECT_EQ(tessera::cuda::plan_softmax(500, 1, 4, true).vec, 4);
+  EXPECT_EQ(tessera::cuda::plan_softmax(501, 1, 4, true).vec, 1);
+  EXPECT_EQ(tessera::cuda::plan_softmax(40, 1, 2, true).vec, 1) << "two values per lane: no vector of 8";
 }
 
 }  // namespace

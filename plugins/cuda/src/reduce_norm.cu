@@ -9,6 +9,7 @@
 #include "cuda_common.cuh"
 #include "nan_math.h"
 #include "reduce_state.h"
+#include "softmax_plan.h"
 
 namespace tessera::cuda {
 
@@ -249,34 +250,11 @@ __device__ __forceinline__ void warp_merge(BasicSoftmaxStat<Acc>& st) {
   }
 }
 
-template <typename T>
-__device__ __forceinline__ T softmax_value(bool log, float_acc_t<T> x, const BasicSoftmaxStat<float_acc_t<T>>& st) {
-  return from_op<T>(st.value(log, x));
-}
-
-// One warp per row (rows up to 1024 elements): 4 rows per 128-thread block.
-template <typename T>
-__global__ void softmax_warp_kernel(bool log, const T* in, T* out, int64_t rows, int64_t n) {
-  const int64_t row = int64_t(blockIdx.x) * (blockDim.x / 32) + (threadIdx.x >> 5);
-  const int lane = threadIdx.x & 31;
-  if (row >= rows) return;
-  const T* x = in + row * n;
-  T* y = out + row * n;
-  BasicSoftmaxStat<float_acc_t<T>> st;
-  for (int64_t j = lane; j < n; j += 32) st.add(to_acc(x[j]));
-  warp_merge(st);
-  for (int64_t j = lane; j < n; j += 32) y[j] = softmax_value<T>(log, to_acc(x[j]), st);
-}
-
-// One block per row (long rows).
-template <typename T>
-__global__ void softmax_block_kernel(bool log, const T* in, T* out, int64_t n) {
-  using Acc = float_acc_t<T>;
+// The row statistic of a whole block: merged across each warp, then the warps' in order (every
+// thread gets the total).
+template <typename Acc>
+__device__ BasicSoftmaxStat<Acc> block_merge(BasicSoftmaxStat<Acc> st) {
   __shared__ Acc sm[32], ss[32];
-  const T* x = in + int64_t(blockIdx.x) * n;
-  T* y = out + int64_t(blockIdx.x) * n;
-  BasicSoftmaxStat<Acc> st;
-  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) st.add(to_acc(x[j]));
   warp_merge(st);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   if (lane == 0) {
@@ -287,6 +265,99 @@ __global__ void softmax_block_kernel(bool log, const T* in, T* out, int64_t n) {
   BasicSoftmaxStat<Acc> total;
   const int nwarps = int(blockDim.x) >> 5;
   for (int w = 0; w < nwarps; ++w) total.merge(sm[w], ss[w]);
+  return total;
+}
+
+template <typename T>
+__device__ __forceinline__ T softmax_value(bool log, float_acc_t<T> x, const BasicSoftmaxStat<float_acc_t<T>>& st) {
+  return from_op<T>(st.value(log, x));
+}
+
+// Note [Register-resident softmax rows] (softmax_plan.h): a warp per row, kPer values per lane
+// loaded once, kVec elements per load (1: scalar loads, coalesced across the warp). 4 rows per
+// 128-thread block.
+template <typename T, int kPer, int kVec>
+__global__ void softmax_warp_regs_kernel(bool log, const T* in, T* out, int64_t rows, int64_t n) {
+  using Acc = float_acc_t<T>;
+  using Vec = AlignedVector<T, kVec>;
+  const int64_t row = int64_t(blockIdx.x) * (blockDim.x / 32) + (threadIdx.x >> 5);
+  const int lane = threadIdx.x & 31;
+  if (row >= rows) return;
+  const T* x = in + row * n;
+  T* y = out + row * n;
+  Acc v[kPer];
+  BasicSoftmaxStat<Acc> st;
+#pragma unroll
+  for (int c = 0; c < kPer / kVec; ++c) {
+    const int64_t j = softmax_element(c * kVec, lane, 32, kVec);
+    if (j < n) {  // n is a multiple of kVec: a vector is wholly in or out
+      const Vec a = *reinterpret_cast<const Vec*>(x + j);
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) {
+        v[c * kVec + e] = to_acc(a.v[e]);
+        st.add(v[c * kVec + e]);
+      }
+    }
+  }
+  warp_merge(st);
+#pragma unroll
+  for (int c = 0; c < kPer / kVec; ++c) {
+    const int64_t j = softmax_element(c * kVec, lane, 32, kVec);
+    if (j < n) {
+      Vec a;
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) a.v[e] = softmax_value<T>(log, v[c * kVec + e], st);
+      *reinterpret_cast<Vec*>(y + j) = a;
+    }
+  }
+}
+
+// A 512-thread block per row of up to 512 * kPer elements, each value loaded once.
+template <typename T, int kPer>
+__global__ void __launch_bounds__(kSoftmaxBlockThreads) softmax_block_regs_kernel(bool log, const T* in, T* out, int64_t n) {
+  using Acc = float_acc_t<T>;
+  const T* x = in + int64_t(blockIdx.x) * n;
+  T* y = out + int64_t(blockIdx.x) * n;
+  Acc v[kPer];
+  BasicSoftmaxStat<Acc> st;
+#pragma unroll
+  for (int k = 0; k < kPer; ++k) {
+    const int64_t j = softmax_element(k, threadIdx.x, kSoftmaxBlockThreads, 1);
+    if (j < n) {
+      v[k] = to_acc(x[j]);
+      st.add(v[k]);
+    }
+  }
+  const BasicSoftmaxStat<Acc> total = block_merge(st);
+#pragma unroll
+  for (int k = 0; k < kPer; ++k) {
+    const int64_t j = softmax_element(k, threadIdx.x, kSoftmaxBlockThreads, 1);
+    if (j < n) y[j] = softmax_value<T>(log, v[k], total);
+  }
+}
+
+template <typename T, int kPer>
+void launch_softmax_warp_regs(bool log, int vec, const T* in, T* out, int64_t rows, int64_t n, unsigned blocks,
+                              cudaStream_t stream) {
+  constexpr int kVec = 16 / sizeof(T);
+  if constexpr (kPer >= kVec) {
+    if (vec == kVec) {
+      softmax_warp_regs_kernel<T, kPer, kVec><<<blocks, 128, 0, stream>>>(log, in, out, rows, n);
+      return;
+    }
+  }
+  softmax_warp_regs_kernel<T, kPer, 1><<<blocks, 128, 0, stream>>>(log, in, out, rows, n);
+}
+
+// One block per row (long rows): statistics, then outputs, reading the row twice.
+template <typename T>
+__global__ void softmax_block_kernel(bool log, const T* in, T* out, int64_t n) {
+  using Acc = float_acc_t<T>;
+  const T* x = in + int64_t(blockIdx.x) * n;
+  T* y = out + int64_t(blockIdx.x) * n;
+  BasicSoftmaxStat<Acc> st;
+  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) st.add(to_acc(x[j]));
+  const BasicSoftmaxStat<Acc> total = block_merge(st);
   for (int64_t j = threadIdx.x; j < n; j += blockDim.x) y[j] = softmax_value<T>(log, to_acc(x[j]), total);
 }
 
@@ -311,17 +382,40 @@ cudaError_t run_softmax(bool log, const void* in_v, void* out_v, int64_t outer, 
   const T* in = static_cast<const T*>(in_v);
   T* out = static_cast<T*>(out_v);
   if (outer * dim * inner == 0) return cudaSuccess;
-  if (inner == 1) {
-    if (dim <= 1024) {
+  const bool aligned16 = reinterpret_cast<uintptr_t>(in) % 16 == 0 && reinterpret_cast<uintptr_t>(out) % 16 == 0;
+  const SoftmaxLaunchPlan plan = plan_softmax(dim, inner, int(sizeof(T)), aligned16);
+  switch (plan.kind) {
+    case SoftmaxKind::WarpRegisters: {
       const int64_t blocks = (outer + 3) / 4;
       if (blocks > 0x7fffffff) return cudaErrorInvalidValue;
-      softmax_warp_kernel<T><<<unsigned(blocks), 128, 0, stream>>>(log, in, out, outer, dim);
-    } else {
-      if (outer > 0x7fffffff) return cudaErrorInvalidValue;
-      softmax_block_kernel<T><<<unsigned(outer), 512, 0, stream>>>(log, in, out, dim);
+      const unsigned b = unsigned(blocks);
+      switch (plan.per_thread) {
+        case 1: launch_softmax_warp_regs<T, 1>(log, plan.vec, in, out, outer, dim, b, stream); break;
+        case 2: launch_softmax_warp_regs<T, 2>(log, plan.vec, in, out, outer, dim, b, stream); break;
+        case 4: launch_softmax_warp_regs<T, 4>(log, plan.vec, in, out, outer, dim, b, stream); break;
+        case 8: launch_softmax_warp_regs<T, 8>(log, plan.vec, in, out, outer, dim, b, stream); break;
+        case 16: launch_softmax_warp_regs<T, 16>(log, plan.vec, in, out, outer, dim, b, stream); break;
+        default: launch_softmax_warp_regs<T, 32>(log, plan.vec, in, out, outer, dim, b, stream); break;
+      }
+      break;
     }
-  } else {
-    softmax_column_kernel<T><<<grid_for(outer * inner), kThreads, 0, stream>>>(log, in, out, outer, dim, inner);
+    case SoftmaxKind::BlockRegisters:
+      if (outer > 0x7fffffff) return cudaErrorInvalidValue;
+      switch (plan.per_thread) {
+        case 1:
+        case 2:
+        case 4: softmax_block_regs_kernel<T, 4><<<unsigned(outer), kSoftmaxBlockThreads, 0, stream>>>(log, in, out, dim); break;
+        case 8: softmax_block_regs_kernel<T, 8><<<unsigned(outer), kSoftmaxBlockThreads, 0, stream>>>(log, in, out, dim); break;
+        default: softmax_block_regs_kernel<T, 16><<<unsigned(outer), kSoftmaxBlockThreads, 0, stream>>>(log, in, out, dim); break;
+      }
+      break;
+    case SoftmaxKind::BlockTwoPass:
+      if (outer > 0x7fffffff) return cudaErrorInvalidValue;
+      softmax_block_kernel<T><<<unsigned(outer), kSoftmaxBlockThreads, 0, stream>>>(log, in, out, dim);
+      break;
+    case SoftmaxKind::Column:
+      softmax_column_kernel<T><<<grid_for(outer * inner), kThreads, 0, stream>>>(log, in, out, outer, dim, inner);
+      break;
   }
   return cudaGetLastError();
 }
