@@ -1368,4 +1368,60 @@ TEST_F(CudaKernels, TransposedCopiesThroughTilesLikeTheCpu) {
   expect_same(got, many.transpose(1, 2).contiguous(), "more batch items than gridDim.z");
 }
 
+// The pointwise ops of docs/pointwise-ops.md on the device against the CPU: every floating dtype,
+// inputs inside each function's domain plus NaN and infinities, the activations' parameters, and
+// floor / ceil / trunc / round / sign on integers (unchanged, or their sign) exactly.
+TEST_F(CudaKernels, PointwiseOpsOfTheOnnxSetLikeTheCpu) {
+  using Fn = Tensor (*)(const Tensor&);
+  const std::vector<std::pair<const char*, Fn>> any_input = {
+      {"tan", tessera::tan},           {"atan", tessera::atan},         {"sinh", tessera::sinh},
+      {"cosh", tessera::cosh},         {"asinh", tessera::asinh},       {"expm1", tessera::expm1},
+      {"reciprocal", tessera::reciprocal}, {"softsign", tessera::softsign}, {"mish", tessera::mish},
+      {"hardsigmoid", tessera::hardsigmoid}, {"hardswish", tessera::hardswish}, {"selu", tessera::selu},
+      {"floor", tessera::floor},       {"ceil", tessera::ceil},         {"trunc", tessera::trunc},
+      {"round", tessera::round},       {"sign", tessera::sign}};
+  const std::vector<std::pair<const char*, Fn>> unit_input = {
+      {"asin", tessera::asin}, {"acos", tessera::acos}, {"atanh", tessera::atanh}};
+  for (DType t : {tessera::kFloat32, tessera::kFloat16, tessera::kBFloat16, tessera::kFloat64}) {
+    const std::string tn(tessera::dtype_name(t));
+    const Tol tol = t == tessera::kFloat64 ? Tol{1e-13, 1e-13} : tol_for(t, 2);
+    std::vector<double> v;
+    for (int i = 0; i < 200; ++i) v.push_back((i - 100) * 0.037);  // halves (round to even) included
+    for (double e : {2.5, -2.5, 0.5, -0.5, -0.0, std::nan(""), double(INFINITY), -double(INFINITY)}) v.push_back(e);
+    const Tensor x = tessera::tensor(v, {int64_t(v.size())}).to(t), dx = x.to("cuda:0");
+    for (auto [name, fn] : any_input) {
+      Tensor got;
+      EXPECT_RUNS_ON_CUDA(std::string(name) + " " + tn, got = fn(dx));
+      expect_close(got, fn(x), tol, std::string(name) + " " + tn);
+    }
+    const Tensor u = tessera::clamp(tessera::mul(x, tessera::full({}, 0.12).to(t)), -1.0, 1.0), du = u.to("cuda:0");
+    for (auto [name, fn] : unit_input) expect_close(fn(du), fn(u), tol, std::string(name) + " " + tn);
+    const Tensor big = tessera::add(tessera::abs(x), tessera::full({}, 1.0).to(t)), dbig = big.to("cuda:0");
+    expect_close(tessera::acosh(dbig), tessera::acosh(big), tol, "acosh " + tn);
+    expect_close(tessera::log1p(dbig), tessera::log1p(big), tol, "log1p " + tn);
+    Tensor got;
+    EXPECT_RUNS_ON_CUDA("leaky_relu " + tn, got = tessera::leaky_relu(dx, 0.2));
+    expect_close(got, tessera::leaky_relu(x, 0.2), tol, "leaky_relu " + tn);
+    expect_close(tessera::elu(dx, 1.5, 2.0, 0.5), tessera::elu(x, 1.5, 2.0, 0.5), tol, "elu " + tn);
+    expect_close(tessera::celu(dx, 0.7), tessera::celu(x, 0.7), tol, "celu " + tn);
+    expect_close(tessera::softplus(dx, 2.0, 5.0), tessera::softplus(x, 2.0, 5.0), tol, "softplus " + tn);
+    EXPECT_RUNS_ON_CUDA("hardtanh " + tn, got = tessera::hardtanh(dx, -0.5, 2.0));
+    expect_same(got, tessera::hardtanh(x, -0.5, 2.0), "hardtanh " + tn);
+  }
+  for (DType t : {tessera::kUInt8, tessera::kInt8, tessera::kInt32, tessera::kInt64}) {
+    const std::string tn(tessera::dtype_name(t));
+    const Tensor x = tessera::tensor(std::vector<double>{0, 1, 7, 100, t == tessera::kUInt8 ? 255.0 : -3.0, 2}, {6}).to(t);
+    for (auto [name, fn] : std::vector<std::pair<const char*, Fn>>{
+             {"floor", tessera::floor}, {"ceil", tessera::ceil}, {"trunc", tessera::trunc}, {"round", tessera::round},
+             {"sign", tessera::sign}}) {
+      Tensor got;
+      EXPECT_RUNS_ON_CUDA(std::string(name) + " " + tn, got = fn(x.to("cuda:0")));
+      expect_same(got, fn(x), std::string(name) + " " + tn);
+    }
+    Tensor got;
+    EXPECT_RUNS_ON_CUDA("hardtanh " + tn, got = tessera::hardtanh(x.to("cuda:0"), 1.5, 90));
+    expect_same(got, tessera::hardtanh(x, 1.5, 90), "hardtanh (bounds truncated) " + tn);
+  }
+}
+
 }  // namespace

@@ -164,6 +164,13 @@ TEST(CudaPlugin, RegistersKernelsWithTheirDtypes) {
     EXPECT_EQ(resolution("avg_pool2d", t), tessera::Resolution::Kernel) << t;
   }
   EXPECT_EQ(resolution("max_pool2d", tessera::kUInt8), tessera::Resolution::Kernel);
+  for (const char* op : {"tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh", "log1p", "expm1",
+                         "reciprocal", "softsign", "mish", "hardsigmoid", "hardswish", "leaky_relu", "elu", "selu", "celu",
+                         "softplus", "floor", "ceil", "trunc", "round", "sign", "hardtanh"})
+    for (tessera::DType t : {tessera::kFloat16, tessera::kBFloat16, tessera::kFloat32, tessera::kFloat64})
+      EXPECT_EQ(resolution(op, t), tessera::Resolution::Kernel) << op << " " << t;
+  for (const char* op : {"floor", "round", "sign", "hardtanh"})
+    EXPECT_EQ(resolution(op, tessera::kInt32), tessera::Resolution::Kernel) << op << " int32";
   for (const char* op : {"uniform_", "normal_"})
     for (tessera::DType t : {tessera::kFloat16, tessera::kBFloat16, tessera::kFloat32, tessera::kFloat64})
       EXPECT_EQ(resolution(op, t), tessera::Resolution::Kernel) << op << " " << t;

@@ -147,7 +147,7 @@ cudaError_t run_binary(BinaryOp op, const IterShape& shape, const Operand& out, 
 // ---------------------------------------------------------------- unary
 
 template <typename C>
-__device__ __forceinline__ C unary_apply_op(UnaryOp op, C x) {
+__device__ __forceinline__ C unary_apply_op(UnaryOp op, C x, C pa, C pb, C pc) {
   if constexpr (std::is_floating_point_v<C>) {
     // float (f32, and f16/bf16 computed in float) or double (f64): CUDA's overloads of the math
     // functions, expf and friends for float.
@@ -169,27 +169,69 @@ __device__ __forceinline__ C unary_apply_op(UnaryOp op, C x) {
         return C(0.5) * x * (C(1) + tanh(inner));
       }
       case UnaryOp::Silu: return x / (C(1) + exp(-x));
-      default: return erf(x);
+      case UnaryOp::Erf: return erf(x);
+      case UnaryOp::Tan: return tan(x);
+      case UnaryOp::Asin: return asin(x);
+      case UnaryOp::Acos: return acos(x);
+      case UnaryOp::Atan: return atan(x);
+      case UnaryOp::Sinh: return sinh(x);
+      case UnaryOp::Cosh: return cosh(x);
+      case UnaryOp::Asinh: return asinh(x);
+      case UnaryOp::Acosh: return acosh(x);
+      case UnaryOp::Atanh: return atanh(x);
+      case UnaryOp::Log1p: return log1p(x);
+      case UnaryOp::Expm1: return expm1(x);
+      case UnaryOp::Reciprocal: return C(1) / x;
+      case UnaryOp::Softsign: return x / (C(1) + fabs(x));
+      case UnaryOp::Mish: return x * tanh(log1p(exp(x)));
+      case UnaryOp::Hardsigmoid:
+      case UnaryOp::Hardswish: {
+        C v = x + C(3);  // min(max(x + 3, 0), 6) by comparisons: a NaN stays NaN
+        v = v < C(0) ? C(0) : v;
+        v = v > C(6) ? C(6) : v;
+        return op == UnaryOp::Hardswish ? x * v / C(6) : v / C(6);
+      }
+      case UnaryOp::LeakyRelu: return x > C(0) ? x : x * pa;
+      case UnaryOp::Elu: return x <= C(0) ? expm1(x * pc) * pa : x * pb;
+      case UnaryOp::Softplus: return x * pa > pb ? x : log1p(exp(x * pa)) / pa;
+      case UnaryOp::Floor: return floor(x);
+      case UnaryOp::Ceil: return ceil(x);
+      case UnaryOp::Trunc: return trunc(x);
+      case UnaryOp::Round: return rint(x);  // halves to even
+      case UnaryOp::Sign: return C(int(C(0) < x) - int(x < C(0)));  // NaN and -0.0 give 0
+      default: return x;
     }
   } else {
     if constexpr (std::is_signed_v<C>) {
       switch (op) {
         case UnaryOp::Neg: return C(-x);
         case UnaryOp::Abs: return x < 0 ? C(-x) : x;
-        default: return x < 0 ? C(0) : x;  // Relu: the only other op registered for integers
+        case UnaryOp::Relu: return x < 0 ? C(0) : x;
+        case UnaryOp::Sign: return C(int(C(0) < x) - int(x < C(0)));
+        default: return x;  // floor, ceil, trunc, round: integers are integral already
       }
     } else {
-      return op == UnaryOp::Neg ? C(-x) : x;  // abs and relu are the identity on unsigned values
+      switch (op) {
+        case UnaryOp::Neg: return C(-x);
+        case UnaryOp::Sign: return C(x != C(0));
+        default: return x;  // abs, relu, floor, ceil, trunc, round: the identity on unsigned values
+      }
     }
   }
 }
+// The activation parameters in T's compute type.
 template <typename T>
-__device__ __forceinline__ T unary_apply(UnaryOp op, T x) {
-  return from_op<T>(unary_apply_op(op, to_op(x)));
+struct UnaryConsts {
+  opmath_t<T> a, b, c;
+};
+template <typename T>
+__device__ __forceinline__ T unary_apply(UnaryOp op, T x, const UnaryConsts<T>& k) {
+  return from_op<T>(unary_apply_op(op, to_op(x), k.a, k.b, k.c));
 }
 
 template <typename T, int kVec>
-__global__ void unary_contiguous_kernel(UnaryOp op, int64_t n, T* __restrict__ out, const T* __restrict__ in) {
+__global__ void unary_contiguous_kernel(UnaryOp op, int64_t n, T* __restrict__ out, const T* __restrict__ in,
+                                        UnaryConsts<T> k) {
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
   const int64_t first = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t nvec = n / kVec;
@@ -197,36 +239,39 @@ __global__ void unary_contiguous_kernel(UnaryOp op, int64_t n, T* __restrict__ o
   for (int64_t v = first; v < nvec; v += stride) {
     Vec x = reinterpret_cast<const Vec*>(in)[v];
 #pragma unroll
-    for (int j = 0; j < kVec; ++j) x.v[j] = unary_apply(op, x.v[j]);
+    for (int j = 0; j < kVec; ++j) x.v[j] = unary_apply(op, x.v[j], k);
     reinterpret_cast<Vec*>(out)[v] = x;
   }
-  for (int64_t i = nvec * kVec + first; i < n; i += stride) out[i] = unary_apply(op, in[i]);
+  for (int64_t i = nvec * kVec + first; i < n; i += stride) out[i] = unary_apply(op, in[i], k);
 }
 
 template <typename T>
-__global__ void unary_strided_kernel(UnaryOp op, int64_t n, OffsetCalculator<2> oc, T* out, const T* in) {
+__global__ void unary_strided_kernel(UnaryOp op, int64_t n, OffsetCalculator<2> oc, T* out, const T* in,
+                                     UnaryConsts<T> k) {
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
     int64_t off[2];
     oc.get(i, off);
-    out[off[0]] = unary_apply(op, in[off[1]]);
+    out[off[0]] = unary_apply(op, in[off[1]], k);
   }
 }
 
 template <typename T>
 cudaError_t run_unary(UnaryOp op, const IterShape& shape, const Operand& out, const Operand& in, bool contiguous,
-                      cudaStream_t stream) {
+                      cudaStream_t stream, const UnaryArgs& args) {
   constexpr int kVec = 16 / sizeof(T);
+  using C = opmath_t<T>;
+  const UnaryConsts<T> k{C(args.a), C(args.b), C(args.c)};
   auto* o = static_cast<T*>(out.data);
   auto* pi = static_cast<const T*>(in.data);
   if (shape.numel == 0) return cudaSuccess;
   if (contiguous && aligned(o, 16) && aligned(pi, 16)) {
-    unary_contiguous_kernel<T, kVec><<<grid_for((shape.numel + kVec - 1) / kVec), kThreads, 0, stream>>>(op, shape.numel, o, pi);
+    unary_contiguous_kernel<T, kVec><<<grid_for((shape.numel + kVec - 1) / kVec), kThreads, 0, stream>>>(op, shape.numel, o, pi, k);
   } else if (contiguous) {
-    unary_contiguous_kernel<T, 1><<<grid_for(shape.numel), kThreads, 0, stream>>>(op, shape.numel, o, pi);
+    unary_contiguous_kernel<T, 1><<<grid_for(shape.numel), kThreads, 0, stream>>>(op, shape.numel, o, pi, k);
   } else {
     const Operand* ops[2] = {&out, &in};
-    unary_strided_kernel<T><<<grid_for(shape.numel), kThreads, 0, stream>>>(op, shape.numel, make_offset_calculator<2>(shape, ops), o, pi);
+    unary_strided_kernel<T><<<grid_for(shape.numel), kThreads, 0, stream>>>(op, shape.numel, make_offset_calculator<2>(shape, ops), o, pi, k);
   }
   return cudaGetLastError();
 }
@@ -345,8 +390,8 @@ cudaError_t launch_binary(BinaryOp op, int32_t dtype, const IterShape& shape, co
 }
 
 cudaError_t launch_unary(UnaryOp op, int32_t dtype, const IterShape& shape, const Operand& out, const Operand& in,
-                         bool contiguous, cudaStream_t stream) {
-  TESSERA_CUDA_DISPATCH_ALL(dtype, return run_unary<scalar_t>(op, shape, out, in, contiguous, stream))
+                         bool contiguous, cudaStream_t stream, const UnaryArgs& args) {
+  TESSERA_CUDA_DISPATCH_ALL(dtype, return run_unary<scalar_t>(op, shape, out, in, contiguous, stream, args))
   return cudaErrorInvalidValue;
 }
 

@@ -31,7 +31,18 @@ struct Operand {
 };
 
 enum class BinaryOp : int32_t { Add, Sub, Mul, Div, Maximum, Minimum, Pow, Eq, Ne, Lt, Le, Gt, Ge };
-enum class UnaryOp : int32_t { Neg, Abs, Exp, Log, Sqrt, Rsqrt, Sin, Cos, Tanh, Sigmoid, Relu, Gelu, GeluTanh, Silu, Erf };
+enum class UnaryOp : int32_t {
+  Neg, Abs, Exp, Log, Sqrt, Rsqrt, Sin, Cos, Tanh, Sigmoid, Relu, Gelu, GeluTanh, Silu, Erf,
+  // docs/pointwise-ops.md (PyTorch's formulas): floating only, except Floor .. Sign (integers too:
+  // unchanged, or their sign)
+  Tan, Asin, Acos, Atan, Sinh, Cosh, Asinh, Acosh, Atanh, Log1p, Expm1, Reciprocal, Softsign, Mish, Hardsigmoid,
+  Hardswish, LeakyRelu, Elu, Softplus, Floor, Ceil, Trunc, Round, Sign
+};
+// The parameters of the unary activations: LeakyRelu (a = negative_slope), Elu (a = alpha * scale,
+// b = scale, c = input_scale; selu and celu are elus), Softplus (a = beta, b = threshold).
+struct UnaryArgs {
+  double a = 0, b = 0, c = 0;
+};
 constexpr bool is_comparison(BinaryOp op) { return op >= BinaryOp::Eq; }
 
 // A number in a kernel's compute type (opmath: float for float16/bfloat16/float32 kernels, double
@@ -54,7 +65,7 @@ cudaError_t launch_binary(BinaryOp op, int32_t dtype, const IterShape& shape, co
                           const Operand& b, int scalar_operand, const ComputeScalar& scalar,
                           const ComputeScalar& alpha, bool contiguous, cudaStream_t stream);
 cudaError_t launch_unary(UnaryOp op, int32_t dtype, const IterShape& shape, const Operand& out, const Operand& in,
-                         bool contiguous, cudaStream_t stream);
+                         bool contiguous, cudaStream_t stream, const UnaryArgs& args = UnaryArgs{});
 // Writes the element bit pattern `bits` (itemsize of out.dtype) to every element.
 cudaError_t launch_fill(const IterShape& shape, const Operand& out, uint64_t bits, cudaStream_t stream);
 // out = condition ? a : b, all of out's dtype but the bool condition, with broadcasting through

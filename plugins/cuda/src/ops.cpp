@@ -273,13 +273,41 @@ void binary_kernel(const KernelCall& call) {
                                    is_dense(shape, ops, 3, skip), l.stream));
 }
 
-void unary_into(const KernelCall& call, const Launch& l, UnaryOp op, const DeviceTensor& out, DeviceTensor x) {
+// The activation parameters of the op being called (UnaryArgs in launch.h), as the CPU kernel
+// reads them (plugins/cpu/src/elementwise_onnx.cpp): selu's constants, celu as an elu with
+// input_scale 1 / alpha (alpha 0 goes to the CPU, which reports it).
+UnaryArgs unary_args(const KernelCall& call) {
+  UnaryArgs a;
+  const std::string name = call.op_name();
+  if (name == op::leaky_relu::name) {
+    a.a = call.attr_double(op::leaky_relu::attr::negative_slope);
+  } else if (name == op::selu::name) {
+    a.b = 1.0507009873554804934193349852946;  // scale
+    a.a = 1.6732632423543772848170429916717 * a.b;
+    a.c = 1;
+  } else if (name == op::celu::name) {
+    const double alpha = call.attr_double(op::celu::attr::alpha);
+    if (alpha == 0) unimplemented(call, "celu with alpha 0");
+    a.a = alpha, a.b = 1, a.c = 1 / alpha;
+  } else if (name == op::elu::name) {
+    a.b = call.attr_double(op::elu::attr::scale);
+    a.a = call.attr_double(op::elu::attr::alpha) * a.b;
+    a.c = call.attr_double(op::elu::attr::input_scale);
+  } else if (name == op::softplus::name) {
+    a.a = call.attr_double(op::softplus::attr::beta);
+    a.b = call.attr_double(op::softplus::attr::threshold);
+  }
+  return a;
+}
+
+void unary_into(const KernelCall& call, const Launch& l, UnaryOp op, const DeviceTensor& out, DeviceTensor x,
+                const UnaryArgs& args = UnaryArgs{}) {
   x = materialize(call, x, out.dtype, false, l);
   IterShape shape;
   Operand ops[2] = {out.operand(), x.operand()};
   const Geometry in = x.geometry();
   if (!plan_elementwise(out.geometry(), &in, 1, &shape, ops)) unimplemented(call, "operand layout");
-  check_launch(call, launch_unary(op, out.dtype, shape, ops[0], ops[1], is_dense(shape, ops, 2), l.stream));
+  check_launch(call, launch_unary(op, out.dtype, shape, ops[0], ops[1], is_dense(shape, ops, 2), l.stream, args));
 }
 
 using Unary = op::neg;
@@ -296,9 +324,9 @@ void unary_kernel(const KernelCall& call) {
   constexpr int kApproximateAt = op::gelu::attr::approximate;
   if (op == UnaryOp::Gelu && call.num_attrs() > kApproximateAt && call.attr_string(kApproximateAt) == "tanh")
     op = UnaryOp::GeluTanh;
-  const bool integer_ok = op == UnaryOp::Neg || op == UnaryOp::Abs || op == UnaryOp::Relu;
+  const bool integer_ok = op == UnaryOp::Neg || op == UnaryOp::Abs || op == UnaryOp::Relu || op >= UnaryOp::Floor;
   if (!elementwise_float(out.dtype) && !integer_ok) unimplemented(call, std::string("dtype ") + dtype_str(out.dtype));
-  unary_into(call, l, op, out, x);
+  unary_into(call, l, op, out, x, unary_args(call));
 }
 
 // out = x (op) number, computed in out's dtype (x converted to it first): pow with a number as
@@ -338,35 +366,54 @@ uint64_t number_bits(const HostNumber& n, int32_t dtype);
 // clamp(self, min, max) = minimum(maximum(x, min), max) in the output dtype, two passes with the
 // bounds rounded to the dtype first (as the CPU kernel and PyTorch): a NaN element stays NaN, min >
 // max gives max, a lone NaN bound changes nothing and two bounds with a NaN give NaN everywhere.
-void clamp_kernel(const KernelCall& call) {
-  using A = op::clamp::attr;
-  Launch l(call);
-  DeviceTensor x = view_of(call, call.input(op::clamp::tensor::self), "self");
-  DeviceTensor out = view_of(call, call.output(0), "output");
+// out = clamp(x, lo, hi) for the bounds given; clamp and hardtanh.
+void clamp_into(const KernelCall& call, const Launch& l, const DeviceTensor& x, const DeviceTensor& out,
+                std::optional<HostNumber> lo, std::optional<HostNumber> hi) {
   if (!elementwise_dtype(out.dtype)) unimplemented(call, std::string("dtype ") + dtype_str(out.dtype));
-  bool has_lo = call.num_attrs() > A::min && !call.attr_is_none(A::min);
-  bool has_hi = call.num_attrs() > A::max && !call.attr_is_none(A::max);
-  if (!has_lo && !has_hi) unimplemented(call, "neither bound given");
-  const HostNumber lo = has_lo ? attr_number(call, A::min) : HostNumber{};
-  const HostNumber hi = has_hi ? attr_number(call, A::max) : HostNumber{};
-  const bool lo_nan = has_lo && lo.floating && std::isnan(lo.f), hi_nan = has_hi && hi.floating && std::isnan(hi.f);
-  if (elementwise_float(out.dtype) && has_lo && has_hi && (lo_nan || hi_nan)) {
+  if (!lo && !hi) unimplemented(call, "neither bound given");
+  const bool lo_nan = lo && lo->floating && std::isnan(lo->f), hi_nan = hi && hi->floating && std::isnan(hi->f);
+  if (elementwise_float(out.dtype) && lo && hi && (lo_nan || hi_nan)) {
     const double nan = std::numeric_limits<double>::quiet_NaN();
     IterShape shape;
     Operand o = out.operand();
     if (!plan_elementwise(out.geometry(), nullptr, 0, &shape, &o)) unimplemented(call, "output layout");
     return check_launch(call, launch_fill(shape, o, number_bits(floating_number(nan), out.dtype), l.stream));
   }
-  if (lo_nan || hi_nan) has_lo = has_hi = false;  // the only bound is NaN
-  if (!has_lo && !has_hi) {
+  if (lo_nan || hi_nan) lo = hi = std::nullopt;  // the only bound is NaN
+  if (!lo && !hi) {
     device_copy(call, out, materialize(call, x, out.dtype, false, l), l.stream);
     return;
   }
-  if (has_lo) {
-    binary_number_into(call, l, BinaryOp::Maximum, out, x, to_compute_scalar(lo, out.dtype, true));
-    x = out;
+  DeviceTensor src = x;
+  if (lo) {
+    binary_number_into(call, l, BinaryOp::Maximum, out, src, to_compute_scalar(*lo, out.dtype, true));
+    src = out;
   }
-  if (has_hi) binary_number_into(call, l, BinaryOp::Minimum, out, x, to_compute_scalar(hi, out.dtype, true));
+  if (hi) binary_number_into(call, l, BinaryOp::Minimum, out, src, to_compute_scalar(*hi, out.dtype, true));
+}
+
+void clamp_kernel(const KernelCall& call) {
+  using A = op::clamp::attr;
+  Launch l(call);
+  const DeviceTensor x = view_of(call, call.input(op::clamp::tensor::self), "self");
+  const DeviceTensor out = view_of(call, call.output(0), "output");
+  std::optional<HostNumber> lo, hi;
+  if (call.num_attrs() > A::min && !call.attr_is_none(A::min)) lo = attr_number(call, A::min);
+  if (call.num_attrs() > A::max && !call.attr_is_none(A::max)) hi = attr_number(call, A::max);
+  clamp_into(call, l, x, out, lo, hi);
+}
+
+// hardtanh(self, min_val, max_val): clamp with both bounds, in self's dtype. An integral self
+// takes the bounds truncated; uint8 with a negative bound goes to the CPU, which refuses it.
+void hardtanh_kernel(const KernelCall& call) {
+  using A = op::hardtanh::attr;
+  Launch l(call);
+  const DeviceTensor x = view_of(call, call.input(op::hardtanh::tensor::self), "self");
+  const DeviceTensor out = view_of(call, call.output(0), "output");
+  const HostNumber lo = attr_number(call, A::min_val), hi = attr_number(call, A::max_val);
+  auto negative = [](const HostNumber& n) { return n.floating ? n.f < 0 : n.i < 0; };
+  if (out.dtype == kDtU8 && (negative(lo) || negative(hi))) unimplemented(call, "uint8 with a negative bound");
+  clamp_into(call, l, x, out, lo, hi);
 }
 
 // The fill value in `dtype`'s storage format: rounded once into the dtype (float16/bfloat16 through
@@ -1659,6 +1706,7 @@ void register_kernels(const sdk::Host& host) {
   host.register_kernel(op::pow_Tensor_Tensor::name, kNumeric | kF64, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Pow>));
   host.register_kernel(op::pow_Tensor_Scalar::name, kNumeric | kF64, TESSERA_SDK_KERNEL(pow_scalar_kernel));
   host.register_kernel(op::clamp::name, kNumeric | kF64, TESSERA_SDK_KERNEL(clamp_kernel));
+  host.register_kernel(op::hardtanh::name, kNumeric | kF64, TESSERA_SDK_KERNEL(hardtanh_kernel));
   host.register_kernel(op::eq_Tensor::name, kNumeric | kF64, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Eq>));
   host.register_kernel(op::ne_Tensor::name, kNumeric | kF64, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Ne>));
   host.register_kernel(op::lt_Tensor::name, kNumeric | kF64, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Lt>));
@@ -1680,6 +1728,33 @@ void register_kernels(const sdk::Host& host) {
   host.register_kernel(op::gelu::name, kFloat | kF64, TESSERA_SDK_KERNEL(unary_kernel<UnaryOp::Gelu>));
   host.register_kernel(op::silu::name, kFloat | kF64, TESSERA_SDK_KERNEL(unary_kernel<UnaryOp::Silu>));
   host.register_kernel(op::erf::name, kFloat | kF64, TESSERA_SDK_KERNEL(unary_kernel<UnaryOp::Erf>));
+  // docs/pointwise-ops.md
+  host.register_kernel(op::tan::name, kFloat | kF64, TESSERA_SDK_KERNEL(unary_kernel<UnaryOp::Tan>));
+  host.register_kernel(op::asin::name, kFloat | kF64, TESSERA_SDK_KERNEL(unary_kernel<UnaryOp::Asin>));
+  host.register_kernel(op::acos::name, kFloat | kF64, TESSERA_SDK_KERNEL(unary_kernel<UnaryOp::Acos>));
+  host.register_kernel(op::atan::name, kFloat | kF64, TESSERA_SDK_KERNEL(unary_kernel<UnaryOp::Atan>));
+  host.register_kernel(op::sinh::name, kFloat | kF64, TESSERA_SDK_KERNEL(unary_kernel<UnaryOp::Sinh>));
+  host.register_kernel(op::cosh::name, kFloat | kF64, TESSERA_SDK_KERNEL(unary_kernel<UnaryOp::Cosh>));
+  host.register_kernel(op::asinh::name, kFloat | kF64, TESSERA_SDK_KERNEL(unary_kernel<UnaryOp::Asinh>));
+  host.register_kernel(op::acosh::name, kFloat | kF64, TESSERA_SDK_KERNEL(unary_kernel<UnaryOp::Acosh>));
+  host.register_kernel(op::atanh::name, kFloat | kF64, TESSERA_SDK_KERNEL(unary_kernel<UnaryOp::Atanh>));
+  host.register_kernel(op::log1p::name, kFloat | kF64, TESSERA_SDK_KERNEL(unary_kernel<UnaryOp::Log1p>));
+  host.register_kernel(op::expm1::name, kFloat | kF64, TESSERA_SDK_KERNEL(unary_kernel<UnaryOp::Expm1>));
+  host.register_kernel(op::reciprocal::name, kFloat | kF64, TESSERA_SDK_KERNEL(unary_kernel<UnaryOp::Reciprocal>));
+  host.register_kernel(op::softsign::name, kFloat | kF64, TESSERA_SDK_KERNEL(unary_kernel<UnaryOp::Softsign>));
+  host.register_kernel(op::mish::name, kFloat | kF64, TESSERA_SDK_KERNEL(unary_kernel<UnaryOp::Mish>));
+  host.register_kernel(op::hardsigmoid::name, kFloat | kF64, TESSERA_SDK_KERNEL(unary_kernel<UnaryOp::Hardsigmoid>));
+  host.register_kernel(op::hardswish::name, kFloat | kF64, TESSERA_SDK_KERNEL(unary_kernel<UnaryOp::Hardswish>));
+  host.register_kernel(op::leaky_relu::name, kFloat | kF64, TESSERA_SDK_KERNEL(unary_kernel<UnaryOp::LeakyRelu>));
+  host.register_kernel(op::elu::name, kFloat | kF64, TESSERA_SDK_KERNEL(unary_kernel<UnaryOp::Elu>));
+  host.register_kernel(op::selu::name, kFloat | kF64, TESSERA_SDK_KERNEL(unary_kernel<UnaryOp::Elu>));
+  host.register_kernel(op::celu::name, kFloat | kF64, TESSERA_SDK_KERNEL(unary_kernel<UnaryOp::Elu>));
+  host.register_kernel(op::softplus::name, kFloat | kF64, TESSERA_SDK_KERNEL(unary_kernel<UnaryOp::Softplus>));
+  host.register_kernel(op::floor::name, kNumeric | kF64, TESSERA_SDK_KERNEL(unary_kernel<UnaryOp::Floor>));
+  host.register_kernel(op::ceil::name, kNumeric | kF64, TESSERA_SDK_KERNEL(unary_kernel<UnaryOp::Ceil>));
+  host.register_kernel(op::trunc::name, kNumeric | kF64, TESSERA_SDK_KERNEL(unary_kernel<UnaryOp::Trunc>));
+  host.register_kernel(op::round::name, kNumeric | kF64, TESSERA_SDK_KERNEL(unary_kernel<UnaryOp::Round>));
+  host.register_kernel(op::sign::name, kNumeric | kF64, TESSERA_SDK_KERNEL(unary_kernel<UnaryOp::Sign>));
   // creation and copies
   host.register_kernel(op::fill_::name, kAll, TESSERA_SDK_KERNEL(fill_kernel));
   host.register_kernel(op::copy_::name, kAll, TESSERA_SDK_KERNEL(copy_kernel));
