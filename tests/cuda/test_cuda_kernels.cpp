@@ -1424,4 +1424,50 @@ TEST_F(CudaKernels, PointwiseOpsOfTheOnnxSetLikeTheCpu) {
   }
 }
 
+// The binary ops of docs/pointwise-ops.md against the CPU: remainder, fmod, floor_divide (zeros,
+// signs, infinities) and atan2 on floating tensors, prelu and _prelu_kernel, and the bitwise ops and
+// shifts (out-of-range shift counts included) on every integer dtype, exactly.
+TEST_F(CudaKernels, BinaryOpsOfTheOnnxSetLikeTheCpu) {
+  using Fn = Tensor (*)(const Tensor&, const Tensor&);
+  std::vector<double> av, bv;
+  for (int i = 0; i < 120; ++i) {
+    av.push_back((i % 23 - 11) * 0.75);
+    bv.push_back(((i * 7) % 17 - 8) * 0.5);  // zeros and both signs
+  }
+  av.push_back(INFINITY), bv.push_back(3.0);
+  av.push_back(5.0), bv.push_back(-INFINITY);
+  av.push_back(-0.0), bv.push_back(2.0);
+  for (DType t : {tessera::kFloat32, tessera::kFloat16, tessera::kBFloat16, tessera::kFloat64}) {
+    const std::string tn(tessera::dtype_name(t));
+    const Tensor a = tessera::tensor(av, {int64_t(av.size())}).to(t), b = tessera::tensor(bv, {int64_t(bv.size())}).to(t);
+    const Tensor da = a.to("cuda:0"), db = b.to("cuda:0");
+    for (auto [name, fn] : std::vector<std::pair<const char*, Fn>>{
+             {"remainder", tessera::remainder}, {"fmod", tessera::fmod}, {"floor_divide", tessera::floor_divide},
+             {"atan2", tessera::atan2}}) {
+      Tensor got;
+      EXPECT_RUNS_ON_CUDA(std::string(name) + " " + tn, got = fn(da, db));
+      expect_close(got, fn(a, b), t == tessera::kFloat64 ? Tol{1e-14, 1e-14} : tol_for(t), std::string(name) + " " + tn);
+    }
+    auto [x, dx] = randn_pair({2, 3, 4, 5}, t);
+    auto [w, dw] = randn_pair({3}, t);
+    Tensor got;
+    EXPECT_RUNS_ON_CUDA("prelu " + tn, got = tessera::prelu(dx, dw));
+    expect_same(got, tessera::prelu(x, w), "prelu per channel " + tn);
+    expect_same(tessera::prelu(dx, dw.narrow(0, 0, 1)), tessera::prelu(x, w.narrow(0, 0, 1)), "prelu one weight " + tn);
+  }
+  for (DType t : {tessera::kUInt8, tessera::kInt8, tessera::kInt16, tessera::kInt32, tessera::kInt64}) {
+    const std::string tn(tessera::dtype_name(t));
+    const bool u = t == tessera::kUInt8;
+    const Tensor a = tessera::tensor(std::vector<double>{5, u ? 200.0 : -7.0, 12, 1, u ? 255.0 : -1.0, 9, 3, 100}, {8}).to(t);
+    const Tensor b = tessera::tensor(std::vector<double>{3, 2, 0, 7, 1, u ? 8.0 : -1.0, 70, 6}, {8}).to(t);
+    for (auto [name, fn] : std::vector<std::pair<const char*, Fn>>{
+             {"bitwise_and", tessera::bitwise_and}, {"bitwise_or", tessera::bitwise_or}, {"bitwise_xor", tessera::bitwise_xor},
+             {"bitwise_left_shift", tessera::bitwise_left_shift}, {"bitwise_right_shift", tessera::bitwise_right_shift}}) {
+      Tensor got;
+      EXPECT_RUNS_ON_CUDA(std::string(name) + " " + tn, got = fn(a.to("cuda:0"), b.to("cuda:0")));
+      expect_same(got, fn(a, b), std::string(name) + " " + tn);
+    }
+  }
+}
+
 }  // namespace

@@ -169,6 +169,13 @@ TEST(CudaPlugin, RegistersKernelsWithTheirDtypes) {
                          "softplus", "floor", "ceil", "trunc", "round", "sign", "hardtanh"})
     for (tessera::DType t : {tessera::kFloat16, tessera::kBFloat16, tessera::kFloat32, tessera::kFloat64})
       EXPECT_EQ(resolution(op, t), tessera::Resolution::Kernel) << op << " " << t;
+  for (const char* op : {"remainder.Tensor", "fmod.Tensor", "floor_divide", "atan2", "prelu", "_prelu_kernel"})
+    EXPECT_EQ(resolution(op, tessera::kFloat32), tessera::Resolution::Kernel) << op;
+  for (const char* op : {"bitwise_and.Tensor", "bitwise_or.Tensor", "bitwise_xor.Tensor", "bitwise_left_shift.Tensor",
+                         "bitwise_right_shift.Tensor"})
+    EXPECT_EQ(resolution(op, tessera::kInt16), tessera::Resolution::Kernel) << op;
+  EXPECT_NE(resolution("remainder.Tensor", tessera::kInt64), tessera::Resolution::Kernel)
+      << "integer remainder reports division by zero from the CPU";
   for (const char* op : {"floor", "round", "sign", "hardtanh"})
     EXPECT_EQ(resolution(op, tessera::kInt32), tessera::Resolution::Kernel) << op << " int32";
   for (const char* op : {"uniform_", "normal_"})

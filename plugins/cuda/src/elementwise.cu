@@ -28,8 +28,56 @@ __device__ __forceinline__ C integer_pow(C x, C y) {
   return C(r);
 }
 
+// PyTorch's floor division of floats (div_floor_floating), as the CPU kernel: exact for
+// representable quotients, a / b for b == 0.
+template <typename C>
+__device__ __forceinline__ C floor_divide_float(C a, C b) {
+  if (b == C(0)) return a / b;
+  const C mod = fmod(a, b);
+  C div = (a - mod) / b;
+  if (mod != C(0) && (b < C(0)) != (mod < C(0))) div -= C(1);
+  if (div == C(0)) return copysign(C(0), a / b);
+  C floordiv = floor(div);
+  if (div - floordiv > C(0.5)) floordiv += C(1);
+  return floordiv;
+}
+
+// The ops of docs/pointwise-ops.md: floating ones for floating C, bitwise ones for integers.
+template <typename C>
+__device__ __forceinline__ C binary_onnx(BinaryOp op, C a, C b) {
+  if constexpr (std::is_floating_point_v<C>) {
+    switch (op) {
+      case BinaryOp::Remainder: {
+        C mod = fmod(a, b);
+        if (mod != C(0) && (b < C(0)) != (mod < C(0))) mod += b;
+        return mod;
+      }
+      case BinaryOp::Fmod: return fmod(a, b);
+      case BinaryOp::FloorDivide: return floor_divide_float(a, b);
+      case BinaryOp::Atan2: return atan2(a, b);
+      default: return a > C(0) ? a : b * a;  // Prelu: b is the weight
+    }
+  } else {
+    constexpr int64_t kWidth = int64_t(sizeof(C) * 8);
+    const int64_t x = int64_t(a), y = int64_t(b);
+    switch (op) {
+      case BinaryOp::BitAnd: return C(x & y);
+      case BinaryOp::BitOr: return C(x | y);
+      case BinaryOp::BitXor: return C(x ^ y);
+      // PyTorch's shifts: a shift below 0 or at least the width gives 0 (left) or the sign fill
+      // (right; 0 for unsigned types).
+      case BinaryOp::LeftShift: return (y < 0 || y >= kWidth) ? C(0) : C(uint64_t(x) << y);
+      default: {
+        constexpr int64_t kMaxShift = kWidth - (std::is_signed_v<C> ? 1 : 0);
+        return (y < 0 || y >= kMaxShift) ? C(x >> kMaxShift) : C(x >> y);
+      }
+    }
+  }
+}
+
 template <typename C>
 __device__ __forceinline__ C binary_arith(BinaryOp op, C a, C b, C alpha) {
+  if (op >= BinaryOp::Remainder) return binary_onnx(op, a, b);
   switch (op) {
     case BinaryOp::Add: return a + alpha * b;
     case BinaryOp::Sub: return a - alpha * b;

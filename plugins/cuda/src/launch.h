@@ -30,7 +30,12 @@ struct Operand {
   int64_t strides[kMaxDims] = {};
 };
 
-enum class BinaryOp : int32_t { Add, Sub, Mul, Div, Maximum, Minimum, Pow, Eq, Ne, Lt, Le, Gt, Ge };
+// Remainder .. Prelu: floating operands only; BitAnd .. RightShift: integers only (docs/pointwise-ops.md).
+enum class BinaryOp : int32_t {
+  Add, Sub, Mul, Div, Maximum, Minimum, Pow,
+  Remainder, Fmod, FloorDivide, Atan2, Prelu, BitAnd, BitOr, BitXor, LeftShift, RightShift,
+  Eq, Ne, Lt, Le, Gt, Ge
+};
 enum class UnaryOp : int32_t {
   Neg, Abs, Exp, Log, Sqrt, Rsqrt, Sin, Cos, Tanh, Sigmoid, Relu, Gelu, GeluTanh, Silu, Erf,
   // docs/pointwise-ops.md (PyTorch's formulas): floating only, except Floor .. Sign (integers too:

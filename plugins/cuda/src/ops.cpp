@@ -234,7 +234,9 @@ static_assert(op::sub_Tensor::attr::alpha == int(Binary::attr::alpha) &&
               op::mul_Tensor::tensor::other == int(Binary::tensor::other) &&
               op::eq_Tensor::tensor::other == int(Binary::tensor::other) &&
               op::maximum::tensor::other == int(Binary::tensor::other) &&
-              op::pow_Tensor_Tensor::tensor::exponent == int(Binary::tensor::other));
+              op::pow_Tensor_Tensor::tensor::exponent == int(Binary::tensor::other) &&
+              op::_prelu_kernel::tensor::weight == int(Binary::tensor::other) &&
+              op::atan2::tensor::other == int(Binary::tensor::other));
 template <BinaryOp kOp>
 void binary_kernel(const KernelCall& call) {
   Launch l(call);
@@ -327,6 +329,33 @@ void unary_kernel(const KernelCall& call) {
   const bool integer_ok = op == UnaryOp::Neg || op == UnaryOp::Abs || op == UnaryOp::Relu || op >= UnaryOp::Floor;
   if (!elementwise_float(out.dtype) && !integer_ok) unimplemented(call, std::string("dtype ") + dtype_str(out.dtype));
   unary_into(call, l, op, out, x, unary_args(call));
+}
+
+// prelu(self, weight): x > 0 ? x : w * x with one weight, or one per channel (dim 1), as the
+// elementwise Prelu kernel with the weight viewed as [1, C, 1, ...].
+void prelu_kernel(const KernelCall& call) {
+  using P = op::prelu;
+  Launch l(call);
+  DeviceTensor x = view_of(call, call.input(P::tensor::self), "self");
+  DeviceTensor w = view_of(call, call.input(P::tensor::weight), "weight");
+  DeviceTensor out = view_of(call, call.output(0), "output");
+  if (!elementwise_float(out.dtype)) unimplemented(call, std::string("dtype ") + dtype_str(out.dtype));
+  if (w.ndim() > 1 || (w.numel() != 1 && (x.ndim() < 2 || w.numel() != x.sizes[1]))) unimplemented(call, "the weight's shape");
+  x = materialize(call, x, out.dtype, false, l);
+  w = materialize(call, w, out.dtype, false, l);
+  const int64_t channel_stride = w.ndim() == 1 && w.numel() > 1 ? w.strides[0] : 0;
+  w.sizes.assign(size_t(out.ndim()), 1);
+  w.strides.assign(size_t(out.ndim()), 0);
+  if (channel_stride != 0) {
+    w.sizes[1] = x.sizes[1];
+    w.strides[1] = channel_stride;
+  }
+  IterShape shape;
+  Operand ops[3] = {out.operand(), x.operand(), w.operand()};
+  const Geometry ins[2] = {x.geometry(), w.geometry()};
+  if (!plan_elementwise(out.geometry(), ins, 2, &shape, ops)) unimplemented(call, "operand layout");
+  check_launch(call, launch_binary(BinaryOp::Prelu, out.dtype, shape, ops[0], ops[1], ops[2], 0, ComputeScalar{},
+                                   to_compute_scalar(integral_number(1), out.dtype), is_dense(shape, ops, 3), l.stream));
 }
 
 // out = x (op) number, computed in out's dtype (x converted to it first): pow with a number as
@@ -1707,6 +1736,19 @@ void register_kernels(const sdk::Host& host) {
   host.register_kernel(op::pow_Tensor_Scalar::name, kNumeric | kF64, TESSERA_SDK_KERNEL(pow_scalar_kernel));
   host.register_kernel(op::clamp::name, kNumeric | kF64, TESSERA_SDK_KERNEL(clamp_kernel));
   host.register_kernel(op::hardtanh::name, kNumeric | kF64, TESSERA_SDK_KERNEL(hardtanh_kernel));
+  host.register_kernel(op::remainder_Tensor::name, kFloat | kF64, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Remainder>));
+  host.register_kernel(op::fmod_Tensor::name, kFloat | kF64, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Fmod>));
+  host.register_kernel(op::floor_divide::name, kFloat | kF64, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::FloorDivide>));
+  host.register_kernel(op::atan2::name, kFloat | kF64, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Atan2>));
+  host.register_kernel(op::_prelu_kernel::name, kFloat | kF64, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Prelu>));
+  host.register_kernel(op::prelu::name, kFloat | kF64, TESSERA_SDK_KERNEL(prelu_kernel));
+  host.register_kernel(op::bitwise_and_Tensor::name, kIntegral, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::BitAnd>));
+  host.register_kernel(op::bitwise_or_Tensor::name, kIntegral, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::BitOr>));
+  host.register_kernel(op::bitwise_xor_Tensor::name, kIntegral, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::BitXor>));
+  host.register_kernel(op::bitwise_left_shift_Tensor::name, kIntegral,
+                       TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::LeftShift>));
+  host.register_kernel(op::bitwise_right_shift_Tensor::name, kIntegral,
+                       TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::RightShift>));
   host.register_kernel(op::eq_Tensor::name, kNumeric | kF64, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Eq>));
   host.register_kernel(op::ne_Tensor::name, kNumeric | kF64, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Ne>));
   host.register_kernel(op::lt_Tensor::name, kNumeric | kF64, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Lt>));
