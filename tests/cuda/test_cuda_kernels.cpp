@@ -1470,4 +1470,38 @@ TEST_F(CudaKernels, BinaryOpsOfTheOnnxSetLikeTheCpu) {
   }
 }
 
+// logsumexp (NaN, +inf and all -inf rows), isinf, bitwise_not, and the view copies expand_copy,
+// slice_copy and repeat against the CPU.
+TEST_F(CudaKernels, LogsumexpIsinfAndViewCopiesLikeTheCpu) {
+  for (DType t : {tessera::kFloat32, tessera::kFloat16, tessera::kBFloat16, tessera::kFloat64}) {
+    const std::string tn(tessera::dtype_name(t));
+    const Tol tol = t == tessera::kFloat64 ? Tol{1e-13, 1e-13} : tol_for(t, 4);
+    auto [x, dx] = randn_pair({7, 300, 5}, t);
+    Tensor got;
+    EXPECT_RUNS_ON_CUDA("logsumexp " + tn, got = tessera::logsumexp(dx, {1}));
+    expect_close(got, tessera::logsumexp(x, {1}), tol, "logsumexp dim 1 " + tn);
+    expect_close(tessera::logsumexp(dx, {0, 2}, true), tessera::logsumexp(x, {0, 2}, true), tol, "logsumexp keepdim " + tn);
+    const std::vector<double> sv = {1, std::nan(""), 2, 1, double(INFINITY), 2, -double(INFINITY), -double(INFINITY), -double(INFINITY)};
+    const Tensor sp = tessera::tensor(sv, {3, 3}).to(t);
+    expect_close(tessera::logsumexp(sp.to("cuda:0"), {1}), tessera::logsumexp(sp, {1}), tol, "logsumexp NaN / inf / -inf rows " + tn);
+    EXPECT_RUNS_ON_CUDA("isinf " + tn, got = tessera::isinf(sp.to("cuda:0")));
+    expect_same(got, tessera::isinf(sp), "isinf " + tn);
+    EXPECT_RUNS_ON_CUDA("expand_copy " + tn, got = tessera::expand_copy(dx.narrow(1, 0, 1), {7, 4, 5}));
+    expect_same(got, tessera::expand_copy(x.narrow(1, 0, 1), {7, 4, 5}), "expand_copy " + tn);
+    for (auto [start, end, step] : {std::tuple<int64_t, int64_t, int64_t>{5, 200, 3}, {-50, 1000, 7}, {0, 300, 1}}) {
+      EXPECT_RUNS_ON_CUDA("slice_copy " + tn, got = tessera::slice_copy(dx, 1, start, end, step));
+      expect_same(got, tessera::slice_copy(x, 1, start, end, step), "slice_copy " + tn);
+    }
+    EXPECT_RUNS_ON_CUDA("repeat " + tn, got = tessera::repeat(dx.narrow(1, 0, 3), {2, 1, 3, 2}));
+    expect_same(got, tessera::repeat(x.narrow(1, 0, 3), {2, 1, 3, 2}), "repeat " + tn);
+  }
+  for (DType t : {tessera::kUInt8, tessera::kInt16, tessera::kInt64}) {
+    const Tensor x = tessera::tensor(std::vector<double>{0, 1, 5, 100, 7}, {5}).to(t);
+    Tensor got;
+    EXPECT_RUNS_ON_CUDA("bitwise_not", got = tessera::bitwise_not(x.to("cuda:0")));
+    expect_same(got, tessera::bitwise_not(x), std::string("bitwise_not ") + std::string(tessera::dtype_name(t)));
+    expect_same(tessera::isinf(x.to("cuda:0")), tessera::isinf(x), "isinf of integers");
+  }
+}
+
 }  // namespace

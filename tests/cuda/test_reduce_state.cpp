@@ -17,6 +17,7 @@ namespace {
 
 using tessera::cuda::ArgState;
 using tessera::cuda::kNoIndex;
+using tessera::cuda::LogSumExpState;
 using tessera::cuda::ReduceOp;
 using tessera::cuda::ValueState;
 using tessera::cuda::WelfordState;
@@ -170,6 +171,36 @@ TEST(ReduceState, IntegerSumsAndProductsWrapModulo2To64) {
   std::vector<float> f(1000, 1.0f);
   f[999] = std::nanf("");
   EXPECT_TRUE(std::isnan(reduce_like_the_kernels<ValueState<float, ReduceOp::Max>>(f, 4, 64, rng).v));
+}
+
+TEST(ReduceState, LogSumExpMatchesTheCpuRuleInAnyMergeOrder) {
+  std::mt19937 rng(5);
+  std::normal_distribution<double> normal(0.0, 30.0);
+  auto naive = [](const std::vector<double>& v) {  // the CPU kernel's rule
+    double m = -INFINITY;
+    for (double x : v) {
+      if (x != x) return x;
+      m = std::max(m, x);
+    }
+    if (std::isinf(m)) return m;
+    double s = 0;
+    for (double x : v) s += std::exp(x - m);
+    return m + std::log(s);
+  };
+  for (int trial = 0; trial < 100; ++trial) {
+    std::vector<double> x(size_t(1 + rng() % 3000));
+    for (double& e : x) e = normal(rng);
+    if (trial % 5 == 1) x[rng() % x.size()] = INFINITY;
+    if (trial % 5 == 2) x[rng() % x.size()] = std::nan("");
+    if (trial % 5 == 3) x[rng() % x.size()] = -INFINITY;
+    const double got = reduce_like_the_kernels<LogSumExpState<double>>(x, 1 + int64_t(rng() % 9), 256, rng).value();
+    const double want = naive(x);
+    if (std::isnan(want)) EXPECT_TRUE(std::isnan(got)) << trial;
+    else if (std::isinf(want)) EXPECT_EQ(got, want) << trial;
+    else EXPECT_NEAR(got, want, 1e-12 * std::abs(want) + 1e-12) << trial;
+  }
+  EXPECT_EQ((reduce_like_the_kernels<LogSumExpState<float>>(std::vector<float>(40, -INFINITY), 3, 32, rng).value()), -INFINITY);
+  EXPECT_EQ(LogSumExpState<float>::identity().value(), -INFINITY) << "an empty logsumexp";
 }
 
 }  // namespace

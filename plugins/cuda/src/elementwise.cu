@@ -256,12 +256,14 @@ __device__ __forceinline__ C unary_apply_op(UnaryOp op, C x, C pa, C pb, C pc) {
         case UnaryOp::Abs: return x < 0 ? C(-x) : x;
         case UnaryOp::Relu: return x < 0 ? C(0) : x;
         case UnaryOp::Sign: return C(int(C(0) < x) - int(x < C(0)));
+        case UnaryOp::BitwiseNot: return C(~x);
         default: return x;  // floor, ceil, trunc, round: integers are integral already
       }
     } else {
       switch (op) {
         case UnaryOp::Neg: return C(-x);
         case UnaryOp::Sign: return C(x != C(0));
+        case UnaryOp::BitwiseNot: return C(~x);
         default: return x;  // abs, relu, floor, ceil, trunc, round: the identity on unsigned values
       }
     }

@@ -39,9 +39,9 @@ enum class BinaryOp : int32_t {
 enum class UnaryOp : int32_t {
   Neg, Abs, Exp, Log, Sqrt, Rsqrt, Sin, Cos, Tanh, Sigmoid, Relu, Gelu, GeluTanh, Silu, Erf,
   // docs/pointwise-ops.md (PyTorch's formulas): floating only, except Floor .. Sign (integers too:
-  // unchanged, or their sign)
+  // unchanged, or their sign) and BitwiseNot (integers only)
   Tan, Asin, Acos, Atan, Sinh, Cosh, Asinh, Acosh, Atanh, Log1p, Expm1, Reciprocal, Softsign, Mish, Hardsigmoid,
-  Hardswish, LeakyRelu, Elu, Softplus, Floor, Ceil, Trunc, Round, Sign
+  Hardswish, LeakyRelu, Elu, Softplus, Floor, Ceil, Trunc, Round, Sign, BitwiseNot
 };
 // The parameters of the unary activations: LeakyRelu (a = negative_slope), Elu (a = alpha * scale,
 // b = scale, c = input_scale; selu and celu are elus), Softplus (a = beta, b = threshold).
@@ -162,7 +162,7 @@ cudaError_t launch_copy(const CopyPlan& plan, void* dst, int32_t dst_dtype, cons
 // dims; each list is row-major (in the input's logical order, so the index of a reduced element is
 // its position in the reduced dims, flattened: what argmax / argmin return). Output element o is at
 // out + sum kept_coord * out_strides.
-enum class ReduceOp : int32_t { Sum, Mean, Max, Min, Prod, Var, ArgMax, ArgMin };
+enum class ReduceOp : int32_t { Sum, Mean, Max, Min, Prod, Var, ArgMax, ArgMin, LogSumExp };
 struct ReducePlan {
   int32_t kept_ndim = 0, reduced_ndim = 0;
   int64_t kept_sizes[kMaxDims] = {}, kept_in_strides[kMaxDims] = {}, kept_out_strides[kMaxDims] = {};
@@ -180,7 +180,7 @@ struct ReduceLaunch {
   int64_t splits = 1;
   int64_t chunk = 0;
 };
-// in: any dtype but Mean and Var take floating ones only; out: the op's output dtype (int64 for
+// in: any dtype but Mean, Var and LogSumExp take floating ones only; out: the op's output dtype (int64 for
 // argmax / argmin). Accumulates as Note [CUDA reduction states] says. `correction` is var's.
 // `workspace` is required when how.splits > 1.
 cudaError_t launch_reduce(ReduceOp op, const ReducePlan& plan, const ReduceLaunch& how, const void* in,

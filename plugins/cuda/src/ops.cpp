@@ -526,6 +526,91 @@ void random_kernel(const KernelCall& call) {
   if (target.data != self.data) device_copy(call, self, target, l.stream);
 }
 
+// ---------------------------------------------------------------- copies of views
+
+// expand_copy(self, size): the broadcast copy (the shape rule sized the output, -1 included).
+void expand_copy_kernel(const KernelCall& call) {
+  Launch l(call);
+  device_copy(call, view_of(call, call.output(0), "output"),
+              view_of(call, call.input(op::expand_copy::tensor::self), "self"), l.stream);
+}
+
+// slice_copy(self, dim, start, end, step): a copy of the strided view self[start:end:step] along
+// dim, start as PyTorch takes it (None is 0, negative counts from the end, clamped to [0, size]);
+// the shape rule sized the output.
+void slice_copy_kernel(const KernelCall& call) {
+  using A = op::slice_copy_Tensor::attr;
+  Launch l(call);
+  DeviceTensor x = view_of(call, call.input(op::slice_copy_Tensor::tensor::self), "self");
+  const DeviceTensor out = view_of(call, call.output(0), "output");
+  if (x.ndim() == 0 || out.ndim() != x.ndim()) unimplemented(call, "a 0-dim input");
+  const int dim = wrapped_dim(call, call.num_attrs() > A::dim ? call.attr_int(A::dim) : 0, x.ndim());
+  const int64_t size = x.sizes[size_t(dim)];
+  int64_t start = call.num_attrs() > A::start && !call.attr_is_none(A::start) ? call.attr_int(A::start) : 0;
+  const int64_t step = call.num_attrs() > A::step ? call.attr_int(A::step) : 1;
+  if (step <= 0) unimplemented(call, "a step that is not positive");
+  if (start < 0) start += size;
+  start = std::min(std::max<int64_t>(start, 0), size);
+  if (out.numel() == 0) return;
+  x.data = static_cast<char*>(x.data) + start * x.strides[size_t(dim)] * int64_t(sdk::dtype_size(x.dtype));
+  x.sizes[size_t(dim)] = out.sizes[size_t(dim)];
+  x.strides[size_t(dim)] *= step;
+  if (x.sizes != out.sizes || start + (out.sizes[size_t(dim)] - 1) * step >= size) unimplemented(call, "the output's shape");
+  device_copy(call, out, x, l.stream);
+}
+
+// repeat(self, repeats): out, seen as [r0, s0, r1, s1, ...] (self padded with leading 1s to
+// len(repeats) dims), is self broadcast over the r dims: one broadcast copy.
+void repeat_kernel(const KernelCall& call) {
+  Launch l(call);
+  DeviceTensor x = view_of(call, call.input(op::repeat::tensor::self), "self");
+  const DeviceTensor out = view_of(call, call.output(0), "output");
+  int n = 0;
+  const int64_t* r = call.attr_ints(op::repeat::attr::repeats, &n);
+  if (n < x.ndim() || out.ndim() != n) unimplemented(call, "repeats shorter than the rank");
+  while (x.ndim() < n) {
+    x.sizes.insert(x.sizes.begin(), 1);
+    x.strides.insert(x.strides.begin(), 0);
+  }
+  DeviceTensor dst = out, src = x;
+  dst.sizes.clear(), dst.strides.clear(), src.sizes.clear(), src.strides.clear();
+  for (int d = 0; d < n; ++d) {
+    const int64_t s = x.sizes[size_t(d)];
+    if (r[d] < 0 || out.sizes[size_t(d)] != r[d] * s) unimplemented(call, "the output's shape");
+    dst.sizes.insert(dst.sizes.end(), {r[d], s});
+    dst.strides.insert(dst.strides.end(), {out.strides[size_t(d)] * s, out.strides[size_t(d)]});
+    src.sizes.insert(src.sizes.end(), {r[d], s});
+    src.strides.insert(src.strides.end(), {0, x.strides[size_t(d)]});
+  }
+  if (out.numel() == 0) return;
+  device_copy(call, dst, src, l.stream);
+}
+
+// isinf(self) -> bool: |x| == inf by the comparison kernel on abs(x) (false for integers).
+void isinf_kernel(const KernelCall& call) {
+  Launch l(call);
+  const DeviceTensor x = view_of(call, call.input(op::isinf::tensor::self), "self");
+  const DeviceTensor out = view_of(call, call.output(0), "output");
+  if (out.dtype != kDtBool) unimplemented(call, "an output that is not bool");
+  IterShape shape;
+  if (!elementwise_float(x.dtype)) {  // integers and bool are never infinite
+    Operand o = out.operand();
+    if (!plan_elementwise(out.geometry(), nullptr, 0, &shape, &o)) unimplemented(call, "output layout");
+    return check_launch(call, launch_fill(shape, o, 0, l.stream));
+  }
+  const DeviceTensor a = temporary(l, x.dtype, out.sizes);
+  unary_into(call, l, UnaryOp::Abs, a, x);
+  DeviceTensor none;  // the number operand, never read
+  none.dtype = x.dtype;
+  Operand ops[3] = {out.operand(), a.operand(), none.operand()};
+  const Geometry ins[2] = {a.geometry(), none.geometry()};
+  if (!plan_elementwise(out.geometry(), ins, 2, &shape, ops)) unimplemented(call, "operand layout");
+  const ComputeScalar inf = to_compute_scalar(floating_number(std::numeric_limits<double>::infinity()), x.dtype, true);
+  check_launch(call, launch_binary(BinaryOp::Eq, x.dtype, shape, ops[0], ops[1], ops[2], 2, inf,
+                                   to_compute_scalar(integral_number(1), x.dtype), is_dense(shape, ops, 3, 1u << 2),
+                                   l.stream));
+}
+
 // ---------------------------------------------------------------- reductions
 
 // Every reduction's attributes start with its dims (an int list; an int or None for argmax and
@@ -542,7 +627,8 @@ static_assert(op::mean::tensor::self == int(Reduce::tensor::self) && op::var::te
               op::prod::attr::keepdim == int(Reduce::attr::keepdim) &&
               op::argmax::attr::keepdim == int(Reduce::attr::keepdim) &&
               op::argmin::attr::keepdim == int(Reduce::attr::keepdim) && op::var::attr::keepdim == 2 &&
-              op::var::attr::correction == 1);
+              op::var::attr::correction == 1 && op::logsumexp::attr::dim == int(Reduce::attr::dim) &&
+              op::logsumexp::attr::keepdim == int(Reduce::attr::keepdim));
 
 // sum, prod, amax, amin, argmax and argmin on every dtype, mean and var on floating ones (the
 // dispatcher refuses integer inputs to them, as PyTorch does). Empty reductions: sum 0, prod 1,
@@ -554,7 +640,7 @@ void reduce_kernel(const KernelCall& call) {
   Launch l(call);
   DeviceTensor x = view_of(call, call.input(Reduce::tensor::self), "self");
   DeviceTensor out = view_of(call, call.output(0), "output");
-  if ((kOp == ReduceOp::Mean || kOp == ReduceOp::Var) && !elementwise_float(x.dtype))
+  if ((kOp == ReduceOp::Mean || kOp == ReduceOp::Var || kOp == ReduceOp::LogSumExp) && !elementwise_float(x.dtype))
     unimplemented(call, std::string("dtype ") + dtype_str(x.dtype));
   if (kArg && out.dtype != kDtI64) unimplemented(call, "an index output that is not int64");
   if (x.ndim() > 64) unimplemented(call, "more than 64 dims");
@@ -1797,6 +1883,11 @@ void register_kernels(const sdk::Host& host) {
   host.register_kernel(op::trunc::name, kNumeric | kF64, TESSERA_SDK_KERNEL(unary_kernel<UnaryOp::Trunc>));
   host.register_kernel(op::round::name, kNumeric | kF64, TESSERA_SDK_KERNEL(unary_kernel<UnaryOp::Round>));
   host.register_kernel(op::sign::name, kNumeric | kF64, TESSERA_SDK_KERNEL(unary_kernel<UnaryOp::Sign>));
+  host.register_kernel(op::bitwise_not::name, kIntegral, TESSERA_SDK_KERNEL(unary_kernel<UnaryOp::BitwiseNot>));
+  host.register_kernel(op::isinf::name, kAll, TESSERA_SDK_KERNEL(isinf_kernel));
+  host.register_kernel(op::expand_copy::name, kAll, TESSERA_SDK_KERNEL(expand_copy_kernel));
+  host.register_kernel(op::slice_copy_Tensor::name, kAll, TESSERA_SDK_KERNEL(slice_copy_kernel));
+  host.register_kernel(op::repeat::name, kAll, TESSERA_SDK_KERNEL(repeat_kernel));
   // creation and copies
   host.register_kernel(op::fill_::name, kAll, TESSERA_SDK_KERNEL(fill_kernel));
   host.register_kernel(op::copy_::name, kAll, TESSERA_SDK_KERNEL(copy_kernel));
@@ -1824,6 +1915,7 @@ void register_kernels(const sdk::Host& host) {
   host.register_kernel(op::prod::name, kAll, TESSERA_SDK_KERNEL(reduce_kernel<ReduceOp::Prod>));
   host.register_kernel(op::var::name, kFloat | kF64, TESSERA_SDK_KERNEL(reduce_kernel<ReduceOp::Var>));
   host.register_kernel(op::argmax::name, kAll, TESSERA_SDK_KERNEL(reduce_kernel<ReduceOp::ArgMax>));
+  host.register_kernel(op::logsumexp::name, kFloat | kF64, TESSERA_SDK_KERNEL(reduce_kernel<ReduceOp::LogSumExp>));
   host.register_kernel(op::argmin::name, kAll, TESSERA_SDK_KERNEL(reduce_kernel<ReduceOp::ArgMin>));
   // nn
   host.register_kernel(op::softmax::name, kFloat | kF64, TESSERA_SDK_KERNEL(softmax_kernel<false>));

@@ -45,6 +45,10 @@ __device__ __forceinline__ WelfordState<Acc> shfl_xor(const WelfordState<Acc>& s
   return {__shfl_xor_sync(0xffffffffu, s.n, o), __shfl_xor_sync(0xffffffffu, s.mean, o),
           __shfl_xor_sync(0xffffffffu, s.m2, o)};
 }
+template <typename Acc>
+__device__ __forceinline__ LogSumExpState<Acc> shfl_xor(const LogSumExpState<Acc>& s, int o) {
+  return {__shfl_xor_sync(0xffffffffu, s.m, o), __shfl_xor_sync(0xffffffffu, s.s, o)};
+}
 template <typename Acc, bool kMin>
 __device__ __forceinline__ ArgState<Acc, kMin> shfl_xor(const ArgState<Acc, kMin>& s, int o) {
   return {__shfl_xor_sync(0xffffffffu, s.v, o), __shfl_xor_sync(0xffffffffu, s.i, o)};
@@ -104,6 +108,10 @@ __device__ __forceinline__ void store_state(const ValueState<Acc, kOp>& s, const
 template <typename Acc>
 __device__ __forceinline__ void store_state(const WelfordState<Acc>& s, const ReduceFinish& f, char* p, int32_t dt) {
   store_acc(p, dt, s.variance(f.correction));
+}
+template <typename Acc>
+__device__ __forceinline__ void store_state(const LogSumExpState<Acc>& s, const ReduceFinish&, char* p, int32_t dt) {
+  store_acc(p, dt, s.value());
 }
 template <typename Acc, bool kMin>
 __device__ __forceinline__ void store_state(const ArgState<Acc, kMin>& s, const ReduceFinish&, char* p, int32_t dt) {
@@ -230,6 +238,9 @@ cudaError_t reduce_for(ReduceOp op, const ReducePlan& p, const ReduceLaunch& how
     case ReduceOp::Var:
       if constexpr (std::is_integral_v<Acc>) return cudaErrorInvalidValue;
       else return run_reduce<T, WelfordState<Acc>>(p, how, f, in, out, out_dtype, ws, stream);
+    case ReduceOp::LogSumExp:
+      if constexpr (std::is_integral_v<Acc>) return cudaErrorInvalidValue;
+      else return run_reduce<T, LogSumExpState<Acc>>(p, how, f, in, out, out_dtype, ws, stream);
     case ReduceOp::ArgMax: return run_reduce<T, ArgState<Acc, false>>(p, how, f, in, out, out_dtype, ws, stream);
     case ReduceOp::ArgMin: return run_reduce<T, ArgState<Acc, true>>(p, how, f, in, out, out_dtype, ws, stream);
   }

@@ -13,6 +13,7 @@
 // - WelfordState: var, as a count, a mean and a sum of squared deviations (Chan's merge), so one
 //   pass over the data suffices; var = m2 / max(0, n - correction), PyTorch's rule (0 / 0 is NaN,
 //   a positive m2 over 0 is inf).
+// - LogSumExpState: logsumexp as softmax's (max, rescaled sum).
 // - ArgState: argmax / argmin as (value, index). The order is total (a NaN beats every number and
 //   the first NaN wins; equal values go to the smaller index), so the result is the first index of
 //   the extreme value, as on the CPU and in PyTorch, whatever the merge order. The identity has
@@ -125,6 +126,28 @@ struct ArgState {
     if (a.v == b.v) return a.i < b.i;
     return kMin ? a.v < b.v : a.v > b.v;
   }
+};
+
+// logsumexp: the running (max, rescaled sum) of softmax (nan_math.h); a NaN anywhere gives NaN, and
+// an infinite maximum (every element -inf, an empty reduction, or a +inf) is the result itself,
+// as the CPU kernel computes it.
+template <typename Acc>
+struct LogSumExpState {
+  static_assert(!std::is_integral_v<Acc>, "logsumexp is computed in a floating type");
+  Acc m, s;
+
+  static TESSERA_CUDA_HD LogSumExpState identity() { return {Acc(-INFINITY), Acc(0)}; }
+  TESSERA_CUDA_HD void add(Acc x, int64_t /*index*/) {
+    BasicSoftmaxStat<Acc> t{m, s};
+    t.add(x);
+    m = t.m, s = t.s;
+  }
+  TESSERA_CUDA_HD void merge(const LogSumExpState& o) {
+    BasicSoftmaxStat<Acc> t{m, s};
+    t.merge(o.m, o.s);
+    m = t.m, s = t.s;
+  }
+  TESSERA_CUDA_HD Acc value() const { return (m == Acc(INFINITY) || m == Acc(-INFINITY)) ? m : m + acc_log(s); }
 };
 
 // Bytes per partial state in a split reduction's workspace (the largest state, rounded up).
