@@ -1504,4 +1504,36 @@ TEST_F(CudaKernels, LogsumexpIsinfAndViewCopiesLikeTheCpu) {
   }
 }
 
+// tril / triu (every dtype, diagonals above and below, batched and transposed inputs) exactly, and
+// linalg_vector_norm for ord 2, 1, 0, +-inf and 3 (NaN included) against the CPU.
+TEST_F(CudaKernels, TrianglesAndVectorNormsLikeTheCpu) {
+  for (DType t : {tessera::kFloat32, tessera::kBool, tessera::kInt64, tessera::kFloat16, tessera::kUInt8}) {
+    const std::string tn(tessera::dtype_name(t));
+    const Tensor x = tessera::mul(tessera::randn({3, 7, 9}), tessera::full({}, 9.0)).to(t);
+    const Tensor dx = x.to("cuda:0");
+    for (int64_t k : {-2, 0, 3}) {
+      Tensor got;
+      EXPECT_RUNS_ON_CUDA("tril " + tn, got = tessera::tril(dx, k));
+      expect_same(got, tessera::tril(x, k), "tril " + std::to_string(k) + " " + tn);
+      expect_same(tessera::triu(dx.transpose(1, 2), k), tessera::triu(x.transpose(1, 2), k),
+                  "triu of a transpose " + std::to_string(k) + " " + tn);
+    }
+  }
+  for (DType t : {tessera::kFloat32, tessera::kFloat16, tessera::kBFloat16, tessera::kFloat64}) {
+    const std::string tn(tessera::dtype_name(t));
+    const Tol tol = t == tessera::kFloat64 ? Tol{1e-12, 1e-12} : tol_for(t, 4);
+    Tensor x = tessera::randn({6, 50, 4}).to(t);
+    x.select(0, 2).select(0, 7).select(0, 1).fill_(std::nan(""));
+    x.select(0, 3).select(0, 4).select(0, 0).fill_(0.0);
+    const Tensor dx = x.to("cuda:0");
+    for (double ord : {2.0, 1.0, 0.0, double(INFINITY), -double(INFINITY), 3.0}) {
+      const std::string what = "vector_norm ord " + std::to_string(ord) + " " + tn;
+      Tensor got;
+      EXPECT_RUNS_ON_CUDA(what, got = tessera::linalg_vector_norm(dx, ord, std::vector<int64_t>{1}));
+      expect_close(got, tessera::linalg_vector_norm(x, ord, std::vector<int64_t>{1}), tol, what);
+    }
+    expect_close(tessera::linalg_vector_norm(dx), tessera::linalg_vector_norm(x), tol, "vector_norm of all " + tn);
+  }
+}
+
 }  // namespace

@@ -194,7 +194,42 @@ cudaError_t run_scatter_reduce(const ScatterParams& s, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
+// ---------------------------------------------------------------- tril, triu
+
+template <typename U>
+__global__ void triangle_kernel(TriangleParams p) {
+  const int64_t grid = int64_t(gridDim.x) * blockDim.x;
+  U* out = static_cast<U*>(p.out);
+  const U* in = static_cast<const U*>(p.in);
+  for (int64_t o = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; o < p.numel; o += grid) {
+    int64_t r = o, out_off = 0, in_off = 0, i = 0, j = 0;
+    for (int d = p.ndim - 1; d >= 0; --d) {
+      const int64_t c = r % p.sizes[d];
+      r /= p.sizes[d];
+      out_off += c * p.out_strides[d];
+      in_off += c * p.in_strides[d];
+      if (d == p.ndim - 1) j = c;
+      if (d == p.ndim - 2) i = c;
+    }
+    const bool keep = p.upper ? j - i >= p.diagonal : j - i <= p.diagonal;
+    out[out_off] = keep ? in[in_off] : U(0);
+  }
+}
+
 }  // namespace
+
+cudaError_t launch_triangle(const TriangleParams& p, cudaStream_t stream) {
+  if (p.numel == 0) return cudaSuccess;
+  const unsigned grid = grid_for(p.numel);
+  switch (p.itemsize) {
+    case 1: triangle_kernel<uint8_t><<<grid, kThreads, 0, stream>>>(p); break;
+    case 2: triangle_kernel<uint16_t><<<grid, kThreads, 0, stream>>>(p); break;
+    case 4: triangle_kernel<uint32_t><<<grid, kThreads, 0, stream>>>(p); break;
+    case 8: triangle_kernel<uint64_t><<<grid, kThreads, 0, stream>>>(p); break;
+    default: return cudaErrorInvalidValue;
+  }
+  return cudaGetLastError();
+}
 
 cudaError_t launch_scatter(const ScatterParams& s, cudaStream_t stream) {
   const IndexSelectParams& p = s.geometry;

@@ -130,6 +130,18 @@ struct ScatterParams {
   int64_t out_numel = 0;
 };
 cudaError_t launch_scatter(const ScatterParams& p, cudaStream_t stream);
+// tril / triu: out = x where the element (..., i, j) keeps j <= i + diagonal (tril) or j >= i +
+// diagonal (triu), zero bits elsewhere; out and x of one dtype (itemsize bytes) and shape (ndim >= 2),
+// any strides.
+struct TriangleParams {
+  int32_t ndim = 2, itemsize = 4;
+  bool upper = false;
+  int64_t diagonal = 0, numel = 0;
+  int64_t sizes[kMaxDims] = {}, out_strides[kMaxDims] = {}, in_strides[kMaxDims] = {};
+  void* out = nullptr;
+  const void* in = nullptr;
+};
+cudaError_t launch_triangle(const TriangleParams& p, cudaStream_t stream);
 // A strided copy/conversion planned by plan_copy (tensor_iter.h): dims coalesced and ordered by
 // the destination's strides, innermost last; strides in elements (0 where the source broadcasts).
 struct CopyPlan {

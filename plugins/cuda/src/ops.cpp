@@ -586,6 +586,32 @@ void repeat_kernel(const KernelCall& call) {
   device_copy(call, dst, src, l.stream);
 }
 
+// tril / triu (TriangleParams in launch.h); self converted to the output's dtype first when they
+// differ.
+template <bool kUpper>
+void triangle_kernel(const KernelCall& call) {
+  static_assert(op::triu::attr::diagonal == int(op::tril::attr::diagonal) && op::triu::tensor::self == int(op::tril::tensor::self));
+  Launch l(call);
+  DeviceTensor x = view_of(call, call.input(op::tril::tensor::self), "self");
+  const DeviceTensor out = view_of(call, call.output(0), "output");
+  if (x.ndim() < 2 || x.ndim() > kMaxDims || out.sizes != x.sizes) unimplemented(call, "these shapes");
+  x = materialize(call, x, out.dtype, false, l);
+  TriangleParams p;
+  p.ndim = int32_t(x.ndim());
+  p.itemsize = int32_t(sdk::dtype_size(out.dtype));
+  p.upper = kUpper;
+  p.diagonal = call.num_attrs() > op::tril::attr::diagonal ? call.attr_int(op::tril::attr::diagonal) : 0;
+  p.numel = out.numel();
+  for (int d = 0; d < p.ndim; ++d) {
+    p.sizes[d] = out.sizes[size_t(d)];
+    p.out_strides[d] = out.strides[size_t(d)];
+    p.in_strides[d] = x.strides[size_t(d)];
+  }
+  p.out = out.data;
+  p.in = x.data;
+  check_launch(call, launch_triangle(p, l.stream));
+}
+
 // isinf(self) -> bool: |x| == inf by the comparison kernel on abs(x) (false for integers).
 void isinf_kernel(const KernelCall& call) {
   Launch l(call);
@@ -634,6 +660,40 @@ static_assert(op::mean::tensor::self == int(Reduce::tensor::self) && op::var::te
 // dispatcher refuses integer inputs to them, as PyTorch does). Empty reductions: sum 0, prod 1,
 // mean and var NaN; amax, amin, argmax and argmin have no identity and go to the CPU fallback,
 // which reports the error.
+// The reduced dims of an attribute holding an int list, an int or None (all dims), as a bit mask
+// over x's dims; a 0-dim input reduces to itself.
+uint64_t reduce_mask(const KernelCall& call, int dim_attr, int ndim) {
+  if (ndim > 64) unimplemented(call, "more than 64 dims");
+  uint64_t mask = 0;
+  if (call.num_attrs() > dim_attr) {
+    const tessera_value_t& a = call.attr(dim_attr);
+    if (a.kind == TESSERA_VALUE_INT_LIST) {
+      for (int j = 0; j < a.count; ++j) mask |= uint64_t(1) << wrapped_dim(call, a.u.ints[j], std::max(ndim, 1));
+    } else if (a.kind == TESSERA_VALUE_INT) {
+      mask |= uint64_t(1) << wrapped_dim(call, a.u.i, std::max(ndim, 1));
+    }
+  }
+  if (ndim == 0) return 0;
+  if (mask == 0) mask = ndim >= 64 ? ~uint64_t(0) : (uint64_t(1) << ndim) - 1;  // empty dim list = all
+  return mask;
+}
+
+// out = op over x's dims in `mask` (out has x's rank when keepdim), Note [CUDA reduction states].
+void reduce_into(const KernelCall& call, const Launch& l, ReduceOp op, const DeviceTensor& x, const DeviceTensor& out,
+                 uint64_t mask, bool keepdim, double correction = 1.0) {
+  if (keepdim && out.ndim() != x.ndim()) keepdim = false;
+  ReducePlan plan;
+  if (!plan_reduction(x.geometry(), out.geometry(), mask, keepdim, &plan)) unimplemented(call, "operand layout");
+  const bool no_identity = op == ReduceOp::Max || op == ReduceOp::Min || op == ReduceOp::ArgMax || op == ReduceOp::ArgMin;
+  if (plan.reduce_size == 0 && no_identity) unimplemented(call, "empty reduction has no identity");
+  const ReduceLaunch how = plan_reduce_launch(plan, Backend::instance().sm_count(l.device));
+  std::optional<DeviceBuffer> workspace;
+  if (how.splits > 1)
+    workspace.emplace(l.device, size_t(plan.num_outputs) * size_t(how.splits) * kReduceStateBytes, l.stream);
+  check_launch(call, launch_reduce(op, plan, how, x.data, x.dtype, out.data, out.dtype, correction,
+                                   workspace ? workspace->get() : nullptr, l.stream));
+}
+
 template <ReduceOp kOp>
 void reduce_kernel(const KernelCall& call) {
   constexpr bool kArg = kOp == ReduceOp::ArgMax || kOp == ReduceOp::ArgMin;
@@ -643,38 +703,65 @@ void reduce_kernel(const KernelCall& call) {
   if ((kOp == ReduceOp::Mean || kOp == ReduceOp::Var || kOp == ReduceOp::LogSumExp) && !elementwise_float(x.dtype))
     unimplemented(call, std::string("dtype ") + dtype_str(x.dtype));
   if (kArg && out.dtype != kDtI64) unimplemented(call, "an index output that is not int64");
-  if (x.ndim() > 64) unimplemented(call, "more than 64 dims");
   const int keepdim_attr = kOp == ReduceOp::Var ? op::var::attr::keepdim : int(Reduce::attr::keepdim);
-  uint64_t mask = 0;
-  bool keepdim = call.num_attrs() > keepdim_attr && call.attr(keepdim_attr).kind == TESSERA_VALUE_BOOL &&
-                 call.attr_bool(keepdim_attr);
-  if (call.num_attrs() > Reduce::attr::dim) {
-    const tessera_value_t& a = call.attr(Reduce::attr::dim);
-    if (a.kind == TESSERA_VALUE_INT_LIST) {
-      for (int j = 0; j < a.count; ++j) mask |= uint64_t(1) << wrapped_dim(call, a.u.ints[j], std::max(x.ndim(), 1));
-    } else if (a.kind == TESSERA_VALUE_INT) {
-      mask |= uint64_t(1) << wrapped_dim(call, a.u.i, std::max(x.ndim(), 1));
-    }
-  }
-  if (x.ndim() == 0) mask = 0;  // a 0-dim input reduces to itself (dim 0 or -1 name it)
-  else if (mask == 0) mask = x.ndim() >= 64 ? ~uint64_t(0) : (uint64_t(1) << x.ndim()) - 1;  // empty dim list = all
-  if (keepdim && out.ndim() != x.ndim()) keepdim = false;
+  const bool keepdim = call.num_attrs() > keepdim_attr && call.attr(keepdim_attr).kind == TESSERA_VALUE_BOOL &&
+                       call.attr_bool(keepdim_attr);
+  const uint64_t mask = reduce_mask(call, Reduce::attr::dim, x.ndim());
   double correction = 1.0;
   if (kOp == ReduceOp::Var && call.num_attrs() > op::var::attr::correction) {
     const tessera_value_t& c = call.attr(op::var::attr::correction);
     if (c.kind == TESSERA_VALUE_INT) correction = double(c.u.i);
     else if (c.kind == TESSERA_VALUE_DOUBLE) correction = c.u.d;
   }
-  ReducePlan plan;
-  if (!plan_reduction(x.geometry(), out.geometry(), mask, keepdim, &plan)) unimplemented(call, "operand layout");
-  if (plan.reduce_size == 0 && (kOp == ReduceOp::Max || kOp == ReduceOp::Min || kArg))
-    unimplemented(call, "empty reduction has no identity");
-  const ReduceLaunch how = plan_reduce_launch(plan, Backend::instance().sm_count(l.device));
-  std::optional<DeviceBuffer> workspace;
-  if (how.splits > 1)
-    workspace.emplace(l.device, size_t(plan.num_outputs) * size_t(how.splits) * kReduceStateBytes, l.stream);
-  check_launch(call, launch_reduce(kOp, plan, how, x.data, x.dtype, out.data, out.dtype, correction,
-                                   workspace ? workspace->get() : nullptr, l.stream));
+  reduce_into(call, l, kOp, x, out, mask, keepdim, correction);
+}
+
+// linalg_vector_norm(self, ord, dim, keepdim): composed on the device in fp32 (double for float64),
+// as the CPU computes it in double: |x|, then amax / amin for ord +-inf, the count of nonzeros for
+// 0, the sum for 1, sqrt of the sum of squares for 2, else the sum of |x|^ord to the 1 / ord; the
+// result converted into the output's dtype.
+void vector_norm_kernel(const KernelCall& call) {
+  using A = op::linalg_vector_norm::attr;
+  Launch l(call);
+  const DeviceTensor x = view_of(call, call.input(op::linalg_vector_norm::tensor::self), "self");
+  const DeviceTensor out = view_of(call, call.output(0), "output");
+  if (!elementwise_float(out.dtype) || !elementwise_float(x.dtype)) unimplemented(call, std::string("dtype ") + dtype_str(x.dtype));
+  const double p = call.attr_double(A::ord);
+  const bool keepdim = call.num_attrs() > A::keepdim && call.attr(A::keepdim).kind == TESSERA_VALUE_BOOL &&
+                       call.attr_bool(A::keepdim);
+  const uint64_t mask = reduce_mask(call, A::dim, x.ndim());
+  if (std::isinf(p))  // refused before anything is queued: the CPU reports an empty max-norm
+    for (int d = 0; d < x.ndim(); ++d)
+      if (((mask >> d) & 1u) && x.sizes[size_t(d)] == 0) unimplemented(call, "empty reduction has no identity");
+  const int32_t work = out.dtype == kDtF64 ? kDtF64 : kDtF32;
+  const DeviceTensor a = temporary(l, work, x.sizes);
+  unary_into(call, l, UnaryOp::Abs, a, x);
+  const DeviceTensor r = out.dtype == work && out.contiguous() ? out : temporary(l, work, out.sizes);
+  const bool into_temporary = r.data != out.data;
+  auto number = [&](double v) { return to_compute_scalar(floating_number(v), work); };
+  if (std::isinf(p)) {
+    reduce_into(call, l, p > 0 ? ReduceOp::Max : ReduceOp::Min, a, r, mask, keepdim);
+  } else if (p == 0) {
+    DeviceTensor nonzero = temporary(l, kDtBool, x.sizes), none;
+    none.dtype = work;
+    IterShape shape;
+    Operand ops[3] = {nonzero.operand(), a.operand(), none.operand()};
+    const Geometry ins[2] = {a.geometry(), none.geometry()};
+    if (!plan_elementwise(nonzero.geometry(), ins, 2, &shape, ops)) unimplemented(call, "operand layout");
+    check_launch(call, launch_binary(BinaryOp::Ne, work, shape, ops[0], ops[1], ops[2], 2, number(0), number(1),
+                                     is_dense(shape, ops, 3, 1u << 2), l.stream),
+                 /*into_temporary=*/true);
+    reduce_into(call, l, ReduceOp::Sum, nonzero, r, mask, keepdim);
+  } else if (p == 1) {
+    reduce_into(call, l, ReduceOp::Sum, a, r, mask, keepdim);
+  } else {
+    const DeviceTensor powered = temporary(l, work, x.sizes);
+    binary_number_into(call, l, BinaryOp::Pow, powered, a, number(p == 2 ? 2.0 : p));
+    reduce_into(call, l, ReduceOp::Sum, powered, r, mask, keepdim);
+    if (p == 2) unary_into(call, l, UnaryOp::Sqrt, r, r);
+    else binary_number_into(call, l, BinaryOp::Pow, r, r, number(1.0 / p));
+  }
+  if (into_temporary) device_copy(call, out, r, l.stream);
 }
 
 // ---------------------------------------------------------------- softmax, layer_norm
@@ -1888,6 +1975,8 @@ void register_kernels(const sdk::Host& host) {
   host.register_kernel(op::expand_copy::name, kAll, TESSERA_SDK_KERNEL(expand_copy_kernel));
   host.register_kernel(op::slice_copy_Tensor::name, kAll, TESSERA_SDK_KERNEL(slice_copy_kernel));
   host.register_kernel(op::repeat::name, kAll, TESSERA_SDK_KERNEL(repeat_kernel));
+  host.register_kernel(op::tril::name, kAll, TESSERA_SDK_KERNEL(triangle_kernel<false>));
+  host.register_kernel(op::triu::name, kAll, TESSERA_SDK_KERNEL(triangle_kernel<true>));
   // creation and copies
   host.register_kernel(op::fill_::name, kAll, TESSERA_SDK_KERNEL(fill_kernel));
   host.register_kernel(op::copy_::name, kAll, TESSERA_SDK_KERNEL(copy_kernel));
@@ -1916,6 +2005,7 @@ void register_kernels(const sdk::Host& host) {
   host.register_kernel(op::var::name, kFloat | kF64, TESSERA_SDK_KERNEL(reduce_kernel<ReduceOp::Var>));
   host.register_kernel(op::argmax::name, kAll, TESSERA_SDK_KERNEL(reduce_kernel<ReduceOp::ArgMax>));
   host.register_kernel(op::logsumexp::name, kFloat | kF64, TESSERA_SDK_KERNEL(reduce_kernel<ReduceOp::LogSumExp>));
+  host.register_kernel(op::linalg_vector_norm::name, kFloat | kF64, TESSERA_SDK_KERNEL(vector_norm_kernel));
   host.register_kernel(op::argmin::name, kAll, TESSERA_SDK_KERNEL(reduce_kernel<ReduceOp::ArgMin>));
   // nn
   host.register_kernel(op::softmax::name, kFloat | kF64, TESSERA_SDK_KERNEL(softmax_kernel<false>));
