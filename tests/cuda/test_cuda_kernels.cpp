@@ -1536,4 +1536,32 @@ TEST_F(CudaKernels, TrianglesAndVectorNormsLikeTheCpu) {
   }
 }
 
+// flip (one dim, several, negative, size-1 dims) and cumsum (every dim, the dtype argument, bool
+// and integer inputs, a strided input) against the CPU.
+TEST_F(CudaKernels, FlipAndCumsumLikeTheCpu) {
+  for (DType t : {tessera::kFloat32, tessera::kBool, tessera::kInt16, tessera::kFloat64, tessera::kBFloat16}) {
+    const std::string tn(tessera::dtype_name(t));
+    const Tensor x = tessera::mul(tessera::randn({4, 1, 6, 5}), tessera::full({}, 9.0)).to(t);
+    const Tensor dx = x.to("cuda:0");
+    for (std::vector<int64_t> dims : std::vector<std::vector<int64_t>>{{0}, {2, -1}, {1}, {0, 1, 2, 3}}) {
+      Tensor got;
+      EXPECT_RUNS_ON_CUDA("flip " + tn, got = tessera::flip(dx, dims));
+      expect_same(got, tessera::flip(x, dims), "flip " + tn);
+    }
+    if (t == tessera::kBool) {
+      expect_same(tessera::cumsum(dx, 2), tessera::cumsum(x, 2), "cumsum of bool");
+      continue;
+    }
+    const Tol tol = t == tessera::kFloat64 ? Tol{1e-13, 1e-13} : (t == tessera::kInt16 ? Tol{0, 0} : tol_for(t, 4));
+    for (int64_t dim : {0, 2, 3, -1}) {
+      Tensor got;
+      EXPECT_RUNS_ON_CUDA("cumsum " + tn, got = tessera::cumsum(dx, dim));
+      expect_close(got, tessera::cumsum(x, dim), tol, "cumsum dim " + std::to_string(dim) + " " + tn);
+    }
+    expect_close(tessera::cumsum(dx.transpose(0, 2), 1), tessera::cumsum(x.transpose(0, 2), 1), tol, "cumsum strided " + tn);
+    expect_close(tessera::cumsum(dx, 3, tessera::kFloat64), tessera::cumsum(x, 3, tessera::kFloat64), Tol{1e-13, 1e-13},
+                 "cumsum into float64 " + tn);
+  }
+}
+
 }  // namespace

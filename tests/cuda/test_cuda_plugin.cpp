@@ -176,10 +176,11 @@ TEST(CudaPlugin, RegistersKernelsWithTheirDtypes) {
     EXPECT_EQ(resolution(op, tessera::kInt16), tessera::Resolution::Kernel) << op;
   EXPECT_NE(resolution("remainder.Tensor", tessera::kInt64), tessera::Resolution::Kernel)
       << "integer remainder reports division by zero from the CPU";
-  for (const char* op : {"logsumexp", "linalg_vector_norm", "isinf", "expand_copy", "slice_copy.Tensor", "repeat", "tril", "triu"})
+  for (const char* op : {"logsumexp", "linalg_vector_norm", "isinf", "expand_copy", "slice_copy.Tensor", "repeat", "tril", "triu",
+                         "flip", "cumsum"})
     for (tessera::DType t : {tessera::kFloat16, tessera::kFloat32, tessera::kFloat64})
       EXPECT_EQ(resolution(op, t), tessera::Resolution::Kernel) << op << " " << t;
-  for (const char* op : {"tril", "repeat", "slice_copy.Tensor"})
+  for (const char* op : {"tril", "repeat", "slice_copy.Tensor", "flip"})
     EXPECT_EQ(resolution(op, tessera::kBool), tessera::Resolution::Kernel) << op << " bool";
   for (const char* op : {"floor", "round", "sign", "hardtanh"})
     EXPECT_EQ(resolution(op, tessera::kInt32), tessera::Resolution::Kernel) << op << " int32";

@@ -199,6 +199,11 @@ cudaError_t launch_reduce(ReduceOp op, const ReducePlan& plan, const ReduceLaunc
                           int32_t in_dtype, void* out, int32_t out_dtype, double correction, void* workspace,
                           cudaStream_t stream);
 
+// cumsum over the middle dim of a contiguous [outer, n, inner] tensor into a contiguous output of
+// the same dtype: a thread per (outer, inner) line, accumulating in fp32 (double for float64,
+// int64 wrapping for integers) and storing each running sum, as the CPU kernel.
+cudaError_t launch_cumsum(const void* in, void* out, int32_t dtype, int64_t outer, int64_t n, int64_t inner,
+                          cudaStream_t stream);
 // Softmax over the middle dim of a contiguous [outer, dim, inner] tensor (same dtype in and out).
 cudaError_t launch_softmax(bool log, const void* in, void* out, int32_t dtype, int64_t outer, int64_t dim,
                            int64_t inner, cudaStream_t stream);

@@ -6,6 +6,7 @@
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstring>
@@ -610,6 +611,24 @@ void triangle_kernel(const KernelCall& call) {
   p.out = out.data;
   p.in = x.data;
   check_launch(call, launch_triangle(p, l.stream));
+}
+
+// cumsum(self, dim, dtype): self converted to the output's dtype and made contiguous, then a scan
+// per line (launch_cumsum), into the output or a contiguous temporary copied into it.
+void cumsum_kernel(const KernelCall& call) {
+  Launch l(call);
+  DeviceTensor x = view_of(call, call.input(op::cumsum::tensor::self), "self");
+  const DeviceTensor out = view_of(call, call.output(0), "output");
+  if (!elementwise_dtype(out.dtype) || out.sizes != x.sizes) unimplemented(call, std::string("dtype ") + dtype_str(out.dtype));
+  const int nd = x.ndim();
+  const int dim = nd == 0 ? 0 : wrapped_dim(call, call.attr_int(op::cumsum::attr::dim), nd);
+  x = materialize(call, x, out.dtype, true, l);
+  int64_t outer = 1, n = nd == 0 ? 1 : x.sizes[size_t(dim)], inner = 1;
+  for (int d = 0; d < dim; ++d) outer *= x.sizes[size_t(d)];
+  for (int d = dim + 1; d < nd; ++d) inner *= x.sizes[size_t(d)];
+  const DeviceTensor target = out.contiguous() ? out : temporary(l, out.dtype, out.sizes);
+  check_launch(call, launch_cumsum(x.data, target.data, out.dtype, outer, n, inner, l.stream), target.data != out.data);
+  if (target.data != out.data) device_copy(call, out, target, l.stream);
 }
 
 // isinf(self) -> bool: |x| == inf by the comparison kernel on abs(x) (false for integers).
@@ -1881,6 +1900,40 @@ void scatter_reduce_kernel(const KernelCall& call) {
   run_scatter(call, reduce, include_self);
 }
 
+// flip(self, dims): one index_select per flipped dim (of size above 1) with the index size-1 .. 0
+// made on the device, through temporaries; the last pass writes the output.
+void flip_kernel(const KernelCall& call) {
+  Launch l(call);
+  DeviceTensor x = view_of(call, call.input(op::flip::tensor::self), "self");
+  const DeviceTensor out = view_of(call, call.output(0), "output");
+  if (out.sizes != x.sizes || x.ndim() > kMaxDims) unimplemented(call, "these shapes");
+  int count = 0;
+  const int64_t* given = call.attr_ints(op::flip::attr::dims, &count);
+  std::vector<int> dims;
+  for (int i = 0; i < count; ++i) {
+    const int d = wrapped_dim(call, given[i], std::max(x.ndim(), 1));
+    if (x.ndim() > 0 && x.sizes[size_t(d)] > 1 && std::find(dims.begin(), dims.end(), d) == dims.end()) dims.push_back(d);
+  }
+  x = materialize(call, x, out.dtype, false, l);
+  if (dims.empty() || out.numel() == 0) {
+    device_copy(call, out, x, l.stream);
+    return;
+  }
+  DeviceTensor src = x;
+  for (size_t k = 0; k < dims.size(); ++k) {
+    const int d = dims[k];
+    const int64_t size = src.sizes[size_t(d)];
+    const DeviceTensor idx = temporary(l, kDtI64, {size});
+    check_launch(call, launch_arange(idx.data, kDtI64, size, 1, double(size - 1), -1.0, size - 1, -1, l.stream),
+                 /*into_temporary=*/true);
+    const DeviceTensor dst = k + 1 == dims.size() ? out : temporary(l, out.dtype, out.sizes);
+    std::vector<int64_t> index_strides(size_t(src.ndim()), 0);
+    index_strides[size_t(d)] = 1;
+    run_index_select(call, l, dst, src, d, idx, index_strides, "flip");
+    src = dst;
+  }
+}
+
 // ---------------------------------------------------------------- registration
 
 constexpr uint64_t kFloat = TESSERA_DTYPE_BIT(TESSERA_DTYPE_FLOAT32) | TESSERA_DTYPE_BIT(TESSERA_DTYPE_FLOAT16) |
@@ -1976,6 +2029,8 @@ void register_kernels(const sdk::Host& host) {
   host.register_kernel(op::slice_copy_Tensor::name, kAll, TESSERA_SDK_KERNEL(slice_copy_kernel));
   host.register_kernel(op::repeat::name, kAll, TESSERA_SDK_KERNEL(repeat_kernel));
   host.register_kernel(op::tril::name, kAll, TESSERA_SDK_KERNEL(triangle_kernel<false>));
+  host.register_kernel(op::flip::name, kAll, TESSERA_SDK_KERNEL(flip_kernel));
+  host.register_kernel(op::cumsum::name, kNumeric | kF64, TESSERA_SDK_KERNEL(cumsum_kernel));
   host.register_kernel(op::triu::name, kAll, TESSERA_SDK_KERNEL(triangle_kernel<true>));
   // creation and copies
   host.register_kernel(op::fill_::name, kAll, TESSERA_SDK_KERNEL(fill_kernel));

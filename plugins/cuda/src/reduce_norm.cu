@@ -488,7 +488,37 @@ __global__ void rms_norm_kernel(const T* in, const T* weight, T* out, int64_t n,
   }
 }
 
+// ---------------------------------------------------------------- cumsum
+
+template <typename T>
+__global__ void cumsum_kernel(const T* in, T* out, int64_t outer, int64_t n, int64_t inner) {
+  using Acc = reduce_acc_t<T>;
+  const int64_t lines = outer * inner;
+  const int64_t grid = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t line = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; line < lines; line += grid) {
+    const int64_t base = (line / inner) * n * inner + line % inner;
+    Acc run = Acc(0);
+    for (int64_t j = 0; j < n; ++j) {
+      const Acc v = load_reduce(in[base + j * inner]);
+      if constexpr (std::is_integral_v<Acc>) run = Acc(uint64_t(run) + uint64_t(v));
+      else run += v;
+      out[base + j * inner] = from_op<T>(opmath_t<T>(run));
+    }
+  }
+}
+
 }  // namespace
+
+cudaError_t launch_cumsum(const void* in, void* out, int32_t dtype, int64_t outer, int64_t n, int64_t inner,
+                          cudaStream_t stream) {
+  if (outer * n * inner == 0) return cudaSuccess;
+  TESSERA_CUDA_DISPATCH_ALL(dtype, {
+    cumsum_kernel<scalar_t><<<grid_for(outer * inner), kThreads, 0, stream>>>(static_cast<const scalar_t*>(in),
+                                                                              static_cast<scalar_t*>(out), outer, n, inner);
+    return cudaGetLastError();
+  })
+  return cudaErrorInvalidValue;
+}
 
 cudaError_t launch_reduce(ReduceOp op, const ReducePlan& plan, const ReduceLaunch& how, const void* in,
                           int32_t in_dtype, void* out, int32_t out_dtype, double correction, void* workspace,
