@@ -1564,4 +1564,26 @@ TEST_F(CudaKernels, FlipAndCumsumLikeTheCpu) {
   }
 }
 
+// batch_norm in inference mode against the CPU: every floating dtype, 4-D and 2-D inputs, with and
+// without weight and bias.
+TEST_F(CudaKernels, BatchNormInferenceLikeTheCpu) {
+  for (DType t : {tessera::kFloat32, tessera::kFloat16, tessera::kBFloat16, tessera::kFloat64}) {
+    const std::string tn(tessera::dtype_name(t));
+    const Tol tol = t == tessera::kFloat64 ? Tol{1e-13, 1e-13} : tol_for(t, 2);
+    for (std::vector<int64_t> shape : std::vector<std::vector<int64_t>>{{2, 5, 7, 3}, {9, 5}}) {
+      auto [x, dx] = randn_pair(shape, t);
+      auto [w, dw] = randn_pair({5}, t);
+      auto [b, db] = randn_pair({5}, t);
+      auto [m, dm] = randn_pair({5}, t);
+      const Tensor v = tessera::add(tessera::abs(tessera::randn({5})), tessera::full({}, 0.5)).to(t), dv = v.to("cuda:0");
+      Tensor got;
+      EXPECT_RUNS_ON_CUDA("batch_norm " + tn, got = tessera::batch_norm(dx, dw, db, dm, dv, false, 0.1, 1e-3, false));
+      expect_close(got, tessera::batch_norm(x, w, b, m, v, false, 0.1, 1e-3, false), tol, "batch_norm " + tn);
+      expect_close(tessera::batch_norm(dx, std::nullopt, std::nullopt, dm, dv, false, 0.1, 1e-5, false),
+                   tessera::batch_norm(x, std::nullopt, std::nullopt, m, v, false, 0.1, 1e-5, false), tol,
+                   "batch_norm without weight and bias " + tn);
+    }
+  }
+}
+
 }  // namespace

@@ -1934,6 +1934,69 @@ void flip_kernel(const KernelCall& call) {
   }
 }
 
+// out = a (op) b for two device tensors broadcast to out's shape, computed in out's dtype.
+void binary_tensors_into(const KernelCall& call, const Launch& l, BinaryOp op, const DeviceTensor& out, DeviceTensor a,
+                         DeviceTensor b) {
+  a = materialize(call, a, out.dtype, false, l);
+  b = materialize(call, b, out.dtype, false, l);
+  IterShape shape;
+  Operand ops[3] = {out.operand(), a.operand(), b.operand()};
+  const Geometry ins[2] = {a.geometry(), b.geometry()};
+  if (!plan_elementwise(out.geometry(), ins, 2, &shape, ops)) unimplemented(call, "operand layout");
+  check_launch(call, launch_binary(op, out.dtype, shape, ops[0], ops[1], ops[2], 0, ComputeScalar{},
+                                   to_compute_scalar(integral_number(1), out.dtype), is_dense(shape, ops, 3), l.stream));
+}
+
+// batch_norm in inference mode, as the CPU kernel: per channel scale = weight / sqrt(running_var +
+// eps) and shift = bias - running_mean * scale, computed in double (an absent weight is 1, an
+// absent bias 0), then y = x * scale + shift in fp32 (double for float64), the [C]
+// vectors broadcast as [1, C, 1, ...]. training=True goes to the CPU, which refuses it too.
+void batch_norm_kernel(const KernelCall& call) {
+  using T = op::batch_norm::tensor;
+  using A = op::batch_norm::attr;
+  Launch l(call);
+  if (call.attr_bool(A::training)) unimplemented(call, "training=True");
+  const DeviceTensor x = view_of(call, call.input(T::input), "input");
+  const DeviceTensor out = view_of(call, call.output(0), "output");
+  if (!elementwise_float(out.dtype) || x.ndim() < 2 || out.sizes != x.sizes) unimplemented(call, "these operands");
+  const int64_t c = x.sizes[1];
+  const double eps = call.attr_double(A::eps);
+  auto channel_vector = [&](int at, const char* what) -> std::optional<DeviceTensor> {
+    if (call.num_inputs() <= at || !call.input(at).defined()) return std::nullopt;
+    DeviceTensor v = view_of(call, call.input(at), what);
+    if (v.ndim() != 1 || v.sizes[0] != c) unimplemented(call, std::string(what) + " that is not [channels]");
+    return materialize(call, v, kDtF64, false, l);
+  };
+  const auto weight = channel_vector(T::weight, "weight"), bias = channel_vector(T::bias, "bias");
+  const auto mean = channel_vector(T::running_mean, "running_mean"), var = channel_vector(T::running_var, "running_var");
+  if (out.numel() == 0) return;
+  if (!mean || !var) unimplemented(call, "no running statistics");  // the dispatcher requires them
+  auto number = [](double v) { return to_compute_scalar(floating_number(v), kDtF64); };
+  // scale = weight / sqrt(var + eps) (1 / sqrt(...) without a weight); shift = bias - mean * scale.
+  const DeviceTensor scale = temporary(l, kDtF64, {c}), shift = temporary(l, kDtF64, {c});
+  binary_number_into(call, l, BinaryOp::Add, scale, *var, number(eps));
+  unary_into(call, l, UnaryOp::Sqrt, scale, scale);
+  if (weight) binary_tensors_into(call, l, BinaryOp::Div, scale, *weight, scale);
+  else unary_into(call, l, UnaryOp::Reciprocal, scale, scale);
+  binary_tensors_into(call, l, BinaryOp::Mul, shift, *mean, scale);
+  if (bias) binary_tensors_into(call, l, BinaryOp::Sub, shift, *bias, shift);
+  else unary_into(call, l, UnaryOp::Neg, shift, shift);
+  // y = x * scale + shift in the compute type, the vectors seen as [1, C, 1, ...].
+  const int32_t work = out.dtype == kDtF64 ? kDtF64 : kDtF32;
+  auto broadcast = [&](const DeviceTensor& v) {
+    DeviceTensor b = materialize(call, v, work, false, l);
+    b.sizes.assign(size_t(x.ndim()), 1);
+    b.strides.assign(size_t(x.ndim()), 0);
+    b.sizes[1] = c;
+    b.strides[1] = 1;
+    return b;
+  };
+  const DeviceTensor y = work == out.dtype ? out : temporary(l, work, out.sizes);
+  binary_tensors_into(call, l, BinaryOp::Mul, y, x, broadcast(scale));
+  binary_tensors_into(call, l, BinaryOp::Add, y, y, broadcast(shift));
+  if (y.data != out.data) device_copy(call, out, y, l.stream);
+}
+
 // ---------------------------------------------------------------- registration
 
 constexpr uint64_t kFloat = TESSERA_DTYPE_BIT(TESSERA_DTYPE_FLOAT32) | TESSERA_DTYPE_BIT(TESSERA_DTYPE_FLOAT16) |
@@ -2030,6 +2093,7 @@ void register_kernels(const sdk::Host& host) {
   host.register_kernel(op::repeat::name, kAll, TESSERA_SDK_KERNEL(repeat_kernel));
   host.register_kernel(op::tril::name, kAll, TESSERA_SDK_KERNEL(triangle_kernel<false>));
   host.register_kernel(op::flip::name, kAll, TESSERA_SDK_KERNEL(flip_kernel));
+  host.register_kernel(op::batch_norm::name, kFloat | kF64, TESSERA_SDK_KERNEL(batch_norm_kernel));
   host.register_kernel(op::cumsum::name, kNumeric | kF64, TESSERA_SDK_KERNEL(cumsum_kernel));
   host.register_kernel(op::triu::name, kAll, TESSERA_SDK_KERNEL(triangle_kernel<true>));
   // creation and copies
