@@ -1586,4 +1586,24 @@ TEST_F(CudaKernels, BatchNormInferenceLikeTheCpu) {
   }
 }
 
+// group_norm (with and without weight and bias) and constant pad (positive and negative amounts, a
+// value) against the CPU.
+TEST_F(CudaKernels, GroupNormAndConstantPadLikeTheCpu) {
+  for (DType t : {tessera::kFloat32, tessera::kFloat16, tessera::kBFloat16, tessera::kFloat64}) {
+    const std::string tn(tessera::dtype_name(t));
+    const Tol tol = t == tessera::kFloat64 ? Tol{1e-12, 1e-12} : tol_for(t, 4);
+    auto [x, dx] = randn_pair({2, 6, 5, 7}, t);
+    auto [w, dw] = randn_pair({6}, t);
+    auto [b, db] = randn_pair({6}, t);
+    Tensor got;
+    EXPECT_RUNS_ON_CUDA("group_norm " + tn, got = tessera::group_norm(dx, 3, dw, db, 1e-5));
+    expect_close(got, tessera::group_norm(x, 3, w, b, 1e-5), tol, "group_norm " + tn);
+    expect_close(tessera::group_norm(dx.transpose(2, 3), 2), tessera::group_norm(x.transpose(2, 3), 2), tol,
+                 "group_norm without affine, strided " + tn);
+    EXPECT_RUNS_ON_CUDA("pad " + tn, got = tessera::pad(dx, {1, 2, -1, 3}, "constant", 0.5));
+    expect_same(got, tessera::pad(x, {1, 2, -1, 3}, "constant", 0.5), "pad " + tn);
+    expect_same(tessera::pad(dx, {0, 0, 2, 0, 1, 1}), tessera::pad(x, {0, 0, 2, 0, 1, 1}), "pad three dims " + tn);
+  }
+}
+
 }  // namespace

@@ -177,7 +177,7 @@ TEST(CudaPlugin, RegistersKernelsWithTheirDtypes) {
   EXPECT_NE(resolution("remainder.Tensor", tessera::kInt64), tessera::Resolution::Kernel)
       << "integer remainder reports division by zero from the CPU";
   for (const char* op : {"logsumexp", "linalg_vector_norm", "isinf", "expand_copy", "slice_copy.Tensor", "repeat", "tril", "triu",
-                         "flip", "cumsum", "batch_norm"})
+                         "flip", "cumsum", "batch_norm", "group_norm", "pad"})
     for (tessera::DType t : {tessera::kFloat16, tessera::kFloat32, tessera::kFloat64})
       EXPECT_EQ(resolution(op, t), tessera::Resolution::Kernel) << op << " " << t;
   for (const char* op : {"tril", "repeat", "slice_copy.Tensor", "flip"})

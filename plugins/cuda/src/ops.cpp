@@ -1997,6 +1997,82 @@ void batch_norm_kernel(const KernelCall& call) {
   if (y.data != out.data) device_copy(call, out, y, l.stream);
 }
 
+// group_norm(input, num_groups, weight, bias, eps): the layer_norm kernel over each (sample, group)
+// row of the input made contiguous in fp32 (double for float64), then the per-channel weight and
+// bias as [1, C, 1, ...] broadcasts; the CPU computes it all in double.
+void group_norm_kernel(const KernelCall& call) {
+  using T = op::group_norm::tensor;
+  using A = op::group_norm::attr;
+  Launch l(call);
+  const DeviceTensor x = view_of(call, call.input(T::input), "input");
+  const DeviceTensor out = view_of(call, call.output(0), "output");
+  if (!elementwise_float(out.dtype) || x.ndim() < 2 || out.sizes != x.sizes) unimplemented(call, "these operands");
+  const int64_t n = x.sizes[0], c = x.sizes[1], groups = call.attr_int(A::num_groups);
+  if (groups <= 0 || c % groups != 0) unimplemented(call, "channels not divisible into the groups");
+  if (out.numel() == 0) return;
+  const int64_t rows = n * groups, per_group = x.numel() / rows;
+  if (rows > 0x7fffffff) unimplemented(call, "more than 2^31 - 1 groups");
+  const int32_t work = out.dtype == kDtF64 ? kDtF64 : kDtF32;
+  const DeviceTensor xw = materialize(call, x, work, true, l);
+  const DeviceTensor y = work == out.dtype && out.contiguous() ? out : temporary(l, work, out.sizes);
+  check_launch(call, launch_layer_norm(xw.data, nullptr, nullptr, y.data, work, rows, per_group, call.attr_double(A::eps),
+                                       false, l.stream),
+               y.data != out.data);
+  auto per_channel = [&](int at, const char* what, BinaryOp op) {
+    if (call.num_inputs() <= at || !call.input(at).defined()) return;
+    DeviceTensor v = view_of(call, call.input(at), what);
+    if (v.ndim() != 1 || v.sizes[0] != c) unimplemented(call, std::string(what) + " that is not [channels]");
+    const int64_t stride = v.strides[0];
+    v.sizes.assign(size_t(x.ndim()), 1);
+    v.strides.assign(size_t(x.ndim()), 0);
+    v.sizes[1] = c;
+    v.strides[1] = stride;
+    binary_tensors_into(call, l, op, y, y, v);
+  };
+  per_channel(T::weight, "weight", BinaryOp::Mul);
+  per_channel(T::bias, "bias", BinaryOp::Add);
+  if (y.data != out.data) device_copy(call, out, y, l.stream);
+}
+
+// pad(self, pad, "constant", value) on floating tensors: the output filled with the value (0 for
+// None), then the part of self that stays (negative pads crop) copied into its place; the other
+// modes and other dtypes go to the CPU fallback.
+void pad_kernel(const KernelCall& call) {
+  using A = op::pad::attr;
+  Launch l(call);
+  DeviceTensor x = view_of(call, call.input(op::pad::tensor::self), "self");
+  DeviceTensor out = view_of(call, call.output(0), "output");
+  if (!elementwise_float(out.dtype) || out.dtype != x.dtype || out.ndim() != x.ndim()) unimplemented(call, "these operands");
+  if (call.num_attrs() > A::mode && call.attr_string(A::mode) != "constant") unimplemented(call, "a mode other than constant");
+  int count = 0;
+  const int64_t* pads = call.attr_ints(A::pad, &count);
+  if (count % 2 != 0 || count / 2 > x.ndim()) unimplemented(call, "the pad list");
+  const double value = call.num_attrs() > A::value && !call.attr_is_none(A::value) ? call.attr_double(A::value) : 0.0;
+  IterShape shape;
+  Operand o = out.operand();
+  if (!plan_elementwise(out.geometry(), nullptr, 0, &shape, &o)) unimplemented(call, "output layout");
+  if (out.numel() == 0) return;
+  const size_t item = sdk::dtype_size(out.dtype);
+  bool empty = false;
+  for (int k = 0; k < count / 2; ++k) {
+    const size_t d = size_t(x.ndim() - 1 - k);
+    const int64_t lo = pads[2 * k], hi = pads[2 * k + 1];
+    const int64_t extent = x.sizes[d] - std::max<int64_t>(-lo, 0) - std::max<int64_t>(-hi, 0);
+    if (extent != out.sizes[d] - std::max<int64_t>(lo, 0) - std::max<int64_t>(hi, 0) && extent > 0)
+      unimplemented(call, "the output's shape");
+    if (extent <= 0) {
+      empty = true;
+      continue;
+    }
+    x.data = static_cast<char*>(x.data) + std::max<int64_t>(-lo, 0) * x.strides[d] * int64_t(item);
+    out.data = static_cast<char*>(out.data) + std::max<int64_t>(lo, 0) * out.strides[d] * int64_t(item);
+    x.sizes[d] = out.sizes[d] = extent;
+  }
+  if (!empty && x.sizes != out.sizes) unimplemented(call, "the output's shape");
+  check_launch(call, launch_fill(shape, o, number_bits(floating_number(value), out.dtype), l.stream));
+  if (!empty) device_copy(call, out, x, l.stream);
+}
+
 // ---------------------------------------------------------------- registration
 
 constexpr uint64_t kFloat = TESSERA_DTYPE_BIT(TESSERA_DTYPE_FLOAT32) | TESSERA_DTYPE_BIT(TESSERA_DTYPE_FLOAT16) |
@@ -2094,6 +2170,8 @@ void register_kernels(const sdk::Host& host) {
   host.register_kernel(op::tril::name, kAll, TESSERA_SDK_KERNEL(triangle_kernel<false>));
   host.register_kernel(op::flip::name, kAll, TESSERA_SDK_KERNEL(flip_kernel));
   host.register_kernel(op::batch_norm::name, kFloat | kF64, TESSERA_SDK_KERNEL(batch_norm_kernel));
+  host.register_kernel(op::group_norm::name, kFloat | kF64, TESSERA_SDK_KERNEL(group_norm_kernel));
+  host.register_kernel(op::pad::name, kFloat | kF64, TESSERA_SDK_KERNEL(pad_kernel));
   host.register_kernel(op::cumsum::name, kNumeric | kF64, TESSERA_SDK_KERNEL(cumsum_kernel));
   host.register_kernel(op::triu::name, kAll, TESSERA_SDK_KERNEL(triangle_kernel<true>));
   // creation and copies
