@@ -127,3 +127,13 @@ __host__ __device__ constexpr int dtype_itemsize(int32_t dt) {
     TESSERA_CUDA_CASE(::tessera::cuda::kDtF64, double, __VA_ARGS__)             \
     default: return cudaErrorInvalidValue;                                      \
   }
+// Calls the statement with `bits_t` bound to the unsigned integer of `itemsize` bytes (kernels that
+// move element bit patterns: index_select, scatter, tril / triu).
+#define TESSERA_CUDA_DISPATCH_BITS(itemsize, ...) \
+  switch (itemsize) {                             \
+    case 1: { using bits_t = uint8_t; __VA_ARGS__; break; }  \
+    case 2: { using bits_t = uint16_t; __VA_ARGS__; break; } \
+    case 4: { using bits_t = uint32_t; __VA_ARGS__; break; } \
+    case 8: { using bits_t = uint64_t; __VA_ARGS__; break; } \
+    default: return cudaErrorInvalidValue;        \
+  }

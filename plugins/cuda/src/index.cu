@@ -221,13 +221,7 @@ __global__ void triangle_kernel(TriangleParams p) {
 cudaError_t launch_triangle(const TriangleParams& p, cudaStream_t stream) {
   if (p.numel == 0) return cudaSuccess;
   const unsigned grid = grid_for(p.numel);
-  switch (p.itemsize) {
-    case 1: triangle_kernel<uint8_t><<<grid, kThreads, 0, stream>>>(p); break;
-    case 2: triangle_kernel<uint16_t><<<grid, kThreads, 0, stream>>>(p); break;
-    case 4: triangle_kernel<uint32_t><<<grid, kThreads, 0, stream>>>(p); break;
-    case 8: triangle_kernel<uint64_t><<<grid, kThreads, 0, stream>>>(p); break;
-    default: return cudaErrorInvalidValue;
-  }
+  TESSERA_CUDA_DISPATCH_BITS(p.itemsize, triangle_kernel<bits_t><<<grid, kThreads, 0, stream>>>(p))
   return cudaGetLastError();
 }
 
@@ -239,13 +233,7 @@ cudaError_t launch_scatter(const ScatterParams& s, cudaStream_t stream) {
     TESSERA_CUDA_DISPATCH_ALL(s.dtype, return run_scatter_reduce<scalar_t>(s, stream))
   }
   const unsigned grid = grid_for(p.numel);
-  switch (p.itemsize) {
-    case 1: scatter_kernel<uint8_t><<<grid, kThreads, 0, stream>>>(s); break;
-    case 2: scatter_kernel<uint16_t><<<grid, kThreads, 0, stream>>>(s); break;
-    case 4: scatter_kernel<uint32_t><<<grid, kThreads, 0, stream>>>(s); break;
-    case 8: scatter_kernel<uint64_t><<<grid, kThreads, 0, stream>>>(s); break;
-    default: return cudaErrorInvalidValue;
-  }
+  TESSERA_CUDA_DISPATCH_BITS(p.itemsize, scatter_kernel<bits_t><<<grid, kThreads, 0, stream>>>(s))
   return cudaGetLastError();
 }
 
@@ -253,13 +241,7 @@ cudaError_t launch_index_select(const IndexSelectParams& p, cudaStream_t stream)
   if (cudaError_t err = cudaMemsetAsync(p.error, 0, 2 * sizeof(int64_t), stream); err != cudaSuccess) return err;
   if (p.numel == 0) return cudaSuccess;
   const unsigned grid = grid_for(p.numel);
-  switch (p.itemsize) {
-    case 1: index_select_kernel<uint8_t><<<grid, kThreads, 0, stream>>>(p); break;
-    case 2: index_select_kernel<uint16_t><<<grid, kThreads, 0, stream>>>(p); break;
-    case 4: index_select_kernel<uint32_t><<<grid, kThreads, 0, stream>>>(p); break;
-    case 8: index_select_kernel<uint64_t><<<grid, kThreads, 0, stream>>>(p); break;
-    default: return cudaErrorInvalidValue;
-  }
+  TESSERA_CUDA_DISPATCH_BITS(p.itemsize, index_select_kernel<bits_t><<<grid, kThreads, 0, stream>>>(p))
   return cudaGetLastError();
 }
 
