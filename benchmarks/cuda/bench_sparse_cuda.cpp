@@ -1,10 +1,13 @@
-// 2:4 semi-structured linear on cuda (the sparse_cuda plugin's tensor-core kernel, docs/sparsity.md)
-// against dense cuBLASLt called directly on the same (unpruned-layout, pruned-values) weight, in the
-// same run: y (batch, 4096) = x (batch, 4096) W^T, W 4096 x 4096, f16 and bf16, batch 16..4096.
-// Reports `ratio` = cuBLASLt time / sparse time (goal >= 1.3), `sparse_kernel` (1 when the call ran
-// the plugin's kernel, 0 when it took the dense path) and `max_rel_err` of the sparse result
-// against cuBLASLt's (relative to the largest |y|). Without a CUDA device every case is skipped
-// with the reason.
+// 2:4 semi-structured linear on cuda (the sparse_cuda plugin, docs/sparsity.md) against dense
+// cuBLASLt called directly on the same (unpruned-layout, pruned-values) weight, in the same run:
+// y (batch, 4096) = x (batch, 4096) W^T, W 4096 x 4096, f16 and bf16, batch 16..4096.
+// BM_SparseLinear is what a user gets (the automatic rule of Note [2:4 on cuSPARSELt]);
+// BM_SparseLinearPath forces each sparse path (TESSERA_SPARSE_CUDA_PATH=cusparselt / kernel), the
+// figures that set kCusparseLtMinBatch. Reports `ratio` = cuBLASLt time / sparse time (goal >= 1.3
+// from batch 1024, never below 1.0 for the automatic rule), `path` (0 the dense path, 1 the
+// plugin's kernel, 2 cuSPARSELt: what the timed call ran) and `max_rel_err` of the result against
+// cuBLASLt's (relative to the largest |y|). Without a CUDA device every case is skipped with the
+// reason.
 #include <benchmark/benchmark.h>
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
@@ -12,7 +15,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <functional>
+#include <map>
 #include <string>
 
 #include "cuda_bench_util.h"
@@ -30,23 +35,45 @@ namespace sp = tessera::sparse;
 
 constexpr int64_t kFeatures = 4096;
 
-uint64_t sparse_launches() {
-  auto fn = tessera::plugin_extension<tessera_ext_sparse_cuda_kernel_launches_fn_t>(
-      "sparse_cuda", TESSERA_EXT_SPARSE_CUDA_KERNEL_LAUNCHES);
-  return fn ? fn(nullptr) : 0;
+tessera_sparse_cuda_stats_t sparse_stats() {
+  tessera_sparse_cuda_stats_t out{};
+  if (auto fn = tessera::plugin_extension<tessera_ext_sparse_cuda_stats_fn_t>("sparse_cuda",
+                                                                              TESSERA_EXT_SPARSE_CUDA_STATS))
+    fn(nullptr, &out);
+  return out;
 }
 
-void BM_SparseLinear(benchmark::State& state, DType dtype) {
+// Which path the calls between `a` and `b` ran: 2 cuSPARSELt, 1 the plugin's kernel, 0 dense.
+int path_between(const tessera_sparse_cuda_stats_t& a, const tessera_sparse_cuda_stats_t& b) {
+  if (b.cusparselt_matmuls > a.cusparselt_matmuls) return 2;
+  if (b.kernel_launches > a.kernel_launches) return 1;
+  return 0;
+}
+
+// `path`: null for the automatic rule, else the value of TESSERA_SPARSE_CUDA_PATH.
+void BM_SparseLinear(benchmark::State& state, DType dtype, const char* path) {
   if (const std::string why = no_device_reason(); !why.empty()) {
     state.SkipWithError(why.c_str());
     return;
   }
+  if (path)
+    setenv("TESSERA_SPARSE_CUDA_PATH", path, 1);
+  else
+    unsetenv("TESSERA_SPARSE_CUDA_PATH");
   const int64_t batch = state.range(0);
   const tessera::Device cuda("cuda:0");
-  tessera::manual_seed(7);
-  const Tensor w = sp::prune_2_4(tessera::randn({kFeatures, kFeatures}).to(dtype));
-  const Tensor ws = sp::to_sparse_semi_structured(w).to(cuda);
-  const Tensor wd = w.to(cuda);
+  // One weight per dtype for every case (built on the host once: 16M values to prune); its
+  // compressed and dense forms are cached on it after the first call, as in real use.
+  struct Weights {
+    Tensor ws, wd;
+  };
+  static std::map<int, Weights> weights;
+  if (!weights.count(int(dtype))) {
+    tessera::manual_seed(7);
+    const Tensor w = sp::prune_2_4(tessera::randn({kFeatures, kFeatures}).to(dtype));
+    weights[int(dtype)] = Weights{sp::to_sparse_semi_structured(w).to(cuda), w.to(cuda)};
+  }
+  const Tensor ws = weights[int(dtype)].ws, wd = weights[int(dtype)].wd;
   const Tensor x = tessera::randn({batch, kFeatures}).to(dtype).to(cuda);
   Tensor y_ref = tessera::empty({batch, kFeatures}, tessera::TensorOptions(dtype).device(cuda));
   // Row-major y (batch, n) = x (batch, k) W^T with W (n, k) row-major, as column-major
@@ -57,10 +84,10 @@ void BM_SparseLinear(benchmark::State& state, DType dtype) {
     state.SkipWithError("cuBLASLt found no algorithm");
     return;
   }
-  const uint64_t before = sparse_launches();
+  const tessera_sparse_cuda_stats_t before = sparse_stats();
   Tensor y = tessera::linear(x, ws);
   tessera::synchronize(cuda);
-  const bool ran_sparse = sparse_launches() > before;
+  const int ran = path_between(before, sparse_stats());
   lt.run(data_of(wd), data_of(x), data_of(y_ref));
   cudaDeviceSynchronize();
   const Tensor a = y.to("cpu").to(tessera::kFloat64), b = y_ref.to("cpu").to(tessera::kFloat64);
@@ -84,7 +111,7 @@ void BM_SparseLinear(benchmark::State& state, DType dtype) {
   state.counters["cublaslt_us"] = ref * 1e6;
   state.counters["sparse_us"] = mine * 1e6;
   state.counters["dense_TFLOPS_equiv"] = 2.0 * double(batch) * kFeatures * kFeatures / mine * 1e-12;
-  state.counters["sparse_kernel"] = ran_sparse ? 1 : 0;
+  state.counters["path"] = ran;
   state.counters["max_rel_err"] = max_mag > 0 ? max_err / max_mag : max_err;
 }
 
@@ -93,8 +120,11 @@ void batches(benchmark::internal::Benchmark* b) {
   b->Unit(benchmark::kMicrosecond)->UseRealTime()->Iterations(20);
 }
 
-BENCHMARK_CAPTURE(BM_SparseLinear, f16, tessera::kFloat16)->Apply(batches);
-BENCHMARK_CAPTURE(BM_SparseLinear, bf16, tessera::kBFloat16)->Apply(batches);
+BENCHMARK_CAPTURE(BM_SparseLinear, f16, tessera::kFloat16, nullptr)->Apply(batches);
+BENCHMARK_CAPTURE(BM_SparseLinear, bf16, tessera::kBFloat16, nullptr)->Apply(batches);
+BENCHMARK_CAPTURE(BM_SparseLinear, f16_cusparselt, tessera::kFloat16, "cusparselt")->Apply(batches);
+BENCHMARK_CAPTURE(BM_SparseLinear, bf16_cusparselt, tessera::kBFloat16, "cusparselt")->Apply(batches);
+BENCHMARK_CAPTURE(BM_SparseLinear, f16_kernel, tessera::kFloat16, "kernel")->Apply(batches);
 
 }  // namespace
 

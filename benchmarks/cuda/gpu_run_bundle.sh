@@ -97,6 +97,10 @@ if [ -z "$cudnn" ]; then
   [ -n "$cudnn_dir" ] && cudnn=$(ls "$cudnn_dir"/libcudnn.so.9 2>/dev/null | head -1)
 fi
 if [ -n "$cudnn" ]; then export TESSERA_CUDA_CUDNN=$cudnn; else echo "warning: no cuDNN 9 found: conv2d will run on the CPU fallback" | tee -a "$SUMMARY"; fi
+# 2:4 linear opens cuSPARSELt at first use (Note [Loading cuSPARSELt]): PyTorch's nvidia-cusparselt.
+cusparselt_dir=$(env LD_LIBRARY_PATH="$PYLD" python3 -c 'import nvidia.cusparselt as m, os; print(os.path.join(list(m.__path__)[0], "lib"))' 2>/dev/null)
+cusparselt=$(ls "$cusparselt_dir"/libcusparseLt.so.0 2>/dev/null | head -1)
+if [ -n "$cusparselt" ]; then export TESSERA_CUDA_CUSPARSELT=$cusparselt; else echo "warning: no cuSPARSELt found: 2:4 linear takes the dense path and the cuSPARSELt tests fail" | tee -a "$SUMMARY"; fi
 [ -d /usr/local/cuda/bin ] && export PATH=$PATH:/usr/local/cuda/bin
 
 echo "==> machine and bundle ($(head -2 "$G/CONTENTS.txt" 2>/dev/null | tr '\n' ' '))" | tee -a "$SUMMARY"
@@ -136,7 +140,7 @@ tail -6 "$OUTDIR/tessera_check.log"
 step "bench_cuda" 150 "$OUTDIR/bench_cuda.txt" "$B/bin/bench_cuda" --benchmark_out="$OUTDIR/bench_cuda.json" \
   --benchmark_out_format=json
 if [ -x "$B/bin/bench_sparse_cuda" ]; then
-  step "bench_sparse_cuda" 60 "$OUTDIR/bench_sparse_cuda.txt" "$B/bin/bench_sparse_cuda" \
+  step "bench_sparse_cuda" 90 "$OUTDIR/bench_sparse_cuda.txt" "$B/bin/bench_sparse_cuda" \
     --benchmark_out="$OUTDIR/bench_sparse_cuda.json" --benchmark_out_format=json
 fi
 step "pytorch rows" 100 "$OUTDIR/torch_rows.log" env LD_LIBRARY_PATH="$PYLD" python3 "$here/torch_rows.py" "$OUTDIR/torch_rows.json"

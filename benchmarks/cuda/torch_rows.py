@@ -36,9 +36,14 @@ def row_specs():
         for pair in ("f32_f16", "f32_bf16", "f32_f32"):
             name = "BM_CopyTransposed" if transposed else "BM_Copy"
             rows.append((f"{name}/{pair}/8192", "copy", dict(pair=pair, n=8192, transposed=transposed)))
+    batches = (16, 64, 256, 1024, 4096)
     for dt in ("f16", "bf16"):
-        for batch in (16, 64, 256, 1024, 4096):
+        for batch in batches:
             rows.append((f"BM_SparseLinear/{dt}/{batch}", "sparse_linear", dict(dt=dt, batch=batch)))
+    # bench_sparse_cuda's rows with one sparse path forced compare with the same PyTorch call.
+    for variant, dt in (("f16_cusparselt", "f16"), ("bf16_cusparselt", "bf16"), ("f16_kernel", "f16")):
+        for batch in batches:
+            rows.append((f"BM_SparseLinear/{variant}/{batch}", "same_as", dict(row=f"BM_SparseLinear/{dt}/{batch}")))
     return rows
 
 
@@ -115,6 +120,10 @@ def measure(out_path, min_time, dev, only):
                     wd = ws.to_dense() if hasattr(ws, "to_dense") else ws
                     note = f"dense F.linear (2:4 linear refused: {type(e).__name__})"
                     us = per_call(lambda: F.linear(x, wd))
+            elif kind == "same_as":
+                if p["row"] not in results:
+                    raise ValueError(f"{p['row']} was not measured in this run")
+                us, note = results[p["row"]]["us"], f"as {p['row']}"
             else:
                 raise ValueError(kind)
             results[name] = {"us": us, "note": note}

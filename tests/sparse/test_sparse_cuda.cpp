@@ -10,12 +10,13 @@
 #include <string>
 #include <vector>
 
+#include "cusparselt_plan.h"
 #include "sparse_cuda_ext.h"
 #include "sparse_linear.cuh"
 #include "tessera/plugin_loader.h"
 #include "tessera/semi_structured.h"
-#include "tessera/stream.h"
 #include "tessera/sparse_format.h"
+#include "tessera/stream.h"
 #include "tessera/tessera.h"
 
 namespace {
@@ -130,6 +131,30 @@ uint64_t sparse_cuda_launches() {
   return fn ? fn(nullptr) : 0;
 }
 
+tessera_sparse_cuda_stats_t sparse_cuda_stats() {
+  tessera_sparse_cuda_stats_t out{};
+  auto fn = tessera::plugin_extension<tessera_ext_sparse_cuda_stats_fn_t>("sparse_cuda",
+                                                                          TESSERA_EXT_SPARSE_CUDA_STATS);
+  EXPECT_NE(fn, nullptr) << "the sparse_cuda plugin has no stats extension";
+  if (fn) fn(nullptr, &out);
+  return out;
+}
+
+// cuSPARSELt as the plugin sees it ("cuSPARSELt 0.8.1 (...)" or why not).
+std::string cusparselt_status() {
+  auto fn = tessera::plugin_extension<tessera_ext_sparse_cuda_cusparselt_fn_t>(
+      "sparse_cuda", TESSERA_EXT_SPARSE_CUDA_CUSPARSELT);
+  return fn ? fn(nullptr) : "the sparse_cuda plugin is not loaded";
+}
+
+// Sets an environment variable for the life of the object (Note [2:4 on cuSPARSELt]: the plugin
+// reads TESSERA_SPARSE_CUDA_PATH and TESSERA_SPARSE_DENSE_BATCH at every call).
+struct ScopedEnv {
+  std::string name;
+  ScopedEnv(const char* n, const char* value) : name(n) { EXPECT_EQ(setenv(n, value, 1), 0); }
+  ~ScopedEnv() { unsetenv(name.c_str()); }
+};
+
 const tessera::Device kCuda("cuda:0");
 
 TEST(SparseCudaDispatch, ToCudaKeepsItSemiStructured) {
@@ -150,10 +175,12 @@ TEST(SparseCudaDispatch, ToCudaKeepsItSemiStructured) {
   EXPECT_TRUE(tessera::equal(dense.to("cpu"), w));
 }
 
-// linear(x, w, bias) and matmul(w, x) on cuda run the plugin's kernels (its launch counter moves)
-// and match a double loop: f16 / bf16 on the tensor cores, f32 on the CUDA cores, with tails.
+// linear(x, w, bias) and matmul(w, x) on cuda run the plugin's kernels when that path is asked for
+// (its launch counter moves) and match a double loop: f16 / bf16 on the tensor cores, f32 on the
+// CUDA cores, with tails.
 TEST(SparseCudaDispatch, LinearAndMatmulRunThePluginKernels) {
   if (const std::string why = no_gpu_reason(); !why.empty()) GTEST_SKIP() << why;
+  const ScopedEnv path("TESSERA_SPARSE_CUDA_PATH", "kernel");
   tessera::manual_seed(32);
   for (tessera::DType dt : {tessera::kFloat16, tessera::kBFloat16, tessera::kFloat32})
     for (int64_t batch : {1, 16, 100}) {
@@ -182,6 +209,7 @@ TEST(SparseCudaDispatch, LinearAndMatmulRunThePluginKernels) {
 // result is complete once that stream is synchronised.
 TEST(SparseCudaDispatch, LinearRunsOnTheCurrentStream) {
   if (const std::string why = no_gpu_reason(); !why.empty()) GTEST_SKIP() << why;
+  const ScopedEnv path("TESSERA_SPARSE_CUDA_PATH", "kernel");
   tessera::manual_seed(33);
   tessera::Tensor w = sp::prune_2_4(tessera::randn({512, 512}).to(tessera::kFloat16));
   tessera::Tensor x = tessera::randn({64, 512}).to(tessera::kFloat16);
@@ -200,9 +228,10 @@ TEST(SparseCudaDispatch, LinearRunsOnTheCurrentStream) {
 }
 
 // TESSERA_SPARSE_DENSE_BATCH=N sends batch >= N to the dense path (the plugin reads it per call):
-// same result, no sparse launch; below N the sparse kernel runs.
+// same result, no sparse launch; below N the (asked-for) sparse kernel runs.
 TEST(SparseCudaDispatch, DenseBatchOverrideTakesTheDensePath) {
   if (const std::string why = no_gpu_reason(); !why.empty()) GTEST_SKIP() << why;
+  const ScopedEnv path("TESSERA_SPARSE_CUDA_PATH", "kernel");
   tessera::manual_seed(34);
   tessera::Tensor w = sp::prune_2_4(tessera::randn({64, 96}).to(tessera::kFloat16));
   tessera::Tensor wc = sp::to_sparse_semi_structured(w).to(kCuda);
@@ -215,6 +244,74 @@ TEST(SparseCudaDispatch, DenseBatchOverrideTakesTheDensePath) {
     expect_linear_close(y.to("cpu"), x, w, tessera::zeros({64}).to(tessera::kFloat16), 2e-3);
   }
   unsetenv("TESSERA_SPARSE_DENSE_BATCH");
+}
+
+// cuSPARSELt (Note [2:4 on cuSPARSELt]): linear with and without bias (the bias in its epilogue)
+// and matmul(w, x), f16 and bf16, against a double loop; the weight is compressed once and reused
+// by later calls at other batches; another weight is compressed anew. Skips where cuSPARSELt is
+// not loaded, saying why (the GPU checks point TESSERA_CUDA_CUSPARSELT at PyTorch's copy and
+// count a skip as a failure).
+TEST(SparseCudaCusparseLt, LinearAndMatmulMatchADoubleLoopAndCompressOnce) {
+  if (const std::string why = no_gpu_reason(); !why.empty()) GTEST_SKIP() << why;
+  const std::string status = cusparselt_status();
+  if (status.rfind("cuSPARSELt ", 0) != 0) GTEST_SKIP() << status;
+  const ScopedEnv path("TESSERA_SPARSE_CUDA_PATH", "cusparselt");
+  tessera::manual_seed(35);
+  for (tessera::DType dt : {tessera::kFloat16, tessera::kBFloat16}) {
+    SCOPED_TRACE(tessera::dtype_name(dt));
+    const int64_t rows = 256, cols = 512;
+    const double tol = dt == tessera::kFloat16 ? 2e-3 : 8e-3;
+    tessera::Tensor w = sp::prune_2_4(tessera::randn({rows, cols}).to(dt));
+    tessera::Tensor wc = sp::to_sparse_semi_structured(w).to(kCuda);
+    tessera::Tensor bias = tessera::randn({rows}).to(dt);
+    const tessera_sparse_cuda_stats_t first = sparse_cuda_stats();
+    for (int64_t batch : {64, 128, 8}) {
+      SCOPED_TRACE("batch " + std::to_string(batch));
+      tessera::Tensor x = tessera::randn({batch, cols}).to(dt);
+      const tessera_sparse_cuda_stats_t before = sparse_cuda_stats();
+      tessera::Tensor y = tessera::linear(x.to(kCuda), wc, bias.to(kCuda));
+      tessera::Tensor y0 = tessera::linear(x.to(kCuda), wc);
+      const tessera_sparse_cuda_stats_t after = sparse_cuda_stats();
+      EXPECT_EQ(after.cusparselt_matmuls, before.cusparselt_matmuls + 2) << "linear did not run cuSPARSELt";
+      EXPECT_EQ(after.kernel_launches, before.kernel_launches);
+      expect_linear_close(y.to("cpu"), x, w, bias, tol);
+      expect_linear_close(y0.to("cpu"), x, w, tessera::zeros({rows}).to(dt), tol);
+      tessera::Tensor z = tessera::matmul(wc, x.t().contiguous().to(kCuda));
+      EXPECT_EQ(sparse_cuda_stats().cusparselt_matmuls, after.cusparselt_matmuls + 1) << "matmul did not";
+      expect_linear_close(z.to("cpu").t().contiguous(), x, w, tessera::zeros({rows}).to(dt), tol);
+    }
+    EXPECT_EQ(sparse_cuda_stats().cusparselt_compressions, first.cusparselt_compressions + 1)
+        << "the weight was compressed more than once";
+    tessera::Tensor w2 = sp::prune_2_4(tessera::randn({rows, cols}).to(dt));
+    tessera::Tensor x2 = tessera::randn({64, cols}).to(dt);
+    tessera::Tensor y2 = tessera::linear(x2.to(kCuda), sp::to_sparse_semi_structured(w2).to(kCuda));
+    EXPECT_EQ(sparse_cuda_stats().cusparselt_compressions, first.cusparselt_compressions + 2);
+    expect_linear_close(y2.to("cpu"), x2, w2, tessera::zeros({rows}).to(dt), tol);
+  }
+}
+
+// The automatic rule: below kCusparseLtMinBatch, and for float32 or a shape cuSPARSELt refuses, the
+// dense path runs (no sparse launch, same result); from it on, cuSPARSELt where it is loaded.
+TEST(SparseCudaCusparseLt, AutoPathIsDenseBelowTheMinimumBatch) {
+  if (const std::string why = no_gpu_reason(); !why.empty()) GTEST_SKIP() << why;
+  unsetenv("TESSERA_SPARSE_CUDA_PATH");
+  tessera::manual_seed(36);
+  const bool have_lt = cusparselt_status().rfind("cuSPARSELt ", 0) == 0;
+  for (tessera::DType dt : {tessera::kFloat16, tessera::kFloat32})
+    for (int64_t batch : {int64_t(8), scu::kCusparseLtMinBatch}) {
+      SCOPED_TRACE(std::string(tessera::dtype_name(dt)) + " batch " + std::to_string(batch));
+      tessera::Tensor w = sp::prune_2_4(tessera::randn({128, 256}).to(dt));
+      tessera::Tensor x = tessera::randn({batch, 256}).to(dt);
+      const tessera_sparse_cuda_stats_t before = sparse_cuda_stats();
+      tessera::Tensor y = tessera::linear(x.to(kCuda), sp::to_sparse_semi_structured(w).to(kCuda));
+      const tessera_sparse_cuda_stats_t after = sparse_cuda_stats();
+      const bool lt = dt == tessera::kFloat16 && batch >= scu::kCusparseLtMinBatch && have_lt;
+      EXPECT_EQ(after.kernel_launches, before.kernel_launches);
+      EXPECT_EQ(after.cusparselt_matmuls, before.cusparselt_matmuls + (lt ? 1 : 0));
+      EXPECT_EQ(after.dense_choices, before.dense_choices + (lt ? 0 : 1));
+      expect_linear_close(y.to("cpu"), x, w, tessera::zeros({128}).to(dt),
+                          dt == tessera::kFloat32 ? 1e-4 : 2e-3);
+    }
 }
 
 }  // namespace

@@ -151,6 +151,52 @@ TEST_P(SparseMmaLayout, FragmentsHoldTheDenseWeight) {
     }
 }
 
+// The GPU's rebuild of the dense weight (expand_mma_layout, the input cuSPARSELt compresses) writes
+// each slot where mma_slot_position says. Doing the same here must give the dense weight bit for bit,
+// with no two slots of the weight naming one element and no non-zero value landing in the padding.
+TEST_P(SparseMmaLayout, SlotPositionsRebuildTheDenseWeight) {
+  std::mt19937 rng(4321);
+  for (int64_t rows : {1, 15, 16, 17, 40})
+    for (int64_t cols : {1, 4, 5, 30, 31, 32, 33, 100}) {
+      SCOPED_TRACE("rows " + std::to_string(rows) + " cols " + std::to_string(cols));
+      const Case c = make_case(GetParam(), rows, cols, rng);
+      ASSERT_TRUE(c.layout);
+      const scu::MmaLayout& l = *c.layout;
+      std::vector<uint16_t> rebuilt(size_t(rows * cols), 0);
+      std::vector<int> writes(size_t(rows * cols), 0);
+      const auto* values = reinterpret_cast<const uint16_t*>(block_of(c) + l.values_offset);
+      const auto* meta = reinterpret_cast<const uint32_t*>(block_of(c) + l.meta_offset);
+      for (int64_t rt = 0; rt < l.row_tiles; ++rt)
+        for (int64_t ct = 0; ct < l.col_tiles; ++ct) {
+          const int64_t tile = rt * l.col_tiles + ct;
+          for (int slot = 0; slot < 256; ++slot) {
+            const scu::MmaSlot at =
+                scu::mma_slot_position(rt, ct, slot, meta + tile * scu::kMmaTileMetaWords);
+            const uint16_t v = values[tile * 256 + slot];
+            ASSERT_GE(at.row, rt * 16);
+            ASSERT_LT(at.row, rt * 16 + 16);
+            ASSERT_GE(at.col, ct * 32);
+            ASSERT_LT(at.col, ct * 32 + 32);
+            if (at.row >= rows || at.col >= cols) {
+              ASSERT_TRUE(is_zero_bits(v)) << "a value in the padding, slot " << slot;
+              continue;
+            }
+            ++writes[size_t(at.row * cols + at.col)];
+            rebuilt[size_t(at.row * cols + at.col)] = v;
+          }
+        }
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t k = 0; k < cols; ++k) {
+          ASSERT_LE(writes[size_t(r * cols + k)], 1) << "row " << r << " col " << k;
+          const uint16_t want = dense_bits(c.dense, r, k), got = rebuilt[size_t(r * cols + k)];
+          if (is_zero_bits(want))
+            ASSERT_TRUE(is_zero_bits(got)) << "row " << r << " col " << k;
+          else
+            ASSERT_EQ(got, want) << "row " << r << " col " << k;
+        }
+    }
+}
+
 double to_double(tessera::DType dt, uint16_t bits) {
   if (dt == tessera::kBFloat16) {
     const uint32_t f = uint32_t(bits) << 16;

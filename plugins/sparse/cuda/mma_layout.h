@@ -28,6 +28,12 @@
 #include <cstdint>
 #include <string>
 
+#if defined(__CUDACC__)
+#define TESSERA_MMA_HD __host__ __device__
+#else
+#define TESSERA_MMA_HD
+#endif
+
 namespace tessera::sparse_cuda {
 
 constexpr int64_t kMmaTileRows = 16;
@@ -54,5 +60,22 @@ bool mma_layout_plan(int64_t rows, int64_t cols, MmaLayout* out, std::string* er
 // distinct and increasing.
 MmaLayout* build_mma_layout(const uint8_t* values, const uint8_t* indices, int64_t rows, int64_t cols,
                             std::string* error);
+
+// Where value `slot` (0..255: lane * 8 + register * 2 + half) of tile (rt, ct) lies in the dense
+// (rows, cols) weight, read back from the tile's 16 metadata words `tile_meta` by the rules of
+// Note [CUDA mma.sp layout]: the inverse of build_mma_layout, used to rebuild the dense pruned weight
+// on the GPU (the input cuSPARSELt compresses, Note [2:4 on cuSPARSELt]). A slot of the padding
+// gives a row >= rows or a column >= cols.
+struct MmaSlot {
+  int64_t row, col;
+};
+TESSERA_MMA_HD inline MmaSlot mma_slot_position(int64_t rt, int64_t ct, int slot, const uint32_t* tile_meta) {
+  const int lane = slot / 8, reg = (slot % 8) / 2, half = slot % 2;
+  const int gid = lane / 4, t = lane % 4;
+  const int row_in_tile = gid + 8 * (reg % 2), group_in_tile = reg < 2 ? t : 4 + t;
+  const uint32_t word = tile_meta[2 * gid + group_in_tile / 4];
+  const unsigned pos = (word >> (16 * (reg % 2) + 4 * (group_in_tile % 4) + 2 * half)) & 3u;
+  return MmaSlot{rt * kMmaTileRows + row_in_tile, ct * kMmaTileCols + 4 * group_in_tile + int64_t(pos)};
+}
 
 }  // namespace tessera::sparse_cuda

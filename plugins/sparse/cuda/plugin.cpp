@@ -4,8 +4,10 @@
 // linear(x, w_sparse, bias) and matmul(w_sparse, x) under the Sparse key for cuda: float16 / bfloat16 on the
 // tensor cores (mma.sp, Note [CUDA mma.sp layout]), float32 on the CUDA cores over the canonical values and
 // indices. It launches on the stream the runtime passes with the call (the CUDA plugin's current
-// stream). Where the CUDA runtime finds no device it registers nothing and says why under
-// TESSERA_LOG=sparse: the plugin still loads, and semi-structured tensors behave as without it.
+// stream). Which of the runtime's dense path, cuSPARSELt and these kernels a call takes is the rule
+// of Note [2:4 on cuSPARSELt] (cusparselt_plan.h). Where the CUDA runtime finds no device it
+// registers nothing and says why under TESSERA_LOG=sparse: the plugin still loads, and
+// semi-structured tensors behave as without it.
 #include <cuda_runtime.h>
 
 #include <atomic>
@@ -16,9 +18,12 @@
 #include <tessera/semi_structured.h>
 #include <tessera/sdk.hpp>
 
+#include "cusparselt_loader.h"
+#include "cusparselt_plan.h"
 #include "dense_batch_env.h"
 #include "mma_layout.h"
 #include "sparse_cuda_ext.h"
+#include "sparse_cusparselt.h"
 #include "sparse_linear.cuh"
 
 namespace {
@@ -28,7 +33,7 @@ using tessera::sdk::Error;
 using tessera::sdk::KernelCall;
 using tessera::sdk::TensorView;
 
-std::atomic<uint64_t> g_kernel_launches{0};
+std::atomic<uint64_t> g_kernel_launches{0}, g_dense_choices{0};
 
 [[noreturn]] void unimplemented(const std::string& why) { throw Error(TESSERA_STATUS_UNIMPLEMENTED, why); }
 
@@ -89,6 +94,21 @@ tessera_status_t device_layout(void*, const tessera_semi_structured_header_t* h,
 
 uint64_t kernel_launches(void*) { return g_kernel_launches.load(std::memory_order_relaxed); }
 
+void stats(void*, tessera_sparse_cuda_stats_t* out) {
+  if (!out) return;
+  const scu::LtStats lt = scu::cusparselt_stats();
+  out->kernel_launches = g_kernel_launches.load(std::memory_order_relaxed);
+  out->cusparselt_matmuls = lt.matmuls;
+  out->cusparselt_compressions = lt.compressions;
+  out->cusparselt_cached_weights = lt.cached_weights;
+  out->dense_choices = g_dense_choices.load(std::memory_order_relaxed);
+}
+
+const char* cusparselt_status(void*) {
+  static const std::string text = scu::cusparselt_api().describe();
+  return text.c_str();
+}
+
 // A semi-structured weight on cuda (sizes (rows, cols), strides (0, 0)): true, else false.
 bool is_semi_structured(const TensorView& t) {
   return t.defined() && t.device_type() == TESSERA_DEVICE_CUDA && t.ndim() == 2 && t.stride(0) == 0 &&
@@ -112,15 +132,28 @@ scu::DType cuda_dtype(int32_t dtype) {
   }
 }
 
-// Runs y = x W^T (+ bias) on the call's device and stream, x and y laid out per `strides`.
-void run(const KernelCall& call, const TensorView& w, const void* x, int64_t batch, const void* bias, void* y,
-         const scu::Strides& strides) {
+// Makes the call's device current for the life of the guard.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device) : device_(device) {
+    if (cudaGetDevice(&previous_) != cudaSuccess) previous_ = -1;
+    if (previous_ != device && cudaSetDevice(device) != cudaSuccess)
+      throw Error(TESSERA_STATUS_INTERNAL, "sparse_cuda: cannot select cuda:" + std::to_string(device));
+  }
+  ~DeviceGuard() {
+    if (previous_ >= 0 && previous_ != device_) cudaSetDevice(previous_);
+  }
+
+ private:
+  int device_, previous_ = -1;
+};
+
+// Runs y = x W^T (+ bias) with the plugin's kernels on the call's device and stream, x and y laid
+// out per `strides`.
+void run_kernel(const KernelCall& call, const TensorView& w, const void* x, int64_t batch, const void* bias,
+                void* y, const scu::Strides& strides) {
   const int64_t rows = w.size(0), cols = w.size(1);
-  int current = 0;
-  if (cudaGetDevice(&current) != cudaSuccess) current = -1;
-  if (current != call.device_index() && cudaSetDevice(call.device_index()) != cudaSuccess)
-    throw Error(TESSERA_STATUS_INTERNAL,
-                "sparse_cuda: cannot select cuda:" + std::to_string(call.device_index()));
+  DeviceGuard guard(call.device_index());
   const auto stream = static_cast<cudaStream_t>(call.stream());
   const scu::DType dt = cuda_dtype(w.dtype());
   cudaError_t err;
@@ -135,24 +168,90 @@ void run(const KernelCall& call, const TensorView& w, const void* x, int64_t bat
     if (!scu::mma_layout_plan(rows, cols, &plan, &error)) unimplemented("sparse_cuda: " + error);
     err = scu::linear_mma(dt, device_ptr(w), plan, x, batch, bias, y, stream, &strides);
   }
-  if (current >= 0 && current != call.device_index()) cudaSetDevice(current);
   if (err != cudaSuccess)
     throw Error(TESSERA_STATUS_INTERNAL,
                 std::string("sparse_cuda: kernel launch failed: ") + cudaGetErrorString(err));
   g_kernel_launches.fetch_add(1, std::memory_order_relaxed);
 }
 
-// No dense threshold is measured on a GPU yet (docs/sparsity.md): TESSERA_SPARSE_DENSE_BATCH=N, the
-// variable of the CPU plugin's Note [Sparse dense threshold], sends batch >= N to the dense path.
-// Read at every call (a tuning knob for the first GPU runs, and for the test that sets it).
-void check_threshold(int64_t batch) {
-  const char* v = tessera::sdk::Host(tessera::sdk::host_api()).getenv("TESSERA_SPARSE_DENSE_BATCH");
+// Logs `message` under TESSERA_LOG=sparse the first time `flag` is seen set.
+void log_once(std::atomic<bool>& flag, tessera_log_level_t level, const std::string& message) {
+  if (!flag.exchange(true)) tessera::sdk::log(level, "sparse", message);
+}
+
+// The path of this call by Note [2:4 on cuSPARSELt]. The environment is read at every call (tuning
+// knobs for the GPU runs, and for the tests that set them); cuSPARSELt is opened only when the rule
+// would pick it.
+scu::PathChoice choose_path(const TensorView& w, int64_t batch, std::initializer_list<const void*> pointers) {
+  const tessera::sdk::Host host(tessera::sdk::host_api());
+  scu::PathQuery q;
+  q.dtype = w.dtype();
+  q.rows = w.size(0);
+  q.cols = w.size(1);
+  q.batch = batch;
+  for (const void* p : pointers) q.aligned &= reinterpret_cast<uintptr_t>(p) % 16 == 0;
   std::string warning;
-  const int64_t dense_batch = tessera::sparse_env::parse_dense_batch(v, &warning);
-  static std::atomic<bool> warned{false};
-  if (!warning.empty() && !warned.exchange(true)) tessera::sdk::log(TESSERA_LOG_WARNING, "sparse_cuda", warning);
-  if (dense_batch > 0 && batch >= dense_batch)
-    unimplemented("batch " + std::to_string(batch) + " >= TESSERA_SPARSE_DENSE_BATCH=" + std::to_string(dense_batch));
+  q.dense_batch = tessera::sparse_env::parse_dense_batch(host.getenv("TESSERA_SPARSE_DENSE_BATCH"), &warning);
+  static std::atomic<bool> dense_batch_warned{false}, path_warned{false}, missing_logged{false};
+  if (!warning.empty()) log_once(dense_batch_warned, TESSERA_LOG_WARNING, warning);
+  warning.clear();
+  q.request = scu::parse_path_request(host.getenv("TESSERA_SPARSE_CUDA_PATH"), &warning);
+  if (!warning.empty()) log_once(path_warned, TESSERA_LOG_WARNING, warning);
+  q.cusparselt_loaded = true;
+  scu::PathChoice choice = scu::choose_sparse_path(q);
+  if (choice.path == scu::SparsePath::CusparseLt && !scu::cusparselt_api().loaded) {
+    log_once(missing_logged, TESSERA_LOG_INFO, "sparse_cuda: " + scu::cusparselt_api().error);
+    q.cusparselt_loaded = false;
+    choice = scu::choose_sparse_path(q);
+  }
+  return choice;
+}
+
+[[noreturn]] void take_dense_path(const scu::PathChoice& choice) {
+  g_dense_choices.fetch_add(1, std::memory_order_relaxed);
+  unimplemented("sparse_cuda: the dense path (" + choice.why + ")");
+}
+
+uint64_t version_of(const TensorView& t) {
+  const tessera_tensor_t* raw = t.raw();
+  return TESSERA_ABI_HAS_FIELD(raw, tessera_tensor_t, version) ? raw->version : 0;
+}
+
+// One semi-structured product on the path the rule picks: linear (x (batch, cols) -> y (batch,
+// rows)) or matmul (x (cols, batch) -> y (rows, batch), `matmul_layout`).
+void run(const KernelCall& call, const TensorView& w, const void* x, int64_t batch, const void* bias, void* y,
+         bool matmul_layout) {
+  const int64_t rows = w.size(0), cols = w.size(1);
+  const scu::Strides strides =
+      matmul_layout ? scu::Strides{1, batch, 1, batch} : scu::Strides{cols, 1, rows, 1};
+  scu::PathChoice choice = choose_path(w, batch, {x, bias, y, device_ptr(w)});
+  if (choice.path == scu::SparsePath::Dense) take_dense_path(choice);
+  if (choice.path == scu::SparsePath::CusparseLt) {
+    DeviceGuard guard(call.device_index());
+    scu::LtCall lt;
+    lt.device = call.device_index();
+    lt.stream = static_cast<cudaStream_t>(call.stream());
+    lt.dtype = w.dtype();
+    lt.layout = device_ptr(w);
+    lt.version = version_of(w);
+    lt.rows = rows;
+    lt.cols = cols;
+    lt.batch = batch;
+    lt.x = x;
+    lt.bias = bias;
+    lt.y = y;
+    lt.matmul_layout = matmul_layout;
+    const std::string error = scu::cusparselt_run(lt);
+    if (error.empty()) return;
+    static std::atomic<bool> refused_logged{false};
+    log_once(refused_logged, TESSERA_LOG_WARNING,
+             "sparse_cuda: cuSPARSELt could not run a (" + std::to_string(rows) + ", " +
+                 std::to_string(cols) + ") weight at batch " + std::to_string(batch) + ": " + error +
+                 " (logged once)");
+    const bool forced = choice.why.rfind("TESSERA_SPARSE_CUDA_PATH", 0) == 0;
+    if (!forced) take_dense_path({scu::SparsePath::Dense, "cuSPARSELt failed: " + error});
+  }
+  run_kernel(call, w, x, batch, bias, y, strides);
 }
 
 bool on_call_device(const KernelCall& call, const TensorView& t) {
@@ -171,12 +270,10 @@ void linear_kernel(const KernelCall& call) {
   if (!x.is_contiguous() || !out.is_contiguous() || x.dtype() != w.dtype() ||
       (bias.defined() && (!bias.is_contiguous() || bias.dtype() != w.dtype())))
     unimplemented("sparse_cuda: linear takes contiguous inputs of the weight's dtype");
-  const int64_t rows = w.size(0), cols = w.size(1);
+  const int64_t rows = w.size(0);
   const int64_t batch = rows ? out.numel() / rows : 0;
-  check_threshold(batch);
   if (out.numel() == 0) return;
-  run(call, w, device_ptr(x), batch, device_ptr(bias), const_cast<void*>(device_ptr(out)),
-      scu::Strides{cols, 1, rows, 1});
+  run(call, w, device_ptr(x), batch, device_ptr(bias), const_cast<void*>(device_ptr(out)), false);
 }
 
 // matmul(Tensor self, Tensor other): self semi-structured [n, k], other dense [k, p] on cuda;
@@ -189,18 +286,21 @@ void matmul_kernel(const KernelCall& call) {
         "sparse_cuda: matmul takes a semi-structured [n, k] self and a contiguous 2-D other of its dtype");
   if (!on_call_device(call, x) || !on_call_device(call, w) || !on_call_device(call, out))
     unimplemented("sparse_cuda: matmul takes tensors on one cuda device");
-  const int64_t p = x.size(1);
-  check_threshold(p);
   if (out.numel() == 0) return;
-  run(call, w, device_ptr(x), p, nullptr, const_cast<void*>(device_ptr(out)), scu::Strides{1, p, 1, p});
+  run(call, w, device_ptr(x), x.size(1), nullptr, const_cast<void*>(device_ptr(out)), true);
 }
 
 tessera_proc_t get_proc_address(void*, const char* name) {
   return tessera::sdk::find_extension(
-      name, {tessera::sdk::extension(TESSERA_EXT_SEMI_STRUCTURED_DEVICE_LAYOUT,
-                                     static_cast<tessera_ext_semi_structured_device_layout_fn_t>(&device_layout)),
-             tessera::sdk::extension(TESSERA_EXT_SPARSE_CUDA_KERNEL_LAUNCHES,
-                                     static_cast<tessera_ext_sparse_cuda_kernel_launches_fn_t>(&kernel_launches))});
+      name,
+      {tessera::sdk::extension(TESSERA_EXT_SEMI_STRUCTURED_DEVICE_LAYOUT,
+                               static_cast<tessera_ext_semi_structured_device_layout_fn_t>(&device_layout)),
+       tessera::sdk::extension(TESSERA_EXT_SPARSE_CUDA_KERNEL_LAUNCHES,
+                               static_cast<tessera_ext_sparse_cuda_kernel_launches_fn_t>(&kernel_launches)),
+       tessera::sdk::extension(TESSERA_EXT_SPARSE_CUDA_STATS,
+                               static_cast<tessera_ext_sparse_cuda_stats_fn_t>(&stats)),
+       tessera::sdk::extension(TESSERA_EXT_SPARSE_CUDA_CUSPARSELT,
+                               static_cast<tessera_ext_sparse_cuda_cusparselt_fn_t>(&cusparselt_status))});
 }
 
 tessera_plugin_t plugin_header = {

@@ -203,7 +203,34 @@ cudaError_t launch_mma(const void* layout, const MmaLayout& plan, const void* x,
   return launch_mma<T, 4>(layout, plan, x, batch, bias, y, stream, st);
 }
 
+// One thread per value slot of a tile: 256 threads a tile, tiles along x (and y past 2^31 - 1).
+__global__ void expand_kernel(const uint16_t* values, const uint32_t* meta, int64_t tiles, int64_t col_tiles,
+                              int64_t rows, int64_t cols, uint16_t* dense) {
+  for (int64_t tile = blockIdx.x + int64_t(blockIdx.y) * gridDim.x; tile < tiles;
+       tile += int64_t(gridDim.x) * gridDim.y) {
+    const int slot = threadIdx.x;
+    const MmaSlot at =
+        mma_slot_position(tile / col_tiles, tile % col_tiles, slot, meta + tile * kMmaTileMetaWords);
+    if (at.row < rows && at.col < cols) dense[at.row * cols + at.col] = values[tile * 256 + slot];
+  }
+}
+
 }  // namespace
+
+cudaError_t expand_mma_layout(const void* layout, const MmaLayout& plan, void* dense, cudaStream_t stream) {
+  const int64_t tiles = plan.row_tiles * plan.col_tiles;
+  if (plan.rows == 0 || plan.cols == 0) return cudaSuccess;
+  cudaError_t err = cudaMemsetAsync(dense, 0, size_t(plan.rows) * size_t(plan.cols) * 2, stream);
+  if (err != cudaSuccess) return err;
+  const auto* base = static_cast<const uint8_t*>(layout);
+  const dim3 grid(unsigned(std::min<int64_t>(tiles, 65535)),
+                  unsigned(std::min<int64_t>((tiles + 65534) / 65535, 65535)));
+  expand_kernel<<<grid, 256, 0, stream>>>(reinterpret_cast<const uint16_t*>(base + plan.values_offset),
+                                          reinterpret_cast<const uint32_t*>(base + plan.meta_offset), tiles,
+                                          plan.col_tiles, plan.rows, plan.cols,
+                                          static_cast<uint16_t*>(dense));
+  return cudaGetLastError();
+}
 
 cudaError_t linear_mma(DType dtype, const void* layout, const MmaLayout& plan, const void* x, int64_t batch,
                        const void* bias, void* y, cudaStream_t stream, const Strides* strides) {

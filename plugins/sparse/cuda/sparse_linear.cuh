@@ -34,4 +34,10 @@ cudaError_t linear(DType dtype, const void* values, const uint8_t* indices, int6
 cudaError_t linear_mma(DType dtype, const void* layout, const MmaLayout& plan, const void* x, int64_t batch,
                        const void* bias, void* y, cudaStream_t stream, const Strides* strides = nullptr);
 
+// Writes the dense pruned weight (plan.rows, plan.cols) row-major into `dense` (a device buffer of
+// rows * cols 16-bit elements) from the device copy of an f16/bf16 mma.sp layout: zeros, then
+// each kept value where mma_slot_position puts it. The input cuSPARSELt compresses (Note [2:4 on
+// cuSPARSELt]). Asynchronous on `stream`; returns the launch status.
+cudaError_t expand_mma_layout(const void* layout, const MmaLayout& plan, void* dense, cudaStream_t stream);
+
 }  // namespace tessera::sparse_cuda
