@@ -5,6 +5,9 @@
 //   add, softmax                       vs a device-to-device copy moving the same bytes (goal >= 0.8)
 //   SDPA (flash kernels: tensor cores, and CUDA cores as BM_SdpaSimt) seq 1024/4096, head dim 64/128
 //                                      vs the math path matmul + softmax + matmul
+//   compiled (tessera::compile, backend "auto": the CUDA compiler plugin) vs the same function eager:
+//     a pointwise chain on 16M elements (BM_CompiledChain) and the transformer block of
+//     benchmarks/cpu/transformer_block.h (BM_CompiledBlock); goal >= 1.3 for the block
 // Without a CUDA device every benchmark is skipped with the reason.
 #include <benchmark/benchmark.h>
 #include <cublasLt.h>
@@ -17,7 +20,9 @@
 #include <string>
 #include <tuple>
 
+#include "../cpu/transformer_block.h"
 #include "cuda_bench_util.h"
+#include "tessera/compiler/compile.h"
 #include "tessera/dispatcher.h"
 #include "tessera/tessera.h"
 
@@ -187,7 +192,75 @@ void BM_Sdpa(benchmark::State& state, DType dtype, bool simt) {
                       : "tensor-core kernel; reference: math path (matmul + softmax + matmul)");
 }
 
+// ---------------------------------------------------------------- compiled vs eager
+
+// `fn` compiled with backend "auto" (the CUDA compiler plugin on cuda) against `fn` eager; reports
+// the plugin's partitions of the artifact (0: nothing was fused).
+void run_compiled(benchmark::State& state, const tessera::ExportFn& fn, const std::vector<Tensor>& in) {
+  tessera::CompileOptions options;
+  options.backend = "auto";
+  tessera::CompiledFunction f = tessera::compile(fn, options);
+  f(in);  // capture and compile outside the timing
+  run_with_reference(
+      state, [&] { benchmark::DoNotOptimize(f(in)); }, [&] { benchmark::DoNotOptimize(fn(in)); }, 0, 0);
+  const auto& a = f.artifacts().at(0);
+  state.counters["partitions"] = double(a.partitions);
+  state.SetLabel("backend " + a.backend + "; reference: the same function eager");
+}
+
+// gelu(x * 1.702 + b) * s: four eager kernels, one fused kernel compiled.
+void BM_CompiledChain(benchmark::State& state, DType dtype) {
+  if (const std::string why = no_device_reason(); !why.empty()) {
+    state.SkipWithError(why.c_str());
+    return;
+  }
+  const int64_t n = state.range(0), cols = 4096;
+  const tessera::Device cuda("cuda:0");
+  const std::vector<Tensor> in{tessera::randn({n / cols, cols}).to(dtype).to(cuda),
+                               tessera::randn({cols}).to(dtype).to(cuda),
+                               tessera::randn({n / cols, cols}).to(dtype).to(cuda)};
+  run_compiled(
+      state,
+      [](const std::vector<Tensor>& x) {
+        return std::vector<Tensor>{tessera::gelu(x[0] * 1.702 + x[1]) * x[2]};
+      },
+      in);
+}
+
+void BM_CompiledBlock(benchmark::State& state, DType dtype) {
+  if (const std::string why = no_device_reason(); !why.empty()) {
+    state.SkipWithError(why.c_str());
+    return;
+  }
+  const tessera::Device cuda("cuda:0");
+  tessera::manual_seed(11);
+  tessera::bench::BlockWeights w = tessera::bench::make_block_weights(dtype);
+  for (Tensor* t : {&w.ln1_w, &w.ln1_b, &w.wq, &w.bq, &w.wk, &w.bk, &w.wv, &w.bv, &w.wo, &w.bo, &w.ln2_w,
+                    &w.ln2_b, &w.w1, &w.b1, &w.w2, &w.b2})
+    *t = t->to(cuda);
+  const std::vector<Tensor> in{
+      tessera::randn({1, tessera::bench::kBlockSeq, tessera::bench::kBlockModel}).to(dtype).to(cuda)};
+  run_compiled(
+      state,
+      [&w](const std::vector<Tensor>& x) {
+        return std::vector<Tensor>{tessera::bench::transformer_block(w, x[0])};
+      },
+      in);
+}
+
 void register_all() {
+  for (auto [dtype, name] : {std::pair{tessera::kFloat16, "f16"}, std::pair{tessera::kBFloat16, "bf16"}}) {
+    benchmark::RegisterBenchmark((std::string("BM_CompiledChain/") + name).c_str(), BM_CompiledChain, dtype)
+        ->Arg(int64_t(1) << 24)
+        ->UseRealTime()
+        ->Unit(benchmark::kMicrosecond)
+        ->MinTime(0.3);
+    benchmark::RegisterBenchmark((std::string("BM_CompiledBlock/") + name).c_str(), BM_CompiledBlock, dtype)
+        ->UseRealTime()
+        ->Unit(benchmark::kMicrosecond)
+        ->MinTime(0.3);
+  }
+
   for (auto [dtype, name] : {std::pair{tessera::kFloat16, "f16"}, std::pair{tessera::kBFloat16, "bf16"}}) {
     auto* m = benchmark::RegisterBenchmark((std::string("BM_Matmul/") + name).c_str(), BM_Matmul, dtype);
     for (int64_t n : {1024, 2048, 4096, 8192}) m->Arg(n);

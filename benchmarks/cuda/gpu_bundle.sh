@@ -19,7 +19,7 @@ root=$(cd "$here/../.." && pwd)
 BUILD=$(cd "${1:-$root/build/release}" && pwd)
 DEST=${2:-$root/build/gpu-bundle}
 REQUIRED_PROGRAMS=(tessera test_cuda bench_cuda)
-OPTIONAL_PROGRAMS=(test_sparse_cuda bench_sparse_cuda test_sparse_mma_layout)
+OPTIONAL_PROGRAMS=(test_sparse_cuda bench_sparse_cuda test_sparse_mma_layout test_cuda_compiler_plugin)
 
 for p in "${REQUIRED_PROGRAMS[@]}"; do
   [ -x "$BUILD/bin/$p" ] || { echo "gpu_bundle: $BUILD/bin/$p is missing: build the release tree first (cmake --build --preset release)" >&2; exit 1; }

@@ -101,6 +101,11 @@ if [ -n "$cudnn" ]; then export TESSERA_CUDA_CUDNN=$cudnn; else echo "warning: n
 cusparselt_dir=$(env LD_LIBRARY_PATH="$PYLD" python3 -c 'import nvidia.cusparselt as m, os; print(os.path.join(list(m.__path__)[0], "lib"))' 2>/dev/null)
 cusparselt=$(ls "$cusparselt_dir"/libcusparseLt.so.0 2>/dev/null | head -1)
 if [ -n "$cusparselt" ]; then export TESSERA_CUDA_CUSPARSELT=$cusparselt; else echo "warning: no cuSPARSELt found: 2:4 linear takes the dense path and the cuSPARSELt tests fail" | tee -a "$SUMMARY"; fi
+# The CUDA compiler plugin opens NVRTC at first use (Note [Loading NVRTC]): the toolkit's, else PyTorch's.
+if ! ls "$CUDA_LIB"/libnvrtc.so.* >/dev/null 2>&1; then
+  nvrtc=$(env LD_LIBRARY_PATH="$PYLD" python3 -c 'import nvidia, glob, os; print(next(iter(sorted(p for d in nvidia.__path__ for p in glob.glob(os.path.join(d, "*", "lib", "libnvrtc.so.*")) if "builtins" not in p)), ""))' 2>/dev/null)
+  if [ -n "$nvrtc" ]; then export TESSERA_CUDA_NVRTC=$nvrtc; else echo "warning: no NVRTC found: compiled chains run through the dispatcher" | tee -a "$SUMMARY"; fi
+fi
 [ -d /usr/local/cuda/bin ] && export PATH=$PATH:/usr/local/cuda/bin
 
 echo "==> machine and bundle ($(head -2 "$G/CONTENTS.txt" 2>/dev/null | tr '\n' ' '))" | tee -a "$SUMMARY"
@@ -132,6 +137,15 @@ if [ -x "$B/bin/test_sparse_cuda" ]; then
   export -f sparse_tests
   step "test_sparse_cuda" 60 "$OUTDIR/test_sparse_cuda.log" sparse_tests
   tail -3 "$OUTDIR/test_sparse_cuda.log"
+fi
+if [ -x "$B/bin/test_cuda_compiler_plugin" ]; then
+  compiler_tests() {  # the fused kernels must run on a GPU machine, not skip
+    TESSERA_REQUIRE_CUDA=1 "$B/bin/test_cuda_compiler_plugin" --gtest_output="xml:$OUTDIR/test_cuda_compiler_plugin.xml" || return
+    ! grep -q '^\[  SKIPPED \]' "$OUTDIR/test_cuda_compiler_plugin.log"
+  }
+  export -f compiler_tests
+  step "test_cuda_compiler_plugin" 60 "$OUTDIR/test_cuda_compiler_plugin.log" compiler_tests
+  tail -3 "$OUTDIR/test_cuda_compiler_plugin.log"
 fi
 step "tessera check" 90 "$OUTDIR/tessera_check.log" "$B/bin/tessera" check --device cuda
 tail -6 "$OUTDIR/tessera_check.log"

@@ -36,6 +36,9 @@ def row_specs():
         for pair in ("f32_f16", "f32_bf16", "f32_f32"):
             name = "BM_CopyTransposed" if transposed else "BM_Copy"
             rows.append((f"{name}/{pair}/8192", "copy", dict(pair=pair, n=8192, transposed=transposed)))
+    for dt in ("f16", "bf16"):
+        rows.append((f"BM_CompiledChain/{dt}/{1 << 24}", "compiled_chain", dict(dt=dt, n=1 << 24)))
+        rows.append((f"BM_CompiledBlock/{dt}", "compiled_block", dict(dt=dt)))
     batches = (16, 64, 256, 1024, 4096)
     for dt in ("f16", "bf16"):
         for batch in batches:
@@ -45,6 +48,33 @@ def row_specs():
         for batch in batches:
             rows.append((f"BM_SparseLinear/{variant}/{batch}", "same_as", dict(row=f"BM_SparseLinear/{dt}/{batch}")))
     return rows
+
+
+def transformer_block(torch, F, dev, dt):
+    """The block of benchmarks/cpu/transformer_block.h: seq 512, d_model 512, 8 heads, MLP 2048, causal."""
+    seq, d, heads, mlp = 512, 512, 8, 2048
+    g = torch.Generator(device="cpu").manual_seed(11)
+
+    def weight(o, i):
+        return (torch.randn(o, i, generator=g) / i ** 0.5).to(dev, dt)
+
+    def vec(n, scale):
+        return (torch.randn(n, generator=g) * scale).to(dev, dt)
+
+    w = dict(ln1_w=(1 + 0.1 * torch.randn(d, generator=g)).to(dev, dt), ln1_b=vec(d, 0.1),
+             wq=weight(d, d), bq=vec(d, 0.1), wk=weight(d, d), bk=vec(d, 0.1), wv=weight(d, d), bv=vec(d, 0.1),
+             wo=weight(d, d), bo=vec(d, 0.1), ln2_w=(1 + 0.1 * torch.randn(d, generator=g)).to(dev, dt),
+             ln2_b=vec(d, 0.1), w1=weight(mlp, d), b1=vec(mlp, 0.1), w2=weight(d, mlp), b2=vec(d, 0.1))
+
+    def block(x):
+        h = F.layer_norm(x, (d,), w["ln1_w"], w["ln1_b"])
+        q, k, v = (F.linear(h, w["w" + n], w["b" + n]).view(1, seq, heads, d // heads).transpose(1, 2) for n in "qkv")
+        a = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(1, seq, d)
+        x1 = x + F.linear(a, w["wo"], w["bo"])
+        h2 = F.layer_norm(x1, (d,), w["ln2_w"], w["ln2_b"])
+        return x1 + F.linear(F.gelu(F.linear(h2, w["w1"], w["b1"])), w["w2"], w["b2"])
+
+    return block, (torch.randn(1, seq, d, generator=g).to(dev, dt),)
 
 
 def measure(out_path, min_time, dev, only):
@@ -120,6 +150,23 @@ def measure(out_path, min_time, dev, only):
                     wd = ws.to_dense() if hasattr(ws, "to_dense") else ws
                     note = f"dense F.linear (2:4 linear refused: {type(e).__name__})"
                     us = per_call(lambda: F.linear(x, wd))
+            elif kind in ("compiled_chain", "compiled_block"):
+                # torch.compile (default mode) of the same function; eager when it cannot compile here.
+                dt = dtypes[p["dt"]]
+                if kind == "compiled_chain":
+                    cols = 4096
+                    args = (torch.randn(p["n"] // cols, cols, device=dev, dtype=dt), torch.randn(cols, device=dev, dtype=dt),
+                            torch.randn(p["n"] // cols, cols, device=dev, dtype=dt))
+                    fn = lambda x, b, s: F.gelu(x * 1.702 + b) * s  # noqa: E731
+                else:
+                    fn, args = transformer_block(torch, F, dev, dt)
+                try:
+                    compiled = torch.compile(fn)
+                    compiled(*args)
+                    note = "torch.compile"
+                except Exception as e:
+                    compiled, note = fn, f"eager (torch.compile failed: {type(e).__name__})"
+                us = per_call(lambda: compiled(*args))
             elif kind == "same_as":
                 if p["row"] not in results:
                     raise ValueError(f"{p['row']} was not measured in this run")

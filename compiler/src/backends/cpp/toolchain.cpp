@@ -26,6 +26,7 @@
 #include <mutex>
 #include <sstream>
 
+#include "tessera/content_hash.h"
 #include "tessera/cpu_features.h"
 #include "tessera/env.h"
 #include "tessera/error.h"
@@ -142,25 +143,7 @@ std::string cache_directory(const CodegenOptions& options) {
   return (fs::path(home) / ".cache" / "tessera" / "compile").string();
 }
 
-std::string hash_hex(std::string_view bytes) {
-  // Two 64-bit FNV-1a lanes with different offsets and a final mix each: a 128-bit cache key.
-  uint64_t a = 0xcbf29ce484222325ull, b = 0x84222325cbf29ce4ull;
-  for (unsigned char c : bytes) {
-    a = (a ^ c) * 0x100000001b3ull;
-    b = (b ^ c) * 0x100000001b3ull;
-    b ^= b >> 29;
-  }
-  auto mix = [](uint64_t x) {
-    x ^= x >> 33;
-    x *= 0xff51afd7ed558ccdull;
-    x ^= x >> 33;
-    x *= 0xc4ceb9fe1a85ec53ull;
-    return x ^ (x >> 33);
-  };
-  char out[33];
-  std::snprintf(out, sizeof out, "%016llx%016llx", (unsigned long long)mix(a), (unsigned long long)mix(b));
-  return out;
-}
+std::string hash_hex(std::string_view bytes) { return content_hash_hex(bytes); }
 
 std::vector<std::string> compile_flags(CpuIsa isa) {
   std::vector<std::string> f = {"-std=c++20", "-O3", "-shared", "-fPIC", "-fopenmp", "-fno-math-errno",

@@ -1,0 +1,460 @@
+// The CUDA compiler plugin's generated kernels (Note [Fused CUDA kernels]) without a GPU:
+// - NVRTC (the toolkit's real libnvrtc, Note [Loading NVRTC]) compiles every generated source to a
+//   cubin for sm_80 and sm_90;
+// - the same body over the host prelude, compiled by the system C++ compiler and run, matches a naive
+//   double evaluation of each chain on fresh random inputs, for float32 / float64 / float16 /
+//   bfloat16, with broadcast and strided inputs and NaNs;
+// - the loader's errors and the program checks.
+#include <dlfcn.h>
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "cubin_cache.h"
+#include "fused_program.h"
+#include "nvrtc_loader.h"
+#include "tessera/float16.h"
+
+namespace {
+
+namespace cf = tessera::cuda_fuser;
+using cf::FDType;
+using cf::FOp;
+
+cf::Operand R(int32_t reg) { return cf::Operand{reg, 0}; }
+cf::Operand N(double v) { return cf::Operand{-1, v}; }
+
+// Program A: binary ops, constants, alpha, broadcasting and NaN. Inputs x (S), y (S), z (last dim
+// of S, broadcast). Registers: 0 x, 1 y, 2 z, then the steps from 3.
+cf::FusedProgram program_a(FDType t) {
+  cf::FusedProgram p;
+  p.dtype = t;
+  p.num_inputs = 3;
+  p.steps = {
+      {FOp::Add, R(0), R(1), 2.0},    // 3: x + 2y
+      {FOp::Sub, R(0), R(2), 0.5},    // 4: x - 0.5z
+      {FOp::Mul, R(0), N(2.5), 1},    // 5: 2.5x
+      {FOp::Div, R(0), R(1), 1},      // 6: x / y
+      {FOp::Maximum, R(0), R(2), 1},  // 7
+      {FOp::Minimum, R(1), R(2), 1},  // 8
+      {FOp::Relu, R(0), {}, 1},       // 9
+      {FOp::Neg, R(9), {}, 1},        // 10: -relu(x)
+      {FOp::Abs, R(1), {}, 1},        // 11
+      {FOp::Mul, R(11), R(0), 1},     // 12: |y| x
+      {FOp::Sub, N(1.0), R(5), 1},    // 13: 1 - 2.5x
+  };
+  p.output_regs = {3, 4, 13, 6, 7, 8, 10, 12};
+  return p;
+}
+
+// Program B: the unary functions. Inputs x (S), y (S, strided). t = |x| + 0.5 keeps logs real.
+cf::FusedProgram program_b(FDType t) {
+  cf::FusedProgram p;
+  p.dtype = t;
+  p.num_inputs = 2;
+  p.steps = {
+      {FOp::Abs, R(0), {}, 1},            // 2
+      {FOp::Add, R(2), N(0.5), 1},        // 3: t
+      {FOp::Log, R(3), {}, 1},            // 4
+      {FOp::Sqrt, R(3), {}, 1},           // 5
+      {FOp::Add, R(4), R(5), 1},          // 6: log t + sqrt t
+      {FOp::Rsqrt, R(3), {}, 1},          // 7
+      {FOp::Exp, R(1), {}, 1},            // 8
+      {FOp::Sin, R(1), {}, 1},            // 9
+      {FOp::Add, R(8), R(9), 1},          // 10: exp y + sin y
+      {FOp::Cos, R(0), {}, 1},            // 11
+      {FOp::Tanh, R(1), {}, 1},           // 12
+      {FOp::Mul, R(11), R(12), 1},        // 13: cos x tanh y
+      {FOp::Sigmoid, R(0), {}, 1},        // 14
+      {FOp::Silu, R(1), {}, 1},           // 15
+      {FOp::Add, R(14), R(15), 1},        // 16
+      {FOp::GeluErf, R(0), {}, 1},        // 17
+      {FOp::GeluTanh, R(1), {}, 1},       // 18
+      {FOp::Erf, R(0), {}, 1},            // 19
+      {FOp::Add, R(18), R(19), 1},        // 20
+      {FOp::Reciprocal, R(3), {}, 1},     // 21
+      {FOp::PowScalar, R(3), N(1.7), 1},  // 22
+      {FOp::PowScalar, R(1), N(2.0), 1},  // 23
+      {FOp::Add, R(21), R(22), 1},        // 24
+      {FOp::Add, R(24), R(23), 1},        // 25
+  };
+  p.output_regs = {6, 7, 10, 13, 16, 17, 20, 25};
+  return p;
+}
+
+// The same chains in double, per element (the oracle).
+double gelu(double v) { return 0.5 * v * (1 + std::erf(v / std::sqrt(2.0))); }
+double gelu_tanh(double v) {
+  return 0.5 * v * (1 + std::tanh(std::sqrt(2 / M_PI) * (v + 0.044715 * v * v * v)));
+}
+double relu(double v) { return std::isnan(v) ? v : v > 0 ? v : 0; }
+double max_nan(double a, double b) { return std::isnan(a) || std::isnan(b) ? NAN : std::max(a, b); }
+double min_nan(double a, double b) { return std::isnan(a) || std::isnan(b) ? NAN : std::min(a, b); }
+
+std::vector<double> expect_a(double x, double y, double z) {
+  return {x + 2 * y,     x - 0.5 * z,   1 - 2.5 * x, x / y,
+          max_nan(x, z), min_nan(y, z), -relu(x),    std::abs(y) * x};
+}
+std::vector<double> expect_b(double x, double y) {
+  const double t = std::abs(x) + 0.5;
+  return {std::log(t) + std::sqrt(t),
+          1 / std::sqrt(t),
+          std::exp(y) + std::sin(y),
+          std::cos(x) * std::tanh(y),
+          1 / (1 + std::exp(-x)) + y / (1 + std::exp(-y)),
+          gelu(x),
+          gelu_tanh(y) + std::erf(x),
+          1 / t + std::pow(t, 1.7) + y * y};
+}
+
+const char* dtype_name(FDType t) {
+  switch (t) {
+    case FDType::Float32:
+      return "float32";
+    case FDType::Float64:
+      return "float64";
+    case FDType::Float16:
+      return "float16";
+    case FDType::BFloat16:
+      return "bfloat16";
+  }
+  return "?";
+}
+
+// Elements of one dtype in bytes, written from and read as double.
+struct Buffer {
+  FDType t;
+  std::vector<unsigned char> bytes;
+  Buffer(FDType type, size_t n) : t(type), bytes(n * size()) {}
+  size_t size() const { return t == FDType::Float64 ? 8 : t == FDType::Float32 ? 4 : 2; }
+  void set(size_t i, double v) {
+    unsigned char* p = bytes.data() + i * size();
+    if (t == FDType::Float64) {
+      std::memcpy(p, &v, 8);
+    } else if (t == FDType::Float32) {
+      const float f = float(v);
+      std::memcpy(p, &f, 4);
+    } else {
+      const uint16_t h = t == FDType::Float16 ? tessera::fp16::float_to_half_bits(float(v))
+                                              : tessera::fp16::float_to_bfloat16_bits(float(v));
+      std::memcpy(p, &h, 2);
+    }
+  }
+  double get(size_t i) const {
+    const unsigned char* p = bytes.data() + i * size();
+    if (t == FDType::Float64) {
+      double v;
+      std::memcpy(&v, p, 8);
+      return v;
+    }
+    if (t == FDType::Float32) {
+      float f;
+      std::memcpy(&f, p, 4);
+      return f;
+    }
+    uint16_t h;
+    std::memcpy(&h, p, 2);
+    return t == FDType::Float16 ? tessera::fp16::half_bits_to_float(h)
+                                : tessera::fp16::bfloat16_bits_to_float(h);
+  }
+};
+
+// Relative tolerance of a chain's result: the output rounding of the dtype plus float arithmetic.
+double tolerance(FDType t) {
+  switch (t) {
+    case FDType::Float64:
+      return 1e-12;
+    case FDType::Float32:
+      return 2e-6;
+    case FDType::Float16:
+      return 2e-3;
+    case FDType::BFloat16:
+      return 1.6e-2;
+  }
+  return 0;
+}
+
+void expect_close(double got, double want, FDType t, const std::string& where) {
+  if (std::isnan(want)) {
+    EXPECT_TRUE(std::isnan(got)) << where << ": got " << got << ", want NaN";
+    return;
+  }
+  EXPECT_NEAR(got, want, tolerance(t) * (1 + std::abs(want))) << where;
+}
+
+// Compiles the host source into a shared library and returns tessera_fused from it (the handle
+// stays open for the test's life).
+using FusedFn = void (*)(cf::TsArgs);
+FusedFn build_host(const std::string& source, std::string* error) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("tessera_fuser_test_" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  static int counter = 0;
+  const std::string stem = (dir / ("fused" + std::to_string(counter++))).string();
+  std::ofstream(stem + ".cpp") << source;
+  const char* cxx = std::getenv("CXX");
+  const std::string cmd = std::string(cxx && *cxx ? cxx : "c++") + " -std=c++17 -O1 -shared -fPIC -I" +
+                          TESSERA_SDK_INCLUDE_DIR + " " + stem + ".cpp -o " + stem + ".so 2>" + stem + ".log";
+  if (std::system(cmd.c_str()) != 0) {
+    std::ifstream log(stem + ".log");
+    *error = cmd + "\n" + std::string(std::istreambuf_iterator<char>(log), {});
+    return nullptr;
+  }
+  void* lib = dlopen((stem + ".so").c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!lib) {
+    *error = dlerror();
+    return nullptr;
+  }
+  return reinterpret_cast<FusedFn>(dlsym(lib, "tessera_fused"));
+}
+
+constexpr FDType kAll[] = {FDType::Float32, FDType::Float64, FDType::Float16, FDType::BFloat16};
+
+TEST(CudaFuser, GeneratedChainsMatchADoubleLoopOnTheHost) {
+  std::mt19937 rng(20261206);
+  std::normal_distribution<double> normal(0, 1.5);
+  const int64_t rows = 37, cols = 29, n = rows * cols;
+  for (FDType t : kAll) {
+    SCOPED_TRACE(dtype_name(t));
+    // Program A: x and y of shape (rows, cols), z of shape (cols) broadcast over the rows.
+    {
+      std::string error;
+      FusedFn fn = build_host(cf::host_source(program_a(t)), &error);
+      ASSERT_NE(fn, nullptr) << error;
+      Buffer x(t, n), y(t, n), z(t, cols);
+      for (int64_t i = 0; i < n; ++i) {
+        x.set(i, i % 17 == 3 ? NAN : normal(rng));
+        double v = normal(rng);
+        y.set(i, std::abs(v) < 0.05 ? 0.5 : v);
+      }
+      for (int64_t c = 0; c < cols; ++c) z.set(c, c % 11 == 5 ? NAN : normal(rng));
+      std::vector<Buffer> out(8, Buffer(t, n));
+      cf::TsArgs a{};
+      a.in[0] = x.bytes.data();
+      a.in[1] = y.bytes.data();
+      a.in[2] = z.bytes.data();
+      for (int o = 0; o < 8; ++o) a.out[o] = out[o].bytes.data();
+      a.n = n;
+      a.rank = 2;
+      a.sizes[0] = rows;
+      a.sizes[1] = cols;
+      a.contiguous[0] = a.contiguous[1] = 1;
+      a.strides[2][0] = 0;  // z repeats over the rows
+      a.strides[2][1] = 1;
+      fn(a);
+      for (int64_t i = 0; i < n; ++i) {
+        const std::vector<double> want = expect_a(x.get(i), y.get(i), z.get(i % cols));
+        for (int o = 0; o < 8; ++o)
+          expect_close(out[o].get(i), want[o], t,
+                       "output " + std::to_string(o) + " element " + std::to_string(i));
+      }
+    }
+    // Program B: x contiguous (rows, cols); y the transpose of a (cols, rows) buffer (strided).
+    {
+      std::string error;
+      FusedFn fn = build_host(cf::host_source(program_b(t)), &error);
+      ASSERT_NE(fn, nullptr) << error;
+      Buffer x(t, n), yt(t, n);
+      for (int64_t i = 0; i < n; ++i) {
+        x.set(i, normal(rng));
+        yt.set(i, normal(rng));
+      }
+      std::vector<Buffer> out(8, Buffer(t, n));
+      cf::TsArgs a{};
+      a.in[0] = x.bytes.data();
+      a.in[1] = yt.bytes.data();
+      for (int o = 0; o < 8; ++o) a.out[o] = out[o].bytes.data();
+      a.n = n;
+      a.rank = 2;
+      a.sizes[0] = rows;
+      a.sizes[1] = cols;
+      a.contiguous[0] = 1;
+      a.strides[1][0] = 1;  // y(r, c) = yt[c * rows + r]
+      a.strides[1][1] = rows;
+      fn(a);
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t c = 0; c < cols; ++c) {
+          const int64_t i = r * cols + c;
+          const std::vector<double> want = expect_b(x.get(i), yt.get(c * rows + r));
+          for (int o = 0; o < 8; ++o)
+            expect_close(out[o].get(i), want[o], t,
+                         "output " + std::to_string(o) + " element " + std::to_string(i));
+        }
+    }
+  }
+}
+
+// The host compiler lays out TsArgs as the prelude spells it: the generated kernel reads the fields
+// the plugin writes.
+TEST(CudaFuser, ThePreludeSpellsTsArgsAsTheHeader) {
+  const std::string text = cf::kTsArgsText;
+  EXPECT_NE(text.find("const void* in[" + std::to_string(cf::kMaxInputs) + "];"), std::string::npos) << text;
+  EXPECT_NE(text.find("void* out[" + std::to_string(cf::kMaxOutputs) + "];"), std::string::npos) << text;
+  EXPECT_NE(text.find("long long sizes[" + std::to_string(cf::kMaxRank) + "];"), std::string::npos) << text;
+  EXPECT_NE(text.find("long long strides[" + std::to_string(cf::kMaxInputs) + "][" +
+                      std::to_string(cf::kMaxRank) + "];"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("int contiguous[" + std::to_string(cf::kMaxInputs) + "];"), std::string::npos) << text;
+  // And the field order: a kernel built from the text reports the offsets it sees.
+  const std::string probe =
+      std::string("#include <cstddef>\n") + text +
+      "extern \"C\" __attribute__((visibility(\"default\"))) void offsets(size_t* o) {\n"
+      "  o[0] = offsetof(TsArgs, out); o[1] = offsetof(TsArgs, n); o[2] = offsetof(TsArgs, sizes);\n"
+      "  o[3] = offsetof(TsArgs, strides); o[4] = offsetof(TsArgs, contiguous); o[5] = sizeof(TsArgs);\n}\n"
+      "extern \"C\" __attribute__((visibility(\"default\"))) void tessera_fused() {}\n";
+  std::string error;
+  FusedFn fn = build_host(probe, &error);
+  ASSERT_NE(fn, nullptr) << error;
+  Dl_info info{};
+  ASSERT_NE(dladdr(reinterpret_cast<void*>(fn), &info), 0);
+  void* lib = dlopen(info.dli_fname, RTLD_NOW | RTLD_NOLOAD);
+  ASSERT_NE(lib, nullptr);
+  auto offsets = reinterpret_cast<void (*)(size_t*)>(dlsym(lib, "offsets"));
+  ASSERT_NE(offsets, nullptr);
+  size_t o[6];
+  offsets(o);
+  EXPECT_EQ(o[0], offsetof(cf::TsArgs, out));
+  EXPECT_EQ(o[1], offsetof(cf::TsArgs, n));
+  EXPECT_EQ(o[2], offsetof(cf::TsArgs, sizes));
+  EXPECT_EQ(o[3], offsetof(cf::TsArgs, strides));
+  EXPECT_EQ(o[4], offsetof(cf::TsArgs, contiguous));
+  EXPECT_EQ(o[5], sizeof(cf::TsArgs));
+  dlclose(lib);
+}
+
+// NVRTC compiles every generated kernel for the architectures the CUDA plugin targets.
+TEST(CudaFuser, NvrtcCompilesEveryGeneratedKernel) {
+  const cf::NvrtcApi& api = cf::nvrtc_api();
+  ASSERT_TRUE(api.loaded) << api.error;
+  EXPECT_GE(api.major, 12);
+  for (FDType t : kAll)
+    for (const cf::FusedProgram& p : {program_a(t), program_b(t)})
+      for (int arch : {80, 90}) {
+        SCOPED_TRACE(std::string(dtype_name(t)) + " sm_" + std::to_string(arch));
+        ASSERT_EQ(cf::check_program(p), "");
+        const cf::Cubin c = cf::compile_cubin(api, cf::cuda_source(p), arch);
+        ASSERT_TRUE(c.error.empty()) << c.error << "\n" << cf::cuda_source(p);
+        ASSERT_GT(c.image.size(), 4u);
+        EXPECT_EQ(c.image.substr(0, 4), std::string("\x7f"
+                                                    "ELF"))
+            << "a cubin is an ELF image";
+      }
+}
+
+TEST(CudaFuser, NvrtcReportsACompileErrorWithItsLog) {
+  const cf::NvrtcApi& api = cf::nvrtc_api();
+  ASSERT_TRUE(api.loaded) << api.error;
+  const cf::Cubin c = cf::compile_cubin(api, "extern \"C\" __global__ void k() { undefined_thing(); }", 90);
+  EXPECT_TRUE(c.image.empty());
+  EXPECT_NE(c.error.find("NVRTC failed for sm_90"), std::string::npos) << c.error;
+  EXPECT_NE(c.error.find("undefined_thing"), std::string::npos) << c.error;
+}
+
+TEST(CudaFuser, TheLoaderSaysWhatWasTried) {
+  const cf::NvrtcApi missing = cf::load_nvrtc_from({"/nonexistent/libnvrtc.so.13"});
+  EXPECT_FALSE(missing.loaded);
+  EXPECT_NE(missing.error.find("/nonexistent/libnvrtc.so.13"), std::string::npos) << missing.error;
+  EXPECT_NE(missing.error.find("TESSERA_CUDA_NVRTC"), std::string::npos) << missing.error;
+  const cf::NvrtcApi wrong = cf::load_nvrtc_from({"libm.so.6"});
+  EXPECT_FALSE(wrong.loaded);
+  EXPECT_NE(wrong.error.find("is not a usable NVRTC"), std::string::npos) << wrong.error;
+  const cf::Cubin none = cf::compile_cubin(wrong, "", 90);
+  EXPECT_EQ(none.error, wrong.error);
+}
+
+TEST(CudaFuser, ProgramChecksAndOpNames) {
+  cf::FusedProgram p = program_a(FDType::Float32);
+  EXPECT_EQ(cf::check_program(p), "");
+  p.steps[0].b = R(5);  // read before written
+  EXPECT_NE(cf::check_program(p).find("step 0 reads register 5 before it is written"), std::string::npos);
+  p = program_a(FDType::Float32);
+  p.output_regs.push_back(99);
+  EXPECT_NE(cf::check_program(p).find("outputs"), std::string::npos);
+  p.output_regs = {99};
+  EXPECT_NE(cf::check_program(p).find("register 99"), std::string::npos);
+  p.output_regs.clear();
+  EXPECT_NE(cf::check_program(p).find("0 outputs"), std::string::npos);
+  p = program_a(FDType::Float32);
+  p.num_inputs = cf::kMaxInputs + 1;
+  EXPECT_NE(cf::check_program(p).find("inputs"), std::string::npos);
+
+  EXPECT_EQ(cf::fused_op("add.Tensor"), FOp::Add);
+  EXPECT_EQ(cf::fused_op("pow.Tensor_Scalar"), FOp::PowScalar);
+  EXPECT_EQ(cf::fused_op("gelu", "none"), FOp::GeluErf);
+  EXPECT_EQ(cf::fused_op("gelu", "tanh"), FOp::GeluTanh);
+  EXPECT_EQ(cf::fused_op("gelu", "fast"), std::nullopt);
+  EXPECT_EQ(cf::fused_op("matmul"), std::nullopt);
+  EXPECT_TRUE(cf::is_binary(FOp::Minimum));
+  EXPECT_FALSE(cf::is_binary(FOp::Neg));
+}
+
+// The disk cache of compiled kernels: a miss makes and stores, a hit reads the same bytes without
+// making; a corrupt or truncated entry is made again; a folder others can write is refused.
+TEST(CudaFuserCache, HitsMissesAndCorruptEntries) {
+  namespace fs = std::filesystem;
+  const fs::path root = fs::temp_directory_path() / ("tessera_fuser_cache_" + std::to_string(getpid()));
+  fs::remove_all(root);
+  ASSERT_EQ(setenv("TESSERA_CACHE_DIR", root.c_str(), 1), 0);
+  std::string error;
+  const std::optional<std::string> dir = cf::cache_directory(&error);
+  ASSERT_TRUE(dir) << error;
+  EXPECT_EQ(fs::path(*dir), root / "cuda");
+  int made = 0;
+  auto make = [&](std::string*) {
+    ++made;
+    return std::string(
+               "\x7f"
+               "ELF image bytes ") +
+           std::to_string(made);
+  };
+  const std::string key = cf::hash_hex("source");
+  cf::CacheLookup first = cf::cached_image(*dir, key, make);
+  EXPECT_FALSE(first.hit);
+  EXPECT_EQ(made, 1);
+  cf::CacheLookup second = cf::cached_image(*dir, key, make);
+  EXPECT_TRUE(second.hit);
+  EXPECT_EQ(second.image, first.image);
+  EXPECT_EQ(made, 1);
+  // Flip one byte of the image: the hash no longer matches, so it is made again.
+  {
+    std::fstream f(fs::path(*dir) / (key + ".cubin"), std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(3);
+    f.put('X');
+  }
+  cf::CacheLookup third = cf::cached_image(*dir, key, make);
+  EXPECT_FALSE(third.hit);
+  EXPECT_EQ(made, 2);
+  // Truncate the meta: made again.
+  std::ofstream(fs::path(*dir) / (key + ".meta"), std::ios::trunc) << "tessera-cuda-cache 1\nkey";
+  EXPECT_FALSE(cf::cached_image(*dir, key, make).hit);
+  EXPECT_EQ(made, 3);
+  // A failing make leaves no entry and says why.
+  const std::string other = cf::hash_hex("other");
+  cf::CacheLookup failed = cf::cached_image(*dir, other, [](std::string* e) {
+    *e = "NVRTC failed";
+    return std::string();
+  });
+  EXPECT_TRUE(failed.image.empty());
+  EXPECT_EQ(failed.error, "NVRTC failed");
+  EXPECT_FALSE(fs::exists(fs::path(*dir) / (other + ".cubin")));
+  // A folder writable by the group is refused, naming the fix.
+  ASSERT_EQ(chmod(dir->c_str(), 0775), 0);
+  EXPECT_FALSE(cf::cache_directory(&error));
+  EXPECT_NE(error.find("chmod go-w"), std::string::npos) << error;
+  unsetenv("TESSERA_CACHE_DIR");
+  fs::remove_all(root);
+}
+
+}  // namespace
