@@ -43,6 +43,12 @@ install_packages() {
   # without them onnx.models is not registered.
   python3 -c 'import onnx, onnxruntime' 2>/dev/null ||
     python3 -m pip install --quiet onnx onnxruntime || echo "(onnx/onnxruntime not installed: onnx.models is skipped)"
+  # The CUDA plugin's attention on cuDNN builds against the header-only cudnn-frontend (pip's
+  # nvidia-cudnn-frontend; Note [SDPA on cuDNN]); without it SDPA keeps the plugin's own kernels.
+  if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
+    python3 -c 'import sysconfig, os, sys; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["purelib"], "include", "cudnn_frontend.h")))' 2>/dev/null ||
+      python3 -m pip install --quiet --no-deps nvidia-cudnn-frontend || echo "(nvidia-cudnn-frontend not installed: SDPA on CUDA will not use cuDNN)"
+  fi
   # The Python package (python/) builds with nanobind (scikit-build-core for pip install .); its
   # suite runs with pytest.
   python3 -c 'import nanobind, scikit_build_core, pytest' 2>/dev/null ||

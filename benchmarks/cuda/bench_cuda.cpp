@@ -3,8 +3,9 @@
 // reference; goals in docs/cuda.md):
 //   matmul f16/bf16 n = 1024..8192     vs cuBLASLt called directly on the same buffers (goal >= 0.95)
 //   add, softmax                       vs a device-to-device copy moving the same bytes (goal >= 0.8)
-//   SDPA (flash kernels: tensor cores, and CUDA cores as BM_SdpaSimt) seq 1024/4096, head dim 64/128
-//                                      vs the math path matmul + softmax + matmul
+//   SDPA seq 1024/4096, head dim 64/128 vs the math path matmul + softmax + matmul: BM_Sdpa as a user
+//                                      gets it (cuDNN's fused attention), BM_SdpaFlash / BM_SdpaSimt
+//                                      the plugin's tensor-core / CUDA-core flash kernels
 //   compiled (tessera::compile, backend "auto": the CUDA compiler plugin) vs the same function eager:
 //     a pointwise chain on 16M elements (BM_CompiledChain) and the transformer block of
 //     benchmarks/cpu/transformer_block.h (BM_CompiledBlock); goal >= 1.3 for the block
@@ -168,13 +169,31 @@ void BM_MulNumber(benchmark::State& state, DType dtype) {
 
 // ---------------------------------------------------------------- attention: flash vs math
 
-// `simt`: the CUDA-core flash kernel (TESSERA_CUDA_FLASH_SIMT=1) instead of the tensor-core one.
-void BM_Sdpa(benchmark::State& state, DType dtype, bool simt) {
+// cuDNN's SDPA calls so far (the CUDA plugin's "cudnn_sdpa_calls" property), -1 when not reported.
+int64_t cudnn_sdpa_calls() {
+  for (const tessera::DeviceInfo& d : tessera::devices()) {
+    if (d.name != "cuda:0") continue;
+    const std::string key = "\"cudnn_sdpa_calls\": ";
+    const size_t pos = d.properties.find(key);
+    return pos == std::string::npos ? -1 : std::stoll(d.properties.substr(pos + key.size()));
+  }
+  return -1;
+}
+
+// Which SDPA path a row times: what a user gets (cuDNN's fused attention where it takes the case,
+// Note [SDPA on cuDNN]), the plugin's tensor-core flash kernel, or its CUDA-core one.
+enum class SdpaPath { Default, Flash, Simt };
+
+void BM_Sdpa(benchmark::State& state, DType dtype, SdpaPath path) {
   if (const std::string why = no_device_reason(); !why.empty()) {
     state.SkipWithError(why.c_str());
     return;
   }
-  setenv("TESSERA_CUDA_FLASH_SIMT", simt ? "1" : "0", 1);
+  setenv("TESSERA_CUDA_FLASH_SIMT", path == SdpaPath::Simt ? "1" : "0", 1);
+  if (path == SdpaPath::Default)
+    unsetenv("TESSERA_CUDA_CUDNN_ATTENTION");
+  else
+    setenv("TESSERA_CUDA_CUDNN_ATTENTION", "0", 1);
   const int64_t seq = state.range(0), d = state.range(1), heads = 16;
   const Tensor q = tessera::randn({1, heads, seq, d}).to(dtype).to("cuda:0");
   const Tensor k = tessera::randn({1, heads, seq, d}).to(dtype).to("cuda:0");
@@ -184,12 +203,20 @@ void BM_Sdpa(benchmark::State& state, DType dtype, bool simt) {
     Tensor s = tessera::mul(tessera::matmul(q, k.transpose(-2, -1)), tessera::scalar_tensor(scale).to(dtype).to("cuda:0"));
     benchmark::DoNotOptimize(tessera::matmul(tessera::softmax(s, -1), v));
   };
+  const int64_t before = cudnn_sdpa_calls();
+  benchmark::DoNotOptimize(tessera::scaled_dot_product_attention(q, k, v));
+  sync();
+  const bool on_cudnn = cudnn_sdpa_calls() > before;
   run_with_reference(
       state, [&] { benchmark::DoNotOptimize(tessera::scaled_dot_product_attention(q, k, v)); }, math,
       4.0 * double(heads) * double(seq) * double(seq) * double(d), 0);
   unsetenv("TESSERA_CUDA_FLASH_SIMT");
-  state.SetLabel(simt ? "CUDA-core kernel; reference: math path (matmul + softmax + matmul)"
-                      : "tensor-core kernel; reference: math path (matmul + softmax + matmul)");
+  unsetenv("TESSERA_CUDA_CUDNN_ATTENTION");
+  state.counters["cudnn"] = on_cudnn ? 1 : 0;
+  state.SetLabel(std::string(on_cudnn                 ? "cuDNN fused attention"
+                             : path == SdpaPath::Simt ? "CUDA-core kernel"
+                                                      : "tensor-core kernel") +
+                 "; reference: math path (matmul + softmax + matmul)");
 }
 
 // ---------------------------------------------------------------- compiled vs eager
@@ -265,9 +292,10 @@ void register_all() {
     auto* m = benchmark::RegisterBenchmark((std::string("BM_Matmul/") + name).c_str(), BM_Matmul, dtype);
     for (int64_t n : {1024, 2048, 4096, 8192}) m->Arg(n);
     m->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.3);
-    for (bool simt : {false, true}) {
-      auto* s = benchmark::RegisterBenchmark((std::string(simt ? "BM_SdpaSimt/" : "BM_Sdpa/") + name).c_str(), BM_Sdpa,
-                                             dtype, simt);
+    for (auto [path, row] :
+         {std::pair{SdpaPath::Default, "BM_Sdpa/"}, std::pair{SdpaPath::Flash, "BM_SdpaFlash/"},
+          std::pair{SdpaPath::Simt, "BM_SdpaSimt/"}}) {
+      auto* s = benchmark::RegisterBenchmark((std::string(row) + name).c_str(), BM_Sdpa, dtype, path);
       for (int64_t seq : {1024, 4096})
         for (int64_t d : {64, 128}) s->Args({seq, d});
       s->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.3);

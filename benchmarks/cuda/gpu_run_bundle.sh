@@ -151,7 +151,7 @@ step "tessera check" 90 "$OUTDIR/tessera_check.log" "$B/bin/tessera" check --dev
 tail -6 "$OUTDIR/tessera_check.log"
 
 # ---- benchmarks, PyTorch on the same rows, the table
-step "bench_cuda" 150 "$OUTDIR/bench_cuda.txt" "$B/bin/bench_cuda" --benchmark_out="$OUTDIR/bench_cuda.json" \
+step "bench_cuda" 200 "$OUTDIR/bench_cuda.txt" "$B/bin/bench_cuda" --benchmark_out="$OUTDIR/bench_cuda.json" \
   --benchmark_out_format=json
 if [ -x "$B/bin/bench_sparse_cuda" ]; then
   step "bench_sparse_cuda" 90 "$OUTDIR/bench_sparse_cuda.txt" "$B/bin/bench_sparse_cuda" \

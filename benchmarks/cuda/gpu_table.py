@@ -20,7 +20,7 @@ import sys
 _DROPPED = ("min_time:", "iterations:", "repeats:", "threads:")
 _TIME_UNIT_US = {"ns": 1e-3, "us": 1.0, "ms": 1e3, "s": 1e6}
 # Rows timed against the same PyTorch call as another row.
-_TORCH_ALIASES = {"BM_SdpaSimt/": "BM_Sdpa/"}
+_TORCH_ALIASES = {"BM_SdpaSimt/": "BM_Sdpa/", "BM_SdpaFlash/": "BM_Sdpa/"}
 
 
 def normalise(name):

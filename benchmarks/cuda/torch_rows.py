@@ -10,7 +10,7 @@
 Each row is one op call followed by torch.cuda.synchronize(), repeated for at least --min-time
 seconds after a warm-up call, as the benchmarks do (op + synchronize per iteration). Row names are
 the benchmarks' names without Google Benchmark's suffixes (min_time, iterations, real_time); the
-BM_SdpaSimt rows are compared with the same PyTorch call as BM_Sdpa (gpu_table.py).
+BM_SdpaSimt and BM_SdpaFlash rows are compared with the same PyTorch call as BM_Sdpa (gpu_table.py).
 """
 import json
 import sys

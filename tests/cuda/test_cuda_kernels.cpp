@@ -29,11 +29,15 @@ class CudaKernels : public ::testing::Test {
  protected:
   void SetUp() override {
     REQUIRE_CUDA_DEVICE();
+    // These tests check the plugin's own kernels: SDPA on cuDNN (Note [SDPA on cuDNN]) has its own
+    // test, which turns it back on.
+    setenv("TESSERA_CUDA_CUDNN_ATTENTION", "0", 1);
     std::random_device rd;
     seed_ = rd();
     tessera::manual_seed(seed_);
     RecordProperty("seed", std::to_string(seed_));
   }
+  void TearDown() override { unsetenv("TESSERA_CUDA_CUDNN_ATTENTION"); }
   // N(0, 1) on the CPU in `t`, and its copy on cuda:0.
   std::pair<Tensor, Tensor> randn_pair(std::vector<int64_t> sizes, DType t) {
     Tensor cpu = tessera::randn(sizes).to(t);
@@ -1115,6 +1119,77 @@ TEST_F(CudaKernels, PowAndClampLikeTheCpu) {
     EXPECT_RUNS_ON_CUDA("clamp integer " + tn, got = tessera::clamp(b.to("cuda:0"), int64_t(1), int64_t(6)));
     expect_same(got, tessera::clamp(b, int64_t(1), int64_t(6)), "clamp integer " + tn);
     expect_same(tessera::clamp(b.to("cuda:0"), 0.5), tessera::clamp(b, 0.5), "clamp integer with a float bound " + tn);
+  }
+}
+
+// A number or string property of cuda:0 ("cudnn_sdpa_calls"), as its device properties say.
+std::string cuda_property(const std::string& key) {
+  for (const tessera::DeviceInfo& d : tessera::devices()) {
+    if (d.name != "cuda:0") continue;
+    const std::string quoted = "\"" + key + "\": ";
+    const size_t pos = d.properties.find(quoted);
+    if (pos == std::string::npos) return "";
+    std::string v = d.properties.substr(pos + quoted.size());
+    if (!v.empty() && v[0] == '"') return v.substr(1, v.find('"', 1) - 1);
+    return v.substr(0, v.find_first_of(",}"));
+  }
+  return "";
+}
+int64_t cudnn_sdpa_calls() {
+  const std::string v = cuda_property("cudnn_sdpa_calls");
+  return v.empty() ? -1 : std::stoll(v);
+}
+
+// Note [SDPA on cuDNN]: float16 / bfloat16 attention runs on cuDNN's fused attention (its call
+// counter in the device properties moves) and matches the CPU in float32: causal or not, other key
+// lengths, head dims 64 to 256. Masks go to cuDNN only with TESSERA_CUDA_CUDNN_ATTENTION=masks;
+// there a fully masked row must still give 0 (docs/semantics.md), which decides whether masks can
+// go to cuDNN by default.
+TEST_F(CudaKernels, CudnnAttentionLikeTheCpu) {
+  setenv("TESSERA_CUDA_CUDNN_ATTENTION", "1", 1);
+  const std::string status = cuda_property("cudnn_attention");
+  if (status.rfind("float16/bfloat16", 0) != 0) {
+    ADD_FAILURE() << "SDPA on cuDNN is not available: " << status;
+    return;
+  }
+  struct Shape {
+    int64_t b, h, lq, lk, d;
+    bool causal;
+  };
+  for (DType t : {tessera::kFloat16, tessera::kBFloat16})
+    for (const Shape& s : {Shape{2, 4, 77, 101, 64, false}, Shape{1, 8, 256, 256, 128, true},
+                           Shape{1, 2, 64, 200, 256, false}, Shape{2, 3, 128, 96, 64, true}}) {
+      const std::string what = std::string(tessera::dtype_name(t)) + " " + std::to_string(s.lq) + "x" +
+                               std::to_string(s.lk) + " d=" + std::to_string(s.d) +
+                               (s.causal ? " causal" : "");
+      auto [q, dq] = randn_pair({s.b, s.h, s.lq, s.d}, t);
+      auto [k, dk] = randn_pair({s.b, s.h, s.lk, s.d}, t);
+      auto [v, dv] = randn_pair({s.b, s.h, s.lk, s.d}, t);
+      const int64_t before = cudnn_sdpa_calls();
+      const Tensor got = tessera::scaled_dot_product_attention(dq, dk, dv, std::nullopt, s.causal);
+      EXPECT_GT(cudnn_sdpa_calls(), before) << what << ": cuDNN did not run it";
+      const Tensor ref = tessera::scaled_dot_product_attention(
+          q.to(tessera::kFloat32), k.to(tessera::kFloat32), v.to(tessera::kFloat32), std::nullopt, s.causal);
+      const Tol tol = t == tessera::kFloat16 ? Tol{1e-2, 1e-2} : Tol{3e-2, 3e-2};
+      expect_close(got.to(tessera::kFloat32), ref, tol, "cuDNN sdpa " + what);
+    }
+  setenv("TESSERA_CUDA_CUDNN_ATTENTION", "masks", 1);
+  for (DType t : {tessera::kFloat16, tessera::kBFloat16}) {
+    auto [q, dq] = randn_pair({2, 4, 64, 64}, t);
+    auto [k, dk] = randn_pair({2, 4, 96, 64}, t);
+    auto [v, dv] = randn_pair({2, 4, 96, 64}, t);
+    Tensor mask = tessera::gt(tessera::rand({64, 96}), tessera::full({1}, 0.3));
+    mask.select(0, 5).fill_(false);  // query 5 sees no key: 0, like PyTorch
+    const int64_t before = cudnn_sdpa_calls();
+    const Tensor got =
+        tessera::scaled_dot_product_attention(dq, dk, dv, mask.to("cuda:0")).to(tessera::kFloat32);
+    EXPECT_GT(cudnn_sdpa_calls(), before) << "a bool mask with TESSERA_CUDA_CUDNN_ATTENTION=masks";
+    const Tensor ref = tessera::scaled_dot_product_attention(q.to(tessera::kFloat32), k.to(tessera::kFloat32),
+                                                             v.to(tessera::kFloat32), mask);
+    expect_close(got, ref, t == tessera::kFloat16 ? Tol{1e-2, 1e-2} : Tol{3e-2, 3e-2},
+                 "cuDNN sdpa bool mask " + std::string(tessera::dtype_name(t)));
+    EXPECT_TRUE(tessera::equal(got.select(2, 5).cpu(), tessera::zeros({2, 4, 64})))
+        << "a fully masked row is not 0";
   }
 }
 

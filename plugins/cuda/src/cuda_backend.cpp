@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "cublaslt_loader.h"
+#include "cudnn_attention.h"
 #include "cudnn_loader.h"
 #include "tessera/cuda/cuda_plugin.h"
 #include "tessera/sdk.hpp"
@@ -349,21 +350,27 @@ std::string Backend::properties_json(int device) {
   const CudnnApi& dnn = cudnn_api();
   os << "{\"available\": true"
      << ", \"name\": \"" << json_escape(p.name) << "\""
-     << ", \"memory\": " << p.totalGlobalMem
-     << ", \"sm_count\": " << p.multiProcessorCount
+     << ", \"memory\": " << p.totalGlobalMem << ", \"sm_count\": " << p.multiProcessorCount
      << ", \"compute_capability\": \"" << p.major << "." << p.minor << "\""
      << ", \"capability\": {\"major\": " << p.major << ", \"minor\": " << p.minor << "}"
      << ", \"l2_cache_bytes\": " << p.l2CacheSize
      << ", \"shared_memory_per_block_optin\": " << p.sharedMemPerBlockOptin
-     << ", \"warp_size\": " << p.warpSize
-     << ", \"pci_bus_id\": " << p.pciBusID
-     << ", \"driver_version\": " << driver << ", \"runtime_version\": " << runtime
-     << ", \"cublaslt\": \"" << json_escape(lt.loaded ? lt.path + " (version " + std::to_string(lt.version) + ")" : lt.error) << "\""
-     << ", \"cudnn\": \"" << json_escape(dnn.loaded ? dnn.path + " (version " + std::to_string(dnn.version) + ")" : dnn.error) << "\""
+     << ", \"warp_size\": " << p.warpSize << ", \"pci_bus_id\": " << p.pciBusID
+     << ", \"driver_version\": " << driver << ", \"runtime_version\": " << runtime << ", \"cublaslt\": \""
+     << json_escape(lt.loaded ? lt.path + " (version " + std::to_string(lt.version) + ")" : lt.error) << "\""
+     << ", \"cudnn\": \""
+     << json_escape(dnn.loaded ? dnn.path + " (version " + std::to_string(dnn.version) + ")" : dnn.error)
+     << "\""
+     << ", \"cudnn_attention\": \""
+     << json_escape(!cudnn_attention_built()
+                        ? "built without cudnn-frontend (pip install nvidia-cudnn-frontend)"
+                    : dnn.loaded ? "float16/bfloat16 SDPA through cuDNN's fused attention"
+                                 : "off: " + dnn.error)
+     << "\", \"cudnn_sdpa_calls\": " << cudnn_sdpa_calls()
      << ", \"allocator\": {\"allocated\": " << s.allocated_bytes << ", \"reserved\": " << s.reserved_bytes
-     << ", \"cached\": " << s.cached_bytes << ", \"peak_allocated\": " << s.peak_allocated_bytes << ", \"hits\": " << s.hits
-     << ", \"misses\": " << s.misses << ", \"splits\": " << s.splits << ", \"merges\": " << s.merges
-     << ", \"segments\": " << s.segments << "}}";
+     << ", \"cached\": " << s.cached_bytes << ", \"peak_allocated\": " << s.peak_allocated_bytes
+     << ", \"hits\": " << s.hits << ", \"misses\": " << s.misses << ", \"splits\": " << s.splits
+     << ", \"merges\": " << s.merges << ", \"segments\": " << s.segments << "}}";
   return os.str();
 }
 

@@ -52,6 +52,7 @@ CudnnApi load_cudnn_from(const std::vector<std::string>& candidates) {
     dlclose(lib);
     return api;
   }
+  api.handle = lib;
   api.loaded = true;
   return api;
 }

@@ -20,6 +20,7 @@ struct CudnnApi {
   std::string path;   // the file that was opened
   std::string error;  // why loading failed (every place tried)
   size_t version = 0;
+  void* handle = nullptr;  // the dlopen handle (cudnn-frontend's dynamic loading resolves through it)
 
   decltype(&cudnnGetVersion) get_version = nullptr;
   decltype(&cudnnGetErrorString) get_error_string = nullptr;

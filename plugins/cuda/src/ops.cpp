@@ -20,12 +20,13 @@
 
 #include "conv_plan.h"
 #include "cublaslt_loader.h"
-#include "cudnn_loader.h"
 #include "cuda_backend.h"
+#include "cudnn_attention.h"
+#include "cudnn_loader.h"
 #include "half_bits.h"
 #include "launch.h"
-#include "reduce_state.h"
 #include "matmul_layout.h"
+#include "reduce_state.h"
 #include "scalar_convert.h"
 #include "tensor_iter.h"
 #include "tessera/op_names.h"
@@ -1442,6 +1443,9 @@ void pool2d_kernel(const KernelCall& call) {
 
 // ---------------------------------------------------------------- attention
 
+// Defined after select_into (below): runs the call on cuDNN when it takes it (Note [SDPA on cuDNN]).
+bool cudnn_attention(const KernelCall& call, const Launch& l, const AttentionParams& p);
+
 void sdpa_kernel(const KernelCall& call) {
   Launch l(call);
   using T = op::scaled_dot_product_attention::tensor;
@@ -1557,6 +1561,7 @@ void sdpa_kernel(const KernelCall& call) {
     p.mask = mask.data;
     p.mask_dtype = mask.dtype;
   }
+  if (cudnn_attention(call, l, p)) return;
   check_launch(call, launch());
 }
 
@@ -1583,6 +1588,95 @@ void select_into(const KernelCall& call, const Launch& l, const DeviceTensor& ou
   const uint32_t value_mask = (a.value ? 2u : 0u) | (b.value ? 4u : 0u);
   check_launch(call, launch_where(shape, ops[0], ops[1], ops[2], ops[3], value_mask, a.bits, b.bits, l.stream),
                into_temporary);
+}
+
+// Note [SDPA on cuDNN] (cudnn_attention.h): true when cuDNN ran the call; false, with nothing
+// queued, when the plugin's own kernels are to run it. TESSERA_CUDA_CUDNN_ATTENTION: "0" turns the
+// path off; "masks" also sends masked attention to cuDNN, which is off by default until a GPU run
+// has checked that cuDNN gives a fully masked row 0 as PyTorch does (docs/semantics.md).
+bool cudnn_attention(const KernelCall& call, const Launch& l, const AttentionParams& p) {
+  if (p.dtype != kDtF16 && p.dtype != kDtBF16) return false;
+  const char* mode = sdk::host_api() && sdk::host_api()->getenv
+                         ? sdk::host_api()->getenv("TESSERA_CUDA_CUDNN_ATTENTION")
+                         : nullptr;
+  if (mode && std::strcmp(mode, "0") == 0) return false;
+  const CudnnApi& api = cudnn_api();
+  if (!api.loaded || !cudnn_attention_built()) {
+    static std::once_flag logged;
+    std::call_once(logged, [&] {
+      sdk::log(TESSERA_LOG_INFO, "cuda",
+               "SDPA runs on the plugin's kernels: " +
+                   (api.loaded ? validate_cudnn_sdpa(SdpaProblem{}) : api.error));
+    });
+    return false;
+  }
+  const bool masks = mode && std::strcmp(mode, "masks") == 0;
+  if (p.mask && !masks) return false;
+  // A float32 mask next to half queries is added in float32 (PyTorch): rounding it to the inputs'
+  // dtype for cuDNN would change the result (64 + x loses x in bfloat16).
+  if (p.mask && p.mask_dtype != kDtBool && p.mask_dtype != p.dtype) return false;
+  SdpaProblem s;
+  s.dtype = p.dtype;
+  s.batch = p.batch;
+  s.heads = p.heads;
+  s.len_q = p.len_q;
+  s.len_k = p.len_k;
+  s.head_dim = p.head_dim;
+  s.value_dim = p.value_dim;
+  for (int i = 0; i < 3; ++i) {
+    s.q_strides[i] = p.q_strides[i];
+    s.k_strides[i] = p.k_strides[i];
+    s.v_strides[i] = p.v_strides[i];
+    s.o_strides[i] = p.out_strides[i];
+  }
+  s.q_strides[3] = s.k_strides[3] = s.v_strides[3] = s.o_strides[3] = 1;
+  s.causal = p.causal;
+  s.scale = p.scale_exact;
+  DeviceTensor mask;
+  if (p.mask) {
+    const int64_t full[4] = {p.batch, p.heads, p.len_q, p.len_k};
+    mask.data = const_cast<void*>(p.mask);
+    mask.dtype = p.mask_dtype;
+    for (int i = 0; i < 4; ++i) {
+      mask.sizes.push_back(p.mask_strides[i] == 0 ? 1 : full[i]);
+      mask.strides.push_back(p.mask_strides[i]);
+    }
+    s.has_bias = true;
+    for (int i = 0; i < 4; ++i) s.bias_sizes[i] = mask.sizes[size_t(i)];
+    const std::vector<int64_t> packed = contiguous_strides(mask.sizes);
+    for (int i = 0; i < 4; ++i)
+      s.bias_strides[i] = p.mask_dtype == p.dtype ? p.mask_strides[i] : packed[size_t(i)];
+  }
+  static std::once_flag refusal_logged;
+  if (const std::string why = cudnn_sdpa_refusal(s, p.q, p.k, p.v, nullptr, p.out); !why.empty()) {
+    std::call_once(refusal_logged,
+                   [&] { sdk::log(TESSERA_LOG_INFO, "cuda", "SDPA not on cuDNN (logged once): " + why); });
+    return false;
+  }
+  if (p.mask && p.mask_dtype == kDtBool) {  // the additive mask of the inputs' dtype: 0 keeps, -inf removes
+    DeviceTensor additive = temporary(l, p.dtype, mask.sizes);
+    const uint64_t zero = 0, minus_inf = p.dtype == kDtF16 ? 0xfc00u : 0xff80u;
+    select_into(call, l, additive, mask, number_operand(zero), number_operand(minus_inf), true);
+    mask = additive;
+  }
+  CudnnState& st = cudnn_state();
+  std::lock_guard<std::mutex> lock(st.mutex);
+  cudnnHandle_t& handle = st.handles[l.device];
+  if (!handle && api.create(&handle) != CUDNN_STATUS_SUCCESS) {
+    handle = nullptr;
+    return false;
+  }
+  if (api.set_stream(handle, l.stream) != CUDNN_STATUS_SUCCESS) return false;
+  const std::string error = run_cudnn_sdpa(handle, l.device, l.stream, s, p.q, p.k, p.v, mask.data, p.out);
+  if (!error.empty()) {
+    static std::once_flag failed_logged;
+    std::call_once(failed_logged, [&] {
+      sdk::log(TESSERA_LOG_WARNING, "cuda",
+               "SDPA falls back to the plugin's kernels (logged once): " + error);
+    });
+    return false;
+  }
+  return true;
 }
 
 // where(condition, self, other): self and other converted to the output's dtype (the promotion the
