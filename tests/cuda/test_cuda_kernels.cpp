@@ -1663,6 +1663,37 @@ TEST_F(CudaKernels, BatchNormInferenceLikeTheCpu) {
 
 // group_norm (with and without weight and bias) and constant pad (positive and negative amounts, a
 // value) against the CPU.
+// pad in reflect / replicate / circular modes (index tables per padded dim, Note at pad_kernel)
+// and constant pad of integer and bool tensors, against the CPU: positive and negative (cropping)
+// amounts, 1-D to 3-D pads, a strided input; a reflect pad as large as the dim is an error naming it.
+TEST_F(CudaKernels, PadModesAndIntegerPadLikeTheCpu) {
+  const tessera::Device cuda("cuda:0");
+  for (DType t : {tessera::kFloat32, tessera::kFloat16, tessera::kInt64, tessera::kInt8})
+    for (const char* mode : {"reflect", "replicate", "circular"})
+      for (const std::vector<int64_t>& pads : {std::vector<int64_t>{2, 3}, std::vector<int64_t>{1, 2, 3, 0},
+                                               std::vector<int64_t>{-1, 2, 0, -2, 1, 1}}) {
+        const std::string what = std::string(tessera::dtype_name(t)) + " " + mode + " " + std::to_string(pads.size());
+        Tensor x = (tessera::randn({3, 6, 7}) * 10).to(t);
+        Tensor xs = x.transpose(1, 2);  // strided
+        const Tensor want = tessera::pad(xs, pads, mode);
+        const Tensor got = tessera::pad(xs.to(cuda), pads, mode);
+        EXPECT_EQ(got.sizes(), want.sizes()) << what;
+        EXPECT_TRUE(tessera::equal(got.cpu(), want)) << what;
+      }
+  for (DType t : {tessera::kInt32, tessera::kUInt8, tessera::kBool}) {
+    Tensor x = (tessera::rand({4, 5}) * 100).to(t);
+    const Tensor want = tessera::pad(x, {1, -2, 2, 1}, "constant", 7.0);
+    EXPECT_TRUE(tessera::equal(tessera::pad(x.to(cuda), {1, -2, 2, 1}, "constant", 7.0).cpu(), want))
+        << tessera::dtype_name(t);
+  }
+  try {
+    tessera::pad(tessera::randn({2, 3}).to(cuda), {3, 0}, "reflect");
+    ADD_FAILURE() << "a reflect pad of 3 on a dim of size 3 was accepted";
+  } catch (const tessera::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("pad"), std::string::npos) << e.what();
+  }
+}
+
 TEST_F(CudaKernels, GroupNormAndConstantPadLikeTheCpu) {
   for (DType t : {tessera::kFloat32, tessera::kFloat16, tessera::kBFloat16, tessera::kFloat64}) {
     const std::string tn(tessera::dtype_name(t));

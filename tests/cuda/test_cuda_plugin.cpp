@@ -180,8 +180,9 @@ TEST(CudaPlugin, RegistersKernelsWithTheirDtypes) {
                          "flip", "cumsum", "batch_norm", "group_norm", "pad"})
     for (tessera::DType t : {tessera::kFloat16, tessera::kFloat32, tessera::kFloat64})
       EXPECT_EQ(resolution(op, t), tessera::Resolution::Kernel) << op << " " << t;
-  for (const char* op : {"tril", "repeat", "slice_copy.Tensor", "flip"})
+  for (const char* op : {"tril", "repeat", "slice_copy.Tensor", "flip", "pad"})
     EXPECT_EQ(resolution(op, tessera::kBool), tessera::Resolution::Kernel) << op << " bool";
+  EXPECT_EQ(resolution("pad", tessera::kInt32), tessera::Resolution::Kernel) << "pad int32";
   for (const char* op : {"floor", "round", "sign", "hardtanh"})
     EXPECT_EQ(resolution(op, tessera::kInt32), tessera::Resolution::Kernel) << op << " int32";
   for (const char* op : {"uniform_", "normal_"})

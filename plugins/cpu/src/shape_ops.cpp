@@ -4,9 +4,11 @@
 // allocates them so for these ops).
 #include <algorithm>
 #include <limits>
+#include <optional>
 #include <vector>
 
 #include "kernels.h"
+#include "tessera/pad_index.h"
 
 namespace tessera::cpu {
 namespace {
@@ -128,27 +130,10 @@ void repeat_kernel(const KernelCall& c) {
 
 // ---- pad
 
-enum class PadMode { Reflect, Replicate, Circular };
-
-// Output index o of a padded dim of input size n with `lo` before and `hi` after: the input index.
-// Reflect and replicate read the whole input and then crop (a negative amount only shifts or
-// drops output indices); circular crops first and wraps within what is left, as PyTorch and ONNX
-// Runtime do (Note [Circular pad crops first] in dispatcher/src/meta_structural.cpp).
-int64_t pad_source(int64_t o, int64_t lo, int64_t hi, int64_t n, PadMode mode) {
-  if (mode == PadMode::Circular) {
-    const int64_t crop_lo = std::max<int64_t>(-lo, 0);
-    const int64_t m = n - crop_lo - std::max<int64_t>(-hi, 0);  // > 0: the shape rule checked it
-    const int64_t j = o - std::max<int64_t>(lo, 0);
-    return crop_lo + ((j % m) + m) % m;
-  }
-  int64_t i = o - lo;
-  if (mode == PadMode::Reflect) {
-    if (i < 0) i = -i;
-    if (i >= n) i = 2 * (n - 1) - i;
-    return i;
-  }
-  return std::clamp<int64_t>(i, 0, n - 1);
-}
+// The source index of each padded element: tessera::pad_source (tessera/pad_index.h), shared with
+// the CUDA plugin.
+using tessera::PadMode;
+using tessera::pad_source;
 
 void pad_kernel(const KernelCall& c) {
   using A = op::pad::attr;
@@ -190,8 +175,9 @@ void pad_kernel(const KernelCall& c) {
     copy_tensor(&vo.t, &vx.t);
     return;
   }
-  const PadMode pm = mode == "reflect" ? PadMode::Reflect : mode == "circular" ? PadMode::Circular : PadMode::Replicate;
-  TESSERA_SDK_CHECK(pm != PadMode::Replicate || mode == "replicate", "pad: unknown mode '" + mode + "'");
+  const std::optional<PadMode> parsed = tessera::pad_mode(mode);
+  TESSERA_SDK_CHECK(parsed.has_value(), "pad: unknown mode '" + mode + "'");
+  const PadMode pm = *parsed;
   // Byte offsets into x of every output index, per dim.
   std::vector<std::vector<int64_t>> offsets(static_cast<size_t>(nd));
   for (int d = 0; d < nd; ++d) {

@@ -30,6 +30,7 @@
 #include "scalar_convert.h"
 #include "tensor_iter.h"
 #include "tessera/op_names.h"
+#include "tessera/pad_index.h"
 
 namespace tessera::cuda {
 namespace {
@@ -1823,8 +1824,11 @@ void check_index_slot(const KernelCall& call, const Launch& l, const int64_t* sl
                                                           std::to_string(dim_size));
 }
 
+// `trusted`: the plugin made the indices (flip's reversed range, pad's tables), so no stream
+// synchronisation reads the error slot back (Note [Index errors on the GPU]).
 void run_index_select(const KernelCall& call, const Launch& l, const DeviceTensor& out, const DeviceTensor& src,
-                      int dim, const DeviceTensor& idx, const std::vector<int64_t>& index_strides, const char* what) {
+                      int dim, const DeviceTensor& idx, const std::vector<int64_t>& index_strides, const char* what,
+                      bool trusted = false) {
   IndexSelectParams p;
   p.ndim = int32_t(src.ndim());
   p.dim = dim;
@@ -1844,7 +1848,7 @@ void run_index_select(const KernelCall& call, const Launch& l, const DeviceTenso
   DeviceBuffer slot(l.device, 2 * sizeof(int64_t), l.stream);
   p.error = static_cast<int64_t*>(slot.get());
   check_launch(call, launch_index_select(p, l.stream));
-  check_index_slot(call, l, p.error, what, p.src_dim_size);
+  if (!trusted) check_index_slot(call, l, p.error, what, p.src_dim_size);
 }
 
 bool index_dtype(int32_t dt) { return dt == kDtI64 || dt == kDtI32; }
@@ -1995,7 +1999,7 @@ void scatter_reduce_kernel(const KernelCall& call) {
 }
 
 // flip(self, dims): one index_select per flipped dim (of size above 1) with the index size-1 .. 0
-// made on the device, through temporaries; the last pass writes the output.
+// made on the device (trusted: no index check), through temporaries; the last pass writes the output.
 void flip_kernel(const KernelCall& call) {
   Launch l(call);
   DeviceTensor x = view_of(call, call.input(op::flip::tensor::self), "self");
@@ -2023,7 +2027,7 @@ void flip_kernel(const KernelCall& call) {
     const DeviceTensor dst = k + 1 == dims.size() ? out : temporary(l, out.dtype, out.sizes);
     std::vector<int64_t> index_strides(size_t(src.ndim()), 0);
     index_strides[size_t(d)] = 1;
-    run_index_select(call, l, dst, src, d, idx, index_strides, "flip");
+    run_index_select(call, l, dst, src, d, idx, index_strides, "flip", /*trusted=*/true);
     src = dst;
   }
 }
@@ -2128,19 +2132,61 @@ void group_norm_kernel(const KernelCall& call) {
   if (y.data != out.data) device_copy(call, out, y, l.stream);
 }
 
-// pad(self, pad, "constant", value) on floating tensors: the output filled with the value (0 for
-// None), then the part of self that stays (negative pads crop) copied into its place; the other
-// modes and other dtypes go to the CPU fallback.
+// pad(self, pad, mode, value), every dtype.
+// - "constant": the output filled with the value (0 for None; converted to the dtype as the CPU
+//   does), then the part of self that stays (negative pads crop) copied into its place.
+// - "reflect", "replicate", "circular": one index_select per padded dim, whose index table
+//   (tessera::pad_source, the CPU kernel's rule) is made on the host and copied to the device, through
+//   temporaries; the last pass writes the output. A pad too large for its dim is an error naming it,
+//   as on the CPU.
 void pad_kernel(const KernelCall& call) {
   using A = op::pad::attr;
   Launch l(call);
   DeviceTensor x = view_of(call, call.input(op::pad::tensor::self), "self");
   DeviceTensor out = view_of(call, call.output(0), "output");
-  if (!elementwise_float(out.dtype) || out.dtype != x.dtype || out.ndim() != x.ndim()) unimplemented(call, "these operands");
-  if (call.num_attrs() > A::mode && call.attr_string(A::mode) != "constant") unimplemented(call, "a mode other than constant");
+  if (out.dtype != x.dtype || out.ndim() != x.ndim() || x.ndim() > kMaxDims) unimplemented(call, "these operands");
+  const std::string mode =
+      call.num_attrs() > A::mode && !call.attr_string(A::mode).empty() ? call.attr_string(A::mode) : "constant";
   int count = 0;
   const int64_t* pads = call.attr_ints(A::pad, &count);
   if (count % 2 != 0 || count / 2 > x.ndim()) unimplemented(call, "the pad list");
+  if (mode != "constant") {
+    const std::optional<tessera::PadMode> pm = tessera::pad_mode(mode);
+    if (!pm) unimplemented(call, "pad mode '" + mode + "'");
+    if (out.numel() == 0) return;
+    DeviceTensor src = x;
+    std::vector<int> dims;
+    for (int k = 0; k < count / 2; ++k)
+      if (pads[2 * k] != 0 || pads[2 * k + 1] != 0) dims.push_back(x.ndim() - 1 - k);
+    if (dims.empty()) return device_copy(call, out, x, l.stream);
+    for (size_t j = 0; j < dims.size(); ++j) {
+      const int d = dims[j];
+      const int k = x.ndim() - 1 - d;
+      const int64_t n = x.sizes[size_t(d)], m = out.sizes[size_t(d)];
+      std::vector<int64_t> table(static_cast<size_t>(m), 0);
+      for (int64_t o = 0; o < m; ++o) {
+        table[size_t(o)] = tessera::pad_source(o, pads[2 * k], pads[2 * k + 1], n, *pm);
+        if (table[size_t(o)] < 0 || table[size_t(o)] >= n)
+          throw sdk::Error(TESSERA_STATUS_INVALID_ARGUMENT,
+                           "pad: padding too large for dimension " + std::to_string(d) + " (size " + std::to_string(n) +
+                               ", mode " + mode + ")");
+      }
+      const DeviceTensor idx = temporary(l, kDtI64, {m});
+      // From pageable memory: cudaMemcpyAsync returns once `table` is staged, so it may go out of scope.
+      check_enqueue(call, cudaMemcpyAsync(idx.data, table.data(), table.size() * sizeof(int64_t),
+                                          cudaMemcpyHostToDevice, l.stream),
+                    "cudaMemcpyAsync of the pad index", /*into_temporary=*/true);
+      std::vector<int64_t> sizes = src.sizes;
+      sizes[size_t(d)] = m;
+      const DeviceTensor dst = j + 1 == dims.size() ? out : temporary(l, out.dtype, sizes);
+      if (j + 1 == dims.size() && dst.sizes != sizes) unimplemented(call, "the output's shape");
+      std::vector<int64_t> index_strides(size_t(src.ndim()), 0);
+      index_strides[size_t(d)] = 1;
+      run_index_select(call, l, dst, src, d, idx, index_strides, "pad", /*trusted=*/true);
+      src = dst;
+    }
+    return;
+  }
   const double value = call.num_attrs() > A::value && !call.attr_is_none(A::value) ? call.attr_double(A::value) : 0.0;
   IterShape shape;
   Operand o = out.operand();
@@ -2265,7 +2311,7 @@ void register_kernels(const sdk::Host& host) {
   host.register_kernel(op::flip::name, kAll, TESSERA_SDK_KERNEL(flip_kernel));
   host.register_kernel(op::batch_norm::name, kFloat | kF64, TESSERA_SDK_KERNEL(batch_norm_kernel));
   host.register_kernel(op::group_norm::name, kFloat | kF64, TESSERA_SDK_KERNEL(group_norm_kernel));
-  host.register_kernel(op::pad::name, kFloat | kF64, TESSERA_SDK_KERNEL(pad_kernel));
+  host.register_kernel(op::pad::name, kAll, TESSERA_SDK_KERNEL(pad_kernel));
   host.register_kernel(op::cumsum::name, kNumeric | kF64, TESSERA_SDK_KERNEL(cumsum_kernel));
   host.register_kernel(op::triu::name, kAll, TESSERA_SDK_KERNEL(triangle_kernel<true>));
   // creation and copies
