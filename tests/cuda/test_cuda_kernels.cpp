@@ -1663,6 +1663,56 @@ TEST_F(CudaKernels, BatchNormInferenceLikeTheCpu) {
 
 // group_norm (with and without weight and bias) and constant pad (positive and negative amounts, a
 // value) against the CPU.
+// Integer remainder, fmod and floor_divide (tessera/int_division.h, the CPU's rule) against the
+// CPU: signs of both operands, a number divisor, int8 wrapping, INT64_MIN / -1; a zero divisor,
+// tensor or number, is the CPU's error (Note [Integer division by zero on the GPU]).
+TEST_F(CudaKernels, IntegerRemainderFmodFloorDivideLikeTheCpu) {
+  const tessera::Device cuda("cuda:0");
+  std::mt19937 rng(static_cast<unsigned>(seed_));
+  for (DType t : {tessera::kInt64, tessera::kInt32, tessera::kInt8, tessera::kUInt8}) {
+    const bool is_unsigned = t == tessera::kUInt8;
+    std::vector<int64_t> va(257), vb(257);
+    for (auto& v : va) v = int64_t(rng() % 255) - (is_unsigned ? 0 : 127);
+    for (auto& v : vb) {
+      v = int64_t(rng() % 31) - (is_unsigned ? 0 : 15);
+      if (v == 0) v = 7;
+    }
+    const Tensor a = tessera::tensor(va, {257}).to(t), b = tessera::tensor(vb, {257}).to(t);
+    const Tensor da = a.to(cuda), db = b.to(cuda);
+    const std::string tn(tessera::dtype_name(t));
+    EXPECT_TRUE(tessera::equal(tessera::remainder(da, db).cpu(), tessera::remainder(a, b)))
+        << "remainder " << tn;
+    EXPECT_TRUE(tessera::equal(tessera::fmod(da, db).cpu(), tessera::fmod(a, b))) << "fmod " << tn;
+    EXPECT_TRUE(tessera::equal(tessera::floor_divide(da, db).cpu(), tessera::floor_divide(a, b)))
+        << "floor_divide " << tn;
+    const tessera::TensorOptions i64 = tessera::TensorOptions().dtype(tessera::kInt64);
+    const Tensor six = tessera::scalar_tensor(6, i64),
+                 four = tessera::scalar_tensor(4, i64);  // 0-dim CPU: numbers
+    EXPECT_TRUE(tessera::equal(tessera::remainder(da, six).cpu(), tessera::remainder(a, six)))
+        << "remainder by 6 " << tn;
+    EXPECT_TRUE(tessera::equal(tessera::floor_divide(da, four).cpu(), tessera::floor_divide(a, four)))
+        << "floor_divide by 4 " << tn;
+    Tensor with_zero = b.clone();
+    with_zero.select(0, 100).fill_(0);
+    for (const char* what : {"tensor", "number"}) {
+      try {
+        if (std::string(what) == "tensor")
+          (void)tessera::remainder(da, with_zero.to(cuda));
+        else
+          (void)tessera::floor_divide(da, tessera::scalar_tensor(0, i64));
+        ADD_FAILURE() << "a zero divisor (" << what << ") was accepted for " << tn;
+      } catch (const tessera::Error& e) {
+        EXPECT_NE(std::string(e.what()).find("integer division by zero"), std::string::npos) << e.what();
+      }
+    }
+  }
+  const Tensor lo = tessera::tensor(std::vector<int64_t>{std::numeric_limits<int64_t>::min(), -7, 7}, {3});
+  const Tensor m1 = tessera::tensor(std::vector<int64_t>{-1, 2, -2}, {3});
+  EXPECT_TRUE(
+      tessera::equal(tessera::floor_divide(lo.to(cuda), m1.to(cuda)).cpu(), tessera::floor_divide(lo, m1)));
+  EXPECT_TRUE(tessera::equal(tessera::remainder(lo.to(cuda), m1.to(cuda)).cpu(), tessera::remainder(lo, m1)));
+}
+
 // pad in reflect / replicate / circular modes (index tables per padded dim, Note at pad_kernel)
 // and constant pad of integer and bool tensors, against the CPU: positive and negative (cropping)
 // amounts, 1-D to 3-D pads, a strided input; a reflect pad as large as the dim is an error naming it.

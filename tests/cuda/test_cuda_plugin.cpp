@@ -174,8 +174,9 @@ TEST(CudaPlugin, RegistersKernelsWithTheirDtypes) {
   for (const char* op : {"bitwise_and.Tensor", "bitwise_or.Tensor", "bitwise_xor.Tensor", "bitwise_left_shift.Tensor",
                          "bitwise_right_shift.Tensor"})
     EXPECT_EQ(resolution(op, tessera::kInt16), tessera::Resolution::Kernel) << op;
-  EXPECT_NE(resolution("remainder.Tensor", tessera::kInt64), tessera::Resolution::Kernel)
-      << "integer remainder reports division by zero from the CPU";
+  for (const char* op : {"remainder.Tensor", "fmod.Tensor", "floor_divide"})
+    for (tessera::DType t : {tessera::kInt64, tessera::kInt8, tessera::kUInt8})
+      EXPECT_EQ(resolution(op, t), tessera::Resolution::Kernel) << op << " " << t;
   for (const char* op : {"logsumexp", "linalg_vector_norm", "isinf", "expand_copy", "slice_copy.Tensor", "repeat", "tril", "triu",
                          "flip", "cumsum", "batch_norm", "group_norm", "pad"})
     for (tessera::DType t : {tessera::kFloat16, tessera::kFloat32, tessera::kFloat64})

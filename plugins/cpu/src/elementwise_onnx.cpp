@@ -12,6 +12,7 @@
 #include <cmath>
 
 #include "kernels.h"
+#include "tessera/int_division.h"
 #include "tessera/vecmath/vecmath.h"
 
 namespace tessera::cpu {
@@ -372,9 +373,8 @@ A floor_divide_float(A a, A b) {
       "to get inf or NaN instead");
 }
 
-// x / y and x % y in int64 without the INT64_MIN / -1 overflow (which wraps, as in PyTorch).
-inline int64_t idiv(int64_t x, int64_t y) { return y == -1 ? int64_t(0 - uint64_t(x)) : x / y; }
-inline int64_t imod(int64_t x, int64_t y) { return y == -1 ? 0 : x % y; }
+// remainder, fmod and floor_divide in int64: tessera/int_division.h (shared with the CUDA plugin).
+namespace idiv = tessera::int_division;
 
 template <typename T>
 void run_integer_binary(BinFn fn, const StridedLoop& loop) {
@@ -385,20 +385,17 @@ void run_integer_binary(BinFn fn, const StridedLoop& loop) {
     case BinFn::Remainder:
       return map2<T, T>(loop, [](A a, A b) {
         if (b == 0) integer_division_by_zero();
-        A r = imod(a, b);
-        if (r != 0 && (r < 0) != (b < 0)) r += b;
-        return r;
+        return idiv::remainder(a, b);
       });
     case BinFn::Fmod:
       return map2<T, T>(loop, [](A a, A b) {
         if (b == 0) integer_division_by_zero();
-        return imod(a, b);
+        return idiv::fmod(a, b);
       });
     case BinFn::FloorDivide:
       return map2<T, T>(loop, [](A a, A b) {
         if (b == 0) integer_division_by_zero();
-        const A q = idiv(a, b);
-        return ((a < 0) != (b < 0) && imod(a, b) != 0) ? q - 1 : q;
+        return idiv::floor_divide(a, b);
       });
     case BinFn::BitAnd:
       return map2<T, T>(loop, [](A a, A b) { return a & b; });

@@ -8,6 +8,7 @@
 
 #include "cuda_common.cuh"
 #include "nan_math.h"
+#include "tessera/int_division.h"
 #include "tessera/random.h"
 
 namespace tessera::cuda {
@@ -42,7 +43,8 @@ __device__ __forceinline__ C floor_divide_float(C a, C b) {
   return floordiv;
 }
 
-// The ops of docs/pointwise-ops.md: floating ones for floating C, bitwise ones for integers.
+// The ops of docs/pointwise-ops.md: floating ones for floating C; bitwise ones, remainder, fmod and
+// floor_divide for integers.
 template <typename C>
 __device__ __forceinline__ C binary_onnx(BinaryOp op, C a, C b) {
   if constexpr (std::is_floating_point_v<C>) {
@@ -61,6 +63,13 @@ __device__ __forceinline__ C binary_onnx(BinaryOp op, C a, C b) {
     constexpr int64_t kWidth = int64_t(sizeof(C) * 8);
     const int64_t x = int64_t(a), y = int64_t(b);
     switch (op) {
+      // tessera/int_division.h, the CPU's rule; a zero divisor was refused on the host (0 here).
+      case BinaryOp::Remainder:
+        return y == 0 ? C(0) : C(tessera::int_division::remainder(x, y));
+      case BinaryOp::Fmod:
+        return y == 0 ? C(0) : C(tessera::int_division::fmod(x, y));
+      case BinaryOp::FloorDivide:
+        return y == 0 ? C(0) : C(tessera::int_division::floor_divide(x, y));
       case BinaryOp::BitAnd: return C(x & y);
       case BinaryOp::BitOr: return C(x | y);
       case BinaryOp::BitXor: return C(x ^ y);

@@ -240,6 +240,10 @@ static_assert(op::sub_Tensor::attr::alpha == int(Binary::attr::alpha) &&
               op::pow_Tensor_Tensor::tensor::exponent == int(Binary::tensor::other) &&
               op::_prelu_kernel::tensor::weight == int(Binary::tensor::other) &&
               op::atan2::tensor::other == int(Binary::tensor::other));
+// Defined after reduce_into (below): Note [Integer division by zero on the GPU].
+void check_integer_divisor(const KernelCall& call, const Launch& l, int scalar_operand,
+                           const ComputeScalar& scalar, const DeviceTensor& b, int32_t compute);
+
 template <BinaryOp kOp>
 void binary_kernel(const KernelCall& call) {
   Launch l(call);
@@ -269,6 +273,8 @@ void binary_kernel(const KernelCall& call) {
   if ((kOp == BinaryOp::Add || kOp == BinaryOp::Sub) && call.num_attrs() > kAlphaAt &&
       !call.attr_is_none(kAlphaAt))
     alpha = to_compute_scalar(attr_number(call, kAlphaAt), compute);
+  if constexpr (kOp == BinaryOp::Remainder || kOp == BinaryOp::Fmod || kOp == BinaryOp::FloorDivide)
+    if (!elementwise_float(compute)) check_integer_divisor(call, l, scalar_operand, scalar, b, compute);
   IterShape shape;
   Operand ops[3] = {out.operand(), a.operand(), b.operand()};
   const Geometry ins[2] = {a.geometry(), b.geometry()};
@@ -713,6 +719,47 @@ void reduce_into(const KernelCall& call, const Launch& l, ReduceOp op, const Dev
     workspace.emplace(l.device, size_t(plan.num_outputs) * size_t(how.splits) * kReduceStateBytes, l.stream);
   check_launch(call, launch_reduce(op, plan, how, x.data, x.dtype, out.data, out.dtype, correction,
                                    workspace ? workspace->get() : nullptr, l.stream));
+}
+
+// Note [Integer division by zero on the GPU]
+// Integer remainder, fmod and floor_divide report a zero divisor as the CPU does ("integer division
+// by zero"), before anything is written: a number divisor is checked on the host; a tensor divisor
+// by eq(b, 0) reduced to one bool on the device and read back, one stream synchronisation (as an
+// index check, Note [Index errors on the GPU]). PyTorch's CUDA kernels do not check (their result
+// is undefined there); the CPU's error is the rule here on every device.
+void check_integer_divisor(const KernelCall& call, const Launch& l, int scalar_operand,
+                           const ComputeScalar& scalar, const DeviceTensor& b, int32_t compute) {
+  auto refuse = [&call] {
+    throw sdk::Error(TESSERA_STATUS_INVALID_ARGUMENT,
+                     std::string(call.op_name()) +
+                         ": ZeroDivisionError: integer division by zero (PyTorch raises the "
+                         "same); use floating tensors to get inf or NaN instead");
+  };
+  if (scalar_operand == 2) {
+    if (scalar.i == 0) refuse();
+    return;
+  }
+  if (b.numel() == 0) return;
+  const DeviceTensor zeros = temporary(l, kDtBool, b.sizes);
+  IterShape shape;
+  Operand ops[3] = {zeros.operand(), b.operand(), b.operand()};
+  const Geometry ins[2] = {b.geometry(), b.geometry()};
+  if (!plan_elementwise(zeros.geometry(), ins, 2, &shape, ops)) unimplemented(call, "operand layout");
+  const ComputeScalar zero = to_compute_scalar(integral_number(0), compute),
+                      one = to_compute_scalar(integral_number(1), compute);
+  check_launch(call,
+               launch_binary(BinaryOp::Eq, compute, shape, ops[0], ops[1], ops[2], 2, zero, one,
+                             is_dense(shape, ops, 3, 1u << 2), l.stream),
+               /*into_temporary=*/true);
+  const DeviceTensor any = temporary(l, kDtBool, {});
+  const uint64_t all_dims = b.ndim() >= 64 ? ~uint64_t(0) : (uint64_t(1) << b.ndim()) - 1;
+  reduce_into(call, l, ReduceOp::Max, zeros, any, all_dims, false);
+  bool found = false;
+  check_enqueue(call, cudaMemcpyAsync(&found, any.data, 1, cudaMemcpyDeviceToHost, l.stream),
+                "cudaMemcpyAsync of the zero-divisor check", /*into_temporary=*/true);
+  check_cuda(cudaStreamSynchronize(l.stream),
+             std::string(call.op_name()) + " on cuda: synchronising for the zero-divisor check");
+  if (found) refuse();
 }
 
 template <ReduceOp kOp>
@@ -2241,9 +2288,12 @@ void register_kernels(const sdk::Host& host) {
   host.register_kernel(op::pow_Tensor_Scalar::name, kNumeric | kF64, TESSERA_SDK_KERNEL(pow_scalar_kernel));
   host.register_kernel(op::clamp::name, kNumeric | kF64, TESSERA_SDK_KERNEL(clamp_kernel));
   host.register_kernel(op::hardtanh::name, kNumeric | kF64, TESSERA_SDK_KERNEL(hardtanh_kernel));
-  host.register_kernel(op::remainder_Tensor::name, kFloat | kF64, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Remainder>));
-  host.register_kernel(op::fmod_Tensor::name, kFloat | kF64, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Fmod>));
-  host.register_kernel(op::floor_divide::name, kFloat | kF64, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::FloorDivide>));
+  host.register_kernel(op::remainder_Tensor::name, kFloat | kF64 | kIntegral,
+                       TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Remainder>));
+  host.register_kernel(op::fmod_Tensor::name, kFloat | kF64 | kIntegral,
+                       TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Fmod>));
+  host.register_kernel(op::floor_divide::name, kFloat | kF64 | kIntegral,
+                       TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::FloorDivide>));
   host.register_kernel(op::atan2::name, kFloat | kF64, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Atan2>));
   host.register_kernel(op::_prelu_kernel::name, kFloat | kF64, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Prelu>));
   host.register_kernel(op::prelu::name, kFloat | kF64, TESSERA_SDK_KERNEL(prelu_kernel));
