@@ -1663,6 +1663,40 @@ TEST_F(CudaKernels, BatchNormInferenceLikeTheCpu) {
 
 // group_norm (with and without weight and bias) and constant pad (positive and negative amounts, a
 // value) against the CPU.
+// Note [Bool operands on the GPU]: add / mul / maximum / minimum / and / or / xor and the
+// comparisons on bool tensors (and with a bool number) give the CPU's bools, every byte 0 or 1.
+TEST_F(CudaKernels, BoolOperandsLikeTheCpu) {
+  const tessera::Device cuda("cuda:0");
+  const Tensor a = tessera::gt(tessera::rand({7, 33}), tessera::full({1}, 0.5));
+  const Tensor b = tessera::gt(tessera::rand({33}), tessera::full({1}, 0.3));  // broadcast
+  const Tensor da = a.to(cuda), db = b.to(cuda);
+  using Fn = Tensor (*)(const Tensor&, const Tensor&);
+  for (auto [name, fn] : std::vector<std::pair<const char*, Fn>>{{"maximum", tessera::maximum},
+                                                                 {"minimum", tessera::minimum},
+                                                                 {"mul", tessera::mul},
+                                                                 {"bitwise_and", tessera::bitwise_and},
+                                                                 {"bitwise_or", tessera::bitwise_or},
+                                                                 {"bitwise_xor", tessera::bitwise_xor},
+                                                                 {"eq", tessera::eq},
+                                                                 {"ne", tessera::ne},
+                                                                 {"lt", tessera::lt},
+                                                                 {"le", tessera::le},
+                                                                 {"gt", tessera::gt},
+                                                                 {"ge", tessera::ge}}) {
+    const Tensor got = fn(da, db).cpu(), want = fn(a, b);
+    EXPECT_EQ(got.dtype(), want.dtype()) << name;
+    EXPECT_TRUE(tessera::equal(got, want)) << name;
+    // Every byte is 0 or 1: viewed as uint8, the values equal the CPU's.
+    EXPECT_TRUE(tessera::equal(got.to(tessera::kUInt8), want.to(tessera::kUInt8))) << name;
+  }
+  const Tensor sum = tessera::add(da, db).cpu();
+  EXPECT_TRUE(tessera::equal(sum, tessera::add(a, b))) << "add";
+  const Tensor t = tessera::scalar_tensor(true, tessera::TensorOptions().dtype(tessera::kBool));
+  EXPECT_TRUE(tessera::equal(tessera::eq(da, t).cpu(), tessera::eq(a, t))) << "eq with a bool number";
+  EXPECT_TRUE(tessera::equal(tessera::bitwise_xor(da, t).cpu(), tessera::bitwise_xor(a, t)))
+      << "xor with a bool number";
+}
+
 // Integer remainder, fmod and floor_divide (tessera/int_division.h, the CPU's rule) against the
 // CPU: signs of both operands, a number divisor, int8 wrapping, INT64_MIN / -1; a zero divisor,
 // tensor or number, is the CPU's error (Note [Integer division by zero on the GPU]).

@@ -181,6 +181,11 @@ TEST(CudaPlugin, RegistersKernelsWithTheirDtypes) {
                          "flip", "cumsum", "batch_norm", "group_norm", "pad"})
     for (tessera::DType t : {tessera::kFloat16, tessera::kFloat32, tessera::kFloat64})
       EXPECT_EQ(resolution(op, t), tessera::Resolution::Kernel) << op << " " << t;
+  for (const char* op : {"add.Tensor", "mul.Tensor", "maximum", "minimum", "bitwise_and.Tensor",
+                         "bitwise_or.Tensor", "bitwise_xor.Tensor", "eq.Tensor", "lt.Tensor"})
+    EXPECT_EQ(resolution(op, tessera::kBool), tessera::Resolution::Kernel) << op << " bool";
+  EXPECT_NE(resolution("sub.Tensor", tessera::kBool), tessera::Resolution::Kernel)
+      << "bool sub (PyTorch refuses it)";
   for (const char* op : {"tril", "repeat", "slice_copy.Tensor", "flip", "pad"})
     EXPECT_EQ(resolution(op, tessera::kBool), tessera::Resolution::Kernel) << op << " bool";
   EXPECT_EQ(resolution("pad", tessera::kInt32), tessera::Resolution::Kernel) << "pad int32";

@@ -244,6 +244,28 @@ static_assert(op::sub_Tensor::attr::alpha == int(Binary::attr::alpha) &&
 void check_integer_divisor(const KernelCall& call, const Launch& l, int scalar_operand,
                            const ComputeScalar& scalar, const DeviceTensor& b, int32_t compute);
 
+// Note [Bool operands on the GPU]
+// Bool tensors are bytes holding 0 or 1. A binary op on them runs on those bytes as uint8 with an op
+// that keeps every result 0 or 1 and equals the CPU's (int64 arithmetic, stored as `!= 0`):
+// add -> or, mul and minimum -> and, maximum -> or, and / or / xor and the comparisons as they are.
+// Other ops (sub, PyTorch refuses it; shifts, pow, division) stay with the CPU.
+std::optional<BinaryOp> bool_binary_op(BinaryOp op) {
+  switch (op) {
+    case BinaryOp::Add:
+    case BinaryOp::Maximum:
+    case BinaryOp::BitOr:
+      return BinaryOp::BitOr;
+    case BinaryOp::Mul:
+    case BinaryOp::Minimum:
+    case BinaryOp::BitAnd:
+      return BinaryOp::BitAnd;
+    case BinaryOp::BitXor:
+      return BinaryOp::BitXor;
+    default:
+      return is_comparison(op) ? std::optional<BinaryOp>(op) : std::nullopt;
+  }
+}
+
 template <BinaryOp kOp>
 void binary_kernel(const KernelCall& call) {
   Launch l(call);
@@ -254,6 +276,21 @@ void binary_kernel(const KernelCall& call) {
   DeviceTensor a, b;
   if (!a_scalar) a = view_of(call, av, "self");
   if (!b_scalar) b = view_of(call, bv, "other");
+  BinaryOp op = kOp;
+  const bool bool_compute = is_comparison(kOp)
+                                ? (a_scalar || a.dtype == kDtBool) && (b_scalar || b.dtype == kDtBool)
+                                : out.dtype == kDtBool;
+  if (bool_compute) {  // Note [Bool operands on the GPU]: the same bytes as uint8
+    const std::optional<BinaryOp> as_bytes = bool_binary_op(kOp);
+    if (!as_bytes) unimplemented(call, "bool operands");
+    if (kOp == BinaryOp::Add && call.num_attrs() > Binary::attr::alpha &&
+        !call.attr_is_none(Binary::attr::alpha) && attr_number(call, Binary::attr::alpha).i != 1)
+      unimplemented(call, "bool add with an alpha other than 1");
+    op = *as_bytes;
+    if (!a_scalar) a.dtype = kDtU8;
+    if (!b_scalar) b.dtype = kDtU8;
+    if (!is_comparison(kOp)) out.dtype = kDtU8;
+  }
   int32_t compute = out.dtype;
   if (is_comparison(kOp)) compute = a_scalar ? b.dtype : (b_scalar ? a.dtype : compare_dtype(a.dtype, b.dtype, a, b));
   if (!elementwise_dtype(compute)) unimplemented(call, std::string("dtype ") + dtype_str(compute));
@@ -280,7 +317,7 @@ void binary_kernel(const KernelCall& call) {
   const Geometry ins[2] = {a.geometry(), b.geometry()};
   if (!plan_elementwise(out.geometry(), ins, 2, &shape, ops)) unimplemented(call, "operand layout");
   const uint32_t skip = scalar_operand ? 1u << scalar_operand : 0u;
-  check_launch(call, launch_binary(kOp, compute, shape, ops[0], ops[1], ops[2], scalar_operand, scalar, alpha,
+  check_launch(call, launch_binary(op, compute, shape, ops[0], ops[1], ops[2], scalar_operand, scalar, alpha,
                                    is_dense(shape, ops, 3, skip), l.stream));
 }
 
@@ -2269,6 +2306,7 @@ constexpr uint64_t kIntegral = TESSERA_DTYPE_MASK_INTEGRAL;
 constexpr uint64_t kAll = TESSERA_DTYPE_MASK_ALL;
 constexpr uint64_t kNumeric = kFloat | kIntegral;
 constexpr uint64_t kF64 = TESSERA_DTYPE_BIT(TESSERA_DTYPE_FLOAT64);
+constexpr uint64_t kBool = TESSERA_DTYPE_BIT(TESSERA_DTYPE_BOOL);
 
 }  // namespace
 
@@ -2276,14 +2314,14 @@ uint64_t g_kernel_launches_total() { return g_kernel_launches.load(std::memory_o
 
 void register_kernels(const sdk::Host& host) {
   // binary
-  host.register_kernel(op::add_Tensor::name, kNumeric | kF64, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Add>));
-  host.register_kernel(op::add__Tensor::name, kNumeric | kF64, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Add>));
+  host.register_kernel(op::add_Tensor::name, kAll, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Add>));
+  host.register_kernel(op::add__Tensor::name, kAll, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Add>));
   host.register_kernel(op::sub_Tensor::name, kNumeric | kF64, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Sub>));
-  host.register_kernel(op::mul_Tensor::name, kNumeric | kF64, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Mul>));
-  host.register_kernel(op::mul__Tensor::name, kNumeric | kF64, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Mul>));
+  host.register_kernel(op::mul_Tensor::name, kAll, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Mul>));
+  host.register_kernel(op::mul__Tensor::name, kAll, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Mul>));
   host.register_kernel(op::div_Tensor::name, kFloat | kF64, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Div>));
-  host.register_kernel(op::maximum::name, kNumeric | kF64, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Maximum>));
-  host.register_kernel(op::minimum::name, kNumeric | kF64, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Minimum>));
+  host.register_kernel(op::maximum::name, kAll, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Maximum>));
+  host.register_kernel(op::minimum::name, kAll, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Minimum>));
   host.register_kernel(op::pow_Tensor_Tensor::name, kNumeric | kF64, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Pow>));
   host.register_kernel(op::pow_Tensor_Scalar::name, kNumeric | kF64, TESSERA_SDK_KERNEL(pow_scalar_kernel));
   host.register_kernel(op::clamp::name, kNumeric | kF64, TESSERA_SDK_KERNEL(clamp_kernel));
@@ -2297,19 +2335,22 @@ void register_kernels(const sdk::Host& host) {
   host.register_kernel(op::atan2::name, kFloat | kF64, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Atan2>));
   host.register_kernel(op::_prelu_kernel::name, kFloat | kF64, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Prelu>));
   host.register_kernel(op::prelu::name, kFloat | kF64, TESSERA_SDK_KERNEL(prelu_kernel));
-  host.register_kernel(op::bitwise_and_Tensor::name, kIntegral, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::BitAnd>));
-  host.register_kernel(op::bitwise_or_Tensor::name, kIntegral, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::BitOr>));
-  host.register_kernel(op::bitwise_xor_Tensor::name, kIntegral, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::BitXor>));
+  host.register_kernel(op::bitwise_and_Tensor::name, kIntegral | kBool,
+                       TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::BitAnd>));
+  host.register_kernel(op::bitwise_or_Tensor::name, kIntegral | kBool,
+                       TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::BitOr>));
+  host.register_kernel(op::bitwise_xor_Tensor::name, kIntegral | kBool,
+                       TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::BitXor>));
   host.register_kernel(op::bitwise_left_shift_Tensor::name, kIntegral,
                        TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::LeftShift>));
   host.register_kernel(op::bitwise_right_shift_Tensor::name, kIntegral,
                        TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::RightShift>));
-  host.register_kernel(op::eq_Tensor::name, kNumeric | kF64, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Eq>));
-  host.register_kernel(op::ne_Tensor::name, kNumeric | kF64, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Ne>));
-  host.register_kernel(op::lt_Tensor::name, kNumeric | kF64, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Lt>));
-  host.register_kernel(op::le_Tensor::name, kNumeric | kF64, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Le>));
-  host.register_kernel(op::gt_Tensor::name, kNumeric | kF64, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Gt>));
-  host.register_kernel(op::ge_Tensor::name, kNumeric | kF64, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Ge>));
+  host.register_kernel(op::eq_Tensor::name, kAll, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Eq>));
+  host.register_kernel(op::ne_Tensor::name, kAll, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Ne>));
+  host.register_kernel(op::lt_Tensor::name, kAll, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Lt>));
+  host.register_kernel(op::le_Tensor::name, kAll, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Le>));
+  host.register_kernel(op::gt_Tensor::name, kAll, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Gt>));
+  host.register_kernel(op::ge_Tensor::name, kAll, TESSERA_SDK_KERNEL(binary_kernel<BinaryOp::Ge>));
   // unary
   host.register_kernel(op::neg::name, kNumeric | kF64, TESSERA_SDK_KERNEL(unary_kernel<UnaryOp::Neg>));
   host.register_kernel(op::abs::name, kNumeric | kF64, TESSERA_SDK_KERNEL(unary_kernel<UnaryOp::Abs>));
