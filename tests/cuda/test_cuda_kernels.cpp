@@ -1663,8 +1663,9 @@ TEST_F(CudaKernels, BatchNormInferenceLikeTheCpu) {
 
 // group_norm (with and without weight and bias) and constant pad (positive and negative amounts, a
 // value) against the CPU.
-// Note [Bool operands on the GPU]: add / mul / maximum / minimum / and / or / xor and the
-// comparisons on bool tensors (and with a bool number) give the CPU's bools, every byte 0 or 1.
+// Note [Bool operands on the GPU]: add / mul / maximum / minimum / and / or / xor, the comparisons,
+// bitwise_not and sign on bool tensors (and with a bool number) give the CPU's bools, every byte 0
+// or 1.
 TEST_F(CudaKernels, BoolOperandsLikeTheCpu) {
   const tessera::Device cuda("cuda:0");
   const Tensor a = tessera::gt(tessera::rand({7, 33}), tessera::full({1}, 0.5));
@@ -1695,6 +1696,11 @@ TEST_F(CudaKernels, BoolOperandsLikeTheCpu) {
   EXPECT_TRUE(tessera::equal(tessera::eq(da, t).cpu(), tessera::eq(a, t))) << "eq with a bool number";
   EXPECT_TRUE(tessera::equal(tessera::bitwise_xor(da, t).cpu(), tessera::bitwise_xor(a, t)))
       << "xor with a bool number";
+  const Tensor inverted = tessera::bitwise_not(da).cpu();
+  EXPECT_TRUE(tessera::equal(inverted, tessera::bitwise_not(a))) << "bitwise_not";
+  EXPECT_TRUE(tessera::equal(inverted.to(tessera::kUInt8), tessera::bitwise_not(a).to(tessera::kUInt8)))
+      << "bitwise_not: a byte other than 0 or 1";
+  EXPECT_TRUE(tessera::equal(tessera::sign(da.t()).cpu(), tessera::sign(a.t()))) << "sign (strided)";
 }
 
 // Integer remainder, fmod and floor_divide (tessera/int_division.h, the CPU's rule) against the

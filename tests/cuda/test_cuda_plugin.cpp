@@ -181,8 +181,9 @@ TEST(CudaPlugin, RegistersKernelsWithTheirDtypes) {
                          "flip", "cumsum", "batch_norm", "group_norm", "pad"})
     for (tessera::DType t : {tessera::kFloat16, tessera::kFloat32, tessera::kFloat64})
       EXPECT_EQ(resolution(op, t), tessera::Resolution::Kernel) << op << " " << t;
-  for (const char* op : {"add.Tensor", "mul.Tensor", "maximum", "minimum", "bitwise_and.Tensor",
-                         "bitwise_or.Tensor", "bitwise_xor.Tensor", "eq.Tensor", "lt.Tensor"})
+  for (const char* op :
+       {"add.Tensor", "mul.Tensor", "maximum", "minimum", "bitwise_and.Tensor", "bitwise_or.Tensor",
+        "bitwise_xor.Tensor", "eq.Tensor", "lt.Tensor", "bitwise_not", "sign"})
     EXPECT_EQ(resolution(op, tessera::kBool), tessera::Resolution::Kernel) << op << " bool";
   EXPECT_NE(resolution("sub.Tensor", tessera::kBool), tessera::Resolution::Kernel)
       << "bool sub (PyTorch refuses it)";

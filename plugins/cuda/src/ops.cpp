@@ -2297,6 +2297,26 @@ void pad_kernel(const KernelCall& call) {
   if (!empty) device_copy(call, out, x, l.stream);
 }
 
+// bitwise_not and sign on bool (Note [Bool operands on the GPU]): not is xor with 1 on the bytes,
+// sign of a bool is the bool; other dtypes take the unary kernel.
+void bitwise_not_kernel(const KernelCall& call) {
+  if (call.output(0).dtype() != TESSERA_DTYPE_BOOL) return unary_kernel<UnaryOp::BitwiseNot>(call);
+  Launch l(call);
+  DeviceTensor x = view_of(call, call.input(Unary::tensor::self), "self");
+  DeviceTensor out = view_of(call, call.output(0), "output");
+  if (x.dtype != kDtBool) unimplemented(call, "a bool output of a non-bool input");
+  x.dtype = out.dtype = kDtU8;
+  binary_number_into(call, l, BinaryOp::BitXor, out, x, to_compute_scalar(integral_number(1), kDtU8));
+}
+void sign_kernel(const KernelCall& call) {
+  if (call.output(0).dtype() != TESSERA_DTYPE_BOOL) return unary_kernel<UnaryOp::Sign>(call);
+  Launch l(call);
+  const DeviceTensor x = view_of(call, call.input(Unary::tensor::self), "self");
+  const DeviceTensor out = view_of(call, call.output(0), "output");
+  if (x.dtype != kDtBool) unimplemented(call, "a bool output of a non-bool input");
+  device_copy(call, out, x, l.stream);
+}
+
 // ---------------------------------------------------------------- registration
 
 constexpr uint64_t kFloat = TESSERA_DTYPE_BIT(TESSERA_DTYPE_FLOAT32) | TESSERA_DTYPE_BIT(TESSERA_DTYPE_FLOAT16) |
@@ -2392,8 +2412,8 @@ void register_kernels(const sdk::Host& host) {
   host.register_kernel(op::ceil::name, kNumeric | kF64, TESSERA_SDK_KERNEL(unary_kernel<UnaryOp::Ceil>));
   host.register_kernel(op::trunc::name, kNumeric | kF64, TESSERA_SDK_KERNEL(unary_kernel<UnaryOp::Trunc>));
   host.register_kernel(op::round::name, kNumeric | kF64, TESSERA_SDK_KERNEL(unary_kernel<UnaryOp::Round>));
-  host.register_kernel(op::sign::name, kNumeric | kF64, TESSERA_SDK_KERNEL(unary_kernel<UnaryOp::Sign>));
-  host.register_kernel(op::bitwise_not::name, kIntegral, TESSERA_SDK_KERNEL(unary_kernel<UnaryOp::BitwiseNot>));
+  host.register_kernel(op::sign::name, kAll, TESSERA_SDK_KERNEL(sign_kernel));
+  host.register_kernel(op::bitwise_not::name, kIntegral | kBool, TESSERA_SDK_KERNEL(bitwise_not_kernel));
   host.register_kernel(op::isinf::name, kAll, TESSERA_SDK_KERNEL(isinf_kernel));
   host.register_kernel(op::expand_copy::name, kAll, TESSERA_SDK_KERNEL(expand_copy_kernel));
   host.register_kernel(op::slice_copy_Tensor::name, kAll, TESSERA_SDK_KERNEL(slice_copy_kernel));
