@@ -119,6 +119,13 @@ uint16_t dense_bits(const tessera::Tensor& w, int64_t r, int64_t k) {
 
 bool is_zero_bits(uint16_t b) { return (b & 0x7fffu) == 0; }
 
+// `got` holds the dense weight's `want` bit for bit; a kept zero may be +0 or -0 only where the
+// dense weight is zero.
+::testing::AssertionResult same_weight_bits(uint16_t got, uint16_t want) {
+  if (is_zero_bits(want) ? is_zero_bits(got) : got == want) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << "bits 0x" << std::hex << got << ", expected 0x" << want;
+}
+
 class SparseMmaLayout : public ::testing::TestWithParam<tessera::DType> {};
 
 // Every A tile decoded from the layout holds the dense weight, bit for bit (padding as zeros):
@@ -139,13 +146,8 @@ TEST_P(SparseMmaLayout, FragmentsHoldTheDenseWeight) {
           ASSERT_TRUE(decode_tile(c, rt, ct, a));
           for (int r = 0; r < 16; ++r)
             for (int k = 0; k < 32; ++k) {
-              const uint16_t want = dense_bits(c.dense, rt * 16 + r, ct * 32 + k);
-              const uint16_t got = a[r][k];
-              // A kept zero may be +0 or -0 only where the dense weight is zero.
-              if (is_zero_bits(want))
-                ASSERT_TRUE(is_zero_bits(got)) << "row " << rt * 16 + r << " col " << ct * 32 + k;
-              else
-                ASSERT_EQ(got, want) << "row " << rt * 16 + r << " col " << ct * 32 + k;
+              ASSERT_TRUE(same_weight_bits(a[r][k], dense_bits(c.dense, rt * 16 + r, ct * 32 + k)))
+                  << "row " << rt * 16 + r << " col " << ct * 32 + k;
             }
         }
     }
@@ -188,11 +190,8 @@ TEST_P(SparseMmaLayout, SlotPositionsRebuildTheDenseWeight) {
       for (int64_t r = 0; r < rows; ++r)
         for (int64_t k = 0; k < cols; ++k) {
           ASSERT_LE(writes[size_t(r * cols + k)], 1) << "row " << r << " col " << k;
-          const uint16_t want = dense_bits(c.dense, r, k), got = rebuilt[size_t(r * cols + k)];
-          if (is_zero_bits(want))
-            ASSERT_TRUE(is_zero_bits(got)) << "row " << r << " col " << k;
-          else
-            ASSERT_EQ(got, want) << "row " << r << " col " << k;
+          ASSERT_TRUE(same_weight_bits(rebuilt[size_t(r * cols + k)], dense_bits(c.dense, r, k)))
+              << "row " << r << " col " << k;
         }
     }
 }

@@ -113,6 +113,12 @@ std::string operand(const Operand& o, const Spelling& s) {
   return o.reg >= 0 ? reg_name(o.reg) : literal(o.number, s);
 }
 
+// maximum / minimum: NaN when either operand is NaN (a + b is then NaN), else a when `a cmp b`.
+std::string nan_or_pick(const std::string& a, const std::string& b, const char* cmp) {
+  return "(isnan(" + a + ") || isnan(" + b + ")) ? " + a + " + " + b + " : (" + a + " " + cmp + " " + b +
+         " ? " + a + " : " + b + ")";
+}
+
 std::string expression(const Step& st, const Spelling& s) {
   const std::string a = operand(st.a, s), b = operand(st.b, s), f = s.suffix, t = s.compute;
   const std::string one = "(" + t + ")1";
@@ -126,11 +132,9 @@ std::string expression(const Step& st, const Spelling& s) {
     case FOp::Div:
       return a + " / " + b;
     case FOp::Maximum:
-      return "(isnan(" + a + ") || isnan(" + b + ")) ? " + a + " + " + b + " : (" + a + " > " + b + " ? " +
-             a + " : " + b + ")";
+      return nan_or_pick(a, b, ">");
     case FOp::Minimum:
-      return "(isnan(" + a + ") || isnan(" + b + ")) ? " + a + " + " + b + " : (" + a + " < " + b + " ? " +
-             a + " : " + b + ")";
+      return nan_or_pick(a, b, "<");
     case FOp::Neg:
       return "-" + a;
     case FOp::Abs:

@@ -17,6 +17,7 @@
 
 #include "cubin_cache.h"
 #include "cuda_compiler_ext.h"
+#include "device_context.h"
 #include "fused_program.h"
 #include "nvrtc_loader.h"
 
@@ -110,19 +111,12 @@ int device_arch(int device, int* sm_count) {
   return prop.major * 10 + prop.minor;
 }
 
-class DeviceGuard {
- public:
-  explicit DeviceGuard(int device) : device_(device) {
-    if (cudaGetDevice(&previous_) != cudaSuccess) previous_ = -1;
-    if (previous_ != device && cudaSetDevice(device) != cudaSuccess)
-      throw Error(TESSERA_STATUS_INTERNAL, CUDA_COMPILER ": cannot select cuda:" + std::to_string(device));
-  }
-  ~DeviceGuard() {
-    if (previous_ >= 0 && previous_ != device_) cudaSetDevice(previous_);
-  }
-
- private:
-  int device_, previous_ = -1;
+// The call's device current for the scope (tessera::cuda::ScopedDevice, device_context.h).
+struct DeviceGuard : tessera::cuda::ScopedDevice<Error (*)(const std::string&)> {
+  explicit DeviceGuard(int device)
+      : ScopedDevice(device, [](const std::string& why) {
+          return Error(TESSERA_STATUS_INTERNAL, CUDA_COMPILER ": " + why);
+        }) {}
 };
 
 struct Fused {

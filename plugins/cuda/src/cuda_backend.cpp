@@ -10,6 +10,7 @@
 #include "cublaslt_loader.h"
 #include "cudnn_attention.h"
 #include "cudnn_loader.h"
+#include "device_context.h"
 #include "tessera/cuda/cuda_plugin.h"
 #include "tessera/sdk.hpp"
 #include "tessera/text_escape.h"
@@ -27,24 +28,6 @@ void check_cleanup(cudaError_t err, const char* what) {
   if (err == cudaSuccess) return;
   cudaGetLastError();
   sdk::log(TESSERA_LOG_ERROR, "cuda", cuda_error_message(err, what));
-}
-
-// True when a CUDA context is current on the calling thread (driver cuCtxGetCurrent, reached
-// through the runtime so that the plugin does not link the driver). False when unknown.
-bool context_current() {
-  using CtxGetCurrent = int (*)(void**);
-  static CtxGetCurrent fn = [] {
-    void* f = nullptr;
-    cudaDriverEntryPointQueryResult found{};
-    if (cudaGetDriverEntryPointByVersion("cuCtxGetCurrent", &f, 12000, cudaEnableDefault, &found) != cudaSuccess ||
-        found != cudaDriverEntryPointSuccess) {
-      cudaGetLastError();
-      return CtxGetCurrent(nullptr);
-    }
-    return reinterpret_cast<CtxGetCurrent>(f);
-  }();
-  void* ctx = nullptr;
-  return fn && fn(&ctx) == 0 && ctx != nullptr;
 }
 
 // An event created on the current device, destroyed at scope exit.

@@ -21,6 +21,7 @@
 #include "cusparselt_loader.h"
 #include "cusparselt_plan.h"
 #include "dense_batch_env.h"
+#include "device_context.h"
 #include "mma_layout.h"
 #include "sparse_cuda_ext.h"
 #include "sparse_cusparselt.h"
@@ -132,20 +133,12 @@ scu::DType cuda_dtype(int32_t dtype) {
   }
 }
 
-// Makes the call's device current for the life of the guard.
-class DeviceGuard {
- public:
-  explicit DeviceGuard(int device) : device_(device) {
-    if (cudaGetDevice(&previous_) != cudaSuccess) previous_ = -1;
-    if (previous_ != device && cudaSetDevice(device) != cudaSuccess)
-      throw Error(TESSERA_STATUS_INTERNAL, "sparse_cuda: cannot select cuda:" + std::to_string(device));
-  }
-  ~DeviceGuard() {
-    if (previous_ >= 0 && previous_ != device_) cudaSetDevice(previous_);
-  }
-
- private:
-  int device_, previous_ = -1;
+// The call's device current for the scope (tessera::cuda::ScopedDevice, device_context.h).
+struct DeviceGuard : tessera::cuda::ScopedDevice<Error (*)(const std::string&)> {
+  explicit DeviceGuard(int device)
+      : ScopedDevice(device, [](const std::string& why) {
+          return Error(TESSERA_STATUS_INTERNAL, "sparse_cuda: " + why);
+        }) {}
 };
 
 // Runs y = x W^T (+ bias) with the plugin's kernels on the call's device and stream, x and y laid
