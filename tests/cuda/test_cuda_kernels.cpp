@@ -1802,4 +1802,149 @@ TEST_F(CudaKernels, GroupNormAndConstantPadLikeTheCpu) {
   }
 }
 
+// topk (Note [topk on the GPU]) against the CPU, values and indices exactly: every numeric dtype,
+// largest and smallest, rows of one tile and of several (2049, 5000: global bitonic steps), an inner
+// dim, a transposed input, ties (ascending index first) and NaN (above every number).
+TEST_F(CudaKernels, TopkLikeTheCpu) {
+  for (DType t : {tessera::kFloat32, tessera::kFloat16, tessera::kBFloat16, tessera::kFloat64,
+                  tessera::kInt64, tessera::kInt32, tessera::kInt16, tessera::kInt8, tessera::kUInt8}) {
+    const std::string tn(tessera::dtype_name(t));
+    // Values in [0, 40): many ties in every row.
+    for (const std::vector<int64_t>& shape :
+         std::vector<std::vector<int64_t>>{{3, 7}, {2, 2049}, {5000}, {4, 300, 3}}) {
+      const Tensor x = tessera::floor(tessera::mul(tessera::rand(shape), tessera::full({}, 40.0))).to(t);
+      const Tensor dx = x.to("cuda:0");
+      const int64_t dim = shape.size() == 3 ? 1 : -1, n = shape[shape.size() == 3 ? 1 : shape.size() - 1];
+      for (int64_t k : {int64_t(1), std::min<int64_t>(n, 5), n})
+        for (bool largest : {true, false}) {
+          const std::string what = "topk " + tn + " n " + std::to_string(n) + " k " + std::to_string(k) +
+                                   (largest ? " largest" : " smallest");
+          std::tuple<Tensor, Tensor> got;
+          EXPECT_RUNS_ON_CUDA(what, got = tessera::topk(dx, k, dim, largest));
+          const auto want = tessera::topk(x, k, dim, largest);
+          expect_same(std::get<0>(got), std::get<0>(want), what + " values");
+          expect_same(std::get<1>(got), std::get<1>(want), what + " indices");
+        }
+    }
+    const Tensor x = tessera::floor(tessera::mul(tessera::rand({6, 9}), tessera::full({}, 40.0))).to(t);
+    expect_same(std::get<1>(tessera::topk(x.to("cuda:0").t(), 3, 1)), std::get<1>(tessera::topk(x.t(), 3, 1)),
+                "topk transposed " + tn);
+  }
+  // NaN is larger than every number; -0 equals +0 (ascending index).
+  const Tensor x = tessera::tensor(
+      std::vector<float>{1.0f, std::nanf(""), -0.0f, 0.0f, INFINITY, std::nanf(""), -INFINITY});
+  for (bool largest : {true, false}) {
+    const auto got = tessera::topk(x.to("cuda:0"), 7, -1, largest);
+    const auto want = tessera::topk(x, 7, -1, largest);
+    expect_same(std::get<0>(got), std::get<0>(want), largest ? "NaN largest" : "NaN smallest");
+    expect_same(std::get<1>(got), std::get<1>(want),
+                largest ? "NaN largest indices" : "NaN smallest indices");
+  }
+}
+
+// conv_transpose2d on cuDNN's backward data (Note [conv_transpose2d on cuDNN]) against the CPU:
+// groups, stride, padding, output_padding, dilation, bias, a channels-last input, an unbatched input.
+TEST_F(CudaKernels, ConvTranspose2dOnCudnnLikeTheCpu) {
+  for (DType t : {tessera::kFloat32, tessera::kFloat16, tessera::kBFloat16, tessera::kFloat64}) {
+    const std::string tn(tessera::dtype_name(t));
+    const Tol tol = t == tessera::kFloat64 ? Tol{1e-12, 1e-12}
+                                           : (t == tessera::kFloat32 ? Tol{1e-4, 1e-4} : tol_for(t, 8));
+    auto [x, dx] = randn_pair({2, 4, 5, 6}, t);
+    auto [w, dw] = randn_pair({4, 3, 3, 3}, t);
+    auto [b, db] = randn_pair({6}, t);
+    Tensor got;
+    EXPECT_RUNS_ON_CUDA("conv_transpose2d " + tn,
+                        got = tessera::conv_transpose2d(dx, dw, db, {2}, {1}, {1}, 2, {1}));
+    expect_close(got, tessera::conv_transpose2d(x, w, b, {2}, {1}, {1}, 2, {1}), tol,
+                 "conv_transpose2d groups 2 " + tn);
+    auto [w1, dw1] = randn_pair({4, 5, 2, 3}, t);
+    EXPECT_RUNS_ON_CUDA(
+        "conv_transpose2d dilated " + tn,
+        got = tessera::conv_transpose2d(dx, dw1, std::nullopt, {1, 2}, {0, 1}, {0, 1}, 1, {2, 1}));
+    expect_close(got, tessera::conv_transpose2d(x, w1, std::nullopt, {1, 2}, {0, 1}, {0, 1}, 1, {2, 1}), tol,
+                 "conv_transpose2d dilated " + tn);
+    const Tensor xcl = tessera::contiguous(x, tessera::MemoryFormat::ChannelsLast), dxcl = xcl.to("cuda:0");
+    expect_close(tessera::conv_transpose2d(dxcl, dw1), tessera::conv_transpose2d(xcl, w1), tol,
+                 "conv_transpose2d channels-last " + tn);
+    expect_close(tessera::conv_transpose2d(dx.select(0, 1), dw, db, {2}, {1}, {1}, 2),
+                 tessera::conv_transpose2d(x.select(0, 1), w, b, {2}, {1}, {1}, 2), tol,
+                 "conv_transpose2d unbatched " + tn);
+  }
+}
+
+// _resize (Note [_resize on the GPU]) against the CPU: nearest exactly for every dtype, linear and
+// cubic (with scales read back from the device, exclude_outside) within float rounding.
+TEST_F(CudaKernels, ResizeLikeTheCpu) {
+  tessera::Dispatcher& d = tessera::Dispatcher::instance();
+  auto resize = [&](const Tensor& x, std::vector<int64_t> size, const char* mode, const char* coord,
+                    std::optional<Tensor> scales = std::nullopt, bool exclude = false) {
+    tessera::Stack r = d.call_boxed(d.op("_resize"),
+                                    tessera::Stack{x, size, std::string(mode), std::string(coord),
+                                                   std::string("round_prefer_ceil"), -0.75, exclude, scales});
+    return std::get<Tensor>(r[0]);
+  };
+  for (DType t : {tessera::kBool, tessera::kUInt8, tessera::kInt64, tessera::kFloat16, tessera::kFloat32,
+                  tessera::kFloat64}) {
+    const std::string tn(tessera::dtype_name(t));
+    const Tensor x = tessera::mul(tessera::randn({2, 3, 4, 5}), tessera::full({}, 9.0)).to(t),
+                 dx = x.to("cuda:0");
+    for (const char* coord : {"asymmetric", "half_pixel", "align_corners"}) {
+      Tensor got;
+      EXPECT_RUNS_ON_CUDA("resize nearest " + tn, got = resize(dx, {7, 3}, "nearest", coord));
+      expect_same(got, resize(x, {7, 3}, "nearest", coord), std::string("nearest ") + coord + " " + tn);
+    }
+    expect_same(resize(dx.transpose(2, 3), {9, 2}, "nearest", "half_pixel"),
+                resize(x.transpose(2, 3), {9, 2}, "nearest", "half_pixel"), "nearest strided " + tn);
+    if (t == tessera::kBool || t == tessera::kUInt8 || t == tessera::kInt64) continue;
+    const Tol tol = t == tessera::kFloat64 ? Tol{1e-12, 1e-12}
+                                           : (t == tessera::kFloat32 ? Tol{1e-5, 1e-5} : tol_for(t, 4));
+    for (const char* mode : {"linear", "cubic"})
+      for (const char* coord : {"half_pixel", "align_corners", "pytorch_half_pixel"}) {
+        Tensor got;
+        EXPECT_RUNS_ON_CUDA(std::string(mode) + " " + tn, got = resize(dx, {8, 3}, mode, coord));
+        expect_close(got, resize(x, {8, 3}, mode, coord), tol, std::string(mode) + " " + coord + " " + tn);
+      }
+    const Tensor scales = tessera::tensor(std::vector<double>{1.5, 0.8}, {2});
+    expect_close(resize(dx, {6, 4}, "cubic", "half_pixel", scales.to("cuda:0"), true),
+                 resize(x, {6, 4}, "cubic", "half_pixel", scales, true), tol, "cubic with scales " + tn);
+  }
+}
+
+// fake_quantize per tensor and per channel (Note [Fake quantize]) against the CPU bit for bit (the
+// shared rule), values below, inside and above the range, a transposed input, and the CPU's errors.
+TEST_F(CudaKernels, FakeQuantizeLikeTheCpu) {
+  const tessera::Device cuda("cuda:0");
+  const Tensor x = tessera::mul(tessera::randn({5, 7}), tessera::full({}, 3.0));
+  const Tensor scale = tessera::tensor(std::vector<float>{0.01f}),
+               zp = tessera::tensor(std::vector<int32_t>{30});
+  Tensor got;
+  EXPECT_RUNS_ON_CUDA(
+      "fake_quantize_per_tensor_affine",
+      got = tessera::fake_quantize_per_tensor_affine(x.to(cuda), scale.to(cuda), zp.to(cuda), 0, 255));
+  expect_same(got, tessera::fake_quantize_per_tensor_affine(x, scale, zp, 0, 255), "per tensor");
+  const Tensor cs = tessera::tensor(std::vector<float>{0.02f, 0.5f, 0.003f, 0.1f, 1.0f});
+  const Tensor cz = tessera::tensor(std::vector<int64_t>{0, -3, 10, 0, 127});
+  EXPECT_RUNS_ON_CUDA(
+      "fake_quantize_per_channel_affine",
+      got = tessera::fake_quantize_per_channel_affine(x.to(cuda), cs.to(cuda), cz.to(cuda), 0, -128, 127));
+  expect_same(got, tessera::fake_quantize_per_channel_affine(x, cs, cz, 0, -128, 127), "per channel");
+  const Tensor xt = tessera::mul(tessera::randn({7, 5}), tessera::full({}, 3.0)).t();
+  expect_same(tessera::fake_quantize_per_channel_affine(xt.to(cuda), cs.to(cuda), cz.to(cuda), 0, -128, 127),
+              tessera::fake_quantize_per_channel_affine(xt, cs, cz, 0, -128, 127), "per channel, transposed");
+  try {
+    tessera::fake_quantize_per_tensor_affine(x.to(cuda), tessera::tensor(std::vector<float>{-1.0f}).to(cuda),
+                                             zp.to(cuda), 0, 255);
+    ADD_FAILURE() << "a negative scale was accepted";
+  } catch (const tessera::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("not finite and positive"), std::string::npos) << e.what();
+  }
+  try {
+    tessera::fake_quantize_per_tensor_affine(x.to(cuda), scale.to(cuda),
+                                             tessera::tensor(std::vector<int32_t>{300}).to(cuda), 0, 255);
+    ADD_FAILURE() << "a zero point above quant_max was accepted";
+  } catch (const tessera::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("zero_point 300"), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace

@@ -247,6 +247,8 @@ TEST(CudnnLoader, FindsCudnn9AndExplainsWhatIsMissing) {
   EXPECT_GE(api.version, size_t(90000));
   EXPECT_NE(api.convolution_forward, nullptr);
   EXPECT_NE(api.get_forward_algorithm, nullptr);
+  EXPECT_NE(api.get_backward_data_algorithm, nullptr);
+  EXPECT_NE(api.convolution_backward_data, nullptr);
   const auto missing = tessera::cuda::load_cudnn_from({"/nonexistent/libcudnn.so.9"});
   EXPECT_FALSE(missing.loaded);
   EXPECT_NE(missing.error.find("/nonexistent/libcudnn.so.9"), std::string::npos) << missing.error;

@@ -6,6 +6,7 @@
 
 #include "kernels.h"
 #include "parallel.h"
+#include "tessera/fake_quantize.h"
 
 namespace tessera::cpu {
 namespace {
@@ -22,14 +23,10 @@ ChannelParams read_params(const KernelCall& c, int64_t channels, int64_t qmin, i
   const int64_t s_stride = s.ndim() == 1 ? s.stride(0) : 0, z_stride = z.ndim() == 1 ? z.stride(0) : 0;
   for (int64_t k = 0; k < channels; ++k) {
     const float sc = s.host_ptr<float>()[k * s_stride];
-    const std::string which = channels > 1 ? " of channel " + std::to_string(k) : std::string();
-    TESSERA_SDK_CHECK(std::isfinite(sc) && sc > 0, "scale " + std::to_string(sc) + which +
-                                                       " is not finite and positive; expected a scale > 0 (an observer gives one)");
     const int64_t zp = z.dtype() == TESSERA_DTYPE_INT32 ? int64_t(z.host_ptr<int32_t>()[k * z_stride])
                                                           : z.host_ptr<int64_t>()[k * z_stride];
-    TESSERA_SDK_CHECK(zp >= qmin && zp <= qmax, "zero_point " + std::to_string(zp) + which +
-                                                    " is outside [quant_min, quant_max] = [" + std::to_string(qmin) +
-                                                    ", " + std::to_string(qmax) + "]");
+    const std::string error = fake_quantize_param_error(sc, zp, k, channels, qmin, qmax);
+    TESSERA_SDK_CHECK(error.empty(), error);
     p.scale.push_back(sc);
     p.inv_scale.push_back(1.0f / sc);
     p.zero_point.push_back(zp);
@@ -37,16 +34,7 @@ ChannelParams read_params(const KernelCall& c, int64_t channels, int64_t qmin, i
   return p;
 }
 
-// PyTorch's fake_quantize_tensor_cachemask_kernel per element, in float32. Its int64 conversion of
-// zero_point + nearbyint(x / scale) is undefined for NaN and out-of-range values; here they are
-// clamped first (the result only depends on the value clamped to [quant_min, quant_max]), and NaN
-// gives quant_min, as x86's conversion (the "integer indefinite" value) makes PyTorch give.
-inline float fake_quantize_one(float x, float scale, float inv_scale, int64_t zp, int64_t qmin, int64_t qmax) {
-  const float qf = float(zp) + std::nearbyint(x * inv_scale);
-  const double q = std::isnan(qf) ? double(qmin) : std::fmin(std::fmax(double(qf), double(qmin)), double(qmax));
-  return float(q - double(zp)) * scale;
-}
-
+// One element: fake_quantize_value (tessera/fake_quantize.h), the rule the CUDA plugin shares.
 // `axis` < 0: one channel.
 void fake_quantize(const KernelCall& c, int64_t axis, int64_t qmin, int64_t qmax) {
   const TensorView x = c.input(0), out = c.output(0);
@@ -64,7 +52,7 @@ void fake_quantize(const KernelCall& c, int64_t axis, int64_t qmin, int64_t qmax
     parallel_for(0, n, 1 << 14, [&](int64_t b, int64_t e) {
       for (int64_t i = b; i < e; ++i) {
         const size_t ch = axis < 0 ? 0 : size_t((i / inner) % channels);
-        op[i] = fake_quantize_one(xp[i], p.scale[ch], p.inv_scale[ch], p.zero_point[ch], qmin, qmax);
+        op[i] = fake_quantize_value(xp[i], p.scale[ch], p.inv_scale[ch], p.zero_point[ch], qmin, qmax);
       }
     });
     return;
@@ -74,7 +62,7 @@ void fake_quantize(const KernelCall& c, int64_t axis, int64_t qmin, int64_t qmax
   int64_t xo = 0, oo = 0;
   for (int64_t i = 0; i < n; ++i) {
     const size_t ch = axis < 0 ? 0 : size_t(idx[size_t(axis)]);
-    op[oo] = fake_quantize_one(xp[xo], p.scale[ch], p.inv_scale[ch], p.zero_point[ch], qmin, qmax);
+    op[oo] = fake_quantize_value(xp[xo], p.scale[ch], p.inv_scale[ch], p.zero_point[ch], qmin, qmax);
     for (int d = nd - 1; d >= 0; --d) {
       if (++idx[size_t(d)] < x.size(d)) {
         xo += x.stride(d);

@@ -10,6 +10,7 @@
 
 #include "../nn/onednn.h"
 #include "kernels.h"
+#include "tessera/resize_taps.h"
 
 namespace tessera::cpu {
 namespace {
@@ -224,90 +225,7 @@ void conv_transpose2d_kernel(const KernelCall& c) {
   });
 }
 
-// ---- _resize: ONNX Resize as onnx.reference computes it (op_resize.py), one dim at a time
-
-enum class Coord { HalfPixel, HalfPixelSymmetric, PytorchHalfPixel, AlignCorners, Asymmetric, TfHalfPixelForNearest };
-enum class Nearest { RoundPreferFloor, RoundPreferCeil, Floor, Ceil };
-
-// The input coordinate of output index o along a dim of `in` elements resized to `out` with `scale`
-// (ONNX's output_width is scale * in, which differs from `out` when in * scale is not an integer).
-double source_coord(Coord m, int64_t o, int64_t in, int64_t out, double scale) {
-  const double width = scale * double(in);
-  switch (m) {
-    case Coord::HalfPixel: return (double(o) + 0.5) / scale - 0.5;
-    case Coord::HalfPixelSymmetric: {
-      const double offset = double(in) / 2 * (1 - double(out) / width);
-      return offset + (double(o) + 0.5) / scale - 0.5;
-    }
-    case Coord::PytorchHalfPixel: return width == 1 ? -0.5 : (double(o) + 0.5) / scale - 0.5;
-    case Coord::AlignCorners: return width == 1 ? 0.0 : double(o) * double(in - 1) / (width - 1);
-    case Coord::Asymmetric: return double(o) / scale;
-    case Coord::TfHalfPixelForNearest: return (double(o) + 0.5) / scale;
-  }
-  return 0.0;
-}
-
-// The source index of nearest mode: x itself when integral, else by nearest_mode; edges clamp.
-int64_t nearest_index(Nearest m, double x, int64_t in) {
-  const double f = std::floor(x), ratio = x - f;
-  double r = f;
-  if (ratio != 0) {
-    switch (m) {
-      case Nearest::RoundPreferFloor: r = ratio <= 0.5 ? f : f + 1; break;
-      case Nearest::RoundPreferCeil: r = ratio < 0.5 ? f : f + 1; break;
-      case Nearest::Floor: r = f; break;
-      case Nearest::Ceil: r = f + 1; break;
-    }
-  }
-  return std::clamp<int64_t>(int64_t(std::clamp(r, -1.0, double(in))), 0, in - 1);
-}
-
-// The taps of one output index: source indices (clamped to the edges, as onnx.reference pads the
-// input with its edge values) and their weights.
-struct Taps {
-  int n = 1;  // 1 nearest, 2 linear, 4 cubic
-  std::vector<int64_t> index;
-  std::vector<double> weight;
-};
-
-void add_taps(Taps& t, double x, int64_t in, bool cubic, double a, bool exclude_outside) {
-  // The base index with ratio = x - base in (0, 1]: integral x takes the pixel on its left.
-  double base = std::floor(x);
-  double ratio = x - base;
-  if (ratio == 0) {
-    base -= 1;
-    ratio = 1;
-  }
-  double w[4];
-  int64_t at[4];
-  int n = 0;
-  if (!cubic) {
-    w[0] = 1 - ratio, w[1] = ratio;
-    at[0] = int64_t(base), at[1] = int64_t(base) + 1;
-    n = 2;
-  } else {
-    const double r1 = ratio + 1, q = 1 - ratio, q1 = q + 1;
-    w[0] = ((a * r1 - 5 * a) * r1 + 8 * a) * r1 - 4 * a;
-    w[1] = ((a + 2) * ratio - (a + 3)) * ratio * ratio + 1;
-    w[2] = ((a + 2) * q - (a + 3)) * q * q + 1;
-    w[3] = ((a * q1 - 5 * a) * q1 + 8 * a) * q1 - 4 * a;
-    for (int i = 0; i < 4; ++i) at[i] = int64_t(base) - 1 + i;
-    n = 4;
-  }
-  if (exclude_outside) {
-    double sum = 0;
-    for (int i = 0; i < n; ++i) {
-      if (at[i] < 0 || at[i] >= in) w[i] = 0;
-      sum += w[i];
-    }
-    for (int i = 0; i < n; ++i) w[i] = sum != 0 ? w[i] / sum : 0;
-  }
-  for (int i = 0; i < n; ++i) {
-    t.index.push_back(std::clamp<int64_t>(at[i], 0, in - 1));
-    t.weight.push_back(w[i]);
-  }
-  t.n = n;
-}
+// ---- _resize: ONNX Resize as onnx.reference computes it, the taps of tessera/resize_taps.h
 
 void resize_kernel(const KernelCall& c) {
   using A = op::_resize::attr;
@@ -320,23 +238,15 @@ void resize_kernel(const KernelCall& c) {
   c.attr_ints(A::size, &k);
   const std::string mode = c.attr_string(A::mode), coord_s = c.attr_string(A::coordinate_transformation_mode),
                     nearest_s = c.attr_string(A::nearest_mode);
-  const bool nearest = mode == "nearest" || mode.empty(), cubic = mode == "cubic";
-  const Coord coord = coord_s == "pytorch_half_pixel"          ? Coord::PytorchHalfPixel
-                      : coord_s == "half_pixel_symmetric"      ? Coord::HalfPixelSymmetric
-                      : coord_s == "align_corners"             ? Coord::AlignCorners
-                      : coord_s == "asymmetric"                ? Coord::Asymmetric
-                      : coord_s == "tf_half_pixel_for_nearest" ? Coord::TfHalfPixelForNearest
-                                                               : Coord::HalfPixel;
-  const Nearest nearest_mode = nearest_s == "round_prefer_ceil" ? Nearest::RoundPreferCeil
-                               : nearest_s == "floor"           ? Nearest::Floor
-                               : nearest_s == "ceil"            ? Nearest::Ceil
-                                                                : Nearest::RoundPreferFloor;
+  const bool nearest = mode == "nearest" || mode.empty();
+  const resize::Coord coord = resize::coord_mode(coord_s);
+  const resize::Nearest nearest_mode = resize::nearest_mode(nearest_s);
   const int nd = x->ndim, first = nd - k;
   TESSERA_SDK_CHECK(k >= 1 && k <= 8, "_resize: resizes 1 to 8 trailing dims, got " + std::to_string(k));
   const std::vector<double> scales = doubles(input_or_null(c, op::_resize::tensor::scales), k, 0.0);
   const double a = c.attr_double(A::cubic_coeff_a);
   const bool exclude_outside = c.attr_bool(A::exclude_outside);
-  std::vector<Taps> taps(static_cast<size_t>(k));
+  std::vector<resize::Taps> taps(static_cast<size_t>(k));
   int64_t in_inner = 1, out_inner = 1;
   for (int j = 0; j < k; ++j) {
     const int64_t in = x->sizes[first + j], on = out->sizes[first + j];
@@ -347,20 +257,11 @@ void resize_kernel(const KernelCall& c) {
     TESSERA_SDK_CHECK(scale > 0 && std::isfinite(scale), "_resize: scales must be positive and finite, got " +
                                                               std::to_string(scale) + " for resized dim " +
                                                               std::to_string(j));
-    Taps& t = taps[size_t(j)];
-    for (int64_t o = 0; o < on; ++o) {
-      const double s = source_coord(coord, o, in, on, scale);
-      if (nearest) {
-        t.index.push_back(nearest_index(nearest_mode, s, in));
-        t.weight.push_back(1.0);
-      } else {
-        add_taps(t, s, in, cubic, a, exclude_outside);
-      }
-    }
+    taps[size_t(j)] = resize::dim_taps(mode, coord, nearest_mode, in, on, scale, a, exclude_outside);
   }
   const int64_t outer = out->numel / out_inner;
   int64_t combos = 1;
-  for (const Taps& t : taps) combos *= t.n;
+  for (const resize::Taps& t : taps) combos *= t.n;
   visit(x->dtype, [&](auto tag) {
     using T = decltype(tag);
     const T* xp = reinterpret_cast<const T*>(bytes(x));
@@ -386,7 +287,7 @@ void resize_kernel(const KernelCall& c) {
           double wt = 1;
           int64_t at = 0, rest = combo;
           for (int j = k - 1; j >= 0; --j) {
-            const Taps& t = taps[size_t(j)];
+            const resize::Taps& t = taps[size_t(j)];
             const size_t i = size_t(pos[j] * t.n + rest % t.n);
             rest /= t.n;
             wt *= t.weight[i];
@@ -395,7 +296,7 @@ void resize_kernel(const KernelCall& c) {
           rest = combo;
           int64_t mul = 1;
           for (int j = k - 1; j >= 0; --j) {
-            const Taps& t = taps[size_t(j)];
+            const resize::Taps& t = taps[size_t(j)];
             at += t.index[size_t(pos[j] * t.n + rest % t.n)] * mul;
             rest /= t.n;
             mul *= x->sizes[first + j];

@@ -69,9 +69,10 @@ inline bool numel_fits_int(const int64_t sizes[4]) {
 }  // namespace detail
 
 // False, with the reason, when cuDNN cannot be given this problem (the CPU fallback takes it).
+// The memory format is y's (the output of conv2d), or x's when `format_of_x` (conv_transpose2d).
 inline bool plan_conv(const Geometry& x, const Geometry& w, const Geometry& y, const int64_t pad[2],
                       const int64_t stride[2], const int64_t dilation[2], int64_t groups, ConvPlan* plan,
-                      std::string* why) {
+                      std::string* why, bool format_of_x = false) {
   int64_t xs[4], ws[4], ys[4];
   if (!detail::conv_dims(x, plan->x, xs) || w.ndim != 4 || !detail::conv_dims(y, plan->y, ys) || x.ndim != y.ndim) {
     *why = "conv2d needs a 3-D or 4-D input and output and a 4-D weight";
@@ -101,13 +102,41 @@ inline bool plan_conv(const Geometry& x, const Geometry& w, const Geometry& y, c
     return false;
   }
   plan->groups = int32_t(groups);
-  plan->layout = y.ndim == 4 && !detail::conv_is_packed(plan->y, ys, ConvLayout::NCHW) &&
-                         detail::conv_is_packed(plan->y, ys, ConvLayout::NHWC)
+  const int64_t* fs = format_of_x ? plan->x : plan->y;
+  const int64_t* fst = format_of_x ? xs : ys;
+  plan->layout = y.ndim == 4 && !detail::conv_is_packed(fs, fst, ConvLayout::NCHW) &&
+                         detail::conv_is_packed(fs, fst, ConvLayout::NHWC)
                      ? ConvLayout::NHWC
                      : ConvLayout::NCHW;
   plan->copy_x = !detail::conv_is_packed(plan->x, xs, plan->layout);
   plan->copy_w = !detail::conv_is_packed(plan->w, ws, plan->layout);
   plan->copy_y = !detail::conv_is_packed(plan->y, ys, plan->layout);
+  return true;
+}
+
+// conv_transpose2d as cuDNN's backward-data pass of the convolution it transposes (Note
+// [conv_transpose2d on cuDNN], ops.cpp): that convolution maps the transposed one's output to its
+// input, so the plan is plan_conv(output, weight, input) (the weight [C_in, C_out / groups, kh, kw]
+// as it lies is that convolution's [K, C / groups, kh, kw] filter), in the output's memory format.
+// cuDNN derives the input's size from the output's, so output_padding must stay below the stride
+// (PyTorch also allows it below the dilation; that case goes to the CPU fallback).
+inline bool plan_conv_transpose(const Geometry& input, const Geometry& w, const Geometry& out,
+                                const int64_t pad[2], const int64_t stride[2],
+                                const int64_t output_padding[2], const int64_t dilation[2], int64_t groups,
+                                ConvPlan* plan, std::string* why) {
+  if (!plan_conv(out, w, input, pad, stride, dilation, groups, plan, why, /*format_of_x=*/true)) return false;
+  for (int i = 0; i < 2; ++i) {
+    const int64_t span = plan->x[2 + i] + 2 * pad[i] - dilation[i] * (plan->w[2 + i] - 1) - 1;
+    if (output_padding[i] < 0 || output_padding[i] >= stride[i]) {
+      *why = "output_padding " + std::to_string(output_padding[i]) + " not below the stride " +
+             std::to_string(stride[i]) + " (cuDNN's backward data derives the input size from the output's)";
+      return false;
+    }
+    if (span < 0 || span / stride[i] + 1 != plan->y[2 + i]) {
+      *why = "an output whose convolution is not the input's size";
+      return false;
+    }
+  }
   return true;
 }
 

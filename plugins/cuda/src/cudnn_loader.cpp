@@ -41,6 +41,9 @@ CudnnApi load_cudnn_from(const std::vector<std::string>& candidates) {
   ok &= resolve_symbol(lib, "cudnnGetConvolutionForwardAlgorithm_v7", &api.get_forward_algorithm, &missing);
   ok &= resolve_symbol(lib, "cudnnGetConvolutionForwardWorkspaceSize", &api.get_workspace_size, &missing);
   ok &= resolve_symbol(lib, "cudnnConvolutionForward", &api.convolution_forward, &missing);
+  ok &= resolve_symbol(lib, "cudnnGetConvolutionBackwardDataAlgorithm_v7", &api.get_backward_data_algorithm,
+                       &missing);
+  ok &= resolve_symbol(lib, "cudnnConvolutionBackwardData", &api.convolution_backward_data, &missing);
   if (!ok) {
     api.error = api.path + " is not a usable cuDNN: " + missing;
     dlclose(lib);

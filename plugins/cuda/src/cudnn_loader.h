@@ -1,7 +1,7 @@
 // cuDNN, loaded with dlopen at first use, like cuBLASLt (Note [Loading cuBLASLt]). Note [Loading cuDNN]
 // The plugin does not link cuDNN: the library is opened the first time a convolution needs it, so
-// the plugin loads on machines without cuDNN and only conv2d then goes to the CPU fallback, with the
-// reason logged once and shown in the device properties ("cudnn"). Search order: $TESSERA_CUDA_CUDNN
+// the plugin loads on machines without cuDNN and only conv2d / conv_transpose2d then go to the CPU fallback,
+// with the reason logged once and shown in the device properties ("cudnn"). Search order: $TESSERA_CUDA_CUDNN
 // (a full path), libcudnn.so.9 and libcudnn.so through the normal loader path, then the toolkit's
 // library folder known at build time and /usr/local/cuda/lib64. The GPU checks point
 // TESSERA_CUDA_CUDNN at PyTorch's copy (nvidia-cudnn) when the machine's toolkit has none. Only the
@@ -40,6 +40,9 @@ struct CudnnApi {
   decltype(&cudnnGetConvolutionForwardAlgorithm_v7) get_forward_algorithm = nullptr;
   decltype(&cudnnGetConvolutionForwardWorkspaceSize) get_workspace_size = nullptr;
   decltype(&cudnnConvolutionForward) convolution_forward = nullptr;
+  // conv_transpose2d is the backward-data pass of the convolution it transposes.
+  decltype(&cudnnGetConvolutionBackwardDataAlgorithm_v7) get_backward_data_algorithm = nullptr;
+  decltype(&cudnnConvolutionBackwardData) convolution_backward_data = nullptr;
 };
 
 // Loads once (thread-safe) and returns the table; `loaded` says whether it can be used.

@@ -262,4 +262,48 @@ cudaError_t launch_attention(const AttentionParams& p, cudaStream_t stream);
 bool attention_rows_supported(int32_t dtype, int64_t head_dim, int64_t value_dim);
 cudaError_t launch_attention_rows(const AttentionParams& p, cudaStream_t stream);
 
+// topk (Note [topk on the GPU], topk_plan.h): rows of `n` elements along the middle dim of a
+// contiguous [outer, n, inner] input of any numeric dtype. `keys` / `idx` are a workspace of
+// outer * inner * padded entries each (padded = topk_padded(n)): one row per (outer, inner), filled with
+// the order keys, sorted by the bitonic network, then the first k of each row gathered into the
+// contiguous [outer, k, inner] `values` (the input's dtype) and `indices` (int64).
+struct TopkParams {
+  const void* in = nullptr;
+  int32_t dtype = kDtF32;
+  int64_t outer = 1, n = 1, inner = 1, k = 0, padded = 1;
+  bool largest = true;
+  uint64_t* keys = nullptr;
+  int64_t* idx = nullptr;
+  void* values = nullptr;
+  int64_t* indices = nullptr;
+};
+cudaError_t launch_topk(const TopkParams& p, cudaStream_t stream);
+
+// One resized dim of _resize (tessera/resize_taps.h): out[o, j, i] = sum_t weight[j * taps + t] *
+// in[o, index[j * taps + t], i] over contiguous [outer, n_in, inner] -> [outer, n_out, inner], both
+// float32 or both float64 (the weights are doubles, used in the data's type).
+struct ResizeTapsParams {
+  const void* in = nullptr;
+  void* out = nullptr;
+  int32_t dtype = kDtF32;
+  int64_t outer = 1, n_in = 1, n_out = 1, inner = 1;
+  int32_t taps = 2;
+  const int64_t* index = nullptr;
+  const double* weight = nullptr;
+};
+cudaError_t launch_resize_taps(const ResizeTapsParams& p, cudaStream_t stream);
+
+// fake_quantize_per_tensor_affine / _per_channel_affine (tessera/fake_quantize.h) over a contiguous
+// float32 input into a contiguous float32 output; channel of element e: (e / inner) % channels
+// (channels = 1: per tensor). scale / inv_scale / zero_point: `channels` values on the device.
+struct FakeQuantizeParams {
+  const float* in = nullptr;
+  float* out = nullptr;
+  int64_t numel = 0, inner = 1, channels = 1, quant_min = 0, quant_max = 255;
+  const float* scale = nullptr;
+  const float* inv_scale = nullptr;
+  const int64_t* zero_point = nullptr;
+};
+cudaError_t launch_fake_quantize(const FakeQuantizeParams& p, cudaStream_t stream);
+
 }  // namespace tessera::cuda

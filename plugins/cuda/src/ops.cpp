@@ -29,8 +29,11 @@
 #include "reduce_state.h"
 #include "scalar_convert.h"
 #include "tensor_iter.h"
+#include "tessera/fake_quantize.h"
 #include "tessera/op_names.h"
 #include "tessera/pad_index.h"
+#include "tessera/resize_taps.h"
+#include "topk_plan.h"
 
 namespace tessera::cuda {
 namespace {
@@ -1292,7 +1295,7 @@ void linear_kernel(const KernelCall& call) {
 struct CudnnState {
   std::mutex mutex;  // guards the maps and serialises SetStream + the call on a handle
   std::map<int, cudnnHandle_t> handles;
-  std::map<std::string, std::pair<cudnnConvolutionFwdAlgo_t, size_t>> algos;
+  std::map<std::string, std::pair<int, size_t>> algos;  // forward or backward-data algorithm, workspace
 };
 CudnnState& cudnn_state() {
   static CudnnState* s = new CudnnState();
@@ -1335,135 +1338,237 @@ DeviceTensor conv_packed(const KernelCall& call, const Launch& l, const DeviceTe
   return r;
 }
 
-void conv2d_kernel(const KernelCall& call) {
-  using T = op::conv2d::tensor;
-  using A = op::conv2d::attr;
-  Launch l(call);
+enum class ConvPass { Forward, BackwardData };
+
+// The cuDNN library, or the CPU fallback with the reason logged once.
+const CudnnApi& cudnn_or_fallback(const KernelCall& call) {
   const CudnnApi& api = cudnn_api();
   if (!api.loaded) {
     static std::once_flag warned;
-    std::call_once(warned, [&] { sdk::log(TESSERA_LOG_WARNING, "cuda", "conv2d falls back to the CPU: " + api.error); });
+    std::call_once(warned, [&] {
+      sdk::log(TESSERA_LOG_WARNING, "cuda", "conv2d and conv_transpose2d fall back to the CPU: " + api.error);
+    });
     unimplemented(call, api.error);
   }
-  DeviceTensor x = view_of(call, call.input(T::input), "input");
-  DeviceTensor w = view_of(call, call.input(T::weight), "weight");
-  DeviceTensor out = view_of(call, call.output(0), "output");
-  if (!elementwise_float(out.dtype) || x.dtype != out.dtype || w.dtype != out.dtype)
-    unimplemented(call, std::string("dtype ") + dtype_str(out.dtype));
-  auto pair = [&](int attr, int64_t fallback, int64_t v[2]) {
-    int count = 0;
-    const int64_t* p = call.num_attrs() > attr ? call.attr_ints(attr, &count) : nullptr;
-    v[0] = count > 0 ? p[0] : fallback;
-    v[1] = count > 1 ? p[1] : v[0];
+  return api;
+}
+
+// The convolution of `plan` on cuDNN, x / w / y packed in plan.layout: Forward writes y = conv(x, w);
+// BackwardData writes x = the transposed convolution of y (conv_transpose2d). The algorithm is
+// cuDNN's heuristic choice, the first that succeeds within a 1 GiB workspace, kept per problem.
+// `into_temporary`: the written buffer is the call's own temporary.
+void cudnn_convolution(const KernelCall& call, const Launch& l, const CudnnApi& api, const ConvPlan& plan,
+                       int32_t dtype, ConvPass pass, const void* x, const void* w, const void* y,
+                       void* written, bool into_temporary) {
+  CudnnDescriptors d(api);
+  const cudnnDataType_t type = cudnn_type(dtype);
+  const cudnnTensorFormat_t format = plan.layout == ConvLayout::NHWC ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW;
+  auto check = [&](cudnnStatus_t st, const char* what) {
+    if (st != CUDNN_STATUS_SUCCESS)
+      unimplemented(call, std::string("cuDNN ") + what + ": " + api.get_error_string(st));
   };
-  int64_t stride[2], pad[2], dilation[2];
-  pair(A::stride, 1, stride);
-  pair(A::padding, 0, pad);
-  pair(A::dilation, 1, dilation);
-  const int64_t groups = call.num_attrs() > A::groups ? call.attr_int(A::groups) : 1;
+  int64_t xs[4], ys[4];
+  conv_packed_strides(plan.x, plan.layout, xs);
+  conv_packed_strides(plan.y, plan.layout, ys);
+  auto i32 = [](int64_t v) { return int(v); };  // plan_conv checked the int range
+  check(api.create_tensor(&d.x), "cudnnCreateTensorDescriptor");
+  check(api.set_tensor_4d_ex(d.x, type, i32(plan.x[0]), i32(plan.x[1]), i32(plan.x[2]), i32(plan.x[3]),
+                             i32(xs[0]), i32(xs[1]), i32(xs[2]), i32(xs[3])),
+        "input descriptor");
+  check(api.create_tensor(&d.y), "cudnnCreateTensorDescriptor");
+  check(api.set_tensor_4d_ex(d.y, type, i32(plan.y[0]), i32(plan.y[1]), i32(plan.y[2]), i32(plan.y[3]),
+                             i32(ys[0]), i32(ys[1]), i32(ys[2]), i32(ys[3])),
+        "output descriptor");
+  check(api.create_filter(&d.w), "cudnnCreateFilterDescriptor");
+  check(api.set_filter_4d(d.w, type, format, i32(plan.w[0]), i32(plan.w[1]), i32(plan.w[2]), i32(plan.w[3])),
+        "filter descriptor");
+  check(api.create_conv(&d.conv), "cudnnCreateConvolutionDescriptor");
+  check(api.set_conv_2d(d.conv, plan.pad[0], plan.pad[1], plan.stride[0], plan.stride[1], plan.dilation[0],
+                        plan.dilation[1], CUDNN_CROSS_CORRELATION,
+                        dtype == kDtF64 ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT),
+        "convolution descriptor");
+  check(api.set_group_count(d.conv, plan.groups), "group count");
+  const cudnnMathType_t math = is_float16ish(dtype)                 ? CUDNN_TENSOR_OP_MATH
+                               : (dtype == kDtF32 && !allow_tf32()) ? CUDNN_FMA_MATH
+                                                                    : CUDNN_DEFAULT_MATH;
+  check(api.set_math_type(d.conv, math), "math type");
+  CudnnState& st = cudnn_state();
+  std::lock_guard<std::mutex> lock(st.mutex);
+  cudnnHandle_t& handle = st.handles[l.device];
+  if (!handle) check(api.create(&handle), "cudnnCreate");
+  std::string key;
+  for (int64_t v : {int64_t(pass), int64_t(l.device), int64_t(dtype), int64_t(plan.layout), int64_t(math),
+                    int64_t(plan.groups)})
+    (key += std::to_string(v)) += ':';
+  for (const int64_t* v : {plan.x, plan.w, plan.y})
+    for (int i = 0; i < 4; ++i) (key += std::to_string(v[i])) += ',';
+  for (int i = 0; i < 2; ++i)
+    for (int32_t v : {plan.pad[i], plan.stride[i], plan.dilation[i]}) (key += std::to_string(v)) += ';';
+  auto it = st.algos.find(key);
+  if (it == st.algos.end()) {
+    constexpr size_t kMaxWorkspace = size_t(1) << 30;
+    int returned = 0, algo = -1;
+    size_t memory = 0;
+    if (pass == ConvPass::Forward) {
+      cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+      check(api.get_forward_algorithm(handle, d.x, d.w, d.conv, d.y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
+                                      &returned, perf),
+            "cudnnGetConvolutionForwardAlgorithm_v7");
+      for (int i = 0; i < returned && algo < 0; ++i)
+        if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].memory <= kMaxWorkspace)
+          algo = int(perf[i].algo), memory = perf[i].memory;
+    } else {
+      cudnnConvolutionBwdDataAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
+      check(api.get_backward_data_algorithm(handle, d.w, d.y, d.conv, d.x,
+                                            CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &returned, perf),
+            "cudnnGetConvolutionBackwardDataAlgorithm_v7");
+      for (int i = 0; i < returned && algo < 0; ++i)
+        if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].memory <= kMaxWorkspace)
+          algo = int(perf[i].algo), memory = perf[i].memory;
+    }
+    if (algo < 0) unimplemented(call, "cuDNN has no algorithm for this convolution");
+    it = st.algos.emplace(key, std::make_pair(algo, memory)).first;
+  }
+  DeviceBuffer workspace(l.device, it->second.second, l.stream);
+  check(api.set_stream(handle, l.stream), "cudnnSetStream");
+  const float alpha_f = 1.0f, beta_f = 0.0f;
+  const double alpha_d = 1.0, beta_d = 0.0;
+  const bool f64 = dtype == kDtF64;
+  const void* alpha = f64 ? static_cast<const void*>(&alpha_d) : &alpha_f;
+  const void* beta = f64 ? static_cast<const void*>(&beta_d) : &beta_f;
+  if (!into_temporary) t_queued = true;
+  const cudnnStatus_t status =
+      pass == ConvPass::Forward
+          ? api.convolution_forward(handle, alpha, d.x, x, d.w, w, d.conv,
+                                    cudnnConvolutionFwdAlgo_t(it->second.first), workspace.get(),
+                                    it->second.second, beta, d.y, written)
+          : api.convolution_backward_data(handle, alpha, d.w, w, d.y, y, d.conv,
+                                          cudnnConvolutionBwdDataAlgo_t(it->second.first), workspace.get(),
+                                          it->second.second, beta, d.x, written);
+  if (status != CUDNN_STATUS_SUCCESS)
+    throw sdk::Error(TESSERA_STATUS_INTERNAL,
+                     std::string(call.op_name()) +
+                         " on cuda: cuDNN's convolution failed: " + api.get_error_string(status));
+  g_kernel_launches.fetch_add(1, std::memory_order_relaxed);
+}
+
+// int[2] attributes: one value for both dims, or two; `fallback` when absent.
+void conv_pair(const KernelCall& call, int attr, int64_t fallback, int64_t v[2]) {
+  int count = 0;
+  const int64_t* p = call.num_attrs() > attr ? call.attr_ints(attr, &count) : nullptr;
+  v[0] = count > 0 ? p[0] : fallback;
+  v[1] = count > 1 ? p[1] : v[0];
+}
+
+// The optional bias [channels] as a view broadcast over an output of `ndim` dims (channels at
+// ndim - 3), or nothing.
+std::optional<DeviceTensor> channel_bias(const KernelCall& call, int at, int64_t channels, int32_t dtype,
+                                         int ndim) {
+  if (call.num_inputs() <= at || !call.input(at).defined()) return std::nullopt;
+  DeviceTensor b = view_of(call, call.input(at), "bias");
+  if (b.ndim() != 1 || b.sizes[0] != channels || b.dtype != dtype)
+    unimplemented(call, "bias that is not [out_channels]");
+  const int64_t channel_stride = b.strides[0];
+  b.sizes.assign(size_t(ndim), 1);
+  b.strides.assign(size_t(ndim), 0);
+  b.sizes[size_t(ndim - 3)] = channels;
+  b.strides[size_t(ndim - 3)] = channel_stride;
+  return b;
+}
+
+// target += bias (broadcast), in the same stream.
+void add_bias(const KernelCall& call, const Launch& l, const DeviceTensor& target, const DeviceTensor& bias,
+              bool into_temporary) {
+  IterShape shape;
+  Operand ops[3] = {target.operand(), target.operand(), bias.operand()};
+  const Geometry ins[2] = {target.geometry(), bias.geometry()};
+  if (!plan_elementwise(target.geometry(), ins, 2, &shape, ops)) unimplemented(call, "bias layout");
+  check_launch(
+      call,
+      launch_binary(BinaryOp::Add, target.dtype, shape, ops[0], ops[1], ops[2], 0, ComputeScalar{},
+                    to_compute_scalar(integral_number(1), target.dtype), is_dense(shape, ops, 3), l.stream),
+      into_temporary);
+}
+
+// conv2d's and conv_transpose2d's operands (one floating dtype) and the attributes they share.
+struct ConvCall {
+  DeviceTensor x, w, out;
+  int64_t stride[2] = {}, pad[2] = {}, dilation[2] = {};
+  int64_t groups = 1;
+};
+template <typename T, typename A>
+ConvCall conv_call(const KernelCall& call) {
+  ConvCall c;
+  c.x = view_of(call, call.input(T::input), "input");
+  c.w = view_of(call, call.input(T::weight), "weight");
+  c.out = view_of(call, call.output(0), "output");
+  if (!elementwise_float(c.out.dtype) || c.x.dtype != c.out.dtype || c.w.dtype != c.out.dtype)
+    unimplemented(call, std::string("dtype ") + dtype_str(c.out.dtype));
+  conv_pair(call, A::stride, 1, c.stride);
+  conv_pair(call, A::padding, 0, c.pad);
+  conv_pair(call, A::dilation, 1, c.dilation);
+  c.groups = call.num_attrs() > A::groups ? call.attr_int(A::groups) : 1;
+  return c;
+}
+
+void conv2d_kernel(const KernelCall& call) {
+  using T = op::conv2d::tensor;
+  Launch l(call);
+  const CudnnApi& api = cudnn_or_fallback(call);
+  ConvCall c = conv_call<T, op::conv2d::attr>(call);
+  DeviceTensor &x = c.x, &w = c.w, &out = c.out;
   ConvPlan plan;
   std::string why;
-  if (!plan_conv(x.geometry(), w.geometry(), out.geometry(), pad, stride, dilation, groups, &plan, &why))
+  if (!plan_conv(x.geometry(), w.geometry(), out.geometry(), c.pad, c.stride, c.dilation, c.groups, &plan,
+                 &why))
     unimplemented(call, why);
   if (out.numel() == 0) return;
-  std::optional<DeviceTensor> bias;
-  if (call.num_inputs() > T::bias && call.input(T::bias).defined()) {
-    DeviceTensor b = view_of(call, call.input(T::bias), "bias");
-    if (b.ndim() != 1 || b.sizes[0] != plan.w[0] || b.dtype != out.dtype) unimplemented(call, "bias that is not [out_channels]");
-    // [C] as [1, C, 1, 1] (or [C, 1, 1] for an unbatched output), broadcast over the rest.
-    const int64_t channel_stride = b.strides[0];
-    b.sizes.assign(size_t(out.ndim()), 1);
-    b.strides.assign(size_t(out.ndim()), 0);
-    b.sizes[size_t(out.ndim() - 3)] = plan.w[0];
-    b.strides[size_t(out.ndim() - 3)] = channel_stride;
-    bias = b;
-  }
+  const std::optional<DeviceTensor> bias = channel_bias(call, T::bias, plan.w[0], out.dtype, out.ndim());
   const DeviceTensor target = plan.copy_y ? conv_packed(call, l, out, plan.layout, false) : out;
   // Zero input channels: the CPU fallback decides (its oneDNN refuses them; PyTorch gives an
   // output of zero channels).
   if (x.numel() == 0 || w.numel() == 0) unimplemented(call, "zero input channels");
-  {
-    if (plan.copy_x) x = conv_packed(call, l, x, plan.layout, true);
-    if (plan.copy_w) w = conv_packed(call, l, w, plan.layout, true);
-    CudnnDescriptors d(api);
-    const cudnnDataType_t type = cudnn_type(out.dtype);
-    const cudnnTensorFormat_t format = plan.layout == ConvLayout::NHWC ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW;
-    auto check = [&](cudnnStatus_t st, const char* what) {
-      if (st != CUDNN_STATUS_SUCCESS)
-        unimplemented(call, std::string("cuDNN ") + what + ": " + api.get_error_string(st));
-    };
-    int64_t xs[4], ys[4];
-    conv_packed_strides(plan.x, plan.layout, xs);
-    conv_packed_strides(plan.y, plan.layout, ys);
-    auto i32 = [](int64_t v) { return int(v); };  // plan_conv checked the int range
-    check(api.create_tensor(&d.x), "cudnnCreateTensorDescriptor");
-    check(api.set_tensor_4d_ex(d.x, type, i32(plan.x[0]), i32(plan.x[1]), i32(plan.x[2]), i32(plan.x[3]), i32(xs[0]),
-                               i32(xs[1]), i32(xs[2]), i32(xs[3])),
-          "input descriptor");
-    check(api.create_tensor(&d.y), "cudnnCreateTensorDescriptor");
-    check(api.set_tensor_4d_ex(d.y, type, i32(plan.y[0]), i32(plan.y[1]), i32(plan.y[2]), i32(plan.y[3]), i32(ys[0]),
-                               i32(ys[1]), i32(ys[2]), i32(ys[3])),
-          "output descriptor");
-    check(api.create_filter(&d.w), "cudnnCreateFilterDescriptor");
-    check(api.set_filter_4d(d.w, type, format, i32(plan.w[0]), i32(plan.w[1]), i32(plan.w[2]), i32(plan.w[3])),
-          "filter descriptor");
-    check(api.create_conv(&d.conv), "cudnnCreateConvolutionDescriptor");
-    check(api.set_conv_2d(d.conv, plan.pad[0], plan.pad[1], plan.stride[0], plan.stride[1], plan.dilation[0],
-                          plan.dilation[1], CUDNN_CROSS_CORRELATION,
-                          out.dtype == kDtF64 ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT),
-          "convolution descriptor");
-    check(api.set_group_count(d.conv, plan.groups), "group count");
-    const cudnnMathType_t math = is_float16ish(out.dtype) ? CUDNN_TENSOR_OP_MATH
-                                 : (out.dtype == kDtF32 && !allow_tf32()) ? CUDNN_FMA_MATH
-                                                                          : CUDNN_DEFAULT_MATH;
-    check(api.set_math_type(d.conv, math), "math type");
-    CudnnState& st = cudnn_state();
-    std::lock_guard<std::mutex> lock(st.mutex);
-    cudnnHandle_t& handle = st.handles[l.device];
-    if (!handle) check(api.create(&handle), "cudnnCreate");
-    std::string key = std::to_string(l.device) + ":" + std::to_string(out.dtype) + ":" + std::to_string(int(plan.layout)) +
-                      ":" + std::to_string(int(math)) + ":" + std::to_string(plan.groups);
-    for (const int64_t* v : {plan.x, plan.w, plan.y})
-      for (int i = 0; i < 4; ++i) key += "," + std::to_string(v[i]);
-    for (int i = 0; i < 2; ++i)
-      key += ";" + std::to_string(plan.pad[i]) + "," + std::to_string(plan.stride[i]) + "," + std::to_string(plan.dilation[i]);
-    auto it = st.algos.find(key);
-    if (it == st.algos.end()) {
-      constexpr size_t kMaxWorkspace = size_t(1) << 30;
-      cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
-      int returned = 0;
-      check(api.get_forward_algorithm(handle, d.x, d.w, d.conv, d.y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &returned, perf),
-            "cudnnGetConvolutionForwardAlgorithm_v7");
-      int chosen = -1;
-      for (int i = 0; i < returned && chosen < 0; ++i)
-        if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].memory <= kMaxWorkspace) chosen = i;
-      if (chosen < 0) unimplemented(call, "cuDNN has no forward algorithm for this convolution");
-      it = st.algos.emplace(key, std::make_pair(perf[chosen].algo, perf[chosen].memory)).first;
-    }
-    DeviceBuffer workspace(l.device, it->second.second, l.stream);
-    check(api.set_stream(handle, l.stream), "cudnnSetStream");
-    const float alpha_f = 1.0f, beta_f = 0.0f;
-    const double alpha_d = 1.0, beta_d = 0.0;
-    const bool f64 = out.dtype == kDtF64;
-    if (!plan.copy_y) t_queued = true;
-    const cudnnStatus_t status = api.convolution_forward(
-        handle, f64 ? static_cast<const void*>(&alpha_d) : &alpha_f, d.x, x.data, d.w, w.data, d.conv, it->second.first,
-        workspace.get(), it->second.second, f64 ? static_cast<const void*>(&beta_d) : &beta_f, d.y, target.data);
-    if (status != CUDNN_STATUS_SUCCESS)
-      throw sdk::Error(TESSERA_STATUS_INTERNAL, std::string(call.op_name()) + " on cuda: cudnnConvolutionForward failed: " +
-                                                    api.get_error_string(status));
-    g_kernel_launches.fetch_add(1, std::memory_order_relaxed);
-  }
-  if (bias) {
-    IterShape shape;
-    Operand ops[3] = {target.operand(), target.operand(), bias->operand()};
-    const Geometry ins[2] = {target.geometry(), bias->geometry()};
-    if (!plan_elementwise(target.geometry(), ins, 2, &shape, ops)) unimplemented(call, "bias layout");
-    check_launch(call, launch_binary(BinaryOp::Add, out.dtype, shape, ops[0], ops[1], ops[2], 0, ComputeScalar{},
-                                     to_compute_scalar(integral_number(1), out.dtype), is_dense(shape, ops, 3), l.stream),
-                 plan.copy_y);
-  }
+  if (plan.copy_x) x = conv_packed(call, l, x, plan.layout, true);
+  if (plan.copy_w) w = conv_packed(call, l, w, plan.layout, true);
+  cudnn_convolution(call, l, api, plan, out.dtype, ConvPass::Forward, x.data, w.data, nullptr, target.data,
+                    plan.copy_y);
+  if (bias) add_bias(call, l, target, *bias, plan.copy_y);
   if (plan.copy_y) device_copy(call, out, target, l.stream);
+}
+
+// Note [conv_transpose2d on cuDNN]
+// conv_transpose2d(input, weight [C_in, C_out / groups, kh, kw]) is the backward-data pass of the
+// convolution that maps its output to its input (plan_conv_transpose, conv_plan.h): cuDNN's
+// cudnnConvolutionBackwardData with that convolution's descriptors, the weight as it lies, in the
+// output's memory format, then the bias as conv2d adds it. output_padding only makes the output
+// larger; cuDNN derives the input size from the output's, which holds while output_padding is below
+// the stride (the rest goes to the CPU fallback). Same algorithm cache, math and fallback rules as
+// Note [conv2d on cuDNN].
+void conv_transpose2d_kernel(const KernelCall& call) {
+  using T = op::conv_transpose2d_input::tensor;
+  using A = op::conv_transpose2d_input::attr;
+  Launch l(call);
+  const CudnnApi& api = cudnn_or_fallback(call);
+  ConvCall c = conv_call<T, A>(call);
+  DeviceTensor &x = c.x, &w = c.w, &out = c.out;
+  int64_t output_padding[2];
+  conv_pair(call, A::output_padding, 0, output_padding);
+  ConvPlan plan;
+  std::string why;
+  if (!plan_conv_transpose(x.geometry(), w.geometry(), out.geometry(), c.pad, c.stride, output_padding,
+                           c.dilation, c.groups, &plan, &why))
+    unimplemented(call, why);
+  if (out.numel() == 0) return;
+  const std::optional<DeviceTensor> bias = channel_bias(call, T::bias, plan.x[1], out.dtype, out.ndim());
+  if (x.numel() == 0 || w.numel() == 0) unimplemented(call, "zero input channels");
+  // cuDNN's x is the output here, its y the input (plan.copy_x / copy_y name cuDNN's roles).
+  const DeviceTensor target = plan.copy_x ? conv_packed(call, l, out, plan.layout, false) : out;
+  if (plan.copy_y) x = conv_packed(call, l, x, plan.layout, true);
+  if (plan.copy_w) w = conv_packed(call, l, w, plan.layout, true);
+  cudnn_convolution(call, l, api, plan, out.dtype, ConvPass::BackwardData, nullptr, w.data, x.data,
+                    target.data, plan.copy_x);
+  if (bias) add_bias(call, l, target, *bias, plan.copy_x);
+  if (plan.copy_x) device_copy(call, out, target, l.stream);
 }
 
 #pragma GCC diagnostic pop
@@ -2223,6 +2328,33 @@ void group_norm_kernel(const KernelCall& call) {
 //   (tessera::pad_source, the CPU kernel's rule) is made on the host and copied to the device, through
 //   temporaries; the last pass writes the output. A pad too large for its dim is an error naming it,
 //   as on the CPU.
+// A host table copied into a fresh temporary of the call (index tables, weights, parameters). From
+// pageable memory cudaMemcpyAsync returns once `v` is staged, so `v` may go out of scope.
+template <typename V>
+DeviceTensor upload(const KernelCall& call, const Launch& l, const std::vector<V>& v, int32_t dtype) {
+  const DeviceTensor d = temporary(l, dtype, {int64_t(v.size())});
+  if (!v.empty())
+    check_enqueue(call,
+                  cudaMemcpyAsync(d.data, v.data(), v.size() * sizeof(V), cudaMemcpyHostToDevice, l.stream),
+                  "cudaMemcpyAsync of a table", /*into_temporary=*/true);
+  return d;
+}
+
+// A small tensor of the call's device read back to the host as `V` (converted to `dtype` first):
+// one stream synchronisation (fake_quantize's parameters, _resize's scales).
+template <typename V>
+std::vector<V> read_back(const KernelCall& call, const Launch& l, const DeviceTensor& t, int32_t dtype) {
+  const DeviceTensor c = materialize(call, t, dtype, true, l);
+  std::vector<V> host(size_t(c.numel()));
+  if (host.empty()) return host;
+  check_enqueue(
+      call, cudaMemcpyAsync(host.data(), c.data, host.size() * sizeof(V), cudaMemcpyDeviceToHost, l.stream),
+      "cudaMemcpyAsync to the host", /*into_temporary=*/true);
+  check_cuda(cudaStreamSynchronize(l.stream),
+             std::string(call.op_name()) + " on cuda: reading parameters back");
+  return host;
+}
+
 void pad_kernel(const KernelCall& call) {
   using A = op::pad::attr;
   Launch l(call);
@@ -2255,11 +2387,7 @@ void pad_kernel(const KernelCall& call) {
                            "pad: padding too large for dimension " + std::to_string(d) + " (size " + std::to_string(n) +
                                ", mode " + mode + ")");
       }
-      const DeviceTensor idx = temporary(l, kDtI64, {m});
-      // From pageable memory: cudaMemcpyAsync returns once `table` is staged, so it may go out of scope.
-      check_enqueue(call, cudaMemcpyAsync(idx.data, table.data(), table.size() * sizeof(int64_t),
-                                          cudaMemcpyHostToDevice, l.stream),
-                    "cudaMemcpyAsync of the pad index", /*into_temporary=*/true);
+      const DeviceTensor idx = upload(call, l, table, kDtI64);
       std::vector<int64_t> sizes = src.sizes;
       sizes[size_t(d)] = m;
       const DeviceTensor dst = j + 1 == dims.size() ? out : temporary(l, out.dtype, sizes);
@@ -2297,6 +2425,185 @@ void pad_kernel(const KernelCall& call) {
   if (!empty) device_copy(call, out, x, l.stream);
 }
 
+// ---------------------------------------------------------------- topk, _resize, fake_quantize
+
+// Note [topk on the GPU]
+// topk sorts every row (the (outer, inner) lines of dim) whole: each element becomes a 64-bit order
+// key (topk_plan.h: by value, NaN above every number, -0 equal to +0; reversed for largest) with its
+// index, the row is padded to a power of two with keys that sort last, and a bitonic network sorts
+// (key, index) pairs (tiles of 2048 in shared memory, longer strides across tiles in global memory,
+// launched per stage). Equal keys are ordered by index, so the first k pairs are exactly the CPU's
+// partial sort (ties by ascending index), sorted=False included. The work is O(n log^2 n) per row
+// whatever k is; PyTorch's radix select is faster for small k on long rows.
+void topk_kernel(const KernelCall& call) {
+  using At = op::topk::attr;
+  Launch l(call);
+  DeviceTensor x = view_of(call, call.input(op::topk::tensor::self), "self");
+  const DeviceTensor values = view_of(call, call.output(0), "values");
+  const DeviceTensor indices = view_of(call, call.output(1), "indices");
+  if (!elementwise_dtype(x.dtype) || values.dtype != x.dtype || indices.dtype != kDtI64)
+    unimplemented(call, std::string("dtype ") + dtype_str(x.dtype));
+  const int nd = x.ndim();
+  const int dim = nd == 0 ? 0 : wrapped_dim(call, call.attr_int(At::dim), nd);
+  const int64_t k = call.attr_int(At::k);
+  int64_t outer = 1, n = nd == 0 ? 1 : x.sizes[size_t(dim)], inner = 1;
+  for (int d = 0; d < dim; ++d) outer *= x.sizes[size_t(d)];
+  for (int d = dim + 1; d < nd; ++d) inner *= x.sizes[size_t(d)];
+  if (k < 0 || k > n) unimplemented(call, "k out of range");
+  if (values.numel() == 0) return;
+  const int64_t padded = topk_padded(n);
+  int64_t entries = 0, bytes = 0;
+  if (padded == 0 || __builtin_mul_overflow(outer * inner, padded, &entries) ||
+      __builtin_mul_overflow(entries, int64_t(sizeof(uint64_t) + sizeof(int64_t)), &bytes))
+    unimplemented(call, "rows too long to sort");
+  x = materialize(call, x, x.dtype, true, l);
+  DeviceBuffer workspace(l.device, size_t(bytes), l.stream);
+  const DeviceTensor vt = values.contiguous() ? values : temporary(l, values.dtype, values.sizes);
+  const DeviceTensor it = indices.contiguous() ? indices : temporary(l, kDtI64, indices.sizes);
+  TopkParams p;
+  p.in = x.data;
+  p.dtype = x.dtype;
+  p.outer = outer;
+  p.n = n;
+  p.inner = inner;
+  p.k = k;
+  p.padded = padded;
+  p.largest = call.attr_bool(At::largest);
+  p.keys = static_cast<uint64_t*>(workspace.get());
+  p.idx = reinterpret_cast<int64_t*>(p.keys + entries);
+  p.values = vt.data;
+  p.indices = static_cast<int64_t*>(it.data);
+  check_launch(call, launch_topk(p, l.stream), vt.data != values.data && it.data != indices.data);
+  if (vt.data != values.data) device_copy(call, values, vt, l.stream);
+  if (it.data != indices.data) device_copy(call, indices, it, l.stream);
+}
+
+// Note [_resize on the GPU]
+// _resize takes its taps from tessera/resize_taps.h, the rule the CPU kernel uses, one resized dim
+// at a time (the weights of the dims multiply, so N 1-D passes are the N-d resize): nearest is an
+// index_select per dim with the plugin's own (trusted) index table, exact for every dtype; linear
+// and cubic run launch_resize_taps per dim in float32 (float64 for float64 data) with the weights and
+// indices uploaded as tables, then one conversion into the output. `scales` on the device are read
+// back (one synchronisation); the CPU kernel accumulates all dims at once in double, so the results
+// agree within float32 rounding.
+void resize_kernel(const KernelCall& call) {
+  using A = op::_resize::attr;
+  Launch l(call);
+  DeviceTensor x = view_of(call, call.input(op::_resize::tensor::self), "self");
+  const DeviceTensor out = view_of(call, call.output(0), "output");
+  int k = 0;
+  call.attr_ints(A::size, &k);
+  const int nd = x.ndim(), first = nd - k;
+  if (out.dtype != x.dtype || out.ndim() != nd || k < 1 || k > 8 || k > nd ||
+      !(elementwise_dtype(x.dtype) || x.dtype == kDtBool))
+    unimplemented(call, "these operands");
+  const std::string mode = call.attr_string(A::mode);
+  const bool nearest = mode == "nearest" || mode.empty();
+  if (!nearest && !elementwise_float(x.dtype))
+    unimplemented(call, std::string("dtype ") + dtype_str(x.dtype));
+  if (out.numel() == 0) return;
+  std::vector<double> scales(size_t(k), 0.0);
+  if (call.num_inputs() > op::_resize::tensor::scales && call.input(op::_resize::tensor::scales).defined()) {
+    const DeviceTensor st = view_of(call, call.input(op::_resize::tensor::scales), "scales");
+    if (st.numel() != k) unimplemented(call, "scales of another length");
+    scales = read_back<double>(call, l, st, kDtF64);
+  }
+  const resize::Coord coord = resize::coord_mode(call.attr_string(A::coordinate_transformation_mode));
+  const resize::Nearest nearest_mode = resize::nearest_mode(call.attr_string(A::nearest_mode));
+  const double a = call.attr_double(A::cubic_coeff_a);
+  const bool exclude_outside = call.attr_bool(A::exclude_outside);
+  const int32_t compute = nearest ? x.dtype : (x.dtype == kDtF64 ? kDtF64 : kDtF32);
+  DeviceTensor cur = nearest ? x : materialize(call, x, compute, true, l);
+  for (int j = 0; j < k; ++j) {
+    const int d = first + j;
+    const int64_t n_in = x.sizes[size_t(d)], n_out = out.sizes[size_t(d)];
+    double scale = scales[size_t(j)];
+    if (scale == 0) scale = double(n_out) / double(n_in);
+    if (!(scale > 0 && std::isfinite(scale)))
+      throw sdk::Error(TESSERA_STATUS_INVALID_ARGUMENT, "_resize: scales must be positive and finite, got " +
+                                                            std::to_string(scale) + " for resized dim " +
+                                                            std::to_string(j));
+    const resize::Taps t =
+        resize::dim_taps(mode, coord, nearest_mode, n_in, n_out, scale, a, exclude_outside);
+    std::vector<int64_t> sizes = cur.sizes;
+    sizes[size_t(d)] = n_out;
+    if (nearest) {
+      const DeviceTensor idx = upload(call, l, t.index, kDtI64);
+      const DeviceTensor dst = temporary(l, compute, sizes);
+      std::vector<int64_t> index_strides(size_t(nd), 0);
+      index_strides[size_t(d)] = 1;
+      run_index_select(call, l, dst, cur, d, idx, index_strides, "_resize", /*trusted=*/true);
+      cur = dst;
+      continue;
+    }
+    ResizeTapsParams p;
+    const DeviceTensor idx = upload(call, l, t.index, kDtI64), weight = upload(call, l, t.weight, kDtF64);
+    const DeviceTensor dst = temporary(l, compute, sizes);
+    p.in = cur.data;
+    p.out = dst.data;
+    p.dtype = compute;
+    for (int q = 0; q < d; ++q) p.outer *= cur.sizes[size_t(q)];
+    for (int q = d + 1; q < nd; ++q) p.inner *= cur.sizes[size_t(q)];
+    p.n_in = n_in;
+    p.n_out = n_out;
+    p.taps = t.n;
+    p.index = static_cast<const int64_t*>(idx.data);
+    p.weight = static_cast<const double*>(weight.data);
+    check_launch(call, launch_resize_taps(p, l.stream), /*into_temporary=*/true);
+    cur = dst;
+  }
+  if (cur.sizes != out.sizes) unimplemented(call, "the output's shape");
+  device_copy(call, out, cur, l.stream);
+}
+
+// fake_quantize_per_tensor_affine / _per_channel_affine (Note [Fake quantize]): the scale and zero
+// point are read back and checked on the host as the CPU kernel checks them (one synchronisation),
+// then one kernel applies fake_quantize_value (tessera/fake_quantize.h), the CPU's rule, bit for bit.
+template <bool kPerChannel>
+void fake_quantize_kernel(const KernelCall& call) {
+  using PerTensor = op::fake_quantize_per_tensor_affine::attr;
+  using PerChannel = op::fake_quantize_per_channel_affine::attr;
+  Launch l(call);
+  DeviceTensor x = view_of(call, call.input(0), "self");
+  const DeviceTensor out = view_of(call, call.output(0), "output");
+  if (x.dtype != kDtF32 || out.dtype != kDtF32 || out.sizes != x.sizes) unimplemented(call, "these operands");
+  const int64_t qmin = call.attr_int(kPerChannel ? int(PerChannel::quant_min) : int(PerTensor::quant_min));
+  const int64_t qmax = call.attr_int(kPerChannel ? int(PerChannel::quant_max) : int(PerTensor::quant_max));
+  const int axis = kPerChannel ? wrapped_dim(call, call.attr_int(PerChannel::axis), x.ndim()) : -1;
+  const int64_t channels = axis < 0 ? 1 : x.sizes[size_t(axis)];
+  const DeviceTensor s = view_of(call, call.input(1), "scale"),
+                     z = view_of(call, call.input(2), "zero_point");
+  if (s.numel() != channels || z.numel() != channels)
+    unimplemented(call, "scale or zero_point of another length");
+  const std::vector<float> scale = read_back<float>(call, l, s, kDtF32);
+  const std::vector<int64_t> zero_point = read_back<int64_t>(call, l, z, kDtI64);
+  std::vector<float> inv_scale(scale.size());
+  for (size_t c = 0; c < scale.size(); ++c) {
+    const std::string error =
+        fake_quantize_param_error(scale[c], zero_point[c], int64_t(c), channels, qmin, qmax);
+    if (!error.empty()) throw sdk::Error(TESSERA_STATUS_INVALID_ARGUMENT, error);
+    inv_scale[c] = 1.0f / scale[c];
+  }
+  if (out.numel() == 0) return;
+  const DeviceTensor ds = upload(call, l, scale, kDtF32), dinv = upload(call, l, inv_scale, kDtF32),
+                     dz = upload(call, l, zero_point, kDtI64);
+  x = materialize(call, x, kDtF32, true, l);
+  const DeviceTensor target = out.contiguous() ? out : temporary(l, kDtF32, out.sizes);
+  FakeQuantizeParams p;
+  p.in = static_cast<const float*>(x.data);
+  p.out = static_cast<float*>(target.data);
+  p.numel = out.numel();
+  for (int d = axis + 1; axis >= 0 && d < x.ndim(); ++d) p.inner *= x.sizes[size_t(d)];
+  p.channels = channels;
+  p.quant_min = qmin;
+  p.quant_max = qmax;
+  p.scale = static_cast<const float*>(ds.data);
+  p.inv_scale = static_cast<const float*>(dinv.data);
+  p.zero_point = static_cast<const int64_t*>(dz.data);
+  check_launch(call, launch_fake_quantize(p, l.stream), target.data != out.data);
+  if (target.data != out.data) device_copy(call, out, target, l.stream);
+}
+
 // bitwise_not and sign on bool (Note [Bool operands on the GPU]): not is xor with 1 on the bytes,
 // sign of a bool is the bool; other dtypes take the unary kernel.
 void bitwise_not_kernel(const KernelCall& call) {
@@ -2327,6 +2634,7 @@ constexpr uint64_t kAll = TESSERA_DTYPE_MASK_ALL;
 constexpr uint64_t kNumeric = kFloat | kIntegral;
 constexpr uint64_t kF64 = TESSERA_DTYPE_BIT(TESSERA_DTYPE_FLOAT64);
 constexpr uint64_t kBool = TESSERA_DTYPE_BIT(TESSERA_DTYPE_BOOL);
+constexpr uint64_t kF32Only = TESSERA_DTYPE_BIT(TESSERA_DTYPE_FLOAT32);
 
 }  // namespace
 
@@ -2467,6 +2775,15 @@ void register_kernels(const sdk::Host& host) {
   host.register_kernel(op::avg_pool2d::name, kFloat | kF64 | TESSERA_DTYPE_BIT(TESSERA_DTYPE_INT64),
                        TESSERA_SDK_KERNEL(pool2d_kernel<false>));
   host.register_kernel(op::scaled_dot_product_attention::name, kFloat | kF64, TESSERA_SDK_KERNEL(sdpa_kernel));
+  host.register_kernel(op::conv_transpose2d_input::name, kFloat | kF64,
+                       TESSERA_SDK_KERNEL(conv_transpose2d_kernel));
+  // Note [topk on the GPU], Note [_resize on the GPU], Note [Fake quantize]
+  host.register_kernel(op::topk::name, kNumeric | kF64, TESSERA_SDK_KERNEL(topk_kernel));
+  host.register_kernel(op::_resize::name, kAll, TESSERA_SDK_KERNEL(resize_kernel));
+  host.register_kernel(op::fake_quantize_per_tensor_affine::name, kF32Only,
+                       TESSERA_SDK_KERNEL(fake_quantize_kernel<false>));
+  host.register_kernel(op::fake_quantize_per_channel_affine::name, kF32Only,
+                       TESSERA_SDK_KERNEL(fake_quantize_kernel<true>));
 }
 
 }  // namespace tessera::cuda
