@@ -16,6 +16,7 @@
 #include "tessera/compiler/export.h"
 #include "tessera/dispatcher.h"
 #include "tessera/error.h"
+#include "tessera/plugin_loader.h"
 #include "tessera/tessera.h"
 
 using namespace tessera;
@@ -340,3 +341,42 @@ TEST(Epilogue, KernelRefusesBadArgumentsWithOneLine) {
 }
 
 }  // namespace
+
+// Note [Linear epilogues on CUDA]: the pass follows the node's device. A float16 chain exported on
+// the CPU is left alone there (the CPU kernels take float32 / bfloat16); the same graph retyped to
+// cuda:0 becomes one _linear_epilogue, which the CUDA plugin registers for float16 (its resolution
+// is read from the loaded plugin, no GPU needed); conv2d -> relu stays, as the CUDA plugin has no
+// _conv2d_epilogue.
+TEST(Epilogue, CudaGraphsFuseWhereTheCudaPluginHasTheKernel) {
+  std::string why;
+  if (!ensure_backend_loaded(DeviceType::CUDA, &why)) GTEST_SKIP() << "no CUDA plugin in this build: " << why;
+  manual_seed(21);
+  const Tensor x = cast(randn({4, 16}), kFloat16), w = cast(randn({8, 16}), kFloat16),
+               b = cast(randn({8}), kFloat16);
+  const Tensor r = cast(randn({4, 8}), kFloat16);
+  const Tensor img = cast(randn({1, 3, 6, 6}), kFloat16), k = cast(randn({4, 3, 3, 3}), kFloat16);
+  auto fn = [&](const std::vector<Tensor>& in) {
+    return std::vector<Tensor>{gelu(linear(in[0], w, b), "tanh") + in[1], tessera::relu(conv2d(in[2], k))};
+  };
+  ExportedProgram cpu = export_program(fn, {x, r, img});
+  ExportedProgram on_cuda = cpu;
+  EXPECT_FALSE(codegen::fuse_linear_epilogues(cpu)) << cpu.graph_string();
+  for (ValueInfo& v : on_cuda.graph.values) v.type.device = Device("cuda:0");
+  ASSERT_TRUE(codegen::fuse_linear_epilogues(on_cuda)) << on_cuda.graph_string();
+  int epilogues = 0, convs = 0, relus = 0;
+  for (const Node& n : on_cuda.graph.nodes) {
+    if (n.target == "_linear_epilogue") {
+      ++epilogues;
+      ASSERT_EQ(n.args.size(), 5u);
+      EXPECT_EQ(n.args[2].kind, compiler::Argument::Kind::Tensor) << "the bias";
+      EXPECT_EQ(n.args[3].kind, compiler::Argument::Kind::Tensor) << "the residual";
+      EXPECT_EQ(std::get<std::string>(n.args[4].constant), "gelu_tanh");
+    }
+    convs += n.target == "conv2d";
+    relus += n.target == "relu";
+    EXPECT_NE(n.target, "_conv2d_epilogue");
+  }
+  EXPECT_EQ(epilogues, 1) << on_cuda.graph_string();
+  EXPECT_EQ(convs, 1);
+  EXPECT_EQ(relus, 1);
+}

@@ -222,4 +222,37 @@ TEST(CudaCompilerPluginGpu, StridedAndBroadcastInputsAndAutoSelection) {
   EXPECT_TRUE(tessera::allclose(got[0].to("cpu"), want[0].to("cpu"), 1e-5, 1e-5));
 }
 
+// Note [Linear epilogues on CUDA]: a compiled block on cuda runs linear -> bias -> gelu -> residual
+// add as one _linear_epilogue (the interpreter artifact's graph shows it) and matches eager mode,
+// through the interpreter and through `auto` (the plugin takes the elementwise rest).
+TEST(CudaCompilerPluginGpu, LinearEpiloguesRunFusedOnCuda) {
+  if (const std::string why = no_gpu_reason(); !why.empty()) GTEST_SKIP() << why;
+  const tessera::Device cuda("cuda:0");
+  tessera::manual_seed(6);
+  const Tensor w1 = (tessera::randn({64, 32}) * 0.2).to(cuda), b1 = tessera::randn({64}).to(cuda);
+  const Tensor w2 = (tessera::randn({32, 64}) * 0.2).to(cuda);
+  auto fn = [&](const std::vector<Tensor>& in) {
+    Tensor h = tessera::gelu(tessera::linear(in[0], w1) + b1, "tanh");
+    return std::vector<Tensor>{tessera::linear(h, w2) + in[0], tessera::relu(tessera::matmul(in[0], w1.t()))};
+  };
+  const std::vector<Tensor> in{tessera::randn({4, 7, 32}).to(cuda)};
+  const std::vector<Tensor> want = fn(in);
+  for (const char* backend : {"interpreter", "auto"}) {
+    SCOPED_TRACE(backend);
+    tessera::CompiledFunction f = tessera::compile(fn, with_backend(backend));
+    const std::vector<Tensor> got = f(in);
+    if (std::string(backend) == "interpreter") {
+      const std::string graph = f.artifacts().at(0).graph;
+      size_t fused = 0;
+      for (size_t p = graph.find("_linear_epilogue"); p != std::string::npos;
+           p = graph.find("_linear_epilogue", p + 1))
+        ++fused;
+      EXPECT_EQ(fused, 3u) << graph;
+    }
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i)
+      EXPECT_TRUE(tessera::allclose(got[i].to("cpu"), want[i].to("cpu"), 1e-4, 1e-4)) << "output " << i;
+  }
+}
+
 }  // namespace

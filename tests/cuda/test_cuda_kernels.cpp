@@ -1947,4 +1947,48 @@ TEST_F(CudaKernels, FakeQuantizeLikeTheCpu) {
   }
 }
 
+// _linear_epilogue (Note [Linear epilogues on CUDA]): residual + act(linear(x, w, b)) against the same
+// ops on the CPU in double, every activation with and without bias and residual: cuBLASLt's
+// epilogues (bias, relu, the tanh GELU, the residual as C) and the separate passes (the erf GELU,
+// float64) alike.
+TEST_F(CudaKernels, LinearEpilogueLikeTheCpuOps) {
+  tessera::Dispatcher& d = tessera::Dispatcher::instance();
+  auto reference = [](const Tensor& x, const Tensor& w, const std::optional<Tensor>& b,
+                      const std::optional<Tensor>& r, const std::string& act) {
+    auto f64 = [](const Tensor& t) { return t.to(tessera::kFloat64); };
+    Tensor y = tessera::linear(f64(x), f64(w), b ? std::optional<Tensor>(f64(*b)) : std::nullopt);
+    if (act == "relu") y = tessera::relu(y);
+    if (act == "gelu") y = tessera::gelu(y);
+    if (act == "gelu_tanh") y = tessera::gelu(y, "tanh");
+    return r ? tessera::add(y, f64(*r)) : y;
+  };
+  for (DType t : {tessera::kFloat32, tessera::kFloat16, tessera::kBFloat16, tessera::kFloat64}) {
+    const std::string tn(tessera::dtype_name(t));
+    const Tol tol = t == tessera::kFloat64 ? Tol{1e-12, 1e-12}
+                                           : (t == tessera::kFloat32 ? Tol{1e-4, 1e-4} : tol_for(t, 8));
+    auto [x, dx] = randn_pair({3, 10, 64}, t);
+    auto [w, dw] = randn_pair({48, 64}, t);
+    auto [b, db] = randn_pair({48}, t);
+    auto [r, dr] = randn_pair({3, 10, 48}, t);
+    for (const char* act : {"none", "relu", "gelu", "gelu_tanh"})
+      for (bool with_bias : {true, false})
+        for (bool with_residual : {true, false}) {
+          const std::string what =
+              tn + " " + act + (with_bias ? " bias" : "") + (with_residual ? " residual" : "");
+          const tessera::Value bias = with_bias ? tessera::Value(db) : tessera::Value(std::monostate{});
+          const tessera::Value res = with_residual ? tessera::Value(dr) : tessera::Value(std::monostate{});
+          Tensor got;
+          EXPECT_RUNS_ON_CUDA(
+              "_linear_epilogue " + what,
+              got = std::get<Tensor>(d.call_boxed(d.op("_linear_epilogue"),
+                                                  tessera::Stack{dx, dw, bias, res, std::string(act)})[0]));
+          expect_close(got,
+                       reference(x, w, with_bias ? std::optional<Tensor>(b) : std::nullopt,
+                                 with_residual ? std::optional<Tensor>(r) : std::nullopt, act)
+                           .to(t),
+                       tol, "_linear_epilogue " + what);
+        }
+  }
+}
+
 }  // namespace

@@ -17,15 +17,20 @@
 namespace tessera::compiler::codegen {
 namespace {
 
-// Ops the CPU backend provides (declared in ops.json with "provider": "cpu").
+// Ops the CPU backend provides (declared in ops.json with "provider": "cpu"); other backends may
+// register kernels for them (the CUDA plugin's _linear_epilogue, Note [Linear epilogues on CUDA]).
 constexpr const char* kEpilogueOp = op::_linear_epilogue::name;
 constexpr const char* kConvEpilogueOp = op::_conv2d_epilogue::name;
 
-bool epilogue_op_available(DType dtype, const char* name = kEpilogueOp) {
-  if (!ensure_backend_loaded(DeviceType::CPU)) return false;
+// Whether the backend of `device` has a kernel of `name` for `dtype`. On the CPU the generated code
+// calls the oneDNN kernels, which take float32 and bfloat16; elsewhere the interpreter dispatches
+// the fused node to whatever the backend registered.
+bool epilogue_op_available(DType dtype, const Device& device, const char* name = kEpilogueOp) {
+  if (device.is_cpu() && dtype != DType::Float32 && dtype != DType::BFloat16) return false;
+  if (!ensure_backend_loaded(device.type())) return false;
   Dispatcher& d = Dispatcher::instance();
   OperatorEntry* op = d.find_op(name);
-  return op && d.resolution(*op, DeviceType::CPU, dtype) == Resolution::Kernel;
+  return op && d.resolution(*op, device.type(), dtype) == Resolution::Kernel;
 }
 
 bool is_one(const Argument& a) {
@@ -61,9 +66,8 @@ class EpilogueFuser {
       if (w.sizes.size() != 2) continue;
       // in_features: linear's weight is [N, K], matmul's right operand [K, N] (x [..., M, K]).
       const SymSize& k = is_linear ? w.sizes[1] : w.sizes[0];
-      if ((out.dtype != DType::Float32 && out.dtype != DType::BFloat16) || !out.device.is_cpu() ||
-          x.dtype != out.dtype || w.dtype != out.dtype || !k.maybe_constant() ||
-          *k.maybe_constant() <= 0 || (is_matmul && (x.sizes.size() < 2 || n.args.size() != 2)))
+      if (x.dtype != out.dtype || w.dtype != out.dtype || !k.maybe_constant() || *k.maybe_constant() <= 0 ||
+          (is_matmul && (x.sizes.size() < 2 || n.args.size() != 2)))
         continue;
       Argument bias = Argument::none();
       if (n.args.size() > 2 && n.args[2].kind == Argument::Kind::Tensor) bias = n.args[2];
@@ -103,7 +107,7 @@ class EpilogueFuser {
           residual = Argument::tensor(*r);
           u = absorb(u);
         }
-      if (absorbed.empty() || !epilogue_op_available(out.dtype)) continue;
+      if (absorbed.empty() || !epilogue_op_available(out.dtype, out.device)) continue;
       removed[i] = true;
       for (size_t a : absorbed) removed[a] = true;
       std::vector<Node>& nodes = fused_at[last];
@@ -142,8 +146,7 @@ class EpilogueFuser {
         n.args[1].kind != Argument::Kind::Tensor)
       return;
     const TensorType& out = g_.type(n.outputs[0]);
-    if ((out.dtype != DType::Float32 && out.dtype != DType::BFloat16) || !out.device.is_cpu() ||
-        g_.type(n.args[0].values[0]).dtype != out.dtype || g_.type(n.args[1].values[0]).dtype != out.dtype)
+    if (g_.type(n.args[0].values[0]).dtype != out.dtype || g_.type(n.args[1].values[0]).dtype != out.dtype)
       return;
     if (n.args.size() > 4 && n.args[4].kind == Argument::Kind::Constant &&
         std::holds_alternative<std::string>(n.args[4].constant))
@@ -151,7 +154,7 @@ class EpilogueFuser {
     const int u = sole_reader(n.outputs[0], removed);
     if (u < 0) return;
     const auto act = activation_of(g_.nodes[size_t(u)]);
-    if (!act || !epilogue_op_available(out.dtype, kConvEpilogueOp)) return;
+    if (!act || !epilogue_op_available(out.dtype, out.device, kConvEpilogueOp)) return;
     std::vector<Argument> args = n.args;
     const Argument defaults[] = {Argument::none(), Argument::none(),
                                  Argument::none(), Argument::constant_value(std::vector<int64_t>{1, 1}),

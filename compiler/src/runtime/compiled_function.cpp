@@ -8,13 +8,14 @@
 #include <shared_mutex>
 
 #include "backends/cpp/toolchain.h"
+#include "backends/plugin/partition.h"
 #include "runtime/compiler_choice.h"
 #include "runtime/guards.h"
-#include "backends/plugin/partition.h"
 #include "tessera/autograd.h"
 #include "tessera/compiler/codegen.h"
 #include "tessera/compiler/compile.h"
 #include "tessera/compiler/compiled_program.h"
+#include "tessera/compiler/passes.h"
 #include "tessera/env.h"
 #include "tessera/error.h"
 #include "tessera/log.h"
@@ -254,6 +255,13 @@ struct CompiledFunction::State {
       a->guards = ArtifactGuards(*program, devices);
       const Device device = devices.empty() ? Device(DeviceType::CPU) : devices[0];
       std::string plugin = plugin_backend ? options.backend : std::string();
+      // Note [Linear epilogues on CUDA]: off the CPU, linear -> bias -> activation -> residual
+      // chains become the backend's _linear_epilogue where it registers one; the interpreter runs
+      // those nodes, a compiler plugin the rest.
+      if (!device.is_cpu() && options.backend != "eager")
+        compiler::PassManager()
+            .add("fuse_linear_epilogues", compiler::codegen::fuse_linear_epilogues)
+            .run(*program);
       if (auto_backend) plugin = partition_auto(*program, device, *a);
       if (!plugin.empty() && !a->partitioned) {
         a->partitioned = std::make_unique<compiler::PartitionedProgram>(std::move(*program), plugin, device);

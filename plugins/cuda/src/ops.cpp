@@ -991,10 +991,31 @@ cudaDataType_t cuda_type(int32_t dt) {
   }
 }
 
-// D[b] (m x n, row-major, ld = out_row_stride) = A[b] (m x k) * B[b] (k x n) (+ bias[n]).
+// What cuBLASLt applies to the product before it stores it (Note [Linear epilogues on CUDA]): an
+// activation after the bias, and a residual read as its C matrix (beta = 1, same layout as D).
+enum class LtActivation : int32_t { None, Relu, GeluTanh };
+struct LtEpilogue {
+  LtActivation activation = LtActivation::None;
+  const void* residual = nullptr;
+};
+
+cublasLtEpilogue_t lt_epilogue_mode(bool bias, LtActivation a) {
+  switch (a) {
+    case LtActivation::Relu:
+      return bias ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_RELU;
+    case LtActivation::GeluTanh:
+      return bias ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU;
+    case LtActivation::None:
+      break;
+  }
+  return bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+}
+
+// D[b] (m x n, row-major, ld = out_row_stride) = act(A[b] (m x k) * B[b] (k x n) (+ bias[n])) (+ C).
 // Row-major D = A B is column-major D^T = B^T A^T: cuBLASLt's "A" is our B and its "B" is our A.
-void lt_matmul(const KernelCall& call, const Launch& l, int32_t dtype, const MatrixOperand& a, const MatrixOperand& b,
-               void* out, int64_t out_row_stride, int64_t out_batch_stride, int64_t batch, const void* bias) {
+void lt_matmul(const KernelCall& call, const Launch& l, int32_t dtype, const MatrixOperand& a,
+               const MatrixOperand& b, void* out, int64_t out_row_stride, int64_t out_batch_stride,
+               int64_t batch, const void* bias, const LtEpilogue& epi = {}) {
   const CublasLtApi& api = cublaslt_api();
   cublasLtHandle_t handle = lt_handle(call, l.device);
   const int64_t m = a.rows, k = a.cols, n = b.cols;
@@ -1012,16 +1033,19 @@ void lt_matmul(const KernelCall& call, const Launch& l, int32_t dtype, const Mat
 
   // Heuristic results depend on the problem and on the pointers' alignment (Note [cuBLASLt
   // alignment]): both are in the key.
-  const uint32_t align_a = lt_alignment(b.data), align_b = lt_alignment(a.data), align_cd = lt_alignment(out);
+  const uint32_t align_a = lt_alignment(b.data), align_b = lt_alignment(a.data), align_d = lt_alignment(out);
+  const uint32_t align_c = epi.residual ? lt_alignment(epi.residual) : align_d;
+  const cublasLtEpilogue_t mode = lt_epilogue_mode(bias != nullptr, epi.activation);
   auto align_of = [](const void* p) { return lt_alignment(p); };
-  const std::string key = std::to_string(l.device) + ":" + std::to_string(dtype) + ":" + std::to_string(m) + "," +
-                          std::to_string(n) + "," + std::to_string(k) + ":" + std::to_string(lda) + "," +
-                          std::to_string(ldb) + "," + std::to_string(out_row_stride) + ":" + std::to_string(op_lt_a) +
-                          std::to_string(op_lt_b) + ":" + std::to_string(batch) + "," + std::to_string(b.batch_stride) +
-                          "," + std::to_string(a.batch_stride) + "," + std::to_string(out_batch_stride) + ":" +
-                          (bias ? "b" : "") + (tf32 ? "t" : "") + ":" + std::to_string(align_of(a.data)) +
-                          std::to_string(align_of(b.data)) + std::to_string(align_of(out)) +
-                          std::to_string(bias ? align_of(bias) : 0);
+  const std::string key =
+      std::to_string(l.device) + ":" + std::to_string(dtype) + ":" + std::to_string(m) + "," +
+      std::to_string(n) + "," + std::to_string(k) + ":" + std::to_string(lda) + "," + std::to_string(ldb) +
+      "," + std::to_string(out_row_stride) + ":" + std::to_string(op_lt_a) + std::to_string(op_lt_b) + ":" +
+      std::to_string(batch) + "," + std::to_string(b.batch_stride) + "," + std::to_string(a.batch_stride) +
+      "," + std::to_string(out_batch_stride) + ":" + (bias ? "b" : "") + (tf32 ? "t" : "") + ":" +
+      std::to_string(align_of(a.data)) + std::to_string(align_of(b.data)) + std::to_string(align_of(out)) +
+      std::to_string(bias ? align_of(bias) : 0) + ":e" + std::to_string(int(mode)) +
+      (epi.residual ? "c" + std::to_string(align_c) : std::string());
   LtPlan* plan = nullptr;
   {
     LtHandles& h = lt_handles();
@@ -1055,11 +1079,12 @@ void lt_matmul(const KernelCall& call, const Launch& l, int32_t dtype, const Mat
     check(api.matmul_desc_create(&p.desc, compute, f64 ? CUDA_R_64F : CUDA_R_32F), "cublasLtMatmulDescCreate");
     check(api.matmul_desc_set_attribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_lt_a, sizeof(op_lt_a)), "TRANSA");
     check(api.matmul_desc_set_attribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_lt_b, sizeof(op_lt_b)), "TRANSB");
-    if (bias) {
-      const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
-      check(api.matmul_desc_set_attribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)), "EPILOGUE");
-      check(api.matmul_desc_set_attribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)), "BIAS_POINTER");
-    }
+    if (mode != CUBLASLT_EPILOGUE_DEFAULT)
+      check(api.matmul_desc_set_attribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &mode, sizeof(mode)),
+            "EPILOGUE");
+    if (bias)
+      check(api.matmul_desc_set_attribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)),
+            "BIAS_POINTER");
     check(api.matrix_layout_create(&p.la, type, a_rows, a_cols, lda), "layout A");
     check(api.matrix_layout_create(&p.lb, type, b_rows, b_cols, ldb), "layout B");
     check(api.matrix_layout_create(&p.lc, type, uint64_t(n), uint64_t(m), out_row_stride), "layout C");
@@ -1081,9 +1106,11 @@ void lt_matmul(const KernelCall& call, const Launch& l, int32_t dtype, const Mat
           "alignment A");
     check(api.preference_set_attribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_b, sizeof(align_b)),
           "alignment B");
-    check(api.preference_set_attribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_cd, sizeof(align_cd)),
+    check(api.preference_set_attribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_c,
+                                       sizeof(align_c)),
           "alignment C");
-    check(api.preference_set_attribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_cd, sizeof(align_cd)),
+    check(api.preference_set_attribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_d,
+                                       sizeof(align_d)),
           "alignment D");
     int returned = 0;
     const cublasStatus_t st = api.algo_get_heuristic(handle, p.desc, p.la, p.lb, p.lc, p.lc, pref, 1, &p.result, &returned);
@@ -1105,10 +1132,11 @@ void lt_matmul(const KernelCall& call, const Launch& l, int32_t dtype, const Mat
   }
   DeviceBuffer workspace(l.device, plan->result.workspaceSize, l.stream);
   // The scale type is the compute type's: double for float64, float otherwise.
-  const float alpha_f = 1.0f, beta_f = 0.0f;
-  const double alpha_d = 1.0, beta_d = 0.0;
+  const float alpha_f = 1.0f, beta_f = epi.residual ? 1.0f : 0.0f;
+  const double alpha_d = 1.0, beta_d = epi.residual ? 1.0 : 0.0;
   const void* alpha = dtype == kDtF64 ? static_cast<const void*>(&alpha_d) : &alpha_f;
   const void* beta = dtype == kDtF64 ? static_cast<const void*>(&beta_d) : &beta_f;
+  const void* c = epi.residual ? epi.residual : out;
   cublasStatus_t st;
   {
     std::lock_guard<std::mutex> lock(plan->mutex);
@@ -1120,8 +1148,8 @@ void lt_matmul(const KernelCall& call, const Launch& l, int32_t dtype, const Mat
                                                       std::to_string(int(st)));
     }
     t_queued = true;
-    st = api.matmul(handle, plan->desc, alpha, b.data, plan->la, a.data, plan->lb, beta, out, plan->lc, out, plan->lc,
-                    &plan->result.algo, workspace.get(), plan->result.workspaceSize, l.stream);
+    st = api.matmul(handle, plan->desc, alpha, b.data, plan->la, a.data, plan->lb, beta, c, plan->lc, out,
+                    plan->lc, &plan->result.algo, workspace.get(), plan->result.workspaceSize, l.stream);
   }
   if (st == CUBLAS_STATUS_SUCCESS) g_kernel_launches.fetch_add(1, std::memory_order_relaxed);
   if (st != CUBLAS_STATUS_SUCCESS)
@@ -1162,8 +1190,9 @@ bool batch_stride_of(const DeviceTensor& t, int matrix_dims, const std::vector<i
 }
 
 // `attempt` counts the retries after making an operand contiguous (at most one per operand).
+// `epi`: Note [Linear epilogues on CUDA]; a residual has out's sizes and is contiguous, like out.
 void matmul_impl(const KernelCall& call, const Launch& l, DeviceTensor a, DeviceTensor b, DeviceTensor out,
-                 const void* bias, int attempt = 0) {
+                 const void* bias, const LtEpilogue& epi = {}, int attempt = 0) {
   const int32_t dtype = out.dtype;
   if (!elementwise_float(dtype)) unimplemented(call, std::string("dtype ") + dtype_str(dtype));
   if (a.ndim() == 0 || b.ndim() == 0) unimplemented(call, "0-dim operand");
@@ -1193,7 +1222,7 @@ void matmul_impl(const KernelCall& call, const Launch& l, DeviceTensor a, Device
   for (int64_t s : batch_sizes) batch *= s;
   if (out.numel() == 0) return;
   if (k == 0) {  // empty inner dimension: zeros (plus the bias, which needs the GPU fallback path)
-    if (bias) unimplemented(call, "bias with an empty inner dimension");
+    if (bias || epi.residual) unimplemented(call, "bias or residual with an empty inner dimension");
     check_enqueue(call, cudaMemsetAsync(out.data, 0, size_t(out.numel()) * sdk::dtype_size(dtype), l.stream),
                   "cudaMemsetAsync");
     return;
@@ -1222,10 +1251,10 @@ void matmul_impl(const KernelCall& call, const Launch& l, DeviceTensor a, Device
     if (attempt > 0) unimplemented(call, "batch dims that broadcast partially");
     if (!a_ok) a = materialize(call, a, dtype, true, l);
     if (!b_ok) b = materialize(call, b, dtype, true, l);
-    return matmul_impl(call, l, a, b, out, bias, attempt + 1);
+    return matmul_impl(call, l, a, b, out, bias, epi, attempt + 1);
   }
   if (nbatch > 0x7fffffff) unimplemented(call, "batch too large");
-  lt_matmul(call, l, dtype, ma, mb, out.data, n, m * n, nbatch, bias);
+  lt_matmul(call, l, dtype, ma, mb, out.data, n, m * n, nbatch, bias, epi);
 }
 
 void matmul_kernel(const KernelCall& call) {
@@ -1235,35 +1264,39 @@ void matmul_kernel(const KernelCall& call) {
               view_of(call, call.output(0), "output"), nullptr);
 }
 
-void linear_kernel(const KernelCall& call) {
-  Launch l(call);
-  using T = op::linear::tensor;
-  DeviceTensor x = view_of(call, call.input(T::input), "input");
-  DeviceTensor w = view_of(call, call.input(T::weight), "weight");
-  DeviceTensor out = view_of(call, call.output(0), "output");
+// target += other (broadcast to target), in the same stream.
+void add_into(const KernelCall& call, const Launch& l, const DeviceTensor& target, const DeviceTensor& other,
+              bool into_temporary) {
+  IterShape shape;
+  Operand ops[3] = {target.operand(), target.operand(), other.operand()};
+  const Geometry ins[2] = {target.geometry(), other.geometry()};
+  if (!plan_elementwise(target.geometry(), ins, 2, &shape, ops)) unimplemented(call, "operand layout");
+  check_launch(
+      call,
+      launch_binary(BinaryOp::Add, target.dtype, shape, ops[0], ops[1], ops[2], 0, ComputeScalar{},
+                    to_compute_scalar(integral_number(1), target.dtype), is_dense(shape, ops, 3), l.stream),
+      into_temporary);
+}
+
+// out = input @ weight^T (+ bias) with `epi` fused by cuBLASLt; float64 has no cuBLASLt epilogue:
+// the GEMM, then out += bias broadcast over the rows (the caller applies `epi` itself, see
+// linear_epilogue_kernel). Returns whether `epi` was applied.
+bool linear_into(const KernelCall& call, const Launch& l, const DeviceTensor& x, const DeviceTensor& w,
+                 int bias_at, const DeviceTensor& out, const LtEpilogue& epi = {}) {
   if (w.ndim() != 2) unimplemented(call, "weight must be 2-D");
   // weight^T as a view: [in, out] with swapped strides.
   DeviceTensor wt = w;
   std::swap(wt.sizes[0], wt.sizes[1]);
   std::swap(wt.strides[0], wt.strides[1]);
   std::optional<DeviceTensor> bias;
-  if (call.num_inputs() > T::bias && call.input(T::bias).defined()) {
-    DeviceTensor b = view_of(call, call.input(T::bias), "bias");
+  if (call.num_inputs() > bias_at && call.input(bias_at).defined()) {
+    DeviceTensor b = view_of(call, call.input(bias_at), "bias");
     if (b.ndim() != 1 || b.sizes[0] != w.sizes[0]) unimplemented(call, "bias that is not [out_features]");
     bias = materialize(call, b, out.dtype, true, l);
     if (out.dtype == kDtF64) {
-      // cuBLASLt's bias epilogue is not offered for double: the GEMM, then out += bias broadcast
-      // over the rows, in the same stream.
       matmul_impl(call, l, x, wt, out, nullptr);
-      if (out.numel() == 0) return;
-      IterShape shape;
-      Operand ops[3] = {out.operand(), out.operand(), bias->operand()};
-      const Geometry ins[2] = {out.geometry(), bias->geometry()};
-      if (!plan_elementwise(out.geometry(), ins, 2, &shape, ops)) unimplemented(call, "bias layout");
-      const ComputeScalar one = to_compute_scalar(integral_number(1), kDtF64);
-      check_launch(call, launch_binary(BinaryOp::Add, kDtF64, shape, ops[0], ops[1], ops[2], 0, ComputeScalar{}, one,
-                                       is_dense(shape, ops, 3), l.stream));
-      return;
+      if (out.numel() != 0) add_into(call, l, out, *bias, false);
+      return false;
     }
     if (lt_bias_needs_copy(bias->data)) {  // Note [cuBLASLt alignment]: a fresh block is 512-byte aligned
       DeviceTensor aligned = *bias;
@@ -1273,7 +1306,60 @@ void linear_kernel(const KernelCall& call) {
       bias = aligned;
     }
   }
-  matmul_impl(call, l, x, wt, out, bias ? bias->data : nullptr);
+  const bool fused = out.dtype != kDtF64;
+  matmul_impl(call, l, x, wt, out, bias ? bias->data : nullptr, fused ? epi : LtEpilogue{});
+  return fused;
+}
+
+void linear_kernel(const KernelCall& call) {
+  Launch l(call);
+  using T = op::linear::tensor;
+  linear_into(call, l, view_of(call, call.input(T::input), "input"),
+              view_of(call, call.input(T::weight), "weight"), T::bias,
+              view_of(call, call.output(0), "output"));
+}
+
+// Note [Linear epilogues on CUDA]
+// _linear_epilogue(input, weight, bias, residual, activation) = residual + act(linear(...)), the op
+// tessera::compile fuses linear -> bias add -> relu / gelu -> residual add chains into (Note [Linear
+// epilogues]; fuse_linear_epilogues rewrites a CUDA graph when this kernel is registered). cuBLASLt
+// applies what it can while the tile is in registers: the bias, relu, the tanh GELU
+// (CUBLASLT_EPILOGUE_GELU is the tanh approximation, PyTorch's choice for approximate="tanh" too)
+// and, without an activation, the residual as its C matrix (beta = 1). The erf GELU and a residual
+// after an activation are one elementwise pass each over the output; float64 (no cuBLASLt epilogues)
+// takes the GEMM, the bias add and those passes. Rounded once where fused, as the CPU's oneDNN
+// post-ops.
+void linear_epilogue_kernel(const KernelCall& call) {
+  using T = op::_linear_epilogue::tensor;
+  Launch l(call);
+  const DeviceTensor x = view_of(call, call.input(T::input), "input");
+  const DeviceTensor w = view_of(call, call.input(T::weight), "weight");
+  const DeviceTensor out = view_of(call, call.output(0), "output");
+  const std::string act = call.attr_string(op::_linear_epilogue::attr::activation);
+  if (act != "none" && act != "relu" && act != "gelu" && act != "gelu_tanh")
+    unimplemented(call, "activation '" + act + "'");
+  std::optional<DeviceTensor> residual;
+  if (call.num_inputs() > T::residual && call.input(T::residual).defined()) {
+    residual = view_of(call, call.input(T::residual), "residual");
+    if (residual->sizes != out.sizes) unimplemented(call, "a residual of another shape");
+  }
+  if (!out.contiguous()) unimplemented(call, "non-contiguous output");
+  LtEpilogue epi;
+  epi.activation = act == "relu"        ? LtActivation::Relu
+                   : act == "gelu_tanh" ? LtActivation::GeluTanh
+                                        : LtActivation::None;
+  const bool residual_in_c =
+      residual && act == "none" && residual->dtype == out.dtype && residual->contiguous();
+  if (residual_in_c) epi.residual = residual->data;
+  const bool fused = linear_into(call, l, x, w, T::bias, out, epi);
+  if (out.numel() == 0) return;
+  if (act == "gelu")
+    unary_into(call, l, UnaryOp::Gelu, out, out);
+  else if (!fused && act == "relu")
+    unary_into(call, l, UnaryOp::Relu, out, out);
+  else if (!fused && act == "gelu_tanh")
+    unary_into(call, l, UnaryOp::GeluTanh, out, out);
+  if (residual && (!fused || !residual_in_c)) add_into(call, l, out, *residual, false);
 }
 
 // ---------------------------------------------------------------- conv2d via cuDNN
@@ -1476,20 +1562,6 @@ std::optional<DeviceTensor> channel_bias(const KernelCall& call, int at, int64_t
   return b;
 }
 
-// target += bias (broadcast), in the same stream.
-void add_bias(const KernelCall& call, const Launch& l, const DeviceTensor& target, const DeviceTensor& bias,
-              bool into_temporary) {
-  IterShape shape;
-  Operand ops[3] = {target.operand(), target.operand(), bias.operand()};
-  const Geometry ins[2] = {target.geometry(), bias.geometry()};
-  if (!plan_elementwise(target.geometry(), ins, 2, &shape, ops)) unimplemented(call, "bias layout");
-  check_launch(
-      call,
-      launch_binary(BinaryOp::Add, target.dtype, shape, ops[0], ops[1], ops[2], 0, ComputeScalar{},
-                    to_compute_scalar(integral_number(1), target.dtype), is_dense(shape, ops, 3), l.stream),
-      into_temporary);
-}
-
 // conv2d's and conv_transpose2d's operands (one floating dtype) and the attributes they share.
 struct ConvCall {
   DeviceTensor x, w, out;
@@ -1532,7 +1604,7 @@ void conv2d_kernel(const KernelCall& call) {
   if (plan.copy_w) w = conv_packed(call, l, w, plan.layout, true);
   cudnn_convolution(call, l, api, plan, out.dtype, ConvPass::Forward, x.data, w.data, nullptr, target.data,
                     plan.copy_y);
-  if (bias) add_bias(call, l, target, *bias, plan.copy_y);
+  if (bias) add_into(call, l, target, *bias, plan.copy_y);
   if (plan.copy_y) device_copy(call, out, target, l.stream);
 }
 
@@ -1567,7 +1639,7 @@ void conv_transpose2d_kernel(const KernelCall& call) {
   if (plan.copy_w) w = conv_packed(call, l, w, plan.layout, true);
   cudnn_convolution(call, l, api, plan, out.dtype, ConvPass::BackwardData, nullptr, w.data, x.data,
                     target.data, plan.copy_x);
-  if (bias) add_bias(call, l, target, *bias, plan.copy_x);
+  if (bias) add_into(call, l, target, *bias, plan.copy_x);
   if (plan.copy_x) device_copy(call, out, target, l.stream);
 }
 
@@ -2777,6 +2849,7 @@ void register_kernels(const sdk::Host& host) {
   host.register_kernel(op::scaled_dot_product_attention::name, kFloat | kF64, TESSERA_SDK_KERNEL(sdpa_kernel));
   host.register_kernel(op::conv_transpose2d_input::name, kFloat | kF64,
                        TESSERA_SDK_KERNEL(conv_transpose2d_kernel));
+  host.register_kernel(op::_linear_epilogue::name, kFloat | kF64, TESSERA_SDK_KERNEL(linear_epilogue_kernel));
   // Note [topk on the GPU], Note [_resize on the GPU], Note [Fake quantize]
   host.register_kernel(op::topk::name, kNumeric | kF64, TESSERA_SDK_KERNEL(topk_kernel));
   host.register_kernel(op::_resize::name, kAll, TESSERA_SDK_KERNEL(resize_kernel));
