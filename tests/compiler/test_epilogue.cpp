@@ -344,10 +344,9 @@ TEST(Epilogue, KernelRefusesBadArgumentsWithOneLine) {
 
 // Note [Linear epilogues on CUDA]: the pass follows the node's device. A float16 chain exported on
 // the CPU is left alone there (the CPU kernels take float32 / bfloat16); the same graph retyped to
-// cuda:0 becomes one _linear_epilogue, which the CUDA plugin registers for float16 (its resolution
-// is read from the loaded plugin, no GPU needed); conv2d -> relu stays, as the CUDA plugin has no
-// _conv2d_epilogue.
-TEST(Epilogue, CudaGraphsFuseWhereTheCudaPluginHasTheKernel) {
+// cuda:0 becomes one _linear_epilogue and one _conv2d_epilogue, which the CUDA plugin registers for
+// float16 (the resolution is read from the loaded plugin, no GPU needed).
+TEST(Epilogue, CudaGraphsFuseWhereTheCudaPluginHasTheKernels) {
   std::string why;
   if (!ensure_backend_loaded(DeviceType::CUDA, &why)) GTEST_SKIP() << "no CUDA plugin in this build: " << why;
   manual_seed(21);
@@ -363,7 +362,7 @@ TEST(Epilogue, CudaGraphsFuseWhereTheCudaPluginHasTheKernel) {
   EXPECT_FALSE(codegen::fuse_linear_epilogues(cpu)) << cpu.graph_string();
   for (ValueInfo& v : on_cuda.graph.values) v.type.device = Device("cuda:0");
   ASSERT_TRUE(codegen::fuse_linear_epilogues(on_cuda)) << on_cuda.graph_string();
-  int epilogues = 0, convs = 0, relus = 0;
+  int epilogues = 0, conv_epilogues = 0, others = 0;
   for (const Node& n : on_cuda.graph.nodes) {
     if (n.target == "_linear_epilogue") {
       ++epilogues;
@@ -372,11 +371,13 @@ TEST(Epilogue, CudaGraphsFuseWhereTheCudaPluginHasTheKernel) {
       EXPECT_EQ(n.args[3].kind, compiler::Argument::Kind::Tensor) << "the residual";
       EXPECT_EQ(std::get<std::string>(n.args[4].constant), "gelu_tanh");
     }
-    convs += n.target == "conv2d";
-    relus += n.target == "relu";
-    EXPECT_NE(n.target, "_conv2d_epilogue");
+    if (n.target == "_conv2d_epilogue") {
+      ++conv_epilogues;
+      EXPECT_EQ(std::get<std::string>(n.args.back().constant), "relu");
+    }
+    others += n.target == "conv2d" || n.target == "relu" || n.target == "gelu" || n.target == "linear";
   }
   EXPECT_EQ(epilogues, 1) << on_cuda.graph_string();
-  EXPECT_EQ(convs, 1);
-  EXPECT_EQ(relus, 1);
+  EXPECT_EQ(conv_epilogues, 1) << on_cuda.graph_string();
+  EXPECT_EQ(others, 0) << on_cuda.graph_string();
 }

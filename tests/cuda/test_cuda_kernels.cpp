@@ -1991,4 +1991,42 @@ TEST_F(CudaKernels, LinearEpilogueLikeTheCpuOps) {
   }
 }
 
+// _conv2d_epilogue (Note [Conv epilogues on cuDNN]) against the CPU ops in double: relu with a bias
+// (cuDNN's fused call), relu without one, both GELUs, a channels-last input, four dtypes.
+TEST_F(CudaKernels, Conv2dEpilogueLikeTheCpuOps) {
+  tessera::Dispatcher& d = tessera::Dispatcher::instance();
+  for (DType t : {tessera::kFloat32, tessera::kFloat16, tessera::kBFloat16, tessera::kFloat64}) {
+    const std::string tn(tessera::dtype_name(t));
+    const Tol tol = t == tessera::kFloat64 ? Tol{1e-12, 1e-12}
+                                           : (t == tessera::kFloat32 ? Tol{1e-4, 1e-4} : tol_for(t, 8));
+    auto [x, dx] = randn_pair({2, 4, 9, 7}, t);
+    auto [w, dw] = randn_pair({6, 2, 3, 3}, t);
+    auto [b, db] = randn_pair({6}, t);
+    for (const char* act : {"relu", "gelu", "gelu_tanh", "none"})
+      for (bool with_bias : {true, false})
+        for (bool channels_last : {false, true}) {
+          const std::string what =
+              tn + " " + act + (with_bias ? " bias" : "") + (channels_last ? " channels-last" : "");
+          const Tensor input =
+              channels_last ? tessera::contiguous(dx, tessera::MemoryFormat::ChannelsLast) : dx;
+          const tessera::Value bias = with_bias ? tessera::Value(db) : tessera::Value(std::monostate{});
+          Tensor got;
+          EXPECT_RUNS_ON_CUDA(
+              "_conv2d_epilogue " + what,
+              got = std::get<Tensor>(d.call_boxed(
+                  d.op("_conv2d_epilogue"),
+                  tessera::Stack{input, dw, bias, std::vector<int64_t>{2, 1}, std::vector<int64_t>{1, 1},
+                                 std::vector<int64_t>{1, 1}, int64_t(2), std::string(act)})[0]));
+          Tensor want =
+              tessera::conv2d(x.to(tessera::kFloat64), w.to(tessera::kFloat64),
+                              with_bias ? std::optional<Tensor>(b.to(tessera::kFloat64)) : std::nullopt,
+                              {2, 1}, {1, 1}, {1, 1}, 2);
+          if (std::string(act) == "relu") want = tessera::relu(want);
+          if (std::string(act) == "gelu") want = tessera::gelu(want);
+          if (std::string(act) == "gelu_tanh") want = tessera::gelu(want, "tanh");
+          expect_close(got, want.to(t), tol, "_conv2d_epilogue " + what);
+        }
+  }
+}
+
 }  // namespace

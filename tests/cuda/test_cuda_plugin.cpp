@@ -249,6 +249,8 @@ TEST(CudnnLoader, FindsCudnn9AndExplainsWhatIsMissing) {
   EXPECT_NE(api.get_forward_algorithm, nullptr);
   EXPECT_NE(api.get_backward_data_algorithm, nullptr);
   EXPECT_NE(api.convolution_backward_data, nullptr);
+  EXPECT_NE(api.convolution_bias_activation_forward, nullptr);
+  EXPECT_NE(api.set_activation, nullptr);
   const auto missing = tessera::cuda::load_cudnn_from({"/nonexistent/libcudnn.so.9"});
   EXPECT_FALSE(missing.loaded);
   EXPECT_NE(missing.error.find("/nonexistent/libcudnn.so.9"), std::string::npos) << missing.error;

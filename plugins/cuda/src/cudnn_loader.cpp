@@ -44,6 +44,11 @@ CudnnApi load_cudnn_from(const std::vector<std::string>& candidates) {
   ok &= resolve_symbol(lib, "cudnnGetConvolutionBackwardDataAlgorithm_v7", &api.get_backward_data_algorithm,
                        &missing);
   ok &= resolve_symbol(lib, "cudnnConvolutionBackwardData", &api.convolution_backward_data, &missing);
+  ok &= resolve_symbol(lib, "cudnnCreateActivationDescriptor", &api.create_activation, &missing);
+  ok &= resolve_symbol(lib, "cudnnSetActivationDescriptor", &api.set_activation, &missing);
+  ok &= resolve_symbol(lib, "cudnnDestroyActivationDescriptor", &api.destroy_activation, &missing);
+  ok &= resolve_symbol(lib, "cudnnConvolutionBiasActivationForward", &api.convolution_bias_activation_forward,
+                       &missing);
   if (!ok) {
     api.error = api.path + " is not a usable cuDNN: " + missing;
     dlclose(lib);

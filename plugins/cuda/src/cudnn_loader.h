@@ -43,6 +43,11 @@ struct CudnnApi {
   // conv_transpose2d is the backward-data pass of the convolution it transposes.
   decltype(&cudnnGetConvolutionBackwardDataAlgorithm_v7) get_backward_data_algorithm = nullptr;
   decltype(&cudnnConvolutionBackwardData) convolution_backward_data = nullptr;
+  // _conv2d_epilogue: y = relu(conv(x) + bias) in one call (Note [Conv epilogues on cuDNN]).
+  decltype(&cudnnCreateActivationDescriptor) create_activation = nullptr;
+  decltype(&cudnnSetActivationDescriptor) set_activation = nullptr;
+  decltype(&cudnnDestroyActivationDescriptor) destroy_activation = nullptr;
+  decltype(&cudnnConvolutionBiasActivationForward) convolution_bias_activation_forward = nullptr;
 };
 
 // Loads once (thread-safe) and returns the table; `loaded` says whether it can be used.

@@ -1400,11 +1400,14 @@ cudnnDataType_t cudnn_type(int32_t dt) {
 // Descriptors destroyed with the call.
 struct CudnnDescriptors {
   const CudnnApi& api;
-  cudnnTensorDescriptor_t x = nullptr, y = nullptr;
+  cudnnTensorDescriptor_t x = nullptr, y = nullptr, bias = nullptr;
   cudnnFilterDescriptor_t w = nullptr;
   cudnnConvolutionDescriptor_t conv = nullptr;
+  cudnnActivationDescriptor_t activation = nullptr;
   explicit CudnnDescriptors(const CudnnApi& a) : api(a) {}
   ~CudnnDescriptors() {
+    if (activation) api.destroy_activation(activation);
+    if (bias) api.destroy_tensor(bias);
     if (conv) api.destroy_conv(conv);
     if (w) api.destroy_filter(w);
     if (y) api.destroy_tensor(y);
@@ -1443,9 +1446,12 @@ const CudnnApi& cudnn_or_fallback(const KernelCall& call) {
 // BackwardData writes x = the transposed convolution of y (conv_transpose2d). The algorithm is
 // cuDNN's heuristic choice, the first that succeeds within a 1 GiB workspace, kept per problem.
 // `into_temporary`: the written buffer is the call's own temporary.
-void cudnn_convolution(const KernelCall& call, const Launch& l, const CudnnApi& api, const ConvPlan& plan,
+// `fused_bias` (Forward only; contiguous [K] of the dtype): y = relu(conv(x) + bias) as one
+// cudnnConvolutionBiasActivationForward (Note [Conv epilogues on cuDNN]). Returns false, having
+// queued nothing, when cuDNN refuses that fused call: the caller then runs the separate passes.
+bool cudnn_convolution(const KernelCall& call, const Launch& l, const CudnnApi& api, const ConvPlan& plan,
                        int32_t dtype, ConvPass pass, const void* x, const void* w, const void* y,
-                       void* written, bool into_temporary) {
+                       void* written, bool into_temporary, const void* fused_bias = nullptr) {
   CudnnDescriptors d(api);
   const cudnnDataType_t type = cudnn_type(dtype);
   const cudnnTensorFormat_t format = plan.layout == ConvLayout::NHWC ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW;
@@ -1522,6 +1528,30 @@ void cudnn_convolution(const KernelCall& call, const Launch& l, const CudnnApi& 
   const bool f64 = dtype == kDtF64;
   const void* alpha = f64 ? static_cast<const void*>(&alpha_d) : &alpha_f;
   const void* beta = f64 ? static_cast<const void*>(&beta_d) : &beta_f;
+  if (fused_bias) {
+    check(api.create_tensor(&d.bias), "cudnnCreateTensorDescriptor");
+    const int k = int(plan.y[1]);
+    check(api.set_tensor_4d_ex(d.bias, type, 1, k, 1, 1, k, 1, 1, 1), "bias descriptor");
+    check(api.create_activation(&d.activation), "cudnnCreateActivationDescriptor");
+    check(api.set_activation(d.activation, CUDNN_ACTIVATION_RELU, CUDNN_PROPAGATE_NAN, 0.0),
+          "activation descriptor");
+    // z = y with alpha2 = 0: nothing is added besides the bias.
+    const cudnnStatus_t fused = api.convolution_bias_activation_forward(
+        handle, alpha, d.x, x, d.w, w, d.conv, cudnnConvolutionFwdAlgo_t(it->second.first), workspace.get(),
+        it->second.second, beta, d.y, written, d.bias, fused_bias, d.activation, d.y, written);
+    if (fused != CUDNN_STATUS_SUCCESS) {
+      static std::once_flag logged;
+      std::call_once(logged, [&] {
+        sdk::log(TESSERA_LOG_INFO, "cuda",
+                 std::string("cudnnConvolutionBiasActivationForward refused a conv2d epilogue (") +
+                     api.get_error_string(fused) + "); such epilogues run as separate passes");
+      });
+      return false;
+    }
+    if (!into_temporary) t_queued = true;
+    g_kernel_launches.fetch_add(1, std::memory_order_relaxed);
+    return true;
+  }
   if (!into_temporary) t_queued = true;
   const cudnnStatus_t status =
       pass == ConvPass::Forward
@@ -1536,6 +1566,7 @@ void cudnn_convolution(const KernelCall& call, const Launch& l, const CudnnApi& 
                      std::string(call.op_name()) +
                          " on cuda: cuDNN's convolution failed: " + api.get_error_string(status));
   g_kernel_launches.fetch_add(1, std::memory_order_relaxed);
+  return true;
 }
 
 // int[2] attributes: one value for both dims, or two; `fallback` when absent.
@@ -1583,11 +1614,12 @@ ConvCall conv_call(const KernelCall& call) {
   return c;
 }
 
-void conv2d_kernel(const KernelCall& call) {
-  using T = op::conv2d::tensor;
+// conv2d, then `activation` ("none", "relu", "gelu", "gelu_tanh"): conv2d and _conv2d_epilogue.
+template <typename T, typename A>
+void conv2d_with(const KernelCall& call, const std::string& activation) {
   Launch l(call);
   const CudnnApi& api = cudnn_or_fallback(call);
-  ConvCall c = conv_call<T, op::conv2d::attr>(call);
+  ConvCall c = conv_call<T, A>(call);
   DeviceTensor &x = c.x, &w = c.w, &out = c.out;
   ConvPlan plan;
   std::string why;
@@ -1602,10 +1634,43 @@ void conv2d_kernel(const KernelCall& call) {
   if (x.numel() == 0 || w.numel() == 0) unimplemented(call, "zero input channels");
   if (plan.copy_x) x = conv_packed(call, l, x, plan.layout, true);
   if (plan.copy_w) w = conv_packed(call, l, w, plan.layout, true);
+  // Note [Conv epilogues on cuDNN]: bias + relu in cuDNN's fused call where it takes it.
+  if (activation == "relu" && bias) {
+    DeviceTensor packed_bias = *bias;
+    packed_bias.sizes = {plan.w[0]};
+    packed_bias.strides = {bias->strides[size_t(out.ndim() - 3)]};
+    packed_bias = materialize(call, packed_bias, out.dtype, true, l);
+    if (cudnn_convolution(call, l, api, plan, out.dtype, ConvPass::Forward, x.data, w.data, nullptr,
+                          target.data, plan.copy_y, packed_bias.data)) {
+      if (plan.copy_y) device_copy(call, out, target, l.stream);
+      return;
+    }
+  }
   cudnn_convolution(call, l, api, plan, out.dtype, ConvPass::Forward, x.data, w.data, nullptr, target.data,
                     plan.copy_y);
   if (bias) add_into(call, l, target, *bias, plan.copy_y);
+  if (activation == "relu") unary_into(call, l, UnaryOp::Relu, target, target);
+  if (activation == "gelu") unary_into(call, l, UnaryOp::Gelu, target, target);
+  if (activation == "gelu_tanh") unary_into(call, l, UnaryOp::GeluTanh, target, target);
   if (plan.copy_y) device_copy(call, out, target, l.stream);
+}
+
+void conv2d_kernel(const KernelCall& call) {
+  conv2d_with<op::conv2d::tensor, op::conv2d::attr>(call, "none");
+}
+
+// Note [Conv epilogues on cuDNN]
+// _conv2d_epilogue(conv2d's arguments, activation) = activation(conv2d(...)), what tessera::compile
+// fuses conv2d -> relu / gelu into (Note [Linear epilogues]). With a bias and relu it is one
+// cudnnConvolutionBiasActivationForward (relu(conv(x) + bias), NaN propagated); where cuDNN refuses
+// that call (logged once) and for the GELUs: the convolution, then the bias add and the activation
+// as elementwise passes.
+void conv2d_epilogue_kernel(const KernelCall& call) {
+  using A = op::_conv2d_epilogue::attr;
+  const std::string act = call.attr_string(A::activation);
+  if (act != "none" && act != "relu" && act != "gelu" && act != "gelu_tanh")
+    unimplemented(call, "activation '" + act + "'");
+  conv2d_with<op::_conv2d_epilogue::tensor, A>(call, act);
 }
 
 // Note [conv_transpose2d on cuDNN]
@@ -2850,6 +2915,7 @@ void register_kernels(const sdk::Host& host) {
   host.register_kernel(op::conv_transpose2d_input::name, kFloat | kF64,
                        TESSERA_SDK_KERNEL(conv_transpose2d_kernel));
   host.register_kernel(op::_linear_epilogue::name, kFloat | kF64, TESSERA_SDK_KERNEL(linear_epilogue_kernel));
+  host.register_kernel(op::_conv2d_epilogue::name, kFloat | kF64, TESSERA_SDK_KERNEL(conv2d_epilogue_kernel));
   // Note [topk on the GPU], Note [_resize on the GPU], Note [Fake quantize]
   host.register_kernel(op::topk::name, kNumeric | kF64, TESSERA_SDK_KERNEL(topk_kernel));
   host.register_kernel(op::_resize::name, kAll, TESSERA_SDK_KERNEL(resize_kernel));
