@@ -8,7 +8,8 @@
 //                                      the plugin's tensor-core / CUDA-core flash kernels
 //   compiled (tessera::compile, backend "auto": the CUDA compiler plugin) vs the same function eager:
 //     a pointwise chain on 16M elements (BM_CompiledChain) and the transformer block of
-//     benchmarks/cpu/transformer_block.h (BM_CompiledBlock); goal >= 1.3 for the block
+//     benchmarks/cpu/transformer_block.h (BM_CompiledBlock; BM_CompiledBlockGraphs with mode
+//     "reduce-overhead", against torch.compile in that mode); goal >= 1.3 for the block
 // Without a CUDA device every benchmark is skipped with the reason.
 #include <benchmark/benchmark.h>
 #include <cublasLt.h>
@@ -223,15 +224,18 @@ void BM_Sdpa(benchmark::State& state, DType dtype, SdpaPath path) {
 
 // `fn` compiled with backend "auto" (the CUDA compiler plugin on cuda) against `fn` eager; reports
 // the plugin's partitions of the artifact (0: nothing was fused).
-void run_compiled(benchmark::State& state, const tessera::ExportFn& fn, const std::vector<Tensor>& in) {
+void run_compiled(benchmark::State& state, const tessera::ExportFn& fn, const std::vector<Tensor>& in,
+                  const std::string& mode = "default") {
   tessera::CompileOptions options;
   options.backend = "auto";
+  options.mode = mode;
   tessera::CompiledFunction f = tessera::compile(fn, options);
-  f(in);  // capture and compile outside the timing
+  for (int i = 0; i < 3; ++i) f(in);  // capture and compile (and record the graph) outside the timing
   run_with_reference(
       state, [&] { benchmark::DoNotOptimize(f(in)); }, [&] { benchmark::DoNotOptimize(fn(in)); }, 0, 0);
   const auto& a = f.artifacts().at(0);
   state.counters["partitions"] = double(a.partitions);
+  state.counters["graphs"] = double(f.stats().graphs);
   state.SetLabel("backend " + a.backend + "; reference: the same function eager");
 }
 
@@ -254,7 +258,7 @@ void BM_CompiledChain(benchmark::State& state, DType dtype) {
       in);
 }
 
-void BM_CompiledBlock(benchmark::State& state, DType dtype) {
+void BM_CompiledBlock(benchmark::State& state, DType dtype, const std::string& mode) {
   if (const std::string why = no_device_reason(); !why.empty()) {
     state.SkipWithError(why.c_str());
     return;
@@ -272,7 +276,7 @@ void BM_CompiledBlock(benchmark::State& state, DType dtype) {
       [&w](const std::vector<Tensor>& x) {
         return std::vector<Tensor>{tessera::bench::transformer_block(w, x[0])};
       },
-      in);
+      in, mode);
 }
 
 void register_all() {
@@ -282,7 +286,14 @@ void register_all() {
         ->UseRealTime()
         ->Unit(benchmark::kMicrosecond)
         ->MinTime(0.3);
-    benchmark::RegisterBenchmark((std::string("BM_CompiledBlock/") + name).c_str(), BM_CompiledBlock, dtype)
+    benchmark::RegisterBenchmark((std::string("BM_CompiledBlock/") + name).c_str(), BM_CompiledBlock, dtype,
+                                 std::string("default"))
+        ->UseRealTime()
+        ->Unit(benchmark::kMicrosecond)
+        ->MinTime(0.3);
+    // mode "reduce-overhead": the block replayed as one CUDA graph (docs/compile.md).
+    benchmark::RegisterBenchmark((std::string("BM_CompiledBlockGraphs/") + name).c_str(), BM_CompiledBlock,
+                                 dtype, std::string("reduce-overhead"))
         ->UseRealTime()
         ->Unit(benchmark::kMicrosecond)
         ->MinTime(0.3);

@@ -39,6 +39,7 @@ def row_specs():
     for dt in ("f16", "bf16"):
         rows.append((f"BM_CompiledChain/{dt}/{1 << 24}", "compiled_chain", dict(dt=dt, n=1 << 24)))
         rows.append((f"BM_CompiledBlock/{dt}", "compiled_block", dict(dt=dt)))
+        rows.append((f"BM_CompiledBlockGraphs/{dt}", "compiled_block", dict(dt=dt, mode="reduce-overhead")))
     batches = (16, 64, 256, 1024, 4096)
     for dt in ("f16", "bf16"):
         for batch in batches:
@@ -151,7 +152,8 @@ def measure(out_path, min_time, dev, only):
                     note = f"dense F.linear (2:4 linear refused: {type(e).__name__})"
                     us = per_call(lambda: F.linear(x, wd))
             elif kind in ("compiled_chain", "compiled_block"):
-                # torch.compile (default mode) of the same function; eager when it cannot compile here.
+                # torch.compile (the row's mode, else the default) of the same function; eager when it
+                # cannot compile here.
                 dt = dtypes[p["dt"]]
                 if kind == "compiled_chain":
                     cols = 4096
@@ -161,9 +163,11 @@ def measure(out_path, min_time, dev, only):
                 else:
                     fn, args = transformer_block(torch, F, dev, dt)
                 try:
-                    compiled = torch.compile(fn)
-                    compiled(*args)
-                    note = "torch.compile"
+                    mode = p.get("mode")
+                    compiled = torch.compile(fn, mode=mode) if mode else torch.compile(fn)
+                    for _ in range(3):  # reduce-overhead records its CUDA graph after warm-up calls
+                        compiled(*args)
+                    note = f"torch.compile(mode={mode!r})" if mode else "torch.compile"
                 except Exception as e:
                     compiled, note = fn, f"eager (torch.compile failed: {type(e).__name__})"
                 us = per_call(lambda: compiled(*args))

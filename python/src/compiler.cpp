@@ -161,6 +161,8 @@ void bind_compiler(nb::module_& m) {
         d["cache_hits"] = s.cache_hits;
         d["interpreted"] = s.interpreted;
         d["eager_calls"] = s.eager_calls;
+        d["graphs"] = s.graphs;
+        d["graph_replays"] = s.graph_replays;
         d["compile_seconds"] = s.compile_seconds;
         return d;
       })
@@ -175,16 +177,21 @@ void bind_compiler(nb::module_& m) {
         }
         return l;
       });
-  m.def("_compile", [](nb::handle fn, std::optional<bool> dynamic, const std::string& backend, const std::string& name,
-                       int recompile_limit) {
-    CompileOptions o;
-    o.dynamic = dynamic;
-    o.backend = backend;
-    o.name = name;
-    o.recompile_limit = recompile_limit;
-    ExportFn f = export_fn(fn);
-    return compile(std::move(f), std::move(o));
-  }, nb::arg("fn"), nb::arg("dynamic").none(), nb::arg("backend"), nb::arg("name"), nb::arg("recompile_limit"));
+  m.def(
+      "_compile",
+      [](nb::handle fn, std::optional<bool> dynamic, const std::string& backend, const std::string& name,
+         int recompile_limit, const std::string& mode) {
+        CompileOptions o;
+        o.dynamic = dynamic;
+        o.backend = backend;
+        o.name = name;
+        o.recompile_limit = recompile_limit;
+        o.mode = mode;
+        ExportFn f = export_fn(fn);
+        return compile(std::move(f), std::move(o));
+      },
+      nb::arg("fn"), nb::arg("dynamic").none(), nb::arg("backend"), nb::arg("name"),
+      nb::arg("recompile_limit"), nb::arg("mode") = "default");
 }
 
 }  // namespace tessera::python

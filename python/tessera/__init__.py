@@ -71,13 +71,16 @@ def export(fn, args, *, dynamic_shapes=None, parameters=None, input_names=None):
                    input_names=list(input_names or []))
 
 
-def compile(fn=None, *, dynamic=None, backend="cpp", name=None, recompile_limit=8):  # noqa: A001
+def compile(fn=None, *, dynamic=None, backend="cpp", name=None, recompile_limit=8, mode="default"):  # noqa: A001
     """tessera::compile over a Python function of tessera tensors, as a decorator or a call:
     captured on the first call, guarded, recompiled when a guard fails (docs/compile.md). backend:
-    "cpp" (generated C++), "interpreter", a compiler plugin's name, or "auto"."""
+    "cpp" (generated C++), "interpreter", a compiler plugin's name, or "auto". mode: "default" or
+    "reduce-overhead" (artifacts replayed as device graphs where the backend records them: CUDA
+    Graphs on cuda)."""
     def wrap(f):
         import functools
-        compiled = _C._compile(f, dynamic, backend, name or getattr(f, "__name__", "compiled_fn"), recompile_limit)
+        compiled = _C._compile(f, dynamic, backend, name or getattr(f, "__name__", "compiled_fn"), recompile_limit,
+                               mode)
 
         @functools.wraps(f)
         def call(*args):

@@ -27,6 +27,22 @@ def test_export_save_load_run(rng, tmp_path):
         loaded(tessera.zeros(100, 4))  # outside the declared range
 
 
+def test_compile_mode_reduce_overhead_runs_as_default_on_the_cpu(rng):
+    """mode="reduce-overhead" replays device graphs where the backend records them (CUDA Graphs);
+    on the CPU every call runs as in the default mode."""
+    @tessera.compile(mode="reduce-overhead")
+    def g(a):
+        return tessera.tanh(a * 2.0) + 1
+
+    for _ in range(3):
+        a = rng.standard_normal((4, 7)).astype(np.float32)
+        np.testing.assert_allclose(g(tessera.from_numpy(a)).numpy(), np.tanh(a * 2) + 1, rtol=1e-5, atol=1e-6)
+    stats = g.compiled.stats()
+    assert stats["graphs"] == 0 and stats["graph_replays"] == 0 and stats["compiles"] == 1
+    with pytest.raises(ValueError, match="reduce-overhead"):
+        tessera.compile(lambda a: a, mode="max-speed")(tessera.ones(2))
+
+
 def test_export_refuses_reading_data():
     def f(x):
         return x * x.sum().item()

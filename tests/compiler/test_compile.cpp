@@ -204,6 +204,36 @@ TEST(Compile, TransformerBlockOnTheReferenceAccelerator) {
   for (const auto& a : f.artifacts()) EXPECT_EQ(a.backend, "interpreter");
 }
 
+// Note [Compiled artifacts as device graphs]: mode "reduce-overhead" captures only on a device whose
+// backend records graphs. On the CPU and on the reference accelerator (no TESSERA_EXT_DEVICE_GRAPHS)
+// every call runs as in "default", with the same results and no graph; an unknown mode is refused.
+TEST(Compile, ReduceOverheadRunsAsDefaultWhereNoGraphsAreRecorded) {
+  const tessera::ExportFn block = transformer_block();
+  CompileOptions o = options();
+  o.mode = "reduce-overhead";
+  CompiledFunction cpu = tessera::compile(block, o);
+  const tessera::Device dev("my_hardware_device");
+  CompiledFunction acc = tessera::compile(block, o);
+  for (int call = 0; call < 3; ++call) {
+    const Tensor x = tessera::randn({2, 5, 32});
+    const Tensor want = block({x})[0];
+    expect_close(cpu({x})[0], want, 1e-4, "cpu call " + std::to_string(call));
+    expect_close(acc({x.to(dev)})[0], want, 1e-4, "accelerator call " + std::to_string(call));
+  }
+  for (const CompiledFunction* f : {&cpu, &acc}) {
+    EXPECT_EQ(f->stats().graphs, 0);
+    EXPECT_EQ(f->stats().graph_replays, 0);
+    EXPECT_EQ(f->stats().compiles, 1);
+  }
+  o.mode = "max-speed";
+  try {
+    tessera::compile(block, o);
+    ADD_FAILURE() << "an unknown mode was accepted";
+  } catch (const tessera::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("\"reduce-overhead\""), std::string::npos) << e.what();
+  }
+}
+
 TEST(Compile, HundredBatchSizesCompileAtMostTwice) {
   CompiledFunction f = tessera::compile(chain, options());
   for (int64_t b = 1; b <= 100; ++b) {

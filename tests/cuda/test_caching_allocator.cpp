@@ -73,6 +73,51 @@ TEST(CachingAllocator, RoundsTo512BytesAndPicksSegmentSizes) {
   EXPECT_EQ(CachingAllocator::segment_size(12 * kMiB), 12 * kMiB);
 }
 
+// Note [Graph capture pools]: while this thread captures, every block it frees (any stream) is held,
+// never handed out again, even to itself; another thread's frees are unaffected; end_capture lists
+// the held blocks and release_held makes them reusable (a neighbour of a held block does not merge
+// with it meanwhile).
+TEST(CachingAllocator, BlocksFreedDuringACaptureAreHeldForTheGraph) {
+  HostMemory mem;
+  CachingAllocator alloc(mem.source(), 1);
+  void* before = alloc.allocate(0, 4 * kKiB, nullptr);
+  alloc.begin_capture(0);
+  void* a = alloc.allocate(0, 4 * kKiB, nullptr);
+  ASSERT_TRUE(alloc.free(0, a));
+  ASSERT_TRUE(alloc.free(0, before));  // freed during the capture: the graph may have used it
+  void* a2 = alloc.allocate(0, 4 * kKiB, nullptr);
+  EXPECT_NE(a2, a) << "a block freed during the capture was handed out again";
+  EXPECT_NE(a2, before);
+  void* s = alloc.allocate(0, 4 * kKiB, kStreamA);
+  ASSERT_TRUE(alloc.free(0, s));  // another stream, same thread: held too
+  std::thread other([&] {
+    void* b = alloc.allocate(0, 4 * kKiB, kStreamB);
+    ASSERT_TRUE(alloc.free(0, b));
+    EXPECT_EQ(alloc.allocate(0, 4 * kKiB, kStreamB), b) << "another thread's frees are not held";
+    ASSERT_TRUE(alloc.free(0, b));
+  });
+  other.join();
+  EXPECT_EQ(alloc.stats(0).held_blocks, 3u);
+  ASSERT_TRUE(alloc.free(0, a2));
+  std::vector<void*> held = alloc.end_capture(0);
+  ASSERT_EQ(held.size(), 4u);
+  EXPECT_NE(std::find(held.begin(), held.end(), a), held.end());
+  EXPECT_NE(std::find(held.begin(), held.end(), before), held.end());
+  EXPECT_NE(std::find(held.begin(), held.end(), s), held.end());
+  EXPECT_FALSE(alloc.free(0, a)) << "a held block is no longer live";
+  // Still held after the capture: a new request gets fresh memory.
+  void* c = alloc.allocate(0, 4 * kKiB, nullptr);
+  EXPECT_EQ(std::find(held.begin(), held.end(), c), held.end());
+  ASSERT_TRUE(alloc.free(0, c));  // not capturing any more: back to the pool
+  alloc.release_held(0, held);
+  EXPECT_EQ(alloc.stats(0).held_blocks, 0u);
+  EXPECT_EQ(alloc.stats(0).allocated_bytes, 0u);
+  // Everything coalesced back: the segments are free and released by empty_cache.
+  alloc.empty_cache(0);
+  EXPECT_EQ(alloc.stats(0).reserved_bytes, 0u);
+  EXPECT_TRUE(alloc.end_capture(0).empty()) << "no capture is open";
+}
+
 TEST(CachingAllocator, ReusesFreedBlocksAsHits) {
   HostMemory mem;
   CachingAllocator alloc(mem.source(), 1);

@@ -255,4 +255,47 @@ TEST(CudaCompilerPluginGpu, LinearEpiloguesRunFusedOnCuda) {
   }
 }
 
+// Note [Compiled artifacts as device graphs]: mode "reduce-overhead" on cuda: the first call warms
+// up, the second captures and replays, later calls replay; every call matches eager on its own
+// fresh inputs, and an earlier call's outputs are not overwritten by later replays. A program that
+// draws random numbers is not captured.
+TEST(CudaCompilerPluginGpu, ReduceOverheadReplaysACudaGraph) {
+  if (const std::string why = no_gpu_reason(); !why.empty()) GTEST_SKIP() << why;
+  const tessera::Device cuda("cuda:0");
+  tessera::manual_seed(7);
+  const Tensor w = (tessera::randn({48, 32}) * 0.2).to(cuda), b = tessera::randn({48}).to(cuda);
+  auto fn = [&](const std::vector<Tensor>& in) {
+    Tensor h = tessera::gelu(tessera::linear(in[0], w, b));
+    return std::vector<Tensor>{tessera::softmax(h * 0.5 + in[1], -1), tessera::sum(h, {1})};
+  };
+  for (const char* backend : {"auto", "interpreter"}) {
+    SCOPED_TRACE(backend);
+    tessera::CompileOptions o = with_backend(backend);
+    o.mode = "reduce-overhead";
+    tessera::CompiledFunction f = tessera::compile(fn, o);
+    std::vector<std::vector<Tensor>> kept, wanted;
+    for (int call = 0; call < 5; ++call) {
+      const std::vector<Tensor> in{tessera::randn({6, 32}).to(cuda), tessera::randn({6, 48}).to(cuda)};
+      kept.push_back(f(in));
+      wanted.push_back(fn(in));
+    }
+    for (size_t call = 0; call < kept.size(); ++call)
+      for (size_t i = 0; i < kept[call].size(); ++i)
+        EXPECT_TRUE(tessera::allclose(kept[call][i].to("cpu"), wanted[call][i].to("cpu"), 1e-4, 1e-4))
+            << "call " << call << " output " << i;
+    EXPECT_EQ(f.stats().graphs, 1);
+    EXPECT_EQ(f.stats().graph_replays, 4);
+  }
+  auto noisy = [](const std::vector<Tensor>& in) {
+    return std::vector<Tensor>{in[0] *
+                               tessera::rand({64, 64}, tessera::TensorOptions().device(in[0].device()))};
+  };
+  tessera::CompileOptions o = with_backend("auto");
+  o.mode = "reduce-overhead";
+  tessera::CompiledFunction g = tessera::compile(noisy, o);
+  const Tensor x = tessera::ones({64, 64}).to(cuda);
+  for (int call = 0; call < 3; ++call) EXPECT_EQ(g({x})[0].sizes(), x.sizes());
+  EXPECT_EQ(g.stats().graphs, 0) << "a program with random ops was captured";
+}
+
 }  // namespace

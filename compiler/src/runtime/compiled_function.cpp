@@ -16,9 +16,13 @@
 #include "tessera/compiler/compile.h"
 #include "tessera/compiler/compiled_program.h"
 #include "tessera/compiler/passes.h"
+#include "tessera/dispatcher.h"
 #include "tessera/env.h"
 #include "tessera/error.h"
 #include "tessera/log.h"
+#include "tessera/op_info.h"
+#include "tessera/plugin_loader.h"
+#include "tessera/stream.h"
 
 namespace tessera {
 
@@ -33,6 +37,49 @@ enum class Mode : uint8_t { Static, Dynamic, Automatic };
 using DimRef = std::pair<size_t, int64_t>;
 using DimSet = std::set<DimRef>;
 
+// Note [Compiled artifacts as device graphs]
+// With mode "reduce-overhead" an artifact whose device's backend offers TESSERA_EXT_DEVICE_GRAPHS
+// (Note [Device graphs] in plugin_abi.h) runs once as usual (the warm-up: kernels compiled and
+// loaded, library plans made, the allocator's cache filled), then is captured once on a stream of
+// its own, from static input buffers (copies of that call's inputs). Every later call with inputs
+// of the same sizes, strides, dtypes and device copies its inputs into those buffers on that
+// stream, replays the graph, and returns copies of the static outputs made on the caller's stream
+// (events order the two streams), so outputs stay valid after the next call, unlike PyTorch's
+// cudagraphs which hand out the static buffers. Not captured (calls run as in "default"): programs
+// with random ops (a replay would repeat the numbers), program state (training steps), inputs that
+// require grad while grad mode is on, inputs on the CPU or on several devices, and any artifact
+// whose capture fails (an op that synchronises or falls back to the CPU): a warning, once. The
+// graph and its reserved memory live as long as the compiled function.
+struct DeviceGraph {
+  const tessera_device_graphs_t* api = nullptr;
+  std::optional<Stream> stream;
+  void* graph = nullptr;
+  std::vector<Tensor> static_inputs, static_outputs;
+  DeviceGraph() = default;
+  DeviceGraph(const DeviceGraph&) = delete;
+  DeviceGraph& operator=(const DeviceGraph&) = delete;
+  ~DeviceGraph() {
+    if (graph) api->destroy(graph);  // before the static tensors are freed
+  }
+};
+
+const tessera_device_graphs_t* device_graphs_of(Device device) {
+  if (device.is_cpu()) return nullptr;
+  const BackendDevice* b = backend_device_if_loaded(device.type());
+  if (!b) return nullptr;
+  auto fn = plugin_extension<tessera_ext_device_graphs_fn_t>(b->plugin, TESSERA_EXT_DEVICE_GRAPHS);
+  const tessera_device_graphs_t* api = fn ? fn() : nullptr;
+  return TESSERA_ABI_HAS_FIELD(api, tessera_device_graphs_t, destroy) && api->begin_capture &&
+                 api->end_capture && api->replay && api->destroy
+             ? api
+             : nullptr;
+}
+
+bool same_layout(const Tensor& a, const Tensor& b) {
+  return a.dtype() == b.dtype() && a.device() == b.device() && a.sizes() == b.sizes() &&
+         a.strides() == b.strides();
+}
+
 struct Artifact {
   ArtifactGuards guards;
   std::string backend;    // "cpp", "interpreter", "eager" or a compiler plugin's name
@@ -43,6 +90,13 @@ struct Artifact {
   std::string compatibility;  // the plugin's compatibility string (Note [Compiled artifact compatibility])
 
   std::vector<compiler::StateUpdate> state;  // of the captured program (Note [Program state])
+  bool random = false;                       // the program has ops tagged random
+
+  // Note [Compiled artifacts as device graphs]
+  mutable std::mutex graph_mutex;  // one capture or replay at a time: the static buffers are shared
+  mutable int graph_calls = 0;
+  mutable bool graph_refused = false;
+  mutable std::unique_ptr<DeviceGraph> device_graph;
 
   std::vector<Tensor> run(const ExportFn& fn, const std::vector<Tensor>& inputs) const {
     if (program) return program->run(inputs);  // applies the state itself
@@ -52,6 +106,113 @@ struct Artifact {
     std::vector<Tensor> outs = generated ? generated->run(inputs) : partitioned->run(inputs);
     ExportedProgram::apply_state(state, outs);
     return outs;
+  }
+
+  // Why the artifact is never captured for these inputs (empty: it may be).
+  std::string graph_obstacle(const std::vector<Tensor>& inputs) const {
+    if (backend == "eager") return "it runs eagerly";
+    if (random) return "it draws random numbers (a replay would repeat them)";
+    if (!state.empty()) return "it updates program state";
+    if (inputs.empty()) return "it has no inputs";
+    for (const Tensor& x : inputs) {
+      if (x.device() != inputs[0].device()) return "its inputs are on several devices";
+      if (x.requires_grad() && autograd::is_grad_enabled()) return "an input requires grad";
+    }
+    if (!device_graphs_of(inputs[0].device()))
+      return "the backend of " + inputs[0].device().str() + " records no graphs";
+    return {};
+  }
+
+  // Runs the artifact through its device graph when it has or can capture one; nullopt: run as usual.
+  // `captured` is set when this call captured the graph.
+  std::optional<std::vector<Tensor>> run_graphed(const ExportFn& fn, const std::vector<Tensor>& inputs,
+                                                 const std::string& name, bool* captured,
+                                                 bool* replayed) const {
+    std::lock_guard lock(graph_mutex);
+    if (graph_refused) return std::nullopt;
+    if (!device_graph) {
+      if (std::string why = graph_obstacle(inputs); !why.empty()) {
+        graph_refused = true;
+        if (log_enabled("compile"))
+          log_message(LogLevel::Info, "compile", "'" + name + "': not captured into a device graph: " + why);
+        return std::nullopt;
+      }
+      if (++graph_calls < 2) return run(fn, inputs);  // the warm-up
+      try {
+        capture(fn, inputs);
+      } catch (const std::exception& e) {
+        graph_refused = true;
+        device_graph.reset();
+        compiler::codegen::compile_warning(
+            "'" + name + "': mode \"reduce-overhead\": the artifact could not be " +
+            "captured into a device graph (" + e.what() + "); it runs as usual");
+        return std::nullopt;
+      }
+      *captured = true;
+    }
+    DeviceGraph& g = *device_graph;
+    if (inputs.size() != g.static_inputs.size()) return std::nullopt;
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      if (!same_layout(inputs[i], g.static_inputs[i]))
+        return std::nullopt;  // other sizes (a dynamic artifact)
+      if (inputs[i].requires_grad() && autograd::is_grad_enabled())
+        return std::nullopt;  // a replay records no graph
+    }
+    const Device device = inputs[0].device();
+    const Stream caller = current_stream(device);
+    Event ready;
+    ready.record(caller);
+    g.stream->wait(ready);
+    {
+      StreamGuard on_graph_stream(*g.stream);
+      for (size_t i = 0; i < inputs.size(); ++i) g.static_inputs[i].copy_(inputs[i]);
+      throw_status(g.api->replay(g.graph, g.stream->handle()),
+                   "replay of the device graph of a compiled artifact");
+    }
+    Event done;
+    done.record(*g.stream);
+    caller.wait(done);
+    std::vector<Tensor> outs;
+    outs.reserve(g.static_outputs.size());
+    for (const Tensor& o : g.static_outputs) outs.push_back(o.clone());  // on the caller's stream
+    *replayed = true;
+    return outs;
+  }
+
+  // Captures the artifact from static copies of `inputs` on a stream of its own (nothing runs).
+  void capture(const ExportFn& fn, const std::vector<Tensor>& inputs) const {
+    const Device device = inputs[0].device();
+    const int32_t index = device.index() < 0 ? 0 : int32_t(device.index());
+    auto g = std::make_unique<DeviceGraph>();
+    g->api = device_graphs_of(device);
+    g->stream = Stream::create(device);
+    TESSERA_CHECK(g->stream->handle(), "the backend of ", device.str(), " has no streams to capture on");
+    const Stream caller = current_stream(device);
+    Event ready;
+    ready.record(caller);
+    g->stream->wait(ready);
+    StreamGuard on_graph_stream(*g->stream);
+    for (const Tensor& x : inputs) {
+      Tensor s = empty_strided(x.sizes(), x.strides(), TensorOptions().dtype(x.dtype()).device(device));
+      s.copy_(x);
+      g->static_inputs.push_back(std::move(s));
+    }
+    throw_status(g->api->begin_capture(index, g->stream->handle()), "beginning the capture");
+    std::vector<Tensor> outs;
+    try {
+      outs = run(fn, g->static_inputs);
+    } catch (...) {
+      void* discarded = nullptr;
+      try {  // ends the recording; its own status is not the error to report
+        throw_status(g->api->end_capture(index, g->stream->handle(), &discarded), "ending the capture");
+      } catch (const std::exception&) {
+      }
+      if (discarded) g->api->destroy(discarded);
+      throw;
+    }
+    throw_status(g->api->end_capture(index, g->stream->handle(), &g->graph), "ending the capture");
+    g->static_outputs = std::move(outs);
+    device_graph = std::move(g);
   }
 };
 
@@ -74,7 +235,24 @@ struct CompiledFunction::State {
   mutable std::shared_mutex artifacts_mutex;
   std::vector<std::shared_ptr<const Artifact>> artifacts;  // guarded by artifacts_mutex
 
-  std::atomic<int64_t> calls{0}, hits{0}, eager_calls{0};
+  std::atomic<int64_t> calls{0}, hits{0}, eager_calls{0}, graph_replays{0};
+
+  // Runs an artifact, through its device graph in mode "reduce-overhead" (Note [Compiled artifacts
+  // as device graphs]).
+  std::vector<Tensor> run(const Artifact& a, const std::vector<Tensor>& inputs) {
+    if (options.mode == "reduce-overhead") {
+      bool captured = false, replayed = false;
+      if (auto outs = a.run_graphed(fn, inputs, options.name, &captured, &replayed)) {
+        if (captured) {
+          std::lock_guard lock(compile_mutex);
+          ++stats.graphs;
+        }
+        if (replayed) graph_replays.fetch_add(1, std::memory_order_relaxed);
+        return std::move(*outs);
+      }
+    }
+    return a.run(fn, inputs);
+  }
 
   // Everything below is guarded by compile_mutex, which serialises misses.
   mutable std::mutex compile_mutex;
@@ -246,6 +424,9 @@ struct CompiledFunction::State {
     }
     if (program) {
       a->state = program->state;
+      for (const compiler::Node& n : program->graph.nodes)
+        if (const op::OpInfo* info = op::find_op_info(n.target); info && info->has(op::kTagRandom))
+          a->random = true;
       std::vector<Device> devices;
       bool all_cpu = true;
       for (const Tensor& x : inputs) {
@@ -371,12 +552,12 @@ std::vector<Tensor> CompiledFunction::operator()(const std::vector<Tensor>& inpu
   s.calls.fetch_add(1, std::memory_order_relaxed);
   if (auto a = s.find(inputs)) {
     s.hits.fetch_add(1, std::memory_order_relaxed);
-    return a->run(s.fn, inputs);
+    return s.run(*a, inputs);
   }
   for (size_t i = 0; i < inputs.size(); ++i)
     TESSERA_CHECK(inputs[i].defined(), "compiled function '", s.options.name, "': input ", i,
                   " is an undefined tensor");
-  if (auto a = s.artifact_for(inputs)) return a->run(s.fn, inputs);
+  if (auto a = s.artifact_for(inputs)) return s.run(*a, inputs);
   s.eager_calls.fetch_add(1, std::memory_order_relaxed);
   return s.fn(inputs);
 }
@@ -388,6 +569,7 @@ CompileStats CompiledFunction::stats() const {
   out.calls = s.calls.load();
   out.cache_hits = s.hits.load();
   out.eager_calls = s.eager_calls.load();
+  out.graph_replays = s.graph_replays.load();
   return out;
 }
 
@@ -407,6 +589,8 @@ CompiledFunction compile(ExportFn fn, CompileOptions options) {
   if (!builtin) compiler::compiler_plugin(b);  // names the choices when it is none
   TESSERA_CHECK(options.recompile_limit >= 1, "compile: recompile_limit is ", options.recompile_limit,
                 "; it must be at least 1");
+  TESSERA_CHECK(options.mode == "default" || options.mode == "reduce-overhead", "compile: mode \"",
+                options.mode, "\" is not one of \"default\", \"reduce-overhead\"");
   if (options.name.empty()) options.name = "compiled_fn";
   auto state = std::make_shared<CompiledFunction::State>();
   state->interpreter_backend = b == "interpreter" || b == "eager";

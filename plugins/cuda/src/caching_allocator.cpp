@@ -43,6 +43,7 @@ CachingAllocator::~CachingAllocator() {
     for (Block* b : d.small_pool) all.push_back(b);
     for (Block* b : d.large_pool) all.push_back(b);
     for (auto& [p, b] : d.active) all.push_back(b);
+    for (auto& [p, b] : d.held) all.push_back(b);
     for (Block* b : all) {
       if (!b->prev) source_.release(source_.ctx, int(dev), b->ptr);
     }
@@ -50,6 +51,7 @@ CachingAllocator::~CachingAllocator() {
     d.small_pool.clear();
     d.large_pool.clear();
     d.active.clear();
+    d.held.clear();
   }
 }
 
@@ -165,12 +167,54 @@ bool CachingAllocator::free(int device, void* ptr) {
   d.stats.requested_bytes -= block->requested;
   --d.stats.active_blocks;
   block->requested = 0;
-  if (!d.frees->defer_free(device, block, block->stream)) {
-    ++d.stats.pending_blocks;  // stays `allocated` so that no neighbour merges with it meanwhile
+  if (auto c = d.capturing.find(std::this_thread::get_id()); c != d.capturing.end()) {
+    c->second.push_back(block->ptr);  // stays `allocated`: Note [Graph capture pools]
+    d.held.emplace(block->ptr, block);
+    ++d.stats.held_blocks;
     return true;
   }
-  return_block(d, block);
+  release_block(device, d, block);
   return true;
+}
+
+void CachingAllocator::release_block(int device, DeviceState& d, Block* block) {
+  if (!d.frees->defer_free(device, block, block->stream)) {
+    ++d.stats.pending_blocks;  // stays `allocated` so that no neighbour merges with it meanwhile
+    return;
+  }
+  return_block(d, block);
+}
+
+void CachingAllocator::begin_capture(int device) {
+  if (device < 0 || device >= int(devices_.size())) return;
+  DeviceState& d = *devices_[size_t(device)];
+  std::lock_guard<std::mutex> lock(d.mutex);
+  d.capturing.emplace(std::this_thread::get_id(), std::vector<void*>{});
+}
+
+std::vector<void*> CachingAllocator::end_capture(int device) {
+  if (device < 0 || device >= int(devices_.size())) return {};
+  DeviceState& d = *devices_[size_t(device)];
+  std::lock_guard<std::mutex> lock(d.mutex);
+  auto it = d.capturing.find(std::this_thread::get_id());
+  if (it == d.capturing.end()) return {};
+  std::vector<void*> held = std::move(it->second);
+  d.capturing.erase(it);
+  return held;
+}
+
+void CachingAllocator::release_held(int device, const std::vector<void*>& blocks) {
+  if (device < 0 || device >= int(devices_.size())) return;
+  DeviceState& d = *devices_[size_t(device)];
+  std::lock_guard<std::mutex> lock(d.mutex);
+  for (void* p : blocks) {
+    auto it = d.held.find(p);
+    if (it == d.held.end()) continue;
+    Block* block = it->second;
+    d.held.erase(it);
+    --d.stats.held_blocks;
+    release_block(device, d, block);
+  }
 }
 
 bool CachingAllocator::record_stream(int device, void* ptr, void* stream) {

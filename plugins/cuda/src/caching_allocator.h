@@ -32,6 +32,7 @@
 #include <memory>
 #include <mutex>
 #include <set>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -60,6 +61,7 @@ struct AllocatorStats {
   uint64_t oom_retries = 0;           // raw allocations retried after releasing the cache
   uint64_t active_blocks = 0;
   uint64_t pending_blocks = 0;        // freed, waiting for events on other streams (record_stream)
+  uint64_t held_blocks = 0;           // freed while a graph captured their stream, kept for the graph
 };
 
 class CachingAllocator {
@@ -93,6 +95,18 @@ class CachingAllocator {
   size_t block_size(int device, void* ptr) const;
   // Releases every fully free segment of `device` (or of all devices when device < 0).
   void empty_cache(int device = -1);
+  // Note [Graph capture pools]: a CUDA graph replays the writes its capture made, into the same
+  // addresses, long after the host freed the tensors of that capture. So between begin_capture and
+  // end_capture on a thread (CUDA's thread-local capture mode records that thread's work), every
+  // block of `device` that thread frees is held instead of returned to its pool: nothing else is
+  // given it, and the capture itself does not reuse it. (Tensor blocks are tagged with the default
+  // stream whatever stream writes them, so the thread, not the stream, says what the capture freed.)
+  // end_capture hands the held blocks to the caller (the graph), which gives them back with
+  // release_held once its replays have completed. Blocks still live at the end of the capture (the
+  // graph's outputs and static inputs) stay with the tensors that own them. Thread-safe.
+  void begin_capture(int device);
+  std::vector<void*> end_capture(int device);
+  void release_held(int device, const std::vector<void*>& blocks);
   AllocatorStats stats(int device) const;
   int num_devices() const { return int(devices_.size()); }
 
@@ -109,6 +123,8 @@ class CachingAllocator {
     mutable std::mutex mutex;
     Pool small_pool, large_pool;
     std::unordered_map<void*, Block*> active;
+    std::unordered_map<std::thread::id, std::vector<void*>> capturing;  // thread -> blocks its capture holds
+    std::unordered_map<void*, Block*> held;                             // every held block, by address
     AllocatorStats stats;
     std::unique_ptr<tessera::sdk::StreamOrderedFrees<Block*>> frees;
   };
@@ -117,6 +133,8 @@ class CachingAllocator {
   void release_free_segments(int device, DeviceState& d);
   // Puts a freed block back in its pool, merging it with free neighbours.
   void return_block(DeviceState& d, Block* block);
+  // A block the host freed: to its pool, or pending its other streams' events (record_stream).
+  void release_block(int device, DeviceState& d, Block* block);
   static bool should_split(const Block* block, size_t size);
 
   RawMemorySource source_;

@@ -139,7 +139,13 @@ void Backend::discover() {
     try {
       DeviceGuard guard(device);
       void* p = nullptr;
-      if (const cudaError_t e = cudaMalloc(&p, nbytes); e != cudaSuccess) {
+      // A stream capture in progress on this thread (Note [Device graphs]) prohibits cudaMalloc in
+      // its thread-local mode: relaxed for this call only, as cudaMalloc is not recorded anyway.
+      cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+      cudaThreadExchangeStreamCaptureMode(&mode);
+      const cudaError_t e = cudaMalloc(&p, nbytes);
+      cudaThreadExchangeStreamCaptureMode(&mode);
+      if (e != cudaSuccess) {
         cudaGetLastError();  // out of memory is not sticky: clear it, the allocator retries or reports
         if (e != cudaErrorMemoryAllocation) sdk::log(TESSERA_LOG_ERROR, "cuda", cuda_error_message(e, "cudaMalloc"));
         return nullptr;

@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "cuda_backend.h"
+#include "device_graphs.h"
 #include "ops.h"
 #include "tessera/sdk.hpp"
 
@@ -27,6 +28,9 @@ uint64_t cuda_empty_cache(void*, int32_t device) {
 tessera_proc_t cuda_get_proc_address(void*, const char* name) {
   if (name && std::strcmp(name, TESSERA_EXT_EMPTY_CACHE) == 0)
     return reinterpret_cast<tessera_proc_t>(static_cast<tessera_ext_empty_cache_fn_t>(&cuda_empty_cache));
+  if (name && std::strcmp(name, TESSERA_EXT_DEVICE_GRAPHS) == 0)
+    return reinterpret_cast<tessera_proc_t>(
+        static_cast<tessera_ext_device_graphs_fn_t>(&tessera::cuda::device_graphs));
   return nullptr;
 }
 

@@ -583,6 +583,27 @@ typedef struct tessera_plugin_t {
 #define TESSERA_EXT_EMPTY_CACHE "tessera.empty_cache"
 typedef uint64_t (*tessera_ext_empty_cache_fn_t)(void* self, int32_t device);
 
+/* Note [Device graphs]
+ * A backend plugin that can record the work queued on one of its streams and replay it later
+ * offers TESSERA_EXT_DEVICE_GRAPHS (the CUDA plugin: CUDA Graphs). tessera::compile's mode
+ * "reduce-overhead" captures a compiled artifact once and then replays it (docs/compile.md).
+ * begin_capture starts recording the work the calling thread queues on `stream` of `device` (a
+ * stream the plugin created: the default stream cannot be recorded); nothing queued while
+ * recording runs, and memory freed meanwhile stays reserved for the graph. end_capture stops
+ * recording and returns the graph in *graph, or fails (an op that synchronised or copied to the
+ * host while recording) and discards the recording. replay queues the graph's work on the stream
+ * it was recorded on; destroy frees the graph and its reserved memory (in stream order: replays
+ * already queued complete first). */
+#define TESSERA_EXT_DEVICE_GRAPHS "tessera.device_graphs"
+typedef struct tessera_device_graphs_s {
+  uint32_t struct_size;
+  tessera_status_t (*begin_capture)(int32_t device, void* stream);
+  tessera_status_t (*end_capture)(int32_t device, void* stream, void** graph);
+  tessera_status_t (*replay)(void* graph, void* stream);
+  void (*destroy)(void* graph);
+} tessera_device_graphs_t;
+typedef const tessera_device_graphs_t* (*tessera_ext_device_graphs_fn_t)(void);
+
 /* Note [Autocast policies in code]
  * A backend plugin may choose in code how autocast treats ops on its device type (its manifest's
  * "autocast" field says it as data): lower precision for convolutions only where the hardware has

@@ -65,6 +65,12 @@ struct CompileOptions {
   std::map<std::string, Tensor> parameters;
   // The "cpp" backend's disk cache. (optional) defaults to codegen::cache_directory().
   std::string cache_dir;
+  // "default", or "reduce-overhead" (PyTorch's name): on a device whose backend records graphs
+  // (Note [Device graphs], CUDA Graphs on cuda), an artifact is captured once, after one warm-up
+  // call, and then replayed with the inputs copied into its static buffers (Note [Compiled
+  // artifacts as device graphs] in compiled_function.cpp). Elsewhere, and for what cannot be
+  // captured, calls run as in "default". (optional) defaults to "default".
+  std::string mode = "default";
 };
 
 struct CompileStats {
@@ -78,6 +84,8 @@ struct CompileStats {
   int interpreted = 0;         // artifacts that run through the interpreter
   int64_t eager_calls = 0;     // calls that ran fn eagerly (uncapturable, or past the limit)
   bool limit_reached = false;
+  int graphs = 0;             // mode "reduce-overhead": artifacts captured into device graphs
+  int64_t graph_replays = 0;  // calls served by replaying one
 };
 
 // What one artifact accepts and how it runs.
