@@ -2029,4 +2029,30 @@ TEST_F(CudaKernels, Conv2dEpilogueLikeTheCpuOps) {
   }
 }
 
+// Integer matmul (Note [Integer nn ops]) against the CPU, exactly: every integer dtype (int8 and
+// uint8 wrapping), 2-D, batched with a broadcast batch dim, vector operands, and k = 0.
+TEST_F(CudaKernels, IntegerMatmulLikeTheCpu) {
+  for (DType t : {tessera::kInt64, tessera::kInt32, tessera::kInt16, tessera::kInt8, tessera::kUInt8}) {
+    const std::string tn(tessera::dtype_name(t));
+    auto ints = [&](std::vector<int64_t> sizes) {
+      return tessera::floor(tessera::mul(tessera::randn(sizes), tessera::full({}, 40.0))).to(t);
+    };
+    for (const auto& [sa, sb] :
+         std::vector<std::pair<std::vector<int64_t>, std::vector<int64_t>>>{{{7, 19}, {19, 5}},
+                                                                            {{3, 1, 6, 33}, {4, 33, 17}},
+                                                                            {{19}, {19, 5}},
+                                                                            {{2, 7, 19}, {19}},
+                                                                            {{5, 0}, {0, 3}}}) {
+      const Tensor a = ints(sa), b = ints(sb);
+      Tensor got;
+      EXPECT_RUNS_ON_CUDA("integer matmul " + tn, got = tessera::matmul(a.to("cuda:0"), b.to("cuda:0")));
+      expect_same(got, tessera::matmul(a, b),
+                  "integer matmul " + tn + " " + std::to_string(sa.size()) + "x" + std::to_string(sb.size()));
+    }
+    const Tensor a = ints({9, 12}), b = ints({12, 9});
+    expect_same(tessera::matmul(a.to("cuda:0").t(), b.to("cuda:0").t()), tessera::matmul(a.t(), b.t()),
+                "integer matmul transposed " + tn);
+  }
+}
+
 }  // namespace

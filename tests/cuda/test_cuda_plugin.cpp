@@ -148,8 +148,18 @@ TEST(CudaPlugin, RegistersKernelsWithTheirDtypes) {
   }
   for (const char* op : {"sum", "prod", "amax", "amin"})
     EXPECT_EQ(resolution(op, tessera::kBool), tessera::Resolution::Kernel) << op << " bool";
-  for (const char* op : {"softmax", "layer_norm", "matmul"})
+  for (const char* op : {"softmax", "layer_norm", "linear"})
     EXPECT_NE(resolution(op, tessera::kInt32), tessera::Resolution::Kernel) << op << " has no integer kernel on cuda";
+  // Integer matmul (Note [Integer nn ops]), the new kernels of the conformance cases.
+  for (tessera::DType t :
+       {tessera::kUInt8, tessera::kInt8, tessera::kInt16, tessera::kInt32, tessera::kInt64})
+    EXPECT_EQ(resolution("matmul", t), tessera::Resolution::Kernel) << "matmul " << t;
+  for (const char* op : {"topk", "_resize", "conv_transpose2d.input", "_linear_epilogue", "_conv2d_epilogue"})
+    EXPECT_EQ(resolution(op, tessera::kFloat16), tessera::Resolution::Kernel) << op;
+  EXPECT_EQ(resolution("fake_quantize_per_tensor_affine", tessera::kFloat32), tessera::Resolution::Kernel);
+  EXPECT_EQ(resolution("fake_quantize_per_channel_affine", tessera::kFloat32), tessera::Resolution::Kernel);
+  EXPECT_EQ(resolution("_resize", tessera::kBool), tessera::Resolution::Kernel);
+  EXPECT_EQ(resolution("topk", tessera::kInt8), tessera::Resolution::Kernel);
   EXPECT_EQ(resolution("gather", tessera::kFloat64), tessera::Resolution::Kernel);
   for (tessera::DType t : {tessera::kBool, tessera::kInt8, tessera::kFloat16, tessera::kFloat64})
     EXPECT_EQ(resolution("scatter.src", t), tessera::Resolution::Kernel) << t;

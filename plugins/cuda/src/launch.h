@@ -306,4 +306,10 @@ struct FakeQuantizeParams {
 };
 cudaError_t launch_fake_quantize(const FakeQuantizeParams& p, cudaStream_t stream);
 
+// Integer matmul (int_matmul.cu): out[b] = a[b] @ b[b] over contiguous [batch, m, k] and [batch, k, n]
+// of one integer dtype into a contiguous [batch, m, n], products and sums in uint64 (wrapping, as the
+// CPU). batch and ceil(m / 16) at most 65535.
+cudaError_t launch_integer_matmul(const void* a, const void* b, void* out, int32_t dtype, int64_t batch,
+                                  int64_t m, int64_t k, int64_t n, cudaStream_t stream);
+
 }  // namespace tessera::cuda

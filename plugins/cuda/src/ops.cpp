@@ -1189,6 +1189,35 @@ bool batch_stride_of(const DeviceTensor& t, int matrix_dims, const std::vector<i
   return true;
 }
 
+// A matmul's problem: vectors made 1 x k / k x 1 matrices (in place), the sizes and the broadcast
+// batch dims.
+struct MatmulShape {
+  int64_t m = 0, k = 0, n = 0, batch = 1;
+  std::vector<int64_t> batch_sizes;
+};
+MatmulShape matmul_shape(const KernelCall& call, DeviceTensor& a, DeviceTensor& b) {
+  if (a.ndim() == 1) {
+    a.sizes.insert(a.sizes.begin(), 1);
+    a.strides.insert(a.strides.begin(), a.sizes[1] * a.strides[0]);
+  }
+  if (b.ndim() == 1) {
+    b.sizes.push_back(1);
+    b.strides.push_back(1);
+  }
+  MatmulShape s;
+  s.m = a.sizes[size_t(a.ndim() - 2)];
+  s.k = a.sizes[size_t(a.ndim() - 1)];
+  s.n = b.sizes[size_t(b.ndim() - 1)];
+  if (b.sizes[size_t(b.ndim() - 2)] != s.k) unimplemented(call, "inner dimensions differ");
+  const int nb = std::max(a.ndim(), b.ndim()) - 2;
+  for (int d = 0; d < nb; ++d) {
+    const int da = d - (nb - (a.ndim() - 2)), db = d - (nb - (b.ndim() - 2));
+    s.batch_sizes.push_back(std::max(da >= 0 ? a.sizes[size_t(da)] : 1, db >= 0 ? b.sizes[size_t(db)] : 1));
+    s.batch *= s.batch_sizes.back();
+  }
+  return s;
+}
+
 // `attempt` counts the retries after making an operand contiguous (at most one per operand).
 // `epi`: Note [Linear epilogues on CUDA]; a residual has out's sizes and is contiguous, like out.
 void matmul_impl(const KernelCall& call, const Launch& l, DeviceTensor a, DeviceTensor b, DeviceTensor out,
@@ -1199,27 +1228,10 @@ void matmul_impl(const KernelCall& call, const Launch& l, DeviceTensor a, Device
   a = materialize(call, a, dtype, false, l);
   b = materialize(call, b, dtype, false, l);
   if (!out.contiguous()) unimplemented(call, "non-contiguous output");
-  // Vectors become 1 x k / k x 1 matrices.
-  if (a.ndim() == 1) {
-    a.sizes.insert(a.sizes.begin(), 1);
-    a.strides.insert(a.strides.begin(), a.sizes[1] * a.strides[0]);
-  }
-  if (b.ndim() == 1) {
-    b.sizes.push_back(1);
-    b.strides.push_back(1);
-  }
-  const int64_t m = a.sizes[size_t(a.ndim() - 2)], k = a.sizes[size_t(a.ndim() - 1)];
-  const int64_t n = b.sizes[size_t(b.ndim() - 1)];
-  if (b.sizes[size_t(b.ndim() - 2)] != k) unimplemented(call, "inner dimensions differ");
-  std::vector<int64_t> batch_sizes;
-  const int nb = std::max(a.ndim(), b.ndim()) - 2;
-  for (int d = 0; d < nb; ++d) {
-    const int da = d - (nb - (a.ndim() - 2)), db = d - (nb - (b.ndim() - 2));
-    const int64_t sa = da >= 0 ? a.sizes[size_t(da)] : 1, sb = db >= 0 ? b.sizes[size_t(db)] : 1;
-    batch_sizes.push_back(std::max(sa, sb));
-  }
-  int64_t batch = 1;
-  for (int64_t s : batch_sizes) batch *= s;
+  const MatmulShape shape = matmul_shape(call, a, b);
+  const int64_t m = shape.m, k = shape.k, n = shape.n, batch = shape.batch;
+  const std::vector<int64_t>& batch_sizes = shape.batch_sizes;
+  const int nb = int(batch_sizes.size());
   if (out.numel() == 0) return;
   if (k == 0) {  // empty inner dimension: zeros (plus the bias, which needs the GPU fallback path)
     if (bias || epi.residual) unimplemented(call, "bias or residual with an empty inner dimension");
@@ -1257,8 +1269,44 @@ void matmul_impl(const KernelCall& call, const Launch& l, DeviceTensor a, Device
   lt_matmul(call, l, dtype, ma, mb, out.data, n, m * n, nbatch, bias, epi);
 }
 
+// Integer matmul (Note [Integer nn ops] in plugins/cpu/nn/onednn_ops.cpp: every integer dtype,
+// exact and wrapping, as PyTorch's CPU matmul): a and b broadcast into contiguous [batch, m, k] and
+// [batch, k, n] copies, then launch_integer_matmul (uint64 products and sums, as the CPU kernel).
+void integer_matmul(const KernelCall& call, const Launch& l, DeviceTensor a, DeviceTensor b, const DeviceTensor& out) {
+  const int32_t dtype = out.dtype;
+  if (a.dtype != dtype || b.dtype != dtype || a.ndim() == 0 || b.ndim() == 0 || !out.contiguous())
+    unimplemented(call, "operands of another dtype, a 0-dim operand or a non-contiguous output");
+  const MatmulShape p = matmul_shape(call, a, b);
+  if (out.numel() == 0) return;
+  if (p.batch > 65535 || (p.m + 15) / 16 > 65535) unimplemented(call, "more than 65535 matrices or row tiles");
+  const int nb = int(p.batch_sizes.size());
+  // `t` seen as [batch..., rows, cols] (broadcast batch dims have stride 0), copied contiguous.
+  auto packed = [&](const DeviceTensor& t, int64_t rows, int64_t cols) {
+    DeviceTensor v = t;
+    v.sizes = p.batch_sizes;
+    v.strides.assign(size_t(nb), 0);
+    for (int d = 0; d < nb; ++d) {
+      const int td = d - (nb - (t.ndim() - 2));
+      if (td >= 0 && t.sizes[size_t(td)] != 1) v.strides[size_t(d)] = t.strides[size_t(td)];
+    }
+    v.sizes.push_back(rows);
+    v.sizes.push_back(cols);
+    v.strides.push_back(t.strides[size_t(t.ndim() - 2)]);
+    v.strides.push_back(t.strides[size_t(t.ndim() - 1)]);
+    const DeviceTensor c = temporary(l, dtype, v.sizes);
+    device_copy(call, c, v, l.stream, /*into_temporary=*/true);
+    return c;
+  };
+  const DeviceTensor ac = packed(a, p.m, p.k), bc = packed(b, p.k, p.n);
+  check_launch(call, launch_integer_matmul(ac.data, bc.data, out.data, dtype, p.batch, p.m, p.k, p.n, l.stream));
+}
+
 void matmul_kernel(const KernelCall& call) {
   Launch l(call);
+  const DeviceTensor out = view_of(call, call.output(0), "output");
+  if (out.dtype != kDtBool && !elementwise_float(out.dtype))
+    return integer_matmul(call, l, view_of(call, call.input(op::matmul::tensor::self), "self"),
+                          view_of(call, call.input(op::matmul::tensor::other), "other"), out);
   matmul_impl(call, l, view_of(call, call.input(op::matmul::tensor::self), "self"),
               view_of(call, call.input(op::matmul::tensor::other), "other"),
               view_of(call, call.output(0), "output"), nullptr);
@@ -2905,7 +2953,7 @@ void register_kernels(const sdk::Host& host) {
   host.register_kernel(op::log_softmax::name, kFloat | kF64, TESSERA_SDK_KERNEL(softmax_kernel<true>));
   host.register_kernel(op::layer_norm::name, kFloat | kF64, TESSERA_SDK_KERNEL(norm_kernel<false>));
   host.register_kernel(op::rms_norm::name, kFloat | kF64, TESSERA_SDK_KERNEL(norm_kernel<true>));
-  host.register_kernel(op::matmul::name, kFloat | kF64, TESSERA_SDK_KERNEL(matmul_kernel));
+  host.register_kernel(op::matmul::name, kNumeric | kF64, TESSERA_SDK_KERNEL(matmul_kernel));
   host.register_kernel(op::linear::name, kFloat | kF64, TESSERA_SDK_KERNEL(linear_kernel));
   host.register_kernel(op::conv2d::name, kFloat | kF64, TESSERA_SDK_KERNEL(conv2d_kernel));
   host.register_kernel(op::max_pool2d::name, kNumeric | kF64, TESSERA_SDK_KERNEL(pool2d_kernel<true>));
