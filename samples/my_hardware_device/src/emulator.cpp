@@ -32,14 +32,44 @@ Queue::~Queue() {
 void Queue::enqueue(std::function<void()> task) {
   {
     std::lock_guard<std::mutex> lock(mu_);
+    if (recording_) {
+      recorded_.push_back(std::move(task));
+      return;
+    }
     tasks_.push_back(std::move(task));
     ++enqueued_;
   }
   work_cv_.notify_one();
 }
 
+void Queue::begin_recording() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (recording_)
+    throw EmuError(EmuError::Kind::InvalidArgument, "queue '" + name_ + "' is already being recorded");
+  recording_ = true;
+  recorded_.clear();
+}
+
+std::vector<std::function<void()>> Queue::end_recording() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!recording_)
+    throw EmuError(EmuError::Kind::InvalidArgument, "queue '" + name_ + "' is not being recorded");
+  recording_ = false;
+  return std::move(recorded_);
+}
+
+bool Queue::recording() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return recording_;
+}
+
 void Queue::synchronize() {
   std::unique_lock<std::mutex> lock(mu_);
+  if (recording_)
+    throw EmuError(EmuError::Kind::InvalidArgument,
+                   "queue '" + name_ +
+                       "' is being recorded into a graph: it cannot be synchronised "
+                       "before the recording ends");
   const uint64_t target = enqueued_;
   done_cv_.wait(lock, [&] { return completed_ >= target; });
   if (!error_.empty()) {
@@ -73,6 +103,10 @@ void Queue::run() {
 // ---------------------------------------------------------------- Event
 
 void Event::record(Queue& queue, const std::shared_ptr<Event>& self) {
+  if (queue.recording())
+    throw EmuError(
+        EmuError::Kind::InvalidArgument,
+        "queue '" + queue.name() + "' is being recorded into a graph: no event can be recorded on it");
   uint64_t generation;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -178,6 +212,14 @@ uint64_t Device::peak_allocated_bytes() const {
 uint64_t Device::live_buffers() const {
   std::lock_guard<std::mutex> lock(mu_);
   return buffers_.size();
+}
+
+bool Device::recording() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (default_queue_->recording()) return true;
+  for (const auto& q : streams_)
+    if (q->recording()) return true;
+  return false;
 }
 
 Queue* Device::create_queue() {

@@ -62,6 +62,13 @@ class Queue {
   Queue& operator=(const Queue&) = delete;
 
   void enqueue(std::function<void()> task);
+  // Device graphs (Note [Device graphs] in plugin_abi.h): between begin_recording and end_recording
+  // the tasks enqueued are kept, not run, and end_recording hands them over (a replay enqueues
+  // copies; each task holds its own buffers, Note [Emulated streams]). Synchronising the queue or
+  // recording an event on it is refused meanwhile, as CUDA refuses it during stream capture.
+  void begin_recording();
+  std::vector<std::function<void()>> end_recording();
+  bool recording() const;
   // Blocks until every task enqueued before the call has run. Throws the first sticky error of a
   // task that failed since the last synchronisation (and clears it).
   void synchronize();
@@ -72,10 +79,12 @@ class Queue {
   void run();
   std::string name_;
   uint64_t number_;
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::condition_variable work_cv_;
   std::condition_variable done_cv_;
   std::deque<std::function<void()>> tasks_;
+  bool recording_ = false;
+  std::vector<std::function<void()>> recorded_;
   uint64_t enqueued_ = 0;
   uint64_t completed_ = 0;
   bool stop_ = false;
@@ -128,6 +137,9 @@ class Device {
   void destroy_queue(Queue* queue);
   // Waits for the default queue and every stream of this device.
   void synchronize();
+  // Whether one of its queues is being recorded into a graph: host reads of device memory are
+  // refused meanwhile (they would read what the recorded tasks have not written).
+  bool recording() const;
 
   std::atomic<int64_t>& kernel_count(int op_id) { return kernel_counts_[op_id]; }
   // Fused programs queued by mhd_fused_launch (include/my_hardware_device/fused.h).

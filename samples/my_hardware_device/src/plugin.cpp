@@ -5,10 +5,12 @@
 #include <condition_variable>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <unordered_set>
+#include <vector>
 
 #include <tessera/sdk.hpp>
 
@@ -115,6 +117,12 @@ tessera_status_t memory_copy_to_host(void*, int32_t device, void* dst_host, cons
                                      uint64_t nbytes, void* stream) {
   return guarded([&](Emulator& emu) {
     BufferRef buf = resolve_range(emu, src, src_offset, nbytes, "copy to host");
+    if (emu.device(device).recording())
+      throw EmuError(
+          EmuError::Kind::InvalidArgument,
+          "a queue of device " + std::to_string(device) +
+              " is being recorded into a graph: device memory cannot be read by the host before the "
+              "recording ends");
     Queue& q = emu.queue(device, stream);
     q.enqueue(traced(
         [buf, dst_host, src_offset, nbytes] {
@@ -355,7 +363,56 @@ int32_t autocast_policy(void*, tessera_autocast_entry_t* out, int32_t capacity) 
   return written;
 }
 
+// ---- device graphs (Note [Device graphs] in plugin_abi.h): a recorded queue's tasks, replayed
+struct RecordedGraph {
+  int32_t device = 0;
+  void* stream = nullptr;
+  std::vector<std::function<void()>> tasks;
+};
+
+tessera_status_t graph_begin(int32_t device, void* stream) {
+  return guarded([&](Emulator& emu) {
+    if (!stream)
+      throw EmuError(EmuError::Kind::InvalidArgument,
+                     "the default stream cannot be recorded into a graph; record a stream made with "
+                     "tessera::Stream::create");
+    emu.queue(device, stream).begin_recording();
+  });
+}
+
+tessera_status_t graph_end(int32_t device, void* stream, void** graph) {
+  *graph = nullptr;
+  return guarded([&](Emulator& emu) {
+    auto g = std::make_unique<RecordedGraph>();
+    g->device = device;
+    g->stream = stream;
+    g->tasks = emu.queue(device, stream).end_recording();
+    *graph = g.release();
+  });
+}
+
+tessera_status_t graph_replay(void* graph, void* stream) {
+  return guarded([&](Emulator& emu) {
+    const auto* g = static_cast<const RecordedGraph*>(graph);
+    if (!g || stream != g->stream)
+      throw EmuError(EmuError::Kind::InvalidArgument, "a graph replays on the stream it was recorded on");
+    Queue& q = emu.queue(g->device, stream);
+    for (const std::function<void()>& task : g->tasks) q.enqueue(task);
+  });
+}
+
+void graph_destroy(void* graph) { delete static_cast<RecordedGraph*>(graph); }
+
+const tessera_device_graphs_t kDeviceGraphs = {.struct_size = sizeof(tessera_device_graphs_t),
+                                               .begin_capture = &graph_begin,
+                                               .end_capture = &graph_end,
+                                               .replay = &graph_replay,
+                                               .destroy = &graph_destroy};
+const tessera_device_graphs_t* device_graphs() { return &kDeviceGraphs; }
+
 tessera_proc_t get_proc_address(void*, const char* name) {
+  if (std::strcmp(name, TESSERA_EXT_DEVICE_GRAPHS) == 0)
+    return reinterpret_cast<tessera_proc_t>(static_cast<tessera_ext_device_graphs_fn_t>(&device_graphs));
   if (std::strcmp(name, TESSERA_EXT_AUTOCAST_POLICY) == 0) return reinterpret_cast<tessera_proc_t>(&autocast_policy);
   return nullptr;
 }
