@@ -46,6 +46,8 @@ tessera_status_t begin_capture(int32_t device, void* stream) {
     return nullptr;
   } catch (const sdk::Error& e) {
     return sdk::make_status(e.code(), e.what());
+  } catch (const std::exception& e) {
+    return sdk::make_status(TESSERA_STATUS_INTERNAL, std::string("cuda: ") + e.what());
   }
 }
 
@@ -79,6 +81,8 @@ tessera_status_t end_capture(int32_t device, void* stream, void** graph) {
     return nullptr;
   } catch (const sdk::Error& e) {
     return sdk::make_status(e.code(), e.what());
+  } catch (const std::exception& e) {
+    return sdk::make_status(TESSERA_STATUS_INTERNAL, std::string("cuda: ") + e.what());
   }
 }
 
@@ -89,27 +93,38 @@ tessera_status_t replay(void* graph, void* stream) {
     return sdk::make_status(TESSERA_STATUS_INVALID_ARGUMENT,
                             "cuda: a graph replays on the stream it was captured on (its memory is reused in "
                             "that stream's order)");
-  DeviceGuard guard(g->device);
-  const cudaError_t e = cudaGraphLaunch(g->exec, static_cast<cudaStream_t>(stream));
-  if (e != cudaSuccess) {
-    cudaGetLastError();
-    return error(TESSERA_STATUS_INTERNAL, "cuda: cudaGraphLaunch failed", e);
+  try {
+    DeviceGuard guard(g->device);
+    const cudaError_t e = cudaGraphLaunch(g->exec, static_cast<cudaStream_t>(stream));
+    if (e != cudaSuccess) {
+      cudaGetLastError();
+      return error(TESSERA_STATUS_INTERNAL, "cuda: cudaGraphLaunch failed", e);
+    }
+    return nullptr;
+  } catch (const sdk::Error& e) {
+    return sdk::make_status(e.code(), e.what());
+  } catch (const std::exception& e) {
+    return sdk::make_status(TESSERA_STATUS_INTERNAL, std::string("cuda: ") + e.what());
   }
-  return nullptr;
 }
 
-void destroy(void* graph) {
+// Nothing may escape this C entry point: at process exit the driver may already be gone, and then
+// the graph's memory is simply left to the process's end.
+void destroy(void* graph) noexcept {
   auto* g = static_cast<CapturedGraph*>(graph);
   if (!g) return;
-  {
+  try {
     DeviceGuard guard(g->device);
     // The held blocks go back to their pools (tagged with the default stream, Note [Graph capture
     // pools]) only once the queued replays have completed: a rare synchronisation, when the
     // compiled function goes.
-    cudaStreamSynchronize(static_cast<cudaStream_t>(g->stream));
-    cudaGraphExecDestroy(g->exec);
+    if (cudaStreamSynchronize(static_cast<cudaStream_t>(g->stream)) == cudaSuccess) {
+      cudaGraphExecDestroy(g->exec);
+      Backend::instance().allocator().release_held(g->device, g->held);
+    }
     cudaGetLastError();
-    Backend::instance().allocator().release_held(g->device, g->held);
+  } catch (const std::exception& e) {
+    sdk::log(TESSERA_LOG_WARNING, "cuda", std::string("destroying a CUDA graph: ") + e.what());
   }
   delete g;
 }
