@@ -408,21 +408,6 @@ DeviceBuffer::~DeviceBuffer() {
 
 namespace {
 
-tessera_status_t to_status(const std::exception& e) {
-  if (auto* se = dynamic_cast<const sdk::Error*>(&e)) return sdk::make_status(se->code(), se->what());
-  return sdk::make_status(TESSERA_STATUS_INTERNAL, std::string("cuda: ") + e.what());
-}
-
-template <typename F>
-tessera_status_t guarded(F&& f) noexcept {
-  try {
-    f();
-    return nullptr;
-  } catch (const std::exception& e) {
-    return to_status(e);
-  }
-}
-
 cudaStream_t as_stream(void* s) { return static_cast<cudaStream_t>(s); }
 
 int32_t iface_device_count(void*, char* reason, size_t capacity) {

@@ -14,6 +14,7 @@
 
 #include "caching_allocator.h"
 #include "tessera/plugin_abi.h"
+#include "tessera/sdk.hpp"
 
 namespace tessera::cuda {
 
@@ -115,6 +116,23 @@ class DeviceBuffer {
 
 // Throws sdk::Error(INTERNAL) with cuda_error_message when err != cudaSuccess.
 void check_cuda(cudaError_t err, const std::string& what);
+
+// An exception as the status a C entry point returns (an sdk::Error keeps its code).
+inline tessera_status_t to_status(const std::exception& e) {
+  if (auto* se = dynamic_cast<const sdk::Error*>(&e)) return sdk::make_status(se->code(), se->what());
+  return sdk::make_status(TESSERA_STATUS_INTERNAL, std::string("cuda: ") + e.what());
+}
+
+// Runs `f` for a C entry point: nothing escapes, an exception becomes the returned status.
+template <typename F>
+tessera_status_t guarded(F&& f) noexcept {
+  try {
+    f();
+    return nullptr;
+  } catch (const std::exception& e) {
+    return to_status(e);
+  }
+}
 
 // The plugin ABI's device interface backed by Backend::instance().
 const tessera_device_interface_t* device_interface();

@@ -21,17 +21,18 @@ struct CapturedGraph {
   std::vector<void*> held;
 };
 
-tessera_status_t error(tessera_status_code_t code, const std::string& what, cudaError_t e) {
-  return sdk::make_status(
-      code, what + (e != cudaSuccess ? std::string(": ") + cudaGetErrorString(e) : std::string()));
+// Throws `code` with the CUDA error's text appended (the error cleared).
+[[noreturn]] void fail(tessera_status_code_t code, const std::string& what, cudaError_t e) {
+  cudaGetLastError();
+  throw sdk::Error(code, what + ": " + cudaGetErrorString(e));
 }
 
 tessera_status_t begin_capture(int32_t device, void* stream) {
-  try {
+  return guarded([&] {
     if (!stream)
-      return sdk::make_status(TESSERA_STATUS_INVALID_ARGUMENT,
-                              "cuda: the default stream cannot be captured into a graph; capture on a stream "
-                              "made with tessera::Stream::create");
+      throw sdk::Error(TESSERA_STATUS_INVALID_ARGUMENT,
+                       "cuda: the default stream cannot be captured into a graph; capture on a stream made "
+                       "with tessera::Stream::create");
     Backend& b = Backend::instance();
     b.check_device(device);
     DeviceGuard guard(device);
@@ -40,20 +41,14 @@ tessera_status_t begin_capture(int32_t device, void* stream) {
         cudaStreamBeginCapture(static_cast<cudaStream_t>(stream), cudaStreamCaptureModeThreadLocal);
     if (e != cudaSuccess) {
       b.allocator().release_held(device, b.allocator().end_capture(device));
-      cudaGetLastError();
-      return error(TESSERA_STATUS_UNIMPLEMENTED, "cuda: cudaStreamBeginCapture failed", e);
+      fail(TESSERA_STATUS_UNIMPLEMENTED, "cuda: cudaStreamBeginCapture failed", e);
     }
-    return nullptr;
-  } catch (const sdk::Error& e) {
-    return sdk::make_status(e.code(), e.what());
-  } catch (const std::exception& e) {
-    return sdk::make_status(TESSERA_STATUS_INTERNAL, std::string("cuda: ") + e.what());
-  }
+  });
 }
 
 tessera_status_t end_capture(int32_t device, void* stream, void** graph) {
   *graph = nullptr;
-  try {
+  return guarded([&] {
     Backend& b = Backend::instance();
     DeviceGuard guard(device);
     cudaGraph_t g = nullptr;
@@ -62,50 +57,33 @@ tessera_status_t end_capture(int32_t device, void* stream, void** graph) {
     std::vector<void*> held = b.allocator().end_capture(device);
     if (e != cudaSuccess || !g) {
       if (g) cudaGraphDestroy(g);
-      cudaGetLastError();
       b.allocator().release_held(device, held);
-      return error(TESSERA_STATUS_UNIMPLEMENTED,
-                   "cuda: the capture was invalidated (an op synchronised or copied to "
-                   "the host while recording)",
-                   e);
+      fail(TESSERA_STATUS_UNIMPLEMENTED,
+           "cuda: the capture was invalidated (an op synchronised or copied to the host while recording)", e);
     }
     cudaGraphExec_t exec = nullptr;
     e = cudaGraphInstantiate(&exec, g, 0);
     cudaGraphDestroy(g);
     if (e != cudaSuccess) {
-      cudaGetLastError();
       b.allocator().release_held(device, held);
-      return error(TESSERA_STATUS_INTERNAL, "cuda: cudaGraphInstantiate failed", e);
+      fail(TESSERA_STATUS_INTERNAL, "cuda: cudaGraphInstantiate failed", e);
     }
     *graph = new CapturedGraph{exec, device, stream, std::move(held)};
-    return nullptr;
-  } catch (const sdk::Error& e) {
-    return sdk::make_status(e.code(), e.what());
-  } catch (const std::exception& e) {
-    return sdk::make_status(TESSERA_STATUS_INTERNAL, std::string("cuda: ") + e.what());
-  }
+  });
 }
 
 tessera_status_t replay(void* graph, void* stream) {
-  auto* g = static_cast<CapturedGraph*>(graph);
-  if (!g) return sdk::make_status(TESSERA_STATUS_INVALID_ARGUMENT, "cuda: replay of a NULL graph");
-  if (stream != g->stream)
-    return sdk::make_status(TESSERA_STATUS_INVALID_ARGUMENT,
-                            "cuda: a graph replays on the stream it was captured on (its memory is reused in "
-                            "that stream's order)");
-  try {
+  return guarded([&] {
+    auto* g = static_cast<CapturedGraph*>(graph);
+    if (!g) throw sdk::Error(TESSERA_STATUS_INVALID_ARGUMENT, "cuda: replay of a NULL graph");
+    if (stream != g->stream)
+      throw sdk::Error(TESSERA_STATUS_INVALID_ARGUMENT,
+                       "cuda: a graph replays on the stream it was captured on (its memory is reused in "
+                       "that stream's order)");
     DeviceGuard guard(g->device);
-    const cudaError_t e = cudaGraphLaunch(g->exec, static_cast<cudaStream_t>(stream));
-    if (e != cudaSuccess) {
-      cudaGetLastError();
-      return error(TESSERA_STATUS_INTERNAL, "cuda: cudaGraphLaunch failed", e);
-    }
-    return nullptr;
-  } catch (const sdk::Error& e) {
-    return sdk::make_status(e.code(), e.what());
-  } catch (const std::exception& e) {
-    return sdk::make_status(TESSERA_STATUS_INTERNAL, std::string("cuda: ") + e.what());
-  }
+    if (const cudaError_t e = cudaGraphLaunch(g->exec, static_cast<cudaStream_t>(stream)); e != cudaSuccess)
+      fail(TESSERA_STATUS_INTERNAL, "cuda: cudaGraphLaunch failed", e);
+  });
 }
 
 // Nothing may escape this C entry point: at process exit the driver may already be gone, and then
