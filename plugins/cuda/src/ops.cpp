@@ -81,6 +81,16 @@ int wrapped_dim(const KernelCall& call, int64_t given, int64_t rank) {
   return int(given < 0 ? given + rank : given);
 }
 
+// A tensor of `sizes` seen along dim `dim` as [outer, n, inner] (a 0-dim tensor is [1, 1, 1]).
+struct Lanes {
+  int64_t outer = 1, n = 1, inner = 1;
+};
+Lanes lanes_of(const std::vector<int64_t>& sizes, int dim) {
+  Lanes l;
+  for (int d = 0; d < int(sizes.size()); ++d) (d < dim ? l.outer : d == dim ? l.n : l.inner) *= sizes[size_t(d)];
+  return l;
+}
+
 // Per-call context: device checks, current device and stream.
 struct Launch {
   int device;
@@ -671,11 +681,10 @@ void cumsum_kernel(const KernelCall& call) {
   const int nd = x.ndim();
   const int dim = nd == 0 ? 0 : wrapped_dim(call, call.attr_int(op::cumsum::attr::dim), nd);
   x = materialize(call, x, out.dtype, true, l);
-  int64_t outer = 1, n = nd == 0 ? 1 : x.sizes[size_t(dim)], inner = 1;
-  for (int d = 0; d < dim; ++d) outer *= x.sizes[size_t(d)];
-  for (int d = dim + 1; d < nd; ++d) inner *= x.sizes[size_t(d)];
+  const Lanes ln = lanes_of(x.sizes, dim);
   const DeviceTensor target = out.contiguous() ? out : temporary(l, out.dtype, out.sizes);
-  check_launch(call, launch_cumsum(x.data, target.data, out.dtype, outer, n, inner, l.stream), target.data != out.data);
+  check_launch(call, launch_cumsum(x.data, target.data, out.dtype, ln.outer, ln.n, ln.inner, l.stream),
+               target.data != out.data);
   if (target.data != out.data) device_copy(call, out, target, l.stream);
 }
 
@@ -890,14 +899,12 @@ void softmax_kernel(const KernelCall& call) {
   const int nd = x.ndim();
   if (nd == 0) dim = 0;
   else dim = wrapped_dim(call, dim, nd);
-  int64_t outer = 1, inner = 1, size = nd == 0 ? 1 : x.sizes[size_t(dim)];
-  for (int i = 0; i < dim; ++i) outer *= x.sizes[size_t(i)];
-  for (int i = int(dim) + 1; i < nd; ++i) inner *= x.sizes[size_t(i)];
+  const Lanes ln = lanes_of(x.sizes, int(dim));
   DeviceTensor target = out;
   if (!out.contiguous()) {
     target = materialize(call, out, out.dtype, true, l);  // fresh contiguous buffer (contents overwritten)
   }
-  check_launch(call, launch_softmax(kLog, x.data, target.data, out.dtype, outer, size, inner, l.stream));
+  check_launch(call, launch_softmax(kLog, x.data, target.data, out.dtype, ln.outer, ln.n, ln.inner, l.stream));
   if (target.data != out.data) device_copy(call, out, target, l.stream);
 }
 
@@ -1308,8 +1315,7 @@ void matmul_kernel(const KernelCall& call) {
     return integer_matmul(call, l, view_of(call, call.input(op::matmul::tensor::self), "self"),
                           view_of(call, call.input(op::matmul::tensor::other), "other"), out);
   matmul_impl(call, l, view_of(call, call.input(op::matmul::tensor::self), "self"),
-              view_of(call, call.input(op::matmul::tensor::other), "other"),
-              view_of(call, call.output(0), "output"), nullptr);
+              view_of(call, call.input(op::matmul::tensor::other), "other"), out, nullptr);
 }
 
 // target += other (broadcast to target), in the same stream.
@@ -1324,6 +1330,16 @@ void add_into(const KernelCall& call, const Launch& l, const DeviceTensor& targe
       launch_binary(BinaryOp::Add, target.dtype, shape, ops[0], ops[1], ops[2], 0, ComputeScalar{},
                     to_compute_scalar(integral_number(1), target.dtype), is_dense(shape, ops, 3), l.stream),
       into_temporary);
+}
+
+// The activation of _linear_epilogue / _conv2d_epilogue ("none", "relu", "gelu" (erf), "gelu_tanh")
+// as the unary op that applies it (none: nullopt); any other name goes to the CPU, which reports it.
+std::optional<UnaryOp> epilogue_activation(const KernelCall& call, const std::string& act) {
+  if (act == "none") return std::nullopt;
+  if (act == "relu") return UnaryOp::Relu;
+  if (act == "gelu") return UnaryOp::Gelu;
+  if (act == "gelu_tanh") return UnaryOp::GeluTanh;
+  unimplemented(call, "activation '" + act + "'");
 }
 
 // out = input @ weight^T (+ bias) with `epi` fused by cuBLASLt; float64 has no cuBLASLt epilogue:
@@ -1383,9 +1399,8 @@ void linear_epilogue_kernel(const KernelCall& call) {
   const DeviceTensor x = view_of(call, call.input(T::input), "input");
   const DeviceTensor w = view_of(call, call.input(T::weight), "weight");
   const DeviceTensor out = view_of(call, call.output(0), "output");
-  const std::string act = call.attr_string(op::_linear_epilogue::attr::activation);
-  if (act != "none" && act != "relu" && act != "gelu" && act != "gelu_tanh")
-    unimplemented(call, "activation '" + act + "'");
+  const std::optional<UnaryOp> act =
+      epilogue_activation(call, call.attr_string(op::_linear_epilogue::attr::activation));
   std::optional<DeviceTensor> residual;
   if (call.num_inputs() > T::residual && call.input(T::residual).defined()) {
     residual = view_of(call, call.input(T::residual), "residual");
@@ -1393,20 +1408,15 @@ void linear_epilogue_kernel(const KernelCall& call) {
   }
   if (!out.contiguous()) unimplemented(call, "non-contiguous output");
   LtEpilogue epi;
-  epi.activation = act == "relu"        ? LtActivation::Relu
-                   : act == "gelu_tanh" ? LtActivation::GeluTanh
-                                        : LtActivation::None;
-  const bool residual_in_c =
-      residual && act == "none" && residual->dtype == out.dtype && residual->contiguous();
+  epi.activation = act == UnaryOp::Relu       ? LtActivation::Relu
+                   : act == UnaryOp::GeluTanh ? LtActivation::GeluTanh
+                                              : LtActivation::None;
+  const bool residual_in_c = residual && !act && residual->dtype == out.dtype && residual->contiguous();
   if (residual_in_c) epi.residual = residual->data;
   const bool fused = linear_into(call, l, x, w, T::bias, out, epi);
   if (out.numel() == 0) return;
-  if (act == "gelu")
-    unary_into(call, l, UnaryOp::Gelu, out, out);
-  else if (!fused && act == "relu")
-    unary_into(call, l, UnaryOp::Relu, out, out);
-  else if (!fused && act == "gelu_tanh")
-    unary_into(call, l, UnaryOp::GeluTanh, out, out);
+  // The erf GELU is never cuBLASLt's; relu and the tanh GELU are unless float64 took no epilogue.
+  if (act && (!fused || *act == UnaryOp::Gelu)) unary_into(call, l, *act, out, out);
   if (residual && (!fused || !residual_in_c)) add_into(call, l, out, *residual, false);
 }
 
@@ -1549,22 +1559,24 @@ bool cudnn_convolution(const KernelCall& call, const Launch& l, const CudnnApi& 
     constexpr size_t kMaxWorkspace = size_t(1) << 30;
     int returned = 0, algo = -1;
     size_t memory = 0;
+    // The first of cuDNN's ranked answers that succeeds within the workspace limit.
+    auto pick = [&](const auto* perf) {
+      for (int i = 0; i < returned && algo < 0; ++i)
+        if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].memory <= kMaxWorkspace)
+          algo = int(perf[i].algo), memory = perf[i].memory;
+    };
     if (pass == ConvPass::Forward) {
       cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
       check(api.get_forward_algorithm(handle, d.x, d.w, d.conv, d.y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
                                       &returned, perf),
             "cudnnGetConvolutionForwardAlgorithm_v7");
-      for (int i = 0; i < returned && algo < 0; ++i)
-        if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].memory <= kMaxWorkspace)
-          algo = int(perf[i].algo), memory = perf[i].memory;
+      pick(perf);
     } else {
       cudnnConvolutionBwdDataAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
       check(api.get_backward_data_algorithm(handle, d.w, d.y, d.conv, d.x,
                                             CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &returned, perf),
             "cudnnGetConvolutionBackwardDataAlgorithm_v7");
-      for (int i = 0; i < returned && algo < 0; ++i)
-        if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].memory <= kMaxWorkspace)
-          algo = int(perf[i].algo), memory = perf[i].memory;
+      pick(perf);
     }
     if (algo < 0) unimplemented(call, "cuDNN has no algorithm for this convolution");
     it = st.algos.emplace(key, std::make_pair(algo, memory)).first;
@@ -1662,10 +1674,12 @@ ConvCall conv_call(const KernelCall& call) {
   return c;
 }
 
-// conv2d, then `activation` ("none", "relu", "gelu", "gelu_tanh"): conv2d and _conv2d_epilogue.
-template <typename T, typename A>
-void conv2d_with(const KernelCall& call, const std::string& activation) {
+// conv2d, then (kEpilogue: _conv2d_epilogue) its activation attribute (epilogue_activation's).
+template <typename T, typename A, bool kEpilogue>
+void conv2d_with(const KernelCall& call) {
   Launch l(call);
+  std::optional<UnaryOp> activation;
+  if constexpr (kEpilogue) activation = epilogue_activation(call, call.attr_string(A::activation));
   const CudnnApi& api = cudnn_or_fallback(call);
   ConvCall c = conv_call<T, A>(call);
   DeviceTensor &x = c.x, &w = c.w, &out = c.out;
@@ -1683,7 +1697,7 @@ void conv2d_with(const KernelCall& call, const std::string& activation) {
   if (plan.copy_x) x = conv_packed(call, l, x, plan.layout, true);
   if (plan.copy_w) w = conv_packed(call, l, w, plan.layout, true);
   // Note [Conv epilogues on cuDNN]: bias + relu in cuDNN's fused call where it takes it.
-  if (activation == "relu" && bias) {
+  if (activation == UnaryOp::Relu && bias) {
     DeviceTensor packed_bias = *bias;
     packed_bias.sizes = {plan.w[0]};
     packed_bias.strides = {bias->strides[size_t(out.ndim() - 3)]};
@@ -1697,14 +1711,12 @@ void conv2d_with(const KernelCall& call, const std::string& activation) {
   cudnn_convolution(call, l, api, plan, out.dtype, ConvPass::Forward, x.data, w.data, nullptr, target.data,
                     plan.copy_y);
   if (bias) add_into(call, l, target, *bias, plan.copy_y);
-  if (activation == "relu") unary_into(call, l, UnaryOp::Relu, target, target);
-  if (activation == "gelu") unary_into(call, l, UnaryOp::Gelu, target, target);
-  if (activation == "gelu_tanh") unary_into(call, l, UnaryOp::GeluTanh, target, target);
+  if (activation) unary_into(call, l, *activation, target, target);
   if (plan.copy_y) device_copy(call, out, target, l.stream);
 }
 
 void conv2d_kernel(const KernelCall& call) {
-  conv2d_with<op::conv2d::tensor, op::conv2d::attr>(call, "none");
+  conv2d_with<op::conv2d::tensor, op::conv2d::attr, false>(call);
 }
 
 // Note [Conv epilogues on cuDNN]
@@ -1714,11 +1726,7 @@ void conv2d_kernel(const KernelCall& call) {
 // that call (logged once) and for the GELUs: the convolution, then the bias add and the activation
 // as elementwise passes.
 void conv2d_epilogue_kernel(const KernelCall& call) {
-  using A = op::_conv2d_epilogue::attr;
-  const std::string act = call.attr_string(A::activation);
-  if (act != "none" && act != "relu" && act != "gelu" && act != "gelu_tanh")
-    unimplemented(call, "activation '" + act + "'");
-  conv2d_with<op::_conv2d_epilogue::tensor, A>(call, act);
+  conv2d_with<op::_conv2d_epilogue::tensor, op::_conv2d_epilogue::attr, true>(call);
 }
 
 // Note [conv_transpose2d on cuDNN]
@@ -2506,13 +2514,6 @@ void group_norm_kernel(const KernelCall& call) {
   if (y.data != out.data) device_copy(call, out, y, l.stream);
 }
 
-// pad(self, pad, mode, value), every dtype.
-// - "constant": the output filled with the value (0 for None; converted to the dtype as the CPU
-//   does), then the part of self that stays (negative pads crop) copied into its place.
-// - "reflect", "replicate", "circular": one index_select per padded dim, whose index table
-//   (tessera::pad_source, the CPU kernel's rule) is made on the host and copied to the device, through
-//   temporaries; the last pass writes the output. A pad too large for its dim is an error naming it,
-//   as on the CPU.
 // A host table copied into a fresh temporary of the call (index tables, weights, parameters). From
 // pageable memory cudaMemcpyAsync returns once `v` is staged, so `v` may go out of scope.
 template <typename V>
@@ -2540,6 +2541,13 @@ std::vector<V> read_back(const KernelCall& call, const Launch& l, const DeviceTe
   return host;
 }
 
+// pad(self, pad, mode, value), every dtype.
+// - "constant": the output filled with the value (0 for None; converted to the dtype as the CPU
+//   does), then the part of self that stays (negative pads crop) copied into its place.
+// - "reflect", "replicate", "circular": one index_select per padded dim, whose index table
+//   (tessera::pad_source, the CPU kernel's rule) is made on the host and copied to the device, through
+//   temporaries; the last pass writes the output. A pad too large for its dim is an error naming it,
+//   as on the CPU.
 void pad_kernel(const KernelCall& call) {
   using A = op::pad::attr;
   Launch l(call);
@@ -2631,9 +2639,7 @@ void topk_kernel(const KernelCall& call) {
   const int nd = x.ndim();
   const int dim = nd == 0 ? 0 : wrapped_dim(call, call.attr_int(At::dim), nd);
   const int64_t k = call.attr_int(At::k);
-  int64_t outer = 1, n = nd == 0 ? 1 : x.sizes[size_t(dim)], inner = 1;
-  for (int d = 0; d < dim; ++d) outer *= x.sizes[size_t(d)];
-  for (int d = dim + 1; d < nd; ++d) inner *= x.sizes[size_t(d)];
+  const auto [outer, n, inner] = lanes_of(x.sizes, dim);
   if (k < 0 || k > n) unimplemented(call, "k out of range");
   if (values.numel() == 0) return;
   const int64_t padded = topk_padded(n);
@@ -2727,8 +2733,9 @@ void resize_kernel(const KernelCall& call) {
     p.in = cur.data;
     p.out = dst.data;
     p.dtype = compute;
-    for (int q = 0; q < d; ++q) p.outer *= cur.sizes[size_t(q)];
-    for (int q = d + 1; q < nd; ++q) p.inner *= cur.sizes[size_t(q)];
+    const Lanes ln = lanes_of(cur.sizes, d);
+    p.outer = ln.outer;
+    p.inner = ln.inner;
     p.n_in = n_in;
     p.n_out = n_out;
     p.taps = t.n;
@@ -2778,7 +2785,7 @@ void fake_quantize_kernel(const KernelCall& call) {
   p.in = static_cast<const float*>(x.data);
   p.out = static_cast<float*>(target.data);
   p.numel = out.numel();
-  for (int d = axis + 1; axis >= 0 && d < x.ndim(); ++d) p.inner *= x.sizes[size_t(d)];
+  if (axis >= 0) p.inner = lanes_of(x.sizes, axis).inner;
   p.channels = channels;
   p.quant_min = qmin;
   p.quant_max = qmax;
