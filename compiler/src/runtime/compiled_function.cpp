@@ -75,6 +75,13 @@ const tessera_device_graphs_t* device_graphs_of(Device device) {
              : nullptr;
 }
 
+// Work queued on `later` from now on waits for what is queued on `earlier` so far.
+void order_after(const Stream& later, const Stream& earlier) {
+  Event e;
+  e.record(earlier);
+  later.wait(e);
+}
+
 bool same_layout(const Tensor& a, const Tensor& b) {
   return a.dtype() == b.dtype() && a.device() == b.device() && a.sizes() == b.sizes() &&
          a.strides() == b.strides();
@@ -160,18 +167,14 @@ struct Artifact {
     }
     const Device device = inputs[0].device();
     const Stream caller = current_stream(device);
-    Event ready;
-    ready.record(caller);
-    g.stream->wait(ready);
+    order_after(*g.stream, caller);
     {
       StreamGuard on_graph_stream(*g.stream);
       for (size_t i = 0; i < inputs.size(); ++i) g.static_inputs[i].copy_(inputs[i]);
       throw_status(g.api->replay(g.graph, g.stream->handle()),
                    "replay of the device graph of a compiled artifact");
     }
-    Event done;
-    done.record(*g.stream);
-    caller.wait(done);
+    order_after(caller, *g.stream);
     std::vector<Tensor> outs;
     outs.reserve(g.static_outputs.size());
     for (const Tensor& o : g.static_outputs) outs.push_back(o.clone());  // on the caller's stream
@@ -187,10 +190,7 @@ struct Artifact {
     g->api = device_graphs_of(device);
     g->stream = Stream::create(device);
     TESSERA_CHECK(g->stream->handle(), "the backend of ", device.str(), " has no streams to capture on");
-    const Stream caller = current_stream(device);
-    Event ready;
-    ready.record(caller);
-    g->stream->wait(ready);
+    order_after(*g->stream, current_stream(device));
     StreamGuard on_graph_stream(*g->stream);
     for (const Tensor& x : inputs) {
       Tensor s = empty_strided(x.sizes(), x.strides(), TensorOptions().dtype(x.dtype()).device(device));
