@@ -7,7 +7,8 @@
 //                                      gets it (cuDNN's fused attention), BM_SdpaFlash / BM_SdpaSimt
 //                                      the plugin's tensor-core / CUDA-core flash kernels
 //   compiled (tessera::compile, backend "auto": the CUDA compiler plugin) vs the same function eager:
-//     a pointwise chain on 16M elements (BM_CompiledChain) and the transformer block of
+//     a pointwise chain on 16M elements (BM_CompiledChain), reduction chains (BM_CompiledSoftmaxChain,
+//     BM_CompiledNormChain: Note [Fused row reductions]) and the transformer block of
 //     benchmarks/cpu/transformer_block.h (BM_CompiledBlock; BM_CompiledBlockGraphs with mode
 //     "reduce-overhead", against torch.compile in that mode); goal >= 1.3 for the block
 // Without a CUDA device every benchmark is skipped with the reason.
@@ -258,6 +259,34 @@ void BM_CompiledChain(benchmark::State& state, DType dtype) {
       in);
 }
 
+// Note [Fused row reductions]: a reduction chain as one generated kernel. kind 0: a scaled,
+// masked softmax (attention scores); kind 1: a residual add and layer_norm. [8192, 1024].
+void BM_CompiledRowChain(benchmark::State& state, DType dtype, int kind) {
+  if (const std::string why = no_device_reason(); !why.empty()) {
+    state.SkipWithError(why.c_str());
+    return;
+  }
+  const int64_t rows = 8192, cols = 1024;
+  const tessera::Device cuda("cuda:0");
+  const std::vector<Tensor> in{
+      tessera::randn({rows, cols}).to(dtype).to(cuda), tessera::randn({rows, cols}).to(dtype).to(cuda),
+      tessera::randn({cols}).to(dtype).to(cuda), tessera::randn({cols}).to(dtype).to(cuda)};
+  if (kind == 0)
+    run_compiled(
+        state,
+        [](const std::vector<Tensor>& x) {
+          return std::vector<Tensor>{tessera::softmax(x[0] * 0.125 + x[1], -1)};
+        },
+        in);
+  else
+    run_compiled(
+        state,
+        [](const std::vector<Tensor>& x) {
+          return std::vector<Tensor>{tessera::layer_norm(x[0] + x[1], {1024}, x[2], x[3])};
+        },
+        in);
+}
+
 void BM_CompiledBlock(benchmark::State& state, DType dtype, const std::string& mode) {
   if (const std::string why = no_device_reason(); !why.empty()) {
     state.SkipWithError(why.c_str());
@@ -283,6 +312,16 @@ void register_all() {
   for (auto [dtype, name] : {std::pair{tessera::kFloat16, "f16"}, std::pair{tessera::kBFloat16, "bf16"}}) {
     benchmark::RegisterBenchmark((std::string("BM_CompiledChain/") + name).c_str(), BM_CompiledChain, dtype)
         ->Arg(int64_t(1) << 24)
+        ->UseRealTime()
+        ->Unit(benchmark::kMicrosecond)
+        ->MinTime(0.3);
+    benchmark::RegisterBenchmark((std::string("BM_CompiledSoftmaxChain/") + name).c_str(),
+                                 BM_CompiledRowChain, dtype, 0)
+        ->UseRealTime()
+        ->Unit(benchmark::kMicrosecond)
+        ->MinTime(0.3);
+    benchmark::RegisterBenchmark((std::string("BM_CompiledNormChain/") + name).c_str(), BM_CompiledRowChain,
+                                 dtype, 1)
         ->UseRealTime()
         ->Unit(benchmark::kMicrosecond)
         ->MinTime(0.3);

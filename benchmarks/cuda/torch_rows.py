@@ -38,6 +38,8 @@ def row_specs():
             rows.append((f"{name}/{pair}/8192", "copy", dict(pair=pair, n=8192, transposed=transposed)))
     for dt in ("f16", "bf16"):
         rows.append((f"BM_CompiledChain/{dt}/{1 << 24}", "compiled_chain", dict(dt=dt, n=1 << 24)))
+        rows.append((f"BM_CompiledSoftmaxChain/{dt}", "compiled_rows", dict(dt=dt, kind="softmax")))
+        rows.append((f"BM_CompiledNormChain/{dt}", "compiled_rows", dict(dt=dt, kind="norm")))
         rows.append((f"BM_CompiledBlock/{dt}", "compiled_block", dict(dt=dt)))
         rows.append((f"BM_CompiledBlockGraphs/{dt}", "compiled_block", dict(dt=dt, mode="reduce-overhead")))
     batches = (16, 64, 256, 1024, 4096)
@@ -151,7 +153,7 @@ def measure(out_path, min_time, dev, only):
                     wd = ws.to_dense() if hasattr(ws, "to_dense") else ws
                     note = f"dense F.linear (2:4 linear refused: {type(e).__name__})"
                     us = per_call(lambda: F.linear(x, wd))
-            elif kind in ("compiled_chain", "compiled_block"):
+            elif kind in ("compiled_chain", "compiled_rows", "compiled_block"):
                 # torch.compile (the row's mode, else the default) of the same function; eager when it
                 # cannot compile here.
                 dt = dtypes[p["dt"]]
@@ -160,6 +162,13 @@ def measure(out_path, min_time, dev, only):
                     args = (torch.randn(p["n"] // cols, cols, device=dev, dtype=dt), torch.randn(cols, device=dev, dtype=dt),
                             torch.randn(p["n"] // cols, cols, device=dev, dtype=dt))
                     fn = lambda x, b, s: F.gelu(x * 1.702 + b) * s  # noqa: E731
+                elif kind == "compiled_rows":  # bench_cuda's BM_CompiledRowChain: [8192, 1024]
+                    args = (torch.randn(8192, 1024, device=dev, dtype=dt), torch.randn(8192, 1024, device=dev, dtype=dt),
+                            torch.randn(1024, device=dev, dtype=dt), torch.randn(1024, device=dev, dtype=dt))
+                    if p["kind"] == "softmax":
+                        fn = lambda x, m, w, b: torch.softmax(x * 0.125 + m, -1)  # noqa: E731
+                    else:
+                        fn = lambda x, r, w, b: F.layer_norm(x + r, (1024,), w, b)  # noqa: E731
                 else:
                     fn, args = transformer_block(torch, F, dev, dt)
                 try:

@@ -4,6 +4,7 @@
 // the reason where no GPU is usable).
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <map>
@@ -11,6 +12,8 @@
 #include <vector>
 
 #include "cuda_compiler_ext.h"
+#include "host_kernel.h"
+#include "nvrtc_loader.h"
 #include "tessera/compiler/compile.h"
 #include "tessera/compiler/export.h"
 #include "tessera/compiler/graph_abi.h"
@@ -149,6 +152,318 @@ TEST(CudaCompilerPlugin, OnTheCpuItTakesNothing) {
   ASSERT_NE(c, nullptr);
   char buffer[64];
   EXPECT_EQ(c->compatibility_info(c->self, "cpu", buffer, sizeof buffer), 0u);
+}
+
+// Note [Fused row reductions]: last-dim reductions join the elementwise steps around them;
+// softmax and the norms are taken whole; what fusing would not help is left.
+TEST(CudaCompilerPlugin, TakesReductionsWithTheStepsAroundThem) {
+  tessera::manual_seed(7);
+  const Tensor x = tessera::randn({4, 16}), y = tessera::randn({4, 16}), w = tessera::randn({16}),
+               b = tessera::randn({16}), wt = tessera::randn({16, 8});
+  auto groups_of = [](const std::vector<std::pair<std::string, int32_t>>& got) {
+    std::vector<int32_t> out;
+    for (const auto& [target, group] : got) out.push_back(group);
+    return out;
+  };
+  {  // A scaled, masked softmax: one kernel.
+    tessera::compiler::ExportedProgram ep = tessera::export_program(
+        [](const std::vector<Tensor>& in) {
+          return std::vector<Tensor>{tessera::softmax(in[0] * 0.125 + in[1], -1)};
+        },
+        {x, y});
+    const auto got = capability(ep, "cuda:0");
+    ASSERT_EQ(got.size(), 3u);
+    EXPECT_EQ(got[2].first, "softmax");
+    EXPECT_GE(got[0].second, 0);
+    EXPECT_EQ(groups_of(got), std::vector<int32_t>(3, got[0].second));
+  }
+  {  // softmax alone: the dispatcher's kernel; over dim 0: not a row reduction.
+    tessera::compiler::ExportedProgram alone = tessera::export_program(
+        [](const std::vector<Tensor>& in) { return std::vector<Tensor>{tessera::softmax(in[0], -1)}; }, {x});
+    const auto got = capability(alone, "cuda:0");
+    ASSERT_EQ(got.size(), 1u);
+    EXPECT_EQ(got[0].second, -1) << "one softmax alone saves nothing";
+    tessera::compiler::ExportedProgram dim0 = tessera::export_program(
+        [](const std::vector<Tensor>& in) { return std::vector<Tensor>{tessera::softmax(in[0] * 2.0, 0)}; },
+        {x});
+    const auto got0 = capability(dim0, "cuda:0");
+    ASSERT_EQ(got0.size(), 2u);
+    EXPECT_GE(got0[0].second, 0) << got0[0].first;
+    EXPECT_EQ(got0[1].second, -1) << "softmax over dim 0";
+  }
+  {  // The residual add and layer_norm: one kernel; the matmul after it stays with cuBLASLt.
+    tessera::compiler::ExportedProgram ep = tessera::export_program(
+        [](const std::vector<Tensor>& in) {
+          Tensor h = tessera::layer_norm(in[0] + in[1], {16}, in[2], in[3]);
+          return std::vector<Tensor>{tessera::matmul(h, in[4])};
+        },
+        {x, y, w, b, wt});
+    const auto got = capability(ep, "cuda:0");
+    ASSERT_EQ(got.size(), 3u);
+    EXPECT_EQ(got[1].first, "layer_norm");
+    EXPECT_GE(got[0].second, 0);
+    EXPECT_EQ(got[1].second, got[0].second);
+    EXPECT_EQ(got[2].second, -1) << got[2].first;
+  }
+  {  // An RMS norm written out: x * rsqrt(mean(x * x, -1, keepdim) + eps) * w, one kernel.
+    tessera::compiler::ExportedProgram ep = tessera::export_program(
+        [](const std::vector<Tensor>& in) {
+          Tensor ms = tessera::mean(in[0] * in[0], {-1}, true);
+          return std::vector<Tensor>{in[0] * tessera::rsqrt(ms + 1e-6) * in[1]};
+        },
+        {x, w});
+    const auto got = capability(ep, "cuda:0");
+    ASSERT_EQ(got.size(), 6u);
+    EXPECT_GE(got[0].second, 0);
+    EXPECT_EQ(groups_of(got), std::vector<int32_t>(6, got[0].second));
+  }
+  {  // A keepdim=False sum is [rows]: it broadcasts from the right, so the op reading it starts
+     // another kernel; a reduction over dim 0 is left to the dispatcher.
+    tessera::compiler::ExportedProgram ep = tessera::export_program(
+        [](const std::vector<Tensor>& in) {
+          return std::vector<Tensor>{tessera::sum(in[0] * in[1], {-1}, false) * 2.0,
+                                     tessera::sum(in[0], {0}, true)};
+        },
+        {x, y});
+    const auto got = capability(ep, "cuda:0");
+    ASSERT_EQ(got.size(), 4u);
+    EXPECT_GE(got[0].second, 0);
+    EXPECT_EQ(got[1].second, got[0].second) << "mul and sum";
+    EXPECT_GE(got[2].second, 0);
+    EXPECT_NE(got[2].second, got[0].second) << "the [rows] value is read by another kernel";
+    EXPECT_EQ(got[3].second, -1) << "a sum over dim 0";
+  }
+}
+
+// The plugin's source for a program it takes whole, over the host prelude (the extension
+// TESSERA_EXT_CUDA_COMPILER_SOURCE), built and run on CPU tensors: the lowering of softmax,
+// log_softmax, layer_norm, rms_norm and hand-written reductions, and the row kernel, checked
+// against double loops without a GPU.
+namespace cf = tessera::cuda_fuser;
+
+std::string source_of(tessera::compiler::ExportedProgram& ep, int32_t host) {
+  std::string why;
+  EXPECT_TRUE(tessera::load_plugin(kPlugin, &why)) << why;
+  auto fn = tessera::plugin_extension<tessera_ext_cuda_compiler_source_fn_t>(
+      kPlugin, TESSERA_EXT_CUDA_COMPILER_SOURCE);
+  if (!fn) {
+    ADD_FAILURE() << "the plugin offers no " << TESSERA_EXT_CUDA_COMPILER_SOURCE;
+    return {};
+  }
+  tessera::compiler::GraphHandle h(ep, false);
+  size_t length = 0;
+  try {
+    tessera::throw_status(fn(nullptr, h.get(), host, nullptr, 0, &length), "source");
+    std::string text(length, '\0');
+    tessera::throw_status(fn(nullptr, h.get(), host, text.data(), text.size(), &length), "source");
+    return text;
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << e.what();
+    return {};
+  }
+}
+
+// Runs the host kernel over CPU tensors of a domain; each tensor's strides are given per dim of
+// the domain (right-aligned, 0 where it broadcasts), written here and not by the plugin.
+void run_host(const std::string& source, const std::vector<Tensor>& in, const std::vector<Tensor>& out,
+              const std::vector<int64_t>& domain) {
+  std::string error;
+  tessera::cuda_fuser_test::FusedFn fn = tessera::cuda_fuser_test::build_host(source, &error);
+  ASSERT_NE(fn, nullptr) << error;
+  cf::TsArgs a{};
+  a.rank = int64_t(domain.size());
+  a.n = 1;
+  for (size_t d = 0; d < domain.size(); ++d) a.sizes[d] = domain[d], a.n *= domain[d];
+  for (size_t k = 0; k < in.size(); ++k) {
+    a.in[k] = in[k].raw_const_data_ptr();
+    const size_t skip = domain.size() - size_t(in[k].dim());
+    for (size_t d = skip; d < domain.size(); ++d)
+      a.strides[k][d] = in[k].size(int64_t(d - skip)) == 1 ? 0 : in[k].stride(int64_t(d - skip));
+  }
+  for (size_t o = 0; o < out.size(); ++o) a.out[o] = out[o].raw_data_ptr();
+  fn(a);
+}
+
+std::vector<double> values(const Tensor& t) {
+  Tensor d = t.to(tessera::kFloat64).contiguous();
+  const double* p = d.const_data_ptr<double>();
+  return std::vector<double>(p, p + d.numel());
+}
+
+void expect_near_all(const Tensor& got, const std::vector<double>& want, double tol,
+                     const std::string& what) {
+  const std::vector<double> g = values(got);
+  ASSERT_EQ(g.size(), want.size()) << what;
+  for (size_t i = 0; i < g.size(); ++i) {
+    if (std::isnan(want[i]))
+      EXPECT_TRUE(std::isnan(g[i])) << what << " element " << i << ": got " << g[i];
+    else
+      EXPECT_NEAR(g[i], want[i], tol * (1 + std::abs(want[i]))) << what << " element " << i;
+  }
+}
+
+TEST(CudaCompilerPlugin, LoweredReductionsRunOnTheHostLikeDoubleLoops) {
+  tessera::manual_seed(8);
+  const int64_t rows = 6, k = 40;
+  for (tessera::DType dt : {tessera::kFloat32, tessera::kBFloat16}) {
+    SCOPED_TRACE(tessera::dtype_name(dt));
+    const double tol = dt == tessera::kFloat32 ? 1e-5 : 3e-2;
+    Tensor x = tessera::randn({rows, k}).to(dt), y = tessera::randn({rows, k}).to(dt),
+           w = tessera::randn({k}).to(dt), b = tessera::randn({k}).to(dt);
+    {
+      Tensor xn = tessera::randn({rows, k});
+      xn.data_ptr<float>()[2 * k + 7] = NAN;  // row 2 holds a NaN
+      x = xn.to(dt);
+    }
+    const std::vector<double> X = values(x), Y = values(y), W = values(w), B = values(b);
+    // Softmax and log_softmax of 0.125x + y.
+    {
+      tessera::compiler::ExportedProgram ep = tessera::export_program(
+          [](const std::vector<Tensor>& in) {
+            Tensor s = in[0] * 0.125 + in[1];
+            return std::vector<Tensor>{tessera::softmax(s, -1), tessera::log_softmax(s, -1)};
+          },
+          {x, y});
+      for (const auto& [target, group] : capability(ep, "cuda:0")) ASSERT_EQ(group, 0) << target;
+      std::vector<double> sm, lsm;
+      for (int64_t r = 0; r < rows; ++r) {
+        double hi = -INFINITY, z = 0;
+        bool nan = false;
+        std::vector<double> s(static_cast<size_t>(k), 0.0);
+        for (int64_t j = 0; j < k; ++j) {
+          s[size_t(j)] = 0.125 * X[size_t(r * k + j)] + Y[size_t(r * k + j)];
+          nan |= std::isnan(s[size_t(j)]);
+          hi = std::max(hi, s[size_t(j)]);
+        }
+        for (double v : s) z += std::exp(v - hi);
+        for (double v : s) {
+          sm.push_back(nan ? NAN : std::exp(v - hi) / z);
+          lsm.push_back(nan ? NAN : v - hi - std::log(z));
+        }
+      }
+      Tensor o0 = tessera::empty({rows, k}, tessera::TensorOptions().dtype(dt)), o1 = tessera::empty_like(o0);
+      run_host(source_of(ep, 1), {x, y}, {o0, o1}, {rows, k});
+      expect_near_all(o0, sm, tol, "softmax");
+      expect_near_all(o1, lsm, tol, "log_softmax");
+    }
+    // layer_norm(x + y) with weight and bias; rms_norm(y) with weight.
+    {
+      tessera::compiler::ExportedProgram ep = tessera::export_program(
+          [](const std::vector<Tensor>& in) {
+            return std::vector<Tensor>{tessera::layer_norm(in[0] + in[1], {40}, in[2], in[3], 1e-5),
+                                       tessera::rms_norm(in[1], {40}, in[2], 1e-6)};
+          },
+          {x, y, w, b});
+      for (const auto& [target, group] : capability(ep, "cuda:0")) ASSERT_EQ(group, 0) << target;
+      std::vector<double> ln, rms;
+      for (int64_t r = 0; r < rows; ++r) {
+        double mean = 0, var = 0, sq = 0;
+        for (int64_t j = 0; j < k; ++j) mean += X[size_t(r * k + j)] + Y[size_t(r * k + j)];
+        mean /= double(k);
+        for (int64_t j = 0; j < k; ++j) {
+          const double c = X[size_t(r * k + j)] + Y[size_t(r * k + j)] - mean;
+          var += c * c;
+          sq += Y[size_t(r * k + j)] * Y[size_t(r * k + j)];
+        }
+        var /= double(k);
+        sq /= double(k);
+        for (int64_t j = 0; j < k; ++j) {
+          const double v = X[size_t(r * k + j)] + Y[size_t(r * k + j)];
+          ln.push_back((v - mean) / std::sqrt(var + 1e-5) * W[size_t(j)] + B[size_t(j)]);
+          rms.push_back(Y[size_t(r * k + j)] / std::sqrt(sq + 1e-6) * W[size_t(j)]);
+        }
+      }
+      Tensor o0 = tessera::empty({rows, k}, tessera::TensorOptions().dtype(dt)), o1 = tessera::empty_like(o0);
+      run_host(source_of(ep, 1), {x, y, w, b}, {o0, o1}, {rows, k});
+      expect_near_all(o0, ln, 4 * tol, "layer_norm");
+      expect_near_all(o1, rms, 4 * tol, "rms_norm");
+    }
+    // Hand-written: y * rsqrt(mean(y * y, -1, keepdim) + 1e-6) * w, with the row values amax(y)
+    // (keepdim=False) and sum(y, keepdim) as outputs too.
+    {
+      tessera::compiler::ExportedProgram ep = tessera::export_program(
+          [](const std::vector<Tensor>& in) {
+            Tensor ms = tessera::mean(in[0] * in[0], {-1}, true);
+            return std::vector<Tensor>{in[0] * tessera::rsqrt(ms + 1e-6) * in[1],
+                                       tessera::amax(in[0], {-1}, false), tessera::sum(in[0], {-1}, true)};
+          },
+          {y, w});
+      for (const auto& [target, group] : capability(ep, "cuda:0")) ASSERT_EQ(group, 0) << target;
+      std::vector<double> norm, hi, total;
+      for (int64_t r = 0; r < rows; ++r) {
+        double sq = 0, m = -INFINITY, s = 0;
+        for (int64_t j = 0; j < k; ++j) {
+          const double v = Y[size_t(r * k + j)];
+          sq += v * v;
+          m = std::max(m, v);
+          s += v;
+        }
+        for (int64_t j = 0; j < k; ++j)
+          norm.push_back(Y[size_t(r * k + j)] / std::sqrt(sq / double(k) + 1e-6) * W[size_t(j)]);
+        hi.push_back(m);
+        total.push_back(s);
+      }
+      Tensor o0 = tessera::empty({rows, k}, tessera::TensorOptions().dtype(dt));
+      Tensor o1 = tessera::empty({rows}, tessera::TensorOptions().dtype(dt));
+      Tensor o2 = tessera::empty({rows, 1}, tessera::TensorOptions().dtype(dt));
+      run_host(source_of(ep, 1), {y, w}, {o0, o1, o2}, {rows, k});
+      expect_near_all(o0, norm, 4 * tol, "hand-written rms norm");
+      expect_near_all(o1, hi, tol, "amax");
+      expect_near_all(o2, total, 4 * tol, "sum");
+    }
+  }
+}
+
+// Programs with row reductions the plugin takes whole: x, y (6, 40), w, b (40).
+std::vector<Tensor> row_programs(const std::vector<Tensor>& in) {
+  const Tensor &x = in[0], &y = in[1], &w = in[2], &b = in[3];
+  Tensor s = x * 0.125 + y;
+  Tensor ms = tessera::mean(y * y, {-1}, true);
+  return {tessera::softmax(s, -1),
+          tessera::log_softmax(s, -1),
+          tessera::layer_norm(x + y, {40}, w, b, 1e-5),
+          tessera::rms_norm(y, {40}, w, 1e-6),
+          y * tessera::rsqrt(ms + 1e-6) * w,
+          tessera::amax(y, {-1}, false),
+          tessera::sum(x - y, {-1}, true)};
+}
+
+std::vector<Tensor> row_inputs(tessera::DType dt) {
+  return {tessera::randn({6, 40}).to(dt), tessera::randn({6, 40}).to(dt), tessera::randn({40}).to(dt),
+          tessera::randn({40}).to(dt)};
+}
+
+// NVRTC compiles the device source of every lowered row program (the block reductions, the passes).
+TEST(CudaCompilerPlugin, LoweredReductionsCompileWithNvrtc) {
+  const cf::NvrtcApi& api = cf::nvrtc_api();
+  ASSERT_TRUE(api.loaded) << api.error;
+  for (tessera::DType dt : {tessera::kFloat32, tessera::kFloat64, tessera::kFloat16}) {
+    SCOPED_TRACE(tessera::dtype_name(dt));
+    tessera::manual_seed(9);
+    tessera::compiler::ExportedProgram ep = tessera::export_program(row_programs, row_inputs(dt));
+    // The whole function is more than one kernel: compile each group's nodes as their own program.
+    const auto groups = capability(ep, "cuda:0");
+    std::map<int32_t, int> sizes;
+    for (const auto& [target, group] : groups) {
+      EXPECT_GE(group, 0) << target;
+      ++sizes[group];
+    }
+    EXPECT_LE(sizes.size(), 4u);
+    for (int which = 0; which < 3; ++which) {
+      tessera::compiler::ExportedProgram one = tessera::export_program(
+          [which](const std::vector<Tensor>& in) {
+            std::vector<Tensor> all = row_programs(in);
+            if (which == 0) return std::vector<Tensor>{all[0], all[1]};
+            if (which == 1) return std::vector<Tensor>{all[2], all[3]};
+            return std::vector<Tensor>{all[4], all[5], all[6]};
+          },
+          row_inputs(dt));
+      const std::string source = source_of(one, 0);
+      ASSERT_FALSE(source.empty());
+      const cf::Cubin c = cf::compile_cubin(api, source, 90);
+      EXPECT_TRUE(c.error.empty()) << c.error << "\n" << source;
+    }
+  }
 }
 
 // ---- On a GPU.
@@ -296,6 +611,39 @@ TEST(CudaCompilerPluginGpu, ReduceOverheadReplaysACudaGraph) {
   const Tensor x = tessera::ones({64, 64}).to(cuda);
   for (int call = 0; call < 3; ++call) EXPECT_EQ(g({x})[0].sizes(), x.sizes());
   EXPECT_EQ(g.stats().graphs, 0) << "a program with random ops was captured";
+}
+
+// Note [Fused row reductions] on the GPU: softmax, log_softmax, layer_norm, rms_norm and a
+// hand-written norm with their neighbours run as fused kernels and match eager mode on cuda,
+// NaN rows included.
+TEST(CudaCompilerPluginGpu, RowReductionsMatchEagerOnCuda) {
+  if (const std::string why = no_gpu_reason(); !why.empty()) GTEST_SKIP() << why;
+  const tessera::Device cuda("cuda:0");
+  for (tessera::DType dt : {tessera::kFloat32, tessera::kFloat16, tessera::kBFloat16}) {
+    SCOPED_TRACE(tessera::dtype_name(dt));
+    tessera::manual_seed(10);
+    std::vector<Tensor> in = row_inputs(dt);
+    {
+      Tensor x = tessera::randn({6, 40});
+      x.data_ptr<float>()[3 * 40 + 11] = NAN;
+      in[0] = x.to(dt);
+    }
+    for (Tensor& t : in) t = t.to(cuda);
+    tessera::CompiledFunction f = tessera::compile(row_programs, with_backend(kPlugin));
+    const tessera_cuda_compiler_stats_t before = stats();
+    const std::vector<Tensor> got = f(in), want = row_programs(in);
+    const tessera_cuda_compiler_stats_t after = stats();
+    const size_t partitions = f.artifacts().at(0).partitions;
+    EXPECT_GE(partitions, 1u);
+    EXPECT_EQ(after.launches - before.launches, partitions);
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i) {
+      EXPECT_EQ(got[i].device(), cuda);
+      EXPECT_EQ(got[i].sizes(), want[i].sizes()) << "output " << i;
+      expect_near_all(got[i].to("cpu"), values(want[i].to("cpu")), 4 * tolerance(dt),
+                      "output " + std::to_string(i));
+    }
+  }
 }
 
 }  // namespace

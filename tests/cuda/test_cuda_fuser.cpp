@@ -23,6 +23,7 @@
 
 #include "cubin_cache.h"
 #include "fused_program.h"
+#include "host_kernel.h"
 #include "nvrtc_loader.h"
 #include "tessera/float16.h"
 
@@ -31,6 +32,8 @@ namespace {
 namespace cf = tessera::cuda_fuser;
 using cf::FDType;
 using cf::FOp;
+using tessera::cuda_fuser_test::build_host;
+using tessera::cuda_fuser_test::FusedFn;
 
 cf::Operand R(int32_t reg) { return cf::Operand{reg, 0}; }
 cf::Operand N(double v) { return cf::Operand{-1, v}; }
@@ -193,32 +196,6 @@ void expect_close(double got, double want, FDType t, const std::string& where) {
   EXPECT_NEAR(got, want, tolerance(t) * (1 + std::abs(want))) << where;
 }
 
-// Compiles the host source into a shared library and returns tessera_fused from it (the handle
-// stays open for the test's life).
-using FusedFn = void (*)(cf::TsArgs);
-FusedFn build_host(const std::string& source, std::string* error) {
-  namespace fs = std::filesystem;
-  const fs::path dir = fs::temp_directory_path() / ("tessera_fuser_test_" + std::to_string(getpid()));
-  fs::create_directories(dir);
-  static int counter = 0;
-  const std::string stem = (dir / ("fused" + std::to_string(counter++))).string();
-  std::ofstream(stem + ".cpp") << source;
-  const char* cxx = std::getenv("CXX");
-  const std::string cmd = std::string(cxx && *cxx ? cxx : "c++") + " -std=c++17 -O1 -shared -fPIC -I" +
-                          TESSERA_SDK_INCLUDE_DIR + " " + stem + ".cpp -o " + stem + ".so 2>" + stem + ".log";
-  if (std::system(cmd.c_str()) != 0) {
-    std::ifstream log(stem + ".log");
-    *error = cmd + "\n" + std::string(std::istreambuf_iterator<char>(log), {});
-    return nullptr;
-  }
-  void* lib = dlopen((stem + ".so").c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (!lib) {
-    *error = dlerror();
-    return nullptr;
-  }
-  return reinterpret_cast<FusedFn>(dlsym(lib, "tessera_fused"));
-}
-
 constexpr FDType kAll[] = {FDType::Float32, FDType::Float64, FDType::Float16, FDType::BFloat16};
 
 TEST(CudaFuser, GeneratedChainsMatchADoubleLoopOnTheHost) {
@@ -295,6 +272,239 @@ TEST(CudaFuser, GeneratedChainsMatchADoubleLoopOnTheHost) {
   }
 }
 
+// Program R (Note [Fused row reductions]): a softmax over (0.5x + m), a layer norm of x times w,
+// and row values, over a domain [rows, K]. Inputs x (element), w ([K], an element broadcast over
+// rows), m ([rows, 1], one value per row). Registers: 0 x, 1 w, 2 m, then the steps from 3.
+cf::FusedProgram program_r(FDType t) {
+  cf::FusedProgram p;
+  p.dtype = t;
+  p.num_inputs = 3;
+  p.row_input = {0, 0, 1};
+  p.steps = {
+      {FOp::Mul, R(0), N(0.5), 1},    // 3: 0.5x
+      {FOp::Add, R(3), R(2), 1},      // 4: s = 0.5x + m
+      {FOp::RowMax, R(4), {}, 1},     // 5: max s (row)
+      {FOp::Sub, R(4), R(5), 1},      // 6
+      {FOp::Exp, R(6), {}, 1},        // 7
+      {FOp::RowSum, R(7), {}, 1},     // 8: z (row)
+      {FOp::Div, R(7), R(8), 1},      // 9: softmax(s)
+      {FOp::RowMean, R(0), {}, 1},    // 10: mean x (row)
+      {FOp::Sub, R(0), R(10), 1},     // 11: c
+      {FOp::Mul, R(11), R(11), 1},    // 12
+      {FOp::RowMean, R(12), {}, 1},   // 13: var (row)
+      {FOp::Add, R(13), N(1e-5), 1},  // 14 (row)
+      {FOp::Rsqrt, R(14), {}, 1},     // 15 (row)
+      {FOp::Mul, R(11), R(15), 1},    // 16
+      {FOp::Mul, R(16), R(1), 1},     // 17: layer_norm(x) * w
+      {FOp::RowMin, R(0), {}, 1},     // 18: min x (row)
+      {FOp::Add, R(18), R(2), 1},     // 19: min x + m (row)
+  };
+  p.output_regs = {9, 17, 19, 8, 5};
+  return p;
+}
+
+// Program R by rows in double: [softmax, layer norm * w] per element, [min x + m, z, max s] per row.
+struct RowExpect {
+  std::vector<double> softmax, norm;
+  double min_plus_m, z, max_s;
+};
+RowExpect expect_r(const std::vector<double>& x, const std::vector<double>& w, double m) {
+  const size_t k = x.size();
+  RowExpect e;
+  std::vector<double> s(k);
+  e.max_s = -INFINITY;
+  double mean = 0, low = INFINITY;
+  bool nan = false;
+  for (size_t j = 0; j < k; ++j) {
+    s[j] = 0.5 * x[j] + m;
+    nan |= std::isnan(s[j]);
+    e.max_s = std::max(e.max_s, s[j]);
+    mean += x[j];
+    low = std::min(low, x[j]);
+  }
+  if (nan) e.max_s = low = NAN;
+  mean /= double(k);
+  e.z = 0;
+  double var = 0;
+  for (size_t j = 0; j < k; ++j) {
+    e.z += std::exp(s[j] - e.max_s);
+    var += (x[j] - mean) * (x[j] - mean);
+  }
+  var /= double(k);
+  for (size_t j = 0; j < k; ++j) {
+    e.softmax.push_back(std::exp(s[j] - e.max_s) / e.z);
+    e.norm.push_back((x[j] - mean) / std::sqrt(var + 1e-5) * w[j]);
+  }
+  e.min_plus_m = low + m;
+  return e;
+}
+
+// Fills TsArgs through fill_args from host buffers of the given sizes and strides.
+cf::ArgTensor arg(const Buffer& b, std::vector<int64_t> sizes, std::vector<int64_t> strides) {
+  cf::ArgTensor a;
+  a.data = b.bytes.data();
+  a.sizes = std::move(sizes);
+  a.strides = std::move(strides);
+  return a;
+}
+
+TEST(CudaFuser, RowProgramsMatchADoubleLoopOnTheHost) {
+  std::mt19937 rng(20261207);
+  std::normal_distribution<double> normal(0, 1.5);
+  for (FDType t : kAll) {
+    SCOPED_TRACE(dtype_name(t));
+    std::string error;
+    const cf::FusedProgram p = program_r(t);
+    ASSERT_EQ(cf::check_program(p), "");
+    FusedFn fn = build_host(cf::host_source(p), &error);
+    ASSERT_NE(fn, nullptr) << error;
+    for (const int64_t k : {int64_t(1), int64_t(37), int64_t(300)}) {
+      SCOPED_TRACE("K = " + std::to_string(k));
+      const int64_t rows = 7, n = rows * k;
+      // x is stored transposed (K, rows): strided; w is [K]; m is [rows, 1].
+      Buffer xt(t, size_t(n)), w(t, size_t(k)), m(t, size_t(rows));
+      for (int64_t i = 0; i < n; ++i) xt.set(size_t(i), normal(rng));
+      if (k > 1) xt.set(size_t(5 * rows + 3), NAN);  // row 3 holds a NaN
+      for (int64_t j = 0; j < k; ++j) w.set(size_t(j), normal(rng));
+      for (int64_t r = 0; r < rows; ++r) m.set(size_t(r), normal(rng));
+      std::vector<Buffer> out = {Buffer(t, size_t(n)), Buffer(t, size_t(n)), Buffer(t, size_t(rows)),
+                                 Buffer(t, size_t(rows)), Buffer(t, size_t(rows))};
+      cf::TsArgs a{};
+      const cf::LaunchShape shape = cf::fill_args(
+          p, {arg(xt, {rows, k}, {1, rows}), arg(w, {k}, {1}), arg(m, {rows, 1}, {1, 1})},
+          {arg(out[0], {rows, k}, {k, 1}), arg(out[1], {rows, k}, {k, 1}), arg(out[2], {rows, 1}, {1, 1}),
+           arg(out[3], {rows}, {1}), arg(out[4], {rows, 1}, {1, 1})},
+          &a);
+      EXPECT_EQ(shape.rows, rows);
+      EXPECT_EQ(shape.k, k);
+      EXPECT_EQ(a.contiguous[0], k == 1 ? 1 : 0) << "x is strided (a single column is dense)";
+      EXPECT_EQ(a.strides[1][0], 0) << "w repeats over the rows";
+      EXPECT_EQ(a.strides[2][1], 0) << "m repeats along a row";
+      fn(a);
+      for (int64_t r = 0; r < rows; ++r) {
+        std::vector<double> xs, ws;
+        for (int64_t j = 0; j < k; ++j) {
+          xs.push_back(xt.get(size_t(j * rows + r)));
+          ws.push_back(w.get(size_t(j)));
+        }
+        const RowExpect e = expect_r(xs, ws, m.get(size_t(r)));
+        const std::string where = "row " + std::to_string(r);
+        for (int64_t j = 0; j < k; ++j) {
+          expect_close(out[0].get(size_t(r * k + j)), e.softmax[size_t(j)], t, where + " softmax");
+          // A norm divides by a small spread; bfloat16 and float16 inputs give it more room.
+          const double norm_slack = t == FDType::Float64 ? 1 : 4;
+          const double want = e.norm[size_t(j)], got = out[1].get(size_t(r * k + j));
+          if (std::isnan(want))
+            EXPECT_TRUE(std::isnan(got)) << where << " norm";
+          else if (k > 1)
+            EXPECT_NEAR(got, want, norm_slack * tolerance(t) * (1 + std::abs(want))) << where;
+          else
+            EXPECT_EQ(got, 0) << where << ": a row of one element is its own mean";
+        }
+        expect_close(out[2].get(size_t(r)), e.min_plus_m, t, where + " min x + m");
+        expect_close(out[3].get(size_t(r)), e.z, t, where + " z");
+        expect_close(out[4].get(size_t(r)), e.max_s, t, where + " max");
+        if (r == 3 && k > 1) {
+          EXPECT_TRUE(std::isnan(out[0].get(size_t(r * k)))) << "a NaN makes its row's softmax NaN";
+        }
+      }
+    }
+  }
+}
+
+// An empty last dim: sum is 0 and mean NaN (eager's values); amax has no identity, so a program
+// whose row outputs read it says so (the plugin refuses the launch).
+TEST(CudaFuser, RowProgramsOverAnEmptyLastDim) {
+  cf::FusedProgram p;
+  p.dtype = FDType::Float32;
+  p.num_inputs = 1;
+  p.row_input = {0};
+  p.steps = {{FOp::Exp, R(0), {}, 1}, {FOp::RowSum, R(1), {}, 1}, {FOp::RowMean, R(0), {}, 1}};
+  p.output_regs = {2, 3, 1};
+  ASSERT_EQ(cf::check_program(p), "");
+  EXPECT_EQ(cf::needs_nonempty_rows(p), nullptr);
+  std::string error;
+  FusedFn fn = build_host(cf::host_source(p), &error);
+  ASSERT_NE(fn, nullptr) << error;
+  Buffer x(FDType::Float32, 1), sum(FDType::Float32, 4), mean(FDType::Float32, 4), e(FDType::Float32, 1);
+  for (size_t r = 0; r < 4; ++r) sum.set(r, 7), mean.set(r, 7);
+  cf::TsArgs a{};
+  const cf::LaunchShape shape =
+      cf::fill_args(p, {arg(x, {4, 0}, {0, 1})},
+                    {arg(sum, {4}, {1}), arg(mean, {4, 1}, {1, 1}), arg(e, {4, 0}, {0, 1})}, &a);
+  EXPECT_EQ(shape.rows, 4);
+  EXPECT_EQ(shape.k, 0);
+  EXPECT_EQ(shape.n, 0);
+  fn(a);
+  for (size_t r = 0; r < 4; ++r) {
+    EXPECT_EQ(sum.get(r), 0) << r;
+    EXPECT_TRUE(std::isnan(mean.get(r))) << r;
+  }
+  // amax read by a row output needs rows; read only by element outputs it does not.
+  cf::FusedProgram q = p;
+  q.steps.push_back({FOp::RowMax, R(0), {}, 1});  // 4
+  q.steps.push_back({FOp::Sub, R(0), R(4), 1});   // 5: an element
+  q.output_regs = {5};
+  EXPECT_EQ(cf::needs_nonempty_rows(q), nullptr);
+  q.steps.push_back({FOp::Add, R(4), N(1), 1});  // 6: a row value from amax
+  q.output_regs = {5, 6};
+  ASSERT_NE(cf::needs_nonempty_rows(q), nullptr);
+  EXPECT_STREQ(cf::needs_nonempty_rows(q), "amax");
+  q.steps[3].op = FOp::RowMin;
+  EXPECT_STREQ(cf::needs_nonempty_rows(q), "amin");
+}
+
+// fill_args says what does not fit, and the launch grid follows the rows and the row length.
+TEST(CudaFuser, RowArgumentsAndLaunches) {
+  const cf::FusedProgram p = program_r(FDType::Float32);
+  Buffer b(FDType::Float32, 64);
+  cf::TsArgs a{};
+  auto out = [&](int64_t rows, int64_t k) {
+    return std::vector<cf::ArgTensor>{arg(b, {rows, k}, {k, 1}), arg(b, {rows, k}, {k, 1}),
+                                      arg(b, {rows, 1}, {1, 1}), arg(b, {rows}, {1}),
+                                      arg(b, {rows, 1}, {1, 1})};
+  };
+  // m varies along the rows' last dim: it was compiled as one value per row.
+  EXPECT_THROW(
+      cf::fill_args(p, {arg(b, {2, 8}, {8, 1}), arg(b, {8}, {1}), arg(b, {2, 8}, {8, 1})}, out(2, 8), &a),
+      std::invalid_argument);
+  // w does not broadcast.
+  EXPECT_THROW(
+      cf::fill_args(p, {arg(b, {2, 8}, {8, 1}), arg(b, {3}, {1}), arg(b, {2, 1}, {1, 1})}, out(2, 8), &a),
+      std::invalid_argument);
+  // A row output of the wrong size.
+  std::vector<cf::ArgTensor> bad = out(2, 8);
+  bad[3] = arg(b, {8}, {1});
+  try {
+    cf::fill_args(p, {arg(b, {2, 8}, {8, 1}), arg(b, {8}, {1}), arg(b, {2, 1}, {1, 1})}, bad, &a);
+    ADD_FAILURE() << "a row output of 8 elements for 2 rows was taken";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("output 3 has 8 elements, 2 expected"), std::string::npos)
+        << e.what();
+  }
+  // The wrong number of inputs.
+  EXPECT_THROW(cf::fill_args(p, {arg(b, {2, 8}, {8, 1})}, out(2, 8), &a), std::invalid_argument);
+  // Sizes whose product overflows.
+  EXPECT_THROW(cf::fill_args(p,
+                             {arg(b, {int64_t(1) << 40, int64_t(1) << 40}, {0, 0}),
+                              arg(b, {int64_t(1) << 40}, {0}), arg(b, {int64_t(1) << 40, 1}, {0, 0})},
+                             out(2, 8), &a),
+               std::invalid_argument);
+
+  cf::RowLaunch l = cf::row_launch(1000, 37, 132);
+  EXPECT_EQ(l.threads, 64);
+  EXPECT_EQ(l.blocks, 1000);
+  l = cf::row_launch(4, 100000, 132);
+  EXPECT_EQ(l.threads, cf::kMaxRowThreads);
+  EXPECT_EQ(l.blocks, 4);
+  l = cf::row_launch(1 << 20, 512, 132);
+  EXPECT_EQ(l.threads, 512);
+  EXPECT_EQ(l.blocks, 132 * 4) << "enough blocks to fill every multiprocessor, rows looped";
+  l = cf::row_launch(10, 0, 132);
+  EXPECT_EQ(l.threads, 32);
+  EXPECT_EQ(l.threads % 32, 0);
+}
+
 // The host compiler lays out TsArgs as the prelude spells it: the generated kernel reads the fields
 // the plugin writes.
 TEST(CudaFuser, ThePreludeSpellsTsArgsAsTheHeader) {
@@ -340,7 +550,7 @@ TEST(CudaFuser, NvrtcCompilesEveryGeneratedKernel) {
   ASSERT_TRUE(api.loaded) << api.error;
   EXPECT_GE(api.major, 12);
   for (FDType t : kAll)
-    for (const cf::FusedProgram& p : {program_a(t), program_b(t)})
+    for (const cf::FusedProgram& p : {program_a(t), program_b(t), program_r(t)})
       for (int arch : {80, 90}) {
         SCOPED_TRACE(std::string(dtype_name(t)) + " sm_" + std::to_string(arch));
         ASSERT_EQ(cf::check_program(p), "");
@@ -389,6 +599,20 @@ TEST(CudaFuser, ProgramChecksAndOpNames) {
   p = program_a(FDType::Float32);
   p.num_inputs = cf::kMaxInputs + 1;
   EXPECT_NE(cf::check_program(p).find("inputs"), std::string::npos);
+
+  // Row programs: a reduction reads an element; every input says whether it is one value per row.
+  p = program_r(FDType::Float32);
+  EXPECT_EQ(cf::check_program(p), "");
+  p.steps[2].a = R(2);  // RowMax of m, a row input
+  EXPECT_NE(cf::check_program(p).find("step 2 reduces a row value"), std::string::npos)
+      << cf::check_program(p);
+  p = program_r(FDType::Float32);
+  p.row_input.pop_back();
+  EXPECT_NE(cf::check_program(p).find("says for 2 of its 3 inputs"), std::string::npos)
+      << cf::check_program(p);
+  p = program_a(FDType::Float32);
+  p.row_input = {0, 1, 0};
+  EXPECT_NE(cf::check_program(p).find("without a reduction"), std::string::npos) << cf::check_program(p);
 
   EXPECT_EQ(cf::fused_op("add.Tensor"), FOp::Add);
   EXPECT_EQ(cf::fused_op("pow.Tensor_Scalar"), FOp::PowScalar);

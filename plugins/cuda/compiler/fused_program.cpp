@@ -1,8 +1,11 @@
 // See Note [Fused CUDA kernels] in fused_program.h.
 #include "fused_program.h"
 
+#include <algorithm>
+#include <cstddef>
 #include <cstdio>
 #include <cstring>
+#include <stdexcept>
 
 namespace tessera::cuda_fuser {
 
@@ -37,6 +40,25 @@ TS_FN ts_u16 ts_st_bf16(float f) {
   u += 0x7fffu + ((u >> 16) & 1u);
   return (ts_u16)(u >> 16);
 }
+// Row programs (Note [Fused row reductions]): a block per row, its threads over the columns.
+#define TS_ROW_KERNEL extern "C" __global__ void __launch_bounds__(512)
+#define TS_ROWS(row, rows) for (long long row = blockIdx.x; row < (rows); row += gridDim.x)
+#define TS_COLS(j, k) for (long long j = threadIdx.x; j < (k); j += blockDim.x)
+#define TS_LEADER (threadIdx.x == 0)
+#define TS_SCRATCH(T, name) __shared__ T name[32]
+template <int kOp, class T> TS_FN T ts_combine(T a, T b);
+// Every thread gets the block's combination of v; blockDim.x is a multiple of 32, at most 1024.
+// The first barrier keeps a thread from overwriting s before the last reduction's readers are done.
+template <int kOp, class T> TS_FN T ts_block_reduce(T v, T* s, T identity) {
+  for (int o = 16; o > 0; o >>= 1) v = ts_combine<kOp>(v, __shfl_xor_sync(0xffffffffu, v, o));
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  __syncthreads();
+  if (lane == 0) s[warp] = v;
+  __syncthreads();
+  v = lane < (int)((blockDim.x + 31) >> 5) ? s[lane] : identity;
+  for (int o = 16; o > 0; o >>= 1) v = ts_combine<kOp>(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
 )";
 
 // The host side: the same names over tessera/float16.h and <cmath>, one "thread" doing every element.
@@ -54,9 +76,18 @@ TS_FN ts_u16 ts_st_f16(float f) { return tessera::fp16::float_to_half_bits(f); }
 TS_FN float ts_ld_bf16(ts_u16 b) { return tessera::fp16::bfloat16_bits_to_float(b); }
 TS_FN ts_u16 ts_st_bf16(float f) { return tessera::fp16::float_to_bfloat16_bits(f); }
 using std::isnan;
+#define TS_ROW_KERNEL TS_KERNEL
+#define TS_ROWS(row, rows) for (long long row = 0; row < (rows); ++row)
+#define TS_COLS(j, k) for (long long j = 0; j < (k); ++j)
+#define TS_LEADER true
+#define TS_SCRATCH(T, name) T name[1]
+template <int kOp, class T> TS_FN T ts_combine(T a, T b);
+template <int kOp, class T> TS_FN T ts_block_reduce(T v, T*, T) { return v; }
 )";
 
-// Shared by both sides: the offset of element i of S in input k.
+// Shared by both sides: the offset of element i of S in input k; the offset of a row's first
+// element in input k (its last dim at 0, so also when S's last dim is 0); how reductions combine
+// (0 sum, 1 max, 2 min; max and min propagate NaN).
 const char* const kCommon = R"(TS_FN long long ts_offset(const TsArgs& a, int k, long long i) {
   if (a.contiguous[k]) return i;
   long long off = 0;
@@ -66,6 +97,19 @@ const char* const kCommon = R"(TS_FN long long ts_offset(const TsArgs& a, int k,
     i /= size;
   }
   return off;
+}
+TS_FN long long ts_row_offset(const TsArgs& a, int k, long long row) {
+  long long off = 0;
+  for (int d = (int)a.rank - 2; d >= 0; --d) {
+    const long long size = a.sizes[d];
+    off += (row % size) * a.strides[k][d];
+    row /= size;
+  }
+  return off;
+}
+template <int kOp, class T> TS_FN T ts_combine(T a, T b) {
+  if (kOp == 0 || isnan(a) || isnan(b)) return a + b;
+  return kOp == 1 ? (a > b ? a : b) : (a < b ? a : b);
 }
 )";
 
@@ -175,6 +219,11 @@ std::string expression(const Step& st, const Spelling& s) {
       if (st.b.number == 1) return a;
       if (st.b.number == 0.5) return "sqrt" + f + "(" + a + ")";
       return "pow" + f + "(" + a + ", " + literal(st.b.number, s) + ")";
+    case FOp::RowSum:  // written by row_body
+    case FOp::RowMean:
+    case FOp::RowMax:
+    case FOp::RowMin:
+      break;
   }
   return a;
 }
@@ -200,9 +249,254 @@ std::string body(const FusedProgram& p) {
   return out;
 }
 
+// Note [Fused row reductions]: the reduction steps' combine codes and identities.
+int combine_code(FOp op) { return op == FOp::RowMax ? 1 : op == FOp::RowMin ? 2 : 0; }
+double identity(FOp op) { return op == FOp::RowMax ? -1.0 / 0.0 : op == FOp::RowMin ? 1.0 / 0.0 : 0.0; }
+
+// The registers register `r` reads, transitively, marked in `need` (element ones only: a row value
+// is already there when an element step reads it).
+void mark_cone(const FusedProgram& p, const std::vector<bool>& row, int32_t r, std::vector<bool>& need) {
+  if (r < 0 || row[size_t(r)] || need[size_t(r)]) return;
+  need[size_t(r)] = true;
+  if (r < p.num_inputs) return;
+  const Step& st = p.steps[size_t(r - p.num_inputs)];
+  mark_cone(p, row, st.a.reg, need);
+  if (is_binary(st.op)) mark_cone(p, row, st.b.reg, need);
+}
+
+// One input register's declaration; `index` is the element index or the row offset expression.
+std::string load(const FusedProgram& p, const Spelling& s, int32_t k, const std::string& offset) {
+  const std::string ptr = "((const " + std::string(s.storage) + "*)a.in[" + std::to_string(k) + "])";
+  const std::string elem = ptr + "[" + offset + "]";
+  (void)p;
+  return "const " + std::string(s.compute) + " " + reg_name(k) + " = " +
+         (*s.load ? std::string(s.load) + "(" + elem + ")" : elem) + ";\n";
+}
+
+std::string store(const Spelling& s, size_t o, const std::string& index, int32_t r) {
+  const std::string v = reg_name(r);
+  return "((" + std::string(s.storage) + "*)a.out[" + std::to_string(o) + "])[" + index +
+         "] = " + (*s.store ? std::string(s.store) + "(" + v + ")" : v) + ";\n";
+}
+
+// The element registers marked in `need`, in register order, inside a column loop.
+std::string element_pass(const FusedProgram& p, const Spelling& s, const std::vector<bool>& need,
+                         const std::string& indent) {
+  std::string out;
+  for (int32_t k = 0; k < p.num_inputs; ++k)
+    if (need[size_t(k)]) out += indent + load(p, s, k, "ts_offset(a, " + std::to_string(k) + ", i)");
+  for (size_t i = 0; i < p.steps.size(); ++i) {
+    const int32_t r = p.num_inputs + int32_t(i);
+    if (need[size_t(r)])
+      out += indent + "const " + s.compute + " " + reg_name(r) + " = " + expression(p.steps[i], s) + ";\n";
+  }
+  return out;
+}
+
+// A row program (Note [Fused row reductions]).
+std::string row_body(const FusedProgram& p) {
+  const Spelling s = spelling(p.dtype);
+  const std::string t = s.compute;
+  const std::vector<bool> row = row_registers(p);
+  const size_t regs = row.size();
+  std::string out = "TS_ROW_KERNEL tessera_fused(TsArgs a) {\n";
+  out += "  const long long ts_k = a.sizes[a.rank - 1];\n";
+  out += "  long long ts_rows = 1;\n";
+  out += "  for (int d = 0; d + 1 < (int)a.rank; ++d) ts_rows *= a.sizes[d];\n";
+  out += "  TS_SCRATCH(" + t + ", ts_s);\n";
+  out += "  TS_ROWS(row, ts_rows) {\n";
+  out += "    const long long base = row * ts_k;\n";
+  out += "    (void)base;\n";
+  for (int32_t k = 0; k < p.num_inputs; ++k)
+    if (row[size_t(k)]) out += "    " + load(p, s, k, "ts_row_offset(a, " + std::to_string(k) + ", row)");
+  for (size_t i = 0; i < p.steps.size(); ++i) {
+    const Step& st = p.steps[i];
+    const int32_t r = p.num_inputs + int32_t(i);
+    if (!is_reduction(st.op)) {
+      if (row[size_t(r)]) out += "    const " + t + " " + reg_name(r) + " = " + expression(st, s) + ";\n";
+      continue;
+    }
+    // One pass over the row for this reduction.
+    std::vector<bool> need(regs, false);
+    mark_cone(p, row, st.a.reg, need);
+    const std::string acc = "ts_acc" + std::to_string(r);
+    const std::string code = std::to_string(combine_code(st.op));
+    out += "    " + t + " " + acc + " = " + literal(identity(st.op), s) + ";\n";
+    out += "    TS_COLS(j, ts_k) {\n      const long long i = base + j;\n";
+    out += element_pass(p, s, need, "      ");
+    out += "      " + acc + " = ts_combine<" + code + ">(" + acc + ", " + operand(st.a, s) + ");\n    }\n";
+    out += "    const " + t + " " + reg_name(r) + " = ts_block_reduce<" + code + ">(" + acc + ", ts_s, " +
+           literal(identity(st.op), s) + ")" + (st.op == FOp::RowMean ? " / (" + t + ")ts_k" : "") + ";\n";
+  }
+  std::vector<bool> need(regs, false);
+  bool elements = false;
+  for (int32_t r : p.output_regs)
+    if (!row[size_t(r)]) {
+      mark_cone(p, row, r, need);
+      elements = true;
+    }
+  if (elements) {
+    out += "    TS_COLS(j, ts_k) {\n      const long long i = base + j;\n";
+    out += element_pass(p, s, need, "      ");
+    for (size_t o = 0; o < p.output_regs.size(); ++o)
+      if (!row[size_t(p.output_regs[o])]) out += "      " + store(s, o, "i", p.output_regs[o]);
+    out += "    }\n";
+  }
+  std::string leader;
+  for (size_t o = 0; o < p.output_regs.size(); ++o)
+    if (row[size_t(p.output_regs[o])]) leader += "      " + store(s, o, "row", p.output_regs[o]);
+  if (!leader.empty()) out += "    if (TS_LEADER) {\n" + leader + "    }\n";
+  out += "  }\n}\n";
+  return out;
+}
+
+std::string any_body(const FusedProgram& p) { return is_row_program(p) ? row_body(p) : body(p); }
+
+std::vector<int64_t> broadcast(const std::vector<int64_t>& a, const std::vector<int64_t>& b,
+                               const std::string& what) {
+  std::vector<int64_t> out(std::max(a.size(), b.size()), 1);
+  for (size_t d = 0; d < out.size(); ++d) {
+    const size_t from_end = out.size() - 1 - d;
+    const int64_t x = from_end < a.size() ? a[a.size() - 1 - from_end] : 1;
+    const int64_t y = from_end < b.size() ? b[b.size() - 1 - from_end] : 1;
+    if (x != y && x != 1 && y != 1) throw std::invalid_argument(what + " does not broadcast with the others");
+    out[d] = x == 1 ? y : x;
+  }
+  return out;
+}
+
 }  // namespace
 
 bool is_binary(FOp op) { return op <= FOp::Minimum; }
+bool is_reduction(FOp op) { return op >= FOp::RowSum; }
+bool is_row_program(const FusedProgram& p) {
+  for (const Step& st : p.steps)
+    if (is_reduction(st.op)) return true;
+  return false;
+}
+
+std::vector<bool> row_registers(const FusedProgram& p) {
+  std::vector<bool> row(size_t(std::max(p.num_inputs, 0)) + p.steps.size(), false);
+  for (int32_t k = 0; k < p.num_inputs && size_t(k) < p.row_input.size(); ++k)
+    row[size_t(k)] = p.row_input[size_t(k)];
+  auto is_row = [&](const Operand& o) {
+    return o.reg < 0 || (size_t(o.reg) < row.size() && row[size_t(o.reg)]);
+  };
+  for (size_t i = 0; i < p.steps.size(); ++i) {
+    const Step& st = p.steps[i];
+    row[size_t(p.num_inputs) + i] =
+        is_reduction(st.op) || (is_row(st.a) && (!is_binary(st.op) || is_row(st.b)));
+  }
+  return row;
+}
+
+const char* needs_nonempty_rows(const FusedProgram& p) {
+  const std::vector<bool> row = row_registers(p);
+  std::vector<bool> seen(row.size(), false);
+  std::vector<int32_t> stack;
+  for (int32_t r : p.output_regs)
+    if (r >= 0 && size_t(r) < row.size() && row[size_t(r)]) stack.push_back(r);
+  while (!stack.empty()) {
+    const int32_t r = stack.back();
+    stack.pop_back();
+    if (r < p.num_inputs || seen[size_t(r)]) continue;
+    seen[size_t(r)] = true;
+    const Step& st = p.steps[size_t(r - p.num_inputs)];
+    if (st.op == FOp::RowMax) return "amax";
+    if (st.op == FOp::RowMin) return "amin";
+    if (is_reduction(st.op)) continue;  // its operand is an element: nothing of a row beyond it
+    for (const Operand* o : {&st.a, &st.b})
+      if (o->reg >= 0 && (o == &st.a || is_binary(st.op))) stack.push_back(o->reg);
+  }
+  return nullptr;
+}
+
+RowLaunch row_launch(int64_t rows, int64_t k, int sm_count) {
+  RowLaunch l;
+  const int64_t wanted = (std::max<int64_t>(k, 1) + 31) / 32 * 32;
+  l.threads = int(std::min<int64_t>(wanted, kMaxRowThreads));
+  const int64_t per_sm = std::max<int64_t>(2048 / l.threads, 1);
+  l.blocks = std::max<int64_t>(1, std::min<int64_t>(rows, int64_t(std::max(sm_count, 1)) * per_sm));
+  return l;
+}
+
+LaunchShape fill_args(const FusedProgram& p, const std::vector<ArgTensor>& inputs,
+                      const std::vector<ArgTensor>& outputs, TsArgs* a) {
+  if (inputs.size() != size_t(p.num_inputs) || outputs.size() != p.output_regs.size())
+    throw std::invalid_argument("the partition was called with " + std::to_string(inputs.size()) +
+                                " inputs and " + std::to_string(outputs.size()) +
+                                " outputs; it was compiled for " + std::to_string(p.num_inputs) + " and " +
+                                std::to_string(p.output_regs.size()));
+  const bool rows_program = is_row_program(p);
+  std::vector<int64_t> shape;
+  if (rows_program) {
+    for (size_t k = 0; k < inputs.size(); ++k)
+      shape = broadcast(shape, inputs[k].sizes, "input " + std::to_string(k));
+    if (shape.empty()) throw std::invalid_argument("a row program needs inputs of rank 1 or more");
+  } else {
+    if (outputs.empty()) throw std::invalid_argument("no outputs");
+    shape = outputs[0].sizes;
+  }
+  if (shape.size() > size_t(kMaxRank))
+    throw std::invalid_argument("rank " + std::to_string(shape.size()) + " is above " +
+                                std::to_string(kMaxRank));
+  *a = TsArgs{};
+  LaunchShape l;
+  l.n = 1;
+  for (int64_t v : shape) {
+    if (v < 0 || (v > 0 && l.n > (int64_t(1) << 62) / v))
+      throw std::invalid_argument("the shape's size overflows");
+    l.n *= v;
+  }
+  l.k = shape.empty() ? 1 : shape.back();
+  l.rows = 1;
+  for (size_t d = 0; d + 1 < shape.size(); ++d) {
+    if (shape[d] > 0 && l.rows > (int64_t(1) << 62) / shape[d])
+      throw std::invalid_argument("the shape's size overflows");
+    l.rows *= shape[d];
+  }
+  a->n = l.n;
+  a->rank = int64_t(shape.size());
+  for (size_t d = 0; d < shape.size(); ++d) a->sizes[d] = shape[d];
+  const std::vector<bool> row =
+      rows_program ? row_registers(p) : std::vector<bool>(size_t(p.num_inputs), false);
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    const ArgTensor& in = inputs[k];
+    const std::string name = "input " + std::to_string(k);
+    if (in.sizes.size() > shape.size() || in.strides.size() != in.sizes.size())
+      throw std::invalid_argument(name + " does not broadcast to the domain");
+    bool same_shape = in.sizes.size() == shape.size();
+    bool dense = true;
+    int64_t expect = 1;
+    for (size_t d = in.sizes.size(); d-- > 0;) {
+      if (in.sizes[d] != 1 && in.strides[d] != expect) dense = false;
+      expect *= in.sizes[d];
+    }
+    for (size_t d = 0; d < shape.size(); ++d) {
+      const ptrdiff_t di = ptrdiff_t(d) - ptrdiff_t(shape.size() - in.sizes.size());
+      const int64_t size = di >= 0 ? in.sizes[size_t(di)] : 1;
+      if (size != shape[d] && size != 1)
+        throw std::invalid_argument(name + " does not broadcast to the domain");
+      same_shape &= size == shape[d];
+      a->strides[k][d] = di >= 0 && size == shape[d] && size != 1 ? in.strides[size_t(di)] : 0;
+    }
+    if (rows_program && row[k] && a->strides[k][shape.size() - 1] != 0 && shape.back() != 1)
+      throw std::invalid_argument(name + " was compiled as one value per row but varies along the last dim");
+    a->contiguous[k] = same_shape && dense;
+    a->in[k] = in.data;
+  }
+  for (size_t o = 0; o < outputs.size(); ++o) {
+    int64_t numel = 1;
+    for (int64_t v : outputs[o].sizes) numel *= v;
+    const bool row_output = rows_program && row[size_t(p.output_regs[o])];
+    const int64_t want = row_output ? l.rows : l.n;
+    if (numel != want)
+      throw std::invalid_argument("output " + std::to_string(o) + " has " + std::to_string(numel) +
+                                  " elements, " + std::to_string(want) + " expected");
+    a->out[o] = const_cast<void*>(outputs[o].data);
+  }
+  return l;
+}
 
 std::optional<FOp> fused_op(const std::string& target, const std::string& approximate) {
   static const struct {
@@ -258,15 +552,27 @@ std::string check_program(const FusedProgram& p) {
   for (int32_t r : p.output_regs)
     if (r < 0 || r >= regs)
       return "an output reads register " + std::to_string(r) + " of " + std::to_string(regs);
+  if (!is_row_program(p)) {
+    for (uint8_t r : p.row_input)
+      if (r) return "an input is one value per row in a program without a reduction";
+    return {};
+  }
+  if (p.row_input.size() != size_t(p.num_inputs))
+    return "a row program says for " + std::to_string(p.row_input.size()) + " of its " +
+           std::to_string(p.num_inputs) + " inputs whether they are one value per row";
+  const std::vector<bool> row = row_registers(p);
+  for (size_t i = 0; i < p.steps.size(); ++i)
+    if (is_reduction(p.steps[i].op) && (p.steps[i].a.reg < 0 || row[size_t(p.steps[i].a.reg)]))
+      return "step " + std::to_string(i) + " reduces a row value or a number (a reduction reads an element)";
   return {};
 }
 
 std::string cuda_source(const FusedProgram& p) {
-  return std::string(kDevicePrelude) + kTsArgsText + kCommon + body(p);
+  return std::string(kDevicePrelude) + kTsArgsText + kCommon + any_body(p);
 }
 
 std::string host_source(const FusedProgram& p) {
-  return std::string(kHostPrelude) + kTsArgsText + kCommon + body(p);
+  return std::string(kHostPrelude) + kTsArgsText + kCommon + any_body(p);
 }
 
 }  // namespace tessera::cuda_fuser
