@@ -233,6 +233,15 @@ TEST(CudaCompilerPlugin, TakesReductionsWithTheStepsAroundThem) {
     EXPECT_NE(got[2].second, got[0].second) << "the [rows] value is read by another kernel";
     EXPECT_EQ(got[3].second, -1) << "a sum over dim 0";
   }
+  {  // A few long rows: a block per row would idle the GPU, so the reduction is left.
+    tessera::compiler::ExportedProgram ep = tessera::export_program(
+        [](const std::vector<Tensor>& in) { return std::vector<Tensor>{tessera::sum(in[0] * in[0], {-1}, true)}; },
+        {tessera::randn({4, 8192})});
+    const auto got = capability(ep, "cuda:0");
+    ASSERT_EQ(got.size(), 2u);
+    EXPECT_GE(got[0].second, 0) << "the square is still a kernel of its own";
+    EXPECT_EQ(got[1].second, -1) << "4 rows of 8192";
+  }
 }
 
 // The plugin's source for a program it takes whole, over the host prelude (the extension

@@ -35,7 +35,8 @@
 //   shuffles, then shared memory) and every thread has the row value. Steps on row values run
 //   after the reduction they read, in every thread. A last pass computes and stores the element
 //   outputs; thread 0 stores the row outputs at [row]. Recomputing a prologue per pass reads the
-//   row again (from L1/L2 for the rows a norm sees) instead of keeping it in registers.
+//   row again (from L1/L2 for the rows a norm sees) instead of keeping it in registers. A few
+//   long rows would idle the GPU: the plugin leaves such reductions (lowering.cpp, few_long_rows).
 // - Sums accumulate in the compute type (float for float16/bfloat16/float32, double for float64)
 //   in the block's order, so they differ from eager's order by float rounding; mean is the sum
 //   divided by K; amax and amin propagate NaN, so softmax of a row holding a NaN is NaN, as

@@ -59,6 +59,22 @@ bool is_row_shape(const Shape& s, const Shape& d) {
   return true;
 }
 
+// A block per row leaves most of the GPU idle when a few rows are long: with sizes known to be
+// fewer than kMinRows rows of more than kMaxFewRowsK, reductions are left to the CUDA plugin's
+// kernels (Note [Fused row reductions]). Symbolic sizes are taken (a dynamic dim is mostly a batch).
+constexpr int64_t kMinRows = 64, kMaxFewRowsK = 4096;
+bool few_long_rows(const Shape& d) {
+  std::vector<int64_t> sizes;
+  for (const std::string& e : d) {
+    if (e.empty() || e.size() > 18 || e.find_first_not_of("0123456789") != std::string::npos) return false;
+    sizes.push_back(std::stoll(e));
+  }
+  if (sizes.empty()) return false;
+  int64_t rows = 1;
+  for (size_t i = 0; i + 1 < sizes.size() && rows < kMinRows; ++i) rows *= sizes[i];
+  return rows < kMinRows && sizes.back() > kMaxFewRowsK;
+}
+
 std::optional<tessera_value_t> constant(const GraphView& g, int32_t node, int32_t arg) {
   if (arg >= g.num_args(node) || g.arg_kind(node, arg) != TESSERA_ARG_CONSTANT) return std::nullopt;
   return g.arg_constant(node, arg);
@@ -245,7 +261,7 @@ class Group {
       const int32_t x = f.tensors[0];
       const auto it = kinds_.find(x);
       const bool element = it != kinds_.end() ? it->second == 'e' : !row_shaped(shape_of(g_, x), domain_);
-      if (domain_.empty() || !element || shape_of(g_, x) != domain_) return false;
+      if (domain_.empty() || !element || shape_of(g_, x) != domain_ || few_long_rows(domain_)) return false;
       if (f.form == Form::Reduction) kind = f.keepdim ? 'r' : 'f';
       if (f.form == Form::Reduction && f.keepdim && !is_row_shape(out_shape, domain_)) return false;
       reduces_ = true;
