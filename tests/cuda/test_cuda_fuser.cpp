@@ -440,6 +440,14 @@ TEST(CudaFuser, RowProgramsOverAnEmptyLastDim) {
     EXPECT_EQ(sum.get(r), 0) << r;
     EXPECT_TRUE(std::isnan(mean.get(r))) << r;
   }
+  // The launch: rows to do, none to launch when there are no rows.
+  cf::LaunchPlan plan = cf::plan_launch(p, {arg(x, {4, 0}, {0, 1})},
+                                        {arg(sum, {4}, {1}), arg(mean, {4, 1}, {1, 1}), arg(e, {4, 0}, {0, 1})}, 132);
+  EXPECT_EQ(plan.blocks, 4);
+  EXPECT_EQ(plan.threads, 32);
+  plan = cf::plan_launch(p, {arg(x, {0, 5}, {5, 1})}, {arg(sum, {0}, {1}), arg(mean, {0, 1}, {1, 1}), arg(e, {0, 5}, {5, 1})},
+                         132);
+  EXPECT_EQ(plan.blocks, 0);
   // amax read by a row output needs rows; read only by element outputs it does not.
   cf::FusedProgram q = p;
   q.steps.push_back({FOp::RowMax, R(0), {}, 1});  // 4
@@ -452,6 +460,19 @@ TEST(CudaFuser, RowProgramsOverAnEmptyLastDim) {
   EXPECT_STREQ(cf::needs_nonempty_rows(q), "amax");
   q.steps[3].op = FOp::RowMin;
   EXPECT_STREQ(cf::needs_nonempty_rows(q), "amin");
+  // The launch is refused, naming the op; with a non-empty row it goes.
+  Buffer out5(FDType::Float32, 8), out6(FDType::Float32, 4);
+  try {
+    cf::plan_launch(q, {arg(x, {4, 0}, {0, 1})}, {arg(e, {4, 0}, {0, 1}), arg(out6, {4, 1}, {1, 1})}, 132);
+    ADD_FAILURE() << "an amin over empty rows was launched";
+  } catch (const std::invalid_argument& err) {
+    EXPECT_NE(std::string(err.what()).find("amin: cannot reduce over the last dimension of size 0"), std::string::npos)
+        << err.what();
+  }
+  Buffer x2(FDType::Float32, 8);
+  EXPECT_EQ(cf::plan_launch(q, {arg(x2, {4, 2}, {2, 1})}, {arg(out5, {4, 2}, {2, 1}), arg(out6, {4, 1}, {1, 1})}, 132)
+                .blocks,
+            4);
 }
 
 // fill_args says what does not fit, and the launch grid follows the rows and the row length.
@@ -503,6 +524,19 @@ TEST(CudaFuser, RowArgumentsAndLaunches) {
   l = cf::row_launch(10, 0, 132);
   EXPECT_EQ(l.threads, 32);
   EXPECT_EQ(l.threads % 32, 0);
+  // An elementwise program: 256 threads, blocks for every element up to 16 a multiprocessor.
+  const cf::FusedProgram ew = program_b(FDType::Float32);
+  Buffer big(FDType::Float32, 1);
+  const std::vector<cf::ArgTensor> ew_out(8, arg(big, {1000, 1000}, {1000, 1}));
+  cf::LaunchPlan plan = cf::plan_launch(ew, {arg(big, {1000, 1000}, {1000, 1}), arg(big, {1000, 1000}, {1, 1000})},
+                                        ew_out, 132);
+  EXPECT_EQ(plan.threads, cf::kElementwiseThreads);
+  EXPECT_EQ(plan.blocks, 132 * 16);
+  EXPECT_EQ(plan.args.contiguous[0], 1);
+  EXPECT_EQ(plan.args.contiguous[1], 0) << "a transposed input";
+  plan = cf::plan_launch(ew, {arg(big, {3, 5}, {5, 1}), arg(big, {3, 5}, {5, 1})},
+                         std::vector<cf::ArgTensor>(8, arg(big, {3, 5}, {5, 1})), 132);
+  EXPECT_EQ(plan.blocks, 1);
 }
 
 // The host compiler lays out TsArgs as the prelude spells it: the generated kernel reads the fields

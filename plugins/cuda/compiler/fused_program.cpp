@@ -567,6 +567,26 @@ std::string check_program(const FusedProgram& p) {
   return {};
 }
 
+LaunchPlan plan_launch(const FusedProgram& p, const std::vector<ArgTensor>& inputs,
+                       const std::vector<ArgTensor>& outputs, int sm_count) {
+  LaunchPlan plan;
+  plan.shape = fill_args(p, inputs, outputs, &plan.args);
+  const int64_t sms = std::max(sm_count, 1);
+  if (!is_row_program(p)) {
+    plan.blocks = std::min<int64_t>((plan.shape.n + kElementwiseThreads - 1) / kElementwiseThreads, sms * 16);
+    return plan;
+  }
+  if (plan.shape.rows == 0) return plan;
+  if (const char* op = needs_nonempty_rows(p); op && plan.shape.k == 0)
+    throw std::invalid_argument(std::string(op) +
+                                ": cannot reduce over the last dimension of size 0 (in a fused kernel); the "
+                                "operation has no identity");
+  const RowLaunch l = row_launch(plan.shape.rows, plan.shape.k, sm_count);
+  plan.blocks = l.blocks;
+  plan.threads = l.threads;
+  return plan;
+}
+
 std::string cuda_source(const FusedProgram& p) {
   return std::string(kDevicePrelude) + kTsArgsText + kCommon + any_body(p);
 }

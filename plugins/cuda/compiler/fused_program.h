@@ -160,6 +160,20 @@ struct LaunchShape {
 LaunchShape fill_args(const FusedProgram& p, const std::vector<ArgTensor>& inputs,
                       const std::vector<ArgTensor>& outputs, TsArgs* a);
 
+// One launch of a program: its arguments and grid (blocks 0: nothing to launch). Elementwise
+// programs use 256 threads and at most 16 blocks a multiprocessor; row programs row_launch. Throws
+// std::invalid_argument as fill_args does, and for an amax / amin over an empty last dim that a row
+// output reads (Note [Fused row reductions]).
+inline constexpr int kElementwiseThreads = 256;
+struct LaunchPlan {
+  TsArgs args{};
+  LaunchShape shape;
+  int64_t blocks = 0;
+  int threads = kElementwiseThreads;
+};
+LaunchPlan plan_launch(const FusedProgram& p, const std::vector<ArgTensor>& inputs,
+                       const std::vector<ArgTensor>& outputs, int sm_count);
+
 // The op a node target names ("add.Tensor", "relu", "gelu" with approximate "tanh"), if fused.
 // `approximate` is gelu's string argument (ignored for other ops).
 std::optional<FOp> fused_op(const std::string& target, const std::string& approximate = "none");

@@ -33,8 +33,6 @@ using tessera::sdk::Error;
 using tessera::sdk::GraphView;
 using tessera::sdk::TensorSpan;
 
-constexpr int kThreads = 256;
-
 std::atomic<uint64_t> g_launches{0}, g_compiles{0}, g_cache_hits{0};
 
 int device_arch(int device, int* sm_count) {
@@ -61,7 +59,6 @@ struct Fused {
   int32_t dtype = 0;
   int sm_count = 1;
   cf::FusedProgram program;
-  bool rows = false;  // a row program (Note [Fused row reductions])
   cudaLibrary_t library = nullptr;
   cudaKernel_t kernel = nullptr;
 };
@@ -82,7 +79,6 @@ class Compiler final : public tessera::sdk::CompilerBase<Fused> {
     f->device = tessera::sdk::device_index_of(device, "cuda");
     f->program = cf::lower(g);
     f->dtype = int32_t(f->program.dtype);  // FDType spells tessera_dtype_t's codes
-    f->rows = cf::is_row_program(f->program);
     const cf::NvrtcApi& nvrtc = cf::nvrtc_api();
     if (!nvrtc.loaded) throw Error(TESSERA_STATUS_UNAVAILABLE, CUDA_COMPILER ": " + nvrtc.error);
     DeviceGuard guard(f->device);
@@ -145,33 +141,18 @@ class Compiler final : public tessera::sdk::CompilerBase<Fused> {
       TESSERA_SDK_CHECK(outputs[o].is_contiguous(), CUDA_COMPILER ": output " + std::to_string(o) + " is not contiguous");
       outs.push_back(arg(outputs[o], "output " + std::to_string(o)));
     }
-    cf::TsArgs a{};
-    cf::LaunchShape shape;
+    cf::LaunchPlan plan;
     try {
-      shape = cf::fill_args(f.program, ins, outs, &a);
+      plan = cf::plan_launch(f.program, ins, outs, f.sm_count);
     } catch (const std::invalid_argument& e) {
       throw Error(TESSERA_STATUS_INVALID_ARGUMENT, CUDA_COMPILER ": " + std::string(e.what()));
     }
-    int64_t blocks = 0, threads = kThreads;
-    if (!f.rows) {
-      blocks = std::min<int64_t>((shape.n + kThreads - 1) / kThreads, int64_t(f.sm_count) * 16);
-    } else if (shape.rows > 0) {
-      // Note [Fused row reductions]: an empty row has no amax / amin.
-      if (const char* op = cf::needs_nonempty_rows(f.program); op && shape.k == 0)
-        throw Error(TESSERA_STATUS_INVALID_ARGUMENT,
-                    std::string(op) +
-                        ": cannot reduce over the last dimension of size 0 (in a fused kernel of " +
-                        CUDA_COMPILER + "); the operation has no identity");
-      const cf::RowLaunch l = cf::row_launch(shape.rows, shape.k, f.sm_count);
-      blocks = l.blocks;
-      threads = l.threads;
-    }
-    if (blocks == 0) return;
+    if (plan.blocks == 0) return;
     DeviceGuard guard(f.device);
-    void* args[] = {&a};
+    void* args[] = {&plan.args};
     const cudaError_t err =
-        cudaLaunchKernel(reinterpret_cast<const void*>(f.kernel), dim3(unsigned(blocks)),
-                         dim3(unsigned(threads)), args, 0, static_cast<cudaStream_t>(stream));
+        cudaLaunchKernel(reinterpret_cast<const void*>(f.kernel), dim3(unsigned(plan.blocks)),
+                         dim3(unsigned(plan.threads)), args, 0, static_cast<cudaStream_t>(stream));
     if (err != cudaSuccess) {
       cudaGetLastError();
       throw Error(TESSERA_STATUS_INTERNAL,
