@@ -7,11 +7,14 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <map>
 #include <thread>
 
 #include "temp_dir_util.h"
 #include "tessera/compiler/codegen.h"
 #include "tessera/compiler/compile.h"
+#include "tessera/compiler/export.h"
+#include "tessera/compiler/passes.h"
 #include "tessera/log.h"
 #include "tessera/tessera.h"
 
@@ -644,4 +647,91 @@ TEST(Compile, ClampRunsEagerlyExportedInterpretedAndCompiled) {
   expect_values(tessera::clamp(tessera::tensor(std::vector<float>{-1, 0, 3}), 2, 1), {1, 1, 1}, "min > max");
   expect_values(tessera::clamp(tessera::tensor(std::vector<float>{-1, 0, 3}), std::nullopt, 0.5), {-1, 0, 0.5},
                 "max only");
+}
+
+// Note [Random ops in a program]: a compiled function draws fresh numbers on every call, from the
+// default generator as the eager function does, so after the same manual_seed both draw the same
+// numbers; an exported program run twice draws twice.
+TEST(Compile, RandomOpsDrawFreshNumbersEveryCallAsEagerDoes) {
+  const auto fn = [](const std::vector<Tensor>& in) {
+    return std::vector<Tensor>{in[0] + tessera::rand({64}), tessera::randn({3, 5})};
+  };
+  const Tensor x = tessera::arange(0, 64).to(DType::Float32);
+  for (const char* backend : {"interpreter", "cpp"}) {
+    SCOPED_TRACE(backend);
+    CompiledFunction f = tessera::compile(fn, options(false, backend));
+    f({x});  // the capture draws too: take it out of the comparison
+    const std::vector<Tensor> a = f({x}), b = f({x});
+    EXPECT_FALSE(tessera::equal(a[0], b[0])) << "two calls drew the same uniform numbers";
+    EXPECT_FALSE(tessera::equal(a[1], b[1])) << "two calls drew the same normal numbers";
+    tessera::manual_seed(1234);
+    const std::vector<Tensor> got = f({x});
+    tessera::manual_seed(1234);
+    const std::vector<Tensor> want = fn({x});
+    EXPECT_TRUE(tessera::equal(got[0], want[0])) << "the compiled call drew other numbers than eager";
+    EXPECT_TRUE(tessera::equal(got[1], want[1]));
+    const std::vector<double> u = values(got[0] - x);
+    for (double v : u) {
+      EXPECT_GE(v, 0);
+      EXPECT_LT(v, 1);
+    }
+  }
+  tessera::compiler::ExportedProgram ep = tessera::export_program(fn, {x});
+  EXPECT_FALSE(tessera::equal(ep.run({x})[1], ep.run({x})[1])) << "an exported program repeated its numbers";
+}
+
+// Note [Constants written in place]: a tensor the function allocates and fills in place is a
+// constant of the program; a call writes a fresh copy, so an earlier call's output is not
+// overwritten by a later call and the constant stays as captured, through the passes too.
+TEST(Compile, OutputsOfTensorsFilledInPlaceAreFreshEveryCall) {
+  const auto fn = [](const std::vector<Tensor>& in) {
+    Tensor t = tessera::zeros({4});
+    t.add_(in[0]);
+    Tensor u = tessera::zeros({4}) * 2.0;  // a chain the folding pass could compute ahead
+    u.add_(in[0], 3.0);
+    return std::vector<Tensor>{t, u};
+  };
+  const Tensor one = tessera::ones({4}), five = tessera::full({4}, 5.0);
+  for (const char* backend : {"interpreter", "cpp"}) {
+    SCOPED_TRACE(backend);
+    CompiledFunction f = tessera::compile(fn, options(false, backend));
+    const std::vector<Tensor> a = f({one});
+    const std::vector<Tensor> b = f({five});
+    expect_values(a[0], {1, 1, 1, 1}, "the first call's output after a second call");
+    expect_values(a[1], {3, 3, 3, 3}, "the first call's second output after a second call");
+    expect_values(b[0], {5, 5, 5, 5}, "the second call");
+    expect_values(b[1], {15, 15, 15, 15}, "the second call's second output");
+  }
+  tessera::compiler::ExportedProgram ep = tessera::export_program(fn, {one});
+  tessera::compiler::PassManager::default_pipeline().run(ep);
+  EXPECT_NE(ep.graph_string().find("clone("), std::string::npos) << ep.graph_string();
+  // The constants' bytes (an allocation's, whatever they are) before and after two runs.
+  std::map<std::string, std::vector<unsigned char>> before;
+  auto bytes = [](const Tensor& w) {
+    const Tensor c = w.contiguous();
+    const auto* p = static_cast<const unsigned char*>(c.raw_const_data_ptr());
+    return std::vector<unsigned char>(p, p + c.numel() * int64_t(c.itemsize()));
+  };
+  for (const auto& [name, w] : ep.weights) before[name] = bytes(w);
+  const std::vector<Tensor> first = ep.run({one});
+  ep.run({five});
+  expect_values(first[0], {1, 1, 1, 1}, "an exported program's first run");
+  expect_values(first[1], {3, 3, 3, 3}, "an exported program's first run, second output");
+  ASSERT_FALSE(ep.weights.empty());
+  for (const auto& [name, w] : ep.weights) EXPECT_EQ(bytes(w), before[name]) << "constant " << name << " was written by a run";
+  // A chain from a tensor fn closes over, written in place after it: folding must not make the
+  // chain's result a constant that runs then write.
+  const Tensor w = tessera::ones({4});
+  tessera::compiler::ExportedProgram chain = tessera::export_program(
+      [&w](const std::vector<Tensor>& in) {
+        Tensor c = w * 2.0;
+        c.add_(in[0]);
+        return std::vector<Tensor>{c};
+      },
+      {one});
+  tessera::compiler::PassManager::default_pipeline().run(chain);
+  const Tensor c1 = chain.run({one})[0];
+  const Tensor c2 = chain.run({five})[0];
+  expect_values(c1, {3, 3, 3, 3}, "the first run of a folded chain written in place");
+  expect_values(c2, {7, 7, 7, 7}, "the second run of a folded chain written in place");
 }

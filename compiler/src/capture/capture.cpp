@@ -7,6 +7,7 @@
 
 #include "capture/capture_shapes.h"
 #include "capture/view_geometry.h"
+#include "passes/graph_edit.h"
 #include "tessera/autograd.h"
 #include "tessera/compiler/export.h"
 #include "tessera/dispatcher.h"
@@ -688,6 +689,7 @@ ExportedProgram export_program(const ExportFn& fn, const std::vector<Tensor>& ex
   // User inputs first, then weights in the order of first use (Signature's contract).
   std::stable_partition(tr.ep.signature.inputs.begin(), tr.ep.signature.inputs.end(),
                         [](const InputSpec& s) { return s.kind == InputKind::UserInput; });
+  compiler::copy_written_constants(tr.ep);  // Note [Constants written in place]
   return std::move(tr.ep);
 }
 

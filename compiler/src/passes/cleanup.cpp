@@ -1,4 +1,5 @@
 // Dead-code and common-subexpression elimination. Note [Passes] in tessera/compiler/passes.h.
+#include <algorithm>
 #include <unordered_map>
 
 #include "passes/graph_edit.h"
@@ -36,9 +37,12 @@ bool eliminate_common_subexpressions(ExportedProgram& ep) {
   std::unordered_map<std::string, size_t> seen;  // key -> index of the first node
   std::vector<bool> erase(g.nodes.size(), false);
   bool changed = false;
+  // Note [Constants written in place]: two writers must not share one tensor.
+  const std::set<ValueId> written = written_in_place(g);
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     Node& n = g.nodes[i];
     if (n.kind != NodeKind::Call || writes_in_place(n.target)) continue;
+    if (std::any_of(n.outputs.begin(), n.outputs.end(), [&](ValueId v) { return written.count(v) > 0; })) continue;
     auto [it, fresh] = seen.emplace(arguments_key(n), i);
     if (fresh) continue;
     const Node& first = g.nodes[it->second];

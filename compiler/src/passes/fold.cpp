@@ -17,9 +17,12 @@ bool fold_constants(ExportedProgram& ep) {
   std::vector<Node> folded_placeholders;
   std::vector<bool> erase(g.nodes.size(), false);
   int next = 0;
+  // Note [Constants written in place]: a value a node writes in place stays computed by the run.
+  const std::set<ValueId> written = written_in_place(g);
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     const Node& n = g.nodes[i];
     if (n.kind != NodeKind::Call || writes_in_place(n.target)) continue;
+    if (std::any_of(n.outputs.begin(), n.outputs.end(), [&](ValueId v) { return written.count(v) > 0; })) continue;
     bool all_known = true;
     for (const Argument& a : n.args)
       for (ValueId v : a.values) all_known = all_known && known[size_t(v)].defined();

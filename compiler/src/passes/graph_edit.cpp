@@ -39,6 +39,37 @@ bool writes_in_place(const std::string& target) {
   return false;
 }
 
+std::set<ValueId> written_in_place(const Graph& g) {
+  std::set<ValueId> out;
+  for (const Node& n : g.nodes)
+    if (n.kind == NodeKind::Call && !n.args.empty() && n.args[0].kind == Argument::Kind::Tensor &&
+        writes_in_place(n.target))
+      out.insert(n.args[0].values.at(0));
+  return out;
+}
+
+bool copy_written_constants(ExportedProgram& ep) {
+  Graph& g = ep.graph;
+  std::set<ValueId> constants;
+  for (const InputSpec& in : ep.signature.inputs)
+    if (in.kind != InputKind::UserInput && !ep.live_weights.count(in.name)) constants.insert(in.value);
+  std::vector<Node> nodes;
+  bool changed = false;
+  for (Node& n : g.nodes) {
+    if (n.kind == NodeKind::Call && !n.args.empty() && n.args[0].kind == Argument::Kind::Tensor &&
+        constants.count(n.args[0].values.at(0)) && writes_in_place(n.target)) {
+      const ValueId constant = n.args[0].values.at(0);
+      const ValueId copy = g.add_value(g.type(constant));
+      nodes.push_back({NodeKind::Call, "clone", {Argument::tensor(constant)}, {copy}});
+      n.args[0].values[0] = copy;
+      changed = true;
+    }
+    nodes.push_back(std::move(n));
+  }
+  g.nodes = std::move(nodes);
+  return changed;
+}
+
 std::string arguments_key(const Node& n) {
   std::string key = n.target + "(";
   for (const Argument& a : n.args) {

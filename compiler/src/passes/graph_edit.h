@@ -1,5 +1,6 @@
 // Helpers the passes share (private to compiler/src/passes).
 #pragma once
+#include <set>
 #include <string>
 #include <vector>
 
@@ -16,6 +17,19 @@ size_t first_non_placeholder(const Graph& g);
 // True for ops that write in place or draw random numbers (tagged "inplace" or "random" in the
 // contract; for an op a plugin defined, a return that aliases an input), and for unknown ops.
 bool writes_in_place(const std::string& target);
+// Note [Constants written in place]
+// A tensor fn allocates and then writes in place (zeros(n).add_(x), empty(n).uniform_()) is lifted
+// as a constant of the program (Note [Program state]: it does not outlive fn). A run must not write
+// that constant itself: every call would return the same memory, a later call overwriting what an
+// earlier one returned, and the constant would change under the program. export_program ends with
+// copy_written_constants: each in-place write whose target is a constant placeholder (a weight the
+// program does not read where it lives) writes a clone instead, made afresh by every run. The
+// passes keep every node whose output is written in place (written_in_place): folding such a
+// clone, or a chain like zeros(n) * 2 before an add_, would make a constant the run writes again,
+// and merging two clones would give two writers one tensor.
+std::set<ValueId> written_in_place(const Graph& g);
+// Returns whether it inserted any clone.
+bool copy_written_constants(ExportedProgram& ep);
 // The printed form of a node's arguments, a key for comparing nodes.
 std::string arguments_key(const Node& n);
 

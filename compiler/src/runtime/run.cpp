@@ -16,6 +16,8 @@
 #include "tessera/autograd.h"
 #include "tessera/dispatcher.h"
 #include "tessera/error.h"
+#include "tessera/generator.h"
+#include "tessera/op_info.h"
 #include "tessera/ops.h"
 
 namespace tessera::compiler {
@@ -45,6 +47,28 @@ Tensor wrapped_number(const Constant& c) {
   }
   t.impl()->set_wrapped_number(true);
   return t;
+}
+
+// Note [Random ops in a program]
+// A random op (tagged "random": uniform_, normal_) takes the Philox seed and offset as arguments,
+// and capture records those of the call it saw as constants. Run as recorded, every run of a
+// program would draw the numbers of that one call. So a run reserves the op's counter values from
+// the default generator of its tensor's device at the node, as eager mode does at the call
+// (Note [Generators]), and passes those: every run draws fresh numbers, and after
+// tessera::manual_seed(s) a program draws what the eager function draws after the same seed.
+void draw_fresh_counters(const FunctionSchema& schema, Stack& args) {
+  int seed = -1, offset = -1;
+  for (size_t i = 0; i < schema.arguments.size() && i < args.size(); ++i) {
+    if (schema.arguments[i].name == "seed") seed = int(i);
+    if (schema.arguments[i].name == "offset") offset = int(i);
+  }
+  const Tensor* self = args.empty() ? nullptr : std::get_if<Tensor>(&args[0]);
+  if (seed < 0 || offset < 0 || !self) return;
+  // The generator eager mode's random_fill takes: the default one of the storage's device.
+  const Device d = self->storage() ? self->storage()->device() : self->device();
+  const GeneratorState s = detail::default_generator_unchecked(d.type(), d.index()).reserve(uint64_t(self->numel()));
+  args[size_t(seed)] = int64_t(s.seed);
+  args[size_t(offset)] = int64_t(s.offset);
 }
 
 }  // namespace
@@ -102,6 +126,9 @@ std::vector<Tensor> execute_node(const Graph& graph, const Node& n, const std::v
             break;
         }
       }
+      // Note [Random ops in a program]: fresh numbers every run, from the device's default generator.
+      if (const op::OpInfo* info = op::find_op_info(n.target); info && info->has(op::kTagRandom))
+        draw_fresh_counters(schema, args);
       bool any_tensor = false;
       for (const Argument& a : n.args)
         any_tensor = any_tensor || a.kind == Argument::Kind::Tensor || a.kind == Argument::Kind::TensorList;
