@@ -139,8 +139,12 @@ if [ -x "$B/bin/test_sparse_cuda" ]; then
   tail -3 "$OUTDIR/test_sparse_cuda.log"
 fi
 if [ -x "$B/bin/test_cuda_compiler_plugin" ]; then
-  compiler_tests() {  # the fused kernels must run on a GPU machine, not skip
-    TESSERA_REQUIRE_CUDA=1 "$B/bin/test_cuda_compiler_plugin" --gtest_output="xml:$OUTDIR/test_cuda_compiler_plugin.xml" || return
+  # The fused kernels must run on a GPU machine, not skip. The host runs of the generated source
+  # build it with the CPU machine's C++ compiler and SDK headers (tests/cuda/host_kernel.h), which a
+  # bundle does not carry: they ran there, and are left out here.
+  compiler_tests() {
+    TESSERA_REQUIRE_CUDA=1 "$B/bin/test_cuda_compiler_plugin" --gtest_filter=-CudaCompilerPlugin.LoweredReductionsRunOnTheHostLikeDoubleLoops \
+      --gtest_output="xml:$OUTDIR/test_cuda_compiler_plugin.xml" || return
     ! grep -q '^\[  SKIPPED \]' "$OUTDIR/test_cuda_compiler_plugin.log"
   }
   export -f compiler_tests
