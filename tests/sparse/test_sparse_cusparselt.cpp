@@ -99,6 +99,22 @@ TEST(SparseCusparseLtPath, RefusalsNameTheConstraint) {
             std::string::npos);
 }
 
+// Only a refusal that lasts is remembered for the shape; a failure that may pass (memory,
+// resources, a launch) is tried again on the next call. The values are cusparse.h's (the plugin
+// checks them at compile time); an independent list of its enum, written out here.
+TEST(SparseCusparseLtPath, OnlyLastingRefusalsAreRemembered) {
+  enum {
+    kSuccess = 0, kNotInitialized = 1, kAllocFailed = 2, kInvalidValue = 3, kArchMismatch = 4, kMappingError = 5,
+    kExecutionFailed = 6, kInternalError = 7, kMatrixTypeNotSupported = 8, kZeroPivot = 9, kNotSupported = 10,
+    kInsufficientResources = 11
+  };
+  for (int s : {kInvalidValue, kArchMismatch, kMatrixTypeNotSupported, kNotSupported})
+    EXPECT_TRUE(scu::lasting_refusal(s)) << s;
+  for (int s : {kSuccess, kNotInitialized, kAllocFailed, kMappingError, kExecutionFailed, kInternalError, kZeroPivot,
+                kInsufficientResources})
+    EXPECT_FALSE(scu::lasting_refusal(s)) << s;
+}
+
 TEST(SparseCusparseLtPath, TheEnvironmentNamesAPathOrWarns) {
   std::string warning;
   EXPECT_EQ(scu::parse_path_request(nullptr, &warning), PathRequest::Auto);

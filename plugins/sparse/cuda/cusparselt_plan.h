@@ -20,7 +20,9 @@
 //    it is not yet measured here (bench_sparse_cuda times every path per batch for that).
 // What cuSPARSELt takes (cusparselt_refusal): f16 or bf16; rows and cols multiples of 16 (the
 // structured matrix), batch a multiple of 8 (the dense operands), every pointer 16-byte aligned;
-// the library may still refuse a descriptor, and that shape is then remembered as refused.
+// the library may still refuse a descriptor, and that shape is then remembered as refused, when
+// the refusal lasts (lasting_refusal): a failure that may pass (memory, resources, a launch) is
+// reported for the call and tried again on the next.
 // The weight is compressed once: the GPU rebuilds the dense pruned weight from the mma.sp layout
 // (mma_slot_position), cuSPARSELt compresses it, and the result is cached under the weight's
 // device address and storage version (Note [Storage version]); a new version at the same address
@@ -74,6 +76,16 @@ inline PathRequest parse_path_request(const char* value, std::string* warning) {
 
 // Why cuSPARSELt cannot take y (batch, rows) = x (batch, cols) W^T with W (rows, cols) of `dtype`,
 // or empty when it can. `aligned`: every pointer of the call is 16-byte aligned.
+// cuSPARSELt's statuses that say it does not take a case (cusparseStatus_t's values; the plugin
+// checks them against cusparse.h): INVALID_VALUE, ARCH_MISMATCH, MATRIX_TYPE_NOT_SUPPORTED,
+// NOT_SUPPORTED. Every other failure (ALLOC_FAILED, INSUFFICIENT_RESOURCES, EXECUTION_FAILED,
+// INTERNAL_ERROR, ...) and every CUDA error may pass, and is not remembered.
+inline constexpr int kLtInvalidValue = 3, kLtArchMismatch = 4, kLtMatrixTypeNotSupported = 8, kLtNotSupported = 10;
+inline bool lasting_refusal(int status) {
+  return status == kLtInvalidValue || status == kLtArchMismatch || status == kLtMatrixTypeNotSupported ||
+         status == kLtNotSupported;
+}
+
 inline std::string cusparselt_refusal(int32_t dtype, int64_t rows, int64_t cols, int64_t batch,
                                       bool aligned) {
   if (dtype != TESSERA_DTYPE_FLOAT16 && dtype != TESSERA_DTYPE_BFLOAT16)

@@ -16,6 +16,9 @@ namespace tessera::sparse_cuda {
 namespace {
 
 constexpr uint32_t kAlignment = 16;
+static_assert(kLtInvalidValue == CUSPARSE_STATUS_INVALID_VALUE && kLtArchMismatch == CUSPARSE_STATUS_ARCH_MISMATCH &&
+              kLtMatrixTypeNotSupported == CUSPARSE_STATUS_MATRIX_TYPE_NOT_SUPPORTED &&
+              kLtNotSupported == CUSPARSE_STATUS_NOT_SUPPORTED);
 
 std::atomic<uint64_t> g_matmuls{0}, g_compressions{0};
 
@@ -105,12 +108,15 @@ cusparseStatus_t structured(const CusparseLtApi& api, const lt::Handle* h, const
 
 // Compresses the weight of `c` into a new device block: the dense pruned weight rebuilt from the
 // layout in a stream-ordered temporary, then cusparseLtSpMMACompress2.
+// `lasting` says whether a failure is cuSPARSELt not taking the case (lasting_refusal).
 std::shared_ptr<DeviceBlock> compress(const CusparseLtApi& api, const lt::Handle* h, const LtCall& c,
-                                      std::string* error) {
+                                      std::string* error, bool* lasting) {
+  *lasting = false;
   lt::MatDescriptor desc{};
   cusparseStatus_t st = structured(api, h, c, &desc);
   if (st != CUSPARSE_STATUS_SUCCESS) {
     *error = lt_error(api, "cusparseLtStructuredDescriptorInit", st);
+    *lasting = lasting_refusal(int(st));
     return nullptr;
   }
   size_t compressed_bytes = 0, buffer_bytes = 0;
@@ -118,6 +124,7 @@ std::shared_ptr<DeviceBlock> compress(const CusparseLtApi& api, const lt::Handle
   if (st != CUSPARSE_STATUS_SUCCESS) {
     api.mat_descriptor_destroy(&desc);
     *error = lt_error(api, "cusparseLtSpMMACompressedSize2", st);
+    *lasting = lasting_refusal(int(st));
     return nullptr;
   }
   auto out = std::make_shared<DeviceBlock>();
@@ -129,11 +136,15 @@ std::shared_ptr<DeviceBlock> compress(const CusparseLtApi& api, const lt::Handle
   std::string plan_error;
   if (err == cudaSuccess && !mma_layout_plan(c.rows, c.cols, &plan, &plan_error)) {
     *error = plan_error;
+    *lasting = true;  // the shape has no mma.sp layout: it never will
   } else if (err == cudaSuccess) {
     err = expand_mma_layout(c.layout, plan, dense, c.stream);
     if (err == cudaSuccess) {
       st = api.compress2(h, &desc, 1, CUSPARSE_OPERATION_NON_TRANSPOSE, dense, out->p, buffer, c.stream);
-      if (st != CUSPARSE_STATUS_SUCCESS) *error = lt_error(api, "cusparseLtSpMMACompress2", st);
+      if (st != CUSPARSE_STATUS_SUCCESS) {
+        *error = lt_error(api, "cusparseLtSpMMACompress2", st);
+        *lasting = lasting_refusal(int(st));
+      }
     }
   }
   if (err != cudaSuccess) *error = std::string("compressing the weight: ") + cudaGetErrorString(err);
@@ -149,7 +160,8 @@ std::shared_ptr<DeviceBlock> compress(const CusparseLtApi& api, const lt::Handle
 }
 
 std::shared_ptr<Plan> make_plan(const CusparseLtApi& api, const lt::Handle* h, const LtCall& c,
-                                std::string* error) {
+                                std::string* error, bool* lasting) {
+  *lasting = false;
   auto p = std::make_shared<Plan>();
   p->api = &api;
   const cudaDataType t = cuda_type(c.dtype);
@@ -197,6 +209,7 @@ std::shared_ptr<Plan> make_plan(const CusparseLtApi& api, const lt::Handle* h, c
   }
   if (st != CUSPARSE_STATUS_SUCCESS) {
     *error = lt_error(api, what, st);
+    *lasting = lasting_refusal(int(st));
     return nullptr;
   }
   return p;
@@ -224,11 +237,12 @@ std::string cusparselt_run(const LtCall& c) {
     std::lock_guard<std::mutex> lock(s.mu);
     if (Compressed* hit = s.compressed.find(ckey)) weight = hit->block;
   }
+  bool lasting = false;
   if (!weight) {
-    weight = compress(api, h, c, &error);
+    weight = compress(api, h, c, &error, &lasting);
     if (!weight) {
       std::lock_guard<std::mutex> lock(s.mu);
-      s.refused.insert(shape);
+      if (lasting) s.refused.insert(shape);
       return error;
     }
     if (c.version != 0) {
@@ -248,10 +262,10 @@ std::string cusparselt_run(const LtCall& c) {
     if (auto* hit = s.plans.find(pkey)) plan = *hit;
   }
   if (!plan) {
-    plan = make_plan(api, h, c, &error);
+    plan = make_plan(api, h, c, &error, &lasting);
     if (!plan) {
       std::lock_guard<std::mutex> lock(s.mu);
-      s.refused.insert(shape);
+      if (lasting) s.refused.insert(shape);
       return error;
     }
     std::vector<std::shared_ptr<Plan>> out;
