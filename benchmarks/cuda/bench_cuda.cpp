@@ -3,6 +3,7 @@
 // reference; goals in docs/cuda.md):
 //   matmul f16/bf16 n = 1024..8192     vs cuBLASLt called directly on the same buffers (goal >= 0.95)
 //   add, softmax                       vs a device-to-device copy moving the same bytes (goal >= 0.8)
+//   max / avg pooling (BM_Pool2d on cuDNN, BM_Pool2dKernel the plugin's kernel) vs a copy of the input
 //   SDPA seq 1024/4096, head dim 64/128 vs the math path matmul + softmax + matmul: BM_Sdpa as a user
 //                                      gets it (cuDNN's fused attention), BM_SdpaFlash / BM_SdpaSimt
 //                                      the plugin's tensor-core / CUDA-core flash kernels
@@ -125,6 +126,54 @@ void BM_Softmax(benchmark::State& state, DType dtype) {
   state.SetLabel("reference: cudaMemcpy D2D of the same bytes");
 }
 
+// A counter in cuda:0's device properties ("cudnn_sdpa_calls"), -1 when not reported.
+int64_t cuda_counter(const std::string& name) {
+  for (const tessera::DeviceInfo& d : tessera::devices()) {
+    if (d.name != "cuda:0") continue;
+    const std::string key = "\"" + name + "\": ";
+    const size_t pos = d.properties.find(key);
+    return pos == std::string::npos ? -1 : std::stoll(d.properties.substr(pos + key.size()));
+  }
+  return -1;
+}
+
+// max_pool2d 3x3 / 2 (padding 1) or avg_pool2d 2x2 / 2 on a channels-last [32, 64, 112, 112]
+// input (a ResNet stem's pooling): `cudnn` as a user gets it (Note [Pooling on cuDNN]), else the
+// plugin's kernel (TESSERA_CUDA_CUDNN_POOLING=0). Reference: a device copy of the input's bytes.
+void BM_Pool2d(benchmark::State& state, DType dtype, bool max, bool cudnn) {
+  if (const std::string why = no_device_reason(); !why.empty()) {
+    state.SkipWithError(why.c_str());
+    return;
+  }
+  if (cudnn)
+    unsetenv("TESSERA_CUDA_CUDNN_POOLING");
+  else
+    setenv("TESSERA_CUDA_CUDNN_POOLING", "0", 1);
+  const Tensor x =
+      tessera::contiguous(tessera::randn({32, 64, 112, 112}).to(dtype), tessera::MemoryFormat::ChannelsLast)
+          .to("cuda:0");
+  const size_t bytes = size_t(x.numel()) * x.itemsize();
+  void *src = nullptr, *dst = nullptr;
+  cudaMalloc(&src, bytes);
+  cudaMalloc(&dst, bytes);
+  auto pool = [&] {
+    return max ? tessera::max_pool2d(x, {3, 3}, {2, 2}, {1, 1}) : tessera::avg_pool2d(x, {2, 2}, {2, 2});
+  };
+  const int64_t before = cuda_counter("cudnn_poolings");
+  benchmark::DoNotOptimize(pool());
+  sync();
+  const bool on_cudnn = cuda_counter("cudnn_poolings") > before;
+  run_with_reference(
+      state, [&] { benchmark::DoNotOptimize(pool()); },
+      [&] { cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, nullptr); }, 0, 2.0 * double(bytes));
+  cudaFree(src);
+  cudaFree(dst);
+  unsetenv("TESSERA_CUDA_CUDNN_POOLING");
+  state.counters["cudnn"] = on_cudnn ? 1 : 0;
+  state.SetLabel(std::string(on_cudnn ? "cuDNN pooling" : "the plugin's kernel") +
+                 "; reference: cudaMemcpy D2D of the input's bytes");
+}
+
 // copy_ with a conversion: `transposed` reads the source through a transposed view (the strided
 // kernel with 32-bit indices), else both are dense (the vectorised kernel).
 void BM_Copy(benchmark::State& state, DType from, DType to, bool transposed) {
@@ -172,15 +221,7 @@ void BM_MulNumber(benchmark::State& state, DType dtype) {
 // ---------------------------------------------------------------- attention: flash vs math
 
 // cuDNN's SDPA calls so far (the CUDA plugin's "cudnn_sdpa_calls" property), -1 when not reported.
-int64_t cudnn_sdpa_calls() {
-  for (const tessera::DeviceInfo& d : tessera::devices()) {
-    if (d.name != "cuda:0") continue;
-    const std::string key = "\"cudnn_sdpa_calls\": ";
-    const size_t pos = d.properties.find(key);
-    return pos == std::string::npos ? -1 : std::stoll(d.properties.substr(pos + key.size()));
-  }
-  return -1;
-}
+int64_t cudnn_sdpa_calls() { return cuda_counter("cudnn_sdpa_calls"); }
 
 // Which SDPA path a row times: what a user gets (cuDNN's fused attention where it takes the case,
 // Note [SDPA on cuDNN]), the plugin's tensor-core flash kernel, or its CUDA-core one.
@@ -369,6 +410,15 @@ void register_all() {
         ->Unit(benchmark::kMicrosecond)
         ->MinTime(0.3);
   }
+  for (auto [dtype, name] : {std::pair{tessera::kFloat16, "f16"}, std::pair{tessera::kFloat32, "f32"}})
+    for (bool max : {true, false})
+      for (bool cudnn : {true, false})
+        benchmark::RegisterBenchmark(
+            (std::string(cudnn ? "BM_Pool2d/" : "BM_Pool2dKernel/") + (max ? "max/" : "avg/") + name).c_str(),
+            BM_Pool2d, dtype, max, cudnn)
+            ->UseRealTime()
+            ->Unit(benchmark::kMicrosecond)
+            ->MinTime(0.3);
   for (bool transposed : {false, true}) {
     for (auto [from, to, name] : {std::tuple{tessera::kFloat32, tessera::kFloat16, "f32_f16"},
                                   std::tuple{tessera::kFloat32, tessera::kBFloat16, "f32_bf16"},

@@ -32,6 +32,10 @@ def row_specs():
         rows.append((f"BM_MulNumber/{dt}/{n}", "mul_number", dict(dt=dt, n=n)))
         for r, c in ((16384, 4096), (65536, 512)):
             rows.append((f"BM_Softmax/{dt}/{r}/{c}", "softmax", dict(dt=dt, r=r, c=c)))
+    for dt in ("f16", "f32"):
+        for op in ("max", "avg"):
+            rows.append((f"BM_Pool2d/{op}/{dt}", "pool", dict(dt=dt, op=op)))
+            rows.append((f"BM_Pool2dKernel/{op}/{dt}", "same_as", dict(row=f"BM_Pool2d/{op}/{dt}")))
     for transposed in (False, True):
         for pair in ("f32_f16", "f32_bf16", "f32_f32"):
             name = "BM_CopyTransposed" if transposed else "BM_Copy"
@@ -130,6 +134,13 @@ def measure(out_path, min_time, dev, only):
             elif kind == "softmax":
                 z = torch.randn(p["r"], p["c"], device=dev, dtype=dtypes[p["dt"]])
                 us = per_call(lambda: torch.softmax(z, -1))
+            elif kind == "pool":  # bench_cuda's BM_Pool2d: channels-last [32, 64, 112, 112]
+                z = torch.randn(32, 64, 112, 112, device=dev, dtype=dtypes[p["dt"]]).to(
+                    memory_format=torch.channels_last)
+                if p["op"] == "max":
+                    us = per_call(lambda: F.max_pool2d(z, 3, 2, 1))
+                else:
+                    us = per_call(lambda: F.avg_pool2d(z, 2, 2))
             elif kind == "copy":
                 src_dt, dst_dt = p["pair"].split("_")
                 src = torch.randn(p["n"], p["n"], device=dev, dtype=dtypes[src_dt])

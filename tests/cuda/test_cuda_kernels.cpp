@@ -1309,6 +1309,50 @@ TEST_F(CudaKernels, PoolingLikeTheCpu) {
   EXPECT_TRUE(std::isnan(values(tessera::max_pool2d(h.to("cuda:0"), {2, 2}))[0]));
 }
 
+// Note [Pooling on cuDNN]: floating max_pool2d / avg_pool2d run on cuDNN (its counter moves) and give
+// the CPU's results, NCHW and channels-last, NaN windows included; dilation and
+// TESSERA_CUDA_CUDNN_POOLING=0 run the plugin's kernel (the counter stays).
+TEST_F(CudaKernels, PoolingOnCudnnLikeTheCpu) {
+  unsetenv("TESSERA_CUDA_CUDNN_POOLING");
+  if (cuda_property("cudnn").find("version") == std::string::npos) {
+    ADD_FAILURE() << "cuDNN is not available: " << cuda_property("cudnn");
+    return;
+  }
+  auto poolings = [] { return std::stoll(cuda_property("cudnn_poolings")); };
+  for (DType t : {tessera::kFloat32, tessera::kFloat16, tessera::kBFloat16, tessera::kFloat64}) {
+    const std::string tn(tessera::dtype_name(t));
+    Tensor x = tessera::randn({2, 6, 15, 14});
+    x.data_ptr<float>()[3 * 14 + 4] = std::nanf("");  // a NaN in the first plane
+    x = x.to(t);
+    for (const bool channels_last : {false, true}) {
+      const Tensor xi = channels_last ? tessera::contiguous(x, tessera::MemoryFormat::ChannelsLast) : x;
+      const Tensor dx = xi.to("cuda:0");
+      const std::string what = tn + (channels_last ? " channels-last" : "");
+      int64_t before = poolings();
+      Tensor got;
+      EXPECT_RUNS_ON_CUDA("max_pool2d " + what, got = tessera::max_pool2d(dx, {3, 3}, {2, 2}, {1, 1}));
+      EXPECT_EQ(poolings(), before + 1) << "max_pool2d " << what << ": cuDNN did not run it";
+      expect_same(got, tessera::max_pool2d(xi, {3, 3}, {2, 2}, {1, 1}), "cuDNN max_pool2d " + what);
+      before = poolings();
+      EXPECT_RUNS_ON_CUDA("avg_pool2d " + what, got = tessera::avg_pool2d(dx, {3, 2}, {2, 1}, {1, 1}));
+      EXPECT_EQ(poolings(), before + 1) << "avg_pool2d " << what << ": cuDNN did not run it";
+      const Tol tol = t == tessera::kFloat64 ? Tol{1e-14, 1e-14} : tol_for(t);
+      expect_close(got, tessera::avg_pool2d(xi, {3, 2}, {2, 1}, {1, 1}), tol, "cuDNN avg_pool2d " + what);
+    }
+    // Dilation: the plugin's kernel.
+    const int64_t before = poolings();
+    expect_same(tessera::max_pool2d(x.to("cuda:0"), {2, 2}, {1, 1}, {0, 0}, {2, 2}),
+                tessera::max_pool2d(x, {2, 2}, {1, 1}, {0, 0}, {2, 2}), "dilated max_pool2d " + tn);
+    EXPECT_EQ(poolings(), before) << "cuDNN's pooling has no dilation";
+  }
+  setenv("TESSERA_CUDA_CUDNN_POOLING", "0", 1);
+  const Tensor x = tessera::randn({1, 3, 9, 9});
+  const int64_t before = poolings();
+  expect_same(tessera::max_pool2d(x.to("cuda:0"), {2, 2}), tessera::max_pool2d(x, {2, 2}), "max_pool2d, cuDNN off");
+  EXPECT_EQ(poolings(), before) << "TESSERA_CUDA_CUDNN_POOLING=0";
+  unsetenv("TESSERA_CUDA_CUDNN_POOLING");
+}
+
 // Note [Reproducible random numbers]: the same seed gives the CPU's numbers on the device: rand and
 // uniform_ bit for bit in every floating dtype (a strided self included), randn and normal_ within
 // the GPU's logf / cosf.

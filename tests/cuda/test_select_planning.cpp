@@ -225,6 +225,54 @@ TEST(ConvPlanning, TransposedConvIsTheBackwardDataOfItsConvolution) {
   EXPECT_NE(why.find("output_padding"), std::string::npos) << why;
 }
 
+// Note [Pooling on cuDNN]: the descriptors of max_pool2d / avg_pool2d problems, and what stays on the
+// plugin's kernel.
+TEST(PoolPlanning, CudnnDescriptorsAndRefusals) {
+  using tessera::cuda::CudnnPool;
+  using tessera::cuda::plan_cudnn_pool;
+  const int64_t x[4] = {2, 5, 13, 12}, y[4] = {2, 5, 7, 6};
+  const std::vector<int64_t> xst = packed({2, 5, 13, 12}, false), yst = packed({2, 5, 7, 6}, false);
+  const int64_t window[2] = {3, 2}, padding[2] = {1, 1}, stride[2] = {2, 2}, one[2] = {1, 1};
+  CudnnPool p;
+  ASSERT_EQ(plan_cudnn_pool(tessera::cuda::kDtF16, x, xst.data(), y, yst.data(), window, padding, stride, one, &p), "");
+  EXPECT_EQ(std::vector<int>(p.x, p.x + 4), (std::vector<int>{2, 5, 13, 12}));
+  EXPECT_EQ(std::vector<int>(p.x_strides, p.x_strides + 4), (std::vector<int>{780, 156, 12, 1}));
+  EXPECT_EQ(std::vector<int>(p.y, p.y + 4), (std::vector<int>{2, 5, 7, 6}));
+  EXPECT_EQ(std::vector<int>(p.y_strides, p.y_strides + 4), (std::vector<int>{210, 42, 6, 1}));
+  EXPECT_EQ(p.window[0], 3);
+  EXPECT_EQ(p.window[1], 2);
+  EXPECT_EQ(p.padding[1], 1);
+  EXPECT_EQ(p.stride[0], 2);
+  // Channels-last input and output: their strides as they lie (C innermost).
+  const std::vector<int64_t> xcl = packed({2, 5, 13, 12}, true), ycl = packed({2, 5, 7, 6}, true);
+  ASSERT_EQ(plan_cudnn_pool(tessera::cuda::kDtF32, x, xcl.data(), y, ycl.data(), window, padding, stride, one, &p), "");
+  EXPECT_EQ(std::vector<int>(p.x_strides, p.x_strides + 4), (std::vector<int>{780, 1, 60, 5}));
+  // A 3-D input is N = 1 with stride 0: the stride says nothing and becomes the span of the rest.
+  const int64_t x1[4] = {1, 5, 13, 12}, y1[4] = {1, 5, 7, 6};
+  const int64_t x1st[4] = {0, 156, 12, 1}, y1st[4] = {0, 42, 6, 1};
+  ASSERT_EQ(plan_cudnn_pool(tessera::cuda::kDtF64, x1, x1st, y1, y1st, window, padding, stride, one, &p), "");
+  EXPECT_EQ(p.x_strides[0], 780);
+  EXPECT_EQ(p.y_strides[0], 210);
+  // Refused: dilation, integers, sizes beyond int, an empty tensor.
+  const int64_t two[2] = {2, 1};
+  EXPECT_NE(plan_cudnn_pool(tessera::cuda::kDtF32, x, xst.data(), y, yst.data(), window, padding, stride, two, &p)
+                .find("dilation"),
+            std::string::npos);
+  EXPECT_NE(plan_cudnn_pool(tessera::cuda::kDtI64, x, xst.data(), y, yst.data(), window, padding, stride, one, &p)
+                .find("floating"),
+            std::string::npos);
+  const int64_t huge[4] = {1, 1, int64_t(1) << 31, 4}, huge_st[4] = {0, 0, 4, 1};
+  EXPECT_NE(plan_cudnn_pool(tessera::cuda::kDtF32, huge, huge_st, y, yst.data(), window, padding, stride, one, &p)
+                .find("beyond int"),
+            std::string::npos);
+  const int64_t wide[4] = {1, 70000, 70000, 1}, wide_st[4] = {0, 70000, 1, 1};  // a span of 4.9e9 elements
+  EXPECT_NE(plan_cudnn_pool(tessera::cuda::kDtF32, wide, wide_st, y, yst.data(), window, padding, stride, one, &p),
+            "");
+  const int64_t empty[4] = {0, 5, 13, 12};
+  EXPECT_NE(plan_cudnn_pool(tessera::cuda::kDtF32, empty, xst.data(), y, yst.data(), window, padding, stride, one, &p),
+            "");
+}
+
 // ---------------------------------------------------------------- _resize
 
 TEST(ResizeTaps, MatchValuesWorkedOutByHand) {

@@ -140,4 +140,55 @@ inline bool plan_conv_transpose(const Geometry& input, const Geometry& w, const 
   return true;
 }
 
+// Note [Pooling on cuDNN]
+// max_pool2d and avg_pool2d of float16, bfloat16, float32 and float64 run cuDNN's pooling forward
+// (cuDNN 9's legacy API) on the input and the output where they lie: their 4-D strides go into the
+// descriptors, so NCHW and channels-last need no copy. Max is CUDNN_POOLING_MAX_DETERMINISTIC with
+// NaN propagated (a window holding a NaN gives NaN, as PyTorch); avg is COUNT_INCLUDE_PADDING,
+// PyTorch's count_include_pad=True: in floor mode every window lies inside the padded input, so
+// both divide by kh * kw. What cuDNN's pooling cannot say runs on the plugin's kernel
+// (plan_cudnn_pool's refusal): dilation above 1, integer dtypes, sizes or strides beyond int; and so
+// does what cuDNN itself refuses before it queues anything (logged once). TESSERA_CUDA_CUDNN_POOLING=0
+// turns the path off (bench_cuda times both).
+struct CudnnPool {
+  int x[4] = {}, x_strides[4] = {}, y[4] = {}, y_strides[4] = {};  // [N, C, H, W] sizes, element strides
+  int window[2] = {}, padding[2] = {}, stride[2] = {};
+};
+
+// The descriptors of a pooling problem ([N, C, H, W] sizes and strides of input and output, window,
+// padding, stride, dilation) for cuDNN, or why it does not take it. A stride of a dim of size 1
+// says nothing (a 3-D input is N = 1 with stride 0): it is given the span of the other dims, which
+// cuDNN accepts.
+inline std::string plan_cudnn_pool(int32_t dtype, const int64_t x[4], const int64_t x_strides[4], const int64_t y[4],
+                                   const int64_t y_strides[4], const int64_t window[2], const int64_t padding[2],
+                                   const int64_t stride[2], const int64_t dilation[2], CudnnPool* out) {
+  if (dtype != kDtF16 && dtype != kDtBF16 && dtype != kDtF32 && dtype != kDtF64) return "not a floating dtype";
+  if (dilation[0] != 1 || dilation[1] != 1) return "dilation (cuDNN's pooling has none)";
+  constexpr int64_t kMax = std::numeric_limits<int>::max();
+  auto fits = [&](int64_t v) { return v >= 0 && v <= kMax; };
+  auto tensor = [&](const int64_t sizes[4], const int64_t strides[4], int dims[4], int st[4]) {
+    int64_t span = 1;
+    for (int d = 0; d < 4; ++d) {
+      if (!fits(sizes[d]) || sizes[d] == 0) return false;
+      if (sizes[d] > 1 && (!fits(strides[d]) || strides[d] == 0)) return false;
+      if (sizes[d] > 1) span = std::max(span, strides[d] * sizes[d]);
+    }
+    if (!fits(span)) return false;
+    for (int d = 0; d < 4; ++d) {
+      dims[d] = int(sizes[d]);
+      st[d] = int(sizes[d] > 1 ? strides[d] : span);
+    }
+    return true;
+  };
+  if (!tensor(x, x_strides, out->x, out->x_strides)) return "input sizes or strides beyond int, or empty";
+  if (!tensor(y, y_strides, out->y, out->y_strides)) return "output sizes or strides beyond int, or empty";
+  for (int i = 0; i < 2; ++i) {
+    if (!fits(window[i]) || !fits(padding[i]) || !fits(stride[i])) return "window, padding or stride beyond int";
+    out->window[i] = int(window[i]);
+    out->padding[i] = int(padding[i]);
+    out->stride[i] = int(stride[i]);
+  }
+  return {};
+}
+
 }  // namespace tessera::cuda

@@ -11,6 +11,7 @@
 #include "cudnn_attention.h"
 #include "cudnn_loader.h"
 #include "device_context.h"
+#include "ops.h"
 #include "tessera/cuda/cuda_plugin.h"
 #include "tessera/sdk.hpp"
 #include "tessera/text_escape.h"
@@ -356,6 +357,7 @@ std::string Backend::properties_json(int device) {
                     : dnn.loaded ? "float16/bfloat16 SDPA through cuDNN's fused attention"
                                  : "off: " + dnn.error)
      << "\", \"cudnn_sdpa_calls\": " << cudnn_sdpa_calls()
+     << ", \"cudnn_poolings\": " << cudnn_poolings_total()
      << ", \"allocator\": {\"allocated\": " << s.allocated_bytes << ", \"reserved\": " << s.reserved_bytes
      << ", \"cached\": " << s.cached_bytes << ", \"peak_allocated\": " << s.peak_allocated_bytes
      << ", \"hits\": " << s.hits << ", \"misses\": " << s.misses << ", \"splits\": " << s.splits

@@ -49,6 +49,10 @@ CudnnApi load_cudnn_from(const std::vector<std::string>& candidates) {
   ok &= resolve_symbol(lib, "cudnnDestroyActivationDescriptor", &api.destroy_activation, &missing);
   ok &= resolve_symbol(lib, "cudnnConvolutionBiasActivationForward", &api.convolution_bias_activation_forward,
                        &missing);
+  ok &= resolve_symbol(lib, "cudnnCreatePoolingDescriptor", &api.create_pooling, &missing);
+  ok &= resolve_symbol(lib, "cudnnSetPooling2dDescriptor", &api.set_pooling_2d, &missing);
+  ok &= resolve_symbol(lib, "cudnnDestroyPoolingDescriptor", &api.destroy_pooling, &missing);
+  ok &= resolve_symbol(lib, "cudnnPoolingForward", &api.pooling_forward, &missing);
   if (!ok) {
     api.error = api.path + " is not a usable cuDNN: " + missing;
     dlclose(lib);

@@ -5,8 +5,8 @@
 // (a full path), libcudnn.so.9 and libcudnn.so through the normal loader path, then the toolkit's
 // library folder known at build time and /usr/local/cuda/lib64. The GPU checks point
 // TESSERA_CUDA_CUDNN at PyTorch's copy (nvidia-cudnn) when the machine's toolkit has none. Only the
-// convolution entry points of cuDNN 9's legacy API are used (cudnn_cnn.h); a library older than 9
-// is refused.
+// convolution and pooling entry points of cuDNN 9's legacy API are used (cudnn_cnn.h, cudnn_ops.h); a
+// library older than 9 is refused. Without cuDNN, pooling runs on the plugin's own kernel.
 #pragma once
 #include <cudnn.h>
 
@@ -48,6 +48,11 @@ struct CudnnApi {
   decltype(&cudnnSetActivationDescriptor) set_activation = nullptr;
   decltype(&cudnnDestroyActivationDescriptor) destroy_activation = nullptr;
   decltype(&cudnnConvolutionBiasActivationForward) convolution_bias_activation_forward = nullptr;
+  // max_pool2d / avg_pool2d (Note [Pooling on cuDNN]).
+  decltype(&cudnnCreatePoolingDescriptor) create_pooling = nullptr;
+  decltype(&cudnnSetPooling2dDescriptor) set_pooling_2d = nullptr;
+  decltype(&cudnnDestroyPoolingDescriptor) destroy_pooling = nullptr;
+  decltype(&cudnnPoolingForward) pooling_forward = nullptr;
 };
 
 // Loads once (thread-safe) and returns the table; `loaded` says whether it can be used.

@@ -48,6 +48,7 @@ using sdk::TensorView;
 // INTERNAL error. Conversions into the call's own temporaries do not count.
 thread_local bool t_queued = false;
 std::atomic<uint64_t> g_kernel_launches{0};
+std::atomic<uint64_t> g_cudnn_poolings{0};
 
 [[noreturn]] void unimplemented(const KernelCall& call, const std::string& what) {
   if (t_queued)
@@ -1768,9 +1769,87 @@ void conv_transpose2d_kernel(const KernelCall& call) {
 
 // ---------------------------------------------------------------- pooling
 
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"  // cuDNN 9 marks its legacy pooling API
+
+// Note [Pooling on cuDNN] (conv_plan.h): true when cuDNN ran the pooling; false, with nothing queued,
+// when the plugin's kernel is to run it. TESSERA_CUDA_CUDNN_POOLING=0 turns the path off.
+bool cudnn_pooling(const KernelCall& call, const Launch& l, const PoolParams& p) {
+  const char* mode = sdk::host_api() && sdk::host_api()->getenv ? sdk::host_api()->getenv("TESSERA_CUDA_CUDNN_POOLING")
+                                                                : nullptr;
+  if (mode && std::string(mode) == "0") return false;
+  const CudnnApi& api = cudnn_api();
+  if (!api.loaded) return false;  // the device properties say why ("cudnn")
+  const int64_t x[4] = {p.n, p.c, p.h, p.w}, y[4] = {p.n, p.c, p.oh, p.ow};
+  const int64_t window[2] = {p.kh, p.kw}, padding[2] = {p.ph, p.pw}, stride[2] = {p.sh, p.sw}, dilation[2] = {p.dh, p.dw};
+  CudnnPool plan;
+  if (!plan_cudnn_pool(p.dtype, x, p.in_strides, y, p.out_strides, window, padding, stride, dilation, &plan).empty())
+    return false;
+  struct Descriptors {
+    const CudnnApi& api;
+    cudnnTensorDescriptor_t x = nullptr, y = nullptr;
+    cudnnPoolingDescriptor_t pool = nullptr;
+    ~Descriptors() {
+      if (pool) api.destroy_pooling(pool);
+      if (y) api.destroy_tensor(y);
+      if (x) api.destroy_tensor(x);
+    }
+  } d{api};
+  // A refusal before anything is queued: the plugin's kernel runs it, the first reason logged.
+  auto refused = [&](cudnnStatus_t st, const char* what) {
+    static std::once_flag logged;
+    std::call_once(logged, [&] {
+      sdk::log(TESSERA_LOG_INFO, "cuda",
+               std::string("cuDNN refused a pooling (") + what + ": " + api.get_error_string(st) +
+                   "); such calls run on the plugin's kernel");
+    });
+    return false;
+  };
+  const cudnnDataType_t type = cudnn_type(p.dtype);
+  cudnnStatus_t st = api.create_tensor(&d.x);
+  if (st == CUDNN_STATUS_SUCCESS)
+    st = api.set_tensor_4d_ex(d.x, type, plan.x[0], plan.x[1], plan.x[2], plan.x[3], plan.x_strides[0],
+                              plan.x_strides[1], plan.x_strides[2], plan.x_strides[3]);
+  if (st != CUDNN_STATUS_SUCCESS) return refused(st, "input descriptor");
+  st = api.create_tensor(&d.y);
+  if (st == CUDNN_STATUS_SUCCESS)
+    st = api.set_tensor_4d_ex(d.y, type, plan.y[0], plan.y[1], plan.y[2], plan.y[3], plan.y_strides[0],
+                              plan.y_strides[1], plan.y_strides[2], plan.y_strides[3]);
+  if (st != CUDNN_STATUS_SUCCESS) return refused(st, "output descriptor");
+  st = api.create_pooling(&d.pool);
+  if (st == CUDNN_STATUS_SUCCESS)
+    st = api.set_pooling_2d(d.pool, p.is_max ? CUDNN_POOLING_MAX_DETERMINISTIC : CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING,
+                            CUDNN_PROPAGATE_NAN, plan.window[0], plan.window[1], plan.padding[0], plan.padding[1],
+                            plan.stride[0], plan.stride[1]);
+  if (st != CUDNN_STATUS_SUCCESS) return refused(st, "pooling descriptor");
+  CudnnState& state = cudnn_state();
+  std::lock_guard<std::mutex> lock(state.mutex);
+  cudnnHandle_t& handle = state.handles[l.device];
+  if (!handle && (st = api.create(&handle)) != CUDNN_STATUS_SUCCESS) {
+    handle = nullptr;
+    return refused(st, "cudnnCreate");
+  }
+  if ((st = api.set_stream(handle, l.stream)) != CUDNN_STATUS_SUCCESS) return refused(st, "cudnnSetStream");
+  const float alpha_f = 1.0f, beta_f = 0.0f;
+  const double alpha_d = 1.0, beta_d = 0.0;
+  const bool f64 = p.dtype == kDtF64;
+  st = api.pooling_forward(handle, d.pool, f64 ? static_cast<const void*>(&alpha_d) : &alpha_f, d.x, p.in,
+                           f64 ? static_cast<const void*>(&beta_d) : &beta_f, d.y, p.out);
+  // cuDNN checks the problem before it launches: a failure here has queued nothing.
+  if (st != CUDNN_STATUS_SUCCESS) return refused(st, "cudnnPoolingForward");
+  t_queued = true;
+  g_kernel_launches.fetch_add(1, std::memory_order_relaxed);
+  g_cudnn_poolings.fetch_add(1, std::memory_order_relaxed);
+  (void)call;
+  return true;
+}
+
+#pragma GCC diagnostic pop
+
 // max_pool2d and avg_pool2d (PoolParams in launch.h). Attributes as the CPU kernel reads them: an
 // empty stride is the kernel size; what it refuses (non-positive sizes, padding above half the
-// kernel, an output of another shape) goes to the CPU fallback, which reports it.
+// kernel, an output of another shape) goes to the CPU fallback, which reports it. Floating dtypes go
+// to cuDNN first (Note [Pooling on cuDNN]).
 template <bool kMax>
 void pool2d_kernel(const KernelCall& call) {
   using A = op::max_pool2d::attr;
@@ -1821,6 +1900,7 @@ void pool2d_kernel(const KernelCall& call) {
     p.out_strides[i] = out.strides[size_t(i)];
   }
   p.channels_inner = out.strides[1] == 1 && p.c > 1;
+  if (cudnn_pooling(call, l, p)) return;
   check_launch(call, launch_pool2d(p, l.stream));
 }
 
@@ -2831,6 +2911,7 @@ constexpr uint64_t kF32Only = TESSERA_DTYPE_BIT(TESSERA_DTYPE_FLOAT32);
 }  // namespace
 
 uint64_t g_kernel_launches_total() { return g_kernel_launches.load(std::memory_order_relaxed); }
+uint64_t cudnn_poolings_total() { return g_cudnn_poolings.load(std::memory_order_relaxed); }
 
 void register_kernels(const sdk::Host& host) {
   // binary

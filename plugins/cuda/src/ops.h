@@ -13,5 +13,7 @@ void register_kernels(const sdk::Host& host);
 
 // Kernels and cuBLASLt matmuls queued by the ops so far (exported as tessera_cuda_kernel_launches).
 uint64_t g_kernel_launches_total();
+// Poolings cuDNN ran (Note [Pooling on cuDNN]; the device properties' "cudnn_poolings").
+uint64_t cudnn_poolings_total();
 
 }  // namespace tessera::cuda
