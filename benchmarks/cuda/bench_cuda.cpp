@@ -3,7 +3,8 @@
 // reference; goals in docs/cuda.md):
 //   matmul f16/bf16 n = 1024..8192     vs cuBLASLt called directly on the same buffers (goal >= 0.95)
 //   add, softmax                       vs a device-to-device copy moving the same bytes (goal >= 0.8)
-//   max / avg pooling (BM_Pool2d on cuDNN, BM_Pool2dKernel the plugin's kernel) vs a copy of the input
+//   max / avg pooling (BM_Pool2d on cuDNN, BM_Pool2dKernel the plugin's kernel), batch_norm
+//   (BM_BatchNorm on cuDNN, BM_BatchNormKernel) and layer_norm vs a copy of the input
 //   SDPA seq 1024/4096, head dim 64/128 vs the math path matmul + softmax + matmul: BM_Sdpa as a user
 //                                      gets it (cuDNN's fused attention), BM_SdpaFlash / BM_SdpaSimt
 //                                      the plugin's tensor-core / CUDA-core flash kernels
@@ -171,6 +172,46 @@ void BM_Pool2d(benchmark::State& state, DType dtype, bool max, bool cudnn) {
   unsetenv("TESSERA_CUDA_CUDNN_POOLING");
   state.counters["cudnn"] = on_cudnn ? 1 : 0;
   state.SetLabel(std::string(on_cudnn ? "cuDNN pooling" : "the plugin's kernel") +
+                 "; reference: cudaMemcpy D2D of the input's bytes");
+}
+
+// Inference batch_norm on [32, 64, 56, 56] (`cudnn` as a user gets it, Note [batch_norm on cuDNN],
+// else the plugin's path), and layer_norm over the last 1024 of [8192, 1024] (the plugin's kernel:
+// whether cuDNN would be faster is for the PyTorch column to say). Reference: a device copy of the
+// input's bytes.
+void BM_Norm(benchmark::State& state, DType dtype, bool batch, bool cudnn) {
+  if (const std::string why = no_device_reason(); !why.empty()) {
+    state.SkipWithError(why.c_str());
+    return;
+  }
+  if (cudnn)
+    unsetenv("TESSERA_CUDA_CUDNN_BATCH_NORM");
+  else
+    setenv("TESSERA_CUDA_CUDNN_BATCH_NORM", "0", 1);
+  const tessera::Device cuda("cuda:0");
+  const Tensor x = (batch ? tessera::randn({32, 64, 56, 56}) : tessera::randn({8192, 1024})).to(dtype).to(cuda);
+  const int64_t c = batch ? 64 : 1024;
+  const Tensor w = tessera::randn({c}).to(dtype).to(cuda), b = tessera::randn({c}).to(dtype).to(cuda);
+  const Tensor m = tessera::randn({c}).to(dtype).to(cuda), v = tessera::rand({c}).to(dtype).to(cuda) + 0.5;
+  const size_t bytes = size_t(x.numel()) * x.itemsize();
+  void *src = nullptr, *dst = nullptr;
+  cudaMalloc(&src, bytes);
+  cudaMalloc(&dst, bytes);
+  auto norm = [&] {
+    return batch ? tessera::batch_norm(x, w, b, m, v, false, 0.1, 1e-5, true) : tessera::layer_norm(x, {1024}, w, b);
+  };
+  const int64_t before = cuda_counter("cudnn_batch_norms");
+  benchmark::DoNotOptimize(norm());
+  sync();
+  const bool on_cudnn = cuda_counter("cudnn_batch_norms") > before;
+  run_with_reference(
+      state, [&] { benchmark::DoNotOptimize(norm()); },
+      [&] { cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, nullptr); }, 0, 2.0 * double(bytes));
+  cudaFree(src);
+  cudaFree(dst);
+  unsetenv("TESSERA_CUDA_CUDNN_BATCH_NORM");
+  state.counters["cudnn"] = on_cudnn ? 1 : 0;
+  state.SetLabel(std::string(on_cudnn ? "cuDNN" : "the plugin's kernels") +
                  "; reference: cudaMemcpy D2D of the input's bytes");
 }
 
@@ -419,6 +460,13 @@ void register_all() {
             ->UseRealTime()
             ->Unit(benchmark::kMicrosecond)
             ->MinTime(0.3);
+  for (auto [dtype, name] : {std::pair{tessera::kFloat16, "f16"}, std::pair{tessera::kFloat32, "f32"}})
+    for (auto [batch, cudnn, row] : {std::tuple{true, true, "BM_BatchNorm/"}, std::tuple{true, false, "BM_BatchNormKernel/"},
+                                     std::tuple{false, false, "BM_LayerNorm/"}})
+      benchmark::RegisterBenchmark((std::string(row) + name).c_str(), BM_Norm, dtype, batch, cudnn)
+          ->UseRealTime()
+          ->Unit(benchmark::kMicrosecond)
+          ->MinTime(0.3);
   for (bool transposed : {false, true}) {
     for (auto [from, to, name] : {std::tuple{tessera::kFloat32, tessera::kFloat16, "f32_f16"},
                                   std::tuple{tessera::kFloat32, tessera::kBFloat16, "f32_bf16"},

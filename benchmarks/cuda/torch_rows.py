@@ -36,6 +36,10 @@ def row_specs():
         for op in ("max", "avg"):
             rows.append((f"BM_Pool2d/{op}/{dt}", "pool", dict(dt=dt, op=op)))
             rows.append((f"BM_Pool2dKernel/{op}/{dt}", "same_as", dict(row=f"BM_Pool2d/{op}/{dt}")))
+    for dt in ("f16", "f32"):
+        rows.append((f"BM_BatchNorm/{dt}", "norm", dict(dt=dt, batch=True)))
+        rows.append((f"BM_BatchNormKernel/{dt}", "same_as", dict(row=f"BM_BatchNorm/{dt}")))
+        rows.append((f"BM_LayerNorm/{dt}", "norm", dict(dt=dt, batch=False)))
     for transposed in (False, True):
         for pair in ("f32_f16", "f32_bf16", "f32_f32"):
             name = "BM_CopyTransposed" if transposed else "BM_Copy"
@@ -141,6 +145,16 @@ def measure(out_path, min_time, dev, only):
                     us = per_call(lambda: F.max_pool2d(z, 3, 2, 1))
                 else:
                     us = per_call(lambda: F.avg_pool2d(z, 2, 2))
+            elif kind == "norm":  # bench_cuda's BM_Norm
+                dt = dtypes[p["dt"]]
+                c = 64 if p["batch"] else 1024
+                z = torch.randn(*((32, 64, 56, 56) if p["batch"] else (8192, 1024)), device=dev, dtype=dt)
+                w, b, m = (torch.randn(c, device=dev, dtype=dt) for _ in range(3))
+                v = torch.rand(c, device=dev, dtype=dt) + 0.5
+                if p["batch"]:
+                    us = per_call(lambda: F.batch_norm(z, m, v, w, b, False, 0.1, 1e-5))
+                else:
+                    us = per_call(lambda: F.layer_norm(z, (1024,), w, b))
             elif kind == "copy":
                 src_dt, dst_dt = p["pair"].split("_")
                 src = torch.randn(p["n"], p["n"], device=dev, dtype=dtypes[src_dt])

@@ -1705,6 +1705,53 @@ TEST_F(CudaKernels, BatchNormInferenceLikeTheCpu) {
   }
 }
 
+// Note [batch_norm on cuDNN]: 2-D to 4-D inference batch_norm (channels-last included) runs on cuDNN
+// (its counter moves) and gives the CPU's results; 5-D inputs and TESSERA_CUDA_CUDNN_BATCH_NORM=0 run
+// the plugin's path (the counter stays).
+TEST_F(CudaKernels, BatchNormOnCudnnLikeTheCpu) {
+  unsetenv("TESSERA_CUDA_CUDNN_BATCH_NORM");
+  if (cuda_property("cudnn").find("version") == std::string::npos) {
+    ADD_FAILURE() << "cuDNN is not available: " << cuda_property("cudnn");
+    return;
+  }
+  auto calls = [] { return std::stoll(cuda_property("cudnn_batch_norms")); };
+  for (DType t : {tessera::kFloat32, tessera::kFloat16, tessera::kBFloat16, tessera::kFloat64}) {
+    const std::string tn(tessera::dtype_name(t));
+    const Tol tol = t == tessera::kFloat64 ? Tol{1e-13, 1e-13} : tol_for(t, 2);
+    auto [w, dw] = randn_pair({6}, t);
+    auto [b, db] = randn_pair({6}, t);
+    auto [m, dm] = randn_pair({6}, t);
+    const Tensor v = tessera::add(tessera::abs(tessera::randn({6})), tessera::full({}, 0.5)).to(t), dv = v.to("cuda:0");
+    for (const std::vector<int64_t>& shape :
+         std::vector<std::vector<int64_t>>{{3, 6, 9, 7}, {5, 6}, {4, 6, 11}, {2, 6, 3, 4, 5}}) {
+      for (const bool channels_last : {false, true}) {
+        if (channels_last && shape.size() != 4) continue;
+        Tensor x = tessera::randn(shape).to(t);
+        if (channels_last) x = tessera::contiguous(x, tessera::MemoryFormat::ChannelsLast);
+        const Tensor dx = x.to("cuda:0");
+        const std::string what = tn + " rank " + std::to_string(shape.size()) + (channels_last ? " channels-last" : "");
+        const int64_t before = calls();
+        Tensor got;
+        EXPECT_RUNS_ON_CUDA("batch_norm " + what, got = tessera::batch_norm(dx, dw, db, dm, dv, false, 0.1, 1e-3, false));
+        EXPECT_EQ(calls(), before + (shape.size() <= 4 ? 1 : 0)) << what;
+        expect_close(got, tessera::batch_norm(x, w, b, m, v, false, 0.1, 1e-3, false), tol, "batch_norm " + what);
+        expect_close(tessera::batch_norm(dx, std::nullopt, std::nullopt, dm, dv, false, 0.1, 1e-5, false),
+                     tessera::batch_norm(x, std::nullopt, std::nullopt, m, v, false, 0.1, 1e-5, false), tol,
+                     "batch_norm without weight and bias " + what);
+      }
+    }
+  }
+  setenv("TESSERA_CUDA_CUDNN_BATCH_NORM", "0", 1);
+  const Tensor x = tessera::randn({2, 3, 4, 4}), m = tessera::randn({3}), v = tessera::ones({3});
+  const int64_t before = calls();
+  expect_close(tessera::batch_norm(x.to("cuda:0"), std::nullopt, std::nullopt, m.to("cuda:0"), v.to("cuda:0"), false,
+                                   0.1, 1e-5, false),
+               tessera::batch_norm(x, std::nullopt, std::nullopt, m, v, false, 0.1, 1e-5, false), tol_for(tessera::kFloat32, 2),
+               "batch_norm, cuDNN off");
+  EXPECT_EQ(calls(), before) << "TESSERA_CUDA_CUDNN_BATCH_NORM=0";
+  unsetenv("TESSERA_CUDA_CUDNN_BATCH_NORM");
+}
+
 // group_norm (with and without weight and bias) and constant pad (positive and negative amounts, a
 // value) against the CPU.
 // Note [Bool operands on the GPU]: add / mul / maximum / minimum / and / or / xor, the comparisons,

@@ -273,6 +273,30 @@ TEST(PoolPlanning, CudnnDescriptorsAndRefusals) {
             "");
 }
 
+// Note [batch_norm on cuDNN]: 2 to 4 dims as 4-D descriptors (trailing 1s), channels-last strides
+// as they lie; 5 dims, integers and sizes beyond int stay on the plugin's path.
+TEST(BatchNormPlanning, CudnnDescriptorsAndRefusals) {
+  using tessera::cuda::CudnnBatchNorm;
+  using tessera::cuda::plan_cudnn_batch_norm;
+  CudnnBatchNorm p;
+  ASSERT_EQ(plan_cudnn_batch_norm(tessera::cuda::kDtF32, {5, 6}, {6, 1}, {6, 1}, &p), "");
+  EXPECT_EQ(std::vector<int>(p.x, p.x + 4), (std::vector<int>{5, 6, 1, 1}));
+  EXPECT_EQ(std::vector<int>(p.x_strides, p.x_strides + 4), (std::vector<int>{6, 1, 30, 30}));
+  ASSERT_EQ(plan_cudnn_batch_norm(tessera::cuda::kDtBF16, {4, 6, 11}, {66, 11, 1}, {66, 11, 1}, &p), "");
+  EXPECT_EQ(std::vector<int>(p.x, p.x + 4), (std::vector<int>{4, 6, 11, 1}));
+  EXPECT_EQ(std::vector<int>(p.x_strides, p.x_strides + 4), (std::vector<int>{66, 11, 1, 264}));
+  const std::vector<int64_t> cl = packed({3, 6, 9, 7}, true), nchw = packed({3, 6, 9, 7}, false);
+  ASSERT_EQ(plan_cudnn_batch_norm(tessera::cuda::kDtF16, {3, 6, 9, 7}, cl, nchw, &p), "");
+  EXPECT_EQ(std::vector<int>(p.x_strides, p.x_strides + 4), (std::vector<int>{378, 1, 42, 6}));
+  EXPECT_EQ(std::vector<int>(p.y_strides, p.y_strides + 4), (std::vector<int>{378, 63, 7, 1}));
+  EXPECT_NE(plan_cudnn_batch_norm(tessera::cuda::kDtF32, {2, 6, 3, 4, 5}, {360, 60, 20, 5, 1}, {360, 60, 20, 5, 1}, &p)
+                .find("rank 5"),
+            std::string::npos);
+  EXPECT_NE(plan_cudnn_batch_norm(tessera::cuda::kDtI32, {5, 6}, {6, 1}, {6, 1}, &p).find("floating"), std::string::npos);
+  EXPECT_NE(plan_cudnn_batch_norm(tessera::cuda::kDtF32, {int64_t(1) << 31, 2}, {2, 1}, {2, 1}, &p), "");
+  EXPECT_NE(plan_cudnn_batch_norm(tessera::cuda::kDtF32, {0, 6}, {6, 1}, {6, 1}, &p), "");
+}
+
 // ---------------------------------------------------------------- _resize
 
 TEST(ResizeTaps, MatchValuesWorkedOutByHand) {

@@ -140,6 +140,30 @@ inline bool plan_conv_transpose(const Geometry& input, const Geometry& w, const 
   return true;
 }
 
+// The dtypes cuDNN's pooling and batch norm take.
+inline bool cudnn_floating(int32_t dtype) {
+  return dtype == kDtF16 || dtype == kDtBF16 || dtype == kDtF32 || dtype == kDtF64;
+}
+
+// A 4-D tensor as cuDNN's descriptors take it: int sizes and strides, none empty. A stride of a dim
+// of size 1 says nothing (a 3-D input is N = 1 with stride 0): it becomes the span of the other
+// dims, which cuDNN accepts. False when something does not fit an int.
+inline bool cudnn_4d(const int64_t sizes[4], const int64_t strides[4], int dims[4], int out_strides[4]) {
+  constexpr int64_t kMax = std::numeric_limits<int>::max();
+  int64_t span = 1;
+  for (int d = 0; d < 4; ++d) {
+    if (sizes[d] <= 0 || sizes[d] > kMax) return false;
+    if (sizes[d] > 1 && (strides[d] <= 0 || strides[d] > kMax)) return false;
+    if (sizes[d] > 1) span = std::max(span, strides[d] * sizes[d]);
+  }
+  if (span > kMax) return false;
+  for (int d = 0; d < 4; ++d) {
+    dims[d] = int(sizes[d]);
+    out_strides[d] = int(sizes[d] > 1 ? strides[d] : span);
+  }
+  return true;
+}
+
 // Note [Pooling on cuDNN]
 // max_pool2d and avg_pool2d of float16, bfloat16, float32 and float64 run cuDNN's pooling forward
 // (cuDNN 9's legacy API) on the input and the output where they lie: their 4-D strides go into the
@@ -156,38 +180,54 @@ struct CudnnPool {
 };
 
 // The descriptors of a pooling problem ([N, C, H, W] sizes and strides of input and output, window,
-// padding, stride, dilation) for cuDNN, or why it does not take it. A stride of a dim of size 1
-// says nothing (a 3-D input is N = 1 with stride 0): it is given the span of the other dims, which
-// cuDNN accepts.
+// padding, stride, dilation) for cuDNN, or why it does not take it.
 inline std::string plan_cudnn_pool(int32_t dtype, const int64_t x[4], const int64_t x_strides[4], const int64_t y[4],
                                    const int64_t y_strides[4], const int64_t window[2], const int64_t padding[2],
                                    const int64_t stride[2], const int64_t dilation[2], CudnnPool* out) {
-  if (dtype != kDtF16 && dtype != kDtBF16 && dtype != kDtF32 && dtype != kDtF64) return "not a floating dtype";
+  if (!cudnn_floating(dtype)) return "not a floating dtype";
   if (dilation[0] != 1 || dilation[1] != 1) return "dilation (cuDNN's pooling has none)";
   constexpr int64_t kMax = std::numeric_limits<int>::max();
   auto fits = [&](int64_t v) { return v >= 0 && v <= kMax; };
-  auto tensor = [&](const int64_t sizes[4], const int64_t strides[4], int dims[4], int st[4]) {
-    int64_t span = 1;
-    for (int d = 0; d < 4; ++d) {
-      if (!fits(sizes[d]) || sizes[d] == 0) return false;
-      if (sizes[d] > 1 && (!fits(strides[d]) || strides[d] == 0)) return false;
-      if (sizes[d] > 1) span = std::max(span, strides[d] * sizes[d]);
-    }
-    if (!fits(span)) return false;
-    for (int d = 0; d < 4; ++d) {
-      dims[d] = int(sizes[d]);
-      st[d] = int(sizes[d] > 1 ? strides[d] : span);
-    }
-    return true;
-  };
-  if (!tensor(x, x_strides, out->x, out->x_strides)) return "input sizes or strides beyond int, or empty";
-  if (!tensor(y, y_strides, out->y, out->y_strides)) return "output sizes or strides beyond int, or empty";
+  if (!cudnn_4d(x, x_strides, out->x, out->x_strides)) return "input sizes or strides beyond int, or empty";
+  if (!cudnn_4d(y, y_strides, out->y, out->y_strides)) return "output sizes or strides beyond int, or empty";
   for (int i = 0; i < 2; ++i) {
     if (!fits(window[i]) || !fits(padding[i]) || !fits(stride[i])) return "window, padding or stride beyond int";
     out->window[i] = int(window[i]);
     out->padding[i] = int(padding[i]);
     out->stride[i] = int(stride[i]);
   }
+  return {};
+}
+
+// Note [batch_norm on cuDNN]
+// batch_norm in inference mode (training=False) of float16, bfloat16, float32 and float64 inputs of
+// 2 to 4 dims runs cudnnBatchNormalizationForwardInference (spatial mode) on the input and output
+// where they lie: [N, C] is [N, C, 1, 1] and [N, C, L] is [N, C, L, 1]. One pass over the tensor,
+// y = weight * (x - mean) / sqrt(var + eps) + bias with the statistics in float (double for
+// float64), as PyTorch's CUDA batch_norm, which also calls cuDNN here; the plugin's own path
+// (per-channel scale and shift, then a multiply and an add over the tensor) takes 2 to 3 passes.
+// An absent weight is ones and an absent bias zeros. What plan_cudnn_batch_norm refuses (5 or more
+// dims, integer dtypes, sizes or strides beyond int) and what cuDNN refuses before queueing run the
+// plugin's path. TESSERA_CUDA_CUDNN_BATCH_NORM=0 turns cuDNN off (bench_cuda times both).
+struct CudnnBatchNorm {
+  int x[4] = {}, x_strides[4] = {}, y_strides[4] = {};
+};
+
+inline std::string plan_cudnn_batch_norm(int32_t dtype, const std::vector<int64_t>& sizes,
+                                         const std::vector<int64_t>& x_strides,
+                                         const std::vector<int64_t>& y_strides, CudnnBatchNorm* out) {
+  if (!cudnn_floating(dtype)) return "not a floating dtype";
+  if (sizes.size() < 2 || sizes.size() > 4 || x_strides.size() != sizes.size() || y_strides.size() != sizes.size())
+    return "rank " + std::to_string(sizes.size()) + " (cuDNN's 4-D descriptors: 2 to 4 dims)";
+  int64_t s4[4] = {1, 1, 1, 1}, xs4[4] = {0, 0, 0, 0}, ys4[4] = {0, 0, 0, 0};
+  for (size_t d = 0; d < sizes.size(); ++d) {
+    s4[d] = sizes[d];
+    xs4[d] = x_strides[d];
+    ys4[d] = y_strides[d];
+  }
+  int unused[4];
+  if (!cudnn_4d(s4, xs4, out->x, out->x_strides) || !cudnn_4d(s4, ys4, unused, out->y_strides))
+    return "sizes or strides beyond int, or an empty tensor";
   return {};
 }
 

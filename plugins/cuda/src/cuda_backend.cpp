@@ -358,6 +358,7 @@ std::string Backend::properties_json(int device) {
                                  : "off: " + dnn.error)
      << "\", \"cudnn_sdpa_calls\": " << cudnn_sdpa_calls()
      << ", \"cudnn_poolings\": " << cudnn_poolings_total()
+     << ", \"cudnn_batch_norms\": " << cudnn_batch_norms_total()
      << ", \"allocator\": {\"allocated\": " << s.allocated_bytes << ", \"reserved\": " << s.reserved_bytes
      << ", \"cached\": " << s.cached_bytes << ", \"peak_allocated\": " << s.peak_allocated_bytes
      << ", \"hits\": " << s.hits << ", \"misses\": " << s.misses << ", \"splits\": " << s.splits

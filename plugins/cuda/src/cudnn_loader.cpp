@@ -53,6 +53,7 @@ CudnnApi load_cudnn_from(const std::vector<std::string>& candidates) {
   ok &= resolve_symbol(lib, "cudnnSetPooling2dDescriptor", &api.set_pooling_2d, &missing);
   ok &= resolve_symbol(lib, "cudnnDestroyPoolingDescriptor", &api.destroy_pooling, &missing);
   ok &= resolve_symbol(lib, "cudnnPoolingForward", &api.pooling_forward, &missing);
+  ok &= resolve_symbol(lib, "cudnnBatchNormalizationForwardInference", &api.batch_norm_forward_inference, &missing);
   if (!ok) {
     api.error = api.path + " is not a usable cuDNN: " + missing;
     dlclose(lib);

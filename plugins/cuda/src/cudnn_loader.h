@@ -5,7 +5,7 @@
 // (a full path), libcudnn.so.9 and libcudnn.so through the normal loader path, then the toolkit's
 // library folder known at build time and /usr/local/cuda/lib64. The GPU checks point
 // TESSERA_CUDA_CUDNN at PyTorch's copy (nvidia-cudnn) when the machine's toolkit has none. Only the
-// convolution and pooling entry points of cuDNN 9's legacy API are used (cudnn_cnn.h, cudnn_ops.h); a
+// convolution, pooling and batch-norm entry points of cuDNN 9's legacy API are used (cudnn_cnn.h, cudnn_ops.h); a
 // library older than 9 is refused. Without cuDNN, pooling runs on the plugin's own kernel.
 #pragma once
 #include <cudnn.h>
@@ -53,6 +53,8 @@ struct CudnnApi {
   decltype(&cudnnSetPooling2dDescriptor) set_pooling_2d = nullptr;
   decltype(&cudnnDestroyPoolingDescriptor) destroy_pooling = nullptr;
   decltype(&cudnnPoolingForward) pooling_forward = nullptr;
+  // batch_norm in inference mode (Note [batch_norm on cuDNN]).
+  decltype(&cudnnBatchNormalizationForwardInference) batch_norm_forward_inference = nullptr;
 };
 
 // Loads once (thread-safe) and returns the table; `loaded` says whether it can be used.

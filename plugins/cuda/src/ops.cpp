@@ -49,6 +49,7 @@ using sdk::TensorView;
 thread_local bool t_queued = false;
 std::atomic<uint64_t> g_kernel_launches{0};
 std::atomic<uint64_t> g_cudnn_poolings{0};
+std::atomic<uint64_t> g_cudnn_batch_norms{0};
 
 [[noreturn]] void unimplemented(const KernelCall& call, const std::string& what) {
   if (t_queued)
@@ -2507,6 +2508,90 @@ void binary_tensors_into(const KernelCall& call, const Launch& l, BinaryOp op, c
                                    to_compute_scalar(integral_number(1), out.dtype), is_dense(shape, ops, 3), l.stream));
 }
 
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"  // cuDNN 9 marks its legacy batch-norm API
+
+// Note [batch_norm on cuDNN] (conv_plan.h): true when cuDNN ran it; false, with only the call's
+// temporaries written, when the plugin's path is to run it. The [C] vectors as they lie.
+bool cudnn_batch_norm(const KernelCall& call, const Launch& l, const DeviceTensor& x, const DeviceTensor& out,
+                      const std::optional<DeviceTensor>& weight, const std::optional<DeviceTensor>& bias,
+                      const DeviceTensor& mean, const DeviceTensor& var, double eps) {
+  const char* mode = sdk::host_api() && sdk::host_api()->getenv
+                         ? sdk::host_api()->getenv("TESSERA_CUDA_CUDNN_BATCH_NORM")
+                         : nullptr;
+  if (mode && std::string(mode) == "0") return false;
+  const CudnnApi& api = cudnn_api();
+  if (!api.loaded) return false;  // the device properties say why ("cudnn")
+  CudnnBatchNorm plan;
+  if (!plan_cudnn_batch_norm(out.dtype, x.sizes, x.strides, out.strides, &plan).empty()) return false;
+  // The statistics in float (double for float64), contiguous; an absent weight is ones, bias zeros.
+  const int32_t pd = out.dtype == kDtF64 ? kDtF64 : kDtF32;
+  const int64_t c = x.sizes[1];
+  auto vector = [&](const std::optional<DeviceTensor>& v, double absent) {
+    if (v) return materialize(call, *v, pd, true, l);
+    DeviceTensor t = temporary(l, pd, {c});
+    IterShape shape;
+    Operand o = t.operand();
+    if (!plan_elementwise(t.geometry(), nullptr, 0, &shape, &o)) unimplemented(call, "a [channels] temporary");
+    check_launch(call, launch_fill(shape, o, number_bits(floating_number(absent), pd), l.stream),
+                 /*into_temporary=*/true);
+    return t;
+  };
+  const DeviceTensor w = vector(weight, 1.0), b = vector(bias, 0.0), m = vector(mean, 0.0), v = vector(var, 1.0);
+  struct Descriptors {
+    const CudnnApi& api;
+    cudnnTensorDescriptor_t x = nullptr, y = nullptr, bn = nullptr;
+    ~Descriptors() {
+      for (cudnnTensorDescriptor_t d : {bn, y, x})
+        if (d) api.destroy_tensor(d);
+    }
+  } d{api};
+  auto refused = [&](cudnnStatus_t st, const char* what) {
+    static std::once_flag logged;
+    std::call_once(logged, [&] {
+      sdk::log(TESSERA_LOG_INFO, "cuda",
+               std::string("cuDNN refused a batch_norm (") + what + ": " + api.get_error_string(st) +
+                   "); such calls run on the plugin's path");
+    });
+    return false;
+  };
+  const cudnnDataType_t type = cudnn_type(out.dtype);
+  cudnnStatus_t st = api.create_tensor(&d.x);
+  if (st == CUDNN_STATUS_SUCCESS)
+    st = api.set_tensor_4d_ex(d.x, type, plan.x[0], plan.x[1], plan.x[2], plan.x[3], plan.x_strides[0],
+                              plan.x_strides[1], plan.x_strides[2], plan.x_strides[3]);
+  if (st == CUDNN_STATUS_SUCCESS) st = api.create_tensor(&d.y);
+  if (st == CUDNN_STATUS_SUCCESS)
+    st = api.set_tensor_4d_ex(d.y, type, plan.x[0], plan.x[1], plan.x[2], plan.x[3], plan.y_strides[0],
+                              plan.y_strides[1], plan.y_strides[2], plan.y_strides[3]);
+  if (st == CUDNN_STATUS_SUCCESS) st = api.create_tensor(&d.bn);
+  if (st == CUDNN_STATUS_SUCCESS) st = api.set_tensor_4d_ex(d.bn, cudnn_type(pd), 1, plan.x[1], 1, 1, plan.x[1], 1, 1, 1);
+  if (st != CUDNN_STATUS_SUCCESS) return refused(st, "descriptors");
+  CudnnState& state = cudnn_state();
+  std::lock_guard<std::mutex> lock(state.mutex);
+  cudnnHandle_t& handle = state.handles[l.device];
+  if (!handle && (st = api.create(&handle)) != CUDNN_STATUS_SUCCESS) {
+    handle = nullptr;
+    return refused(st, "cudnnCreate");
+  }
+  if ((st = api.set_stream(handle, l.stream)) != CUDNN_STATUS_SUCCESS) return refused(st, "cudnnSetStream");
+  const float alpha_f = 1.0f, beta_f = 0.0f;
+  const double alpha_d = 1.0, beta_d = 0.0;
+  const bool f64 = out.dtype == kDtF64;
+  st = api.batch_norm_forward_inference(handle, CUDNN_BATCHNORM_SPATIAL,
+                                        f64 ? static_cast<const void*>(&alpha_d) : &alpha_f,
+                                        f64 ? static_cast<const void*>(&beta_d) : &beta_f, d.x, x.data, d.y, out.data,
+                                        d.bn, w.data, b.data, m.data, v.data, eps);
+  // cuDNN checks the problem before it launches: a failure here has queued nothing.
+  if (st != CUDNN_STATUS_SUCCESS) return refused(st, "cudnnBatchNormalizationForwardInference");
+  t_queued = true;
+  g_kernel_launches.fetch_add(1, std::memory_order_relaxed);
+  g_cudnn_batch_norms.fetch_add(1, std::memory_order_relaxed);
+  return true;
+}
+
+#pragma GCC diagnostic pop
+
 // batch_norm in inference mode, as the CPU kernel: per channel scale = weight / sqrt(running_var +
 // eps) and shift = bias - running_mean * scale, computed in double (an absent weight is 1, an
 // absent bias 0), then y = x * scale + shift in fp32 (double for float64), the [C]
@@ -2525,12 +2610,20 @@ void batch_norm_kernel(const KernelCall& call) {
     if (call.num_inputs() <= at || !call.input(at).defined()) return std::nullopt;
     DeviceTensor v = view_of(call, call.input(at), what);
     if (v.ndim() != 1 || v.sizes[0] != c) unimplemented(call, std::string(what) + " that is not [channels]");
-    return materialize(call, v, kDtF64, false, l);
+    return v;
   };
-  const auto weight = channel_vector(T::weight, "weight"), bias = channel_vector(T::bias, "bias");
-  const auto mean = channel_vector(T::running_mean, "running_mean"), var = channel_vector(T::running_var, "running_var");
+  const auto given_weight = channel_vector(T::weight, "weight"), given_bias = channel_vector(T::bias, "bias");
+  const auto given_mean = channel_vector(T::running_mean, "running_mean");
+  const auto given_var = channel_vector(T::running_var, "running_var");
   if (out.numel() == 0) return;
-  if (!mean || !var) unimplemented(call, "no running statistics");  // the dispatcher requires them
+  if (!given_mean || !given_var) unimplemented(call, "no running statistics");  // the dispatcher requires them
+  if (cudnn_batch_norm(call, l, x, out, given_weight, given_bias, *given_mean, *given_var, eps)) return;
+  auto in_double = [&](const std::optional<DeviceTensor>& v) -> std::optional<DeviceTensor> {
+    if (!v) return std::nullopt;
+    return materialize(call, *v, kDtF64, false, l);
+  };
+  const auto weight = in_double(given_weight), bias = in_double(given_bias);
+  const auto mean = in_double(given_mean), var = in_double(given_var);
   auto number = [](double v) { return to_compute_scalar(floating_number(v), kDtF64); };
   // scale = weight / sqrt(var + eps) (1 / sqrt(...) without a weight); shift = bias - mean * scale.
   const DeviceTensor scale = temporary(l, kDtF64, {c}), shift = temporary(l, kDtF64, {c});
@@ -2912,6 +3005,7 @@ constexpr uint64_t kF32Only = TESSERA_DTYPE_BIT(TESSERA_DTYPE_FLOAT32);
 
 uint64_t g_kernel_launches_total() { return g_kernel_launches.load(std::memory_order_relaxed); }
 uint64_t cudnn_poolings_total() { return g_cudnn_poolings.load(std::memory_order_relaxed); }
+uint64_t cudnn_batch_norms_total() { return g_cudnn_batch_norms.load(std::memory_order_relaxed); }
 
 void register_kernels(const sdk::Host& host) {
   // binary

@@ -15,5 +15,7 @@ void register_kernels(const sdk::Host& host);
 uint64_t g_kernel_launches_total();
 // Poolings cuDNN ran (Note [Pooling on cuDNN]; the device properties' "cudnn_poolings").
 uint64_t cudnn_poolings_total();
+// batch_norms cuDNN ran (Note [batch_norm on cuDNN]; "cudnn_batch_norms").
+uint64_t cudnn_batch_norms_total();
 
 }  // namespace tessera::cuda
