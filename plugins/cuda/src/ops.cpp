@@ -1766,6 +1766,80 @@ void conv_transpose2d_kernel(const KernelCall& call) {
   if (plan.copy_x) device_copy(call, out, target, l.stream);
 }
 
+// One legacy cuDNN call that cuDNN may refuse before it queues anything (pooling, batch_norm): the
+// descriptors it makes (destroyed with it), its first failure (later steps are skipped), the first
+// refusal of its kind logged, the device's handle on the call's stream under cudnn_state's lock, and
+// alpha = 1, beta = 0 in the type cuDNN reads them as (double for float64).
+class CudnnCall {
+ public:
+  // Whether the path is on: the environment variable `env` turns it off with "0".
+  static bool enabled(const char* env) {
+    const char* mode = sdk::host_api() && sdk::host_api()->getenv ? sdk::host_api()->getenv(env) : nullptr;
+    return !(mode && std::string(mode) == "0");
+  }
+
+  CudnnCall(const CudnnApi& api, const char* op, std::once_flag& logged) : api_(api), op_(op), logged_(logged) {}
+  CudnnCall(const CudnnCall&) = delete;
+  CudnnCall& operator=(const CudnnCall&) = delete;
+  ~CudnnCall() {
+    for (auto it = tensors_.rbegin(); it != tensors_.rend(); ++it) api_.destroy_tensor(*it);
+  }
+
+  bool ok() const { return status_ == CUDNN_STATUS_SUCCESS; }
+  // Records `st` for `what` when it is the first failure; returns whether the call is still ok.
+  bool check(cudnnStatus_t st, const char* what) {
+    if (ok() && st != CUDNN_STATUS_SUCCESS) {
+      status_ = st;
+      what_ = what;
+    }
+    return ok();
+  }
+  // A 4-D tensor descriptor (null once the call failed).
+  cudnnTensorDescriptor_t tensor(cudnnDataType_t type, const int dims[4], const int strides[4]) {
+    cudnnTensorDescriptor_t d = nullptr;
+    if (!ok() || !check(api_.create_tensor(&d), "cudnnCreateTensorDescriptor")) return nullptr;
+    tensors_.push_back(d);
+    check(api_.set_tensor_4d_ex(d, type, dims[0], dims[1], dims[2], dims[3], strides[0], strides[1], strides[2],
+                                strides[3]),
+          "a tensor descriptor");
+    return d;
+  }
+  // The device's handle set to the call's stream; holds cudnn_state's mutex until the call ends.
+  cudnnHandle_t handle(const Launch& l) {
+    if (!ok()) return nullptr;
+    CudnnState& state = cudnn_state();
+    lock_ = std::unique_lock<std::mutex>(state.mutex);
+    cudnnHandle_t& handle = state.handles[l.device];
+    if (!handle && !check(api_.create(&handle), "cudnnCreate")) {
+      handle = nullptr;
+      return nullptr;
+    }
+    return check(api_.set_stream(handle, l.stream), "cudnnSetStream") ? handle : nullptr;
+  }
+  const void* alpha(bool f64) const { return f64 ? static_cast<const void*>(&one_d_) : &one_f_; }
+  const void* beta(bool f64) const { return f64 ? static_cast<const void*>(&zero_d_) : &zero_f_; }
+  // The failure as a refusal: logged once for the op, then false (the plugin's own path runs it).
+  bool refused() {
+    std::call_once(logged_, [&] {
+      sdk::log(TESSERA_LOG_INFO, "cuda",
+               std::string("cuDNN refused a ") + op_ + " (" + what_ + ": " + api_.get_error_string(status_) +
+                   "); such calls run on the plugin's own path");
+    });
+    return false;
+  }
+
+ private:
+  const CudnnApi& api_;
+  const char* op_;
+  std::once_flag& logged_;
+  cudnnStatus_t status_ = CUDNN_STATUS_SUCCESS;
+  const char* what_ = "";
+  std::vector<cudnnTensorDescriptor_t> tensors_;
+  std::unique_lock<std::mutex> lock_;
+  const float one_f_ = 1.0f, zero_f_ = 0.0f;
+  const double one_d_ = 1.0, zero_d_ = 0.0;
+};
+
 #pragma GCC diagnostic pop
 
 // ---------------------------------------------------------------- pooling
@@ -1776,9 +1850,7 @@ void conv_transpose2d_kernel(const KernelCall& call) {
 // Note [Pooling on cuDNN] (conv_plan.h): true when cuDNN ran the pooling; false, with nothing queued,
 // when the plugin's kernel is to run it. TESSERA_CUDA_CUDNN_POOLING=0 turns the path off.
 bool cudnn_pooling(const KernelCall& call, const Launch& l, const PoolParams& p) {
-  const char* mode = sdk::host_api() && sdk::host_api()->getenv ? sdk::host_api()->getenv("TESSERA_CUDA_CUDNN_POOLING")
-                                                                : nullptr;
-  if (mode && std::string(mode) == "0") return false;
+  if (!CudnnCall::enabled("TESSERA_CUDA_CUDNN_POOLING")) return false;
   const CudnnApi& api = cudnn_api();
   if (!api.loaded) return false;  // the device properties say why ("cudnn")
   const int64_t x[4] = {p.n, p.c, p.h, p.w}, y[4] = {p.n, p.c, p.oh, p.ow};
@@ -1786,58 +1858,28 @@ bool cudnn_pooling(const KernelCall& call, const Launch& l, const PoolParams& p)
   CudnnPool plan;
   if (!plan_cudnn_pool(p.dtype, x, p.in_strides, y, p.out_strides, window, padding, stride, dilation, &plan).empty())
     return false;
-  struct Descriptors {
-    const CudnnApi& api;
-    cudnnTensorDescriptor_t x = nullptr, y = nullptr;
-    cudnnPoolingDescriptor_t pool = nullptr;
-    ~Descriptors() {
-      if (pool) api.destroy_pooling(pool);
-      if (y) api.destroy_tensor(y);
-      if (x) api.destroy_tensor(x);
-    }
-  } d{api};
-  // A refusal before anything is queued: the plugin's kernel runs it, the first reason logged.
-  auto refused = [&](cudnnStatus_t st, const char* what) {
-    static std::once_flag logged;
-    std::call_once(logged, [&] {
-      sdk::log(TESSERA_LOG_INFO, "cuda",
-               std::string("cuDNN refused a pooling (") + what + ": " + api.get_error_string(st) +
-                   "); such calls run on the plugin's kernel");
-    });
-    return false;
-  };
+  static std::once_flag logged;
+  CudnnCall c(api, "pooling", logged);
   const cudnnDataType_t type = cudnn_type(p.dtype);
-  cudnnStatus_t st = api.create_tensor(&d.x);
-  if (st == CUDNN_STATUS_SUCCESS)
-    st = api.set_tensor_4d_ex(d.x, type, plan.x[0], plan.x[1], plan.x[2], plan.x[3], plan.x_strides[0],
-                              plan.x_strides[1], plan.x_strides[2], plan.x_strides[3]);
-  if (st != CUDNN_STATUS_SUCCESS) return refused(st, "input descriptor");
-  st = api.create_tensor(&d.y);
-  if (st == CUDNN_STATUS_SUCCESS)
-    st = api.set_tensor_4d_ex(d.y, type, plan.y[0], plan.y[1], plan.y[2], plan.y[3], plan.y_strides[0],
-                              plan.y_strides[1], plan.y_strides[2], plan.y_strides[3]);
-  if (st != CUDNN_STATUS_SUCCESS) return refused(st, "output descriptor");
-  st = api.create_pooling(&d.pool);
-  if (st == CUDNN_STATUS_SUCCESS)
-    st = api.set_pooling_2d(d.pool, p.is_max ? CUDNN_POOLING_MAX_DETERMINISTIC : CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING,
-                            CUDNN_PROPAGATE_NAN, plan.window[0], plan.window[1], plan.padding[0], plan.padding[1],
-                            plan.stride[0], plan.stride[1]);
-  if (st != CUDNN_STATUS_SUCCESS) return refused(st, "pooling descriptor");
-  CudnnState& state = cudnn_state();
-  std::lock_guard<std::mutex> lock(state.mutex);
-  cudnnHandle_t& handle = state.handles[l.device];
-  if (!handle && (st = api.create(&handle)) != CUDNN_STATUS_SUCCESS) {
-    handle = nullptr;
-    return refused(st, "cudnnCreate");
-  }
-  if ((st = api.set_stream(handle, l.stream)) != CUDNN_STATUS_SUCCESS) return refused(st, "cudnnSetStream");
-  const float alpha_f = 1.0f, beta_f = 0.0f;
-  const double alpha_d = 1.0, beta_d = 0.0;
+  const cudnnTensorDescriptor_t dx = c.tensor(type, plan.x, plan.x_strides), dy = c.tensor(type, plan.y, plan.y_strides);
+  struct Pooling {
+    const CudnnApi& api;
+    cudnnPoolingDescriptor_t d = nullptr;
+    ~Pooling() {
+      if (d) api.destroy_pooling(d);
+    }
+  } pool{api};
+  if (c.check(api.create_pooling(&pool.d), "cudnnCreatePoolingDescriptor"))
+    c.check(api.set_pooling_2d(pool.d, p.is_max ? CUDNN_POOLING_MAX_DETERMINISTIC : CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING,
+                               CUDNN_PROPAGATE_NAN, plan.window[0], plan.window[1], plan.padding[0], plan.padding[1],
+                               plan.stride[0], plan.stride[1]),
+            "the pooling descriptor");
+  const cudnnHandle_t handle = c.handle(l);
   const bool f64 = p.dtype == kDtF64;
-  st = api.pooling_forward(handle, d.pool, f64 ? static_cast<const void*>(&alpha_d) : &alpha_f, d.x, p.in,
-                           f64 ? static_cast<const void*>(&beta_d) : &beta_f, d.y, p.out);
   // cuDNN checks the problem before it launches: a failure here has queued nothing.
-  if (st != CUDNN_STATUS_SUCCESS) return refused(st, "cudnnPoolingForward");
+  if (!handle || !c.check(api.pooling_forward(handle, pool.d, c.alpha(f64), dx, p.in, c.beta(f64), dy, p.out),
+                          "cudnnPoolingForward"))
+    return c.refused();
   t_queued = true;
   g_kernel_launches.fetch_add(1, std::memory_order_relaxed);
   g_cudnn_poolings.fetch_add(1, std::memory_order_relaxed);
@@ -2516,20 +2558,17 @@ void binary_tensors_into(const KernelCall& call, const Launch& l, BinaryOp op, c
 bool cudnn_batch_norm(const KernelCall& call, const Launch& l, const DeviceTensor& x, const DeviceTensor& out,
                       const std::optional<DeviceTensor>& weight, const std::optional<DeviceTensor>& bias,
                       const DeviceTensor& mean, const DeviceTensor& var, double eps) {
-  const char* mode = sdk::host_api() && sdk::host_api()->getenv
-                         ? sdk::host_api()->getenv("TESSERA_CUDA_CUDNN_BATCH_NORM")
-                         : nullptr;
-  if (mode && std::string(mode) == "0") return false;
+  if (!CudnnCall::enabled("TESSERA_CUDA_CUDNN_BATCH_NORM")) return false;
   const CudnnApi& api = cudnn_api();
   if (!api.loaded) return false;  // the device properties say why ("cudnn")
   CudnnBatchNorm plan;
   if (!plan_cudnn_batch_norm(out.dtype, x.sizes, x.strides, out.strides, &plan).empty()) return false;
   // The statistics in float (double for float64), contiguous; an absent weight is ones, bias zeros.
   const int32_t pd = out.dtype == kDtF64 ? kDtF64 : kDtF32;
-  const int64_t c = x.sizes[1];
+  const int64_t channels = x.sizes[1];
   auto vector = [&](const std::optional<DeviceTensor>& v, double absent) {
     if (v) return materialize(call, *v, pd, true, l);
-    DeviceTensor t = temporary(l, pd, {c});
+    DeviceTensor t = temporary(l, pd, {channels});
     IterShape shape;
     Operand o = t.operand();
     if (!plan_elementwise(t.geometry(), nullptr, 0, &shape, &o)) unimplemented(call, "a [channels] temporary");
@@ -2538,52 +2577,20 @@ bool cudnn_batch_norm(const KernelCall& call, const Launch& l, const DeviceTenso
     return t;
   };
   const DeviceTensor w = vector(weight, 1.0), b = vector(bias, 0.0), m = vector(mean, 0.0), v = vector(var, 1.0);
-  struct Descriptors {
-    const CudnnApi& api;
-    cudnnTensorDescriptor_t x = nullptr, y = nullptr, bn = nullptr;
-    ~Descriptors() {
-      for (cudnnTensorDescriptor_t d : {bn, y, x})
-        if (d) api.destroy_tensor(d);
-    }
-  } d{api};
-  auto refused = [&](cudnnStatus_t st, const char* what) {
-    static std::once_flag logged;
-    std::call_once(logged, [&] {
-      sdk::log(TESSERA_LOG_INFO, "cuda",
-               std::string("cuDNN refused a batch_norm (") + what + ": " + api.get_error_string(st) +
-                   "); such calls run on the plugin's path");
-    });
-    return false;
-  };
+  static std::once_flag logged;
+  CudnnCall c(api, "batch_norm", logged);
   const cudnnDataType_t type = cudnn_type(out.dtype);
-  cudnnStatus_t st = api.create_tensor(&d.x);
-  if (st == CUDNN_STATUS_SUCCESS)
-    st = api.set_tensor_4d_ex(d.x, type, plan.x[0], plan.x[1], plan.x[2], plan.x[3], plan.x_strides[0],
-                              plan.x_strides[1], plan.x_strides[2], plan.x_strides[3]);
-  if (st == CUDNN_STATUS_SUCCESS) st = api.create_tensor(&d.y);
-  if (st == CUDNN_STATUS_SUCCESS)
-    st = api.set_tensor_4d_ex(d.y, type, plan.x[0], plan.x[1], plan.x[2], plan.x[3], plan.y_strides[0],
-                              plan.y_strides[1], plan.y_strides[2], plan.y_strides[3]);
-  if (st == CUDNN_STATUS_SUCCESS) st = api.create_tensor(&d.bn);
-  if (st == CUDNN_STATUS_SUCCESS) st = api.set_tensor_4d_ex(d.bn, cudnn_type(pd), 1, plan.x[1], 1, 1, plan.x[1], 1, 1, 1);
-  if (st != CUDNN_STATUS_SUCCESS) return refused(st, "descriptors");
-  CudnnState& state = cudnn_state();
-  std::lock_guard<std::mutex> lock(state.mutex);
-  cudnnHandle_t& handle = state.handles[l.device];
-  if (!handle && (st = api.create(&handle)) != CUDNN_STATUS_SUCCESS) {
-    handle = nullptr;
-    return refused(st, "cudnnCreate");
-  }
-  if ((st = api.set_stream(handle, l.stream)) != CUDNN_STATUS_SUCCESS) return refused(st, "cudnnSetStream");
-  const float alpha_f = 1.0f, beta_f = 0.0f;
-  const double alpha_d = 1.0, beta_d = 0.0;
+  const int bn[4] = {1, plan.x[1], 1, 1}, bn_strides[4] = {plan.x[1], 1, 1, 1};
+  const cudnnTensorDescriptor_t dx = c.tensor(type, plan.x, plan.x_strides), dy = c.tensor(type, plan.x, plan.y_strides);
+  const cudnnTensorDescriptor_t dbn = c.tensor(cudnn_type(pd), bn, bn_strides);
+  const cudnnHandle_t handle = c.handle(l);
   const bool f64 = out.dtype == kDtF64;
-  st = api.batch_norm_forward_inference(handle, CUDNN_BATCHNORM_SPATIAL,
-                                        f64 ? static_cast<const void*>(&alpha_d) : &alpha_f,
-                                        f64 ? static_cast<const void*>(&beta_d) : &beta_f, d.x, x.data, d.y, out.data,
-                                        d.bn, w.data, b.data, m.data, v.data, eps);
   // cuDNN checks the problem before it launches: a failure here has queued nothing.
-  if (st != CUDNN_STATUS_SUCCESS) return refused(st, "cudnnBatchNormalizationForwardInference");
+  if (!handle || !c.check(api.batch_norm_forward_inference(handle, CUDNN_BATCHNORM_SPATIAL, c.alpha(f64), c.beta(f64),
+                                                           dx, x.data, dy, out.data, dbn, w.data, b.data, m.data,
+                                                           v.data, eps),
+                          "cudnnBatchNormalizationForwardInference"))
+    return c.refused();
   t_queued = true;
   g_kernel_launches.fetch_add(1, std::memory_order_relaxed);
   g_cudnn_batch_norms.fetch_add(1, std::memory_order_relaxed);
