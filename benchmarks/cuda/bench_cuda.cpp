@@ -459,14 +459,14 @@ void register_all() {
             BM_Pool2d, dtype, max, cudnn)
             ->UseRealTime()
             ->Unit(benchmark::kMicrosecond)
-            ->MinTime(0.3);
+            ->MinTime(0.15);
   for (auto [dtype, name] : {std::pair{tessera::kFloat16, "f16"}, std::pair{tessera::kFloat32, "f32"}})
     for (auto [batch, cudnn, row] : {std::tuple{true, true, "BM_BatchNorm/"}, std::tuple{true, false, "BM_BatchNormKernel/"},
                                      std::tuple{false, false, "BM_LayerNorm/"}})
       benchmark::RegisterBenchmark((std::string(row) + name).c_str(), BM_Norm, dtype, batch, cudnn)
           ->UseRealTime()
           ->Unit(benchmark::kMicrosecond)
-          ->MinTime(0.3);
+          ->MinTime(0.15);
   for (bool transposed : {false, true}) {
     for (auto [from, to, name] : {std::tuple{tessera::kFloat32, tessera::kFloat16, "f32_f16"},
                                   std::tuple{tessera::kFloat32, tessera::kBFloat16, "f32_bf16"},
