@@ -86,6 +86,21 @@ void BM_Matmul(benchmark::State& state, DType dtype) {
 
 // ---------------------------------------------------------------- memory-bound ops vs copy
 
+// `op` against a device-to-device copy of `copy_bytes` (a copy that reads and writes as many bytes
+// as `op` does); `label` goes before the reference's name.
+void run_against_copy(benchmark::State& state, const std::function<void()>& op, size_t copy_bytes,
+                      const std::string& label = "") {
+  void *src = nullptr, *dst = nullptr;
+  cudaMalloc(&src, copy_bytes);
+  cudaMalloc(&dst, copy_bytes);
+  run_with_reference(
+      state, op, [&] { cudaMemcpyAsync(dst, src, copy_bytes, cudaMemcpyDeviceToDevice, nullptr); }, 0,
+      2.0 * double(copy_bytes));
+  cudaFree(src);
+  cudaFree(dst);
+  state.SetLabel(label + "reference: cudaMemcpy D2D of the same bytes");
+}
+
 void BM_Add(benchmark::State& state, DType dtype) {
   if (const std::string why = no_device_reason(); !why.empty()) {
     state.SkipWithError(why.c_str());
@@ -95,17 +110,7 @@ void BM_Add(benchmark::State& state, DType dtype) {
   const Tensor a = tessera::randn({n}).to(dtype).to("cuda:0");
   const Tensor b = tessera::randn({n}).to(dtype).to("cuda:0");
   // add reads 2n and writes n elements; a copy of 1.5n elements reads and writes the same 3n.
-  const size_t copy_bytes = size_t(n) * a.itemsize() * 3 / 2;
-  void *src = nullptr, *dst = nullptr;
-  cudaMalloc(&src, copy_bytes);
-  cudaMalloc(&dst, copy_bytes);
-  run_with_reference(
-      state, [&] { benchmark::DoNotOptimize(tessera::add(a, b)); },
-      [&] { cudaMemcpyAsync(dst, src, copy_bytes, cudaMemcpyDeviceToDevice, nullptr); }, 0,
-      3.0 * double(n) * double(a.itemsize()));
-  cudaFree(src);
-  cudaFree(dst);
-  state.SetLabel("reference: cudaMemcpy D2D of the same bytes");
+  run_against_copy(state, [&] { benchmark::DoNotOptimize(tessera::add(a, b)); }, size_t(n) * a.itemsize() * 3 / 2);
 }
 
 void BM_Softmax(benchmark::State& state, DType dtype) {
@@ -115,16 +120,8 @@ void BM_Softmax(benchmark::State& state, DType dtype) {
   }
   const int64_t rows = state.range(0), cols = state.range(1);
   const Tensor x = tessera::randn({rows, cols}).to(dtype).to("cuda:0");
-  const size_t bytes = size_t(rows * cols) * x.itemsize();  // reads n, writes n, like a copy of n
-  void *src = nullptr, *dst = nullptr;
-  cudaMalloc(&src, bytes);
-  cudaMalloc(&dst, bytes);
-  run_with_reference(
-      state, [&] { benchmark::DoNotOptimize(tessera::softmax(x, -1)); },
-      [&] { cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, nullptr); }, 0, 2.0 * double(bytes));
-  cudaFree(src);
-  cudaFree(dst);
-  state.SetLabel("reference: cudaMemcpy D2D of the same bytes");
+  // Reads n, writes n, like a copy of n.
+  run_against_copy(state, [&] { benchmark::DoNotOptimize(tessera::softmax(x, -1)); }, size_t(rows * cols) * x.itemsize());
 }
 
 // A counter in cuda:0's device properties ("cudnn_sdpa_calls"), -1 when not reported.
@@ -138,6 +135,24 @@ int64_t cuda_counter(const std::string& name) {
   return -1;
 }
 
+// A row timing `op` on cuDNN (`cudnn`: the path a user gets) or on the plugin's own path (`env` set
+// to 0), against a copy of `copy_bytes`; reports whether cuDNN ran it (its counter moved).
+void run_cudnn_or_own(benchmark::State& state, const char* env, const char* counter, bool cudnn,
+                      const std::function<Tensor()>& op, size_t copy_bytes) {
+  if (cudnn)
+    unsetenv(env);
+  else
+    setenv(env, "0", 1);
+  const int64_t before = cuda_counter(counter);
+  benchmark::DoNotOptimize(op());
+  sync();
+  const bool on_cudnn = cuda_counter(counter) > before;
+  run_against_copy(state, [&] { benchmark::DoNotOptimize(op()); }, copy_bytes,
+                   on_cudnn ? "cuDNN; " : "the plugin's own path; ");
+  unsetenv(env);
+  state.counters["cudnn"] = on_cudnn ? 1 : 0;
+}
+
 // max_pool2d 3x3 / 2 (padding 1) or avg_pool2d 2x2 / 2 on a channels-last [32, 64, 112, 112]
 // input (a ResNet stem's pooling): `cudnn` as a user gets it (Note [Pooling on cuDNN]), else the
 // plugin's kernel (TESSERA_CUDA_CUDNN_POOLING=0). Reference: a device copy of the input's bytes.
@@ -146,33 +161,13 @@ void BM_Pool2d(benchmark::State& state, DType dtype, bool max, bool cudnn) {
     state.SkipWithError(why.c_str());
     return;
   }
-  if (cudnn)
-    unsetenv("TESSERA_CUDA_CUDNN_POOLING");
-  else
-    setenv("TESSERA_CUDA_CUDNN_POOLING", "0", 1);
   const Tensor x =
       tessera::contiguous(tessera::randn({32, 64, 112, 112}).to(dtype), tessera::MemoryFormat::ChannelsLast)
           .to("cuda:0");
-  const size_t bytes = size_t(x.numel()) * x.itemsize();
-  void *src = nullptr, *dst = nullptr;
-  cudaMalloc(&src, bytes);
-  cudaMalloc(&dst, bytes);
-  auto pool = [&] {
-    return max ? tessera::max_pool2d(x, {3, 3}, {2, 2}, {1, 1}) : tessera::avg_pool2d(x, {2, 2}, {2, 2});
-  };
-  const int64_t before = cuda_counter("cudnn_poolings");
-  benchmark::DoNotOptimize(pool());
-  sync();
-  const bool on_cudnn = cuda_counter("cudnn_poolings") > before;
-  run_with_reference(
-      state, [&] { benchmark::DoNotOptimize(pool()); },
-      [&] { cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, nullptr); }, 0, 2.0 * double(bytes));
-  cudaFree(src);
-  cudaFree(dst);
-  unsetenv("TESSERA_CUDA_CUDNN_POOLING");
-  state.counters["cudnn"] = on_cudnn ? 1 : 0;
-  state.SetLabel(std::string(on_cudnn ? "cuDNN pooling" : "the plugin's kernel") +
-                 "; reference: cudaMemcpy D2D of the input's bytes");
+  run_cudnn_or_own(
+      state, "TESSERA_CUDA_CUDNN_POOLING", "cudnn_poolings", cudnn,
+      [&] { return max ? tessera::max_pool2d(x, {3, 3}, {2, 2}, {1, 1}) : tessera::avg_pool2d(x, {2, 2}, {2, 2}); },
+      size_t(x.numel()) * x.itemsize());
 }
 
 // Inference batch_norm on [32, 64, 56, 56] (`cudnn` as a user gets it, Note [batch_norm on cuDNN],
@@ -184,35 +179,17 @@ void BM_Norm(benchmark::State& state, DType dtype, bool batch, bool cudnn) {
     state.SkipWithError(why.c_str());
     return;
   }
-  if (cudnn)
-    unsetenv("TESSERA_CUDA_CUDNN_BATCH_NORM");
-  else
-    setenv("TESSERA_CUDA_CUDNN_BATCH_NORM", "0", 1);
   const tessera::Device cuda("cuda:0");
   const Tensor x = (batch ? tessera::randn({32, 64, 56, 56}) : tessera::randn({8192, 1024})).to(dtype).to(cuda);
   const int64_t c = batch ? 64 : 1024;
   const Tensor w = tessera::randn({c}).to(dtype).to(cuda), b = tessera::randn({c}).to(dtype).to(cuda);
   const Tensor m = tessera::randn({c}).to(dtype).to(cuda), v = tessera::rand({c}).to(dtype).to(cuda) + 0.5;
-  const size_t bytes = size_t(x.numel()) * x.itemsize();
-  void *src = nullptr, *dst = nullptr;
-  cudaMalloc(&src, bytes);
-  cudaMalloc(&dst, bytes);
-  auto norm = [&] {
-    return batch ? tessera::batch_norm(x, w, b, m, v, false, 0.1, 1e-5, true) : tessera::layer_norm(x, {1024}, w, b);
-  };
-  const int64_t before = cuda_counter("cudnn_batch_norms");
-  benchmark::DoNotOptimize(norm());
-  sync();
-  const bool on_cudnn = cuda_counter("cudnn_batch_norms") > before;
-  run_with_reference(
-      state, [&] { benchmark::DoNotOptimize(norm()); },
-      [&] { cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, nullptr); }, 0, 2.0 * double(bytes));
-  cudaFree(src);
-  cudaFree(dst);
-  unsetenv("TESSERA_CUDA_CUDNN_BATCH_NORM");
-  state.counters["cudnn"] = on_cudnn ? 1 : 0;
-  state.SetLabel(std::string(on_cudnn ? "cuDNN" : "the plugin's kernels") +
-                 "; reference: cudaMemcpy D2D of the input's bytes");
+  run_cudnn_or_own(
+      state, "TESSERA_CUDA_CUDNN_BATCH_NORM", "cudnn_batch_norms", cudnn,
+      [&] {
+        return batch ? tessera::batch_norm(x, w, b, m, v, false, 0.1, 1e-5, true) : tessera::layer_norm(x, {1024}, w, b);
+      },
+      size_t(x.numel()) * x.itemsize());
 }
 
 // copy_ with a conversion: `transposed` reads the source through a transposed view (the strided
@@ -227,16 +204,7 @@ void BM_Copy(benchmark::State& state, DType from, DType to, bool transposed) {
   Tensor dst = tessera::empty({n, n}, tessera::TensorOptions(to).device("cuda:0"));
   const Tensor view = transposed ? src.t() : src;
   // The conversion reads n*n*size(from) and writes n*n*size(to) bytes; so does a copy of half that sum.
-  const size_t copy_bytes = size_t(n * n) * (src.itemsize() + dst.itemsize()) / 2;
-  void *a = nullptr, *b = nullptr;
-  cudaMalloc(&a, copy_bytes);
-  cudaMalloc(&b, copy_bytes);
-  run_with_reference(
-      state, [&] { dst.copy_(view); }, [&] { cudaMemcpyAsync(b, a, copy_bytes, cudaMemcpyDeviceToDevice, nullptr); }, 0,
-      2.0 * double(copy_bytes));
-  cudaFree(a);
-  cudaFree(b);
-  state.SetLabel("reference: cudaMemcpy D2D of the same bytes");
+  run_against_copy(state, [&] { dst.copy_(view); }, size_t(n * n) * (src.itemsize() + dst.itemsize()) / 2);
 }
 
 // x * 2.5: a wrapped number passed by value next to a dense operand (the vectorised path).
@@ -247,16 +215,8 @@ void BM_MulNumber(benchmark::State& state, DType dtype) {
   }
   const int64_t n = state.range(0);
   const Tensor x = tessera::randn({n}).to(dtype).to("cuda:0");
-  const size_t bytes = size_t(n) * x.itemsize();  // reads n, writes n elements, like a copy of n
-  void *src = nullptr, *dst = nullptr;
-  cudaMalloc(&src, bytes);
-  cudaMalloc(&dst, bytes);
-  run_with_reference(
-      state, [&] { benchmark::DoNotOptimize(x * 2.5); },
-      [&] { cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, nullptr); }, 0, 2.0 * double(bytes));
-  cudaFree(src);
-  cudaFree(dst);
-  state.SetLabel("reference: cudaMemcpy D2D of the same bytes");
+  // Reads n, writes n elements, like a copy of n.
+  run_against_copy(state, [&] { benchmark::DoNotOptimize(x * 2.5); }, size_t(n) * x.itemsize());
 }
 
 // ---------------------------------------------------------------- attention: flash vs math
