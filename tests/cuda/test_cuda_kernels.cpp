@@ -1135,9 +1135,17 @@ std::string cuda_property(const std::string& key) {
   }
   return "";
 }
-int64_t cudnn_sdpa_calls() {
-  const std::string v = cuda_property("cudnn_sdpa_calls");
+// A counter of cuda:0's device properties ("cudnn_poolings"), -1 when not reported.
+int64_t cuda_counter(const std::string& key) {
+  const std::string v = cuda_property(key);
   return v.empty() ? -1 : std::stoll(v);
+}
+int64_t cudnn_sdpa_calls() { return cuda_counter("cudnn_sdpa_calls"); }
+// Whether the plugin loaded cuDNN; a failure naming why not otherwise (a GPU machine must have it).
+bool cudnn_loaded() {
+  if (cuda_property("cudnn").find("version") != std::string::npos) return true;
+  ADD_FAILURE() << "cuDNN is not available: " << cuda_property("cudnn");
+  return false;
 }
 
 // Note [SDPA on cuDNN]: float16 / bfloat16 attention runs on cuDNN's fused attention (its call
@@ -1314,11 +1322,9 @@ TEST_F(CudaKernels, PoolingLikeTheCpu) {
 // TESSERA_CUDA_CUDNN_POOLING=0 run the plugin's kernel (the counter stays).
 TEST_F(CudaKernels, PoolingOnCudnnLikeTheCpu) {
   unsetenv("TESSERA_CUDA_CUDNN_POOLING");
-  if (cuda_property("cudnn").find("version") == std::string::npos) {
-    ADD_FAILURE() << "cuDNN is not available: " << cuda_property("cudnn");
-    return;
-  }
-  auto poolings = [] { return std::stoll(cuda_property("cudnn_poolings")); };
+  if (!cudnn_loaded()) return;
+  auto poolings = [] { return cuda_counter("cudnn_poolings"); };
+  ASSERT_GE(poolings(), 0) << "the device properties report no cudnn_poolings";
   for (DType t : {tessera::kFloat32, tessera::kFloat16, tessera::kBFloat16, tessera::kFloat64}) {
     const std::string tn(tessera::dtype_name(t));
     Tensor x = tessera::randn({2, 6, 15, 14});
@@ -1710,11 +1716,9 @@ TEST_F(CudaKernels, BatchNormInferenceLikeTheCpu) {
 // the plugin's path (the counter stays).
 TEST_F(CudaKernels, BatchNormOnCudnnLikeTheCpu) {
   unsetenv("TESSERA_CUDA_CUDNN_BATCH_NORM");
-  if (cuda_property("cudnn").find("version") == std::string::npos) {
-    ADD_FAILURE() << "cuDNN is not available: " << cuda_property("cudnn");
-    return;
-  }
-  auto calls = [] { return std::stoll(cuda_property("cudnn_batch_norms")); };
+  if (!cudnn_loaded()) return;
+  auto calls = [] { return cuda_counter("cudnn_batch_norms"); };
+  ASSERT_GE(calls(), 0) << "the device properties report no cudnn_batch_norms";
   for (DType t : {tessera::kFloat32, tessera::kFloat16, tessera::kBFloat16, tessera::kFloat64}) {
     const std::string tn(tessera::dtype_name(t));
     const Tol tol = t == tessera::kFloat64 ? Tol{1e-13, 1e-13} : tol_for(t, 2);
