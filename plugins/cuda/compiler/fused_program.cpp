@@ -228,27 +228,6 @@ std::string expression(const Step& st, const Spelling& s) {
   return a;
 }
 
-std::string body(const FusedProgram& p) {
-  const Spelling s = spelling(p.dtype);
-  std::string out = "TS_KERNEL tessera_fused(TsArgs a) {\n  TS_LOOP(i, a.n) {\n";
-  for (int32_t k = 0; k < p.num_inputs; ++k) {
-    const std::string ptr = "((const " + std::string(s.storage) + "*)a.in[" + std::to_string(k) + "])";
-    const std::string elem = ptr + "[ts_offset(a, " + std::to_string(k) + ", i)]";
-    out += "    const " + std::string(s.compute) + " " + reg_name(k) + " = " +
-           (*s.load ? std::string(s.load) + "(" + elem + ")" : elem) + ";\n";
-  }
-  for (size_t i = 0; i < p.steps.size(); ++i)
-    out += "    const " + std::string(s.compute) + " " + reg_name(p.num_inputs + int32_t(i)) + " = " +
-           expression(p.steps[i], s) + ";\n";
-  for (size_t o = 0; o < p.output_regs.size(); ++o) {
-    const std::string v = reg_name(p.output_regs[o]);
-    out += "    ((" + std::string(s.storage) + "*)a.out[" + std::to_string(o) +
-           "])[i] = " + (*s.store ? std::string(s.store) + "(" + v + ")" : v) + ";\n";
-  }
-  out += "  }\n}\n";
-  return out;
-}
-
 // Note [Fused row reductions]: the reduction steps' combine codes and identities.
 int combine_code(FOp op) { return op == FOp::RowMax ? 1 : op == FOp::RowMin ? 2 : 0; }
 double identity(FOp op) { return op == FOp::RowMax ? -1.0 / 0.0 : op == FOp::RowMin ? 1.0 / 0.0 : 0.0; }
@@ -264,13 +243,16 @@ void mark_cone(const FusedProgram& p, const std::vector<bool>& row, int32_t r, s
   if (is_binary(st.op)) mark_cone(p, row, st.b.reg, need);
 }
 
-// One input register's declaration; `index` is the element index or the row offset expression.
-std::string load(const FusedProgram& p, const Spelling& s, int32_t k, const std::string& offset) {
-  const std::string ptr = "((const " + std::string(s.storage) + "*)a.in[" + std::to_string(k) + "])";
-  const std::string elem = ptr + "[" + offset + "]";
-  (void)p;
-  return "const " + std::string(s.compute) + " " + reg_name(k) + " = " +
-         (*s.load ? std::string(s.load) + "(" + elem + ")" : elem) + ";\n";
+// The declaration of register r as `value`.
+std::string define(const Spelling& s, int32_t r, const std::string& value) {
+  return "const " + std::string(s.compute) + " " + reg_name(r) + " = " + value + ";\n";
+}
+
+// Input register k loaded from element `offset` of input k.
+std::string load(const Spelling& s, int32_t k, const std::string& offset) {
+  const std::string elem =
+      "((const " + std::string(s.storage) + "*)a.in[" + std::to_string(k) + "])[" + offset + "]";
+  return define(s, k, *s.load ? std::string(s.load) + "(" + elem + ")" : elem);
 }
 
 std::string store(const Spelling& s, size_t o, const std::string& index, int32_t r) {
@@ -284,12 +266,21 @@ std::string element_pass(const FusedProgram& p, const Spelling& s, const std::ve
                          const std::string& indent) {
   std::string out;
   for (int32_t k = 0; k < p.num_inputs; ++k)
-    if (need[size_t(k)]) out += indent + load(p, s, k, "ts_offset(a, " + std::to_string(k) + ", i)");
+    if (need[size_t(k)]) out += indent + load(s, k, "ts_offset(a, " + std::to_string(k) + ", i)");
   for (size_t i = 0; i < p.steps.size(); ++i) {
     const int32_t r = p.num_inputs + int32_t(i);
-    if (need[size_t(r)])
-      out += indent + "const " + s.compute + " " + reg_name(r) + " = " + expression(p.steps[i], s) + ";\n";
+    if (need[size_t(r)]) out += indent + define(s, r, expression(p.steps[i], s));
   }
+  return out;
+}
+
+// An elementwise program (Note [Fused CUDA kernels]): every register for every element of S.
+std::string body(const FusedProgram& p) {
+  const Spelling s = spelling(p.dtype);
+  std::string out = "TS_KERNEL tessera_fused(TsArgs a) {\n  TS_LOOP(i, a.n) {\n";
+  out += element_pass(p, s, std::vector<bool>(size_t(p.num_inputs) + p.steps.size(), true), "    ");
+  for (size_t o = 0; o < p.output_regs.size(); ++o) out += "    " + store(s, o, "i", p.output_regs[o]);
+  out += "  }\n}\n";
   return out;
 }
 
@@ -308,12 +299,12 @@ std::string row_body(const FusedProgram& p) {
   out += "    const long long base = row * ts_k;\n";
   out += "    (void)base;\n";
   for (int32_t k = 0; k < p.num_inputs; ++k)
-    if (row[size_t(k)]) out += "    " + load(p, s, k, "ts_row_offset(a, " + std::to_string(k) + ", row)");
+    if (row[size_t(k)]) out += "    " + load(s, k, "ts_row_offset(a, " + std::to_string(k) + ", row)");
   for (size_t i = 0; i < p.steps.size(); ++i) {
     const Step& st = p.steps[i];
     const int32_t r = p.num_inputs + int32_t(i);
     if (!is_reduction(st.op)) {
-      if (row[size_t(r)]) out += "    const " + t + " " + reg_name(r) + " = " + expression(st, s) + ";\n";
+      if (row[size_t(r)]) out += "    " + define(s, r, expression(st, s));
       continue;
     }
     // One pass over the row for this reduction.
@@ -325,8 +316,9 @@ std::string row_body(const FusedProgram& p) {
     out += "    TS_COLS(j, ts_k) {\n      const long long i = base + j;\n";
     out += element_pass(p, s, need, "      ");
     out += "      " + acc + " = ts_combine<" + code + ">(" + acc + ", " + operand(st.a, s) + ");\n    }\n";
-    out += "    const " + t + " " + reg_name(r) + " = ts_block_reduce<" + code + ">(" + acc + ", ts_s, " +
-           literal(identity(st.op), s) + ")" + (st.op == FOp::RowMean ? " / (" + t + ")ts_k" : "") + ";\n";
+    out += "    " + define(s, r,
+                           "ts_block_reduce<" + code + ">(" + acc + ", ts_s, " + literal(identity(st.op), s) + ")" +
+                               (st.op == FOp::RowMean ? " / (" + t + ")ts_k" : ""));
   }
   std::vector<bool> need(regs, false);
   bool elements = false;
@@ -442,19 +434,19 @@ LaunchShape fill_args(const FusedProgram& p, const std::vector<ArgTensor>& input
                                 std::to_string(kMaxRank));
   *a = TsArgs{};
   LaunchShape l;
-  l.n = 1;
-  for (int64_t v : shape) {
-    if (v < 0 || (v > 0 && l.n > (int64_t(1) << 62) / v))
-      throw std::invalid_argument("the shape's size overflows");
-    l.n *= v;
-  }
+  // The product of shape[0, end), overflow-checked.
+  auto product = [&](size_t end) {
+    int64_t n = 1;
+    for (size_t d = 0; d < end; ++d) {
+      if (shape[d] < 0 || (shape[d] > 0 && n > (int64_t(1) << 62) / shape[d]))
+        throw std::invalid_argument("the shape's size overflows");
+      n *= shape[d];
+    }
+    return n;
+  };
+  l.n = product(shape.size());
   l.k = shape.empty() ? 1 : shape.back();
-  l.rows = 1;
-  for (size_t d = 0; d + 1 < shape.size(); ++d) {
-    if (shape[d] > 0 && l.rows > (int64_t(1) << 62) / shape[d])
-      throw std::invalid_argument("the shape's size overflows");
-    l.rows *= shape[d];
-  }
+  l.rows = shape.empty() ? 1 : product(shape.size() - 1);
   a->n = l.n;
   a->rank = int64_t(shape.size());
   for (size_t d = 0; d < shape.size(); ++d) a->sizes[d] = shape[d];
