@@ -241,6 +241,7 @@ class Group {
     if (nodes_ == kMaxGroupNodes || g_.dtype(out) != dtype_) return false;
     std::set<int32_t> fresh;  // values this node adds to the kernel's inputs
     bool any_element = false;
+    char first_kind = 0;  // of tensors[0]: the value a reduction or norm reads
     for (int32_t v : f.tensors) {
       char k = 0;
       if (auto it = kinds_.find(v); it != kinds_.end()) {
@@ -253,15 +254,14 @@ class Group {
       }
       if (k == 'f') return false;  // a flat [rows] value broadcasts from the right: not a row value
       any_element |= k == 'e';
+      if (!first_kind) first_kind = k;
     }
     if (external_.size() + fresh.size() > size_t(kMaxInputs)) return false;
     const Shape out_shape = shape_of(g_, out);
     char kind = 'e';
     if (reads_rows(f)) {
-      const int32_t x = f.tensors[0];
-      const auto it = kinds_.find(x);
-      const bool element = it != kinds_.end() ? it->second == 'e' : !row_shaped(shape_of(g_, x), domain_);
-      if (domain_.empty() || !element || shape_of(g_, x) != domain_ || few_long_rows(domain_)) return false;
+      if (domain_.empty() || first_kind != 'e' || shape_of(g_, f.tensors[0]) != domain_ || few_long_rows(domain_))
+        return false;
       if (f.form == Form::Reduction) kind = f.keepdim ? 'r' : 'f';
       if (f.form == Form::Reduction && f.keepdim && !is_row_shape(out_shape, domain_)) return false;
       reduces_ = true;
