@@ -209,6 +209,15 @@ DeviceTensor materialize(const KernelCall& call, const DeviceTensor& t, int32_t 
   return c;
 }
 
+// Sets every element of `t` to the value whose bits in t's dtype are `bits` (number_bits).
+void fill_with(const KernelCall& call, const Launch& l, const DeviceTensor& t, uint64_t bits,
+               bool into_temporary = false) {
+  IterShape shape;
+  Operand o = t.operand();
+  if (!plan_elementwise(t.geometry(), nullptr, 0, &shape, &o)) unimplemented(call, "operand layout");
+  check_launch(call, launch_fill(shape, o, bits, l.stream), into_temporary);
+}
+
 // ---------------------------------------------------------------- elementwise
 
 int32_t compare_dtype(int32_t a, int32_t b, const DeviceTensor& ta, const DeviceTensor& tb) {
@@ -464,10 +473,7 @@ void clamp_into(const KernelCall& call, const Launch& l, const DeviceTensor& x, 
   const bool lo_nan = lo && lo->floating && std::isnan(lo->f), hi_nan = hi && hi->floating && std::isnan(hi->f);
   if (elementwise_float(out.dtype) && lo && hi && (lo_nan || hi_nan)) {
     const double nan = std::numeric_limits<double>::quiet_NaN();
-    IterShape shape;
-    Operand o = out.operand();
-    if (!plan_elementwise(out.geometry(), nullptr, 0, &shape, &o)) unimplemented(call, "output layout");
-    return check_launch(call, launch_fill(shape, o, number_bits(floating_number(nan), out.dtype), l.stream));
+    return fill_with(call, l, out, number_bits(floating_number(nan), out.dtype));
   }
   if (lo_nan || hi_nan) lo = hi = std::nullopt;  // the only bound is NaN
   if (!lo && !hi) {
@@ -536,10 +542,7 @@ uint64_t scalar_bits(const KernelCall& call, int attr, int32_t dtype) {
 void fill_kernel(const KernelCall& call) {
   Launch l(call);
   DeviceTensor out = view_of(call, call.output(0), "self");
-  IterShape shape;
-  Operand op = out.operand();
-  if (!plan_elementwise(out.geometry(), nullptr, 0, &shape, &op)) unimplemented(call, "operand layout");
-  check_launch(call, launch_fill(shape, op, scalar_bits(call, op::fill_::attr::value, out.dtype), l.stream));
+  fill_with(call, l, out, scalar_bits(call, op::fill_::attr::value, out.dtype));
 }
 
 void copy_kernel(const KernelCall& call) {
@@ -697,11 +700,7 @@ void isinf_kernel(const KernelCall& call) {
   const DeviceTensor out = view_of(call, call.output(0), "output");
   if (out.dtype != kDtBool) unimplemented(call, "an output that is not bool");
   IterShape shape;
-  if (!elementwise_float(x.dtype)) {  // integers and bool are never infinite
-    Operand o = out.operand();
-    if (!plan_elementwise(out.geometry(), nullptr, 0, &shape, &o)) unimplemented(call, "output layout");
-    return check_launch(call, launch_fill(shape, o, 0, l.stream));
-  }
+  if (!elementwise_float(x.dtype)) return fill_with(call, l, out, 0);  // integers and bool are never infinite
   const DeviceTensor a = temporary(l, x.dtype, out.sizes);
   unary_into(call, l, UnaryOp::Abs, a, x);
   DeviceTensor none;  // the number operand, never read
@@ -2035,13 +2034,7 @@ void sdpa_kernel(const KernelCall& call) {
     unimplemented(call, "more than 2^31 - 1 blocks of query rows");
   auto launch = [&] { return flash ? launch_attention(p, l.stream) : launch_attention_rows(p, l.stream); };
   if (out.numel() == 0) return;
-  if (p.len_k == 0) {  // no key: the weighted sum is empty, zeros like the CPU backend
-    IterShape shape;
-    Operand o = out.operand();
-    if (!plan_elementwise(out.geometry(), nullptr, 0, &shape, &o)) unimplemented(call, "output layout");
-    check_launch(call, launch_fill(shape, o, 0, l.stream));
-    return;
-  }
+  if (p.len_k == 0) return fill_with(call, l, out, 0);  // no key: the weighted sum is empty, zeros like the CPU
   if (call.num_inputs() > T::attn_mask && call.input(T::attn_mask).defined()) {
     DeviceTensor mask = view_of(call, call.input(T::attn_mask), "attn_mask");
     if (mask.dtype != kDtBool && mask.dtype != dtype && mask.dtype != kDtF32) unimplemented(call, "mask dtype");
@@ -2243,11 +2236,7 @@ void isnan_kernel(const KernelCall& call) {
   DeviceTensor x = view_of(call, call.input(op::isnan::tensor::self), "self");
   if (out.dtype != kDtBool) unimplemented(call, "an output that is not bool");
   IterShape shape;
-  if (!elementwise_float(x.dtype)) {
-    Operand o = out.operand();
-    if (!plan_elementwise(out.geometry(), nullptr, 0, &shape, &o)) unimplemented(call, "operand layout");
-    return check_launch(call, launch_fill(shape, o, 0, l.stream));
-  }
+  if (!elementwise_float(x.dtype)) return fill_with(call, l, out, 0);
   Operand ops[3] = {out.operand(), x.operand(), x.operand()};
   const Geometry ins[2] = {x.geometry(), x.geometry()};
   if (!plan_elementwise(out.geometry(), ins, 2, &shape, ops)) unimplemented(call, "operand layout");
@@ -2569,11 +2558,7 @@ bool cudnn_batch_norm(const KernelCall& call, const Launch& l, const DeviceTenso
   auto vector = [&](const std::optional<DeviceTensor>& v, double absent) {
     if (v) return materialize(call, *v, pd, true, l);
     DeviceTensor t = temporary(l, pd, {channels});
-    IterShape shape;
-    Operand o = t.operand();
-    if (!plan_elementwise(t.geometry(), nullptr, 0, &shape, &o)) unimplemented(call, "a [channels] temporary");
-    check_launch(call, launch_fill(shape, o, number_bits(floating_number(absent), pd), l.stream),
-                 /*into_temporary=*/true);
+    fill_with(call, l, t, number_bits(floating_number(absent), pd), /*into_temporary=*/true);
     return t;
   };
   const DeviceTensor w = vector(weight, 1.0), b = vector(bias, 0.0), m = vector(mean, 0.0), v = vector(var, 1.0);
