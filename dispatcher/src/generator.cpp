@@ -69,6 +69,13 @@ Generator detail::default_generator_unchecked(DeviceType type, int index) {
   return Generator(slot);
 }
 
+GeneratorState detail::reserve_for(const Tensor& t, const Generator* generator) {
+  // The storage knows the device index a plugin allocated on (index -1 resolves to its current one).
+  const Device d = t.storage() ? t.storage()->device() : t.device();
+  Generator g = generator ? *generator : default_generator_unchecked(d.type(), d.index());
+  return g.reserve(uint64_t(t.numel()));
+}
+
 Generator Generator::default_generator(Device device) {
   if (device.type() != DeviceType::Meta) check_device_index("default_generator", device);
   return detail::default_generator_unchecked(device.type(), device.index());

@@ -116,10 +116,7 @@ Tensor arange(const Scalar& start, const Scalar& end, const Scalar& step, Tensor
 // from the default generator of t's device (Note [Generators] in tessera/generator.h).
 Tensor& random_fill(OperatorEntry& op, Tensor& t, double a, double b, const Generator* generator) {
   TESSERA_CHECK(t.defined(), "random fill: the tensor is undefined");
-  // The storage knows the device index a plugin allocated on (index -1 resolves to its current one).
-  const Device d = t.storage() ? t.storage()->device() : t.device();
-  Generator g = generator ? *generator : detail::default_generator_unchecked(d.type(), d.index());
-  const GeneratorState s = g.reserve(uint64_t(t.numel()));
+  const GeneratorState s = detail::reserve_for(t, generator);
   call1(op, {t.impl()},
         {value_double(a), value_double(b), value_int(int64_t(s.seed)), value_int(int64_t(s.offset))});
   return t;

@@ -64,9 +64,7 @@ void draw_fresh_counters(const FunctionSchema& schema, Stack& args) {
   }
   const Tensor* self = args.empty() ? nullptr : std::get_if<Tensor>(&args[0]);
   if (seed < 0 || offset < 0 || !self) return;
-  // The generator eager mode's random_fill takes: the default one of the storage's device.
-  const Device d = self->storage() ? self->storage()->device() : self->device();
-  const GeneratorState s = detail::default_generator_unchecked(d.type(), d.index()).reserve(uint64_t(self->numel()));
+  const GeneratorState s = detail::reserve_for(*self);  // as eager mode's random fills
   args[size_t(seed)] = int64_t(s.seed);
   args[size_t(offset)] = int64_t(s.offset);
 }

@@ -49,6 +49,10 @@ struct GeneratorImpl;
 // The default generator of (type, index) without the device-count check (for plugins calling
 // host->generator_reserve while they load). Throws for an index outside 0..63.
 TESSERA_API Generator default_generator_unchecked(DeviceType type, int index);
+// The counters a random op on `t` (numel of them) reserves: from `generator`, else from the default
+// generator of the device t's storage lives on (its index as the plugin allocated it). Eager random
+// fills and a program's random nodes (Note [Random ops in a program]) both draw this way.
+TESSERA_API GeneratorState reserve_for(const Tensor& t, const Generator* generator = nullptr);
 }  // namespace detail
 
 class TESSERA_API Generator {
