@@ -1,5 +1,4 @@
 // Dead-code and common-subexpression elimination. Note [Passes] in tessera/compiler/passes.h.
-#include <algorithm>
 #include <unordered_map>
 
 #include "passes/graph_edit.h"
@@ -42,7 +41,7 @@ bool eliminate_common_subexpressions(ExportedProgram& ep) {
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     Node& n = g.nodes[i];
     if (n.kind != NodeKind::Call || writes_in_place(n.target)) continue;
-    if (std::any_of(n.outputs.begin(), n.outputs.end(), [&](ValueId v) { return written.count(v) > 0; })) continue;
+    if (computes_any(n, written)) continue;
     auto [it, fresh] = seen.emplace(arguments_key(n), i);
     if (fresh) continue;
     const Node& first = g.nodes[it->second];

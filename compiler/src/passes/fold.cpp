@@ -22,7 +22,7 @@ bool fold_constants(ExportedProgram& ep) {
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     const Node& n = g.nodes[i];
     if (n.kind != NodeKind::Call || writes_in_place(n.target)) continue;
-    if (std::any_of(n.outputs.begin(), n.outputs.end(), [&](ValueId v) { return written.count(v) > 0; })) continue;
+    if (computes_any(n, written)) continue;
     bool all_known = true;
     for (const Argument& a : n.args)
       for (ValueId v : a.values) all_known = all_known && known[size_t(v)].defined();

@@ -39,13 +39,28 @@ bool writes_in_place(const std::string& target) {
   return false;
 }
 
+namespace {
+
+// The value a Call writes in place (its first argument), or -1.
+ValueId in_place_target(const Node& n) {
+  const bool writes = n.kind == NodeKind::Call && !n.args.empty() && n.args[0].kind == Argument::Kind::Tensor &&
+                      writes_in_place(n.target);
+  return writes ? n.args[0].values.at(0) : ValueId(-1);
+}
+
+}  // namespace
+
 std::set<ValueId> written_in_place(const Graph& g) {
   std::set<ValueId> out;
   for (const Node& n : g.nodes)
-    if (n.kind == NodeKind::Call && !n.args.empty() && n.args[0].kind == Argument::Kind::Tensor &&
-        writes_in_place(n.target))
-      out.insert(n.args[0].values.at(0));
+    if (const ValueId v = in_place_target(n); v >= 0) out.insert(v);
   return out;
+}
+
+bool computes_any(const Node& n, const std::set<ValueId>& values) {
+  for (ValueId v : n.outputs)
+    if (values.count(v)) return true;
+  return false;
 }
 
 bool copy_written_constants(ExportedProgram& ep) {
@@ -56,9 +71,7 @@ bool copy_written_constants(ExportedProgram& ep) {
   std::vector<Node> nodes;
   bool changed = false;
   for (Node& n : g.nodes) {
-    if (n.kind == NodeKind::Call && !n.args.empty() && n.args[0].kind == Argument::Kind::Tensor &&
-        constants.count(n.args[0].values.at(0)) && writes_in_place(n.target)) {
-      const ValueId constant = n.args[0].values.at(0);
+    if (const ValueId constant = in_place_target(n); constant >= 0 && constants.count(constant)) {
       const ValueId copy = g.add_value(g.type(constant));
       nodes.push_back({NodeKind::Call, "clone", {Argument::tensor(constant)}, {copy}});
       n.args[0].values[0] = copy;

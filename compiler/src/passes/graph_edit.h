@@ -28,6 +28,8 @@ bool writes_in_place(const std::string& target);
 // clone, or a chain like zeros(n) * 2 before an add_, would make a constant the run writes again,
 // and merging two clones would give two writers one tensor.
 std::set<ValueId> written_in_place(const Graph& g);
+// Whether the node computes one of `values` (a pass leaves such a node where it is).
+bool computes_any(const Node& n, const std::set<ValueId>& values);
 // Returns whether it inserted any clone.
 bool copy_written_constants(ExportedProgram& ep);
 // The printed form of a node's arguments, a key for comparing nodes.
