@@ -22,9 +22,20 @@ static_assert(kLtInvalidValue == CUSPARSE_STATUS_INVALID_VALUE && kLtArchMismatc
 
 std::atomic<uint64_t> g_matmuls{0}, g_compressions{0};
 
+// Why compressing a weight or making a plan failed, and whether the failure lasts (lasting_refusal:
+// the shape is then remembered as refused).
+struct LtFailure {
+  std::string error;
+  bool lasting = false;
+};
+
 std::string lt_error(const CusparseLtApi& api, const char* what, cusparseStatus_t s) {
   const char* text = api.get_error_string ? api.get_error_string(s) : nullptr;
   return std::string(what) + " failed: " + (text ? text : "status " + std::to_string(int(s)));
+}
+
+LtFailure lt_failure(const CusparseLtApi& api, const char* what, cusparseStatus_t s) {
+  return {lt_error(api, what, s), lasting_refusal(int(s))};
 }
 
 cudaDataType cuda_type(int32_t dtype) { return dtype == TESSERA_DTYPE_BFLOAT16 ? CUDA_R_16BF : CUDA_R_16F; }
@@ -108,23 +119,19 @@ cusparseStatus_t structured(const CusparseLtApi& api, const lt::Handle* h, const
 
 // Compresses the weight of `c` into a new device block: the dense pruned weight rebuilt from the
 // layout in a stream-ordered temporary, then cusparseLtSpMMACompress2.
-// `lasting` says whether a failure is cuSPARSELt not taking the case (lasting_refusal).
 std::shared_ptr<DeviceBlock> compress(const CusparseLtApi& api, const lt::Handle* h, const LtCall& c,
-                                      std::string* error, bool* lasting) {
-  *lasting = false;
+                                      LtFailure* failure) {
   lt::MatDescriptor desc{};
   cusparseStatus_t st = structured(api, h, c, &desc);
   if (st != CUSPARSE_STATUS_SUCCESS) {
-    *error = lt_error(api, "cusparseLtStructuredDescriptorInit", st);
-    *lasting = lasting_refusal(int(st));
+    *failure = lt_failure(api, "cusparseLtStructuredDescriptorInit", st);
     return nullptr;
   }
   size_t compressed_bytes = 0, buffer_bytes = 0;
   st = api.compressed_size2(h, &desc, &compressed_bytes, &buffer_bytes);
   if (st != CUSPARSE_STATUS_SUCCESS) {
     api.mat_descriptor_destroy(&desc);
-    *error = lt_error(api, "cusparseLtSpMMACompressedSize2", st);
-    *lasting = lasting_refusal(int(st));
+    *failure = lt_failure(api, "cusparseLtSpMMACompressedSize2", st);
     return nullptr;
   }
   auto out = std::make_shared<DeviceBlock>();
@@ -135,23 +142,19 @@ std::shared_ptr<DeviceBlock> compress(const CusparseLtApi& api, const lt::Handle
   MmaLayout plan;
   std::string plan_error;
   if (err == cudaSuccess && !mma_layout_plan(c.rows, c.cols, &plan, &plan_error)) {
-    *error = plan_error;
-    *lasting = true;  // the shape has no mma.sp layout: it never will
+    *failure = {plan_error, true};  // the shape has no mma.sp layout: it never will
   } else if (err == cudaSuccess) {
     err = expand_mma_layout(c.layout, plan, dense, c.stream);
     if (err == cudaSuccess) {
       st = api.compress2(h, &desc, 1, CUSPARSE_OPERATION_NON_TRANSPOSE, dense, out->p, buffer, c.stream);
-      if (st != CUSPARSE_STATUS_SUCCESS) {
-        *error = lt_error(api, "cusparseLtSpMMACompress2", st);
-        *lasting = lasting_refusal(int(st));
-      }
+      if (st != CUSPARSE_STATUS_SUCCESS) *failure = lt_failure(api, "cusparseLtSpMMACompress2", st);
     }
   }
-  if (err != cudaSuccess) *error = std::string("compressing the weight: ") + cudaGetErrorString(err);
+  if (err != cudaSuccess) failure->error = std::string("compressing the weight: ") + cudaGetErrorString(err);
   if (dense) cudaFreeAsync(dense, c.stream);
   if (buffer) cudaFreeAsync(buffer, c.stream);
   api.mat_descriptor_destroy(&desc);
-  if (!error->empty()) {
+  if (!failure->error.empty()) {
     cudaGetLastError();
     return nullptr;
   }
@@ -160,8 +163,7 @@ std::shared_ptr<DeviceBlock> compress(const CusparseLtApi& api, const lt::Handle
 }
 
 std::shared_ptr<Plan> make_plan(const CusparseLtApi& api, const lt::Handle* h, const LtCall& c,
-                                std::string* error, bool* lasting) {
-  *lasting = false;
+                                LtFailure* failure) {
   auto p = std::make_shared<Plan>();
   p->api = &api;
   const cudaDataType t = cuda_type(c.dtype);
@@ -208,8 +210,7 @@ std::shared_ptr<Plan> make_plan(const CusparseLtApi& api, const lt::Handle* h, c
     st = api.get_workspace(h, &p->plan, &p->workspace);
   }
   if (st != CUSPARSE_STATUS_SUCCESS) {
-    *error = lt_error(api, what, st);
-    *lasting = lasting_refusal(int(st));
+    *failure = lt_failure(api, what, st);
     return nullptr;
   }
   return p;
@@ -237,13 +238,13 @@ std::string cusparselt_run(const LtCall& c) {
     std::lock_guard<std::mutex> lock(s.mu);
     if (Compressed* hit = s.compressed.find(ckey)) weight = hit->block;
   }
-  bool lasting = false;
+  LtFailure failure;
   if (!weight) {
-    weight = compress(api, h, c, &error, &lasting);
+    weight = compress(api, h, c, &failure);
     if (!weight) {
       std::lock_guard<std::mutex> lock(s.mu);
-      if (lasting) s.refused.insert(shape);
-      return error;
+      if (failure.lasting) s.refused.insert(shape);
+      return failure.error;
     }
     if (c.version != 0) {
       std::vector<Compressed> out;
@@ -262,11 +263,11 @@ std::string cusparselt_run(const LtCall& c) {
     if (auto* hit = s.plans.find(pkey)) plan = *hit;
   }
   if (!plan) {
-    plan = make_plan(api, h, c, &error, &lasting);
+    plan = make_plan(api, h, c, &failure);
     if (!plan) {
       std::lock_guard<std::mutex> lock(s.mu);
-      if (lasting) s.refused.insert(shape);
-      return error;
+      if (failure.lasting) s.refused.insert(shape);
+      return failure.error;
     }
     std::vector<std::shared_ptr<Plan>> out;
     std::lock_guard<std::mutex> lock(s.mu);
