@@ -1,7 +1,6 @@
 // See lowering.h, Note [Fused CUDA kernels] and Note [Fused row reductions] in fused_program.h.
 #include "lowering.h"
 
-#include <cfloat>
 #include <cstring>
 #include <map>
 #include <optional>
@@ -192,12 +191,12 @@ std::optional<Fusable> reduction_or_norm(const GraphView& g, int32_t node) {
     if (v < 0) continue;
     if (g.dtype(v) != g.dtype(x) || shape_of(g, v) != Shape{g.size(x, rank - 1).expr}) return std::nullopt;
   }
+  // eps as a number. tessera::rms_norm resolves None before a graph is captured (dispatcher/src/
+  // ops.cpp); a graph that still says None is left to the dispatcher's kernel rather than resolved a
+  // second time here.
   const int32_t eps_arg = layer ? 4 : 3;
-  const std::optional<tessera_value_t> eps = constant(g, node, eps_arg);
-  if (eps_arg >= g.num_args(node) || (eps && eps->kind == TESSERA_VALUE_NONE)) {
-    // Absent: layer_norm's default; rms_norm's None is the epsilon of the type it computes in (the
-    // dispatcher resolves it before a graph is captured; a hand-made graph may still say None).
-    f.eps = layer ? 1e-5 : g.dtype(x) == TESSERA_DTYPE_FLOAT64 ? DBL_EPSILON : double(FLT_EPSILON);
+  if (layer && eps_arg >= g.num_args(node)) {
+    f.eps = 1e-5;  // layer_norm's schema default
   } else if (const std::optional<double> e = g.arg_number(node, eps_arg)) {
     f.eps = *e;
   } else {
